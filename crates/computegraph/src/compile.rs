@@ -1,0 +1,348 @@
+//! `compile`: turn a [`MaterializedGraph`] into an SSA slot program.
+//!
+//! Input: a verified materialized graph (topologically ordered, deduplicated). Output: a
+//! [`CompiledProgram`]: one instruction per operation, in the same order, reading and
+//! writing numbered slots.
+//!
+//! Invariants of the output (checked by [`CompiledProgram::verify_against`]):
+//! - an instruction reads only slots that hold the value it names, written earlier by
+//!   an input or an instruction (SSA over live ranges: each slot write starts a new value);
+//! - a slot is reused only after the last read of the value it held (liveness), and
+//!   never for an output of the instruction that reads it, so outputs never alias inputs;
+//! - slots of graph outputs are never reused; inputs nobody reads get no slot.
+//!
+//! Slot allocation is a linear scan with a LIFO free list, so a chain of any length runs
+//! in a constant number of slots. Complexity: `O(values + operands)`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{GraphError, GraphResult};
+use crate::key::{KeyInterner, ValueKey};
+use crate::materialize::{MaterializedGraph, ValueId};
+use crate::operation::GraphOperation;
+
+/// "No slot": an input that no instruction reads.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// Where an instruction's slot arguments sit in the argument pool: `n_in` input slots
+/// followed by `n_out` output slots, starting at `start`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Instr {
+    pub(crate) start: u32,
+    pub(crate) n_in: u16,
+    pub(crate) n_out: u16,
+}
+
+/// An immutable, `Sync` slot program. Compile once, evaluate many times (see
+/// [`CompiledProgram::eval`]).
+pub struct CompiledProgram<Op: GraphOperation> {
+    pub(crate) interner: Arc<KeyInterner<Op>>,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) instrs: Vec<Instr>,
+    pub(crate) args: Vec<u32>,
+    pub(crate) input_slots: Vec<u32>,
+    pub(crate) output_slots: Vec<u32>,
+    /// Whether output `i` may move its value out of the slot (last mention of that slot).
+    pub(crate) output_move: Vec<bool>,
+    pub(crate) slot_count: usize,
+    pub(crate) input_keys: Vec<Op::InputKey>,
+    pub(crate) input_index: FxHashMap<Op::InputKey, usize>,
+    pub(crate) output_keys: Vec<ValueKey<Op>>,
+}
+
+/// Compiles a materialized graph.
+///
+/// # Panics
+/// If the program would need more than `u32::MAX - 1` slots or arguments; see [`try_compile`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+/// use scalar::{ScalarOp, ScalarKey};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let mut v = x;
+/// for _ in 0..1000 {
+///     v = b.add_operation(ScalarOp::Neg, vec![Local(v)], Primary)[0];
+/// }
+/// let g = Arc::new(b.build());
+/// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(v)]));
+/// assert!(program.slot_count() <= 2); // a chain reuses its slots
+/// assert_eq!(program.eval(&mut (), &[&1.5]), vec![1.5]);
+/// ```
+pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledProgram<Op> {
+    try_compile(graph).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Compiles a materialized graph, or reports an exhausted slot or argument space.
+pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<CompiledProgram<Op>> {
+    const UNUSED: u32 = u32::MAX;
+    const KEEP: u32 = u32::MAX - 1;
+    const DONE: u32 = u32::MAX - 2;
+    let n_ops = graph.ops.len();
+    if n_ops >= DONE as usize {
+        return Err(GraphError::IdSpaceExhausted { space: "instruction" });
+    }
+    // Liveness: the last instruction that reads each value.
+    let mut last_use: Vec<u32> = vec![UNUSED; graph.value_count()];
+    for i in 0..n_ops {
+        for v in graph.op_inputs.get(i) {
+            last_use[v.index()] = i as u32;
+        }
+    }
+    for v in &graph.outputs {
+        last_use[v.index()] = KEEP;
+    }
+
+    let mut alloc = SlotAllocator::default();
+    let mut slot_of: Vec<u32> = vec![NO_SLOT; graph.value_count()];
+    let mut input_slots = Vec::with_capacity(graph.inputs.len());
+    for &v in &graph.inputs {
+        let s = if last_use[v.index()] == UNUSED { NO_SLOT } else { alloc.take()? };
+        slot_of[v.index()] = s;
+        input_slots.push(s);
+    }
+
+    let mut ops = Vec::with_capacity(n_ops);
+    let mut instrs = Vec::with_capacity(n_ops);
+    let mut args: Vec<u32> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
+    for (op_id, op) in graph.ops.iter_enumerated() {
+        let i = op_id.index();
+        let inputs = graph.op_inputs.get(i);
+        let start = u32::try_from(args.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "argument" })?;
+        for v in inputs {
+            args.push(slot_of[v.index()]);
+        }
+        let outputs = graph.op_outputs(op_id);
+        let n_out = outputs.len();
+        for v in graph.op_outputs(op_id) {
+            let s = alloc.take()?;
+            slot_of[v.index()] = s;
+            args.push(s);
+        }
+        // Free operands whose last reader this is (once, even if read twice here).
+        for v in inputs {
+            if last_use[v.index()] == i as u32 {
+                last_use[v.index()] = DONE;
+                alloc.free(slot_of[v.index()]);
+            }
+        }
+        // Outputs nobody reads are dead at once.
+        for v in outputs {
+            if last_use[v.index()] == UNUSED {
+                alloc.free(slot_of[v.index()]);
+            }
+        }
+        ops.push(op.clone());
+        instrs.push(Instr { start, n_in: inputs.len() as u16, n_out: n_out as u16 });
+    }
+    if u32::try_from(args.len()).is_err() {
+        return Err(GraphError::IdSpaceExhausted { space: "argument" });
+    }
+
+    let output_slots: Vec<u32> = graph.outputs.iter().map(|v| slot_of[v.index()]).collect();
+    let mut output_move = vec![false; output_slots.len()];
+    let mut seen = rustc_hash::FxHashSet::default();
+    for (i, s) in output_slots.iter().enumerate().rev() {
+        output_move[i] = seen.insert(*s);
+    }
+    let input_keys = graph.input_keys.clone();
+    let input_index = input_keys.iter().enumerate().map(|(i, k)| (k.clone(), i)).collect();
+    let program = CompiledProgram {
+        interner: Arc::clone(&graph.interner),
+        ops,
+        instrs,
+        args,
+        input_slots,
+        output_slots,
+        output_move,
+        slot_count: alloc.next as usize,
+        input_keys,
+        input_index,
+        output_keys: graph.output_keys(),
+    };
+    #[cfg(debug_assertions)]
+    program
+        .verify_against(graph)
+        .unwrap_or_else(|e| panic!("internal error: compiled program fails verification: {e}"));
+    Ok(program)
+}
+
+#[derive(Default)]
+struct SlotAllocator {
+    free: Vec<u32>,
+    next: u32,
+}
+
+impl SlotAllocator {
+    #[inline]
+    fn take(&mut self) -> GraphResult<u32> {
+        if let Some(s) = self.free.pop() {
+            return Ok(s);
+        }
+        if self.next >= NO_SLOT - 1 {
+            return Err(GraphError::IdSpaceExhausted { space: "slot" });
+        }
+        self.next += 1;
+        Ok(self.next - 1)
+    }
+    #[inline]
+    fn free(&mut self, s: u32) {
+        self.free.push(s);
+    }
+}
+
+impl<Op: GraphOperation> CompiledProgram<Op> {
+    /// Number of instructions.
+    pub fn instruction_count(&self) -> usize {
+        self.instrs.len()
+    }
+    /// Number of slots evaluation needs.
+    pub fn slot_count(&self) -> usize {
+        self.slot_count
+    }
+    /// The input keys, in the order `eval` takes its inputs.
+    pub fn input_keys(&self) -> &[Op::InputKey] {
+        &self.input_keys
+    }
+    /// The output keys, in the order `eval` returns its outputs.
+    pub fn output_keys(&self) -> &[ValueKey<Op>] {
+        &self.output_keys
+    }
+    /// The position of an input key in [`Self::input_keys`].
+    pub fn input_position(&self, key: &Op::InputKey) -> Option<usize> {
+        self.input_index.get(key).copied()
+    }
+    /// The interner of the keys.
+    pub fn interner(&self) -> &Arc<KeyInterner<Op>> {
+        &self.interner
+    }
+
+    /// Gathers the program's inputs by key: `lookup` is asked once per input key.
+    ///
+    /// ```
+    /// # use std::{collections::HashMap, sync::Arc};
+    /// # use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+    /// # use scalar::{ScalarOp, ScalarKey};
+    /// # let mut b = GraphBuilder::<ScalarOp>::new();
+    /// # let x = b.add_input(ScalarKey::var(0));
+    /// # let y = b.add_input(ScalarKey::var(1));
+    /// # let z = b.add_operation(ScalarOp::Mul, vec![Local(x), Local(y)], Primary)[0];
+    /// # let g = Arc::new(b.build());
+    /// # let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(z)]));
+    /// let values: HashMap<ScalarKey, f64> = [(ScalarKey::var(0), 3.0), (ScalarKey::var(1), 4.0)].into();
+    /// let inputs = program.bind_inputs(|k| values.get(k)).unwrap();
+    /// assert_eq!(program.eval(&mut (), &inputs), vec![12.0]);
+    /// ```
+    pub fn bind_inputs<'a, F>(&self, mut lookup: F) -> GraphResult<Vec<&'a Op::Operand>>
+    where
+        F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
+    {
+        self.input_keys
+            .iter()
+            .map(|k| lookup(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?}") }))
+            .collect()
+    }
+
+    /// Bytes held by the program's columns.
+    pub fn heap_bytes(&self) -> usize {
+        self.ops.capacity() * std::mem::size_of::<Op>()
+            + self.instrs.capacity() * std::mem::size_of::<Instr>()
+            + self.args.capacity() * 4
+            + self.input_slots.capacity() * 4
+            + self.output_slots.capacity() * 4
+    }
+
+    #[inline]
+    pub(crate) fn instr_args(&self, i: usize) -> (&[u32], &[u32]) {
+        let Instr { start, n_in, n_out } = self.instrs[i];
+        let start = start as usize;
+        let mid = start + n_in as usize;
+        (&self.args[start..mid], &self.args[mid..mid + n_out as usize])
+    }
+
+    /// Checks that the program computes `graph`: simulates slot contents and confirms that
+    /// every read finds the value the graph names, and every output its value.
+    pub fn verify_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
+        self.verify()?;
+        if self.instrs.len() != graph.operation_count() || self.input_slots.len() != graph.inputs.len() {
+            return Err(bad("instruction or input count differs from the graph".into()));
+        }
+        let mut content: Vec<Option<ValueId>> = vec![None; self.slot_count];
+        for (&s, &v) in self.input_slots.iter().zip(&graph.inputs) {
+            if s != NO_SLOT {
+                content[s as usize] = Some(v);
+            }
+        }
+        for (i, op) in graph.operations().enumerate() {
+            let (ins, outs) = self.instr_args(i);
+            for (k, (&s, &v)) in ins.iter().zip(op.inputs()).enumerate() {
+                if content[s as usize] != Some(v) {
+                    return Err(bad(format!(
+                        "instruction {i} operand {k} reads slot s{s} holding {:?}, expected {v:?}",
+                        content[s as usize]
+                    )));
+                }
+            }
+            for (&s, v) in outs.iter().zip(op.outputs()) {
+                content[s as usize] = Some(v);
+            }
+        }
+        for (&s, &v) in self.output_slots.iter().zip(&graph.outputs) {
+            if s == NO_SLOT || content[s as usize] != Some(v) {
+                return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Structural checks: arities match the operations, slots are in range, every read
+    /// slot has been written earlier.
+    pub fn verify(&self) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
+        let mut written = bitvec::vec::BitVec::<usize>::repeat(false, self.slot_count);
+        for &s in &self.input_slots {
+            if s != NO_SLOT {
+                if s as usize >= self.slot_count {
+                    return Err(bad(format!("input slot s{s} out of range")));
+                }
+                written.set(s as usize, true);
+            }
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            let (ins, outs) = self.instr_args(i);
+            if ins.len() != op.input_count() || outs.len() != op.output_count() {
+                return Err(bad(format!("instruction {i} arity differs from its operation")));
+            }
+            if let Some(s) = ins.iter().find(|&&s| s as usize >= self.slot_count || !written[s as usize]) {
+                return Err(bad(format!("instruction {i} reads slot s{s} before any write")));
+            }
+            for &s in outs {
+                if s as usize >= self.slot_count || ins.contains(&s) {
+                    return Err(bad(format!("instruction {i} writes slot s{s} out of range or aliasing an operand")));
+                }
+                written.set(s as usize, true);
+            }
+        }
+        if let Some(s) = self.output_slots.iter().find(|&&s| s as usize >= self.slot_count || !written[s as usize]) {
+            return Err(bad(format!("output slot s{s} is never written")));
+        }
+        Ok(())
+    }
+}
+
+impl<Op: GraphOperation> fmt::Debug for CompiledProgram<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledProgram")
+            .field("instructions", &self.instrs.len())
+            .field("slots", &self.slot_count)
+            .field("inputs", &self.input_slots.len())
+            .field("outputs", &self.output_slots.len())
+            .finish()
+    }
+}

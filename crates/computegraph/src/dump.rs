@@ -1,0 +1,194 @@
+//! Text dumps (`v3 = mul v1, v2`) and Graphviz DOT export of every phase.
+//!
+//! Text format, one line per entity, for snapshot tests and debugging:
+//! - [`Graph`]: `v0 = input Var(0)`, `v2 = mul v0, @ok1.0` (`@` marks an external key),
+//!   linear operations carry their mask: `v3 = mul [linear[fa]] @ok0.0, v1`;
+//! - [`MaterializedGraph`]: the same with materialized ids;
+//! - [`CompiledProgram`]: `s2 = mul s0, s1` over slots.
+//!
+//! DOT: one node per input and operation, one edge per operand (labelled with the output
+//! slot when an operation has several outputs).
+
+use std::fmt::{self, Write};
+
+use crate::compile::{CompiledProgram, NO_SLOT};
+use crate::graph::{Graph, InputRef};
+use crate::materialize::MaterializedGraph;
+use crate::operation::{GraphOperation, Label};
+
+impl<Op: GraphOperation> fmt::Display for Graph<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "graph: {} inputs, {} operations, {} parents",
+            self.inputs.len(),
+            self.ops.len(),
+            self.parents.len()
+        )?;
+        for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
+            writeln!(f, "  {v:?} = input {k:?}")?;
+        }
+        for op in self.operations() {
+            let outs: Vec<String> = op.outputs().map(|v| format!("{v:?}")).collect();
+            write!(f, "  {} = {}", outs.join(", "), Label(op.operation()))?;
+            if op.role().is_linearized() {
+                write!(f, " [{}]", op.role())?;
+            }
+            for (i, r) in self.op_input_refs(op.id()).iter().enumerate() {
+                f.write_str(if i == 0 { " " } else { ", " })?;
+                match r {
+                    InputRef::Local(v) => write!(f, "{v:?}")?,
+                    InputRef::External(e) => write!(f, "@{:?}", self.externals[*e as usize])?,
+                }
+            }
+            writeln!(f)?;
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|v| format!("{v:?}")).collect();
+        writeln!(f, "  outputs: {}", outs.join(", "))
+    }
+}
+
+impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "materialized: {} inputs, {} operations", self.inputs.len(), self.ops.len())?;
+        for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
+            writeln!(f, "  {v:?} = input {k:?}")?;
+        }
+        for op in self.ops.ids() {
+            f.write_str("  ")?;
+            self.fmt_operation(f, op)?;
+            writeln!(f)?;
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|v| format!("{v:?}")).collect();
+        writeln!(f, "  outputs: {}", outs.join(", "))
+    }
+}
+
+impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "program: {} instructions, {} slots", self.instrs.len(), self.slot_count)?;
+        for (s, k) in self.input_slots.iter().zip(&self.input_keys) {
+            if *s == NO_SLOT {
+                writeln!(f, "  _ = input {k:?}")?;
+            } else {
+                writeln!(f, "  s{s} = input {k:?}")?;
+            }
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            let (ins, outs) = self.instr_args(i);
+            let outs: Vec<String> = outs.iter().map(|s| format!("s{s}")).collect();
+            write!(f, "  {} = {}", outs.join(", "), Label(op))?;
+            for (j, s) in ins.iter().enumerate() {
+                write!(f, "{}s{s}", if j == 0 { " " } else { ", " })?;
+            }
+            writeln!(f)?;
+        }
+        let outs: Vec<String> = self.output_slots.iter().map(|s| format!("s{s}")).collect();
+        writeln!(f, "  outputs: {}", outs.join(", "))
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+impl<Op: GraphOperation> Graph<Op> {
+    /// This graph in Graphviz DOT. External operands appear as dashed boxes.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph graph_fragment {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
+        for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
+            let _ = writeln!(s, "  {v:?} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
+        }
+        for (i, k) in self.externals.iter().enumerate() {
+            let _ = writeln!(s, "  ext{i} [shape=box, style=dashed, label=\"{}\"];", escape(&format!("{k:?}")));
+        }
+        for op in self.operations() {
+            let name = format!("{:?}", op.id());
+            let mut label = format!("{}", Label(op.operation()));
+            if op.role().is_linearized() {
+                let _ = write!(label, "\\n{}", op.role());
+            }
+            let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", escape(&label));
+            for (j, r) in self.op_input_refs(op.id()).iter().enumerate() {
+                let src = match r {
+                    InputRef::Local(v) => self.dot_source(*v),
+                    InputRef::External(e) => format!("ext{e}"),
+                };
+                let _ = writeln!(s, "  {src} -> {name} [label=\"{j}\"];");
+            }
+        }
+        for (i, v) in self.outputs.iter().enumerate() {
+            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", self.dot_source(*v));
+        }
+        s.push_str("}\n");
+        s
+    }
+
+    fn dot_source(&self, v: crate::LocalValueId) -> String {
+        match self.value_def[v] {
+            crate::graph::LocalDef::Input(_) => format!("{v:?}"),
+            crate::graph::LocalDef::Output(op, _) => format!("{op:?}"),
+        }
+    }
+}
+
+impl<Op: GraphOperation> MaterializedGraph<Op> {
+    /// This graph in Graphviz DOT.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph materialized {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
+        for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
+            let _ = writeln!(s, "  {v:?} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
+        }
+        let source = |v: crate::ValueId| match self.value_def[v] {
+            crate::materialize::MatDef::Input(_) => format!("{v:?}"),
+            crate::materialize::MatDef::Output(op, _) => format!("{op:?}"),
+        };
+        for op in self.operations() {
+            let name = format!("{:?}", op.id());
+            let mut label = format!("{}", Label(op.operation()));
+            if op.role().is_linearized() {
+                let _ = write!(label, "\\n{}", op.role());
+            }
+            let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", escape(&label));
+            for (j, &v) in op.inputs().iter().enumerate() {
+                let _ = writeln!(s, "  {} -> {name} [label=\"{j}\"];", source(v));
+            }
+        }
+        for (i, &v) in self.outputs.iter().enumerate() {
+            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", source(v));
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+impl<Op: GraphOperation> CompiledProgram<Op> {
+    /// This program in Graphviz DOT: one node per instruction, edges through slots.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph program {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
+        // Which node last wrote each slot.
+        let mut writer: Vec<String> = vec![String::new(); self.slot_count];
+        for (i, (slot, k)) in self.input_slots.iter().zip(&self.input_keys).enumerate() {
+            let _ = writeln!(s, "  in{i} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
+            if *slot != NO_SLOT {
+                writer[*slot as usize] = format!("in{i}");
+            }
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            let (ins, outs) = self.instr_args(i);
+            let _ = writeln!(s, "  i{i} [shape=box, label=\"{}\"];", escape(&format!("{}", Label(op))));
+            for &slot in ins {
+                let _ = writeln!(s, "  {} -> i{i} [label=\"s{slot}\"];", writer[slot as usize]);
+            }
+            for &slot in outs {
+                writer[slot as usize] = format!("i{i}");
+            }
+        }
+        for (i, slot) in self.output_slots.iter().enumerate() {
+            let _ =
+                writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", writer[*slot as usize]);
+        }
+        s.push_str("}\n");
+        s
+    }
+}

@@ -1,0 +1,698 @@
+//! Fragments: [`Graph`] and its [`GraphBuilder`].
+//!
+//! A graph owns its local values and operations as columns (struct of arrays) and may
+//! refer to values of other graphs by [`ValueKey`] (`ValueRef::External`). Operand lists
+//! of all operations sit in one pool.
+//!
+//! Invariants of a built [`Graph`] (checked by [`Graph::verify`]):
+//! - an operation refers only to local values created before it, so local id order is
+//!   a topological order;
+//! - every operation's input count equals its `input_count()`, its outputs are
+//!   `output_count()` consecutive local values, and a `Linearized` mask has one flag per input;
+//! - every local value and operation has its interned key (`value_key`, `op_key`), and
+//!   the key of output `s` of an operation is its operation key's output `s`.
+//!
+//! Interning is batched: the builder appends to its columns without locking and interns
+//! the pending tail in one write lock on [`GraphBuilder::build`] (or when a key is asked
+//! for). Building is `O(n)` plus hash-consing.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{GraphError, GraphResult};
+use crate::id::{IdVec, ListPool};
+use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+use crate::operation::{GraphOperation, Label, OperationRole};
+
+crate::define_id!(
+    /// A value of one graph (fragment). Meaningful only inside that graph.
+    pub struct LocalValueId = "v"
+);
+crate::define_id!(
+    /// An operation of one graph (fragment).
+    pub struct LocalOperationId = "op"
+);
+
+/// An operand of an operation being added: a value of this graph or any value by key.
+pub enum ValueRef<Op: GraphOperation> {
+    /// A value of the graph being built.
+    Local(LocalValueId),
+    /// A value defined elsewhere (another fragment, a parent) or a graph input, by key.
+    External(ValueKey<Op>),
+}
+
+impl<Op: GraphOperation> Clone for ValueRef<Op> {
+    fn clone(&self) -> Self {
+        match self {
+            ValueRef::Local(v) => ValueRef::Local(*v),
+            ValueRef::External(k) => ValueRef::External(k.clone()),
+        }
+    }
+}
+impl<Op: GraphOperation> PartialEq for ValueRef<Op> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ValueRef::Local(a), ValueRef::Local(b)) => a == b,
+            (ValueRef::External(a), ValueRef::External(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+impl<Op: GraphOperation> Eq for ValueRef<Op> {}
+impl<Op: GraphOperation> fmt::Debug for ValueRef<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueRef::Local(v) => write!(f, "Local({v:?})"),
+            ValueRef::External(k) => write!(f, "External({k:?})"),
+        }
+    }
+}
+
+/// How a graph stores an operand: a local value or an index into its externals column.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum InputRef {
+    Local(LocalValueId),
+    External(u32),
+}
+
+/// What defines a local value.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LocalDef {
+    /// The `i`-th input declared with `add_input`.
+    Input(u32),
+    /// Output `slot` of a local operation.
+    Output(LocalOperationId, u8),
+}
+
+/// How a value of a graph is defined, as returned by [`Graph::value_def`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum LocalValueDef<'a, Op: GraphOperation> {
+    /// A graph input with this key.
+    Input(&'a Op::InputKey),
+    /// Output `slot` of an operation of the graph.
+    Output {
+        /// The producing operation.
+        operation: LocalOperationId,
+        /// Which of its outputs.
+        output_slot: u8,
+    },
+}
+
+/// An immutable computation-graph fragment. Build one with [`GraphBuilder`].
+///
+/// ```
+/// use computegraph::{GraphBuilder, ValueRef::Local, OperationRole::Primary};
+/// use scalar::{ScalarOp, ScalarKey};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Mul, vec![Local(x), Local(x)], Primary)[0];
+/// b.set_outputs(vec![y]);
+/// let g = b.build();
+/// for op in g.operations() {
+///     assert_eq!(op.operation(), &ScalarOp::Mul);
+///     assert_eq!(op.outputs().collect::<Vec<_>>(), vec![y]);
+/// }
+/// assert_eq!(g.to_string().lines().nth(2).unwrap().trim(), "v1 = mul v0, v0");
+/// ```
+pub struct Graph<Op: GraphOperation> {
+    pub(crate) interner: Arc<KeyInterner<Op>>,
+    pub(crate) value_def: IdVec<LocalValueId, LocalDef>,
+    /// Interned key of each value; shorter than `value_def` only inside a builder.
+    pub(crate) value_key: IdVec<LocalValueId, KeyId>,
+    pub(crate) ops: IdVec<LocalOperationId, Op>,
+    /// Interned key of each operation; shorter than `ops` only inside a builder.
+    pub(crate) op_key: IdVec<LocalOperationId, OperationKeyId>,
+    pub(crate) op_inputs: ListPool<InputRef>,
+    pub(crate) op_role: IdVec<LocalOperationId, u32>,
+    pub(crate) op_first_output: IdVec<LocalOperationId, LocalValueId>,
+    /// Distinct roles used by this graph; `roles[0]` is `Primary`.
+    pub(crate) roles: Vec<OperationRole>,
+    pub(crate) externals: Vec<ValueKey<Op>>,
+    /// Interned id of each external; shorter than `externals` only inside a builder.
+    pub(crate) external_key: Vec<KeyId>,
+    pub(crate) input_keys: Vec<Op::InputKey>,
+    pub(crate) inputs: Vec<LocalValueId>,
+    pub(crate) outputs: Vec<LocalValueId>,
+    pub(crate) parents: Vec<Arc<Graph<Op>>>,
+    /// Key id → first local value with that key; built on first external lookup.
+    index: OnceLock<FxHashMap<KeyId, LocalValueId>>,
+}
+
+/// One operation of a [`Graph`], as yielded by [`Graph::operations`].
+pub struct OperationView<'a, Op: GraphOperation> {
+    graph: &'a Graph<Op>,
+    id: LocalOperationId,
+}
+
+impl<'a, Op: GraphOperation> OperationView<'a, Op> {
+    /// The operation's id in its graph.
+    pub fn id(&self) -> LocalOperationId {
+        self.id
+    }
+    /// The operation.
+    pub fn operation(&self) -> &'a Op {
+        &self.graph.ops[self.id]
+    }
+    /// The operands, in order.
+    pub fn inputs(&self) -> impl ExactSizeIterator<Item = ValueRef<Op>> + 'a {
+        let g = self.graph;
+        g.op_inputs.get(self.id.index()).iter().map(move |r| g.to_value_ref(*r))
+    }
+    /// The output values (consecutive local ids).
+    pub fn outputs(&self) -> impl ExactSizeIterator<Item = LocalValueId> + 'a {
+        self.graph.op_outputs(self.id)
+    }
+    /// The role.
+    pub fn role(&self) -> &'a OperationRole {
+        &self.graph.roles[self.graph.op_role[self.id] as usize]
+    }
+    /// The interned key of the operation application.
+    pub fn key(&self) -> OperationKey<Op> {
+        self.graph.operation_key(self.id)
+    }
+}
+
+impl<Op: GraphOperation> Graph<Op> {
+    fn empty(interner: Arc<KeyInterner<Op>>) -> Self {
+        Graph {
+            interner,
+            value_def: IdVec::new(),
+            value_key: IdVec::new(),
+            ops: IdVec::new(),
+            op_key: IdVec::new(),
+            op_inputs: ListPool::default(),
+            op_role: IdVec::new(),
+            op_first_output: IdVec::new(),
+            roles: vec![OperationRole::Primary],
+            externals: Vec::new(),
+            external_key: Vec::new(),
+            input_keys: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            parents: Vec::new(),
+            index: OnceLock::new(),
+        }
+    }
+
+    /// The interner this graph's keys belong to.
+    pub fn interner(&self) -> &Arc<KeyInterner<Op>> {
+        &self.interner
+    }
+    /// Number of local values.
+    pub fn value_count(&self) -> usize {
+        self.value_def.len()
+    }
+    /// Number of operations.
+    pub fn operation_count(&self) -> usize {
+        self.ops.len()
+    }
+    /// The declared inputs, in declaration order.
+    pub fn inputs(&self) -> &[LocalValueId] {
+        &self.inputs
+    }
+    /// The key of each declared input, in declaration order.
+    pub fn input_keys(&self) -> &[Op::InputKey] {
+        &self.input_keys
+    }
+    /// The outputs set with `set_outputs`.
+    pub fn outputs(&self) -> &[LocalValueId] {
+        &self.outputs
+    }
+    /// The graphs this one resolves external keys against.
+    pub fn parents(&self) -> &[Arc<Graph<Op>>] {
+        &self.parents
+    }
+
+    /// The operations, in topological (creation) order.
+    pub fn operations(&self) -> impl DoubleEndedIterator<Item = OperationView<'_, Op>> + ExactSizeIterator {
+        self.ops.ids().map(move |id| OperationView { graph: self, id })
+    }
+
+    /// One operation.
+    ///
+    /// # Panics
+    /// If `id` is not an operation of this graph.
+    pub fn operation(&self, id: LocalOperationId) -> OperationView<'_, Op> {
+        assert!(id.index() < self.ops.len(), "{id:?} is not an operation of this graph");
+        OperationView { graph: self, id }
+    }
+
+    /// How a local value is defined, or `None` if `value` is not a value of this graph.
+    pub fn value_def(&self, value: LocalValueId) -> Option<LocalValueDef<'_, Op>> {
+        Some(match *self.value_def.get(value)? {
+            LocalDef::Input(i) => LocalValueDef::Input(&self.input_keys[i as usize]),
+            LocalDef::Output(operation, output_slot) => LocalValueDef::Output { operation, output_slot },
+        })
+    }
+
+    /// The global key of a local value.
+    ///
+    /// # Panics
+    /// If `value` is not a value of this graph; see [`Graph::try_global_key`].
+    pub fn global_key(&self, value: LocalValueId) -> ValueKey<Op> {
+        self.try_global_key(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The global key of a local value, or an error if it is not a value of this graph.
+    pub fn try_global_key(&self, value: LocalValueId) -> GraphResult<ValueKey<Op>> {
+        let def = *self
+            .value_def
+            .get(value)
+            .ok_or_else(|| GraphError::UnknownLocalValue { value: format!("{value:?}"), len: self.value_def.len() })?;
+        Ok(match def {
+            LocalDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
+            LocalDef::Output(op, slot) => ValueKey::Derived { operation: self.operation_key(op), output_slot: slot },
+        })
+    }
+
+    /// The interned id of a local value's key.
+    ///
+    /// # Panics
+    /// If `value` is not a value of this graph.
+    pub fn key_id(&self, value: LocalValueId) -> KeyId {
+        self.value_key[value]
+    }
+
+    pub(crate) fn operation_key(&self, op: LocalOperationId) -> OperationKey<Op> {
+        let output_count = self.ops[op].output_count();
+        // An operation without outputs has no first output key; any id serves, since
+        // `OperationKey::output_key_id` never yields one for it.
+        let first_output = if output_count > 0 { self.value_key[self.op_first_output[op]] } else { KeyId::new(0) };
+        OperationKey::from_parts(self.interner.id(), self.op_key[op], first_output, output_count)
+    }
+
+    pub(crate) fn op_outputs(&self, op: LocalOperationId) -> impl ExactSizeIterator<Item = LocalValueId> + use<Op> {
+        let first = self.op_first_output[op].index();
+        (first..first + self.ops[op].output_count()).map(LocalValueId::new)
+    }
+
+    pub(crate) fn op_input_refs(&self, op: LocalOperationId) -> &[InputRef] {
+        self.op_inputs.get(op.index())
+    }
+
+    pub(crate) fn to_value_ref(&self, r: InputRef) -> ValueRef<Op> {
+        match r {
+            InputRef::Local(v) => ValueRef::Local(v),
+            InputRef::External(i) => ValueRef::External(self.externals[i as usize].clone()),
+        }
+    }
+
+    pub(crate) fn input_key_id(&self, r: InputRef) -> KeyId {
+        match r {
+            InputRef::Local(v) => self.value_key[v],
+            InputRef::External(i) => self.external_key[i as usize],
+        }
+    }
+
+    /// The first local value whose key is `key`, if this graph defines it.
+    pub(crate) fn find_key(&self, key: KeyId) -> Option<LocalValueId> {
+        let index = self.index.get_or_init(|| {
+            let mut map = FxHashMap::with_capacity_and_hasher(self.value_key.len(), Default::default());
+            for (v, &k) in self.value_key.iter_enumerated() {
+                map.entry(k).or_insert(v);
+            }
+            map
+        });
+        index.get(&key).copied()
+    }
+
+    /// Bytes held by this graph's columns (not counting parents or the interner).
+    pub fn heap_bytes(&self) -> usize {
+        self.value_def.heap_bytes()
+            + self.value_key.heap_bytes()
+            + self.ops.heap_bytes()
+            + self.op_key.heap_bytes()
+            + self.op_inputs.heap_bytes()
+            + self.op_role.heap_bytes()
+            + self.op_first_output.heap_bytes()
+            + self.externals.capacity() * std::mem::size_of::<ValueKey<Op>>()
+            + self.external_key.capacity() * 4
+            + self.inputs.capacity() * 4
+            + self.outputs.capacity() * 4
+    }
+}
+
+/// Checks an operation's arity, role mask and output count against its declaration.
+pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: &OperationRole) -> GraphResult<()> {
+    let expected = op.input_count();
+    if inputs != expected {
+        return Err(GraphError::ArityMismatch { operation: format!("{}", Label(op)), expected, found: inputs });
+    }
+    if let OperationRole::Linearized { active_mask } = role {
+        if active_mask.len() != expected {
+            return Err(GraphError::ActiveMaskMismatch {
+                operation: format!("{}", Label(op)),
+                expected,
+                found: active_mask.len(),
+            });
+        }
+    }
+    let outputs = op.output_count();
+    if outputs > 256 {
+        return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs });
+    }
+    Ok(())
+}
+
+/// Builds a [`Graph`]. Appends are lock-free; interning happens in batches.
+///
+/// Every method that can fail on user input has a `try_` twin returning [`GraphError`];
+/// the plain forms panic with the same message.
+pub struct GraphBuilder<Op: GraphOperation> {
+    graph: Graph<Op>,
+    role_index: FxHashMap<OperationRole, u32>,
+}
+
+impl<Op: GraphOperation> Default for GraphBuilder<Op> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<Op: GraphOperation> GraphBuilder<Op> {
+    /// A builder on the process-wide interner of `Op` ([`KeyInterner::global`]).
+    pub fn new() -> Self {
+        Self::with_interner(KeyInterner::global())
+    }
+
+    /// A builder on a given interner.
+    pub fn with_interner(interner: Arc<KeyInterner<Op>>) -> Self {
+        GraphBuilder { graph: Graph::empty(interner), role_index: FxHashMap::default() }
+    }
+
+    /// Reserves room for `values` values, `operations` operations and `operands` operands.
+    pub fn reserve(&mut self, values: usize, operations: usize, operands: usize) {
+        let g = &mut self.graph;
+        g.value_def.reserve(values);
+        g.value_key.reserve(values);
+        g.ops.reserve(operations);
+        g.op_key.reserve(operations);
+        g.op_role.reserve(operations);
+        g.op_first_output.reserve(operations);
+        g.op_inputs = {
+            let mut p = std::mem::take(&mut g.op_inputs);
+            if p.len() == 0 && p.items().is_empty() {
+                p = ListPool::with_capacity(operations, operands);
+            }
+            p
+        };
+    }
+
+    /// The interner this builder uses.
+    pub fn interner(&self) -> &Arc<KeyInterner<Op>> {
+        &self.graph.interner
+    }
+
+    /// Number of values added so far.
+    pub fn value_count(&self) -> usize {
+        self.graph.value_def.len()
+    }
+
+    /// Number of operations added so far.
+    pub fn operation_count(&self) -> usize {
+        self.graph.ops.len()
+    }
+
+    /// Declares a graph input named `key` and returns its local value.
+    ///
+    /// # Panics
+    /// When the local value id space is exhausted; see [`GraphBuilder::try_add_input`].
+    pub fn add_input(&mut self, key: Op::InputKey) -> LocalValueId {
+        self.try_add_input(key).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Declares a graph input, or reports an exhausted id space.
+    pub fn try_add_input(&mut self, key: Op::InputKey) -> GraphResult<LocalValueId> {
+        let g = &mut self.graph;
+        let index =
+            u32::try_from(g.input_keys.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "graph input" })?;
+        let v = g
+            .value_def
+            .try_push(LocalDef::Input(index))
+            .map_err(|_| GraphError::IdSpaceExhausted { space: "local value" })?;
+        g.input_keys.push(key);
+        g.inputs.push(v);
+        Ok(v)
+    }
+
+    /// Adds `op(inputs)` in `role` and returns its output values.
+    ///
+    /// # Panics
+    /// On a wrong arity, mask length, unknown local value or foreign key; see
+    /// [`GraphBuilder::try_add_operation`].
+    pub fn add_operation(&mut self, op: Op, inputs: Vec<ValueRef<Op>>, role: OperationRole) -> Vec<LocalValueId> {
+        self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Adds `op(inputs)` in `role`, or reports why it cannot be added (nothing is added then).
+    pub fn try_add_operation(
+        &mut self,
+        op: Op,
+        inputs: Vec<ValueRef<Op>>,
+        role: OperationRole,
+    ) -> GraphResult<Vec<LocalValueId>> {
+        let range = self.try_add_operation_from(op, &inputs, &role)?;
+        Ok(range.map(LocalValueId::new).collect())
+    }
+
+    /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
+    /// and returns the outputs as a range of local value indices.
+    pub fn try_add_operation_from(
+        &mut self,
+        op: Op,
+        inputs: &[ValueRef<Op>],
+        role: &OperationRole,
+    ) -> GraphResult<Range<usize>> {
+        check_operation(&op, inputs.len(), role)?;
+        let interner_id = self.graph.interner.id();
+        let g = &mut self.graph;
+        let n_values = g.value_def.len();
+        let n_out = op.output_count();
+        let first = n_values;
+        if first + n_out > <LocalValueId as crate::Id>::MAX_INDEX {
+            return Err(GraphError::IdSpaceExhausted { space: "local value" });
+        }
+        let op_id = g.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
+        // Validate every operand before appending anything, so a failure adds nothing.
+        for r in inputs {
+            match r {
+                ValueRef::Local(v) if v.index() >= n_values => {
+                    return Err(GraphError::UnknownLocalValue { value: format!("{v:?}"), len: n_values });
+                }
+                ValueRef::External(key @ ValueKey::Derived { operation, output_slot }) => {
+                    if operation.interner_id() != interner_id {
+                        return Err(GraphError::ForeignKey {
+                            key: format!("{key:?}"),
+                            key_interner: operation.interner_id(),
+                            used_with: interner_id,
+                        });
+                    }
+                    if operation.output_key_id(*output_slot).is_none() {
+                        return Err(GraphError::UnresolvedKey {
+                            key: format!("{key:?} (the operation has {} outputs)", operation.output_count()),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        if g.externals.len() + inputs.len() > u32::MAX as usize {
+            return Err(GraphError::IdSpaceExhausted { space: "external reference" });
+        }
+        let role_id = match self.role_index.get(role) {
+            Some(&r) => r,
+            None if *role == OperationRole::Primary => 0,
+            None => {
+                let r = g.roles.len() as u32;
+                g.roles.push(role.clone());
+                self.role_index.insert(role.clone(), r);
+                r
+            }
+        };
+        for r in inputs {
+            let stored = match r {
+                ValueRef::Local(v) => InputRef::Local(*v),
+                ValueRef::External(key) => {
+                    let i = g.externals.len() as u32;
+                    g.externals.push(key.clone());
+                    InputRef::External(i)
+                }
+            };
+            g.op_inputs.push_item(stored);
+        }
+        if !g.op_inputs.finish_list() {
+            g.op_inputs.abandon_list();
+            return Err(GraphError::IdSpaceExhausted { space: "operand pool" });
+        }
+        g.ops.push(op);
+        g.op_role.push(role_id);
+        g.op_first_output.push(LocalValueId::new(first));
+        for slot in 0..n_out {
+            g.value_def.push(LocalDef::Output(op_id, slot as u8));
+        }
+        Ok(first..first + n_out)
+    }
+
+    /// Sets the graph's outputs.
+    ///
+    /// # Panics
+    /// If a value is not a value of this graph; see [`GraphBuilder::try_set_outputs`].
+    pub fn set_outputs(&mut self, outputs: Vec<LocalValueId>) {
+        self.try_set_outputs(outputs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Sets the graph's outputs, or reports a value that does not exist.
+    pub fn try_set_outputs(&mut self, outputs: Vec<LocalValueId>) -> GraphResult<()> {
+        let len = self.graph.value_def.len();
+        if let Some(bad) = outputs.iter().find(|v| v.index() >= len) {
+            return Err(GraphError::UnknownLocalValue { value: format!("{bad:?}"), len });
+        }
+        self.graph.outputs = outputs;
+        Ok(())
+    }
+
+    /// Adds a parent: a graph whose values this one's external keys may resolve to.
+    ///
+    /// # Panics
+    /// If the parent uses another interner; see [`GraphBuilder::try_add_parent`].
+    pub fn add_parent(&mut self, parent: Arc<Graph<Op>>) {
+        self.try_add_parent(parent).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Adds a parent, or reports that it was built on another interner.
+    pub fn try_add_parent(&mut self, parent: Arc<Graph<Op>>) -> GraphResult<()> {
+        if parent.interner.id() != self.graph.interner.id() {
+            return Err(GraphError::MixedInterners { first: self.graph.interner.id(), second: parent.interner.id() });
+        }
+        self.graph.parents.push(parent);
+        Ok(())
+    }
+
+    /// The global key of a value added so far (interning pending operations first).
+    ///
+    /// # Panics
+    /// If `value` does not exist or an id space is exhausted; see [`GraphBuilder::try_global_key`].
+    pub fn global_key(&mut self, value: LocalValueId) -> ValueKey<Op> {
+        self.try_global_key(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The global key of a value added so far, or an error.
+    pub fn try_global_key(&mut self, value: LocalValueId) -> GraphResult<ValueKey<Op>> {
+        if let Some(LocalDef::Input(i)) = self.graph.value_def.get(value) {
+            return Ok(ValueKey::Input(self.graph.input_keys[*i as usize].clone()));
+        }
+        self.flush()?;
+        self.graph.try_global_key(value)
+    }
+
+    /// Interns every pending value and operation under one write lock. Resumable: on an
+    /// error, what was interned stays interned and the rest stays pending.
+    fn flush(&mut self) -> GraphResult<()> {
+        let g = &mut self.graph;
+        if g.value_key.len() == g.value_def.len() && g.external_key.len() == g.externals.len() {
+            return Ok(());
+        }
+        let interner_id = g.interner.id();
+        let interner = Arc::clone(&g.interner);
+        let mut s = interner.write();
+        while g.external_key.len() < g.externals.len() {
+            let k = match &g.externals[g.external_key.len()] {
+                ValueKey::Input(key) => s.intern_input(key)?,
+                ValueKey::Derived { operation, output_slot } => {
+                    operation.output_key_id(*output_slot).expect("checked when added")
+                }
+            };
+            g.external_key.push(k);
+        }
+        let mut role_ids: Vec<Option<u32>> = vec![None; g.roles.len()];
+        let mut inputs: Vec<KeyId> = Vec::new();
+        // Interns local operation `op` (whose operands are all interned already).
+        let mut intern_local = |g: &mut Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
+            debug_assert_eq!(g.op_key.len(), op.index());
+            inputs.clear();
+            inputs.extend(g.op_inputs.get(op.index()).iter().map(|&r| g.input_key_id(r)));
+            let local_role = g.op_role[op] as usize;
+            let role = match role_ids[local_role] {
+                Some(r) => r,
+                None => {
+                    let r = s.intern_role(&g.roles[local_role])?;
+                    role_ids[local_role] = Some(r);
+                    r
+                }
+            };
+            let key = s.intern_op(&g.ops[op], &inputs, role, interner_id)?;
+            g.op_key.push(key.id());
+            for slot in 0..key.output_count() {
+                g.value_key.push(key.output_key_id(slot as u8).expect("slot in range"));
+            }
+            Ok::<(), GraphError>(())
+        };
+        while g.value_key.len() < g.value_def.len() {
+            let v = LocalValueId::new(g.value_key.len());
+            match g.value_def[v] {
+                LocalDef::Input(i) => {
+                    let k = s.intern_input(&g.input_keys[i as usize])?;
+                    g.value_key.push(k);
+                }
+                LocalDef::Output(op, slot) => {
+                    debug_assert_eq!(slot, 0, "outputs are interned with their slot-0 sibling");
+                    // Operations without outputs that come before `op` get their keys first.
+                    while g.op_key.len() < op.index() {
+                        let earlier = LocalOperationId::new(g.op_key.len());
+                        intern_local(g, &mut s, earlier)?;
+                    }
+                    intern_local(g, &mut s, op)?;
+                }
+            }
+        }
+        while g.op_key.len() < g.ops.len() {
+            let op = LocalOperationId::new(g.op_key.len());
+            intern_local(g, &mut s, op)?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the graph.
+    ///
+    /// # Panics
+    /// When an id space is exhausted while interning; see [`GraphBuilder::try_build`].
+    pub fn build(self) -> Graph<Op> {
+        self.try_build().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Finishes the graph, interning whatever is pending.
+    pub fn try_build(mut self) -> GraphResult<Graph<Op>> {
+        self.flush()?;
+        let mut g = self.graph;
+        debug_assert_eq!(g.op_key.len(), g.ops.len());
+        g.value_def.shrink_to_fit();
+        g.value_key.shrink_to_fit();
+        g.ops.shrink_to_fit();
+        g.op_key.shrink_to_fit();
+        g.op_inputs.shrink_to_fit();
+        g.op_role.shrink_to_fit();
+        g.op_first_output.shrink_to_fit();
+        g.externals.shrink_to_fit();
+        g.external_key.shrink_to_fit();
+        #[cfg(debug_assertions)]
+        g.verify().unwrap_or_else(|e| panic!("internal error: built graph fails verification: {e}"));
+        Ok(g)
+    }
+}
+
+impl<Op: GraphOperation> fmt::Debug for Graph<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph")
+            .field("interner", &self.interner.id())
+            .field("values", &self.value_def.len())
+            .field("operations", &self.ops.len())
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("parents", &self.parents.len())
+            .finish()
+    }
+}

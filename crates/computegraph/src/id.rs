@@ -1,0 +1,375 @@
+//! Typed `u32` ids and the columns they index.
+//!
+//! Every entity of the engine (an interned value key, a fragment-local value, a
+//! materialized operation, ...) is named by a `u32` newtype made by [`define_id!`].
+//! Ids reserve a niche (`Option<Id>` is 4 bytes), print with a short prefix (`v12`),
+//! and can only index the [`IdVec`] column of their own kind:
+//!
+//! ```compile_fail
+//! use computegraph::{IdVec, LocalValueId, LocalOperationId};
+//! let mut column: IdVec<LocalValueId, f64> = IdVec::new();
+//! let v = column.push(1.0);
+//! let op = LocalOperationId::new(0);
+//! let _ = column[op]; // error: a column of values cannot be indexed by an operation id
+//! ```
+//!
+//! Invariants: an id's index is `< u32::MAX` (the top value is the niche); [`IdVec::push`]
+//! reports overflow instead of wrapping.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
+
+/// A dense `u32` index type usable as the key of an [`IdVec`].
+pub trait Id: Copy + Eq + Ord + std::hash::Hash + fmt::Debug {
+    /// Largest number of entities of this kind (`u32::MAX - 1`; the top value is the niche).
+    const MAX_INDEX: usize = (u32::MAX - 1) as usize;
+    /// Builds the id of position `index`.
+    ///
+    /// # Panics
+    /// If `index > Self::MAX_INDEX`. Use [`Id::try_new`] for untrusted indices.
+    fn new(index: usize) -> Self;
+    /// Builds the id of position `index`, or `None` when it exceeds the id space.
+    fn try_new(index: usize) -> Option<Self>;
+    /// The position this id names.
+    fn index(self) -> usize;
+}
+
+/// Defines a `u32` id newtype with a niche, a display prefix and [`Id`] impl.
+///
+/// ```
+/// computegraph::define_id!(
+///     /// A node of my own graph.
+///     pub struct NodeId = "n"
+/// );
+/// use computegraph::Id;
+/// let n = NodeId::new(7);
+/// assert_eq!(n.to_string(), "n7");
+/// assert_eq!(std::mem::size_of::<Option<NodeId>>(), 4);
+/// ```
+#[macro_export]
+macro_rules! define_id {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident = $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[repr(transparent)]
+        $vis struct $name(::core::num::NonZeroU32);
+
+        impl $crate::Id for $name {
+            #[inline]
+            fn new(index: usize) -> Self {
+                match <Self as $crate::Id>::try_new(index) {
+                    Some(id) => id,
+                    None => panic!(concat!(stringify!($name), " index {} exceeds the u32 id space"), index),
+                }
+            }
+            #[inline]
+            fn try_new(index: usize) -> Option<Self> {
+                if index < u32::MAX as usize {
+                    // `index + 1` is in 1..=u32::MAX, so never zero.
+                    ::core::num::NonZeroU32::new(index as u32 + 1).map($name)
+                } else {
+                    None
+                }
+            }
+            #[inline]
+            fn index(self) -> usize {
+                (self.0.get() - 1) as usize
+            }
+        }
+
+        impl $name {
+            /// Builds the id of position `index` (see [`Id::new`](crate::Id::new)).
+            #[inline]
+            pub fn new(index: usize) -> Self {
+                <Self as $crate::Id>::new(index)
+            }
+            /// The position this id names.
+            #[inline]
+            pub fn index(self) -> usize {
+                <Self as $crate::Id>::index(self)
+            }
+        }
+
+        impl ::core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                write!(f, concat!($prefix, "{}"), <Self as $crate::Id>::index(*self))
+            }
+        }
+
+        impl ::core::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                ::core::fmt::Debug::fmt(self, f)
+            }
+        }
+    };
+}
+
+/// A column of `T` indexed only by the id type `I`.
+///
+/// Append-only: `push` returns the id of the new entry. Ids are never invalidated, so
+/// no generation check is needed (see `docs/adr/0001-storage.md`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdVec<I, T> {
+    raw: Vec<T>,
+    _id: PhantomData<fn(I) -> I>,
+}
+
+impl<I: Id, T> IdVec<I, T> {
+    /// An empty column.
+    pub const fn new() -> Self {
+        IdVec { raw: Vec::new(), _id: PhantomData }
+    }
+
+    /// An empty column with room for `n` entries.
+    pub fn with_capacity(n: usize) -> Self {
+        IdVec { raw: Vec::with_capacity(n), _id: PhantomData }
+    }
+
+    /// Appends `value` and returns its id.
+    ///
+    /// # Panics
+    /// When the column already holds `I::MAX_INDEX + 1` entries; use [`IdVec::try_push`].
+    #[inline]
+    pub fn push(&mut self, value: T) -> I {
+        let id = I::new(self.raw.len());
+        self.raw.push(value);
+        id
+    }
+
+    /// Appends `value` and returns its id, or gives the value back when the id space is full.
+    #[inline]
+    pub fn try_push(&mut self, value: T) -> Result<I, T> {
+        match I::try_new(self.raw.len()) {
+            Some(id) => {
+                self.raw.push(value);
+                Ok(id)
+            }
+            None => Err(value),
+        }
+    }
+
+    /// The id the next `push` will return, if the id space has room.
+    #[inline]
+    pub fn next_id(&self) -> Option<I> {
+        I::try_new(self.raw.len())
+    }
+
+    /// Number of entries.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the column is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The entry of `id`, if it exists.
+    #[inline]
+    pub fn get(&self, id: I) -> Option<&T> {
+        self.raw.get(id.index())
+    }
+
+    /// Iterates `(id, &value)` in id order.
+    pub fn iter_enumerated(&self) -> impl DoubleEndedIterator<Item = (I, &T)> + ExactSizeIterator {
+        self.raw.iter().enumerate().map(|(i, v)| (I::new(i), v))
+    }
+
+    /// Iterates the ids in order.
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = I> + ExactSizeIterator + use<I, T> {
+        (0..self.raw.len()).map(I::new)
+    }
+
+    /// The values as a plain slice, for bulk or parallel processing.
+    #[inline]
+    pub fn raw(&self) -> &[T] {
+        &self.raw
+    }
+
+    /// The values as a plain mutable slice.
+    #[inline]
+    pub fn raw_mut(&mut self) -> &mut [T] {
+        &mut self.raw
+    }
+
+    /// Removes every entry, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.raw.clear();
+    }
+
+    /// Shrinks the allocation to the length.
+    pub fn shrink_to_fit(&mut self) {
+        self.raw.shrink_to_fit();
+    }
+
+    /// Reserves room for `n` more entries.
+    pub fn reserve(&mut self, n: usize) {
+        self.raw.reserve(n);
+    }
+
+    /// Bytes held by the allocation.
+    pub fn heap_bytes(&self) -> usize {
+        self.raw.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+impl<I: Id, T: Clone> IdVec<I, T> {
+    /// A column of `n` copies of `value`.
+    pub fn from_elem(value: T, n: usize) -> Self {
+        IdVec { raw: vec![value; n], _id: PhantomData }
+    }
+}
+
+impl<I: Id, T> Default for IdVec<I, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<I: Id, T> Index<I> for IdVec<I, T> {
+    type Output = T;
+    #[inline]
+    fn index(&self, id: I) -> &T {
+        &self.raw[id.index()]
+    }
+}
+
+impl<I: Id, T> IndexMut<I> for IdVec<I, T> {
+    #[inline]
+    fn index_mut(&mut self, id: I) -> &mut T {
+        &mut self.raw[id.index()]
+    }
+}
+
+impl<I: Id, T: fmt::Debug> fmt::Debug for IdVec<I, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter_enumerated()).finish()
+    }
+}
+
+impl<I: Id, T> FromIterator<T> for IdVec<I, T> {
+    fn from_iter<It: IntoIterator<Item = T>>(iter: It) -> Self {
+        IdVec { raw: iter.into_iter().collect(), _id: PhantomData }
+    }
+}
+
+/// A pool of variable-length lists stored back to back (cranelift's `EntityList` idea):
+/// list `i` is `items[starts[i]..starts[i + 1]]`. One allocation for all lists.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ListPool<T> {
+    starts: Vec<u32>,
+    items: Vec<T>,
+}
+
+impl<T> Default for ListPool<T> {
+    fn default() -> Self {
+        ListPool { starts: vec![0], items: Vec::new() }
+    }
+}
+
+impl<T> ListPool<T> {
+    pub(crate) fn with_capacity(lists: usize, items: usize) -> Self {
+        let mut starts = Vec::with_capacity(lists + 1);
+        starts.push(0);
+        ListPool { starts, items: Vec::with_capacity(items) }
+    }
+
+    /// Number of lists.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    /// Closes the list being appended to; returns false when the pool's `u32` offsets overflow.
+    #[inline]
+    pub(crate) fn finish_list(&mut self) -> bool {
+        match u32::try_from(self.items.len()) {
+            Ok(end) => {
+                self.starts.push(end);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Appends an item to the list being built.
+    #[inline]
+    pub(crate) fn push_item(&mut self, item: T) {
+        self.items.push(item);
+    }
+
+    /// Drops the items of an unfinished list.
+    pub(crate) fn abandon_list(&mut self) {
+        let start = *self.starts.last().expect("pool always has a start") as usize;
+        self.items.truncate(start);
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, list: usize) -> &[T] {
+        &self.items[self.starts[list] as usize..self.starts[list + 1] as usize]
+    }
+
+    pub(crate) fn items(&self) -> &[T] {
+        &self.items
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.starts.capacity() * 4 + self.items.capacity() * std::mem::size_of::<T>()
+    }
+
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.starts.shrink_to_fit();
+        self.items.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    define_id!(struct TestId = "t");
+
+    #[test]
+    fn ids_have_a_niche_and_a_prefix() {
+        assert_eq!(std::mem::size_of::<TestId>(), 4);
+        assert_eq!(std::mem::size_of::<Option<TestId>>(), 4);
+        assert_eq!(format!("{:?}", TestId::new(12)), "t12");
+        assert_eq!(TestId::new(5).index(), 5);
+    }
+
+    #[test]
+    fn id_space_overflow_is_reported() {
+        assert!(<TestId as Id>::try_new(u32::MAX as usize).is_none());
+        assert!(<TestId as Id>::try_new(u32::MAX as usize - 1).is_some());
+    }
+
+    #[test]
+    fn idvec_push_returns_dense_ids() {
+        let mut v: IdVec<TestId, &str> = IdVec::new();
+        let a = v.push("a");
+        let b = v.push("b");
+        assert_eq!((a.index(), b.index()), (0, 1));
+        assert_eq!(v[b], "b");
+        assert_eq!(v.ids().collect::<Vec<_>>(), vec![a, b]);
+    }
+
+    #[test]
+    fn list_pool_keeps_lists_apart() {
+        let mut p = ListPool::default();
+        p.push_item(1);
+        p.push_item(2);
+        assert!(p.finish_list());
+        assert!(p.finish_list());
+        p.push_item(3);
+        p.abandon_list();
+        p.push_item(4);
+        assert!(p.finish_list());
+        assert_eq!(p.len(), 3);
+        assert_eq!(p.get(0), &[1, 2]);
+        assert_eq!(p.get(1), &[] as &[i32]);
+        assert_eq!(p.get(2), &[4]);
+    }
+}

@@ -1,0 +1,66 @@
+//! `computegraph`: a generic, data-oriented computation-graph engine.
+//!
+//! Graphs are built in fragments ([`Graph`], via [`GraphBuilder`]) whose values have a
+//! structural global identity ([`ValueKey`]), hash-consed by a [`KeyInterner`] to dense
+//! `u32` ids. The pipeline is one type per phase:
+//!
+//! ```text
+//! GraphBuilder ──build──▶ Graph ──resolve──▶ ResolvedView ──materialize_merge──▶
+//!     MaterializedGraph ──compile──▶ CompiledProgram ──eval──▶ outputs
+//! ```
+//!
+//! The engine is generic over [`GraphOperation`] and knows nothing of automatic
+//! differentiation or of any concrete operation; evaluation is opt-in through
+//! [`EvaluableGraphOperation`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use computegraph::{compile, materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+//! use scalar::{ScalarOp, ScalarKey};
+//!
+//! // f(x) = (x + x) * x
+//! let mut b = GraphBuilder::<ScalarOp>::new();
+//! let x = b.add_input(ScalarKey::var(0));
+//! let s = b.add_operation(ScalarOp::Add, vec![Local(x), Local(x)], Primary)[0];
+//! let y = b.add_operation(ScalarOp::Mul, vec![Local(s), Local(x)], Primary)[0];
+//! b.set_outputs(vec![y]);
+//! let f = Arc::new(b.build());
+//!
+//! let view = resolve(vec![f.clone()]);
+//! let flat = materialize_merge(&view, &[f.global_key(y)]);
+//! let program = compile(&flat);
+//! assert_eq!(program.eval(&mut (), &[&3.0]), vec![18.0]);
+//! ```
+//!
+//! Every operation that can fail on user input has a `try_` twin returning
+//! [`GraphError`]. See `docs/ARCHITECTURE.md` for the pipeline, code map and invariants.
+
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms)]
+
+mod cache;
+mod compile;
+mod dump;
+mod error;
+mod eval;
+mod graph;
+mod id;
+mod key;
+mod materialize;
+mod operation;
+mod resolve;
+mod verify;
+
+pub use cache::{CacheStats, CanonicalForm, CompileCache, ProgramHandle, StructuralKey};
+pub use compile::{CompiledProgram, compile, try_compile};
+pub use error::{GraphError, GraphResult};
+pub use eval::EvalState;
+pub use graph::{Graph, GraphBuilder, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
+pub use id::{Id, IdVec};
+pub use key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+pub use materialize::{
+    MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
+    try_materialize_merge,
+};
+pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole};
+pub use resolve::{ResolvedView, ValueDef, resolve, try_resolve};

@@ -1,0 +1,153 @@
+//! The operation traits: what the engine needs to know about a user's operations.
+//!
+//! The engine is generic over [`GraphOperation`] and never names a concrete operation.
+//! Evaluation is opt-in through [`EvaluableGraphOperation`].
+
+use std::fmt;
+use std::hash::Hash;
+
+/// An operation node: arity and associated types, no behaviour.
+///
+/// Implemented by a downstream operation set (usually an enum). Equality and hashing
+/// are structural: two operations that compare equal on the same inputs with the same
+/// role are the same computation, and the engine deduplicates them.
+///
+/// ```
+/// use computegraph::GraphOperation;
+///
+/// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// enum Op { Add, Neg }
+///
+/// impl GraphOperation for Op {
+///     type Operand = f64;
+///     type Context = ();
+///     type InputKey = &'static str;
+///     fn input_count(&self) -> usize { match self { Op::Add => 2, Op::Neg => 1 } }
+///     fn output_count(&self) -> usize { 1 }
+/// }
+/// assert_eq!(Op::Add.input_count(), 2);
+/// ```
+pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static {
+    /// Runtime value type. The engine imposes nothing beyond moving and cloning it.
+    type Operand: Clone + Send + Sync + 'static;
+    /// Backend execution state passed to evaluation.
+    type Context;
+    /// Key naming a graph input.
+    type InputKey: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static;
+
+    /// Number of operands the operation consumes.
+    fn input_count(&self) -> usize;
+    /// Number of values the operation produces.
+    fn output_count(&self) -> usize;
+
+    /// Writes the operation's name for text dumps and DOT export (`mul` in `v3 = mul v1, v2`).
+    /// Defaults to the `Debug` representation.
+    fn fmt_label(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+
+    /// Relative evaluation cost, used by schedulers to decide what is worth running in
+    /// parallel. The unit is roughly "nanoseconds of work"; the default, 1, means cheap.
+    fn cost_hint(&self) -> u64 {
+        1
+    }
+}
+
+/// Opt-in evaluation for a [`GraphOperation`].
+///
+/// `eval` is the simple form; `eval_into` lets an operation append its outputs to a
+/// reused buffer so that evaluating a graph of cheap operations does not allocate per
+/// node. Implement at least one of them: each default calls the other.
+///
+/// ```
+/// use computegraph::{EvaluableGraphOperation, GraphOperation};
+///
+/// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// struct Double;
+/// impl GraphOperation for Double {
+///     type Operand = f64;
+///     type Context = ();
+///     type InputKey = u32;
+///     fn input_count(&self) -> usize { 1 }
+///     fn output_count(&self) -> usize { 1 }
+/// }
+/// impl EvaluableGraphOperation for Double {
+///     fn eval_into(&self, _: &mut (), inputs: &[&f64], out: &mut Vec<f64>) {
+///         out.push(2.0 * inputs[0]);
+///     }
+/// }
+/// assert_eq!(Double.eval(&mut (), &[&3.0]), vec![6.0]);
+/// ```
+pub trait EvaluableGraphOperation: GraphOperation {
+    /// Evaluates the operation, returning one operand per output.
+    fn eval(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand]) -> Vec<Self::Operand> {
+        let mut out = Vec::with_capacity(self.output_count());
+        self.eval_into(ctx, inputs, &mut out);
+        out
+    }
+
+    /// Evaluates the operation, appending exactly `output_count()` operands to `out`.
+    fn eval_into(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand], out: &mut Vec<Self::Operand>) {
+        out.extend(self.eval(ctx, inputs));
+    }
+}
+
+/// Whether an operation is part of a primal computation or of a linear (tangent or
+/// cotangent) map. The role is part of an operation's identity: the same operation on the
+/// same inputs in two roles gives two different keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum OperationRole {
+    /// A primal operation.
+    #[default]
+    Primary,
+    /// An operation of a linearized graph; `active_mask[i]` says whether input `i`
+    /// carries a tangent (is linear) or is a fixed primal value.
+    Linearized {
+        /// One flag per input.
+        active_mask: Vec<bool>,
+    },
+}
+
+impl OperationRole {
+    /// The role of a linear operation whose every input is active.
+    pub fn all_active(n: usize) -> Self {
+        OperationRole::Linearized { active_mask: vec![true; n] }
+    }
+
+    /// Whether this is a `Linearized` role.
+    pub fn is_linearized(&self) -> bool {
+        matches!(self, OperationRole::Linearized { .. })
+    }
+
+    /// The active mask, if linearized.
+    pub fn active_mask(&self) -> Option<&[bool]> {
+        match self {
+            OperationRole::Primary => None,
+            OperationRole::Linearized { active_mask } => Some(active_mask),
+        }
+    }
+}
+
+impl fmt::Display for OperationRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OperationRole::Primary => Ok(()),
+            OperationRole::Linearized { active_mask } => {
+                f.write_str("linear[")?;
+                for &a in active_mask {
+                    f.write_str(if a { "a" } else { "f" })?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// Formats an operation through [`GraphOperation::fmt_label`].
+pub(crate) struct Label<'a, Op>(pub(crate) &'a Op);
+
+impl<Op: GraphOperation> fmt::Display for Label<'_, Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt_label(f)
+    }
+}

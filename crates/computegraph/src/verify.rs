@@ -1,0 +1,140 @@
+//! Verifiers for the graph phases. [`CompiledProgram`](crate::CompiledProgram) has its
+//! own in `compile.rs`. Each runs after its phase in debug builds and in tests.
+//!
+//! [`Graph`] checklist:
+//! 1. every column has one entry per value / operation (keys fully interned);
+//! 2. operation `o`'s operands are local values created before its first output, or
+//!    valid external indices; their count is `input_count()`; a linear mask matches;
+//! 3. operation outputs are `output_count()` consecutive values whose definitions point
+//!    back at `(o, slot)`, and whose keys are the operation key's outputs;
+//! 4. inputs are the values defined as inputs, in order; outputs are in range.
+//!
+//! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids; no two values share a
+//! key; `inputs` lists exactly the input values, in order, parallel to `input_keys`.
+
+use rustc_hash::FxHashSet;
+
+use crate::error::{GraphError, GraphResult};
+use crate::graph::{Graph, InputRef, LocalDef};
+use crate::materialize::{MatDef, MaterializedGraph, ValueId};
+use crate::operation::GraphOperation;
+
+impl<Op: GraphOperation> Graph<Op> {
+    /// Checks the graph's invariants (see the module doc of `verify.rs`).
+    pub fn verify(&self) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "graph", message };
+        let n_values = self.value_def.len();
+        if self.value_key.len() != n_values
+            || self.op_key.len() != self.ops.len()
+            || self.op_role.len() != self.ops.len()
+            || self.op_first_output.len() != self.ops.len()
+            || self.op_inputs.len() != self.ops.len()
+            || self.external_key.len() != self.externals.len()
+        {
+            return Err(bad("column lengths disagree".into()));
+        }
+        for op in self.operations() {
+            let o = op.id();
+            let operation = op.operation();
+            let refs = self.op_input_refs(o);
+            crate::graph::check_operation(operation, refs.len(), op.role()).map_err(|e| bad(e.to_string()))?;
+            let first = self.op_first_output[o];
+            for r in refs {
+                match *r {
+                    InputRef::Local(v) if v >= first => {
+                        return Err(bad(format!("{o:?} reads {v:?}, which is not created before it")));
+                    }
+                    InputRef::External(e) if e as usize >= self.externals.len() => {
+                        return Err(bad(format!("{o:?} reads missing external #{e}")));
+                    }
+                    _ => {}
+                }
+            }
+            let key = self.operation_key(o);
+            for (slot, v) in self.op_outputs(o).enumerate() {
+                if v.index() >= n_values || self.value_def[v] != LocalDef::Output(o, slot as u8) {
+                    return Err(bad(format!("output {slot} of {o:?} is not defined by it")));
+                }
+                if key.output_key_id(slot as u8) != Some(self.value_key[v]) {
+                    return Err(bad(format!("key of {v:?} is not output {slot} of {o:?}'s key")));
+                }
+            }
+            if (0..self.ops.len()).contains(&(o.index() + 1))
+                && self.op_first_output[crate::LocalOperationId::new(o.index() + 1)] < first
+            {
+                return Err(bad(format!("operations after {o:?} have earlier outputs")));
+            }
+        }
+        let mut expected_inputs = Vec::new();
+        for (v, d) in self.value_def.iter_enumerated() {
+            if let LocalDef::Input(i) = *d {
+                if i as usize != expected_inputs.len() {
+                    return Err(bad(format!("input {v:?} is out of declaration order")));
+                }
+                expected_inputs.push(v);
+            }
+        }
+        if expected_inputs != self.inputs || self.input_keys.len() != self.inputs.len() {
+            return Err(bad("the input list does not match the input values".into()));
+        }
+        if let Some(v) = self.outputs.iter().find(|v| v.index() >= n_values) {
+            return Err(bad(format!("output {v:?} does not exist")));
+        }
+        Ok(())
+    }
+}
+
+impl<Op: GraphOperation> MaterializedGraph<Op> {
+    /// Checks the materialized graph's invariants (see the module doc of `verify.rs`).
+    pub fn verify(&self) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "materialized graph", message };
+        let n_values = self.value_def.len();
+        if self.value_key.len() != n_values
+            || self.op_key.len() != self.ops.len()
+            || self.op_role.len() != self.ops.len()
+            || self.op_first_output.len() != self.ops.len()
+            || self.op_inputs.len() != self.ops.len()
+            || self.inputs.len() != self.input_keys.len()
+        {
+            return Err(bad("column lengths disagree".into()));
+        }
+        for op in self.operations() {
+            let o = op.id();
+            crate::graph::check_operation(op.operation(), op.inputs().len(), op.role())
+                .map_err(|e| bad(e.to_string()))?;
+            let first = self.op_first_output[o];
+            if let Some(v) = op.inputs().iter().find(|&&v| v >= first) {
+                return Err(bad(format!("{o:?} reads {v:?}, which is not created before it")));
+            }
+            let key = op.key();
+            for (slot, v) in op.outputs().enumerate() {
+                if v.index() >= n_values || self.value_def[v] != MatDef::Output(o, slot as u8) {
+                    return Err(bad(format!("output {slot} of {o:?} is not defined by it")));
+                }
+                if key.output_key_id(slot as u8) != Some(self.value_key[v]) {
+                    return Err(bad(format!("key of {v:?} is not output {slot} of {o:?}'s key")));
+                }
+            }
+        }
+        let mut seen = FxHashSet::default();
+        let mut inputs: Vec<ValueId> = Vec::new();
+        for (v, d) in self.value_def.iter_enumerated() {
+            if !seen.insert(self.value_key[v]) {
+                return Err(bad(format!("{v:?} duplicates the key {:?}", self.value_key[v])));
+            }
+            if let MatDef::Input(i) = *d {
+                if i as usize != inputs.len() {
+                    return Err(bad(format!("input {v:?} is out of order")));
+                }
+                inputs.push(v);
+            }
+        }
+        if inputs != self.inputs {
+            return Err(bad("the input list does not match the input values".into()));
+        }
+        if let Some(v) = self.outputs.iter().find(|v| v.index() >= n_values) {
+            return Err(bad(format!("output {v:?} does not exist")));
+        }
+        Ok(())
+    }
+}

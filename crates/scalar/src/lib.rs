@@ -1,0 +1,187 @@
+//! A scalar `f64` reference operation set for tests, benches and fuzzing.
+//!
+//! - [`ScalarOp`]: add, mul, neg, exp, sin, cos, a two-output `sincos`, and constants.
+//! - [`ScalarKey`]: input keys (`Var(i)`, and tangent keys for AD passes).
+//! - [`spec`]: a plain description of a scalar DAG with a trivially correct reference
+//!   evaluator, and a builder that turns it into `computegraph` fragments.
+//! - [`workloads`]: the benchmark shapes of `BENCHMARKS.md` section A as specs.
+
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::sync::Arc;
+
+use computegraph::{EvaluableGraphOperation, GraphOperation};
+
+pub mod spec;
+pub mod workloads;
+
+/// A scalar operation on `f64`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarOp {
+    /// `a + b`
+    Add,
+    /// `a * b`
+    Mul,
+    /// `-a`
+    Neg,
+    /// `exp(a)`
+    Exp,
+    /// `sin(a)`
+    Sin,
+    /// `cos(a)`
+    Cos,
+    /// `(sin(a), cos(a))`: the two-output operation.
+    SinCos,
+    /// A constant (the `f64` bits), no inputs.
+    Const(u64),
+}
+
+impl ScalarOp {
+    /// A constant operation.
+    pub fn constant(x: f64) -> Self {
+        ScalarOp::Const(x.to_bits())
+    }
+
+    /// Every operation kind with a sample constant, for exhaustive tests.
+    pub const ALL: [ScalarOp; 8] = [
+        ScalarOp::Add,
+        ScalarOp::Mul,
+        ScalarOp::Neg,
+        ScalarOp::Exp,
+        ScalarOp::Sin,
+        ScalarOp::Cos,
+        ScalarOp::SinCos,
+        ScalarOp::Const(0x3FF8_0000_0000_0000), // 1.5
+    ];
+
+    /// Applies the operation to plain values (the reference semantics).
+    pub fn apply(&self, args: &[f64]) -> Vec<f64> {
+        match *self {
+            ScalarOp::Add => vec![args[0] + args[1]],
+            ScalarOp::Mul => vec![args[0] * args[1]],
+            ScalarOp::Neg => vec![-args[0]],
+            ScalarOp::Exp => vec![args[0].exp()],
+            ScalarOp::Sin => vec![args[0].sin()],
+            ScalarOp::Cos => vec![args[0].cos()],
+            ScalarOp::SinCos => vec![args[0].sin(), args[0].cos()],
+            ScalarOp::Const(bits) => vec![f64::from_bits(bits)],
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            ScalarOp::Add => "add",
+            ScalarOp::Mul => "mul",
+            ScalarOp::Neg => "neg",
+            ScalarOp::Exp => "exp",
+            ScalarOp::Sin => "sin",
+            ScalarOp::Cos => "cos",
+            ScalarOp::SinCos => "sincos",
+            ScalarOp::Const(_) => "const",
+        }
+    }
+}
+
+impl fmt::Debug for ScalarOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarOp::Const(bits) => write!(f, "const {}", f64::from_bits(*bits)),
+            _ => f.write_str(self.name()),
+        }
+    }
+}
+
+/// Input keys: user variables and (for AD passes) tangent keys derived from them.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum ScalarKey {
+    /// A user variable.
+    Var(u32),
+    /// The tangent (or cotangent seed) of a key in a differentiation pass.
+    Tangent(Arc<(ScalarKey, u64)>),
+}
+
+impl ScalarKey {
+    /// The user variable `i`.
+    pub fn var(i: u32) -> Self {
+        ScalarKey::Var(i)
+    }
+    /// The key derived from `self` for pass `pass`.
+    pub fn tangent(&self, pass: u64) -> Self {
+        ScalarKey::Tangent(Arc::new((self.clone(), pass)))
+    }
+}
+
+impl fmt::Debug for ScalarKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarKey::Var(i) => write!(f, "x{i}"),
+            ScalarKey::Tangent(t) => write!(f, "d{}({:?})", t.1, t.0),
+        }
+    }
+}
+
+impl GraphOperation for ScalarOp {
+    type Operand = f64;
+    type Context = ();
+    type InputKey = ScalarKey;
+
+    #[inline]
+    fn input_count(&self) -> usize {
+        match self {
+            ScalarOp::Add | ScalarOp::Mul => 2,
+            ScalarOp::Neg | ScalarOp::Exp | ScalarOp::Sin | ScalarOp::Cos | ScalarOp::SinCos => 1,
+            ScalarOp::Const(_) => 0,
+        }
+    }
+
+    #[inline]
+    fn output_count(&self) -> usize {
+        match self {
+            ScalarOp::SinCos => 2,
+            _ => 1,
+        }
+    }
+
+    fn fmt_label(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl EvaluableGraphOperation for ScalarOp {
+    #[inline]
+    fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Vec<f64>) {
+        match *self {
+            ScalarOp::Add => out.push(x[0] + x[1]),
+            ScalarOp::Mul => out.push(x[0] * x[1]),
+            ScalarOp::Neg => out.push(-x[0]),
+            ScalarOp::Exp => out.push(x[0].exp()),
+            ScalarOp::Sin => out.push(x[0].sin()),
+            ScalarOp::Cos => out.push(x[0].cos()),
+            ScalarOp::SinCos => {
+                let (s, c) = x[0].sin_cos();
+                out.push(s);
+                out.push(c);
+            }
+            ScalarOp::Const(bits) => out.push(f64::from_bits(bits)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_into_matches_apply() {
+        let x = 0.7;
+        let y = -1.3;
+        for op in ScalarOp::ALL {
+            let args: Vec<f64> = [x, y][..op.input_count()].to_vec();
+            let refs: Vec<&f64> = args.iter().collect();
+            let got = op.eval(&mut (), &refs);
+            assert_eq!(got.len(), op.output_count(), "{op:?}");
+            assert_eq!(got, op.apply(&args), "{op:?}");
+        }
+    }
+}

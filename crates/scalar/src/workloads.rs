@@ -1,0 +1,152 @@
+//! The scalar DAG shapes of `BENCHMARKS.md` section A, as [`GraphSpec`]s.
+//!
+//! All generators are deterministic in their seed. About `repeat` of the nodes repeat an
+//! earlier node's `(op, args)` exactly, so CSE has work. Operation mix: mostly add and
+//! mul, some neg, a few sin/cos/sincos (see [`pick_op`]).
+
+use crate::ScalarOp;
+use crate::spec::GraphSpec;
+use computegraph::GraphOperation;
+
+/// SplitMix64: a tiny, good-enough deterministic generator (no dependency).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// A uniform integer in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// A uniform float in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Picks an operation: add 45%, mul 40%, neg 10%, sin 2%, cos 2%, sincos 1%.
+pub fn pick_op(rng: &mut Rng) -> ScalarOp {
+    match rng.below(100) {
+        0..45 => ScalarOp::Add,
+        45..85 => ScalarOp::Mul,
+        85..95 => ScalarOp::Neg,
+        95..97 => ScalarOp::Sin,
+        97..99 => ScalarOp::Cos,
+        _ => ScalarOp::SinCos,
+    }
+}
+
+/// Where a random DAG draws its operands from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Operands {
+    /// Uniformly from the `window` most recent values.
+    Window(u32),
+    /// Uniformly from all earlier values.
+    Uniform,
+}
+
+/// Values never read by a node: the natural outputs of a generated DAG.
+fn sinks(spec: &GraphSpec) -> Vec<u32> {
+    let mut used = vec![false; spec.value_count()];
+    for &a in &spec.args {
+        used[a as usize] = true;
+    }
+    (spec.inputs..spec.value_count() as u32).filter(|&v| !used[v as usize]).collect()
+}
+
+/// A random DAG of `n` nodes over 8 inputs; outputs are its sinks.
+pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> GraphSpec {
+    let mut rng = Rng::new(seed);
+    let mut spec = GraphSpec { inputs: 8, ..Default::default() };
+    spec.ops.reserve(n);
+    spec.args.reserve(2 * n);
+    let mut node_arg_start: Vec<u32> = Vec::with_capacity(n);
+    for i in 0..n {
+        let start = spec.args.len() as u32;
+        if i > 0 && rng.unit() < repeat {
+            // Repeat a recent node exactly (within the window, so it stays local).
+            let back = rng.below(i.min(64) as u64) as usize + 1;
+            let j = i - back;
+            let op = spec.ops[j];
+            let s = node_arg_start[j] as usize;
+            let args: Vec<u32> = spec.args[s..s + op.input_count()].to_vec();
+            spec.push(op, &args);
+        } else {
+            let op = pick_op(&mut rng);
+            let avail = spec.value_count() as u64;
+            let mut args = [0u32; 2];
+            for a in args.iter_mut().take(op.input_count()) {
+                *a = match operands {
+                    Operands::Window(w) => (avail - 1 - rng.below(avail.min(w as u64))) as u32,
+                    Operands::Uniform => rng.below(avail) as u32,
+                };
+            }
+            spec.push(op, &args[..op.input_count()]);
+        }
+        node_arg_start.push(start);
+    }
+    spec.outputs = sinks(&spec);
+    spec
+}
+
+/// A chain of `n` nodes: each reads the previous value (and sometimes input 0).
+pub fn chain(n: usize, seed: u64) -> GraphSpec {
+    let mut rng = Rng::new(seed);
+    let mut spec = GraphSpec { inputs: 1, ..Default::default() };
+    spec.ops.reserve(n);
+    spec.args.reserve(2 * n);
+    let mut prev = 0;
+    for _ in 0..n {
+        prev = match rng.below(3) {
+            0 => spec.push(ScalarOp::Add, &[prev, 0]),
+            1 => spec.push(ScalarOp::Mul, &[prev, 0]),
+            _ => spec.push(ScalarOp::Neg, &[prev]),
+        };
+    }
+    spec.outputs = vec![prev];
+    spec
+}
+
+/// `depth` layers of `width` nodes; each node reads two random values of the layer
+/// before. Layer 0 is `width` inputs; the last layer is the output.
+pub fn layered(width: usize, depth: usize, seed: u64) -> GraphSpec {
+    let mut rng = Rng::new(seed);
+    let mut spec = GraphSpec { inputs: width as u32, ..Default::default() };
+    spec.ops.reserve(width * depth);
+    spec.args.reserve(2 * width * depth);
+    let mut layer: Vec<u32> = (0..width as u32).collect();
+    let mut next = Vec::with_capacity(width);
+    for _ in 0..depth {
+        next.clear();
+        for _ in 0..width {
+            let op = match rng.below(10) {
+                0..5 => ScalarOp::Add,
+                5..9 => ScalarOp::Mul,
+                _ => ScalarOp::Neg,
+            };
+            let a = layer[rng.below(width as u64) as usize];
+            let b = layer[rng.below(width as u64) as usize];
+            next.push(spec.push(op, &[a, b][..op.input_count()]));
+        }
+        std::mem::swap(&mut layer, &mut next);
+    }
+    spec.outputs = layer;
+    spec
+}
+
+/// Input values in `[0.5, 1.5)` for a spec, deterministic in the seed.
+pub fn inputs_for(spec: &GraphSpec, seed: u64) -> Vec<f64> {
+    let mut rng = Rng::new(seed);
+    (0..spec.inputs).map(|_| 0.5 + rng.unit()).collect()
+}
