@@ -138,7 +138,10 @@ pub struct Graph<Op: GraphOperation> {
     pub(crate) inputs: Vec<LocalValueId>,
     pub(crate) outputs: Vec<LocalValueId>,
     pub(crate) parents: Vec<Arc<Graph<Op>>>,
-    /// Key id → first local value with that key; built on first external lookup.
+    /// Key id → declared output with that key; built on first lookup.
+    output_index: OnceLock<FxHashMap<KeyId, LocalValueId>>,
+    /// Key id → first local value with that key; built on the first lookup of a key that
+    /// is not a declared output.
     index: OnceLock<FxHashMap<KeyId, LocalValueId>>,
 }
 
@@ -194,6 +197,7 @@ impl<Op: GraphOperation> Graph<Op> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             parents: Vec::new(),
+            output_index: OnceLock::new(),
             index: OnceLock::new(),
         }
     }
@@ -308,8 +312,13 @@ impl<Op: GraphOperation> Graph<Op> {
         }
     }
 
-    /// The first local value whose key is `key`, if this graph defines it.
+    /// A local value whose key is `key`, if this graph defines it. Declared outputs are
+    /// found through a small index; other values through a full index built on first use.
     pub(crate) fn find_key(&self, key: KeyId) -> Option<LocalValueId> {
+        let outputs = self.output_index.get_or_init(|| self.outputs.iter().map(|&v| (self.value_key[v], v)).collect());
+        if let Some(&v) = outputs.get(&key) {
+            return Some(v);
+        }
         let index = self.index.get_or_init(|| {
             let mut map = FxHashMap::with_capacity_and_hasher(self.value_key.len(), Default::default());
             for (v, &k) in self.value_key.iter_enumerated() {
@@ -599,6 +608,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let interner_id = g.interner.id();
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
+        s.reserve(g.ops.len() - g.op_key.len(), g.value_def.len() - g.value_key.len());
         while g.external_key.len() < g.externals.len() {
             let k = match &g.externals[g.external_key.len()] {
                 ValueKey::Input(key) => s.intern_input(key)?,

@@ -239,6 +239,8 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     op_inputs: ListPool<KeyId>,
     op_role: Vec<u32>,
     op_first_output: Vec<KeyId>,
+    /// Each operation's 32-bit structural hash, so the table rehashes without rehashing keys.
+    op_hash: Vec<u32>,
     op_table: HashTable<OperationKeyId>,
     roles: Vec<OperationRole>,
     role_table: FxHashMap<OperationRole, u32>,
@@ -248,14 +250,22 @@ fn hash_input<K: Hash>(k: &K) -> u64 {
     FxBuildHasher.hash_one(k)
 }
 
-fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u64 {
+/// A 32-bit structural hash of an operation application (stored per operation).
+fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
     let mut h = FxBuildHasher.build_hasher();
     op.hash(&mut h);
     for k in inputs {
         h.write_u32(k.index() as u32);
     }
     h.write_u32(role);
-    h.finish()
+    let x = h.finish();
+    (x ^ (x >> 32)) as u32
+}
+
+/// Spreads a stored 32-bit hash over 64 bits (hashbrown reads the top bits as tags).
+#[inline]
+fn table_hash(h: u32) -> u64 {
+    (h as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl<Op: GraphOperation> InternerState<Op> {
@@ -271,6 +281,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             op_inputs: ListPool::default(),
             op_role: Vec::new(),
             op_first_output: Vec::new(),
+            op_hash: Vec::new(),
             op_table: HashTable::new(),
             roles: vec![OperationRole::Primary],
             role_table,
@@ -298,6 +309,17 @@ impl<Op: GraphOperation> InternerState<Op> {
         Ok(id)
     }
 
+    /// Makes room for `ops` more operations and `values` more value keys.
+    pub(crate) fn reserve(&mut self, ops: usize, values: usize) {
+        let hashes = &self.op_hash;
+        self.op_table.reserve(ops, |&id| table_hash(hashes[id.index()]));
+        self.ops.reserve(ops);
+        self.op_role.reserve(ops);
+        self.op_hash.reserve(ops);
+        self.op_first_output.reserve(ops);
+        self.values.reserve(values);
+    }
+
     pub(crate) fn lookup_input(&self, key: &Op::InputKey) -> Option<KeyId> {
         let keys = &self.input_keys;
         self.input_table.find(hash_input(key), |&i| keys[i as usize] == *key).map(|&i| self.input_values[i as usize])
@@ -322,7 +344,8 @@ impl<Op: GraphOperation> InternerState<Op> {
         role: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
-        let hash = hash_op(op, inputs, role);
+        let h32 = hash_op(op, inputs, role);
+        let hash = table_hash(h32);
         {
             let ops = &self.ops;
             let pool = &self.op_inputs;
@@ -352,12 +375,13 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
         self.ops.push(op.clone());
         self.op_role.push(role);
+        self.op_hash.push(h32);
         self.op_first_output.push(KeyId::new(first));
         for slot in 0..n_out {
             self.values.push(KeyDef::Derived(id, slot as u8));
         }
-        let (ops, pool, roles) = (&self.ops, &self.op_inputs, &self.op_role);
-        self.op_table.insert_unique(hash, id, |&id| hash_op(&ops[id], pool.get(id.index()), roles[id.index()]));
+        let hashes = &self.op_hash;
+        self.op_table.insert_unique(hash, id, |&id| table_hash(hashes[id.index()]));
         Ok(self.op_key(id, interner))
     }
 
@@ -466,6 +490,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
             + s.op_inputs.heap_bytes()
             + s.op_role.capacity() * 4
             + s.op_first_output.capacity() * 4
+            + s.op_hash.capacity() * 4
             + s.op_table.capacity() * 5
     }
 

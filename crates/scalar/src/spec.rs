@@ -21,6 +21,17 @@ pub struct GraphSpec {
     pub args: Vec<u32>,
     /// Output values.
     pub outputs: Vec<u32>,
+    /// Memo that makes [`GraphSpec::value_count`] and [`GraphSpec::push`] `O(1)`; leave it
+    /// at its default when writing a spec literal.
+    pub count_cache: CountCache,
+}
+
+/// How many node outputs the first `ops` nodes of a spec produce (a memo; see
+/// [`GraphSpec::value_count`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CountCache {
+    ops: usize,
+    values: usize,
 }
 
 /// A spec built into fragments: the graphs (last one first: it is the natural root) and
@@ -34,21 +45,25 @@ pub struct BuiltSpec {
 
 impl GraphSpec {
     /// Total number of values (inputs plus node outputs).
+    ///
+    /// `O(1)` when nodes are added with [`GraphSpec::push`]; nodes pushed onto `ops`
+    /// directly are counted on each call until the next `push`.
     pub fn value_count(&self) -> usize {
-        self.inputs as usize + self.ops.iter().map(|o| o.output_count()).sum::<usize>()
+        let CountCache { ops, values } = self.count_cache;
+        let ops = ops.min(self.ops.len());
+        let values = if ops == self.count_cache.ops { values } else { 0 };
+        let start = if ops == self.count_cache.ops { ops } else { 0 };
+        self.inputs as usize + values + self.ops[start..].iter().map(|o| o.output_count()).sum::<usize>()
     }
 
     /// Appends a node; returns the index of its first output value.
     pub fn push(&mut self, op: ScalarOp, args: &[u32]) -> u32 {
         assert_eq!(args.len(), op.input_count());
-        let first = self.next_value();
+        let first = self.value_count();
         self.ops.push(op);
         self.args.extend_from_slice(args);
-        first
-    }
-
-    fn next_value(&self) -> u32 {
-        self.value_count() as u32
+        self.count_cache = CountCache { ops: self.ops.len(), values: first + op.output_count() - self.inputs as usize };
+        first as u32
     }
 
     /// The reference semantics: evaluates every node in order.

@@ -66,16 +66,24 @@ fn sinks(spec: &GraphSpec) -> Vec<u32> {
 }
 
 /// A random DAG of `n` nodes over 8 inputs; outputs are its sinks.
+///
+/// A node's first operand is, when possible, the oldest value (within reach) that no node
+/// has read yet, so almost every value is used and the sinks (outputs) are few; the
+/// other operand is drawn as `operands` says.
 pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> GraphSpec {
     let mut rng = Rng::new(seed);
     let mut spec = GraphSpec { inputs: 8, ..Default::default() };
     spec.ops.reserve(n);
     spec.args.reserve(2 * n);
     let mut node_arg_start: Vec<u32> = Vec::with_capacity(n);
+    let mut used: Vec<bool> = vec![false; 8];
+    let mut unused = std::collections::VecDeque::new();
+    unused.extend(0..8u32);
     for i in 0..n {
         let start = spec.args.len() as u32;
+        let avail = spec.value_count() as u64;
         if i > 0 && rng.unit() < repeat {
-            // Repeat a recent node exactly (within the window, so it stays local).
+            // Repeat a recent node exactly, so CSE has work.
             let back = rng.below(i.min(64) as u64) as usize + 1;
             let j = i - back;
             let op = spec.ops[j];
@@ -84,16 +92,35 @@ pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> Graph
             spec.push(op, &args);
         } else {
             let op = pick_op(&mut rng);
-            let avail = spec.value_count() as u64;
+            let reach = match operands {
+                Operands::Window(w) => avail.min(w as u64),
+                Operands::Uniform => avail,
+            };
             let mut args = [0u32; 2];
-            for a in args.iter_mut().take(op.input_count()) {
-                *a = match operands {
-                    Operands::Window(w) => (avail - 1 - rng.below(avail.min(w as u64))) as u32,
-                    Operands::Uniform => rng.below(avail) as u32,
-                };
+            for (k, a) in args.iter_mut().take(op.input_count()).enumerate() {
+                *a = (avail - 1 - rng.below(reach)) as u32;
+                if k == 0 {
+                    while let Some(&front) = unused.front() {
+                        if used[front as usize] || (front as u64) < avail - reach {
+                            unused.pop_front();
+                        } else {
+                            *a = front;
+                            break;
+                        }
+                    }
+                }
             }
             spec.push(op, &args[..op.input_count()]);
         }
+        let s = start as usize;
+        for &a in &spec.args[s..] {
+            used[a as usize] = true;
+        }
+        let new_values = spec.value_count() - used.len();
+        for v in used.len()..used.len() + new_values {
+            unused.push_back(v as u32);
+        }
+        used.resize(spec.value_count(), false);
         node_arg_start.push(start);
     }
     spec.outputs = sinks(&spec);

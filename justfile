@@ -1,0 +1,21 @@
+# Task runner twins of the plain cargo commands (`cargo install just`).
+
+# The main job: a 10^6-node DAG through the whole pipeline, with per-phase timings.
+run nodes="1000000" shape="window":
+    cargo run --release -p computegraph --example pipeline -- {{nodes}} {{shape}}
+
+# Every test, including doc tests.
+test:
+    cargo test --workspace
+
+# What CI runs.
+ci:
+    bash .ci/run
+
+# The criterion benches (set CG_BENCH_SIZES=10000,100000 to choose sizes).
+bench:
+    cargo bench -p benches
+
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
