@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use computegraph::{EvaluableGraphOperation, GraphOperation};
 
+mod ad;
 pub mod spec;
 pub mod workloads;
 

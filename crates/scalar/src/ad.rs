@@ -1,0 +1,168 @@
+//! AD rules for the scalar set ([`tidu::Primitive`]).
+//!
+//! JVP rules (tangents `da`, `db`; `None` is a symbolic zero and emits nothing):
+//! - `add(a, b)`: `da + db` (just `da` or `db` when the other is zero; no operation);
+//! - `mul(a, b)`: `a·db + da·b`, each term `mul` with the primal factor fixed;
+//! - `neg(a)`: `neg(da)`;
+//! - `exp(a)`: `exp(a)·da`, reusing the primal output;
+//! - `sin(a)`: `cos(a)·da`; `cos(a)`: `neg(sin(a))·da`; `sincos(a)`: both, reusing the
+//!   primal outputs. The primal factors `cos(a)`, `neg(sin(a))` are emitted with an
+//!   all-fixed `Linearized` mask (constants of the linear map).
+//!
+//! Transpose rules (the linear operations the JVPs emit): `add` passes the cotangent to
+//! each active operand; `neg` negates it; `mul` with one fixed operand `c` multiplies the
+//! cotangent by `c`. `mul` with two active operands is not linear and is reported as a
+//! missing rule.
+
+use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
+use tidu::{ADKey, ADRuleError, ADRuleResult, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
+
+use crate::{ScalarKey, ScalarOp};
+
+impl ADKey for ScalarKey {
+    fn tangent_of(&self, pass: DiffPassId) -> Self {
+        self.tangent(pass)
+    }
+}
+
+fn linear(mask: &[bool]) -> OperationRole {
+    OperationRole::Linearized { active_mask: mask.to_vec() }
+}
+
+fn one(v: Vec<LocalValueId>) -> LocalValueId {
+    v[0]
+}
+
+/// `c · t` with `c` fixed.
+fn scale(b: &mut impl PrimitiveBuilder<ScalarOp>, c: PrimitiveValue<ScalarOp>, t: LocalValueId) -> LocalValueId {
+    one(b.add_primitive(ScalarOp::Mul, vec![c, PrimitiveValue::Local(t)], linear(&[false, true])))
+}
+
+fn ext(k: &ValueKey<ScalarOp>) -> PrimitiveValue<ScalarOp> {
+    PrimitiveValue::External(k.clone())
+}
+
+impl Primitive for ScalarOp {
+    type ADContext = ();
+
+    fn add() -> Self {
+        ScalarOp::Add
+    }
+
+    fn jvp_rule(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        x: &[ValueKey<Self>],
+        y: &[ValueKey<Self>],
+        t: &[Option<LocalValueId>],
+        ctx: &mut (),
+    ) -> Vec<Option<LocalValueId>> {
+        self.try_jvp_rule(b, x, y, t, ctx).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_jvp_rule(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        x: &[ValueKey<Self>],
+        y: &[ValueKey<Self>],
+        t: &[Option<LocalValueId>],
+        _: &mut (),
+    ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+        Ok(match *self {
+            ScalarOp::Add => vec![match (t[0], t[1]) {
+                (Some(da), Some(db)) => Some(one(b.add_primitive(
+                    ScalarOp::Add,
+                    vec![PrimitiveValue::Local(da), PrimitiveValue::Local(db)],
+                    linear(&[true, true]),
+                ))),
+                (da, db) => da.or(db),
+            }],
+            ScalarOp::Mul => {
+                // d(a·b) = a·db + da·b (the order of the worked example in seed 000).
+                let tb = t[1].map(|db| scale(b, ext(&x[0]), db));
+                let ta = t[0].map(|da| {
+                    one(b.add_primitive(
+                        ScalarOp::Mul,
+                        vec![PrimitiveValue::Local(da), ext(&x[1])],
+                        linear(&[true, false]),
+                    ))
+                });
+                vec![match (tb, ta) {
+                    (Some(p), Some(q)) => Some(one(b.add_primitive(
+                        ScalarOp::Add,
+                        vec![PrimitiveValue::Local(p), PrimitiveValue::Local(q)],
+                        linear(&[true, true]),
+                    ))),
+                    (p, q) => p.or(q),
+                }]
+            }
+            ScalarOp::Neg => {
+                vec![
+                    t[0].map(|da| {
+                        one(b.add_primitive(ScalarOp::Neg, vec![PrimitiveValue::Local(da)], linear(&[true])))
+                    }),
+                ]
+            }
+            ScalarOp::Exp => vec![t[0].map(|da| scale(b, ext(&y[0]), da))],
+            ScalarOp::Sin => vec![t[0].map(|da| {
+                let c = one(b.add_primitive(ScalarOp::Cos, vec![ext(&x[0])], linear(&[false])));
+                scale(b, PrimitiveValue::Local(c), da)
+            })],
+            ScalarOp::Cos => vec![t[0].map(|da| {
+                let s = one(b.add_primitive(ScalarOp::Sin, vec![ext(&x[0])], linear(&[false])));
+                let ns = one(b.add_primitive(ScalarOp::Neg, vec![PrimitiveValue::Local(s)], linear(&[false])));
+                scale(b, PrimitiveValue::Local(ns), da)
+            })],
+            ScalarOp::SinCos => match t[0] {
+                None => vec![None, None],
+                Some(da) => {
+                    let ds = scale(b, ext(&y[1]), da);
+                    let ns = one(b.add_primitive(ScalarOp::Neg, vec![ext(&y[0])], linear(&[false])));
+                    let dc = scale(b, PrimitiveValue::Local(ns), da);
+                    vec![Some(ds), Some(dc)]
+                }
+            },
+            ScalarOp::Const(_) => vec![None],
+        })
+    }
+
+    fn transpose_rule(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        ct: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        ctx: &mut (),
+    ) -> Vec<Option<LocalValueId>> {
+        self.try_linear_transpose_rule(b, ct, inputs, role, ctx).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_linear_transpose_rule(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        ct: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        _: &mut (),
+    ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+        let mask = role.active_mask().unwrap_or(&[]);
+        let active = |i: usize| mask.get(i).copied().unwrap_or(false);
+        let missing = |why: &str| Err(ADRuleError::missing(self, RuleKind::Transpose, why));
+        let Some(c) = ct.first().copied().flatten() else {
+            return Ok(vec![None; self.input_count()]);
+        };
+        Ok(match *self {
+            ScalarOp::Add => vec![active(0).then_some(c), active(1).then_some(c)],
+            ScalarOp::Neg => {
+                vec![Some(one(b.add_primitive(ScalarOp::Neg, vec![PrimitiveValue::Local(c)], linear(&[true]))))]
+            }
+            ScalarOp::Mul => match (active(0), active(1)) {
+                (true, false) => vec![Some(scale(b, inputs[1].clone(), c)), None],
+                (false, true) => vec![None, Some(scale(b, inputs[0].clone(), c))],
+                (true, true) => return missing("a product of two active operands is not linear"),
+                (false, false) => vec![None, None],
+            },
+            _ => return missing("it is not linear in its operands"),
+        })
+    }
+}

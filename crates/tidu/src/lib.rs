@@ -1,0 +1,35 @@
+//! `tidu`: automatic differentiation as graph-to-graph transforms.
+//!
+//! Over any operation set that implements [`Primitive`] (JVP and transpose rules, and an
+//! `add()` for cotangent accumulation), tidu provides two transforms on
+//! [`computegraph`] graphs:
+//! - [`linearize`]: the JVP transform, like `jax.linearize`: a primal graph to a linear
+//!   graph of tangents;
+//! - [`linear_transpose`]: the reverse of a linear graph (VJP), accumulating fan-out by
+//!   global key with `add()` operations.
+//!
+//! Both produce ordinary graphs of the same operation set, so they nest without special
+//! cases: forward-over-forward, forward-over-reverse (Hessian-vector products),
+//! reverse-over-reverse, to any order, with CSE across levels through structural keys.
+//!
+//! ```text
+//! JVP:  build → resolve → linearize → materialize_merge → compile → eval
+//! VJP:  build → resolve → linearize → linear_transpose → materialize_merge → compile → eval
+//! HVP:  build → resolve → linearize → linear_transpose → resolve → linearize → …
+//! ```
+
+#![deny(missing_docs)]
+
+mod api;
+mod error;
+mod linearize;
+mod linearized;
+mod primitive;
+mod transpose;
+
+pub use api::{DerivativeProgram, grad, hvp, jvp, vjp};
+pub use error::{ADRuleError, ADRuleResult, RuleKind};
+pub use linearize::{fresh_pass_id, linearize, linearize_with, try_linearize, try_linearize_with};
+pub use linearized::LinearizedGraph;
+pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
+pub use transpose::{linear_transpose, try_linear_transpose, try_linear_transpose_with};

@@ -1,0 +1,151 @@
+//! [`LinearizedGraph`]: a linear map as a graph, and its linearity check.
+
+use std::fmt;
+use std::sync::Arc;
+
+use computegraph::{Graph, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef};
+
+use crate::error::{ADRuleError, ADRuleResult};
+use crate::primitive::DiffPassId;
+
+/// A linear map as a graph: the result of `linearize` (a JVP) or `linear_transpose` (a VJP).
+///
+/// - [`graph`](Self::graph): the operations, all in `OperationRole::Linearized` roles; primal
+///   values are referenced by key (`External`), and the graph lists the source graphs as
+///   parents, so `resolve(vec![lin.graph().clone()])` sees everything it needs.
+/// - [`tangent_inputs`](Self::tangent_inputs): the map's inputs, as `(key, local value)`: for
+///   `linearize`, one tangent input per `wrt` key (its key is `wrt.tangent_of(pass)`); for
+///   `linear_transpose`, one cotangent seed per non-zero output of the transposed map.
+/// - [`tangent_outputs`](Self::tangent_outputs): the map's outputs; `None` is a symbolic zero
+///   (no tangent or cotangent reaches that output).
+pub struct LinearizedGraph<Op: GraphOperation> {
+    pub(crate) graph: Arc<Graph<Op>>,
+    pub(crate) tangent_inputs: Vec<(Op::InputKey, LocalValueId)>,
+    pub(crate) tangent_outputs: Vec<Option<LocalValueId>>,
+    pub(crate) pass: DiffPassId,
+}
+
+impl<Op: GraphOperation> LinearizedGraph<Op> {
+    /// The linear graph.
+    pub fn graph(&self) -> &Arc<Graph<Op>> {
+        &self.graph
+    }
+    /// The linear graph, borrowed.
+    pub fn as_graph(&self) -> &Graph<Op> {
+        &self.graph
+    }
+    /// The map's inputs: `(input key, local value)`.
+    pub fn tangent_inputs(&self) -> &[(Op::InputKey, LocalValueId)] {
+        &self.tangent_inputs
+    }
+    /// The map's outputs (`None`: symbolic zero).
+    pub fn tangent_outputs(&self) -> &[Option<LocalValueId>] {
+        &self.tangent_outputs
+    }
+    /// The global keys of the map's outputs.
+    pub fn tangent_output_keys(&self) -> Vec<Option<ValueKey<Op>>> {
+        self.tangent_outputs.iter().map(|o| o.map(|v| self.graph.global_key(v))).collect()
+    }
+    /// The keys of the map's inputs, in order.
+    pub fn tangent_input_keys(&self) -> impl ExactSizeIterator<Item = &Op::InputKey> {
+        self.tangent_inputs.iter().map(|(k, _)| k)
+    }
+    /// The pass id of the transform that made this graph.
+    pub fn pass(&self) -> DiffPassId {
+        self.pass
+    }
+
+    /// Checks linearity: every operation is `Linearized`; an operand marked active depends
+    /// on the map's inputs, an operand marked fixed does not; every output depends on the
+    /// inputs. External operands are fixed (primal) values.
+    pub fn check_linear(&self) -> ADRuleResult<()> {
+        check_linear(&self.graph, self.tangent_inputs.iter().map(|(_, v)| *v), &self.tangent_outputs)
+    }
+}
+
+impl<Op: GraphOperation> Clone for LinearizedGraph<Op> {
+    fn clone(&self) -> Self {
+        LinearizedGraph {
+            graph: Arc::clone(&self.graph),
+            tangent_inputs: self.tangent_inputs.clone(),
+            tangent_outputs: self.tangent_outputs.clone(),
+            pass: self.pass,
+        }
+    }
+}
+
+impl<Op: GraphOperation> fmt::Debug for LinearizedGraph<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinearizedGraph")
+            .field("pass", &self.pass)
+            .field("graph", &self.graph)
+            .field("tangent_inputs", &self.tangent_inputs)
+            .field("tangent_outputs", &self.tangent_outputs)
+            .finish()
+    }
+}
+
+impl<Op: GraphOperation> fmt::Display for LinearizedGraph<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.graph)?;
+        let outs: Vec<String> =
+            self.tangent_outputs.iter().map(|o| o.map_or("0".into(), |v| format!("{v:?}"))).collect();
+        writeln!(f, "  tangent outputs: {}", outs.join(", "))
+    }
+}
+
+/// The linearity check of [`LinearizedGraph::check_linear`], on parts.
+pub(crate) fn check_linear<Op: GraphOperation>(
+    graph: &Graph<Op>,
+    inputs: impl IntoIterator<Item = LocalValueId>,
+    outputs: &[Option<LocalValueId>],
+) -> ADRuleResult<()> {
+    let mut linear = vec![false; graph.value_count()];
+    for v in inputs {
+        linear[v.index()] = true;
+    }
+    for op in graph.operations() {
+        let name = || format!("{:?}", op.operation());
+        let mask = match op.role() {
+            OperationRole::Linearized { active_mask } => active_mask,
+            OperationRole::Primary => {
+                return Err(ADRuleError::NonLinear {
+                    operation: name(),
+                    message: "it has the Primary role; rules emit only Linearized operations".into(),
+                });
+            }
+        };
+        let mut any_active = false;
+        for (i, (input, &active)) in op.inputs().zip(mask).enumerate() {
+            let is_linear = match input {
+                ValueRef::Local(v) => linear[v.index()],
+                ValueRef::External(_) => false,
+            };
+            if active && !is_linear {
+                return Err(ADRuleError::NonLinear {
+                    operation: name(),
+                    message: format!("operand {i} is marked active but does not depend on the tangent inputs"),
+                });
+            }
+            if !active && is_linear {
+                return Err(ADRuleError::NonLinear {
+                    operation: name(),
+                    message: format!("operand {i} is marked fixed but depends on the tangent inputs"),
+                });
+            }
+            any_active |= active;
+        }
+        for v in op.outputs() {
+            linear[v.index()] = any_active;
+        }
+    }
+    for v in outputs.iter().flatten() {
+        if !linear[v.index()] {
+            return Err(ADRuleError::NonLinear {
+                operation: format!("output {v:?}"),
+                message: "a tangent output does not depend on the tangent inputs".into(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! `linear_transpose`: reverse a linear graph (the VJP transform).
+//!
+//! Input: a [`LinearizedGraph`] (a linear map `L`). Output: a [`LinearizedGraph`] for `Lᵀ`:
+//! one cotangent seed input per non-zero output of `L`, one output per input of `L`
+//! (`None` where no cotangent reaches it).
+//!
+//! Algorithm (seed 000 §II): seed the cotangent environment, keyed by the **global key**
+//! of each linear value, then walk `L`'s operations in reverse topological order and call
+//! each one's transpose rule with the cotangents of its outputs; contributions to the same
+//! key are summed with `Op::add()` operations in role `Linearized { [true, true] }`.
+//!
+//! Hard cases, handled here and tested:
+//! - two requested outputs that are the same value (same key): their seeds add up;
+//! - structurally identical operations emitted twice into `L` (same key, two local
+//!   copies): transposed once, at the first copy, so consumers of either copy contribute
+//!   exactly once (the environment is keyed by global key);
+//! - operations that receive no cotangent (or compute primal constants) are skipped, so
+//!   no work is emitted for unreachable cotangent flow.
+//!
+//! Seed keys are `k.tangent_of(p)` for fresh pass ids `p` (one per seed) and `k` the key of
+//! `L`'s first input, so two transposes of one function never share seeds.
+//! Complexity: `O(linear nodes)` plus the rules' output.
+
+use std::sync::Arc;
+
+use computegraph::{GraphBuilder, KeyId, LocalValueId, OperationRole, ValueRef};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::error::{ADRuleError, ADRuleResult, RuleKind};
+use crate::linearize::fresh_pass_ids;
+use crate::linearized::LinearizedGraph;
+use crate::primitive::{ADKey, Primitive, PrimitiveBuilder, PrimitiveValue};
+
+/// Transposes a linear graph (default rule context).
+///
+/// # Panics
+/// On a missing or failing transpose rule; see [`try_linear_transpose`].
+pub fn linear_transpose<Op: Primitive>(linear: &LinearizedGraph<Op>) -> LinearizedGraph<Op> {
+    try_linear_transpose(linear).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Fallible [`linear_transpose`].
+pub fn try_linear_transpose<Op: Primitive>(linear: &LinearizedGraph<Op>) -> ADRuleResult<LinearizedGraph<Op>> {
+    try_linear_transpose_with(linear, &mut Op::ADContext::default())
+}
+
+/// Fallible [`linear_transpose`] with the caller's rule context.
+pub fn try_linear_transpose_with<Op: Primitive>(
+    linear: &LinearizedGraph<Op>,
+    ctx: &mut Op::ADContext,
+) -> ADRuleResult<LinearizedGraph<Op>> {
+    let lg = &linear.graph;
+    let mut builder = GraphBuilder::with_interner(Arc::clone(lg.interner()));
+    builder.try_add_parent(Arc::clone(lg))?;
+    let mut env: FxHashMap<KeyId, LocalValueId> = FxHashMap::default();
+
+    // 1. Seeds: one cotangent input per non-zero output.
+    let n_seeds = linear.tangent_outputs.iter().flatten().count() as u64;
+    let first_pass = fresh_pass_ids(n_seeds + 1);
+    let base = lg.input_keys().first().cloned();
+    let mut seeds = Vec::with_capacity(n_seeds as usize);
+    for (j, out) in linear.tangent_outputs.iter().flatten().enumerate() {
+        let base = base.as_ref().ok_or_else(|| ADRuleError::NonLinear {
+            operation: format!("output {out:?}"),
+            message: "the linear graph has an output but no input".into(),
+        })?;
+        let key = base.tangent_of(first_pass + 1 + j as u64);
+        let seed = builder.try_add_input(key.clone())?;
+        seeds.push((key, seed));
+        accumulate::<Op>(&mut builder, &mut env, lg.key_id(*out), seed)?;
+    }
+
+    // 2. Which local operations are the first copy of their key.
+    let mut seen = FxHashSet::default();
+    let first_copy: Vec<bool> = lg.operations().map(|op| seen.insert(op.key().id())).collect();
+
+    // 3. Reverse topological walk.
+    let mut ct_out: Vec<Option<LocalValueId>> = Vec::new();
+    let mut inputs: Vec<PrimitiveValue<Op>> = Vec::new();
+    for op in lg.operations().rev() {
+        if !first_copy[op.id().index()] {
+            continue;
+        }
+        ct_out.clear();
+        ct_out.extend(op.outputs().map(|v| env.get(&lg.key_id(v)).copied()));
+        if ct_out.iter().all(Option::is_none) {
+            continue;
+        }
+        let role = op.role();
+        let mask: &[bool] = match role {
+            OperationRole::Linearized { active_mask } => active_mask,
+            OperationRole::Primary => &[],
+        };
+        if !mask.iter().any(|&a| a) {
+            continue; // a primal constant: no cotangent flows through it
+        }
+        inputs.clear();
+        inputs.extend(op.inputs().map(|r| match r {
+            ValueRef::Local(v) => PrimitiveValue::External(lg.global_key(v)),
+            ValueRef::External(k) => PrimitiveValue::External(k),
+        }));
+        let operation = op.operation();
+        let result = operation.try_linear_transpose_rule(&mut builder, &ct_out, &inputs, role, ctx)?;
+        if result.len() != inputs.len() {
+            return Err(ADRuleError::RuleContract {
+                operation: format!("{operation:?}"),
+                rule: RuleKind::Transpose,
+                message: format!("returned {} cotangents for {} inputs", result.len(), inputs.len()),
+            });
+        }
+        let bound = builder.value_count();
+        for ((ct, input), &active) in result.into_iter().zip(op.inputs()).zip(mask) {
+            let (Some(ct), true) = (ct, active) else { continue };
+            if ct.index() >= bound {
+                return Err(ADRuleError::RuleContract {
+                    operation: format!("{operation:?}"),
+                    rule: RuleKind::Transpose,
+                    message: format!("returned {ct:?}, which the builder did not produce"),
+                });
+            }
+            let key = match input {
+                ValueRef::Local(v) => lg.key_id(v),
+                ValueRef::External(_) => continue, // unreachable for a checked linear graph
+            };
+            accumulate::<Op>(&mut builder, &mut env, key, ct)?;
+        }
+    }
+
+    // 4. Outputs: the cotangent of each input of the linear map.
+    let tangent_outputs: Vec<Option<LocalValueId>> =
+        linear.tangent_inputs.iter().map(|(_, v)| env.get(&lg.key_id(*v)).copied()).collect();
+    builder.try_set_outputs(tangent_outputs.iter().flatten().copied().collect())?;
+    let transposed = LinearizedGraph {
+        graph: Arc::new(builder.try_build()?),
+        tangent_inputs: seeds,
+        tangent_outputs,
+        pass: first_pass,
+    };
+    transposed.check_linear()?;
+    Ok(transposed)
+}
+
+/// Adds `ct` to the cotangent of `key`, emitting an `add()` where one already exists.
+fn accumulate<Op: Primitive>(
+    builder: &mut GraphBuilder<Op>,
+    env: &mut FxHashMap<KeyId, LocalValueId>,
+    key: KeyId,
+    ct: LocalValueId,
+) -> ADRuleResult<()> {
+    match env.get(&key).copied() {
+        None => {
+            env.insert(key, ct);
+        }
+        Some(existing) => {
+            let sum = builder.try_add_primitive(
+                Op::add(),
+                vec![PrimitiveValue::Local(existing), PrimitiveValue::Local(ct)],
+                OperationRole::Linearized { active_mask: vec![true, true] },
+            )?;
+            let sum = *sum.first().ok_or_else(|| ADRuleError::RuleContract {
+                operation: format!("{:?}", Op::add()),
+                rule: RuleKind::Transpose,
+                message: "add() has no output".into(),
+            })?;
+            env.insert(key, sum);
+        }
+    }
+    Ok(())
+}
