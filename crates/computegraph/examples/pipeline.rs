@@ -13,7 +13,8 @@ use scalar::workloads::{self, Operands};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let nodes: usize = args.next().map(|s| s.replace('_', "").parse().expect("NODES must be a number")).unwrap_or(1_000_000);
+    let nodes: usize =
+        args.next().map(|s| s.replace('_', "").parse().expect("NODES must be a number")).unwrap_or(1_000_000);
     let shape = args.next().unwrap_or_else(|| "window".into());
     let spec = match shape.as_str() {
         "window" => workloads::random_dag(nodes, Operands::Window(1024), 0.3, 1),

@@ -83,6 +83,11 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
             let (ins, outs) = self.instr_args(i);
             out.clear();
             eval_instruction(op, ctx, slots, ins, out);
+            if let ([s], 1) = (outs, out.len()) {
+                // The common case: one output, moved straight into its slot.
+                slots[*s as usize] = out.pop();
+                continue;
+            }
             if out.len() != outs.len() {
                 return Err(GraphError::OutputCountMismatch {
                     operation: format!("{}", Label(op)),

@@ -13,7 +13,7 @@ use crate::support::{count_ops, eval, worked_example};
 fn linearize_emits_the_seed_graph_and_evaluates_to_4x() {
     let (f, y) = worked_example();
     let x = ScalarKey::var(0);
-    let lin = linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], &[x.clone()]);
+    let lin = linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], std::slice::from_ref(&x));
     // t1 = add t0 t0; t2 = mul p1 t0; t3 = mul t1 p0; t4 = add t2 t3
     assert_eq!(lin.graph().operation_count(), 4, "{}", lin.graph());
     assert_eq!(count_ops(lin.graph(), ScalarOp::Add), 2);
@@ -29,7 +29,7 @@ fn linearize_emits_the_seed_graph_and_evaluates_to_4x() {
 fn transpose_has_exactly_two_accumulation_adds_and_gives_4x() {
     let (f, y) = worked_example();
     let x = ScalarKey::var(0);
-    let lin = linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], &[x.clone()]);
+    let lin = linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], std::slice::from_ref(&x));
     let t = linear_transpose(&lin);
     // c1 = mul p0 c0; c2 = mul p1 c0; c3 = add c2 c1; c4 = add c3 c1
     assert_eq!(count_ops(t.graph(), ScalarOp::Add), 2, "{}", t.graph());
@@ -46,14 +46,17 @@ fn second_derivative_is_4_in_every_nesting() {
     let (f, y) = worked_example();
     let x = ScalarKey::var(0);
     let view = resolve(vec![f.clone()]);
-    let lin = linearize(&view, &[f.global_key(y)], &[x.clone()]);
+    let lin = linearize(&view, &[f.global_key(y)], std::slice::from_ref(&x));
     let dx = lin.tangent_inputs()[0].0.clone();
     let xv = 1.7;
 
     // Forward over forward: linearize the JVP again w.r.t. x; the second-order output
     // is f''·dx·dx2.
-    let fof =
-        linearize(&resolve(vec![lin.graph().clone()]), &[lin.tangent_output_keys()[0].clone().unwrap()], &[x.clone()]);
+    let fof = linearize(
+        &resolve(vec![lin.graph().clone()]),
+        &[lin.tangent_output_keys()[0].clone().unwrap()],
+        std::slice::from_ref(&x),
+    );
     let dx2 = fof.tangent_inputs()[0].0.clone();
     let v = HashMap::from([(x.clone(), xv), (dx.clone(), 1.0), (dx2.clone(), 1.0)]);
     assert_eq!(eval(&fof, &v), vec![Some(4.0)]);
@@ -62,7 +65,7 @@ fn second_derivative_is_4_in_every_nesting() {
     let t = linear_transpose(&lin);
     let ct = t.tangent_inputs()[0].0.clone();
     let t_out = t.tangent_output_keys()[0].clone().unwrap();
-    let for_ = linearize(&resolve(vec![f.clone(), t.graph().clone()]), &[t_out.clone()], &[x.clone()]);
+    let for_ = linearize(&resolve(vec![f.clone(), t.graph().clone()]), &[t_out.clone()], std::slice::from_ref(&x));
     let dx3 = for_.tangent_inputs()[0].0.clone();
     let v = HashMap::from([(x.clone(), xv), (ct.clone(), 1.0), (dx3, 1.0)]);
     assert_eq!(eval(&for_, &v), vec![Some(4.0)]);
