@@ -26,6 +26,28 @@ pub struct LinearizedGraph<Op: GraphOperation> {
 }
 
 impl<Op: GraphOperation> LinearizedGraph<Op> {
+    /// Wraps a hand-built linear graph: `tangent_inputs` are the map's inputs (inputs of
+    /// `graph`), `tangent_outputs` its outputs. Checked with [`Self::check_linear`]; gets a
+    /// fresh pass id.
+    pub fn try_new(
+        graph: Arc<Graph<Op>>,
+        tangent_inputs: Vec<(Op::InputKey, LocalValueId)>,
+        tangent_outputs: Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<Self> {
+        let n = graph.value_count();
+        if let Some(v) =
+            tangent_inputs.iter().map(|(_, v)| v).chain(tangent_outputs.iter().flatten()).find(|v| v.index() >= n)
+        {
+            return Err(ADRuleError::Graph(computegraph::GraphError::UnknownLocalValue {
+                value: format!("{v:?}"),
+                len: n,
+            }));
+        }
+        let lin = LinearizedGraph { graph, tangent_inputs, tangent_outputs, pass: crate::linearize::fresh_pass_id() };
+        lin.check_linear()?;
+        Ok(lin)
+    }
+
     /// The linear graph.
     pub fn graph(&self) -> &Arc<Graph<Op>> {
         &self.graph

@@ -1,4 +1,5 @@
 //! Integration tests of `tidu` over the scalar reference set.
 
 mod support;
+mod transforms;
 mod worked_example;

@@ -65,7 +65,8 @@ fn second_derivative_is_4_in_every_nesting() {
     let t = linear_transpose(&lin);
     let ct = t.tangent_inputs()[0].0.clone();
     let t_out = t.tangent_output_keys()[0].clone().unwrap();
-    let for_ = linearize(&resolve(vec![f.clone(), t.graph().clone()]), &[t_out.clone()], std::slice::from_ref(&x));
+    let for_ =
+        linearize(&resolve(vec![f.clone(), t.graph().clone()]), std::slice::from_ref(&t_out), std::slice::from_ref(&x));
     let dx3 = for_.tangent_inputs()[0].0.clone();
     let v = HashMap::from([(x.clone(), xv), (ct.clone(), 1.0), (dx3, 1.0)]);
     assert_eq!(eval(&for_, &v), vec![Some(4.0)]);
