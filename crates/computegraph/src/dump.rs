@@ -6,8 +6,8 @@
 //! - [`MaterializedGraph`]: the same with materialized ids;
 //! - [`CompiledProgram`]: `s2 = mul s0, s1` over slots.
 //!
-//! DOT: one node per input and operation, one edge per operand (labelled with the output
-//! slot when an operation has several outputs).
+//! DOT: one node per input and operation, one edge per operand, labelled with the operand
+//! position; an edge leaving an operation with several outputs is labelled `slot→position`.
 
 use std::fmt::{self, Write};
 
@@ -88,6 +88,15 @@ impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
     }
 }
 
+/// An operand edge's label: the operand position, preceded by the producer's output slot
+/// when the producer has several outputs.
+fn edge_label(slot: Option<u8>, operand: usize) -> String {
+    match slot {
+        Some(s) => format!("{s}→{operand}"),
+        None => operand.to_string(),
+    }
+}
+
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
@@ -110,24 +119,29 @@ impl<Op: GraphOperation> Graph<Op> {
             }
             let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", escape(&label));
             for (j, r) in self.op_input_refs(op.id()).iter().enumerate() {
-                let src = match r {
+                let (src, slot) = match r {
                     InputRef::Local(v) => self.dot_source(*v),
-                    InputRef::External(e) => format!("ext{e}"),
+                    InputRef::External(e) => (format!("ext{e}"), None),
                 };
-                let _ = writeln!(s, "  {src} -> {name} [label=\"{j}\"];");
+                let _ = writeln!(s, "  {src} -> {name} [label=\"{}\"];", edge_label(slot, j));
             }
         }
         for (i, v) in self.outputs.iter().enumerate() {
-            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", self.dot_source(*v));
+            let (src, slot) = self.dot_source(*v);
+            let label = slot.map_or(String::new(), |s| format!(" [label=\"{s}\"]"));
+            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {src} -> out{i}{label};");
         }
         s.push_str("}\n");
         s
     }
 
-    fn dot_source(&self, v: crate::LocalValueId) -> String {
+    /// The DOT node that produces `v`, and its output slot if that node has several outputs.
+    fn dot_source(&self, v: crate::LocalValueId) -> (String, Option<u8>) {
         match self.value_def[v] {
-            crate::graph::LocalDef::Input(_) => format!("{v:?}"),
-            crate::graph::LocalDef::Output(op, _) => format!("{op:?}"),
+            crate::graph::LocalDef::Input(_) => (format!("{v:?}"), None),
+            crate::graph::LocalDef::Output(op, slot) => {
+                (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
+            }
         }
     }
 }
@@ -140,8 +154,10 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             let _ = writeln!(s, "  {v:?} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
         }
         let source = |v: crate::ValueId| match self.value_def[v] {
-            crate::materialize::MatDef::Input(_) => format!("{v:?}"),
-            crate::materialize::MatDef::Output(op, _) => format!("{op:?}"),
+            crate::materialize::MatDef::Input(_) => (format!("{v:?}"), None),
+            crate::materialize::MatDef::Output(op, slot) => {
+                (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
+            }
         };
         for op in self.operations() {
             let name = format!("{:?}", op.id());
@@ -151,11 +167,14 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             }
             let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", escape(&label));
             for (j, &v) in op.inputs().iter().enumerate() {
-                let _ = writeln!(s, "  {} -> {name} [label=\"{j}\"];", source(v));
+                let (src, slot) = source(v);
+                let _ = writeln!(s, "  {src} -> {name} [label=\"{}\"];", edge_label(slot, j));
             }
         }
         for (i, &v) in self.outputs.iter().enumerate() {
-            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", source(v));
+            let (src, slot) = source(v);
+            let label = slot.map_or(String::new(), |s| format!(" [label=\"{s}\"]"));
+            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {src} -> out{i}{label};");
         }
         s.push_str("}\n");
         s

@@ -25,6 +25,7 @@ use rustc_hash::FxHashMap;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, ListPool};
 use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
 
 crate::define_id!(
@@ -141,8 +142,8 @@ pub struct Graph<Op: GraphOperation> {
     /// Key id → declared output with that key; built on first lookup.
     output_index: OnceLock<FxHashMap<KeyId, LocalValueId>>,
     /// Key id → first local value with that key; built on the first lookup of a key that
-    /// is not a declared output.
-    index: OnceLock<FxHashMap<KeyId, LocalValueId>>,
+    /// is not a declared output (a dense array over the graph's key range when compact).
+    index: OnceLock<KeyMap<LocalValueId>>,
 }
 
 /// One operation of a [`Graph`], as yielded by [`Graph::operations`].
@@ -320,13 +321,16 @@ impl<Op: GraphOperation> Graph<Op> {
             return Some(v);
         }
         let index = self.index.get_or_init(|| {
-            let mut map = FxHashMap::with_capacity_and_hasher(self.value_key.len(), Default::default());
+            let keys = self.value_key.raw();
+            let lo = keys.iter().min().map_or(0, |k| k.index());
+            let hi = keys.iter().max().map_or(0, |k| k.index() + 1);
+            let mut map = KeyMap::with_range(lo..hi, keys.len());
             for (v, &k) in self.value_key.iter_enumerated() {
-                map.entry(k).or_insert(v);
+                map.insert_if_absent(k, v);
             }
             map
         });
-        index.get(&key).copied()
+        index.get(key)
     }
 
     /// Bytes held by this graph's columns (not counting parents or the interner).

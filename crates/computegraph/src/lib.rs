@@ -46,6 +46,7 @@ mod eval;
 mod graph;
 mod id;
 mod key;
+mod keymap;
 mod materialize;
 mod operation;
 mod resolve;
@@ -58,6 +59,7 @@ pub use eval::EvalState;
 pub use graph::{Graph, GraphBuilder, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
 pub use id::{Id, IdVec};
 pub use key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+pub use keymap::KeyMap;
 pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
     try_materialize_merge,

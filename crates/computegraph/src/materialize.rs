@@ -7,14 +7,23 @@
 //! Invariants of the output (checked by [`MaterializedGraph::verify`]):
 //! - operation `i`'s inputs are values created before its outputs (id order is topological);
 //! - no two values share a [`KeyId`] (deduplicated by structural key);
-//! - `inputs()` lists every input value once, in first-use order, and `input_keys()` is
+//! - `inputs()` lists every input value once, in key-interning order, and `input_keys()` is
 //!   parallel to it.
 //!
-//! Algorithm: iterative depth-first post-order from the outputs (no recursion, so any
-//! depth works on any stack). Operands that are local to a fragment are looked up in a
-//! dense per-fragment array; deduplication by key uses a dense array over the interner's
-//! key space when the view is a large part of it, and a hash map otherwise.
-//! Complexity: `O(reachable values + operands)`.
+//! Algorithm, in two phases, both iterative (no recursion, so any depth works on any stack):
+//! 1. *Mark*: from the outputs, sweep each fragment's values in reverse local order,
+//!    expanding every reachable operation (its operands come earlier, so they are met
+//!    later in the same sweep); references into other fragments mark there and queue that
+//!    fragment. Reachable operations are recorded by the key of their first output, which
+//!    deduplicates structurally equal operations wherever they are defined.
+//! 2. *Emit*: inputs first, in key order, then the recorded operations in increasing key
+//!    order, which is a topological order (an operation's input keys are interned before
+//!    its outputs').
+//!
+//! Both phases walk columns mostly sequentially. Key-indexed tables are dense arrays when
+//! the view's keys are compact, hash maps otherwise ([`KeyMap`]). Complexity:
+//! `O(swept values + reachable operands)`; a fragment sweep covers the range between its
+//! lowest and highest reachable value.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,9 +31,12 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
+use bitvec::vec::BitVec;
+
 use crate::graph::{Graph, InputRef, LocalDef, LocalOperationId, LocalValueId};
 use crate::id::{IdVec, ListPool};
 use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
 use crate::resolve::ResolvedView;
 
@@ -245,271 +257,227 @@ pub fn try_materialize_merge<Op: GraphOperation>(
     let interner = view.interner();
     let out_ids: Vec<KeyId> = outputs.iter().map(|k| interner.intern_key(k)).collect::<GraphResult<_>>()?;
     let key_space = interner.value_count();
-    let local_values: usize = view.graphs().iter().map(|g| g.value_count()).sum();
-    let mut m = Materializer::new(view, key_space, local_values);
-    let mut result = Vec::with_capacity(outputs.len());
+    let mut m = Marker::new(view, key_space);
     for (key, &id) in outputs.iter().zip(&out_ids) {
-        let v = match key {
-            ValueKey::Input(k) => m.input_value(id, k),
-            ValueKey::Derived { .. } => m.ensure_key(id)?,
-        };
-        result.push(v);
+        match key {
+            ValueKey::Input(k) => m.need_input(id, k),
+            ValueKey::Derived { .. } => m.need_key(id)?,
+        }
     }
-    let mut graph = m.out;
-    graph.outputs = result;
+    m.sweep()?;
+    let graph = m.emit(&out_ids)?;
     #[cfg(debug_assertions)]
     graph.verify().unwrap_or_else(|e| panic!("internal error: materialized graph fails verification: {e}"));
     Ok(graph)
 }
 
-/// Key id → materialized value: dense over the key space, or hashed.
-enum KeyMap {
-    Dense(Vec<Option<ValueId>>),
-    Sparse(FxHashMap<KeyId, ValueId>),
-}
-
-impl KeyMap {
-    #[inline]
-    fn get(&self, k: KeyId) -> Option<ValueId> {
-        match self {
-            KeyMap::Dense(v) => v[k.index()],
-            KeyMap::Sparse(m) => m.get(&k).copied(),
-        }
-    }
-    #[inline]
-    fn insert(&mut self, k: KeyId, v: ValueId) {
-        match self {
-            KeyMap::Dense(d) => d[k.index()] = Some(v),
-            KeyMap::Sparse(m) => {
-                m.insert(k, v);
-            }
-        }
-    }
-}
-
-struct Frame {
-    graph: u32,
-    op: LocalOperationId,
-    next: u32,
-}
-
-struct Materializer<'v, Op: GraphOperation> {
-    graphs: &'v [Arc<Graph<Op>>],
+/// Phase one state: which local values and operations are reachable.
+///
+/// Marking sweeps each fragment's values in reverse local order from the highest newly
+/// marked value down (operands always come earlier, so one sweep usually finishes a
+/// fragment); a reference into another fragment marks there and queues that fragment.
+struct Marker<'v, Op: GraphOperation> {
     view: &'v ResolvedView<Op>,
-    key_map: KeyMap,
-    /// Per graph: local value → materialized value (allocated on first use).
-    local_map: Vec<Vec<Option<ValueId>>>,
-    /// Per graph: local role index → materialized role index.
-    role_map: Vec<Vec<Option<u32>>>,
-    role_index: FxHashMap<OperationRole, u32>,
-    stack: Vec<Frame>,
-    out: MaterializedGraph<Op>,
+    graphs: &'v [Arc<Graph<Op>>],
+    /// Per graph: reachable local values (allocated on first use).
+    needed: Vec<BitVec>,
+    /// Per graph: operations already expanded.
+    expanded: Vec<BitVec>,
+    /// Per graph: the range of marked values not yet swept (`lo..=hi`).
+    pending: Vec<Option<(usize, usize)>>,
+    queue: Vec<usize>,
+    /// Derived keys already reached through an external reference.
+    external_seen: KeyMap<()>,
+    /// Reachable inputs: key → index into `input_list`.
+    inputs: KeyMap<u32>,
+    input_list: Vec<(KeyId, Op::InputKey)>,
+    /// Key of the first output of each reachable operation → where it is defined.
+    defs: KeyMap<(u32, LocalOperationId)>,
 }
 
-impl<'v, Op: GraphOperation> Materializer<'v, Op> {
-    fn new(view: &'v ResolvedView<Op>, key_space: usize, local_values: usize) -> Self {
-        // Dense dedup when the view covers a good part of the key space.
-        let key_map = if key_space <= local_values.saturating_mul(4).saturating_add(4096) {
-            KeyMap::Dense(vec![None; key_space])
-        } else {
-            KeyMap::Sparse(FxHashMap::default())
-        };
+impl<'v, Op: GraphOperation> Marker<'v, Op> {
+    fn new(view: &'v ResolvedView<Op>, key_space: usize) -> Self {
         let graphs = view.graphs();
-        let mut role_index = FxHashMap::default();
-        role_index.insert(OperationRole::Primary, 0);
-        Materializer {
-            graphs,
+        let local_values: usize = graphs.iter().map(|g| g.value_count()).sum();
+        Marker {
             view,
-            key_map,
-            local_map: vec![Vec::new(); graphs.len()],
-            role_map: vec![Vec::new(); graphs.len()],
-            role_index,
-            stack: Vec::new(),
-            out: MaterializedGraph {
-                interner: Arc::clone(view.interner()),
-                value_key: IdVec::new(),
-                value_def: IdVec::new(),
-                ops: IdVec::new(),
-                op_key: IdVec::new(),
-                op_inputs: ListPool::default(),
-                op_role: IdVec::new(),
-                roles: vec![OperationRole::Primary],
-                op_first_output: IdVec::new(),
-                inputs: Vec::new(),
-                input_keys: Vec::new(),
-                outputs: Vec::new(),
-            },
+            graphs,
+            needed: vec![BitVec::new(); graphs.len()],
+            expanded: vec![BitVec::new(); graphs.len()],
+            pending: vec![None; graphs.len()],
+            queue: Vec::new(),
+            external_seen: KeyMap::with_range(0..key_space, local_values),
+            inputs: KeyMap::with_range(0..key_space, local_values),
+            input_list: Vec::new(),
+            defs: KeyMap::with_range(0..key_space, local_values),
         }
     }
 
-    fn local_slot(&mut self, g: usize, v: LocalValueId) -> &mut Option<ValueId> {
-        let map = &mut self.local_map[g];
-        if map.is_empty() {
-            map.resize(self.graphs[g].value_count(), None);
+    fn need_input(&mut self, key: KeyId, input: &Op::InputKey) {
+        if self.inputs.insert_if_absent(key, self.input_list.len() as u32) {
+            self.input_list.push((key, input.clone()));
         }
-        &mut map[v.index()]
     }
 
-    fn input_value(&mut self, key: KeyId, input: &Op::InputKey) -> ValueId {
-        if let Some(v) = self.key_map.get(key) {
-            return v;
-        }
-        let index = self.out.inputs.len() as u32;
-        let v = self.out.value_def.push(MatDef::Input(index));
-        self.out.value_key.push(key);
-        self.out.inputs.push(v);
-        self.out.input_keys.push(input.clone());
-        self.key_map.insert(key, v);
-        v
-    }
-
-    /// Materializes the value with key `key` (a derived key) and everything it needs.
-    fn ensure_key(&mut self, key: KeyId) -> GraphResult<ValueId> {
-        if let Some(v) = self.key_map.get(key) {
-            return Ok(v);
+    /// Marks the definition of a derived key, wherever the view defines it.
+    fn need_key(&mut self, key: KeyId) -> GraphResult<()> {
+        if !self.external_seen.insert_if_absent(key, ()) {
+            return Ok(());
         }
         let (g, v) = self.view.locate(key).ok_or_else(|| self.view.unresolved(key))?;
-        self.ensure_local(g, v)
-    }
-
-    fn ensure_local(&mut self, g: usize, v: LocalValueId) -> GraphResult<ValueId> {
-        if let Some(m) = self.ready_local(g, v)? {
-            return Ok(m);
-        }
-        self.run()?;
-        Ok(self.local_slot(g, v).expect("the value was materialized"))
-    }
-
-    /// If `(g, v)` is materialized (or an input, emitted now), its value; otherwise
-    /// pushes a frame for its producer and returns `None`.
-    fn ready_local(&mut self, g: usize, v: LocalValueId) -> GraphResult<Option<ValueId>> {
-        if let Some(m) = *self.local_slot(g, v) {
-            return Ok(Some(m));
-        }
-        let graph = &self.graphs[g];
-        let key = graph.value_key[v];
-        if let Some(m) = self.key_map.get(key) {
-            *self.local_slot(g, v) = Some(m);
-            return Ok(Some(m));
-        }
-        match graph.value_def[v] {
-            LocalDef::Input(i) => {
-                let m = self.input_value(key, &graph.input_keys[i as usize]);
-                *self.local_slot(g, v) = Some(m);
-                Ok(Some(m))
-            }
-            LocalDef::Output(op, _) => {
-                self.stack.push(Frame { graph: g as u32, op, next: 0 });
-                Ok(None)
-            }
-        }
-    }
-
-    fn ready_ref(&mut self, g: usize, r: InputRef) -> GraphResult<()> {
-        match r {
-            InputRef::Local(v) => {
-                self.ready_local(g, v)?;
-            }
-            InputRef::External(i) => {
-                let graph = &self.graphs[g];
-                let key = graph.external_key[i as usize];
-                if self.key_map.get(key).is_some() {
-                    return Ok(());
-                }
-                match &graph.externals[i as usize] {
-                    ValueKey::Input(k) => {
-                        self.input_value(key, k);
-                    }
-                    ValueKey::Derived { .. } => {
-                        let (g2, v2) = self.view.locate(key).ok_or_else(|| self.view.unresolved(key))?;
-                        self.ready_local(g2, v2)?;
-                    }
-                }
-            }
-        }
+        self.mark(g, v.index());
         Ok(())
     }
 
-    /// Drains the frame stack: each frame readies its operands one by one, then emits.
-    fn run(&mut self) -> GraphResult<()> {
+    /// Marks local value `v` of graph `g` and schedules it for a sweep.
+    fn mark(&mut self, g: usize, v: usize) {
+        let needed = &mut self.needed[g];
+        if needed.is_empty() {
+            needed.resize(self.graphs[g].value_count(), false);
+        }
+        if needed[v] {
+            return;
+        }
+        needed.set(v, true);
+        match &mut self.pending[g] {
+            Some((lo, hi)) => {
+                *lo = (*lo).min(v);
+                *hi = (*hi).max(v);
+            }
+            p @ None => {
+                *p = Some((v, v));
+                self.queue.push(g);
+            }
+        }
+    }
+
+    fn sweep(&mut self) -> GraphResult<()> {
         let graphs = self.graphs;
-        while let Some(frame) = self.stack.last_mut() {
-            let g = frame.graph as usize;
-            let refs = graphs[g].op_input_refs(frame.op);
-            if (frame.next as usize) < refs.len() {
-                let r = refs[frame.next as usize];
-                frame.next += 1;
-                self.ready_ref(g, r)?;
-            } else {
-                let op = frame.op;
-                self.stack.pop();
-                self.emit(g, op)?;
+        while let Some(g) = self.queue.pop() {
+            let Some((mut lo, hi)) = self.pending[g].take() else { continue };
+            let graph = &*graphs[g];
+            if self.expanded[g].is_empty() {
+                self.expanded[g].resize(graph.operation_count(), false);
+            }
+            let mut v = hi + 1;
+            while v > lo {
+                v -= 1;
+                if !self.needed[g][v] {
+                    continue;
+                }
+                match graph.value_def[LocalValueId::new(v)] {
+                    LocalDef::Input(i) => {
+                        self.need_input(graph.value_key[LocalValueId::new(v)], &graph.input_keys[i as usize])
+                    }
+                    LocalDef::Output(op, _) => {
+                        if self.expanded[g][op.index()] {
+                            continue;
+                        }
+                        self.expanded[g].set(op.index(), true);
+                        let first = graph.value_key[graph.op_first_output[op]];
+                        self.defs.insert_if_absent(first, (g as u32, op));
+                        for &r in graph.op_input_refs(op) {
+                            match r {
+                                InputRef::Local(u) => {
+                                    // Operands come earlier: this sweep reaches them.
+                                    let u = u.index();
+                                    let needed = &mut self.needed[g];
+                                    if !needed[u] {
+                                        needed.set(u, true);
+                                        lo = lo.min(u);
+                                    }
+                                }
+                                InputRef::External(i) => match &graph.externals[i as usize] {
+                                    ValueKey::Input(k) => self.need_input(graph.external_key[i as usize], k),
+                                    ValueKey::Derived { .. } => self.need_key(graph.external_key[i as usize])?,
+                                },
+                            }
+                        }
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    fn emit(&mut self, g: usize, op: LocalOperationId) -> GraphResult<()> {
-        let graph = &*self.graphs[g];
-        let out = &mut self.out;
-        let id = out.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
-        let n_out = graph.ops[op].output_count();
-        if out.value_def.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
-            return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
-        }
-        for &r in graph.op_input_refs(op) {
-            let m = match r {
-                InputRef::Local(v) => self.local_map[g][v.index()],
-                InputRef::External(i) => self.key_map.get(graph.external_key[i as usize]),
-            };
-            out.op_inputs.push_item(m.expect("operands are materialized before their user"));
-        }
-        if !out.op_inputs.finish_list() {
-            out.op_inputs.abandon_list();
-            return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
-        }
-        // Map the graph-local role to this graph's role table.
-        let local_role = graph.op_role[op] as usize;
-        let roles = &mut self.role_map[g];
-        if roles.is_empty() {
-            roles.resize(graph.roles.len(), None);
-        }
-        let role = match roles[local_role] {
-            Some(r) => r,
-            None => {
-                let role = &graph.roles[local_role];
-                let r = match self.role_index.get(role) {
-                    Some(&r) => r,
-                    None => {
-                        let r = out.roles.len() as u32;
-                        out.roles.push(role.clone());
-                        self.role_index.insert(role.clone(), r);
-                        r
-                    }
-                };
-                roles[local_role] = Some(r);
-                r
-            }
+    /// Phase two: inputs first, then operations in key order (a topological order).
+    fn emit(self, out_ids: &[KeyId]) -> GraphResult<MaterializedGraph<Op>> {
+        let graphs = self.graphs;
+        let n_ops = self.defs.len();
+        let mut out = MaterializedGraph {
+            interner: Arc::clone(self.view.interner()),
+            value_key: IdVec::with_capacity(n_ops + self.input_list.len()),
+            value_def: IdVec::with_capacity(n_ops + self.input_list.len()),
+            ops: IdVec::with_capacity(n_ops),
+            op_key: IdVec::with_capacity(n_ops),
+            op_inputs: ListPool::with_capacity(n_ops, 2 * n_ops),
+            op_role: IdVec::with_capacity(n_ops),
+            roles: vec![OperationRole::Primary],
+            op_first_output: IdVec::with_capacity(n_ops),
+            inputs: Vec::with_capacity(self.input_list.len()),
+            input_keys: Vec::with_capacity(self.input_list.len()),
+            outputs: Vec::new(),
         };
-        out.ops.push(graph.ops[op].clone());
-        out.op_key.push(graph.op_key[op]);
-        out.op_role.push(role);
-        let first = ValueId::new(out.value_def.len());
-        out.op_first_output.push(first);
-        let first_local = graph.op_first_output[op].index();
-        for slot in 0..n_out {
-            let v = out.value_def.push(MatDef::Output(id, slot as u8));
-            let local = LocalValueId::new(first_local + slot);
-            let key = graph.value_key[local];
+        let key_space = self.view.interner().value_count();
+        let mut vid: KeyMap<ValueId> = KeyMap::with_range(0..key_space, n_ops + self.input_list.len());
+        let mut input_list = self.input_list;
+        input_list.sort_unstable_by_key(|(k, _)| *k);
+        for (i, (key, input)) in input_list.into_iter().enumerate() {
+            let v = out.value_def.push(MatDef::Input(i as u32));
             out.value_key.push(key);
-            self.key_map.insert(key, v);
-            let map = &mut self.local_map[g];
-            if map.is_empty() {
-                map.resize(graph.value_count(), None);
-            }
-            map[local.index()] = Some(v);
+            out.inputs.push(v);
+            out.input_keys.push(input);
+            vid.insert(key, v);
         }
-        Ok(())
+        let mut role_index: FxHashMap<OperationRole, u32> = FxHashMap::default();
+        role_index.insert(OperationRole::Primary, 0);
+        let mut role_map: Vec<Vec<Option<u32>>> = vec![Vec::new(); graphs.len()];
+        for (_, (g, op)) in self.defs.sorted_entries() {
+            let graph = &*graphs[g as usize];
+            let id = out.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
+            let n_out = graph.ops[op].output_count();
+            if out.value_def.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
+                return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
+            }
+            for &r in graph.op_input_refs(op) {
+                let v = vid.get(graph.input_key_id(r)).expect("operands precede their users in key order");
+                out.op_inputs.push_item(v);
+            }
+            if !out.op_inputs.finish_list() {
+                out.op_inputs.abandon_list();
+                return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
+            }
+            let local_role = graph.op_role[op] as usize;
+            let roles = &mut role_map[g as usize];
+            if roles.is_empty() {
+                roles.resize(graph.roles.len(), None);
+            }
+            let role = match roles[local_role] {
+                Some(r) => r,
+                None => {
+                    let role = &graph.roles[local_role];
+                    let r = *role_index.entry(role.clone()).or_insert_with(|| {
+                        out.roles.push(role.clone());
+                        out.roles.len() as u32 - 1
+                    });
+                    roles[local_role] = Some(r);
+                    r
+                }
+            };
+            out.ops.push(graph.ops[op].clone());
+            out.op_key.push(graph.op_key[op]);
+            out.op_role.push(role);
+            out.op_first_output.push(ValueId::new(out.value_def.len()));
+            let first_local = graph.op_first_output[op].index();
+            for slot in 0..n_out {
+                let v = out.value_def.push(MatDef::Output(id, slot as u8));
+                let key = graph.value_key[LocalValueId::new(first_local + slot)];
+                out.value_key.push(key);
+                vid.insert(key, v);
+            }
+        }
+        out.outputs = out_ids.iter().map(|&k| vid.get(k).expect("every output was marked")).collect();
+        Ok(out)
     }
 }
 

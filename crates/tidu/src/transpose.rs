@@ -23,8 +23,7 @@
 
 use std::sync::Arc;
 
-use computegraph::{GraphBuilder, KeyId, LocalValueId, OperationRole, ValueRef};
-use rustc_hash::{FxHashMap, FxHashSet};
+use computegraph::{GraphBuilder, KeyId, KeyMap, LocalValueId, OperationRole, ValueRef};
 
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearize::fresh_pass_ids;
@@ -52,7 +51,13 @@ pub fn try_linear_transpose_with<Op: Primitive>(
     let lg = &linear.graph;
     let mut builder = GraphBuilder::with_interner(Arc::clone(lg.interner()));
     builder.try_add_parent(Arc::clone(lg))?;
-    let mut env: FxHashMap<KeyId, LocalValueId> = FxHashMap::default();
+    // Cotangents by global key, dense over the linear graph's (mostly fresh) key range.
+    let key_range = {
+        let keys = (0..lg.value_count()).map(|v| lg.key_id(LocalValueId::new(v)).index());
+        let (lo, hi) = keys.fold((usize::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k + 1)));
+        lo.min(hi)..hi
+    };
+    let mut env: KeyMap<LocalValueId> = KeyMap::with_range(key_range.clone(), lg.value_count());
 
     // 1. Seeds: one cotangent input per non-zero output.
     let n_seeds = linear.tangent_outputs.iter().flatten().count() as u64;
@@ -70,9 +75,10 @@ pub fn try_linear_transpose_with<Op: Primitive>(
         accumulate::<Op>(&mut builder, &mut env, lg.key_id(*out), seed)?;
     }
 
-    // 2. Which local operations are the first copy of their key.
-    let mut seen = FxHashSet::default();
-    let first_copy: Vec<bool> = lg.operations().map(|op| seen.insert(op.key().id())).collect();
+    // 2. Which local operations are the first copy of their key (by first output key).
+    let mut seen: KeyMap<()> = KeyMap::with_range(key_range, lg.operation_count());
+    let first_copy: Vec<bool> =
+        lg.operations().map(|op| op.outputs().next().is_none_or(|v| seen.insert_if_absent(lg.key_id(v), ()))).collect();
 
     // 3. Reverse topological walk.
     let mut ct_out: Vec<Option<LocalValueId>> = Vec::new();
@@ -82,7 +88,7 @@ pub fn try_linear_transpose_with<Op: Primitive>(
             continue;
         }
         ct_out.clear();
-        ct_out.extend(op.outputs().map(|v| env.get(&lg.key_id(v)).copied()));
+        ct_out.extend(op.outputs().map(|v| env.get(lg.key_id(v))));
         if ct_out.iter().all(Option::is_none) {
             continue;
         }
@@ -128,7 +134,7 @@ pub fn try_linear_transpose_with<Op: Primitive>(
 
     // 4. Outputs: the cotangent of each input of the linear map.
     let tangent_outputs: Vec<Option<LocalValueId>> =
-        linear.tangent_inputs.iter().map(|(_, v)| env.get(&lg.key_id(*v)).copied()).collect();
+        linear.tangent_inputs.iter().map(|(_, v)| env.get(lg.key_id(*v))).collect();
     builder.try_set_outputs(tangent_outputs.iter().flatten().copied().collect())?;
     let transposed = LinearizedGraph {
         graph: Arc::new(builder.try_build()?),
@@ -143,11 +149,11 @@ pub fn try_linear_transpose_with<Op: Primitive>(
 /// Adds `ct` to the cotangent of `key`, emitting an `add()` where one already exists.
 fn accumulate<Op: Primitive>(
     builder: &mut GraphBuilder<Op>,
-    env: &mut FxHashMap<KeyId, LocalValueId>,
+    env: &mut KeyMap<LocalValueId>,
     key: KeyId,
     ct: LocalValueId,
 ) -> ADRuleResult<()> {
-    match env.get(&key).copied() {
+    match env.get(key) {
         None => {
             env.insert(key, ct);
         }

@@ -1,0 +1,132 @@
+//! [`KeyMap`]: a map keyed by [`KeyId`] that is a flat array when the keys are compact.
+//!
+//! Passes over graphs look keys up once or twice per node. Interned key ids of one graph
+//! are mostly a compact range (they are allocated in batches as graphs are built), so a
+//! dense array over that range beats hashing; when the range is much larger than the
+//! number of keys, a hash map is used instead. A dense map that meets a key outside its
+//! range turns itself into a hash map, so the choice is only ever a performance decision.
+
+use rustc_hash::FxHashMap;
+
+use crate::key::KeyId;
+
+/// A map from [`KeyId`] to `V`: dense over a key range, or hashed.
+///
+/// ```
+/// use computegraph::{KeyId, KeyMap};
+/// let mut m = KeyMap::with_range(10..20, 5);
+/// m.insert(KeyId::new(12), 'a');
+/// m.insert(KeyId::new(40), 'b'); // outside the range: the map becomes a hash map
+/// assert_eq!(m.get(KeyId::new(12)), Some('a'));
+/// assert_eq!(m.get(KeyId::new(40)), Some('b'));
+/// assert_eq!(m.get(KeyId::new(13)), None);
+/// ```
+#[derive(Clone, Debug)]
+pub struct KeyMap<V> {
+    repr: Repr<V>,
+}
+
+#[derive(Clone, Debug)]
+enum Repr<V> {
+    Dense { base: usize, slots: Vec<Option<V>>, len: usize },
+    Sparse(FxHashMap<KeyId, V>),
+}
+
+impl<V: Copy> KeyMap<V> {
+    /// A map for keys in `range`, expecting about `count` entries: dense when the range is
+    /// at most four times `count` (plus a small constant), hashed otherwise.
+    pub fn with_range(range: std::ops::Range<usize>, count: usize) -> Self {
+        let span = range.end.saturating_sub(range.start);
+        if span <= count.saturating_mul(4).saturating_add(4096) {
+            KeyMap { repr: Repr::Dense { base: range.start, slots: vec![None; span], len: 0 } }
+        } else {
+            Self::hashed(count)
+        }
+    }
+
+    /// A hashed map with room for `count` entries.
+    pub fn hashed(count: usize) -> Self {
+        KeyMap { repr: Repr::Sparse(FxHashMap::with_capacity_and_hasher(count, Default::default())) }
+    }
+
+    /// The value of `key`.
+    #[inline]
+    pub fn get(&self, key: KeyId) -> Option<V> {
+        match &self.repr {
+            Repr::Dense { base, slots, .. } => slots.get(key.index().wrapping_sub(*base)).copied().flatten(),
+            Repr::Sparse(m) => m.get(&key).copied(),
+        }
+    }
+
+    /// Whether `key` has a value.
+    #[inline]
+    pub fn contains(&self, key: KeyId) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Sets the value of `key`, returning the previous one.
+    #[inline]
+    pub fn insert(&mut self, key: KeyId, value: V) -> Option<V> {
+        if let Repr::Dense { base, slots, len } = &mut self.repr {
+            if let Some(slot) = slots.get_mut(key.index().wrapping_sub(*base)) {
+                let old = slot.replace(value);
+                *len += old.is_none() as usize;
+                return old;
+            }
+            self.make_sparse();
+        }
+        match &mut self.repr {
+            Repr::Sparse(m) => m.insert(key, value),
+            Repr::Dense { .. } => unreachable!("converted above"),
+        }
+    }
+
+    /// Sets the value of `key` unless it has one; returns whether it was inserted.
+    #[inline]
+    pub fn insert_if_absent(&mut self, key: KeyId, value: V) -> bool {
+        if self.contains(key) {
+            return false;
+        }
+        self.insert(key, value);
+        true
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::Dense { len, .. } => *len,
+            Repr::Sparse(m) => m.len(),
+        }
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The entries in increasing key order.
+    pub fn sorted_entries(&self) -> Vec<(KeyId, V)> {
+        match &self.repr {
+            Repr::Dense { base, slots, .. } => {
+                slots.iter().enumerate().filter_map(|(i, v)| v.map(|v| (KeyId::new(base + i), v))).collect()
+            }
+            Repr::Sparse(m) => {
+                let mut e: Vec<(KeyId, V)> = m.iter().map(|(k, v)| (*k, *v)).collect();
+                e.sort_unstable_by_key(|(k, _)| *k);
+                e
+            }
+        }
+    }
+
+    fn make_sparse(&mut self) {
+        if let Repr::Dense { base, slots, len } = &self.repr {
+            let mut m = FxHashMap::with_capacity_and_hasher(*len * 2, Default::default());
+            for (i, v) in slots.iter().enumerate() {
+                if let Some(v) = v {
+                    m.insert(KeyId::new(base + i), *v);
+                }
+            }
+            self.repr = Repr::Sparse(m);
+        }
+    }
+}

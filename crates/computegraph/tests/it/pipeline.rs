@@ -1,0 +1,257 @@
+//! The whole pipeline against the scalar reference, CSE exactness, verifiers, and the
+//! edge cases of outputs (one output of a multi-output op, inputs as outputs, repeated
+//! outputs, zero-input constants).
+
+use std::sync::Arc;
+
+use computegraph::{
+    EvalState, GraphBuilder, OperationRole::Primary, ValueDef, ValueKey, ValueRef::Local, compile, materialize_merge,
+    resolve,
+};
+use proptest::prelude::*;
+use scalar::spec::GraphSpec;
+use scalar::workloads::{self, Operands};
+use scalar::{ScalarKey, ScalarOp};
+
+use crate::support::{
+    assert_same, compile_checked, eval_vars, fresh, inputs_strategy, reachable_counts, same_value, spec_strategy,
+};
+
+proptest! {
+    /// Property 1 and 10: for 1-4 fragments, resolving over all fragments or only the
+    /// last (through parents), every phase verifies and evaluation equals the reference.
+    #[test]
+    fn compiled_eval_matches_reference(spec in spec_strategy(), inputs in inputs_strategy()) {
+        let inputs = &inputs[..spec.inputs as usize];
+        let expected = spec.eval_reference(inputs);
+        let interner = fresh();
+        let single = spec.build_single(&interner).unwrap();
+        single.graphs[0].verify().unwrap();
+        for fragments in 1..=4 {
+            let built = spec.build(&interner, fragments).unwrap();
+            // Structural identity does not depend on how the spec was cut into fragments.
+            prop_assert_eq!(&built.outputs, &single.outputs, "fragments = {}", fragments);
+            for g in &built.graphs {
+                g.verify().unwrap();
+            }
+            let last = Arc::clone(built.graphs.last().unwrap());
+            for view in [resolve(built.graphs.clone()), resolve(vec![last])] {
+                prop_assert_eq!(view.graphs().len(), built.graphs.len());
+                // Every derived output resolves to an operation whose key it is.
+                for key in &built.outputs {
+                    match (key, view.resolve_value(key)) {
+                        (ValueKey::Input(k), Some(ValueDef::Input(found))) => prop_assert_eq!(k, &found),
+                        (ValueKey::Derived { operation, output_slot }, Some(ValueDef::Operation { graph, operation: op, output_slot: slot })) => {
+                            prop_assert_eq!(graph.operation(op).key(), *operation);
+                            prop_assert_eq!(slot, *output_slot);
+                        }
+                        (k, d) => prop_assert!(false, "{:?} resolved to {:?}", k, d),
+                    }
+                }
+                let (m, program) = compile_checked(&view, &built.outputs);
+                for k in m.input_keys() {
+                    prop_assert!(matches!(k, ScalarKey::Var(i) if *i < spec.inputs), "{:?}", k);
+                }
+                assert_same(&eval_vars(&program, inputs), &expected);
+                // A reused evaluation state gives the same answer, twice.
+                let refs = program.bind_inputs(|k| match k {
+                    ScalarKey::Var(i) => inputs.get(*i as usize),
+                    ScalarKey::Tangent(_) => None,
+                }).unwrap();
+                let mut state = EvalState::new();
+                for _ in 0..2 {
+                    assert_same(&program.eval_with(&mut state, &mut (), &refs).unwrap(), &expected);
+                }
+            }
+        }
+    }
+
+    /// Property 2: materialize merges exactly the structurally equal operations: its
+    /// operation count is the number of nodes of `spec.dedup()` reachable from the outputs.
+    #[test]
+    fn materialize_dedups_exactly_structural_duplicates(spec in spec_strategy(), fragments in 1usize..=4) {
+        use computegraph::GraphOperation;
+        let deduped = spec.dedup();
+        let (nodes, inputs) = reachable_counts(&deduped);
+        let interner = fresh();
+        let built = spec.build(&interner, fragments).unwrap();
+        let m = materialize_merge(&resolve(built.graphs.clone()), &built.outputs);
+        prop_assert_eq!(m.operation_count(), nodes);
+        prop_assert_eq!(m.inputs().len(), inputs);
+        let values = inputs + m.operations().map(|o| o.operation().output_count()).sum::<usize>();
+        prop_assert_eq!(m.value_count(), values);
+        // No two materialized operations share a key (verify checks values; check ops too).
+        let mut keys: Vec<_> = m.operations().map(|o| o.key().id()).collect();
+        keys.sort();
+        keys.dedup();
+        prop_assert_eq!(keys.len(), nodes);
+    }
+}
+
+/// Property 10 on the benchmark shapes (larger than the proptest specs).
+#[test]
+fn verifiers_pass_on_workload_shapes() {
+    let specs: Vec<GraphSpec> = vec![
+        workloads::random_dag(3000, Operands::Window(16), 0.2, 1),
+        workloads::random_dag(3000, Operands::Uniform, 0.3, 2),
+        workloads::layered(32, 40, 3),
+        workloads::chain(2000, 4),
+    ];
+    for (n, spec) in specs.iter().enumerate() {
+        let inputs = workloads::inputs_for(spec, n as u64);
+        let expected = spec.eval_reference(&inputs);
+        let interner = fresh();
+        for fragments in [1, 3] {
+            let built = spec.build(&interner, fragments).unwrap();
+            for g in &built.graphs {
+                g.verify().unwrap();
+            }
+            let (m, program) = compile_checked(&resolve(built.graphs.clone()), &built.outputs);
+            assert_eq!(m.operation_count(), reachable_counts(&spec.dedup()).0, "spec {n}");
+            assert_same(&eval_vars(&program, &inputs), &expected);
+        }
+    }
+}
+
+/// `verify_against` can fail: a program checked against a different graph of the same
+/// size (the operands of the second operation swapped) is rejected.
+#[test]
+fn verify_against_rejects_another_graph() {
+    let interner = fresh();
+    let shape = |swap: bool| {
+        let mut b = GraphBuilder::with_interner(interner.clone());
+        let x = b.add_input(ScalarKey::var(0));
+        let y = b.add_input(ScalarKey::var(1));
+        let s = b.add_operation(ScalarOp::Add, vec![Local(x), Local(y)], Primary)[0];
+        let operands = if swap { vec![Local(x), Local(s)] } else { vec![Local(s), Local(x)] };
+        let t = b.add_operation(ScalarOp::Mul, operands, Primary)[0];
+        let g = Arc::new(b.build());
+        materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(t)])
+    };
+    let (a, b) = (shape(false), shape(true));
+    assert_eq!((a.operation_count(), a.value_count()), (b.operation_count(), b.value_count()));
+    let pa = compile(&a);
+    assert!(pa.verify_against(&a).is_ok());
+    match pa.verify_against(&b) {
+        Err(computegraph::GraphError::Invalid { phase, .. }) => assert_eq!(phase, "compiled program"),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+/// Only one output of a two-output operation is requested: the operation is kept, the
+/// other output is dead, and the value is right.
+#[test]
+fn one_output_of_sincos() {
+    let interner = fresh();
+    let mut b = GraphBuilder::with_interner(interner);
+    let x = b.add_input(ScalarKey::var(0));
+    let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
+    assert_eq!(sc.len(), 2);
+    b.set_outputs(vec![sc[1]]);
+    let g = Arc::new(b.build());
+    let cos = g.global_key(sc[1]);
+    let sin = g.global_key(sc[0]);
+    assert_ne!(cos, sin);
+    match (&sin, &cos) {
+        (ValueKey::Derived { operation: a, output_slot: 0 }, ValueKey::Derived { operation: b, output_slot: 1 }) => {
+            assert_eq!(a, b)
+        }
+        other => panic!("sincos outputs should be slots 0 and 1 of one operation: {other:?}"),
+    }
+    let view = resolve(vec![g.clone()]);
+    let x0 = 0.7f64;
+    let (m, p) = compile_checked(&view, std::slice::from_ref(&cos));
+    assert_eq!(m.operation_count(), 1);
+    assert_eq!(m.value_count(), 3);
+    assert_same(&p.eval(&mut (), &[&x0]), &[x0.cos()]);
+    // Both, in reverse order, and the cosine twice.
+    let (_, p) = compile_checked(&view, &[cos.clone(), sin.clone(), cos.clone()]);
+    assert_same(&p.eval(&mut (), &[&x0]), &[x0.cos(), x0.sin(), x0.cos()]);
+}
+
+/// Graph outputs that are inputs directly: no instruction, inputs passed through, in
+/// the requested order, repeated as requested.
+#[test]
+fn inputs_as_outputs() {
+    let interner = fresh();
+    let mut b = GraphBuilder::with_interner(interner);
+    let x = b.add_input(ScalarKey::var(0));
+    let y = b.add_input(ScalarKey::var(1));
+    b.set_outputs(vec![y, x, y]);
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = g.outputs().iter().map(|&v| g.global_key(v)).collect();
+    assert_eq!(keys[0], ValueKey::Input(ScalarKey::var(1)));
+    let (m, p) = compile_checked(&resolve(vec![g.clone()]), &keys);
+    assert_eq!(m.operation_count(), 0);
+    assert_eq!(p.instruction_count(), 0);
+    assert_eq!(m.input_keys(), &[ScalarKey::var(0), ScalarKey::var(1)], "inputs in key-interning order");
+    assert_same(&eval_vars(&p, &[2.0, -3.0]), &[-3.0, 2.0, -3.0]);
+    // Mixed: an input, a derived value reading it, the input again.
+    let mut b = GraphBuilder::with_interner(g.interner().clone());
+    let x = b.add_input(ScalarKey::var(0));
+    let n = b.add_operation(ScalarOp::Neg, vec![Local(x)], Primary)[0];
+    let g = Arc::new(b.build());
+    let keys = [g.global_key(x), g.global_key(n), g.global_key(x)];
+    let (_, p) = compile_checked(&resolve(vec![g]), &keys);
+    assert_same(&eval_vars(&p, &[5.0]), &[5.0, -5.0, 5.0]);
+}
+
+/// The same derived output requested twice (and three times, interleaved).
+#[test]
+fn same_output_requested_twice() {
+    let interner = fresh();
+    let mut b = GraphBuilder::with_interner(interner);
+    let x = b.add_input(ScalarKey::var(0));
+    let e = b.add_operation(ScalarOp::Exp, vec![Local(x)], Primary)[0];
+    let s = b.add_operation(ScalarOp::Mul, vec![Local(e), Local(x)], Primary)[0];
+    let g = Arc::new(b.build());
+    let (ke, ks) = (g.global_key(e), g.global_key(s));
+    let (m, p) = compile_checked(&resolve(vec![g]), &[ks.clone(), ke.clone(), ks.clone(), ke.clone(), ks]);
+    assert_eq!(m.operation_count(), 2);
+    assert_eq!(m.outputs()[0], m.outputs()[2]);
+    let x0 = 0.3f64;
+    let (ev, sv) = (x0.exp(), x0.exp() * x0);
+    let expected = [sv, ev, sv, ev, sv];
+    // Evaluate twice: outputs are moved out only at their last mention.
+    for _ in 0..2 {
+        assert_same(&p.eval(&mut (), &[&x0]), &expected);
+    }
+}
+
+/// Zero-input constants: a program with no inputs; equal constants merge; `0.0` and
+/// `-0.0` (and NaN) are distinct constants by bits.
+#[test]
+fn zero_input_constants() {
+    let interner = fresh();
+    let mut b = GraphBuilder::with_interner(interner);
+    let c1 = b.add_operation(ScalarOp::constant(1.5), vec![], Primary)[0];
+    let c2 = b.add_operation(ScalarOp::constant(1.5), vec![], Primary)[0];
+    let z = b.add_operation(ScalarOp::constant(0.0), vec![], Primary)[0];
+    let nz = b.add_operation(ScalarOp::constant(-0.0), vec![], Primary)[0];
+    let nan = b.add_operation(ScalarOp::constant(f64::NAN), vec![], Primary)[0];
+    let sum = b.add_operation(ScalarOp::Add, vec![Local(c1), Local(c2)], Primary)[0];
+    let g = Arc::new(b.build());
+    assert_eq!(g.global_key(c1), g.global_key(c2));
+    assert_ne!(g.global_key(z), g.global_key(nz));
+    let keys: Vec<_> = [sum, z, nz, c2, nan].iter().map(|&v| g.global_key(v)).collect();
+    let (m, p) = compile_checked(&resolve(vec![g]), &keys);
+    assert_eq!(m.operation_count(), 5, "const 1.5 merged: const 1.5, add, 0, -0, NaN");
+    assert!(m.inputs().is_empty());
+    assert!(p.input_keys().is_empty());
+    let out = p.eval(&mut (), &[]);
+    assert_same(&out, &[3.0, 0.0, -0.0, 1.5, f64::NAN]);
+    assert!(same_value(out[2], -0.0) && !same_value(out[2], 0.0));
+}
+
+/// An empty output list gives an empty program that still evaluates.
+#[test]
+fn no_outputs() {
+    let interner = fresh();
+    let mut b = GraphBuilder::with_interner(interner);
+    let x = b.add_input(ScalarKey::var(0));
+    b.add_operation(ScalarOp::Neg, vec![Local(x)], Primary);
+    let g = Arc::new(b.build());
+    let (m, p) = compile_checked(&resolve(vec![g]), &[]);
+    assert_eq!((m.operation_count(), m.value_count()), (0, 0));
+    assert_eq!(p.eval(&mut (), &[]), Vec::<f64>::new());
+}
