@@ -516,15 +516,17 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if g.externals.len() + inputs.len() > u32::MAX as usize {
             return Err(GraphError::IdSpaceExhausted { space: "external reference" });
         }
-        let role_id = match self.role_index.get(role) {
-            Some(&r) => r,
-            None if *role == OperationRole::Primary => 0,
-            None => {
-                let r = g.roles.len() as u32;
-                g.roles.push(role.clone());
-                self.role_index.insert(role.clone(), r);
-                r
-            }
+        let role_id = match role {
+            OperationRole::Primary => 0,
+            _ => match self.role_index.get(role) {
+                Some(&r) => r,
+                None => {
+                    let r = g.roles.len() as u32;
+                    g.roles.push(role.clone());
+                    self.role_index.insert(role.clone(), r);
+                    r
+                }
+            },
         };
         for r in inputs {
             let stored = match r {

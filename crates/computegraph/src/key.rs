@@ -346,17 +346,21 @@ impl<Op: GraphOperation> InternerState<Op> {
     ) -> GraphResult<OperationKey<Op>> {
         let h32 = hash_op(op, inputs, role);
         let hash = table_hash(h32);
-        {
-            let ops = &self.ops;
-            let pool = &self.op_inputs;
-            let roles = &self.op_role;
-            if let Some(&id) = self
-                .op_table
-                .find(hash, |&id| ops[id] == *op && roles[id.index()] == role && pool.get(id.index()) == inputs)
-            {
+        // One probe finds the key or the slot for it.
+        let (ops, pool, roles, hashes) = (&self.ops, &self.op_inputs, &self.op_role, &self.op_hash);
+        let vacant = match self.op_table.entry(
+            hash,
+            |&id| {
+                hashes[id.index()] == h32 && roles[id.index()] == role && ops[id] == *op && pool.get(id.index()) == inputs
+            },
+            |&id| table_hash(hashes[id.index()]),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(e) => {
+                let id = *e.get();
                 return Ok(self.op_key(id, interner));
             }
-        }
+            hashbrown::hash_table::Entry::Vacant(e) => e,
+        };
         let n_out = op.output_count();
         if n_out > 256 {
             return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs: n_out });
@@ -373,6 +377,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.op_inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
         }
+        vacant.insert(id);
         self.ops.push(op.clone());
         self.op_role.push(role);
         self.op_hash.push(h32);
@@ -380,8 +385,6 @@ impl<Op: GraphOperation> InternerState<Op> {
         for slot in 0..n_out {
             self.values.push(KeyDef::Derived(id, slot as u8));
         }
-        let hashes = &self.op_hash;
-        self.op_table.insert_unique(hash, id, |&id| table_hash(hashes[id.index()]));
         Ok(self.op_key(id, interner))
     }
 

@@ -150,7 +150,7 @@ impl GraphOperation for ScalarOp {
 }
 
 impl EvaluableGraphOperation for ScalarOp {
-    #[inline]
+    #[inline(always)]
     fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Vec<f64>) {
         match *self {
             ScalarOp::Add => out.push(x[0] + x[1]),
