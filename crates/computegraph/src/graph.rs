@@ -700,6 +700,20 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     }
 }
 
+/// Drops parent chains iteratively: a graph that holds the last reference to its parent
+/// takes the parent's parents before the parent is dropped, so a chain of any length is
+/// freed without recursion (and so without overflowing the stack).
+impl<Op: GraphOperation> Drop for Graph<Op> {
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.parents);
+        while let Some(parent) = stack.pop() {
+            if let Some(mut g) = Arc::into_inner(parent) {
+                stack.append(&mut g.parents);
+            }
+        }
+    }
+}
+
 impl<Op: GraphOperation> fmt::Debug for Graph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Graph")
