@@ -18,6 +18,8 @@ use crate::support::{
 };
 
 proptest! {
+    #![proptest_config(crate::support::proptest_config())]
+
     /// Property 1 and 10: for 1-4 fragments, resolving over all fragments or only the
     /// last (through parents), every phase verifies and evaluation equals the reference.
     #[test]

@@ -1,0 +1,23 @@
+//! Integration tests of `computegraph`: one test binary, one module per concern.
+//!
+//! - `pipeline`: build → resolve → materialize → compile → eval against the scalar
+//!   reference (`GraphSpec::eval_reference`), CSE exactness, verifiers, edge cases;
+//! - `interner`: the key interner against a `HashMap` model;
+//! - `errors`: every user-reachable `GraphError`, one test per variant and site;
+//! - `deep`: a 10^6-deep chain through every phase on a 256 KiB stack;
+//! - `threads`: one interner and one compile cache shared by many threads;
+//! - `dump`: text dumps written by hand, DOT output parsed;
+//! - `cache`: hits, misses, LRU eviction, stale handles, canonical-form keys.
+//!
+//! Expected values always come from an independent reference (the spec evaluator, a
+//! model, or hand derivation from the documented semantics), never from running the
+//! code under test.
+
+mod cache;
+mod deep;
+mod dump;
+mod errors;
+mod interner;
+mod pipeline;
+mod support;
+mod threads;
