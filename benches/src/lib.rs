@@ -18,8 +18,6 @@ use computegraph::{CompiledProgram, GraphOperation, KeyInterner, MaterializedGra
 use rustc_hash::FxBuildHasher;
 use scalar::spec::{BuiltSpec, GraphSpec};
 use scalar::workloads::{self, Operands};
-
-pub mod generate;
 use scalar::{ScalarKey, ScalarOp};
 
 /// Seed of every generated spec.
@@ -93,16 +91,15 @@ impl Shape {
     }
 
     /// The spec of this shape with about `n` nodes (exactly `n` except for layered shapes,
-    /// which round down to a multiple of their fixed dimension): the `scalar::workloads`
-    /// spec, made by its linear-time twin in [`generate`].
+    /// which round down to a multiple of their fixed dimension) (`scalar::workloads`).
     pub fn spec(self, n: usize) -> GraphSpec {
         match self {
-            Shape::Window => generate::random_dag(n, Operands::Window(1024), 0.3, SPEC_SEED),
-            Shape::Uniform => generate::random_dag(n, Operands::Uniform, 0.3, SPEC_SEED),
-            Shape::Chain => generate::chain(n, SPEC_SEED),
+            Shape::Window => workloads::random_dag(n, Operands::Window(1024), 0.3, SPEC_SEED),
+            Shape::Uniform => workloads::random_dag(n, Operands::Uniform, 0.3, SPEC_SEED),
+            Shape::Chain => workloads::chain(n, SPEC_SEED),
             Shape::LayeredWide | Shape::LayeredDeep => {
                 let (w, d) = self.layered_dims(n);
-                generate::layered(w, d, SPEC_SEED)
+                workloads::layered(w, d, SPEC_SEED)
             }
         }
     }
@@ -238,17 +235,18 @@ pub fn prune(spec: &GraphSpec) -> GraphSpec {
     for (i, slot) in remap.iter_mut().enumerate().take(spec.inputs as usize) {
         *slot = i as u32;
     }
-    // Written column by column: `GraphSpec::push` recounts values on every call.
-    let mut next = spec.inputs;
+    let mut args = [0u32; 2];
     for (i, op) in spec.ops.iter().enumerate() {
         if !keep[i] {
             continue;
         }
-        out.ops.push(*op);
-        out.args.extend(spec.args[first_arg[i]..first_arg[i] + op.input_count()].iter().map(|&x| remap[x as usize]));
+        let n = op.input_count();
+        for (a, &x) in args.iter_mut().zip(&spec.args[first_arg[i]..first_arg[i] + n]) {
+            *a = remap[x as usize];
+        }
+        let first = out.push(*op, &args[..n]);
         for s in 0..op.output_count() {
-            remap[first_value[i] + s] = next;
-            next += 1;
+            remap[first_value[i] + s] = first + s as u32;
         }
     }
     out.outputs = spec.outputs.iter().map(|&o| remap[o as usize]).collect();
@@ -258,7 +256,7 @@ pub fn prune(spec: &GraphSpec) -> GraphSpec {
 /// The nodes the evaluation baselines run: the spec hash-consed and pruned, i.e. the same
 /// operations as our materialized graph.
 pub fn baseline_spec(spec: &GraphSpec) -> GraphSpec {
-    prune(&generate::dedup(spec))
+    prune(&spec.dedup())
 }
 
 #[repr(u8)]

@@ -1,0 +1,186 @@
+//! Criterion benches of the pipeline phases, one group per phase, ours beside the
+//! baselines, each over every [`Shape`] and size (`BENCHMARKS.md` section A).
+//!
+//! | group | ours | baselines |
+//! |---|---|---|
+//! | `build` | `build_single` on a fresh interner (interning included) | `fx_hashcons`: hashbrown + Fx `(op, a, b) -> u32` |
+//! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
+//! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
+//! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn` |
+//!
+//! Ids read `<group>/<shape>/<impl>/<size>`; throughput is per node of the original spec.
+//!
+//! Sizes: 10^4, 10^5 and 10^6 by default; `CG_BENCH_SIZES` (comma-separated, `_` and
+//! `1e7` forms accepted) overrides, e.g. `CG_BENCH_SIZES=10000000 cargo bench -p benches
+//! --bench pipeline -- eval/window`. In test mode (`cargo bench -- --test`, or `cargo test
+//! --benches`) the default is 10^4 only, so CI (which also sets `CG_BENCH_SIZES=10000`)
+//! finishes in seconds. Inputs are generated lazily, so a filter skips their setup.
+//!
+//! Timing setup: 10 samples, flat sampling and 2 s measurement for sizes from 10^6 on;
+//! outputs of build/materialize/compile are dropped outside the timed region.
+
+use std::cell::OnceCell;
+use std::hint::black_box;
+use std::time::Duration;
+
+use benches::{
+    BoxedProgram, FlatProgram, Shape, Workload, baseline_spec, bind_inputs, build, hashcons, materialize, prune,
+};
+use computegraph::{EvalState, compile};
+use criterion::measurement::WallTime;
+use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
+
+const DEFAULT_SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
+
+fn parse_size(s: &str) -> usize {
+    let s = s.trim().replace('_', "");
+    s.parse::<usize>()
+        .ok()
+        .or_else(|| s.parse::<f64>().ok().filter(|x| *x >= 1.0 && x.fract() == 0.0).map(|x| x as usize))
+        .unwrap_or_else(|| panic!("CG_BENCH_SIZES: `{s}` is not a size"))
+}
+
+/// Mirrors criterion's own rule: test mode under `--test`, or when run without `--bench`.
+fn test_mode() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().any(|a| a == "--test") || !args.iter().any(|a| a == "--bench")
+}
+
+fn sizes() -> Vec<usize> {
+    match std::env::var("CG_BENCH_SIZES") {
+        Ok(v) if !v.trim().is_empty() => v.split(',').filter(|s| !s.trim().is_empty()).map(parse_size).collect(),
+        _ if test_mode() => vec![DEFAULT_SIZES[0]],
+        _ => DEFAULT_SIZES.to_vec(),
+    }
+}
+
+fn configure(g: &mut BenchmarkGroup<'_, WallTime>, shape: Shape, n: usize) {
+    g.throughput(Throughput::Elements(shape.node_count(n) as u64));
+    g.sample_size(10);
+    if n >= 1_000_000 {
+        g.sampling_mode(SamplingMode::Flat);
+        g.warm_up_time(Duration::from_millis(200));
+        g.measurement_time(Duration::from_secs(2));
+    } else {
+        g.sampling_mode(SamplingMode::Auto);
+        g.warm_up_time(Duration::from_millis(300));
+        g.measurement_time(Duration::from_secs(1));
+    }
+}
+
+fn id(shape: Shape, who: &str, n: usize) -> BenchmarkId {
+    BenchmarkId::new(format!("{}/{who}", shape.name()), n)
+}
+
+fn bench_build(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("build");
+    for shape in Shape::ALL {
+        for &n in sizes {
+            configure(&mut g, shape, n);
+            let w = OnceCell::new();
+            let w = || w.get_or_init(|| Workload::new(shape, n));
+            g.bench_function(id(shape, "ours", n), |b| {
+                let w = w();
+                b.iter_batched(|| (), |()| build(&w.spec), BatchSize::PerIteration)
+            });
+            g.bench_function(id(shape, "fx_hashcons", n), |b| {
+                let w = w();
+                b.iter_batched(|| (), |()| hashcons(&w.spec), BatchSize::PerIteration)
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_resolve_materialize(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("resolve_materialize");
+    for shape in Shape::ALL {
+        for &n in sizes {
+            configure(&mut g, shape, n);
+            let w = OnceCell::new();
+            let w = || w.get_or_init(|| Workload::new(shape, n));
+            let deduped = OnceCell::new();
+            // A fresh graph per iteration: the graph's key index is built lazily on the
+            // first lookup, and a one-shot pipeline pays for it.
+            g.bench_function(id(shape, "ours", n), |b| {
+                let w = w();
+                b.iter_batched_ref(|| build(&w.spec), |built| materialize(built), BatchSize::PerIteration)
+            });
+            g.bench_function(id(shape, "prune", n), |b| {
+                let d = deduped.get_or_init(|| w().spec.dedup());
+                b.iter_batched(|| (), |()| prune(d), BatchSize::PerIteration)
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_compile(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("compile");
+    for shape in Shape::ALL {
+        for &n in sizes {
+            configure(&mut g, shape, n);
+            let w = OnceCell::new();
+            let w = || w.get_or_init(|| Workload::new(shape, n));
+            let flat_graph = OnceCell::new();
+            let base = OnceCell::new();
+            g.bench_function(id(shape, "ours", n), |b| {
+                let m = flat_graph.get_or_init(|| materialize(&build(&w().spec)));
+                b.iter_batched(|| (), |()| compile(m), BatchSize::PerIteration)
+            });
+            g.bench_function(id(shape, "flat_lower", n), |b| {
+                let s = base.get_or_init(|| baseline_spec(&w().spec));
+                b.iter_batched(|| (), |()| FlatProgram::new(s), BatchSize::PerIteration)
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("eval");
+    for shape in Shape::ALL {
+        for &n in sizes {
+            configure(&mut g, shape, n);
+            let w = OnceCell::new();
+            let w = || w.get_or_init(|| Workload::new(shape, n));
+            let base = OnceCell::new();
+            let base = || base.get_or_init(|| baseline_spec(&w().spec));
+            let ours = OnceCell::new();
+            let flat = OnceCell::new();
+            let boxed = OnceCell::new();
+            // Scratch lives across criterion's calls of each closure (warm-up, samples).
+            let mut state = EvalState::new();
+            let mut flat_values = Vec::new();
+            let mut boxed_values = Vec::new();
+            g.bench_function(id(shape, "ours", n), |b| {
+                let w = w();
+                let p = ours.get_or_init(|| compile(&materialize(&build(&w.spec))));
+                let inputs = bind_inputs(p, &w.inputs);
+                b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+            });
+            g.bench_function(id(shape, "flat_soa", n), |b| {
+                let p = flat.get_or_init(|| FlatProgram::new(base()));
+                let inputs = &w().inputs;
+                b.iter(|| p.eval(&mut flat_values, black_box(inputs)))
+            });
+            g.bench_function(id(shape, "boxed_dyn_fn", n), |b| {
+                let p = boxed.get_or_init(|| BoxedProgram::new(base()));
+                let inputs = &w().inputs;
+                b.iter(|| p.eval(&mut boxed_values, black_box(inputs)))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn main() {
+    let sizes = sizes();
+    eprintln!("pipeline benches: sizes {sizes:?} (override with CG_BENCH_SIZES=n1,n2,...)");
+    let mut c = Criterion::default().configure_from_args();
+    bench_build(&mut c, &sizes);
+    bench_resolve_materialize(&mut c, &sizes);
+    bench_compile(&mut c, &sizes);
+    bench_eval(&mut c, &sizes);
+    c.final_summary();
+}
