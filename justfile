@@ -19,3 +19,7 @@ bench:
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
+
+# Run one fuzz target (nightly + `cargo install cargo-fuzz`): `just fuzz pipeline 60`.
+fuzz target seconds="60":
+    cd fuzz && cargo +nightly fuzz run {{target}} corpus/{{target}} seeds/{{target}} -- -max_total_time={{seconds}}

@@ -209,3 +209,35 @@ impl GraphSpec {
         out
     }
 }
+
+impl GraphSpec {
+    /// Decodes arbitrary bytes into a valid spec (for fuzzing): the first byte picks 1 to 4
+    /// inputs, then every two bytes add a node (operation, then operand choices drawn from
+    /// the earlier values, most recent first), and the last values become the outputs.
+    /// Every byte string decodes; equal bytes give equal specs.
+    pub fn from_bytes(data: &[u8]) -> GraphSpec {
+        let mut it = data.iter().copied();
+        let inputs = 1 + it.next().unwrap_or(0) as u32 % 4;
+        let mut spec = GraphSpec { inputs, ..Default::default() };
+        while let (Some(o), Some(a)) = (it.next(), it.next()) {
+            let op = match o % 16 {
+                0..=3 => ScalarOp::Add,
+                4..=7 => ScalarOp::Mul,
+                8 | 9 => ScalarOp::Neg,
+                10 => ScalarOp::Exp,
+                11 => ScalarOp::Sin,
+                12 => ScalarOp::Cos,
+                13 => ScalarOp::SinCos,
+                _ => ScalarOp::constant(f64::from(o >> 4) * 0.25 - 1.0),
+            };
+            let n = spec.value_count() as u32;
+            let pick = |b: u8| n - 1 - (b as u32 % n.min(16));
+            let args = [pick(a), pick(a.rotate_left(4) ^ o)];
+            spec.push(op, &args[..op.input_count()]);
+        }
+        let n = spec.value_count() as u32;
+        let outputs = 1 + data.len() as u32 % 3;
+        spec.outputs = (0..outputs.min(n)).map(|k| n - 1 - k).collect();
+        spec
+    }
+}

@@ -1,0 +1,31 @@
+//! build → resolve → materialize_merge → compile → eval equals the plain reference
+//! evaluator, for specs split into one to four fragments.
+#![no_main]
+
+use computegraph::{KeyInterner, compile, materialize_merge, resolve};
+use libfuzzer_sys::fuzz_target;
+use scalar::ScalarKey;
+use scalar::spec::GraphSpec;
+
+fuzz_target!(|data: &[u8]| {
+    let spec = GraphSpec::from_bytes(data);
+    let fragments = 1 + data.first().map_or(0, |b| (b >> 2) as usize % 4);
+    let inputs: Vec<f64> = (0..spec.inputs).map(|i| 0.5 + 0.25 * i as f64).collect();
+    let want = spec.eval_reference(&inputs);
+    let built = spec.build(&KeyInterner::new(), fragments).expect("valid specs build");
+    let flat = materialize_merge(&resolve(built.graphs.clone()), &built.outputs);
+    flat.verify().expect("materialized graph verifies");
+    let program = compile(&flat);
+    program.verify_against(&flat).expect("program verifies");
+    let refs = program
+        .bind_inputs(|k| match k {
+            ScalarKey::Var(i) => inputs.get(*i as usize),
+            _ => None,
+        })
+        .expect("inputs bind");
+    let got = program.eval(&mut (), &refs);
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{g} != {w}");
+    }
+});

@@ -1,0 +1,57 @@
+//! linearize agrees with central finite differences, and linear_transpose satisfies the
+//! dot-product identity ⟨c, J t⟩ = ⟨Jᵀ c, t⟩, on graphs decoded from the input.
+#![no_main]
+
+use std::collections::HashMap;
+
+use computegraph::{KeyInterner, resolve};
+use libfuzzer_sys::fuzz_target;
+use scalar::ScalarKey;
+use scalar::spec::GraphSpec;
+use tidu::{DerivativeProgram, linear_transpose, linearize};
+
+fuzz_target!(|data: &[u8]| {
+    let mut spec = GraphSpec::from_bytes(data);
+    spec.outputs.truncate(1);
+    if spec.ops.len() > 40 {
+        return; // keep values tame: long products and exponentials overflow
+    }
+    let x: Vec<f64> = (0..spec.inputs).map(|i| 0.4 + 0.3 * i as f64).collect();
+    let t: Vec<f64> = (0..spec.inputs).map(|i| if i % 2 == 0 { 1.0 } else { -0.5 }).collect();
+    // Finite differences are only meaningful where every intermediate value is tame
+    // (exp of exp, say, makes the curvature astronomically large).
+    let mut all = spec.clone();
+    all.outputs = (0..spec.value_count() as u32).collect();
+    if !all.eval_reference(&x).iter().all(|v| v.is_finite() && v.abs() < 20.0) {
+        return;
+    }
+    let built = spec.build(&KeyInterner::new(), 1).expect("valid specs build");
+    let wrt: Vec<ScalarKey> = (0..spec.inputs).map(ScalarKey::var).collect();
+    let lin = linearize(&resolve(built.graphs.clone()), &built.outputs, &wrt);
+    let mut values: HashMap<ScalarKey, f64> = wrt.iter().cloned().zip(x.iter().copied()).collect();
+    for ((k, _), tv) in lin.tangent_inputs().iter().zip(&t) {
+        values.insert(k.clone(), *tv);
+    }
+    let jt = DerivativeProgram::new(&lin).unwrap().eval(&mut (), |k| values.get(k)).unwrap()[0].unwrap_or(0.0);
+
+    // Central difference along t.
+    let h = 1e-6;
+    let shifted = |s: f64| -> f64 {
+        let xs: Vec<f64> = x.iter().zip(&t).map(|(a, b)| a + s * b).collect();
+        spec.eval_reference(&xs)[0]
+    };
+    let fd = (shifted(h) - shifted(-h)) / (2.0 * h);
+    if fd.is_finite() && jt.is_finite() {
+        assert!((fd - jt).abs() <= 1e-5 + 1e-3 * fd.abs().max(jt.abs()), "JVP {jt} vs finite difference {fd}");
+    }
+
+    // Dot-product identity with c = 0.75.
+    let tr = linear_transpose(&lin);
+    if let Some((seed, _)) = tr.tangent_inputs().first() {
+        values.insert(seed.clone(), 0.75);
+        let ct = DerivativeProgram::new(&tr).unwrap().eval(&mut (), |k| values.get(k)).unwrap();
+        let lhs = 0.75 * jt;
+        let rhs: f64 = ct.iter().zip(&t).map(|(c, tv)| c.unwrap_or(0.0) * tv).sum();
+        assert!((lhs - rhs).abs() <= 1e-9 * (1.0 + lhs.abs()), "⟨c, Jt⟩ = {lhs} but ⟨Jᵀc, t⟩ = {rhs}");
+    }
+});
