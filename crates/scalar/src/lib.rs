@@ -14,6 +14,7 @@ use std::sync::Arc;
 use computegraph::{EvaluableGraphOperation, GraphOperation};
 
 mod ad;
+pub mod complex;
 pub mod spec;
 pub mod workloads;
 

@@ -25,6 +25,8 @@ mod error;
 mod linearize;
 mod linearized;
 mod primitive;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod transpose;
 
 pub use api::{DerivativeProgram, grad, hvp, jvp, vjp};

@@ -1,6 +1,10 @@
 //! Integration tests of `tidu` over the scalar reference set.
 
+mod checker;
+mod complex;
+mod deep;
 mod pipelines;
+mod properties;
 mod support;
 mod transforms;
 mod worked_example;
