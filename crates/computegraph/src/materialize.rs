@@ -307,7 +307,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             pending: vec![None; graphs.len()],
             queue: Vec::new(),
             external_seen: KeyMap::with_range(0..key_space, local_values),
-            inputs: KeyMap::with_range(0..key_space, local_values),
+            inputs: KeyMap::hashed(64),
             input_list: Vec::new(),
             defs: KeyMap::with_range(0..key_space, local_values),
         }

@@ -1,0 +1,45 @@
+//! Times one phase in isolation (for profiling): `phasebench NODES SHAPE PHASE`.
+use computegraph::{EvalState, KeyInterner, compile, materialize_merge, resolve};
+use scalar::workloads::{self, Operands};
+use std::time::Instant;
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let n: usize = a.get(1).map(|s| s.parse().unwrap()).unwrap_or(1_000_000);
+    let shape = a.get(2).cloned().unwrap_or("window".into());
+    let phase = a.get(3).cloned().unwrap_or("all".into());
+    let spec = match shape.as_str() {
+        "chain" => workloads::chain(n, 1),
+        "uniform" => workloads::random_dag(n, Operands::Uniform, 0.3, 1),
+        "layered" => workloads::layered(1000, n / 1000, 1),
+        _ => workloads::random_dag(n, Operands::Window(1024), 0.3, 1),
+    };
+    let inputs = workloads::inputs_for(&spec, 7);
+    let mut best = [f64::MAX; 5];
+    for _ in 0..5 {
+        let t = Instant::now();
+        let d = if phase == "buildonly" { Default::default() } else { spec.dedup() };
+        best[4] = best[4].min(t.elapsed().as_secs_f64());
+        std::hint::black_box(d);
+        let interner = KeyInterner::new();
+        let t = Instant::now();
+        let built = spec.build_single(&interner).unwrap();
+        best[0] = best[0].min(t.elapsed().as_secs_f64());
+        if phase.starts_with("build") { continue; }
+        let view = resolve(built.graphs.clone());
+        let t = Instant::now();
+        let flat = materialize_merge(&view, &built.outputs);
+        best[1] = best[1].min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let program = compile(&flat);
+        best[2] = best[2].min(t.elapsed().as_secs_f64());
+        let refs = program.bind_inputs(|k| match k { scalar::ScalarKey::Var(i) => inputs.get(*i as usize), _ => None }).unwrap();
+        let mut st = EvalState::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let _ = program.eval_with(&mut st, &mut (), &refs).unwrap();
+            best[3] = best[3].min(t.elapsed().as_secs_f64());
+        }
+    }
+    let p = |x: f64| x * 1e9 / n as f64;
+    println!("min ns/node: dedup-baseline {:.1} build {:.1} materialize {:.1} compile {:.1} eval {:.2}", p(best[4]), p(best[0]), p(best[1]), p(best[2]), p(best[3]));
+}
