@@ -24,7 +24,9 @@ fn main() {
         let t = Instant::now();
         let built = spec.build_single(&interner).unwrap();
         best[0] = best[0].min(t.elapsed().as_secs_f64());
-        if phase.starts_with("build") { continue; }
+        if phase.starts_with("build") {
+            continue;
+        }
         let view = resolve(built.graphs.clone());
         let t = Instant::now();
         let flat = materialize_merge(&view, &built.outputs);
@@ -32,7 +34,12 @@ fn main() {
         let t = Instant::now();
         let program = compile(&flat);
         best[2] = best[2].min(t.elapsed().as_secs_f64());
-        let refs = program.bind_inputs(|k| match k { scalar::ScalarKey::Var(i) => inputs.get(*i as usize), _ => None }).unwrap();
+        let refs = program
+            .bind_inputs(|k| match k {
+                scalar::ScalarKey::Var(i) => inputs.get(*i as usize),
+                _ => None,
+            })
+            .unwrap();
         let mut st = EvalState::new();
         for _ in 0..5 {
             let t = Instant::now();
@@ -41,5 +48,12 @@ fn main() {
         }
     }
     let p = |x: f64| x * 1e9 / n as f64;
-    println!("min ns/node: dedup-baseline {:.1} build {:.1} materialize {:.1} compile {:.1} eval {:.2}", p(best[4]), p(best[0]), p(best[1]), p(best[2]), p(best[3]));
+    println!(
+        "min ns/node: dedup-baseline {:.1} build {:.1} materialize {:.1} compile {:.1} eval {:.2}",
+        p(best[4]),
+        p(best[0]),
+        p(best[1]),
+        p(best[2]),
+        p(best[3])
+    );
 }

@@ -626,21 +626,56 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let mut role_ids: Vec<Option<u32>> = vec![None; g.roles.len()];
         let mut inputs: Vec<KeyId> = Vec::new();
+        // Software pipelining: while interning operation `i`, hash operation `i + AHEAD`
+        // (when its operands already have keys) and prefetch its table slot, so the
+        // table's cache misses overlap instead of queueing. Hashes computed ahead are kept.
+        // Operands without keys yet are predicted: if every pending value before them gets a
+        // fresh key, local and key ids advance in step. A hash made from a prediction is
+        // only a prefetch; it is recomputed when the operation is interned.
+        const AHEAD: usize = 8;
+        let mut ahead: [(usize, u32, bool); AHEAD] = [(usize::MAX, 0, false); AHEAD];
+        let mut scratch: Vec<KeyId> = Vec::new();
         // Interns local operation `op` (whose operands are all interned already).
         let mut intern_local = |g: &mut Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
             debug_assert_eq!(g.op_key.len(), op.index());
-            inputs.clear();
-            inputs.extend(g.op_inputs.get(op.index()).iter().map(|&r| g.input_key_id(r)));
-            let local_role = g.op_role[op] as usize;
-            let role = match role_ids[local_role] {
-                Some(r) => r,
-                None => {
-                    let r = s.intern_role(&g.roles[local_role])?;
-                    role_ids[local_role] = Some(r);
-                    r
+            let mut role_of = |g: &Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
+                let local_role = g.op_role[op] as usize;
+                match role_ids[local_role] {
+                    Some(r) => Ok(r),
+                    None => {
+                        let r = s.intern_role(&g.roles[local_role])?;
+                        role_ids[local_role] = Some(r);
+                        Ok::<u32, GraphError>(r)
+                    }
                 }
             };
-            let key = s.intern_op(&g.ops[op], &inputs, role, interner_id)?;
+            let next = op.index() + AHEAD;
+            if next < g.ops.len() {
+                let next_op = LocalOperationId::new(next);
+                let known = g.value_key.len();
+                let next_key = s.values.len();
+                let mut predicted = false;
+                scratch.clear();
+                scratch.extend(g.op_inputs.get(next).iter().map(|&r| match r {
+                    InputRef::Local(l) if l.index() >= known => {
+                        predicted = true;
+                        KeyId::new(next_key + (l.index() - known))
+                    }
+                    r => g.input_key_id(r),
+                }));
+                let role = role_of(g, s, next_op)?;
+                let h = crate::key::op_hash(&g.ops[next_op], &scratch, role);
+                s.prefetch_op(h);
+                ahead[next % AHEAD] = (next, h, predicted);
+            }
+            inputs.clear();
+            inputs.extend(g.op_inputs.get(op.index()).iter().map(|&r| g.input_key_id(r)));
+            let role = role_of(g, s, op)?;
+            let operation = &g.ops[op];
+            let key = match ahead[op.index() % AHEAD] {
+                (i, h, false) if i == op.index() => s.intern_op_hashed(operation, &inputs, role, h, interner_id)?,
+                _ => s.intern_op(operation, &inputs, role, interner_id)?,
+            };
             g.op_key.push(key.id());
             for slot in 0..key.output_count() {
                 g.value_key.push(key.output_key_id(slot as u8).expect("slot in range"));

@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
+
+use crate::optable::{OpTable, Probe};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::error::{GraphError, GraphResult};
@@ -241,7 +243,7 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     op_first_output: Vec<KeyId>,
     /// Each operation's 32-bit structural hash, so the table rehashes without rehashing keys.
     op_hash: Vec<u32>,
-    op_table: HashTable<OperationKeyId>,
+    op_table: OpTable,
     roles: Vec<OperationRole>,
     role_table: FxHashMap<OperationRole, u32>,
 }
@@ -251,6 +253,11 @@ fn hash_input<K: Hash>(k: &K) -> u64 {
 }
 
 /// A 32-bit structural hash of an operation application (stored per operation).
+pub(crate) fn op_hash<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
+    hash_op(op, inputs, role)
+}
+
+#[inline]
 fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
     let mut h = FxBuildHasher.build_hasher();
     op.hash(&mut h);
@@ -260,12 +267,6 @@ fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
     h.write_u32(role);
     let x = h.finish();
     (x ^ (x >> 32)) as u32
-}
-
-/// Spreads a stored 32-bit hash over 64 bits (hashbrown reads the top bits as tags).
-#[inline]
-fn table_hash(h: u32) -> u64 {
-    (h as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl<Op: GraphOperation> InternerState<Op> {
@@ -282,7 +283,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             op_role: Vec::new(),
             op_first_output: Vec::new(),
             op_hash: Vec::new(),
-            op_table: HashTable::new(),
+            op_table: OpTable::default(),
             roles: vec![OperationRole::Primary],
             role_table,
         }
@@ -311,8 +312,7 @@ impl<Op: GraphOperation> InternerState<Op> {
 
     /// Makes room for `ops` more operations and `values` more value keys.
     pub(crate) fn reserve(&mut self, ops: usize, values: usize) {
-        let hashes = &self.op_hash;
-        self.op_table.reserve(ops, |&id| table_hash(hashes[id.index()]));
+        self.op_table.reserve(ops);
         self.ops.reserve(ops);
         self.op_role.reserve(ops);
         self.op_hash.reserve(ops);
@@ -344,22 +344,27 @@ impl<Op: GraphOperation> InternerState<Op> {
         role: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
-        let h32 = hash_op(op, inputs, role);
-        let hash = table_hash(h32);
+        self.intern_op_hashed(op, inputs, role, hash_op(op, inputs, role), interner)
+    }
+
+    /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]).
+    pub(crate) fn intern_op_hashed(
+        &mut self,
+        op: &Op,
+        inputs: &[KeyId],
+        role: u32,
+        h32: u32,
+        interner: u32,
+    ) -> GraphResult<OperationKey<Op>> {
+        debug_assert_eq!(h32, hash_op(op, inputs, role));
         // One probe finds the key or the slot for it.
-        let (ops, pool, roles, hashes) = (&self.ops, &self.op_inputs, &self.op_role, &self.op_hash);
-        let vacant = match self.op_table.entry(
-            hash,
-            |&id| {
-                hashes[id.index()] == h32 && roles[id.index()] == role && ops[id] == *op && pool.get(id.index()) == inputs
-            },
-            |&id| table_hash(hashes[id.index()]),
-        ) {
-            hashbrown::hash_table::Entry::Occupied(e) => {
-                let id = *e.get();
-                return Ok(self.op_key(id, interner));
-            }
-            hashbrown::hash_table::Entry::Vacant(e) => e,
+        let (ops, pool, roles) = (&self.ops, &self.op_inputs, &self.op_role);
+        let slot = match self
+            .op_table
+            .probe(h32, |id| roles[id.index()] == role && ops[id] == *op && pool.get(id.index()) == inputs)
+        {
+            Probe::Found(id) => return Ok(self.op_key(id, interner)),
+            Probe::Vacant(slot) => slot,
         };
         let n_out = op.output_count();
         if n_out > 256 {
@@ -377,7 +382,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.op_inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
         }
-        vacant.insert(id);
+        self.op_table.fill(slot, h32, id);
         self.ops.push(op.clone());
         self.op_role.push(role);
         self.op_hash.push(h32);
@@ -386,6 +391,12 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.values.push(KeyDef::Derived(id, slot as u8));
         }
         Ok(self.op_key(id, interner))
+    }
+
+    /// Hints that `intern_op_hashed` will soon be called with this hash.
+    #[inline]
+    pub(crate) fn prefetch_op(&self, h32: u32) {
+        self.op_table.prefetch(h32);
     }
 
     fn op_key(&self, id: OperationKeyId, interner: u32) -> OperationKey<Op> {
@@ -494,7 +505,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
             + s.op_role.capacity() * 4
             + s.op_first_output.capacity() * 4
             + s.op_hash.capacity() * 4
-            + s.op_table.capacity() * 5
+            + s.op_table.heap_bytes()
     }
 
     /// Interns an input key.

@@ -49,6 +49,7 @@ mod key;
 mod keymap;
 mod materialize;
 mod operation;
+mod optable;
 mod resolve;
 mod verify;
 
