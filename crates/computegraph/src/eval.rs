@@ -127,14 +127,16 @@ pub(crate) fn eval_instruction<Op: EvaluableGraphOperation>(
     ins: &[u32],
     out: &mut Vec<Op::Operand>,
 ) {
-    match *ins {
-        [] => op.eval_into(ctx, &[], out),
-        [a] => op.eval_into(ctx, &[get(slots, a)], out),
-        [a, b] => op.eval_into(ctx, &[get(slots, a), get(slots, b)], out),
-        [a, b, c] => op.eval_into(ctx, &[get(slots, a), get(slots, b), get(slots, c)], out),
-        _ => {
-            let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(slots, s)).collect();
-            op.eval_into(ctx, &refs, out)
-        }
+    let n = ins.len();
+    if n.wrapping_sub(1) < 2 {
+        // One or two operands, without branching on which: a unary operation reads its
+        // operand twice and sees a one-element slice.
+        let refs = [get(slots, ins[0]), get(slots, ins[n - 1])];
+        op.eval_into(ctx, &refs[..n], out)
+    } else if n == 0 {
+        op.eval_into(ctx, &[], out)
+    } else {
+        let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(slots, s)).collect();
+        op.eval_into(ctx, &refs, out)
     }
 }
