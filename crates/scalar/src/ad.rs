@@ -14,6 +14,8 @@
 //! cotangent by `c`. `mul` with two active operands is not linear and is reported as a
 //! missing rule.
 
+use std::sync::LazyLock;
+
 use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
 use tidu::{ADKey, ADRuleError, ADRuleResult, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
 
@@ -25,17 +27,31 @@ impl ADKey for ScalarKey {
     }
 }
 
-fn linear(mask: &[bool]) -> OperationRole {
-    OperationRole::Linearized { active_mask: mask.to_vec() }
+/// The `Linearized` roles the rules emit, made once.
+struct Roles {
+    a: OperationRole,
+    f: OperationRole,
+    aa: OperationRole,
+    fa: OperationRole,
+    af: OperationRole,
 }
 
-fn one(v: Vec<LocalValueId>) -> LocalValueId {
-    v[0]
+fn roles() -> &'static Roles {
+    static ROLES: LazyLock<Roles> = LazyLock::new(|| {
+        let r = |m: &[bool]| OperationRole::Linearized { active_mask: m.to_vec() };
+        Roles { a: r(&[true]), f: r(&[false]), aa: r(&[true, true]), fa: r(&[false, true]), af: r(&[true, false]) }
+    });
+    &ROLES
 }
 
 /// `c · t` with `c` fixed.
 fn scale(b: &mut impl PrimitiveBuilder<ScalarOp>, c: PrimitiveValue<ScalarOp>, t: LocalValueId) -> LocalValueId {
-    one(b.add_primitive(ScalarOp::Mul, vec![c, PrimitiveValue::Local(t)], linear(&[false, true])))
+    b.add_primitive_from(ScalarOp::Mul, &[c, PrimitiveValue::Local(t)], &roles().fa)
+}
+
+/// `p + q`, both linear.
+fn sum(b: &mut impl PrimitiveBuilder<ScalarOp>, p: LocalValueId, q: LocalValueId) -> LocalValueId {
+    b.add_primitive_from(ScalarOp::Add, &[PrimitiveValue::Local(p), PrimitiveValue::Local(q)], &roles().aa)
 }
 
 fn ext(k: &ValueKey<ScalarOp>) -> PrimitiveValue<ScalarOp> {
@@ -68,56 +84,40 @@ impl Primitive for ScalarOp {
         t: &[Option<LocalValueId>],
         _: &mut (),
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+        let r = roles();
         Ok(match *self {
             ScalarOp::Add => vec![match (t[0], t[1]) {
-                (Some(da), Some(db)) => Some(one(b.add_primitive(
-                    ScalarOp::Add,
-                    vec![PrimitiveValue::Local(da), PrimitiveValue::Local(db)],
-                    linear(&[true, true]),
-                ))),
+                (Some(da), Some(db)) => Some(sum(b, da, db)),
                 (da, db) => da.or(db),
             }],
             ScalarOp::Mul => {
                 // d(a·b) = a·db + da·b (the order of the worked example in seed 000).
                 let tb = t[1].map(|db| scale(b, ext(&x[0]), db));
-                let ta = t[0].map(|da| {
-                    one(b.add_primitive(
-                        ScalarOp::Mul,
-                        vec![PrimitiveValue::Local(da), ext(&x[1])],
-                        linear(&[true, false]),
-                    ))
-                });
+                let ta =
+                    t[0].map(|da| b.add_primitive_from(ScalarOp::Mul, &[PrimitiveValue::Local(da), ext(&x[1])], &r.af));
                 vec![match (tb, ta) {
-                    (Some(p), Some(q)) => Some(one(b.add_primitive(
-                        ScalarOp::Add,
-                        vec![PrimitiveValue::Local(p), PrimitiveValue::Local(q)],
-                        linear(&[true, true]),
-                    ))),
+                    (Some(p), Some(q)) => Some(sum(b, p, q)),
                     (p, q) => p.or(q),
                 }]
             }
             ScalarOp::Neg => {
-                vec![
-                    t[0].map(|da| {
-                        one(b.add_primitive(ScalarOp::Neg, vec![PrimitiveValue::Local(da)], linear(&[true])))
-                    }),
-                ]
+                vec![t[0].map(|da| b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(da)], &r.a))]
             }
             ScalarOp::Exp => vec![t[0].map(|da| scale(b, ext(&y[0]), da))],
             ScalarOp::Sin => vec![t[0].map(|da| {
-                let c = one(b.add_primitive(ScalarOp::Cos, vec![ext(&x[0])], linear(&[false])));
+                let c = b.add_primitive_from(ScalarOp::Cos, &[ext(&x[0])], &r.f);
                 scale(b, PrimitiveValue::Local(c), da)
             })],
             ScalarOp::Cos => vec![t[0].map(|da| {
-                let s = one(b.add_primitive(ScalarOp::Sin, vec![ext(&x[0])], linear(&[false])));
-                let ns = one(b.add_primitive(ScalarOp::Neg, vec![PrimitiveValue::Local(s)], linear(&[false])));
+                let s = b.add_primitive_from(ScalarOp::Sin, &[ext(&x[0])], &r.f);
+                let ns = b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(s)], &r.f);
                 scale(b, PrimitiveValue::Local(ns), da)
             })],
             ScalarOp::SinCos => match t[0] {
                 None => vec![None, None],
                 Some(da) => {
                     let ds = scale(b, ext(&y[1]), da);
-                    let ns = one(b.add_primitive(ScalarOp::Neg, vec![ext(&y[0])], linear(&[false])));
+                    let ns = b.add_primitive_from(ScalarOp::Neg, &[ext(&y[0])], &r.f);
                     let dc = scale(b, PrimitiveValue::Local(ns), da);
                     vec![Some(ds), Some(dc)]
                 }
@@ -153,9 +153,7 @@ impl Primitive for ScalarOp {
         };
         Ok(match *self {
             ScalarOp::Add => vec![active(0).then_some(c), active(1).then_some(c)],
-            ScalarOp::Neg => {
-                vec![Some(one(b.add_primitive(ScalarOp::Neg, vec![PrimitiveValue::Local(c)], linear(&[true]))))]
-            }
+            ScalarOp::Neg => vec![Some(b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(c)], &roles().a))],
             ScalarOp::Mul => match (active(0), active(1)) {
                 (true, false) => vec![Some(scale(b, inputs[1].clone(), c)), None],
                 (false, true) => vec![None, Some(scale(b, inputs[0].clone(), c))],

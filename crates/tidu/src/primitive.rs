@@ -5,7 +5,6 @@ use std::fmt;
 use std::hash::Hash;
 
 use computegraph::{GraphBuilder, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef};
-use smallvec::SmallVec;
 
 use crate::error::{ADRuleError, ADRuleResult};
 
@@ -21,51 +20,13 @@ pub trait ADKey: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static {
     fn tangent_of(&self, pass: DiffPassId) -> Self;
 }
 
-/// An operand of an operation a rule emits: a value of the source graph by key, or a
-/// value the rule (or an earlier rule of the same transform) just produced.
-pub enum PrimitiveValue<Op: GraphOperation> {
-    /// A value that exists outside the graph being built (a primal input or output).
-    External(ValueKey<Op>),
-    /// A value produced through the builder during this transform.
-    Local(LocalValueId),
-}
-
-impl<Op: GraphOperation> Clone for PrimitiveValue<Op> {
-    fn clone(&self) -> Self {
-        match self {
-            PrimitiveValue::External(k) => PrimitiveValue::External(k.clone()),
-            PrimitiveValue::Local(v) => PrimitiveValue::Local(*v),
-        }
-    }
-}
-
-impl<Op: GraphOperation> PartialEq for PrimitiveValue<Op> {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (PrimitiveValue::External(a), PrimitiveValue::External(b)) => a == b,
-            (PrimitiveValue::Local(a), PrimitiveValue::Local(b)) => a == b,
-            _ => false,
-        }
-    }
-}
-
-impl<Op: GraphOperation> fmt::Debug for PrimitiveValue<Op> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PrimitiveValue::External(k) => write!(f, "External({k:?})"),
-            PrimitiveValue::Local(v) => write!(f, "Local({v:?})"),
-        }
-    }
-}
-
-impl<Op: GraphOperation> From<PrimitiveValue<Op>> for ValueRef<Op> {
-    fn from(v: PrimitiveValue<Op>) -> Self {
-        match v {
-            PrimitiveValue::External(k) => ValueRef::External(k),
-            PrimitiveValue::Local(l) => ValueRef::Local(l),
-        }
-    }
-}
+/// An operand of an operation a rule emits: `External(key)`, a value of the source graph
+/// by key (a primal input or output), or `Local(id)`, a value the rule (or an earlier rule
+/// of the same transform) just produced through the builder.
+///
+/// It is the engine's [`ValueRef`] under the name of the AD contract, so rules pass
+/// operands to the builder without conversion.
+pub type PrimitiveValue<Op> = ValueRef<Op>;
 
 /// Where rules emit operations.
 pub trait PrimitiveBuilder<Op: GraphOperation> {
@@ -77,6 +38,16 @@ pub trait PrimitiveBuilder<Op: GraphOperation> {
         role: OperationRole,
     ) -> ADRuleResult<Vec<LocalValueId>>;
 
+    /// Allocation-free form: borrows the operands and the role, and returns the first
+    /// output (an operation's outputs are consecutive local ids). An operation without
+    /// outputs is an error here.
+    fn try_add_primitive_from(
+        &mut self,
+        op: Op,
+        inputs: &[PrimitiveValue<Op>],
+        role: &OperationRole,
+    ) -> ADRuleResult<LocalValueId>;
+
     /// Emits `op(inputs)` in `role` and returns its outputs.
     ///
     /// # Panics
@@ -84,6 +55,16 @@ pub trait PrimitiveBuilder<Op: GraphOperation> {
     /// value use [`PrimitiveBuilder::try_add_primitive`].
     fn add_primitive(&mut self, op: Op, inputs: Vec<PrimitiveValue<Op>>, role: OperationRole) -> Vec<LocalValueId> {
         self.try_add_primitive(op, inputs, role)
+            .unwrap_or_else(|e| panic!("an AD rule emitted an invalid operation: {e}"))
+    }
+
+    /// Emits `op(inputs)` in `role` and returns its first output, without allocating.
+    ///
+    /// # Panics
+    /// If the operation is malformed or has no output; see
+    /// [`PrimitiveBuilder::try_add_primitive_from`].
+    fn add_primitive_from(&mut self, op: Op, inputs: &[PrimitiveValue<Op>], role: &OperationRole) -> LocalValueId {
+        self.try_add_primitive_from(op, inputs, role)
             .unwrap_or_else(|e| panic!("an AD rule emitted an invalid operation: {e}"))
     }
 }
@@ -95,9 +76,27 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
         inputs: Vec<PrimitiveValue<Op>>,
         role: OperationRole,
     ) -> ADRuleResult<Vec<LocalValueId>> {
-        let refs: SmallVec<[ValueRef<Op>; 4]> = inputs.into_iter().map(ValueRef::from).collect();
-        let range = self.try_add_operation_from(op, &refs, &role).map_err(ADRuleError::Graph)?;
+        let range = self.try_add_operation_from(op, &inputs, &role).map_err(ADRuleError::Graph)?;
         Ok(range.map(LocalValueId::new).collect())
+    }
+
+    fn try_add_primitive_from(
+        &mut self,
+        op: Op,
+        inputs: &[PrimitiveValue<Op>],
+        role: &OperationRole,
+    ) -> ADRuleResult<LocalValueId> {
+        let label = || format!("{op:?}");
+        let no_output = op.output_count() == 0;
+        if no_output {
+            return Err(ADRuleError::RuleContract {
+                operation: label(),
+                rule: crate::RuleKind::Jvp,
+                message: "add_primitive_from needs an operation with an output".into(),
+            });
+        }
+        let range = self.try_add_operation_from(op, inputs, role).map_err(ADRuleError::Graph)?;
+        Ok(LocalValueId::new(range.start))
     }
 }
 

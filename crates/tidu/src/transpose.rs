@@ -21,7 +21,7 @@
 //! `L`'s first input, so two transposes of one function never share seeds.
 //! Complexity: `O(linear nodes)` plus the rules' output.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use computegraph::{GraphBuilder, KeyId, KeyMap, LocalValueId, OperationRole, ValueRef};
 
@@ -158,16 +158,13 @@ fn accumulate<Op: Primitive>(
             env.insert(key, ct);
         }
         Some(existing) => {
-            let sum = builder.try_add_primitive(
+            static BOTH_ACTIVE: LazyLock<OperationRole> =
+                LazyLock::new(|| OperationRole::Linearized { active_mask: vec![true, true] });
+            let sum = builder.try_add_primitive_from(
                 Op::add(),
-                vec![PrimitiveValue::Local(existing), PrimitiveValue::Local(ct)],
-                OperationRole::Linearized { active_mask: vec![true, true] },
+                &[PrimitiveValue::Local(existing), PrimitiveValue::Local(ct)],
+                &BOTH_ACTIVE,
             )?;
-            let sum = *sum.first().ok_or_else(|| ADRuleError::RuleContract {
-                operation: format!("{:?}", Op::add()),
-                rule: RuleKind::Transpose,
-                message: "add() has no output".into(),
-            })?;
             env.insert(key, sum);
         }
     }

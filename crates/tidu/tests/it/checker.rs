@@ -190,7 +190,7 @@ mod toy {
         b.add_primitive(op, inputs, OperationRole::Linearized { active_mask: mask.to_vec() })[0]
     }
 
-    use PrimitiveValue::{External, Local};
+    use computegraph::ValueRef::{External, Local};
 
     impl Primitive for Toy {
         type ADContext = ();

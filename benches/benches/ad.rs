@@ -1,0 +1,45 @@
+//! Criterion benches of the AD transforms on scalar random DAGs (window 1024, 30%
+//! repeats, one output), per primal node: `linearize`, `linear_transpose`, the whole
+//! gradient (linearize + transpose + materialize + compile + eval) and the evaluation of a
+//! compiled Hessian-vector-product program.
+//!
+//! Sizes: 10^4 and 10^5 by default, `CG_BENCH_SIZES` overrides (CI sets 10000); in test
+//! mode (`-- --test`) each runs once.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use benches::ad::{AdWorkload, gradient_end_to_end};
+use computegraph::EvalState;
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
+
+fn sizes() -> Vec<usize> {
+    match std::env::var("CG_BENCH_SIZES") {
+        Ok(s) => s.split(',').map(|x| x.trim().replace('_', "").parse().expect("CG_BENCH_SIZES: sizes")).collect(),
+        Err(_) => vec![10_000, 100_000],
+    }
+}
+
+fn ad(c: &mut Criterion) {
+    for n in sizes() {
+        let w = AdWorkload::new(n);
+        let mut g = c.benchmark_group("ad");
+        g.sample_size(10).measurement_time(Duration::from_secs(if n >= 100_000 { 4 } else { 2 }));
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_function(BenchmarkId::new("linearize", n), |b| b.iter(|| black_box(w.linearize())));
+        let lin = w.linearize();
+        g.bench_function(BenchmarkId::new("linear_transpose", n), |b| {
+            b.iter(|| black_box(tidu::linear_transpose(&lin)))
+        });
+        g.bench_function(BenchmarkId::new("gradient_end_to_end", n), |b| b.iter(|| black_box(gradient_end_to_end(&w))));
+        let hvp = w.hvp_program();
+        let mut state = EvalState::new();
+        g.bench_function(BenchmarkId::new("hvp_eval", n), |b| {
+            b.iter_batched_ref(|| (), |_| black_box(hvp.eval(&mut state)), BatchSize::SmallInput)
+        });
+        g.finish();
+    }
+}
+
+criterion::criterion_group!(benches, ad);
+criterion::criterion_main!(benches);
