@@ -270,7 +270,18 @@ impl<Op: GraphOperation> Graph<Op> {
             .ok_or_else(|| GraphError::UnknownLocalValue { value: format!("{value:?}"), len: self.value_def.len() })?;
         Ok(match def {
             LocalDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
-            LocalDef::Output(op, slot) => ValueKey::Derived { operation: self.operation_key(op), output_slot: slot },
+            LocalDef::Output(op, slot) => {
+                // An operation's output keys are consecutive, so the first is this one's
+                // minus its slot (no need to read the operation's first-output column).
+                let first_output = KeyId::new(self.value_key[value].index() - slot as usize);
+                let operation = OperationKey::from_parts(
+                    self.interner.id(),
+                    self.op_key[op],
+                    first_output,
+                    self.ops[op].output_count(),
+                );
+                ValueKey::Derived { operation, output_slot: slot }
+            }
         })
     }
 
