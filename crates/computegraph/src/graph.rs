@@ -389,6 +389,8 @@ pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: 
 pub struct GraphBuilder<Op: GraphOperation> {
     graph: Graph<Op>,
     role_index: FxHashMap<OperationRole, u32>,
+    /// The graph-local role used last (an index into `graph.roles`).
+    last_role: u32,
 }
 
 impl<Op: GraphOperation> Default for GraphBuilder<Op> {
@@ -405,7 +407,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// A builder on a given interner.
     pub fn with_interner(interner: Arc<KeyInterner<Op>>) -> Self {
-        GraphBuilder { graph: Graph::empty(interner), role_index: FxHashMap::default() }
+        GraphBuilder { graph: Graph::empty(interner), role_index: FxHashMap::default(), last_role: 0 }
     }
 
     /// Reserves room for `values` values, `operations` operations and `operands` operands.
@@ -529,15 +531,22 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let role_id = match role {
             OperationRole::Primary => 0,
-            _ => match self.role_index.get(role) {
-                Some(&r) => r,
-                None => {
-                    let r = g.roles.len() as u32;
-                    g.roles.push(role.clone());
-                    self.role_index.insert(role.clone(), r);
-                    r
-                }
-            },
+            // Transforms emit runs of operations in one role: compare with the last role
+            // before hashing.
+            _ if g.roles.get(self.last_role as usize) == Some(role) => self.last_role,
+            _ => {
+                let r = match self.role_index.get(role) {
+                    Some(&r) => r,
+                    None => {
+                        let r = g.roles.len() as u32;
+                        g.roles.push(role.clone());
+                        self.role_index.insert(role.clone(), r);
+                        r
+                    }
+                };
+                self.last_role = r;
+                r
+            }
         };
         for r in inputs {
             let stored = match r {
