@@ -25,7 +25,7 @@
 //! - Hessian-vector products are those of the real Hessian of `z ↦ ⟨c, f(z)⟩` on `ℝ²`,
 //!   which is symmetric.
 //!
-//! With the `testing` feature, [`Complex`] implements [`tidu::testing::CheckOperand`] with
+//! With the `testing` feature, [`Complex`] implements `tidu::testing::CheckOperand` with
 //! this inner product, so `tidu::testing::check_rules` verifies the convention.
 //!
 //! ```
