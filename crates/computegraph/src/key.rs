@@ -416,14 +416,16 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
     }
 
-    fn describe(&self, id: KeyId) -> String {
+    fn describe(&self, id: KeyId, interner: u32) -> String {
         use fmt::Write;
         let mut s = String::new();
+        // Operation keys print as `ValueKey`'s `Debug` does: `ok3` or `ok3@i7`.
+        let at = if interner != 1 { format!("@i{interner}") } else { String::new() };
         match self.values.get(id) {
             None => write!(s, "{id:?} (unknown)").unwrap(),
             Some(KeyDef::Input(i)) => write!(s, "Input({:?})", self.input_keys[*i as usize]).unwrap(),
             Some(KeyDef::Derived(op, slot)) => {
-                write!(s, "{op:?}.{slot} = {}", Label(&self.ops[*op])).unwrap();
+                write!(s, "{op:?}{at}.{slot} = {}", Label(&self.ops[*op])).unwrap();
                 let role = &self.roles[self.op_role[op.index()] as usize];
                 if role.is_linearized() {
                     write!(s, " [{role}]").unwrap();
@@ -435,7 +437,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                     }
                     match self.values[*k] {
                         KeyDef::Input(j) => write!(s, "{:?}", self.input_keys[j as usize]).unwrap(),
-                        KeyDef::Derived(o, sl) => write!(s, "{o:?}.{sl}").unwrap(),
+                        KeyDef::Derived(o, sl) => write!(s, "{o:?}{at}.{sl}").unwrap(),
                     }
                 }
                 s.push(')');
@@ -589,9 +591,10 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         Ok((s.ops[key.id].clone(), inputs, s.roles[s.op_role[i] as usize].clone()))
     }
 
-    /// A one-line description of a key id, for messages (`ok3.0 = mul(ok1.0, Input(x))`).
+    /// A one-line description of a key id, for messages (`ok3.0 = mul(ok1.0, x0)`; keys of
+    /// interners other than the first carry `@iN`, as in `ValueKey`'s `Debug`).
     pub fn describe(&self, id: KeyId) -> String {
-        self.read().describe(id)
+        self.read().describe(id, self.id)
     }
 }
 
