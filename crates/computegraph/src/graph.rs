@@ -166,6 +166,19 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
         let g = self.graph;
         g.op_inputs.get(self.id.index()).iter().map(move |r| g.to_value_ref(*r))
     }
+    /// The operands as local values, `None` for external ones: like [`Self::inputs`]
+    /// without cloning external keys.
+    pub fn local_inputs(&self) -> impl ExactSizeIterator<Item = Option<LocalValueId>> + 'a {
+        self.graph.op_inputs.get(self.id.index()).iter().map(|r| match *r {
+            InputRef::Local(v) => Some(v),
+            InputRef::External(_) => None,
+        })
+    }
+    /// The interned key ids of the operands (local or external), in order.
+    pub fn input_key_ids(&self) -> impl ExactSizeIterator<Item = KeyId> + 'a {
+        let g = self.graph;
+        g.op_inputs.get(self.id.index()).iter().map(move |r| g.input_key_id(*r))
+    }
     /// The output values (consecutive local ids).
     pub fn outputs(&self) -> impl ExactSizeIterator<Item = LocalValueId> + 'a {
         self.graph.op_outputs(self.id)
@@ -389,9 +402,12 @@ pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: 
 pub struct GraphBuilder<Op: GraphOperation> {
     graph: Graph<Op>,
     role_index: FxHashMap<OperationRole, u32>,
-    /// The graph-local role used last (an index into `graph.roles`).
-    last_role: u32,
+    /// Recently used roles by address: `(address, index into graph.roles)`.
+    role_cache: [(usize, u32); ROLE_CACHE],
 }
+
+/// Entries of [`GraphBuilder`]'s role cache.
+const ROLE_CACHE: usize = 8;
 
 impl<Op: GraphOperation> Default for GraphBuilder<Op> {
     fn default() -> Self {
@@ -407,7 +423,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// A builder on a given interner.
     pub fn with_interner(interner: Arc<KeyInterner<Op>>) -> Self {
-        GraphBuilder { graph: Graph::empty(interner), role_index: FxHashMap::default(), last_role: 0 }
+        GraphBuilder {
+            graph: Graph::empty(interner),
+            role_index: FxHashMap::default(),
+            role_cache: [(0, 0); ROLE_CACHE],
+        }
     }
 
     /// Reserves room for `values` values, `operations` operations and `operands` operands.
@@ -419,13 +439,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         g.op_key.reserve(operations);
         g.op_role.reserve(operations);
         g.op_first_output.reserve(operations);
-        g.op_inputs = {
-            let mut p = std::mem::take(&mut g.op_inputs);
-            if p.len() == 0 && p.items().is_empty() {
-                p = ListPool::with_capacity(operations, operands);
-            }
-            p
-        };
+        g.op_inputs.reserve(operations, operands);
     }
 
     /// The interner this builder uses.
@@ -531,21 +545,28 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let role_id = match role {
             OperationRole::Primary => 0,
-            // Transforms emit runs of operations in one role: compare with the last role
-            // before hashing.
-            _ if g.roles.get(self.last_role as usize) == Some(role) => self.last_role,
             _ => {
-                let r = match self.role_index.get(role) {
-                    Some(&r) => r,
-                    None => {
-                        let r = g.roles.len() as u32;
-                        g.roles.push(role.clone());
-                        self.role_index.insert(role.clone(), r);
+                // Rules pass the same few roles over and over, usually from the same
+                // addresses: a small cache keyed by address (confirmed by comparing the
+                // role) skips hashing it.
+                let addr = role as *const OperationRole as usize;
+                let slot = (addr >> 3) % ROLE_CACHE;
+                match self.role_cache[slot] {
+                    (a, r) if a == addr && g.roles.get(r as usize) == Some(role) => r,
+                    _ => {
+                        let r = match self.role_index.get(role) {
+                            Some(&r) => r,
+                            None => {
+                                let r = g.roles.len() as u32;
+                                g.roles.push(role.clone());
+                                self.role_index.insert(role.clone(), r);
+                                r
+                            }
+                        };
+                        self.role_cache[slot] = (addr, r);
                         r
                     }
-                };
-                self.last_role = r;
-                r
+                }
             }
         };
         for r in inputs {

@@ -277,6 +277,12 @@ impl<T> ListPool<T> {
         ListPool { starts, items: Vec::with_capacity(items) }
     }
 
+    /// Makes room for `lists` more lists holding `items` more items.
+    pub(crate) fn reserve(&mut self, lists: usize, items: usize) {
+        self.starts.reserve(lists);
+        self.items.reserve(items);
+    }
+
     /// Number of lists.
     #[inline]
     pub(crate) fn len(&self) -> usize {

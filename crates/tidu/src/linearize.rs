@@ -97,6 +97,9 @@ pub fn try_linearize_with<Op: Primitive>(
 ) -> ADRuleResult<LinearizedGraph<Op>> {
     let primal = try_materialize_merge(view, outputs)?;
     let mut builder = GraphBuilder::with_interner(Arc::clone(view.interner()));
+    // JVP rules emit about two operations per primal operation.
+    let n = primal.operation_count();
+    builder.reserve(2 * n + wrt.len(), 2 * n, 4 * n);
     for g in view.graphs() {
         builder.try_add_parent(Arc::clone(g))?;
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use computegraph::{Graph, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef};
+use computegraph::{Graph, GraphOperation, LocalValueId, OperationRole, ValueKey};
 
 use crate::error::{ADRuleError, ADRuleResult};
 use crate::primitive::DiffPassId;
@@ -138,11 +138,9 @@ pub(crate) fn check_linear<Op: GraphOperation>(
             }
         };
         let mut any_active = false;
-        for (i, (input, &active)) in op.inputs().zip(mask).enumerate() {
-            let is_linear = match input {
-                ValueRef::Local(v) => linear[v.index()],
-                ValueRef::External(_) => false,
-            };
+        for (i, (input, &active)) in op.local_inputs().zip(mask).enumerate() {
+            // External operands are primal (fixed) values.
+            let is_linear = input.is_some_and(|v| linear[v.index()]);
             if active && !is_linear {
                 return Err(ADRuleError::NonLinear {
                     operation: name(),

@@ -50,6 +50,8 @@ pub fn try_linear_transpose_with<Op: Primitive>(
 ) -> ADRuleResult<LinearizedGraph<Op>> {
     let lg = &linear.graph;
     let mut builder = GraphBuilder::with_interner(Arc::clone(lg.interner()));
+    // The transpose of a linear map has about as many operations as the map.
+    builder.reserve(lg.value_count(), lg.operation_count(), 2 * lg.operation_count());
     builder.try_add_parent(Arc::clone(lg))?;
     // Cotangents by global key, dense over the linear graph's (mostly fresh) key range.
     let key_range = {
@@ -115,7 +117,7 @@ pub fn try_linear_transpose_with<Op: Primitive>(
             });
         }
         let bound = builder.value_count();
-        for ((ct, input), &active) in result.into_iter().zip(op.inputs()).zip(mask) {
+        for ((ct, key), &active) in result.into_iter().zip(op.input_key_ids()).zip(mask) {
             let (Some(ct), true) = (ct, active) else { continue };
             if ct.index() >= bound {
                 return Err(ADRuleError::RuleContract {
@@ -124,10 +126,6 @@ pub fn try_linear_transpose_with<Op: Primitive>(
                     message: format!("returned {ct:?}, which the builder did not produce"),
                 });
             }
-            let key = match input {
-                ValueRef::Local(v) => lg.key_id(v),
-                ValueRef::External(_) => continue, // unreachable for a checked linear graph
-            };
             accumulate::<Op>(&mut builder, &mut env, key, ct)?;
         }
     }
