@@ -672,9 +672,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         // table's cache misses overlap instead of queueing. Hashes computed ahead are kept.
         // Operands without keys yet are predicted: if every pending value before them gets a
         // fresh key, local and key ids advance in step. A hash made from a prediction is
-        // only a prefetch; it is recomputed when the operation is interned.
+        // reused only if every value interned since the prediction got a fresh key (then
+        // the prediction was exact); otherwise it was just a prefetch and is recomputed.
         const AHEAD: usize = 8;
-        let mut ahead: [(usize, u32, bool); AHEAD] = [(usize::MAX, 0, false); AHEAD];
+        // (operation, hash, predicted from (known values, next key) or not)
+        let mut ahead: [(usize, u32, Option<(usize, usize)>); AHEAD] = [(usize::MAX, 0, None); AHEAD];
         let mut scratch: Vec<KeyId> = Vec::new();
         // Interns local operation `op` (whose operands are all interned already).
         let mut intern_local = |g: &mut Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
@@ -707,14 +709,20 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
                 let role = role_of(g, s, next_op)?;
                 let h = crate::key::op_hash(&g.ops[next_op], &scratch, role);
                 s.prefetch_op(h);
-                ahead[next % AHEAD] = (next, h, predicted);
+                ahead[next % AHEAD] = (next, h, predicted.then_some((known, next_key)));
             }
             inputs.clear();
             inputs.extend(g.op_inputs.get(op.index()).iter().map(|&r| g.input_key_id(r)));
             let role = role_of(g, s, op)?;
             let operation = &g.ops[op];
+            let exact = |p: Option<(usize, usize)>| match p {
+                None => true,
+                Some((known, next_key)) => s.values.len() - next_key == g.value_key.len() - known,
+            };
             let key = match ahead[op.index() % AHEAD] {
-                (i, h, false) if i == op.index() => s.intern_op_hashed(operation, &inputs, role, h, interner_id)?,
+                (i, h, p) if i == op.index() && exact(p) => {
+                    s.intern_op_hashed(operation, &inputs, role, h, interner_id)?
+                }
                 _ => s.intern_op(operation, &inputs, role, interner_id)?,
             };
             g.op_key.push(key.id());
