@@ -56,14 +56,14 @@ macro_rules! define_id {
         $vis struct $name(::core::num::NonZeroU32);
 
         impl $crate::Id for $name {
-            #[inline]
+            #[inline(always)]
             fn new(index: usize) -> Self {
                 match <Self as $crate::Id>::try_new(index) {
                     Some(id) => id,
                     None => panic!(concat!(stringify!($name), " index {} exceeds the u32 id space"), index),
                 }
             }
-            #[inline]
+            #[inline(always)]
             fn try_new(index: usize) -> Option<Self> {
                 if index < u32::MAX as usize {
                     // `index + 1` is in 1..=u32::MAX, so never zero.
@@ -72,7 +72,7 @@ macro_rules! define_id {
                     None
                 }
             }
-            #[inline]
+            #[inline(always)]
             fn index(self) -> usize {
                 (self.0.get() - 1) as usize
             }
@@ -80,12 +80,12 @@ macro_rules! define_id {
 
         impl $name {
             /// Builds the id of position `index` (see [`Id::new`](crate::Id::new)).
-            #[inline]
+            #[inline(always)]
             pub fn new(index: usize) -> Self {
                 <Self as $crate::Id>::new(index)
             }
             /// The position this id names.
-            #[inline]
+            #[inline(always)]
             pub fn index(self) -> usize {
                 <Self as $crate::Id>::index(self)
             }
@@ -130,7 +130,7 @@ impl<I: Id, T> IdVec<I, T> {
     ///
     /// # Panics
     /// When the column already holds `I::MAX_INDEX + 1` entries; use [`IdVec::try_push`].
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, value: T) -> I {
         let id = I::new(self.raw.len());
         self.raw.push(value);
@@ -138,7 +138,7 @@ impl<I: Id, T> IdVec<I, T> {
     }
 
     /// Appends `value` and returns its id, or gives the value back when the id space is full.
-    #[inline]
+    #[inline(always)]
     pub fn try_push(&mut self, value: T) -> Result<I, T> {
         match I::try_new(self.raw.len()) {
             Some(id) => {
@@ -150,25 +150,25 @@ impl<I: Id, T> IdVec<I, T> {
     }
 
     /// The id the next `push` will return, if the id space has room.
-    #[inline]
+    #[inline(always)]
     pub fn next_id(&self) -> Option<I> {
         I::try_new(self.raw.len())
     }
 
     /// Number of entries.
-    #[inline]
+    #[inline(always)]
     pub fn len(&self) -> usize {
         self.raw.len()
     }
 
     /// Whether the column is empty.
-    #[inline]
+    #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.raw.is_empty()
     }
 
     /// The entry of `id`, if it exists.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, id: I) -> Option<&T> {
         self.raw.get(id.index())
     }
@@ -184,13 +184,13 @@ impl<I: Id, T> IdVec<I, T> {
     }
 
     /// The values as a plain slice, for bulk or parallel processing.
-    #[inline]
+    #[inline(always)]
     pub fn raw(&self) -> &[T] {
         &self.raw
     }
 
     /// The values as a plain mutable slice.
-    #[inline]
+    #[inline(always)]
     pub fn raw_mut(&mut self) -> &mut [T] {
         &mut self.raw
     }
@@ -231,14 +231,14 @@ impl<I: Id, T> Default for IdVec<I, T> {
 
 impl<I: Id, T> Index<I> for IdVec<I, T> {
     type Output = T;
-    #[inline]
+    #[inline(always)]
     fn index(&self, id: I) -> &T {
         &self.raw[id.index()]
     }
 }
 
 impl<I: Id, T> IndexMut<I> for IdVec<I, T> {
-    #[inline]
+    #[inline(always)]
     fn index_mut(&mut self, id: I) -> &mut T {
         &mut self.raw[id.index()]
     }
@@ -284,13 +284,13 @@ impl<T> ListPool<T> {
     }
 
     /// Number of lists.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn len(&self) -> usize {
         self.starts.len() - 1
     }
 
     /// Closes the list being appended to; returns false when the pool's `u32` offsets overflow.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn finish_list(&mut self) -> bool {
         match u32::try_from(self.items.len()) {
             Ok(end) => {
@@ -302,7 +302,7 @@ impl<T> ListPool<T> {
     }
 
     /// Appends an item to the list being built.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_item(&mut self, item: T) {
         self.items.push(item);
     }
@@ -313,7 +313,7 @@ impl<T> ListPool<T> {
         self.items.truncate(start);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, list: usize) -> &[T] {
         &self.items[self.starts[list] as usize..self.starts[list + 1] as usize]
     }
