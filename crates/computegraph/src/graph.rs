@@ -676,7 +676,8 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         // the prediction was exact); otherwise it was just a prefetch and is recomputed.
         const AHEAD: usize = 8;
         // (operation, hash, predicted from (known values, next key) or not)
-        let mut ahead: [(usize, u32, Option<(usize, usize)>); AHEAD] = [(usize::MAX, 0, None); AHEAD];
+        type Ahead = (usize, u32, Option<(usize, usize)>);
+        let mut ahead: [Ahead; AHEAD] = [(usize::MAX, 0, None); AHEAD];
         let mut scratch: Vec<KeyId> = Vec::new();
         // Interns local operation `op` (whose operands are all interned already).
         let mut intern_local = |g: &mut Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
