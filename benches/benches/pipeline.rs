@@ -7,6 +7,7 @@
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
 //! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn` |
+//! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads (`layered_wide`, `window`) | sequential `eval_with` |
 //!
 //! Ids read `<group>/<shape>/<impl>/<size>`; throughput is per node of the original spec.
 //!
@@ -174,6 +175,39 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
     g.finish();
 }
 
+fn bench_eval_parallel(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("eval_parallel");
+    let pools: Vec<(usize, rayon::ThreadPool)> = [1, 2]
+        .into_iter()
+        .map(|t| (t, rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")))
+        .collect();
+    for shape in [Shape::LayeredWide, Shape::Window] {
+        for &n in sizes {
+            configure(&mut g, shape, n);
+            let w = OnceCell::new();
+            let w = || w.get_or_init(|| Workload::new(shape, n));
+            let ours = OnceCell::new();
+            let program = || ours.get_or_init(|| compile(&materialize(&build(&w().spec))));
+            let mut state = EvalState::new();
+            g.bench_function(id(shape, "sequential", n), |b| {
+                let p = program();
+                let inputs = bind_inputs(p, &w().inputs);
+                b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+            });
+            for (t, pool) in &pools {
+                g.bench_function(id(shape, &format!("parallel_{t}t"), n), |b| {
+                    let p = program();
+                    let inputs = bind_inputs(p, &w().inputs);
+                    b.iter(|| {
+                        p.eval_parallel_with(Some(pool), &mut state, &mut (), black_box(&inputs)).expect("evaluates")
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
 fn main() {
     let sizes = sizes();
     eprintln!("pipeline benches: sizes {sizes:?} (override with CG_BENCH_SIZES=n1,n2,...)");
@@ -182,5 +216,6 @@ fn main() {
     bench_resolve_materialize(&mut c, &sizes);
     bench_compile(&mut c, &sizes);
     bench_eval(&mut c, &sizes);
+    bench_eval_parallel(&mut c, &sizes);
     c.final_summary();
 }

@@ -15,7 +15,7 @@
 //! in a constant number of slots. Complexity: `O(values + operands)`.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
@@ -23,6 +23,7 @@ use crate::error::{GraphError, GraphResult};
 use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, ValueId};
 use crate::operation::GraphOperation;
+use crate::schedule::{Schedule, schedule};
 
 /// "No slot": an input that no instruction reads.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
@@ -51,6 +52,9 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) input_keys: Vec<Op::InputKey>,
     pub(crate) input_index: FxHashMap<Op::InputKey, usize>,
     pub(crate) output_keys: Vec<ValueKey<Op>>,
+    /// The level schedule and its own slots, for parallel evaluation (`schedule.rs`),
+    /// computed on first use so that sequential users do not pay for it.
+    pub(crate) schedule: OnceLock<GraphResult<Schedule>>,
 }
 
 /// Compiles a materialized graph.
@@ -59,7 +63,7 @@ pub struct CompiledProgram<Op: GraphOperation> {
 /// If the program would need more than `u32::MAX - 1` slots or arguments; see [`try_compile`].
 ///
 /// ```
-/// use std::sync::Arc;
+/// use std::sync::{Arc, OnceLock};
 /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
 /// use scalar::{ScalarOp, ScalarKey};
 ///
@@ -164,10 +168,12 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         input_keys,
         input_index,
         output_keys: graph.output_keys(),
+        schedule: OnceLock::new(),
     };
     #[cfg(debug_assertions)]
     program
         .verify_against(graph)
+        .and_then(|()| program.verify_parallel_against(graph))
         .unwrap_or_else(|e| panic!("internal error: compiled program fails verification: {e}"));
     Ok(program)
 }
@@ -204,6 +210,33 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// Number of slots evaluation needs.
     pub fn slot_count(&self) -> usize {
         self.slot_count
+    }
+    /// The parallel schedule, computed on first use (a linear pass; see `schedule.rs`).
+    pub(crate) fn schedule(&self) -> GraphResult<&Schedule> {
+        self.schedule
+            .get_or_init(|| {
+                let cost: Vec<u64> = self.ops.iter().map(GraphOperation::cost_hint).collect();
+                schedule(&self.instrs, &self.args, &self.input_slots, &self.output_slots, self.slot_count, &cost)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+    /// Number of topological levels of the parallel schedule (an instruction's level is
+    /// one more than the largest level of its operands' producers; inputs are level 0).
+    /// Computes the schedule if no parallel evaluation has yet.
+    ///
+    /// # Panics
+    /// If the schedule would exhaust the `u32` slot or value space.
+    pub fn level_count(&self) -> usize {
+        self.schedule().unwrap_or_else(|e| panic!("{e}")).level_count()
+    }
+    /// Number of slots parallel evaluation needs (its slot assignment is level-aware, so it
+    /// may need more than [`Self::slot_count`]). Computes the schedule if needed.
+    ///
+    /// # Panics
+    /// As [`Self::level_count`].
+    pub fn parallel_slot_count(&self) -> usize {
+        self.schedule().unwrap_or_else(|e| panic!("{e}")).slot_count
     }
     /// The input keys, in the order `eval` takes its inputs.
     pub fn input_keys(&self) -> &[Op::InputKey] {
@@ -255,6 +288,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             + self.args.capacity() * 4
             + self.input_slots.capacity() * 4
             + self.output_slots.capacity() * 4
+            + self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, Schedule::heap_bytes)
     }
 
     #[inline]
@@ -295,6 +329,103 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         }
         for (&s, &v) in self.output_slots.iter().zip(&graph.outputs) {
             if s == NO_SLOT || content[s as usize] != Some(v) {
+                return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the parallel schedule against `graph`: `order` is a permutation of the
+    /// instructions sorted by level, and, simulating slot contents level by level, every
+    /// operand reads the value the graph names as it stood when the level began (so its
+    /// producer is in an earlier level and its slot was not reused), no slot is written
+    /// twice in a level or both written and read in one level, and every output ends in
+    /// its slot.
+    pub fn verify_parallel_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
+        let sched = self.schedule()?;
+        let n = self.instrs.len();
+        if n != graph.operation_count()
+            || sched.input_slots.len() != graph.inputs.len()
+            || sched.output_slots.len() != graph.outputs.len()
+        {
+            return Err(bad("instruction or input count differs from the graph".into()));
+        }
+        if sched.args.len() != self.args.len() || sched.order.len() != n || sched.cost_prefix.len() != n + 1 {
+            return Err(bad("column lengths differ from the program".into()));
+        }
+        if sched.level_start.first() != Some(&0)
+            || sched.level_start.last() != Some(&(n as u32))
+            || sched.level_start.windows(2).any(|w| w[0] > w[1])
+        {
+            return Err(bad("level boundaries are not increasing from 0 to the instruction count".into()));
+        }
+        let mut placed = vec![false; n];
+        for &i in &sched.order {
+            if i as usize >= n || std::mem::replace(&mut placed[i as usize], true) {
+                return Err(bad(format!("order is not a permutation (instruction {i})")));
+            }
+        }
+        let ops: Vec<_> = graph.operations().collect();
+        let in_range = |s: u32| (s as usize) < sched.slot_count;
+        let mut content: Vec<Option<ValueId>> = vec![None; sched.slot_count];
+        for (&s, &v) in sched.input_slots.iter().zip(&graph.inputs) {
+            if s != NO_SLOT {
+                if !in_range(s) {
+                    return Err(bad(format!("input slot s{s} out of range")));
+                }
+                content[s as usize] = Some(v);
+            }
+        }
+        // 0: untouched in this level, 1: read, 2: written.
+        let mut touched: Vec<u8> = vec![0; sched.slot_count];
+        let mut writes: Vec<(u32, ValueId)> = Vec::new();
+        for l in 0..sched.level_count() {
+            let level = sched.level(l);
+            for &i in &sched.order[level.clone()] {
+                let i = i as usize;
+                let Instr { start, n_in, n_out } = self.instrs[i];
+                let start = start as usize;
+                let mid = start + n_in as usize;
+                let (ins, outs) = (&sched.args[start..mid], &sched.args[mid..mid + n_out as usize]);
+                let op = &ops[i];
+                if ins.len() != op.inputs().len() || outs.len() != op.outputs().len() {
+                    return Err(bad(format!("instruction {i} arity differs from the graph")));
+                }
+                for (k, (&s, &v)) in ins.iter().zip(op.inputs()).enumerate() {
+                    if !in_range(s) || content[s as usize] != Some(v) || touched[s as usize] == 2 {
+                        return Err(bad(format!(
+                            "level {} instruction {i} operand {k} reads slot s{s}, which does not hold {v:?} \
+                             when the level begins or is written in the level",
+                            l + 1
+                        )));
+                    }
+                    touched[s as usize] = 1;
+                }
+                for (&s, v) in outs.iter().zip(op.outputs()) {
+                    if !in_range(s) || touched[s as usize] != 0 {
+                        return Err(bad(format!(
+                            "level {} instruction {i} writes slot s{s}, out of range or already used in the level",
+                            l + 1
+                        )));
+                    }
+                    touched[s as usize] = 2;
+                    writes.push((s, v));
+                }
+            }
+            for &i in &sched.order[level] {
+                let Instr { start, n_in, .. } = self.instrs[i as usize];
+                for &s in &sched.args[start as usize..start as usize + n_in as usize] {
+                    touched[s as usize] = 0;
+                }
+            }
+            for (s, v) in writes.drain(..) {
+                touched[s as usize] = 0;
+                content[s as usize] = Some(v);
+            }
+        }
+        for (&s, &v) in sched.output_slots.iter().zip(&graph.outputs) {
+            if s == NO_SLOT || !in_range(s) || content[s as usize] != Some(v) {
                 return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
             }
         }

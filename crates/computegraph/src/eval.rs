@@ -1,4 +1,4 @@
-//! Evaluation of a [`CompiledProgram`] (sequential).
+//! Evaluation of a [`CompiledProgram`], sequential or level-parallel.
 //!
 //! Input: a program and one operand per input, in [`CompiledProgram::input_keys`] order.
 //! Output: one operand per output. Slots live in an [`EvalState`] that can be kept and
@@ -6,12 +6,29 @@
 //! Operands are gathered on the stack (no per-node allocation for up to four inputs),
 //! and outputs go through one reused buffer via
 //! [`EvaluableGraphOperation::eval_into`]. Complexity: `O(instructions + operands)`.
+//!
+//! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
+//! `schedule.rs` with its own slots, entering the rayon pool once per run. A level whose
+//! summed [`cost_hint`](crate::GraphOperation::cost_hint) is below [`PAR_LEVEL_MIN_COST`]
+//! runs on the calling thread, in place; a larger one is cut into chunks of about equal
+//! cost, each evaluated on the pool into its own output vector while reading the shared
+//! slots, and the outputs are then moved into their slots in order. Safe Rust only: the
+//! schedule guarantees no slot read in a level is written in it.
 
+use rayon::ThreadPool;
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use crate::compile::{CompiledProgram, NO_SLOT};
+use crate::compile::{CompiledProgram, Instr, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label};
+use crate::schedule::Schedule;
+
+/// Levels whose summed cost hint is below this run on the calling thread: a fork-join
+/// inside the pool costs about a microsecond, a cheap operation a few nanoseconds.
+pub const PAR_LEVEL_MIN_COST: u64 = 8192;
+/// A parallel level is cut into chunks of at least this cost (and at most four per thread).
+pub const PAR_CHUNK_MIN_COST: u64 = 4096;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
 pub struct EvalState<T> {
@@ -111,6 +128,206 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         slots.clear();
         Ok(result)
     }
+}
+
+impl<Op: EvaluableGraphOperation> CompiledProgram<Op>
+where
+    Op::Context: Clone + Send,
+{
+    /// Evaluates the program level by level on a rayon pool; the result is the one of
+    /// [`Self::eval`].
+    ///
+    /// `pool` is the user's pool, or `None` for the current one (the global pool outside
+    /// any pool). The pool is entered once per call. With one thread, or when less than
+    /// half of the program's cost is in levels costly enough to split (see
+    /// [`PAR_LEVEL_MIN_COST`]), this is the sequential evaluator, whose program order has
+    /// the better locality. Instructions of levels that run on the calling thread get
+    /// `ctx`; each chunk of a parallel level gets a clone of `ctx` (made at most once per
+    /// chunk index per call, on the calling thread), and what a clone records is dropped.
+    /// Operations that need one shared context should keep it behind their own lock.
+    ///
+    /// # Panics
+    /// As [`Self::eval`]; see [`Self::try_eval_parallel`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+    /// use scalar::{ScalarOp, ScalarKey};
+    ///
+    /// let mut b = GraphBuilder::<ScalarOp>::new();
+    /// let x = b.add_input(ScalarKey::var(0));
+    /// let s = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+    /// let c = b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary)[0];
+    /// let y = b.add_operation(ScalarOp::Mul, vec![Local(s), Local(c)], Primary)[0];
+    /// let g = Arc::new(b.build());
+    /// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]));
+    /// assert_eq!(program.level_count(), 2);
+    /// let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// assert_eq!(program.eval_parallel(Some(&pool), &mut (), &[&0.5]), program.eval(&mut (), &[&0.5]));
+    /// ```
+    pub fn eval_parallel(
+        &self,
+        pool: Option<&ThreadPool>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> Vec<Op::Operand> {
+        self.try_eval_parallel(pool, ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Evaluates the program in parallel, or reports a wrong input count or a misbehaving
+    /// operation.
+    pub fn try_eval_parallel(
+        &self,
+        pool: Option<&ThreadPool>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<Vec<Op::Operand>> {
+        self.eval_parallel_with(pool, &mut EvalState::new(), ctx, inputs)
+    }
+
+    /// Evaluates the program in parallel reusing `state`'s allocations.
+    pub fn eval_parallel_with(
+        &self,
+        pool: Option<&ThreadPool>,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<Vec<Op::Operand>> {
+        let threads = pool.map_or_else(rayon::current_num_threads, ThreadPool::current_num_threads);
+        if threads <= 1 || inputs.len() != self.input_slots.len() {
+            return self.eval_with(state, ctx, inputs);
+        }
+        let sched = self.schedule()?;
+        if !sched.worth_parallel {
+            return self.eval_with(state, ctx, inputs);
+        }
+        match pool {
+            Some(pool) => pool.install(|| self.run_levels(sched, threads, state, ctx, inputs)),
+            None => rayon::scope(|_| self.run_levels(sched, threads, state, ctx, inputs)),
+        }
+    }
+
+    /// The level loop, inside the pool.
+    fn run_levels(
+        &self,
+        sched: &Schedule,
+        threads: usize,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<Vec<Op::Operand>> {
+        let EvalState { slots, out } = state;
+        slots.clear();
+        slots.resize_with(sched.slot_count, || None);
+        for (&s, &x) in sched.input_slots.iter().zip(inputs) {
+            if s != NO_SLOT {
+                slots[s as usize] = Some(x.clone());
+            }
+        }
+        let max_chunks = threads.saturating_mul(4);
+        // Per chunk index: a context clone and an output buffer, kept across levels.
+        let mut ctxs: Vec<(Op::Context, Vec<Op::Operand>)> = Vec::new();
+        let mut bounds: SmallVec<[usize; 64]> = SmallVec::new();
+        for l in 0..sched.level_count() {
+            let range = sched.level(l);
+            let cost = sched.cost_prefix[range.end] - sched.cost_prefix[range.start];
+            let chunks = if cost >= PAR_LEVEL_MIN_COST && range.len() > 1 {
+                ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len())
+            } else {
+                1
+            };
+            if chunks == 1 {
+                // Reads and writes in place: no slot read in a level is written in it.
+                for &i in &sched.order[range] {
+                    let (op, ins, outs) = self.par_instr(sched, i as usize);
+                    out.clear();
+                    eval_instruction(op, ctx, slots, ins, out);
+                    check_count(op, outs.len(), out.len())?;
+                    for (&s, v) in outs.iter().zip(out.drain(..)) {
+                        slots[s as usize] = Some(v);
+                    }
+                }
+                continue;
+            }
+            // Chunk boundaries at about equal cost.
+            bounds.clear();
+            bounds.push(range.start);
+            let prefix = &sched.cost_prefix[range.start..range.end];
+            let base = sched.cost_prefix[range.start];
+            for c in 1..chunks {
+                let target = base + (u128::from(cost) * c as u128 / chunks as u128) as u64;
+                bounds.push(range.start + prefix.partition_point(|&x| x < target));
+            }
+            bounds.push(range.end);
+            while ctxs.len() < chunks {
+                ctxs.push((ctx.clone(), Vec::new()));
+            }
+            let shared: &[Option<Op::Operand>] = slots;
+            let bounds_ref = &bounds;
+            ctxs[..chunks].par_iter_mut().enumerate().try_for_each(|(c, (cx, buf))| {
+                self.eval_chunk(sched, &sched.order[bounds_ref[c]..bounds_ref[c + 1]], cx, shared, buf)
+            })?;
+            for (c, (_, values)) in ctxs[..chunks].iter_mut().enumerate() {
+                let mut values = values.drain(..);
+                for &i in &sched.order[bounds[c]..bounds[c + 1]] {
+                    for &s in self.par_instr(sched, i as usize).2 {
+                        slots[s as usize] = values.next();
+                    }
+                }
+            }
+        }
+        let result = sched
+            .output_slots
+            .iter()
+            .zip(&sched.output_move)
+            .map(|(&s, &mv)| {
+                let slot = &mut slots[s as usize];
+                if mv { slot.take() } else { slot.clone() }.expect("output slots are written (verified at compile)")
+            })
+            .collect();
+        slots.clear();
+        Ok(result)
+    }
+
+    /// Evaluates the instructions `chunk` (of one level) reading `slots`, appending their
+    /// outputs back to back to `out`.
+    fn eval_chunk(
+        &self,
+        sched: &Schedule,
+        chunk: &[u32],
+        ctx: &mut Op::Context,
+        slots: &[Option<Op::Operand>],
+        out: &mut Vec<Op::Operand>,
+    ) -> GraphResult<()> {
+        out.clear();
+        for &i in chunk {
+            let (op, ins, outs) = self.par_instr(sched, i as usize);
+            let before = out.len();
+            eval_instruction(op, ctx, slots, ins, out);
+            check_count(op, outs.len(), out.len() - before)?;
+        }
+        Ok(())
+    }
+}
+
+impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
+    /// Instruction `i` with its operand and output slots in the parallel schedule.
+    #[inline]
+    fn par_instr<'a>(&'a self, sched: &'a Schedule, i: usize) -> (&'a Op, &'a [u32], &'a [u32]) {
+        let Instr { start, n_in, n_out } = self.instrs[i];
+        let start = start as usize;
+        let mid = start + n_in as usize;
+        let args = &sched.args;
+        (&self.ops[i], &args[start..mid], &args[mid..mid + n_out as usize])
+    }
+}
+
+#[inline]
+fn check_count<Op: EvaluableGraphOperation>(op: &Op, expected: usize, found: usize) -> GraphResult<()> {
+    if expected == found {
+        return Ok(());
+    }
+    Err(GraphError::OutputCountMismatch { operation: format!("{}", Label(op)), expected, found })
 }
 
 #[inline(always)]

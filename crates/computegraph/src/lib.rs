@@ -51,12 +51,13 @@ mod materialize;
 mod operation;
 mod optable;
 mod resolve;
+mod schedule;
 mod verify;
 
 pub use cache::{CacheStats, CanonicalForm, CompileCache, ProgramHandle, StructuralKey};
 pub use compile::{CompiledProgram, compile, try_compile};
 pub use error::{GraphError, GraphResult};
-pub use eval::EvalState;
+pub use eval::{EvalState, PAR_CHUNK_MIN_COST, PAR_LEVEL_MIN_COST};
 pub use graph::{Graph, GraphBuilder, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
 pub use id::{Id, IdVec};
 pub use key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};

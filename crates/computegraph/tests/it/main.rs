@@ -18,6 +18,7 @@ mod deep;
 mod dump;
 mod errors;
 mod interner;
+mod parallel;
 mod pipeline;
 mod support;
 mod threads;

@@ -1,0 +1,292 @@
+//! `schedule`: the level schedule and level-aware slot assignment of parallel evaluation.
+//!
+//! Input: a sequential slot program (the columns `compile` built: instructions, their
+//! arguments, input and output slots) and a cost per instruction. The program runs this
+//! pass on first parallel use and keeps the result. The sequential program
+//! is only read; its slot reuse is not safe for level order, so this pass assigns its own
+//! slots. Output: a [`Schedule`], run by [`CompiledProgram::eval_parallel`](crate::CompiledProgram::eval_parallel).
+//!
+//! Invariants of the output (checked by `CompiledProgram::verify_parallel_against`):
+//! - an instruction's level is 1 + the largest level of the producers of its operands
+//!   (inputs are level 0, so an instruction without operands is level 1); `order` lists the
+//!   instructions by increasing level, in program order within a level (a counting sort),
+//!   and `level_start` holds the level boundaries in `order`;
+//! - `args` has the layout of the sequential argument pool (same `Instr` ranges) with
+//!   slots of this schedule: a value's slot is released only after the whole level that
+//!   holds its last reader, and outputs of a level never take a slot released in that
+//!   level, so within a level no slot is written twice, and no written slot is read;
+//! - the instructions of one level may therefore run in any order or concurrently, reading
+//!   the slots as they stood when the level began.
+//!
+//! Complexity: `O(instructions + arguments + slots)`, no allocation per level.
+
+use crate::compile::{Instr, NO_SLOT};
+use crate::error::{GraphError, GraphResult};
+
+/// The level schedule of a program (see the module doc).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Schedule {
+    /// Instruction indices by increasing level.
+    pub(crate) order: Vec<u32>,
+    /// `order[level_start[l]..level_start[l + 1]]` is level `l + 1`.
+    pub(crate) level_start: Vec<u32>,
+    /// `cost_prefix[k]` is the summed cost of `order[..k]`.
+    pub(crate) cost_prefix: Vec<u64>,
+    /// Argument pool in the layout of the sequential one, with this schedule's slots.
+    pub(crate) args: Vec<u32>,
+    pub(crate) input_slots: Vec<u32>,
+    pub(crate) output_slots: Vec<u32>,
+    pub(crate) output_move: Vec<bool>,
+    pub(crate) slot_count: usize,
+    /// Whether at least half of the cost is in levels of cost `PAR_LEVEL_MIN_COST` or more.
+    pub(crate) worth_parallel: bool,
+}
+
+impl Schedule {
+    /// Number of levels.
+    pub(crate) fn level_count(&self) -> usize {
+        self.level_start.len().saturating_sub(1)
+    }
+
+    /// The positions in `order` of level index `l` (level `l + 1`).
+    #[inline]
+    pub(crate) fn level(&self, l: usize) -> std::ops::Range<usize> {
+        self.level_start[l] as usize..self.level_start[l + 1] as usize
+    }
+
+    /// Bytes held by the schedule's columns.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        (self.order.capacity()
+            + self.level_start.capacity()
+            + self.args.capacity()
+            + self.input_slots.capacity()
+            + self.output_slots.capacity())
+            * 4
+            + self.cost_prefix.capacity() * 8
+            + self.output_move.capacity()
+    }
+}
+
+/// Computes the level schedule of a sequential program. `cost[i]` is instruction `i`'s cost.
+pub(crate) fn schedule(
+    instrs: &[Instr],
+    args: &[u32],
+    input_slots: &[u32],
+    output_slots: &[u32],
+    slot_count: usize,
+    cost: &[u64],
+) -> GraphResult<Schedule> {
+    const UNREAD: u32 = u32::MAX;
+    const KEEP: u32 = u32::MAX - 1;
+    let exhausted = |space| GraphError::IdSpaceExhausted { space };
+    let n = instrs.len();
+    // Value numbering by simulating the sequential program: inputs are 0..n_inputs, then
+    // each instruction output in program order. `arg_value[p]` names the value at
+    // argument position `p`; `value_level[v]` is the value's level.
+    let n_outputs: usize = instrs.iter().map(|i| i.n_out as usize).sum();
+    let n_values = input_slots.len() + n_outputs;
+    if n_values >= KEEP as usize {
+        return Err(exhausted("value"));
+    }
+    let mut arg_value: Vec<u32> = vec![0; args.len()];
+    let mut value_level: Vec<u32> = vec![0; n_values];
+    let mut slot_value: Vec<u32> = vec![UNREAD; slot_count];
+    for (j, &s) in input_slots.iter().enumerate() {
+        if s != NO_SLOT {
+            slot_value[s as usize] = j as u32;
+        }
+    }
+    let mut instr_level: Vec<u32> = Vec::with_capacity(n);
+    let mut next_value = input_slots.len() as u32;
+    let mut max_level = 0u32;
+    for &Instr { start, n_in, n_out } in instrs {
+        let (start, mid) = (start as usize, start as usize + n_in as usize);
+        let mut l = 0;
+        for p in start..mid {
+            let v = slot_value[args[p] as usize];
+            arg_value[p] = v;
+            l = l.max(value_level[v as usize]);
+        }
+        let l = l + 1;
+        for p in mid..mid + n_out as usize {
+            arg_value[p] = next_value;
+            value_level[next_value as usize] = l;
+            slot_value[args[p] as usize] = next_value;
+            next_value += 1;
+        }
+        instr_level.push(l);
+        max_level = max_level.max(l);
+    }
+    let output_values: Vec<u32> = output_slots.iter().map(|&s| slot_value[s as usize]).collect();
+    drop(slot_value);
+
+    // Counting sort of the instructions by level (1..=levels).
+    let levels = max_level as usize;
+    let mut level_start: Vec<u32> = vec![0; levels + 1];
+    for &l in &instr_level {
+        level_start[l as usize] += 1; // count of level l at index l, shifted below
+    }
+    for l in 1..=levels {
+        level_start[l] += level_start[l - 1];
+    }
+    // level_start[l] is now the end of level l, i.e. the start of level l + 1.
+    // Scatter in program order (the cost goes along, so the prefix sum is sequential).
+    let mut fill: Vec<u32> = level_start.clone();
+    let mut order: Vec<u32> = vec![0; n];
+    let mut cost_prefix: Vec<u64> = vec![0; n + 1];
+    for (i, &l) in instr_level.iter().enumerate() {
+        let at = &mut fill[l as usize - 1];
+        order[*at as usize] = i as u32;
+        cost_prefix[*at as usize + 1] = cost[i];
+        *at += 1;
+    }
+    let mut acc = 0u64;
+    for c in &mut cost_prefix[1..] {
+        acc = acc.saturating_add(*c);
+        *c = acc;
+    }
+
+    // Last level reading each value; outputs are kept, values nobody reads are released
+    // after the level that writes them.
+    let mut last_level: Vec<u32> = vec![UNREAD; n_values];
+    for (i, &Instr { start, n_in, .. }) in instrs.iter().enumerate() {
+        for &v in &arg_value[start as usize..start as usize + n_in as usize] {
+            let ll = &mut last_level[v as usize];
+            *ll = if *ll == UNREAD { instr_level[i] } else { (*ll).max(instr_level[i]) };
+        }
+    }
+    for &v in &output_values {
+        last_level[v as usize] = KEEP;
+    }
+    let n_inputs = input_slots.len();
+    for v in n_inputs..n_values {
+        if last_level[v] == UNREAD {
+            last_level[v] = value_level[v];
+        }
+    }
+
+    // Two more counting sorts, so that slot assignment walks compact lists in level
+    // order: the values each level writes (`defs`), and those it releases (`releases`).
+    let (def_start, defs) = bucket(levels, (n_inputs..n_values).map(|v| (value_level[v], v as u32)));
+    let (release_start, releases) = bucket(
+        levels,
+        (0..n_values).filter(|&v| last_level[v] != UNREAD && last_level[v] != KEEP).map(|v| (last_level[v], v as u32)),
+    );
+    drop(last_level);
+
+    // Level-aware slot assignment: a LIFO free list that only receives slots after the
+    // level that released them has taken all its output slots.
+    let mut free: Vec<u32> = Vec::new();
+    let mut next_slot = 0u32;
+    let mut take = |free: &mut Vec<u32>| -> GraphResult<u32> {
+        if let Some(s) = free.pop() {
+            return Ok(s);
+        }
+        if next_slot >= NO_SLOT - 1 {
+            return Err(exhausted("slot"));
+        }
+        next_slot += 1;
+        Ok(next_slot - 1)
+    };
+    let mut slot_of: Vec<u32> = vec![NO_SLOT; n_values];
+    let mut par_input_slots = Vec::with_capacity(n_inputs);
+    for (j, &s) in input_slots.iter().enumerate() {
+        // An input has a sequential slot exactly when it is read or is an output.
+        let slot = if s == NO_SLOT { NO_SLOT } else { take(&mut free)? };
+        slot_of[j] = slot;
+        par_input_slots.push(slot);
+    }
+    for l in 0..levels {
+        for &v in &defs[def_start[l] as usize..def_start[l + 1] as usize] {
+            slot_of[v as usize] = take(&mut free)?;
+        }
+        for &v in &releases[release_start[l] as usize..release_start[l + 1] as usize] {
+            free.push(slot_of[v as usize]);
+        }
+    }
+    let par_args: Vec<u32> = arg_value.iter().map(|&v| slot_of[v as usize]).collect();
+    let parallel_cost: u64 = (0..levels)
+        .map(|l| cost_prefix[level_start[l + 1] as usize] - cost_prefix[level_start[l] as usize])
+        .filter(|&c| c >= crate::eval::PAR_LEVEL_MIN_COST)
+        .fold(0u64, u64::saturating_add);
+    let worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
+    let par_output_slots: Vec<u32> = output_values.iter().map(|&v| slot_of[v as usize]).collect();
+    let mut output_move = vec![false; par_output_slots.len()];
+    let mut seen = rustc_hash::FxHashSet::default();
+    for (i, s) in par_output_slots.iter().enumerate().rev() {
+        output_move[i] = seen.insert(*s);
+    }
+    Ok(Schedule {
+        order,
+        level_start,
+        cost_prefix,
+        args: par_args,
+        input_slots: par_input_slots,
+        output_slots: par_output_slots,
+        output_move,
+        slot_count: next_slot as usize,
+        worth_parallel,
+    })
+}
+
+/// Counting sort of `(level, value)` pairs with levels in `1..=levels`: returns the bucket
+/// starts (bucket `l - 1` is `items[start[l - 1]..start[l]]`) and the values, in input
+/// order within a bucket.
+fn bucket<I>(levels: usize, pairs: I) -> (Vec<u32>, Vec<u32>)
+where
+    I: Iterator<Item = (u32, u32)> + Clone,
+{
+    let mut start: Vec<u32> = vec![0; levels + 1];
+    for (l, _) in pairs.clone() {
+        start[l as usize] += 1;
+    }
+    for l in 1..=levels {
+        start[l] += start[l - 1];
+    }
+    let mut fill = start.clone();
+    let mut items: Vec<u32> = vec![0; start[levels] as usize];
+    for (l, v) in pairs {
+        let at = &mut fill[l as usize - 1];
+        items[*at as usize] = v;
+        *at += 1;
+    }
+    (start, items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instr(start: u32, n_in: u16, n_out: u16) -> Instr {
+        Instr { start, n_in, n_out }
+    }
+
+    /// `a` in s0, `b` in s1; i0 = f(a) -> s2 (frees s0); i1 = g(b) -> s0, reusing s0 in
+    /// the same level as i0, which is fine sequentially; i2 = h(s2, s0) -> s1.
+    #[test]
+    fn same_level_release_is_not_reused_in_the_level() {
+        let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
+        let args = [0, 2, 1, 0, 2, 0, 1];
+        let s = schedule(&instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
+        assert_eq!(s.order, [0, 1, 2]);
+        assert_eq!(s.level_start, [0, 2, 3]);
+        assert_eq!(s.level_count(), 2);
+        assert_eq!(s.cost_prefix, [0, 1, 3, 6]);
+        assert_eq!(s.input_slots, [0, 1]);
+        // Level 1 writes two fresh slots; level 2 reuses a slot released after level 1.
+        assert_eq!(s.args, [0, 2, 1, 3, 2, 3, 1]);
+        assert_eq!(s.output_slots, [1]);
+        assert_eq!(s.slot_count, 4);
+    }
+
+    /// Levels are not program order: a chain interleaved with independent nodes.
+    #[test]
+    fn counting_sort_groups_levels_in_program_order() {
+        // x in s0; i0 = f(x) -> s1; i1 = f(s1) -> s2; i2 = f(x) -> s3; i3 = () -> s4.
+        let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 1, 1), instr(6, 0, 1)];
+        let args = [0, 1, 1, 2, 0, 3, 4];
+        let s = schedule(&instrs, &args, &[0], &[2, 3, 4], 5, &[1; 4]).unwrap();
+        assert_eq!(s.order, [0, 2, 3, 1]);
+        assert_eq!(s.level_start, [0, 3, 4]);
+    }
+}
