@@ -280,17 +280,6 @@ impl Primitive for ComplexOp {
         ComplexOp::Add
     }
 
-    fn jvp_rule(
-        &self,
-        b: &mut impl PrimitiveBuilder<Self>,
-        x: &[ValueKey<Self>],
-        y: &[ValueKey<Self>],
-        t: &[Option<LocalValueId>],
-        ctx: &mut (),
-    ) -> Vec<Option<LocalValueId>> {
-        self.try_jvp_rule(b, x, y, t, ctx).unwrap_or_else(|e| panic!("{e}"))
-    }
-
     fn try_jvp_rule(
         &self,
         b: &mut impl PrimitiveBuilder<Self>,
@@ -316,17 +305,6 @@ impl Primitive for ComplexOp {
             ComplexOp::Exp => t[0].map(|da| scale(b, ext(&y[0]), da)),
             ComplexOp::Const(..) => None,
         }])
-    }
-
-    fn transpose_rule(
-        &self,
-        b: &mut impl PrimitiveBuilder<Self>,
-        ct: &[Option<LocalValueId>],
-        inputs: &[PrimitiveValue<Self>],
-        role: &OperationRole,
-        ctx: &mut (),
-    ) -> Vec<Option<LocalValueId>> {
-        self.try_linear_transpose_rule(b, ct, inputs, role, ctx).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn try_linear_transpose_rule(

@@ -114,7 +114,9 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
 /// `linearize` never calls a rule whose tangents are all `None`.
 ///
 /// The `try_` forms report a missing or failing rule as an [`ADRuleError`] naming the
-/// operation and the rule; they default to the infallible forms.
+/// operation and the rule. Each rule and its `try_` form default to each other: implement
+/// the infallible form, or the `try_` form (the infallible one then panics with the
+/// error's message), or both — not neither.
 pub trait Primitive: GraphOperation<InputKey: ADKey> {
     /// Rule state threaded through a transform (caches, options). Most sets use `()`.
     type ADContext: Default;
@@ -130,7 +132,9 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         primal_outputs: &[ValueKey<Self>],
         tangent_inputs: &[Option<LocalValueId>],
         ctx: &mut Self::ADContext,
-    ) -> Vec<Option<LocalValueId>>;
+    ) -> Vec<Option<LocalValueId>> {
+        self.try_jvp_rule(builder, primal_inputs, primal_outputs, tangent_inputs, ctx).unwrap_or_else(|e| panic!("{e}"))
+    }
 
     /// The transpose rule of a linear operation in `role`: cotangents of the active inputs
     /// from cotangents of the outputs. `inputs` are the operation's operands by key; the
@@ -142,7 +146,9 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         inputs: &[PrimitiveValue<Self>],
         role: &OperationRole,
         ctx: &mut Self::ADContext,
-    ) -> Vec<Option<LocalValueId>>;
+    ) -> Vec<Option<LocalValueId>> {
+        self.try_linear_transpose_rule(builder, cotangent_outputs, inputs, role, ctx).unwrap_or_else(|e| panic!("{e}"))
+    }
 
     /// Fallible JVP rule; defaults to [`Primitive::jvp_rule`].
     fn try_jvp_rule(
