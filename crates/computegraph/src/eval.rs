@@ -116,17 +116,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
                 slots[s as usize] = Some(v);
             }
         }
-        let result = self
-            .output_slots
-            .iter()
-            .zip(&self.output_move)
-            .map(|(&s, &mv)| {
-                let slot = &mut slots[s as usize];
-                if mv { slot.take() } else { slot.clone() }.expect("output slots are written (verified at compile)")
-            })
-            .collect();
-        slots.clear();
-        Ok(result)
+        Ok(take_outputs(slots, &self.output_slots, &self.output_move))
     }
 }
 
@@ -276,17 +266,7 @@ where
                 }
             }
         }
-        let result = sched
-            .output_slots
-            .iter()
-            .zip(&sched.output_move)
-            .map(|(&s, &mv)| {
-                let slot = &mut slots[s as usize];
-                if mv { slot.take() } else { slot.clone() }.expect("output slots are written (verified at compile)")
-            })
-            .collect();
-        slots.clear();
-        Ok(result)
+        Ok(take_outputs(slots, &sched.output_slots, &sched.output_move))
     }
 
     /// Evaluates the instructions `chunk` (of one level) reading `slots`, appending their
@@ -356,4 +336,18 @@ pub(crate) fn eval_instruction<Op: EvaluableGraphOperation>(
         let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(slots, s)).collect();
         op.eval_into(ctx, &refs, out)
     }
+}
+
+/// Moves (last mention of a slot) or clones the outputs out of `slots`, then empties them.
+fn take_outputs<T: Clone>(slots: &mut Vec<Option<T>>, output_slots: &[u32], output_move: &[bool]) -> Vec<T> {
+    let result = output_slots
+        .iter()
+        .zip(output_move)
+        .map(|(&s, &mv)| {
+            let slot = &mut slots[s as usize];
+            if mv { slot.take() } else { slot.clone() }.expect("output slots are written (verified at compile)")
+        })
+        .collect();
+    slots.clear();
+    result
 }
