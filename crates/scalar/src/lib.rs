@@ -4,6 +4,7 @@
 //! - [`ScalarKey`]: input keys (`Var(i)`, and tangent keys for AD passes).
 //! - [`spec`]: a plain description of a scalar DAG with a trivially correct reference
 //!   evaluator, and a builder that turns it into `computegraph` fragments.
+//! - [`eager`]: the reference eager executor and a minimal eager frontend.
 //! - [`workloads`]: the benchmark shapes of `BENCHMARKS.md` section A as specs.
 
 #![deny(missing_docs)]
@@ -15,6 +16,7 @@ use computegraph::{EvaluableGraphOperation, GraphOperation};
 
 mod ad;
 pub mod complex;
+pub mod eager;
 pub mod spec;
 pub mod workloads;
 

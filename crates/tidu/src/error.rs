@@ -4,6 +4,8 @@ use std::fmt;
 
 use computegraph::GraphError;
 
+use crate::eager::EagerError;
+
 /// Which rule of a primitive.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RuleKind {
@@ -54,6 +56,8 @@ pub enum ADRuleError {
     },
     /// A graph-engine error (an unresolved key, an invalid emitted operation...).
     Graph(GraphError),
+    /// Misuse of the eager tape, or an executor's failure ([`crate::eager`]).
+    Eager(EagerError),
 }
 
 impl ADRuleError {
@@ -80,6 +84,7 @@ impl fmt::Display for ADRuleError {
                 write!(f, "operation `{operation}` in a linear graph is not linear: {message}")
             }
             ADRuleError::Graph(e) => write!(f, "{e}"),
+            ADRuleError::Eager(e) => write!(f, "{e}"),
         }
     }
 }
@@ -88,6 +93,7 @@ impl std::error::Error for ADRuleError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ADRuleError::Graph(e) => Some(e),
+            ADRuleError::Eager(e) => Some(e),
             _ => None,
         }
     }

@@ -12,6 +12,9 @@
 //! cases: forward-over-forward, forward-over-reverse (Hessian-vector products),
 //! reverse-over-reverse, to any order, with CSE across levels through structural keys.
 //!
+//! For eager frontends, [`eager`] records invocations on a tape and runs reverse mode
+//! over it (`Recorder`, `try_backward`).
+//!
 //! ```text
 //! JVP:  build → resolve → linearize → materialize_merge → compile → eval
 //! VJP:  build → resolve → linearize → linear_transpose → materialize_merge → compile → eval
@@ -21,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod api;
+pub mod eager;
 mod error;
 mod linearize;
 mod linearized;

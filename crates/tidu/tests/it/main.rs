@@ -3,6 +3,7 @@
 mod checker;
 mod complex;
 mod deep;
+mod eager;
 mod pipelines;
 mod properties;
 mod support;

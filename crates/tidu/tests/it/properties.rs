@@ -20,14 +20,14 @@ const BOUND: f64 = 8.0;
 /// One node of a generated graph: an operation kind and operand picks (taken modulo the
 /// values available), or a copy of an earlier node.
 #[derive(Clone, Debug)]
-struct NodeChoice {
+pub(crate) struct NodeChoice {
     kind: u8,
     a: u32,
     b: u32,
     copy: bool,
 }
 
-fn node_choice() -> impl Strategy<Value = NodeChoice> {
+pub(crate) fn node_choice() -> impl Strategy<Value = NodeChoice> {
     (0u8..8, any::<u32>(), any::<u32>(), prop::bool::weighted(0.15)).prop_map(|(kind, a, b, copy)| NodeChoice {
         kind,
         a,
@@ -49,7 +49,7 @@ fn bound_of(op: ScalarOp, args: &[f64]) -> f64 {
 }
 
 /// The spec of the choices over `inputs` inputs, with outputs picked by `outs`.
-fn make_spec(inputs: u32, nodes: &[NodeChoice], outs: &[u32]) -> GraphSpec {
+pub(crate) fn make_spec(inputs: u32, nodes: &[NodeChoice], outs: &[u32]) -> GraphSpec {
     let mut spec = GraphSpec { inputs, ..Default::default() };
     let mut bound: Vec<f64> = vec![1.5; inputs as usize];
     let mut starts: Vec<usize> = Vec::new(); // where each node's args start in spec.args

@@ -1,0 +1,315 @@
+//! [`Recorder`] and the tape nodes it makes.
+//!
+//! Invariants: a node's inputs were recorded before it (their `seq` is smaller), every
+//! trace reachable from a node comes from the same recorder (checked at record time), and
+//! a node's `retained` values are values of its graph. Nodes are dropped iteratively.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use computegraph::{Graph, LocalValueId, ValueKey, ValueRef};
+
+use super::rules::RuleCache;
+use super::{EagerError, EagerInput, EagerOutput, KeySource};
+use crate::error::{ADRuleError, ADRuleResult};
+use crate::primitive::Primitive;
+
+/// What a recorder shares with its nodes (and so with `try_backward`).
+pub(crate) struct Shared<Op: Primitive> {
+    pub(crate) rules: Mutex<RuleCache<Op>>,
+    /// Key `i` names input `i` of every canonical graph.
+    pub(crate) canonical_keys: RwLock<Vec<Op::InputKey>>,
+    pub(crate) live_nodes: AtomicUsize,
+}
+
+/// One recorded invocation.
+pub(crate) struct Node<Op: Primitive> {
+    pub(crate) shared: Arc<Shared<Op>>,
+    /// Recording order: a node's inputs have smaller numbers.
+    pub(crate) seq: u64,
+    pub(crate) graph: Arc<Graph<Op>>,
+    pub(crate) inputs: Box<[EagerInput<Op>]>,
+    /// User-visible key of each output of `graph`.
+    pub(crate) outputs: Box<[ValueKey<Op>]>,
+    /// Retained primal values, by local value of `graph`.
+    pub(crate) retained: Retained<Op>,
+}
+
+/// Retained primal values of a node, by local value of its graph.
+pub(crate) type Retained<Op> = Box<[(LocalValueId, Arc<<Op as computegraph::GraphOperation>::Operand>)]>;
+
+impl<Op: Primitive> Drop for Node<Op> {
+    /// Iterative: a node that owns the last reference to an input's node takes that
+    /// node's inputs onto an explicit stack before it is freed, so a 10^7-long chain does
+    /// not recurse.
+    fn drop(&mut self) {
+        self.shared.live_nodes.fetch_sub(1, Ordering::Relaxed);
+        let mut stack: Vec<Arc<Node<Op>>> = take_traces(&mut self.inputs).collect();
+        while let Some(node) = stack.pop() {
+            if let Some(mut node) = Arc::into_inner(node) {
+                stack.extend(take_traces(&mut node.inputs));
+                // `node` drops here with no traces left, so its own drop does not recurse.
+            }
+        }
+    }
+}
+
+fn take_traces<Op: Primitive>(inputs: &mut [EagerInput<Op>]) -> impl Iterator<Item = Arc<Node<Op>>> + '_ {
+    inputs.iter_mut().filter_map(|i| i.trace.take()).map(|t| t.0)
+}
+
+/// A handle to the tape node that produced a value. Cloning is cheap (a reference count);
+/// the node lives while any value produced by it, or by a later node that depends on it,
+/// holds its trace.
+pub struct Trace<Op: Primitive>(pub(crate) Arc<Node<Op>>);
+
+impl<Op: Primitive> Trace<Op> {
+    /// The node's number in its recorder: recording order.
+    pub fn id(&self) -> u64 {
+        self.0.seq
+    }
+    /// The user-visible keys of the node's outputs.
+    pub fn output_keys(&self) -> &[ValueKey<Op>] {
+        &self.0.outputs
+    }
+}
+
+impl<Op: Primitive> Clone for Trace<Op> {
+    fn clone(&self) -> Self {
+        Trace(Arc::clone(&self.0))
+    }
+}
+
+impl<Op: Primitive> fmt::Debug for Trace<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Trace#{}", self.0.seq)
+    }
+}
+
+/// Counters of a recorder.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecorderStats {
+    /// Tape nodes alive (held by the frontend's values).
+    pub live_nodes: usize,
+    /// Backward rules (transposed graphs) in the cache.
+    pub cached_rules: usize,
+    /// Backward steps that found their rule in the cache.
+    pub rule_hits: u64,
+    /// Backward steps that built it.
+    pub rule_misses: u64,
+    /// Canonical input keys drawn from the key source.
+    pub canonical_keys: usize,
+}
+
+/// Records eager invocations as tape nodes (seed 003).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Arc;
+/// use computegraph::{GraphBuilder, OperationRole::Primary, ValueKey, ValueRef::Local};
+/// use scalar::{eager::ScalarExecutor, ScalarKey, ScalarOp};
+/// use tidu::eager::{try_backward, EagerInput, Recorder};
+///
+/// // A one-operation graph for `mul`, built once and reused by every invocation.
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let (a, c) = (b.add_input(ScalarKey::var(0)), b.add_input(ScalarKey::var(1)));
+/// let p = b.add_operation(ScalarOp::Mul, vec![Local(a), Local(c)], Primary)[0];
+/// b.set_outputs(vec![p]);
+/// let mul = Arc::new(b.build());
+///
+/// let mut next = 1u32 << 31;
+/// let mut recorder = Recorder::new(move || { next += 1; ScalarKey::var(next) });
+/// let x = EagerInput::leaf(ValueKey::Input(ScalarKey::var(10)), Arc::new(3.0), true);
+/// let y = EagerInput::leaf(ValueKey::Input(ScalarKey::var(11)), Arc::new(4.0), false);
+/// let key = ValueKey::Input(ScalarKey::var(12));
+/// let out = recorder.record_graph(&mul, vec![x.clone(), y], vec![key.clone()], HashMap::new()).unwrap();
+///
+/// let grads = try_backward(&key, out[0].trace.as_ref(), Arc::new(1.0), &mut ScalarExecutor::new(), &mut ())
+///     .unwrap();
+/// assert_eq!(*grads[&x.key], 4.0); // d(x·y)/dx = y; y does not require a gradient
+/// assert_eq!(grads.len(), 1);
+/// ```
+pub struct Recorder<Op: Primitive> {
+    shared: Arc<Shared<Op>>,
+    source: Box<dyn KeySource<Op> + Send>,
+    /// How many canonical keys `shared` holds (only this recorder adds them).
+    canonical_len: usize,
+    next_seq: u64,
+}
+
+/// Default number of backward rules a recorder caches.
+pub const DEFAULT_RULE_CAPACITY: usize = 4096;
+
+impl<Op: Primitive> Recorder<Op> {
+    /// A recorder drawing its internal keys from `source`, caching up to
+    /// [`DEFAULT_RULE_CAPACITY`] backward rules.
+    pub fn new(source: impl KeySource<Op> + Send + 'static) -> Self {
+        Self::with_rule_capacity(source, DEFAULT_RULE_CAPACITY)
+    }
+
+    /// A recorder caching up to `capacity` backward rules (least recently used evicted
+    /// first; at least one).
+    pub fn with_rule_capacity(source: impl KeySource<Op> + Send + 'static, capacity: usize) -> Self {
+        Recorder {
+            shared: Arc::new(Shared {
+                rules: Mutex::new(RuleCache::new(capacity)),
+                canonical_keys: RwLock::new(Vec::new()),
+                live_nodes: AtomicUsize::new(0),
+            }),
+            source: Box::new(source),
+            canonical_len: 0,
+            next_seq: 0,
+        }
+    }
+
+    /// Records one invocation of `graph` and returns one [`EagerOutput`] per graph output.
+    ///
+    /// - `graph` is self-contained (no parents, no external operands); its `i`-th input is
+    ///   fed by `inputs[i]` and its `j`-th output gets the user-visible key `outputs[j]`.
+    ///   Build it once per structure and reuse it: its input keys do not matter (the
+    ///   recorder works on a canonical copy), and a reused graph costs no interning.
+    /// - `retained_values` are primal values to keep for the backward pass, keyed by an
+    ///   output key from `outputs` or by the global key of a value of `graph`; typically the
+    ///   invocation's outputs. Values the backward pass needs and that are not kept are
+    ///   recomputed by the executor's `execute_forward`.
+    ///
+    /// An invocation none of whose inputs requires a gradient records nothing: its outputs
+    /// have no trace and `requires_grad == false`.
+    ///
+    /// # Errors
+    /// [`EagerError`] (as [`ADRuleError::Eager`]) for a trace from another recorder, counts
+    /// that do not match the graph, a graph that is not self-contained, or a retained key
+    /// that names nothing in the graph. Nothing is recorded then.
+    pub fn record_graph(
+        &mut self,
+        graph: &Arc<Graph<Op>>,
+        inputs: Vec<EagerInput<Op>>,
+        outputs: Vec<ValueKey<Op>>,
+        retained_values: HashMap<ValueKey<Op>, Arc<Op::Operand>>,
+    ) -> ADRuleResult<Vec<EagerOutput<Op>>> {
+        let eager = |e: EagerError| Err(ADRuleError::Eager(e));
+        if inputs.len() != graph.inputs().len() {
+            return eager(EagerError::Arity { what: "inputs", expected: graph.inputs().len(), got: inputs.len() });
+        }
+        if outputs.len() != graph.outputs().len() {
+            return eager(EagerError::Arity { what: "outputs", expected: graph.outputs().len(), got: outputs.len() });
+        }
+        if let Some(input) = inputs.iter().position(|i| i.trace.as_ref().is_some_and(|t| !self.owns(t))) {
+            return eager(EagerError::ForeignTrace { input });
+        }
+        check_self_contained(graph)?;
+        if !inputs.iter().any(|i| i.requires_grad) {
+            return Ok(untraced(outputs));
+        }
+        let retained = retained_locals(graph, &outputs, retained_values)?;
+        self.reserve_canonical_keys(graph.inputs().len());
+
+        self.shared.live_nodes.fetch_add(1, Ordering::Relaxed);
+        let node = Arc::new(Node {
+            shared: Arc::clone(&self.shared),
+            seq: self.next_seq,
+            graph: Arc::clone(graph),
+            inputs: inputs.into_boxed_slice(),
+            outputs: outputs.into_boxed_slice(),
+            retained,
+        });
+        self.next_seq += 1;
+        Ok(node
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(output_slot, key)| EagerOutput {
+                key: key.clone(),
+                trace: Some(Trace(Arc::clone(&node))),
+                requires_grad: true,
+                output_slot,
+            })
+            .collect())
+    }
+
+    /// Whether `trace` was made by this recorder.
+    pub fn owns(&self, trace: &Trace<Op>) -> bool {
+        Arc::ptr_eq(&trace.0.shared, &self.shared)
+    }
+
+    /// The recorder's counters.
+    pub fn stats(&self) -> RecorderStats {
+        let rules = self.shared.rules.lock().unwrap_or_else(|e| e.into_inner());
+        RecorderStats {
+            live_nodes: self.shared.live_nodes.load(Ordering::Relaxed),
+            cached_rules: rules.len(),
+            rule_hits: rules.hits,
+            rule_misses: rules.misses,
+            canonical_keys: self.canonical_len,
+        }
+    }
+
+    /// Heap bytes the recorder holds itself: its rule cache (canonical, linear and
+    /// transposed graphs) and its canonical keys. Tape nodes are owned by the frontend's
+    /// values and not counted; the interner is the graphs' (see `KeyInterner::heap_bytes`).
+    pub fn heap_bytes(&self) -> usize {
+        let rules = self.shared.rules.lock().unwrap_or_else(|e| e.into_inner());
+        rules.heap_bytes() + self.canonical_len * std::mem::size_of::<Op::InputKey>()
+    }
+
+    fn reserve_canonical_keys(&mut self, n: usize) {
+        if n > self.canonical_len {
+            let mut keys = self.shared.canonical_keys.write().unwrap_or_else(|e| e.into_inner());
+            while keys.len() < n {
+                keys.push(self.source.fresh_input_key());
+            }
+            self.canonical_len = keys.len();
+        }
+    }
+}
+
+impl<Op: Primitive> fmt::Debug for Recorder<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recorder").field("stats", &self.stats()).finish_non_exhaustive()
+    }
+}
+
+fn untraced<Op: Primitive>(outputs: Vec<ValueKey<Op>>) -> Vec<EagerOutput<Op>> {
+    outputs
+        .into_iter()
+        .enumerate()
+        .map(|(output_slot, key)| EagerOutput { key, trace: None, requires_grad: false, output_slot })
+        .collect()
+}
+
+fn check_self_contained<Op: Primitive>(graph: &Graph<Op>) -> ADRuleResult<()> {
+    let fail = |message: String| Err(ADRuleError::Eager(EagerError::NotSelfContained { message }));
+    if !graph.parents().is_empty() {
+        return fail(format!("it has {} parent graphs", graph.parents().len()));
+    }
+    for op in graph.operations() {
+        if let Some(i) = op.inputs().position(|r| matches!(r, ValueRef::External(_))) {
+            return fail(format!("operand {i} of `{:?}` is an external value", op.operation()));
+        }
+    }
+    Ok(())
+}
+
+/// Maps retained values to local values of `graph`: output keys first, then global keys.
+fn retained_locals<Op: Primitive>(
+    graph: &Graph<Op>,
+    outputs: &[ValueKey<Op>],
+    retained: HashMap<ValueKey<Op>, Arc<Op::Operand>>,
+) -> ADRuleResult<Retained<Op>> {
+    let mut locals = Vec::with_capacity(retained.len());
+    for (key, data) in retained {
+        let local = match outputs.iter().position(|k| *k == key) {
+            Some(slot) => Some(graph.outputs()[slot]),
+            None => (0..graph.value_count()).map(LocalValueId::new).find(|&v| graph.global_key(v) == key),
+        };
+        match local {
+            Some(v) => locals.push((v, data)),
+            None => {
+                return Err(ADRuleError::Eager(EagerError::UnknownRetainedValue { key: format!("{key:?}") }));
+            }
+        }
+    }
+    Ok(locals.into_boxed_slice())
+}
