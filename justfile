@@ -1,8 +1,12 @@
 # Task runner twins of the plain cargo commands (`cargo install just`).
 
-# The main job: a 10^6-node DAG through the whole pipeline, with per-phase timings.
-run nodes="1000000" shape="window":
-    cargo run --release -p computegraph --example pipeline -- {{nodes}} {{shape}}
+# The main job: `cgx demo` (the worked example, its derivatives, a 10^6-node DAG).
+run nodes="1000000":
+    cargo run --release -p cgx -- demo --nodes {{nodes}}
+
+# The large-DAG benchmark from the command line: `just dag chain 10000000`.
+dag shape="window" nodes="1000000":
+    cargo run --release -p cgx -- bench dag --shape {{shape}} --nodes {{nodes}}
 
 # Every test, including doc tests.
 test:

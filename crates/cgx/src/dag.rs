@@ -1,0 +1,296 @@
+//! `cgx bench dag`: one large scalar DAG through every phase, timed.
+
+use std::time::{Duration, Instant};
+
+use benches::{Shape, Workload};
+use clap::{Args, ValueEnum};
+use computegraph::{CompiledProgram, EvalState, KeyInterner, compile, materialize_merge, resolve};
+use indicatif::{ProgressBar, ProgressStyle};
+use scalar::ScalarOp;
+
+use crate::table::{Table, json_number, json_string};
+use crate::{CliError, CliResult};
+
+/// The DAG shapes of BENCHMARKS.md section A.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ShapeArg {
+    /// Random DAG, operands from the 1024 most recent values, 30% repeats.
+    Window,
+    /// Random DAG, operands uniformly from all earlier values, 30% repeats.
+    Uniform,
+    /// A chain: depth = size.
+    Chain,
+    /// Layers 100 deep (10^5 wide at 10^7 nodes).
+    LayeredWide,
+    /// Layers 1000 wide.
+    LayeredDeep,
+}
+
+impl ShapeArg {
+    fn shape(self) -> Shape {
+        match self {
+            ShapeArg::Window => Shape::Window,
+            ShapeArg::Uniform => Shape::Uniform,
+            ShapeArg::Chain => Shape::Chain,
+            ShapeArg::LayeredWide => Shape::LayeredWide,
+            ShapeArg::LayeredDeep => Shape::LayeredDeep,
+        }
+    }
+}
+
+/// Options of `cgx bench dag`.
+#[derive(Args, Debug, Clone)]
+pub struct DagArgs {
+    /// The DAG's shape.
+    #[arg(long, value_enum, default_value_t = ShapeArg::Window)]
+    pub shape: ShapeArg,
+    /// Number of operations (`1000000`, `1_000_000` and `1e6` all work).
+    #[arg(long, default_value = "1000000", value_parser = parse_count)]
+    pub nodes: usize,
+    /// Threads of the parallel evaluation (default: every core).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses a count: digits with optional `_` separators, or `MeN` (`1e6`).
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.replace('_', "");
+    let parsed = match t.split_once(['e', 'E']) {
+        Some((m, e)) => {
+            let m: usize = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
+            let e: u32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
+            10usize.checked_pow(e).and_then(|p| p.checked_mul(m))
+        }
+        None => t.parse().ok(),
+    };
+    match parsed {
+        Some(0) => Err("the count must be at least 1".into()),
+        Some(n) => Ok(n),
+        None => Err(format!("`{s}` is not a count (try 1000000, 1_000_000 or 1e6)")),
+    }
+}
+
+/// One timed phase.
+pub struct Phase {
+    /// Its name.
+    pub name: String,
+    /// Wall time.
+    pub time: Duration,
+}
+
+/// What a run measured.
+pub struct DagReport {
+    /// The shape's name.
+    pub shape: &'static str,
+    /// Operations in the spec.
+    pub nodes: usize,
+    /// Threads of the parallel evaluation.
+    pub threads: usize,
+    /// The phases, in order.
+    pub phases: Vec<Phase>,
+    /// Operations left after CSE.
+    pub operations: usize,
+    /// Slots of the compiled program.
+    pub slots: usize,
+    /// Whether both evaluations equal the reference evaluator bitwise.
+    pub matches_reference: bool,
+    /// Peak resident memory of the process, if the OS reports it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl DagReport {
+    /// The report as a table.
+    pub fn table(&self) -> String {
+        let mut t = Table::new(&["phase", "ms", "ns/node"]);
+        for p in &self.phases {
+            let s = p.time.as_secs_f64();
+            t.row(vec![p.name.clone(), format!("{:.1}", s * 1e3), format!("{:.1}", s * 1e9 / self.nodes as f64)]);
+        }
+        t.render()
+    }
+
+    /// The report as one JSON object.
+    pub fn json(&self) -> String {
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|p| {
+                let s = p.time.as_secs_f64();
+                format!(
+                    "{{\"name\":{},\"ms\":{},\"ns_per_node\":{}}}",
+                    json_string(&p.name),
+                    json_number(s * 1e3),
+                    json_number(s * 1e9 / self.nodes as f64)
+                )
+            })
+            .collect();
+        format!(
+            "{{\"shape\":{},\"nodes\":{},\"threads\":{},\"phases\":[{}],\"operations_after_cse\":{},\"slots\":{},\"matches_reference\":{},\"peak_rss_bytes\":{}}}",
+            json_string(self.shape),
+            self.nodes,
+            self.threads,
+            phases.join(","),
+            self.operations,
+            self.slots,
+            self.matches_reference,
+            self.peak_rss_bytes.map_or("null".into(), |b| b.to_string()),
+        )
+    }
+}
+
+/// Runs `f` under a spinner named `name` (hidden when stderr is not a terminal).
+fn timed<T>(quiet: bool, name: &str, phases: &mut Vec<Phase>, f: impl FnOnce() -> T) -> T {
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("a valid template"));
+    bar.set_message(name.to_string());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    let t = Instant::now();
+    let out = f();
+    phases.push(Phase { name: name.to_string(), time: t.elapsed() });
+    bar.finish_and_clear();
+    out
+}
+
+/// Times `f` three times and records the fastest run.
+fn best_of_3<T, E>(
+    quiet: bool,
+    name: &str,
+    phases: &mut Vec<Phase>,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> Result<(), E> {
+    let mut runs = Vec::with_capacity(3);
+    for _ in 0..3 {
+        timed(quiet, name, &mut runs, &mut f)?;
+    }
+    let best = runs.into_iter().min_by_key(|p| p.time).expect("three runs");
+    phases.push(best);
+    Ok(())
+}
+
+/// Runs the benchmark and returns its report.
+pub fn measure(shape: ShapeArg, nodes: usize, threads: usize, quiet: bool) -> CliResult<DagReport> {
+    let shape = shape.shape();
+    let mut phases = Vec::new();
+    let workload = timed(quiet, "generate (not engine time)", &mut phases, || Workload::new(shape, nodes));
+    phases.clear(); // generation is the workload's, not the engine's
+    let spec = &workload.spec;
+    let nodes = workload.nodes();
+
+    let interner = KeyInterner::new();
+    let built = timed(quiet, "build (with interning)", &mut phases, || spec.build_single(&interner))?;
+    let view = timed(quiet, "resolve", &mut phases, || resolve(built.graphs.clone()));
+    let flat = timed(quiet, "materialize_merge", &mut phases, || materialize_merge(&view, &built.outputs));
+    let program = timed(quiet, "compile", &mut phases, || compile(&flat));
+    let inputs = bind(&program, &workload.inputs)?;
+
+    // Evaluation is what runs many times per compile: one warm-up run (first-touch page
+    // faults, the parallel schedule), then the best of three.
+    let mut state = EvalState::new();
+    let seq = program.eval_with(&mut state, &mut (), &inputs)?;
+    best_of_3(quiet, "eval (sequential)", &mut phases, || program.eval_with(&mut state, &mut (), &inputs))?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let par = program.eval_parallel_with(Some(&pool), &mut state, &mut (), &inputs)?;
+    best_of_3(quiet, &format!("eval (parallel, {threads} threads)"), &mut phases, || {
+        program.eval_parallel_with(Some(&pool), &mut state, &mut (), &inputs)
+    })?;
+
+    let reference = spec.eval_reference(&workload.inputs);
+    let same = |out: &[f64]| out.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
+    Ok(DagReport {
+        shape: shape.name(),
+        nodes,
+        threads,
+        phases,
+        operations: flat.operation_count(),
+        slots: program.slot_count(),
+        matches_reference: out_len_ok(&seq, &reference) && same(&seq) && same(&par),
+        peak_rss_bytes: peak_rss(),
+    })
+}
+
+fn out_len_ok(out: &[f64], reference: &[f64]) -> bool {
+    out.len() == reference.len()
+}
+
+fn bind<'a>(program: &CompiledProgram<ScalarOp>, values: &'a [f64]) -> CliResult<Vec<&'a f64>> {
+    Ok(program.bind_inputs(|k| match k {
+        scalar::ScalarKey::Var(i) => values.get(*i as usize),
+        _ => None,
+    })?)
+}
+
+/// Peak resident set size (`VmHWM` of `/proc/self/status`), where available.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Default thread count: every core.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `cgx bench dag`.
+pub fn run(args: &DagArgs) -> CliResult {
+    let threads = args.threads.map_or_else(default_threads, usize::from);
+    let report = measure(args.shape, args.nodes, threads, args.json)?;
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        println!(
+            "{} DAG, {} operations, {} after CSE, {} slots",
+            report.shape, report.nodes, report.operations, report.slots
+        );
+        print!("{}", report.table());
+        if let Some(b) = report.peak_rss_bytes {
+            println!(
+                "peak memory: {:.1} MiB ({:.0} bytes/node)",
+                b as f64 / (1 << 20) as f64,
+                b as f64 / report.nodes as f64
+            );
+        }
+        println!("results equal the reference evaluator (sequential and parallel): {}", report.matches_reference);
+    }
+    if report.matches_reference {
+        Ok(())
+    } else {
+        Err(CliError("the results differ from the reference evaluator".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse_in_every_spelling() {
+        assert_eq!(parse_count("1000000"), Ok(1_000_000));
+        assert_eq!(parse_count("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_count("1e6"), Ok(1_000_000));
+        assert_eq!(parse_count("25E3"), Ok(25_000));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("many").unwrap_err().contains("not a count"));
+        assert!(parse_count("1e40").is_err());
+    }
+
+    #[test]
+    fn a_small_run_matches_the_reference_and_reports_every_phase() {
+        for shape in [ShapeArg::Window, ShapeArg::Chain, ShapeArg::LayeredWide] {
+            let r = measure(shape, 2000, 2, true).unwrap();
+            assert!(r.matches_reference);
+            let names: Vec<&str> = r.phases.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(
+                names[..5],
+                ["build (with interning)", "resolve", "materialize_merge", "compile", "eval (sequential)"]
+            );
+            assert_eq!(names.len(), 6);
+            let json = r.json();
+            assert!(json.starts_with(&format!("{{\"shape\":\"{}\"", r.shape)) && json.ends_with('}'), "{json}");
+        }
+    }
+}
