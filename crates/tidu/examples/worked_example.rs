@@ -33,12 +33,14 @@ fn main() {
     let dx = lin.tangent_inputs()[0].0.clone();
     let jvp = eval(&lin, &HashMap::from([(x.clone(), at), (dx.clone(), 1.0)]));
     println!("f'({at}) by JVP = {jvp}   (4x = {})\n", 4.0 * at);
+    assert_eq!(jvp, 4.0 * at);
 
     let t = linear_transpose(&lin);
     println!("VJP (… → linear_transpose), T1: two accumulation adds\n{t}");
     let ct = t.tangent_inputs()[0].0.clone();
     let vjp = eval(&t, &HashMap::from([(x.clone(), at), (ct.clone(), 1.0)]));
     println!("f'({at}) by VJP = {vjp}\n");
+    assert_eq!(vjp, 4.0 * at);
 
     let fof = linearize(
         &resolve(vec![lin.graph().clone()]),
@@ -48,6 +50,7 @@ fn main() {
     let dx2 = fof.tangent_inputs()[0].0.clone();
     let d2 = eval(&fof, &HashMap::from([(x.clone(), at), (dx, 1.0), (dx2, 1.0)]));
     println!("f'' by forward over forward = {d2}");
+    assert_eq!(d2, 4.0);
 
     let for_ = linearize(
         &resolve(vec![f.clone(), t.graph().clone()]),
@@ -58,4 +61,5 @@ fn main() {
     let dx3 = for_.tangent_inputs()[0].0.clone();
     let h = eval(&for_, &HashMap::from([(x.clone(), at), (ct, 1.0), (dx3, 1.0)]));
     println!("f'' by forward over reverse = {h}   (expected 4)");
+    assert_eq!(h, 4.0);
 }

@@ -39,3 +39,13 @@ pub use linearize::{fresh_pass_id, linearize, linearize_with, try_linearize, try
 pub use linearized::LinearizedGraph;
 pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
 pub use transpose::{linear_transpose, try_linear_transpose, try_linear_transpose_with};
+
+/// The guides' programs, run as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide-primitives.md")]
+pub struct GuidePrimitives;
+
+/// The eager guide's program, run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide-eager.md")]
+pub struct GuideEager;
