@@ -101,6 +101,16 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
+/// A DOT label for an operation: its name, and on a second line its role if linearized.
+/// Each part is escaped on its own, so the line break stays DOT's `\n`.
+fn op_label<Op: GraphOperation>(op: &Op, role: &crate::OperationRole) -> String {
+    let mut label = escape(&Label(op).to_string());
+    if role.is_linearized() {
+        let _ = write!(label, "\\n{}", escape(&role.to_string()));
+    }
+    label
+}
+
 impl<Op: GraphOperation> Graph<Op> {
     /// This graph in Graphviz DOT. External operands appear as dashed boxes.
     pub fn to_dot(&self) -> String {
@@ -113,11 +123,7 @@ impl<Op: GraphOperation> Graph<Op> {
         }
         for op in self.operations() {
             let name = format!("{:?}", op.id());
-            let mut label = format!("{}", Label(op.operation()));
-            if op.role().is_linearized() {
-                let _ = write!(label, "\\n{}", op.role());
-            }
-            let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", escape(&label));
+            let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", op_label(op.operation(), op.role()));
             for (j, r) in self.op_input_refs(op.id()).iter().enumerate() {
                 let (src, slot) = match r {
                     InputRef::Local(v) => self.dot_source(*v),
@@ -161,11 +167,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         };
         for op in self.operations() {
             let name = format!("{:?}", op.id());
-            let mut label = format!("{}", Label(op.operation()));
-            if op.role().is_linearized() {
-                let _ = write!(label, "\\n{}", op.role());
-            }
-            let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", escape(&label));
+            let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", op_label(op.operation(), op.role()));
             for (j, &v) in op.inputs().iter().enumerate() {
                 let (src, slot) = source(v);
                 let _ = writeln!(s, "  {src} -> {name} [label=\"{}\"];", edge_label(slot, j));

@@ -275,6 +275,8 @@ fn dot_marks_external_operands_and_linear_roles() {
     assert!(parsed.labels.values().any(|l| *l == ext), "external operand node labelled {ext}: {dot}");
     assert!(dot.contains("dashed"), "externals are dashed boxes: {dot}");
     assert!(parsed.labels.values().any(|l| l.starts_with("neg") && l.contains("linear[a]")), "{dot}");
+    // The role is on a second line: DOT's `\n` escape, not an escaped backslash.
+    assert!(dot.contains(r#"label="neg\nlinear[a]""#), "{dot}");
 }
 
 /// The DOT module doc says operand edges are "labelled with the output slot when an
