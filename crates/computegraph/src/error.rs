@@ -124,7 +124,7 @@ impl fmt::Display for GraphError {
                 write!(f, "graphs from different interners (#{first} and #{second}) cannot be combined")
             }
             GraphError::IdSpaceExhausted { space } => {
-                write!(f, "the {space} id space (u32) is exhausted")
+                write!(f, "the {space} id space is exhausted (ids are u32; an interner may set a lower value limit)")
             }
             GraphError::InputCountMismatch { expected, found } => {
                 write!(f, "the program takes {expected} input(s) but was given {found}")

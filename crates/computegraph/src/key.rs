@@ -246,6 +246,8 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     op_table: OpTable,
     roles: Vec<OperationRole>,
     role_table: FxHashMap<OperationRole, u32>,
+    /// Most value keys this interner may hold (the id space unless the user chose less).
+    value_limit: usize,
 }
 
 fn hash_input<K: Hash>(k: &K) -> u64 {
@@ -270,7 +272,7 @@ fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
 }
 
 impl<Op: GraphOperation> InternerState<Op> {
-    fn new() -> Self {
+    fn new(value_limit: usize) -> Self {
         let mut role_table = FxHashMap::default();
         role_table.insert(OperationRole::Primary, 0);
         InternerState {
@@ -286,6 +288,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             op_table: OpTable::default(),
             roles: vec![OperationRole::Primary],
             role_table,
+            value_limit,
         }
     }
 
@@ -299,6 +302,9 @@ impl<Op: GraphOperation> InternerState<Op> {
             .ok()
             .filter(|&i| i < u32::MAX)
             .ok_or(GraphError::IdSpaceExhausted { space: "input key" })?;
+        if self.values.len() >= self.value_limit {
+            return Err(GraphError::IdSpaceExhausted { space: "value key" });
+        }
         let id = self
             .values
             .try_push(KeyDef::Input(index))
@@ -371,7 +377,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs: n_out });
         }
         let first = self.values.len();
-        if first + n_out.max(1) > <KeyId as crate::Id>::MAX_INDEX {
+        if first + n_out.max(1) > self.value_limit {
             return Err(GraphError::IdSpaceExhausted { space: "value key" });
         }
         let id = self.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "operation key" })?;
@@ -458,10 +464,30 @@ impl<Op: GraphOperation> KeyInterner<Op> {
 
     /// A new, empty interner, or an error once 2^32 − 1 interners have been created.
     pub fn try_new() -> GraphResult<Arc<Self>> {
+        Self::try_with_value_limit(<KeyId as crate::Id>::MAX_INDEX)
+    }
+
+    /// A new, empty interner that holds at most `limit` value keys (inputs and operation
+    /// outputs; the `u32` id space, 2^32 − 2, is the most and the default). Interning
+    /// beyond the limit is [`GraphError::IdSpaceExhausted`]: a way to bound an interner's
+    /// memory, and to see how a program behaves when the id space runs out.
+    ///
+    /// ```
+    /// use computegraph::{GraphBuilder, GraphError, KeyInterner};
+    /// use scalar::{ScalarOp, ScalarKey};
+    ///
+    /// let interner = KeyInterner::<ScalarOp>::try_with_value_limit(1).unwrap();
+    /// let mut b = GraphBuilder::with_interner(interner);
+    /// b.add_input(ScalarKey::var(0));
+    /// b.add_input(ScalarKey::var(1)); // a second value key: over the limit
+    /// assert_eq!(b.try_build().unwrap_err(), GraphError::IdSpaceExhausted { space: "value key" });
+    /// ```
+    pub fn try_with_value_limit(limit: usize) -> GraphResult<Arc<Self>> {
         let id = NEXT_INTERNER_ID
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
             .map_err(|_| GraphError::IdSpaceExhausted { space: "interner" })?;
-        Ok(Arc::new(KeyInterner { id, state: RwLock::new(InternerState::new()) }))
+        let limit = limit.min(<KeyId as crate::Id>::MAX_INDEX);
+        Ok(Arc::new(KeyInterner { id, state: RwLock::new(InternerState::new(limit)) }))
     }
 
     /// The process-wide interner for `Op`, created on first use.

@@ -296,3 +296,45 @@ fn operation_returning_wrong_output_count() {
         assert!(err.to_string().contains(&format!("`{label}`")), "{err}");
     }
 }
+
+/// The id space running out (simulated with an interner value limit; the real limit is
+/// 2^32 − 2 keys): building reports `IdSpaceExhausted`, graphs built before still work,
+/// and the interner keeps serving the keys it has.
+#[test]
+fn id_space_exhaustion() {
+    let interner = KeyInterner::<ScalarOp>::try_with_value_limit(4).unwrap();
+    let mut b = GraphBuilder::with_interner(interner.clone());
+    let x = b.add_input(ScalarKey::var(0));
+    let y = b.add_input(ScalarKey::var(1));
+    let p = b.add_operation(ScalarOp::Mul, vec![Local(x), Local(y)], Primary)[0];
+    b.set_outputs(vec![p]);
+    let g = Arc::new(b.build()); // three keys: x0, x1, mul
+    let key = g.global_key(p);
+
+    // A two-output operation needs two more keys: one too many.
+    let mut b = GraphBuilder::with_interner(interner.clone());
+    b.add_parent(g.clone());
+    let s = b.add_operation(ScalarOp::SinCos, vec![External(key.clone())], Primary);
+    b.set_outputs(s);
+    let err = b.try_build().unwrap_err();
+    assert_eq!(err, GraphError::IdSpaceExhausted { space: "value key" });
+    assert!(err.to_string().contains("value key id space is exhausted"), "{err}");
+
+    // So does a new input key.
+    let mut b = GraphBuilder::with_interner(interner.clone());
+    b.add_input(ScalarKey::var(2));
+    b.add_input(ScalarKey::var(3));
+    assert_eq!(b.try_build().unwrap_err(), GraphError::IdSpaceExhausted { space: "value key" });
+
+    // Nothing was lost: the first graph still compiles and evaluates, and rebuilding what
+    // is already interned (no new keys) still works.
+    let (_, program) = compile_checked(&resolve(vec![g.clone()]), &[key]);
+    assert_eq!(eval_vars(&program, &[3.0, 4.0]), vec![12.0]);
+    let mut b = GraphBuilder::with_interner(interner.clone());
+    let x = b.add_input(ScalarKey::var(0));
+    let y = b.add_input(ScalarKey::var(1));
+    let q = b.add_operation(ScalarOp::Mul, vec![Local(x), Local(y)], Primary)[0];
+    let again = b.build();
+    assert_eq!(again.global_key(q), g.global_key(p));
+    assert!(interner.value_count() <= 4);
+}
