@@ -38,7 +38,7 @@ pub fn ten_ops() -> GraphSpec {
 /// Runs the function eagerly: returns the leaves and the output. With `track == false`
 /// no input requires a gradient, so nothing is recorded (the frontend's own cost).
 pub fn forward(tape: &mut Tape, spec: &GraphSpec, track: bool) -> (Vec<Var>, Var) {
-    let leaves: Vec<Var> = INPUTS.iter().enumerate().map(|(i, &v)| tape.leaf(v, track && i < 2)).collect();
+    let leaves: Vec<Var> = INPUTS.iter().enumerate().map(|(i, &v)| tape.leaf(v, track && i < 2).unwrap()).collect();
     let values = tape.run_spec(spec, &leaves).expect("eager ops");
     let y = values[spec.outputs[0] as usize].clone();
     (leaves, y)

@@ -72,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
 
     // Eager.
     let mut tape = Tape::new();
-    let leaves: Vec<Var> = x.iter().zip(&requires_grad).map(|(&v, &r)| tape.leaf(v, r)).collect();
+    let leaves: Vec<Var> = x.iter().zip(&requires_grad).map(|(&v, &r)| tape.leaf(v, r).unwrap()).collect();
     let mut vars = leaves.clone();
     let mut starts = Vec::with_capacity(spec.ops.len());
     let mut at = 0;

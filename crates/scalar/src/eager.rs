@@ -152,8 +152,10 @@ impl Var {
     }
 }
 
-/// First user key of the frontend; canonical keys count down from `u32::MAX`.
+/// The frontend's keys are `FIRST_USER_KEY..LAST_USER_KEY`; the recorder's canonical keys
+/// count down from `u32::MAX` (one per input of the widest recorded graph).
 const FIRST_USER_KEY: u32 = 1 << 30;
+const LAST_USER_KEY: u32 = u32::MAX - (1 << 20);
 
 /// A minimal eager frontend over [`ScalarOp`]: evaluates at once, records on a tape.
 ///
@@ -161,7 +163,7 @@ const FIRST_USER_KEY: u32 = 1 << 30;
 /// use scalar::{eager::{Tape, ScalarExecutor}, ScalarOp};
 ///
 /// let mut tape = Tape::new();
-/// let x = tape.leaf(0.5, true);
+/// let x = tape.leaf(0.5, true).unwrap();
 /// let s = tape.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
 /// let y = tape.apply(ScalarOp::Mul, &[&s, &x]).unwrap().remove(0); // x sin x
 /// let g = tape.backward(&y, 1.0, &mut ScalarExecutor::new()).unwrap();
@@ -210,16 +212,19 @@ impl Tape {
         &self.recorder
     }
 
-    fn fresh_key(&mut self) -> ValueKey<ScalarOp> {
+    fn fresh_key(&mut self) -> ADRuleResult<ValueKey<ScalarOp>> {
         let key = self.next_key;
-        // Wraps within the user range; a frontend holding 2^31 live values is out of scope.
-        self.next_key = if key == u32::MAX / 2 { FIRST_USER_KEY } else { key + 1 };
-        ValueKey::Input(ScalarKey::Var(key))
+        // Keys are never reused: a reused key would merge two values' cotangents.
+        if key >= LAST_USER_KEY {
+            return Err(ADRuleError::Graph(computegraph::GraphError::IdSpaceExhausted { space: "eager frontend key" }));
+        }
+        self.next_key += 1;
+        Ok(ValueKey::Input(ScalarKey::Var(key)))
     }
 
-    /// A leaf value.
-    pub fn leaf(&mut self, value: f64, requires_grad: bool) -> Var {
-        Var { key: self.fresh_key(), trace: None, requires_grad, value: Arc::new(value) }
+    /// A leaf value; an error once the tape has handed out all of its keys (about 3·10^9).
+    pub fn leaf(&mut self, value: f64, requires_grad: bool) -> ADRuleResult<Var> {
+        Ok(Var { key: self.fresh_key()?, trace: None, requires_grad, value: Arc::new(value) })
     }
 
     /// Applies one operation now and records it as a one-operation graph.
@@ -235,7 +240,7 @@ impl Tape {
         let results = op.apply(&values);
         if args.is_empty() {
             // A constant: nothing to differentiate, nothing to record.
-            return Ok(results.into_iter().map(|x| self.leaf(x, false)).collect());
+            return results.into_iter().map(|x| self.leaf(x, false)).collect();
         }
         let graph = self.template(op)?;
         self.record(&graph, args, results, true)
@@ -273,7 +278,7 @@ impl Tape {
         results: Vec<f64>,
         retain: bool,
     ) -> ADRuleResult<Vec<Var>> {
-        let keys: Vec<ValueKey<ScalarOp>> = results.iter().map(|_| self.fresh_key()).collect();
+        let keys = results.iter().map(|_| self.fresh_key()).collect::<ADRuleResult<Vec<_>>>()?;
         let values: Vec<Arc<f64>> = results.into_iter().map(Arc::new).collect();
         let retained = if retain { keys.iter().cloned().zip(values.iter().cloned()).collect() } else { HashMap::new() };
         let inputs = args.iter().map(|a| a.input()).collect();
@@ -316,7 +321,20 @@ impl Tape {
         let mut at = 0;
         for &op in &spec.ops {
             let n = computegraph::GraphOperation::input_count(&op);
-            let args: Vec<&Var> = spec.args[at..at + n].iter().map(|&a| &values[a as usize]).collect();
+            let args: Vec<&Var> = spec
+                .args
+                .get(at..at + n)
+                .into_iter()
+                .flatten()
+                .map(|&a| values.get(a as usize))
+                .collect::<Option<_>>()
+                .filter(|args: &Vec<&Var>| args.len() == n)
+                .ok_or_else(|| {
+                    ADRuleError::Graph(computegraph::GraphError::Invalid {
+                        phase: "graph spec",
+                        message: format!("node {op:?} at argument {at}: missing or later operands"),
+                    })
+                })?;
             at += n;
             let outs = self.apply(op, &args)?;
             values.extend(outs);

@@ -28,7 +28,7 @@ use computegraph::{GraphBuilder, KeyId, KeyMap, LocalValueId, OperationRole, Val
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearize::fresh_pass_ids;
 use crate::linearized::LinearizedGraph;
-use crate::primitive::{ADKey, Primitive, PrimitiveBuilder, PrimitiveValue};
+use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
 
 /// Transposes a linear graph (default rule context).
 ///
@@ -48,6 +48,19 @@ pub fn try_linear_transpose_with<Op: Primitive>(
     linear: &LinearizedGraph<Op>,
     ctx: &mut Op::ADContext,
 ) -> ADRuleResult<LinearizedGraph<Op>> {
+    let n_seeds = linear.tangent_outputs.iter().flatten().count() as u64;
+    transpose_in_passes(linear, ctx, fresh_pass_ids(n_seeds + 1))
+}
+
+/// [`try_linear_transpose_with`] in the passes `first_pass ..= first_pass + seeds` (the
+/// transposed graph's pass, then one per seed), which the caller reserved with
+/// [`seed_pass_count`]. The eager tape reuses them when it rebuilds a rule, so the rebuilt
+/// graph has the same keys as before and the interner does not grow.
+pub(crate) fn transpose_in_passes<Op: Primitive>(
+    linear: &LinearizedGraph<Op>,
+    ctx: &mut Op::ADContext,
+    first_pass: DiffPassId,
+) -> ADRuleResult<LinearizedGraph<Op>> {
     let lg = &linear.graph;
     let mut builder = GraphBuilder::with_interner(Arc::clone(lg.interner()));
     // The transpose of a linear map has about as many operations as the map.
@@ -62,10 +75,9 @@ pub fn try_linear_transpose_with<Op: Primitive>(
     let mut env: KeyMap<LocalValueId> = KeyMap::with_range(key_range.clone(), lg.value_count());
 
     // 1. Seeds: one cotangent input per non-zero output.
-    let n_seeds = linear.tangent_outputs.iter().flatten().count() as u64;
-    let first_pass = fresh_pass_ids(n_seeds + 1);
+    let n_seeds = linear.tangent_outputs.iter().flatten().count();
     let base = lg.input_keys().first().cloned();
-    let mut seeds = Vec::with_capacity(n_seeds as usize);
+    let mut seeds = Vec::with_capacity(n_seeds);
     for (j, out) in linear.tangent_outputs.iter().flatten().enumerate() {
         let base = base.as_ref().ok_or_else(|| ADRuleError::NonLinear {
             operation: format!("output {out:?}"),
@@ -167,4 +179,9 @@ fn accumulate<Op: Primitive>(
         }
     }
     Ok(())
+}
+
+/// How many pass ids a transpose of `linear` uses: its own, and one per seed.
+pub(crate) fn seed_pass_count<Op: Primitive>(linear: &LinearizedGraph<Op>) -> u64 {
+    linear.tangent_outputs.iter().flatten().count() as u64 + 1
 }

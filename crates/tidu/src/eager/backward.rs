@@ -151,19 +151,23 @@ fn rule_for<Op: Primitive>(
 ) -> ADRuleResult<Arc<Rule<Op>>> {
     let hash = structure_hash(&node.graph, seeded, wrt);
     let shared = &node.shared;
-    if let Some(rule) = shared.rules.lock().unwrap_or_else(PoisonError::into_inner).get(hash, &node.graph, seeded, wrt)
-    {
-        return Ok(rule);
-    }
+    let passes = {
+        let mut rules = shared.rules.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(rule) = rules.get(hash, &node.graph, seeded, wrt) {
+            return Ok(rule);
+        }
+        rules.passes(hash)
+    };
     // Built outside the lock: rules run user code and may take a while.
     let keys = shared.canonical_keys.read().unwrap_or_else(PoisonError::into_inner).clone();
-    let rule = Arc::new(build_rule(&node.graph, seeded, wrt, &keys, ctx)?);
+    let (rule, passes) = build_rule(&node.graph, seeded, wrt, &keys, ctx, passes)?;
+    let rule = Arc::new(rule);
     let mut rules = shared.rules.lock().unwrap_or_else(PoisonError::into_inner);
     // Another thread may have built the same rule meanwhile; keep the first.
     if let Some(existing) = rules.get(hash, &node.graph, seeded, wrt) {
         return Ok(existing);
     }
-    rules.insert(hash, Arc::clone(&rule));
+    rules.insert(hash, Arc::clone(&rule), passes);
     Ok(rule)
 }
 
@@ -214,10 +218,14 @@ fn primal_data<Op: Primitive, E: BackwardExecutor<Op> + ?Sized>(
     Ok(external)
 }
 
-/// A key for messages: its definition when the interner knows it (`ok9 = cos(x4)`).
+/// A key for messages: its definition when it is an operation output (`ok9 = cos(x4)`).
+/// Never interns anything.
 fn describe<Op: Primitive>(view: &computegraph::ResolvedView<Op>, key: &ValueKey<Op>) -> String {
-    match view.interner().intern_key(key) {
-        Ok(id) => view.interner().describe(id),
-        Err(_) => format!("{key:?}"),
+    match key {
+        ValueKey::Derived { .. } => match view.interner().intern_key(key) {
+            Ok(id) => view.interner().describe(id),
+            Err(_) => format!("{key:?}"),
+        },
+        ValueKey::Input(k) => format!("{k:?}"),
     }
 }

@@ -13,7 +13,8 @@
 //! is a reference-counted handle to a node, and a node holds the traces of its inputs, so
 //! the tape lives exactly as long as the frontend's values do: memory is bounded by what the
 //! frontend keeps, not by how many steps it has run. Nodes are freed iteratively, so
-//! dropping a 10^7-long chain does not overflow the stack. An invocation none of whose
+//! dropping a long chain does not recurse (tested at 10^5 nodes on a 256 KiB stack). An
+//! invocation none of whose
 //! inputs requires a gradient is not recorded at all (its outputs get no trace).
 //!
 //! Nodes are numbered in recording order; since a node's inputs were produced before it,
@@ -29,7 +30,10 @@
 //! two masks. On a miss the graph is first rebuilt as a *canonical* graph whose inputs are
 //! keyed by the recorder's own keys (input `i` gets the `i`-th key the [`KeySource`] handed
 //! out), so the cached rule never refers to a frontend key and every later graph of the same
-//! structure, whatever its input keys, hits. See `docs/adr/0003-eager-tape.md`.
+//! structure, whatever its input keys, hits. A rule is built with the `ADContext` of the
+//! backward call that first needs it and reused by the recorder's later calls: a rule
+//! context that changes what rules emit needs a recorder of its own. See
+//! `docs/adr/0003-eager-tape.md`.
 //!
 //! # Primal values the transpose needs
 //! A cached rule lists the primal values its transposed graph reads. When every one of them
@@ -170,10 +174,6 @@ impl<'a, Op: GraphOperation> PrimitiveGraph<'a, Op> {
     pub fn as_graph(&self) -> &'a Graph<Op> {
         self.graph
     }
-    /// The recorded graph, shared.
-    pub fn graph(&self) -> &'a Arc<Graph<Op>> {
-        self.graph
-    }
     /// The values to produce: every primal value the transposed graph reads. Some are
     /// values of [`as_graph`](Self::as_graph); others are computed from primal values by the
     /// linearization (say `cos x` for `sin x`) and are defined in [`view`](Self::view).
@@ -265,6 +265,22 @@ pub enum EagerError {
         /// How many were returned.
         got: usize,
     },
+    /// The key source handed out a key it had handed out before.
+    KeySourceRepeated {
+        /// The key, as text.
+        key: String,
+    },
+    /// An output key is given twice, or is also the key of one of the invocation's inputs:
+    /// cotangents accumulate by key, so keys must be unique per value.
+    DuplicateKey {
+        /// The key, as text.
+        key: String,
+    },
+    /// An input's key is not an output key of the trace it claims was its producer.
+    TraceMismatch {
+        /// Which input of the invocation.
+        input: usize,
+    },
     /// The executor rejected something (a seed's shape, say).
     Executor {
         /// The executor's message.
@@ -286,7 +302,17 @@ impl fmt::Display for EagerError {
                 write!(f, "input {input} has a trace from another recorder")
             }
             EagerError::Arity { what, expected, got } => {
-                write!(f, "the recorded graph has {expected} {what}, but {got} were given")
+                write!(f, "the recorded graph has {expected} {what}, but the call gives {got}")
+            }
+            EagerError::KeySourceRepeated { key } => {
+                write!(f, "the key source handed out {key} twice; its keys must be fresh")
+            }
+            EagerError::DuplicateKey { key } => write!(
+                f,
+                "key {key} names two values of one invocation (an output twice, or an output and an input); keys must be unique per value"
+            ),
+            EagerError::TraceMismatch { input } => {
+                write!(f, "input {input}'s key is not an output of the trace given with it")
             }
             EagerError::NotSelfContained { message } => {
                 write!(f, "a recorded graph must be self-contained: {message}")

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use computegraph::{Graph, LocalValueId, ValueKey, ValueRef};
+use rustc_hash::FxHashSet;
 
 use super::rules::RuleCache;
 use super::{EagerError, EagerInput, EagerOutput, KeySource};
@@ -42,8 +43,8 @@ pub(crate) type Retained<Op> = Box<[(LocalValueId, Arc<<Op as computegraph::Grap
 
 impl<Op: Primitive> Drop for Node<Op> {
     /// Iterative: a node that owns the last reference to an input's node takes that
-    /// node's inputs onto an explicit stack before it is freed, so a 10^7-long chain does
-    /// not recurse.
+    /// node's inputs onto an explicit stack before it is freed, so a long chain does not
+    /// recurse.
     fn drop(&mut self) {
         self.shared.live_nodes.fetch_sub(1, Ordering::Relaxed);
         let mut stack: Vec<Arc<Node<Op>>> = take_traces(&mut self.inputs).collect();
@@ -179,9 +180,11 @@ impl<Op: Primitive> Recorder<Op> {
     /// have no trace and `requires_grad == false`.
     ///
     /// # Errors
-    /// [`EagerError`] (as [`ADRuleError::Eager`]) for a trace from another recorder, counts
-    /// that do not match the graph, a graph that is not self-contained, or a retained key
-    /// that names nothing in the graph. Nothing is recorded then.
+    /// [`EagerError`] (as [`ADRuleError::Eager`]) for a trace from another recorder or one
+    /// that did not produce its input's key, counts that do not match the graph, an output
+    /// key given twice or equal to an input's key, a graph that is not self-contained, a
+    /// retained key that names nothing in the graph, or a key source that repeats itself.
+    /// Nothing is recorded then.
     pub fn record_graph(
         &mut self,
         graph: &Arc<Graph<Op>>,
@@ -196,15 +199,23 @@ impl<Op: Primitive> Recorder<Op> {
         if outputs.len() != graph.outputs().len() {
             return eager(EagerError::Arity { what: "outputs", expected: graph.outputs().len(), got: outputs.len() });
         }
-        if let Some(input) = inputs.iter().position(|i| i.trace.as_ref().is_some_and(|t| !self.owns(t))) {
-            return eager(EagerError::ForeignTrace { input });
+        for (input, i) in inputs.iter().enumerate() {
+            if let Some(t) = &i.trace {
+                if !self.owns(t) {
+                    return eager(EagerError::ForeignTrace { input });
+                }
+                if !t.0.outputs.contains(&i.key) {
+                    return eager(EagerError::TraceMismatch { input });
+                }
+            }
         }
+        check_unique_keys(&inputs, &outputs)?;
         check_self_contained(graph)?;
+        let retained = retained_locals(graph, &outputs, retained_values)?;
         if !inputs.iter().any(|i| i.requires_grad) {
             return Ok(untraced(outputs));
         }
-        let retained = retained_locals(graph, &outputs, retained_values)?;
-        self.reserve_canonical_keys(graph.inputs().len());
+        self.reserve_canonical_keys(graph.inputs().len())?;
 
         self.shared.live_nodes.fetch_add(1, Ordering::Relaxed);
         let node = Arc::new(Node {
@@ -254,14 +265,21 @@ impl<Op: Primitive> Recorder<Op> {
         rules.heap_bytes() + self.canonical_len * std::mem::size_of::<Op::InputKey>()
     }
 
-    fn reserve_canonical_keys(&mut self, n: usize) {
+    /// Draws canonical keys until there are `n`; a repeated key is an error (it would make
+    /// two inputs of a canonical graph one value).
+    fn reserve_canonical_keys(&mut self, n: usize) -> ADRuleResult<()> {
         if n > self.canonical_len {
             let mut keys = self.shared.canonical_keys.write().unwrap_or_else(|e| e.into_inner());
             while keys.len() < n {
-                keys.push(self.source.fresh_input_key());
+                let key = self.source.fresh_input_key();
+                if keys.contains(&key) {
+                    return Err(ADRuleError::Eager(EagerError::KeySourceRepeated { key: format!("{key:?}") }));
+                }
+                keys.push(key);
             }
             self.canonical_len = keys.len();
         }
+        Ok(())
     }
 }
 
@@ -277,6 +295,26 @@ fn untraced<Op: Primitive>(outputs: Vec<ValueKey<Op>>) -> Vec<EagerOutput<Op>> {
         .enumerate()
         .map(|(output_slot, key)| EagerOutput { key, trace: None, requires_grad: false, output_slot })
         .collect()
+}
+
+/// Output keys are distinct from each other and from the inputs' keys.
+fn check_unique_keys<Op: Primitive>(inputs: &[EagerInput<Op>], outputs: &[ValueKey<Op>]) -> ADRuleResult<()> {
+    let clash = |key: &ValueKey<Op>| Err(ADRuleError::Eager(EagerError::DuplicateKey { key: format!("{key:?}") }));
+    if outputs.len() * (outputs.len() + inputs.len()) <= 256 {
+        for (j, key) in outputs.iter().enumerate() {
+            if outputs[..j].contains(key) || inputs.iter().any(|i| i.key == *key) {
+                return clash(key);
+            }
+        }
+    } else {
+        let mut seen: FxHashSet<&ValueKey<Op>> = inputs.iter().map(|i| &i.key).collect();
+        for key in outputs {
+            if !seen.insert(key) {
+                return clash(key);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_self_contained<Op: Primitive>(graph: &Graph<Op>) -> ADRuleResult<()> {

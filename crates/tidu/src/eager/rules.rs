@@ -13,20 +13,23 @@
 //! neither (a value the linearization computes from primal data).
 //!
 //! The cache is bounded (least recently used rule evicted first). Evicting a rule does not
-//! shrink the interner, so distinct structures cost interner memory once each.
+//! shrink the interner, so distinct structures cost interner memory once each; a rule
+//! rebuilt after an eviction reuses the pass ids it was first built in (kept per key hash),
+//! so its graphs get the same keys and the interner does not grow with rebuilds.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use computegraph::{Graph, GraphBuilder, LocalValueDef, LocalValueId, ResolvedView, ValueKey, ValueRef, try_resolve};
+use computegraph::{Graph, GraphBuilder, LocalValueId, ResolvedView, ValueKey, ValueRef, try_resolve};
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use smallvec::SmallVec;
 
 use crate::error::ADRuleResult;
-use crate::linearize::{fresh_pass_id, try_linearize_with};
+use crate::linearize::{fresh_pass_id, fresh_pass_ids, try_linearize_with};
 use crate::linearized::LinearizedGraph;
+use crate::primitive::DiffPassId;
 use crate::primitive::Primitive;
-use crate::transpose::try_linear_transpose_with;
+use crate::transpose::{seed_pass_count, transpose_in_passes};
 
 /// Where backward finds a primal value the transposed graph reads.
 #[derive(Copy, Clone, Debug)]
@@ -66,9 +69,13 @@ impl<Op: Primitive> Rule<Op> {
     }
 
     fn heap_bytes(&self) -> usize {
-        let graphs = self.canonical.heap_bytes()
-            + self.transposed.graph().heap_bytes()
-            + self.view.graphs().iter().map(|g| g.heap_bytes()).sum::<usize>();
+        // The view holds the linear graph and the canonical graph; the transposed graph and
+        // the source graph are held besides (counted once each, by address).
+        let mut graphs: Vec<&Arc<Graph<Op>>> = self.view.graphs().iter().collect();
+        graphs.extend([self.transposed.graph(), &self.canonical, &self.source]);
+        graphs.sort_by_key(|g| Arc::as_ptr(g));
+        graphs.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let graphs: usize = graphs.iter().map(|g| g.heap_bytes()).sum();
         let key = std::mem::size_of::<ValueKey<Op>>();
         graphs
             + (self.required.len() + self.keys.len()) * key
@@ -85,6 +92,8 @@ struct Slot<Op: Primitive> {
 /// The bounded rule cache of one recorder.
 pub(crate) struct RuleCache<Op: Primitive> {
     buckets: FxHashMap<u64, SmallVec<[Slot<Op>; 1]>>,
+    /// The passes of every rule key ever built, by hash; not evicted (24 bytes per key).
+    passes: FxHashMap<u64, Passes>,
     len: usize,
     capacity: usize,
     clock: u64,
@@ -94,7 +103,15 @@ pub(crate) struct RuleCache<Op: Primitive> {
 
 impl<Op: Primitive> RuleCache<Op> {
     pub(crate) fn new(capacity: usize) -> Self {
-        RuleCache { buckets: FxHashMap::default(), len: 0, capacity: capacity.max(1), clock: 0, hits: 0, misses: 0 }
+        RuleCache {
+            buckets: FxHashMap::default(),
+            passes: FxHashMap::default(),
+            len: 0,
+            capacity: capacity.max(1),
+            clock: 0,
+            hits: 0,
+            misses: 0,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -104,6 +121,7 @@ impl<Op: Primitive> RuleCache<Op> {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.buckets.values().flatten().map(|s| s.rule.heap_bytes()).sum::<usize>()
             + self.buckets.capacity() * (8 + std::mem::size_of::<SmallVec<[Slot<Op>; 1]>>())
+            + self.passes.capacity() * (8 + std::mem::size_of::<Passes>())
     }
 
     pub(crate) fn get(
@@ -120,8 +138,14 @@ impl<Op: Primitive> RuleCache<Op> {
         Some(Arc::clone(&slot.rule))
     }
 
-    pub(crate) fn insert(&mut self, hash: u64, rule: Arc<Rule<Op>>) {
+    /// The passes a rule with this hash was built in before, if any.
+    pub(crate) fn passes(&self, hash: u64) -> Option<Passes> {
+        self.passes.get(&hash).copied()
+    }
+
+    pub(crate) fn insert(&mut self, hash: u64, rule: Arc<Rule<Op>>, passes: Passes) {
         self.misses += 1;
+        self.passes.insert(hash, passes);
         if self.len >= self.capacity {
             self.evict_least_recent();
         }
@@ -181,14 +205,25 @@ fn same_structure<Op: Primitive>(a: &Arc<Graph<Op>>, b: &Arc<Graph<Op>>) -> bool
         })
 }
 
-/// Builds the rule for a recorded graph (a cache miss).
+/// The pass ids a rule was built in: reused when it is rebuilt after an eviction, so the
+/// rebuilt graphs have the same keys and the interner does not grow.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Passes {
+    linearize: DiffPassId,
+    transpose: DiffPassId,
+    transpose_count: u64,
+}
+
+/// Builds the rule for a recorded graph (a cache miss), in `passes` if the same key was
+/// built before. Returns the rule and the passes it used.
 pub(crate) fn build_rule<Op: Primitive>(
     graph: &Arc<Graph<Op>>,
     seeded: &[bool],
     wrt: &[bool],
     canonical_keys: &[Op::InputKey],
     ctx: &mut Op::ADContext,
-) -> ADRuleResult<Rule<Op>> {
+    passes: Option<Passes>,
+) -> ADRuleResult<(Rule<Op>, Passes)> {
     let (canonical, remap) = canonicalize(graph, canonical_keys)?;
     let keys: Box<[ValueKey<Op>]> = remap.iter().map(|&v| canonical.global_key(v)).collect();
 
@@ -198,11 +233,19 @@ pub(crate) fn build_rule<Op: Primitive>(
     let wrt_keys: Vec<Op::InputKey> = wrt_inputs.iter().map(|&i| canonical_keys[i].clone()).collect();
 
     let primal = try_resolve(vec![Arc::clone(&canonical)])?;
-    let linear = try_linearize_with(&primal, &outputs, &wrt_keys, ctx, fresh_pass_id())?;
+    let linearize_pass = passes.map_or_else(fresh_pass_id, |p| p.linearize);
+    let linear = try_linearize_with(&primal, &outputs, &wrt_keys, ctx, linearize_pass)?;
     // The transposed map has one seed per seeded output that depends on the inputs.
     let seed_slots: Box<[usize]> =
         seeded_slots.iter().zip(linear.tangent_outputs()).filter(|(_, t)| t.is_some()).map(|(&s, _)| s).collect();
-    let transposed = try_linear_transpose_with(&linear, ctx)?;
+    // A hash collision could pair this key with another's passes: take fresh ones if
+    // those are too few.
+    let count = seed_pass_count(&linear);
+    let passes = match passes {
+        Some(p) if p.linearize == linearize_pass && p.transpose_count >= count => p,
+        _ => Passes { linearize: linearize_pass, transpose: fresh_pass_ids(count), transpose_count: count },
+    };
+    let transposed = transpose_in_passes(&linear, ctx, passes.transpose)?;
     let view = try_resolve(vec![Arc::clone(linear.graph())])?;
 
     // Primal values the transposed graph reads, in first-use order.
@@ -228,7 +271,7 @@ pub(crate) fn build_rule<Op: Primitive>(
         })
         .collect();
 
-    Ok(Rule {
+    let rule = Rule {
         source: Arc::clone(graph),
         seeded: seeded.into(),
         wrt: wrt.into(),
@@ -240,41 +283,35 @@ pub(crate) fn build_rule<Op: Primitive>(
         required: required.into_boxed_slice(),
         required_source,
         keys,
-    })
+    };
+    Ok((rule, passes))
 }
 
-/// Rebuilds `graph` with input `i` keyed by `keys[i]`, in the same interner. Returns the
+/// Rebuilds `graph` with input `i` keyed by `keys[i]`, in the same interner: the inputs
+/// first, then every operation in order (operations without outputs included). Returns the
 /// canonical graph and, for each local value of `graph`, its canonical local value.
 fn canonicalize<Op: Primitive>(
     graph: &Graph<Op>,
     keys: &[Op::InputKey],
 ) -> ADRuleResult<(Arc<Graph<Op>>, Vec<LocalValueId>)> {
     let n = graph.value_count();
-    let mut input_position = vec![usize::MAX; n];
-    for (i, v) in graph.inputs().iter().enumerate() {
-        input_position[v.index()] = i;
-    }
     let mut b = GraphBuilder::with_interner(Arc::clone(graph.interner()));
     b.reserve(n, graph.operation_count(), 2 * graph.operation_count());
     let mut remap: Vec<Option<LocalValueId>> = vec![None; n];
-    for v in (0..n).map(LocalValueId::new) {
-        match graph.value_def(v) {
-            Some(LocalValueDef::Input(_)) => {
-                remap[v.index()] = Some(b.try_add_input(keys[input_position[v.index()]].clone())?)
-            }
-            Some(LocalValueDef::Output { operation, output_slot: 0 }) => {
-                let op = graph.operation(operation);
-                // Operands are local (checked at record time) and defined earlier.
-                let args = op
-                    .local_inputs()
-                    .map(|l| ValueRef::Local(remap[l.expect("local operand").index()].expect("defined earlier")))
-                    .collect();
-                let outs = b.try_add_operation(op.operation().clone(), args, op.role().clone())?;
-                for (old, new) in op.outputs().zip(outs) {
-                    remap[old.index()] = Some(new);
-                }
-            }
-            _ => {}
+    for (v, key) in graph.inputs().iter().zip(keys) {
+        remap[v.index()] = Some(b.try_add_input(key.clone())?);
+    }
+    let mut args = Vec::new();
+    for op in graph.operations() {
+        args.clear();
+        // Operands are local (checked at record time) and defined earlier.
+        for l in op.local_inputs() {
+            let v = l.and_then(|l| remap[l.index()]).expect("a recorded graph's operands are earlier local values");
+            args.push(ValueRef::Local(v));
+        }
+        let outs = b.try_add_operation_from(op.operation().clone(), &args, op.role())?;
+        for (old, new) in op.outputs().zip(outs) {
+            remap[old.index()] = Some(LocalValueId::new(new));
         }
     }
     let remap: Vec<LocalValueId> =

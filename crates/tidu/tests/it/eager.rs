@@ -34,7 +34,7 @@ fn graph_mode_gradient(spec: &GraphSpec, values: &[f64], wrt: &[u32]) -> Vec<f64
 /// Eager mode: runs `spec` one operation at a time on `tape` and sums the outputs.
 /// Returns the leaves and the sum.
 fn run_eagerly(tape: &mut Tape, spec: &GraphSpec, values: &[f64], requires_grad: &[bool]) -> (Vec<Var>, Var) {
-    let leaves: Vec<Var> = (0..spec.inputs as usize).map(|i| tape.leaf(values[i], requires_grad[i])).collect();
+    let leaves: Vec<Var> = (0..spec.inputs as usize).map(|i| tape.leaf(values[i], requires_grad[i]).unwrap()).collect();
     let vars = tape.run_spec(spec, &leaves).expect("eager ops");
     let mut sum = vars[spec.outputs[0] as usize].clone();
     for &o in &spec.outputs[1..] {
@@ -102,7 +102,7 @@ proptest! {
         let mut tape = Tape::new();
         let built = spec.build_single(tape.interner()).expect("valid spec");
         let graph = built.graphs.last().expect("one graph").clone();
-        let leaves: Vec<Var> = (0..spec.inputs as usize).map(|i| tape.leaf(values[i], requires_grad[i])).collect();
+        let leaves: Vec<Var> = (0..spec.inputs as usize).map(|i| tape.leaf(values[i], requires_grad[i]).unwrap()).collect();
         let args: Vec<&Var> = leaves.iter().collect();
         let outputs = tape.apply_graph(&graph, &args, retain).expect("composite");
         let mut y = outputs[0].clone();
@@ -119,7 +119,7 @@ proptest! {
 #[test]
 fn a_multi_output_node_with_one_output_seeded() {
     let mut tape = Tape::new();
-    let x = tape.leaf(0.7, true);
+    let x = tape.leaf(0.7, true).unwrap();
     let sc = tape.apply(ScalarOp::SinCos, &[&x]).unwrap();
     let y = tape.apply(ScalarOp::Mul, &[&sc[0], &x]).unwrap().remove(0);
     let g = tape.backward(&y, 1.0, &mut ScalarExecutor::new()).unwrap();
@@ -135,8 +135,8 @@ fn a_multi_output_node_with_one_output_seeded() {
 #[test]
 fn seeds_leaves_and_untracked_values() {
     let mut tape = Tape::new();
-    let x = tape.leaf(2.0, true);
-    let c = tape.leaf(3.0, false);
+    let x = tape.leaf(2.0, true).unwrap();
+    let c = tape.leaf(3.0, false).unwrap();
     let y = tape.apply(ScalarOp::Mul, &[&x, &c]).unwrap().remove(0);
     let g = tape.backward(&y, 0.5, &mut ScalarExecutor::new()).unwrap();
     assert_eq!(*g[&x.key], 1.5);
@@ -156,7 +156,7 @@ fn seeds_leaves_and_untracked_values() {
 #[test]
 fn intermediates_are_recomputed_only_when_not_kept() {
     let mut tape = Tape::new();
-    let x = tape.leaf(0.3, true);
+    let x = tape.leaf(0.3, true).unwrap();
     // exp's rule reads its output, which the frontend retains: no replay.
     let e = tape.apply(ScalarOp::Exp, &[&x]).unwrap().remove(0);
     let mut exec = ScalarExecutor::new();
@@ -303,6 +303,29 @@ fn record_errors_are_values_and_record_nothing() {
     let e = err(a.record_graph(&child, vec![], vec![k(6)], HashMap::new()));
     assert!(matches!(e, EagerError::NotSelfContained { .. }), "{e}");
 
+    // An input whose trace did not produce its key.
+    let mut forged = foreign.clone();
+    forged.key = k(50);
+    let e = err(a.record_graph(&g, vec![forged, leaf(3, 1.0, true)], vec![k(51)], HashMap::new()));
+    assert_eq!(e, EagerError::TraceMismatch { input: 0 });
+    // An output key given twice, or equal to an input's key.
+    let sincos = {
+        let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+        let x = b.add_input(ScalarKey::var(0));
+        let sc = b.add_operation(ScalarOp::SinCos, vec![ValueRef::Local(x)], OperationRole::Primary);
+        b.set_outputs(sc);
+        Arc::new(b.build())
+    };
+    let e = err(a.record_graph(&sincos, vec![leaf(60, 1.0, true)], vec![k(61), k(61)], HashMap::new()));
+    assert_eq!(e, EagerError::DuplicateKey { key: format!("{:?}", k(61)) });
+    let e = err(a.record_graph(&sincos, vec![leaf(60, 1.0, false)], vec![k(62), k(60)], HashMap::new()));
+    assert!(matches!(e, EagerError::DuplicateKey { .. }), "{e}");
+    assert!(e.to_string().contains("unique per value"), "{e}");
+    // A bad retained key is an error even when nothing would be recorded.
+    let retained = HashMap::from([(k(99), Arc::new(0.0))]);
+    let e = err(a.record_graph(&g, vec![leaf(3, 1.0, false), leaf(5, 1.0, false)], vec![k(4)], retained));
+    assert!(matches!(e, EagerError::UnknownRetainedValue { .. }), "{e}");
+
     // Nothing was recorded by the failures: one live node (the first record).
     assert_eq!(a.stats().live_nodes + b.stats().live_nodes, 1);
     assert!(a.owns(foreign.trace.as_ref().unwrap()) && !b.owns(foreign.trace.as_ref().unwrap()));
@@ -354,7 +377,7 @@ impl BackwardExecutor<ScalarOp> for Faulty {
 #[test]
 fn backward_errors_are_values_and_leave_the_tape_usable() {
     let mut tape = Tape::new();
-    let x = tape.leaf(0.4, true);
+    let x = tape.leaf(0.4, true).unwrap();
     let s = tape.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
     let y = tape.apply(ScalarOp::Mul, &[&s, &s]).unwrap().remove(0);
     let run = |exec: &mut Faulty, seed: f64| try_backward(&y.key, y.trace.as_ref(), Arc::new(seed), exec, &mut ());
@@ -476,37 +499,51 @@ fn a_missing_rule_is_an_error_naming_the_operation() {
     assert_eq!(e.to_string(), "operation `Opaque` has no JVP rule: opaque on purpose");
 }
 
-/// `x_{k+1} = sin(x_k) · a` over a 10^5-long chain (a fresh leaf `a` per step, not
-/// requiring a gradient), against the derivative by hand; then the chain is dropped on a
-/// small stack.
+/// `x_{k+1} = sin(x_k) · a_k` over a 10^5-long chain (a fresh leaf `a_k` per step, not
+/// requiring a gradient), recorded and run backward on a small stack, against the
+/// derivative by hand and graph mode's `vjp` of the same chain; then the chain is dropped
+/// on the small stack.
 #[test]
 fn a_long_chain() {
     const DEPTH: usize = 100_000;
-    std::thread::Builder::new()
+    let a = |k: usize| 0.5 + (k % 7) as f64 * 0.1;
+    let eager = std::thread::Builder::new()
         .stack_size(256 * 1024)
-        .spawn(|| {
+        .spawn(move || {
             let mut tape = Tape::new();
-            let x0 = tape.leaf(0.9, true);
+            let x0 = tape.leaf(0.9, true).unwrap();
             let mut x = x0.clone();
             let (mut value, mut slope) = (0.9f64, 1.0f64);
             for k in 0..DEPTH {
-                let a = 0.5 + (k % 7) as f64 * 0.1;
-                let c = tape.leaf(a, false);
+                let c = tape.leaf(a(k), false).unwrap();
                 let s = tape.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
                 x = tape.apply(ScalarOp::Mul, &[&s, &c]).unwrap().remove(0);
-                slope *= value.cos() * a;
-                value = value.sin() * a;
+                slope *= value.cos() * a(k);
+                value = value.sin() * a(k);
             }
             assert!(close(*x.value, value));
             let g = tape.backward(&x, 1.0, &mut ScalarExecutor::new()).unwrap();
-            assert!((*g[&x0.key] - slope).abs() <= 1e-12 * (1.0 + slope.abs()), "{} vs {slope}", g[&x0.key]);
+            let got = *g[&x0.key];
+            assert!((got - slope).abs() <= 1e-12 * (1.0 + slope.abs()), "{got} vs {slope}");
             assert_eq!(tape.recorder().stats().live_nodes, 2 * DEPTH);
             drop((x, x0));
             assert_eq!(tape.recorder().stats().live_nodes, 0);
+            got
         })
         .unwrap()
         .join()
         .unwrap();
+    // Graph mode: the same chain as a spec, constants as operations.
+    let mut spec = GraphSpec { inputs: 1, ..Default::default() };
+    let mut x = 0;
+    for k in 0..DEPTH {
+        let c = spec.push(ScalarOp::constant(a(k)), &[]);
+        let s = spec.push(ScalarOp::Sin, &[x]);
+        x = spec.push(ScalarOp::Mul, &[s, c]);
+    }
+    spec.outputs = vec![x];
+    let want = graph_mode_gradient(&spec, &[0.9], &[0])[0];
+    assert!((eager - want).abs() <= 1e-12 * (1.0 + want.abs()), "eager {eager}, graph mode {want}");
 }
 
 /// 10^5 record/backward steps of a 10-operation function: the memory held by the
@@ -518,9 +555,9 @@ fn memory_stays_bounded_over_many_steps() {
     let mut tape = Tape::new();
     let mut exec = ScalarExecutor::new();
     let step = |tape: &mut Tape, exec: &mut ScalarExecutor, i: usize| {
-        let x = tape.leaf(0.5 + (i % 100) as f64 * 0.01, true);
-        let w = tape.leaf(1.5, true);
-        let c = tape.leaf(0.25, false);
+        let x = tape.leaf(0.5 + (i % 100) as f64 * 0.01, true).unwrap();
+        let w = tape.leaf(1.5, true).unwrap();
+        let c = tape.leaf(0.25, false).unwrap();
         // f(x, w) = exp(sin(x·w) + cos(x)·c) · (x + w) · (-x) ... ten operations.
         let p = tape.apply(ScalarOp::Mul, &[&x, &w]).unwrap().remove(0);
         let s = tape.apply(ScalarOp::Sin, &[&p]).unwrap().remove(0);
@@ -563,4 +600,112 @@ fn memory_stays_bounded_over_many_steps() {
         "eager memory after {STEPS} steps: recorder {} B, interner {} B ({} values, {} operations), {} rules, {} programs",
         end.0, end.1, end.2, end.3, end.5, end.4
     );
+}
+
+#[test]
+fn a_key_source_that_repeats_itself_is_an_error() {
+    let mut rec = Recorder::<ScalarOp>::new(|| ScalarKey::var(999));
+    let g = mul_graph(&KeyInterner::new(), 0, 1);
+    let r = rec.record_graph(
+        &g,
+        vec![leaf(0, 2.0, true), leaf(1, 5.0, true)],
+        vec![ValueKey::Input(ScalarKey::var(2))],
+        HashMap::new(),
+    );
+    match r {
+        Err(ADRuleError::Eager(EagerError::KeySourceRepeated { key })) => assert_eq!(key, "x999"),
+        other => panic!("expected KeySourceRepeated, got {other:?}"),
+    }
+    assert_eq!(rec.stats().live_nodes, 0);
+}
+
+/// Two composites with the same operations but different operand positions share a
+/// recorder: each must get its own rule (operand positions are part of the cache key).
+#[test]
+fn operand_positions_are_part_of_the_rule_key() {
+    let mut tape = Tape::new();
+    let graph = |swap: bool, tape: &Tape| {
+        // mul(sin(in0), in1), or mul(sin(in1), in0)
+        let mut b = GraphBuilder::with_interner(Arc::clone(tape.interner()));
+        let i0 = b.add_input(ScalarKey::var(0));
+        let i1 = b.add_input(ScalarKey::var(1));
+        let (p, q) = if swap { (i1, i0) } else { (i0, i1) };
+        let s = b.add_operation(ScalarOp::Sin, vec![ValueRef::Local(p)], OperationRole::Primary)[0];
+        let y = b.add_operation(ScalarOp::Mul, vec![ValueRef::Local(s), ValueRef::Local(q)], OperationRole::Primary)[0];
+        b.set_outputs(vec![y]);
+        Arc::new(b.build())
+    };
+    let (g1, g2) = (graph(false, &tape), graph(true, &tape));
+    let (a, c) = (0.4f64, 1.3f64);
+    let mut exec = ScalarExecutor::new();
+    for (g, da, dc) in [(&g1, a.cos() * c, a.sin()), (&g2, c.sin(), a * c.cos())] {
+        let x = tape.leaf(a, true).unwrap();
+        let y = tape.leaf(c, true).unwrap();
+        let out = tape.apply_graph(g, &[&x, &y], false).unwrap().remove(0);
+        let grads = tape.backward(&out, 1.0, &mut exec).unwrap();
+        assert!(
+            close(*grads[&x.key], da) && close(*grads[&y.key], dc),
+            "{} {} vs {da} {dc}",
+            grads[&x.key],
+            grads[&y.key]
+        );
+    }
+    assert_eq!(tape.recorder().stats().rule_misses, 2);
+}
+
+/// A composite whose intermediate is retained by its graph key needs no replay.
+#[test]
+fn an_intermediate_retained_by_its_graph_key_is_used() {
+    let interner = KeyInterner::new();
+    let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+    let i = b.add_input(ScalarKey::var(0));
+    let e = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(i)], OperationRole::Primary)[0];
+    let y = b.add_operation(ScalarOp::Mul, vec![ValueRef::Local(e), ValueRef::Local(i)], OperationRole::Primary)[0];
+    b.set_outputs(vec![y]);
+    let g = Arc::new(b.build());
+    let x = 0.6f64;
+    for keep in [true, false] {
+        let mut rec = recorder();
+        let mut exec = ScalarExecutor::new();
+        let retained = if keep { HashMap::from([(g.global_key(e), Arc::new(x.exp()))]) } else { HashMap::new() };
+        let key = ValueKey::Input(ScalarKey::var(1));
+        let out = rec.record_graph(&g, vec![leaf(0, x, true)], vec![key.clone()], retained).unwrap();
+        let grads = try_backward(&key, out[0].trace.as_ref(), Arc::new(1.0), &mut exec, &mut ()).unwrap();
+        assert!(close(*grads[&ValueKey::Input(ScalarKey::var(0))], x.exp() * (1.0 + x)));
+        assert_eq!(exec.forward_calls(), if keep { 0 } else { 1 }, "kept: {keep}");
+    }
+}
+
+/// A cache of one rule, two structures alternating: every step rebuilds a rule, and the
+/// rebuilt graphs reuse their first keys, so the interner does not grow.
+#[test]
+fn rebuilding_evicted_rules_does_not_grow_the_interner() {
+    let mut next = u32::MAX;
+    let mut rec = Recorder::<ScalarOp>::with_rule_capacity(
+        move || {
+            next -= 1;
+            ScalarKey::var(next + 1)
+        },
+        1,
+    );
+    let interner = KeyInterner::new();
+    let unary = |op| {
+        let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+        let x = b.add_input(ScalarKey::var(0));
+        let y = b.add_operation(op, vec![ValueRef::Local(x)], OperationRole::Primary)[0];
+        b.set_outputs(vec![y]);
+        Arc::new(b.build())
+    };
+    let (sin, exp) = (unary(ScalarOp::Sin), unary(ScalarOp::Exp));
+    let mut exec = ScalarExecutor::new();
+    let mut counts = Vec::new();
+    for step in 0..40u32 {
+        let g = if step % 2 == 0 { &sin } else { &exp };
+        let key = ValueKey::Input(ScalarKey::var(1));
+        let out = rec.record_graph(g, vec![leaf(0, 0.5, true)], vec![key.clone()], HashMap::new()).unwrap();
+        try_backward(&key, out[0].trace.as_ref(), Arc::new(1.0), &mut exec, &mut ()).unwrap();
+        counts.push((interner.value_count(), interner.operation_count()));
+    }
+    assert_eq!(rec.stats().rule_misses, 40);
+    assert!(counts[2..].iter().all(|c| *c == counts[1]), "{counts:?}");
 }
