@@ -13,7 +13,11 @@ use scalar::{ScalarKey, ScalarOp};
 
 use crate::support::{assert_same, eval_vars, fresh};
 
-const DEPTH: usize = 1_000_000;
+/// Chain depth: 10^6, or `CG_DEEP_CHAIN` (`CG_DEEP_CHAIN=10000000 cargo test --release -p
+/// computegraph --test it deep` runs 10^7).
+fn depth() -> usize {
+    std::env::var("CG_DEEP_CHAIN").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
+}
 const SMALL_STACK: usize = 256 * 1024;
 
 fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -26,7 +30,7 @@ fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 fn million_deep_chain_on_a_small_stack() {
     let report = on_small_stack(|| {
         let t = Instant::now();
-        let spec = workloads::chain(DEPTH, 11);
+        let spec = workloads::chain(depth(), 11);
         let inputs = workloads::inputs_for(&spec, 5);
         let expected = spec.eval_reference(&inputs);
         let interner = fresh();
@@ -41,7 +45,7 @@ fn million_deep_chain_on_a_small_stack() {
         let m = try_materialize_merge(&view, &built.outputs).unwrap();
         m.verify().unwrap();
         // Every node reads the one before it, so nothing merges.
-        assert_eq!(m.operation_count(), DEPTH);
+        assert_eq!(m.operation_count(), depth());
         let p = try_compile(&m).unwrap();
         p.verify_against(&m).unwrap();
         // Live at any time: input 0, the previous value and the new one.
@@ -49,7 +53,7 @@ fn million_deep_chain_on_a_small_stack() {
         assert_same(&eval_vars(&p, &inputs), &expected);
         // Dumps walk every instruction too.
         let text = p.to_string();
-        assert_eq!(text.lines().count(), 1 + 1 + DEPTH + 1);
+        assert_eq!(text.lines().count(), 1 + 1 + depth() + 1);
         format!("build {:?}, total {:?}", t_build, t.elapsed())
     });
     eprintln!("million_deep_chain_on_a_small_stack: {report}");
@@ -62,7 +66,7 @@ fn million_deep_neg_chain_single_fragment() {
         let mut b = GraphBuilder::with_interner(fresh());
         let x = b.add_input(ScalarKey::var(0));
         let mut v = x;
-        for _ in 0..DEPTH {
+        for _ in 0..depth() {
             v = b.add_operation(ScalarOp::Neg, vec![Local(v)], Primary)[0];
         }
         b.set_outputs(vec![v]);
@@ -73,7 +77,7 @@ fn million_deep_neg_chain_single_fragment() {
         for x0 in [1.25, -0.0, f64::INFINITY] {
             assert_same(&p.eval(&mut (), &[&x0]), &[x0]);
         }
-        assert_eq!(g.to_dot().matches("->").count(), DEPTH + 1);
+        assert_eq!(g.to_dot().matches("->").count(), depth() + 1);
     });
 }
 

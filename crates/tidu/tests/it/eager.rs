@@ -503,9 +503,10 @@ fn a_missing_rule_is_an_error_naming_the_operation() {
 /// requiring a gradient), recorded and run backward on a small stack, against the
 /// derivative by hand and graph mode's `vjp` of the same chain; then the chain is dropped
 /// on the small stack.
+/// Depth: 10^5, or `TIDU_EAGER_CHAIN`.
 #[test]
 fn a_long_chain() {
-    const DEPTH: usize = 100_000;
+    let depth: usize = std::env::var("TIDU_EAGER_CHAIN").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let a = |k: usize| 0.5 + (k % 7) as f64 * 0.1;
     let eager = std::thread::Builder::new()
         .stack_size(256 * 1024)
@@ -514,7 +515,7 @@ fn a_long_chain() {
             let x0 = tape.leaf(0.9, true).unwrap();
             let mut x = x0.clone();
             let (mut value, mut slope) = (0.9f64, 1.0f64);
-            for k in 0..DEPTH {
+            for k in 0..depth {
                 let c = tape.leaf(a(k), false).unwrap();
                 let s = tape.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
                 x = tape.apply(ScalarOp::Mul, &[&s, &c]).unwrap().remove(0);
@@ -525,7 +526,7 @@ fn a_long_chain() {
             let g = tape.backward(&x, 1.0, &mut ScalarExecutor::new()).unwrap();
             let got = *g[&x0.key];
             assert!((got - slope).abs() <= 1e-12 * (1.0 + slope.abs()), "{got} vs {slope}");
-            assert_eq!(tape.recorder().stats().live_nodes, 2 * DEPTH);
+            assert_eq!(tape.recorder().stats().live_nodes, 2 * depth);
             drop((x, x0));
             assert_eq!(tape.recorder().stats().live_nodes, 0);
             got
@@ -536,7 +537,7 @@ fn a_long_chain() {
     // Graph mode: the same chain as a spec, constants as operations.
     let mut spec = GraphSpec { inputs: 1, ..Default::default() };
     let mut x = 0;
-    for k in 0..DEPTH {
+    for k in 0..depth {
         let c = spec.push(ScalarOp::constant(a(k)), &[]);
         let s = spec.push(ScalarOp::Sin, &[x]);
         x = spec.push(ScalarOp::Mul, &[s, c]);
