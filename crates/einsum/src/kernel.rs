@@ -1,0 +1,499 @@
+//! Contraction kernels and the specs that describe them.
+//!
+//! A [`ContractSpec`] is a binary einsum on numeric labels in its general form: repeated
+//! labels in an operand read a diagonal, repeated output labels write a diagonal, output
+//! labels in neither operand broadcast, operand labels not in the output are summed. That
+//! form is closed under transposition (the transpose with respect to `a` is the spec
+//! `out, b -> a`), which is why the primitives use it. A [`UnarySpec`] is the one-operand
+//! form: permute, sum over axes, broadcast, take or embed a diagonal.
+//!
+//! Kernels ([`contract`], [`unary`]):
+//! - **direct**: one strided loop over every label (output labels outside, summed labels
+//!   inside, a register accumulator when the innermost label is summed). Handles every
+//!   case; used for small work and for the unusual cases.
+//! - **GEMM**: labels are classified as batch (in `a`, `b`, output), left (`a`, output),
+//!   right (`b`, output) and contracted (`a`, `b`, not output); each operand is packed to
+//!   `[batch, left, contracted]` / `[batch, contracted, right]` (no copy when it already is;
+//!   labels of one operand alone are summed and diagonals taken while packing), one faer
+//!   GEMM runs per batch entry (sequential), and the `[batch, left, right]` result is
+//!   permuted or expanded to the output labels if it is not already in that order.
+//!
+//! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
+//! packing.
+
+use std::borrow::Cow;
+
+use smallvec::SmallVec;
+
+use crate::elem::Elem;
+use crate::error::{EinsumError, EinsumResult};
+use crate::tensor::{Tensor, checked_len, row_major_strides};
+
+/// Below this `m·n·k` (per batch entry) the direct loop is used instead of GEMM.
+pub const GEMM_MIN_WORK: usize = 4096;
+
+type Labels = Box<[u32]>;
+
+/// Relabels to `0..n` in order of first appearance, returning the new lists and sizes.
+fn canonical(lists: &[&[u32]], sizes: &[usize]) -> EinsumResult<(Vec<Labels>, Box<[usize]>)> {
+    let mut map: SmallVec<[u32; 16]> = SmallVec::from_elem(u32::MAX, sizes.len());
+    let mut new_sizes = Vec::new();
+    let mut out = Vec::with_capacity(lists.len());
+    for l in lists {
+        let mut nl = Vec::with_capacity(l.len());
+        for &c in l.iter() {
+            let slot = map.get_mut(c as usize).ok_or_else(|| {
+                EinsumError::Shape(format!("label {c} has no size (only {} sizes given)", sizes.len()))
+            })?;
+            if *slot == u32::MAX {
+                *slot = new_sizes.len() as u32;
+                new_sizes.push(sizes[c as usize]);
+            }
+            nl.push(*slot);
+        }
+        out.push(nl.into_boxed_slice());
+    }
+    Ok((out, new_sizes.into_boxed_slice()))
+}
+
+fn shape_of(labels: &[u32], sizes: &[usize]) -> Vec<usize> {
+    labels.iter().map(|&c| sizes[c as usize]).collect()
+}
+
+fn fmt_labels(f: &mut std::fmt::Formatter<'_>, l: &[u32]) -> std::fmt::Result {
+    for &c in l {
+        // Labels print as letters a, b, ... (then as numbers in brackets).
+        match char::from_u32('a' as u32 + c).filter(|_| c < 26) {
+            Some(ch) => write!(f, "{ch}")?,
+            None => write!(f, "[{c}]")?,
+        }
+    }
+    Ok(())
+}
+
+/// Product of sizes as `u64`, saturating.
+fn work(sizes: &[usize]) -> u64 {
+    sizes.iter().fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
+}
+
+/// A binary contraction `out = Σ a·b` on numeric labels (see the [module docs](self)).
+///
+/// ```
+/// use einsum::kernel::ContractSpec;
+/// // "ij,jk->ik" with i = 2, j = 3, k = 4
+/// let s = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[2, 3, 4]).unwrap();
+/// assert_eq!(s.out_shape(), vec![2, 4]);
+/// assert_eq!(s.transpose_a().to_string(), "ab,cb->ac");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ContractSpec {
+    a: Labels,
+    b: Labels,
+    out: Labels,
+    sizes: Box<[usize]>,
+}
+
+impl ContractSpec {
+    /// A spec from label lists and the size of each label (`sizes[label]`). Labels are
+    /// renumbered by first appearance, so specs that differ only in naming are equal.
+    pub fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> EinsumResult<Self> {
+        let (mut l, sizes) = canonical(&[a, b, out], sizes)?;
+        let out = l.pop().expect("three lists");
+        let b = l.pop().expect("three lists");
+        let a = l.pop().expect("three lists");
+        let spec = ContractSpec { a, b, out, sizes };
+        for shape in [spec.a_shape(), spec.b_shape(), spec.out_shape()] {
+            checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
+        }
+        Ok(spec)
+    }
+
+    /// Labels of `a`.
+    pub fn a_labels(&self) -> &[u32] {
+        &self.a
+    }
+    /// Labels of `b`.
+    pub fn b_labels(&self) -> &[u32] {
+        &self.b
+    }
+    /// Labels of the output.
+    pub fn out_labels(&self) -> &[u32] {
+        &self.out
+    }
+    /// Size of each label.
+    pub fn sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+    /// The shape `a` must have.
+    pub fn a_shape(&self) -> Vec<usize> {
+        shape_of(&self.a, &self.sizes)
+    }
+    /// The shape `b` must have.
+    pub fn b_shape(&self) -> Vec<usize> {
+        shape_of(&self.b, &self.sizes)
+    }
+    /// The output shape.
+    pub fn out_shape(&self) -> Vec<usize> {
+        shape_of(&self.out, &self.sizes)
+    }
+    /// Multiply-adds of the direct loop: the product of all label sizes (saturating).
+    pub fn multiply_adds(&self) -> u64 {
+        work(&self.sizes)
+    }
+    /// The spec of the transpose with respect to `a`: `out, b -> a`.
+    pub fn transpose_a(&self) -> ContractSpec {
+        ContractSpec::new(&self.out, &self.b, &self.a, &self.sizes).expect("a valid spec transposes")
+    }
+    /// The spec of the transpose with respect to `b`: `a, out -> b`.
+    pub fn transpose_b(&self) -> ContractSpec {
+        ContractSpec::new(&self.a, &self.out, &self.b, &self.sizes).expect("a valid spec transposes")
+    }
+}
+
+impl std::fmt::Display for ContractSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fmt_labels(f, &self.a)?;
+        f.write_str(",")?;
+        fmt_labels(f, &self.b)?;
+        f.write_str("->")?;
+        fmt_labels(f, &self.out)
+    }
+}
+
+impl std::fmt::Debug for ContractSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self} {:?}", self.sizes)
+    }
+}
+
+/// A one-operand einsum on numeric labels: permute, sum over axes, broadcast, diagonal.
+///
+/// ```
+/// use einsum::kernel::UnarySpec;
+/// let s = UnarySpec::sum_axes(&[2, 3, 4], &[1]).unwrap();
+/// assert_eq!(s.out_shape(), vec![2, 4]);
+/// assert_eq!(s.transpose().out_shape(), vec![2, 3, 4]);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct UnarySpec {
+    a: Labels,
+    out: Labels,
+    sizes: Box<[usize]>,
+}
+
+impl UnarySpec {
+    /// A spec from label lists and sizes (renumbered like [`ContractSpec::new`]).
+    pub fn new(a: &[u32], out: &[u32], sizes: &[usize]) -> EinsumResult<Self> {
+        let (mut l, sizes) = canonical(&[a, out], sizes)?;
+        let out = l.pop().expect("two lists");
+        let a = l.pop().expect("two lists");
+        let spec = UnarySpec { a, out, sizes };
+        for shape in [spec.a_shape(), spec.out_shape()] {
+            checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
+        }
+        Ok(spec)
+    }
+
+    /// Axes permuted: output axis `i` is input axis `perm[i]`.
+    pub fn permute(shape: &[usize], perm: &[usize]) -> EinsumResult<Self> {
+        let mut seen = vec![false; shape.len()];
+        if perm.len() != shape.len() || perm.iter().any(|&p| p >= shape.len() || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(EinsumError::Shape(format!("{perm:?} is not a permutation of {} axes", shape.len())));
+        }
+        let a: Vec<u32> = (0..shape.len() as u32).collect();
+        let out: Vec<u32> = perm.iter().map(|&p| p as u32).collect();
+        UnarySpec::new(&a, &out, shape)
+    }
+
+    /// The sum over `axes` (distinct, in range).
+    pub fn sum_axes(shape: &[usize], axes: &[usize]) -> EinsumResult<Self> {
+        let mut summed = vec![false; shape.len()];
+        for &x in axes {
+            if x >= shape.len() || std::mem::replace(&mut summed[x], true) {
+                return Err(EinsumError::Shape(format!("bad axes {axes:?} to sum for shape {shape:?}")));
+            }
+        }
+        let a: Vec<u32> = (0..shape.len() as u32).collect();
+        let out: Vec<u32> = a.iter().copied().filter(|&i| !summed[i as usize]).collect();
+        UnarySpec::new(&a, &out, shape)
+    }
+
+    /// Broadcast to `out_shape`: input axis `i` becomes output axis `axes[i]` (increasing),
+    /// with equal sizes; the other output axes are new.
+    pub fn broadcast(shape: &[usize], out_shape: &[usize], axes: &[usize]) -> EinsumResult<Self> {
+        let ok = axes.len() == shape.len()
+            && axes.windows(2).all(|w| w[0] < w[1])
+            && axes.iter().zip(shape).all(|(&x, &d)| out_shape.get(x) == Some(&d));
+        if !ok {
+            return Err(EinsumError::Shape(format!(
+                "cannot broadcast shape {shape:?} to {out_shape:?} along axes {axes:?}"
+            )));
+        }
+        let out: Vec<u32> = (0..out_shape.len() as u32).collect();
+        let a: Vec<u32> = axes.iter().map(|&x| x as u32).collect();
+        UnarySpec::new(&a, &out, out_shape)
+    }
+
+    /// Labels of the operand.
+    pub fn a_labels(&self) -> &[u32] {
+        &self.a
+    }
+    /// Labels of the output.
+    pub fn out_labels(&self) -> &[u32] {
+        &self.out
+    }
+    /// Size of each label.
+    pub fn sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+    /// The shape the operand must have.
+    pub fn a_shape(&self) -> Vec<usize> {
+        shape_of(&self.a, &self.sizes)
+    }
+    /// The output shape.
+    pub fn out_shape(&self) -> Vec<usize> {
+        shape_of(&self.out, &self.sizes)
+    }
+    /// The transpose (`out -> a`): sum and broadcast swap, a permutation inverts.
+    pub fn transpose(&self) -> UnarySpec {
+        UnarySpec::new(&self.out, &self.a, &self.sizes).expect("a valid spec transposes")
+    }
+    /// Multiply-adds of the loop (the product of all label sizes).
+    pub fn multiply_adds(&self) -> u64 {
+        work(&self.sizes)
+    }
+}
+
+impl std::fmt::Display for UnarySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fmt_labels(f, &self.a)?;
+        f.write_str("->")?;
+        fmt_labels(f, &self.out)
+    }
+}
+
+impl std::fmt::Debug for UnarySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self} {:?}", self.sizes)
+    }
+}
+
+/// Per-loop-label strides of a tensor whose axes carry `labels`: the sum of the strides
+/// of its axes with that label (0 if it has none).
+fn loop_strides(labels: &[u32], shape: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
+    let strides = row_major_strides(shape);
+    order.iter().map(|&l| labels.iter().zip(&strides).filter(|&(&c, _)| c == l).map(|(_, &s)| s).sum()).collect()
+}
+
+/// Loop order: the output's distinct labels in order, then every other label in `rest`.
+fn loop_order(out: &[u32], rest: &[&[u32]]) -> SmallVec<[u32; 8]> {
+    let mut order: SmallVec<[u32; 8]> = SmallVec::new();
+    for &c in out.iter().chain(rest.iter().flat_map(|l| l.iter())) {
+        if !order.contains(&c) {
+            order.push(c);
+        }
+    }
+    order
+}
+
+/// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
+#[allow(clippy::too_many_arguments)]
+fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usize], out: &mut [T], so: &[usize]) {
+    if sizes.contains(&0) {
+        return;
+    }
+    let Some(last) = sizes.len().checked_sub(1) else {
+        out[0] += a[0] * b[0];
+        return;
+    };
+    let (m, ia, ib, io) = (sizes[last], sa[last], sb[last], so[last]);
+    let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+    let (mut pa, mut pb, mut po) = (0usize, 0usize, 0usize);
+    loop {
+        if io == 0 {
+            let mut acc = T::zero();
+            for i in 0..m {
+                acc += a[pa + i * ia] * b[pb + i * ib];
+            }
+            out[po] += acc;
+        } else {
+            for i in 0..m {
+                out[po + i * io] += a[pa + i * ia] * b[pb + i * ib];
+            }
+        }
+        let mut k = last;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            pa += sa[k];
+            pb += sb[k];
+            po += so[k];
+            if idx[k] < sizes[k] {
+                break;
+            }
+            pa -= sa[k] * sizes[k];
+            pb -= sb[k] * sizes[k];
+            po -= so[k] * sizes[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+/// The direct kernel for one or two operands (`b = None` is the unary case).
+fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>, out_labels: &[u32]) -> Vec<T> {
+    let one = [T::one()];
+    let (b_data, b_labels): (&[T], &[u32]) = b.unwrap_or((&one, &[]));
+    let order = loop_order(out_labels, &[a.1, b_labels]);
+    let loop_sizes: SmallVec<[usize; 8]> = order.iter().map(|&c| sizes[c as usize]).collect();
+    let out_shape = shape_of(out_labels, sizes);
+    let mut out = vec![T::zero(); out_shape.iter().product()];
+    let sa = loop_strides(a.1, &shape_of(a.1, sizes), &order);
+    let sb = loop_strides(b_labels, &shape_of(b_labels, sizes), &order);
+    let so = loop_strides(out_labels, &out_shape, &order);
+    direct_loop(&loop_sizes, a.0, &sa, b_data, &sb, &mut out, &so);
+    out
+}
+
+/// `data` (labels `labels`) as a contiguous tensor with labels `target` (distinct, a
+/// subset of `labels`); other labels summed. Borrowed when it already is.
+fn pack<'a, T: Elem>(data: &'a [T], labels: &[u32], target: &[u32], sizes: &[usize]) -> Cow<'a, [T]> {
+    if labels == target { Cow::Borrowed(data) } else { Cow::Owned(direct(sizes, (data, labels), None, target)) }
+}
+
+fn check_shape<T: Elem>(what: &str, t: &Tensor<T>, expected: &[usize], spec: &dyn std::fmt::Debug) {
+    assert!(
+        t.shape() == expected,
+        "{what} of shape {:?} given to `{spec:?}`, which needs {expected:?} (graphs must be built with matching shapes)",
+        t.shape()
+    );
+}
+
+/// Which kernel [`contract_using`] runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KernelChoice {
+    /// GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`], the direct loop otherwise.
+    Auto,
+    /// Always the direct loop.
+    Direct,
+    /// Always the GEMM path (packing, one GEMM per batch entry, unpacking).
+    Gemm,
+}
+
+/// Evaluates a binary contraction, choosing the kernel by size.
+///
+/// # Panics
+/// If the operand shapes are not the spec's (graphs built through this crate's builders
+/// are shape-checked when built).
+pub fn contract<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> Tensor<T> {
+    contract_using(spec, a, b, KernelChoice::Auto)
+}
+
+/// Evaluates a binary contraction with a given kernel (for tests and benches).
+///
+/// # Panics
+/// As [`contract`].
+pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, choice: KernelChoice) -> Tensor<T> {
+    check_shape("operand a", a, &spec.a_shape(), spec);
+    check_shape("operand b", b, &spec.b_shape(), spec);
+    let sizes = spec.sizes();
+    let out_shape = spec.out_shape();
+    let has = |l: &[u32], c: u32| l.contains(&c);
+    let distinct = |l: &[u32]| loop_order(l, &[]);
+    let (ua, ub, uo) = (distinct(&spec.a), distinct(&spec.b), distinct(&spec.out));
+    let batch: SmallVec<[u32; 8]> = uo.iter().copied().filter(|&c| has(&ua, c) && has(&ub, c)).collect();
+    let left: SmallVec<[u32; 8]> = uo.iter().copied().filter(|&c| has(&ua, c) && !has(&ub, c)).collect();
+    let right: SmallVec<[u32; 8]> = uo.iter().copied().filter(|&c| has(&ub, c) && !has(&ua, c)).collect();
+    let contracted: SmallVec<[u32; 8]> = ua.iter().copied().filter(|&c| has(&ub, c) && !has(&uo, c)).collect();
+    let prod = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).product::<usize>();
+    let (nb, m, n, k) = (prod(&batch), prod(&left), prod(&right), prod(&contracted));
+    let small = m.saturating_mul(n).saturating_mul(k) < GEMM_MIN_WORK;
+    if choice == KernelChoice::Direct || (choice == KernelChoice::Auto && small) {
+        let out = direct(sizes, (a.data(), &spec.a), Some((b.data(), &spec.b)), &spec.out);
+        return Tensor::from_parts(&out_shape, out);
+    }
+    let cat = |x: &[&[u32]]| -> SmallVec<[u32; 8]> { x.iter().flat_map(|l| l.iter().copied()).collect() };
+    let pa = pack(a.data(), &spec.a, &cat(&[&batch, &left, &contracted]), sizes);
+    let pb = pack(b.data(), &spec.b, &cat(&[&batch, &contracted, &right]), sizes);
+    let mut c = vec![T::zero(); nb * m * n];
+    for i in 0..nb {
+        T::gemm(m, n, k, &pa[i * m * k..], &pb[i * k * n..], &mut c[i * m * n..]);
+    }
+    let core = cat(&[&batch, &left, &right]);
+    if *core == *spec.out {
+        Tensor::from_parts(&out_shape, c)
+    } else {
+        Tensor::from_parts(&out_shape, direct(sizes, (&c, &core), None, &spec.out))
+    }
+}
+
+/// Evaluates a one-operand einsum.
+///
+/// # Panics
+/// If the operand shape is not the spec's.
+pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
+    check_shape("operand", a, &spec.a_shape(), spec);
+    Tensor::from_parts(&spec.out_shape(), direct(spec.sizes(), (a.data(), &spec.a), None, &spec.out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::reference_labels;
+
+    fn ramp(shape: Vec<usize>) -> Tensor<f64> {
+        let mut x = 0.0;
+        Tensor::from_fn(shape, |_| {
+            x += 1.0;
+            (x * 0.37f64).sin()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn canonical_labels_make_equal_specs() {
+        let s1 = ContractSpec::new(&[5, 2], &[2, 7], &[5, 7], &[0, 0, 3, 0, 0, 2, 0, 4]).unwrap();
+        let s2 = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[2, 3, 4]).unwrap();
+        assert_eq!(s1, s2);
+        assert_eq!(format!("{s1:?}"), "ab,bc->ac [2, 3, 4]");
+        assert!(ContractSpec::new(&[0, 9], &[0], &[], &[2]).is_err());
+    }
+
+    #[test]
+    fn gemm_path_matches_reference() {
+        // 20·20·20 ≥ GEMM_MIN_WORK; permuted operands and output, a summed-alone label.
+        let sizes = [20, 20, 20, 3, 2];
+        let cases: [(&[u32], &[u32], &[u32]); 4] = [
+            (&[0, 1], &[1, 2], &[0, 2]),
+            (&[1, 0, 3], &[2, 3, 1], &[3, 2, 0]),
+            (&[3, 0, 1, 4], &[3, 1, 2], &[3, 0, 2]),
+            (&[0, 1], &[1, 2], &[2, 4, 0]),
+        ];
+        for (la, lb, lo) in cases {
+            let spec = ContractSpec::new(la, lb, lo, &sizes).unwrap();
+            let a = ramp(shape_of(la, &sizes));
+            let b = ramp(shape_of(lb, &sizes));
+            let got = contract(&spec, &a, &b);
+            let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).unwrap();
+            let err = got.max_abs_diff(&want).unwrap();
+            assert!(err < 1e-11 * (1.0 + want.max_abs()), "{spec:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unary_cases() {
+        let t = ramp(vec![2, 3]);
+        let p = unary(&UnarySpec::permute(&[2, 3], &[1, 0]).unwrap(), &t);
+        assert_eq!(p.get(&[2, 1]), t.get(&[1, 2]));
+        let s = unary(&UnarySpec::sum_axes(&[2, 3], &[0]).unwrap(), &t);
+        assert_eq!(s.get(&[2]), Some(t.get(&[0, 2]).unwrap() + t.get(&[1, 2]).unwrap()));
+        let b = unary(&UnarySpec::broadcast(&[2, 3], &[2, 4, 3], &[0, 2]).unwrap(), &t);
+        assert_eq!(b.get(&[1, 3, 2]), t.get(&[1, 2]));
+        assert!(UnarySpec::permute(&[2, 3], &[0, 0]).is_err());
+        assert!(UnarySpec::sum_axes(&[2, 3], &[2]).is_err());
+        assert!(UnarySpec::broadcast(&[2, 3], &[3, 2], &[0, 1]).is_err());
+    }
+}

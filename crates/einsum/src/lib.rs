@@ -1,0 +1,16 @@
+//! Dense tensor contractions on `computegraph`, differentiable with `tidu`.
+
+#![deny(missing_docs)]
+
+mod elem;
+mod error;
+pub mod kernel;
+mod reference;
+mod subscripts;
+mod tensor;
+
+pub use elem::{Elem, c64};
+pub use error::{EinsumError, EinsumResult};
+pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
+pub use subscripts::Subscripts;
+pub use tensor::Tensor;

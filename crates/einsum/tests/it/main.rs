@@ -1,0 +1,3 @@
+//! Integration tests of the `einsum` crate (one binary, one module per area).
+
+mod kernel;
