@@ -2,15 +2,18 @@
 
 #![deny(missing_docs)]
 
+mod ad;
 mod elem;
 mod error;
 pub mod kernel;
+mod op;
 mod reference;
 mod subscripts;
 mod tensor;
 
 pub use elem::{Elem, c64};
 pub use error::{EinsumError, EinsumResult};
+pub use op::{TensorKey, TensorOp};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
 pub use subscripts::Subscripts;
 pub use tensor::Tensor;
