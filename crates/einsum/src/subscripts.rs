@@ -7,8 +7,9 @@ use crate::error::{EinsumError, EinsumResult};
 
 /// Parsed einsum subscripts: one label list per operand and the output labels.
 ///
-/// Labels are letters (`char::is_alphabetic`, so `é` or `Ç` are labels); whitespace is
-/// ignored. Without `->` the output is the labels that appear exactly once, sorted (the
+/// A label is any character but `,`, `-`, `>`, `.`, whitespace and control characters:
+/// letters, and also `é`, `Ç`, `×` or `0`, which opt_einsum's generated symbols use.
+/// Whitespace is ignored. Without `->` the output is the labels that appear exactly once, sorted (the
 /// numpy convention). An output label must appear in some operand and at most once.
 /// Ellipses (`...`) are not supported.
 ///
@@ -18,7 +19,7 @@ use crate::error::{EinsumError, EinsumResult};
 /// assert_eq!(s.inputs(), &[vec!['a', 'b'], vec!['b', 'c']]);
 /// assert_eq!(s.output(), &['a', 'c']);
 /// assert_eq!(Subscripts::parse("éa,aÇ").unwrap().output(), &['Ç', 'é']);
-/// assert!(Subscripts::parse("ab,b1->a").is_err());
+/// assert!(Subscripts::parse("ab,b>c->a").is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Subscripts {
@@ -52,7 +53,7 @@ impl Subscripts {
                     output = Some(Vec::new());
                 }
                 '.' => return Err(err(i, "ellipses (`...`) are not supported".into())),
-                c if c.is_alphabetic() => match &mut output {
+                c if is_label(c) => match &mut output {
                     Some(out) => {
                         if out.contains(&c) {
                             return Err(err(i, format!("output label `{c}` appears twice")));
@@ -61,7 +62,14 @@ impl Subscripts {
                     }
                     None => inputs.last_mut().expect("at least one operand list").push(c),
                 },
-                c => return Err(err(i, format!("`{c}` is not a label (labels are letters)"))),
+                c => {
+                    return Err(err(
+                        i,
+                        format!(
+                            "`{c}` is not a label (labels are characters other than `,`, `-`, `>`, `.`, whitespace and controls)"
+                        ),
+                    ));
+                }
             }
         }
         let output = match output {
@@ -96,7 +104,9 @@ impl Subscripts {
         Subscripts::parse(&text).map_err(|_| EinsumError::Parse {
             expression: text,
             position: 0,
-            message: "labels must be letters; output labels unique and present in an operand".into(),
+            message:
+                "labels must not be syntax, whitespace or controls; output labels unique and present in an operand"
+                    .into(),
         })
     }
 
@@ -144,6 +154,11 @@ impl Subscripts {
     }
 }
 
+/// Whether `c` can be a label.
+fn is_label(c: char) -> bool {
+    !c.is_whitespace() && !c.is_control() && !matches!(c, ',' | '-' | '>' | '.')
+}
+
 impl std::fmt::Display for Subscripts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, l) in self.inputs.iter().enumerate() {
@@ -183,7 +198,8 @@ mod tests {
 
     #[test]
     fn errors_name_the_problem() {
-        assert!(parse_err("ab,b1->a").contains("`1` is not a label"));
+        assert!(parse_err("ab,b>->a").contains("`>` is not a label"));
+        assert!(parse_err("a\u{7}").contains("is not a label"));
         assert!(parse_err("ab->aa").contains("output label `a` appears twice"));
         assert!(parse_err("ab->c").contains("output label `c` appears in no operand"));
         assert!(parse_err("ab->a->b").contains("more than one `->`"));

@@ -1,4 +1,6 @@
 //! Integration tests of the `einsum` crate (one binary, one module per area).
 
+mod instances;
 mod kernel;
+mod network;
 mod rules;

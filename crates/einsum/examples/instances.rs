@@ -1,0 +1,98 @@
+//! Runs the six benchmark instances at full size (BENCHMARKS.md section C): builds and
+//! compiles each with its `opt_flops` path, `opt_size` path and the greedy finder, fills
+//! seeded random operands, times evaluation, checks that the paths agree, and checks the
+//! one-step instances against the plain reference.
+//!
+//! `cargo run --release -p einsum --example instances [-- file.json ...]`
+
+use std::time::Instant;
+
+use einsum::{Einsum, Instance, PathChoice, Tensor, reference_einsum};
+
+const DEFAULT: [&str; 6] = [
+    "bin_matmul_256",
+    "bin_batched_matmul_b32_m64_n64_k64",
+    "str_matrix_chain_multiplication_100",
+    "str_mps_varying_inner_product_200",
+    "lm_batch_likelihood_brackets_4_4d",
+    "str_nw_mera_open_26",
+];
+
+/// Best of `reps` evaluations, in milliseconds.
+fn time_eval(e: &Einsum<f64>, ops: &[&Tensor<f64>], reps: usize) -> Result<(f64, Tensor<f64>), einsum::EinsumError> {
+    let mut best = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..reps {
+        let t = Instant::now();
+        let r = e.eval(ops)?;
+        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        last = Some(r);
+    }
+    Ok((best, last.expect("reps > 0")))
+}
+
+fn rel_diff(a: &Tensor<f64>, b: &Tensor<f64>) -> f64 {
+    a.max_abs_diff(b).unwrap_or(f64::INFINITY) / b.max_abs().max(f64::MIN_POSITIVE)
+}
+
+fn run(path: &str) -> Result<(), einsum::EinsumError> {
+    let inst = Instance::from_file(path)?;
+    let ops = inst.random_operands::<f64>(42)?;
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let mut line = format!("{:<38}", inst.name);
+    let mut results = Vec::new();
+    for (label, choice) in [
+        ("opt_flops", inst.opt_flops.clone().map(PathChoice::Explicit)),
+        ("opt_size", inst.opt_size.clone().map(PathChoice::Explicit)),
+        ("greedy", Some(PathChoice::Greedy)),
+    ] {
+        let Some(choice) = choice else { continue };
+        let t = Instant::now();
+        let e = inst.einsum::<f64>(choice)?;
+        let build = t.elapsed().as_secs_f64() * 1e3;
+        let (ms, r) = time_eval(&e, &refs, 5)?;
+        let gflops = 2.0 * e.multiply_adds() / (ms * 1e6);
+        if label == "opt_flops" {
+            line += &format!(" {:>4} steps", e.path().steps().len());
+        }
+        line += &format!(" | {label}: build {build:6.2} ms, eval {ms:8.3} ms ({gflops:5.1} GF/s)");
+        results.push((label, r));
+    }
+    let (_, first) = &results[0];
+    let finite = first.data().iter().all(|x| x.is_finite());
+    let agree = results.iter().map(|(_, r)| rel_diff(r, first)).fold(0.0, f64::max);
+    line += &format!(" | finite {finite}, paths agree to {agree:.1e}");
+    let assignments: f64 = {
+        let s = inst.subscripts()?;
+        let sizes = s.label_sizes(&inst.shapes.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
+        sizes.values().map(|&d| d as f64).product()
+    };
+    if assignments <= 1e8 {
+        let want = reference_einsum(&inst.format_string, &refs)?;
+        line += &format!(", reference {:.1e}", rel_diff(first, &want));
+    }
+    println!("{line}");
+    if !finite || agree > 1e-8 {
+        return Err(einsum::EinsumError::Instance(format!("{}: results are not finite or paths disagree", inst.name)));
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let files: Vec<String> = if args.is_empty() {
+        DEFAULT.iter().map(|n| format!("{}/tests/data/{n}.json", env!("CARGO_MANIFEST_DIR"))).collect()
+    } else {
+        args
+    };
+    let mut failed = false;
+    for f in &files {
+        if let Err(e) = run(f) {
+            eprintln!("{f}: {e}");
+            failed = true;
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
