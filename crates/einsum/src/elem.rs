@@ -47,8 +47,13 @@ pub trait Elem:
     fn modulus(self) -> f64;
     /// The real inner product `Re(conj(self)·other)`.
     fn inner(self, other: Self) -> f64;
-    /// `c += a·b` for row-major `a` (m×k), `b` (k×n), `c` (m×n), contiguous, sequential.
-    fn gemm(m: usize, n: usize, k: usize, a: &[Self], b: &[Self], c: &mut [Self]);
+    /// `c += a·b` for `a` (m×k), `b` (k×n), `c` (m×n) given as slices starting at their
+    /// first element with `[row stride, column stride]`; for each matrix one stride must be
+    /// 1 unless its dimension is 1 (the other stride is then ignored). Sequential.
+    ///
+    /// # Panics
+    /// If a slice is too short for its strides.
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>);
 }
 
 impl Elem for f64 {
@@ -78,8 +83,8 @@ impl Elem for f64 {
     fn inner(self, other: Self) -> f64 {
         self * other
     }
-    fn gemm(m: usize, n: usize, k: usize, a: &[Self], b: &[Self], c: &mut [Self]) {
-        faer_gemm(m, n, k, a, b, c);
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>) {
+        faer_gemm(dims, a, b, c);
     }
 }
 
@@ -110,16 +115,60 @@ impl Elem for c64 {
     fn inner(self, other: Self) -> f64 {
         self.re * other.re + self.im * other.im
     }
-    fn gemm(m: usize, n: usize, k: usize, a: &[Self], b: &[Self], c: &mut [Self]) {
-        faer_gemm(m, n, k, a, b, c);
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>) {
+        faer_gemm(dims, a, b, c);
     }
 }
 
-fn faer_gemm<T: faer::traits::ComplexField + Elem>(m: usize, n: usize, k: usize, a: &[T], b: &[T], c: &mut [T]) {
-    let lhs = MatRef::from_row_major_slice(&a[..m * k], m, k);
-    let rhs = MatRef::from_row_major_slice(&b[..k * n], k, n);
-    let dst = MatMut::from_row_major_slice_mut(&mut c[..m * n], m, n);
-    faer::linalg::matmul::matmul(dst, Accum::Add, lhs, rhs, T::one(), Par::Seq);
+/// A matrix in a slice: the slice starts at element `(0, 0)`; `[row stride, column stride]`.
+#[derive(Copy, Clone, Debug)]
+pub struct Strided<'a, T>(pub &'a [T], pub [usize; 2]);
+
+/// A mutable matrix in a slice (see [`Strided`]).
+#[derive(Debug)]
+pub struct StridedMut<'a, T>(pub &'a mut [T], pub [usize; 2]);
+
+/// Whether a `rows × cols` matrix with strides `[rs, cs]` is row-major with a leading
+/// dimension (`Some(true)`), column-major with one (`Some(false)`), or neither.
+pub(crate) fn layout(rows: usize, cols: usize, [rs, cs]: [usize; 2]) -> Option<bool> {
+    if cs == 1 || cols == 1 {
+        Some(true)
+    } else if rs == 1 || rows == 1 {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn mat<T>(r: usize, c: usize, Strided(s, st): Strided<'_, T>) -> MatRef<'_, T> {
+    match layout(r, c, st) {
+        Some(true) => MatRef::from_row_major_slice_with_stride(s, r, c, st[0].max(c)),
+        Some(false) => MatRef::from_column_major_slice_with_stride(s, r, c, st[1].max(r)),
+        None => panic!("gemm: a {r}×{c} matrix with strides {st:?} has no unit stride"),
+    }
+}
+
+fn mat_mut<T>(r: usize, c: usize, StridedMut(s, st): StridedMut<'_, T>) -> MatMut<'_, T> {
+    match layout(r, c, st) {
+        // Not `from_row_major_slice_with_stride_mut`: in faer 0.24.4 it builds a
+        // column-major view (unit row stride), so GEMM writes past the rows.
+        Some(true) => MatMut::from_column_major_slice_with_stride_mut(s, c, r, st[0].max(c)).transpose_mut(),
+        Some(false) => MatMut::from_column_major_slice_with_stride_mut(s, r, c, st[1].max(r)),
+        None => panic!("gemm: a {r}×{c} matrix with strides {st:?} has no unit stride"),
+    }
+}
+
+fn faer_gemm<T: faer::traits::ComplexField + Elem>(
+    [m, n, k]: [usize; 3],
+    a: Strided<'_, T>,
+    b: Strided<'_, T>,
+    c: StridedMut<'_, T>,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let dst = mat_mut(m, n, c);
+    faer::linalg::matmul::matmul(dst, Accum::Add, mat(m, k, a), mat(k, n, b), T::one(), Par::Seq);
 }
 
 #[cfg(test)]
@@ -127,19 +176,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gemm_matches_a_loop() {
+    fn gemm_matches_a_loop_in_every_layout() {
         let (m, n, k) = (3, 4, 5);
         let a: Vec<c64> = (0..m * k).map(|i| c64::new(i as f64, 1.0 - i as f64)).collect();
         let b: Vec<c64> = (0..k * n).map(|i| c64::new(0.5 * i as f64, 2.0)).collect();
-        let mut c = vec![c64::one(); m * n];
-        c64::gemm(m, n, k, &a, &b, &mut c);
-        for i in 0..m {
-            for j in 0..n {
-                let mut s = c64::one();
-                for l in 0..k {
-                    s += a[i * k + l] * b[l * n + j];
+        let guard = c64::new(7.0, -7.0);
+        for layout in 0..8 {
+            let (ra, rb, rc) = (layout & 1 == 1, layout & 2 == 2, layout & 4 == 4);
+            let sa = if ra { [k, 1] } else { [1, m] };
+            let sb = if rb { [n, 1] } else { [1, k] };
+            let sc = if rc { [n, 1] } else { [1, m] };
+            let at = |s: [usize; 2], i: usize, j: usize| i * s[0] + j * s[1];
+            // A guard zone after the output catches writes past its end.
+            let mut c = vec![c64::one(); m * n + 16];
+            c[m * n..].fill(guard);
+            c64::gemm([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c[..m * n], sc));
+            assert!(c[m * n..].iter().all(|&x| x == guard), "layout {layout}: wrote past the output");
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = c64::one();
+                    for l in 0..k {
+                        s += a[at(sa, i, l)] * b[at(sb, l, j)];
+                    }
+                    assert!((s - c[at(sc, i, j)]).norm() < 1e-12, "layout {layout}: ({i}, {j})");
                 }
-                assert!((s - c[i * n + j]).norm() < 1e-12, "{i} {j}");
             }
         }
     }

@@ -12,11 +12,14 @@
 //!   inside, a register accumulator when the innermost label is summed). Handles every
 //!   case; used for small work and for the unusual cases.
 //! - **GEMM**: labels are classified as batch (in `a`, `b`, output), left (`a`, output),
-//!   right (`b`, output) and contracted (`a`, `b`, not output); each operand is packed to
-//!   `[batch, left, contracted]` / `[batch, contracted, right]` (no copy when it already is;
-//!   labels of one operand alone are summed and diagonals taken while packing), one faer
-//!   GEMM runs per batch entry (sequential), and the `[batch, left, right]` result is
-//!   permuted or expanded to the output labels if it is not already in that order.
+//!   right (`b`, output) and contracted (`a`, `b`, not output). An operand whose left (or
+//!   right) labels and contracted labels each form a run of consecutive axes, one of them
+//!   innermost, is a batch of strided matrices as it is: no copy (a transposed matrix is
+//!   read column-major). Otherwise it is packed to `[batch, left, contracted]` /
+//!   `[batch, contracted, right]` (labels of one operand alone are summed and diagonals
+//!   taken while packing). One faer GEMM runs per batch entry (sequential, strided batch
+//!   loop); it writes the output in place when the output's layout allows, otherwise a
+//!   `[batch, left, right]` result is permuted or expanded to the output labels.
 //!
 //! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
 //! packing.
@@ -25,7 +28,7 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
-use crate::elem::Elem;
+use crate::elem::{Elem, Strided, StridedMut};
 use crate::error::{EinsumError, EinsumResult};
 use crate::tensor::{Tensor, checked_len, row_major_strides};
 
@@ -140,6 +143,7 @@ impl ContractSpec {
     pub fn multiply_adds(&self) -> u64 {
         work(&self.sizes)
     }
+
     /// The spec of the transpose with respect to `a`: `out, b -> a`.
     pub fn transpose_a(&self) -> ContractSpec {
         ContractSpec::new(&self.out, &self.b, &self.a, &self.sizes).expect("a valid spec transposes")
@@ -359,9 +363,271 @@ fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>
 }
 
 /// `data` (labels `labels`) as a contiguous tensor with labels `target` (distinct, a
-/// subset of `labels`); other labels summed. Borrowed when it already is.
-fn pack<'a, T: Elem>(data: &'a [T], labels: &[u32], target: &[u32], sizes: &[usize]) -> Cow<'a, [T]> {
-    if labels == target { Cow::Borrowed(data) } else { Cow::Owned(direct(sizes, (data, labels), None, target)) }
+/// subset of `labels`); other labels summed.
+fn pack<T: Elem>(data: &[T], labels: &[u32], target: &[u32], sizes: &[usize]) -> Vec<T> {
+    direct(sizes, (data, labels), None, target)
+}
+
+/// An operand seen as a batch of matrices without copying: per looped label its stride
+/// (0 if the tensor lacks the label), and the strides of the fused row and column groups.
+struct MatrixView {
+    looped: SmallVec<[usize; 4]>,
+    strides: [usize; 2],
+}
+
+/// The view of a tensor with `labels` as `looped × rows × cols`, if its labels are
+/// distinct, are exactly those of `rows`, `cols` and (some of) `looped`, each of `rows` and
+/// `cols` is a run of consecutive axes in the group's order, and one of the two fused
+/// strides is 1 (or its dimension is 1).
+fn matrix_view(labels: &[u32], sizes: &[usize], looped: &[u32], rows: &[u32], cols: &[u32]) -> Option<MatrixView> {
+    let present = looped.iter().filter(|c| labels.contains(c)).count();
+    if labels.len() != present + rows.len() + cols.len() || loop_order(labels, &[]).len() != labels.len() {
+        return None;
+    }
+    let strides = row_major_strides(&shape_of(labels, sizes));
+    let axis = |c: u32| labels.iter().position(|&l| l == c);
+    let group = |g: &[u32]| -> Option<usize> {
+        let Some(&first) = g.first() else { return Some(0) };
+        let p = axis(first)?;
+        (labels.get(p..p + g.len())? == g).then(|| strides[p + g.len() - 1])
+    };
+    let fused = [group(rows)?, group(cols)?];
+    let looped = looped.iter().map(|&c| axis(c).map_or(0, |p| strides[p])).collect();
+    let prod = |g: &[u32]| g.iter().map(|&c| sizes[c as usize]).product::<usize>();
+    crate::elem::layout(prod(rows), prod(cols), fused)?;
+    Some(MatrixView { looped, strides: fused })
+}
+
+type Group = SmallVec<[u32; 8]>;
+
+/// How the GEMM path runs a contraction: the labels looped over (batch labels, and others
+/// moved out of the matrices so that the largest tensor needs no copy) and the orders of
+/// the fused groups.
+struct GemmPlan {
+    looped: Group,
+    left: Group,
+    contracted: Group,
+    right: Group,
+}
+
+impl GemmPlan {
+    fn dims(&self, sizes: &[usize]) -> [usize; 4] {
+        let p = |g: &[u32]| g.iter().map(|&c| sizes[c as usize]).product::<usize>();
+        [p(&self.looped), p(&self.left), p(&self.right), p(&self.contracted)]
+    }
+}
+
+/// Groups for a tensor with distinct labels `seq` to be read or written in place: a group
+/// must be a run of consecutive axes, and one must end at the innermost axis (unit
+/// stride). So the first group is the longest run of one role ending at the innermost
+/// axis, the second the run of the other role (`x` or not `x`, batch labels excluded) with
+/// the most elements; every other label is looped. `None` if the innermost label is a batch
+/// label. Returns the extra looped labels and the `x` and `y` groups.
+fn split(seq: &[u32], batch: &[u32], is_x: impl Fn(u32) -> bool, sizes: &[usize]) -> Option<(Group, Group, Group)> {
+    let role = |c: u32| {
+        if batch.contains(&c) {
+            0
+        } else if is_x(c) {
+            1
+        } else {
+            2
+        }
+    };
+    let &inner = seq.last()?;
+    let r = role(inner);
+    if r == 0 {
+        return None;
+    }
+    let mut start = seq.len() - 1;
+    while start > 0 && role(seq[start - 1]) == r {
+        start -= 1;
+    }
+    let first: Group = seq[start..].iter().copied().collect();
+    let mut second = Group::new();
+    let mut best = 0;
+    let mut i = 0;
+    while i < start {
+        let mut j = i;
+        while j < start && role(seq[j]) == 3 - r {
+            j += 1;
+        }
+        let elements: usize = seq[i..j].iter().map(|&c| sizes[c as usize]).product();
+        if j > i && elements > best {
+            best = elements;
+            second = seq[i..j].iter().copied().collect();
+        }
+        i = j.max(i + 1);
+    }
+    let looped = seq.iter().copied().filter(|&c| role(c) != 0 && !first.contains(&c) && !second.contains(&c)).collect();
+    Some(if r == 1 { (looped, first, second) } else { (looped, second, first) })
+}
+
+/// Plans the GEMM path. With `anchor`, the largest tensor that can be read or written in
+/// place fixes the looped labels and its groups' orders; without, only batch labels are
+/// looped and groups follow `a` (left), `b` (right) and the larger operand (contracted).
+fn plan(spec: &ContractSpec, a_len: usize, b_len: usize, anchor: bool) -> GemmPlan {
+    let sizes = spec.sizes();
+    let has = |l: &[u32], c: u32| l.contains(&c);
+    let distinct = |l: &[u32]| loop_order(l, &[]);
+    let (ua, ub, uo) = (distinct(&spec.a), distinct(&spec.b), distinct(&spec.out));
+    let batch: Group = uo.iter().copied().filter(|&c| has(&ua, c) && has(&ub, c)).collect();
+    let role = |from: &[u32], f: &dyn Fn(u32) -> bool| -> Group { from.iter().copied().filter(|&c| f(c)).collect() };
+    let is_left = |c: u32| has(&ua, c) && has(&uo, c) && !has(&ub, c);
+    let is_right = |c: u32| has(&ub, c) && has(&uo, c) && !has(&ua, c);
+    let is_contracted = |c: u32| has(&ua, c) && has(&ub, c) && !has(&uo, c);
+    let out_len: usize = spec.out_shape().iter().product();
+    let major = if a_len >= b_len { &ua } else { &ub };
+    let default = GemmPlan {
+        looped: batch.clone(),
+        left: role(&ua, &is_left),
+        contracted: role(major, &is_contracted),
+        right: role(&ub, &is_right),
+    };
+    if !anchor {
+        return default;
+    }
+    // A tensor can be read or written in place only if its labels are distinct and each
+    // has a role (no label summed in one operand alone, no broadcast).
+    let plain = |l: &[u32], u: &[u32], roles: &dyn Fn(u32) -> bool| l.len() == u.len() && u.iter().all(|&c| roles(c));
+    let a_ok = plain(&spec.a, &ua, &|c| batch.contains(&c) || is_left(c) || is_contracted(c));
+    let b_ok = plain(&spec.b, &ub, &|c| batch.contains(&c) || is_right(c) || is_contracted(c));
+    let o_ok = plain(&spec.out, &uo, &|c| batch.contains(&c) || is_left(c) || is_right(c));
+    let mut best = (default.cost(spec, a_len, b_len), default);
+    for which in 0..3 {
+        let r = match which {
+            0 if a_ok => split(&spec.a, &batch, is_left, sizes).map(|(l, x, y)| {
+                let right = if b_len >= out_len { role(&ub, &is_right) } else { role(&uo, &is_right) };
+                (l, x, y, right)
+            }),
+            1 if b_ok => split(&spec.b, &batch, is_contracted, sizes).map(|(l, x, y)| {
+                let left = if a_len >= out_len { role(&ua, &is_left) } else { role(&uo, &is_left) };
+                (l, left, x, y)
+            }),
+            2 if o_ok => {
+                split(&spec.out, &batch, is_left, sizes).map(|(l, x, y)| (l, x, role(major, &is_contracted), y))
+            }
+            _ => None,
+        };
+        if let Some((extra, g1, g2, g3)) = r {
+            let mut looped = batch.clone();
+            looped.extend(extra);
+            // Groups without the looped labels, in the chosen orders.
+            let keep = |g: Group| -> Group { g.into_iter().filter(|c| !looped.contains(c)).collect() };
+            let (left, contracted, right) = match which {
+                0 => (g1, g2, keep(g3)),
+                1 => (keep(g1), g2, g3),
+                _ => (g1, keep(g2), g3),
+            };
+            let p = GemmPlan { looped, left, contracted, right };
+            let cost = p.cost(spec, a_len, b_len);
+            if cost < best.0 {
+                best = (cost, p);
+            }
+        }
+    }
+    best.1
+}
+
+impl GemmPlan {
+    /// Estimated nanoseconds: copies of the tensors that cannot be used in place (about
+    /// 2 ns per element), a fixed cost per GEMM call, and the multiply-adds at a rate that
+    /// falls when a matrix dimension is small (100 GFLOP/s when all are large).
+    fn cost(&self, spec: &ContractSpec, a_len: usize, b_len: usize) -> f64 {
+        let sizes = spec.sizes();
+        let [nl, m, n, k] = self.dims(sizes).map(|d| d as f64);
+        let out_len = spec.out_shape().iter().product::<usize>() as f64;
+        let copied =
+            |labels: &[u32], rows: &[u32], cols: &[u32]| matrix_view(labels, sizes, &self.looped, rows, cols).is_none();
+        let mut copies = 0.0;
+        if copied(&spec.a, &self.left, &self.contracted) {
+            copies += a_len as f64;
+        }
+        if copied(&spec.b, &self.contracted, &self.right) {
+            copies += b_len as f64;
+        }
+        if copied(&spec.out, &self.left, &self.right) {
+            copies += 2.0 * out_len;
+        }
+        let small = m.min(n).min(k);
+        let rate = 100.0 * small / (small + 16.0);
+        2.0 * copies + 300.0 * nl + 2.0 * nl * m * n * k / rate
+    }
+}
+
+/// The GEMM path for a plan (see the [module docs](self)).
+fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &GemmPlan) -> Tensor<T> {
+    let sizes = spec.sizes();
+    let out_shape = spec.out_shape();
+    let [nl, m, n, k] = p.dims(sizes);
+    let out_len: usize = out_shape.iter().product();
+    if nl == 0 || m == 0 || n == 0 || k == 0 {
+        return Tensor::from_parts(&out_shape, vec![T::zero(); out_len]);
+    }
+    let cat = |l: &[u32], x: &[&[u32]]| -> Group {
+        p.looped.iter().copied().filter(|c| l.contains(c)).chain(x.iter().flat_map(|g| g.iter().copied())).collect()
+    };
+    // Views without copies where the layouts allow, packed copies otherwise.
+    fn operand<'t, T: Elem>(
+        t: &'t Tensor<T>,
+        labels: &[u32],
+        sizes: &[usize],
+        looped: &[u32],
+        [rows, cols]: [&[u32]; 2],
+    ) -> (Cow<'t, [T]>, MatrixView) {
+        match matrix_view(labels, sizes, looped, rows, cols) {
+            Some(v) => (Cow::Borrowed(t.data()), v),
+            None => {
+                let l: Group = looped
+                    .iter()
+                    .copied()
+                    .filter(|c| labels.contains(c))
+                    .chain(rows.iter().chain(cols).copied())
+                    .collect();
+                let v = matrix_view(&l, sizes, looped, rows, cols).expect("packed operands are views");
+                (Cow::Owned(pack(t.data(), labels, &l, sizes)), v)
+            }
+        }
+    }
+    let (a_data, a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
+    let (b_data, b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
+    // The result: the output itself when its layout allows, else a contiguous
+    // `[looped labels of the output, left, right]` tensor permuted or expanded afterwards.
+    let core = cat(&spec.out, &[&p.left, &p.right]);
+    let (in_place, c_view) = match matrix_view(&spec.out, sizes, &p.looped, &p.left, &p.right) {
+        Some(v) => (true, v),
+        None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
+    };
+    let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
+    let mut c = vec![T::zero(); c_len];
+    let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
+    let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, p.looped.len());
+    let (mut pa, mut pb, mut pc) = (0usize, 0usize, 0usize);
+    for _ in 0..nl {
+        T::gemm(
+            [m, n, k],
+            Strided(&a_data[pa..], a_view.strides),
+            Strided(&b_data[pb..], b_view.strides),
+            StridedMut(&mut c[pc..], c_view.strides),
+        );
+        for x in (0..p.looped.len()).rev() {
+            idx[x] += 1;
+            pa += a_view.looped[x];
+            pb += b_view.looped[x];
+            pc += c_view.looped[x];
+            if idx[x] < loop_sizes[x] {
+                break;
+            }
+            pa -= a_view.looped[x] * loop_sizes[x];
+            pb -= b_view.looped[x] * loop_sizes[x];
+            pc -= c_view.looped[x] * loop_sizes[x];
+            idx[x] = 0;
+        }
+    }
+    if in_place {
+        Tensor::from_parts(&out_shape, c)
+    } else {
+        Tensor::from_parts(&out_shape, direct(sizes, (&c, &core), None, &spec.out))
+    }
 }
 
 fn check_shape<T: Elem>(what: &str, t: &Tensor<T>, expected: &[usize], spec: &dyn std::fmt::Debug) {
@@ -379,8 +645,11 @@ pub enum KernelChoice {
     Auto,
     /// Always the direct loop.
     Direct,
-    /// Always the GEMM path (packing, one GEMM per batch entry, unpacking).
+    /// Always the GEMM path, planned to copy as little as possible (labels may be moved
+    /// into the loop around the GEMMs).
     Gemm,
+    /// Always the GEMM path, looping over batch labels only.
+    GemmBatchLoop,
 }
 
 /// Evaluates a binary contraction, choosing the kernel by size.
@@ -399,34 +668,27 @@ pub fn contract<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> T
 pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, choice: KernelChoice) -> Tensor<T> {
     check_shape("operand a", a, &spec.a_shape(), spec);
     check_shape("operand b", b, &spec.b_shape(), spec);
-    let sizes = spec.sizes();
-    let out_shape = spec.out_shape();
-    let has = |l: &[u32], c: u32| l.contains(&c);
-    let distinct = |l: &[u32]| loop_order(l, &[]);
-    let (ua, ub, uo) = (distinct(&spec.a), distinct(&spec.b), distinct(&spec.out));
-    let batch: SmallVec<[u32; 8]> = uo.iter().copied().filter(|&c| has(&ua, c) && has(&ub, c)).collect();
-    let left: SmallVec<[u32; 8]> = uo.iter().copied().filter(|&c| has(&ua, c) && !has(&ub, c)).collect();
-    let right: SmallVec<[u32; 8]> = uo.iter().copied().filter(|&c| has(&ub, c) && !has(&ua, c)).collect();
-    let contracted: SmallVec<[u32; 8]> = ua.iter().copied().filter(|&c| has(&ub, c) && !has(&uo, c)).collect();
-    let prod = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).product::<usize>();
-    let (nb, m, n, k) = (prod(&batch), prod(&left), prod(&right), prod(&contracted));
-    let small = m.saturating_mul(n).saturating_mul(k) < GEMM_MIN_WORK;
-    if choice == KernelChoice::Direct || (choice == KernelChoice::Auto && small) {
-        let out = direct(sizes, (a.data(), &spec.a), Some((b.data(), &spec.b)), &spec.out);
-        return Tensor::from_parts(&out_shape, out);
-    }
-    let cat = |x: &[&[u32]]| -> SmallVec<[u32; 8]> { x.iter().flat_map(|l| l.iter().copied()).collect() };
-    let pa = pack(a.data(), &spec.a, &cat(&[&batch, &left, &contracted]), sizes);
-    let pb = pack(b.data(), &spec.b, &cat(&[&batch, &contracted, &right]), sizes);
-    let mut c = vec![T::zero(); nb * m * n];
-    for i in 0..nb {
-        T::gemm(m, n, k, &pa[i * m * k..], &pb[i * k * n..], &mut c[i * m * n..]);
-    }
-    let core = cat(&[&batch, &left, &right]);
-    if *core == *spec.out {
-        Tensor::from_parts(&out_shape, c)
-    } else {
-        Tensor::from_parts(&out_shape, direct(sizes, (&c, &core), None, &spec.out))
+    let work = |p: &GemmPlan| {
+        let [_, m, n, k] = p.dims(spec.sizes());
+        m.saturating_mul(n).saturating_mul(k)
+    };
+    let plan = match choice {
+        KernelChoice::Direct => None,
+        KernelChoice::Gemm => Some(plan(spec, a.len(), b.len(), true)),
+        KernelChoice::GemmBatchLoop => Some(plan(spec, a.len(), b.len(), false)),
+        KernelChoice::Auto => {
+            // Moving labels into the loop shrinks the GEMMs: keep that only if they stay big.
+            Some(plan(spec, a.len(), b.len(), true))
+                .filter(|p| work(p) >= GEMM_MIN_WORK)
+                .or_else(|| Some(plan(spec, a.len(), b.len(), false)).filter(|p| work(p) >= GEMM_MIN_WORK))
+        }
+    };
+    match plan {
+        Some(p) => gemm_path(spec, a, b, &p),
+        None => {
+            let out = direct(spec.sizes(), (a.data(), &spec.a), Some((b.data(), &spec.b)), &spec.out);
+            Tensor::from_parts(&spec.out_shape(), out)
+        }
     }
 }
 

@@ -14,7 +14,7 @@ mod reference;
 mod subscripts;
 mod tensor;
 
-pub use elem::{Elem, c64};
+pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use instance::Instance;
 pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, PathChoice};

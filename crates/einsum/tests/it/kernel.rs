@@ -34,7 +34,7 @@ fn check_contract<T: Elem>(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -
     let ta = tensor::<T>(shape(a, sizes), 1);
     let tb = tensor::<T>(shape(b, sizes), 2);
     let want = reference_labels(&[(&ta, a), (&tb, b)], out, sizes).unwrap();
-    for choice in [KernelChoice::Direct, KernelChoice::Gemm, KernelChoice::Auto] {
+    for choice in [KernelChoice::Direct, KernelChoice::Gemm, KernelChoice::GemmBatchLoop, KernelChoice::Auto] {
         let got = contract_using(&spec, &ta, &tb, choice);
         close(&got, &want).map_err(|e| TestCaseError::fail(format!("{spec:?} {choice:?}: {e}")))?;
     }
@@ -69,4 +69,6 @@ fn gemm_sizes_match_reference() {
     let sizes = [17, 16, 18, 3, 2];
     check_contract::<f64>(&[3, 1, 0], &[3, 2, 1], &[3, 0, 2], &sizes).unwrap();
     check_contract::<c64>(&[1, 0, 4], &[2, 1], &[2, 0], &sizes).unwrap();
+    // An output whose left and right labels interleave: one is looped around the GEMMs.
+    check_contract::<f64>(&[0, 3, 1, 4], &[1, 2, 4], &[3, 2, 0], &[17, 16, 18, 3, 2]).unwrap();
 }
