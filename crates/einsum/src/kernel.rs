@@ -349,6 +349,10 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
 
 /// The direct kernel for one or two operands (`b = None` is the unary case).
 fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>, out_labels: &[u32]) -> Vec<T> {
+    let distinct = |l: &[u32]| loop_order(l, &[]).len() == l.len();
+    if b.is_none() && a.1.len() == out_labels.len() && distinct(a.1) && a.1.iter().all(|c| out_labels.contains(c)) {
+        return permute(sizes, a.0, a.1, out_labels);
+    }
     let one = [T::one()];
     let (b_data, b_labels): (&[T], &[u32]) = b.unwrap_or((&one, &[]));
     let order = loop_order(out_labels, &[a.1, b_labels]);
@@ -360,6 +364,67 @@ fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>
     let so = loop_strides(out_labels, &out_shape, &order);
     direct_loop(&loop_sizes, a.0, &sa, b_data, &sb, &mut out, &so);
     out
+}
+
+/// Side of the square tiles of [`permute`].
+const TILE: usize = 32;
+
+/// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
+/// them). Contiguous runs when both innermost axes carry the same label; otherwise tiles of
+/// the source's and the output's innermost axes, so reads and writes both use whole cache
+/// lines.
+fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
+    let out_shape = shape_of(out, sizes);
+    let len: usize = out_shape.iter().product();
+    let mut dst = vec![T::zero(); len];
+    if len == 0 {
+        return dst;
+    }
+    let Some(o) = out.len().checked_sub(1) else {
+        dst[0] = src[0];
+        return dst;
+    };
+    let n: SmallVec<[usize; 8]> = out_shape.iter().copied().collect();
+    let so = row_major_strides(&out_shape);
+    let ss = loop_strides(labels, &shape_of(labels, sizes), out);
+    let s = out.iter().position(|&c| Some(&c) == labels.last()).expect("a permutation");
+    // Odometer over every axis but `o` and `s`.
+    let outer: SmallVec<[usize; 8]> = (0..out.len()).filter(|&x| x != o && x != s).collect();
+    let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
+    let (mut po, mut ps) = (0usize, 0usize);
+    loop {
+        if s == o {
+            dst[po..po + n[o]].copy_from_slice(&src[ps..ps + n[o]]);
+        } else {
+            let (no, ns, os, sso) = (n[o], n[s], so[s], ss[o]);
+            for jb in (0..ns).step_by(TILE) {
+                for ib in (0..no).step_by(TILE) {
+                    for j in jb..(jb + TILE).min(ns) {
+                        for i in ib..(ib + TILE).min(no) {
+                            dst[po + i + j * os] = src[ps + i * sso + j];
+                        }
+                    }
+                }
+            }
+        }
+        let mut x = outer.len();
+        loop {
+            if x == 0 {
+                return dst;
+            }
+            x -= 1;
+            let ax = outer[x];
+            idx[x] += 1;
+            po += so[ax];
+            ps += ss[ax];
+            if idx[x] < n[ax] {
+                break;
+            }
+            po -= so[ax] * n[ax];
+            ps -= ss[ax] * n[ax];
+            idx[x] = 0;
+        }
+    }
 }
 
 /// `data` (labels `labels`) as a contiguous tensor with labels `target` (distinct, a
