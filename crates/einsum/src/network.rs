@@ -103,18 +103,35 @@ impl<T: Elem> Einsum<T> {
         path.validate(inputs.len())?;
 
         let mut b = GraphBuilder::<TensorOp<T>>::new();
-        let mut live: Vec<(computegraph::LocalValueId, Vec<u32>)> = Vec::with_capacity(inputs.len());
+        // Slots: operands then step results; `live` finds the p-th live slot in O(log n).
+        let mut slots: Vec<(computegraph::LocalValueId, Vec<u32>)> = Vec::with_capacity(2 * inputs.len());
         for (i, l) in inputs.iter().enumerate() {
-            live.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
+            slots.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
+        }
+        let mut live = LiveList::new(inputs.len(), 2 * inputs.len());
+        // How many live operands hold each label.
+        let mut holders = vec![0usize; sizes.len()];
+        for l in &inputs {
+            for c in distinct(l) {
+                holders[c as usize] += 1;
+            }
         }
         let mut multiply_adds = 0.0;
         for (s, &[i, j]) in path.steps().iter().enumerate() {
-            let (hi, lo) = (i.max(j), i.min(j));
-            let (vh, lh) = live.remove(hi);
-            let (vl, ll) = live.remove(lo);
-            let ((va, la), (vb, lb)) = if i < j { ((vl, ll), (vh, lh)) } else { ((vh, lh), (vl, ll)) };
+            let (si, sj) = (live.nth(i), live.nth(j));
+            live.remove(si);
+            live.remove(sj);
+            let (va, la) = (slots[si].0, std::mem::take(&mut slots[si].1));
+            let (vb, lb) = (slots[sj].0, std::mem::take(&mut slots[sj].1));
+            for c in distinct(&la).into_iter().chain(distinct(&lb)) {
+                holders[c as usize] -= 1;
+            }
             let last = s + 1 == path.steps().len();
-            let kept = if last { output.clone() } else { step_output(&la, &lb, &live, &output) };
+            let kept = if last {
+                output.clone()
+            } else {
+                step_output(&la, &lb, |c| holders[c as usize] > 0 || output.contains(&c))
+            };
             let spec = ContractSpec::new(&la, &lb, &kept, &sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
             let v = b.try_add_operation(
@@ -122,9 +139,14 @@ impl<T: Elem> Einsum<T> {
                 vec![ValueRef::Local(va), ValueRef::Local(vb)],
                 OperationRole::Primary,
             )?[0];
-            live.push((v, kept));
+            for &c in &kept {
+                holders[c as usize] += 1;
+            }
+            live.push(slots.len());
+            slots.push((v, kept));
         }
-        let (mut result, labels) = live.pop().expect("a validated path leaves one operand");
+        let last = live.nth(0);
+        let (mut result, labels) = (slots[last].0, std::mem::take(&mut slots[last].1));
         if labels != output {
             let spec = UnarySpec::new(&labels, &output, &sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
@@ -309,21 +331,106 @@ impl Meta {
     }
 }
 
-/// Labels of the result of contracting `a` and `b` that are still needed: by a remaining
-/// operand or the output. Ordered batch (in both, `a`'s order), left (`a` only), right
-/// (`b` only), so the GEMM kernel's `[batch, left, right]` result is already in order.
-fn step_output(a: &[u32], b: &[u32], rest: &[(computegraph::LocalValueId, Vec<u32>)], output: &[u32]) -> Vec<u32> {
-    let needed = |c: &u32| output.contains(c) || rest.iter().any(|(_, l)| l.contains(c));
+/// Labels of the result of contracting `a` and `b` that are still `needed` (by a remaining
+/// operand or the output). Ordered batch (in both, `a`'s order), left (`a` only), right
+/// (`b` only), so the GEMM kernel can write the result in place.
+fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
     let mut out: Vec<u32> = Vec::new();
     let mut push = |c: u32| {
-        if !out.contains(&c) {
+        if needed(c) && !out.contains(&c) {
             out.push(c);
         }
     };
-    a.iter().filter(|c| b.contains(c) && needed(c)).for_each(|&c| push(c));
-    a.iter().filter(|c| !b.contains(c) && needed(c)).for_each(|&c| push(c));
-    b.iter().filter(|c| !a.contains(c) && needed(c)).for_each(|&c| push(c));
+    a.iter().filter(|c| b.contains(c)).for_each(|&c| push(c));
+    a.iter().filter(|c| !b.contains(c)).for_each(|&c| push(c));
+    b.iter().filter(|c| !a.contains(c)).for_each(|&c| push(c));
     out
+}
+
+/// The distinct labels of a list, in order.
+fn distinct(l: &[u32]) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::with_capacity(l.len());
+    for &c in l {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The operand list of a pairwise path as live flags over slots (operands, then results
+/// in order) in a Fenwick tree: the p-th live slot in `O(log n)`, so a path of `n` steps
+/// is followed in `O(n log n)` rather than the `O(n²)` of removing from a vector.
+struct LiveList {
+    tree: Vec<usize>,
+    len: usize,
+}
+
+impl LiveList {
+    /// Slots `0..live` live, room for `capacity` slots.
+    fn new(live: usize, capacity: usize) -> Self {
+        let mut l = LiveList { tree: vec![0; capacity.max(live) + 1], len: 0 };
+        for i in 0..live {
+            l.push(i);
+        }
+        l
+    }
+
+    fn add(&mut self, slot: usize, delta: isize) {
+        let mut i = slot + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Marks `slot` live (slots are pushed in increasing order).
+    fn push(&mut self, slot: usize) {
+        if slot + 1 >= self.tree.len() {
+            // Rebuild with twice the room (rare: capacity is 2n for n operands).
+            let old: Vec<usize> = (0..self.tree.len() - 1).filter(|&s| self.is_live(s)).collect();
+            *self = LiveList { tree: vec![0; 2 * (slot + 1) + 1], len: 0 };
+            for s in old {
+                self.push(s);
+            }
+        }
+        self.add(slot, 1);
+        self.len += 1;
+    }
+
+    fn remove(&mut self, slot: usize) {
+        self.add(slot, -1);
+        self.len -= 1;
+    }
+
+    fn prefix(&self, slot: usize) -> usize {
+        let (mut i, mut sum) = (slot + 1, 0);
+        while i > 0 {
+            sum += self.tree[i];
+            i &= i - 1;
+        }
+        sum
+    }
+
+    fn is_live(&self, slot: usize) -> bool {
+        self.prefix(slot) - if slot == 0 { 0 } else { self.prefix(slot - 1) } == 1
+    }
+
+    /// The slot of the `p`-th live operand (`p < len`, checked by path validation).
+    fn nth(&self, p: usize) -> usize {
+        debug_assert!(p < self.len);
+        let (mut pos, mut rest) = (0, p + 1);
+        let mut step = (self.tree.len() - 1).next_power_of_two();
+        while step > 0 {
+            let next = pos + step;
+            if next < self.tree.len() && self.tree[next] < rest {
+                pos = next;
+                rest -= self.tree[next];
+            }
+            step /= 2;
+        }
+        pos
+    }
 }
 
 fn zeros_like<T: Elem>(shape: &[usize]) -> EinsumResult<Tensor<T>> {
@@ -437,5 +544,34 @@ impl<T: Elem> EinsumCache<T> {
     /// Statistics of the shared program cache.
     pub fn program_stats(&self) -> computegraph::CacheStats {
         self.programs.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_list_follows_a_vector_model() {
+        // The opt_einsum semantics on a plain vector, against the Fenwick list.
+        let n = 37;
+        let mut model: Vec<usize> = (0..n).collect();
+        let mut live = LiveList::new(n, 4);
+        let mut next = n;
+        let mut seed = 12345u64;
+        while model.len() > 1 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let i = (seed >> 33) as usize % model.len();
+            let j = (i + 1 + (seed >> 13) as usize % (model.len() - 1)) % model.len();
+            let (si, sj) = (live.nth(i), live.nth(j));
+            assert_eq!((si, sj), (model[i], model[j]));
+            live.remove(si);
+            live.remove(sj);
+            model.retain(|&x| x != si && x != sj);
+            live.push(next);
+            model.push(next);
+            next += 1;
+        }
+        assert_eq!(live.nth(0), model[0]);
     }
 }
