@@ -25,6 +25,7 @@
 //! packing.
 
 use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
@@ -88,12 +89,28 @@ fn work(sizes: &[usize]) -> u64 {
 /// assert_eq!(s.out_shape(), vec![2, 4]);
 /// assert_eq!(s.transpose_a().to_string(), "ab,cb->ac");
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct ContractSpec {
     a: Labels,
     b: Labels,
     out: Labels,
     sizes: Box<[usize]>,
+    /// The automatic kernel choice, planned on first evaluation (not part of equality).
+    plan: OnceLock<Arc<KernelPlan>>,
+}
+
+impl PartialEq for ContractSpec {
+    fn eq(&self, o: &Self) -> bool {
+        (&self.a, &self.b, &self.out, &self.sizes) == (&o.a, &o.b, &o.out, &o.sizes)
+    }
+}
+
+impl Eq for ContractSpec {}
+
+impl std::hash::Hash for ContractSpec {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (&self.a, &self.b, &self.out, &self.sizes).hash(h);
+    }
 }
 
 impl ContractSpec {
@@ -104,7 +121,7 @@ impl ContractSpec {
         let out = l.pop().expect("three lists");
         let b = l.pop().expect("three lists");
         let a = l.pop().expect("three lists");
-        let spec = ContractSpec { a, b, out, sizes };
+        let spec = ContractSpec { a, b, out, sizes, plan: OnceLock::new() };
         for shape in [spec.a_shape(), spec.b_shape(), spec.out_shape()] {
             checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
         }
@@ -695,12 +712,68 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     }
 }
 
-fn check_shape<T: Elem>(what: &str, t: &Tensor<T>, expected: &[usize], spec: &dyn std::fmt::Debug) {
+fn check_shape<T: Elem>(what: &str, t: &Tensor<T>, labels: &[u32], sizes: &[usize], spec: &dyn std::fmt::Debug) {
+    let ok = t.rank() == labels.len() && t.shape().iter().zip(labels).all(|(&d, &c)| d == sizes[c as usize]);
     assert!(
-        t.shape() == expected,
-        "{what} of shape {:?} given to `{spec:?}`, which needs {expected:?} (graphs must be built with matching shapes)",
-        t.shape()
+        ok,
+        "{what} of shape {:?} given to `{spec:?}`, which needs {:?} (graphs must be built with matching shapes)",
+        t.shape(),
+        shape_of(labels, sizes)
     );
+}
+
+/// What [`contract`] runs for a spec, planned once.
+enum KernelPlan {
+    /// The direct loop: loop sizes and per-label strides of `a`, `b` and the output.
+    Direct {
+        sizes: SmallVec<[usize; 8]>,
+        strides: [SmallVec<[usize; 8]>; 3],
+        out_len: usize,
+    },
+    Gemm(GemmPlan),
+}
+
+impl KernelPlan {
+    fn direct(spec: &ContractSpec) -> Self {
+        let order = loop_order(&spec.out, &[&spec.a, &spec.b]);
+        let sizes = order.iter().map(|&c| spec.sizes[c as usize]).collect();
+        let out_shape = spec.out_shape();
+        let strides = [
+            loop_strides(&spec.a, &spec.a_shape(), &order),
+            loop_strides(&spec.b, &spec.b_shape(), &order),
+            loop_strides(&spec.out, &out_shape, &order),
+        ];
+        KernelPlan::Direct { sizes, strides, out_len: out_shape.iter().product() }
+    }
+
+    fn new(spec: &ContractSpec, choice: KernelChoice) -> Self {
+        let (a_len, b_len) = (spec.a_shape().iter().product(), spec.b_shape().iter().product());
+        let work = |p: &GemmPlan| {
+            let [_, m, n, k] = p.dims(spec.sizes());
+            m.saturating_mul(n).saturating_mul(k)
+        };
+        match choice {
+            KernelChoice::Direct => KernelPlan::direct(spec),
+            KernelChoice::Gemm => KernelPlan::Gemm(plan(spec, a_len, b_len, true)),
+            KernelChoice::GemmBatchLoop => KernelPlan::Gemm(plan(spec, a_len, b_len, false)),
+            // Moving labels into the loop shrinks the GEMMs: keep that only if they stay big.
+            KernelChoice::Auto => Some(plan(spec, a_len, b_len, true))
+                .filter(|p| work(p) >= GEMM_MIN_WORK)
+                .or_else(|| Some(plan(spec, a_len, b_len, false)).filter(|p| work(p) >= GEMM_MIN_WORK))
+                .map_or_else(|| KernelPlan::direct(spec), KernelPlan::Gemm),
+        }
+    }
+
+    fn run<T: Elem>(&self, spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> Tensor<T> {
+        match self {
+            KernelPlan::Direct { sizes, strides: [sa, sb, so], out_len } => {
+                let mut out = vec![T::zero(); *out_len];
+                direct_loop(sizes, a.data(), sa, b.data(), sb, &mut out, so);
+                Tensor::from_parts(&spec.out_shape(), out)
+            }
+            KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
+        }
+    }
 }
 
 /// Which kernel [`contract_using`] runs.
@@ -731,29 +804,11 @@ pub fn contract<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> T
 /// # Panics
 /// As [`contract`].
 pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, choice: KernelChoice) -> Tensor<T> {
-    check_shape("operand a", a, &spec.a_shape(), spec);
-    check_shape("operand b", b, &spec.b_shape(), spec);
-    let work = |p: &GemmPlan| {
-        let [_, m, n, k] = p.dims(spec.sizes());
-        m.saturating_mul(n).saturating_mul(k)
-    };
-    let plan = match choice {
-        KernelChoice::Direct => None,
-        KernelChoice::Gemm => Some(plan(spec, a.len(), b.len(), true)),
-        KernelChoice::GemmBatchLoop => Some(plan(spec, a.len(), b.len(), false)),
-        KernelChoice::Auto => {
-            // Moving labels into the loop shrinks the GEMMs: keep that only if they stay big.
-            Some(plan(spec, a.len(), b.len(), true))
-                .filter(|p| work(p) >= GEMM_MIN_WORK)
-                .or_else(|| Some(plan(spec, a.len(), b.len(), false)).filter(|p| work(p) >= GEMM_MIN_WORK))
-        }
-    };
-    match plan {
-        Some(p) => gemm_path(spec, a, b, &p),
-        None => {
-            let out = direct(spec.sizes(), (a.data(), &spec.a), Some((b.data(), &spec.b)), &spec.out);
-            Tensor::from_parts(&spec.out_shape(), out)
-        }
+    check_shape("operand a", a, &spec.a, &spec.sizes, spec);
+    check_shape("operand b", b, &spec.b, &spec.sizes, spec);
+    match choice {
+        KernelChoice::Auto => spec.plan.get_or_init(|| Arc::new(KernelPlan::new(spec, choice))).run(spec, a, b),
+        _ => KernelPlan::new(spec, choice).run(spec, a, b),
     }
 }
 
@@ -762,7 +817,7 @@ pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>
 /// # Panics
 /// If the operand shape is not the spec's.
 pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
-    check_shape("operand", a, &spec.a_shape(), spec);
+    check_shape("operand", a, &spec.a, &spec.sizes, spec);
     Tensor::from_parts(&spec.out_shape(), direct(spec.sizes(), (a.data(), &spec.a), None, &spec.out))
 }
 

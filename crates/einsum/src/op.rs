@@ -184,6 +184,8 @@ mod tests {
     use crate::elem::c64;
 
     #[test]
+    // The specs' cached kernel plans are interior-mutable but not part of `Hash`/`Eq`.
+    #[allow(clippy::mutable_key_type)]
     fn equality_and_hash_are_structural() {
         use std::collections::HashSet;
         let s = |x: f64| TensorOp::<c64>::Scale(c64::new(x, 1.0));
