@@ -2,7 +2,7 @@
 //! contracts two positions of the current operand list, removes them and appends the
 //! result), its validation, and a greedy path finder.
 //!
-//! The greedy finder repeatedly contracts the pair of operands sharing a label whose
+//! The greedy finder repeatedly contracts the pair of operands sharing a summed label whose
 //! result removes the most memory (`|result| - |a| - |b|`, smallest first; ties broken by
 //! fewer multiply-adds, then by position), like opt_einsum's `greedy`; when no remaining
 //! pair shares a label it takes the outer product of the two smallest operands.
@@ -71,7 +71,7 @@ impl ContractionPath {
     }
 
     /// A greedy path for operands with label lists `inputs`, output labels `output` and
-    /// label sizes `size(label)`: repeatedly the pair sharing a label that removes the most
+    /// label sizes `size(label)`: repeatedly the pair sharing a summed label that removes the most
     /// memory, else the outer product of the two smallest operands (see the module docs).
     pub fn greedy(inputs: &[Vec<u32>], output: &[u32], size: impl Fn(u32) -> usize) -> ContractionPath {
         let mut ops: Vec<FxHashSet<u32>> = inputs.iter().map(|l| l.iter().copied().collect()).collect();
@@ -96,34 +96,41 @@ impl ContractionPath {
                     })
                     .collect()
             };
-            // Candidate pairs: operands sharing a label.
-            let mut holders: rustc_hash::FxHashMap<u32, Vec<usize>> = Default::default();
-            for (i, o) in ops.iter().enumerate() {
-                for &c in o {
-                    holders.entry(c).or_default().push(i);
-                }
-            }
-            // (memory removed, log multiply-adds, i, j) of the best pair so far.
+            // Candidate pairs: operands sharing a summed label; if there are none, operands
+            // sharing any label. (A batch label shared by many operands would otherwise make
+            // every pair of them a candidate, most of them outer products in disguise.)
             let mut best: Option<(f64, f64, usize, usize)> = None;
-            let mut seen: FxHashSet<(usize, usize)> = FxHashSet::default();
-            let mut labels: Vec<&u32> = holders.keys().collect();
-            labels.sort_unstable();
-            for c in labels {
-                let h = &holders[c];
-                for (x, &i) in h.iter().enumerate() {
-                    for &j in &h[x + 1..] {
-                        if !seen.insert((i, j)) {
-                            continue;
-                        }
-                        let r = result(i, j);
-                        let (lr, la, lb) = (logsize(&r), logsize(&ops[i]), logsize(&ops[j]));
-                        let removed = lr.exp() - la.exp() - lb.exp();
-                        let all: FxHashSet<u32> = ops[i].union(&ops[j]).copied().collect();
-                        let key = (removed, logsize(&all), i, j);
-                        if best.is_none_or(|b| key < b) {
-                            best = Some(key);
+            for summed_only in [true, false] {
+                let mut holders: rustc_hash::FxHashMap<u32, Vec<usize>> = Default::default();
+                for (i, o) in ops.iter().enumerate() {
+                    for &c in o.iter().filter(|c| !summed_only || !out.contains(c)) {
+                        holders.entry(c).or_default().push(i);
+                    }
+                }
+                let mut seen: FxHashSet<(usize, usize)> = FxHashSet::default();
+                let mut labels: Vec<&u32> = holders.keys().collect();
+                labels.sort_unstable();
+                for c in labels {
+                    let h = &holders[c];
+                    for (x, &i) in h.iter().enumerate() {
+                        for &j in &h[x + 1..] {
+                            if !seen.insert((i, j)) {
+                                continue;
+                            }
+                            // (memory removed, log multiply-adds, i, j): smallest wins.
+                            let r = result(i, j);
+                            let (lr, la, lb) = (logsize(&r), logsize(&ops[i]), logsize(&ops[j]));
+                            let removed = lr.exp() - la.exp() - lb.exp();
+                            let all: FxHashSet<u32> = ops[i].union(&ops[j]).copied().collect();
+                            let key = (removed, logsize(&all), i, j);
+                            if best.is_none_or(|b| key < b) {
+                                best = Some(key);
+                            }
                         }
                     }
+                }
+                if best.is_some() {
+                    break;
                 }
             }
             let (i, j) = match best {
@@ -165,6 +172,13 @@ mod tests {
         let inputs = vec![vec![0, 1], vec![1, 2], vec![2, 3]];
         let p = ContractionPath::greedy(&inputs, &[0, 3], |c| [2, 10, 10, 2][c as usize]);
         assert_eq!(p.steps().len(), 2);
+        assert!(p.validate(3).is_ok());
+        // A batch label (4, in every operand and the output) does not make (0, 2) a candidate.
+        let inputs = vec![vec![4, 0, 1], vec![4, 1, 2], vec![4, 2, 3]];
+        let p = ContractionPath::greedy(&inputs, &[4, 0, 3], |c| [2, 10, 10, 2, 10][c as usize]);
+        assert_ne!(p.steps()[0], [0, 2]);
+        // Only output labels shared: still a complete path.
+        let p = ContractionPath::greedy(&[vec![0, 1], vec![0, 1], vec![1]], &[0, 1], |_| 3);
         assert!(p.validate(3).is_ok());
         // Disconnected operands still get a complete path.
         let p = ContractionPath::greedy(&[vec![0], vec![1], vec![2]], &[0, 1, 2], |_| 2);
