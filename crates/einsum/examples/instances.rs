@@ -1,9 +1,12 @@
 //! Runs the six benchmark instances at full size (BENCHMARKS.md section C): builds and
 //! compiles each with its `opt_flops` path, `opt_size` path and the greedy finder, fills
 //! seeded random operands, times evaluation, checks that the paths agree, and checks the
-//! one-step instances against the plain reference.
+//! one-step instances against the plain reference. With `--grad`, also builds and times the
+//! gradient with respect to every operand (cotangent of ones) and checks it against an exact
+//! one-operand difference (`⟨c, f(x + t eᵢ) - f(x)⟩ = ⟨∇ᵢ, t⟩`, the network being linear in
+//! each operand).
 //!
-//! `cargo run --release -p einsum --example instances [-- file.json ...]`
+//! `cargo run --release -p einsum --example instances [-- [--grad] file.json ...]`
 
 use std::time::Instant;
 
@@ -35,7 +38,39 @@ fn rel_diff(a: &Tensor<f64>, b: &Tensor<f64>) -> f64 {
     a.max_abs_diff(b).unwrap_or(f64::INFINITY) / b.max_abs().max(f64::MIN_POSITIVE)
 }
 
-fn run(path: &str) -> Result<(), einsum::EinsumError> {
+fn gradient(inst: &Instance, e: &Einsum<f64>, ops: &[Tensor<f64>]) -> Result<String, einsum::EinsumError> {
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let f = e.eval(&refs)?;
+    let c = f.map(|_| 1.0);
+    let t = Instant::now();
+    let all: Vec<usize> = (0..ops.len()).collect();
+    let g = e.gradient(&all)?;
+    let build = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let grads = g.eval(&refs, &c)?;
+    let first = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let grads2 = g.eval(&refs, &c)?;
+    let warm = t.elapsed().as_secs_f64() * 1e3;
+    assert!(grads == grads2, "gradients are deterministic");
+    // One operand (the middle one), direction t = its own values scaled.
+    let i = ops.len() / 2;
+    let dir = ops[i].map(|&x| 0.5 * x);
+    let mut shifted = refs.clone();
+    let moved = ops[i].zip_with(&dir, |a, b| a + b)?;
+    shifted[i] = &moved;
+    let df = e.eval(&shifted)?.zip_with(&f, |a, b| a - b)?;
+    let (lhs, rhs) = (c.inner(&df).unwrap_or(f64::NAN), grads[i].inner(&dir).unwrap_or(f64::NAN));
+    let rel = (lhs - rhs).abs() / lhs.abs().max(rhs.abs()).max(f64::MIN_POSITIVE);
+    let _ = inst;
+    Ok(format!(
+        "    gradient wrt {} operands: build+compile {build:.2} ms, eval {first:.2} ms (then {warm:.2} ms), \
+         exact-difference check on operand {i}: {rel:.1e}",
+        ops.len()
+    ))
+}
+
+fn run(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
     let inst = Instance::from_file(path)?;
     let ops = inst.random_operands::<f64>(42)?;
     let refs: Vec<&Tensor<f64>> = ops.iter().collect();
@@ -72,6 +107,10 @@ fn run(path: &str) -> Result<(), einsum::EinsumError> {
         line += &format!(", reference {:.1e}", rel_diff(first, &want));
     }
     println!("{line}");
+    if grad {
+        let e = inst.einsum::<f64>(inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit))?;
+        println!("{}", gradient(&inst, &e, &ops)?);
+    }
     if !finite || agree > 1e-8 {
         return Err(einsum::EinsumError::Instance(format!("{}: results are not finite or paths disagree", inst.name)));
     }
@@ -79,7 +118,9 @@ fn run(path: &str) -> Result<(), einsum::EinsumError> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let grad = args.iter().any(|a| a == "--grad");
+    args.retain(|a| a != "--grad");
     let files: Vec<String> = if args.is_empty() {
         DEFAULT.iter().map(|n| format!("{}/tests/data/{n}.json", env!("CARGO_MANIFEST_DIR"))).collect()
     } else {
@@ -87,7 +128,7 @@ fn main() {
     };
     let mut failed = false;
     for f in &files {
-        if let Err(e) = run(f) {
+        if let Err(e) = run(f, grad) {
             eprintln!("{f}: {e}");
             failed = true;
         }

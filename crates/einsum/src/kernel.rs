@@ -29,6 +29,7 @@ use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
+use crate::buffer::zeroed;
 use crate::elem::{Elem, Strided, StridedMut};
 use crate::error::{EinsumError, EinsumResult};
 use crate::tensor::{Tensor, checked_len, row_major_strides};
@@ -375,7 +376,7 @@ fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>
     let order = loop_order(out_labels, &[a.1, b_labels]);
     let loop_sizes: SmallVec<[usize; 8]> = order.iter().map(|&c| sizes[c as usize]).collect();
     let out_shape = shape_of(out_labels, sizes);
-    let mut out = vec![T::zero(); out_shape.iter().product()];
+    let mut out = zeroed(out_shape.iter().product());
     let sa = loop_strides(a.1, &shape_of(a.1, sizes), &order);
     let sb = loop_strides(b_labels, &shape_of(b_labels, sizes), &order);
     let so = loop_strides(out_labels, &out_shape, &order);
@@ -393,7 +394,7 @@ const TILE: usize = 32;
 fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
     let out_shape = shape_of(out, sizes);
     let len: usize = out_shape.iter().product();
-    let mut dst = vec![T::zero(); len];
+    let mut dst = zeroed(len);
     if len == 0 {
         return dst;
     }
@@ -643,7 +644,7 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     let [nl, m, n, k] = p.dims(sizes);
     let out_len: usize = out_shape.iter().product();
     if nl == 0 || m == 0 || n == 0 || k == 0 {
-        return Tensor::from_parts(&out_shape, vec![T::zero(); out_len]);
+        return Tensor::from_parts(&out_shape, zeroed(out_len));
     }
     let cat = |l: &[u32], x: &[&[u32]]| -> Group {
         p.looped.iter().copied().filter(|c| l.contains(c)).chain(x.iter().flat_map(|g| g.iter().copied())).collect()
@@ -680,7 +681,7 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
     };
     let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
-    let mut c = vec![T::zero(); c_len];
+    let mut c = zeroed(c_len);
     let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
     let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, p.looped.len());
     let (mut pa, mut pb, mut pc) = (0usize, 0usize, 0usize);
@@ -767,7 +768,7 @@ impl KernelPlan {
     fn run<T: Elem>(&self, spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> Tensor<T> {
         match self {
             KernelPlan::Direct { sizes, strides: [sa, sb, so], out_len } => {
-                let mut out = vec![T::zero(); *out_len];
+                let mut out = zeroed(*out_len);
                 direct_loop(sizes, a.data(), sa, b.data(), sb, &mut out, so);
                 Tensor::from_parts(&spec.out_shape(), out)
             }

@@ -71,6 +71,7 @@
 #![deny(missing_docs)]
 
 mod ad;
+mod buffer;
 mod elem;
 mod error;
 mod instance;
@@ -82,6 +83,7 @@ mod reference;
 mod subscripts;
 mod tensor;
 
+pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use instance::Instance;

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::buffer::{Buffer, zeroed};
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 
@@ -16,9 +17,9 @@ use crate::error::{EinsumError, EinsumResult};
 /// assert!(Tensor::<f64>::new(vec![2, 3], vec![0.0; 5]).is_err());
 /// ```
 #[derive(Clone, PartialEq)]
-pub struct Tensor<T> {
+pub struct Tensor<T: Elem> {
     shape: Arc<[usize]>,
-    data: Arc<Vec<T>>,
+    data: Arc<Buffer<T>>,
 }
 
 /// The number of elements of a shape, or `None` on overflow.
@@ -42,7 +43,7 @@ impl<T: Elem> Tensor<T> {
     /// the shape.
     pub fn new(shape: Vec<usize>, data: Vec<T>) -> EinsumResult<Self> {
         match checked_len(&shape) {
-            Some(n) if n == data.len() => Ok(Tensor { shape: shape.into(), data: Arc::new(data) }),
+            Some(n) if n == data.len() => Ok(Tensor { shape: shape.into(), data: Arc::new(Buffer::new(data)) }),
             Some(n) => Err(EinsumError::Shape(format!(
                 "shape {shape:?} has {n} elements but {} values were given",
                 data.len()
@@ -54,18 +55,18 @@ impl<T: Elem> Tensor<T> {
     /// Internal constructor for kernels whose output length is right by construction.
     pub(crate) fn from_parts(shape: &[usize], data: Vec<T>) -> Self {
         debug_assert_eq!(checked_len(shape), Some(data.len()));
-        Tensor { shape: shape.into(), data: Arc::new(data) }
+        Tensor { shape: shape.into(), data: Arc::new(Buffer::new(data)) }
     }
 
     /// A tensor of zeros.
     pub fn zeros(shape: Vec<usize>) -> EinsumResult<Self> {
         let n = checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
-        Self::new(shape, vec![T::zero(); n])
+        Self::new(shape, zeroed(n))
     }
 
     /// A rank-0 tensor.
     pub fn scalar(x: T) -> Self {
-        Tensor { shape: Arc::from(Vec::new()), data: Arc::new(vec![x]) }
+        Tensor { shape: Arc::from(Vec::new()), data: Arc::new(Buffer::new(vec![x])) }
     }
 
     /// A tensor whose element at multi-index `i` is `f(i)`.
@@ -127,8 +128,12 @@ impl<T: Elem> Tensor<T> {
     }
 
     /// Element-wise map.
-    pub fn map(&self, f: impl FnMut(&T) -> T) -> Self {
-        Tensor { shape: self.shape.clone(), data: Arc::new(self.data.iter().map(f).collect()) }
+    pub fn map(&self, mut f: impl FnMut(&T) -> T) -> Self {
+        let mut out = zeroed(self.len());
+        for (o, x) in out.iter_mut().zip(self.data.iter()) {
+            *o = f(x);
+        }
+        Tensor { shape: self.shape.clone(), data: Arc::new(Buffer::new(out)) }
     }
 
     /// Element-wise combination of two tensors of the same shape.
@@ -140,8 +145,11 @@ impl<T: Elem> Tensor<T> {
                 other.shape()
             )));
         }
-        let data = self.data.iter().zip(other.data.iter()).map(|(&a, &b)| f(a, b)).collect();
-        Ok(Tensor { shape: self.shape.clone(), data: Arc::new(data) })
+        let mut out = zeroed(self.len());
+        for (o, (&a, &b)) in out.iter_mut().zip(self.data.iter().zip(other.data.iter())) {
+            *o = f(a, b);
+        }
+        Ok(Tensor { shape: self.shape.clone(), data: Arc::new(Buffer::new(out)) })
     }
 
     /// The real inner product `Σ Re(conj(a)·b)`; `None` if the shapes differ.

@@ -27,7 +27,7 @@ fn close(a: f64, b: f64, scale: f64, what: &str) {
     assert!((a - b).abs() <= 1e-12 * (1.0 + scale), "{what}: {a:e} vs {b:e}");
 }
 
-fn refs<T>(v: &[Tensor<T>]) -> Vec<&Tensor<T>> {
+fn refs<T: Elem>(v: &[Tensor<T>]) -> Vec<&Tensor<T>> {
     v.iter().collect()
 }
 
