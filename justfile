@@ -4,6 +4,14 @@
 run nodes="1000000" shape="window":
     cargo run --release -p computegraph --example pipeline -- {{nodes}} {{shape}}
 
+# The einsum benchmark instances at full size (BENCHMARKS.md section C), with gradients.
+einsum-instances:
+    cargo run --release -p einsum --example instances -- --grad
+
+# Microseconds per contraction step on small-tensor graphs (BENCHMARKS.md section B).
+einsum-steps:
+    cargo run --release -p einsum --example steps
+
 # Every test, including doc tests.
 test:
     cargo test --workspace
