@@ -4,4 +4,5 @@ mod gradients;
 mod instances;
 mod kernel;
 mod network;
+mod robustness;
 mod rules;
