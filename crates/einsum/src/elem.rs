@@ -47,6 +47,8 @@ pub trait Elem:
     fn modulus(self) -> f64;
     /// The real inner product `Re(conj(self)·other)`.
     fn inner(self, other: Self) -> f64;
+    /// Writes the value compactly (`1.5`, `1.5-0.5i`).
+    fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
     /// `c += a·b` for `a` (m×k), `b` (k×n), `c` (m×n) given as slices starting at their
     /// first element with `[row stride, column stride]`; for each matrix one stride must be
     /// 1 unless its dimension is 1 (the other stride is then ignored). Sequential.
@@ -83,6 +85,9 @@ impl Elem for f64 {
     fn inner(self, other: Self) -> f64 {
         self * other
     }
+    fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
     fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>) {
         faer_gemm(dims, a, b, c);
     }
@@ -114,6 +119,10 @@ impl Elem for c64 {
     }
     fn inner(self, other: Self) -> f64 {
         self.re * other.re + self.im * other.im
+    }
+    fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.im.is_sign_negative() { "-" } else { "+" };
+        write!(f, "{:?}{sign}{:?}i", self.re, self.im.abs())
     }
     fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>) {
         faer_gemm(dims, a, b, c);

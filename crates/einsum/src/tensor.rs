@@ -178,7 +178,14 @@ impl<T: Elem> fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Tensor<{}>{:?}", T::NAME, self.shape())?;
         if self.len() <= 16 {
-            write!(f, " {:?}", self.data())?;
+            f.write_str(" [")?;
+            for (i, x) in self.data().iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                x.fmt_short(f)?;
+            }
+            f.write_str("]")?;
         } else {
             write!(f, " [{} elements, |max| {:.3e}]", self.len(), self.max_abs())?;
         }
@@ -229,6 +236,9 @@ mod tests {
     fn norms_and_inner() {
         let a = Tensor::new(vec![2], vec![3.0, 4.0]).unwrap();
         assert_eq!(a.norm(), 5.0);
+        assert_eq!(format!("{a:?}"), "Tensor<f64>[2] [3.0, 4.0]");
+        let z = Tensor::new(vec![2], vec![crate::c64::new(1.5, -0.5), crate::c64::new(0.0, 2.0)]).unwrap();
+        assert_eq!(format!("{z:?}"), "Tensor<c64>[2] [1.5-0.5i, 0.0+2.0i]");
         assert_eq!(a.inner(&a), Some(25.0));
         assert_eq!(a.inner(&Tensor::scalar(1.0)), None);
         assert!(a.zip_with(&Tensor::scalar(1.0), |x, _| x).is_err());
