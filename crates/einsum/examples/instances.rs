@@ -6,11 +6,14 @@
 //! one-operand difference (`⟨c, f(x + t eᵢ) - f(x)⟩ = ⟨∇ᵢ, t⟩`, the network being linear in
 //! each operand).
 //!
-//! `cargo run --release -p einsum --example instances [-- [--grad] file.json ...]`
+//! With `--complex`, runs in complex `f64` (`c64`) instead of `f64`; "GF/s" counts
+//! multiply-adds times two in either case.
+//!
+//! `cargo run --release -p einsum --example instances [-- [--grad] [--complex] file.json ...]`
 
 use std::time::Instant;
 
-use einsum::{Einsum, Instance, PathChoice, Tensor, reference_einsum};
+use einsum::{Einsum, Elem, Instance, PathChoice, Tensor, c64, reference_einsum};
 
 const DEFAULT: [&str; 6] = [
     "bin_matmul_256",
@@ -22,7 +25,7 @@ const DEFAULT: [&str; 6] = [
 ];
 
 /// Best of `reps` evaluations, in milliseconds.
-fn time_eval(e: &Einsum<f64>, ops: &[&Tensor<f64>], reps: usize) -> Result<(f64, Tensor<f64>), einsum::EinsumError> {
+fn time_eval<T: Elem>(e: &Einsum<T>, ops: &[&Tensor<T>], reps: usize) -> Result<(f64, Tensor<T>), einsum::EinsumError> {
     let mut best = f64::INFINITY;
     let mut last = None;
     for _ in 0..reps {
@@ -34,14 +37,14 @@ fn time_eval(e: &Einsum<f64>, ops: &[&Tensor<f64>], reps: usize) -> Result<(f64,
     Ok((best, last.expect("reps > 0")))
 }
 
-fn rel_diff(a: &Tensor<f64>, b: &Tensor<f64>) -> f64 {
+fn rel_diff<T: Elem>(a: &Tensor<T>, b: &Tensor<T>) -> f64 {
     a.max_abs_diff(b).unwrap_or(f64::INFINITY) / b.max_abs().max(f64::MIN_POSITIVE)
 }
 
-fn gradient(inst: &Instance, e: &Einsum<f64>, ops: &[Tensor<f64>]) -> Result<String, einsum::EinsumError> {
-    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+fn gradient<T: Elem>(inst: &Instance, e: &Einsum<T>, ops: &[Tensor<T>]) -> Result<String, einsum::EinsumError> {
+    let refs: Vec<&Tensor<T>> = ops.iter().collect();
     let f = e.eval(&refs)?;
-    let c = f.map(|_| 1.0);
+    let c = f.map(|_| T::one());
     let t = Instant::now();
     let all: Vec<usize> = (0..ops.len()).collect();
     let g = e.gradient(&all)?;
@@ -57,7 +60,7 @@ fn gradient(inst: &Instance, e: &Einsum<f64>, ops: &[Tensor<f64>]) -> Result<Str
     }
     // One operand (the middle one), direction t = its own values scaled.
     let i = ops.len() / 2;
-    let dir = ops[i].map(|&x| 0.5 * x);
+    let dir = ops[i].map(|&x| T::from_f64(0.5) * x);
     let mut shifted = refs.clone();
     let moved = ops[i].zip_with(&dir, |a, b| a + b)?;
     shifted[i] = &moved;
@@ -77,11 +80,11 @@ fn gradient(inst: &Instance, e: &Einsum<f64>, ops: &[Tensor<f64>]) -> Result<Str
     ))
 }
 
-fn run(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
+fn run<T: Elem>(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
     let inst = Instance::from_file(path)?;
-    let ops = inst.random_operands::<f64>(42)?;
-    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
-    let mut line = format!("{:<38}", inst.name);
+    let ops = inst.random_operands::<T>(42)?;
+    let refs: Vec<&Tensor<T>> = ops.iter().collect();
+    let mut line = format!("{:<38}", format!("{} ({})", inst.name, T::NAME));
     let mut results = Vec::new();
     for (label, choice) in [
         ("opt_flops", inst.opt_flops.clone().map(PathChoice::Explicit)),
@@ -90,7 +93,7 @@ fn run(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
     ] {
         let Some(choice) = choice else { continue };
         let t = Instant::now();
-        let e = inst.einsum::<f64>(choice)?;
+        let e = inst.einsum::<T>(choice)?;
         let build = t.elapsed().as_secs_f64() * 1e3;
         let (ms, r) = time_eval(&e, &refs, 5)?;
         let gflops = 2.0 * e.multiply_adds() / (ms * 1e6);
@@ -101,7 +104,7 @@ fn run(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
         results.push((label, r));
     }
     let (_, first) = &results[0];
-    let finite = first.data().iter().all(|x| x.is_finite());
+    let finite = first.data().iter().all(|x| x.modulus().is_finite());
     let agree = results.iter().map(|(_, r)| rel_diff(r, first)).fold(0.0, f64::max);
     line += &format!(" | finite {finite}, paths agree to {agree:.1e}");
     let assignments: f64 = {
@@ -115,7 +118,7 @@ fn run(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
     }
     println!("{line}");
     if grad {
-        let e = inst.einsum::<f64>(inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit))?;
+        let e = inst.einsum::<T>(inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit))?;
         println!("{}", gradient(&inst, &e, &ops)?);
     }
     if !finite || agree > 1e-8 {
@@ -127,7 +130,8 @@ fn run(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let grad = args.iter().any(|a| a == "--grad");
-    args.retain(|a| a != "--grad");
+    let complex = args.iter().any(|a| a == "--complex");
+    args.retain(|a| a != "--grad" && a != "--complex");
     let files: Vec<String> = if args.is_empty() {
         DEFAULT.iter().map(|n| format!("{}/tests/data/{n}.json", env!("CARGO_MANIFEST_DIR"))).collect()
     } else {
@@ -135,7 +139,8 @@ fn main() {
     };
     let mut failed = false;
     for f in &files {
-        if let Err(e) = run(f, grad) {
+        let r = if complex { run::<c64>(f, grad) } else { run::<f64>(f, grad) };
+        if let Err(e) = r {
             eprintln!("{f}: {e}");
             failed = true;
         }
