@@ -520,25 +520,58 @@ type ExpressionKey = (String, Vec<Vec<usize>>, PathChoice);
 /// assert!(std::sync::Arc::ptr_eq(a.program(), c.program()));
 /// ```
 pub struct EinsumCache<T: Elem> {
+    capacity: usize,
     programs: CompileCache<TensorOp<T>>,
-    expressions: Mutex<FxHashMap<ExpressionKey, Arc<Einsum<T>>>>,
+    expressions: Mutex<Expressions<T>>,
+}
+
+/// The expressions of an [`EinsumCache`], with their insertion order for eviction.
+struct Expressions<T: Elem> {
+    map: FxHashMap<ExpressionKey, Arc<Einsum<T>>>,
+    order: std::collections::VecDeque<ExpressionKey>,
 }
 
 impl<T: Elem> EinsumCache<T> {
-    /// A cache holding at most `capacity` compiled programs.
+    /// A cache holding at most `capacity` compiled programs and `capacity` expressions
+    /// (the oldest expression is dropped first; programs are evicted least recently used).
     pub fn new(capacity: usize) -> Self {
-        EinsumCache { programs: CompileCache::new(capacity), expressions: Mutex::default() }
+        let expressions = Expressions { map: FxHashMap::default(), order: Default::default() };
+        EinsumCache {
+            capacity: capacity.max(1),
+            programs: CompileCache::new(capacity),
+            expressions: Mutex::new(expressions),
+        }
     }
 
     /// The compiled expression, built on first use.
     pub fn get(&self, expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Arc<Einsum<T>>> {
         let key = (expression.to_string(), shapes.to_vec(), path);
         let lock = || self.expressions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = lock().get(&key) {
+        if let Some(e) = lock().map.get(&key) {
             return Ok(Arc::clone(e));
         }
         let e = Arc::new(Einsum::with_cache(expression, shapes, key.2.clone(), &self.programs)?);
-        Ok(Arc::clone(lock().entry(key).or_insert(e)))
+        let mut x = lock();
+        if let Some(e) = x.map.get(&key) {
+            return Ok(Arc::clone(e));
+        }
+        while x.map.len() >= self.capacity {
+            let Some(old) = x.order.pop_front() else { break };
+            x.map.remove(&old);
+        }
+        x.order.push_back(key.clone());
+        x.map.insert(key, Arc::clone(&e));
+        Ok(e)
+    }
+
+    /// Compiled expressions held now.
+    pub fn len(&self) -> usize {
+        self.expressions.lock().unwrap_or_else(|e| e.into_inner()).map.len()
+    }
+
+    /// Whether no expression is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Statistics of the shared program cache.

@@ -128,6 +128,12 @@ fn cache_reuses_compiled_expressions() {
     let stats = cache.program_stats();
     assert_eq!((stats.hits, stats.misses), (1, 1));
     assert!(cache.get("ab,bc,cd->ad", &[vec![2, 3]], PathChoice::Greedy).is_err());
+    // Bounded: the oldest expressions go first.
+    let small = EinsumCache::<f64>::new(2);
+    for n in 2..6 {
+        small.get("ab,bc->ac", &[vec![n, 3], vec![3, 4]], PathChoice::Greedy).unwrap();
+    }
+    assert_eq!(small.len(), 2);
 }
 
 #[test]
