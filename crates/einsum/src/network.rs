@@ -191,6 +191,21 @@ impl<T: Elem> Einsum<T> {
         Ok(out.pop().expect("one output"))
     }
 
+    /// [`Einsum::eval`] with independent steps run in parallel on `pool` (or the current
+    /// rayon pool): computegraph's level-parallel evaluator, driven by the operations'
+    /// cost hints. Kernels stay sequential inside a step. On the shared 2-core development
+    /// machine it has not been faster than [`Einsum::eval`] on the benchmark instances yet
+    /// (see `docs/PERFORMANCE.md`).
+    pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+        self.check_operands(operands)?;
+        let inputs = self.program.bind_inputs(|k| match k {
+            TensorKey::Var(i) => operands.get(*i as usize).copied(),
+            TensorKey::Tangent(_) => None,
+        })?;
+        let mut out = self.program.try_eval_parallel(pool, &mut (), &inputs)?;
+        Ok(out.pop().expect("one output"))
+    }
+
     fn check_operands(&self, operands: &[&Tensor<T>]) -> EinsumResult<()> {
         if operands.len() != self.shapes.len() {
             return Err(EinsumError::Shape(format!(

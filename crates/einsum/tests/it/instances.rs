@@ -51,6 +51,7 @@ fn one_step_instances_match_reference() {
 
 #[test]
 fn shrunk_instances_agree_across_paths() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     for name in ALL {
         let mut inst = load(name);
         for s in &mut inst.shapes {
@@ -66,5 +67,8 @@ fn shrunk_instances_agree_across_paths() {
         assert!(flops.max_abs() > 1e-200, "{name}: the result underflowed");
         assert_close(&eval(PathChoice::Explicit(inst.opt_size.clone().unwrap())), &flops, name);
         assert_close(&eval(PathChoice::Greedy), &flops, name);
+        // The level-parallel evaluator gives the same result.
+        let e = inst.einsum::<c64>(PathChoice::Explicit(inst.opt_flops.clone().unwrap())).unwrap();
+        assert_close(&e.eval_parallel(Some(&pool), &refs).unwrap(), &flops, name);
     }
 }

@@ -152,3 +152,17 @@ fn user_errors_are_values() {
     assert!(build("ab,bc->ac", &shapes, path(vec![])).contains("uncontracted"));
     assert!(build("ab,bc->ac", &[], PathChoice::Greedy).contains("2 operands but 0 shapes"));
 }
+
+#[test]
+fn parallel_evaluation_matches_sequential() {
+    // Two independent 48³ products, then their product: the first level is split.
+    let shapes = vec![vec![48, 48]; 4];
+    let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 1], [0, 1]]));
+    let e = Einsum::<f64>::new("ab,bc,cd,de->ae", &shapes, path).unwrap();
+    let ops: Vec<Tensor<f64>> = (0..4).map(|i| tensor(vec![48, 48], i)).collect();
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let par = e.eval_parallel(Some(&pool), &refs).unwrap();
+    assert_close(&par, &e.eval(&refs).unwrap(), "parallel");
+    assert!(e.eval_parallel(Some(&pool), &refs[..3]).is_err());
+}
