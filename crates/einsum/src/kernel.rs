@@ -12,14 +12,20 @@
 //!   inside, a register accumulator when the innermost label is summed). Handles every
 //!   case; used for small work and for the unusual cases.
 //! - **GEMM**: labels are classified as batch (in `a`, `b`, output), left (`a`, output),
-//!   right (`b`, output) and contracted (`a`, `b`, not output). An operand whose left (or
-//!   right) labels and contracted labels each form a run of consecutive axes, one of them
-//!   innermost, is a batch of strided matrices as it is: no copy (a transposed matrix is
-//!   read column-major). Otherwise it is packed to `[batch, left, contracted]` /
-//!   `[batch, contracted, right]` (labels of one operand alone are summed and diagonals
-//!   taken while packing). One faer GEMM runs per batch entry (sequential, strided batch
-//!   loop); it writes the output in place when the output's layout allows, otherwise a
-//!   `[batch, left, right]` result is permuted or expanded to the output labels.
+//!   right (`b`, output) and contracted (`a`, `b`, not output). A tensor whose row and
+//!   column groups (left and contracted for `a`, contracted and right for `b`, left and
+//!   right for the output) each form a run of consecutive axes, one ending at the innermost
+//!   axis, is a batch of strided matrices as it is: no copy (a transposed matrix is read
+//!   column-major). The planner (`plan`) may move labels out of the groups into the loop
+//!   around the GEMMs so that the largest tensor is such a view, choosing among the
+//!   candidates (each of `a`, `b`, output as the anchor, or batch labels only) by an
+//!   estimated cost. The others are packed by tiled permutation copies (labels of one
+//!   operand alone are summed and diagonals taken while packing), or, for the output,
+//!   computed contiguously and permuted or expanded afterwards. faer runs one sequential GEMM
+//!   per loop entry, accumulating (a looped contracted label adds into the same output).
+//!
+//! [`contract`] plans once per spec (cached in it) and chooses GEMM when the planned
+//! `m·n·k` reaches [`GEMM_MIN_WORK`].
 //!
 //! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
 //! packing.

@@ -199,6 +199,15 @@ mod tests {
     }
 
     #[test]
+    fn cost_hints_follow_the_work() {
+        let mm =
+            |n: usize| TensorOp::<f64>::contract(ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[n, n, n]).unwrap());
+        assert_eq!(mm(64).cost_hint(), 64 * 64 * 64 / 4 + 64 * 64);
+        assert!(mm(64).cost_hint() > 100 * mm(8).cost_hint());
+        assert_eq!(TensorOp::<f64>::Add.cost_hint(), 1);
+    }
+
+    #[test]
     fn elementwise_ops() {
         let a = Tensor::new(vec![2], vec![c64::new(1.0, 2.0), c64::new(-1.0, 0.5)]).unwrap();
         let b = Tensor::new(vec![2], vec![c64::new(0.5, 0.0), c64::new(0.0, 1.0)]).unwrap();
