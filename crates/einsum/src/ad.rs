@@ -11,16 +11,18 @@
 //!
 //! | linear map                     | transpose                                      |
 //! |--------------------------------|------------------------------------------------|
-//! | `t ↦ contract[a,b→o](t, b)`    | `c ↦ contract[o,b→a](c, conj(b))`              |
-//! | `t ↦ contract[a,b→o](a, t)`    | `c ↦ contract[a,o→b](conj(a), c)`              |
+//! | `t ↦ contract[a,b→o](t, b)`    | `c ↦ contract[o,b*→a](c, b)`: `Σ c·conj(b)`    |
+//! | `t ↦ contract[a,b→o](a, t)`    | `c ↦ contract[a*,o→b](a, c)`: `Σ conj(a)·c`    |
+//! | `t ↦ contract[a*,b→o](t, b)`   | `c ↦ contract[o*,b→a](c, b)`: `Σ conj(c)·b`    |
 //! | `t ↦ unary[a→o](t)`            | `c ↦ unary[o→a](c)` (sum ↔ broadcast, diagonal ↔ embedding, permutation ↔ inverse) |
 //! | `t ↦ s·t`                      | `c ↦ conj(s)·c`                                |
 //! | `t ↦ conj(t)`, `t ↦ -t`        | `c ↦ conj(c)`, `c ↦ -c`                        |
 //! | `(s, t) ↦ s + t`               | `c ↦ (c, c)`                                   |
 //!
 //! So the transpose of a contraction is a contraction (the general form of
-//! [`ContractSpec`](crate::kernel::ContractSpec) is closed under it), and the set is
-//! closed under both transforms. On reals the `conj` of a fixed operand is not emitted.
+//! [`ContractSpec`](crate::kernel::ContractSpec), with its per-operand conjugation flags,
+//! is closed under it; the GEMM applies the conjugation, no `conj` copy is made), and the
+//! set is closed under both transforms. On reals the flags are dropped.
 //! A contraction with two active operands is not linear: its transpose is an error.
 
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
 use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
 
 use crate::elem::Elem;
+use crate::kernel::ContractSpec;
 use crate::op::TensorOp;
 
 type Value<T> = PrimitiveValue<TensorOp<T>>;
@@ -57,9 +60,10 @@ fn sum<T: Elem>(
     }
 }
 
-/// `conj(x)` of a fixed value (nothing emitted on reals).
-fn conj_fixed<T: Elem>(b: &mut impl PrimitiveBuilder<TensorOp<T>>, x: &Value<T>) -> Value<T> {
-    if T::IS_COMPLEX { Value::Local(emit(b, TensorOp::Conj, std::slice::from_ref(x), &[false])) } else { x.clone() }
+/// A transposed spec: with its conjugation flags on complex values, without on reals
+/// (where they would change nothing but the operation's identity).
+fn adjoint<T: Elem>(spec: ContractSpec) -> TensorOp<T> {
+    TensorOp::contract(if T::IS_COMPLEX { spec } else { spec.with_conj([false; 2]) })
 }
 
 fn ext<T: Elem>(k: &ValueKey<TensorOp<T>>) -> Value<T> {
@@ -112,14 +116,12 @@ impl<T: Elem> Primitive for TensorOp<T> {
         Ok(match self {
             TensorOp::Contract(s) => match (active(0), active(1)) {
                 (true, false) => {
-                    let cb = conj_fixed(b, &inputs[1]);
-                    let op = TensorOp::Contract(Arc::new(s.transpose_a()));
-                    vec![Some(emit(b, op, &[c, cb], &[true, false])), None]
+                    let op = adjoint(s.transpose_a());
+                    vec![Some(emit(b, op, &[c, inputs[1].clone()], &[true, false])), None]
                 }
                 (false, true) => {
-                    let ca = conj_fixed(b, &inputs[0]);
-                    let op = TensorOp::Contract(Arc::new(s.transpose_b()));
-                    vec![None, Some(emit(b, op, &[ca, c], &[false, true]))]
+                    let op = adjoint(s.transpose_b());
+                    vec![None, Some(emit(b, op, &[inputs[0].clone(), c], &[false, true]))]
                 }
                 (true, true) => {
                     return Err(ADRuleError::missing(

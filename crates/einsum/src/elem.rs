@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ops::{Add, AddAssign, Mul, Neg, Sub};
 
-use faer::{Accum, MatMut, MatRef, Par};
+use faer::{Accum, Conj, MatMut, MatRef, Par};
 
 /// Complex `f64` (faer's and `num-complex`'s `Complex<f64>`).
 pub use faer::c64;
@@ -49,13 +49,14 @@ pub trait Elem:
     fn inner(self, other: Self) -> f64;
     /// Writes the value compactly (`1.5`, `1.5-0.5i`).
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
-    /// `c += a·b` for `a` (m×k), `b` (k×n), `c` (m×n) given as slices starting at their
-    /// first element with `[row stride, column stride]`; for each matrix one stride must be
-    /// 1 unless its dimension is 1 (the other stride is then ignored). Sequential.
+    /// `c += op(a)·op(b)` for `a` (m×k), `b` (k×n), `c` (m×n) given as slices starting at
+    /// their first element with `[row stride, column stride]`; for each matrix one stride
+    /// must be 1 unless its dimension is 1 (the other stride is then ignored). `op`
+    /// conjugates the elements where `conj` says so (no effect on reals). Sequential.
     ///
     /// # Panics
     /// If a slice is too short for its strides.
-    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>);
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]);
 }
 
 impl Elem for f64 {
@@ -88,8 +89,8 @@ impl Elem for f64 {
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self:?}")
     }
-    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>) {
-        faer_gemm(dims, a, b, c);
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]) {
+        faer_gemm(dims, a, b, c, conj);
     }
 }
 
@@ -124,8 +125,8 @@ impl Elem for c64 {
         let sign = if self.im.is_sign_negative() { "-" } else { "+" };
         write!(f, "{:?}{sign}{:?}i", self.re, self.im.abs())
     }
-    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>) {
-        faer_gemm(dims, a, b, c);
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]) {
+        faer_gemm(dims, a, b, c, conj);
     }
 }
 
@@ -172,12 +173,15 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
     a: Strided<'_, T>,
     b: Strided<'_, T>,
     c: StridedMut<'_, T>,
+    [ca, cb]: [bool; 2],
 ) {
     if m == 0 || n == 0 || k == 0 {
         return;
     }
     let dst = mat_mut(m, n, c);
-    faer::linalg::matmul::matmul(dst, Accum::Add, mat(m, k, a), mat(k, n, b), T::one(), Par::Seq);
+    let flag = |c: bool| if c && T::IS_COMPLEX { Conj::Yes } else { Conj::No };
+    let (lhs, rhs) = (mat(m, k, a), mat(k, n, b));
+    faer::linalg::matmul::matmul_with_conj(dst, Accum::Add, lhs, flag(ca), rhs, flag(cb), T::one(), Par::Seq);
 }
 
 #[cfg(test)]
@@ -190,8 +194,10 @@ mod tests {
         let a: Vec<c64> = (0..m * k).map(|i| c64::new(i as f64, 1.0 - i as f64)).collect();
         let b: Vec<c64> = (0..k * n).map(|i| c64::new(0.5 * i as f64, 2.0)).collect();
         let guard = c64::new(7.0, -7.0);
-        for layout in 0..8 {
+        for layout in 0..32 {
             let (ra, rb, rc) = (layout & 1 == 1, layout & 2 == 2, layout & 4 == 4);
+            let conj = [layout & 8 == 8, layout & 16 == 16];
+            let op = |x: c64, c: bool| if c { Elem::conj(x) } else { x };
             let sa = if ra { [k, 1] } else { [1, m] };
             let sb = if rb { [n, 1] } else { [1, k] };
             let sc = if rc { [n, 1] } else { [1, m] };
@@ -199,13 +205,13 @@ mod tests {
             // A guard zone after the output catches writes past its end.
             let mut c = vec![c64::one(); m * n + 16];
             c[m * n..].fill(guard);
-            c64::gemm([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c[..m * n], sc));
+            c64::gemm([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c[..m * n], sc), conj);
             assert!(c[m * n..].iter().all(|&x| x == guard), "layout {layout}: wrote past the output");
             for i in 0..m {
                 for j in 0..n {
                     let mut s = c64::one();
                     for l in 0..k {
-                        s += a[at(sa, i, l)] * b[at(sb, l, j)];
+                        s += op(a[at(sa, i, l)], conj[0]) * op(b[at(sb, l, j)], conj[1]);
                     }
                     assert!((s - c[at(sc, i, j)]).norm() < 1e-12, "layout {layout}: ({i}, {j})");
                 }

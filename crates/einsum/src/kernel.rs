@@ -96,7 +96,8 @@ fn work(sizes: &[usize]) -> u64 {
 /// // "ij,jk->ik" with i = 2, j = 3, k = 4
 /// let s = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[2, 3, 4]).unwrap();
 /// assert_eq!(s.out_shape(), vec![2, 4]);
-/// assert_eq!(s.transpose_a().to_string(), "ab,cb->ac");
+/// // The adjoint with respect to `a`: `c ↦ Σ c·conj(b)`.
+/// assert_eq!(s.transpose_a().to_string(), "ab,cb*->ac");
 /// ```
 #[derive(Clone)]
 pub struct ContractSpec {
@@ -104,13 +105,15 @@ pub struct ContractSpec {
     b: Labels,
     out: Labels,
     sizes: Box<[usize]>,
+    /// Whether `a` and `b` enter conjugated.
+    conj: [bool; 2],
     /// The automatic kernel choice, planned on first evaluation (not part of equality).
     plan: OnceLock<Arc<KernelPlan>>,
 }
 
 impl PartialEq for ContractSpec {
     fn eq(&self, o: &Self) -> bool {
-        (&self.a, &self.b, &self.out, &self.sizes) == (&o.a, &o.b, &o.out, &o.sizes)
+        (&self.a, &self.b, &self.out, &self.sizes, self.conj) == (&o.a, &o.b, &o.out, &o.sizes, o.conj)
     }
 }
 
@@ -118,7 +121,7 @@ impl Eq for ContractSpec {}
 
 impl std::hash::Hash for ContractSpec {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (&self.a, &self.b, &self.out, &self.sizes).hash(h);
+        (&self.a, &self.b, &self.out, &self.sizes, self.conj).hash(h);
     }
 }
 
@@ -130,7 +133,7 @@ impl ContractSpec {
         let out = l.pop().expect("three lists");
         let b = l.pop().expect("three lists");
         let a = l.pop().expect("three lists");
-        let spec = ContractSpec { a, b, out, sizes, plan: OnceLock::new() };
+        let spec = ContractSpec { a, b, out, sizes, conj: [false; 2], plan: OnceLock::new() };
         for shape in [spec.a_shape(), spec.b_shape(), spec.out_shape()] {
             checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
         }
@@ -170,21 +173,42 @@ impl ContractSpec {
         work(&self.sizes)
     }
 
-    /// The spec of the transpose with respect to `a`: `out, b -> a`.
-    pub fn transpose_a(&self) -> ContractSpec {
-        ContractSpec::new(&self.out, &self.b, &self.a, &self.sizes).expect("a valid spec transposes")
+    /// The same contraction with `a` and/or `b` conjugated: `Σ op(a)·op(b)`.
+    pub fn with_conj(mut self, conj: [bool; 2]) -> Self {
+        self.conj = conj;
+        self.plan = OnceLock::new();
+        self
     }
-    /// The spec of the transpose with respect to `b`: `a, out -> b`.
+    /// Whether `a` and `b` enter conjugated.
+    pub fn conj(&self) -> [bool; 2] {
+        self.conj
+    }
+    /// The spec of the adjoint with respect to `a` (for `⟨x, y⟩ = Re Σ conj(x)·y`), applied
+    /// to `(cotangent, b)`: `out, b -> a`. For `t ↦ Σ t·b` it is `c ↦ Σ c·conj(b)`; for
+    /// `t ↦ Σ conj(t)·b` it is `c ↦ Σ conj(c)·b`.
+    pub fn transpose_a(&self) -> ContractSpec {
+        let [ca, cb] = self.conj;
+        let spec = ContractSpec::new(&self.out, &self.b, &self.a, &self.sizes).expect("a valid spec transposes");
+        spec.with_conj([ca, cb ^ !ca])
+    }
+    /// The spec of the adjoint with respect to `b`, applied to `(a, cotangent)`:
+    /// `a, out -> b`, conjugations as in [`ContractSpec::transpose_a`].
     pub fn transpose_b(&self) -> ContractSpec {
-        ContractSpec::new(&self.a, &self.out, &self.b, &self.sizes).expect("a valid spec transposes")
+        let [ca, cb] = self.conj;
+        let spec = ContractSpec::new(&self.a, &self.out, &self.b, &self.sizes).expect("a valid spec transposes");
+        spec.with_conj([ca ^ !cb, cb])
     }
 }
 
 impl std::fmt::Display for ContractSpec {
+    /// `ab,bc->ac`; a conjugated operand is marked with `*` (`ab*,bc->ac`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let star = |f: &mut std::fmt::Formatter<'_>, c: bool| if c { f.write_str("*") } else { Ok(()) };
         fmt_labels(f, &self.a)?;
+        star(f, self.conj[0])?;
         f.write_str(",")?;
         fmt_labels(f, &self.b)?;
+        star(f, self.conj[1])?;
         f.write_str("->")?;
         fmt_labels(f, &self.out)
     }
@@ -699,6 +723,7 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
             Strided(&a_data[pa..], a_view.strides),
             Strided(&b_data[pb..], b_view.strides),
             StridedMut(&mut c[pc..], c_view.strides),
+            spec.conj,
         );
         for x in (0..p.looped.len()).rev() {
             idx[x] += 1;
@@ -719,6 +744,11 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     } else {
         Tensor::from_parts(&out_shape, direct(sizes, (&c, &core), None, &spec.out))
     }
+}
+
+/// `data`, conjugated if `conj` (and complex).
+fn conjugated<T: Elem>(data: &[T], conj: bool) -> Cow<'_, [T]> {
+    if conj && T::IS_COMPLEX { Cow::Owned(data.iter().map(|x| x.conj()).collect()) } else { Cow::Borrowed(data) }
 }
 
 fn check_shape<T: Elem>(what: &str, t: &Tensor<T>, labels: &[u32], sizes: &[usize], spec: &dyn std::fmt::Debug) {
@@ -777,7 +807,8 @@ impl KernelPlan {
         match self {
             KernelPlan::Direct { sizes, strides: [sa, sb, so], out_len } => {
                 let mut out = zeroed(*out_len);
-                direct_loop(sizes, a.data(), sa, b.data(), sb, &mut out, so);
+                let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
+                direct_loop(sizes, &da, sa, &db, sb, &mut out, so);
                 Tensor::from_parts(&spec.out_shape(), out)
             }
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),

@@ -30,10 +30,22 @@ fn labels(n: usize) -> impl Strategy<Value = Vec<u32>> {
 }
 
 fn check_contract<T: Elem>(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Result<(), TestCaseError> {
-    let spec = ContractSpec::new(a, b, out, sizes).unwrap();
+    check_contract_conj::<T>(a, b, out, sizes, [false; 2])
+}
+
+fn check_contract_conj<T: Elem>(
+    a: &[u32],
+    b: &[u32],
+    out: &[u32],
+    sizes: &[usize],
+    conj: [bool; 2],
+) -> Result<(), TestCaseError> {
+    let spec = ContractSpec::new(a, b, out, sizes).unwrap().with_conj(conj);
     let ta = tensor::<T>(shape(a, sizes), 1);
     let tb = tensor::<T>(shape(b, sizes), 2);
-    let want = reference_labels(&[(&ta, a), (&tb, b)], out, sizes).unwrap();
+    // The reference sees the conjugated values.
+    let op = |t: &Tensor<T>, c: bool| if c { t.map(|x| x.conj()) } else { t.clone() };
+    let want = reference_labels(&[(&op(&ta, conj[0]), a), (&op(&tb, conj[1]), b)], out, sizes).unwrap();
     for choice in [KernelChoice::Direct, KernelChoice::Gemm, KernelChoice::GemmBatchLoop, KernelChoice::Auto] {
         let got = contract_using(&spec, &ta, &tb, choice);
         close(&got, &want).map_err(|e| TestCaseError::fail(format!("{spec:?} {choice:?}: {e}")))?;
@@ -54,6 +66,16 @@ proptest! {
     }
 
     #[test]
+    fn conjugated_contractions_match_reference(
+        a in labels(4), b in labels(4), out in labels(3),
+        sizes in proptest::collection::vec(1usize..4, 5),
+        ca in proptest::bool::ANY, cb in proptest::bool::ANY,
+    ) {
+        check_contract_conj::<c64>(&a, &b, &out, &sizes, [ca, cb])?;
+        check_contract_conj::<f64>(&a, &b, &out, &sizes, [ca, cb])?;
+    }
+
+    #[test]
     fn unary_matches_reference(a in labels(4), out in labels(4), sizes in proptest::collection::vec(1usize..4, 5)) {
         let spec = UnarySpec::new(&a, &out, &sizes).unwrap();
         let t = tensor::<c64>(shape(&a, &sizes), 3);
@@ -71,4 +93,6 @@ fn gemm_sizes_match_reference() {
     check_contract::<c64>(&[1, 0, 4], &[2, 1], &[2, 0], &sizes).unwrap();
     // An output whose left and right labels interleave: one is looped around the GEMMs.
     check_contract::<f64>(&[0, 3, 1, 4], &[1, 2, 4], &[3, 2, 0], &[17, 16, 18, 3, 2]).unwrap();
+    check_contract_conj::<c64>(&[3, 1, 0], &[3, 2, 1], &[3, 0, 2], &sizes, [true, false]).unwrap();
+    check_contract_conj::<c64>(&[1, 0], &[2, 1], &[2, 0], &sizes, [false, true]).unwrap();
 }

@@ -33,8 +33,13 @@ const SIZES: &[usize] = &[2, 3, 2, 3];
 
 fn contraction_cases<T: Elem>() -> Vec<RuleCase<TensorOp<T>>> {
     let mut cases = Vec::new();
-    for (i, &(a, b, out)) in CONTRACTIONS.iter().enumerate() {
-        let spec = ContractSpec::new(a, b, out, SIZES).unwrap();
+    // Every contraction plain, and a few with conjugated operands (what complex
+    // transposes emit).
+    let conj = [[true, false], [false, true], [true, true]];
+    let flagged = CONTRACTIONS[..3].iter().zip(conj).map(|(&(a, b, o), c)| (a, b, o, c));
+    let all = CONTRACTIONS.iter().map(|&(a, b, o)| (a, b, o, [false; 2])).chain(flagged);
+    for (i, (a, b, out, conj)) in all.enumerate() {
+        let spec = ContractSpec::new(a, b, out, SIZES).unwrap().with_conj(conj);
         let ta = tensor::<T>(spec.a_shape(), 2 * i as u64);
         let tb = tensor::<T>(spec.b_shape(), 2 * i as u64 + 1);
         let inputs = vec![(TensorKey::var(0), ta), (TensorKey::var(1), tb)];
@@ -69,13 +74,13 @@ fn other_cases<T: Elem>() -> Vec<RuleCase<TensorOp<T>>> {
 #[test]
 fn contraction_rules_real() {
     let r = check_rules(&contraction_cases::<f64>(), Tolerance::F64).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(r.cases, 3 * CONTRACTIONS.len());
+    assert_eq!(r.cases, 3 * (CONTRACTIONS.len() + 3));
 }
 
 #[test]
 fn contraction_rules_complex() {
     let r = check_rules(&contraction_cases::<c64>(), Tolerance::F64).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(r.cases, 3 * CONTRACTIONS.len());
+    assert_eq!(r.cases, 3 * (CONTRACTIONS.len() + 3));
 }
 
 #[test]
