@@ -8,6 +8,14 @@ run nodes="1000000":
 dag shape="window" nodes="1000000":
     cargo run --release -p cgx -- bench dag --shape {{shape}} --nodes {{nodes}}
 
+# The einsum benchmark instances at full size (BENCHMARKS.md section C), with gradients.
+einsum-instances:
+    cargo run --release -p einsum --example instances -- --grad
+
+# Microseconds per contraction step on small-tensor graphs (BENCHMARKS.md section B).
+einsum-steps:
+    cargo run --release -p einsum --example steps
+
 # Every test, including doc tests.
 test:
     cargo test --workspace

@@ -1,0 +1,231 @@
+//! Element types: [`Elem`] for `f64` and [`c64`] (complex `f64`).
+
+use std::fmt;
+use std::ops::{Add, AddAssign, Mul, Neg, Sub};
+
+use faer::{Accum, Conj, MatMut, MatRef, Par};
+
+/// Complex `f64` (faer's and `num-complex`'s `Complex<f64>`).
+pub use faer::c64;
+
+/// A tensor element: `f64` or [`c64`].
+///
+/// Besides arithmetic it knows its conjugate, the real inner product
+/// `⟨a, b⟩ = Re(conj(a)·b)` the AD convention is stated in, and how to run a GEMM.
+pub trait Elem:
+    Copy
+    + Send
+    + Sync
+    + 'static
+    + fmt::Debug
+    + PartialEq
+    + Default
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+{
+    /// Whether the type is complex (conjugation is not the identity).
+    const IS_COMPLEX: bool;
+    /// `"f64"` or `"c64"`.
+    const NAME: &'static str;
+    /// `0`.
+    fn zero() -> Self;
+    /// `1`.
+    fn one() -> Self;
+    /// The complex conjugate (the identity for reals).
+    fn conj(self) -> Self;
+    /// The real number `x` as an element.
+    fn from_f64(x: f64) -> Self;
+    /// `re + i·im`; the imaginary part is dropped for reals.
+    fn from_parts(re: f64, im: f64) -> Self;
+    /// The bit patterns of the real and imaginary parts (for hashing and equality of
+    /// operations that carry a constant).
+    fn to_bits(self) -> [u64; 2];
+    /// The modulus `|x|`.
+    fn modulus(self) -> f64;
+    /// The real inner product `Re(conj(self)·other)`.
+    fn inner(self, other: Self) -> f64;
+    /// Writes the value compactly (`1.5`, `1.5-0.5i`).
+    fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+    /// `c += op(a)·op(b)` for `a` (m×k), `b` (k×n), `c` (m×n) given as slices starting at
+    /// their first element with `[row stride, column stride]`; for each matrix one stride
+    /// must be 1 unless its dimension is 1 (the other stride is then ignored). `op`
+    /// conjugates the elements where `conj` says so (no effect on reals). Sequential.
+    ///
+    /// # Panics
+    /// If a slice is too short for its strides.
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]);
+}
+
+impl Elem for f64 {
+    const IS_COMPLEX: bool = false;
+    const NAME: &'static str = "f64";
+    fn zero() -> Self {
+        0.0
+    }
+    fn one() -> Self {
+        1.0
+    }
+    fn conj(self) -> Self {
+        self
+    }
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn from_parts(re: f64, _: f64) -> Self {
+        re
+    }
+    fn to_bits(self) -> [u64; 2] {
+        [f64::to_bits(self), 0]
+    }
+    fn modulus(self) -> f64 {
+        self.abs()
+    }
+    fn inner(self, other: Self) -> f64 {
+        self * other
+    }
+    fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]) {
+        faer_gemm(dims, a, b, c, conj);
+    }
+}
+
+impl Elem for c64 {
+    const IS_COMPLEX: bool = true;
+    const NAME: &'static str = "c64";
+    fn zero() -> Self {
+        c64::new(0.0, 0.0)
+    }
+    fn one() -> Self {
+        c64::new(1.0, 0.0)
+    }
+    fn conj(self) -> Self {
+        c64::new(self.re, -self.im)
+    }
+    fn from_f64(x: f64) -> Self {
+        c64::new(x, 0.0)
+    }
+    fn from_parts(re: f64, im: f64) -> Self {
+        c64::new(re, im)
+    }
+    fn to_bits(self) -> [u64; 2] {
+        [self.re.to_bits(), self.im.to_bits()]
+    }
+    fn modulus(self) -> f64 {
+        self.re.hypot(self.im)
+    }
+    fn inner(self, other: Self) -> f64 {
+        self.re * other.re + self.im * other.im
+    }
+    fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.im.is_sign_negative() { "-" } else { "+" };
+        write!(f, "{:?}{sign}{:?}i", self.re, self.im.abs())
+    }
+    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]) {
+        faer_gemm(dims, a, b, c, conj);
+    }
+}
+
+/// A matrix in a slice: the slice starts at element `(0, 0)`; `[row stride, column stride]`.
+#[derive(Copy, Clone, Debug)]
+pub struct Strided<'a, T>(pub &'a [T], pub [usize; 2]);
+
+/// A mutable matrix in a slice (see [`Strided`]).
+#[derive(Debug)]
+pub struct StridedMut<'a, T>(pub &'a mut [T], pub [usize; 2]);
+
+/// Whether a `rows × cols` matrix with strides `[rs, cs]` is row-major with a leading
+/// dimension (`Some(true)`), column-major with one (`Some(false)`), or neither.
+pub(crate) fn layout(rows: usize, cols: usize, [rs, cs]: [usize; 2]) -> Option<bool> {
+    if cs == 1 || cols == 1 {
+        Some(true)
+    } else if rs == 1 || rows == 1 {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn mat<T>(r: usize, c: usize, Strided(s, st): Strided<'_, T>) -> MatRef<'_, T> {
+    match layout(r, c, st) {
+        Some(true) => MatRef::from_row_major_slice_with_stride(s, r, c, st[0].max(c)),
+        Some(false) => MatRef::from_column_major_slice_with_stride(s, r, c, st[1].max(r)),
+        None => panic!("gemm: a {r}×{c} matrix with strides {st:?} has no unit stride"),
+    }
+}
+
+fn mat_mut<T>(r: usize, c: usize, StridedMut(s, st): StridedMut<'_, T>) -> MatMut<'_, T> {
+    match layout(r, c, st) {
+        // Not `from_row_major_slice_with_stride_mut`: in faer 0.24.4 it builds a
+        // column-major view (unit row stride), so GEMM writes past the rows.
+        Some(true) => MatMut::from_column_major_slice_with_stride_mut(s, c, r, st[0].max(c)).transpose_mut(),
+        Some(false) => MatMut::from_column_major_slice_with_stride_mut(s, r, c, st[1].max(r)),
+        None => panic!("gemm: a {r}×{c} matrix with strides {st:?} has no unit stride"),
+    }
+}
+
+fn faer_gemm<T: faer::traits::ComplexField + Elem>(
+    [m, n, k]: [usize; 3],
+    a: Strided<'_, T>,
+    b: Strided<'_, T>,
+    c: StridedMut<'_, T>,
+    [ca, cb]: [bool; 2],
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let dst = mat_mut(m, n, c);
+    let flag = |c: bool| if c && T::IS_COMPLEX { Conj::Yes } else { Conj::No };
+    let (lhs, rhs) = (mat(m, k, a), mat(k, n, b));
+    faer::linalg::matmul::matmul_with_conj(dst, Accum::Add, lhs, flag(ca), rhs, flag(cb), T::one(), Par::Seq);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_matches_a_loop_in_every_layout() {
+        let (m, n, k) = (3, 4, 5);
+        let a: Vec<c64> = (0..m * k).map(|i| c64::new(i as f64, 1.0 - i as f64)).collect();
+        let b: Vec<c64> = (0..k * n).map(|i| c64::new(0.5 * i as f64, 2.0)).collect();
+        let guard = c64::new(7.0, -7.0);
+        for layout in 0..32 {
+            let (ra, rb, rc) = (layout & 1 == 1, layout & 2 == 2, layout & 4 == 4);
+            let conj = [layout & 8 == 8, layout & 16 == 16];
+            let op = |x: c64, c: bool| if c { Elem::conj(x) } else { x };
+            let sa = if ra { [k, 1] } else { [1, m] };
+            let sb = if rb { [n, 1] } else { [1, k] };
+            let sc = if rc { [n, 1] } else { [1, m] };
+            let at = |s: [usize; 2], i: usize, j: usize| i * s[0] + j * s[1];
+            // A guard zone after the output catches writes past its end.
+            let mut c = vec![c64::one(); m * n + 16];
+            c[m * n..].fill(guard);
+            c64::gemm([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c[..m * n], sc), conj);
+            assert!(c[m * n..].iter().all(|&x| x == guard), "layout {layout}: wrote past the output");
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = c64::one();
+                    for l in 0..k {
+                        s += op(a[at(sa, i, l)], conj[0]) * op(b[at(sb, l, j)], conj[1]);
+                    }
+                    assert!((s - c[at(sc, i, j)]).norm() < 1e-12, "layout {layout}: ({i}, {j})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conj_and_inner() {
+        let a = c64::new(1.0, 2.0);
+        assert_eq!(Elem::conj(a), c64::new(1.0, -2.0));
+        assert_eq!(a.inner(c64::new(3.0, -1.0)), 1.0);
+        assert_eq!(Elem::conj(2.0f64), 2.0);
+        assert_eq!(c64::from_parts(1.0, 2.0), a);
+        assert_eq!(f64::from_parts(1.0, 2.0), 1.0);
+    }
+}

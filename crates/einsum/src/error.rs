@@ -1,0 +1,71 @@
+//! [`EinsumError`]: every way user input can be rejected, as a value with a message.
+
+use std::fmt;
+
+use computegraph::GraphError;
+use tidu::ADRuleError;
+
+/// Why an expression, a shape, a path, an instance or an evaluation was rejected.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum EinsumError {
+    /// The subscripts do not parse.
+    Parse {
+        /// The expression.
+        expression: String,
+        /// Character offset of the problem.
+        position: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Shapes, operand counts or data lengths do not agree with the subscripts.
+    Shape(String),
+    /// A contraction path is invalid (out of range, reuses a consumed operand, incomplete).
+    Path {
+        /// The 0-based step, if the problem is at one step.
+        step: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A benchmark instance (JSON) is malformed.
+    Instance(String),
+    /// The graph engine rejected a graph or an evaluation.
+    Graph(GraphError),
+    /// An automatic-differentiation transform failed.
+    Ad(ADRuleError),
+}
+
+impl fmt::Display for EinsumError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EinsumError::Parse { expression, position, message } => {
+                write!(f, "bad einsum subscripts `{expression}` at character {position}: {message}")
+            }
+            EinsumError::Shape(m) => write!(f, "shape error: {m}"),
+            EinsumError::Path { step: Some(s), message } => {
+                write!(f, "invalid contraction path at step {s}: {message}")
+            }
+            EinsumError::Path { step: None, message } => write!(f, "invalid contraction path: {message}"),
+            EinsumError::Instance(m) => write!(f, "malformed instance: {m}"),
+            EinsumError::Graph(e) => write!(f, "graph error: {e}"),
+            EinsumError::Ad(e) => write!(f, "differentiation error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EinsumError {}
+
+impl From<GraphError> for EinsumError {
+    fn from(e: GraphError) -> Self {
+        EinsumError::Graph(e)
+    }
+}
+
+impl From<ADRuleError> for EinsumError {
+    fn from(e: ADRuleError) -> Self {
+        EinsumError::Ad(e)
+    }
+}
+
+/// `Result` with [`EinsumError`].
+pub type EinsumResult<T> = Result<T, EinsumError>;

@@ -1,0 +1,921 @@
+//! Contraction kernels and the specs that describe them.
+//!
+//! A [`ContractSpec`] is a binary einsum on numeric labels in its general form: repeated
+//! labels in an operand read a diagonal, repeated output labels write a diagonal, output
+//! labels in neither operand broadcast, operand labels not in the output are summed. That
+//! form is closed under transposition (the transpose with respect to `a` is the spec
+//! `out, b -> a`), which is why the primitives use it. A [`UnarySpec`] is the one-operand
+//! form: permute, sum over axes, broadcast, take or embed a diagonal.
+//!
+//! Kernels ([`contract`], [`unary`]):
+//! - **direct**: one strided loop over every label (output labels outside, summed labels
+//!   inside, a register accumulator when the innermost label is summed). Handles every
+//!   case; used for small work and for the unusual cases.
+//! - **GEMM**: labels are classified as batch (in `a`, `b`, output), left (`a`, output),
+//!   right (`b`, output) and contracted (`a`, `b`, not output). A tensor whose row and
+//!   column groups (left and contracted for `a`, contracted and right for `b`, left and
+//!   right for the output) each form a run of consecutive axes, one ending at the innermost
+//!   axis, is a batch of strided matrices as it is: no copy (a transposed matrix is read
+//!   column-major). The planner (`plan`) may move labels out of the groups into the loop
+//!   around the GEMMs so that the largest tensor is such a view, choosing among the
+//!   candidates (each of `a`, `b`, output as the anchor, or batch labels only) by an
+//!   estimated cost. The others are packed by tiled permutation copies (labels of one
+//!   operand alone are summed and diagonals taken while packing), or, for the output,
+//!   computed contiguously and permuted or expanded afterwards. faer runs one sequential GEMM
+//!   per loop entry, accumulating (a looped contracted label adds into the same output).
+//!
+//! [`contract`] plans once per spec (cached in it) and chooses GEMM when the planned
+//! `m·n·k` reaches [`GEMM_MIN_WORK`].
+//!
+//! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
+//! packing.
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+
+use smallvec::SmallVec;
+
+use crate::buffer::zeroed;
+use crate::elem::{Elem, Strided, StridedMut};
+use crate::error::{EinsumError, EinsumResult};
+use crate::tensor::{Tensor, checked_len, row_major_strides};
+
+/// Below this `m·n·k` (per GEMM call) the direct loop is used instead of GEMM. Tuned with
+/// the `steps` example: at χ = 8 an MPS step (`m·n·k` = 1024) takes 1.5 µs in the direct
+/// loop and 0.6 µs through faer; at 64 the χ = 4 steps get slower.
+pub const GEMM_MIN_WORK: usize = 512;
+
+type Labels = Box<[u32]>;
+
+/// Relabels to `0..n` in order of first appearance, returning the new lists and sizes.
+fn canonical(lists: &[&[u32]], sizes: &[usize]) -> EinsumResult<(Vec<Labels>, Box<[usize]>)> {
+    let mut map: SmallVec<[u32; 16]> = SmallVec::from_elem(u32::MAX, sizes.len());
+    let mut new_sizes = Vec::new();
+    let mut out = Vec::with_capacity(lists.len());
+    for l in lists {
+        let mut nl = Vec::with_capacity(l.len());
+        for &c in l.iter() {
+            let slot = map.get_mut(c as usize).ok_or_else(|| {
+                EinsumError::Shape(format!("label {c} has no size (only {} sizes given)", sizes.len()))
+            })?;
+            if *slot == u32::MAX {
+                *slot = new_sizes.len() as u32;
+                new_sizes.push(sizes[c as usize]);
+            }
+            nl.push(*slot);
+        }
+        out.push(nl.into_boxed_slice());
+    }
+    Ok((out, new_sizes.into_boxed_slice()))
+}
+
+fn shape_of(labels: &[u32], sizes: &[usize]) -> Vec<usize> {
+    labels.iter().map(|&c| sizes[c as usize]).collect()
+}
+
+fn fmt_labels(f: &mut std::fmt::Formatter<'_>, l: &[u32]) -> std::fmt::Result {
+    for &c in l {
+        // Labels print as letters a, b, ... (then as numbers in brackets).
+        match char::from_u32('a' as u32 + c).filter(|_| c < 26) {
+            Some(ch) => write!(f, "{ch}")?,
+            None => write!(f, "[{c}]")?,
+        }
+    }
+    Ok(())
+}
+
+/// Product of sizes as `u64`, saturating.
+fn work(sizes: &[usize]) -> u64 {
+    sizes.iter().fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
+}
+
+/// A binary contraction `out = Σ a·b` on numeric labels (see the [module docs](self)).
+///
+/// ```
+/// use einsum::kernel::ContractSpec;
+/// // "ij,jk->ik" with i = 2, j = 3, k = 4
+/// let s = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[2, 3, 4]).unwrap();
+/// assert_eq!(s.out_shape(), vec![2, 4]);
+/// // The adjoint with respect to `a`: `c ↦ Σ c·conj(b)`.
+/// assert_eq!(s.transpose_a().to_string(), "ab,cb*->ac");
+/// ```
+#[derive(Clone)]
+pub struct ContractSpec {
+    a: Labels,
+    b: Labels,
+    out: Labels,
+    sizes: Box<[usize]>,
+    /// Whether `a` and `b` enter conjugated.
+    conj: [bool; 2],
+    /// The automatic kernel choice, planned on first evaluation (not part of equality).
+    plan: OnceLock<Arc<KernelPlan>>,
+}
+
+impl PartialEq for ContractSpec {
+    fn eq(&self, o: &Self) -> bool {
+        (&self.a, &self.b, &self.out, &self.sizes, self.conj) == (&o.a, &o.b, &o.out, &o.sizes, o.conj)
+    }
+}
+
+impl Eq for ContractSpec {}
+
+impl std::hash::Hash for ContractSpec {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (&self.a, &self.b, &self.out, &self.sizes, self.conj).hash(h);
+    }
+}
+
+impl ContractSpec {
+    /// A spec from label lists and the size of each label (`sizes[label]`). Labels are
+    /// renumbered by first appearance, so specs that differ only in naming are equal.
+    pub fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> EinsumResult<Self> {
+        let (mut l, sizes) = canonical(&[a, b, out], sizes)?;
+        let out = l.pop().expect("three lists");
+        let b = l.pop().expect("three lists");
+        let a = l.pop().expect("three lists");
+        let spec = ContractSpec { a, b, out, sizes, conj: [false; 2], plan: OnceLock::new() };
+        for shape in [spec.a_shape(), spec.b_shape(), spec.out_shape()] {
+            checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
+        }
+        Ok(spec)
+    }
+
+    /// Labels of `a`.
+    pub fn a_labels(&self) -> &[u32] {
+        &self.a
+    }
+    /// Labels of `b`.
+    pub fn b_labels(&self) -> &[u32] {
+        &self.b
+    }
+    /// Labels of the output.
+    pub fn out_labels(&self) -> &[u32] {
+        &self.out
+    }
+    /// Size of each label.
+    pub fn sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+    /// The shape `a` must have.
+    pub fn a_shape(&self) -> Vec<usize> {
+        shape_of(&self.a, &self.sizes)
+    }
+    /// The shape `b` must have.
+    pub fn b_shape(&self) -> Vec<usize> {
+        shape_of(&self.b, &self.sizes)
+    }
+    /// The output shape.
+    pub fn out_shape(&self) -> Vec<usize> {
+        shape_of(&self.out, &self.sizes)
+    }
+    /// Multiply-adds of the direct loop: the product of all label sizes (saturating).
+    pub fn multiply_adds(&self) -> u64 {
+        work(&self.sizes)
+    }
+
+    /// The same contraction with `a` and/or `b` conjugated: `Σ op(a)·op(b)`.
+    pub fn with_conj(mut self, conj: [bool; 2]) -> Self {
+        self.conj = conj;
+        self.plan = OnceLock::new();
+        self
+    }
+    /// Whether `a` and `b` enter conjugated.
+    pub fn conj(&self) -> [bool; 2] {
+        self.conj
+    }
+    /// The spec of the adjoint with respect to `a` (for `⟨x, y⟩ = Re Σ conj(x)·y`), applied
+    /// to `(cotangent, b)`: `out, b -> a`. For `t ↦ Σ t·b` it is `c ↦ Σ c·conj(b)`; for
+    /// `t ↦ Σ conj(t)·b` it is `c ↦ Σ conj(c)·b`.
+    pub fn transpose_a(&self) -> ContractSpec {
+        let [ca, cb] = self.conj;
+        let spec = ContractSpec::new(&self.out, &self.b, &self.a, &self.sizes).expect("a valid spec transposes");
+        spec.with_conj([ca, cb ^ !ca])
+    }
+    /// The spec of the adjoint with respect to `b`, applied to `(a, cotangent)`:
+    /// `a, out -> b`, conjugations as in [`ContractSpec::transpose_a`].
+    pub fn transpose_b(&self) -> ContractSpec {
+        let [ca, cb] = self.conj;
+        let spec = ContractSpec::new(&self.a, &self.out, &self.b, &self.sizes).expect("a valid spec transposes");
+        spec.with_conj([ca ^ !cb, cb])
+    }
+}
+
+impl std::fmt::Display for ContractSpec {
+    /// `ab,bc->ac`; a conjugated operand is marked with `*` (`ab*,bc->ac`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let star = |f: &mut std::fmt::Formatter<'_>, c: bool| if c { f.write_str("*") } else { Ok(()) };
+        fmt_labels(f, &self.a)?;
+        star(f, self.conj[0])?;
+        f.write_str(",")?;
+        fmt_labels(f, &self.b)?;
+        star(f, self.conj[1])?;
+        f.write_str("->")?;
+        fmt_labels(f, &self.out)
+    }
+}
+
+impl std::fmt::Debug for ContractSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self} {:?}", self.sizes)
+    }
+}
+
+/// A one-operand einsum on numeric labels: permute, sum over axes, broadcast, diagonal.
+///
+/// ```
+/// use einsum::kernel::UnarySpec;
+/// let s = UnarySpec::sum_axes(&[2, 3, 4], &[1]).unwrap();
+/// assert_eq!(s.out_shape(), vec![2, 4]);
+/// assert_eq!(s.transpose().out_shape(), vec![2, 3, 4]);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct UnarySpec {
+    a: Labels,
+    out: Labels,
+    sizes: Box<[usize]>,
+}
+
+impl UnarySpec {
+    /// A spec from label lists and sizes (renumbered like [`ContractSpec::new`]).
+    pub fn new(a: &[u32], out: &[u32], sizes: &[usize]) -> EinsumResult<Self> {
+        let (mut l, sizes) = canonical(&[a, out], sizes)?;
+        let out = l.pop().expect("two lists");
+        let a = l.pop().expect("two lists");
+        let spec = UnarySpec { a, out, sizes };
+        for shape in [spec.a_shape(), spec.out_shape()] {
+            checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
+        }
+        Ok(spec)
+    }
+
+    /// Axes permuted: output axis `i` is input axis `perm[i]`.
+    pub fn permute(shape: &[usize], perm: &[usize]) -> EinsumResult<Self> {
+        let mut seen = vec![false; shape.len()];
+        if perm.len() != shape.len() || perm.iter().any(|&p| p >= shape.len() || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(EinsumError::Shape(format!("{perm:?} is not a permutation of {} axes", shape.len())));
+        }
+        let a: Vec<u32> = (0..shape.len() as u32).collect();
+        let out: Vec<u32> = perm.iter().map(|&p| p as u32).collect();
+        UnarySpec::new(&a, &out, shape)
+    }
+
+    /// The sum over `axes` (distinct, in range).
+    pub fn sum_axes(shape: &[usize], axes: &[usize]) -> EinsumResult<Self> {
+        let mut summed = vec![false; shape.len()];
+        for &x in axes {
+            if x >= shape.len() || std::mem::replace(&mut summed[x], true) {
+                return Err(EinsumError::Shape(format!("bad axes {axes:?} to sum for shape {shape:?}")));
+            }
+        }
+        let a: Vec<u32> = (0..shape.len() as u32).collect();
+        let out: Vec<u32> = a.iter().copied().filter(|&i| !summed[i as usize]).collect();
+        UnarySpec::new(&a, &out, shape)
+    }
+
+    /// Broadcast to `out_shape`: input axis `i` becomes output axis `axes[i]` (increasing),
+    /// with equal sizes; the other output axes are new.
+    pub fn broadcast(shape: &[usize], out_shape: &[usize], axes: &[usize]) -> EinsumResult<Self> {
+        let ok = axes.len() == shape.len()
+            && axes.windows(2).all(|w| w[0] < w[1])
+            && axes.iter().zip(shape).all(|(&x, &d)| out_shape.get(x) == Some(&d));
+        if !ok {
+            return Err(EinsumError::Shape(format!(
+                "cannot broadcast shape {shape:?} to {out_shape:?} along axes {axes:?}"
+            )));
+        }
+        let out: Vec<u32> = (0..out_shape.len() as u32).collect();
+        let a: Vec<u32> = axes.iter().map(|&x| x as u32).collect();
+        UnarySpec::new(&a, &out, out_shape)
+    }
+
+    /// Labels of the operand.
+    pub fn a_labels(&self) -> &[u32] {
+        &self.a
+    }
+    /// Labels of the output.
+    pub fn out_labels(&self) -> &[u32] {
+        &self.out
+    }
+    /// Size of each label.
+    pub fn sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+    /// The shape the operand must have.
+    pub fn a_shape(&self) -> Vec<usize> {
+        shape_of(&self.a, &self.sizes)
+    }
+    /// The output shape.
+    pub fn out_shape(&self) -> Vec<usize> {
+        shape_of(&self.out, &self.sizes)
+    }
+    /// The transpose (`out -> a`): sum and broadcast swap, a permutation inverts.
+    pub fn transpose(&self) -> UnarySpec {
+        UnarySpec::new(&self.out, &self.a, &self.sizes).expect("a valid spec transposes")
+    }
+    /// Multiply-adds of the loop (the product of all label sizes).
+    pub fn multiply_adds(&self) -> u64 {
+        work(&self.sizes)
+    }
+}
+
+impl std::fmt::Display for UnarySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fmt_labels(f, &self.a)?;
+        f.write_str("->")?;
+        fmt_labels(f, &self.out)
+    }
+}
+
+impl std::fmt::Debug for UnarySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self} {:?}", self.sizes)
+    }
+}
+
+/// Per-loop-label strides of a tensor whose axes carry `labels`: the sum of the strides
+/// of its axes with that label (0 if it has none).
+fn loop_strides(labels: &[u32], shape: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
+    let strides = row_major_strides(shape);
+    order.iter().map(|&l| labels.iter().zip(&strides).filter(|&(&c, _)| c == l).map(|(_, &s)| s).sum()).collect()
+}
+
+/// Loop order: the output's distinct labels in order, then every other label in `rest`.
+fn loop_order(out: &[u32], rest: &[&[u32]]) -> SmallVec<[u32; 8]> {
+    let mut order: SmallVec<[u32; 8]> = SmallVec::new();
+    for &c in out.iter().chain(rest.iter().flat_map(|l| l.iter())) {
+        if !order.contains(&c) {
+            order.push(c);
+        }
+    }
+    order
+}
+
+/// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
+#[allow(clippy::too_many_arguments)]
+fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usize], out: &mut [T], so: &[usize]) {
+    if sizes.contains(&0) {
+        return;
+    }
+    let Some(last) = sizes.len().checked_sub(1) else {
+        out[0] += a[0] * b[0];
+        return;
+    };
+    let (m, ia, ib, io) = (sizes[last], sa[last], sb[last], so[last]);
+    let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+    let (mut pa, mut pb, mut po) = (0usize, 0usize, 0usize);
+    loop {
+        if io == 0 {
+            let mut acc = T::zero();
+            for i in 0..m {
+                acc += a[pa + i * ia] * b[pb + i * ib];
+            }
+            out[po] += acc;
+        } else {
+            for i in 0..m {
+                out[po + i * io] += a[pa + i * ia] * b[pb + i * ib];
+            }
+        }
+        let mut k = last;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            pa += sa[k];
+            pb += sb[k];
+            po += so[k];
+            if idx[k] < sizes[k] {
+                break;
+            }
+            pa -= sa[k] * sizes[k];
+            pb -= sb[k] * sizes[k];
+            po -= so[k] * sizes[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+/// The direct kernel for one or two operands (`b = None` is the unary case).
+fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>, out_labels: &[u32]) -> Vec<T> {
+    let distinct = |l: &[u32]| loop_order(l, &[]).len() == l.len();
+    if b.is_none() && a.1.len() == out_labels.len() && distinct(a.1) && a.1.iter().all(|c| out_labels.contains(c)) {
+        return permute(sizes, a.0, a.1, out_labels);
+    }
+    let one = [T::one()];
+    let (b_data, b_labels): (&[T], &[u32]) = b.unwrap_or((&one, &[]));
+    let order = loop_order(out_labels, &[a.1, b_labels]);
+    let loop_sizes: SmallVec<[usize; 8]> = order.iter().map(|&c| sizes[c as usize]).collect();
+    let out_shape = shape_of(out_labels, sizes);
+    let mut out = zeroed(out_shape.iter().product());
+    let sa = loop_strides(a.1, &shape_of(a.1, sizes), &order);
+    let sb = loop_strides(b_labels, &shape_of(b_labels, sizes), &order);
+    let so = loop_strides(out_labels, &out_shape, &order);
+    direct_loop(&loop_sizes, a.0, &sa, b_data, &sb, &mut out, &so);
+    out
+}
+
+/// Side of the square tiles of [`permute`].
+const TILE: usize = 32;
+
+/// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
+/// them). Contiguous runs when both innermost axes carry the same label; otherwise tiles of
+/// the source's and the output's innermost axes, so reads and writes both use whole cache
+/// lines.
+fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
+    let out_shape = shape_of(out, sizes);
+    let len: usize = out_shape.iter().product();
+    let mut dst = zeroed(len);
+    if len == 0 {
+        return dst;
+    }
+    let Some(o) = out.len().checked_sub(1) else {
+        dst[0] = src[0];
+        return dst;
+    };
+    let n: SmallVec<[usize; 8]> = out_shape.iter().copied().collect();
+    let so = row_major_strides(&out_shape);
+    let ss = loop_strides(labels, &shape_of(labels, sizes), out);
+    let s = out.iter().position(|&c| Some(&c) == labels.last()).expect("a permutation");
+    // Odometer over every axis but `o` and `s`.
+    let outer: SmallVec<[usize; 8]> = (0..out.len()).filter(|&x| x != o && x != s).collect();
+    let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
+    let (mut po, mut ps) = (0usize, 0usize);
+    loop {
+        if s == o {
+            dst[po..po + n[o]].copy_from_slice(&src[ps..ps + n[o]]);
+        } else {
+            let (no, ns, os, sso) = (n[o], n[s], so[s], ss[o]);
+            for jb in (0..ns).step_by(TILE) {
+                for ib in (0..no).step_by(TILE) {
+                    for j in jb..(jb + TILE).min(ns) {
+                        for i in ib..(ib + TILE).min(no) {
+                            dst[po + i + j * os] = src[ps + i * sso + j];
+                        }
+                    }
+                }
+            }
+        }
+        let mut x = outer.len();
+        loop {
+            if x == 0 {
+                return dst;
+            }
+            x -= 1;
+            let ax = outer[x];
+            idx[x] += 1;
+            po += so[ax];
+            ps += ss[ax];
+            if idx[x] < n[ax] {
+                break;
+            }
+            po -= so[ax] * n[ax];
+            ps -= ss[ax] * n[ax];
+            idx[x] = 0;
+        }
+    }
+}
+
+/// `data` (labels `labels`) as a contiguous tensor with labels `target` (distinct, a
+/// subset of `labels`); other labels summed.
+fn pack<T: Elem>(data: &[T], labels: &[u32], target: &[u32], sizes: &[usize]) -> Vec<T> {
+    direct(sizes, (data, labels), None, target)
+}
+
+/// An operand seen as a batch of matrices without copying: per looped label its stride
+/// (0 if the tensor lacks the label), and the strides of the fused row and column groups.
+struct MatrixView {
+    looped: SmallVec<[usize; 4]>,
+    strides: [usize; 2],
+}
+
+/// The view of a tensor with `labels` as `looped × rows × cols`, if its labels are
+/// distinct, are exactly those of `rows`, `cols` and (some of) `looped`, each of `rows` and
+/// `cols` is a run of consecutive axes in the group's order, and one of the two fused
+/// strides is 1 (or its dimension is 1).
+fn matrix_view(labels: &[u32], sizes: &[usize], looped: &[u32], rows: &[u32], cols: &[u32]) -> Option<MatrixView> {
+    let present = looped.iter().filter(|c| labels.contains(c)).count();
+    if labels.len() != present + rows.len() + cols.len() || loop_order(labels, &[]).len() != labels.len() {
+        return None;
+    }
+    let strides = row_major_strides(&shape_of(labels, sizes));
+    let axis = |c: u32| labels.iter().position(|&l| l == c);
+    let group = |g: &[u32]| -> Option<usize> {
+        let Some(&first) = g.first() else { return Some(0) };
+        let p = axis(first)?;
+        (labels.get(p..p + g.len())? == g).then(|| strides[p + g.len() - 1])
+    };
+    let fused = [group(rows)?, group(cols)?];
+    let looped = looped.iter().map(|&c| axis(c).map_or(0, |p| strides[p])).collect();
+    let prod = |g: &[u32]| g.iter().map(|&c| sizes[c as usize]).product::<usize>();
+    crate::elem::layout(prod(rows), prod(cols), fused)?;
+    Some(MatrixView { looped, strides: fused })
+}
+
+type Group = SmallVec<[u32; 8]>;
+
+/// How the GEMM path runs a contraction: the labels looped over (batch labels, and others
+/// moved out of the matrices so that the largest tensor needs no copy) and the orders of
+/// the fused groups.
+struct GemmPlan {
+    looped: Group,
+    left: Group,
+    contracted: Group,
+    right: Group,
+}
+
+impl GemmPlan {
+    fn dims(&self, sizes: &[usize]) -> [usize; 4] {
+        let p = |g: &[u32]| g.iter().map(|&c| sizes[c as usize]).product::<usize>();
+        [p(&self.looped), p(&self.left), p(&self.right), p(&self.contracted)]
+    }
+}
+
+/// Groups for a tensor with distinct labels `seq` to be read or written in place: a group
+/// must be a run of consecutive axes, and one must end at the innermost axis (unit
+/// stride). So the first group is the longest run of one role ending at the innermost
+/// axis, the second the run of the other role (`x` or not `x`, batch labels excluded) with
+/// the most elements; every other label is looped. `None` if the innermost label is a batch
+/// label. Returns the extra looped labels and the `x` and `y` groups.
+fn split(seq: &[u32], batch: &[u32], is_x: impl Fn(u32) -> bool, sizes: &[usize]) -> Option<(Group, Group, Group)> {
+    let role = |c: u32| {
+        if batch.contains(&c) {
+            0
+        } else if is_x(c) {
+            1
+        } else {
+            2
+        }
+    };
+    let &inner = seq.last()?;
+    let r = role(inner);
+    if r == 0 {
+        return None;
+    }
+    let mut start = seq.len() - 1;
+    while start > 0 && role(seq[start - 1]) == r {
+        start -= 1;
+    }
+    let first: Group = seq[start..].iter().copied().collect();
+    let mut second = Group::new();
+    let mut best = 0;
+    let mut i = 0;
+    while i < start {
+        let mut j = i;
+        while j < start && role(seq[j]) == 3 - r {
+            j += 1;
+        }
+        let elements: usize = seq[i..j].iter().map(|&c| sizes[c as usize]).product();
+        if j > i && elements > best {
+            best = elements;
+            second = seq[i..j].iter().copied().collect();
+        }
+        i = j.max(i + 1);
+    }
+    let looped = seq.iter().copied().filter(|&c| role(c) != 0 && !first.contains(&c) && !second.contains(&c)).collect();
+    Some(if r == 1 { (looped, first, second) } else { (looped, second, first) })
+}
+
+/// Plans the GEMM path. With `anchor`, the largest tensor that can be read or written in
+/// place fixes the looped labels and its groups' orders; without, only batch labels are
+/// looped and groups follow `a` (left), `b` (right) and the larger operand (contracted).
+fn plan(spec: &ContractSpec, a_len: usize, b_len: usize, anchor: bool) -> GemmPlan {
+    let sizes = spec.sizes();
+    let has = |l: &[u32], c: u32| l.contains(&c);
+    let distinct = |l: &[u32]| loop_order(l, &[]);
+    let (ua, ub, uo) = (distinct(&spec.a), distinct(&spec.b), distinct(&spec.out));
+    let batch: Group = uo.iter().copied().filter(|&c| has(&ua, c) && has(&ub, c)).collect();
+    let role = |from: &[u32], f: &dyn Fn(u32) -> bool| -> Group { from.iter().copied().filter(|&c| f(c)).collect() };
+    let is_left = |c: u32| has(&ua, c) && has(&uo, c) && !has(&ub, c);
+    let is_right = |c: u32| has(&ub, c) && has(&uo, c) && !has(&ua, c);
+    let is_contracted = |c: u32| has(&ua, c) && has(&ub, c) && !has(&uo, c);
+    let out_len: usize = spec.out_shape().iter().product();
+    let major = if a_len >= b_len { &ua } else { &ub };
+    let default = GemmPlan {
+        looped: batch.clone(),
+        left: role(&ua, &is_left),
+        contracted: role(major, &is_contracted),
+        right: role(&ub, &is_right),
+    };
+    if !anchor {
+        return default;
+    }
+    // A tensor can be read or written in place only if its labels are distinct and each
+    // has a role (no label summed in one operand alone, no broadcast).
+    let plain = |l: &[u32], u: &[u32], roles: &dyn Fn(u32) -> bool| l.len() == u.len() && u.iter().all(|&c| roles(c));
+    let a_ok = plain(&spec.a, &ua, &|c| batch.contains(&c) || is_left(c) || is_contracted(c));
+    let b_ok = plain(&spec.b, &ub, &|c| batch.contains(&c) || is_right(c) || is_contracted(c));
+    let o_ok = plain(&spec.out, &uo, &|c| batch.contains(&c) || is_left(c) || is_right(c));
+    let mut best = (default.cost(spec, a_len, b_len), default);
+    for which in 0..3 {
+        let r = match which {
+            0 if a_ok => split(&spec.a, &batch, is_left, sizes).map(|(l, x, y)| {
+                let right = if b_len >= out_len { role(&ub, &is_right) } else { role(&uo, &is_right) };
+                (l, x, y, right)
+            }),
+            1 if b_ok => split(&spec.b, &batch, is_contracted, sizes).map(|(l, x, y)| {
+                let left = if a_len >= out_len { role(&ua, &is_left) } else { role(&uo, &is_left) };
+                (l, left, x, y)
+            }),
+            2 if o_ok => {
+                split(&spec.out, &batch, is_left, sizes).map(|(l, x, y)| (l, x, role(major, &is_contracted), y))
+            }
+            _ => None,
+        };
+        if let Some((extra, g1, g2, g3)) = r {
+            let mut looped = batch.clone();
+            looped.extend(extra);
+            // Groups without the looped labels, in the chosen orders.
+            let keep = |g: Group| -> Group { g.into_iter().filter(|c| !looped.contains(c)).collect() };
+            let (left, contracted, right) = match which {
+                0 => (g1, g2, keep(g3)),
+                1 => (keep(g1), g2, g3),
+                _ => (g1, keep(g2), g3),
+            };
+            let p = GemmPlan { looped, left, contracted, right };
+            let cost = p.cost(spec, a_len, b_len);
+            if cost < best.0 {
+                best = (cost, p);
+            }
+        }
+    }
+    best.1
+}
+
+impl GemmPlan {
+    /// Estimated nanoseconds: copies of the tensors that cannot be used in place (about
+    /// 2 ns per element), a fixed cost per GEMM call, and the multiply-adds at a rate that
+    /// falls when a matrix dimension is small (100 GFLOP/s when all are large).
+    fn cost(&self, spec: &ContractSpec, a_len: usize, b_len: usize) -> f64 {
+        let sizes = spec.sizes();
+        let [nl, m, n, k] = self.dims(sizes).map(|d| d as f64);
+        let out_len = spec.out_shape().iter().product::<usize>() as f64;
+        let copied =
+            |labels: &[u32], rows: &[u32], cols: &[u32]| matrix_view(labels, sizes, &self.looped, rows, cols).is_none();
+        let mut copies = 0.0;
+        if copied(&spec.a, &self.left, &self.contracted) {
+            copies += a_len as f64;
+        }
+        if copied(&spec.b, &self.contracted, &self.right) {
+            copies += b_len as f64;
+        }
+        if copied(&spec.out, &self.left, &self.right) {
+            copies += 2.0 * out_len;
+        }
+        let small = m.min(n).min(k);
+        let rate = 100.0 * small / (small + 16.0);
+        2.0 * copies + 300.0 * nl + 2.0 * nl * m * n * k / rate
+    }
+}
+
+/// The GEMM path for a plan (see the [module docs](self)).
+fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &GemmPlan) -> Tensor<T> {
+    let sizes = spec.sizes();
+    let out_shape = spec.out_shape();
+    let [nl, m, n, k] = p.dims(sizes);
+    let out_len: usize = out_shape.iter().product();
+    if nl == 0 || m == 0 || n == 0 || k == 0 {
+        return Tensor::from_parts(&out_shape, zeroed(out_len));
+    }
+    let cat = |l: &[u32], x: &[&[u32]]| -> Group {
+        p.looped.iter().copied().filter(|c| l.contains(c)).chain(x.iter().flat_map(|g| g.iter().copied())).collect()
+    };
+    // Views without copies where the layouts allow, packed copies otherwise.
+    fn operand<'t, T: Elem>(
+        t: &'t Tensor<T>,
+        labels: &[u32],
+        sizes: &[usize],
+        looped: &[u32],
+        [rows, cols]: [&[u32]; 2],
+    ) -> (Cow<'t, [T]>, MatrixView) {
+        match matrix_view(labels, sizes, looped, rows, cols) {
+            Some(v) => (Cow::Borrowed(t.data()), v),
+            None => {
+                let l: Group = looped
+                    .iter()
+                    .copied()
+                    .filter(|c| labels.contains(c))
+                    .chain(rows.iter().chain(cols).copied())
+                    .collect();
+                let v = matrix_view(&l, sizes, looped, rows, cols).expect("packed operands are views");
+                (Cow::Owned(pack(t.data(), labels, &l, sizes)), v)
+            }
+        }
+    }
+    let (a_data, a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
+    let (b_data, b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
+    // The result: the output itself when its layout allows, else a contiguous
+    // `[looped labels of the output, left, right]` tensor permuted or expanded afterwards.
+    let core = cat(&spec.out, &[&p.left, &p.right]);
+    let (in_place, c_view) = match matrix_view(&spec.out, sizes, &p.looped, &p.left, &p.right) {
+        Some(v) => (true, v),
+        None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
+    };
+    let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
+    let mut c = zeroed(c_len);
+    let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
+    let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, p.looped.len());
+    let (mut pa, mut pb, mut pc) = (0usize, 0usize, 0usize);
+    for _ in 0..nl {
+        T::gemm(
+            [m, n, k],
+            Strided(&a_data[pa..], a_view.strides),
+            Strided(&b_data[pb..], b_view.strides),
+            StridedMut(&mut c[pc..], c_view.strides),
+            spec.conj,
+        );
+        for x in (0..p.looped.len()).rev() {
+            idx[x] += 1;
+            pa += a_view.looped[x];
+            pb += b_view.looped[x];
+            pc += c_view.looped[x];
+            if idx[x] < loop_sizes[x] {
+                break;
+            }
+            pa -= a_view.looped[x] * loop_sizes[x];
+            pb -= b_view.looped[x] * loop_sizes[x];
+            pc -= c_view.looped[x] * loop_sizes[x];
+            idx[x] = 0;
+        }
+    }
+    if in_place {
+        Tensor::from_parts(&out_shape, c)
+    } else {
+        Tensor::from_parts(&out_shape, direct(sizes, (&c, &core), None, &spec.out))
+    }
+}
+
+/// `data`, conjugated if `conj` (and complex).
+fn conjugated<T: Elem>(data: &[T], conj: bool) -> Cow<'_, [T]> {
+    if conj && T::IS_COMPLEX { Cow::Owned(data.iter().map(|x| x.conj()).collect()) } else { Cow::Borrowed(data) }
+}
+
+fn check_shape<T: Elem>(what: &str, t: &Tensor<T>, labels: &[u32], sizes: &[usize], spec: &dyn std::fmt::Debug) {
+    let ok = t.rank() == labels.len() && t.shape().iter().zip(labels).all(|(&d, &c)| d == sizes[c as usize]);
+    assert!(
+        ok,
+        "{what} of shape {:?} given to `{spec:?}`, which needs {:?} (graphs must be built with matching shapes)",
+        t.shape(),
+        shape_of(labels, sizes)
+    );
+}
+
+/// What [`contract`] runs for a spec, planned once.
+enum KernelPlan {
+    /// The direct loop: loop sizes and per-label strides of `a`, `b` and the output.
+    Direct {
+        sizes: SmallVec<[usize; 8]>,
+        strides: [SmallVec<[usize; 8]>; 3],
+        out_len: usize,
+    },
+    Gemm(GemmPlan),
+}
+
+impl KernelPlan {
+    fn direct(spec: &ContractSpec) -> Self {
+        let order = loop_order(&spec.out, &[&spec.a, &spec.b]);
+        let sizes = order.iter().map(|&c| spec.sizes[c as usize]).collect();
+        let out_shape = spec.out_shape();
+        let strides = [
+            loop_strides(&spec.a, &spec.a_shape(), &order),
+            loop_strides(&spec.b, &spec.b_shape(), &order),
+            loop_strides(&spec.out, &out_shape, &order),
+        ];
+        KernelPlan::Direct { sizes, strides, out_len: out_shape.iter().product() }
+    }
+
+    fn new(spec: &ContractSpec, choice: KernelChoice) -> Self {
+        let (a_len, b_len) = (spec.a_shape().iter().product(), spec.b_shape().iter().product());
+        let work = |p: &GemmPlan| {
+            let [_, m, n, k] = p.dims(spec.sizes());
+            m.saturating_mul(n).saturating_mul(k)
+        };
+        match choice {
+            KernelChoice::Direct => KernelPlan::direct(spec),
+            KernelChoice::Gemm => KernelPlan::Gemm(plan(spec, a_len, b_len, true)),
+            KernelChoice::GemmBatchLoop => KernelPlan::Gemm(plan(spec, a_len, b_len, false)),
+            // Moving labels into the loop shrinks the GEMMs: keep that only if they stay big.
+            KernelChoice::Auto => Some(plan(spec, a_len, b_len, true))
+                .filter(|p| work(p) >= GEMM_MIN_WORK)
+                .or_else(|| Some(plan(spec, a_len, b_len, false)).filter(|p| work(p) >= GEMM_MIN_WORK))
+                .map_or_else(|| KernelPlan::direct(spec), KernelPlan::Gemm),
+        }
+    }
+
+    fn run<T: Elem>(&self, spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> Tensor<T> {
+        match self {
+            KernelPlan::Direct { sizes, strides: [sa, sb, so], out_len } => {
+                let mut out = zeroed(*out_len);
+                let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
+                direct_loop(sizes, &da, sa, &db, sb, &mut out, so);
+                Tensor::from_parts(&spec.out_shape(), out)
+            }
+            KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
+        }
+    }
+}
+
+/// Which kernel [`contract_using`] runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KernelChoice {
+    /// GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`], the direct loop otherwise.
+    Auto,
+    /// Always the direct loop.
+    Direct,
+    /// Always the GEMM path, planned to copy as little as possible (labels may be moved
+    /// into the loop around the GEMMs).
+    Gemm,
+    /// Always the GEMM path, looping over batch labels only.
+    GemmBatchLoop,
+}
+
+/// Evaluates a binary contraction, choosing the kernel by size.
+///
+/// # Panics
+/// If the operand shapes are not the spec's (graphs built through this crate's builders
+/// are shape-checked when built).
+pub fn contract<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> Tensor<T> {
+    contract_using(spec, a, b, KernelChoice::Auto)
+}
+
+/// Evaluates a binary contraction with a given kernel (for tests and benches).
+///
+/// # Panics
+/// As [`contract`].
+pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, choice: KernelChoice) -> Tensor<T> {
+    check_shape("operand a", a, &spec.a, &spec.sizes, spec);
+    check_shape("operand b", b, &spec.b, &spec.sizes, spec);
+    match choice {
+        KernelChoice::Auto => spec.plan.get_or_init(|| Arc::new(KernelPlan::new(spec, choice))).run(spec, a, b),
+        _ => KernelPlan::new(spec, choice).run(spec, a, b),
+    }
+}
+
+/// Evaluates a one-operand einsum.
+///
+/// # Panics
+/// If the operand shape is not the spec's.
+pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
+    check_shape("operand", a, &spec.a, &spec.sizes, spec);
+    Tensor::from_parts(&spec.out_shape(), direct(spec.sizes(), (a.data(), &spec.a), None, &spec.out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::reference_labels;
+
+    fn ramp(shape: Vec<usize>) -> Tensor<f64> {
+        let mut x = 0.0;
+        Tensor::from_fn(shape, |_| {
+            x += 1.0;
+            (x * 0.37f64).sin()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn canonical_labels_make_equal_specs() {
+        let s1 = ContractSpec::new(&[5, 2], &[2, 7], &[5, 7], &[0, 0, 3, 0, 0, 2, 0, 4]).unwrap();
+        let s2 = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[2, 3, 4]).unwrap();
+        assert_eq!(s1, s2);
+        assert_eq!(format!("{s1:?}"), "ab,bc->ac [2, 3, 4]");
+        assert!(ContractSpec::new(&[0, 9], &[0], &[], &[2]).is_err());
+    }
+
+    #[test]
+    fn gemm_path_matches_reference() {
+        // 20·20·20 ≥ GEMM_MIN_WORK; permuted operands and output, a summed-alone label.
+        let sizes = [20, 20, 20, 3, 2];
+        let cases: [(&[u32], &[u32], &[u32]); 4] = [
+            (&[0, 1], &[1, 2], &[0, 2]),
+            (&[1, 0, 3], &[2, 3, 1], &[3, 2, 0]),
+            (&[3, 0, 1, 4], &[3, 1, 2], &[3, 0, 2]),
+            (&[0, 1], &[1, 2], &[2, 4, 0]),
+        ];
+        for (la, lb, lo) in cases {
+            let spec = ContractSpec::new(la, lb, lo, &sizes).unwrap();
+            let a = ramp(shape_of(la, &sizes));
+            let b = ramp(shape_of(lb, &sizes));
+            let got = contract(&spec, &a, &b);
+            let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).unwrap();
+            let err = got.max_abs_diff(&want).unwrap();
+            assert!(err < 1e-11 * (1.0 + want.max_abs()), "{spec:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unary_cases() {
+        let t = ramp(vec![2, 3]);
+        let p = unary(&UnarySpec::permute(&[2, 3], &[1, 0]).unwrap(), &t);
+        assert_eq!(p.get(&[2, 1]), t.get(&[1, 2]));
+        let s = unary(&UnarySpec::sum_axes(&[2, 3], &[0]).unwrap(), &t);
+        assert_eq!(s.get(&[2]), Some(t.get(&[0, 2]).unwrap() + t.get(&[1, 2]).unwrap()));
+        let b = unary(&UnarySpec::broadcast(&[2, 3], &[2, 4, 3], &[0, 2]).unwrap(), &t);
+        assert_eq!(b.get(&[1, 3, 2]), t.get(&[1, 2]));
+        assert!(UnarySpec::permute(&[2, 3], &[0, 0]).is_err());
+        assert!(UnarySpec::sum_axes(&[2, 3], &[2]).is_err());
+        assert!(UnarySpec::broadcast(&[2, 3], &[3, 2], &[0, 1]).is_err());
+    }
+}

@@ -1,0 +1,95 @@
+//! Dense tensor contractions (einsum) on `computegraph`, differentiable with `tidu`,
+//! built the way an outside user builds on them.
+//!
+//! - [`Tensor`]: a dense row-major tensor of `f64` or [`c64`] ([`Elem`]), data shared
+//!   behind an `Arc`.
+//! - [`TensorOp`]: the primitive set, closed under tidu's transforms: binary contractions
+//!   ([`kernel::ContractSpec`]: products, batched and outer products, traces), one-operand
+//!   einsums ([`kernel::UnarySpec`]: permute, sum over axes, broadcast, diagonals), add,
+//!   neg, conj, scale. JVP and transpose rules: the transpose of a contraction is a
+//!   contraction; complex transposes are adjoints for `⟨a, b⟩ = Re(conj(a)·b)`, the
+//!   convention of `scalar::complex`.
+//! - Kernels ([`kernel`]): a direct strided loop for small or unusual contractions, and
+//!   faer GEMM (sequential) over strided matrix views, with copies only where the layout
+//!   needs them.
+//! - [`Einsum`]: an expression ([`Subscripts`], any Unicode labels) with operand shapes and a
+//!   pairwise path ([`ContractionPath`], opt_einsum's format, or the greedy finder), built
+//!   into a graph, compiled once (resolve → materialize_merge → compile) and evaluated any
+//!   number of times; [`EinsumCache`] shares compiled programs. [`Einsum::gradient`] and
+//!   [`Einsum::hvp`] compile derivative programs (linearize + linear_transpose).
+//! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands.
+//! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
+//!
+//! User input (expressions, shapes, paths, JSON, operands) is rejected with an
+//! [`EinsumError`] that says what is wrong; it never panics.
+//!
+//! ```
+//! use einsum::{Einsum, PathChoice, Tensor};
+//!
+//! // A matrix chain with a scalar result: f(A, B, C) = Σ A_ij B_jk C_ki.
+//! let shapes = vec![vec![2, 3], vec![3, 4], vec![4, 2]];
+//! let e = Einsum::<f64>::new("ij,jk,ki->", &shapes, PathChoice::Greedy).unwrap();
+//! let t = |s: &[usize], x: f64| Tensor::from_fn(s.to_vec(), |i| x + i[0] as f64).unwrap();
+//! let (a, b, c) = (t(&[2, 3], 1.0), t(&[3, 4], 0.5), t(&[4, 2], -1.0));
+//! let f = e.eval(&[&a, &b, &c]).unwrap();
+//! assert_eq!(f.shape(), &[] as &[usize]);
+//!
+//! // Its gradient with respect to B: ∂f/∂B_jk = Σ_i A_ij C_ki, seeded with 1.
+//! let g = e.gradient(&[1]).unwrap();
+//! let db = &g.eval(&[&a, &b, &c], &Tensor::scalar(1.0)).unwrap()[0];
+//! let want = einsum::reference_einsum("ij,ki->jk", &[&a, &c]).unwrap();
+//! assert!(db.max_abs_diff(&want).unwrap() < 1e-12);
+//! ```
+//!
+//! The primitives are ordinary `computegraph` operations, so graphs can also be built by
+//! hand and differentiated with `tidu` directly:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+//! use einsum::{kernel::ContractSpec, c64, Tensor, TensorKey, TensorOp};
+//! use tidu::{grad, DerivativeProgram};
+//!
+//! // f(x) = Σ_i x_i·x_i (no conjugate: holomorphic), df/dx = 2x, and tidu's VJP gives
+//! // conj(2x)·seed.
+//! let dot = TensorOp::<c64>::contract(ContractSpec::new(&[0], &[0], &[], &[2]).unwrap());
+//! let mut b = GraphBuilder::new();
+//! let x = b.add_input(TensorKey::var(0));
+//! let y = b.add_operation(dot, vec![Local(x), Local(x)], Primary)[0];
+//! let f = Arc::new(b.build());
+//! let g = grad(&resolve(vec![f.clone()]), &f.global_key(y), &[TensorKey::var(0)]).unwrap();
+//! let program = DerivativeProgram::new(&g).unwrap();
+//! let xv = Tensor::new(vec![2], vec![c64::new(1.0, 2.0), c64::new(0.0, -1.0)]).unwrap();
+//! let one = Tensor::scalar(c64::new(1.0, 0.0));
+//! let seed = g.tangent_inputs()[0].0.clone();
+//! let out = program.eval(&mut (), |k| Some(if *k == seed { &one } else { &xv })).unwrap();
+//! assert_eq!(out[0].as_ref().unwrap().data(), &[c64::new(2.0, -4.0), c64::new(0.0, 2.0)]);
+//! ```
+//!
+//! See `docs/ARCHITECTURE.md` (section *einsum*) for the design and its invariants.
+
+#![deny(missing_docs)]
+
+mod ad;
+mod buffer;
+mod elem;
+mod error;
+mod instance;
+pub mod kernel;
+mod network;
+mod op;
+mod path;
+mod reference;
+mod subscripts;
+mod tensor;
+
+pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, release_buffers};
+pub use elem::{Elem, Strided, StridedMut, c64};
+pub use error::{EinsumError, EinsumResult};
+pub use instance::Instance;
+pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, PathChoice};
+pub use op::{TensorKey, TensorOp};
+pub use path::ContractionPath;
+pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
+pub use subscripts::Subscripts;
+pub use tensor::Tensor;

@@ -1,0 +1,625 @@
+//! Contraction graphs: [`Einsum`] turns an expression, operand shapes and a pairwise path
+//! into a `computegraph` graph of [`TensorOp`]s, compiles it once
+//! (resolve → materialize_merge → compile) and evaluates it any number of times;
+//! [`EinsumCache`] reuses compiled expressions; [`Einsum::gradient`] and [`Einsum::hvp`]
+//! build derivative programs with `tidu`.
+//!
+//! Graph shape: one input per operand (key [`TensorKey::Var`]`(i)`), one `contract` per
+//! path step, and a final `unary` only when a single operand needs reordering or reducing.
+//! Each step keeps the labels still needed (by a remaining operand or the output) in the
+//! order batch, left, right (see [`crate::kernel`]), so the GEMM result needs no permute; the
+//! last step produces the output's labels in the output's order.
+//!
+//! Labels are renumbered per step ([`ContractSpec`] is canonical), so the same network
+//! spelled with other letters builds the same keys and shares compiled programs.
+
+use std::sync::{Arc, Mutex};
+
+use computegraph::{CompileCache, CompiledProgram, EvalState, Graph, GraphBuilder, OperationRole, ValueKey, ValueRef};
+use rustc_hash::FxHashMap;
+use tidu::DerivativeProgram;
+
+use crate::elem::Elem;
+use crate::error::{EinsumError, EinsumResult};
+use crate::kernel::{ContractSpec, UnarySpec};
+use crate::op::{TensorKey, TensorOp};
+use crate::path::ContractionPath;
+use crate::subscripts::Subscripts;
+use crate::tensor::Tensor;
+
+/// How to pick the pairwise path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathChoice {
+    /// [`ContractionPath::greedy`].
+    Greedy,
+    /// An explicit path (opt_einsum format).
+    Explicit(ContractionPath),
+}
+
+/// A compiled contraction network for fixed shapes.
+///
+/// ```
+/// use einsum::{Einsum, PathChoice, Tensor};
+///
+/// let e = Einsum::<f64>::new("ij,jk,kl->il", &[vec![2, 3], vec![3, 4], vec![4, 2]], PathChoice::Greedy).unwrap();
+/// let ones = |s: &[usize]| Tensor::from_fn(s.to_vec(), |_| 1.0).unwrap();
+/// let (a, b, c) = (ones(&[2, 3]), ones(&[3, 4]), ones(&[4, 2]));
+/// let r = e.eval(&[&a, &b, &c]).unwrap();
+/// assert_eq!(r.shape(), &[2, 2]);
+/// assert_eq!(r.get(&[0, 1]), Some(12.0));
+/// assert!(e.eval(&[&a, &b]).is_err());
+/// ```
+pub struct Einsum<T: Elem> {
+    subscripts: Subscripts,
+    shapes: Vec<Vec<usize>>,
+    path: ContractionPath,
+    graph: Arc<Graph<TensorOp<T>>>,
+    output: ValueKey<TensorOp<T>>,
+    output_shape: Vec<usize>,
+    program: Arc<CompiledProgram<TensorOp<T>>>,
+    multiply_adds: f64,
+}
+
+impl<T: Elem> Einsum<T> {
+    /// Parses, checks shapes and path, builds and compiles.
+    pub fn new(expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Self> {
+        Self::build(expression, shapes, path, None)
+    }
+
+    /// As [`Einsum::new`], compiling through `cache` (equal graphs share one program).
+    pub fn with_cache(
+        expression: &str,
+        shapes: &[Vec<usize>],
+        path: PathChoice,
+        cache: &CompileCache<TensorOp<T>>,
+    ) -> EinsumResult<Self> {
+        Self::build(expression, shapes, path, Some(cache))
+    }
+
+    fn build(
+        expression: &str,
+        shapes: &[Vec<usize>],
+        path: PathChoice,
+        cache: Option<&CompileCache<TensorOp<T>>>,
+    ) -> EinsumResult<Self> {
+        let subscripts = Subscripts::parse(expression)?;
+        let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let by_char = subscripts.label_sizes(&shape_refs)?;
+        // Number the labels and collect their sizes.
+        let mut ids: FxHashMap<char, u32> = FxHashMap::default();
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut id = |c: char| {
+            *ids.entry(c).or_insert_with(|| {
+                sizes.push(by_char[&c]);
+                sizes.len() as u32 - 1
+            })
+        };
+        let inputs: Vec<Vec<u32>> = subscripts.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
+        let output: Vec<u32> = subscripts.output().iter().map(|&c| id(c)).collect();
+        let path = match path {
+            PathChoice::Explicit(p) => p,
+            PathChoice::Greedy => ContractionPath::greedy(&inputs, &output, |c| sizes[c as usize]),
+        };
+        path.validate(inputs.len())?;
+
+        let mut b = GraphBuilder::<TensorOp<T>>::new();
+        // Slots: operands then step results; `live` finds the p-th live slot in O(log n).
+        let mut slots: Vec<(computegraph::LocalValueId, Vec<u32>)> = Vec::with_capacity(2 * inputs.len());
+        for (i, l) in inputs.iter().enumerate() {
+            slots.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
+        }
+        let mut live = LiveList::new(inputs.len(), 2 * inputs.len());
+        // How many live operands hold each label.
+        let mut holders = vec![0usize; sizes.len()];
+        for l in &inputs {
+            for c in distinct(l) {
+                holders[c as usize] += 1;
+            }
+        }
+        let mut multiply_adds = 0.0;
+        for (s, &[i, j]) in path.steps().iter().enumerate() {
+            let (si, sj) = (live.nth(i), live.nth(j));
+            live.remove(si);
+            live.remove(sj);
+            let (va, la) = (slots[si].0, std::mem::take(&mut slots[si].1));
+            let (vb, lb) = (slots[sj].0, std::mem::take(&mut slots[sj].1));
+            for c in distinct(&la).into_iter().chain(distinct(&lb)) {
+                holders[c as usize] -= 1;
+            }
+            let last = s + 1 == path.steps().len();
+            let kept = if last {
+                output.clone()
+            } else {
+                step_output(&la, &lb, |c| holders[c as usize] > 0 || output.contains(&c))
+            };
+            let spec = ContractSpec::new(&la, &lb, &kept, &sizes)?;
+            multiply_adds += spec.multiply_adds() as f64;
+            let v = b.try_add_operation(
+                TensorOp::contract(spec),
+                vec![ValueRef::Local(va), ValueRef::Local(vb)],
+                OperationRole::Primary,
+            )?[0];
+            for &c in &kept {
+                holders[c as usize] += 1;
+            }
+            live.push(slots.len());
+            slots.push((v, kept));
+        }
+        let last = live.nth(0);
+        let (mut result, labels) = (slots[last].0, std::mem::take(&mut slots[last].1));
+        if labels != output {
+            let spec = UnarySpec::new(&labels, &output, &sizes)?;
+            multiply_adds += spec.multiply_adds() as f64;
+            result =
+                b.try_add_operation(TensorOp::unary(spec), vec![ValueRef::Local(result)], OperationRole::Primary)?[0];
+        }
+        b.try_set_outputs(vec![result])?;
+        let graph = Arc::new(b.try_build()?);
+        let output_key = graph.try_global_key(result)?;
+        let view = computegraph::try_resolve(vec![graph.clone()])?;
+        let outputs = std::slice::from_ref(&output_key);
+        let program = match cache {
+            Some(c) => c.get_or_compile(&view, outputs)?,
+            None => Arc::new(computegraph::try_compile(&computegraph::try_materialize_merge(&view, outputs)?)?),
+        };
+        let output_shape = output.iter().map(|&c| sizes[c as usize]).collect();
+        Ok(Einsum {
+            subscripts,
+            shapes: shapes.to_vec(),
+            path,
+            graph,
+            output: output_key,
+            output_shape,
+            program,
+            multiply_adds,
+        })
+    }
+
+    /// Evaluates on operands of the shapes given at construction.
+    pub fn eval(&self, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+        self.eval_with(&mut EvalState::new(), operands)
+    }
+
+    /// [`Einsum::eval`] reusing `state`'s allocations.
+    pub fn eval_with(&self, state: &mut EvalState<Tensor<T>>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+        self.check_operands(operands)?;
+        let inputs = self.program.bind_inputs(|k| match k {
+            TensorKey::Var(i) => operands.get(*i as usize).copied(),
+            TensorKey::Tangent(_) => None,
+        })?;
+        let mut out = self.program.eval_with(state, &mut (), &inputs)?;
+        Ok(out.pop().expect("one output"))
+    }
+
+    /// [`Einsum::eval`] with independent steps run in parallel on `pool` (or the current
+    /// rayon pool): computegraph's level-parallel evaluator, driven by the operations'
+    /// cost hints. Kernels stay sequential inside a step. On the shared 2-core development
+    /// machine it has not been faster than [`Einsum::eval`] on the benchmark instances yet
+    /// (see `docs/PERFORMANCE.md`).
+    pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+        self.check_operands(operands)?;
+        let inputs = self.program.bind_inputs(|k| match k {
+            TensorKey::Var(i) => operands.get(*i as usize).copied(),
+            TensorKey::Tangent(_) => None,
+        })?;
+        let mut out = self.program.try_eval_parallel(pool, &mut (), &inputs)?;
+        Ok(out.pop().expect("one output"))
+    }
+
+    fn check_operands(&self, operands: &[&Tensor<T>]) -> EinsumResult<()> {
+        if operands.len() != self.shapes.len() {
+            return Err(EinsumError::Shape(format!(
+                "`{}` takes {} operands but {} were given",
+                self.subscripts,
+                self.shapes.len(),
+                operands.len()
+            )));
+        }
+        for (i, (t, s)) in operands.iter().zip(&self.shapes).enumerate() {
+            if t.shape() != s.as_slice() {
+                return Err(EinsumError::Shape(format!(
+                    "operand {i} of `{}` has shape {:?} but the expression was built for {s:?}",
+                    self.subscripts,
+                    t.shape()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed subscripts.
+    pub fn subscripts(&self) -> &Subscripts {
+        &self.subscripts
+    }
+    /// The operand shapes.
+    pub fn shapes(&self) -> &[Vec<usize>] {
+        &self.shapes
+    }
+    /// The pairwise path used.
+    pub fn path(&self) -> &ContractionPath {
+        &self.path
+    }
+    /// The graph (one fragment; inputs `TensorKey::Var(i)`).
+    pub fn graph(&self) -> &Arc<Graph<TensorOp<T>>> {
+        &self.graph
+    }
+    /// The key of the result.
+    pub fn output_key(&self) -> &ValueKey<TensorOp<T>> {
+        &self.output
+    }
+    /// The result's shape.
+    pub fn output_shape(&self) -> &[usize] {
+        &self.output_shape
+    }
+    /// The compiled program.
+    pub fn program(&self) -> &Arc<CompiledProgram<TensorOp<T>>> {
+        &self.program
+    }
+    /// Multiply-adds of the direct loops of all steps (a flop count of the path, /2).
+    pub fn multiply_adds(&self) -> f64 {
+        self.multiply_adds
+    }
+
+    fn wrt_keys(&self, wrt: &[usize]) -> EinsumResult<Vec<TensorKey>> {
+        let mut seen = vec![false; self.shapes.len()];
+        wrt.iter()
+            .map(|&i| match seen.get_mut(i) {
+                Some(s) if !*s => {
+                    *s = true;
+                    Ok(TensorKey::var(i as u32))
+                }
+                Some(_) => Err(EinsumError::Shape(format!("operand {i} is listed twice in `wrt`"))),
+                None => Err(EinsumError::Shape(format!(
+                    "cannot differentiate with respect to operand {i}: there are {}",
+                    self.shapes.len()
+                ))),
+            })
+            .collect()
+    }
+
+    /// The reverse-mode derivative (vector-Jacobian product) with respect to the operands
+    /// `wrt`: evaluate it with a cotangent of the output's shape (a scalar `1` for the
+    /// gradient of a scalar result). Complex: the adjoint for `Re(conj(a)·b)`.
+    pub fn gradient(&self, wrt: &[usize]) -> EinsumResult<EinsumGradient<T>> {
+        let keys = self.wrt_keys(wrt)?;
+        let view = computegraph::try_resolve(vec![self.graph.clone()])?;
+        let g = tidu::vjp(&view, std::slice::from_ref(&self.output), &keys)?;
+        let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
+        Ok(EinsumGradient { program: DerivativeProgram::new(&g)?, seed, wrt: wrt.to_vec(), einsum: self.meta() })
+    }
+
+    /// Hessian-vector products of `x ↦ ⟨c, f(x)⟩` with respect to the operands `wrt`
+    /// (forward over reverse): evaluate with the cotangent `c` and one direction per `wrt`.
+    pub fn hvp(&self, wrt: &[usize]) -> EinsumResult<EinsumHvp<T>> {
+        let keys = self.wrt_keys(wrt)?;
+        let view = computegraph::try_resolve(vec![self.graph.clone()])?;
+        let g = tidu::grad(&view, &self.output, &keys)?;
+        let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
+        let gkeys: Vec<ValueKey<TensorOp<T>>> = g.tangent_output_keys().into_iter().flatten().collect();
+        let hv = tidu::jvp(&computegraph::try_resolve(vec![g.graph().clone()])?, &gkeys, &keys)?;
+        let directions = hv.tangent_inputs().iter().map(|(k, _)| k.clone()).collect();
+        // Re-align with `wrt`: a symbolic-zero gradient entry has a zero HVP.
+        let mut it = 0..;
+        let positions = g.tangent_outputs().iter().map(|o| o.map(|_| it.next().expect("unbounded"))).collect();
+        Ok(EinsumHvp {
+            program: DerivativeProgram::new(&hv)?,
+            seed,
+            directions,
+            positions,
+            wrt: wrt.to_vec(),
+            einsum: self.meta(),
+        })
+    }
+
+    fn meta(&self) -> Meta {
+        Meta { shapes: self.shapes.clone(), output_shape: self.output_shape.clone(), name: self.subscripts.to_string() }
+    }
+}
+
+/// What derivative programs need to check and shape their arguments.
+struct Meta {
+    shapes: Vec<Vec<usize>>,
+    output_shape: Vec<usize>,
+    name: String,
+}
+
+impl Meta {
+    fn check(&self, what: &str, t: &[&Tensor<impl Elem>], shapes: &[&[usize]]) -> EinsumResult<()> {
+        if t.len() != shapes.len() {
+            return Err(EinsumError::Shape(format!(
+                "{what} of `{}`: {} tensors given, {} expected",
+                self.name,
+                t.len(),
+                shapes.len()
+            )));
+        }
+        for (i, (t, s)) in t.iter().zip(shapes).enumerate() {
+            if t.shape() != *s {
+                return Err(EinsumError::Shape(format!(
+                    "{what} {i} of `{}` has shape {:?}, expected {s:?}",
+                    self.name,
+                    t.shape()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Labels of the result of contracting `a` and `b` that are still `needed` (by a remaining
+/// operand or the output). Ordered batch (in both, `a`'s order), left (`a` only), right
+/// (`b` only), so the GEMM kernel can write the result in place.
+fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    let mut push = |c: u32| {
+        if needed(c) && !out.contains(&c) {
+            out.push(c);
+        }
+    };
+    a.iter().filter(|c| b.contains(c)).for_each(|&c| push(c));
+    a.iter().filter(|c| !b.contains(c)).for_each(|&c| push(c));
+    b.iter().filter(|c| !a.contains(c)).for_each(|&c| push(c));
+    out
+}
+
+/// The distinct labels of a list, in order.
+fn distinct(l: &[u32]) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::with_capacity(l.len());
+    for &c in l {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The operand list of a pairwise path as live flags over slots (operands, then results
+/// in order) in a Fenwick tree: the p-th live slot in `O(log n)`, so a path of `n` steps
+/// is followed in `O(n log n)` rather than the `O(n²)` of removing from a vector.
+struct LiveList {
+    tree: Vec<usize>,
+    len: usize,
+}
+
+impl LiveList {
+    /// Slots `0..live` live, room for `capacity` slots.
+    fn new(live: usize, capacity: usize) -> Self {
+        let mut l = LiveList { tree: vec![0; capacity.max(live) + 1], len: 0 };
+        for i in 0..live {
+            l.push(i);
+        }
+        l
+    }
+
+    fn add(&mut self, slot: usize, delta: isize) {
+        let mut i = slot + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Marks `slot` live (slots are pushed in increasing order).
+    fn push(&mut self, slot: usize) {
+        if slot + 1 >= self.tree.len() {
+            // Rebuild with twice the room (rare: capacity is 2n for n operands).
+            let old: Vec<usize> = (0..self.tree.len() - 1).filter(|&s| self.is_live(s)).collect();
+            *self = LiveList { tree: vec![0; 2 * (slot + 1) + 1], len: 0 };
+            for s in old {
+                self.push(s);
+            }
+        }
+        self.add(slot, 1);
+        self.len += 1;
+    }
+
+    fn remove(&mut self, slot: usize) {
+        self.add(slot, -1);
+        self.len -= 1;
+    }
+
+    fn prefix(&self, slot: usize) -> usize {
+        let (mut i, mut sum) = (slot + 1, 0);
+        while i > 0 {
+            sum += self.tree[i];
+            i &= i - 1;
+        }
+        sum
+    }
+
+    fn is_live(&self, slot: usize) -> bool {
+        self.prefix(slot) - if slot == 0 { 0 } else { self.prefix(slot - 1) } == 1
+    }
+
+    /// The slot of the `p`-th live operand (`p < len`, checked by path validation).
+    fn nth(&self, p: usize) -> usize {
+        debug_assert!(p < self.len);
+        let (mut pos, mut rest) = (0, p + 1);
+        let mut step = (self.tree.len() - 1).next_power_of_two();
+        while step > 0 {
+            let next = pos + step;
+            if next < self.tree.len() && self.tree[next] < rest {
+                pos = next;
+                rest -= self.tree[next];
+            }
+            step /= 2;
+        }
+        pos
+    }
+}
+
+fn zeros_like<T: Elem>(shape: &[usize]) -> EinsumResult<Tensor<T>> {
+    Tensor::zeros(shape.to_vec())
+}
+
+/// A compiled vector-Jacobian product of an [`Einsum`] ([`Einsum::gradient`]).
+pub struct EinsumGradient<T: Elem> {
+    program: DerivativeProgram<TensorOp<T>>,
+    seed: Option<TensorKey>,
+    wrt: Vec<usize>,
+    einsum: Meta,
+}
+
+impl<T: Elem> EinsumGradient<T> {
+    /// `Jᵀ c`: one tensor per `wrt` operand (zeros where the output does not depend on it).
+    pub fn eval(&self, operands: &[&Tensor<T>], cotangent: &Tensor<T>) -> EinsumResult<Vec<Tensor<T>>> {
+        let m = &self.einsum;
+        let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
+        m.check("operand", operands, &shapes)?;
+        m.check("cotangent", &[cotangent], &[&m.output_shape])?;
+        let out = self.program.eval(&mut (), |k| match k {
+            TensorKey::Var(i) => operands.get(*i as usize).copied(),
+            k if Some(k) == self.seed.as_ref() => Some(cotangent),
+            TensorKey::Tangent(_) => None,
+        })?;
+        out.into_iter().zip(&self.wrt).map(|(g, &i)| g.map_or_else(|| zeros_like(&m.shapes[i]), Ok)).collect()
+    }
+}
+
+/// A compiled Hessian-vector product of an [`Einsum`] ([`Einsum::hvp`]).
+pub struct EinsumHvp<T: Elem> {
+    program: DerivativeProgram<TensorOp<T>>,
+    seed: Option<TensorKey>,
+    directions: Vec<TensorKey>,
+    positions: Vec<Option<usize>>,
+    wrt: Vec<usize>,
+    einsum: Meta,
+}
+
+impl<T: Elem> EinsumHvp<T> {
+    /// `H_c v` for `H_c` the Hessian of `x ↦ ⟨c, f(x)⟩` in the `wrt` operands and `v` one
+    /// direction per `wrt` operand; one tensor per `wrt` operand.
+    pub fn eval(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        directions: &[&Tensor<T>],
+    ) -> EinsumResult<Vec<Tensor<T>>> {
+        let m = &self.einsum;
+        let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
+        m.check("operand", operands, &shapes)?;
+        m.check("cotangent", &[cotangent], &[&m.output_shape])?;
+        let dshapes: Vec<&[usize]> = self.wrt.iter().map(|&i| shapes[i]).collect();
+        m.check("direction", directions, &dshapes)?;
+        let out = self.program.eval(&mut (), |k| match k {
+            TensorKey::Var(i) => operands.get(*i as usize).copied(),
+            k if Some(k) == self.seed.as_ref() => Some(cotangent),
+            k => self.directions.iter().position(|d| d == k).map(|p| directions[p]),
+        })?;
+        let mut out: Vec<Option<Tensor<T>>> = out;
+        self.positions
+            .iter()
+            .zip(&self.wrt)
+            .map(|(p, &i)| match p.and_then(|p| out[p].take()) {
+                Some(t) => Ok(t),
+                None => zeros_like(&m.shapes[i]),
+            })
+            .collect()
+    }
+}
+
+/// What [`EinsumCache`] keys compiled expressions by.
+type ExpressionKey = (String, Vec<Vec<usize>>, PathChoice);
+
+/// Compiled expressions by (expression, shapes, path), sharing one [`CompileCache`] so that
+/// structurally equal networks (the same expression with other letters) share a program.
+///
+/// ```
+/// use einsum::{EinsumCache, PathChoice};
+/// let cache = EinsumCache::<f64>::new(64);
+/// let shapes = vec![vec![2, 3], vec![3, 4]];
+/// let a = cache.get("ij,jk->ik", &shapes, PathChoice::Greedy).unwrap();
+/// let b = cache.get("ij,jk->ik", &shapes, PathChoice::Greedy).unwrap();
+/// let c = cache.get("xy,yz->xz", &shapes, PathChoice::Greedy).unwrap();
+/// assert!(std::sync::Arc::ptr_eq(&a, &b));
+/// assert!(std::sync::Arc::ptr_eq(a.program(), c.program()));
+/// ```
+pub struct EinsumCache<T: Elem> {
+    capacity: usize,
+    programs: CompileCache<TensorOp<T>>,
+    expressions: Mutex<Expressions<T>>,
+}
+
+/// The expressions of an [`EinsumCache`], with their insertion order for eviction.
+struct Expressions<T: Elem> {
+    map: FxHashMap<ExpressionKey, Arc<Einsum<T>>>,
+    order: std::collections::VecDeque<ExpressionKey>,
+}
+
+impl<T: Elem> EinsumCache<T> {
+    /// A cache holding at most `capacity` compiled programs and `capacity` expressions
+    /// (the oldest expression is dropped first; programs are evicted least recently used).
+    pub fn new(capacity: usize) -> Self {
+        let expressions = Expressions { map: FxHashMap::default(), order: Default::default() };
+        EinsumCache {
+            capacity: capacity.max(1),
+            programs: CompileCache::new(capacity),
+            expressions: Mutex::new(expressions),
+        }
+    }
+
+    /// The compiled expression, built on first use.
+    pub fn get(&self, expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Arc<Einsum<T>>> {
+        let key = (expression.to_string(), shapes.to_vec(), path);
+        let lock = || self.expressions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = lock().map.get(&key) {
+            return Ok(Arc::clone(e));
+        }
+        let e = Arc::new(Einsum::with_cache(expression, shapes, key.2.clone(), &self.programs)?);
+        let mut x = lock();
+        if let Some(e) = x.map.get(&key) {
+            return Ok(Arc::clone(e));
+        }
+        while x.map.len() >= self.capacity {
+            let Some(old) = x.order.pop_front() else { break };
+            x.map.remove(&old);
+        }
+        x.order.push_back(key.clone());
+        x.map.insert(key, Arc::clone(&e));
+        Ok(e)
+    }
+
+    /// Compiled expressions held now.
+    pub fn len(&self) -> usize {
+        self.expressions.lock().unwrap_or_else(|e| e.into_inner()).map.len()
+    }
+
+    /// Whether no expression is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Statistics of the shared program cache.
+    pub fn program_stats(&self) -> computegraph::CacheStats {
+        self.programs.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_list_follows_a_vector_model() {
+        // The opt_einsum semantics on a plain vector, against the Fenwick list.
+        let n = 37;
+        let mut model: Vec<usize> = (0..n).collect();
+        let mut live = LiveList::new(n, 4);
+        let mut next = n;
+        let mut seed = 12345u64;
+        while model.len() > 1 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let i = (seed >> 33) as usize % model.len();
+            let j = (i + 1 + (seed >> 13) as usize % (model.len() - 1)) % model.len();
+            let (si, sj) = (live.nth(i), live.nth(j));
+            assert_eq!((si, sj), (model[i], model[j]));
+            live.remove(si);
+            live.remove(sj);
+            model.retain(|&x| x != si && x != sj);
+            live.push(next);
+            model.push(next);
+            next += 1;
+        }
+        assert_eq!(live.nth(0), model[0]);
+    }
+}

@@ -1,0 +1,113 @@
+//! The plain reference: one loop over every assignment of every label, no strides, no
+//! reordering. Trivially correct and slow (the product of all label sizes); tests compare
+//! the kernels and the contraction graphs with it.
+
+use rustc_hash::FxHashMap;
+
+use crate::elem::Elem;
+use crate::error::{EinsumError, EinsumResult};
+use crate::subscripts::Subscripts;
+use crate::tensor::Tensor;
+
+/// Refuses references of more than this many label assignments.
+pub const REFERENCE_MAX_ITERATIONS: u128 = 1 << 32;
+
+/// Evaluates `expression` on `operands` by brute force.
+///
+/// ```
+/// use einsum::{reference_einsum, Tensor};
+/// let a = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+/// let t = reference_einsum("ii->", &[&a]).unwrap();
+/// assert_eq!(t.get(&[]), Some(5.0));
+/// ```
+pub fn reference_einsum<T: Elem>(expression: &str, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+    let s = Subscripts::parse(expression)?;
+    let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape()).collect();
+    let sizes = s.label_sizes(&shapes)?;
+    let mut ids: FxHashMap<char, u32> = FxHashMap::default();
+    let mut label_sizes = Vec::new();
+    let mut id = |c: char| {
+        *ids.entry(c).or_insert_with(|| {
+            label_sizes.push(sizes[&c]);
+            label_sizes.len() as u32 - 1
+        })
+    };
+    let labelled: Vec<Vec<u32>> = s.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
+    let out: Vec<u32> = s.output().iter().map(|&c| id(c)).collect();
+    let ops: Vec<(&Tensor<T>, &[u32])> = operands.iter().copied().zip(labelled.iter().map(Vec::as_slice)).collect();
+    reference_labels(&ops, &out, &label_sizes)
+}
+
+/// The reference on numeric labels (`labels[i] < sizes.len()`), in the general form the
+/// primitives use: repeated labels in an operand read its diagonal, repeated output labels
+/// write the output's diagonal (zeros elsewhere), output labels in no operand broadcast, and
+/// operand labels not in the output are summed. Sizes of labels that occur nowhere are
+/// ignored.
+pub fn reference_labels<T: Elem>(
+    operands: &[(&Tensor<T>, &[u32])],
+    out: &[u32],
+    sizes: &[usize],
+) -> EinsumResult<Tensor<T>> {
+    for (i, (t, l)) in operands.iter().enumerate() {
+        let expected: Option<Vec<usize>> = l.iter().map(|&c| sizes.get(c as usize).copied()).collect();
+        if expected.as_deref() != Some(t.shape()) {
+            return Err(EinsumError::Shape(format!("reference: operand {i} has shape {:?}, labels {l:?}", t.shape())));
+        }
+    }
+    let out_shape: Option<Vec<usize>> = out.iter().map(|&c| sizes.get(c as usize).copied()).collect();
+    let out_shape = out_shape.ok_or_else(|| EinsumError::Shape(format!("reference: output labels {out:?}")))?;
+    // Only labels that occur are looped over (a size given for an unused label is ignored).
+    let mut used: Vec<usize> = operands.iter().flat_map(|(_, l)| l.iter()).chain(out).map(|&c| c as usize).collect();
+    used.sort_unstable();
+    used.dedup();
+    let total: u128 = used.iter().map(|&c| sizes[c] as u128).product();
+    if total > REFERENCE_MAX_ITERATIONS {
+        return Err(EinsumError::Shape(format!("reference: {total} label assignments is too many")));
+    }
+    let mut result = Tensor::zeros(out_shape.clone())?.data().to_vec();
+    let mut assignment = vec![0usize; sizes.len()];
+    let offset = |shape: &[usize], labels: &[u32], a: &[usize]| {
+        labels.iter().zip(shape).fold(0usize, |off, (&c, &d)| off * d + a[c as usize])
+    };
+    for _ in 0..total {
+        let mut p = T::one();
+        for (t, l) in operands {
+            p = p * t.data()[offset(t.shape(), l, &assignment)];
+        }
+        result[offset(&out_shape, out, &assignment)] += p;
+        for &k in used.iter().rev() {
+            assignment[k] += 1;
+            if assignment[k] < sizes[k] {
+                break;
+            }
+            assignment[k] = 0;
+        }
+    }
+    // Repeated output labels: only the diagonal was written, as intended.
+    Tensor::new(out_shape, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_known_cases() {
+        let a = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let b = Tensor::new(vec![2, 2], vec![5.0, 6.0, 7.0, 8.0]).unwrap();
+        let c = reference_einsum("ij,jk->ik", &[&a, &b]).unwrap();
+        assert_eq!(c.data(), &[19.0, 22.0, 43.0, 50.0]);
+        let t = reference_einsum("ij->ji", &[&a]).unwrap();
+        assert_eq!(t.data(), &[1.0, 3.0, 2.0, 4.0]);
+        let d = reference_einsum("ii->i", &[&a]).unwrap();
+        assert_eq!(d.data(), &[1.0, 4.0]);
+        let s = reference_einsum("ij,ij", &[&a, &b]).unwrap();
+        assert_eq!(s.get(&[]), Some(70.0));
+        // Output diagonal and broadcast in the general labelled form.
+        let v = Tensor::new(vec![2], vec![1.0, 2.0]).unwrap();
+        let e = reference_labels(&[(&v, &[0])], &[0, 0, 1], &[2, 3]).unwrap();
+        assert_eq!(e.get(&[1, 1, 2]), Some(2.0));
+        assert_eq!(e.get(&[0, 1, 2]), Some(0.0));
+        assert!(reference_einsum("ij,jk->ik", &[&a, &v]).is_err());
+    }
+}

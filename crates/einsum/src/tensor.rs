@@ -1,0 +1,246 @@
+//! [`Tensor`]: a dense, row-major, immutable tensor whose data is shared (cloning is cheap).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::buffer::{Buffer, zeroed};
+use crate::elem::Elem;
+use crate::error::{EinsumError, EinsumResult};
+
+/// A dense row-major tensor of `T` with a shape. The data is behind an `Arc`, so clones
+/// (which the evaluator makes of its inputs) cost a reference count, not a copy.
+///
+/// ```
+/// use einsum::Tensor;
+/// let t = Tensor::new(vec![2, 3], (0..6).map(f64::from).collect()).unwrap();
+/// assert_eq!(t.get(&[1, 2]), Some(5.0));
+/// assert!(Tensor::<f64>::new(vec![2, 3], vec![0.0; 5]).is_err());
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct Tensor<T: Elem> {
+    shape: Arc<[usize]>,
+    data: Arc<Buffer<T>>,
+}
+
+/// The number of elements of a shape, or `None` on overflow.
+pub(crate) fn checked_len(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// Row-major strides of a shape.
+pub(crate) fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![0; shape.len()];
+    let mut acc = 1;
+    for (i, &d) in shape.iter().enumerate().rev() {
+        s[i] = acc;
+        acc *= d;
+    }
+    s
+}
+
+impl<T: Elem> Tensor<T> {
+    /// A tensor from its shape and row-major data; the data length must be the product of
+    /// the shape.
+    pub fn new(shape: Vec<usize>, data: Vec<T>) -> EinsumResult<Self> {
+        match checked_len(&shape) {
+            Some(n) if n == data.len() => Ok(Tensor { shape: shape.into(), data: Arc::new(Buffer::new(data)) }),
+            Some(n) => Err(EinsumError::Shape(format!(
+                "shape {shape:?} has {n} elements but {} values were given",
+                data.len()
+            ))),
+            None => Err(EinsumError::Shape(format!("shape {shape:?} overflows usize"))),
+        }
+    }
+
+    /// Internal constructor for kernels whose output length is right by construction.
+    pub(crate) fn from_parts(shape: &[usize], data: Vec<T>) -> Self {
+        debug_assert_eq!(checked_len(shape), Some(data.len()));
+        Tensor { shape: shape.into(), data: Arc::new(Buffer::new(data)) }
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(shape: Vec<usize>) -> EinsumResult<Self> {
+        let n = checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
+        Self::new(shape, zeroed(n))
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar(x: T) -> Self {
+        Tensor { shape: Arc::from(Vec::new()), data: Arc::new(Buffer::new(vec![x])) }
+    }
+
+    /// A tensor whose element at multi-index `i` is `f(i)`.
+    pub fn from_fn(shape: Vec<usize>, mut f: impl FnMut(&[usize]) -> T) -> EinsumResult<Self> {
+        let n = checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
+        let mut data = Vec::with_capacity(n);
+        let mut idx = vec![0; shape.len()];
+        for _ in 0..n {
+            data.push(f(&idx));
+            for k in (0..shape.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        Self::new(shape, data)
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The row-major data.
+    pub fn data(&self) -> &[T] {
+        &self.data
+    }
+
+    /// The number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The element at a multi-index, or `None` if out of range.
+    pub fn get(&self, index: &[usize]) -> Option<T> {
+        if index.len() != self.rank() {
+            return None;
+        }
+        let mut off = 0;
+        for (&i, &d) in index.iter().zip(self.shape.iter()) {
+            if i >= d {
+                return None;
+            }
+            off = off * d + i;
+        }
+        Some(self.data[off])
+    }
+
+    /// Element-wise map.
+    pub fn map(&self, mut f: impl FnMut(&T) -> T) -> Self {
+        let mut out = zeroed(self.len());
+        for (o, x) in out.iter_mut().zip(self.data.iter()) {
+            *o = f(x);
+        }
+        Tensor { shape: self.shape.clone(), data: Arc::new(Buffer::new(out)) }
+    }
+
+    /// Element-wise combination of two tensors of the same shape.
+    pub fn zip_with(&self, other: &Self, mut f: impl FnMut(T, T) -> T) -> EinsumResult<Self> {
+        if self.shape != other.shape {
+            return Err(EinsumError::Shape(format!(
+                "element-wise operation on shapes {:?} and {:?}",
+                self.shape(),
+                other.shape()
+            )));
+        }
+        let mut out = zeroed(self.len());
+        for (o, (&a, &b)) in out.iter_mut().zip(self.data.iter().zip(other.data.iter())) {
+            *o = f(a, b);
+        }
+        Ok(Tensor { shape: self.shape.clone(), data: Arc::new(Buffer::new(out)) })
+    }
+
+    /// The real inner product `Σ Re(conj(a)·b)`; `None` if the shapes differ.
+    pub fn inner(&self, other: &Self) -> Option<f64> {
+        (self.shape == other.shape).then(|| self.data.iter().zip(other.data.iter()).map(|(a, b)| a.inner(*b)).sum())
+    }
+
+    /// The Euclidean norm `sqrt(Σ |x|²)`.
+    pub fn norm(&self) -> f64 {
+        self.data.iter().map(|x| x.inner(*x)).sum::<f64>().sqrt()
+    }
+
+    /// The largest `|a - b|` over elements, or `None` if the shapes differ.
+    pub fn max_abs_diff(&self, other: &Self) -> Option<f64> {
+        (self.shape == other.shape)
+            .then(|| self.data.iter().zip(other.data.iter()).map(|(&a, &b)| (a - b).modulus()).fold(0.0, f64::max))
+    }
+
+    /// The largest `|x|`.
+    pub fn max_abs(&self) -> f64 {
+        self.data.iter().map(|x| x.modulus()).fold(0.0, f64::max)
+    }
+}
+
+impl<T: Elem> fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}>{:?}", T::NAME, self.shape())?;
+        if self.len() <= 16 {
+            f.write_str(" [")?;
+            for (i, x) in self.data().iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                x.fmt_short(f)?;
+            }
+            f.write_str("]")?;
+        } else {
+            write!(f, " [{} elements, |max| {:.3e}]", self.len(), self.max_abs())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl<T: Elem> tidu::testing::CheckOperand for Tensor<T> {
+    fn add_scaled(&self, h: f64, t: &Self) -> Self {
+        let h = T::from_f64(h);
+        self.zip_with(t, |a, b| a + h * b).unwrap_or_else(|e| panic!("checker: {e}"))
+    }
+    fn scale(&self, s: f64) -> Self {
+        let s = T::from_f64(s);
+        self.map(|&x| s * x)
+    }
+    fn random_like(&self, rng: &mut tidu::testing::CheckRng) -> Self {
+        self.map(|_| T::from_parts(rng.uniform(-1.0, 1.0), rng.uniform(-1.0, 1.0)))
+    }
+    fn inner(&self, other: &Self) -> f64 {
+        Tensor::inner(self, other).unwrap_or_else(|| panic!("checker: inner product of {self:?} and {other:?}"))
+    }
+    fn norm(&self) -> f64 {
+        Tensor::norm(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn construction_and_access() {
+        let t = Tensor::from_fn(vec![2, 3, 4], |i| (100 * i[0] + 10 * i[1] + i[2]) as f64).unwrap();
+        assert_eq!(t.get(&[1, 2, 3]), Some(123.0));
+        assert_eq!(t.data()[23], 123.0);
+        assert_eq!(t.get(&[2, 0, 0]), None);
+        assert_eq!(t.get(&[0, 0]), None);
+        assert_eq!(row_major_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(Tensor::scalar(2.0).get(&[]), Some(2.0));
+        assert!(Tensor::<f64>::zeros(vec![usize::MAX, 3]).is_err());
+        let e = Tensor::<f64>::new(vec![2], vec![1.0]).unwrap_err();
+        assert_eq!(e.to_string(), "shape error: shape [2] has 2 elements but 1 values were given");
+    }
+
+    #[test]
+    fn norms_and_inner() {
+        let a = Tensor::new(vec![2], vec![3.0, 4.0]).unwrap();
+        assert_eq!(a.norm(), 5.0);
+        assert_eq!(format!("{a:?}"), "Tensor<f64>[2] [3.0, 4.0]");
+        let z = Tensor::new(vec![2], vec![crate::c64::new(1.5, -0.5), crate::c64::new(0.0, 2.0)]).unwrap();
+        assert_eq!(format!("{z:?}"), "Tensor<c64>[2] [1.5-0.5i, 0.0+2.0i]");
+        assert_eq!(a.inner(&a), Some(25.0));
+        assert_eq!(a.inner(&Tensor::scalar(1.0)), None);
+        assert!(a.zip_with(&Tensor::scalar(1.0), |x, _| x).is_err());
+    }
+}

@@ -1,0 +1,147 @@
+//! Derivatives of contraction networks (AD-TESTING.md): gradients against exact one-operand
+//! differences (a network is linear in each operand) through the dot-product identity, JVPs
+//! against VJPs, Hessian-vector products against central differences of the gradient and
+//! for symmetry, and tidu's whole-graph checker; real and complex.
+
+use einsum::{Einsum, Elem, PathChoice, Tensor, TensorKey, c64};
+use tidu::testing::{Checker, GraphCase, Tolerance};
+
+use crate::network::tensor;
+
+const NETWORKS: &[(&str, &[&[usize]])] = &[
+    ("ab,bc,cd->ad", &[&[2, 3], &[3, 4], &[4, 2]]),
+    ("ab,bc,ca->", &[&[2, 3], &[3, 2], &[2, 2]]),
+    ("abc,cd,db->a", &[&[2, 3, 2], &[2, 3], &[3, 3]]),
+    ("ab,bc,cd,da->", &[&[2, 3], &[3, 2], &[2, 3], &[3, 2]]),
+    ("ii,ij,jk->k", &[&[3, 3], &[3, 2], &[2, 2]]),
+];
+
+fn setup<T: Elem>(expr: &str, shapes: &[&[usize]]) -> (Einsum<T>, Vec<Tensor<T>>) {
+    let shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
+    let e = Einsum::<T>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+    let ops = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), 10 + i as u64)).collect();
+    (e, ops)
+}
+
+fn close(a: f64, b: f64, scale: f64, what: &str) {
+    assert!((a - b).abs() <= 1e-12 * (1.0 + scale), "{what}: {a:e} vs {b:e}");
+}
+
+fn refs<T: Elem>(v: &[Tensor<T>]) -> Vec<&Tensor<T>> {
+    v.iter().collect()
+}
+
+fn add<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, h: f64) -> Tensor<T> {
+    let h = T::from_f64(h);
+    a.zip_with(b, |x, y| x + h * y).unwrap()
+}
+
+/// ⟨c, f(x + tᵢ eᵢ) - f(x)⟩ = ⟨∇ᵢ, tᵢ⟩ exactly (f is linear in each operand), for every
+/// operand, with the gradient with respect to all operands and to each one alone.
+fn gradients_by_exact_differences<T: Elem>() {
+    for &(expr, shapes) in NETWORKS {
+        let (e, x) = setup::<T>(expr, shapes);
+        let n = x.len();
+        let f0 = e.eval(&refs(&x)).unwrap();
+        let c = tensor::<T>(f0.shape().to_vec(), 99);
+        let all: Vec<usize> = (0..n).collect();
+        let g = e.gradient(&all).unwrap().eval(&refs(&x), &c).unwrap();
+        for i in 0..n {
+            let t = tensor::<T>(x[i].shape().to_vec(), 50 + i as u64);
+            let mut xp = x.clone();
+            xp[i] = add(&x[i], &t, 1.0);
+            let df = add(&e.eval(&refs(&xp)).unwrap(), &f0, -1.0);
+            let lhs = c.inner(&df).unwrap();
+            let rhs = g[i].inner(&t).unwrap();
+            close(lhs, rhs, c.norm() * df.norm() + g[i].norm() * t.norm(), &format!("{expr} operand {i}"));
+            // Gradient with respect to this operand alone: the same tensor.
+            let gi = e.gradient(&[i]).unwrap().eval(&refs(&x), &c).unwrap();
+            assert!(gi[0].max_abs_diff(&g[i]).unwrap() <= 1e-13 * (1.0 + g[i].max_abs()), "{expr} {i}");
+        }
+    }
+}
+
+#[test]
+fn gradients_real() {
+    gradients_by_exact_differences::<f64>();
+}
+
+#[test]
+fn gradients_complex() {
+    gradients_by_exact_differences::<c64>();
+}
+
+/// H_c v against the five-point central difference of the gradient along v (exact for
+/// polynomials of degree up to four, so for networks of up to five operands, whose
+/// gradients are multilinear in the other operands), and ⟨w, H v⟩ = ⟨v, H w⟩.
+fn hvps<T: Elem>() {
+    for &(expr, shapes) in NETWORKS {
+        let (e, x) = setup::<T>(expr, shapes);
+        let n = x.len();
+        let all: Vec<usize> = (0..n).collect();
+        let c = tensor::<T>(e.output_shape().to_vec(), 98);
+        let grad = e.gradient(&all).unwrap();
+        let hvp = e.hvp(&all).unwrap();
+        let v: Vec<Tensor<T>> = x.iter().enumerate().map(|(i, t)| tensor(t.shape().to_vec(), 70 + i as u64)).collect();
+        let w: Vec<Tensor<T>> = x.iter().enumerate().map(|(i, t)| tensor(t.shape().to_vec(), 80 + i as u64)).collect();
+        let hv = hvp.eval(&refs(&x), &c, &refs(&v)).unwrap();
+        let hw = hvp.eval(&refs(&x), &c, &refs(&w)).unwrap();
+        let h = 0.1;
+        let g_at = |s: f64| -> Vec<Tensor<T>> {
+            let xs: Vec<Tensor<T>> = x.iter().zip(&v).map(|(a, b)| add(a, b, s * h)).collect();
+            grad.eval(&refs(&xs), &c).unwrap()
+        };
+        let (g2, g1, gm1, gm2) = (g_at(2.0), g_at(1.0), g_at(-1.0), g_at(-2.0));
+        for i in 0..n {
+            // (-g(2h) + 8 g(h) - 8 g(-h) + g(-2h)) / 12h
+            let num = add(&add(&add(&g1[i], &gm1[i], -1.0), &g2[i], -0.125), &gm2[i], 0.125);
+            let fd = num.map(|&z| z * T::from_f64(8.0 / (12.0 * h)));
+            let err = fd.max_abs_diff(&hv[i]).unwrap();
+            assert!(err <= 1e-11 * (1.0 + fd.max_abs()), "{expr}: HVP component {i} differs from FD by {err:e}");
+        }
+        let (a, b): (f64, f64) = (0..n)
+            .map(|i| (w[i].inner(&hv[i]).unwrap(), v[i].inner(&hw[i]).unwrap()))
+            .fold((0.0, 0.0), |(s, t), (p, q)| (s + p, t + q));
+        close(a, b, a.abs() + b.abs(), &format!("{expr}: HVP symmetry"));
+    }
+}
+
+#[test]
+fn hvps_real() {
+    hvps::<f64>();
+}
+
+#[test]
+fn hvps_complex() {
+    hvps::<c64>();
+}
+
+/// tidu's whole-graph checker: JVP against finite differences, transposes by the
+/// dot-product identity, all four second-order nestings, HVP symmetry.
+#[test]
+fn whole_graph_checks() {
+    fn run<T: Elem>() {
+        for &(expr, shapes) in &NETWORKS[..3] {
+            let (e, x) = setup::<T>(expr, shapes);
+            let inputs = x.into_iter().enumerate().map(|(i, t)| (TensorKey::var(i as u32), t)).collect();
+            let case = GraphCase::new(expr, vec![e.graph().clone()], vec![e.output_key().clone()], inputs);
+            Checker::new(Tolerance::F64).check_graph(&mut (), &case).unwrap_or_else(|f| panic!("{f}"));
+        }
+    }
+    run::<f64>();
+    run::<c64>();
+}
+
+#[test]
+fn derivative_errors_are_values() {
+    let (e, x) = setup::<f64>("ab,bc->ac", &[&[2, 3], &[3, 4]]);
+    assert!(e.gradient(&[2]).err().unwrap().to_string().contains("there are 2"));
+    assert!(e.gradient(&[0, 0]).err().unwrap().to_string().contains("listed twice"));
+    let g = e.gradient(&[1]).unwrap();
+    let bad = Tensor::<f64>::zeros(vec![2, 3]).unwrap();
+    assert!(g.eval(&refs(&x), &bad).unwrap_err().to_string().contains("cotangent 0 of `ab,bc->ac` has shape [2, 3]"));
+    assert!(g.eval(&refs(&x[..1]), &bad).is_err());
+    let h = e.hvp(&[0]).unwrap();
+    let c = Tensor::<f64>::zeros(vec![2, 4]).unwrap();
+    assert!(h.eval(&refs(&x), &c, &[]).unwrap_err().to_string().contains("direction"));
+}

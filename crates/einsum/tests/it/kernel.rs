@@ -1,0 +1,98 @@
+//! Kernels against the plain reference: random specs in the general form (repeated labels,
+//! output diagonals, broadcasts, sums), both kernels forced, real and complex.
+
+use einsum::kernel::{ContractSpec, KernelChoice, UnarySpec, contract_using, unary};
+use einsum::{Elem, Tensor, c64, reference_labels};
+use proptest::prelude::*;
+
+fn tensor<T: Elem>(shape: Vec<usize>, seed: u64) -> Tensor<T> {
+    let mut x = seed as f64;
+    Tensor::from_fn(shape, |_| {
+        x += 1.0;
+        T::from_parts((x * 0.731).sin(), (x * 0.377).cos())
+    })
+    .unwrap()
+}
+
+fn shape(labels: &[u32], sizes: &[usize]) -> Vec<usize> {
+    labels.iter().map(|&c| sizes[c as usize]).collect()
+}
+
+fn close<T: Elem>(got: &Tensor<T>, want: &Tensor<T>) -> Result<(), String> {
+    match got.max_abs_diff(want) {
+        Some(e) if e <= 1e-12 * (1.0 + want.max_abs()) * (1 + want.len()) as f64 => Ok(()),
+        e => Err(format!("got {got:?}, want {want:?}, max diff {e:?}")),
+    }
+}
+
+fn labels(n: usize) -> impl Strategy<Value = Vec<u32>> {
+    proptest::collection::vec(0u32..5, 0..=n)
+}
+
+fn check_contract<T: Elem>(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Result<(), TestCaseError> {
+    check_contract_conj::<T>(a, b, out, sizes, [false; 2])
+}
+
+fn check_contract_conj<T: Elem>(
+    a: &[u32],
+    b: &[u32],
+    out: &[u32],
+    sizes: &[usize],
+    conj: [bool; 2],
+) -> Result<(), TestCaseError> {
+    let spec = ContractSpec::new(a, b, out, sizes).unwrap().with_conj(conj);
+    let ta = tensor::<T>(shape(a, sizes), 1);
+    let tb = tensor::<T>(shape(b, sizes), 2);
+    // The reference sees the conjugated values.
+    let op = |t: &Tensor<T>, c: bool| if c { t.map(|x| x.conj()) } else { t.clone() };
+    let want = reference_labels(&[(&op(&ta, conj[0]), a), (&op(&tb, conj[1]), b)], out, sizes).unwrap();
+    for choice in [KernelChoice::Direct, KernelChoice::Gemm, KernelChoice::GemmBatchLoop, KernelChoice::Auto] {
+        let got = contract_using(&spec, &ta, &tb, choice);
+        close(&got, &want).map_err(|e| TestCaseError::fail(format!("{spec:?} {choice:?}: {e}")))?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn contraction_matches_reference(
+        a in labels(4), b in labels(4), out in labels(3),
+        sizes in proptest::collection::vec(0usize..4, 5),
+    ) {
+        check_contract::<f64>(&a, &b, &out, &sizes)?;
+        check_contract::<c64>(&a, &b, &out, &sizes)?;
+    }
+
+    #[test]
+    fn conjugated_contractions_match_reference(
+        a in labels(4), b in labels(4), out in labels(3),
+        sizes in proptest::collection::vec(1usize..4, 5),
+        ca in proptest::bool::ANY, cb in proptest::bool::ANY,
+    ) {
+        check_contract_conj::<c64>(&a, &b, &out, &sizes, [ca, cb])?;
+        check_contract_conj::<f64>(&a, &b, &out, &sizes, [ca, cb])?;
+    }
+
+    #[test]
+    fn unary_matches_reference(a in labels(4), out in labels(4), sizes in proptest::collection::vec(1usize..4, 5)) {
+        let spec = UnarySpec::new(&a, &out, &sizes).unwrap();
+        let t = tensor::<c64>(shape(&a, &sizes), 3);
+        let want = reference_labels(&[(&t, &a)], &out, &sizes).unwrap();
+        close(&unary(&spec, &t), &want).map_err(TestCaseError::fail)?;
+    }
+}
+
+#[test]
+fn gemm_sizes_match_reference() {
+    // Large enough for the automatic choice to take the GEMM path, with batch, permuted
+    // operands, a label summed in one operand and a permuted output.
+    let sizes = [17, 16, 18, 3, 2];
+    check_contract::<f64>(&[3, 1, 0], &[3, 2, 1], &[3, 0, 2], &sizes).unwrap();
+    check_contract::<c64>(&[1, 0, 4], &[2, 1], &[2, 0], &sizes).unwrap();
+    // An output whose left and right labels interleave: one is looped around the GEMMs.
+    check_contract::<f64>(&[0, 3, 1, 4], &[1, 2, 4], &[3, 2, 0], &[17, 16, 18, 3, 2]).unwrap();
+    check_contract_conj::<c64>(&[3, 1, 0], &[3, 2, 1], &[3, 0, 2], &sizes, [true, false]).unwrap();
+    check_contract_conj::<c64>(&[1, 0], &[2, 1], &[2, 0], &sizes, [false, true]).unwrap();
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the `einsum` crate (one binary, one module per area).
+
+mod gradients;
+mod instances;
+mod kernel;
+mod network;
+mod robustness;
+mod rules;
