@@ -59,7 +59,7 @@ use crate::linearized::LinearizedGraph;
 use crate::primitive::Primitive;
 
 pub use backward::try_backward;
-pub use recorder::{Recorder, RecorderStats, Trace};
+pub use recorder::{DEFAULT_RULE_CAPACITY, Recorder, RecorderStats, Trace};
 
 /// Hands out fresh input keys for the recorder's internal (canonical) graphs.
 ///
