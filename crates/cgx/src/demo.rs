@@ -1,4 +1,5 @@
-//! `cgx demo`: the worked example of seed 000 end to end, then a large DAG.
+//! `cgx demo`: the worked example of seed 000 end to end, a tensor network with its
+//! gradient, then a large DAG.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -141,7 +142,15 @@ pub fn run(args: &DemoArgs) -> CliResult {
         return Err(CliError("a derivative differs from its closed form".into()));
     }
 
-    println!("== 3. A {}-operation random DAG through the pipeline ==\n", args.nodes);
+    println!("== 3. A tensor network and its gradient (einsum crate) ==\n");
+    let (title, report) = crate::einsum_cmd::measure_bundled(1)?;
+    crate::einsum_cmd::print(&title, &report);
+    if !report.gradient_check.is_some_and(|c| c <= 1e-8) {
+        return Err(CliError("the network's gradient fails its exact-difference check".into()));
+    }
+    println!();
+
+    println!("== 4. A {}-operation random DAG through the pipeline ==\n", args.nodes);
     let threads = args.threads.map_or_else(dag::default_threads, usize::from);
     let report = dag::measure(ShapeArg::Window, args.nodes, threads, false)?;
     println!("{} operations, {} after CSE, {} slots", report.nodes, report.operations, report.slots);
@@ -150,7 +159,7 @@ pub fn run(args: &DemoArgs) -> CliResult {
     if !report.matches_reference {
         return Err(CliError("the results differ from the reference evaluator".into()));
     }
-    println!("\nMore: `cgx bench dag --help`, `cgx dot --help`, docs/PERFORMANCE.md.");
+    println!("\nMore: `cgx bench dag --help`, `cgx einsum --help`, `cgx dot --help`, docs/PERFORMANCE.md.");
     Ok(())
 }
 

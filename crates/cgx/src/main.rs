@@ -4,6 +4,8 @@
 //!   Graphviz DOT, derivatives of first and second order, four ways) and a 10^6-node DAG
 //!   through the pipeline, sequentially and in parallel.
 //! - `cgx bench dag`: the large-DAG benchmark, with a summary table or `--json`.
+//! - `cgx einsum`: a tensor-network contraction (instance file or expression), with flops,
+//!   GFLOP/s and optionally its gradient.
 //! - `cgx dot`: DOT export of a pipeline stage of a built-in example.
 //! - `cgx completions SHELL`: shell completions.
 //!
@@ -13,6 +15,7 @@
 mod dag;
 mod demo;
 mod dot;
+mod einsum_cmd;
 mod table;
 
 use std::path::PathBuf;
@@ -35,6 +38,8 @@ enum Command {
     /// Benchmarks from the command line.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Contract a tensor network: an instance file or an expression, optionally with its gradient.
+    Einsum(einsum_cmd::EinsumArgs),
     /// Write a pipeline stage of a built-in example as Graphviz DOT.
     Dot(dot::DotArgs),
     /// Print shell completions for `cgx`.
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         None => demo::run(&demo::DemoArgs::default()),
         Some(Command::Demo(args)) => demo::run(&args),
         Some(Command::Bench(BenchCommand::Dag(args))) => dag::run(&args),
+        Some(Command::Einsum(args)) => einsum_cmd::run(&args),
         Some(Command::Dot(args)) => dot::run(&args),
         Some(Command::Completions { shell }) => {
             clap_complete::generate(shell, &mut Cli::command(), "cgx", &mut std::io::stdout());

@@ -54,3 +54,19 @@ fn completions_are_generated() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("cgx"));
 }
+
+#[test]
+fn einsum_runs_an_expression_and_rejects_bad_ones_in_one_line() {
+    let o = cgx(&["einsum", "ab,bc->ac", "--shapes", "2x3,3x4", "--grad"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("result shape [2, 4]") && out.contains("GFLOP/s"), "{out}");
+    for args in
+        [&["einsum", "ab,bc->ac", "--shapes", "2x3,4x4"][..], &["einsum", "ab,bc->ac"], &["einsum", "missing.json"]]
+    {
+        let o = cgx(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.starts_with("cgx: error:") && e.lines().count() == 1, "{args:?}: {e}");
+    }
+}
