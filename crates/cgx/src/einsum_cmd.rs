@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use einsum::{Einsum, Instance, PathChoice, Tensor};
 
-use crate::table::Table;
+use crate::table::{Table, json_number, json_string};
 use crate::{CliError, CliResult};
 
 /// Which pairwise path to contract along.
@@ -42,6 +42,9 @@ pub struct EinsumArgs {
     /// Seed of the random operands.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parses `2x3,3x4` (`_` is a scalar).
@@ -126,7 +129,7 @@ pub struct EinsumReport {
     pub phases: Vec<(String, f64)>,
     /// Floating-point operations of the path (2 per multiply-add).
     pub flops: f64,
-    /// Best evaluation time, ms.
+    /// Best of five evaluation times (after a warm-up run), ms.
     pub eval_ms: f64,
     /// Sum of the result's entries, and its shape.
     pub checksum: f64,
@@ -153,12 +156,12 @@ fn measure_job(job: Job, grad: bool, threads: u16) -> CliResult<(String, EinsumR
     let run = || if threads > 1 { e.eval_parallel(Some(&pool), &refs) } else { e.eval(&refs) };
     let mut result = run()?; // warm-up: first-touch of the buffers
     let mut best = f64::INFINITY;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let t = Instant::now();
         result = run()?;
         best = best.min(t.elapsed().as_secs_f64() * 1e3);
     }
-    phases.push((format!("eval (best of 3, {} thread{})", threads, if threads > 1 { "s" } else { "" }), best));
+    phases.push((format!("eval (best of 5, {} thread{})", threads, if threads > 1 { "s" } else { "" }), best));
 
     let mut gradient_check = None;
     if grad {
@@ -214,10 +217,32 @@ pub fn print(title: &str, r: &EinsumReport) {
     }
 }
 
+/// The report as one JSON object.
+pub fn json(title: &str, r: &EinsumReport) -> String {
+    let phases: Vec<String> =
+        r.phases.iter().map(|(n, ms)| format!("{{\"name\":{},\"ms\":{}}}", json_string(n), json_number(*ms))).collect();
+    format!(
+        "{{\"title\":{},\"steps\":{},\"flops\":{},\"eval_ms\":{},\"gflops\":{},\"checksum\":{},\"shape\":{:?},\"phases\":[{}],\"gradient_check\":{}}}",
+        json_string(title),
+        r.steps,
+        json_number(r.flops),
+        json_number(r.eval_ms),
+        json_number(r.flops / (r.eval_ms * 1e6)),
+        json_number(r.checksum),
+        r.shape,
+        phases.join(","),
+        r.gradient_check.map_or("null".into(), json_number),
+    )
+}
+
 /// `cgx einsum`.
 pub fn run(args: &EinsumArgs) -> CliResult {
     let (title, report) = measure(args)?;
-    print(&title, &report);
+    if args.json {
+        println!("{}", json(&title, &report));
+    } else {
+        print(&title, &report);
+    }
     match report.gradient_check {
         Some(c) if c.is_nan() || c > 1e-8 => {
             Err(CliError(format!("the gradient check failed (relative error {c:.1e})")))
@@ -231,7 +256,7 @@ mod tests {
     use super::*;
 
     fn args(input: &str) -> EinsumArgs {
-        EinsumArgs { input: input.into(), shapes: None, path: None, grad: false, threads: 1, seed: 42 }
+        EinsumArgs { input: input.into(), shapes: None, path: None, grad: false, threads: 1, seed: 42, json: false }
     }
 
     #[test]
