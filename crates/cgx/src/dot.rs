@@ -1,13 +1,15 @@
-//! `cgx dot`: Graphviz DOT of any pipeline stage of a built-in example.
+//! `cgx dot`: Graphviz DOT of any pipeline stage of a built-in example or an einsum
+//! instance file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use benches::{Shape, Workload};
 use clap::{Args, ValueEnum};
-use computegraph::{Graph, KeyInterner, ValueKey, compile, materialize_merge, resolve};
+use computegraph::{Graph, KeyInterner, ValueKey, try_compile, try_materialize_merge, try_resolve};
+use einsum::{Instance, PathChoice, TensorKey};
 use scalar::{ScalarKey, ScalarOp};
-use tidu::{linear_transpose, linearize};
+use tidu::{Primitive, try_linear_transpose, try_linearize};
 
 use crate::dag::parse_count;
 use crate::{CliError, CliResult};
@@ -48,6 +50,10 @@ pub struct DotArgs {
     /// Operations of the `dag` example (keep it small: DOT is for reading).
     #[arg(long, default_value = "20", value_parser = parse_count)]
     pub nodes: usize,
+    /// Draw an einsum instance file (the Einsum Benchmark's JSON) instead of an example,
+    /// contracted along its `opt_flops` path (greedy if it has none).
+    #[arg(long, conflicts_with = "example")]
+    pub instance: Option<PathBuf>,
     /// Write to this file instead of standard output.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -72,17 +78,35 @@ fn example(args: &DotArgs) -> CliResult<Parts> {
     })
 }
 
+/// The DOT text of `stage` for a graph, its outputs and the inputs to differentiate
+/// against, over any primitive set.
+fn stage_dot<Op: Primitive>(
+    stage: Stage,
+    graph: &Arc<Graph<Op>>,
+    outputs: &[ValueKey<Op>],
+    wrt: &[Op::InputKey],
+) -> CliResult<String> {
+    let view = try_resolve(vec![graph.clone()])?;
+    Ok(match stage {
+        Stage::Primal => graph.to_dot(),
+        Stage::Materialized => try_materialize_merge(&view, outputs)?.to_dot(),
+        Stage::Program => try_compile(&try_materialize_merge(&view, outputs)?)?.to_dot(),
+        Stage::Linear => try_linearize(&view, outputs, wrt)?.graph().to_dot(),
+        Stage::Transposed => try_linear_transpose(&try_linearize(&view, outputs, wrt)?)?.graph().to_dot(),
+    })
+}
+
 /// The DOT text of the requested stage.
 pub fn render(args: &DotArgs) -> CliResult<String> {
+    if let Some(file) = &args.instance {
+        let inst = Instance::from_file(file)?;
+        let path = inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit);
+        let e = inst.einsum::<f64>(path)?;
+        let wrt: Vec<TensorKey> = (0..inst.shapes.len() as u32).map(TensorKey::var).collect();
+        return stage_dot(args.stage, e.graph(), std::slice::from_ref(e.output_key()), &wrt);
+    }
     let (graph, outputs, wrt) = example(args)?;
-    let view = resolve(vec![graph.clone()]);
-    Ok(match args.stage {
-        Stage::Primal => graph.to_dot(),
-        Stage::Materialized => materialize_merge(&view, &outputs).to_dot(),
-        Stage::Program => compile(&materialize_merge(&view, &outputs)).to_dot(),
-        Stage::Linear => linearize(&view, &outputs, &wrt).graph().to_dot(),
-        Stage::Transposed => linear_transpose(&linearize(&view, &outputs, &wrt)).graph().to_dot(),
-    })
+    stage_dot(args.stage, &graph, &outputs, &wrt)
 }
 
 /// `cgx dot`.
@@ -105,11 +129,27 @@ mod tests {
     fn every_stage_of_every_example_renders() {
         for example in [Example::Worked, Example::Dag] {
             for stage in [Stage::Primal, Stage::Materialized, Stage::Program, Stage::Linear, Stage::Transposed] {
-                let args = DotArgs { stage, example, nodes: 12, output: None };
+                let args = DotArgs { stage, example, nodes: 12, instance: None, output: None };
                 let dot = render(&args).unwrap();
                 assert!(dot.starts_with("digraph") && dot.trim_end().ends_with('}'), "{stage:?}: {dot}");
             }
         }
+    }
+
+    #[test]
+    fn every_stage_of_an_instance_renders() {
+        let file =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../einsum/tests/data/str_matrix_chain_multiplication_100.json");
+        for stage in [Stage::Primal, Stage::Materialized, Stage::Program, Stage::Linear, Stage::Transposed] {
+            let args = DotArgs { stage, example: Example::Worked, nodes: 1, instance: Some(file.into()), output: None };
+            let dot = render(&args).unwrap();
+            assert!(dot.starts_with("digraph") && dot.matches("->").count() >= 99, "{stage:?}");
+        }
+        let bad = DotArgs {
+            instance: Some("/nonexistent.json".into()),
+            ..DotArgs { stage: Stage::Primal, example: Example::Worked, nodes: 1, instance: None, output: None }
+        };
+        assert!(render(&bad).is_err());
     }
 
     #[test]
@@ -118,6 +158,7 @@ mod tests {
             stage: Stage::Primal,
             example: Example::Worked,
             nodes: 1,
+            instance: None,
             output: Some(PathBuf::from("/nonexistent-dir/x.dot")),
         };
         let e = run(&args).unwrap_err();
