@@ -8,15 +8,25 @@
 //! [`EvaluableGraphOperation::eval_into`]. Complexity: `O(instructions + operands)`.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
-//! `schedule.rs` with its own slots, entering the rayon pool once per run. A level whose
-//! summed [`cost_hint`](crate::GraphOperation::cost_hint) is below [`PAR_LEVEL_MIN_COST`]
-//! runs on the calling thread, in place; a larger one is cut into chunks of about equal
-//! cost, each evaluated on the pool into its own output vector while reading the shared
-//! slots, and the outputs are then moved into their slots in order. Safe Rust only: the
-//! schedule guarantees no slot read in a level is written in it.
+//! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
+//! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
+//! below [`PAR_LEVEL_MIN_COST`], runs on the calling thread, in place. A larger one is cut
+//! into chunks of about equal cost (at least [`PAR_CHUNK_MIN_COST`] each, at most four per
+//! thread; an expensive instruction can be a chunk by itself, so heavy operations fork
+//! even in a level of two), run by binary `rayon::join`. The chunks read their operands
+//! from the shared slots and write their outputs straight into their own slots,
+//! concurrently, through `LevelSlots`, a raw-pointer view of the slot vector for the
+//! duration of one level. This is the module's only `unsafe`, and it is sound by the
+//! schedule's level invariant (`schedule.rs`, checked whenever a schedule is built):
+//!
+//! **within a level, a written slot is written by exactly one instruction output and read
+//! by no instruction, and every slot is in range,** so no slot is touched by two threads
+//! unless both only read it. Results are bit-identical to sequential evaluation: every
+//! operation sees the same operands and runs once. See `docs/adr/0003-parallel-slot-writes.md`.
+
+use std::marker::PhantomData;
 
 use rayon::ThreadPool;
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::compile::{CompiledProgram, Instr, NO_SLOT};
@@ -26,9 +36,13 @@ use crate::schedule::Schedule;
 
 /// Levels whose summed cost hint is below this run on the calling thread: a fork-join
 /// inside the pool costs about a microsecond, a cheap operation a few nanoseconds.
-pub const PAR_LEVEL_MIN_COST: u64 = 8192;
-/// A parallel level is cut into chunks of at least this cost (and at most four per thread).
-pub const PAR_CHUNK_MIN_COST: u64 = 4096;
+pub const PAR_LEVEL_MIN_COST: u64 = 2048;
+/// A parallel level is cut into chunks of at least this cost (and at most
+/// `PAR_CHUNKS_PER_THREAD` per thread).
+pub const PAR_CHUNK_MIN_COST: u64 = 1024;
+/// At most this many chunks per thread in one level: more than one, so that a thread
+/// slowed down by other work on the machine is balanced by stealing.
+const PAR_CHUNKS_PER_THREAD: usize = 4;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
 pub struct EvalState<T> {
@@ -99,7 +113,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         for (i, op) in self.ops.iter().enumerate() {
             let (ins, outs) = self.instr_args(i);
             out.clear();
-            eval_instruction(op, ctx, slots, ins, out);
+            eval_instruction(op, ctx, |s| get(slots, s), ins, out);
             if let ([s], 1) = (outs, out.len()) {
                 // The common case: one output, moved straight into its slot.
                 slots[*s as usize] = out.pop();
@@ -214,24 +228,18 @@ where
                 slots[s as usize] = Some(x.clone());
             }
         }
-        let max_chunks = threads.saturating_mul(4);
+        let max_chunks = threads.saturating_mul(PAR_CHUNKS_PER_THREAD);
         // Per chunk index: a context clone and an output buffer, kept across levels.
-        let mut ctxs: Vec<(Op::Context, Vec<Op::Operand>)> = Vec::new();
+        let mut scratch: Vec<(Op::Context, Vec<Op::Operand>)> = Vec::new();
         let mut bounds: SmallVec<[usize; 64]> = SmallVec::new();
         for l in 0..sched.level_count() {
             let range = sched.level(l);
-            let cost = sched.cost_prefix[range.end] - sched.cost_prefix[range.start];
-            let chunks = if cost >= PAR_LEVEL_MIN_COST && range.len() > 1 {
-                ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len())
-            } else {
-                1
-            };
-            if chunks == 1 {
-                // Reads and writes in place: no slot read in a level is written in it.
+            if !sched.is_split(&range) {
+                // On this thread, in place: no slot read in a level is written in it.
                 for &i in &sched.order[range] {
                     let (op, ins, outs) = self.par_instr(sched, i as usize);
                     out.clear();
-                    eval_instruction(op, ctx, slots, ins, out);
+                    eval_instruction(op, ctx, |s| get(slots, s), ins, out);
                     check_count(op, outs.len(), out.len())?;
                     for (&s, v) in outs.iter().zip(out.drain(..)) {
                         slots[s as usize] = Some(v);
@@ -240,53 +248,132 @@ where
                 continue;
             }
             // Chunk boundaries at about equal cost.
+            let cost = sched.cost(&range);
+            let chunks = ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len());
             bounds.clear();
             bounds.push(range.start);
             let prefix = &sched.cost_prefix[range.start..range.end];
             let base = sched.cost_prefix[range.start];
             for c in 1..chunks {
                 let target = base + (u128::from(cost) * c as u128 / chunks as u128) as u64;
-                bounds.push(range.start + prefix.partition_point(|&x| x < target));
+                let at = range.start + prefix.partition_point(|&x| x < target);
+                // Cost ties (zero-cost instructions) must not leave a chunk empty.
+                bounds.push(at.max(bounds[c - 1] + 1).min(range.end - (chunks - c)));
             }
             bounds.push(range.end);
-            while ctxs.len() < chunks {
-                ctxs.push((ctx.clone(), Vec::new()));
+            while scratch.len() < chunks {
+                scratch.push((ctx.clone(), Vec::new()));
             }
-            let shared: &[Option<Op::Operand>] = slots;
-            let bounds_ref = &bounds;
-            ctxs[..chunks].par_iter_mut().enumerate().try_for_each(|(c, (cx, buf))| {
-                self.eval_chunk(sched, &sched.order[bounds_ref[c]..bounds_ref[c + 1]], cx, shared, buf)
-            })?;
-            for (c, (_, values)) in ctxs[..chunks].iter_mut().enumerate() {
-                let mut values = values.drain(..);
-                for &i in &sched.order[bounds[c]..bounds[c + 1]] {
-                    for &s in self.par_instr(sched, i as usize).2 {
-                        slots[s as usize] = values.next();
-                    }
-                }
-            }
+            let level = LevelSlots::new(slots);
+            self.run_chunks(sched, &level, &bounds, &mut scratch[..chunks])?;
         }
         Ok(take_outputs(slots, &sched.output_slots, &sched.output_move))
     }
 
-    /// Evaluates the instructions `chunk` (of one level) reading `slots`, appending their
-    /// outputs back to back to `out`.
+    /// Runs the chunks `bounds` of one level (chunk `c` is `order[bounds[c]..bounds[c +
+    /// 1]]`, with `scratch[c]`) by binary `rayon::join`, so an idle thread steals half of
+    /// what is left.
+    fn run_chunks(
+        &self,
+        sched: &Schedule,
+        slots: &LevelSlots<'_, Op::Operand>,
+        bounds: &[usize],
+        scratch: &mut [(Op::Context, Vec<Op::Operand>)],
+    ) -> GraphResult<()> {
+        if let [(ctx, out)] = scratch {
+            return self.eval_chunk(sched, &sched.order[bounds[0]..bounds[1]], ctx, slots, out);
+        }
+        let mid = scratch.len() / 2;
+        let (left, right) = scratch.split_at_mut(mid);
+        let (a, b) = rayon::join(
+            || self.run_chunks(sched, slots, &bounds[..=mid], left),
+            || self.run_chunks(sched, slots, &bounds[mid..], right),
+        );
+        a.and(b)
+    }
+
+    /// Evaluates the instructions `chunk` of the level `slots` was made for, reading their
+    /// operands and writing their outputs in place, concurrently with the level's other
+    /// chunks.
     fn eval_chunk(
         &self,
         sched: &Schedule,
         chunk: &[u32],
         ctx: &mut Op::Context,
-        slots: &[Option<Op::Operand>],
+        slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        out.clear();
         for &i in chunk {
             let (op, ins, outs) = self.par_instr(sched, i as usize);
-            let before = out.len();
-            eval_instruction(op, ctx, slots, ins, out);
-            check_count(op, outs.len(), out.len() - before)?;
+            out.clear();
+            // SAFETY: `ins` are operand slots of an instruction of the level `slots` was
+            // made for; by the level invariant (checked when the schedule was built) no
+            // instruction of the level writes any of them, so no thread writes them while
+            // the references live (they end with this call).
+            eval_instruction(op, ctx, |s| unsafe { slots.get(s) }, ins, out);
+            check_count(op, outs.len(), out.len())?;
+            for (&s, v) in outs.iter().zip(out.drain(..)) {
+                // SAFETY: `s` is an output slot of this instruction, of the level `slots`
+                // was made for; by the level invariant no other instruction of the level
+                // writes or reads it, and this instruction writes it once.
+                unsafe { slots.set(s, v) };
+            }
         }
         Ok(())
+    }
+}
+
+/// The slot vector during one parallel level, shared by the chunks that evaluate the
+/// level concurrently: they read operand slots and write output slots in place.
+///
+/// It holds the exclusive borrow of the slots for its lifetime, and touches them only
+/// through a raw pointer, element by element, so no reference to the whole vector exists
+/// while chunks write. Soundness rests on the schedule's level invariant (`schedule.rs`,
+/// checked by `Schedule::check_levels` whenever a schedule is built): within a level, a
+/// written slot is written by one instruction only and read by none, and every slot is in
+/// range. See `docs/adr/0003-parallel-slot-writes.md`.
+struct LevelSlots<'a, T> {
+    base: *mut Option<T>,
+    len: usize,
+    _slots: PhantomData<&'a mut [Option<T>]>,
+}
+
+// SAFETY: chunks on several threads get `&T` from distinct or shared read-only slots
+// (needs `T: Sync`) and move values into, and drop the previous values of, slots that
+// only their thread touches in the level (needs `T: Send`). Which thread touches which
+// slot is disjoint by the level invariant; see `get` and `set`.
+unsafe impl<T: Send + Sync> Sync for LevelSlots<'_, T> {}
+
+impl<'a, T> LevelSlots<'a, T> {
+    fn new(slots: &'a mut [Option<T>]) -> Self {
+        LevelSlots { base: slots.as_mut_ptr(), len: slots.len(), _slots: PhantomData }
+    }
+
+    /// The operand in slot `s`.
+    ///
+    /// # Safety
+    /// No thread writes slot `s` while the returned reference lives: `s` is an operand slot
+    /// of an instruction of the level this view was made for.
+    #[inline(always)]
+    unsafe fn get(&self, s: u32) -> &T {
+        assert!((s as usize) < self.len, "slot s{s} out of range");
+        // SAFETY: `s` is in bounds of the borrowed slots, and by the caller's guarantee no
+        // thread writes the slot while the shared reference lives.
+        let slot = unsafe { &*self.base.add(s as usize) };
+        slot.as_ref().expect("operand slots are written before use (verified at compile)")
+    }
+
+    /// Stores `v` in slot `s`, dropping the value it held.
+    ///
+    /// # Safety
+    /// No other thread reads or writes slot `s` during the level: `s` is an output slot of
+    /// the instruction being evaluated, in the level this view was made for.
+    #[inline(always)]
+    unsafe fn set(&self, s: u32, v: T) {
+        assert!((s as usize) < self.len, "slot s{s} out of range");
+        // SAFETY: `s` is in bounds, and by the caller's guarantee this thread is the only
+        // one touching the slot, so the write (and the drop of the old value) is exclusive.
+        unsafe { *self.base.add(s as usize) = Some(v) };
     }
 }
 
@@ -315,12 +402,13 @@ fn get<T>(slots: &[Option<T>], s: u32) -> &T {
     slots[s as usize].as_ref().expect("operand slots are written before use (verified at compile)")
 }
 
-/// Gathers operand references on the stack and evaluates one instruction into `out`.
+/// Gathers operand references (`get` of each operand slot) on the stack and evaluates one
+/// instruction into `out`.
 #[inline(always)]
-pub(crate) fn eval_instruction<Op: EvaluableGraphOperation>(
+pub(crate) fn eval_instruction<'s, Op: EvaluableGraphOperation>(
     op: &Op,
     ctx: &mut Op::Context,
-    slots: &[Option<Op::Operand>],
+    get: impl Fn(u32) -> &'s Op::Operand,
     ins: &[u32],
     out: &mut Vec<Op::Operand>,
 ) {
@@ -328,12 +416,12 @@ pub(crate) fn eval_instruction<Op: EvaluableGraphOperation>(
     if n.wrapping_sub(1) < 2 {
         // One or two operands, without branching on which: a unary operation reads its
         // operand twice and sees a one-element slice.
-        let refs = [get(slots, ins[0]), get(slots, ins[n - 1])];
+        let refs = [get(ins[0]), get(ins[n - 1])];
         op.eval_into(ctx, &refs[..n], out)
     } else if n == 0 {
         op.eval_into(ctx, &[], out)
     } else {
-        let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(slots, s)).collect();
+        let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(s)).collect();
         op.eval_into(ctx, &refs, out)
     }
 }
