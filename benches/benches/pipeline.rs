@@ -7,7 +7,7 @@
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
 //! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn` |
-//! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with` |
+//! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with`; for `matmul_layered` also `flat_layers` and `rayon_layers_2t` (the same products without the engine, sequential and `par_iter` per layer) |
 //!
 //! Ids read `<group>/<shape>/<impl>/<size>`; throughput is per node of the original spec.
 //!
@@ -232,6 +232,15 @@ fn bench_eval_parallel(c: &mut Criterion, sizes: &[usize]) {
             })
         });
     }
+    g.bench_function(heavy_id("flat_layers"), |b| {
+        let w = heavy();
+        b.iter(|| w.eval_layers())
+    });
+    let (_, pool2) = &pools[1];
+    g.bench_function(heavy_id("rayon_layers_2t"), |b| {
+        let w = heavy();
+        b.iter(|| w.eval_layers_on(pool2))
+    });
     g.finish();
 }
 

@@ -5,6 +5,11 @@
 //! [`MatMul`] multiplies two `N × N` matrices (`N` = [`MATMUL_N`]) and scales the result by
 //! `1 / N` so that magnitudes stay bounded through a hundred layers; it reports its
 //! multiply-adds as its cost hint, as a tensor contraction would report its flops.
+//!
+//! Baselines over the same products, without the engine: [`HeavyWorkload::eval_layers`]
+//! (a loop over the layers, the sequential floor) and [`HeavyWorkload::eval_layers_on`]
+//! (each layer a rayon `par_iter` on a given pool: the speedup the machine allows at the
+//! moment, which on a shared machine is worth measuring in the same run).
 
 use std::sync::Arc;
 
@@ -68,6 +73,8 @@ pub struct HeavyWorkload {
     pub inputs: Vec<Matrix>,
     /// Number of nodes (`width * depth`, before CSE).
     pub nodes: usize,
+    /// Per layer, per node: the positions in the layer before of its two operands.
+    pub layers: Vec<Vec<(u32, u32)>>,
 }
 
 impl HeavyWorkload {
@@ -78,19 +85,42 @@ impl HeavyWorkload {
             (0..width).map(|_| (0..MATMUL_N * MATMUL_N).map(|_| rng.unit() - 0.5).collect()).collect();
         let mut b = GraphBuilder::with_interner(KeyInterner::new());
         let mut layer: Vec<_> = (0..width as u32).map(|k| b.add_input(k)).collect();
+        let mut layers = Vec::with_capacity(depth);
         for _ in 0..depth {
-            layer = (0..width)
-                .map(|j| {
-                    let x = layer[j];
-                    let y = layer[rng.below(width as u64) as usize];
-                    b.add_operation(MatMul, vec![Local(x), Local(y)], Primary)[0]
+            let picks: Vec<(u32, u32)> = (0..width).map(|j| (j as u32, rng.below(width as u64) as u32)).collect();
+            layer = picks
+                .iter()
+                .map(|&(x, y)| {
+                    b.add_operation(MatMul, vec![Local(layer[x as usize]), Local(layer[y as usize])], Primary)[0]
                 })
                 .collect();
+            layers.push(picks);
         }
         let g = Arc::new(b.build());
         let outputs: Vec<_> = layer.iter().map(|&v| g.global_key(v)).collect();
         let program = compile(&materialize_merge(&resolve(vec![g]), &outputs));
-        HeavyWorkload { program, inputs, nodes: width * depth }
+        HeavyWorkload { program, inputs, nodes: width * depth, layers }
+    }
+
+    /// Baseline: the same products, layer by layer, on this thread; returns the last layer.
+    pub fn eval_layers(&self) -> Vec<Matrix> {
+        let mut prev = self.inputs.clone();
+        for picks in &self.layers {
+            prev = picks.iter().map(|&(x, y)| product(&prev[x as usize], &prev[y as usize])).collect();
+        }
+        prev
+    }
+
+    /// Baseline: the same products, each layer a `par_iter` on `pool` (entered once).
+    pub fn eval_layers_on(&self, pool: &rayon::ThreadPool) -> Vec<Matrix> {
+        use rayon::prelude::*;
+        pool.install(|| {
+            let mut prev = self.inputs.clone();
+            for picks in &self.layers {
+                prev = picks.par_iter().map(|&(x, y)| product(&prev[x as usize], &prev[y as usize])).collect();
+            }
+            prev
+        })
     }
 
     /// The program's inputs, in its own order.
@@ -99,20 +129,28 @@ impl HeavyWorkload {
     }
 }
 
+fn product(a: &Matrix, b: &Matrix) -> Matrix {
+    let mut out = Vec::with_capacity(1);
+    MatMul.eval_into(&mut (), &[a, b], &mut out);
+    out.pop().expect("one output")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Parallel evaluation of the heavy workload equals sequential evaluation bitwise.
+    /// Sequential and parallel evaluation of the heavy workload, and both baselines, give
+    /// the same bits.
     #[test]
-    fn parallel_matches_sequential() {
+    fn evaluations_and_baselines_agree() {
         let w = HeavyWorkload::new(6, 5, 3);
-        let inputs = w.bind();
-        let expected = w.program.eval(&mut (), &inputs);
-        assert_eq!(expected.len(), 6);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let got = w.program.eval_parallel(Some(&pool), &mut (), &inputs);
         let bits = |v: &[Matrix]| v.iter().flat_map(|m| m.iter().map(|x| x.to_bits())).collect::<Vec<_>>();
-        assert_eq!(bits(&got), bits(&expected));
+        let expected = bits(&w.eval_layers());
+        assert_eq!(expected.len(), 6 * MATMUL_N * MATMUL_N);
+        let inputs = w.bind();
+        assert_eq!(bits(&w.program.eval(&mut (), &inputs)), expected);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        assert_eq!(bits(&w.program.eval_parallel(Some(&pool), &mut (), &inputs)), expected);
+        assert_eq!(bits(&w.eval_layers_on(&pool)), expected);
     }
 }
