@@ -34,14 +34,18 @@ use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label};
 use crate::schedule::Schedule;
 
-/// Levels whose summed cost hint is below this run on the calling thread: a fork-join
-/// inside the pool costs about a microsecond, a cheap operation a few nanoseconds.
-pub const PAR_LEVEL_MIN_COST: u64 = 2048;
-/// A parallel level is cut into chunks of at least this cost (and at most
-/// `PAR_CHUNKS_PER_THREAD` per thread).
+/// Levels whose summed cost hint is below this run on the calling thread. A fork-join
+/// inside the pool costs about a microsecond, and values a level reads were half written
+/// by the other core; on the project machine a level of 10^4 cheap scalar operations
+/// (cost 1 each, about 7 ns) gains only 1.1× to 1.4× on two threads, one of 10^5 about
+/// 1.5× to 1.9× (`docs/PERFORMANCE.md`).
+pub const PAR_LEVEL_MIN_COST: u64 = 4096;
+/// A parallel level is cut into chunks of at least this cost (and at most four per
+/// thread).
 pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 /// At most this many chunks per thread in one level: more than one, so that a thread
-/// slowed down by other work on the machine is balanced by stealing.
+/// slowed down by other work on the machine is balanced by stealing (on the project
+/// machine, one chunk per thread was slower than four).
 const PAR_CHUNKS_PER_THREAD: usize = 4;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
