@@ -1,5 +1,5 @@
 //! The heavy-node workload of the `eval_parallel` bench group: a layered graph whose every
-//! node is a small dense matrix product costing about 10 µs, for the issue-5 target
+//! node is a small dense matrix product costing about 12 µs, for the issue-5 target
 //! "10^4 nodes of ~10 µs each: parallel ≥ 1.8× sequential".
 //!
 //! [`MatMul`] multiplies two `N × N` matrices (`N` = [`MATMUL_N`]) and scales the result by
@@ -19,7 +19,7 @@ use computegraph::{
 };
 use scalar::workloads::Rng;
 
-/// Matrix side: `32³` multiply-adds, about 10 µs on the project machine.
+/// Matrix side: `32³` multiply-adds, about 12 µs on the project machine.
 pub const MATMUL_N: usize = 32;
 
 /// A dense `N × N` matrix, row-major, shared (cloning a slot is a reference count).

@@ -37,7 +37,7 @@ use crate::schedule::Schedule;
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
 /// inside the pool costs about a microsecond, and values a level reads were half written
 /// by the other core; on the project machine a level of 10^4 cheap scalar operations
-/// (cost 1 each, about 7 ns) gains only 1.1× to 1.4× on two threads, one of 10^5 about
+/// (cost 1 each, about 7 ns) gains only about 1.1× on two threads, one of 10^5 about
 /// 1.5× to 1.9× (`docs/PERFORMANCE.md`).
 pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 /// A parallel level is cut into chunks of at least this cost (and at most four per
