@@ -13,11 +13,14 @@
 //! below [`PAR_LEVEL_MIN_COST`], runs on the calling thread, in place. A larger one is cut
 //! into chunks of about equal cost (at least [`PAR_CHUNK_MIN_COST`] each, at most four per
 //! thread; an expensive instruction can be a chunk by itself, so heavy operations fork
-//! even in a level of two), run by binary `rayon::join`. The chunks read their operands
-//! from the shared slots and write their outputs straight into their own slots,
+//! even in a level of two). The calling thread and helpers spawned once per run claim
+//! the chunks of one level at a time (`Team`: an epoch per split level, an atomic claim
+//! counter, spinning rather than sleeping between levels). The chunks read their
+//! operands from the shared slots and write their outputs straight into their own slots,
 //! concurrently, through `LevelSlots`, a raw-pointer view of the slot vector for the
-//! duration of one level. This is the module's only `unsafe`, and it is sound by the
-//! schedule's level invariant (`schedule.rs`, checked whenever a schedule is built):
+//! duration of the run. This is the module's only `unsafe`, and it is sound by the
+//! schedule's level invariant (`schedule.rs`, checked whenever a schedule is built) and
+//! the team's rule that only one level runs at a time:
 //!
 //! **within a level, a written slot is written by exactly one instruction output and read
 //! by no instruction, and every slot is in range,** so no slot is touched by two threads
@@ -25,6 +28,9 @@
 //! operation sees the same operands and runs once. See `docs/adr/0003-parallel-slot-writes.md`.
 
 use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 use rayon::ThreadPool;
 use smallvec::SmallVec;
@@ -44,8 +50,7 @@ pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 /// thread).
 pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 /// At most this many chunks per thread in one level: more than one, so that a thread
-/// slowed down by other work on the machine is balanced by stealing (on the project
-/// machine, one chunk per thread was slower than four).
+/// slowed down by other work on the machine is balanced by the others claiming more.
 const PAR_CHUNKS_PER_THREAD: usize = 4;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
@@ -149,10 +154,12 @@ where
     /// any pool). The pool is entered once per call. With one thread, or when less than
     /// half of the program's cost is in levels costly enough to split (see
     /// [`PAR_LEVEL_MIN_COST`]), this is the sequential evaluator, whose program order has
-    /// the better locality. Instructions of levels that run on the calling thread get
-    /// `ctx`; each chunk of a parallel level gets a clone of `ctx` (made at most once per
-    /// chunk index per call, on the calling thread), and what a clone records is dropped.
+    /// the better locality. Instructions of levels that run on the calling thread alone
+    /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
+    /// per thread per call, on the calling thread), and what a clone records is dropped.
     /// Operations that need one shared context should keep it behind their own lock.
+    /// Between parallel levels the pool's other threads spin, then yield, rather than
+    /// sleep, for the duration of the call.
     ///
     /// # Panics
     /// As [`Self::eval`]; see [`Self::try_eval_parallel`].
@@ -215,7 +222,8 @@ where
         }
     }
 
-    /// The level loop, inside the pool.
+    /// The level loop, inside the pool: the calling thread and `threads - 1` helpers
+    /// spawned once for the whole run form a team (see [`Team`]).
     fn run_levels(
         &self,
         sched: &Schedule,
@@ -233,72 +241,83 @@ where
             }
         }
         let max_chunks = threads.saturating_mul(PAR_CHUNKS_PER_THREAD);
-        // Per chunk index: a context clone and an output buffer, kept across levels.
-        let mut scratch: Vec<(Op::Context, Vec<Op::Operand>)> = Vec::new();
-        let mut bounds: SmallVec<[usize; 64]> = SmallVec::new();
+        let team = Team::new(max_chunks);
+        let view = LevelSlots::new(slots);
+        let result = rayon::scope(|scope| {
+            for _ in 1..threads {
+                let (team, view, mut cx) = (&team, &view, ctx.clone());
+                scope.spawn(move |_| self.help(sched, team, view, &mut cx));
+            }
+            // Whatever happens below (an error, a panic), the helpers stop.
+            let _stop = StopOnDrop(&team);
+            self.lead(sched, &team, &view, ctx, out, max_chunks)
+        });
+        result?;
+        Ok(take_outputs(slots, &sched.output_slots, &sched.output_move))
+    }
+
+    /// The calling thread's part: runs small levels alone and publishes the large ones,
+    /// taking chunks like any helper, then waits for the level's last chunk.
+    fn lead(
+        &self,
+        sched: &Schedule,
+        team: &Team,
+        view: &LevelSlots<'_, Op::Operand>,
+        ctx: &mut Op::Context,
+        out: &mut Vec<Op::Operand>,
+        max_chunks: usize,
+    ) -> GraphResult<()> {
+        // Chunks of split levels get a clone of the context on every thread, this one too.
+        let mut chunk_ctx: Option<Op::Context> = None;
         for l in 0..sched.level_count() {
             let range = sched.level(l);
             if !sched.is_split(&range) {
-                // On this thread, in place: no slot read in a level is written in it.
-                for &i in &sched.order[range] {
-                    let (op, ins, outs) = self.par_instr(sched, i as usize);
-                    out.clear();
-                    eval_instruction(op, ctx, |s| get(slots, s), ins, out);
-                    check_count(op, outs.len(), out.len())?;
-                    for (&s, v) in outs.iter().zip(out.drain(..)) {
-                        slots[s as usize] = Some(v);
-                    }
-                }
+                // Alone: every helper is between levels (`team.wait_done` returned after the
+                // last chunk of the previous split level), so no other thread touches a slot.
+                self.eval_chunk(sched, &sched.order[range], ctx, view, out)?;
                 continue;
             }
             // Chunk boundaries at about equal cost.
             let cost = sched.cost(&range);
             let chunks = ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len());
-            bounds.clear();
-            bounds.push(range.start);
             let prefix = &sched.cost_prefix[range.start..range.end];
             let base = sched.cost_prefix[range.start];
+            let mut prev = range.start;
+            team.bounds[0].store(prev, Relaxed);
             for c in 1..chunks {
                 let target = base + (u128::from(cost) * c as u128 / chunks as u128) as u64;
                 let at = range.start + prefix.partition_point(|&x| x < target);
                 // Cost ties (zero-cost instructions) must not leave a chunk empty.
-                bounds.push(at.max(bounds[c - 1] + 1).min(range.end - (chunks - c)));
+                prev = at.max(prev + 1).min(range.end - (chunks - c));
+                team.bounds[c].store(prev, Relaxed);
             }
-            bounds.push(range.end);
-            while scratch.len() < chunks {
-                scratch.push((ctx.clone(), Vec::new()));
+            team.bounds[chunks].store(range.end, Relaxed);
+            let epoch = team.publish(chunks);
+            let cx = chunk_ctx.get_or_insert_with(|| ctx.clone());
+            while let Some(c) = team.claim(epoch) {
+                team.run(|| self.eval_chunk(sched, &sched.order[team.chunk(c)], cx, view, out));
             }
-            let level = LevelSlots::new(slots);
-            self.run_chunks(sched, &level, &bounds, &mut scratch[..chunks])?;
+            team.wait_done(chunks)?;
         }
-        Ok(take_outputs(slots, &sched.output_slots, &sched.output_move))
+        Ok(())
     }
 
-    /// Runs the chunks `bounds` of one level (chunk `c` is `order[bounds[c]..bounds[c +
-    /// 1]]`, with `scratch[c]`) by binary `rayon::join`, so an idle thread steals half of
-    /// what is left.
-    fn run_chunks(
-        &self,
-        sched: &Schedule,
-        slots: &LevelSlots<'_, Op::Operand>,
-        bounds: &[usize],
-        scratch: &mut [(Op::Context, Vec<Op::Operand>)],
-    ) -> GraphResult<()> {
-        if let [(ctx, out)] = scratch {
-            return self.eval_chunk(sched, &sched.order[bounds[0]..bounds[1]], ctx, slots, out);
+    /// A helper's part: waits for each published level, takes its chunks until none is
+    /// left, and returns when the lead stops the team.
+    fn help(&self, sched: &Schedule, team: &Team, view: &LevelSlots<'_, Op::Operand>, ctx: &mut Op::Context) {
+        let mut out = Vec::new();
+        let mut seen = 0;
+        while let Some(epoch) = team.wait_epoch(seen) {
+            seen = epoch;
+            while let Some(c) = team.claim(epoch) {
+                team.run(|| self.eval_chunk(sched, &sched.order[team.chunk(c)], ctx, view, &mut out));
+            }
         }
-        let mid = scratch.len() / 2;
-        let (left, right) = scratch.split_at_mut(mid);
-        let (a, b) = rayon::join(
-            || self.run_chunks(sched, slots, &bounds[..=mid], left),
-            || self.run_chunks(sched, slots, &bounds[mid..], right),
-        );
-        a.and(b)
     }
 
-    /// Evaluates the instructions `chunk` of the level `slots` was made for, reading their
-    /// operands and writing their outputs in place, concurrently with the level's other
-    /// chunks.
+    /// Evaluates the instructions `chunk` of one level, reading their operands and writing
+    /// their outputs in place through `slots`, possibly concurrently with the level's
+    /// other chunks.
     fn eval_chunk(
         &self,
         sched: &Schedule,
@@ -310,16 +329,17 @@ where
         for &i in chunk {
             let (op, ins, outs) = self.par_instr(sched, i as usize);
             out.clear();
-            // SAFETY: `ins` are operand slots of an instruction of the level `slots` was
-            // made for; by the level invariant (checked when the schedule was built) no
-            // instruction of the level writes any of them, so no thread writes them while
-            // the references live (they end with this call).
+            // SAFETY: `ins` are operand slots of an instruction of the level being run;
+            // by the level invariant (checked when the schedule was built) no instruction
+            // of the level writes any of them, and no thread runs another level meanwhile
+            // (see `Team`), so no thread writes them while the references live (they end
+            // with this call).
             eval_instruction(op, ctx, |s| unsafe { slots.get(s) }, ins, out);
             check_count(op, outs.len(), out.len())?;
             for (&s, v) in outs.iter().zip(out.drain(..)) {
-                // SAFETY: `s` is an output slot of this instruction, of the level `slots`
-                // was made for; by the level invariant no other instruction of the level
-                // writes or reads it, and this instruction writes it once.
+                // SAFETY: `s` is an output slot of this instruction; by the level invariant
+                // no other instruction of the level writes or reads it, this instruction
+                // writes it once, and no thread runs another level meanwhile.
                 unsafe { slots.set(s, v) };
             }
         }
@@ -327,15 +347,168 @@ where
     }
 }
 
-/// The slot vector during one parallel level, shared by the chunks that evaluate the
-/// level concurrently: they read operand slots and write output slots in place.
+/// The synchronisation of one parallel run: the lead (the calling thread) and helpers
+/// spawned once per run. Levels are published one at a time as epochs; within an epoch
+/// every participant claims chunks until none is left, and the lead waits until every
+/// claimed chunk is done before it runs or publishes anything else. So at any moment
+/// either the lead alone touches the slots (a small level) or the chunks of exactly one
+/// split level do, which is what the level invariant makes safe.
+///
+/// Between levels, helpers spin and then yield instead of sleeping in the pool: on the
+/// project machine a sleeping rayon worker took about 50 µs to wake for each level, a
+/// large part of a level of cheap operations. A helper that has not started yet simply
+/// claims nothing; the lead never waits for a helper, only for claimed chunks.
+///
+/// Memory ordering: the lead writes the chunk bounds, then publishes the epoch with
+/// `Release`; claims read it with `Acquire`, so they see the bounds and every slot written
+/// before. A finished chunk increments `done` with `Release`; the lead reads it with
+/// `Acquire`, so it sees the chunk's slot writes.
+struct Team {
+    /// `epoch << 32 | next unclaimed chunk`; epoch 0 is "none yet", [`STOP`] ends the run.
+    claim: AtomicU64,
+    /// Number of chunks of the current epoch.
+    chunks: AtomicUsize,
+    /// Chunks of the current epoch finished (or abandoned by a panic).
+    done: AtomicUsize,
+    /// Chunk `c` is `order[bounds[c]..bounds[c + 1]]`.
+    bounds: Vec<AtomicUsize>,
+    /// The first error of a chunk, or a note that one panicked.
+    failure: Mutex<Option<GraphError>>,
+    failed: AtomicBool,
+}
+
+/// The epoch that tells helpers to return.
+const STOP: u64 = u32::MAX as u64;
+
+impl Team {
+    fn new(max_chunks: usize) -> Self {
+        Team {
+            claim: AtomicU64::new(0),
+            chunks: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            bounds: (0..=max_chunks).map(|_| AtomicUsize::new(0)).collect(),
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Publishes the next epoch with `chunks` chunks (bounds already stored); lead only.
+    fn publish(&self, chunks: usize) -> u64 {
+        let epoch = (self.claim.load(Relaxed) >> 32) + 1;
+        self.chunks.store(chunks, Relaxed);
+        self.done.store(0, Relaxed);
+        self.claim.store(epoch << 32, Release);
+        epoch
+    }
+
+    /// Claims the next chunk of `epoch`, if it is still the current epoch and has one left.
+    fn claim(&self, epoch: u64) -> Option<usize> {
+        let mut v = self.claim.load(Acquire);
+        loop {
+            let c = (v & u64::from(u32::MAX)) as usize;
+            if v >> 32 != epoch || c >= self.chunks.load(Relaxed) || self.failed.load(Relaxed) {
+                return None;
+            }
+            match self.claim.compare_exchange_weak(v, v + 1, Acquire, Acquire) {
+                Ok(_) => return Some(c),
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// The positions in `order` of chunk `c` of the current epoch.
+    fn chunk(&self, c: usize) -> std::ops::Range<usize> {
+        self.bounds[c].load(Relaxed)..self.bounds[c + 1].load(Relaxed)
+    }
+
+    /// Runs claimed chunk `c` and counts it done, even if it fails or panics.
+    fn run(&self, f: impl FnOnce() -> GraphResult<()>) {
+        let done = DoneOnDrop(self);
+        if let Err(e) = f() {
+            self.fail(Some(e));
+        }
+        drop(done);
+    }
+
+    fn fail(&self, e: Option<GraphError>) {
+        let mut first = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if first.is_none() {
+            *first = e;
+        }
+        self.failed.store(true, Release);
+    }
+
+    /// Waits until the `chunks` chunks of the current epoch are done; the first error of
+    /// one of them, if any.
+    fn wait_done(&self, chunks: usize) -> GraphResult<()> {
+        // After a failure nobody claims the remaining chunks: stop waiting. Chunks still
+        // running finish before the run's scope ends, and the slots are not read after.
+        spin_until(|| self.done.load(Acquire) >= chunks || self.failed.load(Acquire));
+        if self.failed.load(Acquire) {
+            let e = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            // `None`: a chunk panicked; rayon re-raises it when the scope ends.
+            return Err(e.unwrap_or(GraphError::Invalid { phase: "parallel eval", message: "a chunk panicked".into() }));
+        }
+        Ok(())
+    }
+
+    /// Waits for an epoch after `seen`; `None` when the run is over.
+    fn wait_epoch(&self, seen: u64) -> Option<u64> {
+        let mut epoch = seen;
+        spin_until(|| {
+            epoch = self.claim.load(Acquire) >> 32;
+            epoch != seen
+        });
+        (epoch != STOP).then_some(epoch)
+    }
+}
+
+/// Counts a claimed chunk done when dropped, and marks the team failed if that happens
+/// during a panic, so the lead stops instead of waiting.
+struct DoneOnDrop<'a>(&'a Team);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail(None);
+        }
+        self.0.done.fetch_add(1, Release);
+    }
+}
+
+/// Stops the helpers when the lead returns or unwinds.
+struct StopOnDrop<'a>(&'a Team);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.claim.store(STOP << 32, Release);
+    }
+}
+
+/// Spins on `ready` with a CPU hint, then yields the thread between checks.
+#[inline]
+fn spin_until(mut ready: impl FnMut() -> bool) {
+    let mut spins = 0u32;
+    while !ready() {
+        if spins < 1 << 12 {
+            std::hint::spin_loop();
+            spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The slot vector during one parallel run, shared by the threads of the `Team`: the
+/// chunks of a level read operand slots and write output slots in place.
 ///
 /// It holds the exclusive borrow of the slots for its lifetime, and touches them only
 /// through a raw pointer, element by element, so no reference to the whole vector exists
 /// while chunks write. Soundness rests on the schedule's level invariant (`schedule.rs`,
-/// checked by `Schedule::check_levels` whenever a schedule is built): within a level, a
+/// checked by `Schedule::check_levels` whenever a schedule is built: within a level, a
 /// written slot is written by one instruction only and read by none, and every slot is in
-/// range. See `docs/adr/0003-parallel-slot-writes.md`.
+/// range) and on `Team` running one level at a time, with release/acquire ordering between
+/// levels. See `docs/adr/0003-parallel-slot-writes.md`.
 struct LevelSlots<'a, T> {
     base: *mut Option<T>,
     len: usize,

@@ -4,8 +4,8 @@
 //! both in place and in parallel chunks, that catch a read of an unwritten or reused slot,
 //! an operation run before its operands' producers finished, and an operation run twice
 //! or never; the heavy-operation path (two expensive operations in a level of two fork,
-//! cheap levels run in place); the level count against longest paths computed on the
-//! materialized graph, and the schedule verifier.
+//! cheap levels run in place); a panic in a chunk reaching the caller; the level count
+//! against longest paths computed on the materialized graph, and the schedule verifier.
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
@@ -204,6 +204,32 @@ fn verify_parallel_against_rejects_another_graph() {
     }
 }
 
+/// An operation that panics in a parallel chunk (on whichever thread) propagates the
+/// panic out of `eval_parallel` instead of leaving the other threads waiting, and the
+/// pool stays usable.
+#[test]
+fn panic_in_a_parallel_chunk_propagates() {
+    let heavy = PAR_LEVEL_MIN_COST;
+    let mut b = GraphBuilder::with_interner(KeyInterner::new());
+    let x = b.add_input(0u32);
+    let outs: Vec<_> =
+        (0..6).map(|tag| b.add_operation(Rec { tag, arity: 1, cost: heavy }, vec![Local(x)], Primary)[0]).collect();
+    let boom = b.add_operation(Rec { tag: Rec::PANIC, arity: 1, cost: heavy }, vec![Local(x)], Primary)[0];
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outs.iter().map(|&v| g.global_key(v)).collect();
+    let good = compile(&materialize_merge(&resolve(vec![g.clone()]), &keys));
+    let mut with_boom = keys.clone();
+    with_boom.insert(3, g.global_key(boom));
+    let bad = compile(&materialize_merge(&resolve(vec![g]), &with_boom));
+    for pool in &pools()[1..] {
+        let run = || bad.eval_parallel(Some(pool), &mut Vec::new(), &[&1]);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+        assert!(caught.is_err(), "the panic reaches the caller");
+        let got = good.eval_parallel(Some(pool), &mut Vec::new(), &[&1]);
+        assert_eq!(got, (0..6).map(|t| Rec::apply(t, &[1])).collect::<Vec<_>>());
+    }
+}
+
 /// A misbehaving operation in a parallel chunk is reported, not a panic.
 #[test]
 fn output_count_mismatch_in_a_parallel_level() {
@@ -388,6 +414,9 @@ struct Rec {
 }
 
 impl Rec {
+    /// The tag of an operation that panics when evaluated.
+    const PANIC: u32 = 999;
+
     fn apply(tag: u32, inputs: &[u64]) -> u64 {
         inputs.iter().fold(splitmix(u64::from(tag)), |h, &x| splitmix(h ^ x))
     }
@@ -410,6 +439,7 @@ impl GraphOperation for Rec {
 
 impl EvaluableGraphOperation for Rec {
     fn eval_into(&self, seen: &mut Vec<u32>, inputs: &[&u64], out: &mut Vec<u64>) {
+        assert_ne!(self.tag, Rec::PANIC, "this operation panics");
         seen.push(self.tag);
         out.push(Rec::apply(self.tag, &inputs.iter().map(|&&x| x).collect::<Vec<_>>()));
     }
