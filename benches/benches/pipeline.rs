@@ -7,7 +7,7 @@
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
 //! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn` |
-//! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads (`layered_wide`, `window`) | sequential `eval_with` |
+//! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with`; for `matmul_layered` also `flat_layers` and `rayon_layers_2t` (the same products without the engine, sequential and `par_iter` per layer) |
 //!
 //! Ids read `<group>/<shape>/<impl>/<size>`; throughput is per node of the original spec.
 //!
@@ -24,8 +24,10 @@ use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
 
+use benches::heavy::HeavyWorkload;
 use benches::{
-    BoxedProgram, FlatProgram, Shape, Workload, baseline_spec, bind_inputs, build, hashcons, materialize, prune,
+    BoxedProgram, FlatProgram, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build, hashcons, materialize,
+    prune,
 };
 use computegraph::{EvalState, compile};
 use criterion::measurement::WallTime;
@@ -181,7 +183,7 @@ fn bench_eval_parallel(c: &mut Criterion, sizes: &[usize]) {
         .into_iter()
         .map(|t| (t, rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")))
         .collect();
-    for shape in [Shape::LayeredWide, Shape::Window] {
+    for shape in [Shape::LayeredWide, Shape::LayeredDeep, Shape::Chain, Shape::Window] {
         for &n in sizes {
             configure(&mut g, shape, n);
             let w = OnceCell::new();
@@ -205,6 +207,40 @@ fn bench_eval_parallel(c: &mut Criterion, sizes: &[usize]) {
             }
         }
     }
+    // 10^4 matrix products of about 10 µs each (100 wide, 100 deep), whatever the sizes.
+    let heavy = OnceCell::new();
+    let heavy = || heavy.get_or_init(|| HeavyWorkload::new(100, 100, SPEC_SEED));
+    let n = 10_000;
+    g.throughput(Throughput::Elements(n as u64));
+    g.sample_size(10);
+    g.sampling_mode(SamplingMode::Flat);
+    g.warm_up_time(Duration::from_millis(300));
+    g.measurement_time(Duration::from_secs(3));
+    let mut state = EvalState::new();
+    let heavy_id = |who: &str| BenchmarkId::new(format!("matmul_layered/{who}"), n);
+    g.bench_function(heavy_id("sequential"), |b| {
+        let w = heavy();
+        let inputs = w.bind();
+        b.iter(|| w.program.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+    });
+    for (t, pool) in &pools {
+        g.bench_function(heavy_id(&format!("parallel_{t}t")), |b| {
+            let w = heavy();
+            let inputs = w.bind();
+            b.iter(|| {
+                w.program.eval_parallel_with(Some(pool), &mut state, &mut (), black_box(&inputs)).expect("evaluates")
+            })
+        });
+    }
+    g.bench_function(heavy_id("flat_layers"), |b| {
+        let w = heavy();
+        b.iter(|| w.eval_layers())
+    });
+    let (_, pool2) = &pools[1];
+    g.bench_function(heavy_id("rayon_layers_2t"), |b| {
+        let w = heavy();
+        b.iter(|| w.eval_layers_on(pool2))
+    });
     g.finish();
 }
 

@@ -10,6 +10,7 @@
 //!   - [`FlatProgram`]: a hand-written struct-of-arrays loop with `match` dispatch (the floor);
 //!   - [`BoxedProgram`]: a `Vec<Box<dyn Fn(&mut Vec<f64>)>>` interpreter;
 //!   - [`hashcons`]: hashbrown + Fx hash-consing of `(op, a, b) -> u32` (the interning floor).
+//! - [`heavy`]: a layered graph of ~10 µs matrix products, for parallel evaluation.
 //!
 //! Throughput everywhere is per node of the *original* spec (`spec.ops.len()`), so ours and
 //! the baselines are compared per the same unit even though both run fewer nodes after CSE.
@@ -131,6 +132,7 @@ impl Workload {
 
 pub mod ad;
 pub mod eager;
+pub mod heavy;
 
 // ---------------------------------------------------------------------------------------
 // Ours

@@ -8,15 +8,31 @@
 //! [`EvaluableGraphOperation::eval_into`]. Complexity: `O(instructions + operands)`.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
-//! `schedule.rs` with its own slots, entering the rayon pool once per run. A level whose
-//! summed [`cost_hint`](crate::GraphOperation::cost_hint) is below [`PAR_LEVEL_MIN_COST`]
-//! runs on the calling thread, in place; a larger one is cut into chunks of about equal
-//! cost, each evaluated on the pool into its own output vector while reading the shared
-//! slots, and the outputs are then moved into their slots in order. Safe Rust only: the
-//! schedule guarantees no slot read in a level is written in it.
+//! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
+//! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
+//! below [`PAR_LEVEL_MIN_COST`], runs on the calling thread, in place. A larger one is cut
+//! into chunks of about equal cost (at least [`PAR_CHUNK_MIN_COST`] each, at most four per
+//! thread; an expensive instruction can be a chunk by itself, so heavy operations fork
+//! even in a level of two). The calling thread and helpers spawned once per run claim
+//! the chunks of one level at a time (`Team`: an epoch per split level, an atomic claim
+//! counter, spinning rather than sleeping between levels). The chunks read their
+//! operands from the shared slots and write their outputs straight into their own slots,
+//! concurrently, through `LevelSlots`, a raw-pointer view of the slot vector for the
+//! duration of the run. This is the module's only `unsafe`, and it is sound by the
+//! schedule's level invariant (`schedule.rs`, checked whenever a schedule is built) and
+//! the team's rule that only one level runs at a time:
+//!
+//! **within a level, a written slot is written by exactly one instruction output and read
+//! by no instruction, and every slot is in range,** so no slot is touched by two threads
+//! unless both only read it. Results are bit-identical to sequential evaluation: every
+//! operation sees the same operands and runs once. See `docs/adr/0005-parallel-slot-writes.md`.
+
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 use rayon::ThreadPool;
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::compile::{CompiledProgram, Instr, NO_SLOT};
@@ -24,11 +40,18 @@ use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label};
 use crate::schedule::Schedule;
 
-/// Levels whose summed cost hint is below this run on the calling thread: a fork-join
-/// inside the pool costs about a microsecond, a cheap operation a few nanoseconds.
-pub const PAR_LEVEL_MIN_COST: u64 = 8192;
-/// A parallel level is cut into chunks of at least this cost (and at most four per thread).
-pub const PAR_CHUNK_MIN_COST: u64 = 4096;
+/// Levels whose summed cost hint is below this run on the calling thread. A fork-join
+/// inside the pool costs about a microsecond, and values a level reads were half written
+/// by the other core; on the project machine a level of 10^4 cheap scalar operations
+/// (cost 1 each, about 7 ns) gains only about 1.1× on two threads, one of 10^5 about
+/// 1.5× to 1.9× (`docs/PERFORMANCE.md`).
+pub const PAR_LEVEL_MIN_COST: u64 = 4096;
+/// A parallel level is cut into chunks of at least this cost (and at most four per
+/// thread).
+pub const PAR_CHUNK_MIN_COST: u64 = 1024;
+/// At most this many chunks per thread in one level: more than one, so that a thread
+/// slowed down by other work on the machine is balanced by the others claiming more.
+const PAR_CHUNKS_PER_THREAD: usize = 4;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
 pub struct EvalState<T> {
@@ -99,7 +122,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         for (i, op) in self.ops.iter().enumerate() {
             let (ins, outs) = self.instr_args(i);
             out.clear();
-            eval_instruction(op, ctx, slots, ins, out);
+            eval_instruction(op, ctx, |s| get(slots, s), ins, out);
             if let ([s], 1) = (outs, out.len()) {
                 // The common case: one output, moved straight into its slot.
                 slots[*s as usize] = out.pop();
@@ -131,10 +154,12 @@ where
     /// any pool). The pool is entered once per call. With one thread, or when less than
     /// half of the program's cost is in levels costly enough to split (see
     /// [`PAR_LEVEL_MIN_COST`]), this is the sequential evaluator, whose program order has
-    /// the better locality. Instructions of levels that run on the calling thread get
-    /// `ctx`; each chunk of a parallel level gets a clone of `ctx` (made at most once per
-    /// chunk index per call, on the calling thread), and what a clone records is dropped.
+    /// the better locality. Instructions of levels that run on the calling thread alone
+    /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
+    /// per thread per call, on the calling thread), and what a clone records is dropped.
     /// Operations that need one shared context should keep it behind their own lock.
+    /// Between parallel levels the pool's other threads spin, then yield, rather than
+    /// sleep, for the duration of the call.
     ///
     /// # Panics
     /// As [`Self::eval`]; see [`Self::try_eval_parallel`].
@@ -197,7 +222,8 @@ where
         }
     }
 
-    /// The level loop, inside the pool.
+    /// The level loop, inside the pool: the calling thread and `threads - 1` helpers
+    /// spawned once for the whole run form a team (see [`Team`]).
     fn run_levels(
         &self,
         sched: &Schedule,
@@ -214,79 +240,317 @@ where
                 slots[s as usize] = Some(x.clone());
             }
         }
-        let max_chunks = threads.saturating_mul(4);
-        // Per chunk index: a context clone and an output buffer, kept across levels.
-        let mut ctxs: Vec<(Op::Context, Vec<Op::Operand>)> = Vec::new();
-        let mut bounds: SmallVec<[usize; 64]> = SmallVec::new();
-        for l in 0..sched.level_count() {
-            let range = sched.level(l);
-            let cost = sched.cost_prefix[range.end] - sched.cost_prefix[range.start];
-            let chunks = if cost >= PAR_LEVEL_MIN_COST && range.len() > 1 {
-                ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len())
-            } else {
-                1
-            };
-            if chunks == 1 {
-                // Reads and writes in place: no slot read in a level is written in it.
-                for &i in &sched.order[range] {
-                    let (op, ins, outs) = self.par_instr(sched, i as usize);
-                    out.clear();
-                    eval_instruction(op, ctx, slots, ins, out);
-                    check_count(op, outs.len(), out.len())?;
-                    for (&s, v) in outs.iter().zip(out.drain(..)) {
-                        slots[s as usize] = Some(v);
-                    }
-                }
-                continue;
+        let max_chunks = threads.saturating_mul(PAR_CHUNKS_PER_THREAD);
+        let team = Team::new(max_chunks);
+        let view = LevelSlots::new(slots);
+        let result = rayon::scope(|scope| {
+            for _ in 1..threads {
+                let (team, view, mut cx) = (&team, &view, ctx.clone());
+                scope.spawn(move |_| self.help(sched, team, view, &mut cx));
             }
-            // Chunk boundaries at about equal cost.
-            bounds.clear();
-            bounds.push(range.start);
-            let prefix = &sched.cost_prefix[range.start..range.end];
-            let base = sched.cost_prefix[range.start];
-            for c in 1..chunks {
-                let target = base + (u128::from(cost) * c as u128 / chunks as u128) as u64;
-                bounds.push(range.start + prefix.partition_point(|&x| x < target));
-            }
-            bounds.push(range.end);
-            while ctxs.len() < chunks {
-                ctxs.push((ctx.clone(), Vec::new()));
-            }
-            let shared: &[Option<Op::Operand>] = slots;
-            let bounds_ref = &bounds;
-            ctxs[..chunks].par_iter_mut().enumerate().try_for_each(|(c, (cx, buf))| {
-                self.eval_chunk(sched, &sched.order[bounds_ref[c]..bounds_ref[c + 1]], cx, shared, buf)
-            })?;
-            for (c, (_, values)) in ctxs[..chunks].iter_mut().enumerate() {
-                let mut values = values.drain(..);
-                for &i in &sched.order[bounds[c]..bounds[c + 1]] {
-                    for &s in self.par_instr(sched, i as usize).2 {
-                        slots[s as usize] = values.next();
-                    }
-                }
-            }
-        }
+            // Whatever happens below (an error, a panic), the helpers stop.
+            let _stop = StopOnDrop(&team);
+            self.lead(sched, &team, &view, ctx, out, max_chunks)
+        });
+        result?;
         Ok(take_outputs(slots, &sched.output_slots, &sched.output_move))
     }
 
-    /// Evaluates the instructions `chunk` (of one level) reading `slots`, appending their
-    /// outputs back to back to `out`.
+    /// The calling thread's part: runs small levels alone and publishes the large ones,
+    /// taking chunks like any helper, then waits for the level's last chunk.
+    fn lead(
+        &self,
+        sched: &Schedule,
+        team: &Team,
+        view: &LevelSlots<'_, Op::Operand>,
+        ctx: &mut Op::Context,
+        out: &mut Vec<Op::Operand>,
+        max_chunks: usize,
+    ) -> GraphResult<()> {
+        // Chunks of split levels get a clone of the context on every thread, this one too.
+        let mut chunk_ctx: Option<Op::Context> = None;
+        for l in 0..sched.level_count() {
+            let range = sched.level(l);
+            if !sched.is_split(&range) {
+                // Alone: every helper is between levels (`team.wait_done` returned after the
+                // last chunk of the previous split level), so no other thread touches a slot.
+                self.eval_chunk(sched, &sched.order[range], ctx, view, out)?;
+                continue;
+            }
+            // Chunk boundaries at about equal cost.
+            let cost = sched.cost(&range);
+            let chunks = ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len());
+            let prefix = &sched.cost_prefix[range.start..range.end];
+            let base = sched.cost_prefix[range.start];
+            let mut prev = range.start;
+            team.bounds[0].store(prev, Relaxed);
+            for c in 1..chunks {
+                let target = base + (u128::from(cost) * c as u128 / chunks as u128) as u64;
+                let at = range.start + prefix.partition_point(|&x| x < target);
+                // Cost ties (zero-cost instructions) must not leave a chunk empty.
+                prev = at.max(prev + 1).min(range.end - (chunks - c));
+                team.bounds[c].store(prev, Relaxed);
+            }
+            team.bounds[chunks].store(range.end, Relaxed);
+            let epoch = team.publish(chunks);
+            let cx = chunk_ctx.get_or_insert_with(|| ctx.clone());
+            while let Some(c) = team.claim(epoch) {
+                team.run(|| self.eval_chunk(sched, &sched.order[team.chunk(c)], cx, view, out));
+            }
+            team.wait_done(chunks)?;
+        }
+        Ok(())
+    }
+
+    /// A helper's part: waits for each published level, takes its chunks until none is
+    /// left, and returns when the lead stops the team.
+    fn help(&self, sched: &Schedule, team: &Team, view: &LevelSlots<'_, Op::Operand>, ctx: &mut Op::Context) {
+        let mut out = Vec::new();
+        let mut seen = 0;
+        while let Some(epoch) = team.wait_epoch(seen) {
+            seen = epoch;
+            while let Some(c) = team.claim(epoch) {
+                team.run(|| self.eval_chunk(sched, &sched.order[team.chunk(c)], ctx, view, &mut out));
+            }
+        }
+    }
+
+    /// Evaluates the instructions `chunk` of one level, reading their operands and writing
+    /// their outputs in place through `slots`, possibly concurrently with the level's
+    /// other chunks.
     fn eval_chunk(
         &self,
         sched: &Schedule,
         chunk: &[u32],
         ctx: &mut Op::Context,
-        slots: &[Option<Op::Operand>],
+        slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        out.clear();
         for &i in chunk {
             let (op, ins, outs) = self.par_instr(sched, i as usize);
-            let before = out.len();
-            eval_instruction(op, ctx, slots, ins, out);
-            check_count(op, outs.len(), out.len() - before)?;
+            out.clear();
+            // SAFETY: `ins` are operand slots of an instruction of the level being run;
+            // by the level invariant (checked when the schedule was built) no instruction
+            // of the level writes any of them, and no thread runs another level meanwhile
+            // (see `Team`), so no thread writes them while the references live (they end
+            // with this call).
+            eval_instruction(op, ctx, |s| unsafe { slots.get(s) }, ins, out);
+            check_count(op, outs.len(), out.len())?;
+            for (&s, v) in outs.iter().zip(out.drain(..)) {
+                // SAFETY: `s` is an output slot of this instruction; by the level invariant
+                // no other instruction of the level writes or reads it, this instruction
+                // writes it once, and no thread runs another level meanwhile.
+                unsafe { slots.set(s, v) };
+            }
         }
         Ok(())
+    }
+}
+
+/// The synchronisation of one parallel run: the lead (the calling thread) and helpers
+/// spawned once per run. Levels are published one at a time as epochs; within an epoch
+/// every participant claims chunks until none is left, and the lead waits until every
+/// claimed chunk is done before it runs or publishes anything else. So at any moment
+/// either the lead alone touches the slots (a small level) or the chunks of exactly one
+/// split level do, which is what the level invariant makes safe.
+///
+/// Between levels, helpers spin and then yield instead of sleeping in the pool: on the
+/// project machine a sleeping rayon worker took about 50 µs to wake for each level, a
+/// large part of a level of cheap operations. A helper that has not started yet simply
+/// claims nothing; the lead never waits for a helper, only for claimed chunks.
+///
+/// Memory ordering: the lead writes the chunk bounds, then publishes the epoch with
+/// `Release`; claims read it with `Acquire`, so they see the bounds and every slot written
+/// before. A finished chunk increments `done` with `Release`; the lead reads it with
+/// `Acquire`, so it sees the chunk's slot writes.
+struct Team {
+    /// `epoch << 32 | next unclaimed chunk`; epoch 0 is "none yet", [`STOP`] ends the run.
+    claim: AtomicU64,
+    /// Number of chunks of the current epoch.
+    chunks: AtomicUsize,
+    /// Chunks of the current epoch finished (or abandoned by a panic).
+    done: AtomicUsize,
+    /// Chunk `c` is `order[bounds[c]..bounds[c + 1]]`.
+    bounds: Vec<AtomicUsize>,
+    /// The first error of a chunk, or a note that one panicked.
+    failure: Mutex<Option<GraphError>>,
+    failed: AtomicBool,
+}
+
+/// The epoch that tells helpers to return.
+const STOP: u64 = u32::MAX as u64;
+
+impl Team {
+    fn new(max_chunks: usize) -> Self {
+        Team {
+            claim: AtomicU64::new(0),
+            chunks: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            bounds: (0..=max_chunks).map(|_| AtomicUsize::new(0)).collect(),
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Publishes the next epoch with `chunks` chunks (bounds already stored); lead only.
+    fn publish(&self, chunks: usize) -> u64 {
+        let epoch = (self.claim.load(Relaxed) >> 32) + 1;
+        self.chunks.store(chunks, Relaxed);
+        self.done.store(0, Relaxed);
+        self.claim.store(epoch << 32, Release);
+        epoch
+    }
+
+    /// Claims the next chunk of `epoch`, if it is still the current epoch and has one left.
+    fn claim(&self, epoch: u64) -> Option<usize> {
+        let mut v = self.claim.load(Acquire);
+        loop {
+            let c = (v & u64::from(u32::MAX)) as usize;
+            if v >> 32 != epoch || c >= self.chunks.load(Relaxed) || self.failed.load(Relaxed) {
+                return None;
+            }
+            match self.claim.compare_exchange_weak(v, v + 1, Acquire, Acquire) {
+                Ok(_) => return Some(c),
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// The positions in `order` of chunk `c` of the current epoch.
+    fn chunk(&self, c: usize) -> std::ops::Range<usize> {
+        self.bounds[c].load(Relaxed)..self.bounds[c + 1].load(Relaxed)
+    }
+
+    /// Runs claimed chunk `c` and counts it done, even if it fails or panics.
+    fn run(&self, f: impl FnOnce() -> GraphResult<()>) {
+        let done = DoneOnDrop(self);
+        if let Err(e) = f() {
+            self.fail(Some(e));
+        }
+        drop(done);
+    }
+
+    fn fail(&self, e: Option<GraphError>) {
+        let mut first = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if first.is_none() {
+            *first = e;
+        }
+        self.failed.store(true, Release);
+    }
+
+    /// Waits until the `chunks` chunks of the current epoch are done; the first error of
+    /// one of them, if any.
+    fn wait_done(&self, chunks: usize) -> GraphResult<()> {
+        // After a failure nobody claims the remaining chunks: stop waiting. Chunks still
+        // running finish before the run's scope ends, and the slots are not read after.
+        spin_until(|| self.done.load(Acquire) >= chunks || self.failed.load(Acquire));
+        if self.failed.load(Acquire) {
+            let e = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            // `None`: a chunk panicked; rayon re-raises it when the scope ends.
+            return Err(e.unwrap_or(GraphError::Invalid { phase: "parallel eval", message: "a chunk panicked".into() }));
+        }
+        Ok(())
+    }
+
+    /// Waits for an epoch after `seen`; `None` when the run is over.
+    fn wait_epoch(&self, seen: u64) -> Option<u64> {
+        let mut epoch = seen;
+        spin_until(|| {
+            epoch = self.claim.load(Acquire) >> 32;
+            epoch != seen
+        });
+        (epoch != STOP).then_some(epoch)
+    }
+}
+
+/// Counts a claimed chunk done when dropped, and marks the team failed if that happens
+/// during a panic, so the lead stops instead of waiting.
+struct DoneOnDrop<'a>(&'a Team);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail(None);
+        }
+        self.0.done.fetch_add(1, Release);
+    }
+}
+
+/// Stops the helpers when the lead returns or unwinds.
+struct StopOnDrop<'a>(&'a Team);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.claim.store(STOP << 32, Release);
+    }
+}
+
+/// Spins on `ready` with a CPU hint, then yields the thread between checks.
+#[inline]
+fn spin_until(mut ready: impl FnMut() -> bool) {
+    let mut spins = 0u32;
+    while !ready() {
+        if spins < 1 << 12 {
+            std::hint::spin_loop();
+            spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The slot vector during one parallel run, shared by the threads of the `Team`: the
+/// chunks of a level read operand slots and write output slots in place.
+///
+/// It holds the exclusive borrow of the slots for its lifetime, and touches them only
+/// through a raw pointer, element by element, so no reference to the whole vector exists
+/// while chunks write. Soundness rests on the schedule's level invariant (`schedule.rs`,
+/// checked by `Schedule::check_levels` whenever a schedule is built: within a level, a
+/// written slot is written by one instruction only and read by none, and every slot is in
+/// range) and on `Team` running one level at a time, with release/acquire ordering between
+/// levels. See `docs/adr/0005-parallel-slot-writes.md`.
+struct LevelSlots<'a, T> {
+    base: *mut Option<T>,
+    len: usize,
+    _slots: PhantomData<&'a mut [Option<T>]>,
+}
+
+// SAFETY: chunks on several threads get `&T` from distinct or shared read-only slots
+// (needs `T: Sync`) and move values into, and drop the previous values of, slots that
+// only their thread touches in the level (needs `T: Send`). Which thread touches which
+// slot is disjoint by the level invariant; see `get` and `set`.
+unsafe impl<T: Send + Sync> Sync for LevelSlots<'_, T> {}
+
+impl<'a, T> LevelSlots<'a, T> {
+    fn new(slots: &'a mut [Option<T>]) -> Self {
+        LevelSlots { base: slots.as_mut_ptr(), len: slots.len(), _slots: PhantomData }
+    }
+
+    /// The operand in slot `s`.
+    ///
+    /// # Safety
+    /// No thread writes slot `s` while the returned reference lives: `s` is an operand slot
+    /// of an instruction of the level this view was made for.
+    #[inline(always)]
+    unsafe fn get(&self, s: u32) -> &T {
+        assert!((s as usize) < self.len, "slot s{s} out of range");
+        // SAFETY: `s` is in bounds of the borrowed slots, and by the caller's guarantee no
+        // thread writes the slot while the shared reference lives.
+        let slot = unsafe { &*self.base.add(s as usize) };
+        slot.as_ref().expect("operand slots are written before use (verified at compile)")
+    }
+
+    /// Stores `v` in slot `s`, dropping the value it held.
+    ///
+    /// # Safety
+    /// No other thread reads or writes slot `s` during the level: `s` is an output slot of
+    /// the instruction being evaluated, in the level this view was made for.
+    #[inline(always)]
+    unsafe fn set(&self, s: u32, v: T) {
+        assert!((s as usize) < self.len, "slot s{s} out of range");
+        // SAFETY: `s` is in bounds, and by the caller's guarantee this thread is the only
+        // one touching the slot, so the write (and the drop of the old value) is exclusive.
+        unsafe { *self.base.add(s as usize) = Some(v) };
     }
 }
 
@@ -315,12 +579,13 @@ fn get<T>(slots: &[Option<T>], s: u32) -> &T {
     slots[s as usize].as_ref().expect("operand slots are written before use (verified at compile)")
 }
 
-/// Gathers operand references on the stack and evaluates one instruction into `out`.
+/// Gathers operand references (`get` of each operand slot) on the stack and evaluates one
+/// instruction into `out`.
 #[inline(always)]
-pub(crate) fn eval_instruction<Op: EvaluableGraphOperation>(
+pub(crate) fn eval_instruction<'s, Op: EvaluableGraphOperation>(
     op: &Op,
     ctx: &mut Op::Context,
-    slots: &[Option<Op::Operand>],
+    get: impl Fn(u32) -> &'s Op::Operand,
     ins: &[u32],
     out: &mut Vec<Op::Operand>,
 ) {
@@ -328,12 +593,12 @@ pub(crate) fn eval_instruction<Op: EvaluableGraphOperation>(
     if n.wrapping_sub(1) < 2 {
         // One or two operands, without branching on which: a unary operation reads its
         // operand twice and sees a one-element slice.
-        let refs = [get(slots, ins[0]), get(slots, ins[n - 1])];
+        let refs = [get(ins[0]), get(ins[n - 1])];
         op.eval_into(ctx, &refs[..n], out)
     } else if n == 0 {
         op.eval_into(ctx, &[], out)
     } else {
-        let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(slots, s)).collect();
+        let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(s)).collect();
         op.eval_into(ctx, &refs, out)
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! Invariants: the capacity is a power of two and at most 3/4 full (linear probing stays
 //! short); an empty slot is `0`; a full slot is `hash << 32 | (id + 1)`. Entries are never
-//! removed. This module holds the crate's only `unsafe`: the prefetch hint, which cannot
-//! fault (see [`prefetch_read`]).
+//! removed. This module holds one of the crate's two `unsafe` sites: the prefetch hint,
+//! which cannot fault (see [`prefetch_read`]); the other is `LevelSlots` in `eval.rs`.
 
 use crate::key::OperationKeyId;
 

@@ -18,6 +18,15 @@
 //! - the instructions of one level may therefore run in any order or concurrently, reading
 //!   the slots as they stood when the level began.
 //!
+//! **The level invariant, on which the evaluator's `unsafe` rests:** within one level, every
+//! slot written is written by exactly one output of one instruction, and no slot written
+//! in the level is read in it; every slot is below `slot_count`. The parallel evaluator
+//! lets the chunks of a level write their output slots concurrently through a raw
+//! pointer (`eval.rs`, ADR 0005), which is data-race free exactly when this holds. It is
+//! not left to the correctness of the slot assignment alone: [`Schedule::check_levels`],
+//! a direct check of the invariant, runs on every schedule when it is built, in release
+//! builds too, and a schedule that fails it is an error, never evaluated.
+//!
 //! Complexity: `O(instructions + arguments + slots)`, no allocation per level.
 
 use crate::compile::{Instr, NO_SLOT};
@@ -38,7 +47,8 @@ pub(crate) struct Schedule {
     pub(crate) output_slots: Vec<u32>,
     pub(crate) output_move: Vec<bool>,
     pub(crate) slot_count: usize,
-    /// Whether at least half of the cost is in levels of cost `PAR_LEVEL_MIN_COST` or more.
+    /// Whether at least half of the cost is in levels that parallel evaluation splits
+    /// (two instructions or more, cost `PAR_LEVEL_MIN_COST` or more).
     pub(crate) worth_parallel: bool,
 }
 
@@ -52,6 +62,75 @@ impl Schedule {
     #[inline]
     pub(crate) fn level(&self, l: usize) -> std::ops::Range<usize> {
         self.level_start[l] as usize..self.level_start[l + 1] as usize
+    }
+
+    /// Whether level index `l` is split into chunks by parallel evaluation: it has two
+    /// instructions or more and costs at least [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST).
+    #[inline]
+    pub(crate) fn is_split(&self, range: &std::ops::Range<usize>) -> bool {
+        range.len() > 1 && self.cost(range) >= crate::eval::PAR_LEVEL_MIN_COST
+    }
+
+    /// The summed cost of `order[range]`.
+    #[inline]
+    pub(crate) fn cost(&self, range: &std::ops::Range<usize>) -> u64 {
+        self.cost_prefix[range.end] - self.cost_prefix[range.start]
+    }
+
+    /// Checks the level invariant of the module doc against the program's instruction
+    /// records: level boundaries within `order`, instructions and argument ranges in
+    /// bounds, every slot below `slot_count`, and within each level every written slot
+    /// written once and not read. This is the guarantee behind the evaluator's concurrent
+    /// slot writes, so it runs whenever a schedule is built. `O(levels + arguments +
+    /// slots)`, one allocation.
+    pub(crate) fn check_levels(&self, instrs: &[Instr]) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
+        let n = instrs.len();
+        if self.order.len() != n
+            || self.cost_prefix.len() != n + 1
+            || self.level_start.first().is_some_and(|&s| s != 0)
+            || self.level_start.last().is_some_and(|&e| e as usize != n)
+            || (self.level_start.is_empty() && n != 0)
+            || self.level_start.windows(2).any(|w| w[0] > w[1])
+        {
+            return Err(bad("level boundaries do not cover the instructions in order".into()));
+        }
+        let in_range = |s: u32| (s as usize) < self.slot_count;
+        if let Some(&s) = self.input_slots.iter().chain(&self.output_slots).find(|&&s| s != NO_SLOT && !in_range(s)) {
+            return Err(bad(format!("input or output slot s{s} out of range")));
+        }
+        // `stamp[s]` is 1 + the index of the last level that wrote `s` (0: none yet).
+        let mut stamp: Vec<u32> = vec![0; self.slot_count];
+        for l in 0..self.level_count() {
+            let mark = l as u32 + 1;
+            let level = &self.order[self.level(l)];
+            for &i in level {
+                let Some(&Instr { start, n_in, n_out }) = instrs.get(i as usize) else {
+                    return Err(bad(format!("order names instruction {i}, out of range")));
+                };
+                let mid = start as usize + n_in as usize;
+                let Some(outs) = self.args.get(mid..mid + n_out as usize) else {
+                    return Err(bad(format!("instruction {i}'s arguments are out of range")));
+                };
+                for &s in outs {
+                    if !in_range(s) || stamp[s as usize] == mark {
+                        return Err(bad(format!("level {mark} writes slot s{s} twice, or it is out of range")));
+                    }
+                    stamp[s as usize] = mark;
+                }
+            }
+            for &i in level {
+                let Instr { start, n_in, .. } = instrs[i as usize];
+                for &s in &self.args[start as usize..start as usize + n_in as usize] {
+                    if !in_range(s) || stamp[s as usize] == mark {
+                        return Err(bad(format!(
+                            "level {mark} reads slot s{s}, which it writes, or it is out of range"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Bytes held by the schedule's columns.
@@ -205,18 +284,13 @@ pub(crate) fn schedule(
         }
     }
     let par_args: Vec<u32> = arg_value.iter().map(|&v| slot_of[v as usize]).collect();
-    let parallel_cost: u64 = (0..levels)
-        .map(|l| cost_prefix[level_start[l + 1] as usize] - cost_prefix[level_start[l] as usize])
-        .filter(|&c| c >= crate::eval::PAR_LEVEL_MIN_COST)
-        .fold(0u64, u64::saturating_add);
-    let worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
     let par_output_slots: Vec<u32> = output_values.iter().map(|&v| slot_of[v as usize]).collect();
     let mut output_move = vec![false; par_output_slots.len()];
     let mut seen = rustc_hash::FxHashSet::default();
     for (i, s) in par_output_slots.iter().enumerate().rev() {
         output_move[i] = seen.insert(*s);
     }
-    Ok(Schedule {
+    let mut sched = Schedule {
         order,
         level_start,
         cost_prefix,
@@ -225,8 +299,16 @@ pub(crate) fn schedule(
         output_slots: par_output_slots,
         output_move,
         slot_count: next_slot as usize,
-        worth_parallel,
-    })
+        worth_parallel: false,
+    };
+    let parallel_cost: u64 = (0..levels)
+        .map(|l| sched.level(l))
+        .filter(|r| sched.is_split(r))
+        .map(|r| sched.cost(&r))
+        .fold(0u64, u64::saturating_add);
+    sched.worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
+    sched.check_levels(instrs)?;
+    Ok(sched)
 }
 
 /// Counting sort of `(level, value)` pairs with levels in `1..=levels`: returns the bucket
@@ -277,6 +359,29 @@ mod tests {
         assert_eq!(s.args, [0, 2, 1, 3, 2, 3, 1]);
         assert_eq!(s.output_slots, [1]);
         assert_eq!(s.slot_count, 4);
+    }
+
+    /// `check_levels` accepts the schedule built for a program and rejects one whose
+    /// level writes a slot twice, or reads a slot it writes.
+    #[test]
+    fn check_levels_rejects_conflicting_slots() {
+        let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
+        let args = [0, 2, 1, 0, 2, 0, 1];
+        let good = schedule(&instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
+        assert!(good.check_levels(&instrs).is_ok());
+        // Level 1 is i0 (s0 -> s2) and i1 (s1 -> s3).
+        let mut twice = good.clone();
+        twice.args[3] = 2; // i1 writes s2 too
+        let mut read_written = good.clone();
+        read_written.args[2] = 2; // i1 reads s2, which i0 writes
+        let mut out_of_range = good;
+        out_of_range.args[1] = 9;
+        for bad in [twice, read_written, out_of_range] {
+            match bad.check_levels(&instrs) {
+                Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
+                other => panic!("expected Invalid, got {other:?}"),
+            }
+        }
     }
 
     /// Levels are not program order: a chain interleaved with independent nodes.

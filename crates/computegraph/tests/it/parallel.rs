@@ -1,13 +1,18 @@
 //! Level-parallel evaluation: equal to sequential evaluation (bitwise, NaN-tolerant) on
-//! random specs with 1- and 2-thread pools, order-sensitive hashing operations that make
-//! every level with two or more instructions run in parallel chunks, the level count
+//! random specs with 1-, 2- and 3-thread pools and the global one; order-recording
+//! hashing operations (a shared clock in the context) of mixed cost, so that levels run
+//! both in place and in parallel chunks, that catch a read of an unwritten or reused slot,
+//! an operation run before its operands' producers finished, and an operation run twice
+//! or never; the heavy-operation path (two expensive operations in a level of two fork,
+//! cheap levels run in place); a panic in a chunk reaching the caller; the level count
 //! against longest paths computed on the materialized graph, and the schedule verifier.
 
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 
 use computegraph::{
     CompiledProgram, EvalState, EvaluableGraphOperation, GraphBuilder, GraphOperation, KeyInterner, MaterializedGraph,
-    OperationRole::Primary, ValueId, ValueRef::Local, compile, materialize_merge, resolve,
+    OperationRole::Primary, PAR_LEVEL_MIN_COST, ValueId, ValueRef::Local, compile, materialize_merge, resolve,
 };
 use proptest::prelude::*;
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -16,10 +21,10 @@ use scalar::{ScalarKey, ScalarOp};
 
 use crate::support::{assert_same, compile_checked, eval_vars, fresh, inputs_strategy, spec_strategy};
 
-/// Pools of one and two threads, built once for the binary.
-fn pools() -> &'static [ThreadPool; 2] {
-    static POOLS: OnceLock<[ThreadPool; 2]> = OnceLock::new();
-    POOLS.get_or_init(|| [1, 2].map(|n| ThreadPoolBuilder::new().num_threads(n).build().unwrap()))
+/// Pools of one, two and three threads, built once for the binary.
+fn pools() -> &'static [ThreadPool; 3] {
+    static POOLS: OnceLock<[ThreadPool; 3]> = OnceLock::new();
+    POOLS.get_or_init(|| [1, 2, 3].map(|n| ThreadPoolBuilder::new().num_threads(n).build().unwrap()))
 }
 
 /// Longest path (in operations) from the inputs to each operation, computed on the
@@ -71,21 +76,88 @@ proptest! {
         assert_parallel_matches(&program, inputs);
     }
 
-    /// Order-sensitive hashing operations, each reporting a cost large enough that every
-    /// level of two or more instructions is cut into chunks on the pool: an operand read
-    /// from a slot that is not yet written panics, and one read from a reused slot, or in
-    /// the wrong order, changes the hash.
+    /// Order-recording hashing operations of mixed cost (zero, cheap, or enough to make
+    /// a level of two fork): every evaluation, sequential or on any pool, returns the
+    /// reference values, runs each instruction exactly once, and starts each operation
+    /// after the operations producing its operands finished. A read of a slot not yet
+    /// written panics; a read of a reused slot, or operands in the wrong order, changes
+    /// the hash.
     #[test]
     fn mix_graphs_match_reference(spec in mix_spec_strategy()) {
         let (m, program, expected) = spec.compile();
         program.verify_parallel_against(&m).unwrap();
         prop_assert_eq!(program.level_count(), longest_path(&m));
-        let inputs: Vec<u64> = (0..spec.inputs).map(input_value).collect();
-        let refs: Vec<&u64> = program.input_keys().iter().map(|&k| &inputs[k as usize]).collect();
-        prop_assert_eq!(&program.eval(&mut (), &refs), &expected);
-        for pool in pools().iter().map(Some).chain([None]) {
-            prop_assert_eq!(&program.eval_parallel(pool, &mut (), &refs), &expected);
+        let inputs: Vec<Stamped> = (0..spec.inputs).map(|i| Stamped { value: input_value(i), done: 0 }).collect();
+        let refs: Vec<&Stamped> = program.input_keys().iter().map(|&k| &inputs[k as usize]).collect();
+        let runs = [None].into_iter().chain(pools().iter().map(|p| Some(Some(p)))).chain([Some(None)]);
+        for pool in runs {
+            let clock = Arc::new(Clock::default());
+            let mut ctx = Arc::clone(&clock);
+            let got = match pool {
+                None => program.eval(&mut ctx, &refs),
+                Some(pool) => program.eval_parallel(pool, &mut ctx, &refs),
+            };
+            let values: Vec<u64> = got.iter().map(|x| x.value).collect();
+            prop_assert_eq!(&values, &expected, "pool {:?}", pool.map(|p| p.map(ThreadPool::current_num_threads)));
+            prop_assert_eq!(clock.violations.load(SeqCst), 0, "an operation started before its operands were done");
+            // Two ticks per evaluated instruction: each ran exactly once.
+            prop_assert_eq!(clock.now.load(SeqCst), 2 * program.instruction_count() as u64);
         }
+    }
+}
+
+/// Two expensive operations in a level of two fork even though the level is narrow; the
+/// cheap level of two after them and the single operation after that run in place on the
+/// calling thread, with the caller's context (chunks get clones, whose records are
+/// dropped). Checked through what the caller's context recorded, not through timing.
+#[test]
+fn heavy_operations_fork_in_a_narrow_level() {
+    let heavy = PAR_LEVEL_MIN_COST / 2 + 1;
+    let mut b = GraphBuilder::with_interner(KeyInterner::new());
+    let x = b.add_input(0u32);
+    let a = b.add_operation(Rec { tag: 0, arity: 1, cost: heavy }, vec![Local(x)], Primary)[0];
+    let c = b.add_operation(Rec { tag: 1, arity: 1, cost: 1 }, vec![Local(a)], Primary)[0];
+    let bb = b.add_operation(Rec { tag: 2, arity: 1, cost: heavy }, vec![Local(x)], Primary)[0];
+    let d = b.add_operation(Rec { tag: 3, arity: 1, cost: 1 }, vec![Local(bb)], Primary)[0];
+    let e = b.add_operation(Rec { tag: 4, arity: 2, cost: heavy }, vec![Local(c), Local(d)], Primary)[0];
+    let g = Arc::new(b.build());
+    let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(e)]);
+    let program = compile(&m);
+    program.verify_parallel_against(&m).unwrap();
+    assert_eq!(program.level_count(), 3);
+    let expected = {
+        let (a, b) = (Rec::apply(0, &[3]), Rec::apply(2, &[3]));
+        vec![Rec::apply(4, &[Rec::apply(1, &[a]), Rec::apply(3, &[b])])]
+    };
+    let mut seen = Vec::new();
+    assert_eq!(program.eval(&mut seen, &[&3]), expected);
+    assert_eq!(seen, [0, 1, 2, 3, 4], "sequential: program order, all on the caller's context");
+    seen.clear();
+    assert_eq!(program.eval_parallel(Some(&pools()[0]), &mut seen, &[&3]), expected);
+    assert_eq!(seen, [0, 1, 2, 3, 4], "one thread: the sequential evaluator");
+    for pool in &pools()[1..] {
+        seen.clear();
+        assert_eq!(program.eval_parallel(Some(pool), &mut seen, &[&3]), expected);
+        assert_eq!(seen, [1, 3, 4], "level 1 forked; levels 2 and 3 ran in place, level by level");
+    }
+}
+
+/// The same graph with cheap operations does not fork at all: with any pool it is the
+/// sequential evaluator.
+#[test]
+fn cheap_narrow_levels_do_not_fork() {
+    let mut b = GraphBuilder::with_interner(KeyInterner::new());
+    let x = b.add_input(0u32);
+    let outs: Vec<_> =
+        (0..4).map(|tag| b.add_operation(Rec { tag, arity: 1, cost: 1 }, vec![Local(x)], Primary)[0]).collect();
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outs.iter().map(|&v| g.global_key(v)).collect();
+    let program = compile(&materialize_merge(&resolve(vec![g]), &keys));
+    for pool in pools() {
+        let mut seen = Vec::new();
+        let got = program.eval_parallel(Some(pool), &mut seen, &[&5]);
+        assert_eq!(got, (0..4).map(|t| Rec::apply(t, &[5])).collect::<Vec<_>>());
+        assert_eq!(seen, [0, 1, 2, 3]);
     }
 }
 
@@ -132,21 +204,52 @@ fn verify_parallel_against_rejects_another_graph() {
     }
 }
 
+/// An operation that panics in a parallel chunk (on whichever thread) propagates the
+/// panic out of `eval_parallel` instead of leaving the other threads waiting, and the
+/// pool stays usable.
+#[test]
+fn panic_in_a_parallel_chunk_propagates() {
+    let heavy = PAR_LEVEL_MIN_COST;
+    let mut b = GraphBuilder::with_interner(KeyInterner::new());
+    let x = b.add_input(0u32);
+    let outs: Vec<_> =
+        (0..6).map(|tag| b.add_operation(Rec { tag, arity: 1, cost: heavy }, vec![Local(x)], Primary)[0]).collect();
+    let boom = b.add_operation(Rec { tag: Rec::PANIC, arity: 1, cost: heavy }, vec![Local(x)], Primary)[0];
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outs.iter().map(|&v| g.global_key(v)).collect();
+    let good = compile(&materialize_merge(&resolve(vec![g.clone()]), &keys));
+    let mut with_boom = keys.clone();
+    with_boom.insert(3, g.global_key(boom));
+    let bad = compile(&materialize_merge(&resolve(vec![g]), &with_boom));
+    for pool in &pools()[1..] {
+        let run = || bad.eval_parallel(Some(pool), &mut Vec::new(), &[&1]);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+        assert!(caught.is_err(), "the panic reaches the caller");
+        let got = good.eval_parallel(Some(pool), &mut Vec::new(), &[&1]);
+        assert_eq!(got, (0..6).map(|t| Rec::apply(t, &[1])).collect::<Vec<_>>());
+    }
+}
+
 /// A misbehaving operation in a parallel chunk is reported, not a panic.
 #[test]
 fn output_count_mismatch_in_a_parallel_level() {
     let mut b = GraphBuilder::with_interner(KeyInterner::new());
     let x = b.add_input(0u32);
     let outs: Vec<_> = (0..4)
-        .map(|tag| b.add_operation(Mix { tag, arity: 1, outs: 1, lie: tag == 2 }, vec![Local(x)], Primary)[0])
+        .map(|tag| {
+            let op = Mix { tag, arity: 1, outs: 1, cost: MixCost::Fork, lie: tag == 2 };
+            b.add_operation(op, vec![Local(x)], Primary)[0]
+        })
         .collect();
     let g = Arc::new(b.build());
     let keys: Vec<_> = outs.iter().map(|&v| g.global_key(v)).collect();
     let program = compile(&materialize_merge(&resolve(vec![g]), &keys));
     assert_eq!(program.level_count(), 1);
-    match program.try_eval_parallel(Some(&pools()[1]), &mut (), &[&1]) {
-        Err(computegraph::GraphError::OutputCountMismatch { expected: 1, found: 2, .. }) => {}
-        other => panic!("expected OutputCountMismatch, got {other:?}"),
+    for pool in &pools()[1..] {
+        match program.try_eval_parallel(Some(pool), &mut Arc::default(), &[&Stamped { value: 1, done: 0 }]) {
+            Err(computegraph::GraphError::OutputCountMismatch { expected: 1, found: 2, .. }) => {}
+            other => panic!("expected OutputCountMismatch, got {other:?}"),
+        }
     }
 }
 
@@ -161,18 +264,52 @@ fn input_value(i: u32) -> u64 {
     splitmix(1000 + u64::from(i))
 }
 
+/// A logical clock shared by an evaluation and every context clone it makes.
+#[derive(Debug, Default)]
+struct Clock {
+    /// Ticks taken so far; the first is 1, so that an input's `done` (0) precedes everything.
+    now: AtomicU64,
+    /// Operations that started before one of their operands was done.
+    violations: AtomicU64,
+}
+
+impl Clock {
+    fn tick(&self) -> u64 {
+        1 + self.now.fetch_add(1, SeqCst)
+    }
+}
+
+/// A [`Mix`] value with the tick at which its producer finished.
+#[derive(Clone, Debug)]
+struct Stamped {
+    value: u64,
+    done: u64,
+}
+
+/// The cost hint of a [`Mix`]: zero (ties in the cost prefix), cheap, or enough for a
+/// level of two to fork.
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+enum MixCost {
+    Zero,
+    Cheap,
+    Fork,
+}
+
 /// A test operation: output `k` is an order-sensitive hash of its tag, `k` and its
-/// operands. Its cost hint forces parallel chunks; `lie` makes it return one extra output.
+/// operands. It ticks the context's clock when it starts and when it finishes, and counts
+/// a violation if an operand was finished after it started. `lie` makes it return one
+/// extra output.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Mix {
     tag: u32,
     arity: u8,
     outs: u8,
+    cost: MixCost,
     lie: bool,
 }
 
 impl Mix {
-    fn apply(&self, inputs: &[&u64]) -> Vec<u64> {
+    fn apply(&self, inputs: &[u64]) -> Vec<u64> {
         (0..self.outs)
             .map(|k| {
                 let mut h = splitmix(u64::from(self.tag) << 8 | u64::from(k));
@@ -186,8 +323,8 @@ impl Mix {
 }
 
 impl GraphOperation for Mix {
-    type Operand = u64;
-    type Context = ();
+    type Operand = Stamped;
+    type Context = Arc<Clock>;
     type InputKey = u32;
     fn input_count(&self) -> usize {
         self.arity as usize
@@ -196,16 +333,26 @@ impl GraphOperation for Mix {
         self.outs as usize
     }
     fn cost_hint(&self) -> u64 {
-        computegraph::PAR_LEVEL_MIN_COST
+        match self.cost {
+            MixCost::Zero => 0,
+            MixCost::Cheap => 1,
+            MixCost::Fork => PAR_LEVEL_MIN_COST / 2,
+        }
     }
 }
 
 impl EvaluableGraphOperation for Mix {
-    fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Vec<u64>) {
+    fn eval_into(&self, clock: &mut Arc<Clock>, inputs: &[&Stamped], out: &mut Vec<Stamped>) {
         assert_eq!(inputs.len(), self.arity as usize);
-        out.extend(self.apply(inputs));
+        let start = clock.tick();
+        if inputs.iter().any(|x| x.done >= start) {
+            clock.violations.fetch_add(1, SeqCst);
+        }
+        let values = self.apply(&inputs.iter().map(|x| x.value).collect::<Vec<_>>());
+        let done = clock.tick();
+        out.extend(values.into_iter().map(|value| Stamped { value, done }));
         if self.lie {
-            out.push(0);
+            out.push(Stamped { value: 0, done });
         }
     }
 }
@@ -215,13 +362,14 @@ impl EvaluableGraphOperation for Mix {
 #[derive(Clone, Debug)]
 struct MixSpec {
     inputs: u32,
-    /// Per node: arity, output count, operand seeds.
-    nodes: Vec<(u8, u8, [u32; 3])>,
+    /// Per node: arity, output count, cost, operand seeds.
+    nodes: Vec<(u8, u8, MixCost, [u32; 3])>,
     outputs: Vec<u32>,
 }
 
 fn mix_spec_strategy() -> impl Strategy<Value = MixSpec> {
-    let node = (0u8..=3, 1u8..=2, any::<[u32; 3]>());
+    let cost = prop_oneof![Just(MixCost::Zero), Just(MixCost::Cheap), Just(MixCost::Fork)];
+    let node = (0u8..=3, 1u8..=2, cost, any::<[u32; 3]>());
     (1u32..=4, prop::collection::vec(node, 0..=80), prop::collection::vec(any::<u32>(), 1..=6))
         .prop_map(|(inputs, nodes, outputs)| MixSpec { inputs, nodes, outputs })
 }
@@ -233,14 +381,13 @@ impl MixSpec {
         let mut b = GraphBuilder::with_interner(KeyInterner::new());
         let mut ids: Vec<_> = (0..self.inputs).map(|i| b.add_input(i)).collect();
         let mut values: Vec<u64> = (0..self.inputs).map(input_value).collect();
-        for (tag, &(arity, outs, seeds)) in self.nodes.iter().enumerate() {
+        for (tag, &(arity, outs, cost, seeds)) in self.nodes.iter().enumerate() {
             let n = ids.len() as u32;
             let window = n.min(WINDOW);
             let picks: Vec<usize> =
                 seeds[..arity as usize].iter().map(|s| (n - window + s % window) as usize).collect();
-            let op = Mix { tag: tag as u32, arity, outs, lie: false };
-            let refs: Vec<&u64> = picks.iter().map(|&p| &values[p]).collect();
-            let results = op.apply(&refs);
+            let op = Mix { tag: tag as u32, arity, outs, cost, lie: false };
+            let results = op.apply(&picks.iter().map(|&p| values[p]).collect::<Vec<_>>());
             let out_ids = b.add_operation(op, picks.iter().map(|&p| Local(ids[p])).collect(), Primary);
             ids.extend(out_ids);
             values.extend(results);
@@ -254,5 +401,46 @@ impl MixSpec {
         let program = compile(&m);
         program.verify_against(&m).unwrap();
         (m, program, expected)
+    }
+}
+
+/// A test operation that records its tag in the context (a `Vec`) when it runs; its value
+/// is a hash of the tag and the operands.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Rec {
+    tag: u32,
+    arity: u8,
+    cost: u64,
+}
+
+impl Rec {
+    /// The tag of an operation that panics when evaluated.
+    const PANIC: u32 = 999;
+
+    fn apply(tag: u32, inputs: &[u64]) -> u64 {
+        inputs.iter().fold(splitmix(u64::from(tag)), |h, &x| splitmix(h ^ x))
+    }
+}
+
+impl GraphOperation for Rec {
+    type Operand = u64;
+    type Context = Vec<u32>;
+    type InputKey = u32;
+    fn input_count(&self) -> usize {
+        self.arity as usize
+    }
+    fn output_count(&self) -> usize {
+        1
+    }
+    fn cost_hint(&self) -> u64 {
+        self.cost
+    }
+}
+
+impl EvaluableGraphOperation for Rec {
+    fn eval_into(&self, seen: &mut Vec<u32>, inputs: &[&u64], out: &mut Vec<u64>) {
+        assert_ne!(self.tag, Rec::PANIC, "this operation panics");
+        seen.push(self.tag);
+        out.push(Rec::apply(self.tag, &inputs.iter().map(|&&x| x).collect::<Vec<_>>()));
     }
 }

@@ -1,0 +1,133 @@
+//! Sequential against level-parallel evaluation, interleaved, for a shared machine.
+//!
+//! ```text
+//! cargo run --release -p benches --bin parallel_report -- [--nodes N] [--rounds R]
+//! ```
+//!
+//! Workloads: `layered_wide`, `layered_deep` (1000 wide) and `chain` of `N` nodes (default
+//! 10^7, so `layered_wide` is 10^5 wide × 100 deep), and `matmul_layered` (10^4 matrix
+//! products of about 10 µs, [`benches::heavy`], with its engine-free baselines). Each round
+//! runs every implementation of a workload once, one after the other, so that load from
+//! other processes falls on all of them alike; the report gives each implementation's
+//! median and minimum over `R` rounds (default 15) and the speedups of both. The criterion
+//! group `eval_parallel` measures the same things with medians of separate runs; this
+//! report exists because on a shared two-core machine a separate 2-second window is often
+//! loaded for one implementation and not the next.
+
+use std::time::Instant;
+
+use benches::heavy::HeavyWorkload;
+use benches::{SPEC_SEED, Shape, Workload, bind_inputs, build, materialize};
+use computegraph::{EvalState, compile};
+
+fn usage(msg: &str) -> ! {
+    eprintln!("error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] (N accepts `_` and `1e7`)");
+    std::process::exit(2)
+}
+
+fn parse_count(s: &str) -> usize {
+    let s = s.replace('_', "");
+    s.parse::<usize>()
+        .ok()
+        .or_else(|| s.parse::<f64>().ok().filter(|x| *x >= 1.0 && x.fract() == 0.0).map(|x| x as usize))
+        .unwrap_or_else(|| usage(&format!("`{s}` is not a count")))
+}
+
+/// Times each closure once per round, interleaved; prints medians, minimums and the
+/// speedups of every implementation over the first.
+fn report(name: &str, rounds: usize, impls: &mut [(&str, &mut dyn FnMut())]) {
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); impls.len()];
+    for (_, f) in impls.iter_mut() {
+        f(); // warm-up
+    }
+    for _ in 0..rounds {
+        for (k, (_, f)) in impls.iter_mut().enumerate() {
+            let t = Instant::now();
+            f();
+            times[k].push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let stats: Vec<(f64, f64)> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort_by(f64::total_cmp);
+            (t[t.len() / 2], t[0])
+        })
+        .collect();
+    for ((who, _), &(median, min)) in impls.iter().zip(&stats) {
+        println!(
+            "{name:15} {who:16} median {median:9.2} ms  min {min:9.2} ms  speedup: median {:.2}×, min {:.2}×",
+            stats[0].0 / median,
+            stats[0].1 / min
+        );
+    }
+}
+
+fn main() {
+    let (mut nodes, mut rounds) = (10_000_000, 15);
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let v = it.next().map(|v| parse_count(&v));
+        match (a.as_str(), v) {
+            ("--nodes", Some(v)) => nodes = v,
+            ("--rounds", Some(v)) => rounds = v.max(1),
+            _ => usage(&format!("unexpected `{a}`")),
+        }
+    }
+    let pools: Vec<rayon::ThreadPool> =
+        [1, 2].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")).collect();
+    println!("parallel_report: {nodes} nodes, {rounds} rounds, times per evaluation");
+    for shape in [Shape::LayeredWide, Shape::LayeredDeep, Shape::Chain] {
+        let w = Workload::new(shape, nodes);
+        let p = compile(&materialize(&build(&w.spec)));
+        let inputs = bind_inputs(&p, &w.inputs);
+        let expected = p.eval(&mut (), &inputs);
+        assert!(benches::same_values(&p.eval_parallel(Some(&pools[1]), &mut (), &inputs), &expected));
+        let mut state = EvalState::new();
+        let state = std::cell::RefCell::new(&mut state);
+        let run = |pool: Option<&rayon::ThreadPool>| {
+            let mut s = state.borrow_mut();
+            let out = match pool {
+                None => p.eval_with(&mut s, &mut (), &inputs),
+                Some(pool) => p.eval_parallel_with(Some(pool), &mut s, &mut (), &inputs),
+            };
+            std::hint::black_box(out.expect("evaluates"));
+        };
+        report(
+            shape.name(),
+            rounds,
+            &mut [
+                ("sequential", &mut || run(None)),
+                ("parallel_1t", &mut || run(Some(&pools[0]))),
+                ("parallel_2t", &mut || run(Some(&pools[1]))),
+            ],
+        );
+    }
+    let h = HeavyWorkload::new(100, 100, SPEC_SEED);
+    let inputs = h.bind();
+    let mut state = EvalState::new();
+    let state = std::cell::RefCell::new(&mut state);
+    let run = |pool: Option<&rayon::ThreadPool>| {
+        let mut s = state.borrow_mut();
+        let out = match pool {
+            None => h.program.eval_with(&mut s, &mut (), &inputs),
+            Some(pool) => h.program.eval_parallel_with(Some(pool), &mut s, &mut (), &inputs),
+        };
+        std::hint::black_box(out.expect("evaluates"));
+    };
+    report(
+        "matmul_layered",
+        rounds,
+        &mut [
+            ("sequential", &mut || run(None)),
+            ("parallel_1t", &mut || run(Some(&pools[0]))),
+            ("parallel_2t", &mut || run(Some(&pools[1]))),
+            ("flat_layers", &mut || {
+                std::hint::black_box(h.eval_layers());
+            }),
+            ("rayon_layers_2t", &mut || {
+                std::hint::black_box(h.eval_layers_on(&pools[1]));
+            }),
+        ],
+    );
+}
