@@ -35,3 +35,8 @@ lint:
 # Run one fuzz target (nightly + `cargo install cargo-fuzz`): `just fuzz pipeline 60`.
 fuzz target seconds="60":
     cd fuzz && cargo +nightly fuzz run {{target}} corpus/{{target}} seeds/{{target}} -- -max_total_time={{seconds}}
+
+# Miri over the crate's unsafe (the parallel evaluator's in-place slot writes): a periodic
+# check, about two minutes (nightly + `rustup component add miri rust-src --toolchain nightly`).
+miri:
+    PROPTEST_CASES=3 MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-deterministic-floats -Zmiri-ignore-leaks" cargo +nightly miri test -p computegraph --test it -- parallel::
