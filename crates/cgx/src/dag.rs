@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use benches::{Shape, Workload};
+use benches::{Shape, Workload, memory_status, same_values};
 use clap::{Args, ValueEnum};
 use computegraph::{CompiledProgram, EvalState, KeyInterner, compile, materialize_merge, resolve};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -198,7 +198,6 @@ pub fn measure(shape: ShapeArg, nodes: usize, threads: usize, quiet: bool) -> Cl
     })?;
 
     let reference = spec.eval_reference(&workload.inputs);
-    let same = |out: &[f64]| out.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
     Ok(DagReport {
         shape: shape.name(),
         nodes,
@@ -206,13 +205,9 @@ pub fn measure(shape: ShapeArg, nodes: usize, threads: usize, quiet: bool) -> Cl
         phases,
         operations: flat.operation_count(),
         slots: program.slot_count(),
-        matches_reference: out_len_ok(&seq, &reference) && same(&seq) && same(&par),
-        peak_rss_bytes: peak_rss(),
+        matches_reference: same_values(&seq, &reference) && same_values(&par, &reference),
+        peak_rss_bytes: memory_status().map(|(peak, _)| peak),
     })
-}
-
-fn out_len_ok(out: &[f64], reference: &[f64]) -> bool {
-    out.len() == reference.len()
 }
 
 fn bind<'a>(program: &CompiledProgram<ScalarOp>, values: &'a [f64]) -> CliResult<Vec<&'a f64>> {
@@ -220,14 +215,6 @@ fn bind<'a>(program: &CompiledProgram<ScalarOp>, values: &'a [f64]) -> CliResult
         scalar::ScalarKey::Var(i) => values.get(*i as usize),
         _ => None,
     })?)
-}
-
-/// Peak resident set size (`VmHWM` of `/proc/self/status`), where available.
-pub fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// Default thread count: every core.

@@ -88,13 +88,8 @@ fn job(args: &EinsumArgs) -> CliResult<Job> {
         PathArg::Greedy => PathChoice::Greedy,
         other => return Err(CliError(format!("an expression has no {other:?} path; use --path greedy"))),
     };
-    let mut state = args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        0.5 + (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut rng = scalar::workloads::Rng::new(args.seed);
+    let mut next = move || 0.5 + rng.unit();
     let operands = shapes.iter().map(|s| Tensor::from_fn(s.clone(), |_| next())).collect::<Result<_, _>>()?;
     Ok(Job { name: "expression".into(), expression: args.input.clone(), shapes, path, operands })
 }

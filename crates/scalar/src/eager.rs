@@ -11,9 +11,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use computegraph::{
-    CompileCache, Graph, GraphBuilder, KeyInterner, OperationRole, StructuralKey, ValueKey, ValueRef, try_resolve,
+    CompileCache, EvaluableGraphOperation, Graph, GraphBuilder, KeyInterner, OperationRole, StructuralKey, ValueKey,
+    ValueRef, try_resolve,
 };
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use tidu::eager::{BackwardExecutor, EagerError, EagerInput, PrimitiveGraph, Recorder, Trace, try_backward};
 use tidu::{ADRuleError, ADRuleResult, LinearizedGraph};
 
@@ -114,8 +116,10 @@ impl BackwardExecutor<ScalarOp> for ScalarExecutor {
                         .ok_or_else(|| EagerError::executor(format!("no data for primal value {k:?}")))?,
                 });
             }
+            // Operations evaluate into the reused `out` buffer: nothing is allocated per node.
+            let args: SmallVec<[&f64; 4]> = self.args.iter().collect();
             self.out.clear();
-            self.out.extend(op.operation().apply(&self.args));
+            op.operation().eval_into(&mut (), &args, &mut self.out);
             for (v, x) in op.outputs().zip(&self.out) {
                 self.values[v.index()] = *x;
             }

@@ -48,8 +48,7 @@ pub fn try_linear_transpose_with<Op: Primitive>(
     linear: &LinearizedGraph<Op>,
     ctx: &mut Op::ADContext,
 ) -> ADRuleResult<LinearizedGraph<Op>> {
-    let n_seeds = linear.tangent_outputs.iter().flatten().count() as u64;
-    transpose_in_passes(linear, ctx, fresh_pass_ids(n_seeds + 1))
+    transpose_in_passes(linear, ctx, fresh_pass_ids(seed_pass_count(linear)))
 }
 
 /// [`try_linear_transpose_with`] in the passes `first_pass ..= first_pass + seeds` (the

@@ -19,7 +19,7 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 use scalar::workloads::{self, Operands};
 use scalar::{ScalarKey, ScalarOp};
 
-use crate::support::{assert_same, compile_checked, eval_vars, fresh, inputs_strategy, spec_strategy};
+use crate::support::{assert_same, compile_checked, eval_vars, fresh, inputs_strategy, same_size_pair, spec_strategy};
 
 /// Pools of one, two and three threads, built once for the binary.
 fn pools() -> &'static [ThreadPool; 3] {
@@ -184,18 +184,7 @@ fn parallel_eval_on_workload_shapes() {
 /// against another graph of the same size, it is rejected.
 #[test]
 fn verify_parallel_against_rejects_another_graph() {
-    let interner = fresh();
-    let shape = |swap: bool| {
-        let mut b = GraphBuilder::with_interner(interner.clone());
-        let x = b.add_input(ScalarKey::var(0));
-        let y = b.add_input(ScalarKey::var(1));
-        let s = b.add_operation(ScalarOp::Add, vec![Local(x), Local(y)], Primary)[0];
-        let operands = if swap { vec![Local(x), Local(s)] } else { vec![Local(s), Local(x)] };
-        let t = b.add_operation(ScalarOp::Mul, operands, Primary)[0];
-        let g = Arc::new(b.build());
-        materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(t)])
-    };
-    let (a, b) = (shape(false), shape(true));
+    let (a, b) = same_size_pair();
     let pa = compile(&a);
     assert!(pa.verify_parallel_against(&a).is_ok());
     match pa.verify_parallel_against(&b) {

@@ -14,7 +14,8 @@ use scalar::workloads::{self, Operands};
 use scalar::{ScalarKey, ScalarOp};
 
 use crate::support::{
-    assert_same, compile_checked, eval_vars, fresh, inputs_strategy, reachable_counts, same_value, spec_strategy,
+    assert_same, compile_checked, eval_vars, fresh, inputs_strategy, reachable_counts, same_size_pair, same_value,
+    spec_strategy,
 };
 
 proptest! {
@@ -119,18 +120,7 @@ fn verifiers_pass_on_workload_shapes() {
 /// size (the operands of the second operation swapped) is rejected.
 #[test]
 fn verify_against_rejects_another_graph() {
-    let interner = fresh();
-    let shape = |swap: bool| {
-        let mut b = GraphBuilder::with_interner(interner.clone());
-        let x = b.add_input(ScalarKey::var(0));
-        let y = b.add_input(ScalarKey::var(1));
-        let s = b.add_operation(ScalarOp::Add, vec![Local(x), Local(y)], Primary)[0];
-        let operands = if swap { vec![Local(x), Local(s)] } else { vec![Local(s), Local(x)] };
-        let t = b.add_operation(ScalarOp::Mul, operands, Primary)[0];
-        let g = Arc::new(b.build());
-        materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(t)])
-    };
-    let (a, b) = (shape(false), shape(true));
+    let (a, b) = same_size_pair();
     assert_eq!((a.operation_count(), a.value_count()), (b.operation_count(), b.value_count()));
     let pa = compile(&a);
     assert!(pa.verify_against(&a).is_ok());

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use computegraph::{
-    CompiledProgram, KeyInterner, MaterializedGraph, ResolvedView, ValueKey, try_compile, try_materialize_merge,
+    CompiledProgram, GraphBuilder, KeyInterner, MaterializedGraph, OperationRole, ResolvedView, ValueKey, ValueRef,
+    materialize_merge, resolve, try_compile, try_materialize_merge,
 };
 use proptest::prelude::*;
 use scalar::spec::GraphSpec;
@@ -175,4 +176,26 @@ pub fn proptest_config() -> ProptestConfig {
 /// A fresh scoped interner (tests never share the process-wide one unless they mean to).
 pub fn fresh() -> Arc<KeyInterner<ScalarOp>> {
     KeyInterner::new()
+}
+
+/// Two materialized graphs of the same size that differ only in the operand order of
+/// their second operation: `(x + y)·x` and `x·(x + y)`. For checking that a verifier
+/// rejects a program or schedule checked against the wrong graph.
+pub fn same_size_pair() -> (MaterializedGraph<ScalarOp>, MaterializedGraph<ScalarOp>) {
+    let interner = fresh();
+    let shape = |swap: bool| {
+        let mut b = GraphBuilder::with_interner(interner.clone());
+        let x = b.add_input(ScalarKey::var(0));
+        let y = b.add_input(ScalarKey::var(1));
+        let s = b.add_operation(ScalarOp::Add, vec![ValueRef::Local(x), ValueRef::Local(y)], OperationRole::Primary)[0];
+        let operands = if swap {
+            vec![ValueRef::Local(x), ValueRef::Local(s)]
+        } else {
+            vec![ValueRef::Local(s), ValueRef::Local(x)]
+        };
+        let t = b.add_operation(ScalarOp::Mul, operands, OperationRole::Primary)[0];
+        let g = Arc::new(b.build());
+        materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(t)])
+    };
+    (shape(false), shape(true))
 }
