@@ -36,7 +36,8 @@ lint:
 fuzz target seconds="60":
     cd fuzz && cargo +nightly fuzz run {{target}} corpus/{{target}} seeds/{{target}} -- -max_total_time={{seconds}}
 
-# Miri over the crate's unsafe (the parallel evaluator's in-place slot writes): a periodic
-# check, about two minutes (nightly + `rustup component add miri rust-src --toolchain nightly`).
+# Miri over the crate's unsafe (the parallel evaluator's in-place slot writes, the sequential
+# evaluator's verified unchecked reads): a periodic check, about four minutes (nightly +
+# `rustup component add miri rust-src --toolchain nightly`).
 miri:
-    PROPTEST_CASES=3 MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-deterministic-floats -Zmiri-ignore-leaks" cargo +nightly miri test -p computegraph --test it -- parallel::
+    PROPTEST_CASES=3 MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-deterministic-floats -Zmiri-ignore-leaks" cargo +nightly miri test -p computegraph --test it -- parallel:: pipeline::one_output_of_sincos pipeline::same_output_requested_twice pipeline::zero_input_constants pipeline::inputs_as_outputs pipeline::compiled_eval_matches_reference errors::operation_returning_wrong_output_count

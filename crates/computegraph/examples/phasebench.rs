@@ -1,4 +1,6 @@
 //! Times one phase in isolation (for profiling): `phasebench NODES SHAPE PHASE`.
+//! `PHASE` is `build`, `buildonly` (no dedup baseline), `eval` (builds once, evaluates
+//! 200 times) or anything else for every phase.
 use computegraph::{EvalState, KeyInterner, compile, materialize_merge, resolve};
 use scalar::workloads::{self, Operands};
 use std::time::Instant;
@@ -15,7 +17,8 @@ fn main() {
     };
     let inputs = workloads::inputs_for(&spec, 7);
     let mut best = [f64::MAX; 5];
-    for _ in 0..5 {
+    let (rounds, evals) = if phase == "eval" { (1, 200) } else { (5, 5) };
+    for _ in 0..rounds {
         let t = Instant::now();
         let d = if phase == "buildonly" { Default::default() } else { spec.dedup() };
         best[4] = best[4].min(t.elapsed().as_secs_f64());
@@ -41,7 +44,7 @@ fn main() {
             })
             .unwrap();
         let mut st = EvalState::new();
-        for _ in 0..5 {
+        for _ in 0..evals {
             let t = Instant::now();
             let _ = program.eval_with(&mut st, &mut (), &refs).unwrap();
             best[3] = best[3].min(t.elapsed().as_secs_f64());

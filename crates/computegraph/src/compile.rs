@@ -1,10 +1,14 @@
 //! `compile`: turn a [`MaterializedGraph`] into an SSA slot program.
 //!
 //! Input: a verified materialized graph (topologically ordered, deduplicated). Output: a
-//! [`CompiledProgram`]: one instruction per operation, in the same order, reading and
-//! writing numbered slots.
+//! [`CompiledProgram`]: one instruction per operation, reading and writing numbered slots,
+//! in the topological order chosen by `dispatch.rs` (the materialized order with
+//! independent operations of the same variant grouped inside small windows, so that
+//! evaluation's dispatch branch is predictable).
 //!
 //! Invariants of the output (checked by [`CompiledProgram::verify_against`]):
+//! - the instructions are the graph's operations, each once, in a topological order
+//!   ([`CompiledProgram::source_operation`] maps one to the other);
 //! - an instruction reads only slots that hold the value it names, written earlier by
 //!   an input or an instruction (SSA over live ranges: each slot write starts a new value);
 //! - a slot is reused only after the last read of the value it held (liveness), and
@@ -19,9 +23,10 @@ use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
+use crate::dispatch::dispatch_order;
 use crate::error::{GraphError, GraphResult};
 use crate::key::{KeyInterner, ValueKey};
-use crate::materialize::{MaterializedGraph, ValueId};
+use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::schedule::{Schedule, schedule};
 
@@ -49,6 +54,9 @@ pub struct CompiledProgram<Op: GraphOperation> {
     /// Whether output `i` may move its value out of the slot (last mention of that slot).
     pub(crate) output_move: Vec<bool>,
     pub(crate) slot_count: usize,
+    /// The materialized operation of each instruction, or empty when instruction `i` is
+    /// operation `i` (see `dispatch.rs`).
+    pub(crate) source: Vec<u32>,
     pub(crate) input_keys: Vec<Op::InputKey>,
     pub(crate) input_index: FxHashMap<Op::InputKey, usize>,
     pub(crate) output_keys: Vec<ValueKey<Op>>,
@@ -91,11 +99,13 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     if n_ops >= DONE as usize {
         return Err(GraphError::IdSpaceExhausted { space: "instruction" });
     }
+    let source = dispatch_order(graph).unwrap_or_default();
+    let op_at = |pos: usize| if source.is_empty() { pos } else { source[pos] as usize };
     // Liveness: the last instruction that reads each value.
     let mut last_use: Vec<u32> = vec![UNUSED; graph.value_count()];
-    for i in 0..n_ops {
-        for v in graph.op_inputs.get(i) {
-            last_use[v.index()] = i as u32;
+    for pos in 0..n_ops {
+        for v in graph.op_inputs.get(op_at(pos)) {
+            last_use[v.index()] = pos as u32;
         }
     }
     for v in &graph.outputs {
@@ -114,9 +124,10 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut ops = Vec::with_capacity(n_ops);
     let mut instrs = Vec::with_capacity(n_ops);
     let mut args: Vec<u32> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
-    for (op_id, op) in graph.ops.iter_enumerated() {
-        let i = op_id.index();
-        let inputs = graph.op_inputs.get(i);
+    for pos in 0..n_ops {
+        let op_id = OperationId::new(op_at(pos));
+        let op = &graph.ops[op_id];
+        let inputs = graph.op_inputs.get(op_id.index());
         let start = u32::try_from(args.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "argument" })?;
         for v in inputs {
             args.push(slot_of[v.index()]);
@@ -130,7 +141,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         }
         // Free operands whose last reader this is (once, even if read twice here).
         for v in inputs {
-            if last_use[v.index()] == i as u32 {
+            if last_use[v.index()] == pos as u32 {
                 last_use[v.index()] = DONE;
                 alloc.free(slot_of[v.index()]);
             }
@@ -165,11 +176,15 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         output_slots,
         output_move,
         slot_count: alloc.next as usize,
+        source,
         input_keys,
         input_index,
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
     };
+    // The sequential evaluator reads slots unchecked on the strength of this check
+    // (`eval.rs`, `VerifiedSlots`), so it runs in every build.
+    program.verify()?;
     #[cfg(debug_assertions)]
     program
         .verify_against(graph)
@@ -210,6 +225,16 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// Number of slots evaluation needs.
     pub fn slot_count(&self) -> usize {
         self.slot_count
+    }
+    /// The operation of the materialized graph that instruction `instruction` computes.
+    /// Instructions run in a topological order of the materialized graph's operations,
+    /// not necessarily in its own order (see [`compile`]).
+    ///
+    /// # Panics
+    /// If `instruction` is not below [`Self::instruction_count`].
+    pub fn source_operation(&self, instruction: usize) -> OperationId {
+        assert!(instruction < self.instrs.len(), "instruction {instruction} out of range");
+        OperationId::new(if self.source.is_empty() { instruction } else { self.source[instruction] as usize })
     }
     /// The parallel schedule, computed on first use (a linear pass; see `schedule.rs`).
     pub(crate) fn schedule(&self) -> GraphResult<&Schedule> {
@@ -288,6 +313,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             + self.args.capacity() * 4
             + self.input_slots.capacity() * 4
             + self.output_slots.capacity() * 4
+            + self.source.capacity() * 4
             + self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, Schedule::heap_bytes)
     }
 
@@ -299,6 +325,23 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         (&self.args[start..mid], &self.args[mid..mid + n_out as usize])
     }
 
+    /// [`Self::instr_args`] without bounds checks.
+    ///
+    /// # Safety
+    /// `i` is an instruction of a program that passed [`Self::verify`], which checks that
+    /// every instruction's arguments lie inside the argument pool.
+    #[inline(always)]
+    pub(crate) unsafe fn instr_args_unchecked(&self, i: usize) -> (&[u32], &[u32]) {
+        debug_assert!(i < self.instrs.len());
+        // SAFETY: by the caller's guarantee, `i` is in range and its arguments lie in `args`.
+        unsafe {
+            let Instr { start, n_in, n_out } = *self.instrs.get_unchecked(i);
+            let start = start as usize;
+            let mid = start + n_in as usize;
+            (self.args.get_unchecked(start..mid), self.args.get_unchecked(mid..mid + n_out as usize))
+        }
+    }
+
     /// Checks that the program computes `graph`: simulates slot contents and confirms that
     /// every read finds the value the graph names, and every output its value.
     pub fn verify_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {
@@ -307,13 +350,15 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         if self.instrs.len() != graph.operation_count() || self.input_slots.len() != graph.inputs.len() {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
+        self.verify_source()?;
         let mut content: Vec<Option<ValueId>> = vec![None; self.slot_count];
         for (&s, &v) in self.input_slots.iter().zip(&graph.inputs) {
             if s != NO_SLOT {
                 content[s as usize] = Some(v);
             }
         }
-        for (i, op) in graph.operations().enumerate() {
+        for i in 0..self.instrs.len() {
+            let op = graph.operation(self.source_operation(i));
             let (ins, outs) = self.instr_args(i);
             for (k, (&s, &v)) in ins.iter().zip(op.inputs()).enumerate() {
                 if content[s as usize] != Some(v) {
@@ -366,7 +411,8 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 return Err(bad(format!("order is not a permutation (instruction {i})")));
             }
         }
-        let ops: Vec<_> = graph.operations().collect();
+        self.verify_source()?;
+        let ops: Vec<_> = (0..n).map(|i| graph.operation(self.source_operation(i))).collect();
         let in_range = |s: u32| (s as usize) < sched.slot_count;
         let mut content: Vec<Option<ValueId>> = vec![None; sched.slot_count];
         for (&s, &v) in sched.input_slots.iter().zip(&graph.inputs) {
@@ -432,8 +478,27 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         Ok(())
     }
 
+    /// Checks that [`Self::source_operation`] is a permutation of the instructions.
+    fn verify_source(&self) -> GraphResult<()> {
+        if self.source.is_empty() {
+            return Ok(());
+        }
+        let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
+        if self.source.len() != self.instrs.len() {
+            return Err(bad("the source-operation column's length differs from the instruction count".into()));
+        }
+        let mut seen = vec![false; self.instrs.len()];
+        for (i, &op) in self.source.iter().enumerate() {
+            if op as usize >= seen.len() || std::mem::replace(&mut seen[op as usize], true) {
+                return Err(bad(format!("instruction {i}'s source operation op{op} is out of range or repeated")));
+            }
+        }
+        Ok(())
+    }
+
     /// Structural checks: arities match the operations, slots are in range, every read
-    /// slot has been written earlier.
+    /// slot has been written earlier. [`try_compile`] runs it on every program it returns
+    /// (the sequential evaluator relies on it).
     pub fn verify(&self) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
         let mut written = bitvec::vec::BitVec::<usize>::repeat(false, self.slot_count);
@@ -445,7 +510,14 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 written.set(s as usize, true);
             }
         }
+        if self.ops.len() != self.instrs.len() {
+            return Err(bad("operation and instruction counts differ".into()));
+        }
         for (i, op) in self.ops.iter().enumerate() {
+            let Instr { start, n_in, n_out } = self.instrs[i];
+            if start as usize + n_in as usize + n_out as usize > self.args.len() {
+                return Err(bad(format!("instruction {i}'s arguments run past the argument pool")));
+            }
             let (ins, outs) = self.instr_args(i);
             if ins.len() != op.input_count() || outs.len() != op.output_count() {
                 return Err(bad(format!("instruction {i} arity differs from its operation")));

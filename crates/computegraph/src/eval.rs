@@ -3,9 +3,13 @@
 //! Input: a program and one operand per input, in [`CompiledProgram::input_keys`] order.
 //! Output: one operand per output. Slots live in an [`EvalState`] that can be kept and
 //! reused across runs, so repeated evaluation allocates only its result vector.
-//! Operands are gathered on the stack (no per-node allocation for up to four inputs),
-//! and outputs go through one reused buffer via
-//! [`EvaluableGraphOperation::eval_into`]. Complexity: `O(instructions + operands)`.
+//! Operands are gathered on the stack (no per-node allocation for up to two inputs, a
+//! `SmallVec` of eight beyond); one-output instructions return their value through
+//! [`EvaluableGraphOperation::eval_single`], the others go through one reused buffer via
+//! [`EvaluableGraphOperation::eval_into`]. The sequential loop reads slots and argument
+//! lists without bounds or tag checks (`VerifiedSlots`): `try_compile` verifies every
+//! program, in every build, so the checks would repeat what is proven (see
+//! `docs/adr/0006-verified-sequential-eval.md`). Complexity: `O(instructions + operands)`.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
@@ -119,25 +123,14 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
                 slots[s as usize] = Some(x.clone());
             }
         }
+        let mut file = VerifiedSlots(&mut slots[..]);
         for (i, op) in self.ops.iter().enumerate() {
-            let (ins, outs) = self.instr_args(i);
-            out.clear();
-            eval_instruction(op, ctx, |s| get(slots, s), ins, out);
-            if let ([s], 1) = (outs, out.len()) {
-                // The common case: one output, moved straight into its slot.
-                slots[*s as usize] = out.pop();
-                continue;
-            }
-            if out.len() != outs.len() {
-                return Err(GraphError::OutputCountMismatch {
-                    operation: format!("{}", Label(op)),
-                    expected: outs.len(),
-                    found: out.len(),
-                });
-            }
-            for (&s, v) in outs.iter().zip(out.drain(..)) {
-                slots[s as usize] = Some(v);
-            }
+            // SAFETY (both): the program passed `verify` (in `try_compile`, in every build)
+            // and is immutable, so instruction `i`'s arguments lie in the argument pool;
+            // the slots were sized to `slot_count` above and this loop runs the
+            // instructions in program order, which is `VerifiedSlots`' contract.
+            let (ins, outs) = unsafe { self.instr_args_unchecked(i) };
+            unsafe { eval_instruction(op, ctx, &mut file, ins, outs, out)? };
         }
         Ok(take_outputs(slots, &self.output_slots, &self.output_move))
     }
@@ -326,22 +319,16 @@ where
         slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
+        let mut slots = slots;
         for &i in chunk {
             let (op, ins, outs) = self.par_instr(sched, i as usize);
-            out.clear();
-            // SAFETY: `ins` are operand slots of an instruction of the level being run;
-            // by the level invariant (checked when the schedule was built) no instruction
-            // of the level writes any of them, and no thread runs another level meanwhile
-            // (see `Team`), so no thread writes them while the references live (they end
-            // with this call).
-            eval_instruction(op, ctx, |s| unsafe { slots.get(s) }, ins, out);
-            check_count(op, outs.len(), out.len())?;
-            for (&s, v) in outs.iter().zip(out.drain(..)) {
-                // SAFETY: `s` is an output slot of this instruction; by the level invariant
-                // no other instruction of the level writes or reads it, this instruction
-                // writes it once, and no thread runs another level meanwhile.
-                unsafe { slots.set(s, v) };
-            }
+            // SAFETY: `ins` are operand slots and `outs` output slots of an instruction of
+            // the level being run; by the level invariant (checked when the schedule was
+            // built) no instruction of the level writes an operand slot, and no other
+            // instruction of the level reads or writes an output slot; no thread runs
+            // another level meanwhile (see `Team`). So no thread writes the operand slots
+            // while their references live, and this thread alone touches the output slots.
+            unsafe { eval_instruction(op, ctx, &mut slots, ins, outs, out)? };
         }
         Ok(())
     }
@@ -574,33 +561,120 @@ fn check_count<Op: EvaluableGraphOperation>(op: &Op, expected: usize, found: usi
     Err(GraphError::OutputCountMismatch { operation: format!("{}", Label(op)), expected, found })
 }
 
-#[inline(always)]
-fn get<T>(slots: &[Option<T>], s: u32) -> &T {
-    slots[s as usize].as_ref().expect("operand slots are written before use (verified at compile)")
+/// The slots as an evaluator's instructions see them: operand reads and output writes.
+trait SlotAccess<T> {
+    /// The operand in slot `s`.
+    ///
+    /// # Safety
+    /// As the implementation states; in every case no write of slot `s` happens while the
+    /// reference lives.
+    unsafe fn read(&self, s: u32) -> &T;
+    /// Stores `v` in slot `s`, dropping what it held.
+    ///
+    /// # Safety
+    /// As the implementation states; in every case no reference from [`Self::read`] of
+    /// slot `s` is alive.
+    unsafe fn write(&mut self, s: u32, v: T);
 }
 
-/// Gathers operand references (`get` of each operand slot) on the stack and evaluates one
-/// instruction into `out`.
+/// The sequential evaluator's slots, read and written without checks.
+///
+/// Contract of `read` and `write`: the slots are those of a program that passed
+/// [`CompiledProgram::verify`] (which `try_compile` runs in every build, and nothing
+/// changes a program afterwards), sized to its `slot_count`, with its inputs stored, and
+/// the program's instructions run in order through this view. Then every slot an
+/// instruction names is in range (checked by `verify`), and every slot it reads was
+/// written before (checked by `verify`) with `Some` (inputs and [`eval_instruction`]
+/// write nothing else, and nothing takes a value out during the run).
+struct VerifiedSlots<'a, T>(&'a mut [Option<T>]);
+
+impl<T> SlotAccess<T> for VerifiedSlots<'_, T> {
+    #[inline(always)]
+    unsafe fn read(&self, s: u32) -> &T {
+        debug_assert!(self.0.get(s as usize).is_some_and(Option::is_some), "slot s{s} read before written");
+        // SAFETY: in range and written, by the type's contract.
+        unsafe { self.0.get_unchecked(s as usize).as_ref().unwrap_unchecked() }
+    }
+    #[inline(always)]
+    unsafe fn write(&mut self, s: u32, v: T) {
+        debug_assert!((s as usize) < self.0.len(), "slot s{s} out of range");
+        // SAFETY: in range, by the type's contract.
+        unsafe { *self.0.get_unchecked_mut(s as usize) = Some(v) };
+    }
+}
+
+impl<T> SlotAccess<T> for &LevelSlots<'_, T> {
+    /// # Safety
+    /// `s` is an operand slot of an instruction of the level this view was made for.
+    #[inline(always)]
+    unsafe fn read(&self, s: u32) -> &T {
+        // SAFETY: as `LevelSlots::get` requires, by the caller's guarantee.
+        unsafe { self.get(s) }
+    }
+    /// # Safety
+    /// `s` is an output slot of the instruction being evaluated, in the level this view
+    /// was made for.
+    #[inline(always)]
+    unsafe fn write(&mut self, s: u32, v: T) {
+        // SAFETY: as `LevelSlots::set` requires, by the caller's guarantee.
+        unsafe { self.set(s, v) }
+    }
+}
+
+/// Evaluates one instruction: gathers its operands on the stack (no allocation for up to
+/// two), runs the operation, and stores its outputs in their slots. One-output
+/// instructions go through [`EvaluableGraphOperation::eval_single`]; the others, and a
+/// one-output instruction whose `eval_single` declines, through `eval_into` and `out`.
+///
+/// # Safety
+/// `slots.read` is sound for every slot of `ins` and `slots.write` for every slot of
+/// `outs`, for the duration of the call, as `S`'s contract states.
 #[inline(always)]
-pub(crate) fn eval_instruction<'s, Op: EvaluableGraphOperation>(
+unsafe fn eval_instruction<Op: EvaluableGraphOperation, S: SlotAccess<Op::Operand>>(
     op: &Op,
     ctx: &mut Op::Context,
-    get: impl Fn(u32) -> &'s Op::Operand,
+    slots: &mut S,
     ins: &[u32],
+    outs: &[u32],
     out: &mut Vec<Op::Operand>,
-) {
+) -> GraphResult<()> {
     let n = ins.len();
-    if n.wrapping_sub(1) < 2 {
-        // One or two operands, without branching on which: a unary operation reads its
-        // operand twice and sees a one-element slice.
-        let refs = [get(ins[0]), get(ins[n - 1])];
-        op.eval_into(ctx, &refs[..n], out)
-    } else if n == 0 {
-        op.eval_into(ctx, &[], out)
-    } else {
-        let refs: SmallVec<[&Op::Operand; 8]> = ins.iter().map(|&s| get(s)).collect();
-        op.eval_into(ctx, &refs, out)
+    if let [s] = outs {
+        let value = if n.wrapping_sub(1) < 2 {
+            // One or two operands, gathered without branching on which: a unary
+            // operation reads its operand twice and sees a one-element slice.
+            // SAFETY: operand slots, by the caller's guarantee; the references end here.
+            let refs = unsafe { [slots.read(ins[0]), slots.read(ins[n - 1])] };
+            op.eval_single(ctx, &refs[..n], out)
+        } else {
+            // SAFETY: as above.
+            op.eval_single(ctx, &unsafe { gather(slots, ins) }, out)
+        };
+        if let Some(v) = value {
+            // SAFETY: the instruction's output slot, by the caller's guarantee.
+            unsafe { slots.write(*s, v) };
+            return Ok(());
+        }
     }
+    out.clear();
+    // SAFETY: as above.
+    op.eval_into(ctx, &unsafe { gather(slots, ins) }, out);
+    check_count(op, outs.len(), out.len())?;
+    for (&s, v) in outs.iter().zip(out.drain(..)) {
+        // SAFETY: as above.
+        unsafe { slots.write(s, v) };
+    }
+    Ok(())
+}
+
+/// References to the operands in slots `ins`.
+///
+/// # Safety
+/// `slots.read` is sound for every slot of `ins` while the references live.
+#[inline(always)]
+unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[u32]) -> SmallVec<[&'s T; 8]> {
+    // SAFETY: by the caller's guarantee.
+    ins.iter().map(|&s| unsafe { slots.read(s) }).collect()
 }
 
 /// Moves (last mention of a slot) or clones the outputs out of `slots`, then empties them.

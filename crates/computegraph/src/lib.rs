@@ -40,6 +40,7 @@
 
 mod cache;
 mod compile;
+mod dispatch;
 mod dump;
 mod error;
 mod eval;

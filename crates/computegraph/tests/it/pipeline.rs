@@ -116,6 +116,30 @@ fn verifiers_pass_on_workload_shapes() {
     }
 }
 
+/// Compile groups independent operations of one variant (`dispatch.rs`): on a random
+/// DAG of mixed operations, consecutive instructions change variant far less often than
+/// consecutive materialized operations, and the chain (no independent operations) keeps
+/// its order.
+#[test]
+fn compile_groups_operations_by_variant() {
+    let switches = |ops: &mut dyn Iterator<Item = ScalarOp>| {
+        let ops: Vec<_> = ops.map(|op| std::mem::discriminant(&op)).collect();
+        ops.windows(2).filter(|w| w[0] != w[1]).count()
+    };
+    let spec = workloads::random_dag(20_000, Operands::Window(1024), 0.3, 5);
+    let built = spec.build_single(&fresh()).unwrap();
+    let (m, program) = compile_checked(&resolve(built.graphs.clone()), &built.outputs);
+    let before = switches(&mut m.operations().map(|o| *o.operation()));
+    let after =
+        switches(&mut (0..program.instruction_count()).map(|i| *m.operation(program.source_operation(i)).operation()));
+    assert!(after * 4 < before, "variant switches: {before} in materialized order, {after} compiled");
+
+    let chain = workloads::chain(3000, 6);
+    let built = chain.build_single(&fresh()).unwrap();
+    let (m, program) = compile_checked(&resolve(built.graphs.clone()), &built.outputs);
+    assert!((0..m.operation_count()).all(|i| program.source_operation(i).index() == i));
+}
+
 /// `verify_against` can fail: a program checked against a different graph of the same
 /// size (the operands of the second operation swapped) is rejected.
 #[test]

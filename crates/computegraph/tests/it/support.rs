@@ -123,6 +123,14 @@ pub fn compile_checked(
     let p = try_compile(&m).unwrap_or_else(|e| panic!("compile: {e}"));
     p.verify().unwrap_or_else(|e| panic!("program verify: {e}"));
     p.verify_against(&m).unwrap_or_else(|e| panic!("program verify_against: {e}"));
+    // Instructions are the graph's operations, each once, none moved farther than the
+    // regrouping window of `dispatch.rs` (256).
+    let mut seen = vec![false; m.operation_count()];
+    for i in 0..p.instruction_count() {
+        let op = p.source_operation(i).index();
+        assert!(!std::mem::replace(&mut seen[op], true), "operation {op} compiled twice");
+        assert!(op.abs_diff(i) < 256, "instruction {i} computes operation {op}, outside its window");
+    }
     (m, p)
 }
 
