@@ -16,6 +16,11 @@ einsum-instances:
 einsum-steps:
     cargo run --release -p einsum --example steps
 
+# One small program per pipeline of seed 000 §IV (JVP, VJP, forward over forward, HVP,
+# n-th derivative), every phase spelled out and checked against closed forms.
+examples:
+    for e in jvp vjp forward_over_forward hvp nth_derivative; do cargo run -q -p examples --example $e; done
+
 # Every test, including doc tests.
 test:
     cargo test --workspace
