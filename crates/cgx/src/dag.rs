@@ -141,63 +141,92 @@ impl DagReport {
     }
 }
 
-/// Runs `f` under a spinner named `name` (hidden when stderr is not a terminal).
-fn timed<T>(quiet: bool, name: &str, phases: &mut Vec<Phase>, f: impl FnOnce() -> T) -> T {
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-    bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("a valid template"));
-    bar.set_message(name.to_string());
-    bar.enable_steady_tick(Duration::from_millis(100));
-    let t = Instant::now();
-    let out = f();
-    phases.push(Phase { name: name.to_string(), time: t.elapsed() });
-    bar.finish_and_clear();
-    out
+/// The run's progress: one bar over every step of [`measure`] (its length is
+/// [`STEPS`]), naming the step under way and its elapsed time; hidden when the output is
+/// JSON or stderr is not a terminal.
+struct Progress(ProgressBar);
+
+/// Steps of a run: generate, build, resolve, materialize, compile, a warm-up and three
+/// timed runs of each evaluator, and the reference evaluation.
+const STEPS: u64 = 14;
+
+impl Progress {
+    fn new(quiet: bool) -> Self {
+        let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(STEPS) };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:24.cyan/blue} {pos:>2}/{len} {msg} ({elapsed})")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Progress(bar)
+    }
+
+    /// Runs step `name`, records its time in `phases`, and advances the bar.
+    fn timed<T>(&self, name: &str, phases: &mut Vec<Phase>, f: impl FnOnce() -> T) -> T {
+        self.0.set_message(name.to_string());
+        let t = Instant::now();
+        let out = f();
+        phases.push(Phase { name: name.to_string(), time: t.elapsed() });
+        self.0.inc(1);
+        out
+    }
+
+    /// Runs step `name` once untimed (a warm-up: first-touch page faults, the parallel
+    /// schedule), then three times, and records the fastest.
+    fn best_of_3<T, E>(
+        &self,
+        name: &str,
+        phases: &mut Vec<Phase>,
+        mut f: impl FnMut() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let first = self.timed(&format!("{name}, warm-up"), &mut Vec::new(), &mut f)?;
+        let mut runs = Vec::with_capacity(3);
+        for k in 1..=3 {
+            self.timed(&format!("{name}, run {k} of 3"), &mut runs, &mut f)?;
+        }
+        let mut best = runs.into_iter().min_by_key(|p| p.time).expect("three runs");
+        best.name = name.to_string();
+        phases.push(best);
+        Ok(first)
+    }
 }
 
-/// Times `f` three times and records the fastest run.
-fn best_of_3<T, E>(
-    quiet: bool,
-    name: &str,
-    phases: &mut Vec<Phase>,
-    mut f: impl FnMut() -> Result<T, E>,
-) -> Result<(), E> {
-    let mut runs = Vec::with_capacity(3);
-    for _ in 0..3 {
-        timed(quiet, name, &mut runs, &mut f)?;
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
     }
-    let best = runs.into_iter().min_by_key(|p| p.time).expect("three runs");
-    phases.push(best);
-    Ok(())
 }
 
 /// Runs the benchmark and returns its report.
 pub fn measure(shape: ShapeArg, nodes: usize, threads: usize, quiet: bool) -> CliResult<DagReport> {
     let shape = shape.shape();
+    let progress = Progress::new(quiet);
     let mut phases = Vec::new();
-    let workload = timed(quiet, "generate (not engine time)", &mut phases, || Workload::new(shape, nodes));
+    let workload = progress.timed("generate (not engine time)", &mut phases, || Workload::new(shape, nodes));
     phases.clear(); // generation is the workload's, not the engine's
     let spec = &workload.spec;
     let nodes = workload.nodes();
 
     let interner = KeyInterner::new();
-    let built = timed(quiet, "build (with interning)", &mut phases, || spec.build_single(&interner))?;
-    let view = timed(quiet, "resolve", &mut phases, || resolve(built.graphs.clone()));
-    let flat = timed(quiet, "materialize_merge", &mut phases, || materialize_merge(&view, &built.outputs));
-    let program = timed(quiet, "compile", &mut phases, || compile(&flat));
+    let built = progress.timed("build (with interning)", &mut phases, || spec.build_single(&interner))?;
+    let view = progress.timed("resolve", &mut phases, || resolve(built.graphs.clone()));
+    let flat = progress.timed("materialize_merge", &mut phases, || materialize_merge(&view, &built.outputs));
+    let program = progress.timed("compile", &mut phases, || compile(&flat));
     let inputs = bind(&program, &workload.inputs)?;
 
-    // Evaluation is what runs many times per compile: one warm-up run (first-touch page
-    // faults, the parallel schedule), then the best of three.
+    // Evaluation is what runs many times per compile: the best of three after a warm-up.
     let mut state = EvalState::new();
-    let seq = program.eval_with(&mut state, &mut (), &inputs)?;
-    best_of_3(quiet, "eval (sequential)", &mut phases, || program.eval_with(&mut state, &mut (), &inputs))?;
+    let seq =
+        progress.best_of_3("eval (sequential)", &mut phases, || program.eval_with(&mut state, &mut (), &inputs))?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
-    let par = program.eval_parallel_with(Some(&pool), &mut state, &mut (), &inputs)?;
-    best_of_3(quiet, &format!("eval (parallel, {threads} threads)"), &mut phases, || {
+    let par = progress.best_of_3(&format!("eval (parallel, {threads} threads)"), &mut phases, || {
         program.eval_parallel_with(Some(&pool), &mut state, &mut (), &inputs)
     })?;
 
-    let reference = spec.eval_reference(&workload.inputs);
+    let reference = progress
+        .timed("reference evaluator (for the check)", &mut Vec::new(), || spec.eval_reference(&workload.inputs));
+    drop(progress);
     Ok(DagReport {
         shape: shape.name(),
         nodes,
