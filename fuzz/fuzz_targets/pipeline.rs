@@ -1,6 +1,9 @@
 //! build → resolve → materialize_merge → compile → eval equals the plain reference
-//! evaluator, for specs split into one to four fragments.
+//! evaluator, for specs split into one to four fragments, sequentially and through the
+//! level-parallel evaluator on two threads (whose schedule is verified first).
 #![no_main]
+
+use std::sync::OnceLock;
 
 use computegraph::{KeyInterner, compile, materialize_merge, resolve};
 use libfuzzer_sys::fuzz_target;
@@ -17,15 +20,19 @@ fuzz_target!(|data: &[u8]| {
     flat.verify().expect("materialized graph verifies");
     let program = compile(&flat);
     program.verify_against(&flat).expect("program verifies");
+    program.verify_parallel_against(&flat).expect("parallel schedule verifies");
     let refs = program
         .bind_inputs(|k| match k {
             ScalarKey::Var(i) => inputs.get(*i as usize),
             _ => None,
         })
         .expect("inputs bind");
-    let got = program.eval(&mut (), &refs);
-    assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(&want) {
-        assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{g} != {w}");
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    let pool = POOL.get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool"));
+    for got in [program.eval(&mut (), &refs), program.eval_parallel(Some(pool), &mut (), &refs)] {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{g} != {w}");
+        }
     }
 });
