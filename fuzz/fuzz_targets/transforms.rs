@@ -1,14 +1,16 @@
-//! linearize agrees with central finite differences, and linear_transpose satisfies the
-//! dot-product identity ⟨c, J t⟩ = ⟨Jᵀ c, t⟩, on graphs decoded from the input.
+//! linearize agrees with central finite differences, linear_transpose satisfies the
+//! dot-product identity ⟨c, J t⟩ = ⟨Jᵀ c, t⟩, and the four second-order nestings
+//! (forward over forward, forward over reverse, reverse over forward, reverse over
+//! reverse) agree on c·uᵀ·H·t, on graphs decoded from the input.
 #![no_main]
 
 use std::collections::HashMap;
 
 use computegraph::{KeyInterner, resolve};
 use libfuzzer_sys::fuzz_target;
-use scalar::ScalarKey;
+use scalar::{ScalarKey, ScalarOp};
 use scalar::spec::GraphSpec;
-use tidu::{DerivativeProgram, linear_transpose, linearize};
+use tidu::{DerivativeProgram, LinearizedGraph, linear_transpose, linearize};
 
 fuzz_target!(|data: &[u8]| {
     let mut spec = GraphSpec::from_bytes(data);
@@ -70,5 +72,59 @@ fuzz_target!(|data: &[u8]| {
         let lhs = 0.75 * jt;
         let rhs: f64 = ct.iter().zip(&t).map(|(c, tv)| c.unwrap_or(0.0) * tv).sum();
         assert!((lhs - rhs).abs() <= 1e-9 * (1.0 + lhs.abs()), "⟨c, Jt⟩ = {lhs} but ⟨Jᵀc, t⟩ = {rhs}");
+        if smooth {
+            second_order(&lin, &tr, &wrt, &t, values);
+        }
     }
 });
+
+/// c·uᵀ·H·t four ways, for the first linearization `lin` (tangent `t`) and its transpose
+/// `tr` (seed c = 0.75), both bound in `values`.
+fn second_order(
+    lin: &LinearizedGraph<ScalarOp>,
+    tr: &LinearizedGraph<ScalarOp>,
+    wrt: &[ScalarKey],
+    t: &[f64],
+    mut values: HashMap<ScalarKey, f64>,
+) {
+    let Some(dy) = lin.tangent_output_keys()[0].clone() else { return };
+    let u: Vec<f64> = (0..wrt.len()).map(|i| if i % 3 == 0 { -0.25 } else { 0.5 }).collect();
+    let c = 0.75;
+    let run = |g: &LinearizedGraph<ScalarOp>, values: &HashMap<ScalarKey, f64>| -> Vec<Option<f64>> {
+        DerivativeProgram::new(g).unwrap().eval(&mut (), |k| values.get(k)).unwrap()
+    };
+    let bind = |g: &LinearizedGraph<ScalarOp>, values: &mut HashMap<ScalarKey, f64>, v: &[f64]| {
+        for ((k, _), x) in g.tangent_inputs().iter().zip(v) {
+            values.insert(k.clone(), *x);
+        }
+    };
+    let dot = |a: &[Option<f64>], b: &[f64]| -> f64 { a.iter().zip(b).map(|(x, y)| x.unwrap_or(0.0) * y).sum() };
+
+    // Forward over forward: the tangent, along u, of tᵀ∇f.
+    let ff = linearize(&resolve(vec![lin.graph().clone()]), &[dy], wrt);
+    bind(&ff, &mut values, &u);
+    let fof = c * run(&ff, &values)[0].unwrap_or(0.0);
+    // Reverse over forward: the transpose of u ↦ uᵀHt, seeded with c.
+    let rf = linear_transpose(&ff);
+    bind(&rf, &mut values, &[c]);
+    let rof = if rf.tangent_inputs().is_empty() { 0.0 } else { dot(&run(&rf, &values), &u) };
+    // Forward over reverse: the tangent, along u, of c·∇f (the HVP).
+    let grad_of: Vec<usize> = (0..wrt.len()).filter(|&i| tr.tangent_output_keys()[i].is_some()).collect();
+    let grad: Vec<_> = grad_of.iter().map(|&i| tr.tangent_output_keys()[i].clone().unwrap()).collect();
+    let fr = linearize(&resolve(vec![tr.graph().clone()]), &grad, wrt);
+    bind(&fr, &mut values, &u);
+    let hu = run(&fr, &values);
+    let t_of_grad: Vec<f64> = grad_of.iter().map(|&i| t[i]).collect();
+    let f_or = dot(&hu, &t_of_grad);
+    // Reverse over reverse: the transpose of u ↦ c·H·u, seeded with t (one seed per
+    // non-zero output of the HVP map, in order).
+    let rr = linear_transpose(&fr);
+    let seeds: Vec<f64> = (0..grad.len()).filter(|&k| fr.tangent_output_keys()[k].is_some()).map(|k| t_of_grad[k]).collect();
+    bind(&rr, &mut values, &seeds);
+    let ror = if rr.tangent_inputs().is_empty() { 0.0 } else { dot(&run(&rr, &values), &u) };
+
+    let scale = 1.0 + fof.abs().max(rof.abs()).max(f_or.abs()).max(ror.abs());
+    for (name, v) in [("reverse over forward", rof), ("forward over reverse", f_or), ("reverse over reverse", ror)] {
+        assert!((v - fof).abs() <= 1e-8 * scale, "forward over forward gives {fof}, {name} {v}");
+    }
+}
