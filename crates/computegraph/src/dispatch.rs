@@ -24,7 +24,8 @@
 //! - every operation stays inside its window, so live ranges (and the slot count) grow by
 //!   at most about one window.
 //!
-//! Complexity: `O(operations · log WINDOW + operands)`, iterative, one scratch column.
+//! Complexity: `O(operations + operands)` (two counting sorts per window), iterative, a
+//! few scratch columns of one window each.
 
 use std::mem::Discriminant;
 
@@ -62,14 +63,18 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     }
 
     let mut order: Vec<u32> = Vec::with_capacity(n);
-    // Depth of each operation of the current window, indexed by its offset in the window.
+    // Scratch of one window, indexed by an operation's offset in it: its depth, and the
+    // offsets sorted by variant (the first pass of a two-pass stable counting sort).
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
-    let mut keyed: Vec<u64> = Vec::with_capacity(WINDOW);
+    let mut by_variant: Vec<u32> = vec![0; WINDOW];
+    let mut variant_start: Vec<u32> = vec![0; variants.len() + 1];
+    let mut depth_start: Vec<u32> = vec![0; WINDOW + 1];
     for start in (0..n).step_by(WINDOW) {
         let end = (start + WINDOW).min(n);
+        let window = &variant[start..end];
         depth.clear();
-        keyed.clear();
-        for (i, &var) in variant.iter().enumerate().take(end).skip(start) {
+        let mut max_depth = 0;
+        for i in start..end {
             let mut d = 0;
             for v in graph.op_inputs.get(i) {
                 if let MatDef::Output(producer, _) = graph.value_def[*v] {
@@ -80,12 +85,36 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
                 }
             }
             depth.push(d);
-            // Depth < WINDOW, variant < 256, offset < WINDOW: one sortable word.
-            keyed.push(((d as u64) << 40) | ((var as u64) << 32) | (i - start) as u64);
+            max_depth = max_depth.max(d as usize);
         }
-        keyed.sort_unstable();
-        order.extend(keyed.iter().map(|&k| (start + (k & 0xffff_ffff) as usize) as u32));
+        // Stable by variant, then stable by depth: sorted by (depth, variant, offset).
+        counting_sort(window.iter().map(|&v| v as usize), &mut variant_start, |k, at| by_variant[at] = k as u32);
+        let first = order.len();
+        order.resize(first + window.len(), 0);
+        let sorted = &mut order[first..];
+        counting_sort(
+            by_variant[..window.len()].iter().map(|&o| depth[o as usize] as usize),
+            &mut depth_start[..max_depth + 2],
+            |k, at| sorted[at] = (start as u32) + by_variant[k],
+        );
     }
     let moved = order.iter().enumerate().any(|(pos, &i)| pos != i as usize);
     moved.then_some(order)
+}
+
+/// A stable counting sort of the items `0..keys.len()` by their key: calls
+/// `place(item, position)` once per item. `start` is scratch with one entry more than the
+/// largest key (it ends as the buckets' end positions).
+fn counting_sort(keys: impl Iterator<Item = usize> + Clone, start: &mut [u32], mut place: impl FnMut(usize, usize)) {
+    start.fill(0);
+    for k in keys.clone() {
+        start[k + 1] += 1;
+    }
+    for b in 1..start.len() {
+        start[b] += start[b - 1];
+    }
+    for (item, k) in keys.enumerate() {
+        place(item, start[k] as usize);
+        start[k] += 1;
+    }
 }
