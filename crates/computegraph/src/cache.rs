@@ -34,6 +34,25 @@ new_key_type! {
 }
 
 /// The default cache key: interner id and the interned ids of the outputs.
+///
+/// Equal structure gives equal keys, so rebuilding a graph finds its program again.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, KeyInterner, OperationRole::Primary, StructuralKey, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let interner = KeyInterner::new();
+/// let key_of = |op: ScalarOp| {
+///     let mut b = GraphBuilder::<ScalarOp>::with_interner(interner.clone());
+///     let x = b.add_input(ScalarKey::var(0));
+///     let y = b.add_operation(op, vec![Local(x)], Primary)[0];
+///     let g = Arc::new(b.build());
+///     StructuralKey::new(&resolve(vec![g.clone()]), &[g.global_key(y)]).unwrap()
+/// };
+/// assert_eq!(key_of(ScalarOp::Sin), key_of(ScalarOp::Sin));
+/// assert_ne!(key_of(ScalarOp::Sin), key_of(ScalarOp::Cos));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StructuralKey {
     interner: u32,
@@ -63,7 +82,15 @@ struct Inner<Op: GraphOperation, K> {
     misses: u64,
 }
 
-/// Cache statistics.
+/// Cache statistics, from [`CompileCache::stats`].
+///
+/// ```
+/// use computegraph::{CacheStats, CompileCache};
+/// use scalar::ScalarOp;
+///
+/// let cache = CompileCache::<ScalarOp>::new(4);
+/// assert_eq!(cache.stats(), CacheStats { hits: 0, misses: 0, entries: 0 });
+/// ```
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
     /// Lookups that found a program.
@@ -186,6 +213,25 @@ impl<Op: GraphOperation> CompileCache<Op, StructuralKey> {
 /// A canonical, key-free encoding of a materialized graph: operations, roles and operand
 /// positions, with input keys replaced by their positions. Two graphs that differ only in
 /// their input keys (or in fresh identity tokens inside them) have equal canonical forms.
+///
+/// It is the hook for downstream key normalization: a cache keyed by it
+/// (`CompileCache<Op, CanonicalForm<Op>>` with [`CompileCache::get_or_insert_with`]) shares
+/// one program between graphs that differ only in which inputs they read.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let form_of = |input: u32| {
+///     let mut b = GraphBuilder::<ScalarOp>::new();
+///     let x = b.add_input(ScalarKey::var(input));
+///     let y = b.add_operation(ScalarOp::Exp, vec![Local(x)], Primary)[0];
+///     let g = Arc::new(b.build());
+///     materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]).canonical_form()
+/// };
+/// assert_eq!(form_of(3), form_of(7)); // exp of an input, whichever input it is
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CanonicalForm<Op> {
     ops: Vec<Op>,

@@ -44,6 +44,31 @@ pub(crate) struct Instr {
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
 /// [`CompiledProgram::eval`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// // f(x, y) = x·y + sin(x)
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_input(ScalarKey::var(1));
+/// let p = b.add_operation(ScalarOp::Mul, vec![Local(x), Local(y)], Primary)[0];
+/// let s = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let f = b.add_operation(ScalarOp::Add, vec![Local(p), Local(s)], Primary)[0];
+/// let g = Arc::new(b.build());
+/// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(f)]));
+///
+/// assert_eq!(program.instruction_count(), 3);
+/// assert_eq!(program.input_keys(), &[ScalarKey::var(0), ScalarKey::var(1)]);
+/// // Evaluate many times, reusing the slots.
+/// let mut state = EvalState::new();
+/// for x in [0.0, 1.0, 2.0] {
+///     let out = program.eval_with(&mut state, &mut (), &[&x, &3.0]).unwrap();
+///     assert_eq!(out, vec![x * 3.0 + x.sin()]);
+/// }
+/// ```
 pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
     pub(crate) ops: Vec<Op>,
@@ -90,7 +115,21 @@ pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledPro
     try_compile(graph).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Compiles a materialized graph, or reports an exhausted slot or argument space.
+/// Compiles a materialized graph, or reports an exhausted slot or argument space (or, as
+/// an internal error, a program that fails [`CompiledProgram::verify`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{materialize_merge, resolve, try_compile, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary)[0];
+/// let g = Arc::new(b.build());
+/// let program = try_compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)])).unwrap();
+/// assert_eq!(program.eval(&mut (), &[&0.0]), vec![1.0]);
+/// ```
 pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<CompiledProgram<Op>> {
     const UNUSED: u32 = u32::MAX;
     const KEEP: u32 = u32::MAX - 1;

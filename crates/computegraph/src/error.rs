@@ -5,6 +5,20 @@ use std::fmt;
 
 /// Errors of graph construction, resolution, compilation and evaluation.
 ///
+/// Every fallible entry point has a `try_` form that returns it; its message names the
+/// offending key or operation.
+///
+/// ```
+/// use computegraph::{GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let err = b.try_add_operation(ScalarOp::Mul, vec![Local(x)], Primary).unwrap_err();
+/// assert!(matches!(err, GraphError::ArityMismatch { expected: 2, found: 1, .. }));
+/// assert_eq!(err.to_string(), "operation `mul` takes 2 input(s) but was given 1");
+/// ```
+///
 /// Keys and operations are rendered to text when the error is made, so the error type
 /// is not generic and is `Send + Sync + 'static`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,4 +155,14 @@ impl fmt::Display for GraphError {
 impl std::error::Error for GraphError {}
 
 /// `Result` with [`GraphError`].
+///
+/// ```
+/// use computegraph::{GraphBuilder, GraphResult, LocalValueId};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// fn inputs(b: &mut GraphBuilder<ScalarOp>, n: u32) -> GraphResult<Vec<LocalValueId>> {
+///     (0..n).map(|i| b.try_add_input(ScalarKey::var(i))).collect()
+/// }
+/// assert_eq!(inputs(&mut GraphBuilder::new(), 3).unwrap().len(), 3);
+/// ```
 pub type GraphResult<T> = Result<T, GraphError>;

@@ -58,6 +58,25 @@ pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 const PAR_CHUNKS_PER_THREAD: usize = 4;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
+///
+/// Keep one per thread and pass it to [`CompiledProgram::eval_with`] (or
+/// `eval_parallel_with`): repeated evaluations then allocate only their result vector.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Neg, vec![Local(x)], Primary)[0];
+/// let g = Arc::new(b.build());
+/// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]));
+///
+/// let mut state = EvalState::new();
+/// let total: f64 = (0..100).map(|i| program.eval_with(&mut state, &mut (), &[&(i as f64)]).unwrap()[0]).sum();
+/// assert_eq!(total, -4950.0);
+/// ```
 pub struct EvalState<T> {
     slots: Vec<Option<T>>,
     out: Vec<T>,

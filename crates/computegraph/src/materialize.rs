@@ -56,6 +56,28 @@ pub(crate) enum MatDef {
 }
 
 /// A flat, deduplicated, topologically ordered graph: the input of [`compile`](crate::compile).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// // sin(x) built twice, and an operation nobody asks for.
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let s1 = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let s2 = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let y = b.add_operation(ScalarOp::Mul, vec![Local(s1), Local(s2)], Primary)[0];
+/// b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary);
+/// let g = Arc::new(b.build());
+///
+/// let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]);
+/// assert_eq!(m.operation_count(), 2); // one sin (CSE) and the mul; the cos is unreachable
+/// assert_eq!(m.input_keys(), &[ScalarKey::var(0)]);
+/// let ops: Vec<_> = m.operations().map(|o| *o.operation()).collect();
+/// assert_eq!(ops, [ScalarOp::Sin, ScalarOp::Mul]); // a topological order
+/// m.verify().unwrap();
+/// ```
 pub struct MaterializedGraph<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
     pub(crate) value_key: IdVec<ValueId, KeyId>,
@@ -72,6 +94,21 @@ pub struct MaterializedGraph<Op: GraphOperation> {
 }
 
 /// How a value of a [`MaterializedGraph`] is defined.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{materialize_merge, resolve, GraphBuilder, MaterializedValueDef, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Neg, vec![Local(x)], Primary)[0];
+/// let g = Arc::new(b.build());
+/// let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]);
+///
+/// assert!(matches!(m.value_def(m.inputs()[0]), Some(MaterializedValueDef::Input(k)) if *k == ScalarKey::var(0)));
+/// assert!(matches!(m.value_def(m.outputs()[0]), Some(MaterializedValueDef::Output { output_slot: 0, .. })));
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub enum MaterializedValueDef<'a, Op: GraphOperation> {
     /// A graph input.
@@ -85,7 +122,26 @@ pub enum MaterializedValueDef<'a, Op: GraphOperation> {
     },
 }
 
-/// One operation of a [`MaterializedGraph`].
+/// One operation of a [`MaterializedGraph`], from [`MaterializedGraph::operations`] or
+/// [`MaterializedGraph::operation`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
+/// let g = Arc::new(b.build());
+/// let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(sc[0]), g.global_key(sc[1])]);
+///
+/// let op = m.operations().next().unwrap();
+/// assert_eq!(*op.operation(), ScalarOp::SinCos);
+/// assert_eq!(op.inputs(), m.inputs());
+/// assert_eq!(op.outputs().collect::<Vec<_>>(), m.outputs());
+/// assert!(!op.role().is_linearized());
+/// ```
 pub struct MaterializedOperation<'a, Op: GraphOperation> {
     graph: &'a MaterializedGraph<Op>,
     id: OperationId,
@@ -250,6 +306,25 @@ pub fn materialize_merge<Op: GraphOperation>(
 
 /// Flattens the part of `view` reachable from `outputs`, or reports the first key that
 /// no graph defines (or that belongs to another interner).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, try_materialize_merge, GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Exp, vec![Local(x)], Primary)[0];
+/// let g = Arc::new(b.build());
+/// let key = g.global_key(y);
+///
+/// // A view without the graph that defines `key` cannot materialize it.
+/// let mut other = GraphBuilder::<ScalarOp>::new();
+/// other.add_input(ScalarKey::var(1));
+/// let empty = resolve(vec![Arc::new(other.build())]);
+/// assert!(matches!(try_materialize_merge(&empty, &[key.clone()]), Err(GraphError::UnresolvedKey { .. })));
+/// assert!(try_materialize_merge(&resolve(vec![g]), &[key]).is_ok());
+/// ```
 pub fn try_materialize_merge<Op: GraphOperation>(
     view: &ResolvedView<Op>,
     outputs: &[ValueKey<Op>],

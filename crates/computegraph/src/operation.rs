@@ -136,6 +136,22 @@ pub trait EvaluableGraphOperation: GraphOperation {
 /// Whether an operation is part of a primal computation or of a linear (tangent or
 /// cotangent) map. The role is part of an operation's identity: the same operation on the
 /// same inputs in two roles gives two different keys.
+///
+/// ```
+/// use computegraph::{GraphBuilder, OperationRole, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let a = b.add_input(ScalarKey::var(0));
+/// let t = b.add_input(ScalarKey::var(1));
+/// let primal = b.add_operation(ScalarOp::Mul, vec![Local(a), Local(t)], OperationRole::Primary)[0];
+/// // The same product as a linear map of its second input (a tangent), the first fixed.
+/// let linear = OperationRole::Linearized { active_mask: vec![false, true] };
+/// let tangent = b.add_operation(ScalarOp::Mul, vec![Local(a), Local(t)], linear.clone())[0];
+/// assert_ne!(b.global_key(primal), b.global_key(tangent));
+/// assert_eq!(linear.active_mask(), Some(&[false, true][..]));
+/// assert_eq!(linear.to_string(), "linear[fa]");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum OperationRole {
     /// A primal operation.

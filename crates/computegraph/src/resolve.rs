@@ -19,6 +19,32 @@ use crate::key::{KeyId, KeyInterner, ValueKey};
 use crate::operation::GraphOperation;
 
 /// A logical view over graphs: the roots and their transitive parents.
+///
+/// Building it copies nothing: it lists the graphs once each (roots first), so that
+/// [`Self::resolve_value`] and `materialize_merge` can find any key's definition.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut a = GraphBuilder::<ScalarOp>::new();
+/// let x = a.add_input(ScalarKey::var(0));
+/// let s = a.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let first = Arc::new(a.build());
+///
+/// // A second fragment refers to the first one's value by key and names it as a parent.
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// b.add_parent(first.clone());
+/// let y = b.add_operation(ScalarOp::Neg, vec![External(first.global_key(s))], Primary)[0];
+/// let second = Arc::new(b.build());
+///
+/// let view = resolve(vec![second.clone()]);
+/// assert_eq!(view.roots().len(), 1);
+/// assert_eq!(view.graphs().len(), 2); // the parent is found through the root
+/// assert!(view.resolve_value(&first.global_key(s)).is_some());
+/// assert!(view.resolve_value(&second.global_key(y)).is_some());
+/// ```
 pub struct ResolvedView<Op: GraphOperation> {
     graphs: Vec<Arc<Graph<Op>>>,
     roots: usize,
@@ -26,6 +52,28 @@ pub struct ResolvedView<Op: GraphOperation> {
 }
 
 /// Where a value is defined, as found by [`ResolvedView::resolve_value`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueDef, ValueKey, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let c = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
+/// let g = Arc::new(b.build());
+/// let view = resolve(vec![g.clone()]);
+///
+/// assert!(matches!(view.resolve_value(&ValueKey::Input(ScalarKey::var(0))), Some(ValueDef::Input(_))));
+/// match view.resolve_value(&g.global_key(c[1])) {
+///     Some(ValueDef::Operation { graph, operation, output_slot }) => {
+///         assert!(Arc::ptr_eq(graph, &g));
+///         assert_eq!(*graph.operation(operation).operation(), ScalarOp::SinCos);
+///         assert_eq!(output_slot, 1); // the cosine
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
 pub enum ValueDef<'a, Op: GraphOperation> {
     /// A graph input (a leaf).
     Input(Op::InputKey),
@@ -80,6 +128,22 @@ pub fn resolve<Op: GraphOperation>(roots: Vec<Arc<Graph<Op>>>) -> ResolvedView<O
 
 /// Builds a view over `roots` and their parents, or reports graphs on different interners.
 /// An empty root list gives an empty view on the global interner.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{try_resolve, GraphBuilder, GraphError, KeyInterner};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let graph_on = |interner| {
+///     let mut b = GraphBuilder::<ScalarOp>::with_interner(interner);
+///     b.add_input(ScalarKey::var(0));
+///     Arc::new(b.build())
+/// };
+/// let (a, b) = (graph_on(KeyInterner::new()), graph_on(KeyInterner::new()));
+/// assert!(try_resolve(vec![a.clone()]).is_ok());
+/// // Keys of two interners cannot be compared, so one view cannot hold both.
+/// assert!(matches!(try_resolve(vec![a, b]), Err(GraphError::MixedInterners { .. })));
+/// ```
 pub fn try_resolve<Op: GraphOperation>(roots: Vec<Arc<Graph<Op>>>) -> GraphResult<ResolvedView<Op>> {
     let interner = match roots.first() {
         Some(g) => Arc::clone(&g.interner),
