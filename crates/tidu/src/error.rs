@@ -7,6 +7,11 @@ use computegraph::GraphError;
 use crate::eager::EagerError;
 
 /// Which rule of a primitive.
+///
+/// ```
+/// assert_eq!(tidu::RuleKind::Jvp.to_string(), "JVP");
+/// assert_eq!(tidu::RuleKind::Transpose.to_string(), "transpose");
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RuleKind {
     /// The JVP (linearization) rule.
@@ -25,6 +30,14 @@ impl fmt::Display for RuleKind {
 }
 
 /// Errors of the AD transforms and rules.
+///
+/// ```
+/// use tidu::{ADRuleError, RuleKind};
+///
+/// // What a primitive returns from `try_jvp_rule` when it has no such rule.
+/// let e = ADRuleError::missing(&"argmax", RuleKind::Jvp, "piecewise constant");
+/// assert_eq!(e.to_string(), "operation `\"argmax\"` has no JVP rule: piecewise constant");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ADRuleError {
@@ -106,4 +119,19 @@ impl From<GraphError> for ADRuleError {
 }
 
 /// `Result` with [`ADRuleError`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::{try_linear_transpose, try_linearize, ADRuleResult, LinearizedGraph};
+///
+/// fn gradient_graph(f: &Arc<computegraph::Graph<ScalarOp>>, y: computegraph::LocalValueId) -> ADRuleResult<LinearizedGraph<ScalarOp>> {
+///     try_linear_transpose(&try_linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], &[ScalarKey::var(0)])?)
+/// }
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// assert_eq!(gradient_graph(&Arc::new(b.build()), y).unwrap().tangent_outputs().len(), 1);
+/// ```
 pub type ADRuleResult<T> = Result<T, ADRuleError>;

@@ -28,6 +28,10 @@ use crate::primitive::{ADKey, DiffPassId, Primitive};
 static NEXT_PASS: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh, process-unique pass id.
+///
+/// ```
+/// assert_ne!(tidu::fresh_pass_id(), tidu::fresh_pass_id());
+/// ```
 pub fn fresh_pass_id() -> DiffPassId {
     fresh_pass_ids(1)
 }
@@ -64,7 +68,27 @@ pub fn linearize<Op: Primitive>(
     try_linearize(view, outputs, wrt).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Fallible [`linearize`].
+/// Fallible [`linearize`]: a missing rule, a rule that breaks its contract or an
+/// unresolved key is an [`ADRuleError`](crate::ADRuleError).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::{try_linearize, ADRuleError};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Exp, vec![Local(x)], Primary)[0];
+/// let f = Arc::new(b.build());
+/// let key = f.global_key(y);
+///
+/// assert!(try_linearize(&resolve(vec![f]), &[key.clone()], &[ScalarKey::var(0)]).is_ok());
+/// // A view that does not hold the graph defining `key`:
+/// let empty = resolve(vec![Arc::new(GraphBuilder::<ScalarOp>::new().build())]);
+/// let err = try_linearize(&empty, &[key], &[ScalarKey::var(0)]).unwrap_err();
+/// assert!(matches!(err, ADRuleError::Graph(GraphError::UnresolvedKey { .. })), "{err}");
+/// ```
 pub fn try_linearize<Op: Primitive>(
     view: &ResolvedView<Op>,
     outputs: &[ValueKey<Op>],
@@ -74,6 +98,28 @@ pub fn try_linearize<Op: Primitive>(
 }
 
 /// [`linearize`] with the caller's rule context and pass id.
+///
+/// The pass id decides the tangent keys (`ADKey::tangent_of`), so linearizing the same
+/// graph twice with one pass id gives the same keys (a deterministic cache key), and with
+/// two ids two independent sets of tangents.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::{fresh_pass_id, linearize_with};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary)[0];
+/// let f = Arc::new(b.build());
+/// let view = resolve(vec![f.clone()]);
+/// let lin = |pass| linearize_with(&view, &[f.global_key(y)], &[ScalarKey::var(0)], &mut (), pass);
+///
+/// let pass = fresh_pass_id();
+/// assert_eq!(lin(pass).tangent_output_keys(), lin(pass).tangent_output_keys());
+/// assert_ne!(lin(pass).tangent_output_keys(), lin(fresh_pass_id()).tangent_output_keys());
+/// ```
 ///
 /// # Panics
 /// On a missing rule or an unresolved key; see [`try_linearize_with`].
@@ -88,6 +134,23 @@ pub fn linearize_with<Op: Primitive>(
 }
 
 /// Fallible [`linearize_with`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::{fresh_pass_id, try_linearize_with};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Neg, vec![Local(x)], Primary)[0];
+/// let f = Arc::new(b.build());
+/// let pass = fresh_pass_id();
+/// let lin = try_linearize_with(&resolve(vec![f.clone()]), &[f.global_key(y)], &[ScalarKey::var(0)], &mut (), pass)
+///     .unwrap();
+/// use tidu::ADKey;
+/// assert_eq!(lin.tangent_inputs()[0].0, ScalarKey::var(0).tangent_of(pass)); // x's tangent in this pass
+/// ```
 pub fn try_linearize_with<Op: Primitive>(
     view: &ResolvedView<Op>,
     outputs: &[ValueKey<Op>],
