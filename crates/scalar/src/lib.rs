@@ -21,6 +21,15 @@ pub mod spec;
 pub mod workloads;
 
 /// A scalar operation on `f64`.
+///
+/// ```
+/// use computegraph::{EvaluableGraphOperation, GraphOperation};
+/// use scalar::ScalarOp;
+///
+/// assert_eq!(ScalarOp::Mul.eval(&mut (), &[&3.0, &4.0]), vec![12.0]);
+/// assert_eq!(ScalarOp::SinCos.output_count(), 2);
+/// assert_eq!(ScalarOp::constant(1.5).eval(&mut (), &[]), vec![1.5]);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScalarOp {
     /// `a + b`
@@ -97,6 +106,16 @@ impl fmt::Debug for ScalarOp {
 }
 
 /// Input keys: user variables and (for AD passes) tangent keys derived from them.
+///
+/// ```
+/// use scalar::ScalarKey;
+/// use tidu::ADKey;
+///
+/// let x = ScalarKey::var(0);
+/// assert_ne!(x.tangent_of(1), x.tangent_of(2)); // one tangent per pass
+/// assert_eq!(x.tangent_of(1), x.tangent_of(1));
+/// assert_ne!(x.tangent_of(1), ScalarKey::var(1).tangent_of(1));
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum ScalarKey {
     /// A user variable.

@@ -10,7 +10,25 @@ use computegraph::{Graph, GraphBuilder, GraphOperation, GraphResult, KeyInterner
 
 use crate::{ScalarKey, ScalarOp};
 
-/// A scalar DAG as flat columns.
+/// A scalar DAG as flat columns: the engine-independent description that tests, benches
+/// and fuzz targets generate, build into graphs and evaluate with a plain reference.
+///
+/// ```
+/// use scalar::{spec::GraphSpec, ScalarOp};
+/// use computegraph::{compile, materialize_merge, resolve, KeyInterner};
+///
+/// // f(x, y) = sin(x·y), values 0 and 1 are the inputs.
+/// let mut spec = GraphSpec { inputs: 2, ..Default::default() };
+/// let p = spec.push(ScalarOp::Mul, &[0, 1]);
+/// let s = spec.push(ScalarOp::Sin, &[p]);
+/// spec.outputs = vec![s];
+/// assert_eq!(spec.eval_reference(&[2.0, 0.25]), vec![0.5f64.sin()]);
+///
+/// // The same function through the engine, built in two fragments.
+/// let built = spec.build(&KeyInterner::new(), 2).unwrap();
+/// let program = compile(&materialize_merge(&resolve(built.graphs.clone()), &built.outputs));
+/// assert_eq!(program.eval(&mut (), &[&2.0, &0.25]), vec![0.5f64.sin()]);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GraphSpec {
     /// Number of inputs (values `0..inputs`, keyed `ScalarKey::Var(i)`).
@@ -28,6 +46,16 @@ pub struct GraphSpec {
 
 /// How many node outputs the first `ops` nodes of a spec produce (a memo; see
 /// [`GraphSpec::value_count`]).
+///
+/// ```
+/// use scalar::{spec::GraphSpec, ScalarOp};
+///
+/// let mut spec = GraphSpec { inputs: 1, ..Default::default() };
+/// spec.push(ScalarOp::SinCos, &[0]); // two outputs
+/// spec.ops.push(ScalarOp::Neg); // pushed directly: counted on the next call
+/// spec.args.push(1);
+/// assert_eq!(spec.value_count(), 4);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CountCache {
     ops: usize,
@@ -36,6 +64,16 @@ pub struct CountCache {
 
 /// A spec built into fragments: the graphs (last one first: it is the natural root) and
 /// the output keys.
+///
+/// ```
+/// use computegraph::{resolve, KeyInterner};
+/// use scalar::workloads::chain;
+///
+/// let built = chain(1000, 1).build(&KeyInterner::new(), 3).unwrap();
+/// assert_eq!(built.graphs.len(), 3);
+/// // The last fragment reaches the others through its parents.
+/// assert_eq!(resolve(vec![built.graphs.last().unwrap().clone()]).graphs().len(), 3);
+/// ```
 pub struct BuiltSpec {
     /// The fragments, in build order.
     pub graphs: Vec<Arc<Graph<ScalarOp>>>,

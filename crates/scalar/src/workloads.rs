@@ -9,6 +9,15 @@ use crate::spec::GraphSpec;
 use computegraph::GraphOperation;
 
 /// SplitMix64: a tiny, good-enough deterministic generator (no dependency).
+///
+/// ```
+/// use scalar::workloads::Rng;
+///
+/// let (mut a, mut b) = (Rng::new(7), Rng::new(7));
+/// assert_eq!(a.next_u64(), b.next_u64()); // deterministic in the seed
+/// assert!(a.below(10) < 10);
+/// assert!((0.0..1.0).contains(&a.unit()));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
@@ -36,6 +45,14 @@ impl Rng {
 }
 
 /// Picks an operation: add 45%, mul 40%, neg 10%, sin 2%, cos 2%, sincos 1%.
+///
+/// ```
+/// use scalar::{workloads::{pick_op, Rng}, ScalarOp};
+///
+/// let mut rng = Rng::new(1);
+/// let adds = (0..10_000).filter(|_| pick_op(&mut rng) == ScalarOp::Add).count();
+/// assert!((4_000..5_000).contains(&adds));
+/// ```
 pub fn pick_op(rng: &mut Rng) -> ScalarOp {
     match rng.below(100) {
         0..45 => ScalarOp::Add,
@@ -47,7 +64,24 @@ pub fn pick_op(rng: &mut Rng) -> ScalarOp {
     }
 }
 
-/// Where a random DAG draws its operands from.
+/// Where a random DAG draws its operands from (see [`random_dag`]).
+///
+/// ```
+/// use scalar::workloads::{random_dag, Operands};
+///
+/// // With a window of 16, every operand is one of the 16 values before its node.
+/// let spec = random_dag(1000, Operands::Window(16), 0.0, 3);
+/// let mut arg = 0;
+/// let mut first_output = spec.inputs as usize;
+/// for op in &spec.ops {
+///     use computegraph::GraphOperation;
+///     for &a in &spec.args[arg..arg + op.input_count()] {
+///         assert!(a as usize + 16 >= first_output);
+///     }
+///     arg += op.input_count();
+///     first_output += op.output_count();
+/// }
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Operands {
     /// Uniformly from the `window` most recent values.
@@ -70,6 +104,17 @@ fn sinks(spec: &GraphSpec) -> Vec<u32> {
 /// A node's first operand is, when possible, the oldest value (within reach) that no node
 /// has read yet, so almost every value is used and the sinks (outputs) are few; the
 /// other operand is drawn as `operands` says.
+///
+/// ```
+/// use scalar::workloads::{inputs_for, random_dag, Operands};
+///
+/// let spec = random_dag(10_000, Operands::Window(1024), 0.3, 1);
+/// assert_eq!((spec.inputs, spec.ops.len()), (8, 10_000));
+/// // About 30% of the nodes repeat an earlier (operation, operands): CSE removes them.
+/// let unique = spec.dedup().ops.len();
+/// assert!((6_500..8_000).contains(&unique), "{unique}");
+/// assert_eq!(spec.eval_reference(&inputs_for(&spec, 2)).len(), spec.outputs.len());
+/// ```
 pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> GraphSpec {
     let mut rng = Rng::new(seed);
     let mut spec = GraphSpec { inputs: 8, ..Default::default() };
@@ -128,6 +173,11 @@ pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> Graph
 }
 
 /// A chain of `n` nodes: each reads the previous value (and sometimes input 0).
+///
+/// ```
+/// let spec = scalar::workloads::chain(100, 5);
+/// assert_eq!((spec.ops.len(), spec.outputs.len()), (100, 1));
+/// ```
 pub fn chain(n: usize, seed: u64) -> GraphSpec {
     let mut rng = Rng::new(seed);
     let mut spec = GraphSpec { inputs: 1, ..Default::default() };
@@ -147,6 +197,11 @@ pub fn chain(n: usize, seed: u64) -> GraphSpec {
 
 /// `depth` layers of `width` nodes; each node reads two random values of the layer
 /// before. Layer 0 is `width` inputs; the last layer is the output.
+///
+/// ```
+/// let spec = scalar::workloads::layered(32, 10, 1);
+/// assert_eq!((spec.inputs, spec.ops.len(), spec.outputs.len()), (32, 320, 32));
+/// ```
 pub fn layered(width: usize, depth: usize, seed: u64) -> GraphSpec {
     let mut rng = Rng::new(seed);
     let mut spec = GraphSpec { inputs: width as u32, ..Default::default() };
@@ -173,6 +228,16 @@ pub fn layered(width: usize, depth: usize, seed: u64) -> GraphSpec {
 }
 
 /// Input values in `[0.5, 1.5)` for a spec, deterministic in the seed.
+///
+/// ```
+/// use scalar::workloads::{chain, inputs_for};
+///
+/// let spec = chain(10, 1);
+/// let x = inputs_for(&spec, 9);
+/// assert_eq!(x.len(), spec.inputs as usize);
+/// assert!(x.iter().all(|v| (0.5..1.5).contains(v)));
+/// assert_eq!(x, inputs_for(&spec, 9));
+/// ```
 pub fn inputs_for(spec: &GraphSpec, seed: u64) -> Vec<f64> {
     let mut rng = Rng::new(seed);
     (0..spec.inputs).map(|_| 0.5 + rng.unit()).collect()
