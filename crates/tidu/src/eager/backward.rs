@@ -39,6 +39,22 @@ use crate::primitive::Primitive;
 /// needs that neither the tape nor `execute_forward` has, the executor's own errors (a
 /// seed it rejects, say), or a wrong number of cotangents from it. Nothing is left half
 /// done: the tape is unchanged and can be used again.
+///
+/// The example drives it through `scalar::eager::Tape`, whose `backward` is a call to
+/// `try_backward` with the value's key and trace; see also [`Recorder`](crate::eager::Recorder).
+///
+/// ```
+/// use scalar::{eager::{ScalarExecutor, Tape}, ScalarOp};
+///
+/// // y = sin(x)·w; dy/dx = cos(x)·w, dy/dw = sin(x)
+/// let mut tape = Tape::new();
+/// let (x, w) = (tape.leaf(0.5, true).unwrap(), tape.leaf(3.0, true).unwrap());
+/// let s = tape.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
+/// let y = tape.apply(ScalarOp::Mul, &[&s, &w]).unwrap().remove(0);
+/// let grads = tape.backward(&y, 1.0, &mut ScalarExecutor::new()).unwrap();
+/// assert_eq!(*grads[&x.key], 0.5f64.cos() * 3.0);
+/// assert_eq!(*grads[&w.key], 0.5f64.sin());
+/// ```
 pub fn try_backward<Op: Primitive, E: BackwardExecutor<Op> + ?Sized>(
     output_key: &ValueKey<Op>,
     output_trace: Option<&Trace<Op>>,

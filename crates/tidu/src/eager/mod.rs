@@ -66,6 +66,19 @@ pub use recorder::{DEFAULT_RULE_CAPACITY, Recorder, RecorderStats, Trace};
 /// Keys must not collide with each other; the recorder asks for a new one only when it
 /// records a graph with more inputs than any before, so a source hands out as many keys as
 /// the widest recorded graph has inputs. Any `FnMut() -> Op::InputKey` is a key source.
+///
+/// ```
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::eager::Recorder;
+///
+/// // Keys from a range the frontend never uses for its own variables.
+/// let mut next = u32::MAX / 2;
+/// let recorder = Recorder::<ScalarOp>::new(move || {
+///     next += 1;
+///     ScalarKey::var(next)
+/// });
+/// assert_eq!(recorder.stats().canonical_keys, 0); // drawn only when a graph is recorded
+/// ```
 pub trait KeySource<Op: GraphOperation> {
     /// A key never handed out before.
     fn fresh_input_key(&mut self) -> Op::InputKey;
@@ -219,6 +232,18 @@ pub trait BackwardExecutor<Op: Primitive> {
 
 /// Misuse of the tape or a failure reported by the executor; carried by
 /// [`ADRuleError::Eager`](crate::ADRuleError::Eager).
+///
+/// ```
+/// use scalar::{eager::Tape, ScalarOp};
+/// use tidu::{eager::EagerError, ADRuleError};
+///
+/// let (mut a, mut b) = (Tape::new(), Tape::new());
+/// let x = a.leaf(1.0, true).unwrap();
+/// let y = a.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
+/// // `y` was recorded by `a`'s recorder: `b` cannot record an operation on it.
+/// let err = b.apply(ScalarOp::Cos, &[&y]).err().unwrap();
+/// assert!(matches!(err, ADRuleError::Eager(EagerError::ForeignTrace { input: 0 })), "{err}");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EagerError {

@@ -64,6 +64,21 @@ fn take_traces<Op: Primitive>(inputs: &mut [EagerInput<Op>]) -> impl Iterator<It
 /// A handle to the tape node that produced a value. Cloning is cheap (a reference count);
 /// the node lives while any value produced by it, or by a later node that depends on it,
 /// holds its trace.
+///
+/// ```
+/// use scalar::{eager::Tape, ScalarOp};
+///
+/// let mut tape = Tape::new();
+/// let x = tape.leaf(2.0, true).unwrap();
+/// assert!(x.trace.is_none()); // a leaf has no producer
+/// let y = tape.apply(ScalarOp::Exp, &[&x]).unwrap().remove(0);
+/// let z = tape.apply(ScalarOp::Neg, &[&y]).unwrap().remove(0);
+/// assert_eq!(tape.recorder().stats().live_nodes, 2);
+/// drop(y); // z's node still holds y's
+/// assert_eq!(tape.recorder().stats().live_nodes, 2);
+/// drop(z);
+/// assert_eq!(tape.recorder().stats().live_nodes, 0);
+/// ```
 pub struct Trace<Op: Primitive>(pub(crate) Arc<Node<Op>>);
 
 impl<Op: Primitive> Trace<Op> {
@@ -89,7 +104,23 @@ impl<Op: Primitive> fmt::Debug for Trace<Op> {
     }
 }
 
-/// Counters of a recorder.
+/// Counters of a recorder ([`Recorder::stats`]).
+///
+/// ```
+/// use scalar::{eager::{ScalarExecutor, Tape}, ScalarOp};
+///
+/// let mut tape = Tape::new();
+/// let mut exec = ScalarExecutor::new();
+/// for step in 0..3 {
+///     let x = tape.leaf(0.5 + step as f64, true).unwrap();
+///     let s = tape.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
+///     let y = tape.apply(ScalarOp::Mul, &[&s, &x]).unwrap().remove(0);
+///     tape.backward(&y, 1.0, &mut exec).unwrap();
+/// }
+/// let stats = tape.recorder().stats();
+/// assert_eq!(stats.live_nodes, 0); // the values of each step are gone, and so is their tape
+/// assert_eq!((stats.rule_misses, stats.rule_hits), (2, 4)); // one rule per operation kind
+/// ```
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecorderStats {
     /// Tape nodes alive (held by the frontend's values).
