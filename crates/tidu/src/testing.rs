@@ -132,6 +132,14 @@ impl CheckOperand for f64 {
 }
 
 /// A small deterministic random generator (SplitMix64) for directions and cotangents.
+///
+/// ```
+/// use tidu::testing::CheckRng;
+///
+/// let mut rng = CheckRng::new(1);
+/// assert!((-2.0..3.0).contains(&rng.uniform(-2.0, 3.0)));
+/// assert_eq!(CheckRng::new(5).next_u64(), CheckRng::new(5).next_u64());
+/// ```
 #[derive(Clone, Debug)]
 pub struct CheckRng(u64);
 
@@ -159,6 +167,15 @@ impl CheckRng {
 }
 
 /// Tolerances of the checks.
+///
+/// ```
+/// use tidu::testing::Tolerance;
+///
+/// // Looser finite-difference tolerances for an operation set whose data are f32.
+/// let f32_like = Tolerance { step: 1e-3, atol: 1e-3, rtol: 1e-2, exact_rtol: 1e-5, exact_atol: 1e-6 };
+/// assert!(f32_like.rtol > Tolerance::F64.rtol);
+/// assert_eq!(Tolerance::default(), Tolerance::F64);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tolerance {
     /// The central-difference step `h`.
@@ -189,7 +206,14 @@ impl Default for Tolerance {
     }
 }
 
-/// Which check failed.
+/// Which check failed, or which a [`CheckReport`] entry is about.
+///
+/// ```
+/// use tidu::testing::CheckKind;
+///
+/// assert_eq!(CheckKind::ALL[0], CheckKind::Setup); // the order the checks run
+/// assert_eq!(CheckKind::SecondOrder.to_string(), "second order (FoF/FoR/RoF/RoR)");
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum CheckKind {
@@ -237,6 +261,13 @@ impl fmt::Display for CheckKind {
 }
 
 /// A failed check: the case, the check, and a message with the numbers.
+///
+/// ```
+/// use tidu::testing::{CheckFailure, CheckKind};
+///
+/// let f = CheckFailure { case: "mul(x0 = 2.0, x1 = 3.0)".into(), check: CheckKind::Jvp, message: "3 vs 2".into() };
+/// assert_eq!(f.to_string(), "JVP vs finite differences check failed for `mul(x0 = 2.0, x1 = 3.0)`: 3 vs 2");
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckFailure {
     /// The case: the operation and its inputs (`mul(x0 = 2.0, x1 = 3.0)`), or the graph
@@ -257,6 +288,19 @@ impl fmt::Display for CheckFailure {
 impl std::error::Error for CheckFailure {}
 
 /// What passed: counts, and the worst error per check as a fraction of what was allowed.
+///
+/// ```
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::testing::{check_rules, CheckKind, CheckReport, RuleCase, Tolerance};
+///
+/// let mut total = CheckReport::default();
+/// for x in [0.5, 2.0] {
+///     let report = check_rules(&[RuleCase::new(ScalarOp::Exp, vec![(ScalarKey::var(0), x)])], Tolerance::F64).unwrap();
+///     total.merge(&report);
+/// }
+/// assert_eq!(total.cases, 2);
+/// assert!(total.worst(CheckKind::Transpose).unwrap() <= 1.0);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CheckReport {
     /// Cases checked.
@@ -302,6 +346,20 @@ impl fmt::Display for CheckReport {
 ///
 /// Inputs are bound by key; all are active (differentiated) unless [`RuleCase::active`]
 /// says otherwise.
+///
+/// ```
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::testing::{check_rules, RuleCase, Tolerance};
+///
+/// let (a, b) = ((ScalarKey::var(0), 2.0), (ScalarKey::var(1), -3.0));
+/// let cases = [
+///     RuleCase::new(ScalarOp::Mul, vec![a.clone(), b.clone()]).multilinear(),
+///     // The product as a function of its second argument only.
+///     RuleCase::new(ScalarOp::Mul, vec![a, b]).active(&[false, true]),
+/// ];
+/// assert_eq!(cases[1].name(), "mul(x0 = 2.0 [fixed], x1 = -3.0)");
+/// check_rules(&cases, Tolerance::F64).unwrap();
+/// ```
 pub struct RuleCase<Op: GraphOperation> {
     op: Op,
     inputs: Vec<(Op::InputKey, Op::Operand)>,
