@@ -342,11 +342,13 @@ where
         for &i in chunk {
             let (op, ins, outs) = self.par_instr(sched, i as usize);
             // SAFETY: `ins` are operand slots and `outs` output slots of an instruction of
-            // the level being run; by the level invariant (checked when the schedule was
-            // built) no instruction of the level writes an operand slot, and no other
-            // instruction of the level reads or writes an output slot; no thread runs
-            // another level meanwhile (see `Team`). So no thread writes the operand slots
-            // while their references live, and this thread alone touches the output slots.
+            // the level being run, in a schedule that passed `check_levels` when it was
+            // built: every slot is in range and every operand slot was written by an input
+            // or an earlier level; no instruction of the level writes an operand slot, and
+            // no other instruction of the level reads or writes an output slot; no thread
+            // runs another level meanwhile (see `Team`). So no thread writes the operand
+            // slots while their references live, and this thread alone touches the output
+            // slots.
             unsafe { eval_instruction(op, ctx, &mut slots, ins, outs, out)? };
         }
         Ok(())
@@ -535,25 +537,28 @@ impl<'a, T> LevelSlots<'a, T> {
     /// The operand in slot `s`.
     ///
     /// # Safety
-    /// No thread writes slot `s` while the returned reference lives: `s` is an operand slot
-    /// of an instruction of the level this view was made for.
+    /// `s` is an operand slot of an instruction of the level this view was made for, in a
+    /// schedule that passed `Schedule::check_levels`, run level by level from its inputs:
+    /// so `s` is in range and holds a value (an input, or an output of an earlier level;
+    /// nothing empties a slot during a run), and no thread writes it while the returned
+    /// reference lives.
     #[inline(always)]
     unsafe fn get(&self, s: u32) -> &T {
-        assert!((s as usize) < self.len, "slot s{s} out of range");
-        // SAFETY: `s` is in bounds of the borrowed slots, and by the caller's guarantee no
-        // thread writes the slot while the shared reference lives.
-        let slot = unsafe { &*self.base.add(s as usize) };
-        slot.as_ref().expect("operand slots are written before use (verified at compile)")
+        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
+        // SAFETY: `s` is in bounds of the borrowed slots and written, and no thread writes
+        // the slot while the shared reference lives, all by the caller's guarantee.
+        unsafe { (*self.base.add(s as usize)).as_ref().unwrap_unchecked() }
     }
 
     /// Stores `v` in slot `s`, dropping the value it held.
     ///
     /// # Safety
     /// No other thread reads or writes slot `s` during the level: `s` is an output slot of
-    /// the instruction being evaluated, in the level this view was made for.
+    /// the instruction being evaluated, in the level this view was made for (of a schedule
+    /// that passed `Schedule::check_levels`, which also puts `s` in range).
     #[inline(always)]
     unsafe fn set(&self, s: u32, v: T) {
-        assert!((s as usize) < self.len, "slot s{s} out of range");
+        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
         // SAFETY: `s` is in bounds, and by the caller's guarantee this thread is the only
         // one touching the slot, so the write (and the drop of the old value) is exclusive.
         unsafe { *self.base.add(s as usize) = Some(v) };
@@ -624,7 +629,8 @@ impl<T> SlotAccess<T> for VerifiedSlots<'_, T> {
 
 impl<T> SlotAccess<T> for &LevelSlots<'_, T> {
     /// # Safety
-    /// `s` is an operand slot of an instruction of the level this view was made for.
+    /// As [`LevelSlots::get`]: `s` is an operand slot of an instruction of the level this
+    /// view was made for, in a schedule that passed `Schedule::check_levels`.
     #[inline(always)]
     unsafe fn read(&self, s: u32) -> &T {
         // SAFETY: as `LevelSlots::get` requires, by the caller's guarantee.

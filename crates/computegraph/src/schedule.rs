@@ -79,10 +79,11 @@ impl Schedule {
 
     /// Checks the level invariant of the module doc against the program's instruction
     /// records: level boundaries within `order`, instructions and argument ranges in
-    /// bounds, every slot below `slot_count`, and within each level every written slot
-    /// written once and not read. This is the guarantee behind the evaluator's concurrent
-    /// slot writes, so it runs whenever a schedule is built. `O(levels + arguments +
-    /// slots)`, one allocation.
+    /// bounds, every slot below `slot_count`, within each level every written slot
+    /// written once and not read, and every read slot written before (an input, or an
+    /// output of an earlier level). This is the guarantee behind the evaluator's
+    /// concurrent, unchecked slot accesses, so it runs whenever a schedule is built.
+    /// `O(levels + arguments + slots)`, one allocation.
     pub(crate) fn check_levels(&self, instrs: &[Instr]) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
         let n = instrs.len();
@@ -99,8 +100,15 @@ impl Schedule {
         if let Some(&s) = self.input_slots.iter().chain(&self.output_slots).find(|&&s| s != NO_SLOT && !in_range(s)) {
             return Err(bad(format!("input or output slot s{s} out of range")));
         }
-        // `stamp[s]` is 1 + the index of the last level that wrote `s` (0: none yet).
+        // `stamp[s]` is 1 + the index of the last level that wrote `s`, `INPUT` for an
+        // input slot not written since, 0 for a slot never written.
+        const INPUT: u32 = u32::MAX;
         let mut stamp: Vec<u32> = vec![0; self.slot_count];
+        for &s in &self.input_slots {
+            if s != NO_SLOT {
+                stamp[s as usize] = INPUT;
+            }
+        }
         for l in 0..self.level_count() {
             let mark = l as u32 + 1;
             let level = &self.order[self.level(l)];
@@ -122,9 +130,10 @@ impl Schedule {
             for &i in level {
                 let Instr { start, n_in, .. } = instrs[i as usize];
                 for &s in &self.args[start as usize..start as usize + n_in as usize] {
-                    if !in_range(s) || stamp[s as usize] == mark {
+                    if !in_range(s) || stamp[s as usize] == mark || stamp[s as usize] == 0 {
                         return Err(bad(format!(
-                            "level {mark} reads slot s{s}, which it writes, or it is out of range"
+                            "level {mark} reads slot s{s}, which it writes, which nothing wrote before, \
+                             or which is out of range"
                         )));
                     }
                 }
@@ -374,9 +383,11 @@ mod tests {
         twice.args[3] = 2; // i1 writes s2 too
         let mut read_written = good.clone();
         read_written.args[2] = 2; // i1 reads s2, which i0 writes
-        let mut out_of_range = good;
+        let mut out_of_range = good.clone();
         out_of_range.args[1] = 9;
-        for bad in [twice, read_written, out_of_range] {
+        let mut unwritten = good;
+        unwritten.input_slots[1] = NO_SLOT; // i1 reads s1, which no input fills now
+        for bad in [twice, read_written, out_of_range, unwritten] {
             match bad.check_levels(&instrs) {
                 Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
                 other => panic!("expected Invalid, got {other:?}"),
