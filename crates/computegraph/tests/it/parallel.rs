@@ -165,10 +165,12 @@ fn cheap_narrow_levels_do_not_fork() {
 /// wide), plus a windowed random DAG and a chain.
 #[test]
 fn parallel_eval_on_workload_shapes() {
+    // Under Miri (`just miri`), the smallest sizes that still split a level.
+    let scale = if cfg!(miri) { 10 } else { 1 };
     let specs = [
-        workloads::layered(10_000, 3, 1),
-        workloads::random_dag(20_000, Operands::Window(4096), 0.1, 2),
-        workloads::chain(3000, 3),
+        workloads::layered(if cfg!(miri) { 5000 } else { 10_000 }, 3, 1),
+        workloads::random_dag(20_000 / scale, Operands::Window(4096), 0.1, 2),
+        workloads::chain(3000 / scale, 3),
     ];
     for spec in &specs {
         let inputs = workloads::inputs_for(spec, 7);
