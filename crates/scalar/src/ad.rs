@@ -121,24 +121,42 @@ impl Primitive for ScalarOp {
         ct: &[Option<LocalValueId>],
         inputs: &[PrimitiveValue<Self>],
         role: &OperationRole,
-        _: &mut (),
+        ctx: &mut (),
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+        let mut out = Vec::with_capacity(self.input_count());
+        self.try_linear_transpose_rule_into(b, ct, inputs, role, ctx, &mut out)?;
+        Ok(out)
+    }
+
+    fn try_linear_transpose_rule_into(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        ct: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        _: &mut (),
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
         let mask = role.active_mask().unwrap_or(&[]);
         let active = |i: usize| mask.get(i).copied().unwrap_or(false);
         let missing = |why: &str| Err(ADRuleError::missing(self, RuleKind::Transpose, why));
         let Some(c) = ct.first().copied().flatten() else {
-            return Ok(vec![None; self.input_count()]);
+            out.extend(std::iter::repeat_n(None, self.input_count()));
+            return Ok(());
         };
-        Ok(match *self {
-            ScalarOp::Add => vec![active(0).then_some(c), active(1).then_some(c)],
-            ScalarOp::Neg => vec![Some(b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(c)], &roles().a))],
+        match *self {
+            ScalarOp::Add => out.extend([active(0).then_some(c), active(1).then_some(c)]),
+            ScalarOp::Neg => {
+                out.push(Some(b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(c)], &roles().a)))
+            }
             ScalarOp::Mul => match (active(0), active(1)) {
-                (true, false) => vec![Some(scale(b, inputs[1].clone(), c)), None],
-                (false, true) => vec![None, Some(scale(b, inputs[0].clone(), c))],
+                (true, false) => out.extend([Some(scale(b, inputs[1].clone(), c)), None]),
+                (false, true) => out.extend([None, Some(scale(b, inputs[0].clone(), c))]),
                 (true, true) => return missing("a product of two active operands is not linear"),
-                (false, false) => vec![None, None],
+                (false, false) => out.extend([None, None]),
             },
             _ => return missing("it is not linear in its operands"),
-        })
+        }
+        Ok(())
     }
 }

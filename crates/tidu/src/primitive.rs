@@ -116,7 +116,9 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
 /// The `try_` forms report a missing or failing rule as an [`ADRuleError`] naming the
 /// operation and the rule. Each rule and its `try_` form default to each other: implement
 /// the infallible form, or the `try_` form (the infallible one then panics with the
-/// error's message), or both — not neither.
+/// error's message), or both — not neither. `linear_transpose` calls
+/// [`Primitive::try_linear_transpose_rule_into`], which defaults to the `try_` form; a set
+/// that overrides it implements the `try_` form through it.
 pub trait Primitive: GraphOperation<InputKey: ADKey> {
     /// Rule state threaded through a transform (caches, options). Most sets use `()`.
     type ADContext: Default;
@@ -172,5 +174,23 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         ctx: &mut Self::ADContext,
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
         Ok(self.transpose_rule(builder, cotangent_outputs, inputs, role, ctx))
+    }
+
+    /// The transpose rule as `linear_transpose` calls it: appends the cotangents of the
+    /// inputs to `out` (which the caller passes empty) instead of returning a new `Vec`.
+    /// Defaults to [`Primitive::try_linear_transpose_rule`]; a set whose rules run on cheap
+    /// operations overrides it (and implements the `Vec` forms through it) so that a
+    /// transpose allocates nothing per rule call.
+    fn try_linear_transpose_rule_into(
+        &self,
+        builder: &mut impl PrimitiveBuilder<Self>,
+        cotangent_outputs: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        ctx: &mut Self::ADContext,
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
+        out.extend(self.try_linear_transpose_rule(builder, cotangent_outputs, inputs, role, ctx)?);
+        Ok(())
     }
 }

@@ -96,6 +96,7 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
     // 3. Reverse topological walk.
     let mut ct_out: Vec<Option<LocalValueId>> = Vec::new();
     let mut inputs: Vec<PrimitiveValue<Op>> = Vec::new();
+    let mut result: Vec<Option<LocalValueId>> = Vec::new();
     for op in lg.operations().rev() {
         if !first_copy[op.id().index()] {
             continue;
@@ -119,7 +120,8 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             ValueRef::External(k) => PrimitiveValue::External(k),
         }));
         let operation = op.operation();
-        let result = operation.try_linear_transpose_rule(&mut builder, &ct_out, &inputs, role, ctx)?;
+        result.clear();
+        operation.try_linear_transpose_rule_into(&mut builder, &ct_out, &inputs, role, ctx, &mut result)?;
         if result.len() != inputs.len() {
             return Err(ADRuleError::RuleContract {
                 operation: format!("{operation:?}"),
@@ -128,7 +130,7 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             });
         }
         let bound = builder.value_count();
-        for ((ct, key), &active) in result.into_iter().zip(op.input_key_ids()).zip(mask) {
+        for ((&ct, key), &active) in result.iter().zip(op.input_key_ids()).zip(mask) {
             let (Some(ct), true) = (ct, active) else { continue };
             if ct.index() >= bound {
                 return Err(ADRuleError::RuleContract {
