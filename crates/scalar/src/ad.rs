@@ -65,6 +65,9 @@ impl Primitive for ScalarOp {
         ScalarOp::Add
     }
 
+    // The transpose rules read only fixed operands.
+    const TRANSPOSE_READS_ACTIVE_INPUTS: bool = false;
+
     fn try_jvp_rule(
         &self,
         b: &mut impl PrimitiveBuilder<Self>,

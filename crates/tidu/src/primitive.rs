@@ -4,7 +4,7 @@
 use std::fmt;
 use std::hash::Hash;
 
-use computegraph::{GraphBuilder, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef};
+use computegraph::{GraphBuilder, GraphOperation, Id, LocalValueId, OperationRole, ValueKey, ValueRef};
 
 use crate::error::{ADRuleError, ADRuleResult};
 
@@ -100,6 +100,22 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
     }
 }
 
+/// What a transpose rule gets for an active operand when its set does not read them
+/// ([`Primitive::TRANSPOSE_READS_ACTIVE_INPUTS`] is `false`): a local value that no builder
+/// has, so a rule that emits it anyway gets an error instead of a wrong graph.
+///
+/// ```
+/// use computegraph::{GraphBuilder, OperationRole};
+/// use scalar::ScalarOp;
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let e = b.try_add_operation(ScalarOp::Neg, vec![tidu::unknown_operand()], OperationRole::all_active(1));
+/// assert!(e.is_err());
+/// ```
+pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
+    PrimitiveValue::Local(LocalValueId::new(<LocalValueId as Id>::MAX_INDEX))
+}
+
 /// An operation set with automatic-differentiation rules.
 ///
 /// `jvp_rule` emits the tangent of the outputs as a linear function of the tangents of
@@ -126,6 +142,16 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
     /// The addition used to accumulate cotangents where a value fans out.
     fn add() -> Self;
 
+    /// Whether transpose rules read the operands they transpose for, the active entries
+    /// of their `inputs` (by default they get those operands' keys, like the fixed ones).
+    ///
+    /// A set whose rules never look at them (they must not be referenced anyway) sets this
+    /// to `false`: `linear_transpose` then passes [`unknown_operand`] there and skips
+    /// computing those keys, one read of several cold columns of the linear graph per
+    /// operand on large graphs. A set whose rules inspect them (say, to look a shape up
+    /// by key) keeps the default.
+    const TRANSPOSE_READS_ACTIVE_INPUTS: bool = true;
+
     /// The JVP rule: tangents of the outputs from tangents of the inputs.
     fn jvp_rule(
         &self,
@@ -140,7 +166,8 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
 
     /// The transpose rule of a linear operation in `role`: cotangents of the active inputs
     /// from cotangents of the outputs. `inputs` are the operation's operands by key; the
-    /// active ones (per the role's mask) are the unknowns and must not be referenced.
+    /// active ones (per the role's mask) are the unknowns and must not be referenced (they
+    /// are [`unknown_operand`] if [`Primitive::TRANSPOSE_READS_ACTIVE_INPUTS`] is `false`).
     fn transpose_rule(
         &self,
         builder: &mut impl PrimitiveBuilder<Self>,

@@ -33,7 +33,7 @@ use computegraph::{Graph, GraphBuilder, GraphOperation, KeyId, KeyMap, LocalValu
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearize::fresh_pass_ids;
 use crate::linearized::LinearizedGraph;
-use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
+use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
 
 /// Transposes a linear graph (default rule context).
 ///
@@ -116,7 +116,8 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             continue; // a primal constant: no cotangent flows through it
         }
         inputs.clear();
-        inputs.extend(op.inputs().map(|r| match r {
+        inputs.extend(op.inputs().enumerate().map(|(i, r)| match r {
+            ValueRef::Local(_) if !Op::TRANSPOSE_READS_ACTIVE_INPUTS && mask.get(i) == Some(&true) => unknown_operand(),
             ValueRef::Local(v) => PrimitiveValue::External(lg.global_key(v)),
             ValueRef::External(k) => PrimitiveValue::External(k),
         }));
