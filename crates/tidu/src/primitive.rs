@@ -132,9 +132,10 @@ pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
 /// The `try_` forms report a missing or failing rule as an [`ADRuleError`] naming the
 /// operation and the rule. Each rule and its `try_` form default to each other: implement
 /// the infallible form, or the `try_` form (the infallible one then panics with the
-/// error's message), or both — not neither. `linear_transpose` calls
-/// [`Primitive::try_linear_transpose_rule_into`], which defaults to the `try_` form; a set
-/// that overrides it implements the `try_` form through it.
+/// error's message), or both — not neither. The transforms call the `_into` forms
+/// ([`Primitive::try_jvp_rule_into`], [`Primitive::try_linear_transpose_rule_into`]), which
+/// default to the `try_` forms; a set that overrides them implements the `try_` forms
+/// through them.
 pub trait Primitive: GraphOperation<InputKey: ADKey> {
     /// Rule state threaded through a transform (caches, options). Most sets use `()`.
     type ADContext: Default;
@@ -189,6 +190,22 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         ctx: &mut Self::ADContext,
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
         Ok(self.jvp_rule(builder, primal_inputs, primal_outputs, tangent_inputs, ctx))
+    }
+
+    /// The JVP rule as `linearize` calls it: appends the tangents of the outputs to `out`
+    /// (which the caller passes empty) instead of returning a new `Vec`. Defaults to
+    /// [`Primitive::try_jvp_rule`]; see [`Primitive::try_linear_transpose_rule_into`].
+    fn try_jvp_rule_into(
+        &self,
+        builder: &mut impl PrimitiveBuilder<Self>,
+        primal_inputs: &[ValueKey<Self>],
+        primal_outputs: &[ValueKey<Self>],
+        tangent_inputs: &[Option<LocalValueId>],
+        ctx: &mut Self::ADContext,
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
+        out.extend(self.try_jvp_rule(builder, primal_inputs, primal_outputs, tangent_inputs, ctx)?);
+        Ok(())
     }
 
     /// Fallible transpose rule; defaults to [`Primitive::transpose_rule`].
