@@ -65,54 +65,72 @@ impl Primitive for ScalarOp {
         ScalarOp::Add
     }
 
+    // The transpose rules read only fixed operands.
+    const TRANSPOSE_READS_ACTIVE_INPUTS: bool = false;
+
     fn try_jvp_rule(
         &self,
         b: &mut impl PrimitiveBuilder<Self>,
         x: &[ValueKey<Self>],
         y: &[ValueKey<Self>],
         t: &[Option<LocalValueId>],
-        _: &mut (),
+        ctx: &mut (),
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+        let mut out = Vec::with_capacity(self.output_count());
+        self.try_jvp_rule_into(b, x, y, t, ctx, &mut out)?;
+        Ok(out)
+    }
+
+    fn try_jvp_rule_into(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        x: &[ValueKey<Self>],
+        y: &[ValueKey<Self>],
+        t: &[Option<LocalValueId>],
+        _: &mut (),
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
         let r = roles();
-        Ok(match *self {
-            ScalarOp::Add => vec![match (t[0], t[1]) {
+        match *self {
+            ScalarOp::Add => out.push(match (t[0], t[1]) {
                 (Some(da), Some(db)) => Some(sum(b, da, db)),
                 (da, db) => da.or(db),
-            }],
+            }),
             ScalarOp::Mul => {
                 // d(a·b) = a·db + da·b (the order of the worked example in seed 000).
                 let tb = t[1].map(|db| scale(b, ext(&x[0]), db));
                 let ta =
                     t[0].map(|da| b.add_primitive_from(ScalarOp::Mul, &[PrimitiveValue::Local(da), ext(&x[1])], &r.af));
-                vec![match (tb, ta) {
+                out.push(match (tb, ta) {
                     (Some(p), Some(q)) => Some(sum(b, p, q)),
                     (p, q) => p.or(q),
-                }]
+                })
             }
             ScalarOp::Neg => {
-                vec![t[0].map(|da| b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(da)], &r.a))]
+                out.push(t[0].map(|da| b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(da)], &r.a)))
             }
-            ScalarOp::Exp => vec![t[0].map(|da| scale(b, ext(&y[0]), da))],
-            ScalarOp::Sin => vec![t[0].map(|da| {
+            ScalarOp::Exp => out.push(t[0].map(|da| scale(b, ext(&y[0]), da))),
+            ScalarOp::Sin => out.push(t[0].map(|da| {
                 let c = b.add_primitive_from(ScalarOp::Cos, &[ext(&x[0])], &r.f);
                 scale(b, PrimitiveValue::Local(c), da)
-            })],
-            ScalarOp::Cos => vec![t[0].map(|da| {
+            })),
+            ScalarOp::Cos => out.push(t[0].map(|da| {
                 let s = b.add_primitive_from(ScalarOp::Sin, &[ext(&x[0])], &r.f);
                 let ns = b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(s)], &r.f);
                 scale(b, PrimitiveValue::Local(ns), da)
-            })],
+            })),
             ScalarOp::SinCos => match t[0] {
-                None => vec![None, None],
+                None => out.extend([None, None]),
                 Some(da) => {
                     let ds = scale(b, ext(&y[1]), da);
                     let ns = b.add_primitive_from(ScalarOp::Neg, &[ext(&y[0])], &r.f);
                     let dc = scale(b, PrimitiveValue::Local(ns), da);
-                    vec![Some(ds), Some(dc)]
+                    out.extend([Some(ds), Some(dc)]);
                 }
             },
-            ScalarOp::Const(_) => vec![None],
-        })
+            ScalarOp::Const(_) => out.push(None),
+        }
+        Ok(())
     }
 
     fn try_linear_transpose_rule(
@@ -121,24 +139,42 @@ impl Primitive for ScalarOp {
         ct: &[Option<LocalValueId>],
         inputs: &[PrimitiveValue<Self>],
         role: &OperationRole,
-        _: &mut (),
+        ctx: &mut (),
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+        let mut out = Vec::with_capacity(self.input_count());
+        self.try_linear_transpose_rule_into(b, ct, inputs, role, ctx, &mut out)?;
+        Ok(out)
+    }
+
+    fn try_linear_transpose_rule_into(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        ct: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        _: &mut (),
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
         let mask = role.active_mask().unwrap_or(&[]);
         let active = |i: usize| mask.get(i).copied().unwrap_or(false);
         let missing = |why: &str| Err(ADRuleError::missing(self, RuleKind::Transpose, why));
         let Some(c) = ct.first().copied().flatten() else {
-            return Ok(vec![None; self.input_count()]);
+            out.extend(std::iter::repeat_n(None, self.input_count()));
+            return Ok(());
         };
-        Ok(match *self {
-            ScalarOp::Add => vec![active(0).then_some(c), active(1).then_some(c)],
-            ScalarOp::Neg => vec![Some(b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(c)], &roles().a))],
+        match *self {
+            ScalarOp::Add => out.extend([active(0).then_some(c), active(1).then_some(c)]),
+            ScalarOp::Neg => {
+                out.push(Some(b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(c)], &roles().a)))
+            }
             ScalarOp::Mul => match (active(0), active(1)) {
-                (true, false) => vec![Some(scale(b, inputs[1].clone(), c)), None],
-                (false, true) => vec![None, Some(scale(b, inputs[0].clone(), c))],
+                (true, false) => out.extend([Some(scale(b, inputs[1].clone(), c)), None]),
+                (false, true) => out.extend([None, Some(scale(b, inputs[0].clone(), c))]),
                 (true, true) => return missing("a product of two active operands is not linear"),
-                (false, false) => vec![None, None],
+                (false, false) => out.extend([None, None]),
             },
             _ => return missing("it is not linear in its operands"),
-        })
+        }
+        Ok(())
     }
 }

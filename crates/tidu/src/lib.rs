@@ -37,7 +37,7 @@ pub use api::{DerivativeProgram, grad, hvp, jvp, vjp};
 pub use error::{ADRuleError, ADRuleResult, RuleKind};
 pub use linearize::{fresh_pass_id, linearize, linearize_with, try_linearize, try_linearize_with};
 pub use linearized::LinearizedGraph;
-pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
+pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
 pub use transpose::{linear_transpose, try_linear_transpose, try_linear_transpose_with};
 
 /// The guides' programs, run as doc tests so they stay true.

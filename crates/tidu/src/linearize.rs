@@ -183,6 +183,7 @@ pub fn try_linearize_with<Op: Primitive>(
     let mut primal_inputs: Vec<ValueKey<Op>> = Vec::new();
     let mut primal_outputs: Vec<ValueKey<Op>> = Vec::new();
     let mut tangent_in: Vec<Option<LocalValueId>> = Vec::new();
+    let mut result: Vec<Option<LocalValueId>> = Vec::new();
     for op in primal.operations() {
         tangent_in.clear();
         tangent_in.extend(op.inputs().iter().map(|v| tangent[v.index()]));
@@ -194,7 +195,8 @@ pub fn try_linearize_with<Op: Primitive>(
         primal_outputs.clear();
         primal_outputs.extend(op.outputs().map(|v| primal.value_key(v)));
         let operation = op.operation();
-        let result = operation.try_jvp_rule(&mut builder, &primal_inputs, &primal_outputs, &tangent_in, ctx)?;
+        result.clear();
+        operation.try_jvp_rule_into(&mut builder, &primal_inputs, &primal_outputs, &tangent_in, ctx, &mut result)?;
         if result.len() != primal_outputs.len() {
             return Err(ADRuleError::RuleContract {
                 operation: format!("{operation:?}"),
@@ -210,7 +212,7 @@ pub fn try_linearize_with<Op: Primitive>(
                 message: format!("returned {bad:?}, which the builder did not produce"),
             });
         }
-        for (v, t) in op.outputs().zip(result) {
+        for (v, &t) in op.outputs().zip(&result) {
             tangent[v.index()] = t;
         }
     }

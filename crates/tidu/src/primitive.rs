@@ -4,7 +4,7 @@
 use std::fmt;
 use std::hash::Hash;
 
-use computegraph::{GraphBuilder, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef};
+use computegraph::{GraphBuilder, GraphOperation, Id, LocalValueId, OperationRole, ValueKey, ValueRef};
 
 use crate::error::{ADRuleError, ADRuleResult};
 
@@ -100,6 +100,22 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
     }
 }
 
+/// What a transpose rule gets for an active operand when its set does not read them
+/// ([`Primitive::TRANSPOSE_READS_ACTIVE_INPUTS`] is `false`): a local value that no builder
+/// has, so a rule that emits it anyway gets an error instead of a wrong graph.
+///
+/// ```
+/// use computegraph::{GraphBuilder, OperationRole};
+/// use scalar::ScalarOp;
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let e = b.try_add_operation(ScalarOp::Neg, vec![tidu::unknown_operand()], OperationRole::all_active(1));
+/// assert!(e.is_err());
+/// ```
+pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
+    PrimitiveValue::Local(LocalValueId::new(<LocalValueId as Id>::MAX_INDEX))
+}
+
 /// An operation set with automatic-differentiation rules.
 ///
 /// `jvp_rule` emits the tangent of the outputs as a linear function of the tangents of
@@ -116,13 +132,26 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
 /// The `try_` forms report a missing or failing rule as an [`ADRuleError`] naming the
 /// operation and the rule. Each rule and its `try_` form default to each other: implement
 /// the infallible form, or the `try_` form (the infallible one then panics with the
-/// error's message), or both — not neither.
+/// error's message), or both — not neither. The transforms call the `_into` forms
+/// ([`Primitive::try_jvp_rule_into`], [`Primitive::try_linear_transpose_rule_into`]), which
+/// default to the `try_` forms; a set that overrides them implements the `try_` forms
+/// through them.
 pub trait Primitive: GraphOperation<InputKey: ADKey> {
     /// Rule state threaded through a transform (caches, options). Most sets use `()`.
     type ADContext: Default;
 
     /// The addition used to accumulate cotangents where a value fans out.
     fn add() -> Self;
+
+    /// Whether transpose rules read the operands they transpose for, the active entries
+    /// of their `inputs` (by default they get those operands' keys, like the fixed ones).
+    ///
+    /// A set whose rules never look at them (they must not be referenced anyway) sets this
+    /// to `false`: `linear_transpose` then passes [`unknown_operand`] there and skips
+    /// computing those keys, one read of several cold columns of the linear graph per
+    /// operand on large graphs. A set whose rules inspect them (say, to look a shape up
+    /// by key) keeps the default.
+    const TRANSPOSE_READS_ACTIVE_INPUTS: bool = true;
 
     /// The JVP rule: tangents of the outputs from tangents of the inputs.
     fn jvp_rule(
@@ -138,7 +167,8 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
 
     /// The transpose rule of a linear operation in `role`: cotangents of the active inputs
     /// from cotangents of the outputs. `inputs` are the operation's operands by key; the
-    /// active ones (per the role's mask) are the unknowns and must not be referenced.
+    /// active ones (per the role's mask) are the unknowns and must not be referenced (they
+    /// are [`unknown_operand`] if [`Primitive::TRANSPOSE_READS_ACTIVE_INPUTS`] is `false`).
     fn transpose_rule(
         &self,
         builder: &mut impl PrimitiveBuilder<Self>,
@@ -162,6 +192,22 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         Ok(self.jvp_rule(builder, primal_inputs, primal_outputs, tangent_inputs, ctx))
     }
 
+    /// The JVP rule as `linearize` calls it: appends the tangents of the outputs to `out`
+    /// (which the caller passes empty) instead of returning a new `Vec`. Defaults to
+    /// [`Primitive::try_jvp_rule`]; see [`Primitive::try_linear_transpose_rule_into`].
+    fn try_jvp_rule_into(
+        &self,
+        builder: &mut impl PrimitiveBuilder<Self>,
+        primal_inputs: &[ValueKey<Self>],
+        primal_outputs: &[ValueKey<Self>],
+        tangent_inputs: &[Option<LocalValueId>],
+        ctx: &mut Self::ADContext,
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
+        out.extend(self.try_jvp_rule(builder, primal_inputs, primal_outputs, tangent_inputs, ctx)?);
+        Ok(())
+    }
+
     /// Fallible transpose rule; defaults to [`Primitive::transpose_rule`].
     fn try_linear_transpose_rule(
         &self,
@@ -172,5 +218,23 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         ctx: &mut Self::ADContext,
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
         Ok(self.transpose_rule(builder, cotangent_outputs, inputs, role, ctx))
+    }
+
+    /// The transpose rule as `linear_transpose` calls it: appends the cotangents of the
+    /// inputs to `out` (which the caller passes empty) instead of returning a new `Vec`.
+    /// Defaults to [`Primitive::try_linear_transpose_rule`]; a set whose rules run on cheap
+    /// operations overrides it (and implements the `Vec` forms through it) so that a
+    /// transpose allocates nothing per rule call.
+    fn try_linear_transpose_rule_into(
+        &self,
+        builder: &mut impl PrimitiveBuilder<Self>,
+        cotangent_outputs: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        ctx: &mut Self::ADContext,
+        out: &mut Vec<Option<LocalValueId>>,
+    ) -> ADRuleResult<()> {
+        out.extend(self.try_linear_transpose_rule(builder, cotangent_outputs, inputs, role, ctx)?);
+        Ok(())
     }
 }

@@ -8,27 +8,32 @@
 //! of each linear value, then walk `L`'s operations in reverse topological order and call
 //! each one's transpose rule with the cotangents of its outputs; contributions to the same
 //! key are summed with `Op::add()` operations in role `Linearized { [true, true] }`.
+//! The environment is a column over `L`'s local values: a key's cotangent lives at the
+//! first local value with that key (its canonical value). Keys of a graph built in one go
+//! usually increase with local ids, and then every value is canonical; otherwise a key map
+//! over `L`'s key range finds the first copies once.
 //!
 //! Hard cases, handled here and tested:
 //! - two requested outputs that are the same value (same key): their seeds add up;
 //! - structurally identical operations emitted twice into `L` (same key, two local
 //!   copies): transposed once, at the first copy, so consumers of either copy contribute
-//!   exactly once (the environment is keyed by global key);
+//!   exactly once (both copies have the same canonical value);
 //! - operations that receive no cotangent (or compute primal constants) are skipped, so
 //!   no work is emitted for unreachable cotangent flow.
 //!
 //! Seed keys are `k.tangent_of(p)` for fresh pass ids `p` (one per seed) and `k` the key of
 //! `L`'s first input, so two transposes of one function never share seeds.
-//! Complexity: `O(linear nodes)` plus the rules' output.
+//! Complexity: `O(linear nodes)` plus the rules' output; no hashing unless `L` has keys
+//! out of local order.
 
 use std::sync::{Arc, LazyLock};
 
-use computegraph::{GraphBuilder, KeyId, KeyMap, LocalValueId, OperationRole, ValueRef};
+use computegraph::{Graph, GraphBuilder, GraphOperation, KeyId, KeyMap, LocalValueId, OperationRole, ValueRef};
 
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearize::fresh_pass_ids;
 use crate::linearized::LinearizedGraph;
-use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
+use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
 
 /// Transposes a linear graph (default rule context).
 ///
@@ -65,13 +70,9 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
     // The transpose of a linear map has about as many operations as the map.
     builder.reserve(lg.value_count(), lg.operation_count(), 2 * lg.operation_count());
     builder.try_add_parent(Arc::clone(lg))?;
-    // Cotangents by global key, dense over the linear graph's (mostly fresh) key range.
-    let key_range = {
-        let keys = (0..lg.value_count()).map(|v| lg.key_id(LocalValueId::new(v)).index());
-        let (lo, hi) = keys.fold((usize::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k + 1)));
-        lo.min(hi)..hi
-    };
-    let mut env: KeyMap<LocalValueId> = KeyMap::with_range(key_range.clone(), lg.value_count());
+    let canon = Canonical::new(lg);
+    // Cotangents by canonical local value (one per global key).
+    let mut env: Vec<Option<LocalValueId>> = vec![None; lg.value_count()];
 
     // 1. Seeds: one cotangent input per non-zero output.
     let n_seeds = linear.tangent_outputs.iter().flatten().count();
@@ -85,23 +86,24 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
         let key = base.tangent_of(first_pass + 1 + j as u64);
         let seed = builder.try_add_input(key.clone())?;
         seeds.push((key, seed));
-        accumulate::<Op>(&mut builder, &mut env, lg.key_id(*out), seed)?;
+        accumulate::<Op>(&mut builder, &mut env[canon.of(*out).index()], seed, add_role())?;
     }
 
-    // 2. Which local operations are the first copy of their key (by first output key).
-    let mut seen: KeyMap<()> = KeyMap::with_range(key_range, lg.operation_count());
-    let first_copy: Vec<bool> =
-        lg.operations().map(|op| op.outputs().next().is_none_or(|v| seen.insert_if_absent(lg.key_id(v), ()))).collect();
-
-    // 3. Reverse topological walk.
+    // 2. Reverse topological walk, over the first copy of each key only.
+    let add_role = add_role();
     let mut ct_out: Vec<Option<LocalValueId>> = Vec::new();
     let mut inputs: Vec<PrimitiveValue<Op>> = Vec::new();
+    let mut result: Vec<Option<LocalValueId>> = Vec::new();
     for op in lg.operations().rev() {
-        if !first_copy[op.id().index()] {
-            continue;
-        }
         ct_out.clear();
-        ct_out.extend(op.outputs().map(|v| env.get(lg.key_id(v))));
+        let mut outputs = op.outputs();
+        match outputs.next() {
+            // Consumers of every copy of this operation's outputs contributed to the
+            // cotangents of its first copy, which is transposed in its place.
+            Some(first) if canon.of(first) != first => continue,
+            Some(first) => ct_out.extend(std::iter::once(first).chain(outputs).map(|v| env[v.index()])),
+            None => continue,
+        }
         if ct_out.iter().all(Option::is_none) {
             continue;
         }
@@ -114,12 +116,14 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             continue; // a primal constant: no cotangent flows through it
         }
         inputs.clear();
-        inputs.extend(op.inputs().map(|r| match r {
+        inputs.extend(op.inputs().enumerate().map(|(i, r)| match r {
+            ValueRef::Local(_) if !Op::TRANSPOSE_READS_ACTIVE_INPUTS && mask.get(i) == Some(&true) => unknown_operand(),
             ValueRef::Local(v) => PrimitiveValue::External(lg.global_key(v)),
             ValueRef::External(k) => PrimitiveValue::External(k),
         }));
         let operation = op.operation();
-        let result = operation.try_linear_transpose_rule(&mut builder, &ct_out, &inputs, role, ctx)?;
+        result.clear();
+        operation.try_linear_transpose_rule_into(&mut builder, &ct_out, &inputs, role, ctx, &mut result)?;
         if result.len() != inputs.len() {
             return Err(ADRuleError::RuleContract {
                 operation: format!("{operation:?}"),
@@ -128,7 +132,7 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             });
         }
         let bound = builder.value_count();
-        for ((ct, key), &active) in result.into_iter().zip(op.input_key_ids()).zip(mask) {
+        for ((&ct, input), &active) in result.iter().zip(op.local_inputs()).zip(mask) {
             let (Some(ct), true) = (ct, active) else { continue };
             if ct.index() >= bound {
                 return Err(ADRuleError::RuleContract {
@@ -137,13 +141,15 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
                     message: format!("returned {ct:?}, which the builder did not produce"),
                 });
             }
-            accumulate::<Op>(&mut builder, &mut env, key, ct)?;
+            // An active operand is a local value (the graph is linear, checked when built).
+            let input = input.expect("an active operand of a linear graph is local");
+            accumulate::<Op>(&mut builder, &mut env[canon.of(input).index()], ct, add_role)?;
         }
     }
 
-    // 4. Outputs: the cotangent of each input of the linear map.
+    // 3. Outputs: the cotangent of each input of the linear map.
     let tangent_outputs: Vec<Option<LocalValueId>> =
-        linear.tangent_inputs.iter().map(|(_, v)| env.get(lg.key_id(*v))).collect();
+        linear.tangent_inputs.iter().map(|(_, v)| env[canon.of(*v).index()]).collect();
     builder.try_set_outputs(tangent_outputs.iter().flatten().copied().collect())?;
     let transposed = LinearizedGraph {
         graph: Arc::new(builder.try_build()?),
@@ -155,32 +161,108 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
     Ok(transposed)
 }
 
-/// Adds `ct` to the cotangent of `key`, emitting an `add()` where one already exists.
-fn accumulate<Op: Primitive>(
-    builder: &mut GraphBuilder<Op>,
-    env: &mut KeyMap<LocalValueId>,
-    key: KeyId,
-    ct: LocalValueId,
-) -> ADRuleResult<()> {
-    match env.get(key) {
-        None => {
-            env.insert(key, ct);
+/// The first local value of the linear graph with each value's global key: cotangents are
+/// kept once per key, at that value.
+///
+/// Interned keys of a graph built in one go are mostly fresh and so increase with local
+/// ids; when they strictly increase, no two values share a key and every value is its own
+/// canonical value (one scan, no table). Otherwise a key map finds the first copies.
+struct Canonical {
+    /// `None`: the identity.
+    first: Option<Vec<LocalValueId>>,
+}
+
+impl Canonical {
+    fn new<Op: GraphOperation>(lg: &Graph<Op>) -> Self {
+        let n = lg.value_count();
+        let key = |v: usize| lg.key_id(LocalValueId::new(v)).index();
+        if (1..n).all(|v| key(v - 1) < key(v)) {
+            return Canonical { first: None };
         }
-        Some(existing) => {
-            static BOTH_ACTIVE: LazyLock<OperationRole> =
-                LazyLock::new(|| OperationRole::Linearized { active_mask: vec![true, true] });
-            let sum = builder.try_add_primitive_from(
-                Op::add(),
-                &[PrimitiveValue::Local(existing), PrimitiveValue::Local(ct)],
-                &BOTH_ACTIVE,
-            )?;
-            env.insert(key, sum);
+        let (lo, hi) = (0..n).map(key).fold((usize::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k + 1)));
+        let mut seen: KeyMap<LocalValueId> = KeyMap::with_range(lo.min(hi)..hi, n);
+        let first = (0..n)
+            .map(|v| {
+                let (k, v) = (KeyId::new(key(v)), LocalValueId::new(v));
+                seen.get(k).unwrap_or_else(|| {
+                    seen.insert(k, v);
+                    v
+                })
+            })
+            .collect();
+        Canonical { first: Some(first) }
+    }
+
+    #[inline]
+    fn of(&self, v: LocalValueId) -> LocalValueId {
+        match &self.first {
+            None => v,
+            Some(first) => first[v.index()],
         }
     }
+}
+
+/// The role of the `add()` operations that accumulate cotangents.
+fn add_role() -> &'static OperationRole {
+    static BOTH_ACTIVE: LazyLock<OperationRole> =
+        LazyLock::new(|| OperationRole::Linearized { active_mask: vec![true, true] });
+    &BOTH_ACTIVE
+}
+
+/// Adds `ct` to the cotangent `slot`, emitting an `add()` (in `add_role`) where one
+/// already exists.
+#[inline]
+fn accumulate<Op: Primitive>(
+    builder: &mut GraphBuilder<Op>,
+    slot: &mut Option<LocalValueId>,
+    ct: LocalValueId,
+    add_role: &OperationRole,
+) -> ADRuleResult<()> {
+    *slot = Some(match *slot {
+        None => ct,
+        Some(existing) => builder.try_add_primitive_from(
+            Op::add(),
+            &[PrimitiveValue::Local(existing), PrimitiveValue::Local(ct)],
+            add_role,
+        )?,
+    });
     Ok(())
 }
 
 /// How many pass ids a transpose of `linear` uses: its own, and one per seed.
 pub(crate) fn seed_pass_count<Op: Primitive>(linear: &LinearizedGraph<Op>) -> u64 {
     linear.tangent_outputs.iter().flatten().count() as u64 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use computegraph::KeyInterner;
+    use scalar::{ScalarKey, ScalarOp};
+
+    fn neg(b: &mut GraphBuilder<ScalarOp>, v: LocalValueId) -> LocalValueId {
+        b.add_operation(ScalarOp::Neg, vec![ValueRef::Local(v)], OperationRole::all_active(1))[0]
+    }
+
+    #[test]
+    fn canonical_values_are_the_first_local_value_of_each_key() {
+        let interner = KeyInterner::new();
+        // Fresh keys increase with local ids: the identity, without a table.
+        let mut b = GraphBuilder::with_interner(interner.clone());
+        let t = b.add_input(ScalarKey::var(0));
+        neg(&mut b, t);
+        let g = b.build();
+        assert!(Canonical::new(&g).first.is_none());
+        // Keys out of local order (the second neg's key existed already), one repeated.
+        let mut b = GraphBuilder::with_interner(interner);
+        let t = b.add_input(ScalarKey::var(0));
+        let e = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(t)], OperationRole::all_active(1))[0];
+        let a2 = neg(&mut b, t);
+        let a3 = neg(&mut b, t);
+        let g = b.build();
+        assert!(g.key_id(e) > g.key_id(a2) && g.key_id(a2) == g.key_id(a3));
+        let c = Canonical::new(&g);
+        assert!(c.first.is_some());
+        assert_eq!([t, e, a2, a3].map(|v| c.of(v)), [t, e, a2, a2]);
+    }
 }

@@ -125,6 +125,8 @@ mod bad {
         NoRule,
         /// JVP returns two tangents for one output.
         TooMany,
+        /// JVP is the identity; the transpose rule emits the operand it transposes for.
+        Leaky,
     }
 
     impl GraphOperation for Bad {
@@ -141,6 +143,7 @@ mod bad {
 
     impl Primitive for Bad {
         type ADContext = ();
+        const TRANSPOSE_READS_ACTIVE_INPUTS: bool = false;
         fn add() -> Self {
             Bad::Add
         }
@@ -185,17 +188,34 @@ mod bad {
                     .collect(),
                 Bad::NoRule => return Err(ADRuleError::missing(self, RuleKind::Jvp, "not differentiable")),
                 Bad::TooMany => vec![Some(dt), Some(dt)],
+                Bad::Leaky => b
+                    .add_primitive(Bad::Leaky, vec![PrimitiveValue::Local(dt)], OperationRole::all_active(1))
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
             })
         }
-        fn transpose_rule(
+        fn try_linear_transpose_rule(
             &self,
-            _: &mut impl PrimitiveBuilder<Self>,
+            b: &mut impl PrimitiveBuilder<Self>,
             _: &[Option<LocalValueId>],
-            _: &[PrimitiveValue<Self>],
+            inputs: &[PrimitiveValue<Self>],
             _: &OperationRole,
             _: &mut (),
-        ) -> Vec<Option<LocalValueId>> {
-            vec![None; self.input_count()]
+        ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+            Ok(match self {
+                // References the unknown instead of transposing.
+                Bad::Leaky => b
+                    .try_add_primitive(
+                        Bad::Leaky,
+                        vec![inputs[0].clone()],
+                        OperationRole::Linearized { active_mask: vec![false] },
+                    )?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+                _ => vec![None; self.input_count()],
+            })
         }
     }
 }
@@ -234,6 +254,14 @@ fn a_rule_returning_the_wrong_number_of_tangents_is_reported() {
     let e = bad_linearize(bad::Bad::TooMany).unwrap_err();
     assert!(matches!(e, ADRuleError::RuleContract { .. }), "{e:?}");
     assert!(e.to_string().contains("TooMany") && e.to_string().contains("2 tangents"), "{e}");
+}
+
+#[test]
+fn a_transpose_rule_that_emits_the_operand_it_transposes_for_is_an_error() {
+    // `Bad` does not read active operands, so the rule gets `unknown_operand()` there.
+    let lin = bad_linearize(bad::Bad::Leaky).unwrap();
+    let e = tidu::try_linear_transpose(&lin).unwrap_err();
+    assert!(matches!(e, ADRuleError::Graph(computegraph::GraphError::UnknownLocalValue { .. })), "{e:?}");
 }
 
 #[test]
