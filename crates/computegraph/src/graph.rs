@@ -655,7 +655,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let interner_id = g.interner.id();
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
-        s.reserve(g.ops.len() - g.op_key.len(), g.value_def.len() - g.value_key.len());
+        s.reserve(g.ops.len() - g.op_key.len());
         while g.external_key.len() < g.externals.len() {
             let k = match &g.externals[g.external_key.len()] {
                 ValueKey::Input(key) => s.intern_input(key)?,
@@ -697,7 +697,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             if next < g.ops.len() {
                 let next_op = LocalOperationId::new(next);
                 let known = g.value_key.len();
-                let next_key = s.values.len();
+                let next_key = s.value_count();
                 let mut predicted = false;
                 scratch.clear();
                 scratch.extend(g.op_inputs.get(next).iter().map(|&r| match r {
@@ -718,7 +718,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             let operation = &g.ops[op];
             let exact = |p: Option<(usize, usize)>| match p {
                 None => true,
-                Some((known, next_key)) => s.values.len() - next_key == g.value_key.len() - known,
+                Some((known, next_key)) => s.value_count() - next_key == g.value_key.len() - known,
             };
             let key = match ahead[op.index() % AHEAD] {
                 (i, h, p) if i == op.index() && exact(p) => {
