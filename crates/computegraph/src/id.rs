@@ -250,6 +250,18 @@ impl<I: Id, T: fmt::Debug> fmt::Debug for IdVec<I, T> {
     }
 }
 
+/// Appends every item, as [`IdVec::push`] would.
+///
+/// # Panics
+/// When the column would exceed the id space.
+impl<I: Id, T> Extend<T> for IdVec<I, T> {
+    #[inline]
+    fn extend<It: IntoIterator<Item = T>>(&mut self, iter: It) {
+        self.raw.extend(iter);
+        assert!(self.raw.len() <= I::MAX_INDEX + 1, "column exceeds the u32 id space");
+    }
+}
+
 impl<I: Id, T> FromIterator<T> for IdVec<I, T> {
     fn from_iter<It: IntoIterator<Item = T>>(iter: It) -> Self {
         IdVec { raw: iter.into_iter().collect(), _id: PhantomData }

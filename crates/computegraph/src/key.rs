@@ -78,6 +78,13 @@ impl<Op> OperationKey<Op> {
     pub fn output_key_id(&self, slot: u8) -> Option<KeyId> {
         ((slot as u16) < self.output_count).then(|| KeyId::new(self.first_output.index() + slot as usize))
     }
+
+    /// The key ids of the outputs, in slot order.
+    #[inline]
+    pub(crate) fn output_key_ids(&self) -> impl ExactSizeIterator<Item = KeyId> + use<Op> {
+        let first = self.first_output.index();
+        (first..first + self.output_count as usize).map(KeyId::new)
+    }
 }
 
 impl<Op> Clone for OperationKey<Op> {
@@ -262,21 +269,27 @@ fn hash_input<K: Hash>(k: &K) -> u64 {
     FxBuildHasher.hash_one(k)
 }
 
-/// A 32-bit structural hash of an operation application (stored per operation).
+/// A 32-bit structural hash of an operation application (kept in the operation table).
 pub(crate) fn op_hash<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
     hash_op(op, inputs, role)
 }
 
+/// [`op_hash`] of input keys given by their indices (equal for equal indices).
 #[inline]
-fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
+pub(crate) fn op_hash_raw<Op: Hash>(op: &Op, inputs: impl Iterator<Item = u32>, role: u32) -> u32 {
     let mut h = FxBuildHasher.build_hasher();
     op.hash(&mut h);
     for k in inputs {
-        h.write_u32(k.index() as u32);
+        h.write_u32(k);
     }
     h.write_u32(role);
     let x = h.finish();
     (x ^ (x >> 32)) as u32
+}
+
+#[inline]
+fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
+    op_hash_raw(op, inputs.iter().map(|k| k.index() as u32), role)
 }
 
 impl<Op: GraphOperation> InternerState<Op> {
