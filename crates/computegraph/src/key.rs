@@ -252,6 +252,8 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     input_table: HashTable<u32>,
     ops: IdVec<OperationKeyId, Op>,
     op_inputs: ListPool<KeyId>,
+    /// Role id of each operation; empty while every operation is `Primary` (role 0; read
+    /// it with [`Self::role_of`]).
     op_role: Vec<u32>,
     /// Key id of each operation's first output; non-decreasing (equal for an operation
     /// without outputs and the next one).
@@ -338,8 +340,15 @@ impl<Op: GraphOperation> InternerState<Op> {
     pub(crate) fn reserve(&mut self, ops: usize) {
         self.op_table.reserve(ops);
         self.ops.reserve(ops);
-        self.op_role.reserve(ops);
+        if !self.op_role.is_empty() {
+            self.op_role.reserve(ops);
+        }
         self.op_first_output.reserve(ops);
+    }
+
+    /// The role id of an interned operation.
+    fn role_of(&self, op: OperationKeyId) -> u32 {
+        if self.op_role.is_empty() { 0 } else { self.op_role[op.index()] }
     }
 
     /// Number of value keys (the id the next fresh one gets).
@@ -403,9 +412,10 @@ impl<Op: GraphOperation> InternerState<Op> {
         debug_assert_eq!(h32, hash_op(op, inputs, role));
         // One probe finds the key or the slot for it.
         let (ops, pool, roles) = (&self.ops, &self.op_inputs, &self.op_role);
+        let role_of = |id: OperationKeyId| if roles.is_empty() { 0 } else { roles[id.index()] };
         let slot = match self
             .op_table
-            .probe(h32, |id| roles[id.index()] == role && ops[id] == *op && pool.get(id.index()) == inputs)
+            .probe(h32, |id| role_of(id) == role && ops[id] == *op && pool.get(id.index()) == inputs)
         {
             Probe::Found(id) => return Ok(self.op_key(id, interner)),
             Probe::Vacant(slot) => slot,
@@ -428,7 +438,13 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
         self.op_table.fill(slot, h32, id);
         self.ops.push(op.clone());
-        self.op_role.push(role);
+        if role != 0 && self.op_role.is_empty() {
+            // The first operation in another role: the column starts to be kept.
+            self.op_role = vec![0; id.index()];
+        }
+        if role != 0 || !self.op_role.is_empty() {
+            self.op_role.push(role);
+        }
         let first = KeyId::new(first);
         self.op_first_output.push(first);
         self.value_count += n_out;
@@ -468,7 +484,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             Some(KeyDef::Input(i)) => write!(s, "Input({:?})", self.input_keys[i as usize]).unwrap(),
             Some(KeyDef::Derived(op, slot)) => {
                 write!(s, "{op:?}{at}.{slot} = {}", Label(&self.ops[op])).unwrap();
-                let role = &self.roles[self.op_role[op.index()] as usize];
+                let role = &self.roles[self.role_of(op) as usize];
                 if role.is_linearized() {
                     write!(s, " [{role}]").unwrap();
                 }
@@ -648,7 +664,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         let s = self.read();
         let i = key.id.index();
         let inputs = s.op_inputs.get(i).iter().map(|&k| s.value_key(k, self.id)).collect();
-        Ok((s.ops[key.id].clone(), inputs, s.roles[s.op_role[i] as usize].clone()))
+        Ok((s.ops[key.id].clone(), inputs, s.roles[s.role_of(key.id) as usize].clone()))
     }
 
     /// A one-line description of a key id, for messages (`ok3.0 = mul(ok1.0, x0)`; keys of
