@@ -80,7 +80,13 @@ impl OpTable {
     }
 
     fn grow_to(&mut self, capacity: usize) {
-        let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
+        // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
+        // writes it, and a fresh page read first faults twice (mapped to the shared zero
+        // page on the read, copied on the write).
+        #[expect(clippy::slow_vector_initialization, reason = "the writes are the point")]
+        let mut slots = Vec::with_capacity(capacity);
+        slots.resize(capacity, 0);
+        let old = std::mem::replace(&mut self.slots, slots);
         for slot in old.into_iter().filter(|&s| s != 0) {
             let mut i = self.home((slot >> 32) as u32);
             while self.slots[i] != 0 {
