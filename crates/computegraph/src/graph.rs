@@ -723,7 +723,8 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
-        s.reserve(g.ops.len() - g.op_key.len());
+        let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
+        s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
         while g.external_key.len() < g.externals.len() {
             let k = match &g.externals[g.external_key.len()] {
                 ValueKey::Input(key) => s.intern_input(key)?,

@@ -325,6 +325,11 @@ impl<T> ListPool<T> {
         self.items.truncate(start);
     }
 
+    /// Where list `list` starts among the items (for `list == len()`: the end of the last).
+    pub(crate) fn start(&self, list: usize) -> usize {
+        self.starts[list] as usize
+    }
+
     #[inline(always)]
     pub(crate) fn get(&self, list: usize) -> &[T] {
         &self.items[self.starts[list] as usize..self.starts[list + 1] as usize]

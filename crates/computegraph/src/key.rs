@@ -336,10 +336,11 @@ impl<Op: GraphOperation> InternerState<Op> {
         Ok(id)
     }
 
-    /// Makes room for `ops` more operations.
-    pub(crate) fn reserve(&mut self, ops: usize) {
+    /// Makes room for `ops` more operations with `operands` operands in all.
+    pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
         self.op_table.reserve(ops);
         self.ops.reserve(ops);
+        self.op_inputs.reserve(ops, operands);
         if !self.op_role.is_empty() {
             self.op_role.reserve(ops);
         }
