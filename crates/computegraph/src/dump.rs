@@ -34,11 +34,11 @@ impl<Op: GraphOperation> fmt::Display for Graph<Op> {
             if op.role().is_linearized() {
                 write!(f, " [{}]", op.role())?;
             }
-            for (i, r) in self.op_input_refs(op.id()).iter().enumerate() {
+            for (i, r) in self.op_input_refs(op.id()).enumerate() {
                 f.write_str(if i == 0 { " " } else { ", " })?;
                 match r {
                     InputRef::Local(v) => write!(f, "{v:?}")?,
-                    InputRef::External(e) => write!(f, "@{:?}", self.externals[*e as usize])?,
+                    InputRef::External(e) => write!(f, "@{:?}", self.externals[e as usize])?,
                 }
             }
             writeln!(f)?;
@@ -124,9 +124,9 @@ impl<Op: GraphOperation> Graph<Op> {
         for op in self.operations() {
             let name = format!("{:?}", op.id());
             let _ = writeln!(s, "  {name} [shape=box, label=\"{}\"];", op_label(op.operation(), op.role()));
-            for (j, r) in self.op_input_refs(op.id()).iter().enumerate() {
+            for (j, r) in self.op_input_refs(op.id()).enumerate() {
                 let (src, slot) = match r {
-                    InputRef::Local(v) => self.dot_source(*v),
+                    InputRef::Local(v) => self.dot_source(v),
                     InputRef::External(e) => (format!("ext{e}"), None),
                 };
                 let _ = writeln!(s, "  {src} -> {name} [label=\"{}\"];", edge_label(slot, j));
@@ -143,7 +143,7 @@ impl<Op: GraphOperation> Graph<Op> {
 
     /// The DOT node that produces `v`, and its output slot if that node has several outputs.
     fn dot_source(&self, v: crate::LocalValueId) -> (String, Option<u8>) {
-        match self.value_def[v] {
+        match self.local_def(v) {
             crate::graph::LocalDef::Input(_) => (format!("{v:?}"), None),
             crate::graph::LocalDef::Output(op, slot) => {
                 (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))

@@ -12,6 +12,14 @@
 //! - every local value and operation has its interned key (`value_key`, `op_key`), and
 //!   the key of output `s` of an operation is its operation key's output `s`.
 //!
+//! Columns are kept small, since a 10^6-operation build is bound by writing them (their
+//! first-touch page faults are about as costly as the interning itself): a value records
+//! only its defining operation (`value_op`, `None` for an input: `inputs` is increasing, so
+//! an input's index is a binary search, and an output's slot is its id minus its
+//! operation's first output); an operand is 4 bytes ([`PackedInputRef`], so a graph holds
+//! fewer than 2^31 local values and 2^31 external references); `op_role` stays empty while
+//! every operation is `Primary`.
+//!
 //! Interning is batched: the builder appends to its columns without locking and interns
 //! the pending tail in one write lock on [`GraphBuilder::build`] (or when a key is asked
 //! for). Building is `O(n)` plus hash-consing.
@@ -24,7 +32,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, ListPool};
-use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+use crate::key::{InternerState, KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
 
@@ -72,14 +80,51 @@ impl<Op: GraphOperation> fmt::Debug for ValueRef<Op> {
     }
 }
 
-/// How a graph stores an operand: a local value or an index into its externals column.
+/// An operand of a graph's operation: a local value or an index into its externals column.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum InputRef {
     Local(LocalValueId),
     External(u32),
 }
 
-/// What defines a local value.
+/// An [`InputRef`] as the operand pool stores it, in 4 bytes: the local value's index, or
+/// the external index with the top bit set.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub(crate) struct PackedInputRef(u32);
+
+/// Tags an external index in a [`PackedInputRef`].
+const EXTERNAL_BIT: u32 = 1 << 31;
+
+/// Most local values a graph may hold, and most external references: a packed operand
+/// spends one bit on which of the two it names.
+pub(crate) const MAX_LOCAL_VALUES: usize = EXTERNAL_BIT as usize;
+
+impl PackedInputRef {
+    #[inline(always)]
+    fn local(v: LocalValueId) -> Self {
+        debug_assert!(v.index() < MAX_LOCAL_VALUES);
+        PackedInputRef(v.index() as u32)
+    }
+
+    #[inline(always)]
+    fn external(i: usize) -> Self {
+        debug_assert!(i < MAX_LOCAL_VALUES);
+        PackedInputRef(i as u32 | EXTERNAL_BIT)
+    }
+
+    /// The operand it stands for.
+    #[inline(always)]
+    pub(crate) fn get(self) -> InputRef {
+        if self.0 & EXTERNAL_BIT == 0 {
+            InputRef::Local(LocalValueId::new(self.0 as usize))
+        } else {
+            InputRef::External(self.0 & !EXTERNAL_BIT)
+        }
+    }
+}
+
+/// What defines a local value (decoded from the graph's `value_op` column by
+/// [`Graph::local_def`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum LocalDef {
     /// The `i`-th input declared with `add_input`.
@@ -121,14 +166,17 @@ pub enum LocalValueDef<'a, Op: GraphOperation> {
 /// ```
 pub struct Graph<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
-    pub(crate) value_def: IdVec<LocalValueId, LocalDef>,
-    /// Interned key of each value; shorter than `value_def` only inside a builder.
+    /// The operation defining each value, `None` for an input (see [`Graph::local_def`]).
+    pub(crate) value_op: IdVec<LocalValueId, Option<LocalOperationId>>,
+    /// Interned key of each value; shorter than `value_op` only inside a builder.
     pub(crate) value_key: IdVec<LocalValueId, KeyId>,
     pub(crate) ops: IdVec<LocalOperationId, Op>,
     /// Interned key of each operation; shorter than `ops` only inside a builder.
     pub(crate) op_key: IdVec<LocalOperationId, OperationKeyId>,
-    pub(crate) op_inputs: ListPool<InputRef>,
-    pub(crate) op_role: IdVec<LocalOperationId, u32>,
+    op_inputs: ListPool<PackedInputRef>,
+    /// Index into `roles` of each operation's role; empty while every operation is
+    /// `Primary` (read it with [`Graph::role_id`]).
+    op_role: IdVec<LocalOperationId, u32>,
     pub(crate) op_first_output: IdVec<LocalOperationId, LocalValueId>,
     /// Distinct roles used by this graph; `roles[0]` is `Primary`.
     pub(crate) roles: Vec<OperationRole>,
@@ -136,6 +184,7 @@ pub struct Graph<Op: GraphOperation> {
     /// Interned id of each external; shorter than `externals` only inside a builder.
     pub(crate) external_key: Vec<KeyId>,
     pub(crate) input_keys: Vec<Op::InputKey>,
+    /// The inputs in declaration order, which is increasing id order.
     pub(crate) inputs: Vec<LocalValueId>,
     pub(crate) outputs: Vec<LocalValueId>,
     pub(crate) parents: Vec<Arc<Graph<Op>>>,
@@ -164,12 +213,12 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
     /// The operands, in order.
     pub fn inputs(&self) -> impl ExactSizeIterator<Item = ValueRef<Op>> + 'a {
         let g = self.graph;
-        g.op_inputs.get(self.id.index()).iter().map(move |r| g.to_value_ref(*r))
+        g.op_input_refs(self.id).map(move |r| g.to_value_ref(r))
     }
     /// The operands as local values, `None` for external ones: like [`Self::inputs`]
     /// without cloning external keys.
     pub fn local_inputs(&self) -> impl ExactSizeIterator<Item = Option<LocalValueId>> + 'a {
-        self.graph.op_inputs.get(self.id.index()).iter().map(|r| match *r {
+        self.graph.op_input_refs(self.id).map(|r| match r {
             InputRef::Local(v) => Some(v),
             InputRef::External(_) => None,
         })
@@ -177,7 +226,7 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
     /// The interned key ids of the operands (local or external), in order.
     pub fn input_key_ids(&self) -> impl ExactSizeIterator<Item = KeyId> + 'a {
         let g = self.graph;
-        g.op_inputs.get(self.id.index()).iter().map(move |r| g.input_key_id(*r))
+        g.op_input_refs(self.id).map(move |r| g.input_key_id(r))
     }
     /// The output values (consecutive local ids).
     pub fn outputs(&self) -> impl ExactSizeIterator<Item = LocalValueId> + 'a {
@@ -185,7 +234,7 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
     }
     /// The role.
     pub fn role(&self) -> &'a OperationRole {
-        &self.graph.roles[self.graph.op_role[self.id] as usize]
+        &self.graph.roles[self.graph.role_id(self.id) as usize]
     }
     /// The interned key of the operation application.
     pub fn key(&self) -> OperationKey<Op> {
@@ -197,7 +246,7 @@ impl<Op: GraphOperation> Graph<Op> {
     fn empty(interner: Arc<KeyInterner<Op>>) -> Self {
         Graph {
             interner,
-            value_def: IdVec::new(),
+            value_op: IdVec::new(),
             value_key: IdVec::new(),
             ops: IdVec::new(),
             op_key: IdVec::new(),
@@ -222,7 +271,7 @@ impl<Op: GraphOperation> Graph<Op> {
     }
     /// Number of local values.
     pub fn value_count(&self) -> usize {
-        self.value_def.len()
+        self.value_op.len()
     }
     /// Number of operations.
     pub fn operation_count(&self) -> usize {
@@ -261,7 +310,8 @@ impl<Op: GraphOperation> Graph<Op> {
 
     /// How a local value is defined, or `None` if `value` is not a value of this graph.
     pub fn value_def(&self, value: LocalValueId) -> Option<LocalValueDef<'_, Op>> {
-        Some(match *self.value_def.get(value)? {
+        self.value_op.get(value)?;
+        Some(match self.local_def(value) {
             LocalDef::Input(i) => LocalValueDef::Input(&self.input_keys[i as usize]),
             LocalDef::Output(operation, output_slot) => LocalValueDef::Output { operation, output_slot },
         })
@@ -277,11 +327,10 @@ impl<Op: GraphOperation> Graph<Op> {
 
     /// The global key of a local value, or an error if it is not a value of this graph.
     pub fn try_global_key(&self, value: LocalValueId) -> GraphResult<ValueKey<Op>> {
-        let def = *self
-            .value_def
-            .get(value)
-            .ok_or_else(|| GraphError::UnknownLocalValue { value: format!("{value:?}"), len: self.value_def.len() })?;
-        Ok(match def {
+        if value.index() >= self.value_op.len() {
+            return Err(GraphError::UnknownLocalValue { value: format!("{value:?}"), len: self.value_op.len() });
+        }
+        Ok(match self.local_def(value) {
             LocalDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
             LocalDef::Output(op, slot) => {
                 // An operation's output keys are consecutive, so the first is this one's
@@ -319,8 +368,44 @@ impl<Op: GraphOperation> Graph<Op> {
         (first..first + self.ops[op].output_count()).map(LocalValueId::new)
     }
 
-    pub(crate) fn op_input_refs(&self, op: LocalOperationId) -> &[InputRef] {
-        self.op_inputs.get(op.index())
+    /// What defines `value`.
+    ///
+    /// # Panics
+    /// If `value` is not a value of this graph.
+    #[inline]
+    pub(crate) fn local_def(&self, value: LocalValueId) -> LocalDef {
+        match self.value_op[value] {
+            Some(op) => LocalDef::Output(op, (value.index() - self.op_first_output[op].index()) as u8),
+            None => {
+                let i = self.inputs.binary_search(&value).expect("a value without an operation is an input");
+                LocalDef::Input(i as u32)
+            }
+        }
+    }
+
+    /// The index into `roles` of an operation's role.
+    #[inline]
+    pub(crate) fn role_id(&self, op: LocalOperationId) -> u32 {
+        if self.op_role.is_empty() { 0 } else { self.op_role[op] }
+    }
+
+    /// Whether the role column is empty or has one entry per operation.
+    pub(crate) fn role_column_ok(&self) -> bool {
+        self.op_role.is_empty() || self.op_role.len() == self.ops.len()
+    }
+
+    /// An operation's operands, in order.
+    #[inline]
+    pub(crate) fn op_input_refs(
+        &self,
+        op: LocalOperationId,
+    ) -> impl ExactSizeIterator<Item = InputRef> + DoubleEndedIterator + '_ {
+        self.op_inputs.get(op.index()).iter().map(|r| r.get())
+    }
+
+    /// Number of operand lists (one per operation once built).
+    pub(crate) fn op_input_lists(&self) -> usize {
+        self.op_inputs.len()
     }
 
     pub(crate) fn to_value_ref(&self, r: InputRef) -> ValueRef<Op> {
@@ -359,7 +444,7 @@ impl<Op: GraphOperation> Graph<Op> {
 
     /// Bytes held by this graph's columns (not counting parents or the interner).
     pub fn heap_bytes(&self) -> usize {
-        self.value_def.heap_bytes()
+        self.value_op.heap_bytes()
             + self.value_key.heap_bytes()
             + self.ops.heap_bytes()
             + self.op_key.heap_bytes()
@@ -433,13 +518,15 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// Reserves room for `values` values, `operations` operations and `operands` operands.
     pub fn reserve(&mut self, values: usize, operations: usize, operands: usize) {
         let g = &mut self.graph;
-        g.value_def.reserve(values);
+        g.value_op.reserve(values);
         g.value_key.reserve(values);
         g.ops.reserve(operations);
         g.op_key.reserve(operations);
-        g.op_role.reserve(operations);
         g.op_first_output.reserve(operations);
         g.op_inputs.reserve(operations, operands);
+        if !g.op_role.is_empty() {
+            g.op_role.reserve(operations);
+        }
     }
 
     /// The interner this builder uses.
@@ -449,7 +536,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Number of values added so far.
     pub fn value_count(&self) -> usize {
-        self.graph.value_def.len()
+        self.graph.value_op.len()
     }
 
     /// Number of operations added so far.
@@ -468,12 +555,10 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// Declares a graph input, or reports an exhausted id space.
     pub fn try_add_input(&mut self, key: Op::InputKey) -> GraphResult<LocalValueId> {
         let g = &mut self.graph;
-        let index =
-            u32::try_from(g.input_keys.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "graph input" })?;
-        let v = g
-            .value_def
-            .try_push(LocalDef::Input(index))
-            .map_err(|_| GraphError::IdSpaceExhausted { space: "local value" })?;
+        if g.value_op.len() >= MAX_LOCAL_VALUES {
+            return Err(GraphError::IdSpaceExhausted { space: "local value" });
+        }
+        let v = g.value_op.push(None);
         g.input_keys.push(key);
         g.inputs.push(v);
         Ok(v)
@@ -499,6 +584,28 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         Ok(range.map(LocalValueId::new).collect())
     }
 
+    /// Allocation-free form of [`GraphBuilder::add_operation`]: borrows the operands and
+    /// returns the outputs as a range of local value indices.
+    ///
+    /// # Panics
+    /// As [`GraphBuilder::add_operation`]; see [`GraphBuilder::try_add_operation_from`].
+    ///
+    /// ```
+    /// use computegraph::{GraphBuilder, LocalValueId, ValueRef::Local, OperationRole::Primary};
+    /// use scalar::{ScalarOp, ScalarKey};
+    ///
+    /// let mut b = GraphBuilder::<ScalarOp>::new();
+    /// let x = b.add_input(ScalarKey::var(0));
+    /// let outputs = b.add_operation_from(ScalarOp::SinCos, &[Local(x)], &Primary);
+    /// assert_eq!(outputs, 1..3);
+    /// let cos = LocalValueId::new(outputs.start + 1);
+    /// let y = b.add_operation_from(ScalarOp::Mul, &[Local(x), Local(cos)], &Primary).start;
+    /// assert_eq!(y, 3);
+    /// ```
+    pub fn add_operation_from(&mut self, op: Op, inputs: &[ValueRef<Op>], role: &OperationRole) -> Range<usize> {
+        self.try_add_operation_from(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
     /// and returns the outputs as a range of local value indices.
     pub fn try_add_operation_from(
@@ -508,88 +615,49 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         role: &OperationRole,
     ) -> GraphResult<Range<usize>> {
         check_operation(&op, inputs.len(), role)?;
-        let interner_id = self.graph.interner.id();
-        let g = &mut self.graph;
-        let n_values = g.value_def.len();
+        let GraphBuilder { graph: g, role_index, role_cache } = self;
+        let first = g.value_op.len();
         let n_out = op.output_count();
-        let first = n_values;
-        if first + n_out > <LocalValueId as crate::Id>::MAX_INDEX {
+        if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
         }
         let op_id = g.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
-        // Validate every operand before appending anything, so a failure adds nothing.
-        for r in inputs {
-            match r {
-                ValueRef::Local(v) if v.index() >= n_values => {
-                    return Err(GraphError::UnknownLocalValue { value: format!("{v:?}"), len: n_values });
-                }
-                ValueRef::External(key @ ValueKey::Derived { operation, output_slot }) => {
-                    if operation.interner_id() != interner_id {
-                        return Err(GraphError::ForeignKey {
-                            key: format!("{key:?}"),
-                            key_interner: operation.interner_id(),
-                            used_with: interner_id,
-                        });
-                    }
-                    if operation.output_key_id(*output_slot).is_none() {
-                        return Err(GraphError::UnresolvedKey {
-                            key: format!("{key:?} (the operation has {} outputs)", operation.output_count()),
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        if g.externals.len() + inputs.len() > u32::MAX as usize {
-            return Err(GraphError::IdSpaceExhausted { space: "external reference" });
-        }
-        let role_id = match role {
-            OperationRole::Primary => 0,
-            _ => {
-                // Rules pass the same few roles over and over, usually from the same
-                // addresses: a small cache keyed by address (confirmed by comparing the
-                // role) skips hashing it.
-                let addr = role as *const OperationRole as usize;
-                let slot = (addr >> 3) % ROLE_CACHE;
-                match self.role_cache[slot] {
-                    (a, r) if a == addr && g.roles.get(r as usize) == Some(role) => r,
-                    _ => {
-                        let r = match self.role_index.get(role) {
-                            Some(&r) => r,
-                            None => {
-                                let r = g.roles.len() as u32;
-                                g.roles.push(role.clone());
-                                self.role_index.insert(role.clone(), r);
-                                r
-                            }
-                        };
-                        self.role_cache[slot] = (addr, r);
-                        r
-                    }
-                }
-            }
-        };
+        // Store the operands, checking each; a failure takes back what was stored, so a
+        // failed call adds nothing.
+        let externals = g.externals.len();
         for r in inputs {
             let stored = match r {
-                ValueRef::Local(v) => InputRef::Local(*v),
-                ValueRef::External(key) => {
-                    let i = g.externals.len() as u32;
-                    g.externals.push(key.clone());
-                    InputRef::External(i)
-                }
+                ValueRef::Local(v) if v.index() < first => PackedInputRef::local(*v),
+                _ => match push_external(g, r, first) {
+                    Ok(stored) => stored,
+                    Err(e) => {
+                        g.op_inputs.abandon_list();
+                        g.externals.truncate(externals);
+                        return Err(e);
+                    }
+                },
             };
             g.op_inputs.push_item(stored);
         }
         if !g.op_inputs.finish_list() {
             g.op_inputs.abandon_list();
+            g.externals.truncate(externals);
             return Err(GraphError::IdSpaceExhausted { space: "operand pool" });
         }
-        g.ops.push(op);
-        g.op_role.push(role_id);
-        g.op_first_output.push(LocalValueId::new(first));
-        for slot in 0..n_out {
-            g.value_def.push(LocalDef::Output(op_id, slot as u8));
+        let role_id = match role {
+            OperationRole::Primary => 0,
+            _ => role_index_of(&mut g.roles, role_index, role_cache, role),
+        };
+        if role_id != 0 && g.op_role.is_empty() {
+            // The first operation in another role: the column starts to be kept.
+            g.op_role = IdVec::from_elem(0, op_id.index());
         }
+        if role_id != 0 || !g.op_role.is_empty() {
+            g.op_role.push(role_id);
+        }
+        g.ops.push(op);
+        g.op_first_output.push(LocalValueId::new(first));
+        g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
         Ok(first..first + n_out)
     }
 
@@ -603,7 +671,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Sets the graph's outputs, or reports a value that does not exist.
     pub fn try_set_outputs(&mut self, outputs: Vec<LocalValueId>) -> GraphResult<()> {
-        let len = self.graph.value_def.len();
+        let len = self.graph.value_op.len();
         if let Some(bad) = outputs.iter().find(|v| v.index() >= len) {
             return Err(GraphError::UnknownLocalValue { value: format!("{bad:?}"), len });
         }
@@ -638,24 +706,25 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// The global key of a value added so far, or an error.
     pub fn try_global_key(&mut self, value: LocalValueId) -> GraphResult<ValueKey<Op>> {
-        if let Some(LocalDef::Input(i)) = self.graph.value_def.get(value) {
-            return Ok(ValueKey::Input(self.graph.input_keys[*i as usize].clone()));
+        if let Some(None) = self.graph.value_op.get(value) {
+            return self.graph.try_global_key(value);
         }
         self.flush()?;
         self.graph.try_global_key(value)
     }
 
-    /// Interns every pending value and operation under one write lock. Resumable: on an
-    /// error, what was interned stays interned and the rest stays pending.
+    /// Interns every pending value and operation under one write lock, in local id order
+    /// (so fresh keys follow local ids). Resumable: on an error, what was interned stays
+    /// interned and the rest stays pending.
     fn flush(&mut self) -> GraphResult<()> {
         let g = &mut self.graph;
-        if g.value_key.len() == g.value_def.len() && g.external_key.len() == g.externals.len() {
+        if g.value_key.len() == g.value_op.len() && g.external_key.len() == g.externals.len() {
             return Ok(());
         }
-        let interner_id = g.interner.id();
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
-        s.reserve(g.ops.len() - g.op_key.len(), g.value_def.len() - g.value_key.len());
+        let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
+        s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
         while g.external_key.len() < g.externals.len() {
             let k = match &g.externals[g.external_key.len()] {
                 ValueKey::Input(key) => s.intern_input(key)?,
@@ -665,96 +734,25 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             };
             g.external_key.push(k);
         }
-        let mut role_ids: Vec<Option<u32>> = vec![None; g.roles.len()];
-        let mut inputs: Vec<KeyId> = Vec::new();
-        // Software pipelining: while interning operation `i`, hash operation `i + AHEAD`
-        // (when its operands already have keys) and prefetch its table slot, so the
-        // table's cache misses overlap instead of queueing. Hashes computed ahead are kept.
-        // Operands without keys yet are predicted: if every pending value before them gets a
-        // fresh key, local and key ids advance in step. A hash made from a prediction is
-        // reused only if every value interned since the prediction got a fresh key (then
-        // the prediction was exact); otherwise it was just a prefetch and is recomputed.
-        const AHEAD: usize = 8;
-        // (operation, hash, predicted from (known values, next key) or not)
-        type Ahead = (usize, u32, Option<(usize, usize)>);
-        let mut ahead: [Ahead; AHEAD] = [(usize::MAX, 0, None); AHEAD];
-        let mut scratch: Vec<KeyId> = Vec::new();
-        // Interns local operation `op` (whose operands are all interned already).
-        let mut intern_local = |g: &mut Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
-            debug_assert_eq!(g.op_key.len(), op.index());
-            let mut role_of = |g: &Graph<Op>, s: &mut crate::key::InternerState<Op>, op: LocalOperationId| {
-                let local_role = g.op_role[op] as usize;
-                match role_ids[local_role] {
-                    Some(r) => Ok(r),
-                    None => {
-                        let r = s.intern_role(&g.roles[local_role])?;
-                        role_ids[local_role] = Some(r);
-                        Ok::<u32, GraphError>(r)
-                    }
-                }
-            };
-            let next = op.index() + AHEAD;
-            if next < g.ops.len() {
-                let next_op = LocalOperationId::new(next);
-                let known = g.value_key.len();
-                let next_key = s.values.len();
-                let mut predicted = false;
-                scratch.clear();
-                scratch.extend(g.op_inputs.get(next).iter().map(|&r| match r {
-                    InputRef::Local(l) if l.index() >= known => {
-                        predicted = true;
-                        KeyId::new(next_key + (l.index() - known))
-                    }
-                    r => g.input_key_id(r),
-                }));
-                let role = role_of(g, s, next_op)?;
-                let h = crate::key::op_hash(&g.ops[next_op], &scratch, role);
-                s.prefetch_op(h);
-                ahead[next % AHEAD] = (next, h, predicted.then_some((known, next_key)));
-            }
-            inputs.clear();
-            inputs.extend(g.op_inputs.get(op.index()).iter().map(|&r| g.input_key_id(r)));
-            let role = role_of(g, s, op)?;
-            let operation = &g.ops[op];
-            let exact = |p: Option<(usize, usize)>| match p {
-                None => true,
-                Some((known, next_key)) => s.values.len() - next_key == g.value_key.len() - known,
-            };
-            let key = match ahead[op.index() % AHEAD] {
-                (i, h, p) if i == op.index() && exact(p) => {
-                    s.intern_op_hashed(operation, &inputs, role, h, interner_id)?
-                }
-                _ => s.intern_op(operation, &inputs, role, interner_id)?,
-            };
-            g.op_key.push(key.id());
-            for slot in 0..key.output_count() {
-                g.value_key.push(key.output_key_id(slot as u8).expect("slot in range"));
+        let mut batch = Batch::new(g, interner.id());
+        // The pending inputs are the tail of `inputs`, which is in id order.
+        let mut next_input = g.inputs.partition_point(|v| v.index() < g.value_key.len());
+        let mut intern_inputs_below = |g: &mut Graph<Op>, s: &mut InternerState<Op>, end: usize| {
+            while g.value_key.len() < end {
+                debug_assert_eq!(g.inputs[next_input].index(), g.value_key.len());
+                let k = s.intern_input(&g.input_keys[next_input])?;
+                g.value_key.push(k);
+                next_input += 1;
             }
             Ok::<(), GraphError>(())
         };
-        while g.value_key.len() < g.value_def.len() {
-            let v = LocalValueId::new(g.value_key.len());
-            match g.value_def[v] {
-                LocalDef::Input(i) => {
-                    let k = s.intern_input(&g.input_keys[i as usize])?;
-                    g.value_key.push(k);
-                }
-                LocalDef::Output(op, slot) => {
-                    debug_assert_eq!(slot, 0, "outputs are interned with their slot-0 sibling");
-                    // Operations without outputs that come before `op` get their keys first.
-                    while g.op_key.len() < op.index() {
-                        let earlier = LocalOperationId::new(g.op_key.len());
-                        intern_local(g, &mut s, earlier)?;
-                    }
-                    intern_local(g, &mut s, op)?;
-                }
-            }
-        }
         while g.op_key.len() < g.ops.len() {
             let op = LocalOperationId::new(g.op_key.len());
-            intern_local(g, &mut s, op)?;
+            // Inputs declared before the operation get their keys first.
+            intern_inputs_below(g, &mut s, g.op_first_output[op].index())?;
+            batch.intern(g, &mut s, op)?;
         }
-        Ok(())
+        intern_inputs_below(g, &mut s, g.value_op.len())
     }
 
     /// Finishes the graph.
@@ -770,7 +768,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.ops.len());
-        g.value_def.shrink_to_fit();
+        g.value_op.shrink_to_fit();
         g.value_key.shrink_to_fit();
         g.ops.shrink_to_fit();
         g.op_key.shrink_to_fit();
@@ -782,6 +780,191 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         #[cfg(debug_assertions)]
         g.verify().unwrap_or_else(|e| panic!("internal error: built graph fails verification: {e}"));
         Ok(g)
+    }
+}
+
+/// Stores an operand that is not a known local value: an external key (checked to belong
+/// to the graph's interner and to name an existing output), or an error for a local value
+/// that does not exist yet (`first` values do).
+#[cold]
+fn push_external<Op: GraphOperation>(g: &mut Graph<Op>, r: &ValueRef<Op>, first: usize) -> GraphResult<PackedInputRef> {
+    let key = match r {
+        ValueRef::Local(v) => return Err(GraphError::UnknownLocalValue { value: format!("{v:?}"), len: first }),
+        ValueRef::External(key) => key,
+    };
+    if let ValueKey::Derived { operation, output_slot } = key {
+        let interner_id = g.interner.id();
+        if operation.interner_id() != interner_id {
+            return Err(GraphError::ForeignKey {
+                key: format!("{key:?}"),
+                key_interner: operation.interner_id(),
+                used_with: interner_id,
+            });
+        }
+        if operation.output_key_id(*output_slot).is_none() {
+            return Err(GraphError::UnresolvedKey {
+                key: format!("{key:?} (the operation has {} outputs)", operation.output_count()),
+            });
+        }
+    }
+    let i = g.externals.len();
+    if i >= MAX_LOCAL_VALUES {
+        return Err(GraphError::IdSpaceExhausted { space: "external reference" });
+    }
+    g.externals.push(key.clone());
+    Ok(PackedInputRef::external(i))
+}
+
+/// The index into `roles` of `role` (not `Primary`), adding it on first use.
+fn role_index_of(
+    roles: &mut Vec<OperationRole>,
+    role_index: &mut FxHashMap<OperationRole, u32>,
+    role_cache: &mut [(usize, u32); ROLE_CACHE],
+    role: &OperationRole,
+) -> u32 {
+    // Rules pass the same few roles over and over, usually from the same addresses: a
+    // small cache keyed by address (confirmed by comparing the role) skips hashing it.
+    let addr = role as *const OperationRole as usize;
+    let slot = (addr >> 3) % ROLE_CACHE;
+    match role_cache[slot] {
+        (a, r) if a == addr && roles.get(r as usize) == Some(role) => r,
+        _ => {
+            let r = match role_index.get(role) {
+                Some(&r) => r,
+                None => {
+                    let r = roles.len() as u32;
+                    roles.push(role.clone());
+                    role_index.insert(role.clone(), r);
+                    r
+                }
+            };
+            role_cache[slot] = (addr, r);
+            r
+        }
+    }
+}
+
+/// How far ahead of the operation being interned [`Batch`] hashes operations and
+/// prefetches their table slots.
+const AHEAD: usize = 8;
+
+/// One `flush`'s interning of a graph's pending operations, software-pipelined: while
+/// operation `i` is interned, operation `i + AHEAD` is hashed and its table slot
+/// prefetched, so the table's cache misses overlap instead of queueing.
+///
+/// Operands of `i + AHEAD` that have no key yet are predicted: if every pending value
+/// before them gets a fresh key, local and key ids advance in step. A hash made from a
+/// prediction is used only if every value interned since then did get a fresh key (then
+/// the prediction was exact); otherwise it was just a prefetch and is made again.
+struct Batch {
+    interner_id: u32,
+    /// The interner's id of each of the graph's roles, on first use (`Primary` is role 0
+    /// of every graph and every interner).
+    role_ids: Vec<Option<u32>>,
+    /// Hashes made ahead, at the index of their operation modulo `AHEAD`.
+    ahead: [Ahead; AHEAD],
+    /// Operand keys of the operation being interned.
+    keys: Vec<KeyId>,
+}
+
+/// An operation hashed ahead of its interning.
+#[derive(Copy, Clone)]
+struct Ahead {
+    /// Index of the operation hashed (`usize::MAX`: none).
+    op: usize,
+    hash: u32,
+    /// If some operand key was predicted: the graph's keyed values and the interner's
+    /// value count when it was.
+    predicted: Option<(usize, usize)>,
+}
+
+impl Batch {
+    fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32) -> Self {
+        let mut role_ids = vec![None; g.roles.len()];
+        role_ids[0] = Some(0);
+        Batch {
+            interner_id,
+            role_ids,
+            ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
+            keys: Vec::new(),
+        }
+    }
+
+    /// The interner's id of an operation's role.
+    #[inline]
+    fn role<Op: GraphOperation>(
+        &mut self,
+        g: &Graph<Op>,
+        s: &mut InternerState<Op>,
+        op: LocalOperationId,
+    ) -> GraphResult<u32> {
+        let local = g.role_id(op) as usize;
+        match self.role_ids[local] {
+            Some(r) => Ok(r),
+            None => {
+                let r = s.intern_role(&g.roles[local])?;
+                self.role_ids[local] = Some(r);
+                Ok(r)
+            }
+        }
+    }
+
+    /// Interns operation `op`, the first pending one (its operands all have keys).
+    #[inline]
+    fn intern<Op: GraphOperation>(
+        &mut self,
+        g: &mut Graph<Op>,
+        s: &mut InternerState<Op>,
+        op: LocalOperationId,
+    ) -> GraphResult<()> {
+        debug_assert_eq!(g.op_key.len(), op.index());
+        let next = op.index() + AHEAD;
+        if next < g.ops.len() {
+            self.hash_ahead(g, s, LocalOperationId::new(next))?;
+        }
+        let role = self.role(g, s, op)?;
+        self.keys.clear();
+        self.keys.extend(g.op_input_refs(op).map(|r| g.input_key_id(r)));
+        let operation = &g.ops[op];
+        let ahead = self.ahead[op.index() % AHEAD];
+        let exact = match ahead.predicted {
+            None => true,
+            Some((known, next_key)) => s.value_count() - next_key == g.value_key.len() - known,
+        };
+        let hash =
+            if ahead.op == op.index() && exact { ahead.hash } else { crate::key::op_hash(operation, &self.keys, role) };
+        let key = s.intern_op_hashed(operation, &self.keys, role, hash, self.interner_id)?;
+        g.op_key.push(key.id());
+        g.value_key.extend(key.output_key_ids());
+        Ok(())
+    }
+
+    /// Hashes operation `op` (predicting the keys of operands still pending) and
+    /// prefetches its table slot.
+    #[inline]
+    fn hash_ahead<Op: GraphOperation>(
+        &mut self,
+        g: &Graph<Op>,
+        s: &mut InternerState<Op>,
+        op: LocalOperationId,
+    ) -> GraphResult<()> {
+        let role = self.role(g, s, op)?;
+        let (known, next_key) = (g.value_key.len(), s.value_count());
+        let mut predicted = false;
+        let keys = g.op_input_refs(op).map(|r| match r {
+            InputRef::Local(l) if l.index() >= known => {
+                predicted = true;
+                // Wraps only if the prediction is wrong (the ids do not exist), and then
+                // the hash is not used.
+                (next_key + (l.index() - known)) as u32
+            }
+            r => g.input_key_id(r).index() as u32,
+        });
+        let hash = crate::key::op_hash_raw(&g.ops[op], keys, role);
+        s.prefetch_op(hash);
+        self.ahead[op.index() % AHEAD] =
+            Ahead { op: op.index(), hash, predicted: predicted.then_some((known, next_key)) };
+        Ok(())
     }
 }
 
@@ -803,11 +986,81 @@ impl<Op: GraphOperation> fmt::Debug for Graph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Graph")
             .field("interner", &self.interner.id())
-            .field("values", &self.value_def.len())
+            .field("values", &self.value_op.len())
             .field("operations", &self.ops.len())
             .field("inputs", &self.inputs)
             .field("outputs", &self.outputs)
             .field("parents", &self.parents.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Neg`: one output; `SinCos`: two.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    enum ScalarOp {
+        Neg,
+        SinCos,
+    }
+
+    impl GraphOperation for ScalarOp {
+        type Operand = f64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            match self {
+                ScalarOp::Neg => 1,
+                ScalarOp::SinCos => 2,
+            }
+        }
+    }
+
+    #[test]
+    fn packed_operands_round_trip() {
+        for i in [0, 1, 12345, MAX_LOCAL_VALUES - 1] {
+            assert_eq!(PackedInputRef::local(LocalValueId::new(i)).get(), InputRef::Local(LocalValueId::new(i)));
+            assert_eq!(PackedInputRef::external(i).get(), InputRef::External(i as u32));
+        }
+        assert_eq!(std::mem::size_of::<PackedInputRef>(), 4);
+        assert_eq!(std::mem::size_of::<Option<LocalOperationId>>(), 4);
+    }
+
+    /// The role column is kept only once an operation is not `Primary`; roles before and
+    /// after that point read back right, and inputs and outputs decode from `value_op`.
+    #[test]
+    fn roles_and_definitions_read_back() {
+        let linear = OperationRole::all_active(1);
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+        let x = b.add_input(0);
+        let s = b.add_operation_from(ScalarOp::SinCos, &[ValueRef::Local(x)], &OperationRole::Primary);
+        assert!(b.graph.op_role.is_empty());
+        let y = b.add_input(1);
+        let n = b.add_operation_from(ScalarOp::Neg, &[ValueRef::Local(y)], &linear).start;
+        let m = b.add_operation_from(ScalarOp::Neg, &[ValueRef::Local(LocalValueId::new(n))], &OperationRole::Primary);
+        let g = b.build();
+        g.verify().unwrap();
+        let roles: Vec<_> = g.operations().map(|op| op.role().clone()).collect();
+        assert_eq!(roles, [OperationRole::Primary, linear, OperationRole::Primary]);
+        let defs: Vec<_> = (0..g.value_count()).map(|v| g.local_def(LocalValueId::new(v))).collect();
+        let op = LocalOperationId::new;
+        assert_eq!(
+            defs,
+            [
+                LocalDef::Input(0),
+                LocalDef::Output(op(0), 0),
+                LocalDef::Output(op(0), 1),
+                LocalDef::Input(1),
+                LocalDef::Output(op(1), 0),
+                LocalDef::Output(op(2), 0),
+            ]
+        );
+        assert_eq!((s, y.index(), m), (1..3, 3, 5..6));
+        assert_eq!(g.inputs(), [x, y]);
     }
 }

@@ -250,6 +250,18 @@ impl<I: Id, T: fmt::Debug> fmt::Debug for IdVec<I, T> {
     }
 }
 
+/// Appends every item, as [`IdVec::push`] would.
+///
+/// # Panics
+/// When the column would exceed the id space.
+impl<I: Id, T> Extend<T> for IdVec<I, T> {
+    #[inline]
+    fn extend<It: IntoIterator<Item = T>>(&mut self, iter: It) {
+        self.raw.extend(iter);
+        assert!(self.raw.len() <= I::MAX_INDEX + 1, "column exceeds the u32 id space");
+    }
+}
+
 impl<I: Id, T> FromIterator<T> for IdVec<I, T> {
     fn from_iter<It: IntoIterator<Item = T>>(iter: It) -> Self {
         IdVec { raw: iter.into_iter().collect(), _id: PhantomData }
@@ -311,6 +323,11 @@ impl<T> ListPool<T> {
     pub(crate) fn abandon_list(&mut self) {
         let start = *self.starts.last().expect("pool always has a start") as usize;
         self.items.truncate(start);
+    }
+
+    /// Where list `list` starts among the items (for `list == len()`: the end of the last).
+    pub(crate) fn start(&self, list: usize) -> usize {
+        self.starts[list] as usize
     }
 
     #[inline(always)]

@@ -10,7 +10,11 @@
 //! - every interned value has a [`KeyId`]; ids are dense and never reused;
 //! - an operation's input keys are interned before the operation, and its outputs get
 //!   consecutive ids after them, so **key-id order is a topological order**;
-//! - `op_table` holds each operation exactly once (hash-consing).
+//! - `op_table` holds each operation exactly once (hash-consing);
+//! - no column maps a key id back to its definition: input keys' ids (`input_values`)
+//!   increase, and so do operations' first output ids (`op_first_output`, non-decreasing
+//!   with operations without outputs), so a key's definition is found by binary search
+//!   (only messages and [`KeyInterner::value_key`] need it).
 //!
 //! Concurrency: state sits behind one `RwLock`. Builders intern in batches (one write
 //! lock per `build`), so graphs can be built on many threads against one interner.
@@ -73,6 +77,13 @@ impl<Op> OperationKey<Op> {
     /// The key id of output `slot`, if the slot exists.
     pub fn output_key_id(&self, slot: u8) -> Option<KeyId> {
         ((slot as u16) < self.output_count).then(|| KeyId::new(self.first_output.index() + slot as usize))
+    }
+
+    /// The key ids of the outputs, in slot order.
+    #[inline]
+    pub(crate) fn output_key_ids(&self) -> impl ExactSizeIterator<Item = KeyId> + use<Op> {
+        let first = self.first_output.index();
+        (first..first + self.output_count as usize).map(KeyId::new)
     }
 }
 
@@ -233,16 +244,22 @@ pub struct KeyInterner<Op: GraphOperation> {
 }
 
 pub(crate) struct InternerState<Op: GraphOperation> {
-    pub(crate) values: IdVec<KeyId, KeyDef>,
+    /// Number of value keys: the next fresh [`KeyId`].
+    value_count: usize,
     input_keys: Vec<Op::InputKey>,
+    /// Key id of each input key; increasing.
     input_values: Vec<KeyId>,
     input_table: HashTable<u32>,
     ops: IdVec<OperationKeyId, Op>,
     op_inputs: ListPool<KeyId>,
+    /// Role id of each operation; empty while every operation is `Primary` (role 0; read
+    /// it with [`Self::role_of`]).
     op_role: Vec<u32>,
+    /// Key id of each operation's first output; non-decreasing (equal for an operation
+    /// without outputs and the next one).
     op_first_output: Vec<KeyId>,
-    /// Each operation's 32-bit structural hash, so the table rehashes without rehashing keys.
-    op_hash: Vec<u32>,
+    /// The operations by hash (the table keeps each hash beside its id, so it grows
+    /// without rehashing operations).
     op_table: OpTable,
     roles: Vec<OperationRole>,
     role_table: FxHashMap<OperationRole, u32>,
@@ -254,21 +271,27 @@ fn hash_input<K: Hash>(k: &K) -> u64 {
     FxBuildHasher.hash_one(k)
 }
 
-/// A 32-bit structural hash of an operation application (stored per operation).
+/// A 32-bit structural hash of an operation application (kept in the operation table).
 pub(crate) fn op_hash<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
     hash_op(op, inputs, role)
 }
 
+/// [`op_hash`] of input keys given by their indices (equal for equal indices).
 #[inline]
-fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
+pub(crate) fn op_hash_raw<Op: Hash>(op: &Op, inputs: impl Iterator<Item = u32>, role: u32) -> u32 {
     let mut h = FxBuildHasher.build_hasher();
     op.hash(&mut h);
     for k in inputs {
-        h.write_u32(k.index() as u32);
+        h.write_u32(k);
     }
     h.write_u32(role);
     let x = h.finish();
     (x ^ (x >> 32)) as u32
+}
+
+#[inline]
+fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
+    op_hash_raw(op, inputs.iter().map(|k| k.index() as u32), role)
 }
 
 impl<Op: GraphOperation> InternerState<Op> {
@@ -276,7 +299,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         let mut role_table = FxHashMap::default();
         role_table.insert(OperationRole::Primary, 0);
         InternerState {
-            values: IdVec::new(),
+            value_count: 0,
             input_keys: Vec::new(),
             input_values: Vec::new(),
             input_table: HashTable::new(),
@@ -284,7 +307,6 @@ impl<Op: GraphOperation> InternerState<Op> {
             op_inputs: ListPool::default(),
             op_role: Vec::new(),
             op_first_output: Vec::new(),
-            op_hash: Vec::new(),
             op_table: OpTable::default(),
             roles: vec![OperationRole::Primary],
             role_table,
@@ -302,13 +324,11 @@ impl<Op: GraphOperation> InternerState<Op> {
             .ok()
             .filter(|&i| i < u32::MAX)
             .ok_or(GraphError::IdSpaceExhausted { space: "input key" })?;
-        if self.values.len() >= self.value_limit {
+        if self.value_count >= self.value_limit {
             return Err(GraphError::IdSpaceExhausted { space: "value key" });
         }
-        let id = self
-            .values
-            .try_push(KeyDef::Input(index))
-            .map_err(|_| GraphError::IdSpaceExhausted { space: "value key" })?;
+        let id = KeyId::new(self.value_count);
+        self.value_count += 1;
         self.input_keys.push(key.clone());
         self.input_values.push(id);
         let keys = &self.input_keys;
@@ -316,14 +336,42 @@ impl<Op: GraphOperation> InternerState<Op> {
         Ok(id)
     }
 
-    /// Makes room for `ops` more operations and `values` more value keys.
-    pub(crate) fn reserve(&mut self, ops: usize, values: usize) {
+    /// Makes room for `ops` more operations with `operands` operands in all.
+    pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
         self.op_table.reserve(ops);
         self.ops.reserve(ops);
-        self.op_role.reserve(ops);
-        self.op_hash.reserve(ops);
+        self.op_inputs.reserve(ops, operands);
+        if !self.op_role.is_empty() {
+            self.op_role.reserve(ops);
+        }
         self.op_first_output.reserve(ops);
-        self.values.reserve(values);
+    }
+
+    /// The role id of an interned operation.
+    fn role_of(&self, op: OperationKeyId) -> u32 {
+        if self.op_role.is_empty() { 0 } else { self.op_role[op.index()] }
+    }
+
+    /// Number of value keys (the id the next fresh one gets).
+    #[inline]
+    pub(crate) fn value_count(&self) -> usize {
+        self.value_count
+    }
+
+    /// What key `id` stands for, or `None` if this interner did not make it.
+    fn key_def(&self, id: KeyId) -> Option<KeyDef> {
+        if id.index() >= self.value_count {
+            return None;
+        }
+        if let Ok(i) = self.input_values.binary_search(&id) {
+            return Some(KeyDef::Input(i as u32));
+        }
+        // The last operation whose outputs start at or before `id` owns it: operations
+        // after it start after its outputs, and those without outputs before it share its
+        // start but come earlier.
+        let op = self.op_first_output.partition_point(|&f| f <= id) - 1;
+        let slot = id.index() - self.op_first_output[op].index();
+        Some(KeyDef::Derived(OperationKeyId::new(op), slot as u8))
     }
 
     pub(crate) fn lookup_input(&self, key: &Op::InputKey) -> Option<KeyId> {
@@ -365,9 +413,10 @@ impl<Op: GraphOperation> InternerState<Op> {
         debug_assert_eq!(h32, hash_op(op, inputs, role));
         // One probe finds the key or the slot for it.
         let (ops, pool, roles) = (&self.ops, &self.op_inputs, &self.op_role);
+        let role_of = |id: OperationKeyId| if roles.is_empty() { 0 } else { roles[id.index()] };
         let slot = match self
             .op_table
-            .probe(h32, |id| roles[id.index()] == role && ops[id] == *op && pool.get(id.index()) == inputs)
+            .probe(h32, |id| role_of(id) == role && ops[id] == *op && pool.get(id.index()) == inputs)
         {
             Probe::Found(id) => return Ok(self.op_key(id, interner)),
             Probe::Vacant(slot) => slot,
@@ -376,7 +425,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         if n_out > 256 {
             return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs: n_out });
         }
-        let first = self.values.len();
+        let first = self.value_count;
         if first + n_out.max(1) > self.value_limit {
             return Err(GraphError::IdSpaceExhausted { space: "value key" });
         }
@@ -390,13 +439,17 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
         self.op_table.fill(slot, h32, id);
         self.ops.push(op.clone());
-        self.op_role.push(role);
-        self.op_hash.push(h32);
-        self.op_first_output.push(KeyId::new(first));
-        for slot in 0..n_out {
-            self.values.push(KeyDef::Derived(id, slot as u8));
+        if role != 0 && self.op_role.is_empty() {
+            // The first operation in another role: the column starts to be kept.
+            self.op_role = vec![0; id.index()];
         }
-        Ok(self.op_key(id, interner))
+        if role != 0 || !self.op_role.is_empty() {
+            self.op_role.push(role);
+        }
+        let first = KeyId::new(first);
+        self.op_first_output.push(first);
+        self.value_count += n_out;
+        Ok(OperationKey { interner, id, first_output: first, output_count: n_out as u16, _op: PhantomData })
     }
 
     /// Hints that `intern_op_hashed` will soon be called with this hash.
@@ -416,7 +469,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     }
 
     pub(crate) fn value_key(&self, id: KeyId, interner: u32) -> ValueKey<Op> {
-        match self.values[id] {
+        match self.key_def(id).unwrap_or_else(|| panic!("{id:?} was not made by this interner")) {
             KeyDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
             KeyDef::Derived(op, slot) => ValueKey::Derived { operation: self.op_key(op, interner), output_slot: slot },
         }
@@ -427,12 +480,12 @@ impl<Op: GraphOperation> InternerState<Op> {
         let mut s = String::new();
         // Operation keys print as `ValueKey`'s `Debug` does: `ok3` or `ok3@i7`.
         let at = if interner != 1 { format!("@i{interner}") } else { String::new() };
-        match self.values.get(id) {
+        match self.key_def(id) {
             None => write!(s, "{id:?} (unknown)").unwrap(),
-            Some(KeyDef::Input(i)) => write!(s, "Input({:?})", self.input_keys[*i as usize]).unwrap(),
+            Some(KeyDef::Input(i)) => write!(s, "Input({:?})", self.input_keys[i as usize]).unwrap(),
             Some(KeyDef::Derived(op, slot)) => {
-                write!(s, "{op:?}{at}.{slot} = {}", Label(&self.ops[*op])).unwrap();
-                let role = &self.roles[self.op_role[op.index()] as usize];
+                write!(s, "{op:?}{at}.{slot} = {}", Label(&self.ops[op])).unwrap();
+                let role = &self.roles[self.role_of(op) as usize];
                 if role.is_linearized() {
                     write!(s, " [{role}]").unwrap();
                 }
@@ -441,7 +494,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                     if i > 0 {
                         s.push_str(", ");
                     }
-                    match self.values[*k] {
+                    match self.key_def(*k).expect("operands are interned before their operation") {
                         KeyDef::Input(j) => write!(s, "{:?}", self.input_keys[j as usize]).unwrap(),
                         KeyDef::Derived(o, sl) => write!(s, "{o:?}{at}.{sl}").unwrap(),
                     }
@@ -513,7 +566,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
 
     /// Number of interned value keys.
     pub fn value_count(&self) -> usize {
-        self.read().values.len()
+        self.read().value_count
     }
 
     /// Number of interned operation keys.
@@ -524,15 +577,13 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     /// Bytes held by the interner's tables (excluding heap data owned by operations and keys).
     pub fn heap_bytes(&self) -> usize {
         let s = self.read();
-        s.values.heap_bytes()
-            + s.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
+        s.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
             + s.input_values.capacity() * 4
             + s.input_table.capacity() * 5
             + s.ops.heap_bytes()
             + s.op_inputs.heap_bytes()
             + s.op_role.capacity() * 4
             + s.op_first_output.capacity() * 4
-            + s.op_hash.capacity() * 4
             + s.op_table.heap_bytes()
     }
 
@@ -587,7 +638,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     pub fn intern_operation(&self, op: &Op, inputs: &[KeyId], role: &OperationRole) -> GraphResult<OperationKey<Op>> {
         crate::graph::check_operation(op, inputs.len(), role)?;
         let mut s = self.write();
-        if let Some(bad) = inputs.iter().find(|k| k.index() >= s.values.len()) {
+        if let Some(bad) = inputs.iter().find(|k| k.index() >= s.value_count) {
             return Err(GraphError::UnresolvedKey { key: format!("{bad:?}") });
         }
         let role = s.intern_role(role)?;
@@ -614,7 +665,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         let s = self.read();
         let i = key.id.index();
         let inputs = s.op_inputs.get(i).iter().map(|&k| s.value_key(k, self.id)).collect();
-        Ok((s.ops[key.id].clone(), inputs, s.roles[s.op_role[i] as usize].clone()))
+        Ok((s.ops[key.id].clone(), inputs, s.roles[s.role_of(key.id) as usize].clone()))
     }
 
     /// A one-line description of a key id, for messages (`ok3.0 = mul(ok1.0, x0)`; keys of
@@ -629,8 +680,60 @@ impl<Op: GraphOperation> fmt::Debug for KeyInterner<Op> {
         let s = self.read();
         f.debug_struct("KeyInterner")
             .field("id", &self.id)
-            .field("values", &s.values.len())
+            .field("values", &s.value_count)
             .field("operations", &s.ops.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Outputs(n)`: one input, `n` outputs (zero included).
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Outputs(u8);
+
+    impl GraphOperation for Outputs {
+        type Operand = ();
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            self.0 as usize
+        }
+    }
+
+    /// Keys are found by binary search over inputs and first outputs: check every key
+    /// of a mix of inputs and operations with 0 to 3 outputs, zero-output runs included.
+    #[test]
+    fn every_key_maps_back_to_its_definition() {
+        let interner = KeyInterner::<Outputs>::new();
+        let mut expected = Vec::new();
+        let x = interner.intern_input(0);
+        expected.push(ValueKey::Input(0));
+        let mut last = x;
+        for (i, n) in [0u8, 0, 2, 1, 0, 3, 0, 1, 0].into_iter().enumerate() {
+            if i % 3 == 2 {
+                let k = interner.intern_input(i as u32 + 1);
+                assert_eq!(k.index(), expected.len());
+                expected.push(ValueKey::Input(i as u32 + 1));
+            }
+            let key = interner.intern_operation(&Outputs(n), &[last], &OperationRole::Primary).unwrap();
+            for slot in 0..n {
+                let k = key.output_key_id(slot).unwrap();
+                assert_eq!(k.index(), expected.len());
+                expected.push(ValueKey::Derived { operation: key, output_slot: slot });
+                last = k;
+            }
+        }
+        assert_eq!(interner.value_count(), expected.len());
+        for (i, key) in expected.iter().enumerate() {
+            assert_eq!(&interner.value_key(KeyId::new(i)), key, "k{i}");
+            assert!(!interner.describe(KeyId::new(i)).contains("unknown"));
+        }
+        assert!(interner.describe(KeyId::new(expected.len())).contains("unknown"));
     }
 }

@@ -440,7 +440,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                 if !self.needed[g][v] {
                     continue;
                 }
-                match graph.value_def[LocalValueId::new(v)] {
+                match graph.local_def(LocalValueId::new(v)) {
                     LocalDef::Input(i) => {
                         self.need_input(graph.value_key[LocalValueId::new(v)], &graph.input_keys[i as usize])
                     }
@@ -451,7 +451,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                         self.expanded[g].set(op.index(), true);
                         let first = graph.value_key[graph.op_first_output[op]];
                         self.defs.insert_if_absent(first, (g as u32, op));
-                        for &r in graph.op_input_refs(op) {
+                        for r in graph.op_input_refs(op) {
                             match r {
                                 InputRef::Local(u) => {
                                     // Operands come earlier: this sweep reaches them.
@@ -514,7 +514,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             if out.value_def.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
-            for &r in graph.op_input_refs(op) {
+            for r in graph.op_input_refs(op) {
                 let v = vid.get(graph.input_key_id(r)).expect("operands precede their users in key order");
                 out.op_inputs.push_item(v);
             }
@@ -522,7 +522,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                 out.op_inputs.abandon_list();
                 return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
             }
-            let local_role = graph.op_role[op] as usize;
+            let local_role = graph.role_id(op) as usize;
             let roles = &mut role_map[g as usize];
             if roles.is_empty() {
                 roles.resize(graph.roles.len(), None);

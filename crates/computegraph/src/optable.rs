@@ -3,10 +3,18 @@
 //! touching the operation columns, growth never recomputes a hash, and a caller that knows
 //! a hash ahead of time can [`OpTable::prefetch`] its slot.
 //!
-//! Invariants: the capacity is a power of two and at most 3/4 full (linear probing stays
-//! short); an empty slot is `0`; a full slot is `hash << 32 | (id + 1)`. Entries are never
-//! removed. This module holds one of the crate's two `unsafe` sites: the prefetch hint,
-//! which cannot fault (see [`prefetch_read`]); the other is `LevelSlots` in `eval.rs`.
+//! Invariants: the table is at most 3/4 full (linear probing stays short); an empty slot is
+//! `0`; a full slot is `hash << 32 | (id + 1)`. Entries are never removed.
+//!
+//! The capacity is any number of slots, not only a power of two, so that reserving room
+//! for `n` entries takes about `4n/3` slots rather than up to twice that (the table of a
+//! 10^6-operation build is then 10.7 MB, not 16.8: fewer page faults and TLB misses): an
+//! entry's home slot is its mixed hash scaled to the capacity (`mixed · capacity / 2^64`,
+//! one multiply). Home slots grow with the mixed hash, so growing re-inserts the old
+//! entries in slot order and writes the new table almost sequentially.
+//!
+//! This module holds one of the crate's two `unsafe` sites: the prefetch hint, which
+//! cannot fault (see [`prefetch_read`]); the other is `LevelSlots` in `eval.rs`.
 
 use crate::key::OperationKeyId;
 
@@ -36,13 +44,25 @@ fn unpack_id(slot: u64) -> OperationKeyId {
     OperationKeyId::new((slot & 0xFFFF_FFFF) as usize - 1)
 }
 
+/// The hash spread over 64 bits (Fibonacci hashing), so that close hashes get distant
+/// home slots.
+#[inline]
+fn mix(hash: u32) -> u64 {
+    (hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 impl OpTable {
+    /// The home slot of `hash`: its mixed hash scaled to the capacity (the high half of
+    /// a 64 × 64-bit product).
     #[inline]
     fn home(&self, hash: u32) -> usize {
-        // Fibonacci hashing: the high bits of a multiplicative spread pick the slot.
-        let spread = (hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let bits = self.slots.len().trailing_zeros();
-        (spread >> (64 - bits)) as usize
+        ((mix(hash) as u128 * self.slots.len() as u128) >> 64) as usize
+    }
+
+    /// The slot after `i`, wrapping around.
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() { 0 } else { i + 1 }
     }
 
     /// Bytes held.
@@ -52,19 +72,25 @@ impl OpTable {
 
     /// Makes room for `additional` more entries without growing during their insertion.
     pub(crate) fn reserve(&mut self, additional: usize) {
-        let need = (self.len + additional) * LOAD_DEN / LOAD_NUM + 1;
+        let need = ((self.len + additional) * LOAD_DEN).div_ceil(LOAD_NUM) + 1;
         if need > self.slots.len() {
-            self.grow_to(need.next_power_of_two().max(16));
+            // Whole cache lines of slots.
+            self.grow_to(need.next_multiple_of(8).max(16));
         }
     }
 
     fn grow_to(&mut self, capacity: usize) {
-        let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
-        let mask = capacity - 1;
+        // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
+        // writes it, and a fresh page read first faults twice (mapped to the shared zero
+        // page on the read, copied on the write).
+        #[expect(clippy::slow_vector_initialization, reason = "the writes are the point")]
+        let mut slots = Vec::with_capacity(capacity);
+        slots.resize(capacity, 0);
+        let old = std::mem::replace(&mut self.slots, slots);
         for slot in old.into_iter().filter(|&s| s != 0) {
             let mut i = self.home((slot >> 32) as u32);
             while self.slots[i] != 0 {
-                i = (i + 1) & mask;
+                i = self.next(i);
             }
             self.slots[i] = slot;
         }
@@ -76,7 +102,6 @@ impl OpTable {
         if (self.len + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
             self.grow_to((self.slots.len() * 2).max(16));
         }
-        let mask = self.slots.len() - 1;
         let mut i = self.home(hash);
         loop {
             let slot = self.slots[i];
@@ -86,7 +111,7 @@ impl OpTable {
             if (slot >> 32) as u32 == hash && eq(unpack_id(slot)) {
                 return Probe::Found(unpack_id(slot));
             }
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
     }
 
@@ -147,6 +172,32 @@ mod tests {
         }
         t.prefetch(5);
         assert!(t.heap_bytes() >= 10_000 * 8);
+    }
+
+    /// A capacity that is not a power of two, and a probe run that wraps past the last slot.
+    #[test]
+    fn odd_capacities_and_wrapping_runs() {
+        let mut t = OpTable::default();
+        t.reserve(100);
+        let cap = t.slots.len();
+        assert!(!cap.is_power_of_two() && cap * 3 >= 100 * 4, "{cap}");
+        let last = (0..u32::MAX).find(|&h| t.home(h) == cap - 1).unwrap();
+        for i in 0..5 {
+            match t.probe(last, |id| id.index() == i) {
+                Probe::Vacant(s) => t.fill(s, last, OperationKeyId::new(i)),
+                Probe::Found(_) => panic!("{i} found before insertion"),
+            }
+        }
+        assert_ne!(t.slots[0], 0, "the run wraps to the first slot");
+        for i in 0..5 {
+            assert!(matches!(t.probe(last, |id| id.index() == i), Probe::Found(id) if id.index() == i));
+        }
+        // Homes spread over the whole table.
+        let mut seen = vec![false; cap];
+        for h in 0..100_000u32 {
+            seen[t.home(h.wrapping_mul(2_654_435_761))] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 
     #[test]

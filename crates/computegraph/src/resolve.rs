@@ -204,7 +204,7 @@ impl<Op: GraphOperation> ResolvedView<Op> {
                 let id = self.interner.derived_key_id(operation, *output_slot, key)?;
                 let (g, v) = self.locate(id).ok_or_else(|| self.unresolved(id))?;
                 let graph = &self.graphs[g];
-                match graph.value_def[v] {
+                match graph.local_def(v) {
                     LocalDef::Output(operation, output_slot) => {
                         Ok(ValueDef::Operation { graph, operation, output_slot })
                     }

@@ -6,7 +6,8 @@
 //! 2. operation `o`'s operands are local values created before its first output, or
 //!    valid external indices; their count is `input_count()`; a linear mask matches;
 //! 3. operation outputs are `output_count()` consecutive values whose definitions point
-//!    back at `(o, slot)`, and whose keys are the operation key's outputs;
+//!    back at `(o, slot)` (in a `Graph`: at `o`, and no other value points at an
+//!    operation), and whose keys are the operation key's outputs;
 //! 4. inputs are the values defined as inputs, in order; outputs are in range.
 //!
 //! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids; no two values share a
@@ -15,7 +16,7 @@
 use rustc_hash::FxHashSet;
 
 use crate::error::{GraphError, GraphResult};
-use crate::graph::{Graph, InputRef, LocalDef};
+use crate::graph::{Graph, InputRef};
 use crate::materialize::{MatDef, MaterializedGraph, ValueId};
 use crate::operation::GraphOperation;
 
@@ -23,12 +24,12 @@ impl<Op: GraphOperation> Graph<Op> {
     /// Checks the graph's invariants (see the module doc of `verify.rs`).
     pub fn verify(&self) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "graph", message };
-        let n_values = self.value_def.len();
+        let n_values = self.value_op.len();
         if self.value_key.len() != n_values
             || self.op_key.len() != self.ops.len()
-            || self.op_role.len() != self.ops.len()
+            || !self.role_column_ok()
             || self.op_first_output.len() != self.ops.len()
-            || self.op_inputs.len() != self.ops.len()
+            || self.op_input_lists() != self.ops.len()
             || self.external_key.len() != self.externals.len()
         {
             return Err(bad("column lengths disagree".into()));
@@ -40,7 +41,7 @@ impl<Op: GraphOperation> Graph<Op> {
             crate::graph::check_operation(operation, refs.len(), op.role()).map_err(|e| bad(e.to_string()))?;
             let first = self.op_first_output[o];
             for r in refs {
-                match *r {
+                match r {
                     InputRef::Local(v) if v >= first => {
                         return Err(bad(format!("{o:?} reads {v:?}, which is not created before it")));
                     }
@@ -52,7 +53,7 @@ impl<Op: GraphOperation> Graph<Op> {
             }
             let key = self.operation_key(o);
             for (slot, v) in self.op_outputs(o).enumerate() {
-                if v.index() >= n_values || self.value_def[v] != LocalDef::Output(o, slot as u8) {
+                if v.index() >= n_values || self.value_op[v] != Some(o) {
                     return Err(bad(format!("output {slot} of {o:?} is not defined by it")));
                 }
                 if key.output_key_id(slot as u8) != Some(self.value_key[v]) {
@@ -65,14 +66,16 @@ impl<Op: GraphOperation> Graph<Op> {
                 return Err(bad(format!("operations after {o:?} have earlier outputs")));
             }
         }
+        // Every operation's outputs point back at it (above); no other value claims one.
+        let outputs: usize = self.ops.raw().iter().map(|op| op.output_count()).sum();
         let mut expected_inputs = Vec::new();
-        for (v, d) in self.value_def.iter_enumerated() {
-            if let LocalDef::Input(i) = *d {
-                if i as usize != expected_inputs.len() {
-                    return Err(bad(format!("input {v:?} is out of declaration order")));
-                }
+        for (v, d) in self.value_op.iter_enumerated() {
+            if d.is_none() {
                 expected_inputs.push(v);
             }
+        }
+        if expected_inputs.len() + outputs != n_values {
+            return Err(bad("a value claims an operation that does not produce it".into()));
         }
         if expected_inputs != self.inputs || self.input_keys.len() != self.inputs.len() {
             return Err(bad("the input list does not match the input values".into()));

@@ -54,6 +54,7 @@ fn assert_builder_untouched(
     let g = Arc::new(b.build());
     g.verify().unwrap();
     assert_eq!(g.operation_count(), operations + 1);
+    assert!(!g.to_dot().contains("ext0"), "a failed add must keep no external reference");
     let (_, p) = compile_checked(&resolve(vec![g.clone()]), &[g.global_key(y)]);
     assert_eq!(eval_vars(&p, &[4.0]), vec![-4.0]);
 }
@@ -154,6 +155,10 @@ fn unknown_local_value() {
     let err = b.try_add_operation(ScalarOp::Neg, vec![Local(next)], Primary).unwrap_err();
     assert_eq!(err, GraphError::UnknownLocalValue { value: "v1".into(), len: 1 });
     assert!(b.try_global_key(ghost).is_err());
+    // A failure after an external operand was stored takes that back too.
+    let (_, exp_key) = unary(&interner, ScalarOp::Exp, 0);
+    let err = b.try_add_operation_from(ScalarOp::Add, &[External(exp_key), Local(ghost)], &Primary).unwrap_err();
+    assert_eq!(err, GraphError::UnknownLocalValue { value: "v7".into(), len: 1 });
     assert_builder_untouched(b, 1, 0, x);
     let (g, _) = unary(&interner, ScalarOp::Neg, 0);
     let err = g.try_global_key(ghost).unwrap_err();
