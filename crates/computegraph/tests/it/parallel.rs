@@ -168,7 +168,7 @@ fn parallel_eval_on_workload_shapes() {
     // Under Miri (`just miri`), the smallest sizes that still split a level.
     let scale = if cfg!(miri) { 10 } else { 1 };
     let specs = [
-        workloads::layered(if cfg!(miri) { 5000 } else { 10_000 }, 3, 1),
+        workloads::layered(if cfg!(miri) { 4200 } else { 10_000 }, if cfg!(miri) { 2 } else { 3 }, 1),
         workloads::random_dag(20_000 / scale, Operands::Window(4096), 0.1, 2),
         workloads::chain(3000 / scale, 3),
     ];
