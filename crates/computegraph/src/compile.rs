@@ -364,23 +364,6 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         (&self.args[start..mid], &self.args[mid..mid + n_out as usize])
     }
 
-    /// [`Self::instr_args`] without bounds checks.
-    ///
-    /// # Safety
-    /// `i` is an instruction of a program that passed [`Self::verify`], which checks that
-    /// every instruction's arguments lie inside the argument pool.
-    #[inline(always)]
-    pub(crate) unsafe fn instr_args_unchecked(&self, i: usize) -> (&[u32], &[u32]) {
-        debug_assert!(i < self.instrs.len());
-        // SAFETY: by the caller's guarantee, `i` is in range and its arguments lie in `args`.
-        unsafe {
-            let Instr { start, n_in, n_out } = *self.instrs.get_unchecked(i);
-            let start = start as usize;
-            let mid = start + n_in as usize;
-            (self.args.get_unchecked(start..mid), self.args.get_unchecked(mid..mid + n_out as usize))
-        }
-    }
-
     /// Checks that the program computes `graph`: simulates slot contents and confirms that
     /// every read finds the value the graph names, and every output its value.
     pub fn verify_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {

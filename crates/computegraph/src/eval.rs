@@ -143,12 +143,17 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
             }
         }
         let mut file = VerifiedSlots(&mut slots[..]);
-        for (i, op) in self.ops.iter().enumerate() {
+        let args = &self.args[..];
+        for (op, &Instr { start, n_in, n_out }) in self.ops.iter().zip(&self.instrs) {
             // SAFETY (both): the program passed `verify` (in `try_compile`, in every build)
-            // and is immutable, so instruction `i`'s arguments lie in the argument pool;
+            // and is immutable, so the instruction's arguments lie in the argument pool;
             // the slots were sized to `slot_count` above and this loop runs the
             // instructions in program order, which is `VerifiedSlots`' contract.
-            let (ins, outs) = unsafe { self.instr_args_unchecked(i) };
+            let (ins, outs) = unsafe {
+                let ins = args.get_unchecked(start as usize..start as usize + n_in as usize);
+                let end = start as usize + n_in as usize + n_out as usize;
+                (ins, args.get_unchecked(start as usize + n_in as usize..end))
+            };
             unsafe { eval_instruction(op, ctx, &mut file, ins, outs, out)? };
         }
         Ok(take_outputs(slots, &self.output_slots, &self.output_move))
