@@ -574,11 +574,15 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
     /// Instruction `i` with its operand and output slots in the parallel schedule.
     #[inline]
     fn par_instr<'a>(&'a self, sched: &'a Schedule, i: usize) -> (&'a Op, &'a [u32], &'a [u32]) {
-        let Instr { start, n_in, n_out } = self.instrs[i];
-        let start = start as usize;
-        let mid = start + n_in as usize;
-        let args = &sched.args;
-        (&self.ops[i], &args[start..mid], &args[mid..mid + n_out as usize])
+        // SAFETY: `i` comes from the order of a schedule that passed `check_levels`, which
+        // checks that every instruction it names and its argument range are in bounds.
+        unsafe {
+            let Instr { start, n_in, n_out } = *self.instrs.get_unchecked(i);
+            let start = start as usize;
+            let mid = start + n_in as usize;
+            let args = &sched.args;
+            (self.ops.get_unchecked(i), args.get_unchecked(start..mid), args.get_unchecked(mid..mid + n_out as usize))
+        }
     }
 }
 
