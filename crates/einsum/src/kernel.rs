@@ -35,7 +35,7 @@ use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
-use crate::buffer::zeroed;
+use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::{Elem, Strided, StridedMut};
 use crate::error::{EinsumError, EinsumResult};
 use crate::tensor::{Tensor, checked_len, row_major_strides};
@@ -426,7 +426,8 @@ const TILE: usize = 32;
 fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
     let out_shape = shape_of(out, sizes);
     let len: usize = out_shape.iter().product();
-    let mut dst = zeroed(len);
+    // Every element is written once.
+    let mut dst = overwritten(len);
     if len == 0 {
         return dst;
     }
@@ -713,10 +714,16 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
     };
     let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
-    let mut c = zeroed(c_len);
+    // The GEMMs' blocks tile `c` (its labels are the looped ones it has, left and right),
+    // so it needs no zeroing: a block is replaced on its first visit and accumulated into
+    // on later ones, which happen only while a looped label absent from `c` (contracted)
+    // moves on.
+    let mut c = overwritten(c_len);
     let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
     let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, p.looped.len());
     let (mut pa, mut pb, mut pc) = (0usize, 0usize, 0usize);
+    // How many looped labels absent from `c` are past their first index.
+    let mut revisits = 0usize;
     for _ in 0..nl {
         T::gemm(
             [m, n, k],
@@ -724,8 +731,12 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
             Strided(&b_data[pb..], b_view.strides),
             StridedMut(&mut c[pc..], c_view.strides),
             spec.conj,
+            revisits > 0,
         );
         for x in (0..p.looped.len()).rev() {
+            if c_view.looped[x] == 0 && idx[x] == 0 {
+                revisits += 1;
+            }
             idx[x] += 1;
             pa += a_view.looped[x];
             pb += b_view.looped[x];
@@ -737,12 +748,22 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
             pb -= b_view.looped[x] * loop_sizes[x];
             pc -= c_view.looped[x] * loop_sizes[x];
             idx[x] = 0;
+            if c_view.looped[x] == 0 {
+                revisits -= 1;
+            }
+        }
+    }
+    for data in [a_data, b_data] {
+        if let Cow::Owned(v) = data {
+            recycle(v);
         }
     }
     if in_place {
         Tensor::from_parts(&out_shape, c)
     } else {
-        Tensor::from_parts(&out_shape, direct(sizes, (&c, &core), None, &spec.out))
+        let out = direct(sizes, (&c, &core), None, &spec.out);
+        recycle(c);
+        Tensor::from_parts(&out_shape, out)
     }
 }
 
@@ -903,6 +924,37 @@ mod tests {
             let err = got.max_abs_diff(&want).unwrap();
             assert!(err < 1e-11 * (1.0 + want.max_abs()), "{spec:?}: {err}");
         }
+    }
+
+    #[test]
+    fn outputs_overwrite_stale_recycled_buffers() {
+        // GEMM outputs, packed operands and permuted results start from recycled buffers
+        // without zeroing: poison the pool with NaNs and check that none survives. The
+        // second case loops a contracted label around the GEMMs (the planner cannot keep
+        // `a` in place otherwise), so later GEMMs accumulate into the first one's block.
+        let sizes = [3, 64, 64, 64];
+        let cases: [(&[u32], &[u32], &[u32]); 3] =
+            [(&[1, 2], &[2, 3], &[3, 1]), (&[0, 1, 2], &[0, 2, 3], &[1, 3]), (&[0, 1, 2], &[3, 2, 0], &[3, 1])];
+        for (la, lb, lo) in cases {
+            let spec = ContractSpec::new(la, lb, lo, &sizes).unwrap();
+            let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
+            let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).unwrap();
+            for choice in [KernelChoice::Auto, KernelChoice::Gemm, KernelChoice::GemmBatchLoop] {
+                crate::buffer::release_buffers();
+                for n in [64 * 64, 64 * 64, 3 * 64 * 64, 3 * 64 * 64] {
+                    drop(Tensor::from_fn(vec![n], |_| f64::NAN).unwrap());
+                }
+                let got = contract_using(&spec, &a, &b, choice);
+                // (`max_abs_diff` would skip NaNs.)
+                assert!(got.data().iter().all(|x| x.is_finite()), "{spec:?} {choice:?}: a stale NaN survived");
+                let err = got.max_abs_diff(&want).unwrap();
+                assert!(err < 1e-11 * (1.0 + want.max_abs()), "{spec:?} {choice:?}: {err}");
+            }
+        }
+        let spec = ContractSpec::new(&[0, 1, 2], &[0, 2, 3], &[1, 3], &sizes).unwrap();
+        let p = plan(&spec, 3 * 64 * 64, 3 * 64 * 64, true);
+        assert_eq!(p.looped.as_slice(), &[0], "the second case loops its contracted label");
+        crate::buffer::release_buffers();
     }
 
     #[test]
