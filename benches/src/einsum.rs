@@ -97,9 +97,11 @@ pub fn mps(sites: usize, chi: usize) -> Network {
     let operands = shapes
         .iter()
         .map(|s: &Vec<usize>| {
-            // ⟨ψ|ψ⟩ multiplies one factor per site: keep each near 1.
-            let scale = 1.0 / (s.iter().product::<usize>() as f64).sqrt();
-            Tensor::from_fn(s.clone(), |i| scale * (1.0 + 0.1 * i.iter().sum::<usize>() as f64)).expect("valid shape")
+            // Entries c·(1 + 0.01·Σ index), with c making the transfer matrix's row sums
+            // about 1, so that ⟨ψ|ψ⟩ stays near 1 for any number of sites.
+            let mean: f64 = s.iter().map(|&d| (d - 1) as f64 / 2.0).sum();
+            let c = 1.0 / ((1.0 + 0.01 * mean) * (s.iter().product::<usize>() as f64).sqrt());
+            Tensor::from_fn(s.clone(), |i| c * (1.0 + 0.01 * i.iter().sum::<usize>() as f64)).expect("valid shape")
         })
         .collect();
     Network {
@@ -232,6 +234,9 @@ mod tests {
         let r = net.einsum().eval(&net.refs()).unwrap();
         let want = einsum::reference_einsum(&net.expression, &net.refs()).unwrap();
         assert!((r.data()[0] - want.data()[0]).abs() < 1e-12 * want.data()[0].abs());
+        let big = mps(1000, 8);
+        let norm = big.einsum().eval(&big.refs()).unwrap().data()[0];
+        assert!((0.3..3.0).contains(&norm), "⟨ψ|ψ⟩ = {norm}");
         let t = StepTimes::measure(&net, 1, 10);
         assert_eq!(t.steps, 7);
         assert!(t.per_step_us > 0.0 && t.kernel_per_step_us > 0.0);

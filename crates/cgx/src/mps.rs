@@ -36,6 +36,8 @@ pub struct MpsReport {
     pub chi: usize,
     /// Building and compiling the network, ms.
     pub build_ms: f64,
+    /// The result ⟨ψ|ψ⟩ (`compare_einsum.py` checks it against numpy's).
+    pub value: f64,
     /// Per-step times.
     pub times: StepTimes,
 }
@@ -60,10 +62,11 @@ impl MpsReport {
     pub fn json(&self) -> String {
         let t = &self.times;
         format!(
-            "{{\"sites\":{},\"chi\":{},\"steps\":{},\"build_ms\":{},\"per_step_us\":{},\"kernel_per_step_us\":{},\"overhead_per_step_us\":{}}}",
+            "{{\"sites\":{},\"chi\":{},\"steps\":{},\"value\":{},\"build_ms\":{},\"per_step_us\":{},\"kernel_per_step_us\":{},\"overhead_per_step_us\":{}}}",
             self.sites,
             self.chi,
             t.steps,
+            json_number(self.value),
             json_number(self.build_ms),
             json_number(t.per_step_us),
             json_number(t.kernel_per_step_us),
@@ -77,10 +80,11 @@ pub fn measure(args: &MpsArgs) -> MpsReport {
     let (sites, chi) = (args.sites as usize, args.chi as usize);
     let net = mps(sites, chi);
     let t = Instant::now();
-    drop(net.einsum());
+    let e = net.einsum();
     let build_ms = t.elapsed().as_secs_f64() * 1e3;
+    let value = e.eval(&net.refs()).map_or(f64::NAN, |r| r.data()[0]);
     let times = StepTimes::measure(&net, args.rounds as usize, 200_000);
-    MpsReport { sites, chi, build_ms, times }
+    MpsReport { sites, chi, build_ms, value, times }
 }
 
 /// `cgx bench mps`.
@@ -89,7 +93,10 @@ pub fn run(args: &MpsArgs) -> CliResult {
     if args.json {
         println!("{}", r.json());
     } else {
-        println!("MPS inner product ⟨ψ|ψ⟩, zipper path, f64, one thread; build + compile {:.2} ms", r.build_ms);
+        println!(
+            "MPS inner product ⟨ψ|ψ⟩ = {:.12e}, zipper path, f64, one thread; build + compile {:.2} ms",
+            r.value, r.build_ms
+        );
         print!("{}", r.table());
     }
     Ok(())
@@ -104,7 +111,8 @@ mod tests {
         let r = measure(&MpsArgs { sites: 3, chi: 2, rounds: 1, json: true });
         assert_eq!(r.times.steps, 5);
         let j = r.json();
-        assert!(j.starts_with("{\"sites\":3,\"chi\":2,\"steps\":5,"), "{j}");
+        assert!(j.starts_with("{\"sites\":3,\"chi\":2,\"steps\":5,\"value\":"), "{j}");
+        assert!(r.value.is_finite() && r.value > 0.0);
         assert!(j.contains("\"per_step_us\":") && j.contains("\"overhead_per_step_us\":"), "{j}");
     }
 }
