@@ -427,11 +427,43 @@ fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>
 /// Side of the square tiles of [`permute`].
 const TILE: usize = 32;
 
+/// The same permutation on fewer, longer axes: axes of size 1 dropped, and every run of
+/// labels consecutive (in order) in both `labels` and `out` fused into one label. Returns
+/// the fused sizes, source labels and output labels (`0..k` in output order).
+fn fuse_axes(sizes: &[usize], labels: &[u32], out: &[u32]) -> (SmallVec<[usize; 8]>, Group, Group) {
+    let keep = |l: &[u32]| -> Group { l.iter().copied().filter(|&c| sizes[c as usize] != 1).collect() };
+    let (labels, out) = (keep(labels), keep(out));
+    let pos = |c: u32| labels.iter().position(|&l| l == c).expect("a permutation");
+    // Fused label of each output axis, and the fused sizes.
+    let (mut fused_sizes, mut group_of): (SmallVec<[usize; 8]>, Group) = (SmallVec::new(), Group::new());
+    for (i, &c) in out.iter().enumerate() {
+        if i > 0 && pos(c) == pos(out[i - 1]) + 1 {
+            *fused_sizes.last_mut().expect("a group is open") *= sizes[c as usize];
+        } else {
+            fused_sizes.push(sizes[c as usize]);
+        }
+        group_of.push(fused_sizes.len() as u32 - 1);
+    }
+    // The source lists the groups in the order of their first labels.
+    let mut src: Group = Group::new();
+    for &c in &labels {
+        let g = group_of[out.iter().position(|&o| o == c).expect("a permutation")];
+        if src.last() != Some(&g) {
+            src.push(g);
+        }
+    }
+    let out = (0..fused_sizes.len() as u32).collect();
+    (fused_sizes, src, out)
+}
+
 /// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
-/// them). Contiguous runs when both innermost axes carry the same label; otherwise tiles of
-/// the source's and the output's innermost axes, so reads and writes both use whole cache
+/// them). Axes are fused first ([`fuse_axes`]), so small axes that move together become one
+/// long one. Contiguous runs when both innermost axes carry the same label; otherwise tiles
+/// of the source's and the output's innermost axes, so reads and writes both use whole cache
 /// lines.
 fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
+    let (sizes, labels, out) = fuse_axes(sizes, labels, out);
+    let (sizes, labels, out) = (&sizes[..], &labels[..], &out[..]);
     let out_shape = shape_of(out, sizes);
     let len: usize = out_shape.iter().product();
     // Every element is written once.
@@ -456,9 +488,12 @@ fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> 
             dst[po..po + n[o]].copy_from_slice(&src[ps..ps + n[o]]);
         } else {
             let (no, ns, os, sso) = (n[o], n[s], so[s], ss[o]);
-            for jb in (0..ns).step_by(TILE) {
+            // A short source row is read whole in one band (fused axes can make the other
+            // side long, and half-read rows would be fetched twice).
+            let band = if ns <= 2 * TILE { ns } else { TILE };
+            for jb in (0..ns).step_by(band) {
                 for ib in (0..no).step_by(TILE) {
-                    for j in jb..(jb + TILE).min(ns) {
+                    for j in jb..(jb + band).min(ns) {
                         for i in ib..(ib + TILE).min(no) {
                             dst[po + i + j * os] = src[ps + i * sso + j];
                         }
@@ -992,6 +1027,28 @@ mod tests {
         let p = plan(&spec, 3 * 64 * 64, 3 * 64 * 64, true);
         assert_eq!(p.looped.as_slice(), &[0], "the second case loops its contracted label");
         crate::buffer::release_buffers();
+    }
+
+    #[test]
+    fn permutes_fuse_axes_and_match_the_reference() {
+        // Runs that move together (fused), axes of size 1 (dropped), short and long rows.
+        let cases: [(&[usize], &[usize]); 6] = [
+            (&[50, 4, 4, 4], &[0, 3, 1, 2]),
+            (&[4, 4, 4, 50], &[3, 0, 1, 2]),
+            (&[30, 1, 40], &[2, 1, 0]),
+            (&[1, 1], &[1, 0]),
+            (&[20, 3, 70, 2], &[2, 0, 1, 3]),
+            (&[9, 65, 3], &[1, 2, 0]),
+        ];
+        for (shape, perm) in cases {
+            let spec = UnarySpec::permute(shape, perm).unwrap();
+            let t = ramp(shape.to_vec());
+            let got = unary(&spec, &t);
+            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            assert_eq!(got, want, "{spec:?}");
+        }
+        let (sizes, src, out) = fuse_axes(&[50, 4, 4, 4], &[0, 1, 2, 3], &[0, 3, 1, 2]);
+        assert_eq!((&sizes[..], &src[..], &out[..]), (&[50, 4, 16][..], &[0, 2, 1][..], &[0, 1, 2][..]));
     }
 
     #[test]
