@@ -32,6 +32,7 @@ pub const POOL_MAX_BUFFERS: usize = 256;
 pub const POOL_MAX_BYTES: usize = 1 << 30;
 
 struct Pool<T> {
+    /// Sorted by capacity.
     buffers: Vec<Vec<T>>,
     bytes: usize,
 }
@@ -65,14 +66,12 @@ fn pooled<T: Elem>(n: usize) -> Option<Vec<T>> {
         return None;
     }
     with_pool::<T, _>(|p| {
-        let best = p
-            .buffers
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.capacity() >= n && b.capacity() <= 2 * n)
-            .min_by_key(|(_, b)| b.capacity())
-            .map(|(i, _)| i)?;
-        let b = p.buffers.swap_remove(best);
+        // The smallest buffer holding `n` (buffers are sorted by capacity).
+        let best = p.buffers.partition_point(|b| b.capacity() < n);
+        if p.buffers.get(best)?.capacity() > 2 * n {
+            return None;
+        }
+        let b = p.buffers.remove(best);
         p.bytes -= bytes::<T>(b.capacity());
         Some(b)
     })
@@ -159,7 +158,8 @@ pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
     let _ = with_pool::<T, _>(|p| {
         if p.buffers.len() < POOL_MAX_BUFFERS && p.bytes + size <= POOL_MAX_BYTES {
             p.bytes += size;
-            p.buffers.push(v);
+            let at = p.buffers.partition_point(|b| b.capacity() < v.capacity());
+            p.buffers.insert(at, v);
         }
     });
 }
