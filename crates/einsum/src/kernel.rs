@@ -981,7 +981,8 @@ mod tests {
         // 50 GEMMs of 4×4×4 (under GEMM_MIN_WORK, over BATCHED_GEMM_MIN_WORK), with operands
         // and output in batch-last layouts; matrix-vector batches stay in the direct loop.
         let sizes = [50, 4, 4, 4];
-        let cases: [(&[u32], &[u32], &[u32], bool); 3] = [
+        type Case<'a> = (&'a [u32], &'a [u32], &'a [u32], bool);
+        let cases: [Case; 3] = [
             (&[0, 1, 2], &[0, 2, 3], &[0, 1, 3], true),
             (&[1, 2, 0], &[3, 2, 0], &[3, 1, 0], true),
             (&[0, 2], &[0, 2, 3], &[0, 3], false),
