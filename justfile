@@ -21,6 +21,15 @@ einsum-steps:
 examples:
     for e in jvp vjp forward_over_forward hvp nth_derivative; do cargo run -q -p examples --example $e; done
 
+# Criterion: MPS steps beside their kernels alone, and each instance's forward beside its gradient.
+einsum-bench:
+    CG_EINSUM_INSTANCES=all cargo bench -p benches --bench einsum
+
+# numpy + opt_einsum side by side, sections B and C (needs numpy and opt_einsum).
+einsum-compare:
+    cargo build --release -p cgx
+    python3 benches/scripts/compare_einsum.py
+
 # Every test, including doc tests.
 test:
     cargo test --workspace

@@ -11,6 +11,8 @@
 //!   - [`BoxedProgram`]: a `Vec<Box<dyn Fn(&mut Vec<f64>)>>` interpreter;
 //!   - [`hashcons`]: hashbrown + Fx hash-consing of `(op, a, b) -> u32` (the interning floor).
 //! - [`heavy`]: a layered graph of ~10 µs matrix products, for parallel evaluation.
+//! - [`einsum`]: the MPS inner product (section B) and the bundled Einsum Benchmark
+//!   instances (section C), for `benches/einsum.rs` and `cgx bench mps`.
 //!
 //! Throughput everywhere is per node of the *original* spec (`spec.ops.len()`), so ours and
 //! the baselines are compared per the same unit even though both run fewer nodes after CSE.
@@ -132,6 +134,7 @@ impl Workload {
 
 pub mod ad;
 pub mod eager;
+pub mod einsum;
 pub mod heavy;
 
 // ---------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 //!   Graphviz DOT, derivatives of first and second order, four ways) and a 10^6-node DAG
 //!   through the pipeline, sequentially and in parallel.
 //! - `cgx bench dag`: the large-DAG benchmark, with a summary table or `--json`.
+//! - `cgx bench mps`: µs per contraction step of an MPS inner product (einsum, section B),
+//!   beside its kernels alone, with a table or `--json`.
 //! - `cgx einsum`: a tensor-network contraction (instance file or expression), with flops,
 //!   GFLOP/s and optionally its gradient.
 //! - `cgx dot`: DOT export of a pipeline stage of a built-in example.
@@ -16,6 +18,7 @@ mod dag;
 mod demo;
 mod dot;
 mod einsum_cmd;
+mod mps;
 mod table;
 
 use std::path::PathBuf;
@@ -53,6 +56,8 @@ enum Command {
 enum BenchCommand {
     /// Build, resolve, materialize, compile and evaluate a large scalar DAG, per phase.
     Dag(dag::DagArgs),
+    /// Time an MPS inner product per contraction step (einsum), beside its kernels alone.
+    Mps(mps::MpsArgs),
 }
 
 /// A failed run: one line for the user.
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         None => demo::run(&demo::DemoArgs::default()),
         Some(Command::Demo(args)) => demo::run(&args),
         Some(Command::Bench(BenchCommand::Dag(args))) => dag::run(&args),
+        Some(Command::Bench(BenchCommand::Mps(args))) => mps::run(&args),
         Some(Command::Einsum(args)) => einsum_cmd::run(&args),
         Some(Command::Dot(args)) => dot::run(&args),
         Some(Command::Completions { shell }) => {
@@ -111,5 +117,8 @@ mod tests {
         let e = Cli::try_parse_from(["cgx", "bench", "dag", "--shape", "star"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
         assert!(Cli::try_parse_from(["cgx", "bench", "dag", "--shape", "chain", "--nodes", "1_000"]).is_ok());
+        let e = Cli::try_parse_from(["cgx", "bench", "mps", "--sites", "1"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(Cli::try_parse_from(["cgx", "bench", "mps", "--sites", "1000", "--chi", "8", "--json"]).is_ok());
     }
 }

@@ -6,10 +6,15 @@
 //! one-operand difference (`⟨c, f(x + t eᵢ) - f(x)⟩ = ⟨∇ᵢ, t⟩`, the network being linear in
 //! each operand).
 //!
+//! The gradient is timed like the forward evaluation, best of `--reps` (default 5), the two
+//! alternating in one process so that the ratio sees one machine load; thread CPU times are
+//! printed beside wall times (on a shared machine they leave out the time spent waiting for
+//! a core). The first, cold gradient evaluation is printed apart: it pays for fresh pages.
+//!
 //! With `--complex`, runs in complex `f64` (`c64`) instead of `f64`; "GF/s" counts
 //! multiply-adds times two in either case.
 //!
-//! `cargo run --release -p einsum --example instances [-- [--grad] [--complex] file.json ...]`
+//! `cargo run --release -p einsum --example instances [-- [--grad] [--complex] [--reps N] file.json ...]`
 
 use std::time::Instant;
 
@@ -24,7 +29,7 @@ const DEFAULT: [&str; 6] = [
     "str_nw_mera_open_26",
 ];
 
-/// Best of `reps` evaluations, in milliseconds.
+/// Best of `reps` evaluations, in milliseconds (wall).
 fn time_eval<T: Elem>(e: &Einsum<T>, ops: &[&Tensor<T>], reps: usize) -> Result<(f64, Tensor<T>), einsum::EinsumError> {
     let mut best = f64::INFINITY;
     let mut last = None;
@@ -41,7 +46,43 @@ fn rel_diff<T: Elem>(a: &Tensor<T>, b: &Tensor<T>) -> f64 {
     a.max_abs_diff(b).unwrap_or(f64::INFINITY) / b.max_abs().max(f64::MIN_POSITIVE)
 }
 
-fn gradient<T: Elem>(inst: &Instance, e: &Einsum<T>, ops: &[Tensor<T>]) -> Result<String, einsum::EinsumError> {
+/// Thread CPU time in milliseconds: unlike wall time, it leaves out the time this thread
+/// waits while other processes run, which on a shared machine is most of the noise.
+fn cpu_ms() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid `timespec` to write to; the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 * 1e-6
+}
+
+/// Best wall and thread-CPU milliseconds over the calls timed with [`Best::time`].
+#[derive(Clone, Copy)]
+struct Best {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Best {
+    fn new() -> Self {
+        Best { wall: f64::INFINITY, cpu: f64::INFINITY }
+    }
+
+    fn time<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let (w, c) = (Instant::now(), cpu_ms());
+        let r = f();
+        self.cpu = self.cpu.min(cpu_ms() - c);
+        self.wall = self.wall.min(w.elapsed().as_secs_f64() * 1e3);
+        r
+    }
+}
+
+fn gradient<T: Elem>(
+    inst: &Instance,
+    e: &Einsum<T>,
+    ops: &[Tensor<T>],
+    reps: usize,
+) -> Result<String, einsum::EinsumError> {
     let refs: Vec<&Tensor<T>> = ops.iter().collect();
     let f = e.eval(&refs)?;
     let c = f.map(|_| T::one());
@@ -52,10 +93,16 @@ fn gradient<T: Elem>(inst: &Instance, e: &Einsum<T>, ops: &[Tensor<T>]) -> Resul
     let t = Instant::now();
     let grads = g.eval(&refs, &c)?;
     let first = t.elapsed().as_secs_f64() * 1e3;
-    let t = Instant::now();
-    let grads2 = g.eval(&refs, &c)?;
-    let warm = t.elapsed().as_secs_f64() * 1e3;
-    if grads != grads2 {
+    // Forward and gradient alternate, so both see the same machine load; each keeps its
+    // previous result until the next one is computed, as a caller updating operands would.
+    let (mut fwd, mut grad) = (Best::new(), Best::new());
+    let (mut last_f, mut last_g) = (None, None);
+    for _ in 0..reps {
+        last_f = Some(fwd.time(|| e.eval(&refs))?);
+        last_g = Some(grad.time(|| g.eval(&refs, &c))?);
+    }
+    drop(last_f);
+    if last_g.is_some_and(|l| l != grads) {
         return Err(einsum::EinsumError::Instance(format!("{}: two gradient evaluations differ", inst.name)));
     }
     // One operand (the middle one), direction t = its own values scaled.
@@ -74,13 +121,20 @@ fn gradient<T: Elem>(inst: &Instance, e: &Einsum<T>, ops: &[Tensor<T>]) -> Resul
         )));
     }
     Ok(format!(
-        "    gradient wrt {} operands: build+compile {build:.2} ms, eval {first:.2} ms (then {warm:.2} ms), \
-         exact-difference check on operand {i}: {rel:.1e}",
-        ops.len()
+        "    gradient wrt {} operands: build+compile {build:.2} ms, first eval {first:.2} ms | best of {reps}, \
+         alternating: forward {:.3} ms, gradient {:.3} ms, gradient/forward {:.2} (thread CPU: {:.3} / {:.3} ms, \
+         {:.2}) | exact-difference check on operand {i}: {rel:.1e}",
+        ops.len(),
+        fwd.wall,
+        grad.wall,
+        grad.wall / fwd.wall,
+        fwd.cpu,
+        grad.cpu,
+        grad.cpu / fwd.cpu,
     ))
 }
 
-fn run<T: Elem>(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
+fn run<T: Elem>(path: &str, grad: Option<usize>) -> Result<(), einsum::EinsumError> {
     let inst = Instance::from_file(path)?;
     let ops = inst.random_operands::<T>(42)?;
     let refs: Vec<&Tensor<T>> = ops.iter().collect();
@@ -117,9 +171,9 @@ fn run<T: Elem>(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
         line += &format!(", reference {:.1e}", rel_diff(first, &want));
     }
     println!("{line}");
-    if grad {
+    if let Some(reps) = grad {
         let e = inst.einsum::<T>(inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit))?;
-        println!("{}", gradient(&inst, &e, &ops)?);
+        println!("{}", gradient(&inst, &e, &ops, reps)?);
     }
     if !finite || agree > 1e-8 {
         return Err(einsum::EinsumError::Instance(format!("{}: results are not finite or paths disagree", inst.name)));
@@ -129,8 +183,17 @@ fn run<T: Elem>(path: &str, grad: bool) -> Result<(), einsum::EinsumError> {
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let grad = args.iter().any(|a| a == "--grad");
     let complex = args.iter().any(|a| a == "--complex");
+    let reps = match args.iter().position(|a| a == "--reps") {
+        Some(p) if p + 1 < args.len() => {
+            let r = args.remove(p + 1).parse().unwrap_or_else(|e| panic!("--reps: {e}"));
+            args.remove(p);
+            r
+        }
+        Some(_) => panic!("--reps takes a number"),
+        None => 5,
+    };
+    let grad = args.iter().any(|a| a == "--grad").then_some(reps);
     args.retain(|a| a != "--grad" && a != "--complex");
     let files: Vec<String> = if args.is_empty() {
         DEFAULT.iter().map(|n| format!("{}/tests/data/{n}.json", env!("CARGO_MANIFEST_DIR"))).collect()

@@ -5,7 +5,10 @@
 //! moves on, so large buffers churn. Fresh large allocations come from the system as new
 //! pages, and the kernel's page clearing and first-touch faults cost more than a third of
 //! the time of a gradient evaluation of the larger instances (measured with `perf`).
-//! Reused buffers are already mapped and warm.
+//! Reused buffers are already mapped and warm. Kernels that write every element of their
+//! output take it unzeroed ([`overwritten`]): for an output written once, zeroing was a
+//! third of its memory traffic. Kernel scratch (packed operands, results before a final
+//! permutation) goes back to the pool too ([`recycle`]).
 //!
 //! Bounds: buffers of at least [`POOL_MIN_BYTES`] are kept, at most [`POOL_MAX_BUFFERS`] of
 //! them and [`POOL_MAX_BYTES`] in total per thread and element type; [`release_buffers`]
@@ -21,12 +24,15 @@ use crate::elem::Elem;
 
 /// Smallest buffer worth recycling (smaller ones are cheap for the allocator).
 pub const POOL_MIN_BYTES: usize = 32 << 10;
-/// At most this many buffers per thread and element type.
-pub const POOL_MAX_BUFFERS: usize = 32;
+/// At most this many buffers per thread and element type. A gradient's outputs (one per
+/// operand: 100 to 200 on the benchmark instances) all live until the caller drops them;
+/// with 32, two thirds of them came back as fresh pages on every evaluation.
+pub const POOL_MAX_BUFFERS: usize = 256;
 /// At most this many bytes per thread and element type.
 pub const POOL_MAX_BYTES: usize = 1 << 30;
 
 struct Pool<T> {
+    /// Sorted by capacity.
     buffers: Vec<Vec<T>>,
     bytes: usize,
 }
@@ -54,30 +60,55 @@ fn bytes<T>(capacity: usize) -> usize {
     capacity * std::mem::size_of::<T>()
 }
 
+/// A pooled allocation of capacity between `n` and `2n` (the smallest), if there is one.
+fn pooled<T: Elem>(n: usize) -> Option<Vec<T>> {
+    if bytes::<T>(n) < POOL_MIN_BYTES {
+        return None;
+    }
+    with_pool::<T, _>(|p| {
+        // The smallest buffer holding `n` (buffers are sorted by capacity).
+        let best = p.buffers.partition_point(|b| b.capacity() < n);
+        if p.buffers.get(best)?.capacity() > 2 * n {
+            return None;
+        }
+        let b = p.buffers.remove(best);
+        p.bytes -= bytes::<T>(b.capacity());
+        Some(b)
+    })
+    .flatten()
+}
+
 /// A zeroed vector of `n` elements, reusing a pooled allocation of capacity between `n`
-/// and `2n` if there is one.
+/// and `2n` if there is one (a fresh one comes from `calloc` for `f64`, whose large
+/// allocations are zero pages the kernel maps lazily).
 pub(crate) fn zeroed<T: Elem>(n: usize) -> Vec<T> {
-    let mut v = if bytes::<T>(n) >= POOL_MIN_BYTES {
-        with_pool::<T, _>(|p| {
-            let best = p
-                .buffers
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= n && b.capacity() <= 2 * n)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i)?;
-            let b = p.buffers.swap_remove(best);
-            p.bytes -= bytes::<T>(b.capacity());
-            Some(b)
-        })
-        .flatten()
-        .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    v.clear();
-    v.resize(n, T::zero());
-    v
+    match pooled(n) {
+        Some(mut v) => {
+            v.clear();
+            v.resize(n, T::zero());
+            v
+        }
+        None => vec![T::zero(); n],
+    }
+}
+
+/// A vector of `n` elements with unspecified values (stale values of a recycled buffer,
+/// or zeros), for kernels that write every element before reading any: it saves the
+/// zeroing pass, which for an output written once is a third of its memory traffic.
+pub(crate) fn overwritten<T: Elem>(n: usize) -> Vec<T> {
+    match pooled(n) {
+        Some(mut v) => {
+            // Elements past the old length are written once here; the others keep stale
+            // values, all of them initialized `T`s.
+            if v.len() >= n {
+                v.truncate(n);
+            } else {
+                v.resize(n, T::zero());
+            }
+            v
+        }
+        None => vec![T::zero(); n],
+    }
 }
 
 /// Empties the current thread's buffer pools (all element types).
@@ -113,18 +144,24 @@ impl<T: Elem> PartialEq for Buffer<T> {
 
 impl<T: Elem> Drop for Buffer<T> {
     fn drop(&mut self) {
-        let size = bytes::<T>(self.0.capacity());
-        if size < POOL_MIN_BYTES {
-            return;
-        }
-        let v = std::mem::take(&mut self.0);
-        let _ = with_pool::<T, _>(|p| {
-            if p.buffers.len() < POOL_MAX_BUFFERS && p.bytes + size <= POOL_MAX_BYTES {
-                p.bytes += size;
-                p.buffers.push(v);
-            }
-        });
+        recycle(std::mem::take(&mut self.0));
     }
+}
+
+/// Returns a kernel's scratch vector to the pool (if large enough and the pool has room),
+/// as dropping tensor data does.
+pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
+    let size = bytes::<T>(v.capacity());
+    if size < POOL_MIN_BYTES {
+        return;
+    }
+    let _ = with_pool::<T, _>(|p| {
+        if p.buffers.len() < POOL_MAX_BUFFERS && p.bytes + size <= POOL_MAX_BYTES {
+            p.bytes += size;
+            let at = p.buffers.partition_point(|b| b.capacity() < v.capacity());
+            p.buffers.insert(at, v);
+        }
+    });
 }
 
 #[cfg(test)]

@@ -49,14 +49,23 @@ pub trait Elem:
     fn inner(self, other: Self) -> f64;
     /// Writes the value compactly (`1.5`, `1.5-0.5i`).
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
-    /// `c += op(a)·op(b)` for `a` (m×k), `b` (k×n), `c` (m×n) given as slices starting at
-    /// their first element with `[row stride, column stride]`; for each matrix one stride
-    /// must be 1 unless its dimension is 1 (the other stride is then ignored). `op`
-    /// conjugates the elements where `conj` says so (no effect on reals). Sequential.
+    /// `c += op(a)·op(b)` (with `accumulate`) or `c = op(a)·op(b)` (without: `c` is
+    /// written, never read, so its old values may be anything) for `a` (m×k), `b` (k×n),
+    /// `c` (m×n) given as slices starting at their first element with `[row stride,
+    /// column stride]`; for each matrix one stride must be 1 unless its dimension is 1
+    /// (the other stride is then ignored). `op` conjugates the elements where `conj` says
+    /// so (no effect on reals). Sequential.
     ///
     /// # Panics
     /// If a slice is too short for its strides.
-    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]);
+    fn gemm(
+        dims: [usize; 3],
+        a: Strided<'_, Self>,
+        b: Strided<'_, Self>,
+        c: StridedMut<'_, Self>,
+        conj: [bool; 2],
+        accumulate: bool,
+    );
 }
 
 impl Elem for f64 {
@@ -89,8 +98,15 @@ impl Elem for f64 {
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self:?}")
     }
-    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]) {
-        faer_gemm(dims, a, b, c, conj);
+    fn gemm(
+        dims: [usize; 3],
+        a: Strided<'_, Self>,
+        b: Strided<'_, Self>,
+        c: StridedMut<'_, Self>,
+        conj: [bool; 2],
+        accumulate: bool,
+    ) {
+        faer_gemm(dims, a, b, c, conj, accumulate);
     }
 }
 
@@ -125,8 +141,15 @@ impl Elem for c64 {
         let sign = if self.im.is_sign_negative() { "-" } else { "+" };
         write!(f, "{:?}{sign}{:?}i", self.re, self.im.abs())
     }
-    fn gemm(dims: [usize; 3], a: Strided<'_, Self>, b: Strided<'_, Self>, c: StridedMut<'_, Self>, conj: [bool; 2]) {
-        faer_gemm(dims, a, b, c, conj);
+    fn gemm(
+        dims: [usize; 3],
+        a: Strided<'_, Self>,
+        b: Strided<'_, Self>,
+        c: StridedMut<'_, Self>,
+        conj: [bool; 2],
+        accumulate: bool,
+    ) {
+        faer_gemm(dims, a, b, c, conj, accumulate);
     }
 }
 
@@ -174,14 +197,22 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
     b: Strided<'_, T>,
     c: StridedMut<'_, T>,
     [ca, cb]: [bool; 2],
+    accumulate: bool,
 ) {
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            mat_mut(m, n, c).fill(T::zero());
+        }
         return;
     }
     let dst = mat_mut(m, n, c);
     let flag = |c: bool| if c && T::IS_COMPLEX { Conj::Yes } else { Conj::No };
     let (lhs, rhs) = (mat(m, k, a), mat(k, n, b));
-    faer::linalg::matmul::matmul_with_conj(dst, Accum::Add, lhs, flag(ca), rhs, flag(cb), T::one(), Par::Seq);
+    let accum = if accumulate { Accum::Add } else { Accum::Replace };
+    faer::linalg::matmul::matmul_with_conj(dst, accum, lhs, flag(ca), rhs, flag(cb), T::one(), Par::Seq);
 }
 
 #[cfg(test)]
@@ -190,30 +221,41 @@ mod tests {
 
     #[test]
     fn gemm_matches_a_loop_in_every_layout() {
-        let (m, n, k) = (3, 4, 5);
+        // The small size runs faer's nano-GEMM, the larger one its blocked x86 kernels;
+        // k = 0 only writes (or keeps) the output.
+        for (m, n, k) in [(3, 4, 5), (37, 41, 29), (3, 4, 0)] {
+            gemm_layouts(m, n, k);
+        }
+    }
+
+    fn gemm_layouts(m: usize, n: usize, k: usize) {
         let a: Vec<c64> = (0..m * k).map(|i| c64::new(i as f64, 1.0 - i as f64)).collect();
         let b: Vec<c64> = (0..k * n).map(|i| c64::new(0.5 * i as f64, 2.0)).collect();
         let guard = c64::new(7.0, -7.0);
-        for layout in 0..32 {
+        for layout in 0..64 {
             let (ra, rb, rc) = (layout & 1 == 1, layout & 2 == 2, layout & 4 == 4);
             let conj = [layout & 8 == 8, layout & 16 == 16];
+            // Without accumulation the old values are never read, not even a NaN.
+            let accumulate = layout & 32 == 0;
+            let old = if accumulate { c64::one() } else { c64::new(f64::NAN, f64::NAN) };
             let op = |x: c64, c: bool| if c { Elem::conj(x) } else { x };
             let sa = if ra { [k, 1] } else { [1, m] };
             let sb = if rb { [n, 1] } else { [1, k] };
             let sc = if rc { [n, 1] } else { [1, m] };
             let at = |s: [usize; 2], i: usize, j: usize| i * s[0] + j * s[1];
             // A guard zone after the output catches writes past its end.
-            let mut c = vec![c64::one(); m * n + 16];
+            let mut c = vec![old; m * n + 16];
             c[m * n..].fill(guard);
-            c64::gemm([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c[..m * n], sc), conj);
-            assert!(c[m * n..].iter().all(|&x| x == guard), "layout {layout}: wrote past the output");
+            c64::gemm([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c[..m * n], sc), conj, accumulate);
+            assert!(c[m * n..].iter().all(|&x| x == guard), "{m}×{n}×{k} layout {layout}: wrote past the output");
             for i in 0..m {
                 for j in 0..n {
-                    let mut s = c64::one();
+                    let mut s = if accumulate { c64::one() } else { c64::zero() };
                     for l in 0..k {
                         s += op(a[at(sa, i, l)], conj[0]) * op(b[at(sb, l, j)], conj[1]);
                     }
-                    assert!((s - c[at(sc, i, j)]).norm() < 1e-12, "layout {layout}: ({i}, {j})");
+                    let err = (s - c[at(sc, i, j)]).norm();
+                    assert!(err < 1e-12 * (1.0 + s.norm()), "{m}×{n}×{k} layout {layout}: ({i}, {j})");
                 }
             }
         }

@@ -461,6 +461,11 @@ pub struct EinsumGradient<T: Elem> {
 }
 
 impl<T: Elem> EinsumGradient<T> {
+    /// The compiled derivative program (its text dump lists every instruction).
+    pub fn program(&self) -> &CompiledProgram<TensorOp<T>> {
+        self.program.program()
+    }
+
     /// `Jᵀ c`: one tensor per `wrt` operand (zeros where the output does not depend on it).
     pub fn eval(&self, operands: &[&Tensor<T>], cotangent: &Tensor<T>) -> EinsumResult<Vec<Tensor<T>>> {
         let m = &self.einsum;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, zeroed};
+use crate::buffer::{Buffer, overwritten, zeroed};
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 
@@ -129,7 +129,7 @@ impl<T: Elem> Tensor<T> {
 
     /// Element-wise map.
     pub fn map(&self, mut f: impl FnMut(&T) -> T) -> Self {
-        let mut out = zeroed(self.len());
+        let mut out = overwritten(self.len());
         for (o, x) in out.iter_mut().zip(self.data.iter()) {
             *o = f(x);
         }
@@ -145,7 +145,7 @@ impl<T: Elem> Tensor<T> {
                 other.shape()
             )));
         }
-        let mut out = zeroed(self.len());
+        let mut out = overwritten(self.len());
         for (o, (&a, &b)) in out.iter_mut().zip(self.data.iter().zip(other.data.iter())) {
             *o = f(a, b);
         }
