@@ -46,6 +46,27 @@ crate::define_id!(
 );
 
 /// An operand of an operation being added: a value of this graph or any value by key.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut a = GraphBuilder::<ScalarOp>::new();
+/// let x = a.add_input(ScalarKey::var(0));
+/// let e = a.add_operation(ScalarOp::Exp, vec![Local(x)], Primary)[0];
+/// let first = Arc::new(a.build());
+///
+/// // Another fragment uses exp(x) by key, and a local value of its own.
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// b.add_parent(first.clone());
+/// let y = b.add_input(ScalarKey::var(1));
+/// let p = b.add_operation(ScalarOp::Mul, vec![External(first.global_key(e)), Local(y)], Primary)[0];
+/// let second = Arc::new(b.build());
+///
+/// let program = compile(&materialize_merge(&resolve(vec![second.clone()]), &[second.global_key(p)]));
+/// assert_eq!(program.eval(&mut (), &[&0.0, &3.0]), vec![3.0]);
+/// ```
 pub enum ValueRef<Op: GraphOperation> {
     /// A value of the graph being built.
     Local(LocalValueId),
@@ -134,6 +155,18 @@ pub(crate) enum LocalDef {
 }
 
 /// How a value of a graph is defined, as returned by [`Graph::value_def`].
+///
+/// ```
+/// use computegraph::{GraphBuilder, LocalValueDef, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
+/// let g = b.build();
+/// assert_eq!(g.value_def(x), Some(LocalValueDef::Input(&ScalarKey::var(0))));
+/// assert!(matches!(g.value_def(sc[1]), Some(LocalValueDef::Output { output_slot: 1, .. })));
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub enum LocalValueDef<'a, Op: GraphOperation> {
     /// A graph input with this key.
@@ -196,6 +229,21 @@ pub struct Graph<Op: GraphOperation> {
 }
 
 /// One operation of a [`Graph`], as yielded by [`Graph::operations`].
+///
+/// ```
+/// use computegraph::{GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Add, vec![Local(x), Local(x)], Primary)[0];
+/// let g = b.build();
+/// let op = g.operations().next().unwrap();
+/// assert_eq!(*op.operation(), ScalarOp::Add);
+/// assert_eq!(op.local_inputs().collect::<Vec<_>>(), vec![Some(x), Some(x)]);
+/// assert_eq!(op.outputs().collect::<Vec<_>>(), vec![y]);
+/// assert_eq!(op.key(), g.operation(op.id()).key());
+/// ```
 pub struct OperationView<'a, Op: GraphOperation> {
     graph: &'a Graph<Op>,
     id: LocalOperationId,
@@ -484,6 +532,24 @@ pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: 
 ///
 /// Every method that can fail on user input has a `try_` twin returning [`GraphError`];
 /// the plain forms panic with the same message.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// // Two builders on one interner (they may run on different threads).
+/// let interner = KeyInterner::new();
+/// let build = || {
+///     let mut b = GraphBuilder::<ScalarOp>::with_interner(Arc::clone(&interner));
+///     let x = b.add_input(ScalarKey::var(0));
+///     let y = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+///     b.set_outputs(vec![y]);
+///     let g = b.build();
+///     g.global_key(y)
+/// };
+/// assert_eq!(build(), build()); // equal structure, equal key
+/// ```
 pub struct GraphBuilder<Op: GraphOperation> {
     graph: Graph<Op>,
     role_index: FxHashMap<OperationRole, u32>,

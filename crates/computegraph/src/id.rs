@@ -21,6 +21,14 @@ use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
 /// A dense `u32` index type usable as the key of an [`IdVec`].
+///
+/// ```
+/// use computegraph::{Id, OperationId};
+///
+/// let op = OperationId::new(3);
+/// assert_eq!(op.index(), 3);
+/// assert_eq!(format!("{op:?}"), "op3");
+/// ```
 pub trait Id: Copy + Eq + Ord + std::hash::Hash + fmt::Debug {
     /// Largest number of entities of this kind (`u32::MAX - 1`; the top value is the niche).
     const MAX_INDEX: usize = (u32::MAX - 1) as usize;
@@ -109,6 +117,16 @@ macro_rules! define_id {
 ///
 /// Append-only: `push` returns the id of the new entry. Ids are never invalidated, so
 /// no generation check is needed (see `docs/adr/0001-storage.md`).
+///
+/// ```
+/// use computegraph::{IdVec, ValueId};
+///
+/// let mut names: IdVec<ValueId, &str> = IdVec::new();
+/// let a = names.push("a");
+/// let b = names.push("b");
+/// assert_eq!((names[a], names[b]), ("a", "b"));
+/// assert_eq!(names.iter_enumerated().map(|(id, _)| id).collect::<Vec<_>>(), vec![a, b]);
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct IdVec<I, T> {
     raw: Vec<T>,

@@ -49,6 +49,19 @@ crate::define_id!(
 ///
 /// Obtain one from a built graph ([`Graph::global_key`](crate::Graph::global_key)) or from
 /// [`KeyInterner::intern_operation`]; read its parts with [`KeyInterner::operation_parts`].
+///
+/// ```
+/// use computegraph::{KeyInterner, OperationRole, ValueKey};
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// let interner = KeyInterner::<ScalarOp>::new();
+/// let x = interner.intern_input(ScalarKey::var(0));
+/// let key = interner.intern_operation(&ScalarOp::SinCos, &[x], &OperationRole::Primary).unwrap();
+/// assert_eq!(key.output_count(), 2);
+/// let (op, inputs, role) = interner.operation_parts(&key).unwrap();
+/// assert_eq!((op, role), (ScalarOp::SinCos, OperationRole::Primary));
+/// assert_eq!(inputs, vec![ValueKey::Input(ScalarKey::var(0))]);
+/// ```
 pub struct OperationKey<Op> {
     interner: u32,
     id: OperationKeyId,

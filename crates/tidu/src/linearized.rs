@@ -18,6 +18,30 @@ use crate::primitive::DiffPassId;
 ///   `linear_transpose`, one cotangent seed per non-zero output of the transposed map.
 /// - [`tangent_outputs`](Self::tangent_outputs): the map's outputs; `None` is a symbolic zero
 ///   (no tangent or cotangent reaches that output).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::{linear_transpose, linearize};
+///
+/// // f(x, y) = sin(x), differentiated with respect to x and y.
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// b.add_input(ScalarKey::var(1));
+/// let s = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let f = Arc::new(b.build());
+///
+/// let lin = linearize(&resolve(vec![f.clone()]), &[f.global_key(s)], &[ScalarKey::var(0), ScalarKey::var(1)]);
+/// assert_eq!(lin.tangent_inputs().len(), 2); // dx and dy
+/// assert!(lin.tangent_outputs()[0].is_some());
+/// lin.check_linear().unwrap();
+///
+/// let t = linear_transpose(&lin);
+/// assert_eq!(t.tangent_inputs().len(), 1); // one seed
+/// assert!(t.tangent_outputs()[0].is_some()); // the cotangent of x
+/// assert!(t.tangent_outputs()[1].is_none()); // of y: a symbolic zero
+/// ```
 pub struct LinearizedGraph<Op: GraphOperation> {
     pub(crate) graph: Arc<Graph<Op>>,
     pub(crate) tangent_inputs: Vec<(Op::InputKey, LocalValueId)>,

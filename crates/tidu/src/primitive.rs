@@ -15,6 +15,24 @@ pub type DiffPassId = u64;
 ///
 /// `k.tangent_of(p)` must differ from every key the user can write, from `k`, and from
 /// `k.tangent_of(q)` for `q != p`; it must be deterministic (equal inputs, equal key).
+///
+/// ```
+/// use tidu::{ADKey, DiffPassId};
+///
+/// // Keys as (name, passes): a tangent appends its pass.
+/// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// struct Key(&'static str, Vec<DiffPassId>);
+/// impl ADKey for Key {
+///     fn tangent_of(&self, pass: DiffPassId) -> Self {
+///         let mut passes = self.1.clone();
+///         passes.push(pass);
+///         Key(self.0, passes)
+///     }
+/// }
+/// let x = Key("x", vec![]);
+/// assert_eq!(x.tangent_of(3), Key("x", vec![3]));
+/// assert_ne!(x.tangent_of(3), x.tangent_of(4));
+/// ```
 pub trait ADKey: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static {
     /// The key of the tangent (or cotangent seed) of `self` in pass `pass`.
     fn tangent_of(&self, pass: DiffPassId) -> Self;
@@ -136,6 +154,62 @@ pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
 /// ([`Primitive::try_jvp_rule_into`], [`Primitive::try_linear_transpose_rule_into`]), which
 /// default to the `try_` forms; a set that overrides them implements the `try_` forms
 /// through them.
+///
+/// A two-operation set (`Add`, and `Twice`, x ↦ 2x), differentiated to the second order.
+/// A fuller walk-through, with nonlinear operations, is `docs/guide-primitives.md`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{GraphBuilder, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef::Local};
+/// use scalar::ScalarKey;
+/// use tidu::{linear_transpose, linearize, Primitive, PrimitiveBuilder, PrimitiveValue};
+///
+/// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// enum Op { Add, Twice }
+/// impl GraphOperation for Op {
+///     type Operand = f64;
+///     type Context = ();
+///     type InputKey = ScalarKey;
+///     fn input_count(&self) -> usize { if *self == Op::Add { 2 } else { 1 } }
+///     fn output_count(&self) -> usize { 1 }
+/// }
+/// impl Primitive for Op {
+///     type ADContext = ();
+///     fn add() -> Self { Op::Add }
+///     // Both operations are linear: the tangent is the operation on the tangents.
+///     fn jvp_rule(&self, b: &mut impl PrimitiveBuilder<Self>, _: &[ValueKey<Self>], _: &[ValueKey<Self>],
+///                 t: &[Option<LocalValueId>], _: &mut ()) -> Vec<Option<LocalValueId>> {
+///         let lin = |n| OperationRole::all_active(n);
+///         vec![Some(match (self, t) {
+///             (Op::Twice, [Some(dx)]) => b.add_primitive(Op::Twice, vec![Local(*dx)], lin(1))[0],
+///             (Op::Add, [Some(a), Some(c)]) => b.add_primitive(Op::Add, vec![Local(*a), Local(*c)], lin(2))[0],
+///             (Op::Add, [Some(a), None] | [None, Some(a)]) => *a,
+///             _ => unreachable!("never called with only symbolic zeros"),
+///         })]
+///     }
+///     // Transposes: Twice is its own; Add hands the cotangent to both operands.
+///     fn transpose_rule(&self, b: &mut impl PrimitiveBuilder<Self>, ct: &[Option<LocalValueId>],
+///                       _: &[PrimitiveValue<Self>], _: &OperationRole, _: &mut ()) -> Vec<Option<LocalValueId>> {
+///         match (self, ct) {
+///             (_, [None]) => vec![None; self.input_count()],
+///             (Op::Twice, [Some(c)]) => vec![Some(b.add_primitive(Op::Twice, vec![Local(*c)], OperationRole::all_active(1))[0])],
+///             (Op::Add, [Some(c)]) => vec![Some(*c), Some(*c)],
+///             _ => unreachable!(),
+///         }
+///     }
+/// }
+///
+/// // f(x) = 2x + x; f' = 3, and the transpose of that linear map is 3 too.
+/// let mut b = GraphBuilder::<Op>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let t = b.add_operation(Op::Twice, vec![Local(x)], OperationRole::Primary)[0];
+/// let y = b.add_operation(Op::Add, vec![Local(t), Local(x)], OperationRole::Primary)[0];
+/// let f = Arc::new(b.build());
+/// let lin = linearize(&computegraph::resolve(vec![f.clone()]), &[f.global_key(y)], &[ScalarKey::var(0)]);
+/// let tr = linear_transpose(&lin);
+/// assert_eq!(tr.tangent_outputs().len(), 1);
+/// assert!(tr.tangent_outputs()[0].is_some());
+/// ```
 pub trait Primitive: GraphOperation<InputKey: ADKey> {
     /// Rule state threaded through a transform (caches, options). Most sets use `()`.
     type ADContext: Default;

@@ -43,7 +43,26 @@ pub fn linear_transpose<Op: Primitive>(linear: &LinearizedGraph<Op>) -> Lineariz
     try_linear_transpose(linear).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Fallible [`linear_transpose`].
+/// Fallible [`linear_transpose`]: a missing or failing transpose rule, or a rule that
+/// breaks linearity, is an [`ADRuleError`](crate::ADRuleError).
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::{try_linear_transpose, try_linearize, DerivativeProgram};
+///
+/// // f(x) = x·x: the transpose maps a seed c to 2x·c.
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// let x = b.add_input(ScalarKey::var(0));
+/// let y = b.add_operation(ScalarOp::Mul, vec![Local(x), Local(x)], Primary)[0];
+/// let f = Arc::new(b.build());
+/// let lin = try_linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], &[ScalarKey::var(0)]).unwrap();
+/// let t = try_linear_transpose(&lin).unwrap();
+/// let seed = t.tangent_inputs()[0].0.clone();
+/// let out = DerivativeProgram::new(&t).unwrap().eval(&mut (), |k| Some(if *k == seed { &0.5 } else { &3.0 })).unwrap();
+/// assert_eq!(out, vec![Some(3.0)]);
+/// ```
 pub fn try_linear_transpose<Op: Primitive>(linear: &LinearizedGraph<Op>) -> ADRuleResult<LinearizedGraph<Op>> {
     try_linear_transpose_with(linear, &mut Op::ADContext::default())
 }
