@@ -112,6 +112,19 @@ pub(crate) fn overwritten<T: Elem>(n: usize) -> Vec<T> {
 }
 
 /// Empties the current thread's buffer pools (all element types).
+///
+/// Kernels recycle large buffers per thread (the pool keeps the ones tensors gave back);
+/// call this to return that memory when a thread is done with contractions.
+///
+/// ```
+/// use einsum::{release_buffers, Einsum, PathChoice, Tensor};
+///
+/// let e = Einsum::<f64>::new("ij,jk->ik", &[vec![64, 64], vec![64, 64]], PathChoice::Greedy).unwrap();
+/// let a = Tensor::from_fn(vec![64, 64], |_| 1.0).unwrap();
+/// let r = e.eval(&[&a, &a]).unwrap();
+/// assert_eq!(r.get(&[0, 0]), Some(64.0));
+/// release_buffers();
+/// ```
 pub fn release_buffers() {
     let _ = POOLS.try_with(|p| {
         if let Ok(mut p) = p.try_borrow_mut() {

@@ -6,6 +6,17 @@ use computegraph::GraphError;
 use tidu::ADRuleError;
 
 /// Why an expression, a shape, a path, an instance or an evaluation was rejected.
+///
+/// ```
+/// use einsum::{ContractionPath, Einsum, EinsumError, PathChoice};
+///
+/// let shapes = [vec![2, 3], vec![3, 4]];
+/// let bad_shape = Einsum::<f64>::new("ij,jk->ik", &[vec![2, 3], vec![5, 4]], PathChoice::Greedy);
+/// assert!(matches!(bad_shape, Err(EinsumError::Shape(_))));
+/// let bad_path = PathChoice::Explicit(ContractionPath::new(vec![[0, 2]]));
+/// assert!(matches!(Einsum::<f64>::new("ij,jk->ik", &shapes, bad_path), Err(EinsumError::Path { .. })));
+/// assert!(matches!(Einsum::<f64>::new("ij,jk->i?", &shapes, PathChoice::Greedy), Err(EinsumError::Parse { .. }) | Err(EinsumError::Shape(_))));
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum EinsumError {
@@ -68,4 +79,14 @@ impl From<ADRuleError> for EinsumError {
 }
 
 /// `Result` with [`EinsumError`].
+///
+/// ```
+/// use einsum::{reference_einsum, EinsumResult, Tensor};
+///
+/// fn trace(m: &Tensor<f64>) -> EinsumResult<f64> {
+///     Ok(reference_einsum("ii->", &[m])?.get(&[]).unwrap_or(0.0))
+/// }
+/// assert_eq!(trace(&Tensor::new(vec![2, 2], vec![1.0, 9.0, 9.0, 2.0]).unwrap()).unwrap(), 3.0);
+/// assert!(trace(&Tensor::new(vec![2, 3], vec![0.0; 6]).unwrap()).is_err());
+/// ```
 pub type EinsumResult<T> = Result<T, EinsumError>;

@@ -887,6 +887,19 @@ impl KernelPlan {
 }
 
 /// Which kernel [`contract_using`] runs.
+///
+/// ```
+/// use einsum::kernel::{contract, contract_using, ContractSpec, KernelChoice};
+/// use einsum::Tensor;
+///
+/// let spec = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[3, 4, 5]).unwrap();
+/// let a = Tensor::from_fn(vec![3, 4], |i| (i[0] + 2 * i[1]) as f64).unwrap();
+/// let b = Tensor::from_fn(vec![4, 5], |i| (i[0] as f64) - (i[1] as f64)).unwrap();
+/// // Every kernel computes the same product.
+/// let auto = contract(&spec, &a, &b);
+/// assert_eq!(contract_using(&spec, &a, &b, KernelChoice::Direct).data(), auto.data());
+/// assert_eq!(contract_using(&spec, &a, &b, KernelChoice::Gemm).data(), auto.data());
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
     /// GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`] (or [`BATCHED_GEMM_MIN_WORK`] for a batch),
@@ -924,6 +937,15 @@ pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>
 }
 
 /// Evaluates a one-operand einsum.
+///
+/// ```
+/// use einsum::kernel::{unary, UnarySpec};
+/// use einsum::Tensor;
+///
+/// let a = Tensor::new(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+/// let rows = unary(&UnarySpec::sum_axes(&[2, 3], &[1]).unwrap(), &a);
+/// assert_eq!(rows.data(), &[6.0, 15.0]);
+/// ```
 ///
 /// # Panics
 /// If the operand shape is not the spec's.

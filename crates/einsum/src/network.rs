@@ -28,6 +28,17 @@ use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 
 /// How to pick the pairwise path.
+///
+/// ```
+/// use einsum::{ContractionPath, Einsum, PathChoice};
+///
+/// let shapes = [vec![2, 30], vec![30, 40], vec![40, 2]];
+/// let greedy = Einsum::<f64>::new("ij,jk,kl->il", &shapes, PathChoice::Greedy).unwrap();
+/// // opt_einsum's format: contract operands 1 and 2 first, then the result with operand 0.
+/// let path = PathChoice::Explicit(ContractionPath::new(vec![[1, 2], [0, 1]]));
+/// let explicit = Einsum::<f64>::new("ij,jk,kl->il", &shapes, path).unwrap();
+/// assert_eq!(greedy.output_shape(), explicit.output_shape());
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PathChoice {
     /// [`ContractionPath::greedy`].
@@ -453,6 +464,19 @@ fn zeros_like<T: Elem>(shape: &[usize]) -> EinsumResult<Tensor<T>> {
 }
 
 /// A compiled vector-Jacobian product of an [`Einsum`] ([`Einsum::gradient`]).
+///
+/// ```
+/// use einsum::{Einsum, PathChoice, Tensor};
+///
+/// // f(A, x) = A·x; the cotangent c gives ∂⟨c, f⟩/∂x = Aᵀc.
+/// let e = Einsum::<f64>::new("ij,j->i", &[vec![2, 2], vec![2]], PathChoice::Greedy).unwrap();
+/// let a = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+/// let x = Tensor::new(vec![2], vec![1.0, 1.0]).unwrap();
+/// let c = Tensor::new(vec![2], vec![1.0, 0.0]).unwrap();
+/// let g = e.gradient(&[1]).unwrap();
+/// let dx = &g.eval(&[&a, &x], &c).unwrap()[0];
+/// assert_eq!((dx.get(&[0]), dx.get(&[1])), (Some(1.0), Some(2.0)));
+/// ```
 pub struct EinsumGradient<T: Elem> {
     program: DerivativeProgram<TensorOp<T>>,
     seed: Option<TensorKey>,
@@ -482,6 +506,23 @@ impl<T: Elem> EinsumGradient<T> {
 }
 
 /// A compiled Hessian-vector product of an [`Einsum`] ([`Einsum::hvp`]).
+///
+/// ```
+/// use einsum::{Einsum, PathChoice, Tensor};
+///
+/// // f(x) = xᵀ·M·x has Hessian M + Mᵀ.
+/// let e = Einsum::<f64>::new("i,ij,j->", &[vec![2], vec![2, 2], vec![2]], PathChoice::Greedy).unwrap();
+/// let m = Tensor::new(vec![2, 2], vec![1.0, 2.0, 0.0, 3.0]).unwrap();
+/// let x = Tensor::new(vec![2], vec![0.5, -1.0]).unwrap();
+/// let v = Tensor::new(vec![2], vec![1.0, 0.0]).unwrap();
+/// // Both x operands vary together only if they are one variable; here, H of operand 0 alone
+/// // is zero (f is linear in it), and the cross terms are what the product computes.
+/// let h = e.hvp(&[0, 2]).unwrap();
+/// let hv = h.eval(&[&x, &m, &x], &Tensor::scalar(1.0), &[&v, &v]).unwrap();
+/// // H·(v, v) = ((M·v), (Mᵀ·v)): the derivative of operand 0's gradient M·x₂ along x₂ = v.
+/// assert_eq!((hv[0].get(&[0]), hv[0].get(&[1])), (Some(1.0), Some(0.0)));
+/// assert_eq!((hv[1].get(&[0]), hv[1].get(&[1])), (Some(1.0), Some(2.0)));
+/// ```
 pub struct EinsumHvp<T: Elem> {
     program: DerivativeProgram<TensorOp<T>>,
     seed: Option<TensorKey>,

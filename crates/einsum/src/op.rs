@@ -111,6 +111,15 @@ impl<T: Elem> fmt::Debug for TensorOp<T> {
 }
 
 /// Input keys: user variables and (for AD passes) tangent keys derived from them.
+///
+/// ```
+/// use einsum::TensorKey;
+/// use tidu::ADKey;
+///
+/// let a = TensorKey::var(0);
+/// assert_ne!(a.tangent_of(1), a.tangent_of(2));
+/// assert_eq!(a.tangent_of(1), a.tangent_of(1));
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum TensorKey {
     /// Operand `i` of a contraction, or any user variable.
