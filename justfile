@@ -14,7 +14,7 @@ einsum-instances:
 
 # Microseconds per contraction step on small-tensor graphs (BENCHMARKS.md section B).
 einsum-steps:
-    cargo run --release -p einsum --example steps
+    cargo run --release -p benches --bin einsum_steps
 
 # One small program per pipeline of seed 000 §IV (JVP, VJP, forward over forward, HVP,
 # n-th derivative), every phase spelled out and checked against closed forms.

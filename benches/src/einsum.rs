@@ -54,7 +54,7 @@ impl Network {
 
 /// `n` distinct labels: characters that are not syntax, whitespace or controls (from
 /// U+0100, so that any number of them fits).
-fn labels(n: usize) -> Vec<char> {
+pub fn labels(n: usize) -> Vec<char> {
     (0x100u32..).filter_map(char::from_u32).filter(|c| !c.is_whitespace() && !c.is_control()).take(n).collect()
 }
 

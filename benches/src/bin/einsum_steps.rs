@@ -6,61 +6,46 @@
 //! - random 3-regular network, N tensors, bond dimension 2, greedy path;
 //! - a balanced binary tree of matrix products, 2×2 to 8×8.
 //!
-//! `cargo run --release -p einsum --example steps [-- quick]`
+//! `cargo run --release -p benches --bin einsum_steps [-- quick]`
 
 use std::time::Instant;
 
+use benches::einsum::{labels, mps};
 use computegraph::{EvalState, ValueRef};
 use einsum::{ContractionPath, Einsum, PathChoice, Tensor};
-
-/// `n` distinct labels: characters that are not syntax, whitespace or controls.
-fn labels(n: usize) -> Vec<char> {
-    (0x100u32..).filter_map(char::from_u32).filter(|c| !c.is_whitespace() && !c.is_control()).take(n).collect()
-}
 
 struct Net {
     name: String,
     expr: String,
     shapes: Vec<Vec<usize>>,
     path: PathChoice,
+    operands: Vec<Tensor<f64>>,
 }
 
-fn mps(n: usize, chi: usize) -> Net {
-    // Ket A_i(a_i, p_i, a_{i+1}), bra B_i(b_i, p_i, b_{i+1}); the ends drop the outer bond.
-    let l = labels(3 * n + 3);
-    let p = |i: usize| l[2 * n + 2 + i];
-    let mut terms = Vec::new();
-    let mut shapes = Vec::new();
-    for i in 0..n {
-        for offset in [0, n + 1] {
-            let bond = |i: usize| l[offset + i];
-            let mut t = String::new();
-            let mut s = Vec::new();
-            if i > 0 {
-                t.push(bond(i));
-                s.push(chi);
-            }
-            t.push(p(i));
-            s.push(2);
-            if i + 1 < n {
-                t.push(bond(i + 1));
-                s.push(chi);
-            }
-            terms.push(t);
-            shapes.push(s);
+impl Net {
+    /// The MPS inner product of `benches::einsum::mps` (operands scaled so that the result
+    /// stays near 1 at any length).
+    fn mps(n: usize, chi: usize) -> Net {
+        let m = mps(n, chi);
+        Net {
+            name: format!("mps n={n} χ={chi}"),
+            expr: m.expression,
+            shapes: m.shapes,
+            path: PathChoice::Explicit(m.path),
+            operands: m.operands,
         }
     }
-    // Zipper: A0·B0, then the environment (last) with the first remaining operand.
-    let mut steps = vec![[0, 1]];
-    for k in 0..2 * (n - 1) {
-        steps.push([0, 2 * n - 2 - k]);
-    }
-    Net {
-        name: format!("mps n={n} χ={chi}"),
-        expr: terms.join(",") + "->",
-        shapes,
-        path: PathChoice::Explicit(ContractionPath::new(steps)),
-    }
+}
+
+/// Operands of the given shapes, entries about `1/√size`.
+fn operands(shapes: &[Vec<usize>]) -> Vec<Tensor<f64>> {
+    shapes
+        .iter()
+        .map(|s| {
+            let scale = 1.0 / (s.iter().product::<usize>() as f64).sqrt();
+            Tensor::from_fn(s.clone(), |i| scale * (1.0 + 0.1 * i.iter().sum::<usize>() as f64)).unwrap()
+        })
+        .collect()
 }
 
 fn tree(n: usize, seed: u64) -> Net {
@@ -72,12 +57,13 @@ fn tree(n: usize, seed: u64) -> Net {
     };
     let dims: Vec<usize> = (0..=n).map(|_| dim()).collect();
     let terms: Vec<String> = (0..n).map(|i| [l[i], l[i + 1]].iter().collect()).collect();
-    let shapes = (0..n).map(|i| vec![dims[i], dims[i + 1]]).collect();
+    let shapes: Vec<Vec<usize>> = (0..n).map(|i| vec![dims[i], dims[i + 1]]).collect();
     // [0, 1] again and again pairs neighbours level by level: a balanced tree.
     let steps = vec![[0, 1]; n - 1];
     Net {
         name: format!("tree of {n} matrices (2..8)"),
         expr: format!("{}->{}{}", terms.join(","), l[0], l[n]),
+        operands: operands(&shapes),
         shapes,
         path: PathChoice::Explicit(ContractionPath::new(steps)),
     }
@@ -111,6 +97,7 @@ fn regular3(n: usize, seed: u64) -> Net {
     Net {
         name: format!("3-regular N={n} χ=2"),
         expr: terms.join(",") + "->",
+        operands: operands(&vec![vec![2; 3]; n]),
         shapes: vec![vec![2; 3]; n],
         path: PathChoice::Greedy,
     }
@@ -121,14 +108,7 @@ fn run(net: &Net) {
     let e =
         Einsum::<f64>::new(&net.expr, &net.shapes, net.path.clone()).unwrap_or_else(|e| panic!("{}: {e}", net.name));
     let build = t.elapsed().as_secs_f64();
-    let ops: Vec<Tensor<f64>> = net
-        .shapes
-        .iter()
-        .map(|s| {
-            let scale = 1.0 / (s.iter().product::<usize>() as f64).sqrt();
-            Tensor::from_fn(s.clone(), |i| scale * (1.0 + 0.1 * i.iter().sum::<usize>() as f64)).unwrap()
-        })
-        .collect();
+    let ops = &net.operands;
     let refs: Vec<&Tensor<f64>> = ops.iter().collect();
     let steps = e.program().instruction_count().max(1);
     let mut state = EvalState::new();
@@ -180,7 +160,7 @@ fn main() {
     let sites: &[usize] = if quick { &[100] } else { &[100, 1000, 10000] };
     for &n in sites {
         for chi in [1, 2, 4, 8] {
-            run(&mps(n, chi));
+            run(&Net::mps(n, chi));
         }
     }
     for n in [50, 100] {
