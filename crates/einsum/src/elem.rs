@@ -12,6 +12,15 @@ pub use faer::c64;
 ///
 /// Besides arithmetic it knows its conjugate, the real inner product
 /// `⟨a, b⟩ = Re(conj(a)·b)` the AD convention is stated in, and how to run a GEMM.
+///
+/// ```
+/// use einsum::{c64, Elem};
+///
+/// let z = c64::new(1.0, 2.0);
+/// assert_eq!(z.conj(), c64::new(1.0, -2.0));
+/// assert_eq!(z.inner(z), 5.0); // Re(conj(z)·z) = |z|²
+/// assert_eq!(3.0f64.inner(2.0), 6.0);
+/// ```
 pub trait Elem:
     Copy
     + Send
@@ -154,6 +163,17 @@ impl Elem for c64 {
 }
 
 /// A matrix in a slice: the slice starts at element `(0, 0)`; `[row stride, column stride]`.
+///
+/// ```
+/// use einsum::{Elem, Strided, StridedMut};
+///
+/// // C = A·B with A 2×3 row-major, B 3×2 given column-major (strides [1, 3]).
+/// let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// let b = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]; // columns (1, 0, 1) and (0, 1, 0)
+/// let mut c = [0.0; 4];
+/// f64::gemm([2, 2, 3], Strided(&a, [3, 1]), Strided(&b, [1, 3]), StridedMut(&mut c, [2, 1]), [false; 2], false);
+/// assert_eq!(c, [4.0, 2.0, 10.0, 5.0]);
+/// ```
 #[derive(Copy, Clone, Debug)]
 pub struct Strided<'a, T>(pub &'a [T], pub [usize; 2]);
 

@@ -916,6 +916,17 @@ pub enum KernelChoice {
 
 /// Evaluates a binary contraction, choosing the kernel by size.
 ///
+/// ```
+/// use einsum::kernel::{contract, ContractSpec};
+/// use einsum::Tensor;
+///
+/// // A batched product `bij,bjk->bik`: labels b = 0, i = 1, j = 2, k = 3.
+/// let spec = ContractSpec::new(&[0, 1, 2], &[0, 2, 3], &[0, 1, 3], &[2, 1, 2, 1]).unwrap();
+/// let a = Tensor::new(vec![2, 1, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+/// let b = Tensor::new(vec![2, 2, 1], vec![1.0, 1.0, 2.0, 0.0]).unwrap();
+/// assert_eq!(contract(&spec, &a, &b).data(), &[3.0, 6.0]);
+/// ```
+///
 /// # Panics
 /// If the operand shapes are not the spec's (graphs built through this crate's builders
 /// are shape-checked when built).
@@ -923,7 +934,8 @@ pub fn contract<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> T
     contract_using(spec, a, b, KernelChoice::Auto)
 }
 
-/// Evaluates a binary contraction with a given kernel (for tests and benches).
+/// Evaluates a binary contraction with a given kernel (for tests and benches); see the
+/// example of [`KernelChoice`].
 ///
 /// # Panics
 /// As [`contract`].

@@ -43,6 +43,16 @@ pub fn reference_einsum<T: Elem>(expression: &str, operands: &[&Tensor<T>]) -> E
 /// write the output's diagonal (zeros elsewhere), output labels in no operand broadcast, and
 /// operand labels not in the output are summed. Sizes of labels that occur nowhere are
 /// ignored.
+///
+/// ```
+/// use einsum::{reference_labels, Tensor};
+///
+/// // Labels 0 and 1 (sizes 2 and 3): the diagonal-free product `ij,j->i` written with numbers.
+/// let m = Tensor::from_fn(vec![2, 3], |i| (i[0] * 3 + i[1]) as f64).unwrap();
+/// let v = Tensor::new(vec![3], vec![1.0, 1.0, 1.0]).unwrap();
+/// let r = reference_labels(&[(&m, &[0, 1][..]), (&v, &[1][..])], &[0], &[2, 3]).unwrap();
+/// assert_eq!(r.data(), &[3.0, 12.0]);
+/// ```
 pub fn reference_labels<T: Elem>(
     operands: &[(&Tensor<T>, &[u32])],
     out: &[u32],
