@@ -42,6 +42,31 @@ pub(crate) struct Instr {
     pub(crate) n_out: u16,
 }
 
+impl Instr {
+    /// The instruction's operand and output slots in `args` (the program's pool, or a
+    /// schedule's, which has the same layout).
+    ///
+    /// # Panics
+    /// If the range runs past `args`.
+    #[inline]
+    pub(crate) fn slots(self, args: &[u32]) -> (&[u32], &[u32]) {
+        let (start, mid) = (self.start as usize, self.start as usize + self.n_in as usize);
+        (&args[start..mid], &args[mid..mid + self.n_out as usize])
+    }
+
+    /// [`Self::slots`] without bounds checks, for the evaluators' loops.
+    ///
+    /// # Safety
+    /// The range lies in `args`: `CompiledProgram::verify` checks it for the program's
+    /// pool, `Schedule::check_levels` for a schedule's.
+    #[inline(always)]
+    pub(crate) unsafe fn slots_unchecked(self, args: &[u32]) -> (&[u32], &[u32]) {
+        let (start, mid) = (self.start as usize, self.start as usize + self.n_in as usize);
+        // SAFETY: in range, by the caller's guarantee.
+        unsafe { (args.get_unchecked(start..mid), args.get_unchecked(mid..mid + self.n_out as usize)) }
+    }
+}
+
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
 /// [`CompiledProgram::eval`]).
 ///
@@ -221,8 +246,10 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
     };
-    // The sequential evaluator reads slots unchecked on the strength of this check
-    // (`eval.rs`, `VerifiedSlots`), so it runs in every build.
+    // The sequential evaluator reads slots unchecked on the strength of `verify`
+    // (`eval.rs`, `VerifiedSlots`), so it runs in every build: alone in release builds,
+    // as the first step of `verify_against` in debug builds.
+    #[cfg(not(debug_assertions))]
     program.verify()?;
     #[cfg(debug_assertions)]
     program
@@ -358,10 +385,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
 
     #[inline]
     pub(crate) fn instr_args(&self, i: usize) -> (&[u32], &[u32]) {
-        let Instr { start, n_in, n_out } = self.instrs[i];
-        let start = start as usize;
-        let mid = start + n_in as usize;
-        (&self.args[start..mid], &self.args[mid..mid + n_out as usize])
+        self.instrs[i].slots(&self.args)
     }
 
     /// Checks that the program computes `graph`: simulates slot contents and confirms that
@@ -452,10 +476,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             let level = sched.level(l);
             for &i in &sched.order[level.clone()] {
                 let i = i as usize;
-                let Instr { start, n_in, n_out } = self.instrs[i];
-                let start = start as usize;
-                let mid = start + n_in as usize;
-                let (ins, outs) = (&sched.args[start..mid], &sched.args[mid..mid + n_out as usize]);
+                let (ins, outs) = self.instrs[i].slots(&sched.args);
                 let op = &ops[i];
                 if ins.len() != op.inputs().len() || outs.len() != op.outputs().len() {
                     return Err(bad(format!("instruction {i} arity differs from the graph")));

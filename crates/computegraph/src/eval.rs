@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use rayon::ThreadPool;
 use smallvec::SmallVec;
 
-use crate::compile::{CompiledProgram, Instr, NO_SLOT};
+use crate::compile::{CompiledProgram, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label};
 use crate::schedule::Schedule;
@@ -144,16 +144,12 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         }
         let mut file = VerifiedSlots(&mut slots[..]);
         let args = &self.args[..];
-        for (op, &Instr { start, n_in, n_out }) in self.ops.iter().zip(&self.instrs) {
+        for (op, &instr) in self.ops.iter().zip(&self.instrs) {
             // SAFETY (both): the program passed `verify` (in `try_compile`, in every build)
             // and is immutable, so the instruction's arguments lie in the argument pool;
             // the slots were sized to `slot_count` above and this loop runs the
             // instructions in program order, which is `VerifiedSlots`' contract.
-            let (ins, outs) = unsafe {
-                let ins = args.get_unchecked(start as usize..start as usize + n_in as usize);
-                let end = start as usize + n_in as usize + n_out as usize;
-                (ins, args.get_unchecked(start as usize + n_in as usize..end))
-            };
+            let (ins, outs) = unsafe { instr.slots_unchecked(args) };
             unsafe { eval_instruction(op, ctx, &mut file, ins, outs, out)? };
         }
         Ok(take_outputs(slots, &self.output_slots, &self.output_move))
@@ -577,11 +573,8 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         // SAFETY: `i` comes from the order of a schedule that passed `check_levels`, which
         // checks that every instruction it names and its argument range are in bounds.
         unsafe {
-            let Instr { start, n_in, n_out } = *self.instrs.get_unchecked(i);
-            let start = start as usize;
-            let mid = start + n_in as usize;
-            let args = &sched.args;
-            (self.ops.get_unchecked(i), args.get_unchecked(start..mid), args.get_unchecked(mid..mid + n_out as usize))
+            let (ins, outs) = self.instrs.get_unchecked(i).slots_unchecked(&sched.args);
+            (self.ops.get_unchecked(i), ins, outs)
         }
     }
 }
