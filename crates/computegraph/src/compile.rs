@@ -35,14 +35,43 @@ pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 /// Where an instruction's slot arguments sit in the argument pool: `n_in` input slots
 /// followed by `n_out` output slots, starting at `start`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Instr {
-    pub(crate) start: u32,
-    pub(crate) n_in: u16,
-    pub(crate) n_out: u16,
-}
+///
+/// Packed in one `u64` (`start` in the low 32 bits, then `n_in`, then `n_out`, 16 bits
+/// each) so that the evaluation loop reads an instruction with one load: the sequential
+/// loop is bound by loads, and three field loads per instruction cost it about 10%.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub(crate) struct Instr(u64);
 
 impl Instr {
+    #[inline]
+    pub(crate) fn new(start: u32, n_in: u16, n_out: u16) -> Instr {
+        Instr(start as u64 | (n_in as u64) << 32 | (n_out as u64) << 48)
+    }
+
+    /// Index of the first operand slot in the argument pool.
+    #[inline(always)]
+    pub(crate) fn start(self) -> usize {
+        self.0 as u32 as usize
+    }
+
+    /// Number of operand slots.
+    #[inline(always)]
+    pub(crate) fn n_in(self) -> usize {
+        (self.0 >> 32) as u16 as usize
+    }
+
+    /// Number of output slots.
+    #[inline(always)]
+    pub(crate) fn n_out(self) -> usize {
+        (self.0 >> 48) as usize
+    }
+
+    /// One past the last argument (operands and outputs) in the argument pool.
+    #[inline]
+    pub(crate) fn end(self) -> usize {
+        self.start() + self.n_in() + self.n_out()
+    }
+
     /// The instruction's operand and output slots in `args` (the program's pool, or a
     /// schedule's, which has the same layout).
     ///
@@ -50,8 +79,8 @@ impl Instr {
     /// If the range runs past `args`.
     #[inline]
     pub(crate) fn slots(self, args: &[u32]) -> (&[u32], &[u32]) {
-        let (start, mid) = (self.start as usize, self.start as usize + self.n_in as usize);
-        (&args[start..mid], &args[mid..mid + self.n_out as usize])
+        let (start, mid) = (self.start(), self.start() + self.n_in());
+        (&args[start..mid], &args[mid..mid + self.n_out()])
     }
 
     /// [`Self::slots`] without bounds checks, for the evaluators' loops.
@@ -61,9 +90,19 @@ impl Instr {
     /// pool, `Schedule::check_levels` for a schedule's.
     #[inline(always)]
     pub(crate) unsafe fn slots_unchecked(self, args: &[u32]) -> (&[u32], &[u32]) {
-        let (start, mid) = (self.start as usize, self.start as usize + self.n_in as usize);
+        let (start, mid) = (self.start(), self.start() + self.n_in());
         // SAFETY: in range, by the caller's guarantee.
-        unsafe { (args.get_unchecked(start..mid), args.get_unchecked(mid..mid + self.n_out as usize)) }
+        unsafe { (args.get_unchecked(start..mid), args.get_unchecked(mid..mid + self.n_out())) }
+    }
+}
+
+impl fmt::Debug for Instr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instr")
+            .field("start", &self.start())
+            .field("n_in", &self.n_in())
+            .field("n_out", &self.n_out())
+            .finish()
     }
 }
 
@@ -217,7 +256,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
             }
         }
         ops.push(op.clone());
-        instrs.push(Instr { start, n_in: inputs.len() as u16, n_out: n_out as u16 });
+        instrs.push(Instr::new(start, inputs.len() as u16, n_out as u16));
     }
     if u32::try_from(args.len()).is_err() {
         return Err(GraphError::IdSpaceExhausted { space: "argument" });
@@ -503,8 +542,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 }
             }
             for &i in &sched.order[level] {
-                let Instr { start, n_in, .. } = self.instrs[i as usize];
-                for &s in &sched.args[start as usize..start as usize + n_in as usize] {
+                for &s in self.instrs[i as usize].slots(&sched.args).0 {
                     touched[s as usize] = 0;
                 }
             }
@@ -557,8 +595,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             return Err(bad("operation and instruction counts differ".into()));
         }
         for (i, op) in self.ops.iter().enumerate() {
-            let Instr { start, n_in, n_out } = self.instrs[i];
-            if start as usize + n_in as usize + n_out as usize > self.args.len() {
+            if self.instrs[i].end() > self.args.len() {
                 return Err(bad(format!("instruction {i}'s arguments run past the argument pool")));
             }
             let (ins, outs) = self.instr_args(i);

@@ -9,7 +9,10 @@
 //! [`EvaluableGraphOperation::eval_into`]. The sequential loop reads slots and argument
 //! lists without bounds or tag checks (`VerifiedSlots`): `try_compile` verifies every
 //! program, in every build, so the checks would repeat what is proven (see
-//! `docs/adr/0006-verified-sequential-eval.md`). Complexity: `O(instructions + operands)`.
+//! `docs/adr/0006-verified-sequential-eval.md`). The loop is bound by loads, so its hot
+//! path (one output, one or two operands) is inline and reads an instruction with one
+//! load (`Instr` is packed in a `u64`), and everything else is out of line
+//! (`eval_instruction_general`). Complexity: `O(instructions + operands)`.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
@@ -142,7 +145,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
                 slots[s as usize] = Some(x.clone());
             }
         }
-        let mut file = VerifiedSlots(&mut slots[..]);
+        let file = VerifiedSlots::new(&mut slots[..]);
         let args = &self.args[..];
         for (op, &instr) in self.ops.iter().zip(&self.instrs) {
             // SAFETY (both): the program passed `verify` (in `try_compile`, in every build)
@@ -150,7 +153,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
             // the slots were sized to `slot_count` above and this loop runs the
             // instructions in program order, which is `VerifiedSlots`' contract.
             let (ins, outs) = unsafe { instr.slots_unchecked(args) };
-            unsafe { eval_instruction(op, ctx, &mut file, ins, outs, out)? };
+            unsafe { eval_instruction(op, ctx, &file, ins, outs, out)? };
         }
         Ok(take_outputs(slots, &self.output_slots, &self.output_move))
     }
@@ -339,7 +342,6 @@ where
         slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        let mut slots = slots;
         for &i in chunk {
             let (op, ins, outs) = self.par_instr(sched, i as usize);
             // SAFETY: `ins` are operand slots and `outs` output slots of an instruction of
@@ -350,7 +352,7 @@ where
             // runs another level meanwhile (see `Team`). So no thread writes the operand
             // slots while their references live, and this thread alone touches the output
             // slots.
-            unsafe { eval_instruction(op, ctx, &mut slots, ins, outs, out)? };
+            unsafe { eval_instruction(op, ctx, slots, ins, outs, out)? };
         }
         Ok(())
     }
@@ -600,36 +602,53 @@ trait SlotAccess<T> {
     /// # Safety
     /// As the implementation states; in every case no reference from [`Self::read`] of
     /// slot `s` is alive.
-    unsafe fn write(&mut self, s: u32, v: T);
+    unsafe fn write(&self, s: u32, v: T);
 }
 
-/// The sequential evaluator's slots, read and written without checks.
+/// The sequential evaluator's slots, read and written without checks: a raw pointer and
+/// a length, like [`LevelSlots`], so that writes take `&self` and the evaluation loop can
+/// keep the base pointer in a register across calls that receive the view.
 ///
 /// Contract of `read` and `write`: the slots are those of a program that passed
 /// [`CompiledProgram::verify`] (which `try_compile` runs in every build, and nothing
 /// changes a program afterwards), sized to its `slot_count`, with its inputs stored, and
-/// the program's instructions run in order through this view. Then every slot an
-/// instruction names is in range (checked by `verify`), and every slot it reads was
+/// the program's instructions run in order, on one thread, through this view. Then every
+/// slot an instruction names is in range (checked by `verify`), every slot it reads was
 /// written before (checked by `verify`) with `Some` (inputs and [`eval_instruction`]
-/// write nothing else, and nothing takes a value out during the run).
-struct VerifiedSlots<'a, T>(&'a mut [Option<T>]);
+/// write nothing else, and nothing takes a value out during the run), and an
+/// instruction's outputs never alias its operands (checked by `verify`), so no write
+/// meets a live reference.
+struct VerifiedSlots<'a, T> {
+    base: *mut Option<T>,
+    len: usize,
+    _slots: PhantomData<&'a mut [Option<T>]>,
+}
+
+impl<'a, T> VerifiedSlots<'a, T> {
+    fn new(slots: &'a mut [Option<T>]) -> Self {
+        VerifiedSlots { base: slots.as_mut_ptr(), len: slots.len(), _slots: PhantomData }
+    }
+}
 
 impl<T> SlotAccess<T> for VerifiedSlots<'_, T> {
     #[inline(always)]
     unsafe fn read(&self, s: u32) -> &T {
-        debug_assert!(self.0.get(s as usize).is_some_and(Option::is_some), "slot s{s} read before written");
+        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
         // SAFETY: in range and written, by the type's contract.
-        unsafe { self.0.get_unchecked(s as usize).as_ref().unwrap_unchecked() }
+        let slot = unsafe { &*self.base.add(s as usize) };
+        debug_assert!(slot.is_some(), "slot s{s} read before written");
+        // SAFETY: as above.
+        unsafe { slot.as_ref().unwrap_unchecked() }
     }
     #[inline(always)]
-    unsafe fn write(&mut self, s: u32, v: T) {
-        debug_assert!((s as usize) < self.0.len(), "slot s{s} out of range");
-        // SAFETY: in range, by the type's contract.
-        unsafe { *self.0.get_unchecked_mut(s as usize) = Some(v) };
+    unsafe fn write(&self, s: u32, v: T) {
+        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
+        // SAFETY: in range, and no reference into the slot is alive, by the type's contract.
+        unsafe { *self.base.add(s as usize) = Some(v) };
     }
 }
 
-impl<T> SlotAccess<T> for &LevelSlots<'_, T> {
+impl<T> SlotAccess<T> for LevelSlots<'_, T> {
     /// # Safety
     /// As [`LevelSlots::get`]: `s` is an operand slot of an instruction of the level this
     /// view was made for, in a schedule that passed `Schedule::check_levels`.
@@ -642,7 +661,7 @@ impl<T> SlotAccess<T> for &LevelSlots<'_, T> {
     /// `s` is an output slot of the instruction being evaluated, in the level this view
     /// was made for.
     #[inline(always)]
-    unsafe fn write(&mut self, s: u32, v: T) {
+    unsafe fn write(&self, s: u32, v: T) {
         // SAFETY: as `LevelSlots::set` requires, by the caller's guarantee.
         unsafe { self.set(s, v) }
     }
@@ -650,8 +669,10 @@ impl<T> SlotAccess<T> for &LevelSlots<'_, T> {
 
 /// Evaluates one instruction: gathers its operands on the stack (no allocation for up to
 /// two), runs the operation, and stores its outputs in their slots. One-output
-/// instructions go through [`EvaluableGraphOperation::eval_single`]; the others, and a
-/// one-output instruction whose `eval_single` declines, through `eval_into` and `out`.
+/// instructions of one or two operands go through
+/// [`EvaluableGraphOperation::eval_single`] inline; everything else (more operands, more
+/// outputs, or an `eval_single` that declines) through the out-of-line
+/// [`eval_instruction_general`], so the hot loop keeps its registers.
 ///
 /// # Safety
 /// `slots.read` is sound for every slot of `ins` and `slots.write` for every slot of
@@ -660,35 +681,59 @@ impl<T> SlotAccess<T> for &LevelSlots<'_, T> {
 unsafe fn eval_instruction<Op: EvaluableGraphOperation, S: SlotAccess<Op::Operand>>(
     op: &Op,
     ctx: &mut Op::Context,
-    slots: &mut S,
+    slots: &S,
     ins: &[u32],
     outs: &[u32],
     out: &mut Vec<Op::Operand>,
 ) -> GraphResult<()> {
     let n = ins.len();
-    if let [s] = outs {
-        let value = if n.wrapping_sub(1) < 2 {
-            // One or two operands, gathered without branching on which: a unary
-            // operation reads its operand twice and sees a one-element slice.
-            // SAFETY: operand slots, by the caller's guarantee; the references end here.
-            let refs = unsafe { [slots.read(ins[0]), slots.read(ins[n - 1])] };
-            op.eval_single(ctx, &refs[..n], out)
-        } else {
-            // SAFETY: as above.
-            op.eval_single(ctx, &unsafe { gather(slots, ins) }, out)
-        };
-        if let Some(v) = value {
+    if let ([s], true) = (outs, n.wrapping_sub(1) < 2) {
+        // One or two operands, gathered without branching on which: a unary operation
+        // reads its operand twice and sees a one-element slice.
+        // SAFETY: operand slots, by the caller's guarantee; the references end here.
+        let refs = unsafe { [slots.read(ins[0]), slots.read(ins[n - 1])] };
+        if let Some(v) = op.eval_single(ctx, &refs[..n], out) {
             // SAFETY: the instruction's output slot, by the caller's guarantee.
+            unsafe { slots.write(*s, v) };
+            return Ok(());
+        }
+        // SAFETY: as this function's.
+        return unsafe { eval_instruction_general(op, ctx, slots, ins, outs, out, false) };
+    }
+    // SAFETY: as this function's.
+    unsafe { eval_instruction_general(op, ctx, slots, ins, outs, out, true) }
+}
+
+/// The rest of [`eval_instruction`]: a one-output instruction with more than two operands
+/// tries `eval_single` first (when `try_single`); then `eval_into` through `out`.
+///
+/// # Safety
+/// As [`eval_instruction`].
+#[cold]
+#[inline(never)]
+unsafe fn eval_instruction_general<Op: EvaluableGraphOperation, S: SlotAccess<Op::Operand>>(
+    op: &Op,
+    ctx: &mut Op::Context,
+    slots: &S,
+    ins: &[u32],
+    outs: &[u32],
+    out: &mut Vec<Op::Operand>,
+    try_single: bool,
+) -> GraphResult<()> {
+    // SAFETY (all): as this function's.
+    let args = unsafe { gather(slots, ins) };
+    if let ([s], true) = (outs, try_single) {
+        if let Some(v) = op.eval_single(ctx, &args, out) {
+            drop(args);
             unsafe { slots.write(*s, v) };
             return Ok(());
         }
     }
     out.clear();
-    // SAFETY: as above.
-    op.eval_into(ctx, &unsafe { gather(slots, ins) }, out);
+    op.eval_into(ctx, &args, out);
+    drop(args);
     check_count(op, outs.len(), out.len())?;
     for (&s, v) in outs.iter().zip(out.drain(..)) {
-        // SAFETY: as above.
         unsafe { slots.write(s, v) };
     }
     Ok(())

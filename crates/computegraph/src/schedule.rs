@@ -113,11 +113,11 @@ impl Schedule {
             let mark = l as u32 + 1;
             let level = &self.order[self.level(l)];
             for &i in level {
-                let Some(&Instr { start, n_in, n_out }) = instrs.get(i as usize) else {
+                let Some(&instr) = instrs.get(i as usize) else {
                     return Err(bad(format!("order names instruction {i}, out of range")));
                 };
-                let mid = start as usize + n_in as usize;
-                let Some(outs) = self.args.get(mid..mid + n_out as usize) else {
+                let mid = instr.start() + instr.n_in();
+                let Some(outs) = self.args.get(mid..mid + instr.n_out()) else {
                     return Err(bad(format!("instruction {i}'s arguments are out of range")));
                 };
                 for &s in outs {
@@ -128,8 +128,7 @@ impl Schedule {
                 }
             }
             for &i in level {
-                let Instr { start, n_in, .. } = instrs[i as usize];
-                for &s in &self.args[start as usize..start as usize + n_in as usize] {
+                for &s in instrs[i as usize].slots(&self.args).0 {
                     if !in_range(s) || stamp[s as usize] == mark || stamp[s as usize] == 0 {
                         return Err(bad(format!(
                             "level {mark} reads slot s{s}, which it writes, which nothing wrote before, \
@@ -171,7 +170,7 @@ pub(crate) fn schedule(
     // Value numbering by simulating the sequential program: inputs are 0..n_inputs, then
     // each instruction output in program order. `arg_value[p]` names the value at
     // argument position `p`; `value_level[v]` is the value's level.
-    let n_outputs: usize = instrs.iter().map(|i| i.n_out as usize).sum();
+    let n_outputs: usize = instrs.iter().map(|i| i.n_out()).sum();
     let n_values = input_slots.len() + n_outputs;
     if n_values >= KEEP as usize {
         return Err(exhausted("value"));
@@ -187,8 +186,8 @@ pub(crate) fn schedule(
     let mut instr_level: Vec<u32> = Vec::with_capacity(n);
     let mut next_value = input_slots.len() as u32;
     let mut max_level = 0u32;
-    for &Instr { start, n_in, n_out } in instrs {
-        let (start, mid) = (start as usize, start as usize + n_in as usize);
+    for &instr in instrs {
+        let (start, mid, n_out) = (instr.start(), instr.start() + instr.n_in(), instr.n_out());
         let mut l = 0;
         for p in start..mid {
             let v = slot_value[args[p] as usize];
@@ -196,7 +195,7 @@ pub(crate) fn schedule(
             l = l.max(value_level[v as usize]);
         }
         let l = l + 1;
-        for p in mid..mid + n_out as usize {
+        for p in mid..mid + n_out {
             arg_value[p] = next_value;
             value_level[next_value as usize] = l;
             slot_value[args[p] as usize] = next_value;
@@ -237,8 +236,8 @@ pub(crate) fn schedule(
     // Last level reading each value; outputs are kept, values nobody reads are released
     // after the level that writes them.
     let mut last_level: Vec<u32> = vec![UNREAD; n_values];
-    for (i, &Instr { start, n_in, .. }) in instrs.iter().enumerate() {
-        for &v in &arg_value[start as usize..start as usize + n_in as usize] {
+    for (i, &instr) in instrs.iter().enumerate() {
+        for &v in instr.slots(&arg_value).0 {
             let ll = &mut last_level[v as usize];
             *ll = if *ll == UNREAD { instr_level[i] } else { (*ll).max(instr_level[i]) };
         }
@@ -349,7 +348,7 @@ mod tests {
     use super::*;
 
     fn instr(start: u32, n_in: u16, n_out: u16) -> Instr {
-        Instr { start, n_in, n_out }
+        Instr::new(start, n_in, n_out)
     }
 
     /// `a` in s0, `b` in s1; i0 = f(a) -> s2 (frees s0); i1 = g(b) -> s0, reusing s0 in
