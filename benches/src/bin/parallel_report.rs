@@ -1,7 +1,7 @@
 //! Sequential against level-parallel evaluation, interleaved, for a shared machine.
 //!
 //! ```text
-//! cargo run --release -p benches --bin parallel_report -- [--nodes N] [--rounds R]
+//! cargo run --release -p benches --bin parallel_report -- [--nodes N] [--rounds R] [--workloads a,b]
 //! ```
 //!
 //! Workloads: `layered_wide`, `layered_deep` (1000 wide) and `chain` of `N` nodes (default
@@ -21,7 +21,9 @@ use benches::{SPEC_SEED, Shape, Workload, bind_inputs, build, materialize};
 use computegraph::{EvalState, compile};
 
 fn usage(msg: &str) -> ! {
-    eprintln!("error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] (N accepts `_` and `1e7`)");
+    eprintln!(
+        "error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] [--workloads a,b] (N accepts `_` and `1e7`; workloads: layered_wide, layered_deep, chain, matmul_layered)"
+    );
     std::process::exit(2)
 }
 
@@ -65,19 +67,25 @@ fn report(name: &str, rounds: usize, impls: &mut [(&str, &mut dyn FnMut())]) {
 
 fn main() {
     let (mut nodes, mut rounds) = (10_000_000, 15);
+    let mut only: Option<Vec<String>> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let v = it.next().map(|v| parse_count(&v));
-        match (a.as_str(), v) {
-            ("--nodes", Some(v)) => nodes = v,
-            ("--rounds", Some(v)) => rounds = v.max(1),
+        let Some(v) = it.next() else { usage(&format!("`{a}` needs a value")) };
+        match a.as_str() {
+            "--nodes" => nodes = parse_count(&v),
+            "--rounds" => rounds = parse_count(&v).max(1),
+            "--workloads" => only = Some(v.split(',').map(str::to_owned).collect()),
             _ => usage(&format!("unexpected `{a}`")),
         }
     }
+    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
     let pools: Vec<rayon::ThreadPool> =
         [1, 2].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")).collect();
     println!("parallel_report: {nodes} nodes, {rounds} rounds, times per evaluation");
     for shape in [Shape::LayeredWide, Shape::LayeredDeep, Shape::Chain] {
+        if !wanted(shape.name()) {
+            continue;
+        }
         let w = Workload::new(shape, nodes);
         let p = compile(&materialize(&build(&w.spec)));
         let inputs = bind_inputs(&p, &w.inputs);
@@ -102,6 +110,9 @@ fn main() {
                 ("parallel_2t", &mut || run(Some(&pools[1]))),
             ],
         );
+    }
+    if !wanted("matmul_layered") {
+        return;
     }
     let h = HeavyWorkload::new(100, 100, SPEC_SEED);
     let inputs = h.bind();

@@ -60,6 +60,14 @@ pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 /// slowed down by other work on the machine is balanced by the others claiming more.
 const PAR_CHUNKS_PER_THREAD: usize = 4;
 
+/// A parallel chunk prefetches the first and last operand slots of the instruction this
+/// many places ahead. A level reads values that the other threads wrote in earlier
+/// levels, so its operand reads miss into another core's cache; the hints overlap those
+/// misses. On the project machine, `layered_wide` at 10^7 on two threads went from 22 to
+/// 19-21 ms (1.37× to 1.5-1.6× the sequential evaluator; 8 and 64 ahead did no better).
+/// The sequential evaluator does not prefetch: its operands are mostly in its own cache.
+const PAR_PREFETCH_AHEAD: usize = 32;
+
 /// Reusable evaluation scratch: the slot vector and the output buffer.
 ///
 /// Keep one per thread and pass it to [`CompiledProgram::eval_with`] (or
@@ -342,7 +350,14 @@ where
         slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        for &i in chunk {
+        for (k, &i) in chunk.iter().enumerate() {
+            if let Some(&ahead) = chunk.get(k + PAR_PREFETCH_AHEAD) {
+                let (_, ins, _) = self.par_instr(sched, ahead as usize);
+                if let [first, .., last] | [first @ last] = ins {
+                    slots.prefetch(*first);
+                    slots.prefetch(*last);
+                }
+            }
             let (op, ins, outs) = self.par_instr(sched, i as usize);
             // SAFETY: `ins` are operand slots and `outs` output slots of an instruction of
             // the level being run, in a schedule that passed `check_levels` when it was
@@ -551,6 +566,12 @@ impl<'a, T> LevelSlots<'a, T> {
         // SAFETY: `s` is in bounds of the borrowed slots and written, and no thread writes
         // the slot while the shared reference lives, all by the caller's guarantee.
         unsafe { (*self.base.add(s as usize)).as_ref().unwrap_unchecked() }
+    }
+
+    /// Hints that slot `s` will be read soon (any `s`: the hint never dereferences).
+    #[inline(always)]
+    fn prefetch(&self, s: u32) {
+        crate::optable::prefetch_read(self.base.wrapping_add(s as usize));
     }
 
     /// Stores `v` in slot `s`, dropping the value it held.

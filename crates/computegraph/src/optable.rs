@@ -13,8 +13,8 @@
 //! one multiply). Home slots grow with the mixed hash, so growing re-inserts the old
 //! entries in slot order and writes the new table almost sequentially.
 //!
-//! This module holds one of the crate's two `unsafe` sites: the prefetch hint, which
-//! cannot fault (see [`prefetch_read`]); the other is `LevelSlots` in `eval.rs`.
+//! This module holds the prefetch hint, which cannot fault (see [`prefetch_read`]), used
+//! here and by the parallel evaluator.
 
 use crate::key::OperationKeyId;
 
@@ -129,20 +129,20 @@ impl OpTable {
         if self.slots.is_empty() {
             return;
         }
-        let p = &self.slots[self.home(hash)];
-        prefetch_read(p);
+        prefetch_read(&self.slots[self.home(hash)]);
     }
 }
 
-/// A read prefetch of the cache line holding `p`.
+/// A read prefetch of the cache line holding `p` (a no-op off x86_64 and under Miri).
+/// `p` need not be valid: the hint is never dereferenced.
 #[inline(always)]
-fn prefetch_read<T>(p: &T) {
+pub(crate) fn prefetch_read<T>(p: *const T) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: `prefetcht0` is a hint: it never faults and has no architectural effect,
-    // and `p` is a valid reference anyway. It is `unsafe` only because it is a
+    // SAFETY: `prefetcht0` is a hint: it never faults and has no architectural effect, so
+    // any address is fine. It is `unsafe` only because it is a
     // `#[target_feature(enable = "sse")]` intrinsic, and SSE is part of the x86_64 baseline.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const T as *const i8);
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = p;
