@@ -34,7 +34,6 @@
 //! unless both only read it. Results are bit-identical to sequential evaluation: every
 //! operation sees the same operands and runs once. See `docs/adr/0005-parallel-slot-writes.md`.
 
-use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -46,6 +45,7 @@ use crate::compile::{CompiledProgram, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label};
 use crate::schedule::Schedule;
+use crate::slots::{SlotFile, SlotPtr};
 
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
 /// inside the pool costs about a microsecond, and values a level reads were half written
@@ -89,13 +89,13 @@ const PAR_PREFETCH_AHEAD: usize = 32;
 /// assert_eq!(total, -4950.0);
 /// ```
 pub struct EvalState<T> {
-    slots: Vec<Option<T>>,
+    slots: SlotFile<T>,
     out: Vec<T>,
 }
 
 impl<T> Default for EvalState<T> {
     fn default() -> Self {
-        EvalState { slots: Vec::new(), out: Vec::new() }
+        EvalState { slots: SlotFile::default(), out: Vec::new() }
     }
 }
 
@@ -146,14 +146,13 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
             return Err(GraphError::InputCountMismatch { expected: self.input_slots.len(), found: inputs.len() });
         }
         let EvalState { slots, out } = state;
-        slots.clear();
-        slots.resize_with(self.slot_count, || None);
+        slots.reset(self.slot_count);
         for (&s, &x) in self.input_slots.iter().zip(inputs) {
             if s != NO_SLOT {
-                slots[s as usize] = Some(x.clone());
+                slots.set(s as usize, x.clone());
             }
         }
-        let file = VerifiedSlots::new(&mut slots[..]);
+        let file = VerifiedSlots(slots.ptr());
         let args = &self.args[..];
         for (op, &instr) in self.ops.iter().zip(&self.instrs) {
             // SAFETY (both): the program passed `verify` (in `try_compile`, in every build)
@@ -163,7 +162,9 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
             let (ins, outs) = unsafe { instr.slots_unchecked(args) };
             unsafe { eval_instruction(op, ctx, &file, ins, outs, out)? };
         }
-        Ok(take_outputs(slots, &self.output_slots, &self.output_move))
+        // SAFETY: the run completed, so every output slot of the verified program holds
+        // its value.
+        Ok(unsafe { take_outputs(slots, &self.output_slots, &self.output_move) })
     }
 }
 
@@ -257,16 +258,15 @@ where
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
         let EvalState { slots, out } = state;
-        slots.clear();
-        slots.resize_with(sched.slot_count, || None);
+        slots.reset(sched.slot_count);
         for (&s, &x) in sched.input_slots.iter().zip(inputs) {
             if s != NO_SLOT {
-                slots[s as usize] = Some(x.clone());
+                slots.set(s as usize, x.clone());
             }
         }
         let max_chunks = threads.saturating_mul(PAR_CHUNKS_PER_THREAD);
         let team = Team::new(max_chunks);
-        let view = LevelSlots::new(slots);
+        let view = LevelSlots(slots.ptr());
         let result = rayon::scope(|scope| {
             for _ in 1..threads {
                 let (team, view, mut cx) = (&team, &view, ctx.clone());
@@ -277,7 +277,9 @@ where
             self.lead(sched, &team, &view, ctx, out, max_chunks)
         });
         result?;
-        Ok(take_outputs(slots, &sched.output_slots, &sched.output_move))
+        // SAFETY: every level ran, so every output slot of the checked schedule holds its
+        // value.
+        Ok(unsafe { take_outputs(slots, &sched.output_slots, &sched.output_move) })
     }
 
     /// The calling thread's part: runs small levels alone and publishes the large ones,
@@ -529,17 +531,13 @@ fn spin_until(mut ready: impl FnMut() -> bool) {
 /// chunks of a level read operand slots and write output slots in place.
 ///
 /// It holds the exclusive borrow of the slots for its lifetime, and touches them only
-/// through a raw pointer, element by element, so no reference to the whole vector exists
+/// through a [`SlotPtr`], element by element, so no reference to the whole vector exists
 /// while chunks write. Soundness rests on the schedule's level invariant (`schedule.rs`,
 /// checked by `Schedule::check_levels` whenever a schedule is built: within a level, a
 /// written slot is written by one instruction only and read by none, and every slot is in
 /// range) and on `Team` running one level at a time, with release/acquire ordering between
 /// levels. See `docs/adr/0005-parallel-slot-writes.md`.
-struct LevelSlots<'a, T> {
-    base: *mut Option<T>,
-    len: usize,
-    _slots: PhantomData<&'a mut [Option<T>]>,
-}
+struct LevelSlots<'a, T>(SlotPtr<'a, T>);
 
 // SAFETY: chunks on several threads get `&T` from distinct or shared read-only slots
 // (needs `T: Sync`) and move values into, and drop the previous values of, slots that
@@ -547,11 +545,7 @@ struct LevelSlots<'a, T> {
 // slot is disjoint by the level invariant; see `get` and `set`.
 unsafe impl<T: Send + Sync> Sync for LevelSlots<'_, T> {}
 
-impl<'a, T> LevelSlots<'a, T> {
-    fn new(slots: &'a mut [Option<T>]) -> Self {
-        LevelSlots { base: slots.as_mut_ptr(), len: slots.len(), _slots: PhantomData }
-    }
-
+impl<T> LevelSlots<'_, T> {
     /// The operand in slot `s`.
     ///
     /// # Safety
@@ -562,16 +556,15 @@ impl<'a, T> LevelSlots<'a, T> {
     /// reference lives.
     #[inline(always)]
     unsafe fn get(&self, s: u32) -> &T {
-        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
-        // SAFETY: `s` is in bounds of the borrowed slots and written, and no thread writes
-        // the slot while the shared reference lives, all by the caller's guarantee.
-        unsafe { (*self.base.add(s as usize)).as_ref().unwrap_unchecked() }
+        // SAFETY: in range, written, and not written while the reference lives, by the
+        // caller's guarantee.
+        unsafe { self.0.read(s) }
     }
 
-    /// Hints that slot `s` will be read soon (any `s`: the hint never dereferences).
+    /// Hints that slot `s` will be read soon.
     #[inline(always)]
     fn prefetch(&self, s: u32) {
-        crate::optable::prefetch_read(self.base.wrapping_add(s as usize));
+        self.0.prefetch(s);
     }
 
     /// Stores `v` in slot `s`, dropping the value it held.
@@ -582,10 +575,9 @@ impl<'a, T> LevelSlots<'a, T> {
     /// that passed `Schedule::check_levels`, which also puts `s` in range).
     #[inline(always)]
     unsafe fn set(&self, s: u32, v: T) {
-        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
-        // SAFETY: `s` is in bounds, and by the caller's guarantee this thread is the only
+        // SAFETY: `s` is in range, and by the caller's guarantee this thread is the only
         // one touching the slot, so the write (and the drop of the old value) is exclusive.
-        unsafe { *self.base.add(s as usize) = Some(v) };
+        unsafe { self.0.write(s, v) };
     }
 }
 
@@ -626,46 +618,33 @@ trait SlotAccess<T> {
     unsafe fn write(&self, s: u32, v: T);
 }
 
-/// The sequential evaluator's slots, read and written without checks: a raw pointer and
-/// a length, like [`LevelSlots`], so that writes take `&self` and the evaluation loop can
-/// keep the base pointer in a register across calls that receive the view.
+/// The sequential evaluator's slots, read and written without checks through a
+/// [`SlotPtr`], like [`LevelSlots`], so that writes take `&self` and the evaluation loop
+/// can keep the base pointer in a register across calls that receive the view.
 ///
 /// Contract of `read` and `write`: the slots are those of a program that passed
 /// [`CompiledProgram::verify`] (which `try_compile` runs in every build, and nothing
 /// changes a program afterwards), sized to its `slot_count`, with its inputs stored, and
 /// the program's instructions run in order, on one thread, through this view. Then every
 /// slot an instruction names is in range (checked by `verify`), every slot it reads was
-/// written before (checked by `verify`) with `Some` (inputs and [`eval_instruction`]
-/// write nothing else, and nothing takes a value out during the run), and an
+/// written before (checked by `verify`; nothing takes a value out during the run), and an
 /// instruction's outputs never alias its operands (checked by `verify`), so no write
 /// meets a live reference.
-struct VerifiedSlots<'a, T> {
-    base: *mut Option<T>,
-    len: usize,
-    _slots: PhantomData<&'a mut [Option<T>]>,
-}
-
-impl<'a, T> VerifiedSlots<'a, T> {
-    fn new(slots: &'a mut [Option<T>]) -> Self {
-        VerifiedSlots { base: slots.as_mut_ptr(), len: slots.len(), _slots: PhantomData }
-    }
-}
+struct VerifiedSlots<'a, T>(SlotPtr<'a, T>);
 
 impl<T> SlotAccess<T> for VerifiedSlots<'_, T> {
     #[inline(always)]
     unsafe fn read(&self, s: u32) -> &T {
-        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
-        // SAFETY: in range and written, by the type's contract.
-        let slot = unsafe { &*self.base.add(s as usize) };
-        debug_assert!(slot.is_some(), "slot s{s} read before written");
-        // SAFETY: as above.
-        unsafe { slot.as_ref().unwrap_unchecked() }
+        // SAFETY: in range and written, and not written while the reference lives (the
+        // instruction reading it writes only its outputs, which never alias its operands),
+        // by the type's contract.
+        unsafe { self.0.read(s) }
     }
     #[inline(always)]
     unsafe fn write(&self, s: u32, v: T) {
-        debug_assert!((s as usize) < self.len, "slot s{s} out of range");
-        // SAFETY: in range, and no reference into the slot is alive, by the type's contract.
-        unsafe { *self.base.add(s as usize) = Some(v) };
+        // SAFETY: in range, one thread, and no reference into the slot is alive, by the
+        // type's contract.
+        unsafe { self.0.write(s, v) };
     }
 }
 
@@ -771,13 +750,17 @@ unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[u32]) -> SmallVec
 }
 
 /// Moves (last mention of a slot) or clones the outputs out of `slots`, then empties them.
-fn take_outputs<T: Clone>(slots: &mut Vec<Option<T>>, output_slots: &[u32], output_move: &[bool]) -> Vec<T> {
+///
+/// # Safety
+/// Every slot of `output_slots` is in range and holds a value.
+unsafe fn take_outputs<T: Clone>(slots: &mut SlotFile<T>, output_slots: &[u32], output_move: &[bool]) -> Vec<T> {
     let result = output_slots
         .iter()
         .zip(output_move)
         .map(|(&s, &mv)| {
-            let slot = &mut slots[s as usize];
-            if mv { slot.take() } else { slot.clone() }.expect("output slots are written (verified at compile)")
+            // SAFETY: the slot holds a value, by the caller's guarantee; a slot is moved
+            // out only at its last mention, so the clones before it read a held value.
+            unsafe { if mv { slots.take(s as usize) } else { slots.get(s as usize).clone() } }
         })
         .collect();
     slots.clear();

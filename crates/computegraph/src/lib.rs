@@ -53,6 +53,7 @@ mod operation;
 mod optable;
 mod resolve;
 mod schedule;
+mod slots;
 mod verify;
 
 pub use cache::{CacheStats, CanonicalForm, CompileCache, ProgramHandle, StructuralKey};

@@ -7,7 +7,8 @@
 //! - `deep`: a 10^6-deep chain through every phase on a 256 KiB stack;
 //! - `threads`: one interner and one compile cache shared by many threads;
 //! - `dump`: text dumps written by hand, DOT output parsed;
-//! - `cache`: hits, misses, LRU eviction, stale handles, canonical-form keys.
+//! - `cache`: hits, misses, LRU eviction, stale handles, canonical-form keys;
+//! - `drops`: operand values in the slots dropped exactly once, on success, error and panic.
 //!
 //! Expected values always come from an independent reference (the spec evaluator, a
 //! model, or hand derivation from the documented semantics), never from running the
@@ -15,6 +16,7 @@
 
 mod cache;
 mod deep;
+mod drops;
 mod dump;
 mod errors;
 mod interner;
