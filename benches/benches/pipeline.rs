@@ -25,6 +25,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use benches::heavy::HeavyWorkload;
+use benches::layers::FlatLayers;
 use benches::{
     BoxedProgram, FlatProgram, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build, hashcons, materialize,
     prune,
@@ -203,6 +204,15 @@ fn bench_eval_parallel(c: &mut Criterion, sizes: &[usize]) {
                     b.iter(|| {
                         p.eval_parallel_with(Some(pool), &mut state, &mut (), black_box(&inputs)).expect("evaluates")
                     })
+                });
+            }
+            if matches!(shape, Shape::LayeredWide | Shape::LayeredDeep) {
+                // The engine-free floor on the same nodes, one and two threads.
+                let flat = OnceCell::new();
+                let flat = || flat.get_or_init(|| FlatLayers::new(&w().spec, shape.layered_dims(n).0));
+                g.bench_function(id(shape, "flat_layers", n), |b| b.iter(|| flat().eval(black_box(&w().inputs))));
+                g.bench_function(id(shape, "flat_layers_2t", n), |b| {
+                    b.iter(|| flat().eval_two_threads(black_box(&w().inputs)))
                 });
             }
         }

@@ -136,6 +136,7 @@ pub mod ad;
 pub mod eager;
 pub mod einsum;
 pub mod heavy;
+pub mod layers;
 
 // ---------------------------------------------------------------------------------------
 // Ours

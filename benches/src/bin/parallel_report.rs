@@ -6,7 +6,9 @@
 //!
 //! Workloads: `layered_wide`, `layered_deep` (1000 wide) and `chain` of `N` nodes (default
 //! 10^7, so `layered_wide` is 10^5 wide × 100 deep), and `matmul_layered` (10^4 matrix
-//! products of about 10 µs, [`benches::heavy`], with its engine-free baselines). Each round
+//! products of about 10 µs, [`benches::heavy`], with its engine-free baselines). The
+//! layered workloads also run their engine-free floor, [`benches::layers::FlatLayers`], on
+//! one and two threads (`flat_layers`, `flat_layers_2t`). Each round
 //! runs every implementation of a workload once, one after the other, so that load from
 //! other processes falls on all of them alike; the report gives each implementation's
 //! median and minimum over `R` rounds (default 15) and the speedups of both. The criterion
@@ -101,15 +103,26 @@ fn main() {
             };
             std::hint::black_box(out.expect("evaluates"));
         };
-        report(
-            shape.name(),
-            rounds,
-            &mut [
-                ("sequential", &mut || run(None)),
-                ("parallel_1t", &mut || run(Some(&pools[0]))),
-                ("parallel_2t", &mut || run(Some(&pools[1]))),
-            ],
-        );
+        let (width, _) = shape.layered_dims(nodes);
+        let flat = (shape != Shape::Chain).then(|| benches::layers::FlatLayers::new(&w.spec, width));
+        if let Some(flat) = &flat {
+            assert!(benches::same_values(&flat.eval(&w.inputs), &expected));
+            assert!(benches::same_values(&flat.eval_two_threads(&w.inputs), &expected));
+        }
+        let mut flat_seq = || {
+            std::hint::black_box(flat.as_ref().map(|f| f.eval(&w.inputs)));
+        };
+        let mut flat_2t = || {
+            std::hint::black_box(flat.as_ref().map(|f| f.eval_two_threads(&w.inputs)));
+        };
+        let (mut seq, mut par1, mut par2) = (|| run(None), || run(Some(&pools[0])), || run(Some(&pools[1])));
+        let mut modes: Vec<(&str, &mut dyn FnMut())> =
+            vec![("sequential", &mut seq), ("parallel_1t", &mut par1), ("parallel_2t", &mut par2)];
+        if flat.is_some() {
+            modes.push(("flat_layers", &mut flat_seq));
+            modes.push(("flat_layers_2t", &mut flat_2t));
+        }
+        report(shape.name(), rounds, &mut modes);
     }
     if !wanted("matmul_layered") {
         return;

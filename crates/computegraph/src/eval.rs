@@ -58,14 +58,19 @@ pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 /// At most this many chunks per thread in one level: more than one, so that a thread
 /// slowed down by other work on the machine is balanced by the others claiming more.
+/// (On `layered_wide` at 10^7, 1 or 2 per thread measured 3-5% faster than 4 in one
+/// interleaved run, within this machine's noise; `matmul_layered`, whose operations
+/// cost 10 µs each, needs the balance.)
 const PAR_CHUNKS_PER_THREAD: usize = 4;
 
 /// A parallel chunk prefetches the first and last operand slots of the instruction this
 /// many places ahead. A level reads values that the other threads wrote in earlier
 /// levels, so its operand reads miss into another core's cache; the hints overlap those
-/// misses. On the project machine, `layered_wide` at 10^7 on two threads went from 22 to
-/// 19-21 ms (1.37× to 1.5-1.6× the sequential evaluator; 8 and 64 ahead did no better).
-/// The sequential evaluator does not prefetch: its operands are mostly in its own cache.
+/// misses. On the project machine the hints matter most when the two cores are far apart
+/// (a cache line round trip of 400 ns rather than 100): `layered_wide` at 10^7 on two
+/// threads took 20 ms with them and 37 ms without (16 ahead: 24 ms, 64 ahead: 20 ms),
+/// and about the same with or without when the cores are close. The sequential
+/// evaluator does not prefetch: its operands are mostly in its own cache.
 const PAR_PREFETCH_AHEAD: usize = 32;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
