@@ -80,6 +80,10 @@ fn main() {
             _ => usage(&format!("unexpected `{a}`")),
         }
     }
+    const WORKLOADS: [&str; 4] = ["layered_wide", "layered_deep", "chain", "matmul_layered"];
+    if let Some(unknown) = only.iter().flatten().find(|w| !WORKLOADS.contains(&w.as_str())) {
+        usage(&format!("unknown workload `{unknown}`"));
+    }
     let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
     let pools: Vec<rayon::ThreadPool> =
         [1, 2].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")).collect();

@@ -256,7 +256,10 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
             }
         }
         ops.push(op.clone());
-        instrs.push(Instr::new(start, inputs.len() as u16, n_out as u16));
+        let n_in = u16::try_from(inputs.len())
+            .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
+        // At most 256 outputs: the interner refuses more.
+        instrs.push(Instr::new(start, n_in, n_out as u16));
     }
     if u32::try_from(args.len()).is_err() {
         return Err(GraphError::IdSpaceExhausted { space: "argument" });
@@ -615,8 +618,28 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         if let Some(s) = self.output_slots.iter().find(|&&s| s as usize >= self.slot_count || !written[s as usize]) {
             return Err(bad(format!("output slot s{s} is never written")));
         }
-        Ok(())
+        check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
     }
+}
+
+/// Checks that `output_move` marks exactly the last mention of each output slot, so that
+/// taking the outputs moves each value out once and clones it before (the evaluators rely
+/// on it), and that every output slot is below `slot_count`. `O(outputs + slots)`.
+pub(crate) fn check_output_moves(output_slots: &[u32], output_move: &[bool], slot_count: usize) -> Result<(), String> {
+    if output_move.len() != output_slots.len() {
+        return Err("output move flags and output slots differ in length".into());
+    }
+    let mut seen = bitvec::vec::BitVec::<usize>::repeat(false, slot_count);
+    for (i, (&s, &mv)) in output_slots.iter().zip(output_move).enumerate().rev() {
+        let Some(mut seen_s) = seen.get_mut(s as usize) else {
+            return Err(format!("output {i}'s slot s{s} is out of range"));
+        };
+        if mv == *seen_s {
+            return Err(format!("output {i} (slot s{s}) is not moved out exactly at its slot's last mention"));
+        }
+        *seen_s = true;
+    }
+    Ok(())
 }
 
 impl<Op: GraphOperation> fmt::Debug for CompiledProgram<Op> {

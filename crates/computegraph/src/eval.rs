@@ -168,7 +168,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
             unsafe { eval_instruction(op, ctx, &file, ins, outs, out)? };
         }
         // SAFETY: the run completed, so every output slot of the verified program holds
-        // its value.
+        // its value, and `verify` checked that each is moved out once, at its last mention.
         Ok(unsafe { take_outputs(slots, &self.output_slots, &self.output_move) })
     }
 }
@@ -282,8 +282,9 @@ where
             self.lead(sched, &team, &view, ctx, out, max_chunks)
         });
         result?;
-        // SAFETY: every level ran, so every output slot of the checked schedule holds its
-        // value.
+        // SAFETY: every level ran, so every output slot of the schedule holds its value
+        // (`check_levels` checked that one is written, and that each is moved out once,
+        // at its last mention).
         Ok(unsafe { take_outputs(slots, &sched.output_slots, &sched.output_move) })
     }
 
@@ -675,8 +676,8 @@ impl<T> SlotAccess<T> for LevelSlots<'_, T> {
 /// Evaluates one instruction: gathers its operands on the stack (no allocation for up to
 /// two), runs the operation, and stores its outputs in their slots. One-output
 /// instructions of one or two operands go through
-/// [`EvaluableGraphOperation::eval_single`] inline; everything else (more operands, more
-/// outputs, or an `eval_single` that declines) through the out-of-line
+/// [`EvaluableGraphOperation::eval_single`] inline; everything else (no operand or more
+/// than two, more outputs, or an `eval_single` that declines) through the out-of-line
 /// [`eval_instruction_general`], so the hot loop keeps its registers.
 ///
 /// # Safety
@@ -709,8 +710,8 @@ unsafe fn eval_instruction<Op: EvaluableGraphOperation, S: SlotAccess<Op::Operan
     unsafe { eval_instruction_general(op, ctx, slots, ins, outs, out, true) }
 }
 
-/// The rest of [`eval_instruction`]: a one-output instruction with more than two operands
-/// tries `eval_single` first (when `try_single`); then `eval_into` through `out`.
+/// The rest of [`eval_instruction`]: a one-output instruction with no operand or more than
+/// two tries `eval_single` first (when `try_single`); then `eval_into` through `out`.
 ///
 /// # Safety
 /// As [`eval_instruction`].

@@ -81,12 +81,17 @@ impl Schedule {
     /// records: level boundaries within `order`, instructions and argument ranges in
     /// bounds, every slot below `slot_count`, within each level every written slot
     /// written once and not read, and every read slot written before (an input, or an
-    /// output of an earlier level). This is the guarantee behind the evaluator's
-    /// concurrent, unchecked slot accesses, so it runs whenever a schedule is built.
-    /// `O(levels + arguments + slots)`, one allocation.
-    pub(crate) fn check_levels(&self, instrs: &[Instr]) -> GraphResult<()> {
+    /// output of an earlier level); one input slot per program input (`n_inputs`), every
+    /// output slot written by the end, and each output moved out only at its slot's last
+    /// mention. This is the guarantee behind the evaluator's concurrent, unchecked slot
+    /// accesses and its unchecked output takes, so it runs whenever a schedule is built.
+    /// `O(levels + arguments + slots + outputs)`, one allocation.
+    pub(crate) fn check_levels(&self, instrs: &[Instr], n_inputs: usize) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
         let n = instrs.len();
+        if self.input_slots.len() != n_inputs {
+            return Err(bad(format!("{} input slots for {n_inputs} inputs", self.input_slots.len())));
+        }
         if self.order.len() != n
             || self.cost_prefix.len() != n + 1
             || self.level_start.first().is_some_and(|&s| s != 0)
@@ -138,7 +143,10 @@ impl Schedule {
                 }
             }
         }
-        Ok(())
+        if let Some(s) = self.output_slots.iter().find(|&&s| s == NO_SLOT || stamp[s as usize] == 0) {
+            return Err(bad(format!("output slot s{s} is never written")));
+        }
+        crate::compile::check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
     }
 
     /// Bytes held by the schedule's columns.
@@ -315,7 +323,7 @@ pub(crate) fn schedule(
         .map(|r| sched.cost(&r))
         .fold(0u64, u64::saturating_add);
     sched.worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
-    sched.check_levels(instrs)?;
+    sched.check_levels(instrs, input_slots.len())?;
     Ok(sched)
 }
 
@@ -376,7 +384,7 @@ mod tests {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
         let args = [0, 2, 1, 0, 2, 0, 1];
         let good = schedule(&instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
-        assert!(good.check_levels(&instrs).is_ok());
+        assert!(good.check_levels(&instrs, good.input_slots.len()).is_ok());
         // Level 1 is i0 (s0 -> s2) and i1 (s1 -> s3).
         let mut twice = good.clone();
         twice.args[3] = 2; // i1 writes s2 too
@@ -384,14 +392,48 @@ mod tests {
         read_written.args[2] = 2; // i1 reads s2, which i0 writes
         let mut out_of_range = good.clone();
         out_of_range.args[1] = 9;
-        let mut unwritten = good;
+        let mut unwritten = good.clone();
         unwritten.input_slots[1] = NO_SLOT; // i1 reads s1, which no input fills now
         for bad in [twice, read_written, out_of_range, unwritten] {
-            match bad.check_levels(&instrs) {
+            match bad.check_levels(&instrs, bad.input_slots.len()) {
                 Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
                 other => panic!("expected Invalid, got {other:?}"),
             }
         }
+        // What the evaluator's output takes rely on: one input slot per input, output slots
+        // written, each moved out once at its last mention.
+        let mut no_slot_output = good.clone();
+        no_slot_output.output_slots[0] = NO_SLOT;
+        let mut unwritten_output = good.clone();
+        unwritten_output.slot_count += 1;
+        unwritten_output.output_slots[0] = good.slot_count as u32; // in range, never written
+        let mut moved_twice = good.clone();
+        moved_twice.output_slots.push(good.output_slots[0]);
+        moved_twice.output_move = vec![true, true];
+        let mut never_moved = good.clone();
+        never_moved.output_move[0] = false;
+        let mut short_moves = good.clone();
+        short_moves.output_move.clear();
+        let cases = [
+            (no_slot_output, 2),
+            (unwritten_output, 2),
+            (moved_twice, 2),
+            (never_moved, 2),
+            (short_moves, 2),
+            (good.clone(), 3), // one input slot too few
+        ];
+        for (bad, inputs) in cases {
+            match bad.check_levels(&instrs, inputs) {
+                Err(GraphError::Invalid { phase, message }) => {
+                    assert_eq!(phase, "parallel schedule", "{message}")
+                }
+                other => panic!("expected Invalid, got {other:?} for {bad:?}"),
+            }
+        }
+        let mut moved_at_last = good.clone();
+        moved_at_last.output_slots.push(good.output_slots[0]);
+        moved_at_last.output_move = vec![false, true];
+        assert!(moved_at_last.check_levels(&instrs, 2).is_ok(), "clone first, move at the last mention");
     }
 
     /// Levels are not program order: a chain interleaved with independent nodes.

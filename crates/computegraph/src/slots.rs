@@ -77,28 +77,35 @@ impl<T> SlotFile<T> {
 
     /// Takes the value out of slot `s`.
     ///
+    /// # Panics
+    /// If `s` is out of range, or, when the file tracks liveness (operands that need
+    /// dropping, and debug builds), if the slot is empty: a value is never moved out twice.
+    ///
     /// # Safety
-    /// Slot `s` is in range and holds a value (for a verified program's output slots after
-    /// a complete run, the verifier's guarantee).
+    /// Slot `s` holds a value: it was written since the last reset and not taken since.
+    /// For a program's outputs after a complete run, `CompiledProgram::verify` or
+    /// `Schedule::check_levels` checked that every output slot is written and that each
+    /// is moved out once, at its last mention (`compile::check_output_moves`).
     pub(crate) unsafe fn take(&mut self, s: usize) -> T {
-        debug_assert!(s < self.vals.len(), "slot s{s} out of range");
         if Self::TRACK {
-            debug_assert!(self.live[s], "slot s{s} taken while empty");
-            self.live[s] = false;
+            assert!(std::mem::take(&mut self.live[s]), "slot s{s} taken while empty");
         }
-        // SAFETY: initialized, by the caller's guarantee; the flag (if kept) now says the
-        // file no longer owns it.
-        unsafe { self.vals.get_unchecked(s).assume_init_read() }
+        // SAFETY: holds a value, by the caller's guarantee (checked above when tracked);
+        // the flag (if kept) now says the file no longer owns it.
+        unsafe { self.vals[s].assume_init_read() }
     }
 
     /// A reference to the value in slot `s`.
     ///
+    /// # Panics
+    /// As [`Self::take`].
+    ///
     /// # Safety
     /// As [`Self::take`].
     pub(crate) unsafe fn get(&self, s: usize) -> &T {
-        debug_assert!(!Self::TRACK || self.live[s], "slot s{s} read while empty");
-        // SAFETY: by the caller's guarantee.
-        unsafe { self.vals.get_unchecked(s).assume_init_ref() }
+        assert!(!Self::TRACK || self.live[s], "slot s{s} read while empty");
+        // SAFETY: written, by the caller's guarantee (checked above when tracked).
+        unsafe { self.vals[s].assume_init_ref() }
     }
 
     /// A raw view for element-wise access during a run, borrowing the file exclusively.

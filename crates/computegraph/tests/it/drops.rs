@@ -1,6 +1,7 @@
 //! Operand ownership in the evaluators: every operand value the slots take is dropped
 //! exactly once, whether a run completes, fails or panics, sequentially or in parallel,
-//! with a fresh or a reused `EvalState`.
+//! whether the state is cleared, reused by the next run (whose reset drops what the last
+//! one left) or dropped.
 //!
 //! The operand counts its live instances (construction and `clone` add one, `drop` takes
 //! one away), so a leaked slot value shows as a count above the values the test holds and
@@ -57,7 +58,7 @@ struct Tally {
     tag: u32,
     arity: u8,
     outs: u8,
-    heavy: bool,
+    cost: u64,
     fault: Fault,
 }
 
@@ -78,8 +79,7 @@ impl GraphOperation for Tally {
         self.outs as usize
     }
     fn cost_hint(&self) -> u64 {
-        // Heavy operations make levels of two or more parallel.
-        if self.heavy { PAR_LEVEL_MIN_COST } else { 1 }
+        self.cost
     }
 }
 
@@ -119,6 +119,16 @@ impl Spec {
         let mut b = GraphBuilder::with_interner(KeyInterner::new());
         let mut ids: Vec<_> = (0..self.inputs).map(|i| b.add_input(i)).collect();
         let mut values: Vec<u64> = (0..self.inputs).map(u64::from).collect();
+        // A first level of four operations heavy enough that the parallel evaluator always
+        // splits it and takes its parallel path (not the sequential fallback), kept
+        // reachable by being outputs.
+        let mut heavy_outputs = Vec::new();
+        for k in 0..4u32 {
+            let op = Tally { tag: 1000 + k, arity: 1, outs: 1, cost: 1000 * PAR_LEVEL_MIN_COST, fault: Fault::None };
+            values.push(mix(1000 + k, 0, &[0]));
+            heavy_outputs.push(ids.len());
+            ids.extend(b.add_operation(op, vec![Local(ids[0])], Primary));
+        }
         let mut faulty_value = None;
         for (tag, &(arity, outs, heavy, seeds)) in self.nodes.iter().enumerate() {
             let n = ids.len() as u32;
@@ -132,7 +142,8 @@ impl Spec {
                 }
                 _ => Fault::None,
             };
-            let op = Tally { tag: tag as u32, arity, outs, heavy, fault };
+            let cost = if heavy { PAR_LEVEL_MIN_COST } else { 1 };
+            let op = Tally { tag: tag as u32, arity, outs, cost, fault };
             let operands: Vec<u64> = picks.iter().map(|&p| values[p]).collect();
             values.extend((0..outs).map(|k| mix(tag as u32, k, &operands)));
             ids.extend(b.add_operation(op, picks.iter().map(|&p| Local(ids[p])).collect(), Primary));
@@ -143,6 +154,7 @@ impl Spec {
         let n = ids.len() - first;
         let mut outputs: Vec<usize> = self.outputs.iter().map(|o| first + *o as usize % n).collect();
         outputs.extend(faulty_value);
+        outputs.extend(heavy_outputs);
         let expected = outputs.iter().map(|&o| values[o]).collect();
         let g = Arc::new(b.build());
         let keys: Vec<_> = outputs.iter().map(|&o| g.global_key(ids[o])).collect();
@@ -159,13 +171,14 @@ fn pool() -> rayon::ThreadPool {
 }
 
 /// Runs `program` on fresh inputs, sequentially (`pool` `None`) or on `pool`, with
-/// `state`, and returns the result with the live count it leaves beside the inputs.
+/// `state` (not cleared after), and returns the result with the run's live counter, once
+/// the run's inputs and results are dropped: what it still counts is held by `state`.
 fn run(
     program: &CompiledProgram<Tally>,
     spec: &Spec,
     pool: Option<&rayon::ThreadPool>,
     state: &mut EvalState<Counted>,
-) -> std::thread::Result<Result<Vec<u64>, computegraph::GraphError>> {
+) -> (std::thread::Result<Result<Vec<u64>, computegraph::GraphError>>, Arc<AtomicIsize>) {
     let live = Arc::new(AtomicIsize::new(0));
     let inputs = spec.inputs(&live);
     let refs: Vec<&Counted> = program.input_keys().iter().map(|&k| &inputs[k as usize]).collect();
@@ -174,11 +187,33 @@ fn run(
         Some(pool) => program.eval_parallel_with(Some(pool), state, &mut (), &refs),
     }));
     let held = inputs.len() as isize + result.as_ref().map_or(0, |r| r.as_ref().map_or(0, |v| v.len() as isize));
-    // Whatever happened, the state may still hold values of this run until it is reused or
-    // cleared; after `clear`, only what the test holds is alive.
+    assert!(live.load(SeqCst) >= held, "a value the test holds was dropped");
+    (result.map(|r| r.map(|v| v.iter().map(|c| c.value).collect())), live)
+}
+
+/// Runs `program` once per entry of `pools`, reusing one state: each run's reset must drop
+/// what the run before left in the slots, and `clear` what the last one left. Returns the
+/// results.
+fn runs(
+    program: &CompiledProgram<Tally>,
+    spec: &Spec,
+    pools: &[Option<&rayon::ThreadPool>],
+    state: &mut EvalState<Counted>,
+) -> Vec<std::thread::Result<Result<Vec<u64>, computegraph::GraphError>>> {
+    let mut results = Vec::new();
+    let mut before: Option<Arc<AtomicIsize>> = None;
+    for &pool in pools {
+        let (result, live) = run(program, spec, pool, state);
+        if let Some(before) = before.replace(live) {
+            assert_eq!(before.load(SeqCst), 0, "the next run's reset dropped the last run's values");
+        }
+        results.push(result);
+    }
     state.clear();
-    assert_eq!(live.load(SeqCst), held, "live operands after the run and clear");
-    result.map(|r| r.map(|v| v.iter().map(|c| c.value).collect()))
+    if let Some(last) = before {
+        assert_eq!(last.load(SeqCst), 0, "clear dropped the last run's values");
+    }
+    results
 }
 
 proptest! {
@@ -189,9 +224,8 @@ proptest! {
         let (program, expected) = spec.compile(None);
         let pool = pool();
         let mut state = EvalState::new();
-        for p in [None, Some(&pool), None, Some(&pool)] {
-            let got = run(&program, &spec, p, &mut state).expect("no panic").expect("no error");
-            prop_assert_eq!(&got, &expected);
+        for got in runs(&program, &spec, &[None, Some(&pool), Some(&pool), None, None], &mut state) {
+            prop_assert_eq!(&got.expect("no panic").expect("no error"), &expected);
         }
     }
 
@@ -205,17 +239,19 @@ proptest! {
         let (program, _) = spec.compile(Some((at.index(spec.nodes.len()), fault)));
         let pool = pool();
         let mut state = EvalState::new();
-        for p in [None, Some(&pool)] {
-            match run(&program, &spec, p, &mut state) {
+        for result in runs(&program, &spec, &[None, Some(&pool), Some(&pool), None], &mut state) {
+            match result {
                 Ok(Ok(_)) => prop_assert!(false, "a faulty operation was evaluated without error"),
                 Ok(Err(e)) => prop_assert!(!panic, "error {e} from a panicking operation"),
                 Err(_) => prop_assert!(panic, "panic from an operation that only errs"),
             }
         }
-        // The state is still usable afterwards, and holds nothing after `clear`.
+        // The state is still usable afterwards.
         let (clean, expected) = spec.compile(None);
-        let got = run(&clean, &spec, None, &mut state).expect("no panic").expect("no error");
-        prop_assert_eq!(got, expected);
+        let got = runs(&clean, &spec, &[None, Some(&pool)], &mut state);
+        for got in got {
+            prop_assert_eq!(&got.expect("no panic").expect("no error"), &expected);
+        }
     }
 }
 

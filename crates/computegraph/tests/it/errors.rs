@@ -343,3 +343,38 @@ fn id_space_exhaustion() {
     assert_eq!(again.global_key(q), g.global_key(p));
     assert!(interner.value_count() <= 4);
 }
+
+/// A sum of any number of operands.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Sum(usize);
+
+impl GraphOperation for Sum {
+    type Operand = f64;
+    type Context = ();
+    type InputKey = u32;
+    fn input_count(&self) -> usize {
+        self.0
+    }
+    fn output_count(&self) -> usize {
+        1
+    }
+}
+
+/// An instruction records its operand count in 16 bits: an operation with more operands
+/// is an error of `try_compile`, not a wrapped count (which the verifier would report as
+/// an internal error) or a panic.
+#[test]
+fn too_many_operands_for_one_instruction() {
+    let mut b = GraphBuilder::<Sum>::new();
+    let x = b.add_input(0);
+    let wide = u16::MAX as usize + 1;
+    let y = b.add_operation(Sum(wide), vec![ValueRef::Local(x); wide], Primary)[0];
+    let ok = b.add_operation(Sum(u16::MAX as usize), vec![ValueRef::Local(x); u16::MAX as usize], Primary)[0];
+    let g = Arc::new(b.build());
+    let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]);
+    let err = computegraph::try_compile(&m).unwrap_err();
+    assert_eq!(err, GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" });
+    // 65535 operands still compile.
+    let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(ok)]);
+    assert_eq!(computegraph::try_compile(&m).unwrap().instruction_count(), 1);
+}
