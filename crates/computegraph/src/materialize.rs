@@ -15,7 +15,9 @@
 //!    expanding every reachable operation (its operands come earlier, so they are met
 //!    later in the same sweep); references into other fragments mark there and queue that
 //!    fragment. Reachable operations are recorded by the key of their first output, which
-//!    deduplicates structurally equal operations wherever they are defined.
+//!    deduplicates structurally equal operations wherever they are defined; of several
+//!    copies in one fragment the earliest is kept, so that emit reads that fragment's
+//!    columns in increasing order.
 //! 2. *Emit*: inputs first, in key order, then the recorded operations in increasing key
 //!    order, which is a topological order (an operation's input keys are interned before
 //!    its outputs').
@@ -450,7 +452,19 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                         }
                         self.expanded[g].set(op.index(), true);
                         let first = graph.value_key[graph.op_first_output[op]];
-                        self.defs.insert_if_absent(first, (g as u32, op));
+                        // A key defined twice in one fragment (a repeated operation) keeps
+                        // its earliest definer, which this descending sweep reaches last:
+                        // emit then reads each fragment's columns in increasing order (key
+                        // order is first-definition order), not jumping back to later copies.
+                        match self.defs.get(first) {
+                            Some((dg, dop)) if dg == g as u32 && op < dop => {
+                                self.defs.insert(first, (g as u32, op));
+                            }
+                            Some(_) => {}
+                            None => {
+                                self.defs.insert(first, (g as u32, op));
+                            }
+                        }
                         for r in graph.op_input_refs(op) {
                             match r {
                                 InputRef::Local(u) => {
