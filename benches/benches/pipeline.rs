@@ -37,11 +37,7 @@ use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
 const DEFAULT_SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
 
 fn parse_size(s: &str) -> usize {
-    let s = s.trim().replace('_', "");
-    s.parse::<usize>()
-        .ok()
-        .or_else(|| s.parse::<f64>().ok().filter(|x| *x >= 1.0 && x.fract() == 0.0).map(|x| x as usize))
-        .unwrap_or_else(|| panic!("CG_BENCH_SIZES: `{s}` is not a size"))
+    benches::parse_count(s.trim()).unwrap_or_else(|e| panic!("CG_BENCH_SIZES: {e}"))
 }
 
 /// Mirrors criterion's own rule: test mode under `--test`, or when run without `--bench`.

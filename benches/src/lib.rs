@@ -475,6 +475,24 @@ impl BoxedProgram {
     }
 }
 
+/// Parses a count (a node count, a size, a number of rounds): digits with optional `_` separators, or `MeN` (`1e6`).
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.replace('_', "");
+    let parsed = match t.split_once(['e', 'E']) {
+        Some((m, e)) => {
+            let m: usize = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
+            let e: u32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
+            10usize.checked_pow(e).and_then(|p| p.checked_mul(m))
+        }
+        None => t.parse().ok(),
+    };
+    match parsed {
+        Some(0) => Err("the count must be at least 1".into()),
+        Some(n) => Ok(n),
+        None => Err(format!("`{s}` is not a count (try 1000000, 1_000_000 or 1e6)")),
+    }
+}
+
 /// Bitwise equality, any NaN equal to any NaN.
 pub fn same_values(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))

@@ -30,11 +30,7 @@ fn usage(msg: &str) -> ! {
 }
 
 fn parse_count(s: &str) -> usize {
-    let s = s.replace('_', "");
-    s.parse::<usize>()
-        .ok()
-        .or_else(|| s.parse::<f64>().ok().filter(|x| *x >= 1.0 && x.fract() == 0.0).map(|x| x as usize))
-        .unwrap_or_else(|| usage(&format!("`{s}` is not a count")))
+    benches::parse_count(s).unwrap_or_else(|e| usage(&e))
 }
 
 /// Times each closure once per round, interleaved; prints medians, minimums and the

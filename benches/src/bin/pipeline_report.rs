@@ -31,13 +31,6 @@ fn usage(msg: &str) -> ! {
     std::process::exit(2)
 }
 
-fn parse_count(s: &str) -> Option<usize> {
-    let s = s.replace('_', "");
-    s.parse::<usize>()
-        .ok()
-        .or_else(|| s.parse::<f64>().ok().filter(|x| *x >= 1.0 && x.fract() == 0.0).map(|x| x as usize))
-}
-
 fn parse_args() -> Args {
     let mut shape = Shape::Window;
     let mut nodes = 1_000_000;
@@ -52,11 +45,11 @@ fn parse_args() -> Args {
             }
             "--nodes" => {
                 let v = value("--nodes");
-                nodes = parse_count(&v).unwrap_or_else(|| usage(&format!("`{v}` is not a node count")));
+                nodes = benches::parse_count(&v).unwrap_or_else(|e| usage(&e));
             }
             "--runs" => {
                 let v = value("--runs");
-                runs = Some(parse_count(&v).unwrap_or_else(|| usage(&format!("`{v}` is not a run count"))));
+                runs = Some(benches::parse_count(&v).unwrap_or_else(|e| usage(&e)));
             }
             "-h" | "--help" => usage("help requested"),
             other => usage(&format!("unknown argument `{other}`")),

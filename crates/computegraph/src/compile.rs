@@ -266,11 +266,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     }
 
     let output_slots: Vec<u32> = graph.outputs.iter().map(|v| slot_of[v.index()]).collect();
-    let mut output_move = vec![false; output_slots.len()];
-    let mut seen = rustc_hash::FxHashSet::default();
-    for (i, s) in output_slots.iter().enumerate().rev() {
-        output_move[i] = seen.insert(*s);
-    }
+    let output_move = output_moves(&output_slots);
     let input_keys = graph.input_keys.clone();
     let input_index = input_keys.iter().enumerate().map(|(i, k)| (k.clone(), i)).collect();
     let program = CompiledProgram {
@@ -620,6 +616,17 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         }
         check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
     }
+}
+
+/// Per output, whether it is its slot's last mention, so that taking the outputs may move
+/// that value out (the earlier mentions clone it).
+pub(crate) fn output_moves(output_slots: &[u32]) -> Vec<bool> {
+    let mut output_move = vec![false; output_slots.len()];
+    let mut seen = rustc_hash::FxHashSet::default();
+    for (i, s) in output_slots.iter().enumerate().rev() {
+        output_move[i] = seen.insert(*s);
+    }
+    output_move
 }
 
 /// Checks that `output_move` marks exactly the last mention of each output slot, so that

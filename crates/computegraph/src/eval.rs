@@ -548,42 +548,14 @@ struct LevelSlots<'a, T>(SlotPtr<'a, T>);
 // SAFETY: chunks on several threads get `&T` from distinct or shared read-only slots
 // (needs `T: Sync`) and move values into, and drop the previous values of, slots that
 // only their thread touches in the level (needs `T: Send`). Which thread touches which
-// slot is disjoint by the level invariant; see `get` and `set`.
+// slot is disjoint by the level invariant; see its `SlotAccess` methods.
 unsafe impl<T: Send + Sync> Sync for LevelSlots<'_, T> {}
 
 impl<T> LevelSlots<'_, T> {
-    /// The operand in slot `s`.
-    ///
-    /// # Safety
-    /// `s` is an operand slot of an instruction of the level this view was made for, in a
-    /// schedule that passed `Schedule::check_levels`, run level by level from its inputs:
-    /// so `s` is in range and holds a value (an input, or an output of an earlier level;
-    /// nothing empties a slot during a run), and no thread writes it while the returned
-    /// reference lives.
-    #[inline(always)]
-    unsafe fn get(&self, s: u32) -> &T {
-        // SAFETY: in range, written, and not written while the reference lives, by the
-        // caller's guarantee.
-        unsafe { self.0.read(s) }
-    }
-
     /// Hints that slot `s` will be read soon.
     #[inline(always)]
     fn prefetch(&self, s: u32) {
         self.0.prefetch(s);
-    }
-
-    /// Stores `v` in slot `s`, dropping the value it held.
-    ///
-    /// # Safety
-    /// No other thread reads or writes slot `s` during the level: `s` is an output slot of
-    /// the instruction being evaluated, in the level this view was made for (of a schedule
-    /// that passed `Schedule::check_levels`, which also puts `s` in range).
-    #[inline(always)]
-    unsafe fn set(&self, s: u32, v: T) {
-        // SAFETY: `s` is in range, and by the caller's guarantee this thread is the only
-        // one touching the slot, so the write (and the drop of the old value) is exclusive.
-        unsafe { self.0.write(s, v) };
     }
 }
 
@@ -656,20 +628,26 @@ impl<T> SlotAccess<T> for VerifiedSlots<'_, T> {
 
 impl<T> SlotAccess<T> for LevelSlots<'_, T> {
     /// # Safety
-    /// As [`LevelSlots::get`]: `s` is an operand slot of an instruction of the level this
-    /// view was made for, in a schedule that passed `Schedule::check_levels`.
+    /// `s` is an operand slot of an instruction of the level this view was made for, in a
+    /// schedule that passed `Schedule::check_levels`, run level by level from its inputs:
+    /// so `s` is in range and holds a value (an input, or an output of an earlier level;
+    /// nothing empties a slot during a run), and no thread writes it while the returned
+    /// reference lives.
     #[inline(always)]
     unsafe fn read(&self, s: u32) -> &T {
-        // SAFETY: as `LevelSlots::get` requires, by the caller's guarantee.
-        unsafe { self.get(s) }
+        // SAFETY: in range, written, and not written while the reference lives, by the
+        // caller's guarantee.
+        unsafe { self.0.read(s) }
     }
     /// # Safety
-    /// `s` is an output slot of the instruction being evaluated, in the level this view
-    /// was made for.
+    /// No other thread reads or writes slot `s` during the level: `s` is an output slot of
+    /// the instruction being evaluated, in the level this view was made for (of a schedule
+    /// that passed `Schedule::check_levels`, which also puts `s` in range).
     #[inline(always)]
     unsafe fn write(&self, s: u32, v: T) {
-        // SAFETY: as `LevelSlots::set` requires, by the caller's guarantee.
-        unsafe { self.set(s, v) }
+        // SAFETY: `s` is in range, and by the caller's guarantee this thread is the only
+        // one touching the slot, so the write (and the drop of the old value) is exclusive.
+        unsafe { self.0.write(s, v) };
     }
 }
 

@@ -301,11 +301,7 @@ pub(crate) fn schedule(
     }
     let par_args: Vec<u32> = arg_value.iter().map(|&v| slot_of[v as usize]).collect();
     let par_output_slots: Vec<u32> = output_values.iter().map(|&v| slot_of[v as usize]).collect();
-    let mut output_move = vec![false; par_output_slots.len()];
-    let mut seen = rustc_hash::FxHashSet::default();
-    for (i, s) in par_output_slots.iter().enumerate().rev() {
-        output_move[i] = seen.insert(*s);
-    }
+    let output_move = crate::compile::output_moves(&par_output_slots);
     let mut sched = Schedule {
         order,
         level_start,
