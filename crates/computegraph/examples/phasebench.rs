@@ -1,6 +1,7 @@
 //! Times one phase in isolation (for profiling): `phasebench NODES SHAPE PHASE`.
 //! `PHASE` is `build`, `buildonly` (no dedup baseline), `eval` (builds once, evaluates
-//! 200 times) or anything else for every phase.
+//! 200 times), `peval` (the same on a two-thread pool) or anything else for every phase.
+//! `SHAPE` is `window`, `uniform`, `chain`, `layered` (1000 wide) or `wide` (100 deep).
 use computegraph::{EvalState, KeyInterner, compile, materialize_merge, resolve};
 use scalar::workloads::{self, Operands};
 use std::time::Instant;
@@ -13,11 +14,12 @@ fn main() {
         "chain" => workloads::chain(n, 1),
         "uniform" => workloads::random_dag(n, Operands::Uniform, 0.3, 1),
         "layered" => workloads::layered(1000, n / 1000, 1),
+        "wide" => workloads::layered(n / 100, 100, 1),
         _ => workloads::random_dag(n, Operands::Window(1024), 0.3, 1),
     };
     let inputs = workloads::inputs_for(&spec, 7);
     let mut best = [f64::MAX; 5];
-    let (rounds, evals) = if phase == "eval" { (1, 200) } else { (5, 5) };
+    let (rounds, evals) = if phase.ends_with("eval") { (1, 200) } else { (5, 5) };
     for _ in 0..rounds {
         let t = Instant::now();
         let d = if phase == "buildonly" { Default::default() } else { spec.dedup() };
@@ -43,11 +45,26 @@ fn main() {
                 _ => None,
             })
             .unwrap();
+        if phase == "peval" {
+            let t = Instant::now();
+            let levels = program.level_count(); // builds the parallel schedule
+            println!("schedule: {levels} levels, {:.1} ns/node", t.elapsed().as_secs_f64() * 1e9 / n as f64);
+        }
         let mut st = EvalState::new();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         for _ in 0..evals {
             let t = Instant::now();
-            let _ = program.eval_with(&mut st, &mut (), &refs).unwrap();
-            best[3] = best[3].min(t.elapsed().as_secs_f64());
+            let _ = if phase == "peval" {
+                program.eval_parallel_with(Some(&pool), &mut st, &mut (), &refs)
+            } else {
+                program.eval_with(&mut st, &mut (), &refs)
+            }
+            .unwrap();
+            let dt = t.elapsed().as_secs_f64();
+            if std::env::var_os("PHASEBENCH_EACH").is_some() {
+                print!("{:.1} ", dt * 1e3);
+            }
+            best[3] = best[3].min(dt);
         }
     }
     let p = |x: f64| x * 1e9 / n as f64;

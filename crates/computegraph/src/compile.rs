@@ -28,7 +28,7 @@ use crate::error::{GraphError, GraphResult};
 use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
-use crate::schedule::{Schedule, schedule};
+use crate::schedule::{Schedule, Step, schedule};
 
 /// "No slot": an input that no instruction reads.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
@@ -345,7 +345,15 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         self.schedule
             .get_or_init(|| {
                 let cost: Vec<u64> = self.ops.iter().map(GraphOperation::cost_hint).collect();
-                schedule(&self.instrs, &self.args, &self.input_slots, &self.output_slots, self.slot_count, &cost)
+                schedule(
+                    &self.ops,
+                    &self.instrs,
+                    &self.args,
+                    &self.input_slots,
+                    &self.output_slots,
+                    self.slot_count,
+                    &cost,
+                )
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -496,6 +504,16 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             }
         }
         self.verify_source()?;
+        // A compact step's operation is its instruction's (the evaluator runs the
+        // representative in its place).
+        for (k, (step, &i)) in sched.steps.iter().zip(&sched.order).enumerate() {
+            if step.op != Step::GENERAL {
+                let rep = sched.op_rep[(step.op & !Step::UNARY) as usize];
+                if self.ops[rep as usize] != self.ops[i as usize] {
+                    return Err(bad(format!("step {k} runs the operation of instruction {rep}, not of {i}")));
+                }
+            }
+        }
         let ops: Vec<_> = (0..n).map(|i| graph.operation(self.source_operation(i))).collect();
         let in_range = |s: u32| (s as usize) < sched.slot_count;
         let mut content: Vec<Option<ValueId>> = vec![None; sched.slot_count];

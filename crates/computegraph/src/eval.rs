@@ -22,7 +22,9 @@
 //! thread; an expensive instruction can be a chunk by itself, so heavy operations fork
 //! even in a level of two). The calling thread and helpers spawned once per run claim
 //! the chunks of one level at a time (`Team`: an epoch per split level, an atomic claim
-//! counter, spinning rather than sleeping between levels). The chunks read their
+//! counter, spinning rather than sleeping between levels). A chunk streams the
+//! schedule's compact steps (16 bytes per instruction in level order, see `schedule.rs`
+//! and ADR 0007), prefetching operand slots ahead. The chunks read their
 //! operands from the shared slots and write their outputs straight into their own slots,
 //! concurrently, through `LevelSlots`, a raw-pointer view of the slot vector for the
 //! duration of the run. This is the module's only `unsafe`, and it is sound by the
@@ -44,7 +46,7 @@ use smallvec::SmallVec;
 use crate::compile::{CompiledProgram, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label};
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, Step};
 use crate::slots::{SlotFile, SlotPtr};
 
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
@@ -306,7 +308,7 @@ where
             if !sched.is_split(&range) {
                 // Alone: every helper is between levels (`team.wait_done` returned after the
                 // last chunk of the previous split level), so no other thread touches a slot.
-                self.eval_chunk(sched, &sched.order[range], ctx, view, out)?;
+                self.eval_chunk(sched, range, ctx, view, out)?;
                 continue;
             }
             // Chunk boundaries at about equal cost.
@@ -327,7 +329,7 @@ where
             let epoch = team.publish(chunks);
             let cx = chunk_ctx.get_or_insert_with(|| ctx.clone());
             while let Some(c) = team.claim(epoch) {
-                team.run(|| self.eval_chunk(sched, &sched.order[team.chunk(c)], cx, view, out));
+                team.run(|| self.eval_chunk(sched, team.chunk(c), cx, view, out));
             }
             team.wait_done(chunks)?;
         }
@@ -342,40 +344,58 @@ where
         while let Some(epoch) = team.wait_epoch(seen) {
             seen = epoch;
             while let Some(c) = team.claim(epoch) {
-                team.run(|| self.eval_chunk(sched, &sched.order[team.chunk(c)], ctx, view, &mut out));
+                team.run(|| self.eval_chunk(sched, team.chunk(c), ctx, view, &mut out));
             }
         }
     }
 
-    /// Evaluates the instructions `chunk` of one level, reading their operands and writing
-    /// their outputs in place through `slots`, possibly concurrently with the level's
-    /// other chunks.
+    /// Evaluates the instructions at positions `chunk` of the schedule's order, all of
+    /// one level, reading their operands and writing their outputs in place through
+    /// `slots`, possibly concurrently with the level's other chunks. It streams the
+    /// compact steps (`schedule::Step`); a general step goes through the instruction
+    /// record.
     fn eval_chunk(
         &self,
         sched: &Schedule,
-        chunk: &[u32],
+        chunk: std::ops::Range<usize>,
         ctx: &mut Op::Context,
         slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        for (k, &i) in chunk.iter().enumerate() {
-            if let Some(&ahead) = chunk.get(k + PAR_PREFETCH_AHEAD) {
-                let (_, ins, _) = self.par_instr(sched, ahead as usize);
-                if let [first, .., last] | [first @ last] = ins {
-                    slots.prefetch(*first);
-                    slots.prefetch(*last);
-                }
+        let steps = &sched.steps[chunk];
+        for (k, step) in steps.iter().enumerate() {
+            if let Some(ahead) = steps.get(k + PAR_PREFETCH_AHEAD) {
+                slots.prefetch(ahead.a);
+                slots.prefetch(ahead.b);
             }
-            let (op, ins, outs) = self.par_instr(sched, i as usize);
-            // SAFETY: `ins` are operand slots and `outs` output slots of an instruction of
-            // the level being run, in a schedule that passed `check_levels` when it was
-            // built: every slot is in range and every operand slot was written by an input
-            // or an earlier level; no instruction of the level writes an operand slot, and
-            // no other instruction of the level reads or writes an output slot; no thread
+            // SAFETY (all three blocks): the step is at a position of the level being run,
+            // in a schedule that passed `check_levels` when it was built, which checks
+            // that a compact step names its instruction's slots and an entry of `op_rep`
+            // naming an instruction, and that a general step names its instruction. Every
+            // slot is in range and every operand slot was written by an input or an
+            // earlier level; no instruction of the level writes an operand slot, and no
+            // other instruction of the level reads or writes an output slot; no thread
             // runs another level meanwhile (see `Team`). So no thread writes the operand
             // slots while their references live, and this thread alone touches the output
-            // slots.
-            unsafe { eval_instruction(op, ctx, slots, ins, outs, out)? };
+            // slot.
+            if step.op == Step::GENERAL {
+                let (op, ins, outs) = self.par_instr(sched, step.out as usize);
+                unsafe { eval_instruction(op, ctx, slots, ins, outs, out)? };
+                continue;
+            }
+            let op = unsafe {
+                let rep = *sched.op_rep.get_unchecked((step.op & !Step::UNARY) as usize);
+                self.ops.get_unchecked(rep as usize)
+            };
+            let n = 2 - (step.op >> 31) as usize;
+            let refs = unsafe { [slots.read(step.a), slots.read(step.b)] };
+            match op.eval_single(ctx, &refs[..n], out) {
+                Some(v) => unsafe { slots.write(step.out, v) },
+                None => {
+                    let ins = [step.a, step.b];
+                    unsafe { eval_instruction_general(op, ctx, slots, &ins[..n], &[step.out], out, false)? };
+                }
+            }
         }
         Ok(())
     }

@@ -16,7 +16,15 @@
 //!   holds its last reader, and outputs of a level never take a slot released in that
 //!   level, so within a level no slot is written twice, and no written slot is read;
 //! - the instructions of one level may therefore run in any order or concurrently, reading
-//!   the slots as they stood when the level began.
+//!   the slots as they stood when the level began;
+//! - `steps` is `order` in the compact form the parallel evaluator streams (16 bytes per
+//!   instruction, [`Step`]): for an instruction of one output and one or two operands,
+//!   its slots and the index of its operation in `op_rep`, a table of one representative
+//!   instruction per distinct operation (by `Eq`, which CSE already takes to mean "the
+//!   same computation"); for any other instruction a general step naming it. Reading
+//!   `order`, the instruction record, the operation and the argument pool per instruction
+//!   (about 40 bytes, from four places) made the chunks memory bound; see
+//!   `docs/adr/0007-compact-parallel-steps.md`.
 //!
 //! **The level invariant, on which the evaluator's `unsafe` rests:** within one level, every
 //! slot written is written by exactly one output of one instruction, and no slot written
@@ -24,19 +32,62 @@
 //! lets the chunks of a level write their output slots concurrently through a raw
 //! pointer (`eval.rs`, ADR 0005), which is data-race free exactly when this holds. It is
 //! not left to the correctness of the slot assignment alone: [`Schedule::check_levels`],
-//! a direct check of the invariant, runs on every schedule when it is built, in release
-//! builds too, and a schedule that fails it is an error, never evaluated.
+//! a direct check of the invariant (and of the steps against the instructions), runs on
+//! every schedule when it is built, in release builds too, and a schedule that fails it
+//! is an error, never evaluated.
 //!
-//! Complexity: `O(instructions + arguments + slots)`, no allocation per level.
+//! Complexity: `O(instructions + arguments + slots)` (plus one hash per compact step), no
+//! allocation per level.
+
+use std::hash::Hash;
+
+use rustc_hash::FxHashMap;
 
 use crate::compile::{Instr, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
+
+/// One instruction of the schedule in the compact form the parallel evaluator reads: 16
+/// bytes, in level order, so that a chunk streams one column instead of gathering from
+/// four (see [`Schedule::steps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct Step {
+    /// [`Step::GENERAL`], or the index in [`Schedule::op_rep`] of the instruction's
+    /// operation, with [`Step::UNARY`] set when it has one operand.
+    pub(crate) op: u32,
+    /// First operand slot (for a general step: the first operand slot or 0, a prefetch
+    /// hint only).
+    pub(crate) a: u32,
+    /// Last operand slot (equal to `a` for one operand; for a general step a hint only).
+    pub(crate) b: u32,
+    /// Output slot, or for a general step the instruction index.
+    pub(crate) out: u32,
+}
+
+impl Step {
+    /// The step of an instruction that is not one output of one or two operands (or
+    /// whose operation did not get a compact index): the evaluator reads it through
+    /// `order`, the instruction record and `args`.
+    pub(crate) const GENERAL: u32 = u32::MAX;
+    /// Set in `op` when the instruction has one operand.
+    pub(crate) const UNARY: u32 = 1 << 31;
+    /// Compact operation indices are below this (so that no compact `op` equals `GENERAL`).
+    const MAX_OPS: u32 = Self::UNARY - 1;
+}
 
 /// The level schedule of a program (see the module doc).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Schedule {
     /// Instruction indices by increasing level.
     pub(crate) order: Vec<u32>,
+    /// `steps[k]` is instruction `order[k]` in compact form: its operation's index in
+    /// `op_rep` and its slots (of `args`), or [`Step::GENERAL`].
+    pub(crate) steps: Vec<Step>,
+    /// One instruction per distinct operation (by `Eq`) of the compact steps: the
+    /// operation of step `k` is `ops[op_rep[steps[k].op & !UNARY]]`. Few distinct
+    /// operations keep this table in cache, so a step needs no read of the operation
+    /// column.
+    pub(crate) op_rep: Vec<u32>,
     /// `order[level_start[l]..level_start[l + 1]]` is level `l + 1`.
     pub(crate) level_start: Vec<u32>,
     /// `cost_prefix[k]` is the summed cost of `order[..k]`.
@@ -101,6 +152,7 @@ impl Schedule {
         {
             return Err(bad("level boundaries do not cover the instructions in order".into()));
         }
+        self.check_steps(instrs)?;
         let in_range = |s: u32| (s as usize) < self.slot_count;
         if let Some(&s) = self.input_slots.iter().chain(&self.output_slots).find(|&&s| s != NO_SLOT && !in_range(s)) {
             return Err(bad(format!("input or output slot s{s} out of range")));
@@ -149,6 +201,51 @@ impl Schedule {
         crate::compile::check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
     }
 
+    /// Checks that `steps` is `order` in compact form: one step per position, a compact
+    /// step only for an instruction of one output and one or two operands, naming that
+    /// instruction's slots (so the level invariant checked on `args` holds for the steps)
+    /// and an entry of `op_rep` that names an instruction; a general step names its
+    /// instruction. Whether the representative's operation equals the instruction's is
+    /// checked by `CompiledProgram::verify_parallel_against`: the evaluator's memory
+    /// safety does not depend on it.
+    fn check_steps(&self, instrs: &[Instr]) -> GraphResult<()> {
+        let bad = |k: usize| GraphError::Invalid {
+            phase: "parallel schedule",
+            message: format!("step {k} does not match instruction {}", self.order[k]),
+        };
+        if self.steps.len() != self.order.len() {
+            return Err(GraphError::Invalid { phase: "parallel schedule", message: "one step per instruction".into() });
+        }
+        if let Some(&i) = self.op_rep.iter().find(|&&i| i as usize >= instrs.len()) {
+            return Err(GraphError::Invalid {
+                phase: "parallel schedule",
+                message: format!("operation table names instruction {i}, out of range"),
+            });
+        }
+        for (k, (step, &i)) in self.steps.iter().zip(&self.order).enumerate() {
+            let Some(&instr) = instrs.get(i as usize) else { return Err(bad(k)) };
+            if step.op == Step::GENERAL {
+                if step.out != i {
+                    return Err(bad(k));
+                }
+                continue;
+            }
+            let Some((ins, outs)) = (instr.end() <= self.args.len()).then(|| instr.slots(&self.args)) else {
+                return Err(bad(k));
+            };
+            let unary = step.op & Step::UNARY != 0;
+            let matches = match (ins, outs) {
+                ([a], [out]) => unary && (step.a, step.b, step.out) == (*a, *a, *out),
+                ([a, b], [out]) => !unary && (step.a, step.b, step.out) == (*a, *b, *out),
+                _ => false,
+            };
+            if !matches || (step.op & !Step::UNARY) as usize >= self.op_rep.len() {
+                return Err(bad(k));
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes held by the schedule's columns.
     pub(crate) fn heap_bytes(&self) -> usize {
         (self.order.capacity()
@@ -158,12 +255,15 @@ impl Schedule {
             + self.output_slots.capacity())
             * 4
             + self.cost_prefix.capacity() * 8
+            + self.steps.capacity() * size_of::<Step>()
+            + self.op_rep.capacity() * 4
             + self.output_move.capacity()
     }
 }
 
 /// Computes the level schedule of a sequential program. `cost[i]` is instruction `i`'s cost.
-pub(crate) fn schedule(
+pub(crate) fn schedule<Op: Hash + Eq>(
+    ops: &[Op],
     instrs: &[Instr],
     args: &[u32],
     input_slots: &[u32],
@@ -302,8 +402,11 @@ pub(crate) fn schedule(
     let par_args: Vec<u32> = arg_value.iter().map(|&v| slot_of[v as usize]).collect();
     let par_output_slots: Vec<u32> = output_values.iter().map(|&v| slot_of[v as usize]).collect();
     let output_move = crate::compile::output_moves(&par_output_slots);
+    let (steps, op_rep) = compact_steps(ops, instrs, &order, &par_args);
     let mut sched = Schedule {
         order,
+        steps,
+        op_rep,
         level_start,
         cost_prefix,
         args: par_args,
@@ -321,6 +424,44 @@ pub(crate) fn schedule(
     sched.worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
     sched.check_levels(instrs, input_slots.len())?;
     Ok(sched)
+}
+
+/// The compact steps of the instructions in `order` (slots from `args`) and the table of
+/// representative instructions of their distinct operations.
+fn compact_steps<Op: Hash + Eq>(ops: &[Op], instrs: &[Instr], order: &[u32], args: &[u32]) -> (Vec<Step>, Vec<u32>) {
+    let mut index: FxHashMap<&Op, u32> = FxHashMap::default();
+    let mut op_rep: Vec<u32> = Vec::new();
+    let steps = order
+        .iter()
+        .map(|&i| {
+            let instr = instrs[i as usize];
+            let (ins, outs) = instr.slots(args);
+            let general = Step {
+                op: Step::GENERAL,
+                a: ins.first().copied().unwrap_or(0),
+                b: ins.last().copied().unwrap_or(0),
+                out: i,
+            };
+            let ([a, .., b] | [a @ b], [out]) = (ins, outs) else { return general };
+            if ins.len() > 2 {
+                return general;
+            }
+            let op = &ops[i as usize];
+            let k = match index.get(op) {
+                Some(&k) => k,
+                // Past the table's capacity, further distinct operations take the general path.
+                None if op_rep.len() as u32 >= Step::MAX_OPS => return general,
+                None => {
+                    index.insert(op, op_rep.len() as u32);
+                    op_rep.push(i);
+                    op_rep.len() as u32 - 1
+                }
+            };
+            let unary = if ins.len() == 1 { Step::UNARY } else { 0 };
+            Step { op: k | unary, a: *a, b: *b, out: *out }
+        })
+        .collect();
+    (steps, op_rep)
 }
 
 /// Counting sort of `(level, value)` pairs with levels in `1..=levels`: returns the bucket
@@ -361,7 +502,7 @@ mod tests {
     fn same_level_release_is_not_reused_in_the_level() {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
         let args = [0, 2, 1, 0, 2, 0, 1];
-        let s = schedule(&instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
+        let s = schedule(&[0u8, 1, 0], &instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
         assert_eq!(s.order, [0, 1, 2]);
         assert_eq!(s.level_start, [0, 2, 3]);
         assert_eq!(s.level_count(), 2);
@@ -379,7 +520,7 @@ mod tests {
     fn check_levels_rejects_conflicting_slots() {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
         let args = [0, 2, 1, 0, 2, 0, 1];
-        let good = schedule(&instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
+        let good = schedule(&[0u8, 1, 0], &instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
         assert!(good.check_levels(&instrs, good.input_slots.len()).is_ok());
         // Level 1 is i0 (s0 -> s2) and i1 (s1 -> s3).
         let mut twice = good.clone();
@@ -432,13 +573,52 @@ mod tests {
         assert!(moved_at_last.check_levels(&instrs, 2).is_ok(), "clone first, move at the last mention");
     }
 
+    /// Steps are the level order in compact form: equal operations share one table entry,
+    /// a one-operand step repeats its slot, and an instruction of another shape is general.
+    #[test]
+    fn compact_steps_share_equal_operations() {
+        // x in s0, y in s1; i0 = f(x, y) -> s2; i1 = g(x) -> s3; i2 = f(s2, s3) -> s0;
+        // i3 = h() -> s1 (no operand: general).
+        let instrs = [instr(0, 2, 1), instr(3, 1, 1), instr(5, 2, 1), instr(8, 0, 1)];
+        let args = [0, 1, 2, 0, 3, 2, 3, 0, 1];
+        let s = schedule(&['f', 'g', 'f', 'h'], &instrs, &args, &[0, 1], &[0, 1], 4, &[1; 4]).unwrap();
+        assert_eq!(s.order, [0, 1, 3, 2]);
+        assert_eq!(s.op_rep, [0, 1]);
+        let (x, y) = (s.input_slots[0], s.input_slots[1]);
+        let [i0, i1, i3, i2] = [0, 1, 2, 3].map(|k| s.steps[k]);
+        assert_eq!((i0.op, i0.a, i0.b), (0, x, y));
+        assert_eq!((i1.op, i1.a, i1.b), (1 | Step::UNARY, x, x));
+        assert_eq!((i3.op, i3.out), (Step::GENERAL, 3));
+        assert_eq!((i2.op, i2.a, i2.b), (0, i0.out, i1.out));
+        assert!(s.check_levels(&instrs, 2).is_ok());
+        // Steps that do not match their instructions are refused.
+        let mut wrong_slot = s.clone();
+        wrong_slot.steps[0].b = x;
+        let mut wrong_arity = s.clone();
+        wrong_arity.steps[0].op |= Step::UNARY;
+        let mut no_such_op = s.clone();
+        no_such_op.steps[1].op = 2 | Step::UNARY;
+        let mut bad_table = s.clone();
+        bad_table.op_rep[1] = 9;
+        let mut wrong_general = s.clone();
+        wrong_general.steps[2].out = 2;
+        let mut short = s.clone();
+        short.steps.pop();
+        for bad in [wrong_slot, wrong_arity, no_such_op, bad_table, wrong_general, short] {
+            match bad.check_levels(&instrs, 2) {
+                Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
+                other => panic!("expected Invalid, got {other:?} for {:?}", bad.steps),
+            }
+        }
+    }
+
     /// Levels are not program order: a chain interleaved with independent nodes.
     #[test]
     fn counting_sort_groups_levels_in_program_order() {
         // x in s0; i0 = f(x) -> s1; i1 = f(s1) -> s2; i2 = f(x) -> s3; i3 = () -> s4.
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 1, 1), instr(6, 0, 1)];
         let args = [0, 1, 1, 2, 0, 3, 4];
-        let s = schedule(&instrs, &args, &[0], &[2, 3, 4], 5, &[1; 4]).unwrap();
+        let s = schedule(&[0u8; 4], &instrs, &args, &[0], &[2, 3, 4], 5, &[1; 4]).unwrap();
         assert_eq!(s.order, [0, 2, 3, 1]);
         assert_eq!(s.level_start, [0, 3, 4]);
     }
