@@ -1,6 +1,7 @@
 //! Times one phase in isolation (for profiling): `phasebench NODES SHAPE PHASE`.
 //! `PHASE` is `build`, `buildonly` (no dedup baseline), `eval` (builds once, evaluates
 //! 200 times), `peval` (the same on a two-thread pool) or anything else for every phase.
+//! `PHASEBENCH_ROUNDS` sets the number of rounds (default 5, or 1 for the eval phases).
 //! `SHAPE` is `window`, `uniform`, `chain`, `layered` (1000 wide) or `wide` (100 deep).
 use computegraph::{EvalState, KeyInterner, compile, materialize_merge, resolve};
 use scalar::workloads::{self, Operands};
@@ -20,6 +21,7 @@ fn main() {
     let inputs = workloads::inputs_for(&spec, 7);
     let mut best = [f64::MAX; 5];
     let (rounds, evals) = if phase.ends_with("eval") { (1, 200) } else { (5, 5) };
+    let rounds = std::env::var("PHASEBENCH_ROUNDS").map_or(rounds, |r| r.parse().unwrap());
     for _ in 0..rounds {
         let t = Instant::now();
         let d = if phase == "buildonly" { Default::default() } else { spec.dedup() };

@@ -29,7 +29,7 @@
 
 use std::mem::Discriminant;
 
-use crate::materialize::{MatDef, MaterializedGraph};
+use crate::materialize::{MatDef, MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
 
 /// Operations are regrouped only inside windows of this many consecutive operations.
@@ -74,9 +74,16 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         let window = &variant[start..end];
         depth.clear();
         let mut max_depth = 0;
+        // Values before the window's first output are inputs or outputs of earlier
+        // operations (outputs are numbered in operation order): skipping them saves a
+        // cache miss per far operand on large graphs.
+        let window_values = graph.op_first_output[OperationId::new(start)];
         for i in start..end {
             let mut d = 0;
             for v in graph.op_inputs.get(i) {
+                if *v < window_values {
+                    continue;
+                }
                 if let MatDef::Output(producer, _) = graph.value_def[*v] {
                     let p = producer.index();
                     if p >= start {

@@ -58,6 +58,14 @@ impl<V: Copy> KeyMap<V> {
         }
     }
 
+    /// Hints that the entry of `key` will be accessed soon (dense maps only).
+    #[inline]
+    pub(crate) fn prefetch(&self, key: KeyId) {
+        if let Repr::Dense { base, slots, .. } = &self.repr {
+            crate::prefetch::prefetch_read(slots.as_ptr().wrapping_add(key.index().wrapping_sub(*base)));
+        }
+    }
+
     /// Whether `key` has a value.
     #[inline]
     pub fn contains(&self, key: KeyId) -> bool {

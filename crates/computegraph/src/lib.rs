@@ -51,6 +51,7 @@ mod keymap;
 mod materialize;
 mod operation;
 mod optable;
+mod prefetch;
 mod resolve;
 mod schedule;
 mod slots;

@@ -23,7 +23,10 @@
 //!    its outputs').
 //!
 //! Both phases walk columns mostly sequentially. Key-indexed tables are dense arrays when
-//! the view's keys are compact, hash maps otherwise ([`KeyMap`]). Complexity:
+//! the view's keys are compact, hash maps otherwise ([`KeyMap`]). Emit's operand lookups
+//! (an operand's key, then its new id) jump wherever the operands are: when enough
+//! operands lie far from their readers (`prefetch.rs`, decided every few thousand
+//! operands) emit prefetches them a few operations ahead. Complexity:
 //! `O(swept values + reachable operands)`; a fragment sweep covers the range between its
 //! lowest and highest reachable value.
 
@@ -40,6 +43,7 @@ use crate::id::{IdVec, ListPool};
 use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
+use crate::prefetch::{FarOperands, prefetch_read};
 use crate::resolve::ResolvedView;
 
 crate::define_id!(
@@ -348,6 +352,9 @@ pub fn try_materialize_merge<Op: GraphOperation>(
     Ok(graph)
 }
 
+/// How many operations ahead emit prefetches operand entries (in two stages, see `emit`).
+const AHEAD: usize = 8;
+
 /// Phase one state: which local values and operations are reachable.
 ///
 /// Marking sweeps each fragment's values in reverse local order from the highest newly
@@ -521,15 +528,26 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         let mut role_index: FxHashMap<OperationRole, u32> = FxHashMap::default();
         role_index.insert(OperationRole::Primary, 0);
         let mut role_map: Vec<Vec<Option<u32>>> = vec![Vec::new(); graphs.len()];
-        for (_, (g, op)) in self.defs.sorted_entries() {
+        let entries = self.defs.sorted_entries();
+        let mut far = FarOperands::default();
+        let mut prefetch = false;
+        for (at, &(_, (g, op))) in entries.iter().enumerate() {
+            if far.block_full() {
+                prefetch = far.decide();
+            }
+            if prefetch {
+                prefetch_operands(graphs, &entries, at, &vid);
+            }
             let graph = &*graphs[g as usize];
             let id = out.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
             let n_out = graph.ops[op].output_count();
             if out.value_def.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
+            let reader = out.value_def.len();
             for r in graph.op_input_refs(op) {
                 let v = vid.get(graph.input_key_id(r)).expect("operands precede their users in key order");
+                far.note(v.index(), reader, out.inputs.len());
                 out.op_inputs.push_item(v);
             }
             if !out.op_inputs.finish_list() {
@@ -567,6 +585,30 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         }
         out.outputs = out_ids.iter().map(|&k| vid.get(k).expect("every output was marked")).collect();
         Ok(out)
+    }
+}
+
+/// Prefetches for emit, in two stages: the operands' keys of the operation `2 * AHEAD`
+/// after `at`, then (cached by now) those keys' entries in `vid` for the one `AHEAD` after.
+fn prefetch_operands<Op: GraphOperation>(
+    graphs: &[Arc<Graph<Op>>],
+    entries: &[(KeyId, (u32, LocalOperationId))],
+    at: usize,
+    vid: &KeyMap<ValueId>,
+) {
+    if let Some(&(_, (g, op))) = entries.get(at + 2 * AHEAD) {
+        let graph = &*graphs[g as usize];
+        for r in graph.op_input_refs(op) {
+            if let InputRef::Local(u) = r {
+                prefetch_read(graph.value_key.raw().as_ptr().wrapping_add(u.index()));
+            }
+        }
+    }
+    if let Some(&(_, (g, op))) = entries.get(at + AHEAD) {
+        let graph = &*graphs[g as usize];
+        for r in graph.op_input_refs(op) {
+            vid.prefetch(graph.input_key_id(r));
+        }
     }
 }
 

@@ -12,11 +12,9 @@
 //! entry's home slot is its mixed hash scaled to the capacity (`mixed · capacity / 2^64`,
 //! one multiply). Home slots grow with the mixed hash, so growing re-inserts the old
 //! entries in slot order and writes the new table almost sequentially.
-//!
-//! This module holds the prefetch hint, which cannot fault (see [`prefetch_read`]), used
-//! here and by the parallel evaluator.
 
 use crate::key::OperationKeyId;
+use crate::prefetch::prefetch_read;
 
 /// Maximum load: 3/4.
 const LOAD_NUM: usize = 3;
@@ -131,21 +129,6 @@ impl OpTable {
         }
         prefetch_read(&self.slots[self.home(hash)]);
     }
-}
-
-/// A read prefetch of the cache line holding `p` (a no-op off x86_64 and under Miri).
-/// `p` need not be valid: the hint is never dereferenced.
-#[inline(always)]
-pub(crate) fn prefetch_read<T>(p: *const T) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: `prefetcht0` is a hint: it never faults and has no architectural effect, so
-    // any address is fine. It is `unsafe` only because it is a
-    // `#[target_feature(enable = "sse")]` intrinsic, and SSE is part of the x86_64 baseline.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = p;
 }
 
 #[cfg(test)]

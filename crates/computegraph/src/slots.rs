@@ -184,7 +184,7 @@ impl<T> SlotPtr<'_, T> {
     /// Hints that slot `s` will be read soon (any `s`: the hint never dereferences).
     #[inline(always)]
     pub(crate) fn prefetch(&self, s: u32) {
-        crate::optable::prefetch_read(self.vals.wrapping_add(s as usize));
+        crate::prefetch::prefetch_read(self.vals.wrapping_add(s as usize));
     }
 }
 

@@ -10,7 +10,8 @@
 //!    operation), and whose keys are the operation key's outputs;
 //! 4. inputs are the values defined as inputs, in order; outputs are in range.
 //!
-//! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids; no two values share a
+//! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids, operations' outputs in
+//! operation order (which `dispatch.rs` relies on); no two values share a
 //! key; `inputs` lists exactly the input values, in order, parallel to `input_keys`.
 
 use rustc_hash::FxHashSet;
@@ -108,6 +109,11 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             let first = self.op_first_output[o];
             if let Some(v) = op.inputs().iter().find(|&&v| v >= first) {
                 return Err(bad(format!("{o:?} reads {v:?}, which is not created before it")));
+            }
+            if (0..self.ops.len()).contains(&(o.index() + 1))
+                && self.op_first_output[crate::OperationId::new(o.index() + 1)] < first
+            {
+                return Err(bad(format!("operations after {o:?} have earlier outputs")));
             }
             let key = op.key();
             for (slot, v) in op.outputs().enumerate() {

@@ -116,6 +116,24 @@ fn verifiers_pass_on_workload_shapes() {
     }
 }
 
+/// A graph large enough, with operands drawn from all of it, that materialize and compile
+/// prefetch operand entries (most operands lie more than 2^16 values before their reader,
+/// `prefetch.rs`): the prefetching paths give the same graph, program and values, in one
+/// fragment and in several.
+#[test]
+fn far_operands_compile_and_evaluate_correctly() {
+    let spec = workloads::random_dag(600_000, Operands::Uniform, 0.3, 9);
+    let inputs = workloads::inputs_for(&spec, 3);
+    let expected = spec.eval_reference(&inputs);
+    let interner = fresh();
+    for fragments in [1, 4] {
+        let built = spec.build(&interner, fragments).unwrap();
+        let (m, program) = compile_checked(&resolve(built.graphs.clone()), &built.outputs);
+        assert_eq!(m.operation_count(), reachable_counts(&spec.dedup()).0);
+        assert_same(&eval_vars(&program, &inputs), &expected);
+    }
+}
+
 /// Compile groups independent operations of one variant (`dispatch.rs`): on a random
 /// DAG of mixed operations, consecutive instructions change variant far less often than
 /// consecutive materialized operations, and the chain (no independent operations) keeps
