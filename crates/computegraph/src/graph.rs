@@ -35,6 +35,7 @@ use crate::id::{IdVec, ListPool};
 use crate::key::{InternerState, KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
+use crate::prefetch::{FarOperands, prefetch_read};
 
 crate::define_id!(
     /// A value of one graph (fragment). Meaningful only inside that graph.
@@ -922,6 +923,11 @@ const AHEAD: usize = 8;
 /// before them gets a fresh key, local and key ids advance in step. A hash made from a
 /// prediction is used only if every value interned since then did get a fresh key (then
 /// the prediction was exact); otherwise it was just a prefetch and is made again.
+///
+/// Hashing ahead reads the operands' keys. When operands lie far from their readers
+/// (operands drawn from the whole of a large graph), those reads miss the cache too, so
+/// the keys of operation `i + 2 * AHEAD` are prefetched as well (`prefetch.rs` decides
+/// when, from the operands seen).
 struct Batch {
     interner_id: u32,
     /// The interner's id of each of the graph's roles, on first use (`Primary` is role 0
@@ -931,6 +937,12 @@ struct Batch {
     ahead: [Ahead; AHEAD],
     /// Operand keys of the operation being interned.
     keys: Vec<KeyId>,
+    /// Whether operands lie far enough from their readers that hashing ahead should
+    /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
+    far: FarOperands,
+    prefetch_keys: bool,
+    /// Values before the first operation's outputs: inputs, which do not count as far.
+    leading_inputs: usize,
 }
 
 /// An operation hashed ahead of its interning.
@@ -953,6 +965,9 @@ impl Batch {
             role_ids,
             ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
             keys: Vec::new(),
+            far: FarOperands::default(),
+            prefetch_keys: false,
+            leading_inputs: g.op_first_output.raw().first().map_or(0, |v| v.index()),
         }
     }
 
@@ -986,11 +1001,23 @@ impl Batch {
         debug_assert_eq!(g.op_key.len(), op.index());
         let next = op.index() + AHEAD;
         if next < g.ops.len() {
+            if self.prefetch_keys {
+                self.prefetch_keys(g, next + AHEAD);
+            }
             self.hash_ahead(g, s, LocalOperationId::new(next))?;
         }
         let role = self.role(g, s, op)?;
         self.keys.clear();
-        self.keys.extend(g.op_input_refs(op).map(|r| g.input_key_id(r)));
+        let reader = g.op_first_output[op].index();
+        for r in g.op_input_refs(op) {
+            if let InputRef::Local(l) = r {
+                self.far.note(l.index(), reader, self.leading_inputs);
+            }
+            self.keys.push(g.input_key_id(r));
+        }
+        if self.far.block_full() {
+            self.prefetch_keys = self.far.decide();
+        }
         let operation = &g.ops[op];
         let ahead = self.ahead[op.index() % AHEAD];
         let exact = match ahead.predicted {
@@ -1003,6 +1030,19 @@ impl Batch {
         g.op_key.push(key.id());
         g.value_key.extend(key.output_key_ids());
         Ok(())
+    }
+
+    /// Prefetches the keys of operation `op`'s local operands that have keys (if `op`
+    /// exists), for [`Self::hash_ahead`] to find them cached `AHEAD` operations later.
+    #[inline]
+    fn prefetch_keys<Op: GraphOperation>(&self, g: &Graph<Op>, op: usize) {
+        if op < g.ops.len() {
+            for r in g.op_input_refs(LocalOperationId::new(op)) {
+                if let InputRef::Local(l) = r {
+                    prefetch_read(g.value_key.raw().as_ptr().wrapping_add(l.index()));
+                }
+            }
+        }
     }
 
     /// Hashes operation `op` (predicting the keys of operands still pending) and

@@ -116,8 +116,8 @@ fn verifiers_pass_on_workload_shapes() {
     }
 }
 
-/// A graph large enough, with operands drawn from all of it, that materialize and compile
-/// prefetch operand entries (most operands lie more than 2^16 values before their reader,
+/// A graph large enough, with operands drawn from all of it, that build, materialize and
+/// compile prefetch operand entries (most operands lie more than 2^16 values before their reader,
 /// `prefetch.rs`): the prefetching paths give the same graph, program and values, in one
 /// fragment and in several.
 #[test]
