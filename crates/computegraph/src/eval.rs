@@ -34,7 +34,8 @@
 //! **within a level, a written slot is written by exactly one instruction output and read
 //! by no instruction, and every slot is in range,** so no slot is touched by two threads
 //! unless both only read it. Results are bit-identical to sequential evaluation: every
-//! operation sees the same operands and runs once. See `docs/adr/0005-parallel-slot-writes.md`.
+//! instruction runs once on the same operands, with its own operation or one equal to it
+//! (equal operations compute the same thing: `GraphOperation`'s contract). See `docs/adr/0005-parallel-slot-writes.md`.
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -368,10 +369,12 @@ where
                 slots.prefetch(ahead.a);
                 slots.prefetch(ahead.b);
             }
-            // SAFETY (all three blocks): the step is at a position of the level being run,
-            // in a schedule that passed `check_levels` when it was built, which checks
+            // SAFETY (the five blocks below): the step is at a position of the level being
+            // run, in a schedule that passed `check_levels` when it was built, which checks
             // that a compact step names its instruction's slots and an entry of `op_rep`
-            // naming an instruction, and that a general step names its instruction. Every
+            // naming an instruction (below `instrs.len()`, which is `ops.len()`: checked by
+            // `CompiledProgram::verify`, which `try_compile` runs on every program), and
+            // that a general step names its instruction. Every
             // slot is in range and every operand slot was written by an input or an
             // earlier level; no instruction of the level writes an operand slot, and no
             // other instruction of the level reads or writes an output slot; no thread

@@ -10,7 +10,12 @@ use std::hash::Hash;
 ///
 /// Implemented by a downstream operation set (usually an enum). Equality and hashing
 /// are structural: two operations that compare equal on the same inputs with the same
-/// role are the same computation, and the engine deduplicates them.
+/// role are the same computation, and the engine deduplicates them. Equal operations must
+/// also be interchangeable in evaluation, on any operands and context: parallel
+/// evaluation runs one representative of each set of equal operations in place of the
+/// others (`docs/adr/0007-compact-parallel-steps.md`), so `Eq` must compare everything
+/// that evaluation uses (a field it ignores may make parallel results differ from
+/// sequential ones).
 ///
 /// ```
 /// use computegraph::GraphOperation;

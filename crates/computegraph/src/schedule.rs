@@ -21,7 +21,9 @@
 //!   instruction, [`Step`]): for an instruction of one output and one or two operands,
 //!   its slots and the index of its operation in `op_rep`, a table of one representative
 //!   instruction per distinct operation (by `Eq`, which CSE already takes to mean "the
-//!   same computation"); for any other instruction a general step naming it. Reading
+//!   same computation", and which `GraphOperation` requires to mean interchangeable in
+//!   evaluation); for any other instruction, and for further distinct operations once the
+//!   table holds `Step::MAX_OPS`, a general step naming it. Reading
 //!   `order`, the instruction record, the operation and the argument pool per instruction
 //!   (about 40 bytes, from four places) made the chunks memory bound; see
 //!   `docs/adr/0007-compact-parallel-steps.md`.
@@ -39,6 +41,7 @@
 //! Complexity: `O(instructions + arguments + slots)` (plus one hash per compact step), no
 //! allocation per level.
 
+use std::collections::hash_map::Entry;
 use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
@@ -206,8 +209,9 @@ impl Schedule {
     /// instruction's slots (so the level invariant checked on `args` holds for the steps)
     /// and an entry of `op_rep` that names an instruction; a general step names its
     /// instruction. Whether the representative's operation equals the instruction's is
-    /// checked by `CompiledProgram::verify_parallel_against`: the evaluator's memory
-    /// safety does not depend on it.
+    /// checked by `CompiledProgram::verify_parallel_against` (debug builds and tests; it
+    /// catches only an `Eq` that is not symmetric, since the table was built with that
+    /// `Eq`): the evaluator's memory safety does not depend on it.
     fn check_steps(&self, instrs: &[Instr]) -> GraphResult<()> {
         let bad = |k: usize| GraphError::Invalid {
             phase: "parallel schedule",
@@ -447,14 +451,13 @@ fn compact_steps<Op: Hash + Eq>(ops: &[Op], instrs: &[Instr], order: &[u32], arg
                 return general;
             }
             let op = &ops[i as usize];
-            let k = match index.get(op) {
-                Some(&k) => k,
+            let k = match index.entry(op) {
+                Entry::Occupied(e) => *e.get(),
                 // Past the table's capacity, further distinct operations take the general path.
-                None if op_rep.len() as u32 >= Step::MAX_OPS => return general,
-                None => {
-                    index.insert(op, op_rep.len() as u32);
+                Entry::Vacant(_) if op_rep.len() as u32 >= Step::MAX_OPS => return general,
+                Entry::Vacant(e) => {
                     op_rep.push(i);
-                    op_rep.len() as u32 - 1
+                    *e.insert(op_rep.len() as u32 - 1)
                 }
             };
             let unary = if ins.len() == 1 { Step::UNARY } else { 0 };
@@ -604,7 +607,14 @@ mod tests {
         wrong_general.steps[2].out = 2;
         let mut short = s.clone();
         short.steps.pop();
-        for bad in [wrong_slot, wrong_arity, no_such_op, bad_table, wrong_general, short] {
+        let mut compact_without_operands = s.clone();
+        compact_without_operands.steps[2].op = 0;
+        let mut swapped = s.clone();
+        let step = &mut swapped.steps[0];
+        (step.a, step.b) = (step.b, step.a);
+        let cases =
+            [wrong_slot, wrong_arity, no_such_op, bad_table, wrong_general, short, compact_without_operands, swapped];
+        for bad in cases {
             match bad.check_levels(&instrs, 2) {
                 Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
                 other => panic!("expected Invalid, got {other:?} for {:?}", bad.steps),
