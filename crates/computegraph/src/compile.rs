@@ -212,13 +212,13 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut live: Vec<Live> = vec![Live { last_use: UNUSED, slot: NO_SLOT }; graph.value_count()];
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
-    let mut far = FarOperands::default();
+    let mut far = FarOperands::new(graph.inputs.len());
     for pos in 0..n_ops {
         let op = op_at(pos);
         let reader = graph.op_first_output[OperationId::new(op)].index();
         for v in graph.op_inputs.get(op) {
             live[v.index()].last_use = pos as u32;
-            far.note(v.index(), reader, graph.inputs.len());
+            far.note(v.index(), reader);
         }
     }
     let prefetch = far.decide();

@@ -464,6 +464,17 @@ impl<Op: GraphOperation> Graph<Op> {
         }
     }
 
+    /// Hints that the keys of `op`'s local operands will be read soon (those not keyed
+    /// yet included: the hint never dereferences).
+    #[inline]
+    pub(crate) fn prefetch_operand_keys(&self, op: LocalOperationId) {
+        for r in self.op_input_refs(op) {
+            if let InputRef::Local(l) = r {
+                prefetch_read(self.value_key.raw().as_ptr().wrapping_add(l.index()));
+            }
+        }
+    }
+
     pub(crate) fn input_key_id(&self, r: InputRef) -> KeyId {
         match r {
             InputRef::Local(v) => self.value_key[v],
@@ -941,8 +952,6 @@ struct Batch {
     /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
     far: FarOperands,
     prefetch_keys: bool,
-    /// Values before the first operation's outputs: inputs, which do not count as far.
-    leading_inputs: usize,
 }
 
 /// An operation hashed ahead of its interning.
@@ -965,9 +974,10 @@ impl Batch {
             role_ids,
             ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
             keys: Vec::new(),
-            far: FarOperands::default(),
+            // Values before the first operation's outputs are inputs, which do not count
+            // as far.
+            far: FarOperands::new(g.op_first_output.raw().first().map_or(0, |v| v.index())),
             prefetch_keys: false,
-            leading_inputs: g.op_first_output.raw().first().map_or(0, |v| v.index()),
         }
     }
 
@@ -1001,8 +1011,9 @@ impl Batch {
         debug_assert_eq!(g.op_key.len(), op.index());
         let next = op.index() + AHEAD;
         if next < g.ops.len() {
-            if self.prefetch_keys {
-                self.prefetch_keys(g, next + AHEAD);
+            if self.prefetch_keys && next + AHEAD < g.ops.len() {
+                // For `hash_ahead` to find them cached `AHEAD` operations later.
+                g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
             }
             self.hash_ahead(g, s, LocalOperationId::new(next))?;
         }
@@ -1011,7 +1022,7 @@ impl Batch {
         let reader = g.op_first_output[op].index();
         for r in g.op_input_refs(op) {
             if let InputRef::Local(l) = r {
-                self.far.note(l.index(), reader, self.leading_inputs);
+                self.far.note(l.index(), reader);
             }
             self.keys.push(g.input_key_id(r));
         }
@@ -1030,19 +1041,6 @@ impl Batch {
         g.op_key.push(key.id());
         g.value_key.extend(key.output_key_ids());
         Ok(())
-    }
-
-    /// Prefetches the keys of operation `op`'s local operands that have keys (if `op`
-    /// exists), for [`Self::hash_ahead`] to find them cached `AHEAD` operations later.
-    #[inline]
-    fn prefetch_keys<Op: GraphOperation>(&self, g: &Graph<Op>, op: usize) {
-        if op < g.ops.len() {
-            for r in g.op_input_refs(LocalOperationId::new(op)) {
-                if let InputRef::Local(l) = r {
-                    prefetch_read(g.value_key.raw().as_ptr().wrapping_add(l.index()));
-                }
-            }
-        }
     }
 
     /// Hashes operation `op` (predicting the keys of operands still pending) and

@@ -43,7 +43,7 @@ use crate::id::{IdVec, ListPool};
 use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
-use crate::prefetch::{FarOperands, prefetch_read};
+use crate::prefetch::FarOperands;
 use crate::resolve::ResolvedView;
 
 crate::define_id!(
@@ -529,7 +529,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         role_index.insert(OperationRole::Primary, 0);
         let mut role_map: Vec<Vec<Option<u32>>> = vec![Vec::new(); graphs.len()];
         let entries = self.defs.sorted_entries();
-        let mut far = FarOperands::default();
+        let mut far = FarOperands::new(out.inputs.len());
         let mut prefetch = false;
         for (at, &(_, (g, op))) in entries.iter().enumerate() {
             if far.block_full() {
@@ -547,7 +547,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             let reader = out.value_def.len();
             for r in graph.op_input_refs(op) {
                 let v = vid.get(graph.input_key_id(r)).expect("operands precede their users in key order");
-                far.note(v.index(), reader, out.inputs.len());
+                far.note(v.index(), reader);
                 out.op_inputs.push_item(v);
             }
             if !out.op_inputs.finish_list() {
@@ -597,12 +597,7 @@ fn prefetch_operands<Op: GraphOperation>(
     vid: &KeyMap<ValueId>,
 ) {
     if let Some(&(_, (g, op))) = entries.get(at + 2 * AHEAD) {
-        let graph = &*graphs[g as usize];
-        for r in graph.op_input_refs(op) {
-            if let InputRef::Local(u) = r {
-                prefetch_read(graph.value_key.raw().as_ptr().wrapping_add(u.index()));
-            }
-        }
+        graphs[g as usize].prefetch_operand_keys(op);
     }
     if let Some(&(_, (g, op))) = entries.get(at + AHEAD) {
         let graph = &*graphs[g as usize];

@@ -1,6 +1,6 @@
 //! Software prefetching: the hint itself, and when passes over operands should use it.
 //!
-//! Compile and materialize read, for each operand, an entry of a value-indexed column.
+//! Build, materialize and compile read, for each operand, an entry of a value-indexed column.
 //! When operands sit near their readers (a chain, a window DAG, narrow layers) those
 //! entries are in the cache. When they come from anywhere in a graph much larger than the
 //! cache, each read is a miss and the pass waits on memory once per operand; prefetching
@@ -39,8 +39,9 @@ const FAR: usize = 1 << 16;
 /// A pass that knows all its operands beforehand decides once; one that meets them as it
 /// goes decides again every [`FarOperands::BLOCK`] operands, so that a graph whose parts
 /// differ gets the prefetch where it pays.
-#[derive(Default)]
 pub(crate) struct FarOperands {
+    /// Values below this are graph inputs.
+    inputs: usize,
     seen: usize,
     far: usize,
 }
@@ -49,12 +50,17 @@ impl FarOperands {
     /// Operands per decision for passes that decide as they go.
     pub(crate) const BLOCK: usize = 4096;
 
+    /// A counter for a graph whose values below `inputs` are its inputs.
+    pub(crate) fn new(inputs: usize) -> Self {
+        FarOperands { inputs, seen: 0, far: 0 }
+    }
+
     /// Notes that value `operand` is read by an operation whose first output is value
-    /// `reader`; values below `inputs` are graph inputs.
+    /// `reader`.
     #[inline(always)]
-    pub(crate) fn note(&mut self, operand: usize, reader: usize, inputs: usize) {
+    pub(crate) fn note(&mut self, operand: usize, reader: usize) {
         self.seen += 1;
-        self.far += (operand >= inputs && operand.saturating_add(FAR) < reader) as usize;
+        self.far += (operand >= self.inputs && operand.saturating_add(FAR) < reader) as usize;
     }
 
     /// Whether [`Self::BLOCK`] operands have been noted since the last decision.
@@ -67,7 +73,7 @@ impl FarOperands {
     /// counting afresh.
     pub(crate) fn decide(&mut self) -> bool {
         let prefetch = self.far * 4 > self.seen;
-        *self = FarOperands::default();
+        (self.seen, self.far) = (0, 0);
         prefetch
     }
 }
@@ -78,24 +84,24 @@ mod tests {
 
     #[test]
     fn prefetches_when_more_than_a_quarter_of_operands_are_far() {
-        let mut f = FarOperands::default();
+        let mut f = FarOperands::new(1);
         // Reader at value 10^6, one input (value 0).
         let reader = 1_000_000;
-        f.note(reader - 1, reader, 1); // near
-        f.note(0, reader, 1); // an input: never far
-        f.note(reader - 10, reader, 1); // near
-        f.note(5, reader, 1); // far
+        f.note(reader - 1, reader); // near
+        f.note(0, reader); // an input: never far
+        f.note(reader - 10, reader); // near
+        f.note(5, reader); // far
         assert!(!f.decide(), "exactly a quarter is not more than a quarter");
-        f.note(5, reader, 1);
-        f.note(reader - FAR - 1, reader, 1); // just far
-        f.note(reader - FAR, reader, 1); // just near
+        f.note(5, reader);
+        f.note(reader - FAR - 1, reader); // just far
+        f.note(reader - FAR, reader); // just near
         assert!(f.decide());
         assert!(!f.decide(), "a decision starts counting afresh");
         for _ in 0..FarOperands::BLOCK - 1 {
-            f.note(0, reader, 1);
+            f.note(0, reader);
         }
         assert!(!f.block_full());
-        f.note(0, reader, 1);
+        f.note(0, reader);
         assert!(f.block_full());
     }
 }
