@@ -542,6 +542,12 @@ pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: 
 
 /// Builds a [`Graph`]. Appends are lock-free; interning happens in batches.
 ///
+/// Local values are numbered densely in the order they are added: inputs and operation
+/// outputs alike, the `n`-th value added is `LocalValueId::new(n)` (so
+/// [`GraphBuilder::value_count`] is the id of the next one). A caller that adds values in
+/// its own order can therefore use its own numbering instead of keeping an id map. A call
+/// that fails adds nothing and takes no id.
+///
 /// Every method that can fail on user input has a `try_` twin returning [`GraphError`];
 /// the plain forms panic with the same message.
 ///
@@ -1166,5 +1172,44 @@ mod tests {
         );
         assert_eq!((s, y.index(), m), (1..3, 3, 5..6));
         assert_eq!(g.inputs(), [x, y]);
+    }
+
+    /// Local values are numbered densely in the order they are added, inputs and outputs
+    /// alike, and a failed call takes no id (the numbering `GraphBuilder` documents).
+    #[test]
+    fn local_values_are_numbered_densely_and_failures_take_no_id() {
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+        let mut expected = 0;
+        for step in 0..40_usize {
+            let before = b.value_count();
+            assert_eq!(before, expected);
+            match step % 4 {
+                0 => assert_eq!(b.add_input(step as u32).index(), expected),
+                1 | 2 => {
+                    let op = if step % 4 == 1 { ScalarOp::SinCos } else { ScalarOp::Neg };
+                    let width = op.output_count();
+                    let operand = ValueRef::Local(LocalValueId::new(step * 7919 % expected));
+                    assert_eq!(
+                        b.add_operation_from(op, &[operand], &OperationRole::Primary),
+                        expected..expected + width
+                    );
+                    expected += width;
+                    continue;
+                }
+                _ => {
+                    // A wrong arity, then an operand that does not exist yet: both fail.
+                    let x = ValueRef::Local(LocalValueId::new(0));
+                    assert!(b.try_add_operation_from(ScalarOp::Neg, &[x.clone(), x], &OperationRole::Primary).is_err());
+                    let ahead = ValueRef::Local(LocalValueId::new(expected));
+                    assert!(b.try_add_operation_from(ScalarOp::Neg, &[ahead], &OperationRole::Primary).is_err());
+                    assert_eq!(b.value_count(), before);
+                    continue;
+                }
+            }
+            expected += 1;
+        }
+        let g = b.build();
+        g.verify().unwrap();
+        assert_eq!(g.value_count(), expected);
     }
 }
