@@ -222,8 +222,8 @@ pub struct Graph<Op: GraphOperation> {
     pub(crate) inputs: Vec<LocalValueId>,
     pub(crate) outputs: Vec<LocalValueId>,
     pub(crate) parents: Vec<Arc<Graph<Op>>>,
-    /// Key id → declared output with that key; built on first lookup.
-    output_index: OnceLock<FxHashMap<KeyId, LocalValueId>>,
+    /// Key id → first declared output with that key; built on first lookup.
+    output_index: OnceLock<KeyMap<LocalValueId>>,
     /// Key id → first local value with that key; built on the first lookup of a key that
     /// is not a declared output (a dense array over the graph's key range when compact).
     index: OnceLock<KeyMap<LocalValueId>>,
@@ -485,21 +485,14 @@ impl<Op: GraphOperation> Graph<Op> {
     /// A local value whose key is `key`, if this graph defines it. Declared outputs are
     /// found through a small index; other values through a full index built on first use.
     pub(crate) fn find_key(&self, key: KeyId) -> Option<LocalValueId> {
-        let outputs = self.output_index.get_or_init(|| self.outputs.iter().map(|&v| (self.value_key[v], v)).collect());
-        if let Some(&v) = outputs.get(&key) {
+        // Both indexes are key-indexed arrays when the keys are compact, so that looking up
+        // many outputs in key order (a DAG with millions of sinks) reads them in order.
+        let outputs =
+            self.output_index.get_or_init(|| key_index(|| self.outputs.iter().map(|&v| (self.value_key[v], v))));
+        if let Some(v) = outputs.get(key) {
             return Some(v);
         }
-        let index = self.index.get_or_init(|| {
-            let keys = self.value_key.raw();
-            let lo = keys.iter().min().map_or(0, |k| k.index());
-            let hi = keys.iter().max().map_or(0, |k| k.index() + 1);
-            let mut map = KeyMap::with_range(lo..hi, keys.len());
-            for (v, &k) in self.value_key.iter_enumerated() {
-                map.insert_if_absent(k, v);
-            }
-            map
-        });
-        index.get(key)
+        self.index.get_or_init(|| key_index(|| self.value_key.iter_enumerated().map(|(v, &k)| (k, v)))).get(key)
     }
 
     /// Bytes held by this graph's columns (not counting parents or the interner).
@@ -516,6 +509,20 @@ impl<Op: GraphOperation> Graph<Op> {
             + self.inputs.capacity() * 4
             + self.outputs.capacity() * 4
     }
+}
+
+/// A map from keys to the local values that have them (the first of several with one key).
+/// `entries` gives the same entries every call.
+fn key_index<I: Iterator<Item = (KeyId, LocalValueId)>>(entries: impl Fn() -> I) -> KeyMap<LocalValueId> {
+    let (mut lo, mut hi, mut count) = (usize::MAX, 0, 0);
+    for (k, _) in entries() {
+        (lo, hi, count) = (lo.min(k.index()), hi.max(k.index() + 1), count + 1);
+    }
+    let mut map = KeyMap::with_range(lo.min(hi)..hi, count);
+    for (k, v) in entries() {
+        map.insert_if_absent(k, v);
+    }
+    map
 }
 
 /// Checks an operation's arity, role mask and output count against its declaration.
