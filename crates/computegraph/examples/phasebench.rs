@@ -47,6 +47,14 @@ fn main() {
                 _ => None,
             })
             .unwrap();
+        if phase.ends_with("eval") {
+            println!(
+                "slots: {} ({} MiB), prefetched: {}",
+                program.slot_count(),
+                program.slot_count() * 8 >> 20,
+                program.prefetches_operand_slots()
+            );
+        }
         if phase == "peval" {
             let t = Instant::now();
             let levels = program.level_count(); // builds the parallel schedule

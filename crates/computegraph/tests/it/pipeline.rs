@@ -134,6 +134,77 @@ fn far_operands_compile_and_evaluate_correctly() {
     }
 }
 
+/// Operands of 128 bytes, drawn from the whole of a 200k-operation graph: the slot file
+/// is large enough and the operands far enough that sequential evaluation prefetches
+/// operand slots ahead; the values are still those of a direct evaluation.
+#[test]
+fn far_operands_in_a_large_slot_file_evaluate_correctly() {
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Blend(u32);
+    type Block = [u64; 16];
+    fn blend(tag: u32, a: &Block, b: &Block) -> Block {
+        std::array::from_fn(|k| {
+            (a[k] ^ b[(k + tag as usize) % 16].rotate_left(k as u32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+    }
+    impl computegraph::GraphOperation for Blend {
+        type Operand = Block;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            2
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+    }
+    impl computegraph::EvaluableGraphOperation for Blend {
+        fn eval_into(&self, _: &mut (), inputs: &[&Block], out: &mut Vec<Block>) {
+            out.push(blend(self.0, inputs[0], inputs[1]));
+        }
+    }
+
+    const INPUTS: usize = 4;
+    let mut b = GraphBuilder::<Blend>::with_interner(computegraph::KeyInterner::new());
+    let inputs: Vec<Block> = (0..INPUTS as u64).map(|i| std::array::from_fn(|k| i * 31 + k as u64)).collect();
+    let mut expected: Vec<Block> = inputs.clone();
+    for i in 0..INPUTS {
+        b.add_input(i as u32);
+    }
+    // Every value nobody reads is an output, so that the whole graph is reachable.
+    let mut read = vec![false; INPUTS];
+    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+    let mut pick = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for i in 0..200_000 {
+        let n = expected.len();
+        let (x, y, tag) = (pick(n), pick(n), (i % 5) as u32);
+        read[x] = true;
+        read[y] = true;
+        read.push(false);
+        let v = b.add_operation_from(Blend(tag), &[Local(lv(x)), Local(lv(y))], &Primary).start;
+        assert_eq!(v, n);
+        expected.push(blend(tag, &expected[x], &expected[y]));
+    }
+    let outputs: Vec<usize> = (0..expected.len()).filter(|&v| !read[v]).collect();
+    b.set_outputs(outputs.iter().map(|&v| lv(v)).collect());
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(lv(v))).collect();
+    let program = compile(&materialize_merge(&resolve(vec![g]), &keys));
+    assert!(program.prefetches_operand_slots(), "{} slots", program.slot_count());
+    let refs: Vec<&Block> = inputs.iter().collect();
+    let got = program.eval(&mut (), &refs);
+    assert_eq!(got, outputs.iter().map(|&v| expected[v]).collect::<Vec<_>>());
+}
+
+fn lv(v: usize) -> computegraph::LocalValueId {
+    computegraph::LocalValueId::new(v)
+}
+
 /// Compile groups independent operations of one variant (`dispatch.rs`): on a random
 /// DAG of mixed operations, consecutive instructions change variant far less often than
 /// consecutive materialized operations, and the chain (no independent operations) keeps
@@ -147,6 +218,7 @@ fn compile_groups_operations_by_variant() {
     let spec = workloads::random_dag(20_000, Operands::Window(1024), 0.3, 5);
     let built = spec.build_single(&fresh()).unwrap();
     let (m, program) = compile_checked(&resolve(built.graphs.clone()), &built.outputs);
+    assert!(!program.prefetches_operand_slots(), "operands within 1024 values of their readers are not far");
     let before = switches(&mut m.operations().map(|o| *o.operation()));
     let after =
         switches(&mut (0..program.instruction_count()).map(|i| *m.operation(program.source_operation(i)).operation()));
