@@ -42,6 +42,12 @@ ci:
 bench:
     cargo bench -p benches
 
+# Scaling of every pipeline phase from 10^4 to 10^7 on memory the process already holds
+# (glibc keeps freed memory mapped, so no size pays first-touch page faults; see
+# docs/PERFORMANCE.md). About 6 minutes.
+bench-scaling:
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295 CG_BENCH_SIZES=10000,10000000 cargo bench -p benches --bench pipeline -- '^(build|resolve_materialize|compile|eval)/'
+
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings

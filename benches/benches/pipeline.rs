@@ -19,6 +19,13 @@
 //!
 //! Timing setup: 10 samples, flat sampling and 2 s measurement for sizes from 10^6 on;
 //! outputs of build/materialize/compile are dropped outside the timed region.
+//!
+//! Memory: under glibc's defaults, blocks above 32 MiB are mapped anew for every
+//! iteration and fault page by page on first touch, which only the largest sizes pay.
+//! `just bench-scaling` runs the phases at 10^4 and 10^7 with glibc keeping freed memory
+//! mapped (`GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295`),
+//! so that every size runs on pages the process already has; `docs/PERFORMANCE.md` gives
+//! both.
 
 use std::cell::OnceCell;
 use std::hint::black_box;
