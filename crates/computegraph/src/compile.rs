@@ -307,7 +307,8 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         output_slots,
         output_move,
         slot_count: alloc.next as usize,
-        prefetch_slots: prefetch && alloc.next as usize * std::mem::size_of::<Op::Operand>() > PREFETCH_SLOT_BYTES,
+        prefetch_slots: prefetch
+            && (alloc.next as usize).saturating_mul(std::mem::size_of::<Op::Operand>()) > PREFETCH_SLOT_BYTES,
         source,
         input_keys,
         input_index,
