@@ -211,11 +211,10 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
 /// compile found the operands far from their readers and the slot file large
 /// ([`CompiledProgram::prefetches_operand_slots`]). Its operands are then spread over
 /// many MiB, and each read waits on memory: a random DAG of 10^7 cheap operations (15 MiB
-/// of slots)
-/// took 2.8 to 8.6 ns per instruction without the hints, 3.3 to 4.6 with 16 ahead, 3.1
-/// to 4.2 with 32 and 3.0 to 3.4 with 64 (five runs each, `phasebench 10000000 uniform
-/// eval`). Otherwise its operands are mostly in its own cache and the hints would only
-/// cost.
+/// of slots) took 2.8 to 8.6 ns per instruction without the hints, 3.3 to 4.6 with 16
+/// ahead, 3.1 to 4.2 with 32 and 3.0 to 3.4 with 64 (five runs each, `phasebench 10000000
+/// uniform eval`). Otherwise its operands are mostly in its own cache and the hints would
+/// only cost.
 const SLOT_AHEAD: usize = 64;
 
 impl<Op: EvaluableGraphOperation> CompiledProgram<Op>
