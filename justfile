@@ -61,3 +61,4 @@ fuzz target seconds="60":
 # `rustup component add miri rust-src --toolchain nightly`).
 miri:
     PROPTEST_CASES=3 MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-deterministic-floats -Zmiri-ignore-leaks" cargo +nightly miri test -p computegraph --test it -- drops:: parallel:: pipeline::one_output_of_sincos pipeline::same_output_requested_twice pipeline::zero_input_constants pipeline::inputs_as_outputs pipeline::compiled_eval_matches_reference errors::operation_returning_wrong_output_count
+    MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-deterministic-floats -Zmiri-ignore-leaks" cargo +nightly miri test -p computegraph --lib eval::tests

@@ -330,7 +330,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
 
 /// The slot file size from which evaluation prefetches far operands' slots: beyond this
 /// machine's 1 MiB of L2 per core with room to spare. Smaller files stay cached, and the
-/// hints would only cost (a 10^5-wide layered graph, 0.9 MB of slots: 2.5 → 2.9 ns/node).
+/// hints would only cost (a 10^5-wide layered graph, 0.9 MiB of slots: 2.5 → 2.9 ns/node).
 const PREFETCH_SLOT_BYTES: usize = 4 << 20;
 
 /// How far ahead (in instructions) slot assignment prefetches operand entries.

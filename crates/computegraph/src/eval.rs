@@ -29,7 +29,7 @@
 //! and ADR 0007), prefetching operand slots ahead. The chunks read their
 //! operands from the shared slots and write their outputs straight into their own slots,
 //! concurrently, through `LevelSlots`, a raw-pointer view of the slot vector for the
-//! duration of the run. This is the module's only `unsafe`, and it is sound by the
+//! duration of the run. This is the parallel evaluator's only `unsafe`, and it is sound by the
 //! schedule's level invariant (`schedule.rs`, checked whenever a schedule is built) and
 //! the team's rule that only one level runs at a time:
 //!
@@ -172,9 +172,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         // its value, and `verify` checked that each is moved out once, at its last mention.
         Ok(unsafe { take_outputs(slots, &self.output_slots, &self.output_move) })
     }
-}
 
-impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
     /// Runs every instruction in program order; with `PREFETCH`, first hints the operand
     /// slots of the instruction [`SLOT_AHEAD`] places ahead (for operands that lie far
     /// from their readers, whose slots are spread over a large file).
@@ -189,7 +187,9 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         for (i, (op, &instr)) in self.ops.iter().zip(&self.instrs).enumerate() {
             if PREFETCH {
                 if let Some(&ahead) = self.instrs.get(i + SLOT_AHEAD) {
-                    // SAFETY: as below; the hint reads only the argument pool.
+                    // SAFETY: `ahead` is an instruction of this verified program, and
+                    // `verify` checks every instruction's argument range, so its slices
+                    // lie in `args`; its slots are only used as prefetch addresses.
                     let (ins, _) = unsafe { ahead.slots_unchecked(args) };
                     for &s in ins {
                         file.0.prefetch(s);
@@ -211,7 +211,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
 /// compile found the operands far from their readers and the slot file large
 /// ([`CompiledProgram::prefetches_operand_slots`]). Its operands are then spread over
 /// many MiB, and each read waits on memory: a random DAG of 10^7 cheap operations (15 MiB
-/// of slots) took 2.8 to 8.6 ns per instruction without the hints, 3.3 to 4.6 with 16
+/// of slots) took 2.8 to 8.6 ns per node without the hints, 3.3 to 4.6 with 16
 /// ahead, 3.1 to 4.2 with 32 and 3.0 to 3.4 with 64 (five runs each, `phasebench 10000000
 /// uniform eval`). Otherwise its operands are mostly in its own cache and the hints would
 /// only cost.
@@ -813,4 +813,68 @@ unsafe fn take_outputs<T: Clone>(slots: &mut SlotFile<T>, output_slots: &[u32], 
         .collect();
     slots.clear();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        GraphBuilder, GraphOperation, KeyInterner, OperationRole, ValueRef, compile, materialize_merge, resolve,
+    };
+
+    /// `(a ^ b.rotate_left(tag)) * K`: order-sensitive, so a swapped operand shows.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Mix(u32);
+
+    impl GraphOperation for Mix {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            2
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+    }
+
+    impl EvaluableGraphOperation for Mix {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Vec<u64>) {
+            out.push((inputs[0] ^ inputs[1].rotate_left(self.0)).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        }
+    }
+
+    /// The prefetching loop (forced on, as compile sets it only for large slot files)
+    /// gives the plain loop's results, on programs shorter and longer than `SLOT_AHEAD`:
+    /// the look-ahead stays inside the program (this test also runs under Miri).
+    #[test]
+    fn prefetching_loop_matches_plain_loop() {
+        for n_ops in [3, SLOT_AHEAD - 1, SLOT_AHEAD, 3 * SLOT_AHEAD + 5] {
+            let mut b = GraphBuilder::<Mix>::with_interner(KeyInterner::new());
+            let x = b.add_input(0);
+            let y = b.add_input(1);
+            let mut values = vec![x, y];
+            let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+            for i in 0..n_ops {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let n = values.len() as u64;
+                let (a, c) = (values[(seed >> 33) as usize % n as usize], values[(seed >> 13) as usize % n as usize]);
+                let tag = i as u32 % 7;
+                values.push(
+                    b.add_operation(Mix(tag), vec![ValueRef::Local(a), ValueRef::Local(c)], OperationRole::Primary)[0],
+                );
+            }
+            let outputs: Vec<_> = values[values.len() - 3..].to_vec();
+            b.set_outputs(outputs.clone());
+            let g = std::sync::Arc::new(b.build());
+            let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+            let flat = materialize_merge(&resolve(vec![g]), &keys);
+            let plain = compile(&flat);
+            let mut hinted = compile(&flat);
+            assert!(!plain.prefetches_operand_slots());
+            hinted.prefetch_slots = true;
+            let inputs = [&3_u64, &0xDEAD_BEEF_u64];
+            assert_eq!(hinted.eval(&mut (), &inputs), plain.eval(&mut (), &inputs), "{n_ops} operations");
+        }
+    }
 }

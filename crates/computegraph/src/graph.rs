@@ -483,7 +483,9 @@ impl<Op: GraphOperation> Graph<Op> {
     }
 
     /// A local value whose key is `key`, if this graph defines it. Declared outputs are
-    /// found through a small index; other values through a full index built on first use.
+    /// found through their own index (the first declared output with the key wins), other
+    /// values through a full index built on first use (the first local value wins); so a
+    /// key that a declared output and an earlier value share resolves to the output.
     pub(crate) fn find_key(&self, key: KeyId) -> Option<LocalValueId> {
         // Both indexes are key-indexed arrays when the keys are compact, so that looking up
         // many outputs in key order (a DAG with millions of sinks) reads them in order.
@@ -550,8 +552,8 @@ pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: 
 /// Builds a [`Graph`]. Appends are lock-free; interning happens in batches.
 ///
 /// Local values are numbered densely in the order they are added: inputs and operation
-/// outputs alike, the `n`-th value added is `LocalValueId::new(n)` (so
-/// [`GraphBuilder::value_count`] is the id of the next one). A caller that adds values in
+/// outputs alike, the value added after `n` others is `LocalValueId::new(n)` (so
+/// [`GraphBuilder::value_count`] is the index of the next one). A caller that adds values in
 /// its own order can therefore use its own numbering instead of keeping an id map. A call
 /// that fails adds nothing and takes no id.
 ///
@@ -1185,11 +1187,22 @@ mod tests {
     /// alike, and a failed call takes no id (the numbering `GraphBuilder` documents).
     #[test]
     fn local_values_are_numbered_densely_and_failures_take_no_id() {
+        // A key of another interner: using it is an error after the operand is checked.
+        let foreign = {
+            let mut other = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+            let x = other.add_input(0);
+            let y = other.add_operation_from(ScalarOp::Neg, &[ValueRef::Local(x)], &OperationRole::Primary).start;
+            other.build().global_key(LocalValueId::new(y))
+        };
         let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
         let mut expected = 0;
         for step in 0..40_usize {
             let before = b.value_count();
             assert_eq!(before, expected);
+            if step == 21 {
+                // Interning what is pending (a flush) between adds changes nothing.
+                b.global_key(LocalValueId::new(expected - 1));
+            }
             match step % 4 {
                 0 => assert_eq!(b.add_input(step as u32).index(), expected),
                 1 | 2 => {
@@ -1204,11 +1217,13 @@ mod tests {
                     continue;
                 }
                 _ => {
-                    // A wrong arity, then an operand that does not exist yet: both fail.
+                    // A wrong arity, an operand that does not exist yet, a foreign key: all fail.
                     let x = ValueRef::Local(LocalValueId::new(0));
                     assert!(b.try_add_operation_from(ScalarOp::Neg, &[x.clone(), x], &OperationRole::Primary).is_err());
                     let ahead = ValueRef::Local(LocalValueId::new(expected));
                     assert!(b.try_add_operation_from(ScalarOp::Neg, &[ahead], &OperationRole::Primary).is_err());
+                    let foreign = ValueRef::External(foreign.clone());
+                    assert!(b.try_add_operation_from(ScalarOp::Neg, &[foreign], &OperationRole::Primary).is_err());
                     assert_eq!(b.value_count(), before);
                     continue;
                 }

@@ -193,8 +193,7 @@ impl GraphSpec {
     /// benchmark's build path.
     ///
     /// A builder numbers local values densely in the order they are added, so the spec's
-    /// value `v` is local value `v` and no id map is needed (for a random DAG of 10^7
-    /// nodes such a map is 40 MB read at random).
+    /// value `v` is local value `v`.
     pub fn build_single(&self, interner: &Arc<KeyInterner<ScalarOp>>) -> GraphResult<BuiltSpec> {
         use computegraph::LocalValueId;
         let mut b = GraphBuilder::with_interner(Arc::clone(interner));

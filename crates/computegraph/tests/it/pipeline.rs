@@ -218,7 +218,7 @@ fn compile_groups_operations_by_variant() {
     let spec = workloads::random_dag(20_000, Operands::Window(1024), 0.3, 5);
     let built = spec.build_single(&fresh()).unwrap();
     let (m, program) = compile_checked(&resolve(built.graphs.clone()), &built.outputs);
-    assert!(!program.prefetches_operand_slots(), "operands within 1024 values of their readers are not far");
+    assert!(!program.prefetches_operand_slots(), "a slot file of a few KiB is not prefetched");
     let before = switches(&mut m.operations().map(|o| *o.operation()));
     let after =
         switches(&mut (0..program.instruction_count()).map(|i| *m.operation(program.source_operation(i)).operation()));
