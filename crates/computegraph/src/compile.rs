@@ -33,7 +33,7 @@ use crate::error::{GraphError, GraphResult};
 use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
-use crate::prefetch::{FarOperands, prefetch_read};
+use crate::prefetch::{FarOperands, prefetch_entry};
 use crate::schedule::{Schedule, Step, schedule};
 
 /// "No slot": an input that no instruction reads.
@@ -231,7 +231,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let prefetch_operands = |live: &[Live], pos: usize| {
         if pos < n_ops {
             for v in graph.op_inputs.get(op_at(pos)) {
-                prefetch_read(live.as_ptr().wrapping_add(v.index()));
+                prefetch_entry(live, v.index());
             }
         }
     };

@@ -35,7 +35,7 @@ use crate::id::{IdVec, ListPool};
 use crate::key::{InternerState, KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
-use crate::prefetch::{FarOperands, prefetch_read};
+use crate::prefetch::{FarOperands, prefetch_entry};
 
 crate::define_id!(
     /// A value of one graph (fragment). Meaningful only inside that graph.
@@ -470,7 +470,7 @@ impl<Op: GraphOperation> Graph<Op> {
     pub(crate) fn prefetch_operand_keys(&self, op: LocalOperationId) {
         for r in self.op_input_refs(op) {
             if let InputRef::Local(l) = r {
-                prefetch_read(self.value_key.raw().as_ptr().wrapping_add(l.index()));
+                prefetch_entry(self.value_key.raw(), l.index());
             }
         }
     }

@@ -62,7 +62,7 @@ impl<V: Copy> KeyMap<V> {
     #[inline]
     pub(crate) fn prefetch(&self, key: KeyId) {
         if let Repr::Dense { base, slots, .. } = &self.repr {
-            crate::prefetch::prefetch_read(slots.as_ptr().wrapping_add(key.index().wrapping_sub(*base)));
+            crate::prefetch::prefetch_entry(slots, key.index().wrapping_sub(*base));
         }
     }
 

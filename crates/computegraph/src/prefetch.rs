@@ -1,6 +1,7 @@
 //! Software prefetching: the hint itself, and when passes over operands should use it.
 //!
-//! Build, materialize and compile read, for each operand, an entry of a value-indexed column.
+//! Build, materialize, compile and sequential evaluation read, for each operand, an entry
+//! of a value-indexed column (a key, a new id, a last use and slot, a slot).
 //! When operands sit near their readers (a chain, a window DAG, narrow layers) those
 //! entries are in the cache. When they come from anywhere in a graph much larger than the
 //! cache, each read is a miss and the pass waits on memory once per operand; prefetching
@@ -25,6 +26,13 @@ pub(crate) fn prefetch_read<T>(p: *const T) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = p;
+}
+
+/// A read prefetch of `column[i]`, for any `i` (out of range included: the address is
+/// computed with wrapping arithmetic and never dereferenced).
+#[inline(always)]
+pub(crate) fn prefetch_entry<T>(column: &[T], i: usize) {
+    prefetch_read(column.as_ptr().wrapping_add(i));
 }
 
 /// An operand is far from its reader when more than this many values lie between them:

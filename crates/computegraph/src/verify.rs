@@ -61,9 +61,7 @@ impl<Op: GraphOperation> Graph<Op> {
                     return Err(bad(format!("key of {v:?} is not output {slot} of {o:?}'s key")));
                 }
             }
-            if (0..self.ops.len()).contains(&(o.index() + 1))
-                && self.op_first_output[crate::LocalOperationId::new(o.index() + 1)] < first
-            {
+            if self.op_first_output.raw().get(o.index() + 1).is_some_and(|&next| next < first) {
                 return Err(bad(format!("operations after {o:?} have earlier outputs")));
             }
         }
@@ -110,9 +108,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             if let Some(v) = op.inputs().iter().find(|&&v| v >= first) {
                 return Err(bad(format!("{o:?} reads {v:?}, which is not created before it")));
             }
-            if (0..self.ops.len()).contains(&(o.index() + 1))
-                && self.op_first_output[crate::OperationId::new(o.index() + 1)] < first
-            {
+            if self.op_first_output.raw().get(o.index() + 1).is_some_and(|&next| next < first) {
                 return Err(bad(format!("operations after {o:?} have earlier outputs")));
             }
             let key = op.key();

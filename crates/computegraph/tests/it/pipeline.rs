@@ -173,13 +173,8 @@ fn far_operands_in_a_large_slot_file_evaluate_correctly() {
     }
     // Every value nobody reads is an output, so that the whole graph is reachable.
     let mut read = vec![false; INPUTS];
-    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
-    let mut pick = |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut rng = workloads::Rng::new(11);
+    let mut pick = |n: usize| rng.below(n as u64) as usize;
     for i in 0..200_000 {
         let n = expected.len();
         let (x, y, tag) = (pick(n), pick(n), (i % 5) as u32);
