@@ -6,7 +6,7 @@
 //! | `build` | `build_single` on a fresh interner (interning included) | `fx_hashcons`: hashbrown + Fx `(op, a, b) -> u32` |
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
-//! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn` |
+//! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
 //! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with`; for `matmul_layered` also `flat_layers` and `rayon_layers_2t` (the same products without the engine, sequential and `par_iter` per layer) |
 //!
 //! Ids read `<group>/<shape>/<impl>/<size>`; throughput is per node of the original spec.
@@ -34,8 +34,8 @@ use std::time::Duration;
 use benches::heavy::HeavyWorkload;
 use benches::layers::FlatLayers;
 use benches::{
-    BoxedProgram, FlatProgram, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build, hashcons, materialize,
-    prune,
+    BoxedProgram, FlatProgram, RandomReads, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build, hashcons,
+    materialize, prune,
 };
 use computegraph::{EvalState, compile};
 use criterion::measurement::WallTime;
@@ -156,6 +156,7 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
             let ours = OnceCell::new();
             let flat = OnceCell::new();
             let boxed = OnceCell::new();
+            let floor = OnceCell::new();
             // Scratch lives across criterion's calls of each closure (warm-up, samples).
             let mut state = EvalState::new();
             let mut flat_values = Vec::new();
@@ -175,6 +176,13 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
                 let p = boxed.get_or_init(|| BoxedProgram::new(base()));
                 let inputs = &w().inputs;
                 b.iter(|| p.eval(&mut boxed_values, black_box(inputs)))
+            });
+            g.bench_function(id(shape, "random_reads", n), |b| {
+                let reads = floor.get_or_init(|| {
+                    let p = ours.get_or_init(|| compile(&materialize(&build(&w().spec))));
+                    RandomReads::new(p.slot_count(), base().args.len(), SPEC_SEED)
+                });
+                b.iter(|| black_box(reads).run())
             });
         }
     }

@@ -10,6 +10,8 @@
 //!   - [`FlatProgram`]: a hand-written struct-of-arrays loop with `match` dispatch (the floor);
 //!   - [`BoxedProgram`]: a `Vec<Box<dyn Fn(&mut Vec<f64>)>>` interpreter;
 //!   - [`hashcons`]: hashbrown + Fx hash-consing of `(op, a, b) -> u32` (the interning floor).
+//!   - [`RandomReads`]: one random read per operand from a slot file of our program's size,
+//!     prefetched (the memory floor of evaluation).
 //! - [`heavy`]: a layered graph of ~10 µs matrix products, for parallel evaluation.
 //! - [`einsum`]: the MPS inner product (section B) and the bundled Einsum Benchmark
 //!   instances (section C), for `benches/einsum.rs` and `cgx bench mps`.
@@ -475,6 +477,70 @@ impl BoxedProgram {
     }
 }
 
+/// The memory floor of evaluating a program whose operands sit at random in its slot file:
+/// one read per operand, at a random slot of a file as large as the program's, with
+/// nothing else done. The slot indices are drawn in advance and streamed, and each read is
+/// prefetched [`RandomReads::AHEAD`] reads ahead, as the engine's sequential evaluator
+/// prefetches far operands; the values are summed so that no read is optimised away.
+///
+/// It tells how much of an evaluation's time per node is the memory system's: on a
+/// `uniform` DAG of 10^7 nodes the operands are spread over 15 MiB of slots, and this
+/// loop's time per read is what any evaluator of that program pays at least.
+pub struct RandomReads {
+    file: Vec<f64>,
+    slots: Vec<u32>,
+}
+
+impl RandomReads {
+    /// How many reads ahead a read is prefetched: the engine's [`computegraph`] sequential
+    /// evaluator prefetches the operands of the instruction 64 ahead.
+    pub const AHEAD: usize = 64;
+
+    /// `reads` random slots of a file of `slot_count` values (at least one).
+    pub fn new(slot_count: usize, reads: usize, seed: u64) -> Self {
+        let slot_count = slot_count.max(1);
+        let mut rng = workloads::Rng::new(seed);
+        let file = (0..slot_count).map(|i| i as f64).collect();
+        let slots = (0..reads).map(|_| rng.below(slot_count as u64) as u32).collect();
+        RandomReads { file, slots }
+    }
+
+    /// Number of reads.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there is no read.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Reads every slot in order, prefetching ahead; returns the sum of the values read.
+    pub fn run(&self) -> f64 {
+        let mut sum = 0.0;
+        for (k, &s) in self.slots.iter().enumerate() {
+            if let Some(&ahead) = self.slots.get(k + Self::AHEAD) {
+                prefetch(&self.file[ahead as usize]);
+            }
+            sum += self.file[s as usize];
+        }
+        sum
+    }
+}
+
+/// A hint to bring the cache line of `x` into every cache level (none off x86_64).
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    // SAFETY: `sse` is part of every x86_64 target, and a prefetch is a hint that reads
+    // nothing (the pointer comes from a reference anyway).
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
 /// Parses a count (a node count, a size, a number of rounds): digits with optional `_` separators, or `MeN` (`1e6`).
 pub fn parse_count(s: &str) -> Result<usize, String> {
     let t = s.replace('_', "");
@@ -516,6 +582,18 @@ mod tests {
     use computegraph::{EvalState, compile};
 
     const N: usize = 3000;
+
+    #[test]
+    fn random_reads_sum_the_slots_read() {
+        let reads = RandomReads::new(1000, 5000, 3);
+        assert_eq!(reads.len(), 5000);
+        assert!(reads.slots.iter().all(|&s| s < 1000));
+        // Values are their slot indices, so the sum is the sum of the indices drawn.
+        let expected: f64 = reads.slots.iter().map(|&s| s as f64).sum();
+        assert_eq!(reads.run(), expected);
+        assert!(expected > 0.0);
+        assert_eq!(RandomReads::new(0, 3, 1).run(), 0.0, "an empty file reads its one slot");
+    }
 
     fn check(shape: Shape, n: usize) {
         let w = Workload::new(shape, n);
