@@ -154,6 +154,7 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
             let base = OnceCell::new();
             let base = || base.get_or_init(|| baseline_spec(&w().spec));
             let ours = OnceCell::new();
+            let ours = || ours.get_or_init(|| compile(&materialize(&build(&w().spec))));
             let flat = OnceCell::new();
             let boxed = OnceCell::new();
             let floor = OnceCell::new();
@@ -162,9 +163,8 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
             let mut flat_values = Vec::new();
             let mut boxed_values = Vec::new();
             g.bench_function(id(shape, "ours", n), |b| {
-                let w = w();
-                let p = ours.get_or_init(|| compile(&materialize(&build(&w.spec))));
-                let inputs = bind_inputs(p, &w.inputs);
+                let p = ours();
+                let inputs = bind_inputs(p, &w().inputs);
                 b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
             });
             g.bench_function(id(shape, "flat_soa", n), |b| {
@@ -178,10 +178,7 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
                 b.iter(|| p.eval(&mut boxed_values, black_box(inputs)))
             });
             g.bench_function(id(shape, "random_reads", n), |b| {
-                let reads = floor.get_or_init(|| {
-                    let p = ours.get_or_init(|| compile(&materialize(&build(&w().spec))));
-                    RandomReads::new(p.slot_count(), base().args.len(), SPEC_SEED)
-                });
+                let reads = floor.get_or_init(|| RandomReads::new(ours().slot_count(), base().args.len(), SPEC_SEED));
                 b.iter(|| black_box(reads).run())
             });
         }

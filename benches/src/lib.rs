@@ -528,7 +528,8 @@ impl RandomReads {
     }
 }
 
-/// A hint to bring the cache line of `x` into every cache level (none off x86_64).
+/// A hint to bring the cache line of `x` into every cache level (none off x86_64): the
+/// hint `computegraph` issues, whose own helper is private to the engine.
 #[inline(always)]
 fn prefetch<T>(x: &T) {
     // SAFETY: `sse` is part of every x86_64 target, and a prefetch is a hint that reads

@@ -51,7 +51,7 @@ fn main() {
             println!(
                 "slots: {} ({} MiB), prefetched: {}",
                 program.slot_count(),
-                (program.slot_count() * 8) >> 20,
+                (program.slot_count() * size_of::<f64>()) >> 20,
                 program.prefetches_operand_slots()
             );
         }
