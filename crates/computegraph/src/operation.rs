@@ -60,9 +60,12 @@ pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static
 
 /// Opt-in evaluation for a [`GraphOperation`].
 ///
-/// `eval` is the simple form; `eval_into` lets an operation append its outputs to a
-/// reused buffer so that evaluating a graph of cheap operations does not allocate per
-/// node. Implement at least one of them: each default calls the other.
+/// One method is required, [`eval_into`](Self::eval_into): evaluate the operation and
+/// append its outputs to a buffer the evaluator reuses, so that evaluating a graph of cheap
+/// operations allocates nothing per node. The specification's form,
+/// [`eval`](Self::eval), which returns a new `Vec`, is provided on top of it; an
+/// implementation that writes only `eval` does not compile and the compiler names
+/// `eval_into` as the method to write.
 ///
 /// ```
 /// use computegraph::{EvaluableGraphOperation, GraphOperation};
@@ -83,26 +86,46 @@ pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static
 /// }
 /// assert_eq!(Double.eval(&mut (), &[&3.0]), vec![6.0]);
 /// ```
+///
+/// Writing only the `Vec` form is a compile error:
+///
+/// ```compile_fail,E0046
+/// # use computegraph::{EvaluableGraphOperation, GraphOperation};
+/// # #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// # struct Double;
+/// # impl GraphOperation for Double {
+/// #     type Operand = f64;
+/// #     type Context = ();
+/// #     type InputKey = u32;
+/// #     fn input_count(&self) -> usize { 1 }
+/// #     fn output_count(&self) -> usize { 1 }
+/// # }
+/// impl EvaluableGraphOperation for Double {
+///     fn eval(&self, _: &mut (), inputs: &[&f64]) -> Vec<f64> {
+///         vec![2.0 * inputs[0]]
+///     }
+/// }
+/// ```
 pub trait EvaluableGraphOperation: GraphOperation {
-    /// Evaluates the operation, returning one operand per output.
+    /// Evaluates the operation, appending exactly `output_count()` operands to `out`
+    /// (which may already hold values: append, do not clear). The one required method.
+    fn eval_into(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand], out: &mut Vec<Self::Operand>);
+
+    /// Evaluates the operation, returning one operand per output: the specification's
+    /// form, provided through [`Self::eval_into`].
     fn eval(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand]) -> Vec<Self::Operand> {
         let mut out = Vec::with_capacity(self.output_count());
         self.eval_into(ctx, inputs, &mut out);
         out
     }
 
-    /// Evaluates the operation, appending exactly `output_count()` operands to `out`.
-    fn eval_into(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand], out: &mut Vec<Self::Operand>) {
-        out.extend(self.eval(ctx, inputs));
-    }
-
     /// Evaluates an operation with one output and returns it, or `None` if the operation
     /// did not produce exactly one output. Evaluators call it for every one-output
     /// instruction (and fall back to [`Self::eval_into`] on `None`, to report the count).
     ///
-    /// The default runs [`Self::eval_into`] through `scratch`, a buffer the evaluator
-    /// reuses. Overriding it to return the value directly saves the buffer round trip,
-    /// which is a measurable part of evaluating cheap scalar operations.
+    /// Provided: runs [`Self::eval_into`] through `scratch`, a buffer the evaluator reuses.
+    /// Overriding it to return the value directly saves the buffer round trip, a small
+    /// part of evaluating cheap scalar operations (`docs/PERFORMANCE.md` measures both).
     ///
     /// ```
     /// # use computegraph::{EvaluableGraphOperation, GraphOperation};
