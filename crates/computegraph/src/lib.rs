@@ -69,5 +69,5 @@ pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
     try_materialize_merge,
 };
-pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole};
+pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole, Outputs};
 pub use resolve::{ResolvedView, ValueDef, resolve, try_resolve};

@@ -36,7 +36,7 @@
 use std::fmt;
 use std::ops::{Add, Mul, Neg, Sub};
 
-use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, ValueKey};
+use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey};
 use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
 
 use crate::ScalarKey;
@@ -235,7 +235,7 @@ impl GraphOperation for ComplexOp {
 }
 
 impl EvaluableGraphOperation for ComplexOp {
-    fn eval_into(&self, _: &mut (), x: &[&Complex], out: &mut Vec<Complex>) {
+    fn eval_into(&self, _: &mut (), x: &[&Complex], out: &mut Outputs<'_, Complex>) {
         out.push(match *self {
             ComplexOp::Add => *x[0] + *x[1],
             ComplexOp::Mul => *x[0] * *x[1],

@@ -17,7 +17,8 @@
 use std::sync::Arc;
 
 use computegraph::{
-    EvaluableGraphOperation, Graph, GraphBuilder, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef,
+    EvaluableGraphOperation, Graph, GraphBuilder, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey,
+    ValueRef,
 };
 use tidu::PrimitiveValue::{External, Local};
 use tidu::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
@@ -79,16 +80,21 @@ impl GraphOperation for Op {
 }
 
 impl EvaluableGraphOperation for Op {
-    fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Vec<f64>) {
-        match self {
-            Op::Add => out.push(x[0] + x[1]),
-            Op::Mul => out.push(x[0] * x[1]),
-            Op::Neg => out.push(-x[0]),
-            Op::Exp => out.push(x[0].exp()),
-            Op::Sin => out.push(x[0].sin()),
-            Op::Cos => out.push(x[0].cos()),
-            Op::SinCos => out.extend([x[0].sin(), x[0].cos()]),
-        }
+    #[inline(always)]
+    fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Outputs<'_, f64>) {
+        let value = match self {
+            Op::Add => x[0] + x[1],
+            Op::Mul => x[0] * x[1],
+            Op::Neg => -x[0],
+            Op::Exp => x[0].exp(),
+            Op::Sin => x[0].sin(),
+            Op::Cos => x[0].cos(),
+            Op::SinCos => {
+                out.push(x[0].sin());
+                x[0].cos()
+            }
+        };
+        out.push(value);
     }
 }
 

@@ -60,14 +60,21 @@ proptest! {
             values.insert(input_key(&lin, i), ti);
         }
         let jt: Vec<f64> = eval_linear(&lin, &values).into_iter().map(|v| v.unwrap_or(0.0)).collect();
-        let h = 1e-6;
-        let shifted = |s: f64| -> Vec<f64> {
-            let x: Vec<f64> = xs.iter().zip(t).map(|(x, t)| x + s * h * t).collect();
-            dag.eval_reference(&x)
+        // Central differences with steps h and 2h; where they disagree, the function is too
+        // curved at this point for either to judge the JVP (exp of exp of sin...), and the
+        // output is skipped (AD-TESTING: inputs away from singularities).
+        let central = |h: f64| -> Vec<f64> {
+            let at = |s: f64| -> Vec<f64> {
+                let x: Vec<f64> = xs.iter().zip(t).map(|(x, t)| x + s * h * t).collect();
+                dag.eval_reference(&x)
+            };
+            at(1.0).iter().zip(at(-1.0)).map(|(p, m)| (p - m) / (2.0 * h)).collect()
         };
-        let (plus, minus) = (shifted(1.0), shifted(-1.0));
-        for ((p, m), j) in plus.iter().zip(&minus).zip(&jt) {
-            let fd = (p - m) / (2.0 * h);
+        let (fd, fd2) = (central(1e-6), central(2e-6));
+        for ((&fd, fd2), j) in fd.iter().zip(&fd2).zip(&jt) {
+            if (fd - fd2).abs() > 1e-6 * (1.0 + fd.abs()) {
+                continue;
+            }
             prop_assert!((fd - j).abs() <= 1e-5 + 1e-3 * fd.abs(), "JVP {} vs finite difference {}", j, fd);
         }
 
