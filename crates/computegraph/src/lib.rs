@@ -70,4 +70,4 @@ pub use materialize::{
     try_materialize_merge,
 };
 pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole};
-pub use resolve::{ResolvedView, ValueDef, resolve, try_resolve};
+pub use resolve::{ResolvedView, Resolver, ValueDef, resolve, resolve_with, try_resolve, try_resolve_with};
