@@ -27,9 +27,9 @@
 //! operands: `resolve` is `O(G)`. A lookup probes the graphs one by one while there are at
 //! most eight (each graph builds its key index on first use), and otherwise reads one
 //! key-to-graph index of the whole view, built on first use in `O(V)`. `resolve_with` is
-//! `O(G + E)` lookups plus one resolver call per distinct undefined key (and `O(V)` for the
-//! index once the view has more than eight graphs), so a chain of fragments that only the
-//! resolver can reach costs time linear in its length.
+//! `O(G)` plus one lookup per external operand (`E`) and one resolver call per distinct
+//! undefined key (and `O(V)` for the index once the view has more than eight graphs), so
+//! a chain of fragments that only the resolver can reach costs time linear in its length.
 
 use std::sync::{Arc, OnceLock};
 
@@ -45,7 +45,8 @@ use crate::operation::GraphOperation;
 /// indexes every key once (one probe per graph would make a long chain quadratic).
 const SCAN_GRAPHS: usize = 8;
 
-/// A logical view over graphs: the roots and their transitive parents.
+/// A logical view over graphs: the roots (each once) and their transitive parents, and
+/// with [`resolve_with`] the graphs a user's [`Resolver`] supplied.
 ///
 /// Building it copies nothing: it lists the graphs once each (roots first), so that
 /// [`Self::resolve_value`] and `materialize_merge` can find any key's definition.
@@ -182,7 +183,8 @@ impl<Op: GraphOperation, R: Resolver<Op> + ?Sized> Resolver<Op> for Arc<R> {
     }
 }
 
-/// Where a value is defined, as found by [`ResolvedView::resolve_value`].
+/// Where a value is defined: the answer of [`ResolvedView::resolve_value`] and of any
+/// [`Resolver`]. It borrows the graph from whoever answered.
 ///
 /// ```
 /// use std::sync::Arc;
