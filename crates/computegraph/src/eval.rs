@@ -123,7 +123,12 @@ impl<T> EvalState<T> {
 }
 
 impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
-    /// Evaluates the program on `inputs` (in [`Self::input_keys`] order).
+    /// Evaluates the program on `inputs`, one per program input, in the order of
+    /// [`Self::input_keys`] (the same as the materialized graph's
+    /// [`input_keys`](crate::MaterializedGraph::input_keys)). That order is the order in
+    /// which the inputs' keys were first interned, which is not always the order in which
+    /// a graph added them: bind by key ([`Self::bind_inputs`], [`Self::try_eval_by_key`])
+    /// rather than by position when in doubt.
     ///
     /// # Panics
     /// On a wrong number of inputs or an operation that returns the wrong number of

@@ -148,9 +148,11 @@ pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
 /// `jvp_rule` emits the tangent of the outputs as a linear function of the tangents of
 /// the inputs; `transpose_rule` emits the transpose of a linear operation (one this
 /// primitive's JVP or transpose rules emitted in a `Linearized` role). Both emit only
-/// operations of the same set, and only in `OperationRole::Linearized` roles: operands a
-/// rule treats as fixed get `false` in the active mask; a computation on primal values
-/// alone (say `cos x` inside `sin`'s JVP) gets an all-`false` mask.
+/// operations of the same set. An operation that reads a tangent is emitted in
+/// `OperationRole::Linearized`, with `false` in the active mask for the operands the rule
+/// treats as fixed; a computation on primal values alone (say `cos x` inside `sin`'s JVP)
+/// is emitted in `OperationRole::Primary` (or, equally accepted, `Linearized` with an
+/// all-`false` mask).
 ///
 /// `None` is a symbolic zero: a rule receives `None` for inactive inputs and returns
 /// `None` for outputs whose tangent is zero. Rules should emit nothing for `None`s;
