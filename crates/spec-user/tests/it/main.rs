@@ -10,6 +10,7 @@ use spec_user::{Key, Op};
 use tidu::LinearizedGraph;
 
 mod deep;
+mod eager;
 mod properties;
 mod worked;
 
