@@ -126,3 +126,37 @@ fn primal_computations_of_rules_share_the_primal_nodes() {
     let got = eval_linear(&t, &values)[0].expect("non-zero");
     assert!((got - want).abs() < 1e-15, "{got} vs {want}");
 }
+
+/// f(x) = x·sin x, whose rules emit Primary `cos x` (and, one level up, `sin x` and its
+/// negation): f'' = 2 cos x - x sin x in all four nestings.
+#[test]
+fn second_derivatives_through_primal_computations_in_every_nesting() {
+    let mut b = GraphBuilder::<Op>::new();
+    let x = b.add_input(Key::User(0));
+    let s = b.add_operation(Op::Sin, vec![Local(x)], Primary)[0];
+    let y = b.add_operation(Op::Mul, vec![Local(x), Local(s)], Primary)[0];
+    let f = Arc::new(b.build());
+    let (xk, yk) = (Key::User(0), f.global_key(y));
+    let xv: f64 = 0.8;
+    let want = 2.0 * xv.cos() - xv * xv.sin();
+    let close = |got: Option<f64>| {
+        let got = got.expect("a non-zero second derivative");
+        assert!((got - want).abs() < 1e-14, "{got} vs {want}");
+    };
+
+    let lin = linearize(&resolve(vec![f.clone()]), std::slice::from_ref(&yk), std::slice::from_ref(&xk));
+    let tr = linear_transpose(&lin);
+    let (dx, ct) = (input_key(&lin, 0), input_key(&tr, 0));
+    let fof = linearize(&resolve(vec![lin.graph().clone()]), &[output_key(&lin, 0)], std::slice::from_ref(&xk));
+    let f_or = linearize(&resolve(vec![tr.graph().clone()]), &[output_key(&tr, 0)], std::slice::from_ref(&xk));
+    let (rof, ror) = (linear_transpose(&fof), linear_transpose(&f_or));
+    let at = |pairs: &[(Key, f64)]| -> HashMap<Key, f64> {
+        let mut m = HashMap::from([(xk.clone(), xv)]);
+        m.extend(pairs.iter().cloned());
+        m
+    };
+    close(eval_linear(&fof, &at(&[(dx.clone(), 1.0), (input_key(&fof, 0), 1.0)]))[0]);
+    close(eval_linear(&f_or, &at(&[(ct.clone(), 1.0), (input_key(&f_or, 0), 1.0)]))[0]);
+    close(eval_linear(&rof, &at(&[(dx, 1.0), (input_key(&rof, 0), 1.0)]))[0]);
+    close(eval_linear(&ror, &at(&[(ct, 1.0), (input_key(&ror, 0), 1.0)]))[0]);
+}
