@@ -6,7 +6,7 @@
 //! | `build` | `build_single` on a fresh interner (interning included); `spec_user`: the `spec-user` set built the specification's way (`add_operation` with a `Vec` per node) | `fx_hashcons`: hashbrown + Fx `(op, a, b) -> u32` |
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
-//! | `eval` | sequential `eval_with`, `EvalState` reused; `spec_user`: the same for the `spec-user` set (only `eval_into` written, as the compiler asks) | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
+//! | `eval` | sequential `eval_with`, `EvalState` reused; `spec_user`: the same for the `spec-user` set (`eval_into` written as the rustdoc shows, `#[inline(always)]`); `spec_user_not_inlined`: that set with `eval_into` out of line, as without the attribute | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
 //! | `gradient_eval` | the compiled gradient (linearize + transpose) of the `ad` bench's DAG (window 1024, one output), `scalar` set and `spec_user` set | `boxed_dyn_fn` of the primal DAG, for scale |
 //! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with`; for `matmul_layered` also `flat_layers` and `rayon_layers_2t` (the same products without the engine, sequential and `par_iter` per layer) |
 //!
@@ -177,6 +177,12 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
             let spec_user_program = OnceCell::new();
             g.bench_function(id(shape, "spec_user", n), |b| {
                 let p = spec_user_program.get_or_init(|| spec_user::program(&spec_user::to_dag(&w().spec)));
+                let inputs = spec_user::bind_inputs(p, &w().inputs);
+                b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+            });
+            let not_inlined = OnceCell::new();
+            g.bench_function(id(shape, "spec_user_not_inlined", n), |b| {
+                let p = not_inlined.get_or_init(|| spec_user::program_not_inlined(&spec_user::to_dag(&w().spec)));
                 let inputs = spec_user::bind_inputs(p, &w().inputs);
                 b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
             });

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use computegraph::{
-    CompiledProgram, EvalState, Graph, GraphBuilder, KeyInterner, ValueKey, compile, materialize_merge, resolve,
+    CompiledProgram, EvalState, EvaluableGraphOperation, Graph, GraphBuilder, GraphOperation, KeyInterner,
+    LocalValueId, OperationRole, Outputs, ValueKey, ValueRef, compile, materialize_merge, resolve,
 };
 use scalar::ScalarOp;
 use scalar::spec::GraphSpec;
@@ -20,7 +21,7 @@ pub fn to_dag(spec: &GraphSpec) -> Dag {
     let mut dag = Dag { inputs: spec.inputs, nodes: Vec::with_capacity(spec.ops.len()), outputs: spec.outputs.clone() };
     let mut a = 0;
     for op in &spec.ops {
-        let n = computegraph::GraphOperation::input_count(op);
+        let n = op.input_count();
         let args = &spec.args[a..a + n];
         a += n;
         let op = match op {
@@ -50,8 +51,53 @@ pub fn program(dag: &Dag) -> CompiledProgram<Op> {
     compile(&materialize_merge(&resolve(vec![g]), &outputs))
 }
 
+/// The spec-user set with `eval_into` kept out of line (`#[inline(never)]`): what an
+/// operation set of another crate costs when its `eval_into` lacks the `#[inline(always)]`
+/// the docs ask for, and the compiler does not inline it into the evaluator's loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NotInlined(pub Op);
+
+impl GraphOperation for NotInlined {
+    type Operand = f64;
+    type Context = ();
+    type InputKey = Key;
+    fn input_count(&self) -> usize {
+        self.0.input_count()
+    }
+    fn output_count(&self) -> usize {
+        self.0.output_count()
+    }
+}
+
+impl EvaluableGraphOperation for NotInlined {
+    #[inline(never)]
+    fn eval_into(&self, ctx: &mut (), x: &[&f64], out: &mut Outputs<'_, f64>) {
+        self.0.eval_into(ctx, x, out)
+    }
+}
+
+/// The compiled program of the DAG's outputs in [`NotInlined`] operations.
+pub fn program_not_inlined(dag: &Dag) -> CompiledProgram<NotInlined> {
+    let mut b = GraphBuilder::with_interner(KeyInterner::new());
+    for i in 0..dag.inputs {
+        b.add_input(Key::User(i));
+    }
+    for &(op, [a, c]) in &dag.nodes {
+        let operands = [ValueRef::Local(LocalValueId::new(a as usize)), ValueRef::Local(LocalValueId::new(c as usize))];
+        b.add_operation_from(NotInlined(op), &operands[..op.input_count()], &OperationRole::Primary);
+    }
+    let outputs: Vec<LocalValueId> = dag.outputs.iter().map(|&o| LocalValueId::new(o as usize)).collect();
+    b.set_outputs(outputs.clone());
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outputs.iter().map(|&o| g.global_key(o)).collect();
+    compile(&materialize_merge(&resolve(vec![g]), &keys))
+}
+
 /// The program's inputs, in its own order, from the spec's input values.
-pub fn bind_inputs<'a>(program: &CompiledProgram<Op>, inputs: &'a [f64]) -> Vec<&'a f64> {
+pub fn bind_inputs<'a, O: GraphOperation<InputKey = Key, Operand = f64>>(
+    program: &CompiledProgram<O>,
+    inputs: &'a [f64],
+) -> Vec<&'a f64> {
     program
         .bind_inputs(|k| match k {
             Key::User(i) => inputs.get(*i as usize),
@@ -62,12 +108,12 @@ pub fn bind_inputs<'a>(program: &CompiledProgram<Op>, inputs: &'a [f64]) -> Vec<
 
 /// A compiled gradient program with its inputs bound: primal inputs from the workload,
 /// the seed one.
-pub struct Gradient<O: computegraph::EvaluableGraphOperation<Operand = f64, Context = ()>> {
+pub struct Gradient<O: EvaluableGraphOperation<Operand = f64, Context = ()>> {
     program: CompiledProgram<O>,
     values: Vec<f64>,
 }
 
-impl<O: computegraph::EvaluableGraphOperation<Operand = f64, Context = ()>> Gradient<O> {
+impl<O: EvaluableGraphOperation<Operand = f64, Context = ()>> Gradient<O> {
     /// Evaluates the gradient.
     pub fn eval(&self, state: &mut EvalState<f64>) -> Vec<f64> {
         let refs: Vec<&f64> = self.values.iter().collect();
@@ -129,6 +175,9 @@ mod tests {
             let p = program(&to_dag(&w.spec));
             let got = p.eval(&mut (), &bind_inputs(&p, &w.inputs));
             assert!(crate::same_values(&got, &want), "{shape:?}: {got:?} vs {want:?}");
+            let p = program_not_inlined(&to_dag(&w.spec));
+            let got = p.eval(&mut (), &bind_inputs(&p, &w.inputs));
+            assert!(crate::same_values(&got, &want), "{shape:?} (not inlined): {got:?} vs {want:?}");
         }
     }
 
