@@ -7,6 +7,7 @@
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
 //! | `eval` | sequential `eval_with`, `EvalState` reused; `spec_user`: the same for the `spec-user` set (`eval_into` written as the rustdoc shows, `#[inline(always)]`); `spec_user_not_inlined`: that set with `eval_into` out of line, as without the attribute | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
+//! | `eval_arithmetic` | the add/mul/neg window DAG of issue 18 (no transcendental functions): ours, `spec_user`, `spec_user_not_inlined` | `boxed_dyn_fn` |
 //! | `gradient_eval` | the compiled gradient (linearize + transpose) of the `ad` bench's DAG (window 1024, one output), `scalar` set and `spec_user` set | `boxed_dyn_fn` of the primal DAG, for scale |
 //! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with`; for `matmul_layered` also `flat_layers` and `rayon_layers_2t` (the same products without the engine, sequential and `par_iter` per layer) |
 //!
@@ -36,12 +37,13 @@ use benches::heavy::HeavyWorkload;
 use benches::layers::FlatLayers;
 use benches::spec_user;
 use benches::{
-    BoxedProgram, FlatProgram, RandomReads, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build, hashcons,
-    materialize, prune,
+    BoxedProgram, FlatProgram, INPUT_SEED, RandomReads, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build,
+    hashcons, materialize, prune,
 };
 use computegraph::{EvalState, compile};
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
+use scalar::workloads::{self, Operands};
 
 const DEFAULT_SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
 
@@ -205,6 +207,49 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
     g.finish();
 }
 
+/// The add/mul/neg window DAG of issue 18 (30% repeats), where evaluation is all engine
+/// overhead: no transcendental function hides the dispatch.
+fn bench_eval_arithmetic(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("eval_arithmetic");
+    for &n in sizes {
+        configure(&mut g, Shape::Window, n);
+        g.throughput(Throughput::Elements(n as u64));
+        let w = OnceCell::new();
+        let w = || {
+            w.get_or_init(|| {
+                let spec =
+                    workloads::random_dag_of(n, Operands::Window(1024), 0.3, SPEC_SEED, workloads::pick_arithmetic);
+                let inputs = workloads::inputs_for(&spec, INPUT_SEED);
+                (spec, inputs)
+            })
+        };
+        let gid = |who: &str| BenchmarkId::new(format!("window/{who}"), n);
+        let mut state = EvalState::new();
+        let mut boxed_values = Vec::new();
+        let (ours, user, not_inlined, boxed) = (OnceCell::new(), OnceCell::new(), OnceCell::new(), OnceCell::new());
+        g.bench_function(gid("ours"), |b| {
+            let p = ours.get_or_init(|| compile(&materialize(&build(&w().0))));
+            let inputs = bind_inputs(p, &w().1);
+            b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+        });
+        g.bench_function(gid("spec_user"), |b| {
+            let p = user.get_or_init(|| spec_user::program(&spec_user::to_dag(&w().0)));
+            let inputs = spec_user::bind_inputs(p, &w().1);
+            b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+        });
+        g.bench_function(gid("spec_user_not_inlined"), |b| {
+            let p = not_inlined.get_or_init(|| spec_user::program_not_inlined(&spec_user::to_dag(&w().0)));
+            let inputs = spec_user::bind_inputs(p, &w().1);
+            b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+        });
+        g.bench_function(gid("boxed_dyn_fn"), |b| {
+            let p = boxed.get_or_init(|| BoxedProgram::new(&baseline_spec(&w().0)));
+            b.iter(|| p.eval(&mut boxed_values, black_box(&w().1)))
+        });
+    }
+    g.finish();
+}
+
 fn bench_gradient_eval(c: &mut Criterion, sizes: &[usize]) {
     let mut g = c.benchmark_group("gradient_eval");
     for &n in sizes {
@@ -318,6 +363,7 @@ fn main() {
     bench_resolve_materialize(&mut c, &sizes);
     bench_compile(&mut c, &sizes);
     bench_eval(&mut c, &sizes);
+    bench_eval_arithmetic(&mut c, &sizes);
     bench_gradient_eval(&mut c, &sizes);
     bench_eval_parallel(&mut c, &sizes);
     c.final_summary();

@@ -116,6 +116,42 @@ fn sinks(spec: &GraphSpec) -> Vec<u32> {
 /// assert_eq!(spec.eval_reference(&inputs_for(&spec, 2)).len(), spec.outputs.len());
 /// ```
 pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> GraphSpec {
+    random_dag_of(n, operands, repeat, seed, pick_op)
+}
+
+/// Picks an arithmetic operation: add 50%, mul 40%, neg 10%.
+///
+/// ```
+/// use scalar::{workloads::{pick_arithmetic, Rng}, ScalarOp};
+///
+/// let mut rng = Rng::new(1);
+/// assert!((0..1000).all(|_| matches!(pick_arithmetic(&mut rng), ScalarOp::Add | ScalarOp::Mul | ScalarOp::Neg)));
+/// ```
+pub fn pick_arithmetic(rng: &mut Rng) -> ScalarOp {
+    match rng.below(10) {
+        0..5 => ScalarOp::Add,
+        5..9 => ScalarOp::Mul,
+        _ => ScalarOp::Neg,
+    }
+}
+
+/// [`random_dag`] with operations drawn by `pick` (say [`pick_arithmetic`], for the
+/// add/mul/neg DAG on which evaluation is all engine overhead).
+///
+/// ```
+/// use scalar::workloads::{pick_arithmetic, random_dag_of, Operands};
+/// use scalar::ScalarOp;
+///
+/// let spec = random_dag_of(1000, Operands::Window(1024), 0.3, 1, pick_arithmetic);
+/// assert!(spec.ops.iter().all(|op| matches!(op, ScalarOp::Add | ScalarOp::Mul | ScalarOp::Neg)));
+/// ```
+pub fn random_dag_of(
+    n: usize,
+    operands: Operands,
+    repeat: f64,
+    seed: u64,
+    pick: fn(&mut Rng) -> ScalarOp,
+) -> GraphSpec {
     let mut rng = Rng::new(seed);
     let mut spec = GraphSpec { inputs: 8, ..Default::default() };
     spec.ops.reserve(n);
@@ -136,7 +172,7 @@ pub fn random_dag(n: usize, operands: Operands, repeat: f64, seed: u64) -> Graph
             let args: Vec<u32> = spec.args[s..s + op.input_count()].to_vec();
             spec.push(op, &args);
         } else {
-            let op = pick_op(&mut rng);
+            let op = pick(&mut rng);
             let reach = match operands {
                 Operands::Window(w) => avail.min(w as u64),
                 Operands::Uniform => avail,
