@@ -4,7 +4,10 @@
 //! a hash ahead of time can [`OpTable::prefetch`] its slot.
 //!
 //! Invariants: the table is at most 3/4 full (linear probing stays short); an empty slot is
-//! `0`; a full slot is `hash << 32 | (id + 1)`. Entries are never removed.
+//! `0`; a full slot is `hash << 32 | (id + 1)`; every entry is reachable from its home slot
+//! without crossing an empty slot. Removal (of a reclaimed chunk's operations) keeps the
+//! last invariant by shifting later entries of the run back into the hole, so there are no
+//! tombstones.
 //!
 //! The capacity is any number of slots, not only a power of two, so that reserving room
 //! for `n` entries takes about `4n/3` slots rather than up to twice that (the table of a
@@ -125,6 +128,47 @@ impl OpTable {
         self.len += 1;
     }
 
+    /// Removes the entry of operation `id` with this hash; returns whether it was there.
+    pub(crate) fn remove(&mut self, hash: u32, id: OperationKeyId) -> bool {
+        if self.slots.is_empty() {
+            return false;
+        }
+        let wanted = pack(hash, id);
+        let mut hole = self.home(hash);
+        loop {
+            match self.slots[hole] {
+                0 => return false,
+                s if s == wanted => break,
+                _ => hole = self.next(hole),
+            }
+        }
+        // Backward shift: an entry later in the run moves into the hole unless its home
+        // lies cyclically after the hole (then it must stay where its probe finds it).
+        let n = self.slots.len();
+        let mut j = hole;
+        loop {
+            j = self.next(j);
+            let slot = self.slots[j];
+            if slot == 0 {
+                break;
+            }
+            let home = self.home((slot >> 32) as u32);
+            if (j + n - home) % n >= (j + n - hole) % n {
+                self.slots[hole] = slot;
+                hole = j;
+            }
+        }
+        self.slots[hole] = 0;
+        self.len -= 1;
+        true
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Hints the memory system that the home slot of `hash` will be read soon.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u32) {
@@ -185,6 +229,43 @@ mod tests {
             seen[t.home(h.wrapping_mul(2_654_435_761))] = true;
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    /// Removal against a model: interleaved inserts and removals of colliding and
+    /// wrapping entries, every survivor found, every removed entry gone.
+    #[test]
+    fn removal_keeps_every_survivor_reachable() {
+        let mut t = OpTable::default();
+        t.reserve(60);
+        let cap = t.slots.len();
+        let last = (0..u32::MAX).find(|&h| t.home(h) == cap - 1).unwrap();
+        // Hashes: a few homes only (long runs), one of them at the last slot (runs wrap).
+        let hash = |i: usize| [last, 3, 7, last, 11][i % 5].wrapping_add((i / 40) as u32);
+        let mut live = std::collections::BTreeSet::new();
+        let mut x = 12345u64;
+        for step in 0..4000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % 40) as usize + 40 * (step % 3);
+            let id = OperationKeyId::new(i);
+            if live.contains(&i) {
+                assert!(t.remove(hash(i), id), "{i} not removed");
+                live.remove(&i);
+            } else if t.len() < 40 {
+                match t.probe(hash(i), |found| found == id) {
+                    Probe::Vacant(s) => t.fill(s, hash(i), id),
+                    Probe::Found(_) => panic!("{i} found after removal"),
+                }
+                live.insert(i);
+            }
+            assert_eq!(t.len(), live.len());
+            for &k in &live {
+                let kid = OperationKeyId::new(k);
+                assert!(matches!(t.probe(hash(k), |f| f == kid), Probe::Found(f) if f == kid), "{k} lost");
+            }
+        }
+        assert!(!t.remove(hash(999), OperationKeyId::new(999)));
     }
 
     #[test]
