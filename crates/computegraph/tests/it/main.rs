@@ -8,6 +8,7 @@
 //! - `threads`: one interner and one compile cache shared by many threads;
 //! - `dump`: text dumps written by hand, DOT output parsed;
 //! - `cache`: hits, misses, LRU eviction, stale handles, canonical-form keys;
+//! - `reclaim`: interner entries no live graph holds are reclaimed, live ones kept;
 //! - `drops`: operand values in the slots dropped exactly once, on success, error and panic.
 //!
 //! Expected values always come from an independent reference (the spec evaluator, a
@@ -22,5 +23,6 @@ mod errors;
 mod interner;
 mod parallel;
 mod pipeline;
+mod reclaim;
 mod support;
 mod threads;

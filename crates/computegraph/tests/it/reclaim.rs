@@ -1,0 +1,125 @@
+//! Reclamation of interner entries no live graph holds (ADR 0008): memory bounded by what
+//! is alive, identity and CSE kept among what is alive, stale keys reported, keys handed
+//! out by the interner's own methods kept.
+
+use std::sync::Arc;
+
+use computegraph::{Graph, GraphBuilder, GraphError, KeyInterner, OperationRole::Primary, ValueKey, ValueRef, resolve};
+use scalar::{ScalarKey, ScalarOp};
+
+use crate::support::{compile_checked, eval_vars, fresh};
+
+/// `exp(k)` over input key `k`, one operation.
+fn exp_of(interner: &Arc<KeyInterner<ScalarOp>>, k: u32) -> Graph<ScalarOp> {
+    let mut b = GraphBuilder::with_interner(Arc::clone(interner));
+    let x = b.add_input(ScalarKey::var(k));
+    let y = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(x)], Primary);
+    b.set_outputs(y);
+    b.build()
+}
+
+/// `sin(x0 · x1) + x0`, three operations.
+fn small(interner: &Arc<KeyInterner<ScalarOp>>) -> Graph<ScalarOp> {
+    let mut b = GraphBuilder::with_interner(Arc::clone(interner));
+    let (x, w) = (b.add_input(ScalarKey::var(0)), b.add_input(ScalarKey::var(1)));
+    let p = b.add_operation(ScalarOp::Mul, vec![ValueRef::Local(x), ValueRef::Local(w)], Primary)[0];
+    let s = b.add_operation(ScalarOp::Sin, vec![ValueRef::Local(p)], Primary)[0];
+    let y = b.add_operation(ScalarOp::Add, vec![ValueRef::Local(s), ValueRef::Local(x)], Primary);
+    b.set_outputs(y);
+    b.build()
+}
+
+fn output_key(g: &Graph<ScalarOp>) -> ValueKey<ScalarOp> {
+    g.global_key(g.outputs()[0])
+}
+
+/// 2·10^5 fresh one-operation graphs, each dropped at once: the interner's live keys and
+/// bytes stay bounded while its ids keep increasing; a graph kept alive from the start
+/// keeps its keys (a rebuild finds them: CSE among what is alive) and still evaluates.
+#[test]
+fn fresh_graphs_are_reclaimed_and_live_ones_kept() {
+    let interner = fresh();
+    let kept = small(&interner);
+    let kept_key = output_key(&kept);
+    let mut peak = (0, 0);
+    for k in 0..200_000u32 {
+        let g = exp_of(&interner, 1000 + k);
+        drop(g);
+        if k % 10_000 == 0 {
+            peak = (peak.0.max(interner.live_value_count()), peak.1.max(interner.heap_bytes()));
+        }
+    }
+    assert_eq!(interner.value_count(), 5 + 2 * 200_000, "ids are never reused");
+    assert!(peak.0 <= 150_000, "{} live keys at the peak", peak.0);
+    assert!(peak.1 <= 16 << 20, "{} bytes at the peak", peak.1);
+    interner.reclaim_unused();
+    assert!(interner.live_value_count() <= 4096, "{} live keys left", interner.live_value_count());
+
+    let again = small(&interner);
+    assert_eq!(output_key(&again), kept_key, "a live graph's structure keeps its key");
+    let (_, program) = compile_checked(&resolve(vec![Arc::new(kept)]), &[kept_key]);
+    let want = (2.0f64 * 3.0).sin() + 2.0;
+    assert_eq!(eval_vars(&program, &[2.0, 3.0]), vec![want]);
+}
+
+/// Reclaimed keys are never confused with new ones: a graph rebuilt after its first copy
+/// was reclaimed gets new keys, a stale derived key is an error naming the reclamation,
+/// and messages say "reclaimed".
+#[test]
+fn stale_keys_are_reported() {
+    let interner = fresh();
+    let first = small(&interner);
+    let stale = output_key(&first);
+    let ValueKey::Derived { operation, .. } = stale else { unreachable!() };
+    let stale_id = operation.output_key_id(0).unwrap();
+    drop(first);
+    // Fill past the first chunks so they are full, then reclaim them.
+    for k in 0..5_000u32 {
+        drop(exp_of(&interner, 1000 + k));
+    }
+    assert!(interner.reclaim_unused() > 0);
+    assert!(interner.describe(stale_id).contains("reclaimed"), "{}", interner.describe(stale_id));
+    assert!(interner.operation_parts(&operation).is_err());
+
+    let rebuilt = small(&interner);
+    assert_ne!(output_key(&rebuilt), stale, "new keys for a reclaimed structure");
+    let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+    let y = b.add_operation(ScalarOp::Neg, vec![ValueRef::External(stale.clone())], Primary);
+    b.set_outputs(y);
+    match b.try_build() {
+        Err(GraphError::UnresolvedKey { key }) => assert!(key.contains("reclaimed"), "{key}"),
+        other => panic!("expected UnresolvedKey, got {other:?}"),
+    }
+}
+
+/// Keys handed out by `intern_input` and `intern_operation` (no graph holds them) are
+/// never reclaimed.
+#[test]
+fn keys_interned_directly_are_kept() {
+    let interner = fresh();
+    let x = interner.intern_input(ScalarKey::var(0));
+    let key = interner.intern_operation(&ScalarOp::Exp, &[x], &Primary).unwrap();
+    for k in 0..5_000u32 {
+        drop(exp_of(&interner, 1000 + k));
+    }
+    interner.reclaim_unused();
+    assert_eq!(interner.value_key(x), ValueKey::Input(ScalarKey::var(0)));
+    assert_eq!(interner.operation_parts(&key).unwrap().0, ScalarOp::Exp);
+    assert_eq!(interner.intern_operation(&ScalarOp::Exp, &[x], &Primary).unwrap(), key);
+}
+
+/// A graph that outlives everything else pins only the chunks of its own keys.
+#[test]
+fn one_long_lived_graph_does_not_pin_everything() {
+    let interner = fresh();
+    for k in 0..2_000u32 {
+        drop(exp_of(&interner, 1000 + k));
+    }
+    let kept = exp_of(&interner, 7);
+    for k in 0..100_000u32 {
+        drop(exp_of(&interner, 10_000 + k));
+    }
+    interner.reclaim_unused();
+    assert!(interner.live_value_count() <= 4 * 1024, "{} live keys", interner.live_value_count());
+    assert_eq!(output_key(&exp_of(&interner, 7)), output_key(&kept));
+}
