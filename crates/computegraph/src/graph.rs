@@ -29,6 +29,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, ListPool};
@@ -228,8 +229,8 @@ pub struct Graph<Op: GraphOperation> {
     /// is not a declared output (a dense array over the graph's key range when compact).
     index: OnceLock<KeyMap<LocalValueId>>,
     /// The interner chunks holding this graph's keys, pinned while it lives (sorted tags;
-    /// see `docs/adr/0008-interner-reclamation.md`).
-    pins: Vec<u32>,
+    /// see `docs/adr/0008-interner-reclamation.md`). A small graph's fit inline.
+    pins: SmallVec<[u32; 2]>,
 }
 
 /// One operation of a [`Graph`], as yielded by [`Graph::operations`].
@@ -314,7 +315,7 @@ impl<Op: GraphOperation> Graph<Op> {
             parents: Vec::new(),
             output_index: OnceLock::new(),
             index: OnceLock::new(),
-            pins: Vec::new(),
+            pins: SmallVec::new(),
         }
     }
 
@@ -514,7 +515,7 @@ impl<Op: GraphOperation> Graph<Op> {
             + self.external_key.capacity() * 4
             + self.inputs.capacity() * 4
             + self.outputs.capacity() * 4
-            + self.pins.capacity() * 4
+            + if self.pins.spilled() { self.pins.capacity() * 4 } else { 0 }
     }
 }
 
@@ -825,7 +826,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
         let (ops_before, values_before) = (g.op_key.len(), g.value_key.len());
-        let mut touched = Vec::new();
+        let mut touched = SmallVec::new();
         let result = Self::flush_locked(g, &mut s, &mut touched, interner.id());
         // The chunks of the operations interned (inputs were noted as they were).
         let mut last = u32::MAX;
@@ -844,7 +845,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     fn flush_locked(
         g: &mut Graph<Op>,
         s: &mut InternerState<Op>,
-        touched: &mut Vec<u32>,
+        touched: &mut Touched,
         interner_id: u32,
     ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
@@ -875,7 +876,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let mut next_input = g.inputs.partition_point(|v| v.index() < g.value_key.len());
         let mut last_tag = u32::MAX;
         let mut intern_inputs_below =
-            |g: &mut Graph<Op>, s: &mut InternerState<Op>, touched: &mut Vec<u32>, end: usize| {
+            |g: &mut Graph<Op>, s: &mut InternerState<Op>, touched: &mut Touched, end: usize| {
                 while g.value_key.len() < end {
                     debug_assert_eq!(g.inputs[next_input].index(), g.value_key.len());
                     let (k, index) = s.intern_input_at(&g.input_keys[next_input])?;
@@ -911,15 +912,15 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.ops.len());
-        g.value_op.shrink_to_fit();
-        g.value_key.shrink_to_fit();
-        g.ops.shrink_to_fit();
-        g.op_key.shrink_to_fit();
-        g.op_inputs.shrink_to_fit();
-        g.op_role.shrink_to_fit();
-        g.op_first_output.shrink_to_fit();
-        g.externals.shrink_to_fit();
-        g.external_key.shrink_to_fit();
+        g.value_op.shrink_loose();
+        g.value_key.shrink_loose();
+        g.ops.shrink_loose();
+        g.op_key.shrink_loose();
+        g.op_inputs.shrink_loose();
+        g.op_role.shrink_loose();
+        g.op_first_output.shrink_loose();
+        crate::id::shrink_loose(&mut g.externals);
+        crate::id::shrink_loose(&mut g.external_key);
         #[cfg(debug_assertions)]
         g.verify().unwrap_or_else(|e| panic!("internal error: built graph fails verification: {e}"));
         Ok(g)
@@ -987,6 +988,9 @@ fn role_index_of(
     }
 }
 
+/// The interner chunks a `flush` touched (tags, see `KeyInterner`'s pins).
+pub(crate) type Touched = SmallVec<[u32; 4]>;
+
 /// How far ahead of the operation being interned [`Batch`] hashes operations and
 /// prefetches their table slots.
 const AHEAD: usize = 8;
@@ -1008,11 +1012,11 @@ struct Batch {
     interner_id: u32,
     /// The interner's id of each of the graph's roles, on first use (`Primary` is role 0
     /// of every graph and every interner).
-    role_ids: Vec<Option<u32>>,
+    role_ids: SmallVec<[Option<u32>; 4]>,
     /// Hashes made ahead, at the index of their operation modulo `AHEAD`.
     ahead: [Ahead; AHEAD],
     /// Operand keys of the operation being interned.
-    keys: Vec<KeyId>,
+    keys: SmallVec<[KeyId; 4]>,
     /// Whether operands lie far enough from their readers that hashing ahead should
     /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
     far: FarOperands,
@@ -1032,13 +1036,13 @@ struct Ahead {
 
 impl Batch {
     fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32) -> Self {
-        let mut role_ids = vec![None; g.roles.len()];
+        let mut role_ids: SmallVec<[Option<u32>; 4]> = smallvec::smallvec![None; g.roles.len()];
         role_ids[0] = Some(0);
         Batch {
             interner_id,
             role_ids,
             ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
-            keys: Vec::new(),
+            keys: SmallVec::new(),
             // Values before the first operation's outputs are inputs, which do not count
             // as far.
             far: FarOperands::new(g.op_first_output.raw().first().map_or(0, |v| v.index())),

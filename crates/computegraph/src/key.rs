@@ -6,18 +6,30 @@
 //! same [`OperationKey`] from the interner, so equality and hashing of derived keys are
 //! `O(1)` on ids and building the same computation twice yields the same key (free CSE).
 //!
-//! Interner invariants (append-only columns, see `docs/adr/0001-storage.md`):
-//! - every interned value has a [`KeyId`]; ids are dense and never reused;
+//! Interner invariants (see `docs/adr/0001-storage.md` and `docs/adr/0008-interner-reclamation.md`):
+//! - every interned value has a [`KeyId`]; ids are dense and never reused, not even once
+//!   their entry is reclaimed;
 //! - an operation's input keys are interned before the operation, and its outputs get
 //!   consecutive ids after them, so **key-id order is a topological order**;
-//! - `op_table` holds each operation exactly once (hash-consing);
-//! - no column maps a key id back to its definition: input keys' ids (`input_values`)
-//!   increase, and so do operations' first output ids (`op_first_output`, non-decreasing
-//!   with operations without outputs), so a key's definition is found by binary search
-//!   (only messages and [`KeyInterner::value_key`] need it).
+//! - `op_table` holds each live operation exactly once (hash-consing), and `input_table`
+//!   each live input key;
+//! - operations and input keys are stored in chunks of `CHUNK` (1024) consecutive ids; every
+//!   [`Graph`](crate::Graph) pins the chunks holding its keys (inputs, outputs, externals)
+//!   while it lives. A full chunk that no graph pins and that holds no key handed out by the
+//!   interner's own methods is *idle*; idle chunks are reclaimed (dropped from both tables,
+//!   their columns freed) once they hold at least as many value keys as the chunks in use,
+//!   and at least `RECLAIM_MIN_VALUES` (2^16). So what the interner holds is bounded by the live
+//!   graphs' chunks, twice over plus a constant, and the reclaiming work is amortized `O(1)`
+//!   per key. Until reclaimed, an idle chunk is an ordinary one (a graph built over its keys
+//!   pins it again);
+//! - no column maps a key id back to its definition: input keys' ids increase with their
+//!   index, and so do operations' first output ids (non-decreasing with operations without
+//!   outputs), so a key's definition is found by binary search over the chunks' first ids
+//!   and then in its chunk (only messages and [`KeyInterner::value_key`] need it).
 //!
 //! Concurrency: state sits behind one `RwLock`. Builders intern in batches (one write
 //! lock per `build`), so graphs can be built on many threads against one interner.
+//! A graph takes the write lock once more when it is dropped, to release its pins.
 
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -27,6 +39,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use crate::optable::{OpTable, Probe};
 use rustc_hash::{FxBuildHasher, FxHashMap};
@@ -237,9 +250,14 @@ static NEXT_INTERNER_ID: AtomicU32 = AtomicU32::new(1);
 /// One interner is shared by every graph that should see each other's values; graphs
 /// built against different interners cannot be combined (an error, not a silent
 /// mismatch). [`KeyInterner::global`] gives a process-wide interner per operation type,
-/// which is what [`GraphBuilder::new`](crate::GraphBuilder::new) uses. Create a scoped one
-/// with [`KeyInterner::new`] when memory must be returned: an interner only grows, and
-/// dropping it (with the graphs that hold it) frees everything.
+/// which is what [`GraphBuilder::new`](crate::GraphBuilder::new) uses; [`KeyInterner::new`]
+/// a scoped one, freed with the graphs that hold it.
+///
+/// Memory is bounded by what is alive: keys that no live graph holds are reclaimed in
+/// batches (about 35 bytes per key of a one-operation graph are kept while it lives; see
+/// `docs/adr/0008-interner-reclamation.md`). Equal structure gets an equal key as long as
+/// some graph holding that key is alive; a structure rebuilt after its keys were reclaimed
+/// gets new ones, and a stale derived key is reported, never confused with a new key.
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole};
@@ -294,7 +312,7 @@ pub(crate) struct InternerState<Op: GraphOperation> {
 
 /// Operations per chunk of the interner's operation columns, and input keys per chunk of
 /// its input columns: the unit in which entries are reclaimed.
-pub(crate) const CHUNK_BITS: u32 = 10;
+const CHUNK_BITS: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_BITS;
 const CHUNK_MASK: usize = CHUNK - 1;
 /// Marks an input chunk in a pin list (operation chunks are unmarked).
@@ -698,7 +716,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     /// Pins the chunks of `touched` (tags from [`op_chunk_tag`] and [`input_chunk_tag`], any
     /// order, repeats allowed, every chunk live) that the sorted pin list `pins` does not
     /// hold yet, and adds them to it. Clears `touched`.
-    pub(crate) fn pin(&mut self, pins: &mut Vec<u32>, touched: &mut Vec<u32>) {
+    pub(crate) fn pin(&mut self, pins: &mut SmallVec<[u32; 2]>, touched: &mut crate::graph::Touched) {
         touched.sort_unstable();
         touched.dedup();
         let before = pins.len();
@@ -803,6 +821,12 @@ impl<Op: GraphOperation> InternerState<Op> {
             }
         }
         self.idle_values = 0;
+        // The tables need not keep the size of their peak.
+        self.op_table.shrink_if_sparse();
+        if self.input_table.capacity() > 8 * self.input_table.len() + 1024 {
+            let chunks = &self.input_chunks;
+            self.input_table.shrink_to(2 * self.input_table.len(), |&i| hash_input(Self::input_at(chunks, i).0));
+        }
         before - self.live_values
     }
 

@@ -84,6 +84,19 @@ impl OpTable {
         }
     }
 
+    /// Shrinks the table to twice what its entries need when it holds eight times that or
+    /// more (after a reclamation), so a table does not keep the size of its peak. Returns
+    /// whether it shrank.
+    pub(crate) fn shrink_if_sparse(&mut self) -> bool {
+        let need = (self.len * LOAD_DEN).div_ceil(LOAD_NUM) + 1;
+        if self.slots.len() < 8 * need || self.slots.len() <= 1024 {
+            return false;
+        }
+        self.grow_to((2 * need).next_multiple_of(8).max(16));
+        true
+    }
+
+    /// Re-inserts every entry into a table of `capacity` slots (larger or smaller).
     fn grow_to(&mut self, capacity: usize) {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
         // writes it, and a fresh page read first faults twice (mapped to the shared zero
@@ -266,6 +279,29 @@ mod tests {
             }
         }
         assert!(!t.remove(hash(999), OperationKeyId::new(999)));
+    }
+
+    /// After most entries are removed, the table shrinks and still finds the rest.
+    #[test]
+    fn shrinks_when_sparse() {
+        let mut t = OpTable::default();
+        let h = |i: u32| i.wrapping_mul(2_654_435_761);
+        for i in 0..20_000u32 {
+            if let Probe::Vacant(s) = t.probe(h(i), |_| false) {
+                t.fill(s, h(i), OperationKeyId::new(i as usize));
+            }
+        }
+        assert!(!t.shrink_if_sparse());
+        let big = t.heap_bytes();
+        for i in 100..20_000u32 {
+            assert!(t.remove(h(i), OperationKeyId::new(i as usize)));
+        }
+        assert!(t.shrink_if_sparse());
+        assert!(t.heap_bytes() * 20 < big, "{} of {big} bytes", t.heap_bytes());
+        for i in 0..100u32 {
+            let id = OperationKeyId::new(i as usize);
+            assert!(matches!(t.probe(h(i), |f| f == id), Probe::Found(f) if f == id));
+        }
     }
 
     #[test]
