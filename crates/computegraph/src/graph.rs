@@ -1149,7 +1149,9 @@ impl Batch {
 impl<Op: GraphOperation> Drop for Graph<Op> {
     fn drop(&mut self) {
         if !self.pins.is_empty() {
-            self.interner.write().unpin(&self.pins);
+            let mut garbage = crate::key::Garbage::default();
+            self.interner.write().unpin(&self.pins, &mut garbage);
+            drop(garbage); // after the lock: dropping operations and keys runs user code
         }
         let mut stack = std::mem::take(&mut self.parents);
         while let Some(parent) = stack.pop() {

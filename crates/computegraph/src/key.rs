@@ -384,6 +384,19 @@ impl<K> InputChunk<K> {
     }
 }
 
+/// Reclaimed chunks, dropped once the interner's lock is released: dropping operations
+/// and keys runs their `Drop`, user code that must not run under the lock.
+pub(crate) struct Garbage<Op: GraphOperation> {
+    ops: Vec<OpChunk<Op>>,
+    inputs: Vec<InputChunk<Op::InputKey>>,
+}
+
+impl<Op: GraphOperation> Default for Garbage<Op> {
+    fn default() -> Self {
+        Garbage { ops: Vec::new(), inputs: Vec::new() }
+    }
+}
+
 /// The pin tag of the chunk holding operation `id`.
 #[inline]
 pub(crate) fn op_chunk_tag(id: OperationKeyId) -> u32 {
@@ -739,8 +752,9 @@ impl<Op: GraphOperation> InternerState<Op> {
 
     /// Releases a graph's pins. Full chunks that no graph pins any more become idle, and
     /// idle chunks are reclaimed once they hold as many keys as the rest of the interner
-    /// (and at least [`RECLAIM_MIN_VALUES`]): amortized `O(1)` per key.
-    pub(crate) fn unpin(&mut self, pins: &[u32]) {
+    /// (and at least [`RECLAIM_MIN_VALUES`]): amortized `O(1)` per key. Reclaimed chunks go
+    /// to `garbage`, for the caller to drop after the lock.
+    pub(crate) fn unpin(&mut self, pins: &[u32], garbage: &mut Garbage<Op>) {
         for &tag in pins {
             let (life, _) = self.life_of(tag).expect("pinned chunks are live");
             life.pins -= 1;
@@ -749,7 +763,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             }
         }
         if self.idle_values >= RECLAIM_MIN_VALUES.max(self.live_values - self.idle_values) {
-            self.reclaim_idle();
+            self.reclaim_idle(garbage);
         }
     }
 
@@ -789,8 +803,9 @@ impl<Op: GraphOperation> InternerState<Op> {
     }
 
     /// Reclaims every idle chunk: its entries leave the hash tables and its columns are
-    /// freed. Their ids are never handed out again. Returns the value keys reclaimed.
-    pub(crate) fn reclaim_idle(&mut self) -> usize {
+    /// moved to `garbage`. Their ids are never handed out again. Returns the value keys
+    /// reclaimed.
+    pub(crate) fn reclaim_idle(&mut self, garbage: &mut Garbage<Op>) -> usize {
         let before = self.live_values;
         for tag in std::mem::take(&mut self.idle) {
             let c = (tag & !INPUT_CHUNK) as usize;
@@ -806,6 +821,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                     }
                 }
                 self.live_values -= chunk.keys.len();
+                garbage.inputs.push(*chunk);
             } else {
                 if !matches!(&self.op_chunks[c], Some(k) if k.life.idle) {
                     continue;
@@ -818,6 +834,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                 }
                 self.live_values -= chunk.values;
                 self.live_ops -= chunk.ops.len();
+                garbage.ops.push(*chunk);
             }
         }
         self.idle_values = 0;
@@ -856,10 +873,11 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         Self::try_with_value_limit(<KeyId as crate::Id>::MAX_INDEX)
     }
 
-    /// A new, empty interner that holds at most `limit` value keys (inputs and operation
-    /// outputs; the `u32` id space, 2^32 − 2, is the most and the default). Interning
-    /// beyond the limit is [`GraphError::IdSpaceExhausted`]: a way to bound an interner's
-    /// memory, and to see how a program behaves when the id space runs out.
+    /// A new, empty interner that interns at most `limit` value keys in its life (inputs and
+    /// operation outputs, reclaimed ones included: ids are never reused; the `u32` id
+    /// space, 2^32 − 2, is the most and the default). Interning beyond the limit is
+    /// [`GraphError::IdSpaceExhausted`]: a way to see how a program behaves when the id
+    /// space runs out.
     ///
     /// ```
     /// use computegraph::{GraphBuilder, GraphError, KeyInterner};
@@ -926,7 +944,10 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     /// waiting until idle chunks hold as many keys as the rest; returns the number of value
     /// keys reclaimed. Keys are otherwise reclaimed on their own as graphs are dropped.
     pub fn reclaim_unused(&self) -> usize {
-        self.write().reclaim_idle()
+        let mut garbage = Garbage::default();
+        let n = self.write().reclaim_idle(&mut garbage);
+        drop(garbage); // after the lock
+        n
     }
 
     /// Bytes held by the interner's tables and live chunks (excluding heap data owned by
@@ -1097,5 +1118,57 @@ mod tests {
             assert!(!interner.describe(KeyId::new(i)).contains("unknown"));
         }
         assert!(interner.describe(KeyId::new(expected.len())).contains("unknown"));
+    }
+
+    /// An input key that notes, when dropped, whether its interner's lock was held.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct WatchedKey(u32);
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Watched;
+
+    impl GraphOperation for Watched {
+        type Operand = ();
+        type Context = ();
+        type InputKey = WatchedKey;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+    }
+
+    static WATCHED: OnceLock<Arc<KeyInterner<Watched>>> = OnceLock::new();
+    static DROPS: AtomicU32 = AtomicU32::new(0);
+    static DROPS_UNDER_LOCK: AtomicU32 = AtomicU32::new(0);
+
+    impl Drop for WatchedKey {
+        fn drop(&mut self) {
+            if let Some(interner) = WATCHED.get() {
+                DROPS.fetch_add(1, Ordering::Relaxed);
+                if interner.state.try_write().is_err() {
+                    DROPS_UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Reclaimed operations and keys are dropped after the interner's lock is released:
+    /// their `Drop` is user code, which may use the interner.
+    #[test]
+    fn reclaimed_entries_are_dropped_outside_the_lock() {
+        let interner = WATCHED.get_or_init(KeyInterner::new);
+        for k in 0..3 * CHUNK as u32 {
+            let mut b = crate::GraphBuilder::with_interner(Arc::clone(interner));
+            let x = b.add_input(WatchedKey(k));
+            let y = b.add_operation(Watched, vec![crate::ValueRef::Local(x)], OperationRole::Primary);
+            b.set_outputs(y);
+            drop(b.build());
+        }
+        let before = DROPS.load(Ordering::Relaxed);
+        assert!(interner.reclaim_unused() >= 2 * CHUNK);
+        assert!(DROPS.load(Ordering::Relaxed) - before >= 2 * CHUNK as u32, "the interner's keys were dropped");
+        assert_eq!(DROPS_UNDER_LOCK.load(Ordering::Relaxed), 0);
     }
 }
