@@ -123,3 +123,31 @@ fn one_long_lived_graph_does_not_pin_everything() {
     assert!(interner.live_value_count() <= 4 * 1024, "{} live keys", interner.live_value_count());
     assert_eq!(output_key(&exp_of(&interner, 7)), output_key(&kept));
 }
+
+/// Threads build and drop fresh graphs against one interner while reclamation runs; each
+/// also keeps one graph, whose structure must keep its key throughout and still evaluate.
+#[test]
+fn threads_building_and_dropping_keep_live_keys() {
+    let interner = fresh();
+    std::thread::scope(|scope| {
+        for t in 0..4u32 {
+            let interner = Arc::clone(&interner);
+            scope.spawn(move || {
+                let kept = exp_of(&interner, t);
+                let key = output_key(&kept);
+                for i in 0..40_000u32 {
+                    drop(exp_of(&interner, 1_000_000 * (t + 1) + i));
+                    if i % 1000 == 0 {
+                        assert_eq!(output_key(&exp_of(&interner, t)), key, "thread {t}, step {i}");
+                    }
+                }
+                let (_, program) = compile_checked(&resolve(vec![Arc::new(kept)]), &[key]);
+                let mut inputs = vec![0.0; t as usize + 1];
+                inputs[t as usize] = 0.5;
+                assert_eq!(eval_vars(&program, &inputs), vec![0.5f64.exp()]);
+            });
+        }
+    });
+    assert!(interner.value_count() >= 4 * 2 * 40_000);
+    assert!(interner.live_value_count() < 200_000, "{} live keys", interner.live_value_count());
+}
