@@ -84,11 +84,11 @@ impl OpTable {
         }
     }
 
-    /// Shrinks the table to twice what its entries need when it holds eight times that or
-    /// more (after a reclamation), so a table does not keep the size of its peak. Returns
-    /// whether it shrank.
-    pub(crate) fn shrink_if_sparse(&mut self) -> bool {
-        let need = (self.len * LOAD_DEN).div_ceil(LOAD_NUM) + 1;
+    /// Shrinks the table to twice what its entries and `spare` more need when it holds
+    /// eight times that or more (after a reclamation), so a table does not keep the size of
+    /// its peak, nor shrinks below what it will soon hold again. Returns whether it shrank.
+    pub(crate) fn shrink_if_sparse(&mut self, spare: usize) -> bool {
+        let need = ((self.len + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1;
         if self.slots.len() < 8 * need || self.slots.len() <= 1024 {
             return false;
         }
@@ -291,12 +291,13 @@ mod tests {
                 t.fill(s, h(i), OperationKeyId::new(i as usize));
             }
         }
-        assert!(!t.shrink_if_sparse());
+        assert!(!t.shrink_if_sparse(0));
         let big = t.heap_bytes();
         for i in 100..20_000u32 {
             assert!(t.remove(h(i), OperationKeyId::new(i as usize)));
         }
-        assert!(t.shrink_if_sparse());
+        assert!(!t.shrink_if_sparse(5_000), "room kept for 5,000 more");
+        assert!(t.shrink_if_sparse(0));
         assert!(t.heap_bytes() * 20 < big, "{} of {big} bytes", t.heap_bytes());
         for i in 0..100u32 {
             let id = OperationKeyId::new(i as usize);
