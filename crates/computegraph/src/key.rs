@@ -838,13 +838,13 @@ impl<Op: GraphOperation> InternerState<Op> {
             }
         }
         self.idle_values = 0;
-        // The tables need not keep the size of their peak, but keep room for the keys that
-        // will be interned before the next batch (so they do not grow again meanwhile).
-        self.op_table.shrink_if_sparse(RECLAIM_MIN_VALUES);
-        let need = self.input_table.len() + RECLAIM_MIN_VALUES;
-        if self.input_table.capacity() > 8 * need {
+        // The tables need not keep the size of their peak, but keep room for about the keys
+        // that will be interned before the next batch (so they do not grow again meanwhile).
+        self.op_table.shrink_if_sparse(RECLAIM_MIN_VALUES / 2);
+        let need = self.input_table.len() + RECLAIM_MIN_VALUES / 2;
+        if self.input_table.capacity() > 4 * need {
             let chunks = &self.input_chunks;
-            self.input_table.shrink_to(2 * need, |&i| hash_input(Self::input_at(chunks, i).0));
+            self.input_table.shrink_to(need, |&i| hash_input(Self::input_at(chunks, i).0));
         }
         before - self.live_values
     }

@@ -84,15 +84,16 @@ impl OpTable {
         }
     }
 
-    /// Shrinks the table to twice what its entries and `spare` more need when it holds
-    /// eight times that or more (after a reclamation), so a table does not keep the size of
-    /// its peak, nor shrinks below what it will soon hold again. Returns whether it shrank.
+    /// Shrinks the table to what its entries and `spare` more need when it holds four
+    /// times that or more (after a reclamation), so a table does not keep the size of its
+    /// peak (a sparse table also costs cache misses), nor shrinks below what it will soon
+    /// hold again. Returns whether it shrank.
     pub(crate) fn shrink_if_sparse(&mut self, spare: usize) -> bool {
-        let need = ((self.len + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1;
-        if self.slots.len() < 8 * need || self.slots.len() <= 1024 {
+        let need = (((self.len + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1).next_multiple_of(8).max(16);
+        if self.slots.len() < 4 * need || self.slots.len() <= 1024 {
             return false;
         }
-        self.grow_to((2 * need).next_multiple_of(8).max(16));
+        self.grow_to(need);
         true
     }
 
@@ -296,7 +297,7 @@ mod tests {
         for i in 100..20_000u32 {
             assert!(t.remove(h(i), OperationKeyId::new(i as usize)));
         }
-        assert!(!t.shrink_if_sparse(5_000), "room kept for 5,000 more");
+        assert!(!t.shrink_if_sparse(8_000), "room kept for 8,000 more");
         assert!(t.shrink_if_sparse(0));
         assert!(t.heap_bytes() * 20 < big, "{} of {big} bytes", t.heap_bytes());
         for i in 0..100u32 {
