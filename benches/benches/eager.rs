@@ -15,8 +15,8 @@
 //! - `fresh_graphs`: `n` one-operation graphs (`exp` of an input) built one after another
 //!   with `GraphBuilder::new()`, each dropped at once: `fresh_keys` gives each a fresh
 //!   input key (interned anew), `same_key` the same key every time (the baseline:
-//!   hash-consing finds everything). Per-graph time must not grow with `n`. Before the
-//!   group runs, `n` fresh graphs are held alive to print the interner's bytes per live key.
+//!   hash-consing finds everything). Per-graph time must not grow with `n`. After the
+//!   timings, `n` fresh graphs are held alive to print the interner's bytes per live key.
 //! - `eager_loop`: `n` iterations of the seed-003 loop (fresh leaves; `mul`, `exp`, `add`;
 //!   backward; drop everything) on a `SpecTape` recording `fresh` graphs per operation,
 //!   beside `reused` (one graph per operation kind).
@@ -112,8 +112,8 @@ fn report_bytes_per_live_key(keys: &mut FreshKeys, n: usize) {
 
 fn fresh_graphs(c: &mut Criterion) {
     let mut keys = FreshKeys::default();
-    for n in sizes(&GRAPH_SIZES) {
-        report_bytes_per_live_key(&mut keys, n);
+    let sizes = sizes(&GRAPH_SIZES);
+    for &n in &sizes {
         let mut g = c.benchmark_group("fresh_graphs");
         configure(&mut g, n);
         g.bench_function(BenchmarkId::new("fresh_keys", n), |b| {
@@ -131,6 +131,11 @@ fn fresh_graphs(c: &mut Criterion) {
             })
         });
         g.finish();
+    }
+    // After every timing: holding 10^6 graphs at once leaves the heap fragmented, which
+    // slows whatever allocates next.
+    for &n in &sizes {
+        report_bytes_per_live_key(&mut keys, n);
     }
 }
 
@@ -153,7 +158,7 @@ fn eager_loop(c: &mut Criterion) {
     }
 }
 
-// The loop runs before `fresh_graphs`, whose report holds 10^6 graphs alive at once and
-// leaves the allocator's heap fragmented for what follows.
+// The loop runs before `fresh_graphs`, whose reports hold 10^6 graphs alive at once and
+// leave the allocator's heap fragmented for what follows.
 criterion::criterion_group!(benches, eager, eager_loop, fresh_graphs);
 criterion::criterion_main!(benches);
