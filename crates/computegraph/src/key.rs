@@ -257,7 +257,8 @@ static NEXT_INTERNER_ID: AtomicU32 = AtomicU32::new(1);
 /// batches (about 35 bytes per key of a one-operation graph are kept while it lives; see
 /// `docs/adr/0008-interner-reclamation.md`). Equal structure gets an equal key as long as
 /// some graph holding that key is alive; a structure rebuilt after its keys were reclaimed
-/// gets new ones, and a stale derived key is reported, never confused with a new key.
+/// gets new ones, and a stale derived key is reported, never confused with a new key. Ids
+/// are never reused, so an interner hands out at most 2^32 − 2 value keys in its life.
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole};
