@@ -151,3 +151,88 @@ fn threads_building_and_dropping_keep_live_keys() {
     assert!(interner.value_count() >= 4 * 2 * 40_000);
     assert!(interner.live_value_count() < 200_000, "{} live keys", interner.live_value_count());
 }
+
+/// A graph of the model: a chain of `len` operations over one input key.
+#[derive(Clone, Debug)]
+struct Chain {
+    key: u32,
+    len: usize,
+}
+
+fn chain(interner: &Arc<KeyInterner<ScalarOp>>, c: &Chain) -> Graph<ScalarOp> {
+    let mut b = GraphBuilder::with_interner(Arc::clone(interner));
+    let mut v = b.add_input(ScalarKey::var(c.key));
+    for i in 0..c.len {
+        let op = [ScalarOp::Sin, ScalarOp::Exp, ScalarOp::Neg][i % 3];
+        v = b.add_operation(op, vec![ValueRef::Local(v)], Primary)[0];
+    }
+    b.set_outputs(vec![v]);
+    b.build()
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Build a chain over a shared key (0..4, so structures repeat) or a fresh one.
+    Build {
+        shared: Option<u32>,
+        len: usize,
+    },
+    Drop(usize),
+    Reclaim,
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (proptest::option::of(0u32..4), 1usize..400).prop_map(|(shared, len)| Step::Build { shared, len }),
+        3 => any::<usize>().prop_map(Step::Drop),
+        1 => Just(Step::Reclaim),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Against a model of which graphs are alive: after every step, each live graph's keys
+    /// map back to their definitions, a rebuild of its structure finds its key (CSE among
+    /// what is alive), live graphs of equal structure share their keys, and the interner
+    /// holds no more live keys than it ever interned.
+    #[test]
+    fn live_graphs_keep_identity_through_reclamation(steps in proptest::collection::vec(step(), 1..40)) {
+        let interner = fresh();
+        let mut live: Vec<(Chain, Graph<ScalarOp>)> = Vec::new();
+        let mut next_key = 100;
+        for s in steps {
+            match s {
+                Step::Build { shared, len } => {
+                    let key = shared.unwrap_or_else(|| { next_key += 1; next_key });
+                    let c = Chain { key, len };
+                    let g = chain(&interner, &c);
+                    live.push((c, g));
+                }
+                Step::Drop(i) if !live.is_empty() => drop(live.swap_remove(i % live.len())),
+                Step::Drop(_) => {}
+                Step::Reclaim => {
+                    interner.reclaim_unused();
+                }
+            }
+            for (c, g) in &live {
+                for v in 0..g.value_count() {
+                    let key = g.global_key(computegraph::LocalValueId::new(v));
+                    let id = interner.intern_key(&key).unwrap();
+                    proptest::prop_assert_eq!(interner.value_key(id), key);
+                }
+                let again = chain(&interner, c);
+                proptest::prop_assert_eq!(output_key(&again), output_key(g), "{:?}", c);
+            }
+            for (i, (c, g)) in live.iter().enumerate() {
+                for (d, h) in &live[i + 1..] {
+                    if c.key == d.key && c.len == d.len {
+                        proptest::prop_assert_eq!(output_key(g), output_key(h));
+                    }
+                }
+            }
+            proptest::prop_assert!(interner.live_value_count() <= interner.value_count());
+        }
+    }
+}
