@@ -229,7 +229,7 @@ pub struct Graph<Op: GraphOperation> {
     /// is not a declared output (a dense array over the graph's key range when compact).
     index: OnceLock<KeyMap<LocalValueId>>,
     /// The interner chunks holding this graph's keys, pinned while it lives (sorted tags;
-    /// see `docs/adr/0008-interner-reclamation.md`). A small graph's fit inline.
+    /// see `docs/adr/0010-interner-reclamation.md`). A small graph's fit inline.
     pins: SmallVec<[u32; 2]>,
 }
 

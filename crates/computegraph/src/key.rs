@@ -6,7 +6,7 @@
 //! same [`OperationKey`] from the interner, so equality and hashing of derived keys are
 //! `O(1)` on ids and building the same computation twice yields the same key (free CSE).
 //!
-//! Interner invariants (see `docs/adr/0001-storage.md` and `docs/adr/0008-interner-reclamation.md`):
+//! Interner invariants (see `docs/adr/0001-storage.md` and `docs/adr/0010-interner-reclamation.md`):
 //! - every interned value has a [`KeyId`]; ids are dense and never reused, not even once
 //!   their entry is reclaimed;
 //! - an operation's input keys are interned before the operation, and its outputs get
@@ -255,7 +255,7 @@ static NEXT_INTERNER_ID: AtomicU32 = AtomicU32::new(1);
 ///
 /// Memory is bounded by what is alive: keys that no live graph holds are reclaimed in
 /// batches (about 35 bytes per key of a one-operation graph are kept while it lives; see
-/// `docs/adr/0008-interner-reclamation.md`). Equal structure gets an equal key as long as
+/// `docs/adr/0010-interner-reclamation.md`). Equal structure gets an equal key as long as
 /// some graph holding that key is alive; a structure rebuilt after its keys were reclaimed
 /// gets new ones, and a stale derived key is reported, never confused with a new key. Ids
 /// are never reused, so an interner hands out at most 2^32 − 2 value keys in its life.
@@ -933,7 +933,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     }
 
     /// Number of value keys not reclaimed: those some live graph may hold (see
-    /// `docs/adr/0008-interner-reclamation.md`).
+    /// `docs/adr/0010-interner-reclamation.md`).
     pub fn live_value_count(&self) -> usize {
         self.read().live_values
     }

@@ -1,4 +1,4 @@
-//! Reclamation of interner entries no live graph holds (ADR 0008): memory bounded by what
+//! Reclamation of interner entries no live graph holds (ADR 0010): memory bounded by what
 //! is alive, identity and CSE kept among what is alive, stale keys reported, keys handed
 //! out by the interner's own methods kept.
 

@@ -14,7 +14,7 @@
 //!
 //! The cache is bounded (least recently used rule evicted first). Evicting a rule drops
 //! its graphs, whose keys the interner reclaims in time unless live graphs hold them
-//! (`docs/adr/0008-interner-reclamation.md`). A rule rebuilt after an eviction reuses the
+//! (`docs/adr/0010-interner-reclamation.md`). A rule rebuilt after an eviction reuses the
 //! pass ids it was first built in (kept per key hash), so while its keys are not reclaimed
 //! its graphs get the same keys and the interner does not grow with rebuilds.
 
