@@ -3,10 +3,11 @@
 //!
 //! | group | ours | baselines |
 //! |---|---|---|
-//! | `build` | `build_single` on a fresh interner (interning included) | `fx_hashcons`: hashbrown + Fx `(op, a, b) -> u32` |
+//! | `build` | `build_single` on a fresh interner (interning included); `spec_user`: the `spec-user` set built the specification's way (`add_operation` with a `Vec` per node) | `fx_hashcons`: hashbrown + Fx `(op, a, b) -> u32` |
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
 //! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
-//! | `eval` | sequential `eval_with`, `EvalState` reused | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
+//! | `eval` | sequential `eval_with`, `EvalState` reused; `spec_user`: the same for the `spec-user` set (`eval_into` written as the rustdoc shows, `#[inline(always)]`); `spec_user_not_inlined`: that set with `eval_into` out of line, as without the attribute | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
+//! | `gradient_eval` | the compiled gradient (linearize + transpose) of the `ad` bench's DAG (window 1024, one output), `scalar` set and `spec_user` set | `boxed_dyn_fn` of the primal DAG, for scale |
 //! | `eval_parallel` | `eval_parallel_with` on pools of 1 and 2 threads: `layered_wide`, `layered_deep` (1000 wide), `chain`, `window`, and `matmul_layered` (10^4 matrix products of ~10 µs, [`benches::heavy`], at every size setting) | sequential `eval_with`; for `matmul_layered` also `flat_layers` and `rayon_layers_2t` (the same products without the engine, sequential and `par_iter` per layer) |
 //!
 //! Ids read `<group>/<shape>/<impl>/<size>`; throughput is per node of the original spec.
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 use benches::heavy::HeavyWorkload;
 use benches::layers::FlatLayers;
+use benches::spec_user;
 use benches::{
     BoxedProgram, FlatProgram, RandomReads, SPEC_SEED, Shape, Workload, baseline_spec, bind_inputs, build, hashcons,
     materialize, prune,
@@ -93,6 +95,11 @@ fn bench_build(c: &mut Criterion, sizes: &[usize]) {
             g.bench_function(id(shape, "fx_hashcons", n), |b| {
                 let w = w();
                 b.iter_batched(|| (), |()| hashcons(&w.spec), BatchSize::PerIteration)
+            });
+            let dag = OnceCell::new();
+            g.bench_function(id(shape, "spec_user", n), |b| {
+                let dag = dag.get_or_init(|| spec_user::to_dag(&w().spec));
+                b.iter_batched(|| (), |()| spec_user::build(dag), BatchSize::PerIteration)
             });
         }
     }
@@ -167,6 +174,18 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
                 let inputs = bind_inputs(p, &w().inputs);
                 b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
             });
+            let spec_user_program = OnceCell::new();
+            g.bench_function(id(shape, "spec_user", n), |b| {
+                let p = spec_user_program.get_or_init(|| spec_user::program(&spec_user::to_dag(&w().spec)));
+                let inputs = spec_user::bind_inputs(p, &w().inputs);
+                b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+            });
+            let not_inlined = OnceCell::new();
+            g.bench_function(id(shape, "spec_user_not_inlined", n), |b| {
+                let p = not_inlined.get_or_init(|| spec_user::program_not_inlined(&spec_user::to_dag(&w().spec)));
+                let inputs = spec_user::bind_inputs(p, &w().inputs);
+                b.iter(|| p.eval_with(&mut state, &mut (), black_box(&inputs)).expect("evaluates"))
+            });
             g.bench_function(id(shape, "flat_soa", n), |b| {
                 let p = flat.get_or_init(|| FlatProgram::new(base()));
                 let inputs = &w().inputs;
@@ -182,6 +201,35 @@ fn bench_eval(c: &mut Criterion, sizes: &[usize]) {
                 b.iter(|| black_box(reads).run())
             });
         }
+    }
+    g.finish();
+}
+
+fn bench_gradient_eval(c: &mut Criterion, sizes: &[usize]) {
+    let mut g = c.benchmark_group("gradient_eval");
+    for &n in sizes {
+        configure(&mut g, Shape::Window, n);
+        g.throughput(Throughput::Elements(n as u64));
+        let w = OnceCell::new();
+        let w = || w.get_or_init(|| spec_user::gradient_spec(n));
+        let scalar_grad = OnceCell::new();
+        let user_grad = OnceCell::new();
+        let boxed = OnceCell::new();
+        let mut state = EvalState::new();
+        let mut boxed_values = Vec::new();
+        let gid = |who: &str| BenchmarkId::new(format!("window/{who}"), n);
+        g.bench_function(gid("scalar"), |b| {
+            let p = scalar_grad.get_or_init(|| spec_user::scalar_gradient(&w().0, &w().1));
+            b.iter(|| p.eval(&mut state))
+        });
+        g.bench_function(gid("spec_user"), |b| {
+            let p = user_grad.get_or_init(|| spec_user::spec_user_gradient(&w().0, &w().1));
+            b.iter(|| p.eval(&mut state))
+        });
+        g.bench_function(gid("boxed_dyn_fn_primal"), |b| {
+            let p = boxed.get_or_init(|| BoxedProgram::new(&baseline_spec(&w().0)));
+            b.iter(|| p.eval(&mut boxed_values, black_box(&w().1)))
+        });
     }
     g.finish();
 }
@@ -270,6 +318,7 @@ fn main() {
     bench_resolve_materialize(&mut c, &sizes);
     bench_compile(&mut c, &sizes);
     bench_eval(&mut c, &sizes);
+    bench_gradient_eval(&mut c, &sizes);
     bench_eval_parallel(&mut c, &sizes);
     c.final_summary();
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use computegraph::{
     CompiledProgram, EvaluableGraphOperation, GraphBuilder, GraphOperation, KeyInterner, OperationRole::Primary,
-    ValueRef::Local, compile, materialize_merge, resolve,
+    Outputs, ValueRef::Local, compile, materialize_merge, resolve,
 };
 use scalar::workloads::Rng;
 
@@ -45,7 +45,7 @@ impl GraphOperation for MatMul {
 }
 
 impl EvaluableGraphOperation for MatMul {
-    fn eval_into(&self, _: &mut (), inputs: &[&Matrix], out: &mut Vec<Matrix>) {
+    fn eval_into(&self, _: &mut (), inputs: &[&Matrix], out: &mut Outputs<'_, Matrix>) {
         const N: usize = MATMUL_N;
         let (a, b) = (&inputs[0][..N * N], &inputs[1][..N * N]);
         let mut c = vec![0.0; N * N];
@@ -130,9 +130,7 @@ impl HeavyWorkload {
 }
 
 fn product(a: &Matrix, b: &Matrix) -> Matrix {
-    let mut out = Vec::with_capacity(1);
-    MatMul.eval_into(&mut (), &[a, b], &mut out);
-    out.pop().expect("one output")
+    MatMul.eval(&mut (), &[a, b]).pop().expect("one output")
 }
 
 #[cfg(test)]

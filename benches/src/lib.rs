@@ -139,6 +139,7 @@ pub mod eager;
 pub mod einsum;
 pub mod heavy;
 pub mod layers;
+pub mod spec_user;
 
 // ---------------------------------------------------------------------------------------
 // Ours

@@ -77,6 +77,15 @@ pub enum GraphError {
         /// Id of the other interner.
         second: u32,
     },
+    /// A [`Resolver`](crate::Resolver) answered a derived key with a definition the view
+    /// cannot use: a graph on another interner, a graph that does not define the key, or
+    /// an input.
+    BadResolution {
+        /// The key asked, as text.
+        key: String,
+        /// What is wrong with the answer.
+        reason: String,
+    },
     /// A dense id space (`u32`) is exhausted.
     IdSpaceExhausted {
         /// Which id space.
@@ -136,6 +145,9 @@ impl fmt::Display for GraphError {
             }
             GraphError::MixedInterners { first, second } => {
                 write!(f, "graphs from different interners (#{first} and #{second}) cannot be combined")
+            }
+            GraphError::BadResolution { key, reason } => {
+                write!(f, "the resolver's answer for the value {key} cannot be used: {reason}")
             }
             GraphError::IdSpaceExhausted { space } => {
                 write!(f, "the {space} id space is exhausted (ids are u32; an interner may set a lower value limit)")

@@ -4,9 +4,9 @@
 //! Output: one operand per output. Slots live in an [`EvalState`] that can be kept and
 //! reused across runs, so repeated evaluation allocates only its result vector.
 //! Operands are gathered on the stack (no per-node allocation for up to two inputs, a
-//! `SmallVec` of eight beyond); one-output instructions return their value through
-//! [`EvaluableGraphOperation::eval_single`], the others go through one reused buffer via
-//! [`EvaluableGraphOperation::eval_into`]. The sequential loop reads slots and argument
+//! `SmallVec` of eight beyond); [`EvaluableGraphOperation::eval_into`] pushes a one-output
+//! instruction's value into an [`Outputs`] over a local (which the compiler keeps in a
+//! register), and the others' into the spare room of one reused buffer. The sequential loop reads slots and argument
 //! lists without bounds or tag checks (`VerifiedSlots`): `try_compile` verifies every
 //! program, in every build, so the checks would repeat what is proven (see
 //! `docs/adr/0006-verified-sequential-eval.md`). The loop is bound by loads, so its hot
@@ -39,6 +39,7 @@
 //! instruction runs once on the same operands, with its own operation or one equal to it
 //! (equal operations compute the same thing: `GraphOperation`'s contract). See `docs/adr/0005-parallel-slot-writes.md`.
 
+use std::mem::MaybeUninit;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -48,7 +49,7 @@ use smallvec::SmallVec;
 
 use crate::compile::{CompiledProgram, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
-use crate::operation::{EvaluableGraphOperation, Label};
+use crate::operation::{EvaluableGraphOperation, Label, Outputs};
 use crate::schedule::{Schedule, Step};
 use crate::slots::{SlotFile, SlotPtr};
 
@@ -122,7 +123,12 @@ impl<T> EvalState<T> {
 }
 
 impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
-    /// Evaluates the program on `inputs` (in [`Self::input_keys`] order).
+    /// Evaluates the program on `inputs`, one per program input, in the order of
+    /// [`Self::input_keys`] (the same as the materialized graph's
+    /// [`input_keys`](crate::MaterializedGraph::input_keys)). That order is the order in
+    /// which the inputs' keys were first interned, which is not always the order in which
+    /// a graph added them: bind by key ([`Self::bind_inputs`], [`Self::try_eval_by_key`])
+    /// rather than by position when in doubt.
     ///
     /// # Panics
     /// On a wrong number of inputs or an operation that returns the wrong number of
@@ -433,13 +439,8 @@ where
             };
             let n = 2 - (step.op >> 31) as usize;
             let refs = unsafe { [slots.read(step.a), slots.read(step.b)] };
-            match op.eval_single(ctx, &refs[..n], out) {
-                Some(v) => unsafe { slots.write(step.out, v) },
-                None => {
-                    let ins = [step.a, step.b];
-                    unsafe { eval_instruction_general(op, ctx, slots, &ins[..n], &[step.out], out, false)? };
-                }
-            }
+            let v = eval_one(op, ctx, &refs[..n])?;
+            unsafe { slots.write(step.out, v) };
         }
         Ok(())
     }
@@ -637,11 +638,9 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
 }
 
 #[inline]
-fn check_count<Op: EvaluableGraphOperation>(op: &Op, expected: usize, found: usize) -> GraphResult<()> {
-    if expected == found {
-        return Ok(());
-    }
-    Err(GraphError::OutputCountMismatch { operation: format!("{}", Label(op)), expected, found })
+#[cold]
+fn count_error<Op: EvaluableGraphOperation>(op: &Op, expected: usize, found: usize) -> GraphError {
+    GraphError::OutputCountMismatch { operation: format!("{}", Label(op)), expected, found }
 }
 
 /// The slots as an evaluator's instructions see them: operand reads and output writes.
@@ -717,10 +716,10 @@ impl<T> SlotAccess<T> for LevelSlots<'_, T> {
 
 /// Evaluates one instruction: gathers its operands on the stack (no allocation for up to
 /// two), runs the operation, and stores its outputs in their slots. One-output
-/// instructions of one or two operands go through
-/// [`EvaluableGraphOperation::eval_single`] inline; everything else (no operand or more
-/// than two, more outputs, or an `eval_single` that declines) through the out-of-line
-/// [`eval_instruction_general`], so the hot loop keeps its registers.
+/// instructions of one or two operands run inline, their output pushed straight into a
+/// local (see [`eval_one`]); everything else (no operand or more than two, more outputs)
+/// goes through the out-of-line [`eval_instruction_general`], so the hot loop keeps its
+/// registers.
 ///
 /// # Safety
 /// `slots.read` is sound for every slot of `ins` and `slots.write` for every slot of
@@ -740,20 +739,34 @@ unsafe fn eval_instruction<Op: EvaluableGraphOperation, S: SlotAccess<Op::Operan
         // reads its operand twice and sees a one-element slice.
         // SAFETY: operand slots, by the caller's guarantee; the references end here.
         let refs = unsafe { [slots.read(ins[0]), slots.read(ins[n - 1])] };
-        if let Some(v) = op.eval_single(ctx, &refs[..n], out) {
-            // SAFETY: the instruction's output slot, by the caller's guarantee.
-            unsafe { slots.write(*s, v) };
-            return Ok(());
-        }
-        // SAFETY: as this function's.
-        return unsafe { eval_instruction_general(op, ctx, slots, ins, outs, out, false) };
+        let v = eval_one(op, ctx, &refs[..n])?;
+        // SAFETY: the instruction's output slot, by the caller's guarantee.
+        unsafe { slots.write(*s, v) };
+        return Ok(());
     }
     // SAFETY: as this function's.
-    unsafe { eval_instruction_general(op, ctx, slots, ins, outs, out, true) }
+    unsafe { eval_instruction_general(op, ctx, slots, ins, outs, out) }
 }
 
-/// The rest of [`eval_instruction`]: a one-output instruction with no operand or more than
-/// two tries `eval_single` first (when `try_single`); then `eval_into` through `out`.
+/// Runs a one-output operation with its output pushed into a local, and returns it.
+#[inline(always)]
+fn eval_one<Op: EvaluableGraphOperation>(
+    op: &Op,
+    ctx: &mut Op::Context,
+    args: &[&Op::Operand],
+) -> GraphResult<Op::Operand> {
+    let mut value = MaybeUninit::uninit();
+    let mut o = Outputs::slots(std::slice::from_mut(&mut value));
+    op.eval_into(ctx, args, &mut o);
+    match o.finish() {
+        // SAFETY: `finish` returned `Ok`: the one entry was written, and is now ours.
+        Ok(()) => Ok(unsafe { value.assume_init() }),
+        Err(found) => Err(count_error(op, 1, found)),
+    }
+}
+
+/// The rest of [`eval_instruction`]: operands gathered into a `SmallVec`, outputs pushed
+/// into `out`'s spare room, then moved to their slots.
 ///
 /// # Safety
 /// As [`eval_instruction`].
@@ -766,21 +779,26 @@ unsafe fn eval_instruction_general<Op: EvaluableGraphOperation, S: SlotAccess<Op
     ins: &[u32],
     outs: &[u32],
     out: &mut Vec<Op::Operand>,
-    try_single: bool,
 ) -> GraphResult<()> {
     // SAFETY (all): as this function's.
     let args = unsafe { gather(slots, ins) };
-    if let ([s], true) = (outs, try_single) {
-        if let Some(v) = op.eval_single(ctx, &args, out) {
-            drop(args);
-            unsafe { slots.write(*s, v) };
-            return Ok(());
-        }
+    if let [s] = outs {
+        let v = eval_one(op, ctx, &args)?;
+        drop(args);
+        unsafe { slots.write(*s, v) };
+        return Ok(());
     }
     out.clear();
-    op.eval_into(ctx, &args, out);
+    out.reserve(outs.len());
+    let mut o = Outputs::slots(&mut out.spare_capacity_mut()[..outs.len()]);
+    op.eval_into(ctx, &args, &mut o);
     drop(args);
-    check_count(op, outs.len(), out.len())?;
+    if let Err(found) = o.finish() {
+        return Err(count_error(op, outs.len(), found));
+    }
+    // SAFETY: `finish` returned `Ok`: the first `outs.len()` entries of the spare room
+    // were written and are now ours.
+    unsafe { out.set_len(outs.len()) };
     for (&s, v) in outs.iter().zip(out.drain(..)) {
         unsafe { slots.write(s, v) };
     }
@@ -839,7 +857,7 @@ mod tests {
     }
 
     impl EvaluableGraphOperation for Mix {
-        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Vec<u64>) {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Outputs<'_, u64>) {
             out.push((inputs[0] ^ inputs[1].rotate_left(self.0)).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         }
     }

@@ -32,6 +32,10 @@
 //! assert_eq!(program.eval(&mut (), &[&3.0]), vec![18.0]);
 //! ```
 //!
+//! Fragments that no graph names as a parent can come from a user's [`Resolver`] (a
+//! fragment store, a cache, a lazy loader) through [`resolve_with`]; the view it builds
+//! is an ordinary [`ResolvedView`].
+//!
 //! Every operation that can fail on user input has a `try_` twin returning
 //! [`GraphError`]. See `docs/ARCHITECTURE.md` for the pipeline, code map and invariants.
 
@@ -69,5 +73,5 @@ pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
     try_materialize_merge,
 };
-pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole};
-pub use resolve::{ResolvedView, ValueDef, resolve, try_resolve};
+pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole, Outputs};
+pub use resolve::{ResolvedView, Resolver, ValueDef, resolve, resolve_with, try_resolve, try_resolve_with};

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::hash::Hash;
+use std::mem::MaybeUninit;
 
 /// An operation node: arity and associated types, no behaviour.
 ///
@@ -60,12 +61,20 @@ pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static
 
 /// Opt-in evaluation for a [`GraphOperation`].
 ///
-/// `eval` is the simple form; `eval_into` lets an operation append its outputs to a
-/// reused buffer so that evaluating a graph of cheap operations does not allocate per
-/// node. Implement at least one of them: each default calls the other.
+/// One method is required, [`eval_into`](Self::eval_into): evaluate the operation and
+/// push its outputs to [`Outputs`], which the evaluator points at the values' destination,
+/// so evaluating a graph of cheap operations allocates nothing and copies nothing per node.
+/// The specification's form, [`eval`](Self::eval), which returns a new `Vec`, is provided
+/// on top of it; an implementation that writes only `eval` does not compile, and the
+/// compiler names `eval_into` as the method to write.
+///
+/// Mark `eval_into` `#[inline(always)]`, as below. The evaluator calls it once per node, and
+/// without the attribute the compiler does not inline a function of another crate into the
+/// evaluator's loop: a call per node then costs about as much as cheap scalar arithmetic
+/// itself (on a scalar DAG, evaluation is about 1.7× slower; `docs/PERFORMANCE.md`).
 ///
 /// ```
-/// use computegraph::{EvaluableGraphOperation, GraphOperation};
+/// use computegraph::{EvaluableGraphOperation, GraphOperation, Outputs};
 ///
 /// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 /// struct Double;
@@ -77,64 +86,162 @@ pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static
 ///     fn output_count(&self) -> usize { 1 }
 /// }
 /// impl EvaluableGraphOperation for Double {
-///     fn eval_into(&self, _: &mut (), inputs: &[&f64], out: &mut Vec<f64>) {
+///     #[inline(always)]
+///     fn eval_into(&self, _: &mut (), inputs: &[&f64], out: &mut Outputs<'_, f64>) {
 ///         out.push(2.0 * inputs[0]);
 ///     }
 /// }
 /// assert_eq!(Double.eval(&mut (), &[&3.0]), vec![6.0]);
 /// ```
+///
+/// Writing only the `Vec` form is a compile error:
+///
+/// ```compile_fail,E0046
+/// # use computegraph::{EvaluableGraphOperation, GraphOperation};
+/// # #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// # struct Double;
+/// # impl GraphOperation for Double {
+/// #     type Operand = f64;
+/// #     type Context = ();
+/// #     type InputKey = u32;
+/// #     fn input_count(&self) -> usize { 1 }
+/// #     fn output_count(&self) -> usize { 1 }
+/// # }
+/// impl EvaluableGraphOperation for Double {
+///     fn eval(&self, _: &mut (), inputs: &[&f64]) -> Vec<f64> {
+///         vec![2.0 * inputs[0]]
+///     }
+/// }
+/// ```
 pub trait EvaluableGraphOperation: GraphOperation {
-    /// Evaluates the operation, returning one operand per output.
+    /// Evaluates the operation, pushing exactly `output_count()` operands to `out`, in
+    /// output order. The one required method.
+    fn eval_into(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand], out: &mut Outputs<'_, Self::Operand>);
+
+    /// Evaluates the operation, returning one operand per output: the specification's
+    /// form, provided through [`Self::eval_into`].
     fn eval(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand]) -> Vec<Self::Operand> {
         let mut out = Vec::with_capacity(self.output_count());
-        self.eval_into(ctx, inputs, &mut out);
+        self.eval_into(ctx, inputs, &mut Outputs::vec(&mut out));
         out
     }
+}
 
-    /// Evaluates the operation, appending exactly `output_count()` operands to `out`.
-    fn eval_into(&self, ctx: &mut Self::Context, inputs: &[&Self::Operand], out: &mut Vec<Self::Operand>) {
-        out.extend(self.eval(ctx, inputs));
+/// Where [`EvaluableGraphOperation::eval_into`] puts an operation's outputs: `push` them
+/// in order (or `extend` with several).
+///
+/// Evaluators point it at the outputs' destination, with room for exactly the operation's
+/// output count: a value pushed beyond it is dropped, and the evaluator reports the wrong
+/// count as [`GraphError::OutputCountMismatch`](crate::GraphError::OutputCountMismatch)
+/// (as it does for too few). [`Outputs::vec`] appends to a `Vec` instead, for calling
+/// `eval_into` directly.
+///
+/// ```
+/// use computegraph::Outputs;
+///
+/// let mut v = Vec::new();
+/// {
+///     let mut out = Outputs::vec(&mut v);
+///     out.push(1.0);
+///     out.extend([2.0, 3.0]);
+///     assert_eq!(out.len(), 3);
+/// }
+/// assert_eq!(v, [1.0, 2.0, 3.0]);
+/// ```
+pub struct Outputs<'a, T> {
+    inner: Inner<'a, T>,
+}
+
+enum Inner<'a, T> {
+    /// A destination of fixed size; `len` counts every value pushed, written or not.
+    Slots {
+        buf: &'a mut [MaybeUninit<T>],
+        len: usize,
+    },
+    Vec {
+        vec: &'a mut Vec<T>,
+        start: usize,
+    },
+}
+
+impl<'a, T> Outputs<'a, T> {
+    /// Outputs appended to `vec` (after what it holds).
+    pub fn vec(vec: &'a mut Vec<T>) -> Self {
+        let start = vec.len();
+        Outputs { inner: Inner::Vec { vec, start } }
     }
 
-    /// Evaluates an operation with one output and returns it, or `None` if the operation
-    /// did not produce exactly one output. Evaluators call it for every one-output
-    /// instruction (and fall back to [`Self::eval_into`] on `None`, to report the count).
-    ///
-    /// The default runs [`Self::eval_into`] through `scratch`, a buffer the evaluator
-    /// reuses. Overriding it to return the value directly saves the buffer round trip,
-    /// which is a measurable part of evaluating cheap scalar operations.
-    ///
-    /// ```
-    /// # use computegraph::{EvaluableGraphOperation, GraphOperation};
-    /// # #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-    /// # struct Double;
-    /// # impl GraphOperation for Double {
-    /// #     type Operand = f64;
-    /// #     type Context = ();
-    /// #     type InputKey = u32;
-    /// #     fn input_count(&self) -> usize { 1 }
-    /// #     fn output_count(&self) -> usize { 1 }
-    /// # }
-    /// impl EvaluableGraphOperation for Double {
-    ///     fn eval_into(&self, ctx: &mut (), inputs: &[&f64], out: &mut Vec<f64>) {
-    ///         out.extend(self.eval_single(ctx, inputs, &mut Vec::new()));
-    ///     }
-    ///     fn eval_single(&self, _: &mut (), inputs: &[&f64], _: &mut Vec<f64>) -> Option<f64> {
-    ///         Some(2.0 * inputs[0])
-    ///     }
-    /// }
-    /// assert_eq!(Double.eval(&mut (), &[&3.0]), vec![6.0]);
-    /// ```
+    /// Outputs written to `buf`, whose length is the expected output count.
+    #[inline(always)]
+    pub(crate) fn slots(buf: &'a mut [MaybeUninit<T>]) -> Self {
+        Outputs { inner: Inner::Slots { buf, len: 0 } }
+    }
+
+    /// Appends an output.
+    #[inline(always)]
+    pub fn push(&mut self, value: T) {
+        match &mut self.inner {
+            Inner::Slots { buf, len } => {
+                if let Some(slot) = buf.get_mut(*len) {
+                    slot.write(value);
+                }
+                *len += 1;
+            }
+            Inner::Vec { vec, .. } => vec.push(value),
+        }
+    }
+
+    /// Number of outputs pushed so far.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            Inner::Slots { len, .. } => *len,
+            Inner::Vec { vec, start } => vec.len() - start,
+        }
+    }
+
+    /// Whether no output was pushed yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// For evaluators: `Ok` if exactly the destination's size was pushed, which then
+    /// holds the values (now the caller's); otherwise the count pushed, the values written
+    /// having been dropped.
+    #[inline(always)]
+    pub(crate) fn finish(self) -> Result<(), usize> {
+        let this = std::mem::ManuallyDrop::new(self);
+        match &this.inner {
+            Inner::Slots { buf, len } if *len == buf.len() => Ok(()),
+            _ => {
+                let found = this.len();
+                drop(std::mem::ManuallyDrop::into_inner(this));
+                Err(found)
+            }
+        }
+    }
+}
+
+impl<T> Extend<T> for Outputs<'_, T> {
     #[inline]
-    fn eval_single(
-        &self,
-        ctx: &mut Self::Context,
-        inputs: &[&Self::Operand],
-        scratch: &mut Vec<Self::Operand>,
-    ) -> Option<Self::Operand> {
-        scratch.clear();
-        self.eval_into(ctx, inputs, scratch);
-        if scratch.len() == 1 { scratch.pop() } else { None }
+    fn extend<I: IntoIterator<Item = T>>(&mut self, values: I) {
+        for v in values {
+            self.push(v);
+        }
+    }
+}
+
+impl<T> Drop for Outputs<'_, T> {
+    /// Drops the values written to a fixed destination that no evaluator took (a wrong
+    /// count, or a panic in the operation).
+    fn drop(&mut self) {
+        if let Inner::Slots { buf, len } = &mut self.inner {
+            let written = (*len).min(buf.len());
+            for slot in &mut buf[..written] {
+                // SAFETY: the first `written` entries were written by `push` and not taken.
+                unsafe { slot.assume_init_drop() };
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use computegraph::{EvaluableGraphOperation, GraphOperation};
+use computegraph::{EvaluableGraphOperation, GraphOperation, Outputs};
 
 use crate::elem::Elem;
 use crate::kernel::{self, ContractSpec, UnarySpec};
@@ -182,7 +182,7 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
 }
 
 impl<T: Elem> EvaluableGraphOperation for TensorOp<T> {
-    fn eval_into(&self, _: &mut (), x: &[&Tensor<T>], out: &mut Vec<Tensor<T>>) {
+    fn eval_into(&self, _: &mut (), x: &[&Tensor<T>], out: &mut Outputs<'_, Tensor<T>>) {
         out.push(self.apply(x));
     }
 }

@@ -36,7 +36,7 @@
 use std::fmt;
 use std::ops::{Add, Mul, Neg, Sub};
 
-use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, ValueKey};
+use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey};
 use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
 
 use crate::ScalarKey;
@@ -235,7 +235,7 @@ impl GraphOperation for ComplexOp {
 }
 
 impl EvaluableGraphOperation for ComplexOp {
-    fn eval_into(&self, _: &mut (), x: &[&Complex], out: &mut Vec<Complex>) {
+    fn eval_into(&self, _: &mut (), x: &[&Complex], out: &mut Outputs<'_, Complex>) {
         out.push(match *self {
             ComplexOp::Add => *x[0] + *x[1],
             ComplexOp::Mul => *x[0] * *x[1],
@@ -278,6 +278,28 @@ impl Primitive for ComplexOp {
 
     fn add() -> Self {
         ComplexOp::Add
+    }
+
+    fn jvp_rule(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        x: &[ValueKey<Self>],
+        y: &[ValueKey<Self>],
+        t: &[Option<LocalValueId>],
+        ctx: &mut Self::ADContext,
+    ) -> Vec<Option<LocalValueId>> {
+        self.try_jvp_rule(b, x, y, t, ctx).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn transpose_rule(
+        &self,
+        b: &mut impl PrimitiveBuilder<Self>,
+        ct: &[Option<LocalValueId>],
+        inputs: &[PrimitiveValue<Self>],
+        role: &OperationRole,
+        ctx: &mut Self::ADContext,
+    ) -> Vec<Option<LocalValueId>> {
+        self.try_linear_transpose_rule(b, ct, inputs, role, ctx).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn try_jvp_rule(

@@ -123,7 +123,7 @@ impl BackwardExecutor<ScalarOp> for ScalarExecutor {
             // Operations evaluate into the reused `out` buffer: nothing is allocated per node.
             let args: SmallVec<[&f64; 4]> = self.args.iter().collect();
             self.out.clear();
-            op.operation().eval_into(&mut (), &args, &mut self.out);
+            op.operation().eval_into(&mut (), &args, &mut computegraph::Outputs::vec(&mut self.out));
             for (v, x) in op.outputs().zip(&self.out) {
                 self.values[v.index()] = *x;
             }

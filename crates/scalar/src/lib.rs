@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use computegraph::{EvaluableGraphOperation, GraphOperation};
+use computegraph::{EvaluableGraphOperation, GraphOperation, Outputs};
 
 mod ad;
 pub mod complex;
@@ -173,27 +173,22 @@ impl GraphOperation for ScalarOp {
 
 impl EvaluableGraphOperation for ScalarOp {
     #[inline(always)]
-    fn eval_into(&self, ctx: &mut (), x: &[&f64], out: &mut Vec<f64>) {
-        if let ScalarOp::SinCos = self {
-            let (s, c) = x[0].sin_cos();
-            out.extend([s, c]);
-        } else {
-            out.extend(self.eval_single(ctx, x, &mut Vec::new()));
-        }
-    }
-
-    #[inline(always)]
-    fn eval_single(&self, _: &mut (), x: &[&f64], _: &mut Vec<f64>) -> Option<f64> {
-        Some(match *self {
+    fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Outputs<'_, f64>) {
+        let value = match *self {
             ScalarOp::Add => x[0] + x[1],
             ScalarOp::Mul => x[0] * x[1],
             ScalarOp::Neg => -x[0],
             ScalarOp::Exp => x[0].exp(),
             ScalarOp::Sin => x[0].sin(),
             ScalarOp::Cos => x[0].cos(),
-            ScalarOp::SinCos => return None,
+            ScalarOp::SinCos => {
+                let (s, c) = x[0].sin_cos();
+                out.push(s);
+                c
+            }
             ScalarOp::Const(bits) => f64::from_bits(bits),
-        })
+        };
+        out.push(value);
     }
 }
 

@@ -3,14 +3,15 @@
 use std::fmt;
 use std::sync::Arc;
 
-use computegraph::{Graph, GraphOperation, LocalValueId, OperationRole, ValueKey};
+use computegraph::{Graph, GraphOperation, LocalValueId, ValueKey};
 
 use crate::error::{ADRuleError, ADRuleResult};
 use crate::primitive::DiffPassId;
 
 /// A linear map as a graph: the result of `linearize` (a JVP) or `linear_transpose` (a VJP).
 ///
-/// - [`graph`](Self::graph): the operations, all in `OperationRole::Linearized` roles; primal
+/// - [`graph`](Self::graph): the operations, in `OperationRole::Linearized` roles, and
+///   primal computations the rules need in `Primary` (operands all fixed); primal
 ///   values are referenced by key (`External`), and the graph lists the source graphs as
 ///   parents, so `resolve(vec![lin.graph().clone()])` sees everything it needs.
 /// - [`tangent_inputs`](Self::tangent_inputs): the map's inputs, as `(key, local value)`: for
@@ -101,9 +102,10 @@ impl<Op: GraphOperation> LinearizedGraph<Op> {
         self.pass
     }
 
-    /// Checks linearity: every operation is `Linearized`; an operand marked active depends
-    /// on the map's inputs, an operand marked fixed does not; every output depends on the
-    /// inputs. External operands are fixed (primal) values.
+    /// Checks linearity: an operand marked active depends on the map's inputs, an operand
+    /// marked fixed does not, and a `Primary` operation (a primal computation a rule
+    /// needs) reads only fixed operands; every output depends on the inputs. External
+    /// operands are fixed (primal) values.
     pub fn check_linear(&self) -> ADRuleResult<()> {
         check_linear(&self.graph, self.tangent_inputs.iter().map(|(_, v)| *v), &self.tangent_outputs)
     }
@@ -152,19 +154,22 @@ pub(crate) fn check_linear<Op: GraphOperation>(
     }
     for op in graph.operations() {
         let name = || format!("{:?}", op.operation());
-        let mask = match op.role() {
-            OperationRole::Linearized { active_mask } => active_mask,
-            OperationRole::Primary => {
-                return Err(ADRuleError::NonLinear {
-                    operation: name(),
-                    message: "it has the Primary role; rules emit only Linearized operations".into(),
-                });
-            }
-        };
+        // A primal computation (`Primary`) has every operand fixed.
+        let mask = op.role().active_mask();
         let mut any_active = false;
-        for (i, (input, &active)) in op.local_inputs().zip(mask).enumerate() {
+        for (i, input) in op.local_inputs().enumerate() {
+            let active = mask.is_some_and(|m| m[i]);
             // External operands are primal (fixed) values.
             let is_linear = input.is_some_and(|v| linear[v.index()]);
+            if mask.is_none() && is_linear {
+                return Err(ADRuleError::NonLinear {
+                    operation: name(),
+                    message: format!(
+                        "it has the Primary role but operand {i} depends on the tangent inputs; \
+                         an operation that reads a tangent must be Linearized"
+                    ),
+                });
+            }
             if active && !is_linear {
                 return Err(ADRuleError::NonLinear {
                     operation: name(),

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::hash::Hash;
 
-use computegraph::{GraphBuilder, GraphOperation, Id, LocalValueId, OperationRole, ValueKey, ValueRef};
+use computegraph::{GraphBuilder, GraphOperation, Id, LocalValueId, OperationRole, ValueKey};
 
 use crate::error::{ADRuleError, ADRuleResult};
 
@@ -42,9 +42,18 @@ pub trait ADKey: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static {
 /// by key (a primal input or output), or `Local(id)`, a value the rule (or an earlier rule
 /// of the same transform) just produced through the builder.
 ///
-/// It is the engine's [`ValueRef`] under the name of the AD contract, so rules pass
-/// operands to the builder without conversion.
-pub type PrimitiveValue<Op> = ValueRef<Op>;
+/// It is the engine's [`ValueRef`](computegraph::ValueRef) under the name of the AD
+/// contract (a re-export, not an alias, so its variants import by this name too), and rules
+/// pass operands to the builder without conversion.
+///
+/// ```
+/// use tidu::PrimitiveValue::{External, Local};
+/// # use computegraph::{LocalValueId, Id, ValueKey};
+/// let v: tidu::PrimitiveValue<scalar::ScalarOp> = Local(LocalValueId::new(0));
+/// assert!(matches!(v, Local(_)));
+/// assert!(!matches!(v, External(ValueKey::Input(_))));
+/// ```
+pub use computegraph::ValueRef as PrimitiveValue;
 
 /// Where rules emit operations.
 pub trait PrimitiveBuilder<Op: GraphOperation> {
@@ -139,21 +148,35 @@ pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
 /// `jvp_rule` emits the tangent of the outputs as a linear function of the tangents of
 /// the inputs; `transpose_rule` emits the transpose of a linear operation (one this
 /// primitive's JVP or transpose rules emitted in a `Linearized` role). Both emit only
-/// operations of the same set, and only in `OperationRole::Linearized` roles: operands a
-/// rule treats as fixed get `false` in the active mask; a computation on primal values
-/// alone (say `cos x` inside `sin`'s JVP) gets an all-`false` mask.
+/// operations of the same set. An operation that reads a tangent is emitted in
+/// `OperationRole::Linearized`, with `false` in the active mask for the operands the rule
+/// treats as fixed; a computation on primal values alone (say `cos x` inside `sin`'s JVP)
+/// is emitted in `OperationRole::Primary` (or, equally accepted, `Linearized` with an
+/// all-`false` mask).
 ///
 /// `None` is a symbolic zero: a rule receives `None` for inactive inputs and returns
 /// `None` for outputs whose tangent is zero. Rules should emit nothing for `None`s;
 /// `linearize` never calls a rule whose tangents are all `None`.
 ///
+/// Required: [`add`](Primitive::add), [`jvp_rule`](Primitive::jvp_rule) and
+/// [`transpose_rule`](Primitive::transpose_rule), with the specification's signatures.
+/// Everything else is provided, and every provided method calls down this chain, never
+/// back: `try_jvp_rule_into` → `try_jvp_rule` → `jvp_rule` (the same for transposes). So
+/// a forgotten rule is a compile error, never a recursion.
+///
 /// The `try_` forms report a missing or failing rule as an [`ADRuleError`] naming the
-/// operation and the rule. Each rule and its `try_` form default to each other: implement
-/// the infallible form, or the `try_` form (the infallible one then panics with the
-/// error's message), or both — not neither. The transforms call the `_into` forms
-/// ([`Primitive::try_jvp_rule_into`], [`Primitive::try_linear_transpose_rule_into`]), which
-/// default to the `try_` forms; a set that overrides them implements the `try_` forms
-/// through them.
+/// operation and the rule; the transforms call the `_into` forms, which append to one
+/// reused buffer. A set that wants error values overrides the `try_` forms too (and its
+/// infallible forms then usually call them and panic on an error); a set whose rules run
+/// on cheap operations overrides the `_into` forms so a transform allocates nothing per
+/// rule call.
+///
+/// A rule may also emit primal computations in [`OperationRole::Primary`] (`cos x` inside
+/// `sin`'s JVP), as long as every operand is fixed: a primal value, or the result of
+/// another such operation. They share their key with the same computation in the primal
+/// graph, so `materialize_merge` evaluates it once, and `linear_transpose` forwards them
+/// (it transposes only the operations that read a tangent). A `Primary` operation that
+/// reads a tangent is an [`ADRuleError::NonLinear`].
 ///
 /// A two-operation set (`Add`, and `Twice`, x ↦ 2x), differentiated to the second order.
 /// A fuller walk-through, with nonlinear operations, is `docs/guide-primitives.md`.
@@ -235,9 +258,7 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         primal_outputs: &[ValueKey<Self>],
         tangent_inputs: &[Option<LocalValueId>],
         ctx: &mut Self::ADContext,
-    ) -> Vec<Option<LocalValueId>> {
-        self.try_jvp_rule(builder, primal_inputs, primal_outputs, tangent_inputs, ctx).unwrap_or_else(|e| panic!("{e}"))
-    }
+    ) -> Vec<Option<LocalValueId>>;
 
     /// The transpose rule of a linear operation in `role`: cotangents of the active inputs
     /// from cotangents of the outputs. `inputs` are the operation's operands by key; the
@@ -250,9 +271,7 @@ pub trait Primitive: GraphOperation<InputKey: ADKey> {
         inputs: &[PrimitiveValue<Self>],
         role: &OperationRole,
         ctx: &mut Self::ADContext,
-    ) -> Vec<Option<LocalValueId>> {
-        self.try_linear_transpose_rule(builder, cotangent_outputs, inputs, role, ctx).unwrap_or_else(|e| panic!("{e}"))
-    }
+    ) -> Vec<Option<LocalValueId>>;
 
     /// Fallible JVP rule; defaults to [`Primitive::jvp_rule`].
     fn try_jvp_rule(

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicIsize, Ordering::SeqCst};
 
 use computegraph::{
     CompiledProgram, EvalState, EvaluableGraphOperation, GraphBuilder, GraphOperation, KeyInterner,
-    OperationRole::Primary, PAR_LEVEL_MIN_COST, ValueRef::Local, compile, materialize_merge, resolve,
+    OperationRole::Primary, Outputs, PAR_LEVEL_MIN_COST, ValueRef::Local, compile, materialize_merge, resolve,
 };
 use proptest::prelude::*;
 
@@ -84,7 +84,7 @@ impl GraphOperation for Tally {
 }
 
 impl EvaluableGraphOperation for Tally {
-    fn eval_into(&self, _: &mut (), inputs: &[&Counted], out: &mut Vec<Counted>) {
+    fn eval_into(&self, _: &mut (), inputs: &[&Counted], out: &mut Outputs<'_, Counted>) {
         let live = &inputs.first().expect("every Tally has an operand").live;
         let values: Vec<u64> = inputs.iter().map(|x| x.value).collect();
         out.extend((0..self.outs).map(|k| Counted::new(mix(self.tag, k, &values), live)));

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use computegraph::{
     EvaluableGraphOperation, Graph, GraphBuilder, GraphError, GraphOperation, KeyInterner, OperationRole,
-    OperationRole::Primary, ValueKey, ValueRef, ValueRef::External, ValueRef::Local, compile, materialize_merge,
-    resolve, try_materialize_merge, try_resolve,
+    OperationRole::Primary, Outputs, ValueKey, ValueRef, ValueRef::External, ValueRef::Local, compile,
+    materialize_merge, resolve, try_materialize_merge, try_resolve,
 };
 use scalar::{ScalarKey, ScalarOp};
 
@@ -277,11 +277,12 @@ impl GraphOperation for Liar {
 }
 
 impl EvaluableGraphOperation for Liar {
-    fn eval(&self, _: &mut (), inputs: &[&f64]) -> Vec<f64> {
-        match self {
-            Liar::TooFew | Liar::Honest => vec![*inputs[0]],
-            Liar::TooMany => vec![*inputs[0]; 3],
-        }
+    fn eval_into(&self, _: &mut (), inputs: &[&f64], out: &mut Outputs<'_, f64>) {
+        let n = match self {
+            Liar::TooFew | Liar::Honest => 1,
+            Liar::TooMany => 3,
+        };
+        out.extend(std::iter::repeat_n(*inputs[0], n));
     }
 }
 

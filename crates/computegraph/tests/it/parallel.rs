@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use computegraph::{
     CompiledProgram, EvalState, EvaluableGraphOperation, GraphBuilder, GraphOperation, KeyInterner, MaterializedGraph,
-    OperationRole::Primary, PAR_LEVEL_MIN_COST, ValueId, ValueRef::Local, compile, materialize_merge, resolve,
+    OperationRole::Primary, Outputs, PAR_LEVEL_MIN_COST, ValueId, ValueRef::Local, compile, materialize_merge, resolve,
 };
 use proptest::prelude::*;
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -334,7 +334,7 @@ impl GraphOperation for Mix {
 }
 
 impl EvaluableGraphOperation for Mix {
-    fn eval_into(&self, clock: &mut Arc<Clock>, inputs: &[&Stamped], out: &mut Vec<Stamped>) {
+    fn eval_into(&self, clock: &mut Arc<Clock>, inputs: &[&Stamped], out: &mut Outputs<'_, Stamped>) {
         assert_eq!(inputs.len(), self.arity as usize);
         let start = clock.tick();
         if inputs.iter().any(|x| x.done >= start) {
@@ -432,7 +432,7 @@ impl GraphOperation for Rec {
 }
 
 impl EvaluableGraphOperation for Rec {
-    fn eval_into(&self, seen: &mut Vec<u32>, inputs: &[&u64], out: &mut Vec<u64>) {
+    fn eval_into(&self, seen: &mut Vec<u32>, inputs: &[&u64], out: &mut Outputs<'_, u64>) {
         assert_ne!(self.tag, Rec::PANIC, "this operation panics");
         seen.push(self.tag);
         out.push(Rec::apply(self.tag, &inputs.iter().map(|&&x| x).collect::<Vec<_>>()));

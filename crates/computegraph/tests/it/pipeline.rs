@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use computegraph::{
-    EvalState, GraphBuilder, OperationRole::Primary, ValueDef, ValueKey, ValueRef::Local, compile, materialize_merge,
-    resolve,
+    EvalState, GraphBuilder, OperationRole::Primary, Outputs, ValueDef, ValueKey, ValueRef::Local, compile,
+    materialize_merge, resolve,
 };
 use proptest::prelude::*;
 use scalar::spec::GraphSpec;
@@ -159,7 +159,7 @@ fn far_operands_in_a_large_slot_file_evaluate_correctly() {
         }
     }
     impl computegraph::EvaluableGraphOperation for Blend {
-        fn eval_into(&self, _: &mut (), inputs: &[&Block], out: &mut Vec<Block>) {
+        fn eval_into(&self, _: &mut (), inputs: &[&Block], out: &mut Outputs<'_, Block>) {
             out.push(blend(self.0, inputs[0], inputs[1]));
         }
     }

@@ -130,7 +130,7 @@ fn every_complex_rule_passes() {
 
 /// A small operation set with two deliberately wrong rules, for the checker's failure paths.
 mod toy {
-    use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, ValueKey};
+    use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey};
     use scalar::ScalarKey;
     use tidu::{ADRuleError, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
 
@@ -170,7 +170,7 @@ mod toy {
     }
 
     impl EvaluableGraphOperation for Toy {
-        fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Vec<f64>) {
+        fn eval_into(&self, _: &mut (), x: &[&f64], out: &mut Outputs<'_, f64>) {
             out.push(match self {
                 Toy::Add => x[0] + x[1],
                 Toy::Mul => x[0] * x[1],

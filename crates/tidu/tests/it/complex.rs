@@ -214,7 +214,7 @@ fn holomorphic_chain_exp_of_z_squared() {
 /// A one-operation set `t ↦ a·t` whose transpose follows JAX's convention (`c ↦ a·c`, no
 /// conjugate) instead of ours: the checker must reject it.
 mod jax_style {
-    use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, ValueKey};
+    use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey};
     use scalar::ScalarKey;
     use scalar::complex::Complex;
     use tidu::{Primitive, PrimitiveBuilder, PrimitiveValue};
@@ -245,7 +245,7 @@ mod jax_style {
     }
 
     impl EvaluableGraphOperation for Jax {
-        fn eval_into(&self, _: &mut (), x: &[&Complex], out: &mut Vec<Complex>) {
+        fn eval_into(&self, _: &mut (), x: &[&Complex], out: &mut Outputs<'_, Complex>) {
             out.push(match *self {
                 Jax::Add => *x[0] + *x[1],
                 Jax::Scale(re, im) => Complex::new(f64::from_bits(re), f64::from_bits(im)) * *x[0],

@@ -6,6 +6,7 @@ mod deep;
 mod eager;
 mod pipelines;
 mod properties;
+mod resolver;
 mod support;
 mod transforms;
 mod worked_example;

@@ -157,6 +157,16 @@ mod bad {
         ) -> Vec<Option<LocalValueId>> {
             self.try_jvp_rule(b, x, y, t, c).unwrap()
         }
+        fn transpose_rule(
+            &self,
+            b: &mut impl PrimitiveBuilder<Self>,
+            ct: &[Option<LocalValueId>],
+            inputs: &[PrimitiveValue<Self>],
+            role: &OperationRole,
+            c: &mut (),
+        ) -> Vec<Option<LocalValueId>> {
+            self.try_linear_transpose_rule(b, ct, inputs, role, c).unwrap()
+        }
         fn try_jvp_rule(
             &self,
             b: &mut impl PrimitiveBuilder<Self>,
