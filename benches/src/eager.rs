@@ -3,12 +3,16 @@
 //!
 //! `f(x, w; c) = -x · (x + w) · exp(sin(x·w) + c·cos x)`, with `c` a constant that does not
 //! require a gradient.
+//!
+//! Issue 23's workloads: one-operation graphs over fresh keys built with
+//! `GraphBuilder::new()` ([`fresh_exp_graph`], beside [`same_key_exp_graph`]), and the
+//! seed-003 loop ([`spec_step`] on a [`SpecTape`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use computegraph::{KeyInterner, resolve};
-use scalar::eager::{Gradients, ScalarExecutor, Tape, Var};
+use computegraph::{Graph, GraphBuilder, KeyInterner, OperationRole, ValueRef, resolve};
+use scalar::eager::{Gradients, ScalarExecutor, SpecTape, Tape, Var};
 use scalar::spec::GraphSpec;
 use scalar::{ScalarKey, ScalarOp};
 use tidu::DerivativeProgram;
@@ -75,9 +79,93 @@ impl GraphGradient {
     }
 }
 
+/// First key of [`FreshKeys`]: above the keys of [`ten_ops`] and below `SpecTape`'s.
+const FIRST_FRESH_KEY: u32 = 1 << 20;
+
+/// Input keys never handed out before (`ScalarKey::Var` from 2^20 up, wrapping after
+/// about 10^9).
+#[derive(Debug)]
+pub struct FreshKeys(u32);
+
+impl Default for FreshKeys {
+    fn default() -> Self {
+        FreshKeys(FIRST_FRESH_KEY)
+    }
+}
+
+impl FreshKeys {
+    /// The next key.
+    pub fn next_key(&mut self) -> ScalarKey {
+        self.0 = if self.0 >= 1 << 30 { FIRST_FRESH_KEY } else { self.0 + 1 };
+        ScalarKey::Var(self.0)
+    }
+}
+
+/// `exp(k)` as a one-operation graph on the process-wide interner, `k` a fresh input key:
+/// what an eager frontend following seed 003 builds for every operation.
+pub fn fresh_exp_graph(keys: &mut FreshKeys) -> Graph<ScalarOp> {
+    exp_graph(keys.next_key())
+}
+
+/// The same graph over the same key every time (hash-consed: nothing new is interned).
+pub fn same_key_exp_graph() -> Graph<ScalarOp> {
+    exp_graph(ScalarKey::var(0))
+}
+
+fn exp_graph(key: ScalarKey) -> Graph<ScalarOp> {
+    let mut b = GraphBuilder::<ScalarOp>::new();
+    let x = b.add_input(key);
+    let y = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(x)], OperationRole::Primary);
+    b.set_outputs(y);
+    b.build()
+}
+
+/// One iteration of issue 23's loop on `tape`: fresh leaves `x`, `w`, then
+/// `y = exp(x·w) + x` and reverse mode. Returns `(dy/dx, dy/dw)`.
+pub fn spec_step(tape: &mut SpecTape, exec: &mut ScalarExecutor, i: usize) -> (f64, f64) {
+    let (xv, wv) = spec_step_inputs(i);
+    let x = tape.leaf(xv, true).expect("keys left");
+    let w = tape.leaf(wv, true).expect("keys left");
+    let p = tape.apply(ScalarOp::Mul, &[&x, &w]).expect("recorded");
+    let e = tape.apply(ScalarOp::Exp, &[&p]).expect("recorded");
+    let y = tape.apply(ScalarOp::Add, &[&e, &x]).expect("recorded");
+    let g = tape.backward(&y, 1.0, exec).expect("backward");
+    (*g[&x.key], *g[&w.key])
+}
+
+/// The leaves of iteration `i` of [`spec_step`].
+pub fn spec_step_inputs(i: usize) -> (f64, f64) {
+    (0.25 + (i % 17) as f64 * 0.03, 1.5 - (i % 5) as f64 * 0.1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use scalar::eager::GraphPerOp;
+
+    #[test]
+    fn spec_step_matches_the_closed_form_with_fresh_and_reused_graphs() {
+        for mode in [GraphPerOp::Fresh, GraphPerOp::Reused] {
+            let mut tape = SpecTape::new(mode);
+            let mut exec = ScalarExecutor::new();
+            for i in 0..40 {
+                let (x, w) = spec_step_inputs(i);
+                let (dx, dw) = spec_step(&mut tape, &mut exec, i);
+                assert!((dx - (w * (x * w).exp() + 1.0)).abs() < 1e-12, "{mode:?} {i}: {dx}");
+                assert!((dw - x * (x * w).exp()).abs() < 1e-12, "{mode:?} {i}: {dw}");
+            }
+            assert_eq!(tape.recorder().stats().rule_misses, 3, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn fresh_graphs_get_fresh_keys_and_same_key_graphs_share_theirs() {
+        let mut keys = FreshKeys::default();
+        let (a, b) = (fresh_exp_graph(&mut keys), fresh_exp_graph(&mut keys));
+        assert_ne!(a.input_keys(), b.input_keys());
+        let (c, d) = (same_key_exp_graph(), same_key_exp_graph());
+        assert_eq!(c.global_key(c.outputs()[0]), d.global_key(d.outputs()[0]));
+    }
 
     #[test]
     fn eager_and_graph_mode_agree() {

@@ -29,6 +29,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, ListPool};
@@ -227,6 +228,9 @@ pub struct Graph<Op: GraphOperation> {
     /// Key id → first local value with that key; built on the first lookup of a key that
     /// is not a declared output (a dense array over the graph's key range when compact).
     index: OnceLock<KeyMap<LocalValueId>>,
+    /// The interner chunks holding this graph's keys, pinned while it lives (sorted tags;
+    /// see `docs/adr/0010-interner-reclamation.md`). A small graph's fit inline.
+    pins: SmallVec<[u32; 2]>,
 }
 
 /// One operation of a [`Graph`], as yielded by [`Graph::operations`].
@@ -311,6 +315,7 @@ impl<Op: GraphOperation> Graph<Op> {
             parents: Vec::new(),
             output_index: OnceLock::new(),
             index: OnceLock::new(),
+            pins: SmallVec::new(),
         }
     }
 
@@ -510,6 +515,7 @@ impl<Op: GraphOperation> Graph<Op> {
             + self.external_key.capacity() * 4
             + self.inputs.capacity() * 4
             + self.outputs.capacity() * 4
+            + if self.pins.spilled() { self.pins.capacity() * 4 } else { 0 }
     }
 }
 
@@ -809,6 +815,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// Interns every pending value and operation under one write lock, in local id order
     /// (so fresh keys follow local ids). Resumable: on an error, what was interned stays
     /// interned and the rest stays pending.
+    ///
+    /// The interner chunks of every key interned or referred to are pinned for as long as
+    /// the graph lives, those of a failed call's keys included.
     fn flush(&mut self) -> GraphResult<()> {
         let g = &mut self.graph;
         if g.value_key.len() == g.value_op.len() && g.external_key.len() == g.externals.len() {
@@ -816,36 +825,77 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
+        let ops_before = g.op_key.len();
+        let mut touched = SmallVec::new();
+        let result = Self::flush_locked(g, &mut s, &mut touched, interner.id());
+        // The chunks of the operations interned (inputs were noted as they were).
+        let mut last = u32::MAX;
+        for &op in &g.op_key.raw()[ops_before..] {
+            let tag = crate::key::op_chunk_tag(op);
+            if tag != last {
+                touched.push(tag);
+                last = tag;
+            }
+        }
+        s.pin(&mut g.pins, &mut touched);
+        result
+    }
+
+    fn flush_locked(
+        g: &mut Graph<Op>,
+        s: &mut InternerState<Op>,
+        touched: &mut Touched,
+        interner_id: u32,
+    ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
         s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
         while g.external_key.len() < g.externals.len() {
             let k = match &g.externals[g.external_key.len()] {
-                ValueKey::Input(key) => s.intern_input(key)?,
-                ValueKey::Derived { operation, output_slot } => {
+                ValueKey::Input(key) => {
+                    let (k, index) = s.intern_input_at(key)?;
+                    touched.push(crate::key::input_chunk_tag(index));
+                    k
+                }
+                key @ ValueKey::Derived { operation, output_slot } => {
+                    // A key whose definition no live graph holds was reclaimed: no graph
+                    // can define it any more.
+                    if !s.op_is_live(operation.id()) {
+                        return Err(GraphError::UnresolvedKey {
+                            key: format!("{key:?} (reclaimed: no live graph holds its definition)"),
+                        });
+                    }
+                    touched.push(crate::key::op_chunk_tag(operation.id()));
                     operation.output_key_id(*output_slot).expect("checked when added")
                 }
             };
             g.external_key.push(k);
         }
-        let mut batch = Batch::new(g, interner.id());
+        let mut batch = Batch::new(g, interner_id);
         // The pending inputs are the tail of `inputs`, which is in id order.
         let mut next_input = g.inputs.partition_point(|v| v.index() < g.value_key.len());
-        let mut intern_inputs_below = |g: &mut Graph<Op>, s: &mut InternerState<Op>, end: usize| {
-            while g.value_key.len() < end {
-                debug_assert_eq!(g.inputs[next_input].index(), g.value_key.len());
-                let k = s.intern_input(&g.input_keys[next_input])?;
-                g.value_key.push(k);
-                next_input += 1;
-            }
-            Ok::<(), GraphError>(())
-        };
+        let mut last_tag = u32::MAX;
+        let mut intern_inputs_below =
+            |g: &mut Graph<Op>, s: &mut InternerState<Op>, touched: &mut Touched, end: usize| {
+                while g.value_key.len() < end {
+                    debug_assert_eq!(g.inputs[next_input].index(), g.value_key.len());
+                    let (k, index) = s.intern_input_at(&g.input_keys[next_input])?;
+                    let tag = crate::key::input_chunk_tag(index);
+                    if tag != last_tag {
+                        touched.push(tag);
+                        last_tag = tag;
+                    }
+                    g.value_key.push(k);
+                    next_input += 1;
+                }
+                Ok::<(), GraphError>(())
+            };
         while g.op_key.len() < g.ops.len() {
             let op = LocalOperationId::new(g.op_key.len());
             // Inputs declared before the operation get their keys first.
-            intern_inputs_below(g, &mut s, g.op_first_output[op].index())?;
-            batch.intern(g, &mut s, op)?;
+            intern_inputs_below(g, s, touched, g.op_first_output[op].index())?;
+            batch.intern(g, s, op)?;
         }
-        intern_inputs_below(g, &mut s, g.value_op.len())
+        intern_inputs_below(g, s, touched, g.value_op.len())
     }
 
     /// Finishes the graph.
@@ -861,15 +911,15 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.ops.len());
-        g.value_op.shrink_to_fit();
-        g.value_key.shrink_to_fit();
-        g.ops.shrink_to_fit();
-        g.op_key.shrink_to_fit();
-        g.op_inputs.shrink_to_fit();
-        g.op_role.shrink_to_fit();
-        g.op_first_output.shrink_to_fit();
-        g.externals.shrink_to_fit();
-        g.external_key.shrink_to_fit();
+        g.value_op.shrink_loose();
+        g.value_key.shrink_loose();
+        g.ops.shrink_loose();
+        g.op_key.shrink_loose();
+        g.op_inputs.shrink_loose();
+        g.op_role.shrink_loose();
+        g.op_first_output.shrink_loose();
+        crate::id::shrink_loose(&mut g.externals);
+        crate::id::shrink_loose(&mut g.external_key);
         #[cfg(debug_assertions)]
         g.verify().unwrap_or_else(|e| panic!("internal error: built graph fails verification: {e}"));
         Ok(g)
@@ -937,6 +987,9 @@ fn role_index_of(
     }
 }
 
+/// The interner chunks a `flush` touched (tags, see `KeyInterner`'s pins).
+pub(crate) type Touched = SmallVec<[u32; 4]>;
+
 /// How far ahead of the operation being interned [`Batch`] hashes operations and
 /// prefetches their table slots.
 const AHEAD: usize = 8;
@@ -958,11 +1011,11 @@ struct Batch {
     interner_id: u32,
     /// The interner's id of each of the graph's roles, on first use (`Primary` is role 0
     /// of every graph and every interner).
-    role_ids: Vec<Option<u32>>,
+    role_ids: SmallVec<[Option<u32>; 4]>,
     /// Hashes made ahead, at the index of their operation modulo `AHEAD`.
     ahead: [Ahead; AHEAD],
     /// Operand keys of the operation being interned.
-    keys: Vec<KeyId>,
+    keys: SmallVec<[KeyId; 4]>,
     /// Whether operands lie far enough from their readers that hashing ahead should
     /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
     far: FarOperands,
@@ -982,13 +1035,13 @@ struct Ahead {
 
 impl Batch {
     fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32) -> Self {
-        let mut role_ids = vec![None; g.roles.len()];
+        let mut role_ids: SmallVec<[Option<u32>; 4]> = smallvec::smallvec![None; g.roles.len()];
         role_ids[0] = Some(0);
         Batch {
             interner_id,
             role_ids,
             ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
-            keys: Vec::new(),
+            keys: SmallVec::new(),
             // Values before the first operation's outputs are inputs, which do not count
             // as far.
             far: FarOperands::new(g.op_first_output.raw().first().map_or(0, |v| v.index())),
@@ -1090,8 +1143,15 @@ impl Batch {
 /// Drops parent chains iteratively: a graph that holds the last reference to its parent
 /// takes the parent's parents before the parent is dropped, so a chain of any length is
 /// freed without recursion (and so without overflowing the stack).
+///
+/// A graph's pins on its interner's chunks are released first, which may reclaim them.
 impl<Op: GraphOperation> Drop for Graph<Op> {
     fn drop(&mut self) {
+        if !self.pins.is_empty() {
+            let mut garbage = crate::key::Garbage::default();
+            self.interner.write().unpin(&self.pins, &mut garbage);
+            drop(garbage); // after the lock: dropping operations and keys runs user code
+        }
         let mut stack = std::mem::take(&mut self.parents);
         while let Some(parent) = stack.pop() {
             if let Some(mut g) = Arc::into_inner(parent) {

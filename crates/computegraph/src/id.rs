@@ -223,6 +223,12 @@ impl<I: Id, T> IdVec<I, T> {
         self.raw.shrink_to_fit();
     }
 
+    /// Shrinks the allocation to the length if that frees more than a few entries (see
+    /// [`shrink_loose`]).
+    pub(crate) fn shrink_loose(&mut self) {
+        shrink_loose(&mut self.raw);
+    }
+
     /// Reserves room for `n` more entries.
     pub fn reserve(&mut self, n: usize) {
         self.raw.reserve(n);
@@ -361,9 +367,19 @@ impl<T> ListPool<T> {
         self.starts.capacity() * 4 + self.items.capacity() * std::mem::size_of::<T>()
     }
 
-    pub(crate) fn shrink_to_fit(&mut self) {
-        self.starts.shrink_to_fit();
-        self.items.shrink_to_fit();
+    /// [`shrink_loose`] on both columns.
+    pub(crate) fn shrink_loose(&mut self) {
+        shrink_loose(&mut self.starts);
+        shrink_loose(&mut self.items);
+    }
+}
+
+/// Shrinks `v` to its length when more than an eighth of it plus 16 entries are unused: a
+/// large column does not keep its growth slack, and a small one is not reallocated to save
+/// a few bytes (a one-operation graph would otherwise reallocate every column).
+pub(crate) fn shrink_loose<T>(v: &mut Vec<T>) {
+    if v.capacity() - v.len() > v.len() / 8 + 16 {
+        v.shrink_to_fit();
     }
 }
 

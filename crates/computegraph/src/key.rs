@@ -6,18 +6,30 @@
 //! same [`OperationKey`] from the interner, so equality and hashing of derived keys are
 //! `O(1)` on ids and building the same computation twice yields the same key (free CSE).
 //!
-//! Interner invariants (append-only columns, see `docs/adr/0001-storage.md`):
-//! - every interned value has a [`KeyId`]; ids are dense and never reused;
+//! Interner invariants (see `docs/adr/0001-storage.md` and `docs/adr/0010-interner-reclamation.md`):
+//! - every interned value has a [`KeyId`]; ids are dense and never reused, not even once
+//!   their entry is reclaimed;
 //! - an operation's input keys are interned before the operation, and its outputs get
 //!   consecutive ids after them, so **key-id order is a topological order**;
-//! - `op_table` holds each operation exactly once (hash-consing);
-//! - no column maps a key id back to its definition: input keys' ids (`input_values`)
-//!   increase, and so do operations' first output ids (`op_first_output`, non-decreasing
-//!   with operations without outputs), so a key's definition is found by binary search
-//!   (only messages and [`KeyInterner::value_key`] need it).
+//! - `op_table` holds each live operation exactly once (hash-consing), and `input_table`
+//!   each live input key;
+//! - operations and input keys are stored in chunks of `CHUNK` (1024) consecutive ids; every
+//!   [`Graph`](crate::Graph) pins the chunks holding its keys (inputs, outputs, externals)
+//!   while it lives. A full chunk that no graph pins and that holds no key handed out by the
+//!   interner's own methods is *idle*; idle chunks are reclaimed (dropped from both tables,
+//!   their columns freed) once they hold at least as many value keys as the chunks in use,
+//!   and at least `RECLAIM_MIN_VALUES` (2^16). So what the interner holds is bounded by the live
+//!   graphs' chunks, twice over plus a constant, and the reclaiming work is amortized `O(1)`
+//!   per key. Until reclaimed, an idle chunk is an ordinary one (a graph built over its keys
+//!   pins it again);
+//! - no column maps a key id back to its definition: input keys' ids increase with their
+//!   index, and so do operations' first output ids (non-decreasing with operations without
+//!   outputs), so a key's definition is found by binary search over the chunks' first ids
+//!   and then in its chunk (only messages and [`KeyInterner::value_key`] need it).
 //!
 //! Concurrency: state sits behind one `RwLock`. Builders intern in batches (one write
 //! lock per `build`), so graphs can be built on many threads against one interner.
+//! A graph takes the write lock once more when it is dropped, to release its pins.
 
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -27,12 +39,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use crate::optable::{OpTable, Probe};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::error::{GraphError, GraphResult};
-use crate::id::{IdVec, ListPool};
+use crate::id::ListPool;
 use crate::operation::{GraphOperation, Label, OperationRole};
 
 crate::define_id!(
@@ -237,9 +250,15 @@ static NEXT_INTERNER_ID: AtomicU32 = AtomicU32::new(1);
 /// One interner is shared by every graph that should see each other's values; graphs
 /// built against different interners cannot be combined (an error, not a silent
 /// mismatch). [`KeyInterner::global`] gives a process-wide interner per operation type,
-/// which is what [`GraphBuilder::new`](crate::GraphBuilder::new) uses. Create a scoped one
-/// with [`KeyInterner::new`] when memory must be returned: an interner only grows, and
-/// dropping it (with the graphs that hold it) frees everything.
+/// which is what [`GraphBuilder::new`](crate::GraphBuilder::new) uses; [`KeyInterner::new`]
+/// a scoped one, freed with the graphs that hold it.
+///
+/// Memory is bounded by what is alive: keys that no live graph holds are reclaimed in
+/// batches (about 35 bytes per key of a one-operation graph are kept while it lives; see
+/// `docs/adr/0010-interner-reclamation.md`). Equal structure gets an equal key as long as
+/// some graph holding that key is alive; a structure rebuilt after its keys were reclaimed
+/// gets new ones, and a stale derived key is reported, never confused with a new key. Ids
+/// are never reused, so an interner hands out at most 2^32 − 2 value keys in its life.
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole};
@@ -257,27 +276,138 @@ pub struct KeyInterner<Op: GraphOperation> {
 }
 
 pub(crate) struct InternerState<Op: GraphOperation> {
-    /// Number of value keys: the next fresh [`KeyId`].
+    /// Number of value keys ever interned: the next fresh [`KeyId`].
     value_count: usize,
-    input_keys: Vec<Op::InputKey>,
-    /// Key id of each input key; increasing.
-    input_values: Vec<KeyId>,
+    /// Input keys ever interned: the index of the next one.
+    input_count: usize,
+    /// Input keys by index, in chunks of [`CHUNK`]; `None` once reclaimed.
+    input_chunks: Vec<Option<Box<InputChunk<Op::InputKey>>>>,
+    /// Key id of the first input of each input chunk (kept after it is reclaimed).
+    input_chunk_first: Vec<KeyId>,
+    /// The index of every live input key, by hash.
     input_table: HashTable<u32>,
-    ops: IdVec<OperationKeyId, Op>,
-    op_inputs: ListPool<KeyId>,
-    /// Role id of each operation; empty while every operation is `Primary` (role 0; read
-    /// it with [`Self::role_of`]).
-    op_role: Vec<u32>,
-    /// Key id of each operation's first output; non-decreasing (equal for an operation
-    /// without outputs and the next one).
-    op_first_output: Vec<KeyId>,
-    /// The operations by hash (the table keeps each hash beside its id, so it grows
+    /// Operations ever interned: the id of the next one.
+    op_count: usize,
+    /// Operations by id, in chunks of [`CHUNK`]; `None` once reclaimed.
+    op_chunks: Vec<Option<Box<OpChunk<Op>>>>,
+    /// Key id of the first output of each operation chunk's first operation (kept after
+    /// it is reclaimed).
+    op_chunk_first: Vec<KeyId>,
+    /// The live operations by hash (the table keeps each hash beside its id, so it grows
     /// without rehashing operations).
     op_table: OpTable,
     roles: Vec<OperationRole>,
     role_table: FxHashMap<OperationRole, u32>,
     /// Most value keys this interner may hold (the id space unless the user chose less).
     value_limit: usize,
+    /// Value keys and operations in live chunks.
+    live_values: usize,
+    live_ops: usize,
+    /// Operations the current `flush` still means to intern (sizes new chunks).
+    pending_ops: usize,
+    /// Chunks that were idle when listed (some may have been pinned again since).
+    idle: Vec<u32>,
+    /// Value keys in idle chunks (counted in `live_values` until reclaimed).
+    idle_values: usize,
+}
+
+/// Operations per chunk of the interner's operation columns, and input keys per chunk of
+/// its input columns: the unit in which entries are reclaimed.
+const CHUNK_BITS: u32 = 10;
+const CHUNK: usize = 1 << CHUNK_BITS;
+const CHUNK_MASK: usize = CHUNK - 1;
+/// Marks an input chunk in a pin list (operation chunks are unmarked).
+const INPUT_CHUNK: u32 = 1 << 31;
+/// Idle chunks are reclaimed once they hold at least this many value keys (and as many as
+/// the chunks in use): below it, reclaiming would only change the keys of rebuilt graphs.
+pub(crate) const RECLAIM_MIN_VALUES: usize = 1 << 16;
+
+/// [`CHUNK`] consecutive operations' columns.
+struct OpChunk<Op> {
+    ops: Vec<Op>,
+    inputs: ListPool<KeyId>,
+    /// Role id of each operation; empty while every operation of the chunk is `Primary`.
+    role: Vec<u32>,
+    /// Key id of each operation's first output; non-decreasing.
+    first_output: Vec<KeyId>,
+    /// Output keys of the chunk's operations.
+    values: usize,
+    life: ChunkLife,
+}
+
+/// Whether a chunk may be reclaimed.
+#[derive(Default)]
+struct ChunkLife {
+    /// Graphs holding a key of the chunk.
+    pins: usize,
+    /// Holds keys handed out by the interner's own methods: never reclaimed.
+    sticky: bool,
+    /// Full, unpinned and not sticky: in the interner's idle list, to be reclaimed.
+    idle: bool,
+}
+
+impl<Op> OpChunk<Op> {
+    fn with_capacity(n: usize) -> Self {
+        OpChunk {
+            ops: Vec::with_capacity(n),
+            inputs: ListPool::with_capacity(n, 2 * n),
+            role: Vec::new(),
+            first_output: Vec::with_capacity(n),
+            values: 0,
+            life: ChunkLife::default(),
+        }
+    }
+
+    #[inline]
+    fn role_of(&self, j: usize) -> u32 {
+        if self.role.is_empty() { 0 } else { self.role[j] }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.ops.capacity() * std::mem::size_of::<Op>()
+            + self.inputs.heap_bytes()
+            + (self.role.capacity() + self.first_output.capacity()) * 4
+    }
+}
+
+/// [`CHUNK`] consecutive input keys.
+struct InputChunk<K> {
+    keys: Vec<K>,
+    /// Key id of each input; increasing.
+    values: Vec<KeyId>,
+    life: ChunkLife,
+}
+
+impl<K> InputChunk<K> {
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.keys.capacity() * std::mem::size_of::<K>() + self.values.capacity() * 4
+    }
+}
+
+/// Reclaimed chunks, dropped once the interner's lock is released: dropping operations
+/// and keys runs their `Drop`, user code that must not run under the lock.
+pub(crate) struct Garbage<Op: GraphOperation> {
+    ops: Vec<OpChunk<Op>>,
+    inputs: Vec<InputChunk<Op::InputKey>>,
+}
+
+impl<Op: GraphOperation> Default for Garbage<Op> {
+    fn default() -> Self {
+        Garbage { ops: Vec::new(), inputs: Vec::new() }
+    }
+}
+
+/// The pin tag of the chunk holding operation `id`.
+#[inline]
+pub(crate) fn op_chunk_tag(id: OperationKeyId) -> u32 {
+    (id.index() >> CHUNK_BITS) as u32
+}
+
+/// The pin tag of the chunk holding input key `index`.
+#[inline]
+pub(crate) fn input_chunk_tag(index: u32) -> u32 {
+    INPUT_CHUNK | (index >> CHUNK_BITS)
 }
 
 fn hash_input<K: Hash>(k: &K) -> u64 {
@@ -313,27 +443,52 @@ impl<Op: GraphOperation> InternerState<Op> {
         role_table.insert(OperationRole::Primary, 0);
         InternerState {
             value_count: 0,
-            input_keys: Vec::new(),
-            input_values: Vec::new(),
+            input_count: 0,
+            input_chunks: Vec::new(),
+            input_chunk_first: Vec::new(),
             input_table: HashTable::new(),
-            ops: IdVec::new(),
-            op_inputs: ListPool::default(),
-            op_role: Vec::new(),
-            op_first_output: Vec::new(),
+            op_count: 0,
+            op_chunks: Vec::new(),
+            op_chunk_first: Vec::new(),
             op_table: OpTable::default(),
             roles: vec![OperationRole::Primary],
             role_table,
             value_limit,
+            live_values: 0,
+            live_ops: 0,
+            pending_ops: 0,
+            idle: Vec::new(),
+            idle_values: 0,
         }
     }
 
-    pub(crate) fn intern_input(&mut self, key: &Op::InputKey) -> GraphResult<KeyId> {
+    /// The live chunk of operation `id`.
+    #[inline]
+    fn op_chunk(&self, id: OperationKeyId) -> Option<&OpChunk<Op>> {
+        self.op_chunks.get(id.index() >> CHUNK_BITS).and_then(|c| c.as_deref())
+    }
+
+    /// Whether operation `id` was interned here and is not reclaimed.
+    pub(crate) fn op_is_live(&self, id: OperationKeyId) -> bool {
+        id.index() < self.op_count && self.op_chunk(id).is_some()
+    }
+
+    /// Input key `index` (live: the table holds only live inputs).
+    #[inline]
+    fn input_at(chunks: &[Option<Box<InputChunk<Op::InputKey>>>], index: u32) -> (&Op::InputKey, KeyId) {
+        let chunk = chunks[index as usize >> CHUNK_BITS].as_deref().expect("the input table holds live inputs only");
+        let j = index as usize & CHUNK_MASK;
+        (&chunk.keys[j], chunk.values[j])
+    }
+
+    /// Interns an input key; returns its key id and its index among input keys.
+    pub(crate) fn intern_input_at(&mut self, key: &Op::InputKey) -> GraphResult<(KeyId, u32)> {
         let hash = hash_input(key);
-        let keys = &self.input_keys;
-        if let Some(&i) = self.input_table.find(hash, |&i| keys[i as usize] == *key) {
-            return Ok(self.input_values[i as usize]);
+        let chunks = &self.input_chunks;
+        if let Some(&i) = self.input_table.find(hash, |&i| Self::input_at(chunks, i).0 == key) {
+            return Ok((Self::input_at(chunks, i).1, i));
         }
-        let index = u32::try_from(self.input_keys.len())
+        let index = u32::try_from(self.input_count)
             .ok()
             .filter(|&i| i < u32::MAX)
             .ok_or(GraphError::IdSpaceExhausted { space: "input key" })?;
@@ -341,28 +496,41 @@ impl<Op: GraphOperation> InternerState<Op> {
             return Err(GraphError::IdSpaceExhausted { space: "value key" });
         }
         let id = KeyId::new(self.value_count);
+        if index as usize & CHUNK_MASK == 0 {
+            if let Some(c) = self.input_chunks.len().checked_sub(1) {
+                self.note_if_idle(INPUT_CHUNK | c as u32);
+            }
+            self.input_chunks.push(Some(Box::new(InputChunk {
+                keys: Vec::new(),
+                values: Vec::new(),
+                life: ChunkLife::default(),
+            })));
+            self.input_chunk_first.push(id);
+        }
+        let chunk = self.input_chunks.last_mut().and_then(|c| c.as_deref_mut()).expect("the open chunk is live");
+        chunk.keys.push(key.clone());
+        chunk.values.push(id);
         self.value_count += 1;
-        self.input_keys.push(key.clone());
-        self.input_values.push(id);
-        let keys = &self.input_keys;
-        self.input_table.insert_unique(hash, index, |&i| hash_input(&keys[i as usize]));
-        Ok(id)
+        self.live_values += 1;
+        self.input_count += 1;
+        let chunks = &self.input_chunks;
+        self.input_table.insert_unique(hash, index, |&i| hash_input(Self::input_at(chunks, i).0));
+        Ok((id, index))
     }
 
     /// Makes room for `ops` more operations with `operands` operands in all.
     pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
         self.op_table.reserve(ops);
-        self.ops.reserve(ops);
-        self.op_inputs.reserve(ops, operands);
-        if !self.op_role.is_empty() {
-            self.op_role.reserve(ops);
+        self.pending_ops = ops;
+        let room = CHUNK - (self.op_count & CHUNK_MASK);
+        if self.op_count & CHUNK_MASK != 0
+            && let Some(Some(c)) = self.op_chunks.last_mut()
+        {
+            let n = ops.min(room);
+            c.ops.reserve(n);
+            c.first_output.reserve(n);
+            c.inputs.reserve(n, operands.min(2 * n));
         }
-        self.op_first_output.reserve(ops);
-    }
-
-    /// The role id of an interned operation.
-    fn role_of(&self, op: OperationKeyId) -> u32 {
-        if self.op_role.is_empty() { 0 } else { self.op_role[op.index()] }
     }
 
     /// Number of value keys (the id the next fresh one gets).
@@ -371,25 +539,35 @@ impl<Op: GraphOperation> InternerState<Op> {
         self.value_count
     }
 
-    /// What key `id` stands for, or `None` if this interner did not make it.
+    /// What key `id` stands for, or `None` if this interner did not make it or reclaimed it.
     fn key_def(&self, id: KeyId) -> Option<KeyDef> {
         if id.index() >= self.value_count {
             return None;
         }
-        if let Ok(i) = self.input_values.binary_search(&id) {
-            return Some(KeyDef::Input(i as u32));
+        // An input, if the input chunk whose range holds `id` is live and has it.
+        let c = self.input_chunk_first.partition_point(|&f| f <= id);
+        if c > 0
+            && let Some(chunk) = &self.input_chunks[c - 1]
+            && let Ok(j) = chunk.values.binary_search(&id)
+        {
+            return Some(KeyDef::Input((((c - 1) << CHUNK_BITS) + j) as u32));
         }
-        // The last operation whose outputs start at or before `id` owns it: operations
-        // after it start after its outputs, and those without outputs before it share its
-        // start but come earlier.
-        let op = self.op_first_output.partition_point(|&f| f <= id) - 1;
-        let slot = id.index() - self.op_first_output[op].index();
-        Some(KeyDef::Derived(OperationKeyId::new(op), slot as u8))
+        // Otherwise an output of the last operation whose outputs start at or before `id`
+        // (operations after it start after its outputs, and those without outputs before it
+        // share its start but come earlier), if its chunk is live and `id` is in its range.
+        let c = self.op_chunk_first.partition_point(|&f| f <= id).checked_sub(1)?;
+        let chunk = self.op_chunks[c].as_deref()?;
+        let j = chunk.first_output.partition_point(|&f| f <= id).checked_sub(1)?;
+        let slot = id.index() - chunk.first_output[j].index();
+        (slot < chunk.ops[j].output_count())
+            .then(|| KeyDef::Derived(OperationKeyId::new((c << CHUNK_BITS) + j), slot as u8))
     }
 
     pub(crate) fn lookup_input(&self, key: &Op::InputKey) -> Option<KeyId> {
-        let keys = &self.input_keys;
-        self.input_table.find(hash_input(key), |&i| keys[i as usize] == *key).map(|&i| self.input_values[i as usize])
+        let chunks = &self.input_chunks;
+        self.input_table
+            .find(hash_input(key), |&i| Self::input_at(chunks, i).0 == key)
+            .map(|&i| Self::input_at(chunks, i).1)
     }
 
     pub(crate) fn intern_role(&mut self, role: &OperationRole) -> GraphResult<u32> {
@@ -425,12 +603,12 @@ impl<Op: GraphOperation> InternerState<Op> {
     ) -> GraphResult<OperationKey<Op>> {
         debug_assert_eq!(h32, hash_op(op, inputs, role));
         // One probe finds the key or the slot for it.
-        let (ops, pool, roles) = (&self.ops, &self.op_inputs, &self.op_role);
-        let role_of = |id: OperationKeyId| if roles.is_empty() { 0 } else { roles[id.index()] };
-        let slot = match self
-            .op_table
-            .probe(h32, |id| role_of(id) == role && ops[id] == *op && pool.get(id.index()) == inputs)
-        {
+        let chunks = &self.op_chunks;
+        let slot = match self.op_table.probe(h32, |id| {
+            let chunk = chunks[id.index() >> CHUNK_BITS].as_deref().expect("the table holds live operations only");
+            let j = id.index() & CHUNK_MASK;
+            chunk.role_of(j) == role && chunk.ops[j] == *op && chunk.inputs.get(j) == inputs
+        }) {
             Probe::Found(id) => return Ok(self.op_key(id, interner)),
             Probe::Vacant(slot) => slot,
         };
@@ -442,26 +620,44 @@ impl<Op: GraphOperation> InternerState<Op> {
         if first + n_out.max(1) > self.value_limit {
             return Err(GraphError::IdSpaceExhausted { space: "value key" });
         }
-        let id = self.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "operation key" })?;
-        for &k in inputs {
-            self.op_inputs.push_item(k);
+        if self.op_count > <OperationKeyId as crate::Id>::MAX_INDEX {
+            return Err(GraphError::IdSpaceExhausted { space: "operation key" });
         }
-        if !self.op_inputs.finish_list() {
-            self.op_inputs.abandon_list();
+        let id = OperationKeyId::new(self.op_count);
+        let first = KeyId::new(first);
+        if self.op_count & CHUNK_MASK == 0 {
+            if let Some(c) = self.op_chunks.len().checked_sub(1) {
+                self.note_if_idle(c as u32);
+            }
+            let n = self.pending_ops.clamp(16, CHUNK);
+            self.op_chunks.push(Some(Box::new(OpChunk::with_capacity(n))));
+            self.op_chunk_first.push(first);
+        }
+        let chunk = self.op_chunks.last_mut().and_then(|c| c.as_deref_mut()).expect("the open chunk is live");
+        for &k in inputs {
+            chunk.inputs.push_item(k);
+        }
+        if !chunk.inputs.finish_list() {
+            chunk.inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
         }
         self.op_table.fill(slot, h32, id);
-        self.ops.push(op.clone());
-        if role != 0 && self.op_role.is_empty() {
-            // The first operation in another role: the column starts to be kept.
-            self.op_role = vec![0; id.index()];
+        let j = chunk.ops.len();
+        chunk.ops.push(op.clone());
+        if role != 0 && chunk.role.is_empty() {
+            // The chunk's first operation in another role: its column starts to be kept.
+            chunk.role = vec![0; j];
         }
-        if role != 0 || !self.op_role.is_empty() {
-            self.op_role.push(role);
+        if role != 0 || !chunk.role.is_empty() {
+            chunk.role.push(role);
         }
-        let first = KeyId::new(first);
-        self.op_first_output.push(first);
+        chunk.first_output.push(first);
+        chunk.values += n_out;
+        self.op_count += 1;
+        self.pending_ops = self.pending_ops.saturating_sub(1);
+        self.live_ops += 1;
         self.value_count += n_out;
+        self.live_values += n_out;
         Ok(OperationKey { interner, id, first_output: first, output_count: n_out as u16, _op: PhantomData })
     }
 
@@ -471,21 +667,31 @@ impl<Op: GraphOperation> InternerState<Op> {
         self.op_table.prefetch(h32);
     }
 
+    /// The key of live operation `id`.
     fn op_key(&self, id: OperationKeyId, interner: u32) -> OperationKey<Op> {
+        let chunk = self.op_chunk(id).expect("a live operation");
+        let j = id.index() & CHUNK_MASK;
         OperationKey {
             interner,
             id,
-            first_output: self.op_first_output[id.index()],
-            output_count: self.ops[id].output_count() as u16,
+            first_output: chunk.first_output[j],
+            output_count: chunk.ops[j].output_count() as u16,
             _op: PhantomData,
         }
     }
 
-    pub(crate) fn value_key(&self, id: KeyId, interner: u32) -> ValueKey<Op> {
-        match self.key_def(id).unwrap_or_else(|| panic!("{id:?} was not made by this interner")) {
-            KeyDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
+    /// Operation, operands and role id of live operation `id`.
+    fn op_parts(&self, id: OperationKeyId) -> Option<(&Op, &[KeyId], u32)> {
+        let chunk = self.op_chunk(id)?;
+        let j = id.index() & CHUNK_MASK;
+        Some((&chunk.ops[j], chunk.inputs.get(j), chunk.role_of(j)))
+    }
+
+    pub(crate) fn value_key(&self, id: KeyId, interner: u32) -> Option<ValueKey<Op>> {
+        Some(match self.key_def(id)? {
+            KeyDef::Input(i) => ValueKey::Input(Self::input_at(&self.input_chunks, i).0.clone()),
             KeyDef::Derived(op, slot) => ValueKey::Derived { operation: self.op_key(op, interner), output_slot: slot },
-        }
+        })
     }
 
     fn describe(&self, id: KeyId, interner: u32) -> String {
@@ -494,28 +700,165 @@ impl<Op: GraphOperation> InternerState<Op> {
         // Operation keys print as `ValueKey`'s `Debug` does: `ok3` or `ok3@i7`.
         let at = if interner != 1 { format!("@i{interner}") } else { String::new() };
         match self.key_def(id) {
+            None if id.index() < self.value_count => write!(s, "{id:?} (reclaimed)").unwrap(),
             None => write!(s, "{id:?} (unknown)").unwrap(),
-            Some(KeyDef::Input(i)) => write!(s, "Input({:?})", self.input_keys[i as usize]).unwrap(),
+            Some(KeyDef::Input(i)) => write!(s, "Input({:?})", Self::input_at(&self.input_chunks, i).0).unwrap(),
             Some(KeyDef::Derived(op, slot)) => {
-                write!(s, "{op:?}{at}.{slot} = {}", Label(&self.ops[op])).unwrap();
-                let role = &self.roles[self.role_of(op) as usize];
+                let (operation, inputs, role) = self.op_parts(op).expect("key_def finds live operations");
+                write!(s, "{op:?}{at}.{slot} = {}", Label(operation)).unwrap();
+                let role = &self.roles[role as usize];
                 if role.is_linearized() {
                     write!(s, " [{role}]").unwrap();
                 }
                 write!(s, "(").unwrap();
-                for (i, k) in self.op_inputs.get(op.index()).iter().enumerate() {
+                for (i, k) in inputs.iter().enumerate() {
                     if i > 0 {
                         s.push_str(", ");
                     }
-                    match self.key_def(*k).expect("operands are interned before their operation") {
-                        KeyDef::Input(j) => write!(s, "{:?}", self.input_keys[j as usize]).unwrap(),
-                        KeyDef::Derived(o, sl) => write!(s, "{o:?}{at}.{sl}").unwrap(),
+                    match self.key_def(*k) {
+                        Some(KeyDef::Input(j)) => write!(s, "{:?}", Self::input_at(&self.input_chunks, j).0).unwrap(),
+                        Some(KeyDef::Derived(o, sl)) => write!(s, "{o:?}{at}.{sl}").unwrap(),
+                        None => write!(s, "{k:?} (reclaimed)").unwrap(),
                     }
                 }
                 s.push(')');
             }
         }
         s
+    }
+
+    /// Pins the chunks of `touched` (tags from [`op_chunk_tag`] and [`input_chunk_tag`], any
+    /// order, repeats allowed, every chunk live) that the sorted pin list `pins` does not
+    /// hold yet, and adds them to it. Clears `touched`.
+    pub(crate) fn pin(&mut self, pins: &mut SmallVec<[u32; 2]>, touched: &mut crate::graph::Touched) {
+        touched.sort_unstable();
+        touched.dedup();
+        let before = pins.len();
+        for &tag in touched.iter() {
+            if pins[..before].binary_search(&tag).is_err() {
+                let (life, values) = self.life_of(tag).expect("pinned chunks are live");
+                life.pins += 1;
+                if std::mem::take(&mut life.idle) {
+                    // In use again: no longer counted idle (its tag stays listed, skipped).
+                    self.idle_values -= values;
+                }
+                pins.push(tag);
+            }
+        }
+        if pins.len() > before {
+            pins.sort_unstable();
+        }
+        touched.clear();
+    }
+
+    /// Releases a graph's pins. Full chunks that no graph pins any more become idle, and
+    /// idle chunks are reclaimed once they hold as many keys as the rest of the interner
+    /// (and at least [`RECLAIM_MIN_VALUES`]): amortized `O(1)` per key. Reclaimed chunks go
+    /// to `garbage`, for the caller to drop after the lock.
+    pub(crate) fn unpin(&mut self, pins: &[u32], garbage: &mut Garbage<Op>) {
+        for &tag in pins {
+            let (life, _) = self.life_of(tag).expect("pinned chunks are live");
+            life.pins -= 1;
+            if life.pins == 0 {
+                self.note_if_idle(tag);
+            }
+        }
+        if self.idle_values >= RECLAIM_MIN_VALUES.max(self.live_values - self.idle_values) {
+            self.reclaim_idle(garbage);
+        }
+    }
+
+    /// The life of chunk `tag` and its number of value keys, if it is live.
+    fn life_of(&mut self, tag: u32) -> Option<(&mut ChunkLife, usize)> {
+        let c = (tag & !INPUT_CHUNK) as usize;
+        if tag & INPUT_CHUNK != 0 {
+            self.input_chunks.get_mut(c)?.as_deref_mut().map(|c| (&mut c.life, c.keys.len()))
+        } else {
+            self.op_chunks.get_mut(c)?.as_deref_mut().map(|c| (&mut c.life, c.values))
+        }
+    }
+
+    /// Lists chunk `tag` as idle if it is full, unpinned and not sticky.
+    fn note_if_idle(&mut self, tag: u32) {
+        let c = (tag & !INPUT_CHUNK) as usize;
+        let count = if tag & INPUT_CHUNK != 0 { self.input_count } else { self.op_count };
+        if (c + 1) << CHUNK_BITS > count {
+            return; // still open: more keys will be interned into it
+        }
+        let Some((life, values)) = self.life_of(tag) else { return };
+        if life.pins == 0 && !life.sticky && !life.idle {
+            life.idle = true;
+            self.idle_values += values;
+            self.idle.push(tag);
+        }
+    }
+
+    /// Marks the chunk of a key handed out by the interner's own methods: never reclaimed.
+    fn make_sticky(&mut self, tag: u32) {
+        if let Some((life, values)) = self.life_of(tag) {
+            life.sticky = true;
+            if std::mem::take(&mut life.idle) {
+                self.idle_values -= values;
+            }
+        }
+    }
+
+    /// Reclaims every idle chunk: its entries leave the hash tables and its columns are
+    /// moved to `garbage`. Their ids are never handed out again. Returns the value keys
+    /// reclaimed.
+    pub(crate) fn reclaim_idle(&mut self, garbage: &mut Garbage<Op>) -> usize {
+        let before = self.live_values;
+        for tag in std::mem::take(&mut self.idle) {
+            let c = (tag & !INPUT_CHUNK) as usize;
+            if tag & INPUT_CHUNK != 0 {
+                if !matches!(&self.input_chunks[c], Some(k) if k.life.idle) {
+                    continue;
+                }
+                let chunk = self.input_chunks[c].take().expect("checked live");
+                for (j, key) in chunk.keys.iter().enumerate() {
+                    let index = ((c << CHUNK_BITS) + j) as u32;
+                    if let Ok(entry) = self.input_table.find_entry(hash_input(key), |&i| i == index) {
+                        entry.remove();
+                    }
+                }
+                self.live_values -= chunk.keys.len();
+                garbage.inputs.push(*chunk);
+            } else {
+                if !matches!(&self.op_chunks[c], Some(k) if k.life.idle) {
+                    continue;
+                }
+                let chunk = self.op_chunks[c].take().expect("checked live");
+                for (j, op) in chunk.ops.iter().enumerate() {
+                    let id = OperationKeyId::new((c << CHUNK_BITS) + j);
+                    let removed = self.op_table.remove(hash_op(op, chunk.inputs.get(j), chunk.role_of(j)), id);
+                    debug_assert!(removed, "{id:?} was in the operation table");
+                }
+                self.live_values -= chunk.values;
+                self.live_ops -= chunk.ops.len();
+                garbage.ops.push(*chunk);
+            }
+        }
+        self.idle_values = 0;
+        // The tables need not keep the size of their peak, but keep room for about the keys
+        // that will be interned before the next batch (so they do not grow again meanwhile).
+        self.op_table.shrink_if_sparse(RECLAIM_MIN_VALUES / 2);
+        let need = self.input_table.len() + RECLAIM_MIN_VALUES / 2;
+        if self.input_table.capacity() > 4 * need {
+            let chunks = &self.input_chunks;
+            self.input_table.shrink_to(need, |&i| hash_input(Self::input_at(chunks, i).0));
+        }
+        before - self.live_values
+    }
+
+    /// Bytes held by the tables and live chunks.
+    fn heap_bytes(&self) -> usize {
+        let chunks = |n: usize| n * std::mem::size_of::<Option<Box<()>>>() + n * 4;
+        self.input_chunks.iter().flatten().map(|c| c.heap_bytes()).sum::<usize>()
+            + self.op_chunks.iter().flatten().map(|c| c.heap_bytes()).sum::<usize>()
+            + chunks(self.input_chunks.capacity())
+            + chunks(self.op_chunks.capacity())
+            + self.input_table.capacity() * 5
+            + self.op_table.heap_bytes()
     }
 }
 
@@ -533,10 +876,11 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         Self::try_with_value_limit(<KeyId as crate::Id>::MAX_INDEX)
     }
 
-    /// A new, empty interner that holds at most `limit` value keys (inputs and operation
-    /// outputs; the `u32` id space, 2^32 − 2, is the most and the default). Interning
-    /// beyond the limit is [`GraphError::IdSpaceExhausted`]: a way to bound an interner's
-    /// memory, and to see how a program behaves when the id space runs out.
+    /// A new, empty interner that interns at most `limit` value keys in its life (inputs and
+    /// operation outputs, reclaimed ones included: ids are never reused; the `u32` id
+    /// space, 2^32 − 2, is the most and the default). Interning beyond the limit is
+    /// [`GraphError::IdSpaceExhausted`]: a way to see how a program behaves when the id
+    /// space runs out.
     ///
     /// ```
     /// use computegraph::{GraphBuilder, GraphError, KeyInterner};
@@ -577,27 +921,42 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Number of interned value keys.
+    /// Number of value keys ever interned (the id the next fresh one gets); see
+    /// [`KeyInterner::live_value_count`] for those still held.
     pub fn value_count(&self) -> usize {
         self.read().value_count
     }
 
-    /// Number of interned operation keys.
+    /// Number of operation keys ever interned.
     pub fn operation_count(&self) -> usize {
-        self.read().ops.len()
+        self.read().op_count
     }
 
-    /// Bytes held by the interner's tables (excluding heap data owned by operations and keys).
+    /// Number of value keys not reclaimed: those some live graph may hold (see
+    /// `docs/adr/0010-interner-reclamation.md`).
+    pub fn live_value_count(&self) -> usize {
+        self.read().live_values
+    }
+
+    /// Number of operation keys not reclaimed.
+    pub fn live_operation_count(&self) -> usize {
+        self.read().live_ops
+    }
+
+    /// Reclaims now every idle chunk (full, and holding no key of a live graph) instead of
+    /// waiting until idle chunks hold as many keys as the rest; returns the number of value
+    /// keys reclaimed. Keys are otherwise reclaimed on their own as graphs are dropped.
+    pub fn reclaim_unused(&self) -> usize {
+        let mut garbage = Garbage::default();
+        let n = self.write().reclaim_idle(&mut garbage);
+        drop(garbage); // after the lock
+        n
+    }
+
+    /// Bytes held by the interner's tables and live chunks (excluding heap data owned by
+    /// operations and keys).
     pub fn heap_bytes(&self) -> usize {
-        let s = self.read();
-        s.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
-            + s.input_values.capacity() * 4
-            + s.input_table.capacity() * 5
-            + s.ops.heap_bytes()
-            + s.op_inputs.heap_bytes()
-            + s.op_role.capacity() * 4
-            + s.op_first_output.capacity() * 4
-            + s.op_table.heap_bytes()
+        self.read().heap_bytes()
     }
 
     /// Interns an input key.
@@ -608,12 +967,16 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         self.try_intern_input(&key).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Interns an input key, or reports that the id space is exhausted.
+    /// Interns an input key, or reports that the id space is exhausted. A key interned
+    /// here (rather than by building a graph) is never reclaimed.
     pub fn try_intern_input(&self, key: &Op::InputKey) -> GraphResult<KeyId> {
         if let Some(id) = self.read().lookup_input(key) {
             return Ok(id);
         }
-        self.write().intern_input(key)
+        let mut s = self.write();
+        let (id, index) = s.intern_input_at(key)?;
+        s.make_sticky(input_chunk_tag(index));
+        Ok(id)
     }
 
     /// Interns a value key: inputs are added on first sight; derived keys are checked to
@@ -648,22 +1011,28 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     ///
     /// Errors: a wrong number of inputs, an active mask of the wrong length, more than
     /// 256 outputs, an unknown input id, or an exhausted id space.
+    ///
+    /// An operation interned here (rather than by building a graph) is never reclaimed.
     pub fn intern_operation(&self, op: &Op, inputs: &[KeyId], role: &OperationRole) -> GraphResult<OperationKey<Op>> {
         crate::graph::check_operation(op, inputs.len(), role)?;
         let mut s = self.write();
-        if let Some(bad) = inputs.iter().find(|k| k.index() >= s.value_count) {
-            return Err(GraphError::UnresolvedKey { key: format!("{bad:?}") });
+        if let Some(bad) = inputs.iter().find(|&&k| s.key_def(k).is_none()) {
+            return Err(GraphError::UnresolvedKey { key: s.describe(*bad, self.id) });
         }
         let role = s.intern_role(role)?;
-        s.intern_op(op, inputs, role, self.id)
+        let key = s.intern_op(op, inputs, role, self.id)?;
+        s.make_sticky(op_chunk_tag(key.id));
+        Ok(key)
     }
 
     /// The key of an interned id.
     ///
     /// # Panics
-    /// If `id` was not made by this interner.
+    /// If `id` was not made by this interner, or was reclaimed.
     pub fn value_key(&self, id: KeyId) -> ValueKey<Op> {
-        self.read().value_key(id, self.id)
+        self.read()
+            .value_key(id, self.id)
+            .unwrap_or_else(|| panic!("{id:?} was not made by this interner, or was reclaimed"))
     }
 
     /// The parts of an operation key: operation, input keys and role.
@@ -676,9 +1045,11 @@ impl<Op: GraphOperation> KeyInterner<Op> {
             });
         }
         let s = self.read();
-        let i = key.id.index();
-        let inputs = s.op_inputs.get(i).iter().map(|&k| s.value_key(k, self.id)).collect();
-        Ok((s.ops[key.id].clone(), inputs, s.roles[s.role_of(key.id) as usize].clone()))
+        let reclaimed = |what: String| GraphError::UnresolvedKey { key: format!("{what} (reclaimed)") };
+        let (op, inputs, role) = s.op_parts(key.id).ok_or_else(|| reclaimed(format!("{key:?}")))?;
+        let inputs: GraphResult<Vec<ValueKey<Op>>> =
+            inputs.iter().map(|&k| s.value_key(k, self.id).ok_or_else(|| reclaimed(format!("{k:?}")))).collect();
+        Ok((op.clone(), inputs?, s.roles[role as usize].clone()))
     }
 
     /// A one-line description of a key id, for messages (`ok3.0 = mul(ok1.0, x0)`; keys of
@@ -694,7 +1065,9 @@ impl<Op: GraphOperation> fmt::Debug for KeyInterner<Op> {
         f.debug_struct("KeyInterner")
             .field("id", &self.id)
             .field("values", &s.value_count)
-            .field("operations", &s.ops.len())
+            .field("operations", &s.op_count)
+            .field("live_values", &s.live_values)
+            .field("live_operations", &s.live_ops)
             .finish()
     }
 }
@@ -748,5 +1121,57 @@ mod tests {
             assert!(!interner.describe(KeyId::new(i)).contains("unknown"));
         }
         assert!(interner.describe(KeyId::new(expected.len())).contains("unknown"));
+    }
+
+    /// An input key that notes, when dropped, whether its interner's lock was held.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct WatchedKey(u32);
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Watched;
+
+    impl GraphOperation for Watched {
+        type Operand = ();
+        type Context = ();
+        type InputKey = WatchedKey;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+    }
+
+    static WATCHED: OnceLock<Arc<KeyInterner<Watched>>> = OnceLock::new();
+    static DROPS: AtomicU32 = AtomicU32::new(0);
+    static DROPS_UNDER_LOCK: AtomicU32 = AtomicU32::new(0);
+
+    impl Drop for WatchedKey {
+        fn drop(&mut self) {
+            if let Some(interner) = WATCHED.get() {
+                DROPS.fetch_add(1, Ordering::Relaxed);
+                if interner.state.try_write().is_err() {
+                    DROPS_UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Reclaimed operations and keys are dropped after the interner's lock is released:
+    /// their `Drop` is user code, which may use the interner.
+    #[test]
+    fn reclaimed_entries_are_dropped_outside_the_lock() {
+        let interner = WATCHED.get_or_init(KeyInterner::new);
+        for k in 0..3 * CHUNK as u32 {
+            let mut b = crate::GraphBuilder::with_interner(Arc::clone(interner));
+            let x = b.add_input(WatchedKey(k));
+            let y = b.add_operation(Watched, vec![crate::ValueRef::Local(x)], OperationRole::Primary);
+            b.set_outputs(y);
+            drop(b.build());
+        }
+        let before = DROPS.load(Ordering::Relaxed);
+        assert!(interner.reclaim_unused() >= 2 * CHUNK);
+        assert!(DROPS.load(Ordering::Relaxed) - before >= 2 * CHUNK as u32, "the interner's keys were dropped");
+        assert_eq!(DROPS_UNDER_LOCK.load(Ordering::Relaxed), 0);
     }
 }

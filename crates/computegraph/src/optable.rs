@@ -4,7 +4,10 @@
 //! a hash ahead of time can [`OpTable::prefetch`] its slot.
 //!
 //! Invariants: the table is at most 3/4 full (linear probing stays short); an empty slot is
-//! `0`; a full slot is `hash << 32 | (id + 1)`. Entries are never removed.
+//! `0`; a full slot is `hash << 32 | (id + 1)`; every entry is reachable from its home slot
+//! without crossing an empty slot. Removal (of a reclaimed chunk's operations) keeps the
+//! last invariant by shifting later entries of the run back into the hole, so there are no
+//! tombstones.
 //!
 //! The capacity is any number of slots, not only a power of two, so that reserving room
 //! for `n` entries takes about `4n/3` slots rather than up to twice that (the table of a
@@ -81,6 +84,20 @@ impl OpTable {
         }
     }
 
+    /// Shrinks the table to what its entries and `spare` more need when it holds four
+    /// times that or more (after a reclamation), so a table does not keep the size of its
+    /// peak (a sparse table also costs cache misses), nor shrinks below what it will soon
+    /// hold again. Returns whether it shrank.
+    pub(crate) fn shrink_if_sparse(&mut self, spare: usize) -> bool {
+        let need = (((self.len + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1).next_multiple_of(8).max(16);
+        if self.slots.len() < 4 * need || self.slots.len() <= 1024 {
+            return false;
+        }
+        self.grow_to(need);
+        true
+    }
+
+    /// Re-inserts every entry into a table of `capacity` slots (larger or smaller).
     fn grow_to(&mut self, capacity: usize) {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
         // writes it, and a fresh page read first faults twice (mapped to the shared zero
@@ -123,6 +140,47 @@ impl OpTable {
         debug_assert_eq!(self.slots[slot], 0);
         self.slots[slot] = pack(hash, id);
         self.len += 1;
+    }
+
+    /// Removes the entry of operation `id` with this hash; returns whether it was there.
+    pub(crate) fn remove(&mut self, hash: u32, id: OperationKeyId) -> bool {
+        if self.slots.is_empty() {
+            return false;
+        }
+        let wanted = pack(hash, id);
+        let mut hole = self.home(hash);
+        loop {
+            match self.slots[hole] {
+                0 => return false,
+                s if s == wanted => break,
+                _ => hole = self.next(hole),
+            }
+        }
+        // Backward shift: an entry later in the run moves into the hole unless its home
+        // lies cyclically after the hole (then it must stay where its probe finds it).
+        let n = self.slots.len();
+        let mut j = hole;
+        loop {
+            j = self.next(j);
+            let slot = self.slots[j];
+            if slot == 0 {
+                break;
+            }
+            let home = self.home((slot >> 32) as u32);
+            if (j + n - home) % n >= (j + n - hole) % n {
+                self.slots[hole] = slot;
+                hole = j;
+            }
+        }
+        self.slots[hole] = 0;
+        self.len -= 1;
+        true
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     /// Hints the memory system that the home slot of `hash` will be read soon.
@@ -185,6 +243,67 @@ mod tests {
             seen[t.home(h.wrapping_mul(2_654_435_761))] = true;
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    /// Removal against a model: interleaved inserts and removals of colliding and
+    /// wrapping entries, every survivor found, every removed entry gone.
+    #[test]
+    fn removal_keeps_every_survivor_reachable() {
+        let mut t = OpTable::default();
+        t.reserve(60);
+        let cap = t.slots.len();
+        let last = (0..u32::MAX).find(|&h| t.home(h) == cap - 1).unwrap();
+        // Hashes: a few homes only (long runs), one of them at the last slot (runs wrap).
+        let hash = |i: usize| [last, 3, 7, last, 11][i % 5].wrapping_add((i / 40) as u32);
+        let mut live = std::collections::BTreeSet::new();
+        let mut x = 12345u64;
+        for step in 0..4000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % 40) as usize + 40 * (step % 3);
+            let id = OperationKeyId::new(i);
+            if live.contains(&i) {
+                assert!(t.remove(hash(i), id), "{i} not removed");
+                live.remove(&i);
+            } else if t.len() < 40 {
+                match t.probe(hash(i), |found| found == id) {
+                    Probe::Vacant(s) => t.fill(s, hash(i), id),
+                    Probe::Found(_) => panic!("{i} found after removal"),
+                }
+                live.insert(i);
+            }
+            assert_eq!(t.len(), live.len());
+            for &k in &live {
+                let kid = OperationKeyId::new(k);
+                assert!(matches!(t.probe(hash(k), |f| f == kid), Probe::Found(f) if f == kid), "{k} lost");
+            }
+        }
+        assert!(!t.remove(hash(999), OperationKeyId::new(999)));
+    }
+
+    /// After most entries are removed, the table shrinks and still finds the rest.
+    #[test]
+    fn shrinks_when_sparse() {
+        let mut t = OpTable::default();
+        let h = |i: u32| i.wrapping_mul(2_654_435_761);
+        for i in 0..20_000u32 {
+            if let Probe::Vacant(s) = t.probe(h(i), |_| false) {
+                t.fill(s, h(i), OperationKeyId::new(i as usize));
+            }
+        }
+        assert!(!t.shrink_if_sparse(0));
+        let big = t.heap_bytes();
+        for i in 100..20_000u32 {
+            assert!(t.remove(h(i), OperationKeyId::new(i as usize)));
+        }
+        assert!(!t.shrink_if_sparse(8_000), "room kept for 8,000 more");
+        assert!(t.shrink_if_sparse(0));
+        assert!(t.heap_bytes() * 20 < big, "{} of {big} bytes", t.heap_bytes());
+        for i in 0..100u32 {
+            let id = OperationKeyId::new(i as usize);
+            assert!(matches!(t.probe(h(i), |f| f == id), Probe::Found(f) if f == id));
+        }
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //!   on a [`Recorder`], one reused graph per operation kind; composites record a whole
 //!   graph as one tape node. Used by tests and benches to check eager gradients against
 //!   graph mode.
+//! - [`SpecTape`]: a frontend written the way seed 003 describes one, which records every
+//!   operation as a fresh one-operation graph built with `GraphBuilder::new()` (the
+//!   process-wide interner) over fresh input keys; or, for comparison, one such graph per
+//!   operation kind, reused. Used by the scale test and the eager benches (issue 23).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -344,6 +348,117 @@ impl Tape {
             values.extend(outs);
         }
         Ok(values)
+    }
+
+    /// Reverse mode from `y` with cotangent `seed`: the gradients of the leaves.
+    pub fn backward(&self, y: &Var, seed: f64, executor: &mut ScalarExecutor) -> ADRuleResult<Gradients> {
+        try_backward(&y.key, y.trace.as_ref(), Arc::new(seed), executor, &mut ())
+    }
+}
+
+/// How [`SpecTape`] gets the graph it records for an operation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GraphPerOp {
+    /// A fresh one-operation graph per invocation, its inputs keyed by fresh keys: what a
+    /// frontend following seed 003 to the letter does.
+    Fresh,
+    /// One graph per operation kind, built on first use and reused.
+    Reused,
+}
+
+/// An eager frontend written as seed 003 describes one: each operation is run at once and
+/// recorded as a one-operation graph built with [`GraphBuilder::new`], so on the
+/// process-wide interner, whose inputs get fresh keys ([`GraphPerOp::Fresh`]); or with one
+/// graph per operation kind ([`GraphPerOp::Reused`]). Every value is retained, as a
+/// frontend that keeps its outputs does.
+///
+/// ```
+/// use scalar::{eager::{GraphPerOp, ScalarExecutor, SpecTape}, ScalarOp};
+///
+/// let mut tape = SpecTape::new(GraphPerOp::Fresh);
+/// let x = tape.leaf(0.5, true).unwrap();
+/// let y = tape.apply(ScalarOp::Exp, &[&x]).unwrap();
+/// let g = tape.backward(&y, 1.0, &mut ScalarExecutor::new()).unwrap();
+/// assert_eq!(*g[&x.key], 0.5f64.exp());
+/// ```
+pub struct SpecTape {
+    recorder: Recorder<ScalarOp>,
+    mode: GraphPerOp,
+    templates: FxHashMap<ScalarOp, Arc<Graph<ScalarOp>>>,
+    next_key: u32,
+}
+
+impl SpecTape {
+    /// A tape recording graphs as `mode` says.
+    pub fn new(mode: GraphPerOp) -> Self {
+        let mut next_canonical = u32::MAX;
+        let recorder = Recorder::new(move || {
+            next_canonical -= 1;
+            ScalarKey::Var(next_canonical + 1)
+        });
+        SpecTape { recorder, mode, templates: FxHashMap::default(), next_key: FIRST_USER_KEY }
+    }
+
+    /// The recorder.
+    pub fn recorder(&self) -> &Recorder<ScalarOp> {
+        &self.recorder
+    }
+
+    /// A key never handed out before: user-visible keys and graph input keys alike.
+    fn fresh(&mut self) -> ADRuleResult<ScalarKey> {
+        let key = self.next_key;
+        if key >= LAST_USER_KEY {
+            return Err(ADRuleError::Graph(computegraph::GraphError::IdSpaceExhausted { space: "eager frontend key" }));
+        }
+        self.next_key += 1;
+        Ok(ScalarKey::Var(key))
+    }
+
+    /// A leaf value.
+    pub fn leaf(&mut self, value: f64, requires_grad: bool) -> ADRuleResult<Var> {
+        Ok(Var { key: ValueKey::Input(self.fresh()?), trace: None, requires_grad, value: Arc::new(value) })
+    }
+
+    /// The one-operation graph of `op`: fresh, or the kind's reused one.
+    fn graph(&mut self, op: ScalarOp) -> ADRuleResult<Arc<Graph<ScalarOp>>> {
+        if self.mode == GraphPerOp::Reused
+            && let Some(g) = self.templates.get(&op)
+        {
+            return Ok(Arc::clone(g));
+        }
+        let mut b = GraphBuilder::<ScalarOp>::new();
+        let mut args = Vec::with_capacity(computegraph::GraphOperation::input_count(&op));
+        for _ in 0..computegraph::GraphOperation::input_count(&op) {
+            let key = self.fresh()?;
+            args.push(ValueRef::Local(b.try_add_input(key)?));
+        }
+        let outs = b.try_add_operation(op, args, OperationRole::Primary)?;
+        b.try_set_outputs(outs)?;
+        let g = Arc::new(b.try_build()?);
+        if self.mode == GraphPerOp::Reused {
+            self.templates.insert(op, Arc::clone(&g));
+        }
+        Ok(g)
+    }
+
+    /// Applies a one-output operation of one or more operands now and records it.
+    pub fn apply(&mut self, op: ScalarOp, args: &[&Var]) -> ADRuleResult<Var> {
+        let n = computegraph::GraphOperation::input_count(&op);
+        if args.len() != n || n == 0 || computegraph::GraphOperation::output_count(&op) != 1 {
+            return Err(ADRuleError::Graph(computegraph::GraphError::ArityMismatch {
+                operation: format!("{op:?} (SpecTape records one-output operations of operands)"),
+                expected: n,
+                found: args.len(),
+            }));
+        }
+        let values: SmallVec<[f64; 2]> = args.iter().map(|a| *a.value).collect();
+        let value = Arc::new(op.apply(&values)[0]);
+        let graph = self.graph(op)?;
+        let key = ValueKey::Input(self.fresh()?);
+        let retained = HashMap::from([(key.clone(), Arc::clone(&value))]);
+        let inputs = args.iter().map(|a| a.input()).collect();
+        let out = self.recorder.record_graph(&graph, inputs, vec![key], retained)?.remove(0);
+        Ok(Var { key: out.key, trace: out.trace, requires_grad: out.requires_grad, value })
     }
 
     /// Reverse mode from `y` with cotangent `seed`: the gradients of the leaves.

@@ -8,6 +8,7 @@
 //! - `threads`: one interner and one compile cache shared by many threads;
 //! - `dump`: text dumps written by hand, DOT output parsed;
 //! - `cache`: hits, misses, LRU eviction, stale handles, canonical-form keys;
+//! - `reclaim`: interner entries no live graph holds are reclaimed, live ones kept;
 //! - `resolver`: user resolvers through `resolve_with`: a fragment store, a 10^4-long
 //!   chain reachable only through it, undefined keys and bad answers;
 //! - `drops`: operand values in the slots dropped exactly once, on success, error and panic.
@@ -24,6 +25,7 @@ mod errors;
 mod interner;
 mod parallel;
 mod pipeline;
+mod reclaim;
 mod resolver;
 mod support;
 mod threads;

@@ -201,7 +201,9 @@ impl<Op: Primitive> Recorder<Op> {
     /// - `graph` is self-contained (no parents, no external operands); its `i`-th input is
     ///   fed by `inputs[i]` and its `j`-th output gets the user-visible key `outputs[j]`.
     ///   Build it once per structure and reuse it: its input keys do not matter (the
-    ///   recorder works on a canonical copy), and a reused graph costs no interning.
+    ///   recorder works on a canonical copy), and a reused graph costs no interning. A
+    ///   fresh graph per invocation works too: the interner reclaims its keys once no
+    ///   live graph holds them (computegraph's ADR 0010).
     /// - `retained_values` are primal values to keep for the backward pass, keyed by an
     ///   output key from `outputs` or by the global key of a value of `graph`; typically the
     ///   invocation's outputs. Values the backward pass needs and that are not kept are

@@ -12,10 +12,11 @@
 //! and, for each, where backward finds it: an input, a value of the recorded graph, or
 //! neither (a value the linearization computes from primal data).
 //!
-//! The cache is bounded (least recently used rule evicted first). Evicting a rule does not
-//! shrink the interner, so distinct structures cost interner memory once each; a rule
-//! rebuilt after an eviction reuses the pass ids it was first built in (kept per key hash),
-//! so its graphs get the same keys and the interner does not grow with rebuilds.
+//! The cache is bounded (least recently used rule evicted first). Evicting a rule drops
+//! its graphs, whose keys the interner reclaims in time unless live graphs hold them
+//! (`docs/adr/0010-interner-reclamation.md`). A rule rebuilt after an eviction reuses the
+//! pass ids it was first built in (kept per key hash), so while its keys are not reclaimed
+//! its graphs get the same keys and the interner does not grow with rebuilds.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
