@@ -1147,7 +1147,9 @@ impl Batch {
 /// A graph's pins on its interner's chunks are released first, which may reclaim them.
 impl<Op: GraphOperation> Drop for Graph<Op> {
     fn drop(&mut self) {
-        if !self.pins.is_empty() {
+        // The last holder of the interner takes it along: nothing to unpin, and no batch
+        // of reclamation to run over keys that are about to go anyway.
+        if !self.pins.is_empty() && Arc::strong_count(&self.interner) > 1 {
             let mut garbage = crate::key::Garbage::default();
             self.interner.write().unpin(&self.pins, &mut garbage);
             drop(garbage); // after the lock: dropping operations and keys runs user code
