@@ -175,9 +175,11 @@ impl Primitive for Op {
         role: &OperationRole,
         _: &mut (),
     ) -> Vec<Option<LocalValueId>> {
-        let active = role.active_mask().expect("only linearized operations are transposed");
+        let OperationRole::Linearized { active_mask: active } = role else {
+            unreachable!("only linearized operations are transposed")
+        };
         let Some(c) = ct[0] else { return vec![None; inputs.len()] };
-        match (self, active) {
+        match (self, active.as_slice()) {
             (Op::Add, _) => active.iter().map(|&a| a.then_some(c)).collect(),
             (Op::Neg, _) => vec![Some(b.add_primitive(Op::Neg, vec![Local(c)], linear(&[true]))[0])],
             (Op::Mul, [false, true]) => vec![None, Some(times(b, inputs[0].clone(), c))],
