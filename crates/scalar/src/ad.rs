@@ -68,27 +68,7 @@ impl Primitive for ScalarOp {
     // The transpose rules read only fixed operands.
     const TRANSPOSE_READS_ACTIVE_INPUTS: bool = false;
 
-    fn jvp_rule(
-        &self,
-        b: &mut impl PrimitiveBuilder<Self>,
-        x: &[ValueKey<Self>],
-        y: &[ValueKey<Self>],
-        t: &[Option<LocalValueId>],
-        ctx: &mut Self::ADContext,
-    ) -> Vec<Option<LocalValueId>> {
-        self.try_jvp_rule(b, x, y, t, ctx).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn transpose_rule(
-        &self,
-        b: &mut impl PrimitiveBuilder<Self>,
-        ct: &[Option<LocalValueId>],
-        inputs: &[PrimitiveValue<Self>],
-        role: &OperationRole,
-        ctx: &mut Self::ADContext,
-    ) -> Vec<Option<LocalValueId>> {
-        self.try_linear_transpose_rule(b, ct, inputs, role, ctx).unwrap_or_else(|e| panic!("{e}"))
-    }
+    tidu::rules_from_try_forms!();
 
     fn try_jvp_rule(
         &self,

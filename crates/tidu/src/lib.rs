@@ -40,6 +40,13 @@ pub use linearized::LinearizedGraph;
 pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
 pub use transpose::{linear_transpose, try_linear_transpose, try_linear_transpose_with};
 
+/// Paths for [`rules_from_try_forms!`], so it expands in crates that name `computegraph`
+/// differently or not at all.
+#[doc(hidden)]
+pub mod __private {
+    pub use computegraph::{LocalValueId, OperationRole, ValueKey};
+}
+
 /// The guides' programs, run as doc tests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/guide-primitives.md")]

@@ -127,6 +127,71 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
     }
 }
 
+/// Writes the two required rules, [`Primitive::jvp_rule`] and [`Primitive::transpose_rule`],
+/// for an operation set whose real rules are its fallible forms: each calls its `try_` form
+/// and panics with the error's message. Use it inside an `impl Primitive` that overrides
+/// `try_jvp_rule` and `try_linear_transpose_rule` (the provided `try_` forms call the
+/// required ones, so without those overrides the two would call each other).
+///
+/// ```
+/// use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
+/// use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
+///
+/// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// struct Opaque;
+/// impl GraphOperation for Opaque {
+///     type Operand = f64;
+///     type Context = ();
+///     type InputKey = scalar::ScalarKey;
+///     fn input_count(&self) -> usize { 1 }
+///     fn output_count(&self) -> usize { 1 }
+/// }
+/// impl Primitive for Opaque {
+///     type ADContext = ();
+///     fn add() -> Self { Opaque }
+///     tidu::rules_from_try_forms!();
+///     fn try_jvp_rule(&self, _: &mut impl PrimitiveBuilder<Self>, _: &[ValueKey<Self>], _: &[ValueKey<Self>],
+///                     _: &[Option<LocalValueId>], _: &mut ()) -> ADRuleResult<Vec<Option<LocalValueId>>> {
+///         Err(ADRuleError::missing(self, RuleKind::Jvp, "not differentiable"))
+///     }
+///     fn try_linear_transpose_rule(&self, _: &mut impl PrimitiveBuilder<Self>, _: &[Option<LocalValueId>],
+///                                  _: &[PrimitiveValue<Self>], _: &OperationRole, _: &mut ())
+///                                  -> ADRuleResult<Vec<Option<LocalValueId>>> {
+///         Err(ADRuleError::missing(self, RuleKind::Transpose, "not linear"))
+///     }
+/// }
+/// let mut b = computegraph::GraphBuilder::<Opaque>::new();
+/// assert!(Opaque.try_jvp_rule(&mut b, &[], &[], &[None], &mut ()).is_err());
+/// ```
+#[macro_export]
+macro_rules! rules_from_try_forms {
+    () => {
+        fn jvp_rule(
+            &self,
+            builder: &mut impl $crate::PrimitiveBuilder<Self>,
+            primal_inputs: &[$crate::__private::ValueKey<Self>],
+            primal_outputs: &[$crate::__private::ValueKey<Self>],
+            tangent_inputs: &[::core::option::Option<$crate::__private::LocalValueId>],
+            ctx: &mut <Self as $crate::Primitive>::ADContext,
+        ) -> ::std::vec::Vec<::core::option::Option<$crate::__private::LocalValueId>> {
+            $crate::Primitive::try_jvp_rule(self, builder, primal_inputs, primal_outputs, tangent_inputs, ctx)
+                .unwrap_or_else(|e| ::core::panic!("{e}"))
+        }
+
+        fn transpose_rule(
+            &self,
+            builder: &mut impl $crate::PrimitiveBuilder<Self>,
+            cotangent_outputs: &[::core::option::Option<$crate::__private::LocalValueId>],
+            inputs: &[$crate::PrimitiveValue<Self>],
+            role: &$crate::__private::OperationRole,
+            ctx: &mut <Self as $crate::Primitive>::ADContext,
+        ) -> ::std::vec::Vec<::core::option::Option<$crate::__private::LocalValueId>> {
+            $crate::Primitive::try_linear_transpose_rule(self, builder, cotangent_outputs, inputs, role, ctx)
+                .unwrap_or_else(|e| ::core::panic!("{e}"))
+        }
+    };
+}
+
 /// What a transpose rule gets for an active operand when its set does not read them
 /// ([`Primitive::TRANSPOSE_READS_ACTIVE_INPUTS`] is `false`): a local value that no builder
 /// has, so a rule that emits it anyway gets an error instead of a wrong graph.
