@@ -23,7 +23,8 @@ use slotmap::{SlotMap, new_key_type};
 
 use crate::compile::{CompiledProgram, try_compile};
 use crate::error::GraphResult;
-use crate::key::{KeyId, ValueKey};
+use crate::id::KeyId;
+use crate::key::ValueKey;
 use crate::materialize::{MaterializedGraph, try_materialize_merge};
 use crate::operation::GraphOperation;
 use crate::resolve::ResolvedView;

@@ -34,83 +34,8 @@ use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
+use crate::program::{Instr, NO_SLOT, check_output_moves, output_moves};
 use crate::schedule::{Schedule, Step, schedule};
-
-/// "No slot": an input that no instruction reads.
-pub(crate) const NO_SLOT: u32 = u32::MAX;
-
-/// Where an instruction's slot arguments sit in the argument pool: `n_in` input slots
-/// followed by `n_out` output slots, starting at `start`.
-///
-/// Packed in one `u64` (`start` in the low 32 bits, then `n_in`, then `n_out`, 16 bits
-/// each) so that the evaluation loop reads an instruction with one load: the sequential
-/// loop is bound by loads, and three field loads per instruction cost it about 10%.
-#[derive(Copy, Clone, PartialEq, Eq)]
-pub(crate) struct Instr(u64);
-
-impl Instr {
-    #[inline]
-    pub(crate) fn new(start: u32, n_in: u16, n_out: u16) -> Instr {
-        Instr(start as u64 | (n_in as u64) << 32 | (n_out as u64) << 48)
-    }
-
-    /// Index of the first operand slot in the argument pool.
-    #[inline(always)]
-    pub(crate) fn start(self) -> usize {
-        self.0 as u32 as usize
-    }
-
-    /// Number of operand slots.
-    #[inline(always)]
-    pub(crate) fn n_in(self) -> usize {
-        (self.0 >> 32) as u16 as usize
-    }
-
-    /// Number of output slots.
-    #[inline(always)]
-    pub(crate) fn n_out(self) -> usize {
-        (self.0 >> 48) as usize
-    }
-
-    /// One past the last argument (operands and outputs) in the argument pool.
-    #[inline]
-    pub(crate) fn end(self) -> usize {
-        self.start() + self.n_in() + self.n_out()
-    }
-
-    /// The instruction's operand and output slots in `args` (the program's pool, or a
-    /// schedule's, which has the same layout).
-    ///
-    /// # Panics
-    /// If the range runs past `args`.
-    #[inline]
-    pub(crate) fn slots(self, args: &[u32]) -> (&[u32], &[u32]) {
-        let (start, mid) = (self.start(), self.start() + self.n_in());
-        (&args[start..mid], &args[mid..mid + self.n_out()])
-    }
-
-    /// [`Self::slots`] without bounds checks, for the evaluators' loops.
-    ///
-    /// # Safety
-    /// The range lies in `args`: `CompiledProgram::verify` checks it for the program's
-    /// pool, `Schedule::check_levels` for a schedule's.
-    #[inline(always)]
-    pub(crate) unsafe fn slots_unchecked(self, args: &[u32]) -> (&[u32], &[u32]) {
-        let (start, mid) = (self.start(), self.start() + self.n_in());
-        // SAFETY: in range, by the caller's guarantee.
-        unsafe { (args.get_unchecked(start..mid), args.get_unchecked(mid..mid + self.n_out())) }
-    }
-}
-
-impl fmt::Debug for Instr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Instr")
-            .field("start", &self.start())
-            .field("n_in", &self.n_in())
-            .field("n_out", &self.n_out())
-            .finish()
-    }
-}
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
 /// [`CompiledProgram::eval`]).
@@ -686,37 +611,6 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         }
         check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
     }
-}
-
-/// Per output, whether it is its slot's last mention, so that taking the outputs may move
-/// that value out (the earlier mentions clone it).
-pub(crate) fn output_moves(output_slots: &[u32]) -> Vec<bool> {
-    let mut output_move = vec![false; output_slots.len()];
-    let mut seen = rustc_hash::FxHashSet::default();
-    for (i, s) in output_slots.iter().enumerate().rev() {
-        output_move[i] = seen.insert(*s);
-    }
-    output_move
-}
-
-/// Checks that `output_move` marks exactly the last mention of each output slot, so that
-/// taking the outputs moves each value out once and clones it before (the evaluators rely
-/// on it), and that every output slot is below `slot_count`. `O(outputs + slots)`.
-pub(crate) fn check_output_moves(output_slots: &[u32], output_move: &[bool], slot_count: usize) -> Result<(), String> {
-    if output_move.len() != output_slots.len() {
-        return Err("output move flags and output slots differ in length".into());
-    }
-    let mut seen = bitvec::vec::BitVec::<usize>::repeat(false, slot_count);
-    for (i, (&s, &mv)) in output_slots.iter().zip(output_move).enumerate().rev() {
-        let Some(mut seen_s) = seen.get_mut(s as usize) else {
-            return Err(format!("output {i}'s slot s{s} is out of range"));
-        };
-        if mv == *seen_s {
-            return Err(format!("output {i} (slot s{s}) is not moved out exactly at its slot's last mention"));
-        }
-        *seen_s = true;
-    }
-    Ok(())
 }
 
 impl<Op: GraphOperation> fmt::Debug for CompiledProgram<Op> {

@@ -11,10 +11,11 @@
 
 use std::fmt::{self, Write};
 
-use crate::compile::{CompiledProgram, NO_SLOT};
+use crate::compile::CompiledProgram;
 use crate::graph::{Graph, InputRef};
 use crate::materialize::MaterializedGraph;
 use crate::operation::{GraphOperation, Label};
+use crate::program::NO_SLOT;
 
 impl<Op: GraphOperation> fmt::Display for Graph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

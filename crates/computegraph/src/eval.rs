@@ -19,10 +19,10 @@
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
 //! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
-//! below [`PAR_LEVEL_MIN_COST`], runs on the calling thread, in place. A larger one is cut
-//! into chunks of about equal cost (at least [`PAR_CHUNK_MIN_COST`] each, at most four per
-//! thread; an expensive instruction can be a chunk by itself, so heavy operations fork
-//! even in a level of two). The calling thread and helpers spawned once per run claim
+//! below [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST), runs on the calling thread,
+//! in place. A larger one is cut into chunks of about equal cost (at least
+//! [`PAR_CHUNK_MIN_COST`] each, at most four per thread; an expensive instruction can be
+//! a chunk by itself, so heavy operations fork even in a level of two). The calling thread and helpers spawned once per run claim
 //! the chunks of one level at a time (`Team`: an epoch per split level, an atomic claim
 //! counter, spinning rather than sleeping between levels). A chunk streams the
 //! schedule's compact steps (16 bytes per instruction in level order, see `schedule.rs`
@@ -47,21 +47,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use rayon::ThreadPool;
 use smallvec::SmallVec;
 
-use crate::compile::{CompiledProgram, NO_SLOT};
+use crate::compile::CompiledProgram;
 use crate::error::{GraphError, GraphResult};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::schedule::{Schedule, Step};
+use crate::program::NO_SLOT;
+use crate::schedule::{PAR_CHUNK_MIN_COST, Schedule, Step};
 use crate::slots::{SlotFile, SlotPtr};
 
-/// Levels whose summed cost hint is below this run on the calling thread. A fork-join
-/// inside the pool costs about a microsecond, and values a level reads were half written
-/// by the other core; on the project machine a level of 10^4 cheap scalar operations
-/// (cost 1 each, about 7 ns) gains only about 1.1× on two threads, one of 10^5 about
-/// 1.5× to 1.9× (`docs/PERFORMANCE.md`).
-pub const PAR_LEVEL_MIN_COST: u64 = 4096;
-/// A parallel level is cut into chunks of at least this cost (and at most four per
-/// thread).
-pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 /// At most this many chunks per thread in one level: more than one, so that a thread
 /// slowed down by other work on the machine is balanced by the others claiming more.
 /// (On `layered_wide` at 10^7, 1 or 2 per thread measured 3-5% faster than 4 in one
@@ -233,8 +225,8 @@ where
     /// `pool` is the user's pool, or `None` for the current one (the global pool outside
     /// any pool). The pool is entered once per call. With one thread, or when less than
     /// half of the program's cost is in levels costly enough to split (see
-    /// [`PAR_LEVEL_MIN_COST`]), this is the sequential evaluator, whose program order has
-    /// the better locality. Instructions of levels that run on the calling thread alone
+    /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
+    /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
     /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
     /// per thread per call, on the calling thread), and what a clone records is dropped.
     /// Operations that need one shared context should keep it behind their own lock.

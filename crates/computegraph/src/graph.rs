@@ -1,4 +1,4 @@
-//! Fragments: [`Graph`] and its [`GraphBuilder`].
+//! Fragments: [`Graph`] and its [`GraphBuilder`](crate::GraphBuilder).
 //!
 //! A graph owns its local values and operations as columns (struct of arrays) and may
 //! refer to values of other graphs by [`ValueKey`] (`ValueRef::External`). Operand lists
@@ -20,23 +20,21 @@
 //! fewer than 2^31 local values and 2^31 external references); `op_role` stays empty while
 //! every operation is `Primary`.
 //!
-//! Interning is batched: the builder appends to its columns without locking and interns
-//! the pending tail in one write lock on [`GraphBuilder::build`] (or when a key is asked
-//! for). Building is `O(n)` plus hash-consing.
+//! The builder (`builder.rs`) appends to these columns without locking and interns the
+//! pending tail in one write lock on [`GraphBuilder::build`](crate::GraphBuilder::build) (or when a key is asked for).
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, ListPool};
-use crate::key::{InternerState, KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+use crate::id::{KeyId, OperationKeyId};
+use crate::key::{KeyInterner, OperationKey, ValueKey};
 use crate::keymap::KeyMap;
-use crate::operation::{GraphOperation, Label, OperationRole};
-use crate::prefetch::{FarOperands, prefetch_entry};
+use crate::operation::{GraphOperation, OperationRole};
+use crate::prefetch::prefetch_entry;
 
 crate::define_id!(
     /// A value of one graph (fragment). Meaningful only inside that graph.
@@ -124,13 +122,13 @@ pub(crate) const MAX_LOCAL_VALUES: usize = EXTERNAL_BIT as usize;
 
 impl PackedInputRef {
     #[inline(always)]
-    fn local(v: LocalValueId) -> Self {
+    pub(crate) fn local(v: LocalValueId) -> Self {
         debug_assert!(v.index() < MAX_LOCAL_VALUES);
         PackedInputRef(v.index() as u32)
     }
 
     #[inline(always)]
-    fn external(i: usize) -> Self {
+    pub(crate) fn external(i: usize) -> Self {
         debug_assert!(i < MAX_LOCAL_VALUES);
         PackedInputRef(i as u32 | EXTERNAL_BIT)
     }
@@ -182,7 +180,7 @@ pub enum LocalValueDef<'a, Op: GraphOperation> {
     },
 }
 
-/// An immutable computation-graph fragment. Build one with [`GraphBuilder`].
+/// An immutable computation-graph fragment. Build one with [`GraphBuilder`](crate::GraphBuilder).
 ///
 /// ```
 /// use computegraph::{GraphBuilder, ValueRef::Local, OperationRole::Primary};
@@ -208,10 +206,10 @@ pub struct Graph<Op: GraphOperation> {
     pub(crate) ops: IdVec<LocalOperationId, Op>,
     /// Interned key of each operation; shorter than `ops` only inside a builder.
     pub(crate) op_key: IdVec<LocalOperationId, OperationKeyId>,
-    op_inputs: ListPool<PackedInputRef>,
+    pub(crate) op_inputs: ListPool<PackedInputRef>,
     /// Index into `roles` of each operation's role; empty while every operation is
     /// `Primary` (read it with [`Graph::role_id`]).
-    op_role: IdVec<LocalOperationId, u32>,
+    pub(crate) op_role: IdVec<LocalOperationId, u32>,
     pub(crate) op_first_output: IdVec<LocalOperationId, LocalValueId>,
     /// Distinct roles used by this graph; `roles[0]` is `Primary`.
     pub(crate) roles: Vec<OperationRole>,
@@ -230,7 +228,7 @@ pub struct Graph<Op: GraphOperation> {
     index: OnceLock<KeyMap<LocalValueId>>,
     /// The interner chunks holding this graph's keys, pinned while it lives (sorted tags;
     /// see `docs/adr/0010-interner-reclamation.md`). A small graph's fit inline.
-    pins: SmallVec<[u32; 2]>,
+    pub(crate) pins: SmallVec<[u32; 2]>,
 }
 
 /// One operation of a [`Graph`], as yielded by [`Graph::operations`].
@@ -296,7 +294,7 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
 }
 
 impl<Op: GraphOperation> Graph<Op> {
-    fn empty(interner: Arc<KeyInterner<Op>>) -> Self {
+    pub(crate) fn empty(interner: Arc<KeyInterner<Op>>) -> Self {
         Graph {
             interner,
             value_op: IdVec::new(),
@@ -533,613 +531,6 @@ fn key_index<I: Iterator<Item = (KeyId, LocalValueId)>>(entries: impl Fn() -> I)
     map
 }
 
-/// Checks an operation's arity, role mask and output count against its declaration.
-pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: &OperationRole) -> GraphResult<()> {
-    let expected = op.input_count();
-    if inputs != expected {
-        return Err(GraphError::ArityMismatch { operation: format!("{}", Label(op)), expected, found: inputs });
-    }
-    if let OperationRole::Linearized { active_mask } = role {
-        if active_mask.len() != expected {
-            return Err(GraphError::ActiveMaskMismatch {
-                operation: format!("{}", Label(op)),
-                expected,
-                found: active_mask.len(),
-            });
-        }
-    }
-    let outputs = op.output_count();
-    if outputs > 256 {
-        return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs });
-    }
-    Ok(())
-}
-
-/// Builds a [`Graph`]. Appends are lock-free; interning happens in batches.
-///
-/// Local values are numbered densely in the order they are added: inputs and operation
-/// outputs alike, the value added after `n` others is `LocalValueId::new(n)` (so
-/// [`GraphBuilder::value_count`] is the index of the next one). A caller that adds values in
-/// its own order can therefore use its own numbering instead of keeping an id map. A call
-/// that fails adds nothing and takes no id.
-///
-/// Every method that can fail on user input has a `try_` twin returning [`GraphError`];
-/// the plain forms panic with the same message.
-///
-/// ```
-/// use std::sync::Arc;
-/// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
-/// use scalar::{ScalarKey, ScalarOp};
-///
-/// // Two builders on one interner (they may run on different threads).
-/// let interner = KeyInterner::new();
-/// let build = || {
-///     let mut b = GraphBuilder::<ScalarOp>::with_interner(Arc::clone(&interner));
-///     let x = b.add_input(ScalarKey::var(0));
-///     let y = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
-///     b.set_outputs(vec![y]);
-///     let g = b.build();
-///     g.global_key(y)
-/// };
-/// assert_eq!(build(), build()); // equal structure, equal key
-/// ```
-pub struct GraphBuilder<Op: GraphOperation> {
-    graph: Graph<Op>,
-    role_index: FxHashMap<OperationRole, u32>,
-    /// Recently used roles by address: `(address, index into graph.roles)`.
-    role_cache: [(usize, u32); ROLE_CACHE],
-}
-
-/// Entries of [`GraphBuilder`]'s role cache.
-const ROLE_CACHE: usize = 8;
-
-impl<Op: GraphOperation> Default for GraphBuilder<Op> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<Op: GraphOperation> GraphBuilder<Op> {
-    /// A builder on the process-wide interner of `Op` ([`KeyInterner::global`]).
-    pub fn new() -> Self {
-        Self::with_interner(KeyInterner::global())
-    }
-
-    /// A builder on a given interner.
-    pub fn with_interner(interner: Arc<KeyInterner<Op>>) -> Self {
-        GraphBuilder {
-            graph: Graph::empty(interner),
-            role_index: FxHashMap::default(),
-            role_cache: [(0, 0); ROLE_CACHE],
-        }
-    }
-
-    /// Reserves room for `values` values, `operations` operations and `operands` operands.
-    pub fn reserve(&mut self, values: usize, operations: usize, operands: usize) {
-        let g = &mut self.graph;
-        g.value_op.reserve(values);
-        g.value_key.reserve(values);
-        g.ops.reserve(operations);
-        g.op_key.reserve(operations);
-        g.op_first_output.reserve(operations);
-        g.op_inputs.reserve(operations, operands);
-        if !g.op_role.is_empty() {
-            g.op_role.reserve(operations);
-        }
-    }
-
-    /// The interner this builder uses.
-    pub fn interner(&self) -> &Arc<KeyInterner<Op>> {
-        &self.graph.interner
-    }
-
-    /// Number of values added so far.
-    pub fn value_count(&self) -> usize {
-        self.graph.value_op.len()
-    }
-
-    /// Number of operations added so far.
-    pub fn operation_count(&self) -> usize {
-        self.graph.ops.len()
-    }
-
-    /// Declares a graph input named `key` and returns its local value.
-    ///
-    /// # Panics
-    /// When the local value id space is exhausted; see [`GraphBuilder::try_add_input`].
-    pub fn add_input(&mut self, key: Op::InputKey) -> LocalValueId {
-        self.try_add_input(key).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Declares a graph input, or reports an exhausted id space.
-    pub fn try_add_input(&mut self, key: Op::InputKey) -> GraphResult<LocalValueId> {
-        let g = &mut self.graph;
-        if g.value_op.len() >= MAX_LOCAL_VALUES {
-            return Err(GraphError::IdSpaceExhausted { space: "local value" });
-        }
-        let v = g.value_op.push(None);
-        g.input_keys.push(key);
-        g.inputs.push(v);
-        Ok(v)
-    }
-
-    /// Adds `op(inputs)` in `role` and returns its output values.
-    ///
-    /// # Panics
-    /// On a wrong arity, mask length, unknown local value or foreign key; see
-    /// [`GraphBuilder::try_add_operation`].
-    pub fn add_operation(&mut self, op: Op, inputs: Vec<ValueRef<Op>>, role: OperationRole) -> Vec<LocalValueId> {
-        self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Adds `op(inputs)` in `role`, or reports why it cannot be added (nothing is added then).
-    pub fn try_add_operation(
-        &mut self,
-        op: Op,
-        inputs: Vec<ValueRef<Op>>,
-        role: OperationRole,
-    ) -> GraphResult<Vec<LocalValueId>> {
-        let range = self.try_add_operation_from(op, &inputs, &role)?;
-        Ok(range.map(LocalValueId::new).collect())
-    }
-
-    /// Allocation-free form of [`GraphBuilder::add_operation`]: borrows the operands and
-    /// returns the outputs as a range of local value indices.
-    ///
-    /// # Panics
-    /// As [`GraphBuilder::add_operation`]; see [`GraphBuilder::try_add_operation_from`].
-    ///
-    /// ```
-    /// use computegraph::{GraphBuilder, LocalValueId, ValueRef::Local, OperationRole::Primary};
-    /// use scalar::{ScalarOp, ScalarKey};
-    ///
-    /// let mut b = GraphBuilder::<ScalarOp>::new();
-    /// let x = b.add_input(ScalarKey::var(0));
-    /// let outputs = b.add_operation_from(ScalarOp::SinCos, &[Local(x)], &Primary);
-    /// assert_eq!(outputs, 1..3);
-    /// let cos = LocalValueId::new(outputs.start + 1);
-    /// let y = b.add_operation_from(ScalarOp::Mul, &[Local(x), Local(cos)], &Primary).start;
-    /// assert_eq!(y, 3);
-    /// ```
-    pub fn add_operation_from(&mut self, op: Op, inputs: &[ValueRef<Op>], role: &OperationRole) -> Range<usize> {
-        self.try_add_operation_from(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
-    /// and returns the outputs as a range of local value indices.
-    pub fn try_add_operation_from(
-        &mut self,
-        op: Op,
-        inputs: &[ValueRef<Op>],
-        role: &OperationRole,
-    ) -> GraphResult<Range<usize>> {
-        check_operation(&op, inputs.len(), role)?;
-        let GraphBuilder { graph: g, role_index, role_cache } = self;
-        let first = g.value_op.len();
-        let n_out = op.output_count();
-        if first + n_out > MAX_LOCAL_VALUES {
-            return Err(GraphError::IdSpaceExhausted { space: "local value" });
-        }
-        let op_id = g.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
-        // Store the operands, checking each; a failure takes back what was stored, so a
-        // failed call adds nothing.
-        let externals = g.externals.len();
-        for r in inputs {
-            let stored = match r {
-                ValueRef::Local(v) if v.index() < first => PackedInputRef::local(*v),
-                _ => match push_external(g, r, first) {
-                    Ok(stored) => stored,
-                    Err(e) => {
-                        g.op_inputs.abandon_list();
-                        g.externals.truncate(externals);
-                        return Err(e);
-                    }
-                },
-            };
-            g.op_inputs.push_item(stored);
-        }
-        if !g.op_inputs.finish_list() {
-            g.op_inputs.abandon_list();
-            g.externals.truncate(externals);
-            return Err(GraphError::IdSpaceExhausted { space: "operand pool" });
-        }
-        let role_id = match role {
-            OperationRole::Primary => 0,
-            _ => role_index_of(&mut g.roles, role_index, role_cache, role),
-        };
-        if role_id != 0 && g.op_role.is_empty() {
-            // The first operation in another role: the column starts to be kept.
-            g.op_role = IdVec::from_elem(0, op_id.index());
-        }
-        if role_id != 0 || !g.op_role.is_empty() {
-            g.op_role.push(role_id);
-        }
-        g.ops.push(op);
-        g.op_first_output.push(LocalValueId::new(first));
-        g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
-        Ok(first..first + n_out)
-    }
-
-    /// Sets the graph's outputs.
-    ///
-    /// # Panics
-    /// If a value is not a value of this graph; see [`GraphBuilder::try_set_outputs`].
-    pub fn set_outputs(&mut self, outputs: Vec<LocalValueId>) {
-        self.try_set_outputs(outputs).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Sets the graph's outputs, or reports a value that does not exist.
-    pub fn try_set_outputs(&mut self, outputs: Vec<LocalValueId>) -> GraphResult<()> {
-        let len = self.graph.value_op.len();
-        if let Some(bad) = outputs.iter().find(|v| v.index() >= len) {
-            return Err(GraphError::UnknownLocalValue { value: format!("{bad:?}"), len });
-        }
-        self.graph.outputs = outputs;
-        Ok(())
-    }
-
-    /// Adds a parent: a graph whose values this one's external keys may resolve to.
-    ///
-    /// # Panics
-    /// If the parent uses another interner; see [`GraphBuilder::try_add_parent`].
-    pub fn add_parent(&mut self, parent: Arc<Graph<Op>>) {
-        self.try_add_parent(parent).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Adds a parent, or reports that it was built on another interner.
-    pub fn try_add_parent(&mut self, parent: Arc<Graph<Op>>) -> GraphResult<()> {
-        if parent.interner.id() != self.graph.interner.id() {
-            return Err(GraphError::MixedInterners { first: self.graph.interner.id(), second: parent.interner.id() });
-        }
-        self.graph.parents.push(parent);
-        Ok(())
-    }
-
-    /// The global key of a value added so far (interning pending operations first).
-    ///
-    /// # Panics
-    /// If `value` does not exist or an id space is exhausted; see [`GraphBuilder::try_global_key`].
-    pub fn global_key(&mut self, value: LocalValueId) -> ValueKey<Op> {
-        self.try_global_key(value).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// The global key of a value added so far, or an error.
-    pub fn try_global_key(&mut self, value: LocalValueId) -> GraphResult<ValueKey<Op>> {
-        if let Some(None) = self.graph.value_op.get(value) {
-            return self.graph.try_global_key(value);
-        }
-        self.flush()?;
-        self.graph.try_global_key(value)
-    }
-
-    /// Interns every pending value and operation under one write lock, in local id order
-    /// (so fresh keys follow local ids). Resumable: on an error, what was interned stays
-    /// interned and the rest stays pending.
-    ///
-    /// The interner chunks of every key interned or referred to are pinned for as long as
-    /// the graph lives, those of a failed call's keys included.
-    fn flush(&mut self) -> GraphResult<()> {
-        let g = &mut self.graph;
-        if g.value_key.len() == g.value_op.len() && g.external_key.len() == g.externals.len() {
-            return Ok(());
-        }
-        let interner = Arc::clone(&g.interner);
-        let mut s = interner.write();
-        let ops_before = g.op_key.len();
-        let mut touched = SmallVec::new();
-        let result = Self::flush_locked(g, &mut s, &mut touched, interner.id());
-        // The chunks of the operations interned (inputs were noted as they were).
-        let mut last = u32::MAX;
-        for &op in &g.op_key.raw()[ops_before..] {
-            let tag = crate::key::op_chunk_tag(op);
-            if tag != last {
-                touched.push(tag);
-                last = tag;
-            }
-        }
-        s.pin(&mut g.pins, &mut touched);
-        result
-    }
-
-    fn flush_locked(
-        g: &mut Graph<Op>,
-        s: &mut InternerState<Op>,
-        touched: &mut Touched,
-        interner_id: u32,
-    ) -> GraphResult<()> {
-        let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
-        s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
-        while g.external_key.len() < g.externals.len() {
-            let k = match &g.externals[g.external_key.len()] {
-                ValueKey::Input(key) => {
-                    let (k, index) = s.intern_input_at(key)?;
-                    touched.push(crate::key::input_chunk_tag(index));
-                    k
-                }
-                key @ ValueKey::Derived { operation, output_slot } => {
-                    // A key whose definition no live graph holds was reclaimed: no graph
-                    // can define it any more.
-                    if !s.op_is_live(operation.id()) {
-                        return Err(GraphError::UnresolvedKey {
-                            key: format!("{key:?} (reclaimed: no live graph holds its definition)"),
-                        });
-                    }
-                    touched.push(crate::key::op_chunk_tag(operation.id()));
-                    operation.output_key_id(*output_slot).expect("checked when added")
-                }
-            };
-            g.external_key.push(k);
-        }
-        let mut batch = Batch::new(g, interner_id);
-        // The pending inputs are the tail of `inputs`, which is in id order.
-        let mut next_input = g.inputs.partition_point(|v| v.index() < g.value_key.len());
-        let mut last_tag = u32::MAX;
-        let mut intern_inputs_below =
-            |g: &mut Graph<Op>, s: &mut InternerState<Op>, touched: &mut Touched, end: usize| {
-                while g.value_key.len() < end {
-                    debug_assert_eq!(g.inputs[next_input].index(), g.value_key.len());
-                    let (k, index) = s.intern_input_at(&g.input_keys[next_input])?;
-                    let tag = crate::key::input_chunk_tag(index);
-                    if tag != last_tag {
-                        touched.push(tag);
-                        last_tag = tag;
-                    }
-                    g.value_key.push(k);
-                    next_input += 1;
-                }
-                Ok::<(), GraphError>(())
-            };
-        while g.op_key.len() < g.ops.len() {
-            let op = LocalOperationId::new(g.op_key.len());
-            // Inputs declared before the operation get their keys first.
-            intern_inputs_below(g, s, touched, g.op_first_output[op].index())?;
-            batch.intern(g, s, op)?;
-        }
-        intern_inputs_below(g, s, touched, g.value_op.len())
-    }
-
-    /// Finishes the graph.
-    ///
-    /// # Panics
-    /// When an id space is exhausted while interning; see [`GraphBuilder::try_build`].
-    pub fn build(self) -> Graph<Op> {
-        self.try_build().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Finishes the graph, interning whatever is pending.
-    pub fn try_build(mut self) -> GraphResult<Graph<Op>> {
-        self.flush()?;
-        let mut g = self.graph;
-        debug_assert_eq!(g.op_key.len(), g.ops.len());
-        g.value_op.shrink_loose();
-        g.value_key.shrink_loose();
-        g.ops.shrink_loose();
-        g.op_key.shrink_loose();
-        g.op_inputs.shrink_loose();
-        g.op_role.shrink_loose();
-        g.op_first_output.shrink_loose();
-        crate::id::shrink_loose(&mut g.externals);
-        crate::id::shrink_loose(&mut g.external_key);
-        #[cfg(debug_assertions)]
-        g.verify().unwrap_or_else(|e| panic!("internal error: built graph fails verification: {e}"));
-        Ok(g)
-    }
-}
-
-/// Stores an operand that is not a known local value: an external key (checked to belong
-/// to the graph's interner and to name an existing output), or an error for a local value
-/// that does not exist yet (`first` values do).
-#[cold]
-fn push_external<Op: GraphOperation>(g: &mut Graph<Op>, r: &ValueRef<Op>, first: usize) -> GraphResult<PackedInputRef> {
-    let key = match r {
-        ValueRef::Local(v) => return Err(GraphError::UnknownLocalValue { value: format!("{v:?}"), len: first }),
-        ValueRef::External(key) => key,
-    };
-    if let ValueKey::Derived { operation, output_slot } = key {
-        let interner_id = g.interner.id();
-        if operation.interner_id() != interner_id {
-            return Err(GraphError::ForeignKey {
-                key: format!("{key:?}"),
-                key_interner: operation.interner_id(),
-                used_with: interner_id,
-            });
-        }
-        if operation.output_key_id(*output_slot).is_none() {
-            return Err(GraphError::UnresolvedKey {
-                key: format!("{key:?} (the operation has {} outputs)", operation.output_count()),
-            });
-        }
-    }
-    let i = g.externals.len();
-    if i >= MAX_LOCAL_VALUES {
-        return Err(GraphError::IdSpaceExhausted { space: "external reference" });
-    }
-    g.externals.push(key.clone());
-    Ok(PackedInputRef::external(i))
-}
-
-/// The index into `roles` of `role` (not `Primary`), adding it on first use.
-fn role_index_of(
-    roles: &mut Vec<OperationRole>,
-    role_index: &mut FxHashMap<OperationRole, u32>,
-    role_cache: &mut [(usize, u32); ROLE_CACHE],
-    role: &OperationRole,
-) -> u32 {
-    // Rules pass the same few roles over and over, usually from the same addresses: a
-    // small cache keyed by address (confirmed by comparing the role) skips hashing it.
-    let addr = role as *const OperationRole as usize;
-    let slot = (addr >> 3) % ROLE_CACHE;
-    match role_cache[slot] {
-        (a, r) if a == addr && roles.get(r as usize) == Some(role) => r,
-        _ => {
-            let r = match role_index.get(role) {
-                Some(&r) => r,
-                None => {
-                    let r = roles.len() as u32;
-                    roles.push(role.clone());
-                    role_index.insert(role.clone(), r);
-                    r
-                }
-            };
-            role_cache[slot] = (addr, r);
-            r
-        }
-    }
-}
-
-/// The interner chunks a `flush` touched (tags, see `KeyInterner`'s pins).
-pub(crate) type Touched = SmallVec<[u32; 4]>;
-
-/// How far ahead of the operation being interned [`Batch`] hashes operations and
-/// prefetches their table slots.
-const AHEAD: usize = 8;
-
-/// One `flush`'s interning of a graph's pending operations, software-pipelined: while
-/// operation `i` is interned, operation `i + AHEAD` is hashed and its table slot
-/// prefetched, so the table's cache misses overlap instead of queueing.
-///
-/// Operands of `i + AHEAD` that have no key yet are predicted: if every pending value
-/// before them gets a fresh key, local and key ids advance in step. A hash made from a
-/// prediction is used only if every value interned since then did get a fresh key (then
-/// the prediction was exact); otherwise it was just a prefetch and is made again.
-///
-/// Hashing ahead reads the operands' keys. When operands lie far from their readers
-/// (operands drawn from the whole of a large graph), those reads miss the cache too, so
-/// the keys of operation `i + 2 * AHEAD` are prefetched as well (`prefetch.rs` decides
-/// when, from the operands seen).
-struct Batch {
-    interner_id: u32,
-    /// The interner's id of each of the graph's roles, on first use (`Primary` is role 0
-    /// of every graph and every interner).
-    role_ids: SmallVec<[Option<u32>; 4]>,
-    /// Hashes made ahead, at the index of their operation modulo `AHEAD`.
-    ahead: [Ahead; AHEAD],
-    /// Operand keys of the operation being interned.
-    keys: SmallVec<[KeyId; 4]>,
-    /// Whether operands lie far enough from their readers that hashing ahead should
-    /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
-    far: FarOperands,
-    prefetch_keys: bool,
-}
-
-/// An operation hashed ahead of its interning.
-#[derive(Copy, Clone)]
-struct Ahead {
-    /// Index of the operation hashed (`usize::MAX`: none).
-    op: usize,
-    hash: u32,
-    /// If some operand key was predicted: the graph's keyed values and the interner's
-    /// value count when it was.
-    predicted: Option<(usize, usize)>,
-}
-
-impl Batch {
-    fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32) -> Self {
-        let mut role_ids: SmallVec<[Option<u32>; 4]> = smallvec::smallvec![None; g.roles.len()];
-        role_ids[0] = Some(0);
-        Batch {
-            interner_id,
-            role_ids,
-            ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
-            keys: SmallVec::new(),
-            // Values before the first operation's outputs are inputs, which do not count
-            // as far.
-            far: FarOperands::new(g.op_first_output.raw().first().map_or(0, |v| v.index())),
-            prefetch_keys: false,
-        }
-    }
-
-    /// The interner's id of an operation's role.
-    #[inline]
-    fn role<Op: GraphOperation>(
-        &mut self,
-        g: &Graph<Op>,
-        s: &mut InternerState<Op>,
-        op: LocalOperationId,
-    ) -> GraphResult<u32> {
-        let local = g.role_id(op) as usize;
-        match self.role_ids[local] {
-            Some(r) => Ok(r),
-            None => {
-                let r = s.intern_role(&g.roles[local])?;
-                self.role_ids[local] = Some(r);
-                Ok(r)
-            }
-        }
-    }
-
-    /// Interns operation `op`, the first pending one (its operands all have keys).
-    #[inline]
-    fn intern<Op: GraphOperation>(
-        &mut self,
-        g: &mut Graph<Op>,
-        s: &mut InternerState<Op>,
-        op: LocalOperationId,
-    ) -> GraphResult<()> {
-        debug_assert_eq!(g.op_key.len(), op.index());
-        let next = op.index() + AHEAD;
-        if next < g.ops.len() {
-            if self.prefetch_keys && next + AHEAD < g.ops.len() {
-                // For `hash_ahead` to find them cached `AHEAD` operations later.
-                g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
-            }
-            self.hash_ahead(g, s, LocalOperationId::new(next))?;
-        }
-        let role = self.role(g, s, op)?;
-        self.keys.clear();
-        let reader = g.op_first_output[op].index();
-        for r in g.op_input_refs(op) {
-            if let InputRef::Local(l) = r {
-                self.far.note(l.index(), reader);
-            }
-            self.keys.push(g.input_key_id(r));
-        }
-        if self.far.block_full() {
-            self.prefetch_keys = self.far.decide();
-        }
-        let operation = &g.ops[op];
-        let ahead = self.ahead[op.index() % AHEAD];
-        let exact = match ahead.predicted {
-            None => true,
-            Some((known, next_key)) => s.value_count() - next_key == g.value_key.len() - known,
-        };
-        let hash =
-            if ahead.op == op.index() && exact { ahead.hash } else { crate::key::op_hash(operation, &self.keys, role) };
-        let key = s.intern_op_hashed(operation, &self.keys, role, hash, self.interner_id)?;
-        g.op_key.push(key.id());
-        g.value_key.extend(key.output_key_ids());
-        Ok(())
-    }
-
-    /// Hashes operation `op` (predicting the keys of operands still pending) and
-    /// prefetches its table slot.
-    #[inline]
-    fn hash_ahead<Op: GraphOperation>(
-        &mut self,
-        g: &Graph<Op>,
-        s: &mut InternerState<Op>,
-        op: LocalOperationId,
-    ) -> GraphResult<()> {
-        let role = self.role(g, s, op)?;
-        let (known, next_key) = (g.value_key.len(), s.value_count());
-        let mut predicted = false;
-        let keys = g.op_input_refs(op).map(|r| match r {
-            InputRef::Local(l) if l.index() >= known => {
-                predicted = true;
-                // Wraps only if the prediction is wrong (the ids do not exist), and then
-                // the hash is not used.
-                (next_key + (l.index() - known)) as u32
-            }
-            r => g.input_key_id(r).index() as u32,
-        });
-        let hash = crate::key::op_hash_raw(&g.ops[op], keys, role);
-        s.prefetch_op(hash);
-        self.ahead[op.index() % AHEAD] =
-            Ahead { op: op.index(), hash, predicted: predicted.then_some((known, next_key)) };
-        Ok(())
-    }
-}
-
 /// Drops parent chains iteratively: a graph that holds the last reference to its parent
 /// takes the parent's parents before the parent is dropped, so a chain of any length is
 /// freed without recursion (and so without overflowing the stack).
@@ -1173,127 +564,5 @@ impl<Op: GraphOperation> fmt::Debug for Graph<Op> {
             .field("outputs", &self.outputs)
             .field("parents", &self.parents.len())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `Neg`: one output; `SinCos`: two.
-    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-    enum ScalarOp {
-        Neg,
-        SinCos,
-    }
-
-    impl GraphOperation for ScalarOp {
-        type Operand = f64;
-        type Context = ();
-        type InputKey = u32;
-        fn input_count(&self) -> usize {
-            1
-        }
-        fn output_count(&self) -> usize {
-            match self {
-                ScalarOp::Neg => 1,
-                ScalarOp::SinCos => 2,
-            }
-        }
-    }
-
-    #[test]
-    fn packed_operands_round_trip() {
-        for i in [0, 1, 12345, MAX_LOCAL_VALUES - 1] {
-            assert_eq!(PackedInputRef::local(LocalValueId::new(i)).get(), InputRef::Local(LocalValueId::new(i)));
-            assert_eq!(PackedInputRef::external(i).get(), InputRef::External(i as u32));
-        }
-        assert_eq!(std::mem::size_of::<PackedInputRef>(), 4);
-        assert_eq!(std::mem::size_of::<Option<LocalOperationId>>(), 4);
-    }
-
-    /// The role column is kept only once an operation is not `Primary`; roles before and
-    /// after that point read back right, and inputs and outputs decode from `value_op`.
-    #[test]
-    fn roles_and_definitions_read_back() {
-        let linear = OperationRole::all_active(1);
-        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
-        let x = b.add_input(0);
-        let s = b.add_operation_from(ScalarOp::SinCos, &[ValueRef::Local(x)], &OperationRole::Primary);
-        assert!(b.graph.op_role.is_empty());
-        let y = b.add_input(1);
-        let n = b.add_operation_from(ScalarOp::Neg, &[ValueRef::Local(y)], &linear).start;
-        let m = b.add_operation_from(ScalarOp::Neg, &[ValueRef::Local(LocalValueId::new(n))], &OperationRole::Primary);
-        let g = b.build();
-        g.verify().unwrap();
-        let roles: Vec<_> = g.operations().map(|op| op.role().clone()).collect();
-        assert_eq!(roles, [OperationRole::Primary, linear, OperationRole::Primary]);
-        let defs: Vec<_> = (0..g.value_count()).map(|v| g.local_def(LocalValueId::new(v))).collect();
-        let op = LocalOperationId::new;
-        assert_eq!(
-            defs,
-            [
-                LocalDef::Input(0),
-                LocalDef::Output(op(0), 0),
-                LocalDef::Output(op(0), 1),
-                LocalDef::Input(1),
-                LocalDef::Output(op(1), 0),
-                LocalDef::Output(op(2), 0),
-            ]
-        );
-        assert_eq!((s, y.index(), m), (1..3, 3, 5..6));
-        assert_eq!(g.inputs(), [x, y]);
-    }
-
-    /// Local values are numbered densely in the order they are added, inputs and outputs
-    /// alike, and a failed call takes no id (the numbering `GraphBuilder` documents).
-    #[test]
-    fn local_values_are_numbered_densely_and_failures_take_no_id() {
-        // A key of another interner: using it is an error after the operand is checked.
-        let foreign = {
-            let mut other = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
-            let x = other.add_input(0);
-            let y = other.add_operation_from(ScalarOp::Neg, &[ValueRef::Local(x)], &OperationRole::Primary).start;
-            other.build().global_key(LocalValueId::new(y))
-        };
-        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
-        let mut expected = 0;
-        for step in 0..40_usize {
-            let before = b.value_count();
-            assert_eq!(before, expected);
-            if step == 21 {
-                // Interning what is pending (a flush) between adds changes nothing.
-                b.global_key(LocalValueId::new(expected - 1));
-            }
-            match step % 4 {
-                0 => assert_eq!(b.add_input(step as u32).index(), expected),
-                1 | 2 => {
-                    let op = if step % 4 == 1 { ScalarOp::SinCos } else { ScalarOp::Neg };
-                    let width = op.output_count();
-                    let operand = ValueRef::Local(LocalValueId::new(step * 7919 % expected));
-                    assert_eq!(
-                        b.add_operation_from(op, &[operand], &OperationRole::Primary),
-                        expected..expected + width
-                    );
-                    expected += width;
-                    continue;
-                }
-                _ => {
-                    // A wrong arity, an operand that does not exist yet, a foreign key: all fail.
-                    let x = ValueRef::Local(LocalValueId::new(0));
-                    assert!(b.try_add_operation_from(ScalarOp::Neg, &[x.clone(), x], &OperationRole::Primary).is_err());
-                    let ahead = ValueRef::Local(LocalValueId::new(expected));
-                    assert!(b.try_add_operation_from(ScalarOp::Neg, &[ahead], &OperationRole::Primary).is_err());
-                    let foreign = ValueRef::External(foreign.clone());
-                    assert!(b.try_add_operation_from(ScalarOp::Neg, &[foreign], &OperationRole::Primary).is_err());
-                    assert_eq!(b.value_count(), before);
-                    continue;
-                }
-            }
-            expected += 1;
-        }
-        let g = b.build();
-        g.verify().unwrap();
-        assert_eq!(g.value_count(), expected);
     }
 }

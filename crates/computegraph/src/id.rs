@@ -20,6 +20,15 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
+crate::define_id!(
+    /// Dense id of an interned value key (a [`ValueKey`](crate::ValueKey)) within one [`KeyInterner`](crate::KeyInterner).
+    pub struct KeyId = "k"
+);
+crate::define_id!(
+    /// Dense id of an interned operation key (an [`OperationKey`](crate::OperationKey)) within one [`KeyInterner`](crate::KeyInterner).
+    pub struct OperationKeyId = "ok"
+);
+
 /// A dense `u32` index type usable as the key of an [`IdVec`].
 ///
 /// ```

@@ -45,17 +45,8 @@ use crate::optable::{OpTable, Probe};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::error::{GraphError, GraphResult};
-use crate::id::ListPool;
+use crate::id::{KeyId, ListPool, OperationKeyId};
 use crate::operation::{GraphOperation, Label, OperationRole};
-
-crate::define_id!(
-    /// Dense id of an interned value key (a [`ValueKey`]) within one [`KeyInterner`].
-    pub struct KeyId = "k"
-);
-crate::define_id!(
-    /// Dense id of an interned operation key (an [`OperationKey`]) within one [`KeyInterner`].
-    pub struct OperationKeyId = "ok"
-);
 
 /// The structural identity of an operation application: operation, input keys and role,
 /// hash-consed by a [`KeyInterner`]. Cheap to copy, compare and hash.
@@ -321,6 +312,9 @@ const INPUT_CHUNK: u32 = 1 << 31;
 /// Idle chunks are reclaimed once they hold at least this many value keys (and as many as
 /// the chunks in use): below it, reclaiming would only change the keys of rebuilt graphs.
 pub(crate) const RECLAIM_MIN_VALUES: usize = 1 << 16;
+
+/// The interner chunks a builder's `flush` touched (tags, see [`KeyInterner`]'s pins).
+pub(crate) type Touched = SmallVec<[u32; 4]>;
 
 /// [`CHUNK`] consecutive operations' columns.
 struct OpChunk<Op> {
@@ -730,7 +724,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     /// Pins the chunks of `touched` (tags from [`op_chunk_tag`] and [`input_chunk_tag`], any
     /// order, repeats allowed, every chunk live) that the sorted pin list `pins` does not
     /// hold yet, and adds them to it. Clears `touched`.
-    pub(crate) fn pin(&mut self, pins: &mut SmallVec<[u32; 2]>, touched: &mut crate::graph::Touched) {
+    pub(crate) fn pin(&mut self, pins: &mut SmallVec<[u32; 2]>, touched: &mut Touched) {
         touched.sort_unstable();
         touched.dedup();
         let before = pins.len();
@@ -1014,7 +1008,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     ///
     /// An operation interned here (rather than by building a graph) is never reclaimed.
     pub fn intern_operation(&self, op: &Op, inputs: &[KeyId], role: &OperationRole) -> GraphResult<OperationKey<Op>> {
-        crate::graph::check_operation(op, inputs.len(), role)?;
+        crate::operation::check_operation(op, inputs.len(), role)?;
         let mut s = self.write();
         if let Some(bad) = inputs.iter().find(|&&k| s.key_def(k).is_none()) {
             return Err(GraphError::UnresolvedKey { key: s.describe(*bad, self.id) });

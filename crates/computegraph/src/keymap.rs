@@ -8,7 +8,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::key::KeyId;
+use crate::id::KeyId;
 
 /// A map from [`KeyId`] to `V`: dense over a key range, or hashed.
 ///

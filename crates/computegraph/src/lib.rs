@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod builder;
 mod cache;
 mod compile;
 mod dispatch;
@@ -56,18 +57,20 @@ mod materialize;
 mod operation;
 mod optable;
 mod prefetch;
+mod program;
 mod resolve;
 mod schedule;
 mod slots;
 mod verify;
 
+pub use builder::GraphBuilder;
 pub use cache::{CacheStats, CanonicalForm, CompileCache, ProgramHandle, StructuralKey};
 pub use compile::{CompiledProgram, compile, try_compile};
 pub use error::{GraphError, GraphResult};
-pub use eval::{EvalState, PAR_CHUNK_MIN_COST, PAR_LEVEL_MIN_COST};
-pub use graph::{Graph, GraphBuilder, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
-pub use id::{Id, IdVec};
-pub use key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+pub use eval::EvalState;
+pub use graph::{Graph, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
+pub use id::{Id, IdVec, KeyId, OperationKeyId};
+pub use key::{KeyInterner, OperationKey, ValueKey};
 pub use keymap::KeyMap;
 pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
@@ -75,3 +78,4 @@ pub use materialize::{
 };
 pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole, Outputs};
 pub use resolve::{ResolvedView, Resolver, ValueDef, resolve, resolve_with, try_resolve, try_resolve_with};
+pub use schedule::{PAR_CHUNK_MIN_COST, PAR_LEVEL_MIN_COST};

@@ -42,7 +42,8 @@ use bitvec::vec::BitVec;
 
 use crate::graph::{Graph, InputRef, LocalDef, LocalOperationId, LocalValueId};
 use crate::id::{IdVec, ListPool};
-use crate::key::{KeyId, KeyInterner, OperationKey, OperationKeyId, ValueKey};
+use crate::id::{KeyId, OperationKeyId};
+use crate::key::{KeyInterner, OperationKey, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
 use crate::prefetch::FarOperands;

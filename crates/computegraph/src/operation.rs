@@ -7,6 +7,8 @@ use std::fmt;
 use std::hash::Hash;
 use std::mem::MaybeUninit;
 
+use crate::error::{GraphError, GraphResult};
+
 /// An operation node: arity and associated types, no behaviour.
 ///
 /// Implemented by a downstream operation set (usually an enum). Equality and hashing
@@ -319,4 +321,26 @@ impl<Op: GraphOperation> fmt::Display for Label<'_, Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt_label(f)
     }
+}
+
+/// Checks an operation's arity, role mask and output count against its declaration.
+pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: &OperationRole) -> GraphResult<()> {
+    let expected = op.input_count();
+    if inputs != expected {
+        return Err(GraphError::ArityMismatch { operation: format!("{}", Label(op)), expected, found: inputs });
+    }
+    if let OperationRole::Linearized { active_mask } = role {
+        if active_mask.len() != expected {
+            return Err(GraphError::ActiveMaskMismatch {
+                operation: format!("{}", Label(op)),
+                expected,
+                found: active_mask.len(),
+            });
+        }
+    }
+    let outputs = op.output_count();
+    if outputs > 256 {
+        return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs });
+    }
+    Ok(())
 }

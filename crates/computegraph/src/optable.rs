@@ -16,7 +16,7 @@
 //! one multiply). Home slots grow with the mixed hash, so growing re-inserts the old
 //! entries in slot order and writes the new table almost sequentially.
 
-use crate::key::OperationKeyId;
+use crate::id::OperationKeyId;
 use crate::prefetch::prefetch_read;
 
 /// Maximum load: 3/4.

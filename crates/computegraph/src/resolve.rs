@@ -37,7 +37,8 @@ use rustc_hash::FxHashSet;
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, LocalDef, LocalOperationId, LocalValueId};
-use crate::key::{KeyId, KeyInterner, ValueKey};
+use crate::id::KeyId;
+use crate::key::{KeyInterner, ValueKey};
 use crate::keymap::KeyMap;
 use crate::operation::GraphOperation;
 

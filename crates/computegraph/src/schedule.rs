@@ -46,8 +46,18 @@ use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
 
-use crate::compile::{Instr, NO_SLOT};
 use crate::error::{GraphError, GraphResult};
+use crate::program::{Instr, NO_SLOT};
+
+/// Levels whose summed cost hint is below this run on the calling thread. A fork-join
+/// inside the pool costs about a microsecond, and values a level reads were half written
+/// by the other core; on the project machine a level of 10^4 cheap scalar operations
+/// (cost 1 each, about 7 ns) gains only about 1.1× on two threads, one of 10^5 about
+/// 1.5× to 1.9× (`docs/PERFORMANCE.md`).
+pub const PAR_LEVEL_MIN_COST: u64 = 4096;
+/// A parallel level is cut into chunks of at least this cost (and at most four per
+/// thread).
+pub const PAR_CHUNK_MIN_COST: u64 = 1024;
 
 /// One instruction of the schedule in the compact form the parallel evaluator reads: 16
 /// bytes, in level order, so that a chunk streams one column instead of gathering from
@@ -122,7 +132,7 @@ impl Schedule {
     /// instructions or more and costs at least [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST).
     #[inline]
     pub(crate) fn is_split(&self, range: &std::ops::Range<usize>) -> bool {
-        range.len() > 1 && self.cost(range) >= crate::eval::PAR_LEVEL_MIN_COST
+        range.len() > 1 && self.cost(range) >= PAR_LEVEL_MIN_COST
     }
 
     /// The summed cost of `order[range]`.
@@ -201,7 +211,7 @@ impl Schedule {
         if let Some(s) = self.output_slots.iter().find(|&&s| s == NO_SLOT || stamp[s as usize] == 0) {
             return Err(bad(format!("output slot s{s} is never written")));
         }
-        crate::compile::check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
+        crate::program::check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
     }
 
     /// Checks that `steps` is `order` in compact form: one step per position, a compact
@@ -405,7 +415,7 @@ pub(crate) fn schedule<Op: Hash + Eq>(
     }
     let par_args: Vec<u32> = arg_value.iter().map(|&v| slot_of[v as usize]).collect();
     let par_output_slots: Vec<u32> = output_values.iter().map(|&v| slot_of[v as usize]).collect();
-    let output_move = crate::compile::output_moves(&par_output_slots);
+    let output_move = crate::program::output_moves(&par_output_slots);
     let (steps, op_rep) = compact_steps(ops, instrs, &order, &par_args);
     let mut sched = Schedule {
         order,

@@ -39,7 +39,7 @@ impl<Op: GraphOperation> Graph<Op> {
             let o = op.id();
             let operation = op.operation();
             let refs = self.op_input_refs(o);
-            crate::graph::check_operation(operation, refs.len(), op.role()).map_err(|e| bad(e.to_string()))?;
+            crate::operation::check_operation(operation, refs.len(), op.role()).map_err(|e| bad(e.to_string()))?;
             let first = self.op_first_output[o];
             for r in refs {
                 match r {
@@ -102,7 +102,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         }
         for op in self.operations() {
             let o = op.id();
-            crate::graph::check_operation(op.operation(), op.inputs().len(), op.role())
+            crate::operation::check_operation(op.operation(), op.inputs().len(), op.role())
                 .map_err(|e| bad(e.to_string()))?;
             let first = self.op_first_output[o];
             if let Some(v) = op.inputs().iter().find(|&&v| v >= first) {

@@ -4,8 +4,6 @@ use std::fmt;
 
 use computegraph::GraphError;
 
-use crate::eager::EagerError;
-
 /// Which rule of a primitive.
 ///
 /// ```
@@ -135,3 +133,133 @@ impl From<GraphError> for ADRuleError {
 /// assert_eq!(gradient_graph(&Arc::new(b.build()), y).unwrap().tangent_outputs().len(), 1);
 /// ```
 pub type ADRuleResult<T> = Result<T, ADRuleError>;
+
+/// Misuse of the tape or a failure reported by the executor; carried by
+/// [`ADRuleError::Eager`].
+///
+/// ```
+/// use scalar::{eager::Tape, ScalarOp};
+/// use tidu::{eager::EagerError, ADRuleError};
+///
+/// let (mut a, mut b) = (Tape::new(), Tape::new());
+/// let x = a.leaf(1.0, true).unwrap();
+/// let y = a.apply(ScalarOp::Sin, &[&x]).unwrap().remove(0);
+/// // `y` was recorded by `a`'s recorder: `b` cannot record an operation on it.
+/// let err = b.apply(ScalarOp::Cos, &[&y]).err().unwrap();
+/// assert!(matches!(err, ADRuleError::Eager(EagerError::ForeignTrace { input: 0 })), "{err}");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EagerError {
+    /// An input's trace was made by another recorder.
+    ForeignTrace {
+        /// Which input of the invocation.
+        input: usize,
+    },
+    /// The numbers of inputs or outputs do not match the recorded graph's.
+    Arity {
+        /// `"inputs"` or `"outputs"`.
+        what: &'static str,
+        /// The graph's count.
+        expected: usize,
+        /// The count given.
+        got: usize,
+    },
+    /// The recorded graph is not self-contained: it has parents or an operand from
+    /// another graph, which the tape has no data for.
+    NotSelfContained {
+        /// What is wrong.
+        message: String,
+    },
+    /// A retained value's key is neither an output key nor a value of the recorded graph.
+    UnknownRetainedValue {
+        /// The key, as text.
+        key: String,
+    },
+    /// `try_backward`'s output key is not an output of the given trace.
+    UnknownOutput {
+        /// The key, as text.
+        key: String,
+    },
+    /// A primal value the transposed graph reads was neither kept nor produced by
+    /// `execute_forward`.
+    MissingPrimal {
+        /// The key, as text.
+        key: String,
+    },
+    /// The executor returned the wrong number of cotangents.
+    CotangentCount {
+        /// How many the transposed graph has outputs.
+        expected: usize,
+        /// How many were returned.
+        got: usize,
+    },
+    /// The key source handed out a key it had handed out before.
+    KeySourceRepeated {
+        /// The key, as text.
+        key: String,
+    },
+    /// An output key is given twice, or is also the key of one of the invocation's inputs:
+    /// cotangents accumulate by key, so keys must be unique per value.
+    DuplicateKey {
+        /// The key, as text.
+        key: String,
+    },
+    /// An input's key is not an output key of the trace it claims was its producer.
+    TraceMismatch {
+        /// Which input of the invocation.
+        input: usize,
+    },
+    /// The executor rejected something (a seed's shape, say).
+    Executor {
+        /// The executor's message.
+        message: String,
+    },
+}
+
+impl EagerError {
+    /// An executor's error, as an [`ADRuleError`].
+    pub fn executor(message: impl Into<String>) -> ADRuleError {
+        ADRuleError::Eager(EagerError::Executor { message: message.into() })
+    }
+}
+
+impl fmt::Display for EagerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EagerError::ForeignTrace { input } => {
+                write!(f, "input {input} has a trace from another recorder")
+            }
+            EagerError::Arity { what, expected, got } => {
+                write!(f, "the recorded graph has {expected} {what}, but the call gives {got}")
+            }
+            EagerError::KeySourceRepeated { key } => {
+                write!(f, "the key source handed out {key} twice; its keys must be fresh")
+            }
+            EagerError::DuplicateKey { key } => write!(
+                f,
+                "key {key} names two values of one invocation (an output twice, or an output and an input); keys must be unique per value"
+            ),
+            EagerError::TraceMismatch { input } => {
+                write!(f, "input {input}'s key is not an output of the trace given with it")
+            }
+            EagerError::NotSelfContained { message } => {
+                write!(f, "a recorded graph must be self-contained: {message}")
+            }
+            EagerError::UnknownRetainedValue { key } => {
+                write!(f, "retained value {key} is neither an output key nor a value of the recorded graph")
+            }
+            EagerError::UnknownOutput { key } => write!(f, "{key} is not an output of the given trace"),
+            EagerError::MissingPrimal { key } => write!(
+                f,
+                "the backward pass needs primal value {key}, which was not retained and execute_forward did not produce"
+            ),
+            EagerError::CotangentCount { expected, got } => {
+                write!(f, "run_transposed_linear returned {got} cotangents for {expected} outputs")
+            }
+            EagerError::Executor { message } => write!(f, "the executor failed: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for EagerError {}

@@ -35,9 +35,9 @@ mod transpose;
 
 pub use api::{DerivativeProgram, grad, hvp, jvp, vjp};
 pub use error::{ADRuleError, ADRuleResult, RuleKind};
-pub use linearize::{fresh_pass_id, linearize, linearize_with, try_linearize, try_linearize_with};
+pub use linearize::{linearize, linearize_with, try_linearize, try_linearize_with};
 pub use linearized::LinearizedGraph;
-pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
+pub use primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, fresh_pass_id, unknown_operand};
 pub use transpose::{linear_transpose, try_linear_transpose, try_linear_transpose_with};
 
 /// Paths for [`rules_from_try_forms!`], so it expands in crates that name `computegraph`

@@ -16,30 +16,13 @@
 //! [`LinearizedGraph::check_linear`] (checked in debug builds and by the `try_` forms' tests).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use computegraph::{GraphBuilder, LocalValueId, ResolvedView, ValueKey, try_materialize_merge};
 use rustc_hash::FxHashMap;
 
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearized::LinearizedGraph;
-use crate::primitive::{ADKey, DiffPassId, Primitive};
-
-static NEXT_PASS: AtomicU64 = AtomicU64::new(1);
-
-/// A fresh, process-unique pass id.
-///
-/// ```
-/// assert_ne!(tidu::fresh_pass_id(), tidu::fresh_pass_id());
-/// ```
-pub fn fresh_pass_id() -> DiffPassId {
-    fresh_pass_ids(1)
-}
-
-/// The first of `n` consecutive fresh pass ids.
-pub(crate) fn fresh_pass_ids(n: u64) -> DiffPassId {
-    NEXT_PASS.fetch_add(n.max(1), Ordering::Relaxed)
-}
+use crate::primitive::{ADKey, DiffPassId, Primitive, fresh_pass_id};
 
 /// Linearizes `outputs` of `view` with respect to the inputs `wrt` (a fresh pass id and a
 /// default rule context).

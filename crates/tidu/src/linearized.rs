@@ -68,7 +68,7 @@ impl<Op: GraphOperation> LinearizedGraph<Op> {
                 len: n,
             }));
         }
-        let lin = LinearizedGraph { graph, tangent_inputs, tangent_outputs, pass: crate::linearize::fresh_pass_id() };
+        let lin = LinearizedGraph { graph, tangent_inputs, tangent_outputs, pass: crate::primitive::fresh_pass_id() };
         lin.check_linear()?;
         Ok(lin)
     }

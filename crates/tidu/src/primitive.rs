@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use computegraph::{GraphBuilder, GraphOperation, Id, LocalValueId, OperationRole, ValueKey};
 
@@ -10,6 +11,22 @@ use crate::error::{ADRuleError, ADRuleResult};
 
 /// Identifies one differentiation pass (one call of `linearize` or `linear_transpose`).
 pub type DiffPassId = u64;
+
+static NEXT_PASS: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh, process-unique pass id.
+///
+/// ```
+/// assert_ne!(tidu::fresh_pass_id(), tidu::fresh_pass_id());
+/// ```
+pub fn fresh_pass_id() -> DiffPassId {
+    fresh_pass_ids(1)
+}
+
+/// The first of `n` consecutive fresh pass ids.
+pub(crate) fn fresh_pass_ids(n: u64) -> DiffPassId {
+    NEXT_PASS.fetch_add(n.max(1), Ordering::Relaxed)
+}
 
 /// Input keys usable for AD: a key can derive a fresh tangent key for a pass.
 ///

@@ -31,8 +31,8 @@ use std::sync::{Arc, LazyLock};
 use computegraph::{Graph, GraphBuilder, GraphOperation, KeyId, KeyMap, LocalValueId, OperationRole, ValueRef};
 
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
-use crate::linearize::fresh_pass_ids;
 use crate::linearized::LinearizedGraph;
+use crate::primitive::fresh_pass_ids;
 use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
 
 /// Transposes a linear graph (default rule context).

@@ -26,10 +26,11 @@ use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use smallvec::SmallVec;
 
 use crate::error::ADRuleResult;
-use crate::linearize::{fresh_pass_id, fresh_pass_ids, try_linearize_with};
+use crate::linearize::try_linearize_with;
 use crate::linearized::LinearizedGraph;
 use crate::primitive::DiffPassId;
 use crate::primitive::Primitive;
+use crate::primitive::{fresh_pass_id, fresh_pass_ids};
 use crate::transpose::{seed_pass_count, transpose_in_passes};
 
 /// Where backward finds a primal value the transposed graph reads.

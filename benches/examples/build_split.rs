@@ -1,0 +1,69 @@
+//! Where the specification-form build of the spec-user set spends its time, phase by
+//! phase, at 10^6 nodes of the window DAG (best of 7 rounds, ns per node):
+//! `cargo run --release -p benches --example build_split`.
+//!
+//! - `hashcons`: the hashbrown + Fx hash-consing baseline of `benches/pipeline.rs`;
+//! - `append`: `add_operation` with a `Vec` of operands per node, returning a `Vec` of
+//!   outputs (the specification's signature), without interning;
+//! - `append_borrowed`: the same through `add_operation_from` (borrowed operands, a range
+//!   of outputs: no allocation per node);
+//! - `intern`: `build()` after `append`, which interns every pending operation;
+//! - `whole`: `append` and `intern` together (`benches::spec_user::build`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ::spec_user::{Dag, Key, Op};
+use benches::{Shape, Workload, hashcons, spec_user};
+use computegraph::{GraphBuilder, GraphOperation, KeyInterner, LocalValueId, OperationRole, ValueRef};
+
+/// Appends `dag` to a fresh builder, the specification's way or the borrowed way.
+fn append(dag: &Dag, borrowed: bool) -> GraphBuilder<Op> {
+    let mut b = GraphBuilder::<Op>::with_interner(KeyInterner::new());
+    let mut values: Vec<LocalValueId> = Vec::with_capacity(dag.value_count());
+    for i in 0..dag.inputs {
+        values.push(b.add_input(Key::User(i)));
+    }
+    for &(op, [a, c]) in &dag.nodes {
+        let operands = [ValueRef::Local(values[a as usize]), ValueRef::Local(values[c as usize])];
+        let operands = &operands[..op.input_count()];
+        if borrowed {
+            let outputs = b.add_operation_from(op, operands, &OperationRole::Primary);
+            values.extend(outputs.map(LocalValueId::new));
+        } else {
+            values.extend(b.add_operation(op, operands.to_vec(), OperationRole::Primary));
+        }
+    }
+    b
+}
+
+fn main() {
+    let n = 1_000_000;
+    let w = Workload::new(Shape::Window, n);
+    let dag = spec_user::to_dag(&w.spec);
+    let mut best = [f64::MAX; 5];
+    let mut time = |slot: usize, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        best[slot] = best[slot].min(t.elapsed().as_secs_f64());
+    };
+    for _ in 0..7 {
+        let mut kept = Vec::new();
+        time(0, &mut || drop(std::hint::black_box(hashcons(&w.spec))));
+        let mut builder = None;
+        time(1, &mut || builder = Some(append(&dag, false)));
+        time(2, &mut || kept.push(builder.take().expect("appended").build()));
+        time(3, &mut || drop(std::hint::black_box(append(&dag, true))));
+        time(4, &mut || kept.push(Arc::into_inner(spec_user::build(&dag).0).expect("one holder")));
+        drop(kept);
+    }
+    let ns = |s: f64| s * 1e9 / n as f64;
+    println!(
+        "ns/node: hashcons {:.1}  append {:.1}  intern {:.1}  append_borrowed {:.1}  whole {:.1}",
+        ns(best[0]),
+        ns(best[1]),
+        ns(best[2]),
+        ns(best[3]),
+        ns(best[4])
+    );
+}
