@@ -36,7 +36,7 @@ crate::define_id!(
 ///
 /// let op = OperationId::new(3);
 /// assert_eq!(op.index(), 3);
-/// assert_eq!(format!("{op:?}"), "op3");
+/// assert_eq!(format!("{op:?}"), "mop3");
 /// ```
 pub trait Id: Copy + Eq + Ord + std::hash::Hash + fmt::Debug {
     /// Largest number of entities of this kind (`u32::MAX - 1`; the top value is the niche).

@@ -51,11 +51,11 @@ use crate::resolve::ResolvedView;
 
 crate::define_id!(
     /// A value of a [`MaterializedGraph`].
-    pub struct ValueId = "v"
+    pub struct ValueId = "mv"
 );
 crate::define_id!(
     /// An operation of a [`MaterializedGraph`].
-    pub struct OperationId = "op"
+    pub struct OperationId = "mop"
 );
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

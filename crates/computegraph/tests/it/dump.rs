@@ -50,12 +50,12 @@ fn text_dumps_of_every_phase() {
     assert_eq!(
         m.to_string(),
         "materialized: 2 inputs, 3 operations
-  v0 = input x0
-  v1 = input x1
-  v2 = add v0, v1
-  v3, v4 = sincos v2
-  v5 = mul v4, v0
-  outputs: v5, v3
+  mv0 = input x0
+  mv1 = input x1
+  mv2 = add mv0, mv1
+  mv3, mv4 = sincos mv2
+  mv5 = mul mv4, mv0
+  outputs: mv5, mv3
 "
     );
     // Slots: x0→s0, x1→s1; add→s2 frees s1; sincos→s1 (reused), s3, frees s2;
@@ -131,11 +131,11 @@ fn text_dumps_with_linear_role_and_external_key() {
     assert_eq!(
         flat.to_string(),
         "materialized: 2 inputs, 2 operations
-  v0 = input x0
-  v1 = input x1
-  v2 = sin v0
-  v3 = mul [linear[fa]] v2, v1
-  outputs: v3
+  mv0 = input x0
+  mv1 = input x1
+  mv2 = sin mv0
+  mv3 = mul [linear[fa]] mv2, mv1
+  outputs: mv3
 "
     );
     let p = compile(&flat);
