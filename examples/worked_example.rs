@@ -2,7 +2,7 @@
 //! prints the primal, linear and transposed graphs and the derivatives they compute.
 //!
 //! ```text
-//! cargo run -p tidu --example worked_example
+//! cargo run -p examples --example worked_example
 //! ```
 
 use std::collections::HashMap;

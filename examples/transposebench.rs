@@ -4,7 +4,7 @@
 //! `cargo bench -p benches --bench ad` does.
 //!
 //! ```text
-//! cargo run --release -p tidu --example transposebench -- [NODES] [ROUNDS] [transpose|linearize]
+//! cargo run --release -p examples --example transposebench -- [NODES] [ROUNDS] [transpose|linearize]
 //! valgrind --tool=callgrind --toggle-collect='tidu::transpose::transpose_in_passes*' \
 //!     target/release/examples/transposebench 100000 2
 //! ```

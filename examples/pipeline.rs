@@ -2,7 +2,7 @@
 //! per-phase timings.
 //!
 //! ```text
-//! cargo run --release -p computegraph --example pipeline -- [NODES] [window|uniform|chain]
+//! cargo run --release -p examples --example pipeline -- [NODES] [window|uniform|chain]
 //! ```
 
 use std::sync::Arc;

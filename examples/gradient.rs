@@ -2,7 +2,7 @@
 //! then the gradient program's materialize, compile and eval.
 //!
 //! ```text
-//! cargo run --release -p tidu --example gradient -- [NODES]
+//! cargo run --release -p examples --example gradient -- [NODES]
 //! ```
 
 use std::time::Instant;
