@@ -34,7 +34,7 @@ use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
-use crate::program::{Instr, NO_SLOT, check_output_moves, output_moves};
+use crate::program::{Instr, NO_SLOT, SlotProgram, output_moves};
 use crate::schedule::{Schedule, Step, schedule};
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
@@ -68,12 +68,8 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
     pub(crate) ops: Vec<Op>,
     pub(crate) instrs: Vec<Instr>,
-    pub(crate) args: Vec<u32>,
-    pub(crate) input_slots: Vec<u32>,
-    pub(crate) output_slots: Vec<u32>,
-    /// Whether output `i` may move its value out of the slot (last mention of that slot).
-    pub(crate) output_move: Vec<bool>,
-    pub(crate) slot_count: usize,
+    /// Operand and output slots of every instruction, of the inputs and of the outputs.
+    pub(crate) slots: SlotProgram,
     /// Whether sequential evaluation prefetches the operand slots of instructions ahead:
     /// when operands lie far from their readers (`prefetch.rs`) and the slot file is
     /// larger than [`PREFETCH_SLOT_BYTES`], so that their slots are likely not cached.
@@ -227,11 +223,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         interner: Arc::clone(&graph.interner),
         ops,
         instrs,
-        args,
-        input_slots,
-        output_slots,
-        output_move,
-        slot_count: alloc.next as usize,
+        slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count: alloc.next as usize },
         prefetch_slots: prefetch
             && (alloc.next as usize).saturating_mul(std::mem::size_of::<Op::Operand>()) > PREFETCH_SLOT_BYTES,
         source,
@@ -299,7 +291,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     }
     /// Number of slots evaluation needs.
     pub fn slot_count(&self) -> usize {
-        self.slot_count
+        self.slots.slot_count
     }
     /// Whether sequential evaluation prefetches operand slots a few instructions ahead,
     /// as compile decides for programs whose operands lie far from their readers in a
@@ -325,10 +317,10 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 schedule(
                     &self.ops,
                     &self.instrs,
-                    &self.args,
-                    &self.input_slots,
-                    &self.output_slots,
-                    self.slot_count,
+                    &self.slots.args,
+                    &self.slots.input_slots,
+                    &self.slots.output_slots,
+                    self.slots.slot_count,
                     &cost,
                 )
             })
@@ -350,7 +342,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// # Panics
     /// As [`Self::level_count`].
     pub fn parallel_slot_count(&self) -> usize {
-        self.schedule().unwrap_or_else(|e| panic!("{e}")).slot_count
+        self.schedule().unwrap_or_else(|e| panic!("{e}")).slots.slot_count
     }
     /// The input keys, in the order `eval` takes its inputs.
     pub fn input_keys(&self) -> &[Op::InputKey] {
@@ -399,16 +391,16 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn heap_bytes(&self) -> usize {
         self.ops.capacity() * std::mem::size_of::<Op>()
             + self.instrs.capacity() * std::mem::size_of::<Instr>()
-            + self.args.capacity() * 4
-            + self.input_slots.capacity() * 4
-            + self.output_slots.capacity() * 4
+            + self.slots.args.capacity() * 4
+            + self.slots.input_slots.capacity() * 4
+            + self.slots.output_slots.capacity() * 4
             + self.source.capacity() * 4
             + self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, Schedule::heap_bytes)
     }
 
     #[inline]
     pub(crate) fn instr_args(&self, i: usize) -> (&[u32], &[u32]) {
-        self.instrs[i].slots(&self.args)
+        self.instrs[i].slots(&self.slots.args)
     }
 
     /// Checks that the program computes `graph`: simulates slot contents and confirms that
@@ -416,12 +408,12 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn verify_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
         self.verify()?;
-        if self.instrs.len() != graph.operation_count() || self.input_slots.len() != graph.inputs.len() {
+        if self.instrs.len() != graph.operation_count() || self.slots.input_slots.len() != graph.inputs.len() {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
         self.verify_source()?;
-        let mut content: Vec<Option<ValueId>> = vec![None; self.slot_count];
-        for (&s, &v) in self.input_slots.iter().zip(&graph.inputs) {
+        let mut content: Vec<Option<ValueId>> = vec![None; self.slots.slot_count];
+        for (&s, &v) in self.slots.input_slots.iter().zip(&graph.inputs) {
             if s != NO_SLOT {
                 content[s as usize] = Some(v);
             }
@@ -441,7 +433,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 content[s as usize] = Some(v);
             }
         }
-        for (&s, &v) in self.output_slots.iter().zip(&graph.outputs) {
+        for (&s, &v) in self.slots.output_slots.iter().zip(&graph.outputs) {
             if s == NO_SLOT || content[s as usize] != Some(v) {
                 return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
             }
@@ -460,12 +452,13 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let sched = self.schedule()?;
         let n = self.instrs.len();
         if n != graph.operation_count()
-            || sched.input_slots.len() != graph.inputs.len()
-            || sched.output_slots.len() != graph.outputs.len()
+            || sched.slots.input_slots.len() != graph.inputs.len()
+            || sched.slots.output_slots.len() != graph.outputs.len()
         {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
-        if sched.args.len() != self.args.len() || sched.order.len() != n || sched.cost_prefix.len() != n + 1 {
+        if sched.slots.args.len() != self.slots.args.len() || sched.order.len() != n || sched.cost_prefix.len() != n + 1
+        {
             return Err(bad("column lengths differ from the program".into()));
         }
         if sched.level_start.first() != Some(&0)
@@ -492,9 +485,9 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             }
         }
         let ops: Vec<_> = (0..n).map(|i| graph.operation(self.source_operation(i))).collect();
-        let in_range = |s: u32| (s as usize) < sched.slot_count;
-        let mut content: Vec<Option<ValueId>> = vec![None; sched.slot_count];
-        for (&s, &v) in sched.input_slots.iter().zip(&graph.inputs) {
+        let in_range = |s: u32| (s as usize) < sched.slots.slot_count;
+        let mut content: Vec<Option<ValueId>> = vec![None; sched.slots.slot_count];
+        for (&s, &v) in sched.slots.input_slots.iter().zip(&graph.inputs) {
             if s != NO_SLOT {
                 if !in_range(s) {
                     return Err(bad(format!("input slot s{s} out of range")));
@@ -503,13 +496,13 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             }
         }
         // 0: untouched in this level, 1: read, 2: written.
-        let mut touched: Vec<u8> = vec![0; sched.slot_count];
+        let mut touched: Vec<u8> = vec![0; sched.slots.slot_count];
         let mut writes: Vec<(u32, ValueId)> = Vec::new();
         for l in 0..sched.level_count() {
             let level = sched.level(l);
             for &i in &sched.order[level.clone()] {
                 let i = i as usize;
-                let (ins, outs) = self.instrs[i].slots(&sched.args);
+                let (ins, outs) = self.instrs[i].slots(&sched.slots.args);
                 let op = &ops[i];
                 if ins.len() != op.inputs().len() || outs.len() != op.outputs().len() {
                     return Err(bad(format!("instruction {i} arity differs from the graph")));
@@ -536,7 +529,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 }
             }
             for &i in &sched.order[level] {
-                for &s in self.instrs[i as usize].slots(&sched.args).0 {
+                for &s in self.instrs[i as usize].slots(&sched.slots.args).0 {
                     touched[s as usize] = 0;
                 }
             }
@@ -545,7 +538,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 content[s as usize] = Some(v);
             }
         }
-        for (&s, &v) in sched.output_slots.iter().zip(&graph.outputs) {
+        for (&s, &v) in sched.slots.output_slots.iter().zip(&graph.outputs) {
             if s == NO_SLOT || !in_range(s) || content[s as usize] != Some(v) {
                 return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
             }
@@ -576,10 +569,10 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// (the sequential evaluator relies on it).
     pub fn verify(&self) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
-        let mut written = bitvec::vec::BitVec::<usize>::repeat(false, self.slot_count);
-        for &s in &self.input_slots {
+        let mut written = bitvec::vec::BitVec::<usize>::repeat(false, self.slots.slot_count);
+        for &s in &self.slots.input_slots {
             if s != NO_SLOT {
-                if s as usize >= self.slot_count {
+                if s as usize >= self.slots.slot_count {
                     return Err(bad(format!("input slot s{s} out of range")));
                 }
                 written.set(s as usize, true);
@@ -589,27 +582,29 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             return Err(bad("operation and instruction counts differ".into()));
         }
         for (i, op) in self.ops.iter().enumerate() {
-            if self.instrs[i].end() > self.args.len() {
+            if self.instrs[i].end() > self.slots.args.len() {
                 return Err(bad(format!("instruction {i}'s arguments run past the argument pool")));
             }
             let (ins, outs) = self.instr_args(i);
             if ins.len() != op.input_count() || outs.len() != op.output_count() {
                 return Err(bad(format!("instruction {i} arity differs from its operation")));
             }
-            if let Some(s) = ins.iter().find(|&&s| s as usize >= self.slot_count || !written[s as usize]) {
+            if let Some(s) = ins.iter().find(|&&s| s as usize >= self.slots.slot_count || !written[s as usize]) {
                 return Err(bad(format!("instruction {i} reads slot s{s} before any write")));
             }
             for &s in outs {
-                if s as usize >= self.slot_count || ins.contains(&s) {
+                if s as usize >= self.slots.slot_count || ins.contains(&s) {
                     return Err(bad(format!("instruction {i} writes slot s{s} out of range or aliasing an operand")));
                 }
                 written.set(s as usize, true);
             }
         }
-        if let Some(s) = self.output_slots.iter().find(|&&s| s as usize >= self.slot_count || !written[s as usize]) {
+        if let Some(s) =
+            self.slots.output_slots.iter().find(|&&s| s as usize >= self.slots.slot_count || !written[s as usize])
+        {
             return Err(bad(format!("output slot s{s} is never written")));
         }
-        check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
+        self.slots.check_output_moves().map_err(bad)
     }
 }
 
@@ -617,9 +612,9 @@ impl<Op: GraphOperation> fmt::Debug for CompiledProgram<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompiledProgram")
             .field("instructions", &self.instrs.len())
-            .field("slots", &self.slot_count)
-            .field("inputs", &self.input_slots.len())
-            .field("outputs", &self.output_slots.len())
+            .field("slots", &self.slots.slot_count)
+            .field("inputs", &self.slots.input_slots.len())
+            .field("outputs", &self.slots.output_slots.len())
             .finish()
     }
 }

@@ -67,8 +67,8 @@ impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
 
 impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "program: {} instructions, {} slots", self.instrs.len(), self.slot_count)?;
-        for (s, k) in self.input_slots.iter().zip(&self.input_keys) {
+        writeln!(f, "program: {} instructions, {} slots", self.instrs.len(), self.slots.slot_count)?;
+        for (s, k) in self.slots.input_slots.iter().zip(&self.input_keys) {
             if *s == NO_SLOT {
                 writeln!(f, "  _ = input {k:?}")?;
             } else {
@@ -84,7 +84,7 @@ impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
             }
             writeln!(f)?;
         }
-        let outs: Vec<String> = self.output_slots.iter().map(|s| format!("s{s}")).collect();
+        let outs: Vec<String> = self.slots.output_slots.iter().map(|s| format!("s{s}")).collect();
         writeln!(f, "  outputs: {}", outs.join(", "))
     }
 }
@@ -189,8 +189,8 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph program {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
         // Which node last wrote each slot.
-        let mut writer: Vec<String> = vec![String::new(); self.slot_count];
-        for (i, (slot, k)) in self.input_slots.iter().zip(&self.input_keys).enumerate() {
+        let mut writer: Vec<String> = vec![String::new(); self.slots.slot_count];
+        for (i, (slot, k)) in self.slots.input_slots.iter().zip(&self.input_keys).enumerate() {
             let _ = writeln!(s, "  in{i} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
             if *slot != NO_SLOT {
                 writer[*slot as usize] = format!("in{i}");
@@ -206,7 +206,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
                 writer[slot as usize] = format!("i{i}");
             }
         }
-        for (i, slot) in self.output_slots.iter().enumerate() {
+        for (i, slot) in self.slots.output_slots.iter().enumerate() {
             let _ =
                 writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", writer[*slot as usize]);
         }

@@ -150,12 +150,12 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
-        if inputs.len() != self.input_slots.len() {
-            return Err(GraphError::InputCountMismatch { expected: self.input_slots.len(), found: inputs.len() });
+        if inputs.len() != self.slots.input_slots.len() {
+            return Err(GraphError::InputCountMismatch { expected: self.slots.input_slots.len(), found: inputs.len() });
         }
         let EvalState { slots, out } = state;
-        slots.reset(self.slot_count);
-        for (&s, &x) in self.input_slots.iter().zip(inputs) {
+        slots.reset(self.slots.slot_count);
+        for (&s, &x) in self.slots.input_slots.iter().zip(inputs) {
             if s != NO_SLOT {
                 slots.set(s as usize, x.clone());
             }
@@ -168,7 +168,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         }
         // SAFETY: the run completed, so every output slot of the verified program holds
         // its value, and `verify` checked that each is moved out once, at its last mention.
-        Ok(unsafe { take_outputs(slots, &self.output_slots, &self.output_move) })
+        Ok(unsafe { take_outputs(slots, &self.slots.output_slots, &self.slots.output_move) })
     }
 
     /// Runs every instruction in program order; with `PREFETCH`, first hints the operand
@@ -181,7 +181,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         ctx: &mut Op::Context,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        let args = &self.args[..];
+        let args = &self.slots.args[..];
         for (i, (op, &instr)) in self.ops.iter().zip(&self.instrs).enumerate() {
             if PREFETCH {
                 if let Some(&ahead) = self.instrs.get(i + SLOT_AHEAD) {
@@ -281,7 +281,7 @@ where
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
         let threads = pool.map_or_else(rayon::current_num_threads, ThreadPool::current_num_threads);
-        if threads <= 1 || inputs.len() != self.input_slots.len() {
+        if threads <= 1 || inputs.len() != self.slots.input_slots.len() {
             return self.eval_with(state, ctx, inputs);
         }
         let sched = self.schedule()?;
@@ -305,8 +305,8 @@ where
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
         let EvalState { slots, out } = state;
-        slots.reset(sched.slot_count);
-        for (&s, &x) in sched.input_slots.iter().zip(inputs) {
+        slots.reset(sched.slots.slot_count);
+        for (&s, &x) in sched.slots.input_slots.iter().zip(inputs) {
             if s != NO_SLOT {
                 slots.set(s as usize, x.clone());
             }
@@ -327,7 +327,7 @@ where
         // SAFETY: every level ran, so every output slot of the schedule holds its value
         // (`check_levels` checked that one is written, and that each is moved out once,
         // at its last mention).
-        Ok(unsafe { take_outputs(slots, &sched.output_slots, &sched.output_move) })
+        Ok(unsafe { take_outputs(slots, &sched.slots.output_slots, &sched.slots.output_move) })
     }
 
     /// The calling thread's part: runs small levels alone and publishes the large ones,
@@ -623,7 +623,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         // SAFETY: `i` comes from the order of a schedule that passed `check_levels`, which
         // checks that every instruction it names and its argument range are in bounds.
         unsafe {
-            let (ins, outs) = self.instrs.get_unchecked(i).slots_unchecked(&sched.args);
+            let (ins, outs) = self.instrs.get_unchecked(i).slots_unchecked(&sched.slots.args);
             (self.ops.get_unchecked(i), ins, outs)
         }
     }

@@ -4,10 +4,25 @@
 //!
 //! Invariants: an [`Instr`] names `n_in` operand slots followed by `n_out` output slots,
 //! contiguous in its pool from `start`; the output move flags mark exactly the last
-//! mention of each output slot ([`check_output_moves`]). Nothing here allocates slots or
-//! orders instructions: that is `compile.rs` and `schedule.rs`.
+//! mention of each output slot ([`SlotProgram::check_output_moves`]). Nothing here
+//! allocates slots or orders instructions: that is `compile.rs` and `schedule.rs`.
 
 use std::fmt;
+
+/// The slots of a program: the argument pool its instructions index (operand slots then
+/// output slots, per [`Instr`]), the slot of each input and of each output, which output
+/// reads move their value out, and the number of slots. The sequential program and the
+/// parallel schedule each have one, in the same layout.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SlotProgram {
+    pub(crate) args: Vec<u32>,
+    /// The slot of each input, [`NO_SLOT`] for an input that no instruction reads.
+    pub(crate) input_slots: Vec<u32>,
+    pub(crate) output_slots: Vec<u32>,
+    /// Whether output `i` may move its value out of the slot (last mention of that slot).
+    pub(crate) output_move: Vec<bool>,
+    pub(crate) slot_count: usize,
+}
 
 /// "No slot": an input that no instruction reads.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
@@ -96,22 +111,26 @@ pub(crate) fn output_moves(output_slots: &[u32]) -> Vec<bool> {
     output_move
 }
 
-/// Checks that `output_move` marks exactly the last mention of each output slot, so that
-/// taking the outputs moves each value out once and clones it before (the evaluators rely
-/// on it), and that every output slot is below `slot_count`. `O(outputs + slots)`.
-pub(crate) fn check_output_moves(output_slots: &[u32], output_move: &[bool], slot_count: usize) -> Result<(), String> {
-    if output_move.len() != output_slots.len() {
-        return Err("output move flags and output slots differ in length".into());
-    }
-    let mut seen = bitvec::vec::BitVec::<usize>::repeat(false, slot_count);
-    for (i, (&s, &mv)) in output_slots.iter().zip(output_move).enumerate().rev() {
-        let Some(mut seen_s) = seen.get_mut(s as usize) else {
-            return Err(format!("output {i}'s slot s{s} is out of range"));
-        };
-        if mv == *seen_s {
-            return Err(format!("output {i} (slot s{s}) is not moved out exactly at its slot's last mention"));
+impl SlotProgram {
+    /// Checks that `output_move` marks exactly the last mention of each output slot, so
+    /// that taking the outputs moves each value out once and clones it before (the
+    /// evaluators rely on it), and that every output slot is below `slot_count`.
+    /// `O(outputs + slots)`.
+    pub(crate) fn check_output_moves(&self) -> Result<(), String> {
+        let (output_slots, output_move) = (&self.output_slots, &self.output_move);
+        if output_move.len() != output_slots.len() {
+            return Err("output move flags and output slots differ in length".into());
         }
-        *seen_s = true;
+        let mut seen = bitvec::vec::BitVec::<usize>::repeat(false, self.slot_count);
+        for (i, (&s, &mv)) in output_slots.iter().zip(output_move).enumerate().rev() {
+            let Some(mut seen_s) = seen.get_mut(s as usize) else {
+                return Err(format!("output {i}'s slot s{s} is out of range"));
+            };
+            if mv == *seen_s {
+                return Err(format!("output {i} (slot s{s}) is not moved out exactly at its slot's last mention"));
+            }
+            *seen_s = true;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -47,7 +47,7 @@ use std::hash::Hash;
 use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
-use crate::program::{Instr, NO_SLOT};
+use crate::program::{Instr, NO_SLOT, SlotProgram};
 
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
 /// inside the pool costs about a microsecond, and values a level reads were half written
@@ -105,12 +105,8 @@ pub(crate) struct Schedule {
     pub(crate) level_start: Vec<u32>,
     /// `cost_prefix[k]` is the summed cost of `order[..k]`.
     pub(crate) cost_prefix: Vec<u64>,
-    /// Argument pool in the layout of the sequential one, with this schedule's slots.
-    pub(crate) args: Vec<u32>,
-    pub(crate) input_slots: Vec<u32>,
-    pub(crate) output_slots: Vec<u32>,
-    pub(crate) output_move: Vec<bool>,
-    pub(crate) slot_count: usize,
+    /// This schedule's slots, in the layout of the sequential program's.
+    pub(crate) slots: SlotProgram,
     /// Whether at least half of the cost is in levels that parallel evaluation splits
     /// (two instructions or more, cost `PAR_LEVEL_MIN_COST` or more).
     pub(crate) worth_parallel: bool,
@@ -153,8 +149,8 @@ impl Schedule {
     pub(crate) fn check_levels(&self, instrs: &[Instr], n_inputs: usize) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
         let n = instrs.len();
-        if self.input_slots.len() != n_inputs {
-            return Err(bad(format!("{} input slots for {n_inputs} inputs", self.input_slots.len())));
+        if self.slots.input_slots.len() != n_inputs {
+            return Err(bad(format!("{} input slots for {n_inputs} inputs", self.slots.input_slots.len())));
         }
         if self.order.len() != n
             || self.cost_prefix.len() != n + 1
@@ -166,15 +162,17 @@ impl Schedule {
             return Err(bad("level boundaries do not cover the instructions in order".into()));
         }
         self.check_steps(instrs)?;
-        let in_range = |s: u32| (s as usize) < self.slot_count;
-        if let Some(&s) = self.input_slots.iter().chain(&self.output_slots).find(|&&s| s != NO_SLOT && !in_range(s)) {
+        let in_range = |s: u32| (s as usize) < self.slots.slot_count;
+        if let Some(&s) =
+            self.slots.input_slots.iter().chain(&self.slots.output_slots).find(|&&s| s != NO_SLOT && !in_range(s))
+        {
             return Err(bad(format!("input or output slot s{s} out of range")));
         }
         // `stamp[s]` is 1 + the index of the last level that wrote `s`, `INPUT` for an
         // input slot not written since, 0 for a slot never written.
         const INPUT: u32 = u32::MAX;
-        let mut stamp: Vec<u32> = vec![0; self.slot_count];
-        for &s in &self.input_slots {
+        let mut stamp: Vec<u32> = vec![0; self.slots.slot_count];
+        for &s in &self.slots.input_slots {
             if s != NO_SLOT {
                 stamp[s as usize] = INPUT;
             }
@@ -187,7 +185,7 @@ impl Schedule {
                     return Err(bad(format!("order names instruction {i}, out of range")));
                 };
                 let mid = instr.start() + instr.n_in();
-                let Some(outs) = self.args.get(mid..mid + instr.n_out()) else {
+                let Some(outs) = self.slots.args.get(mid..mid + instr.n_out()) else {
                     return Err(bad(format!("instruction {i}'s arguments are out of range")));
                 };
                 for &s in outs {
@@ -198,7 +196,7 @@ impl Schedule {
                 }
             }
             for &i in level {
-                for &s in instrs[i as usize].slots(&self.args).0 {
+                for &s in instrs[i as usize].slots(&self.slots.args).0 {
                     if !in_range(s) || stamp[s as usize] == mark || stamp[s as usize] == 0 {
                         return Err(bad(format!(
                             "level {mark} reads slot s{s}, which it writes, which nothing wrote before, \
@@ -208,10 +206,10 @@ impl Schedule {
                 }
             }
         }
-        if let Some(s) = self.output_slots.iter().find(|&&s| s == NO_SLOT || stamp[s as usize] == 0) {
+        if let Some(s) = self.slots.output_slots.iter().find(|&&s| s == NO_SLOT || stamp[s as usize] == 0) {
             return Err(bad(format!("output slot s{s} is never written")));
         }
-        crate::program::check_output_moves(&self.output_slots, &self.output_move, self.slot_count).map_err(bad)
+        self.slots.check_output_moves().map_err(bad)
     }
 
     /// Checks that `steps` is `order` in compact form: one step per position, a compact
@@ -244,7 +242,8 @@ impl Schedule {
                 }
                 continue;
             }
-            let Some((ins, outs)) = (instr.end() <= self.args.len()).then(|| instr.slots(&self.args)) else {
+            let Some((ins, outs)) = (instr.end() <= self.slots.args.len()).then(|| instr.slots(&self.slots.args))
+            else {
                 return Err(bad(k));
             };
             let unary = step.op & Step::UNARY != 0;
@@ -264,14 +263,14 @@ impl Schedule {
     pub(crate) fn heap_bytes(&self) -> usize {
         (self.order.capacity()
             + self.level_start.capacity()
-            + self.args.capacity()
-            + self.input_slots.capacity()
-            + self.output_slots.capacity())
+            + self.slots.args.capacity()
+            + self.slots.input_slots.capacity()
+            + self.slots.output_slots.capacity())
             * 4
             + self.cost_prefix.capacity() * 8
             + self.steps.capacity() * size_of::<Step>()
             + self.op_rep.capacity() * 4
-            + self.output_move.capacity()
+            + self.slots.output_move.capacity()
     }
 }
 
@@ -423,11 +422,13 @@ pub(crate) fn schedule<Op: Hash + Eq>(
         op_rep,
         level_start,
         cost_prefix,
-        args: par_args,
-        input_slots: par_input_slots,
-        output_slots: par_output_slots,
-        output_move,
-        slot_count: next_slot as usize,
+        slots: SlotProgram {
+            args: par_args,
+            input_slots: par_input_slots,
+            output_slots: par_output_slots,
+            output_move,
+            slot_count: next_slot as usize,
+        },
         worth_parallel: false,
     };
     let parallel_cost: u64 = (0..levels)
@@ -520,11 +521,11 @@ mod tests {
         assert_eq!(s.level_start, [0, 2, 3]);
         assert_eq!(s.level_count(), 2);
         assert_eq!(s.cost_prefix, [0, 1, 3, 6]);
-        assert_eq!(s.input_slots, [0, 1]);
+        assert_eq!(s.slots.input_slots, [0, 1]);
         // Level 1 writes two fresh slots; level 2 reuses a slot released after level 1.
-        assert_eq!(s.args, [0, 2, 1, 3, 2, 3, 1]);
-        assert_eq!(s.output_slots, [1]);
-        assert_eq!(s.slot_count, 4);
+        assert_eq!(s.slots.args, [0, 2, 1, 3, 2, 3, 1]);
+        assert_eq!(s.slots.output_slots, [1]);
+        assert_eq!(s.slots.slot_count, 4);
     }
 
     /// `check_levels` accepts the schedule built for a program and rejects one whose
@@ -534,18 +535,18 @@ mod tests {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
         let args = [0, 2, 1, 0, 2, 0, 1];
         let good = schedule(&[0u8, 1, 0], &instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
-        assert!(good.check_levels(&instrs, good.input_slots.len()).is_ok());
+        assert!(good.check_levels(&instrs, good.slots.input_slots.len()).is_ok());
         // Level 1 is i0 (s0 -> s2) and i1 (s1 -> s3).
         let mut twice = good.clone();
-        twice.args[3] = 2; // i1 writes s2 too
+        twice.slots.args[3] = 2; // i1 writes s2 too
         let mut read_written = good.clone();
-        read_written.args[2] = 2; // i1 reads s2, which i0 writes
+        read_written.slots.args[2] = 2; // i1 reads s2, which i0 writes
         let mut out_of_range = good.clone();
-        out_of_range.args[1] = 9;
+        out_of_range.slots.args[1] = 9;
         let mut unwritten = good.clone();
-        unwritten.input_slots[1] = NO_SLOT; // i1 reads s1, which no input fills now
+        unwritten.slots.input_slots[1] = NO_SLOT; // i1 reads s1, which no input fills now
         for bad in [twice, read_written, out_of_range, unwritten] {
-            match bad.check_levels(&instrs, bad.input_slots.len()) {
+            match bad.check_levels(&instrs, bad.slots.input_slots.len()) {
                 Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
                 other => panic!("expected Invalid, got {other:?}"),
             }
@@ -553,17 +554,17 @@ mod tests {
         // What the evaluator's output takes rely on: one input slot per input, output slots
         // written, each moved out once at its last mention.
         let mut no_slot_output = good.clone();
-        no_slot_output.output_slots[0] = NO_SLOT;
+        no_slot_output.slots.output_slots[0] = NO_SLOT;
         let mut unwritten_output = good.clone();
-        unwritten_output.slot_count += 1;
-        unwritten_output.output_slots[0] = good.slot_count as u32; // in range, never written
+        unwritten_output.slots.slot_count += 1;
+        unwritten_output.slots.output_slots[0] = good.slots.slot_count as u32; // in range, never written
         let mut moved_twice = good.clone();
-        moved_twice.output_slots.push(good.output_slots[0]);
-        moved_twice.output_move = vec![true, true];
+        moved_twice.slots.output_slots.push(good.slots.output_slots[0]);
+        moved_twice.slots.output_move = vec![true, true];
         let mut never_moved = good.clone();
-        never_moved.output_move[0] = false;
+        never_moved.slots.output_move[0] = false;
         let mut short_moves = good.clone();
-        short_moves.output_move.clear();
+        short_moves.slots.output_move.clear();
         let cases = [
             (no_slot_output, 2),
             (unwritten_output, 2),
@@ -581,8 +582,8 @@ mod tests {
             }
         }
         let mut moved_at_last = good.clone();
-        moved_at_last.output_slots.push(good.output_slots[0]);
-        moved_at_last.output_move = vec![false, true];
+        moved_at_last.slots.output_slots.push(good.slots.output_slots[0]);
+        moved_at_last.slots.output_move = vec![false, true];
         assert!(moved_at_last.check_levels(&instrs, 2).is_ok(), "clone first, move at the last mention");
     }
 
@@ -597,7 +598,7 @@ mod tests {
         let s = schedule(&['f', 'g', 'f', 'h'], &instrs, &args, &[0, 1], &[0, 1], 4, &[1; 4]).unwrap();
         assert_eq!(s.order, [0, 1, 3, 2]);
         assert_eq!(s.op_rep, [0, 1]);
-        let (x, y) = (s.input_slots[0], s.input_slots[1]);
+        let (x, y) = (s.slots.input_slots[0], s.slots.input_slots[1]);
         let [i0, i1, i3, i2] = [0, 1, 2, 3].map(|k| s.steps[k]);
         assert_eq!((i0.op, i0.a, i0.b), (0, x, y));
         assert_eq!((i1.op, i1.a, i1.b), (1 | Step::UNARY, x, x));

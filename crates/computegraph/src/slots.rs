@@ -85,7 +85,7 @@ impl<T> SlotFile<T> {
     /// Slot `s` holds a value: it was written since the last reset and not taken since.
     /// For a program's outputs after a complete run, `CompiledProgram::verify` or
     /// `Schedule::check_levels` checked that every output slot is written and that each
-    /// is moved out once, at its last mention (`compile::check_output_moves`).
+    /// is moved out once, at its last mention (`SlotProgram::check_output_moves` in `program.rs`).
     pub(crate) unsafe fn take(&mut self, s: usize) -> T {
         if Self::TRACK {
             assert!(std::mem::take(&mut self.live[s]), "slot s{s} taken while empty");
