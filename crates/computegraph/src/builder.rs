@@ -294,18 +294,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let interner = Arc::clone(&g.interner);
         let mut s = interner.write();
-        let ops_before = g.op_key.len();
         let mut touched = SmallVec::new();
+        // Every key interned or referred to notes its chunk in `touched` as it goes.
         let result = Self::flush_locked(g, &mut s, &mut touched, interner.id());
-        // The chunks of the operations interned (inputs were noted as they were).
-        let mut last = u32::MAX;
-        for &op in &g.op_key.raw()[ops_before..] {
-            let tag = crate::key::op_chunk_tag(op);
-            if tag != last {
-                touched.push(tag);
-                last = tag;
-            }
-        }
         s.pin(&mut g.pins, &mut touched);
         result
     }
@@ -339,7 +330,21 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             };
             g.external_key.push(k);
         }
-        let mut batch = Batch::new(g, interner_id);
+        // The operand-key scratch is the interner's, so a flush allocates none.
+        let mut batch = Batch::new(g, interner_id, std::mem::take(&mut s.key_scratch));
+        let result = Self::intern_pending(g, s, touched, &mut batch);
+        s.key_scratch = std::mem::take(&mut batch.keys);
+        result
+    }
+
+    /// Interns the pending inputs and operations in local id order (the tail of
+    /// [`GraphBuilder::flush_locked`]).
+    fn intern_pending(
+        g: &mut Graph<Op>,
+        s: &mut InternerState<Op>,
+        touched: &mut Touched,
+        batch: &mut Batch,
+    ) -> GraphResult<()> {
         // The pending inputs are the tail of `inputs`, which is in id order.
         let mut next_input = g.inputs.partition_point(|v| v.index() < g.value_key.len());
         let mut last_tag = u32::MAX;
@@ -360,9 +365,13 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             };
         while g.op_key.len() < g.ops.len() {
             let op = LocalOperationId::new(g.op_key.len());
-            // Inputs declared before the operation get their keys first.
-            intern_inputs_below(g, s, touched, g.op_first_output[op].index())?;
-            batch.intern(g, s, op)?;
+            // Inputs declared before the operation get their keys first (checked here, so
+            // that the common case, none, costs no call).
+            let first_output = g.op_first_output[op].index();
+            if g.value_key.len() < first_output {
+                intern_inputs_below(g, s, touched, first_output)?;
+            }
+            batch.intern(g, s, touched, op)?;
         }
         intern_inputs_below(g, s, touched, g.value_op.len())
     }
@@ -480,8 +489,11 @@ struct Batch {
     role_ids: SmallVec<[Option<u32>; 4]>,
     /// Hashes made ahead, at the index of their operation modulo `AHEAD`.
     ahead: [Ahead; AHEAD],
-    /// Operand keys of the operation being interned.
-    keys: SmallVec<[KeyId; 4]>,
+    /// Operand keys of the operation being interned (the interner's scratch, lent for
+    /// the flush).
+    keys: Vec<KeyId>,
+    /// The interner chunk of the last operation interned (its tag; `u32::MAX`: none yet).
+    last_op_tag: u32,
     /// Whether operands lie far enough from their readers that hashing ahead should
     /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
     far: FarOperands,
@@ -500,14 +512,16 @@ struct Ahead {
 }
 
 impl Batch {
-    fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32) -> Self {
+    fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32, mut keys: Vec<KeyId>) -> Self {
+        keys.clear();
         let mut role_ids: SmallVec<[Option<u32>; 4]> = smallvec::smallvec![None; g.roles.len()];
         role_ids[0] = Some(0);
         Batch {
             interner_id,
             role_ids,
             ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
-            keys: SmallVec::new(),
+            keys,
+            last_op_tag: u32::MAX,
             // Values before the first operation's outputs are inputs, which do not count
             // as far.
             far: FarOperands::new(g.op_first_output.raw().first().map_or(0, |v| v.index())),
@@ -524,6 +538,9 @@ impl Batch {
         op: LocalOperationId,
     ) -> GraphResult<u32> {
         let local = g.role_id(op) as usize;
+        if local == 0 {
+            return Ok(0); // `Primary`, role 0 everywhere
+        }
         match self.role_ids[local] {
             Some(r) => Ok(r),
             None => {
@@ -540,6 +557,7 @@ impl Batch {
         &mut self,
         g: &mut Graph<Op>,
         s: &mut InternerState<Op>,
+        touched: &mut Touched,
         op: LocalOperationId,
     ) -> GraphResult<()> {
         debug_assert_eq!(g.op_key.len(), op.index());
@@ -574,6 +592,11 @@ impl Batch {
         let key = s.intern_op_hashed(operation, &self.keys, role, hash, self.interner_id)?;
         g.op_key.push(key.id());
         g.value_key.extend(key.output_key_ids());
+        let tag = crate::key::op_chunk_tag(key.id());
+        if tag != self.last_op_tag {
+            touched.push(tag);
+            self.last_op_tag = tag;
+        }
         Ok(())
     }
 

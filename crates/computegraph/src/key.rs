@@ -291,14 +291,18 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     role_table: FxHashMap<OperationRole, u32>,
     /// Most value keys this interner may hold (the id space unless the user chose less).
     value_limit: usize,
-    /// Value keys and operations in live chunks.
-    live_values: usize,
-    live_ops: usize,
-    /// Operations the current `flush` still means to intern (sizes new chunks).
-    pending_ops: usize,
+    /// Value keys and operations in reclaimed chunks (the live ones are the rest, so
+    /// interning counts nothing more per key).
+    reclaimed_values: usize,
+    reclaimed_ops: usize,
+    /// The operation count at which the current `flush` means to stop (sizes new chunks).
+    pending_end: usize,
+    /// Scratch for the operand keys of the operation a builder interns, lent to each
+    /// `flush` so that it allocates none.
+    pub(crate) key_scratch: Vec<KeyId>,
     /// Chunks that were idle when listed (some may have been pinned again since).
     idle: Vec<u32>,
-    /// Value keys in idle chunks (counted in `live_values` until reclaimed).
+    /// Value keys in idle chunks (counted live until reclaimed).
     idle_values: usize,
 }
 
@@ -448,9 +452,10 @@ impl<Op: GraphOperation> InternerState<Op> {
             roles: vec![OperationRole::Primary],
             role_table,
             value_limit,
-            live_values: 0,
-            live_ops: 0,
-            pending_ops: 0,
+            reclaimed_values: 0,
+            reclaimed_ops: 0,
+            pending_end: 0,
+            key_scratch: Vec::new(),
             idle: Vec::new(),
             idle_values: 0,
         }
@@ -505,17 +510,26 @@ impl<Op: GraphOperation> InternerState<Op> {
         chunk.keys.push(key.clone());
         chunk.values.push(id);
         self.value_count += 1;
-        self.live_values += 1;
         self.input_count += 1;
         let chunks = &self.input_chunks;
         self.input_table.insert_unique(hash, index, |&i| hash_input(Self::input_at(chunks, i).0));
         Ok((id, index))
     }
 
+    /// Value keys in live chunks.
+    fn live_values(&self) -> usize {
+        self.value_count - self.reclaimed_values
+    }
+
+    /// Operations in live chunks.
+    fn live_ops(&self) -> usize {
+        self.op_count - self.reclaimed_ops
+    }
+
     /// Makes room for `ops` more operations with `operands` operands in all.
     pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
         self.op_table.reserve(ops);
-        self.pending_ops = ops;
+        self.pending_end = self.op_count.saturating_add(ops);
         let room = CHUNK - (self.op_count & CHUNK_MASK);
         if self.op_count & CHUNK_MASK != 0
             && let Some(Some(c)) = self.op_chunks.last_mut()
@@ -623,7 +637,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             if let Some(c) = self.op_chunks.len().checked_sub(1) {
                 self.note_if_idle(c as u32);
             }
-            let n = self.pending_ops.clamp(16, CHUNK);
+            let n = self.pending_end.saturating_sub(self.op_count).clamp(16, CHUNK);
             self.op_chunks.push(Some(Box::new(OpChunk::with_capacity(n))));
             self.op_chunk_first.push(first);
         }
@@ -648,10 +662,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         chunk.first_output.push(first);
         chunk.values += n_out;
         self.op_count += 1;
-        self.pending_ops = self.pending_ops.saturating_sub(1);
-        self.live_ops += 1;
         self.value_count += n_out;
-        self.live_values += n_out;
         Ok(OperationKey { interner, id, first_output: first, output_count: n_out as u16, _op: PhantomData })
     }
 
@@ -757,7 +768,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                 self.note_if_idle(tag);
             }
         }
-        if self.idle_values >= RECLAIM_MIN_VALUES.max(self.live_values - self.idle_values) {
+        if self.idle_values >= RECLAIM_MIN_VALUES.max(self.live_values() - self.idle_values) {
             self.reclaim_idle(garbage);
         }
     }
@@ -801,7 +812,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     /// moved to `garbage`. Their ids are never handed out again. Returns the value keys
     /// reclaimed.
     pub(crate) fn reclaim_idle(&mut self, garbage: &mut Garbage<Op>) -> usize {
-        let before = self.live_values;
+        let before = self.reclaimed_values;
         for tag in std::mem::take(&mut self.idle) {
             let c = (tag & !INPUT_CHUNK) as usize;
             if tag & INPUT_CHUNK != 0 {
@@ -815,7 +826,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                         entry.remove();
                     }
                 }
-                self.live_values -= chunk.keys.len();
+                self.reclaimed_values += chunk.keys.len();
                 garbage.inputs.push(*chunk);
             } else {
                 if !matches!(&self.op_chunks[c], Some(k) if k.life.idle) {
@@ -827,8 +838,8 @@ impl<Op: GraphOperation> InternerState<Op> {
                     let removed = self.op_table.remove(hash_op(op, chunk.inputs.get(j), chunk.role_of(j)), id);
                     debug_assert!(removed, "{id:?} was in the operation table");
                 }
-                self.live_values -= chunk.values;
-                self.live_ops -= chunk.ops.len();
+                self.reclaimed_values += chunk.values;
+                self.reclaimed_ops += chunk.ops.len();
                 garbage.ops.push(*chunk);
             }
         }
@@ -841,7 +852,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             let chunks = &self.input_chunks;
             self.input_table.shrink_to(need, |&i| hash_input(Self::input_at(chunks, i).0));
         }
-        before - self.live_values
+        self.reclaimed_values - before
     }
 
     /// Bytes held by the tables and live chunks.
@@ -929,12 +940,12 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     /// Number of value keys not reclaimed: those some live graph may hold (see
     /// `docs/adr/0010-interner-reclamation.md`).
     pub fn live_value_count(&self) -> usize {
-        self.read().live_values
+        self.read().live_values()
     }
 
     /// Number of operation keys not reclaimed.
     pub fn live_operation_count(&self) -> usize {
-        self.read().live_ops
+        self.read().live_ops()
     }
 
     /// Reclaims now every idle chunk (full, and holding no key of a live graph) instead of
@@ -1060,8 +1071,8 @@ impl<Op: GraphOperation> fmt::Debug for KeyInterner<Op> {
             .field("id", &self.id)
             .field("values", &s.value_count)
             .field("operations", &s.op_count)
-            .field("live_values", &s.live_values)
-            .field("live_operations", &s.live_ops)
+            .field("live_values", &s.live_values())
+            .field("live_operations", &s.live_ops())
             .finish()
     }
 }
