@@ -8,15 +8,15 @@ run nodes="1000000":
 dag shape="window" nodes="1000000":
     cargo run --release -p cgx -- bench dag --shape {{shape}} --nodes {{nodes}}
 
-# The einsum benchmark instances at full size (BENCHMARKS.md section C), with gradients.
+# The einsum benchmark instances at full size (docs/SPEC.md §8.3), with gradients.
 einsum-instances:
     cargo run --release -p einsum --example instances -- --grad
 
-# Microseconds per contraction step on small-tensor graphs (BENCHMARKS.md section B).
+# Microseconds per contraction step on small-tensor graphs (docs/SPEC.md §8.2).
 einsum-steps:
     cargo run --release -p benches --bin einsum_steps
 
-# One small program per pipeline of seed 000 §IV (JVP, VJP, forward over forward, HVP,
+# One small program per pipeline of docs/SPEC.md §5.3 (JVP, VJP, forward over forward, HVP,
 # n-th derivative), every phase spelled out and checked against closed forms.
 examples:
     for e in jvp vjp forward_over_forward hvp nth_derivative; do cargo run -q -p examples --example $e; done

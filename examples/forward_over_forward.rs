@@ -1,4 +1,4 @@
-//! The second directional derivative (forward over forward), seed 000 §IV:
+//! The second directional derivative (forward over forward), `docs/SPEC.md` §5.3:
 //! build → resolve → linearize → resolve → linearize → materialize_merge → compile → eval.
 //!
 //! Linearizing the linear graph again, with respect to the same primal inputs, gives

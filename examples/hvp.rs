@@ -1,4 +1,4 @@
-//! The Hessian-vector product (forward over reverse), seed 000 §IV:
+//! The Hessian-vector product (forward over reverse), `docs/SPEC.md` §5.3:
 //! build → resolve → linearize → linear_transpose → resolve → linearize →
 //! materialize_merge → compile → eval.
 //!

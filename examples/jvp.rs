@@ -1,4 +1,4 @@
-//! JVP, seed 000 §IV: build → resolve → linearize → materialize_merge → compile → eval.
+//! JVP, `docs/SPEC.md` §5.3: build → resolve → linearize → materialize_merge → compile → eval.
 //!
 //! The directional derivative ∇f(x, y)·v of f(x, y) = sin(x)·y + exp(x·y), for one
 //! direction v, in one forward pass.

@@ -1,4 +1,4 @@
-//! The n-th derivative, seed 000 §IV:
+//! The n-th derivative, `docs/SPEC.md` §5.3:
 //! build → (resolve → linearize) × n → [linear_transpose] → materialize_merge → compile → eval.
 //!
 //! ∂ⁿf/∂xⁿ of f(x, y) = sin(x)·y + exp(x·y) for n = 1 to 6, twice: with n forward passes,

@@ -1,5 +1,5 @@
-//! VJP (the gradient), seed 000 §IV: build → resolve → linearize → linear_transpose →
-//! materialize_merge → compile → eval.
+//! VJP (the gradient), `docs/SPEC.md` §5.3: build → resolve → linearize →
+//! linear_transpose → materialize_merge → compile → eval.
 //!
 //! The whole gradient of f(x, y) = sin(x)·y + exp(x·y) from one reverse pass: the
 //! transposed graph takes a cotangent seed for the output and returns one cotangent per

@@ -1,5 +1,5 @@
-//! The worked example of seed 000, f(x) = (x + x)·x, through every pipeline of §IV:
-//! prints the primal, linear and transposed graphs and the derivatives they compute.
+//! The worked example of `docs/SPEC.md` §4.4, f(x) = (x + x)·x, through every pipeline of
+//! §5.3: prints the primal, linear and transposed graphs and the derivatives they compute.
 //!
 //! ```text
 //! cargo run -p examples --example worked_example

@@ -17,8 +17,8 @@
 //!   input key (interned anew), `same_key` the same key every time (the baseline:
 //!   hash-consing finds everything). Per-graph time must not grow with `n`. After the
 //!   timings, `n` fresh graphs are held alive to print the interner's bytes per live key.
-//! - `eager_loop`: `n` iterations of the seed-003 loop (fresh leaves; `mul`, `exp`, `add`;
-//!   backward; drop everything) on a `SpecTape` recording `fresh` graphs per operation,
+//! - `eager_loop`: `n` iterations of the `docs/SPEC.md` §6 loop (fresh leaves; `mul`, `exp`,
+//!   `add`; backward; drop everything) on a `SpecTape` recording `fresh` graphs per operation,
 //!   beside `reused` (one graph per operation kind).
 //!
 //! Sizes: 10^4, 10^5, 10^6 graphs and 10^3, 10^5, 10^6 iterations by default;

@@ -2,8 +2,8 @@
 //!
 //! | group | ids | what |
 //! |---|---|---|
-//! | `einsum_steps` | `mps_n{100,1000}_chi{1,2,4,8}/{ours,kernels_only}` | `BENCHMARKS.md` section B: the MPS inner product along the zipper path; throughput is per contraction step, so criterion's per-element time is the time per step. `ours` is `Einsum::eval_with` (state reused); the baseline `kernels_only` runs the same operations on their recorded inputs without the engine, so the difference is the engine's overhead per step. |
-//! | `einsum_instances` | `<instance>/{forward,gradient}` | section C: each bundled Einsum Benchmark instance on its `opt_flops` path, the forward evaluation and the gradient with respect to every operand (cotangent of ones), side by side so their ratio is read in one run. |
+//! | `einsum_steps` | `mps_n{100,1000}_chi{1,2,4,8}/{ours,kernels_only}` | `docs/SPEC.md` §8.2: the MPS inner product along the zipper path; throughput is per contraction step, so criterion's per-element time is the time per step. `ours` is `Einsum::eval_with` (state reused); the baseline `kernels_only` runs the same operations on their recorded inputs without the engine, so the difference is the engine's overhead per step. |
+//! | `einsum_instances` | `<instance>/{forward,gradient}` | `docs/SPEC.md` §8.3: each bundled Einsum Benchmark instance on its `opt_flops` path, the forward evaluation and the gradient with respect to every operand (cotangent of ones), side by side so their ratio is read in one run. |
 //!
 //! In test mode (`cargo bench -p benches --bench einsum -- --test`, as CI runs it) each
 //! bench runs once and `str_nw_mera_open_26` (about 2 s of evaluations and 10 s of criterion

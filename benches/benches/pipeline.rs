@@ -1,5 +1,5 @@
 //! Criterion benches of the pipeline phases, one group per phase, ours beside the
-//! baselines, each over every [`Shape`] and size (`BENCHMARKS.md` section A).
+//! baselines, each over every [`Shape`] and size (`docs/SPEC.md` §8.1).
 //!
 //! | group | ours | baselines |
 //! |---|---|---|

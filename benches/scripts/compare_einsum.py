@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """numpy + opt_einsum against `cgx`, same networks, same paths, one thread.
 
-Section C (BENCHMARKS.md): runs each Einsum Benchmark instance (the JSON format of
-../shared/data/einsum/) with opt_einsum.contract along the instance's own `opt_flops`
+Section C (docs/SPEC.md §8.3): runs each Einsum Benchmark instance (the JSON format of
+crates/einsum/tests/data/) with opt_einsum.contract along the instance's own `opt_flops`
 path (or `opt_size`), on numpy with every BLAS pinned to one thread, and with
 `cgx einsum FILE --json` (one thread, same path), and prints both columns side by side.
 Timing is the same for both: one warm-up run, then the best of five.
 
-Section B: the MPS inner product <psi|psi> of `benches::einsum::mps` (n sites, physical
+Section B (docs/SPEC.md §8.2): the MPS inner product <psi|psi> of `benches::einsum::mps` (n sites, physical
 dimension 2, bond dimension chi, the zipper path), built here the same way (operand
 order, shapes, path), in microseconds per contraction step: opt_einsum.contract called
 on the operands (what a user writes; it parses the expression and path on every call),

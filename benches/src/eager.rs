@@ -6,7 +6,7 @@
 //!
 //! Issue 23's workloads: one-operation graphs over fresh keys built with
 //! `GraphBuilder::new()` ([`fresh_exp_graph`], beside [`same_key_exp_graph`]), and the
-//! seed-003 loop ([`spec_step`] on a [`SpecTape`]).
+//! loop of `docs/SPEC.md` §6 ([`spec_step`] on a [`SpecTape`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -102,7 +102,7 @@ impl FreshKeys {
 }
 
 /// `exp(k)` as a one-operation graph on the process-wide interner, `k` a fresh input key:
-/// what an eager frontend following seed 003 builds for every operation.
+/// what an eager frontend following `docs/SPEC.md` §6 builds for every operation.
 pub fn fresh_exp_graph(keys: &mut FreshKeys) -> Graph<ScalarOp> {
     exp_graph(keys.next_key())
 }

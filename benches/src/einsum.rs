@@ -1,10 +1,10 @@
 //! Einsum workloads shared by the criterion bench (`benches/einsum.rs`) and `cgx bench mps`:
 //!
-//! - [`mps`]: `BENCHMARKS.md` section B, the inner product `⟨ψ|ψ⟩` of a matrix product state
+//! - [`mps`]: `docs/SPEC.md` §8.2, the inner product `⟨ψ|ψ⟩` of a matrix product state
 //!   with `n` sites, physical dimension 2 and bond dimension `χ`, contracted along the
 //!   zipper path (`A₀·B₀`, then the running environment with the next remaining operand);
 //!   [`StepTimes::measure`] times it per contraction step, beside the kernels alone.
-//! - [`instance`]: `BENCHMARKS.md` section C, the six Einsum Benchmark instances bundled
+//! - [`instance`]: `docs/SPEC.md` §8.3, the six Einsum Benchmark instances bundled
 //!   with the einsum crate, with seeded operands, on their `opt_flops` paths.
 //!
 //! The MPS network is defined once here; `benches/scripts/compare_einsum.py` builds the
@@ -15,7 +15,7 @@ use std::time::Instant;
 use computegraph::{EvalState, ValueRef};
 use einsum::{ContractionPath, Einsum, EinsumGradient, Instance, PathChoice, Tensor};
 
-/// The section C instances, in report order (files in `crates/einsum/tests/data/`).
+/// The instances of `docs/SPEC.md` §8.3, in report order (files in `crates/einsum/tests/data/`).
 pub const INSTANCES: [&str; 6] = [
     "bin_matmul_256",
     "bin_batched_matmul_b32_m64_n64_k64",
@@ -58,9 +58,10 @@ pub fn labels(n: usize) -> Vec<char> {
     (0x100u32..).filter_map(char::from_u32).filter(|c| !c.is_whitespace() && !c.is_control()).take(n).collect()
 }
 
-/// The MPS inner product of section B. Operands alternate ket `A_i(a_i, p_i, a_{i+1})` and
-/// bra `B_i(b_i, p_i, b_{i+1})` (the end sites drop their outer bond), so operand `2i` is
-/// `A_i` and `2i + 1` is `B_i`; entries are positive and scaled so the result stays near 1.
+/// The MPS inner product of `docs/SPEC.md` §8.2. Operands alternate ket
+/// `A_i(a_i, p_i, a_{i+1})` and bra `B_i(b_i, p_i, b_{i+1})` (the end sites drop their outer
+/// bond), so operand `2i` is `A_i` and `2i + 1` is `B_i`; entries are positive and scaled so
+/// the result stays near 1.
 ///
 /// # Panics
 /// If `sites < 2` or `chi == 0`.
@@ -113,7 +114,7 @@ pub fn mps(sites: usize, chi: usize) -> Network {
     }
 }
 
-/// A bundled section C instance with seeded operands, on its `opt_flops` path.
+/// A bundled instance of `docs/SPEC.md` §8.3 with seeded operands, on its `opt_flops` path.
 ///
 /// # Panics
 /// If the instance file is missing or malformed (they are part of the repository).

@@ -1,7 +1,7 @@
 //! Shared workloads and baselines for the pipeline benchmarks (`benches/pipeline.rs`) and
 //! the one-shot measurement binary (`src/bin/pipeline_report.rs`).
 //!
-//! - [`Shape`] and [`Workload`]: the scalar DAG shapes of `BENCHMARKS.md` section A,
+//! - [`Shape`] and [`Workload`]: the scalar DAG shapes of `docs/SPEC.md` §8.1,
 //!   parameterised by node count.
 //! - Our pipeline, phase by phase: [`build`], [`materialize`] (resolve + materialize_merge),
 //!   `computegraph::compile`, and [`bind_inputs`] for evaluation.
@@ -13,8 +13,8 @@
 //!   - [`RandomReads`]: one random read per operand from a slot file of our program's size,
 //!     prefetched (the memory floor of evaluation).
 //! - [`heavy`]: a layered graph of ~10 µs matrix products, for parallel evaluation.
-//! - [`einsum`]: the MPS inner product (section B) and the bundled Einsum Benchmark
-//!   instances (section C), for `benches/einsum.rs` and `cgx bench mps`.
+//! - [`einsum`]: the MPS inner product (`docs/SPEC.md` §8.2) and the bundled Einsum
+//!   Benchmark instances (§8.3), for `benches/einsum.rs` and `cgx bench mps`.
 //!
 //! Throughput everywhere is per node of the *original* spec (`spec.ops.len()`), so ours and
 //! the baselines are compared per the same unit even though both run fewer nodes after CSE.

@@ -1,4 +1,4 @@
-//! Small-tensor contraction graphs (BENCHMARKS.md section B): microseconds per contraction
+//! Small-tensor contraction graphs (`docs/SPEC.md` §8.2): microseconds per contraction
 //! step and the overhead fraction `(total - kernel time) / total`, where the kernel time
 //! is the sum of the operations' own evaluation times measured one by one.
 //!

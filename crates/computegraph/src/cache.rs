@@ -1,4 +1,4 @@
-//! The compilation cache (seed 004 §V): compiled programs keyed by graph structure.
+//! The compilation cache (`docs/SPEC.md` §2.6): compiled programs keyed by graph structure.
 //!
 //! Default key: [`StructuralKey`], the interned ids of the requested outputs. Because
 //! keys are structural and hash-consed, equal output ids mean the same graph, so a hit

@@ -15,7 +15,7 @@
 //! while the view is built; `materialize_merge` and the transforms read the view's graphs
 //! as they would any other view.
 //!
-//! Lookup rule (seed 004 §VI): a local operand follows its local producer; an external
+//! Lookup rule (`docs/SPEC.md` §2.2): a local operand follows its local producer; an external
 //! key is looked up in the view's graphs in order, the first definition wins. Input keys
 //! need no definition: they are leaves.
 //!
@@ -52,10 +52,11 @@ const SCAN_GRAPHS: usize = 8;
 /// Building it copies nothing: it lists the graphs once each (roots first), so that
 /// [`Self::resolve_value`] and `materialize_merge` can find any key's definition.
 ///
-/// Seed 004's view holds `roots` and a `resolver: Arc<dyn Resolver>` that traversals ask
-/// as they go. This one asks a user's [`Resolver`] once, in [`resolve_with`], and keeps
-/// the graphs it answered with in its list, so `materialize_merge` and the transforms read
-/// graph columns only and make no call through the trait per value.
+/// The specification's view (`docs/SPEC.md` §2.1) holds `roots` and a
+/// `resolver: Arc<dyn Resolver>` that traversals ask as they go. This one asks a user's
+/// [`Resolver`] once, in [`resolve_with`], and keeps the graphs it answered with in its
+/// list, so `materialize_merge` and the transforms read graph columns only and make no call
+/// through the trait per value.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -88,7 +89,7 @@ pub struct ResolvedView<Op: GraphOperation> {
     index: OnceLock<KeyMap<u32>>,
 }
 
-/// A source of definitions: where a value with a given key is defined (seed 004 §III).
+/// A source of definitions: where a value with a given key is defined (`docs/SPEC.md` §2.1).
 ///
 /// [`ResolvedView`] is one. Users write others (a fragment store, a cache, a lazy loader)
 /// and hand them to [`resolve_with`], which asks them for the external keys that the

@@ -99,7 +99,7 @@ impl Primitive for ScalarOp {
                 (da, db) => da.or(db),
             }),
             ScalarOp::Mul => {
-                // d(a·b) = a·db + da·b (the order of the worked example in seed 000).
+                // d(a·b) = a·db + da·b (the order of the worked example, `docs/SPEC.md` §4.4).
                 let tb = t[1].map(|db| scale(b, ext(&x[0]), db));
                 let ta =
                     t[0].map(|da| b.add_primitive_from(ScalarOp::Mul, &[PrimitiveValue::Local(da), ext(&x[1])], &r.af));

@@ -6,7 +6,7 @@
 //!   on a [`Recorder`], one reused graph per operation kind; composites record a whole
 //!   graph as one tape node. Used by tests and benches to check eager gradients against
 //!   graph mode.
-//! - [`SpecTape`]: a frontend written the way seed 003 describes one, which records every
+//! - [`SpecTape`]: a frontend written the way `docs/SPEC.md` §6 describes one, which records every
 //!   operation as a fresh one-operation graph built with `GraphBuilder::new()` (the
 //!   process-wide interner) over fresh input keys; or, for comparison, one such graph per
 //!   operation kind, reused. Used by the scale test and the eager benches (issue 23).
@@ -360,13 +360,13 @@ impl Tape {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum GraphPerOp {
     /// A fresh one-operation graph per invocation, its inputs keyed by fresh keys: what a
-    /// frontend following seed 003 to the letter does.
+    /// frontend following `docs/SPEC.md` §6 to the letter does.
     Fresh,
     /// One graph per operation kind, built on first use and reused.
     Reused,
 }
 
-/// An eager frontend written as seed 003 describes one: each operation is run at once and
+/// An eager frontend written as `docs/SPEC.md` §6 describes one: each operation is run at once and
 /// recorded as a one-operation graph built with [`GraphBuilder::new`], so on the
 /// process-wide interner, whose inputs get fresh keys ([`GraphPerOp::Fresh`]); or with one
 /// graph per operation kind ([`GraphPerOp::Reused`]). Every value is retained, as a

@@ -5,7 +5,7 @@
 //! - [`spec`]: a plain description of a scalar DAG with a trivially correct reference
 //!   evaluator, and a builder that turns it into `computegraph` fragments.
 //! - [`eager`]: the reference eager executor and a minimal eager frontend.
-//! - [`workloads`]: the benchmark shapes of `BENCHMARKS.md` section A as specs.
+//! - [`workloads`]: the benchmark shapes of `docs/SPEC.md` §8.1 as specs.
 
 #![deny(missing_docs)]
 

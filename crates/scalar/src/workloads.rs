@@ -1,4 +1,4 @@
-//! The scalar DAG shapes of `BENCHMARKS.md` section A, as [`GraphSpec`]s.
+//! The scalar DAG shapes of `docs/SPEC.md` §8.1, as [`GraphSpec`]s.
 //!
 //! All generators are deterministic in their seed. About `repeat` of the nodes repeat an
 //! earlier node's `(op, args)` exactly, so CSE has work. Operation mix: mostly add and

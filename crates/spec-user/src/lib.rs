@@ -1,11 +1,11 @@
-//! A downstream crate written from the specification's documents alone
-//! (`shared/seeds/`, newest names), the way a new user writes one.
+//! A downstream crate written from the specification's documents alone (their newest
+//! names; `docs/SPEC.md` summarizes what it relies on), the way a new user writes one.
 //!
 //! It names nothing that the documents do not name, except where the compiler asked for it:
 //! `EvaluableGraphOperation::eval_into` (the one required evaluation method; implementing
 //! the documents' `eval` alone is a compile error that names it). It depends on
-//! `computegraph` and `tidu` only: its own input keys ([`Key`], document 001's recursive
-//! enum), its own scalar operation set ([`Op`]), rules in the documents' form
+//! `computegraph` and `tidu` only: its own input keys ([`Key`], the recursive enum of
+//! `docs/SPEC.md` §3.6), its own scalar operation set ([`Op`]), rules in the documents' form
 //! (`jvp_rule`, `transpose_rule`, `add_primitive` with a `Vec`, primal computations such as
 //! `cos x` emitted in `OperationRole::Primary`), and graphs built through
 //! `GraphBuilder::add_operation` with a `Vec` of `ValueRef`s.
@@ -23,7 +23,7 @@ use computegraph::{
 use tidu::PrimitiveValue::{External, Local};
 use tidu::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue};
 
-/// Input keys: the user's variables, and tangent keys derived per pass (document 001 §V).
+/// Input keys: the user's variables, and tangent keys derived per pass (`docs/SPEC.md` §3.6).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Key {
     /// A user variable.

@@ -1,4 +1,4 @@
-//! The primitive AD contract (seeds 001 and 002): [`ADKey`], [`Primitive`],
+//! The primitive AD contract (`docs/SPEC.md` §3): [`ADKey`], [`Primitive`],
 //! [`PrimitiveBuilder`] and [`PrimitiveValue`].
 
 use std::fmt;

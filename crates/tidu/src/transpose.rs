@@ -4,10 +4,11 @@
 //! one cotangent seed input per non-zero output of `L`, one output per input of `L`
 //! (`None` where no cotangent reaches it).
 //!
-//! Algorithm (seed 000 §II): seed the cotangent environment, keyed by the **global key**
-//! of each linear value, then walk `L`'s operations in reverse topological order and call
-//! each one's transpose rule with the cotangents of its outputs; contributions to the same
-//! key are summed with `Op::add()` operations in role `Linearized { [true, true] }`.
+//! Algorithm (`docs/SPEC.md` §4.2 and §4.3): seed the cotangent environment, keyed by the
+//! **global key** of each linear value, then walk `L`'s operations in reverse topological
+//! order and call each one's transpose rule with the cotangents of its outputs;
+//! contributions to the same key are summed with `Op::add()` operations in role
+//! `Linearized { [true, true] }`.
 //! The environment is a column over `L`'s local values: a key's cotangent lives at the
 //! first local value with that key (its canonical value). Keys of a graph built in one go
 //! usually increase with local ids, and then every value is canonical; otherwise a key map

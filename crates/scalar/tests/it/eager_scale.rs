@@ -1,4 +1,4 @@
-//! Issue 23: an eager loop written as seed 003 describes a frontend, at a training loop's
+//! Issue 23: an eager loop written as `docs/SPEC.md` §6 describes a frontend, at a training loop's
 //! scale. Every operation is recorded as a fresh one-operation graph built with
 //! `GraphBuilder::new()` (the process-wide interner) whose inputs get fresh keys; each
 //! iteration makes fresh leaves, runs `mul`, `exp`, `add`, calls `try_backward` and drops

@@ -1,6 +1,6 @@
-//! Document 003's eager integration with the spec-user set: a frontend records one fresh
-//! one-operation graph per operation, and `try_backward` drives an executor written from
-//! the document (replay by compiling the graph `execute_forward` is handed; transposed
+//! The eager integration of `docs/SPEC.md` §6 with the spec-user set: a frontend records one
+//! fresh one-operation graph per operation, and `try_backward` drives an executor written
+//! from the specification (replay by compiling the graph `execute_forward` is handed; transposed
 //! graphs run by walking their operations). The set's rules emit `cos x` in the Primary
 //! role, so the tape must accept primal computations in linear graphs.
 

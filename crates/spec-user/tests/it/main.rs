@@ -1,5 +1,5 @@
 //! The specification's contract, exercised as a downstream user writes it: the worked
-//! example through every pipeline of document 000 §IV, primal computations in rules shared
+//! example through every pipeline of `docs/SPEC.md` §5.3, primal computations in rules shared
 //! with the primal graph, random DAGs against a plain interpreter, finite differences and
 //! the dot-product identity, and a deep chain on a small stack.
 

@@ -1,5 +1,6 @@
 //! Random DAGs of the set: compiled evaluation against the plain interpreter, JVPs against
-//! central finite differences, and transposes by the dot-product identity (AD-TESTING.md).
+//! central finite differences, and transposes by the dot-product identity
+//! (`docs/SPEC.md` §7.1 and §7.2).
 
 use std::collections::HashMap;
 
@@ -62,7 +63,7 @@ proptest! {
         let jt: Vec<f64> = eval_linear(&lin, &values).into_iter().map(|v| v.unwrap_or(0.0)).collect();
         // Central differences with steps h and 2h; where they disagree, the function is too
         // curved at this point for either to judge the JVP (exp of exp of sin...), and the
-        // output is skipped (AD-TESTING: inputs away from singularities).
+        // output is skipped (`docs/SPEC.md` §7.1: inputs away from singularities).
         let central = |h: f64| -> Vec<f64> {
             let at = |s: f64| -> Vec<f64> {
                 let x: Vec<f64> = xs.iter().zip(t).map(|(x, t)| x + s * h * t).collect();

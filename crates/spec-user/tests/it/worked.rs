@@ -1,5 +1,6 @@
-//! Document 000's worked example, f(x) = (x + x)·x, through JVP, VJP, FoF, FoR, RoF and
-//! RoR; an HVP of exp(a·x); and primal computations in rules sharing the primal graph's nodes.
+//! The worked example of `docs/SPEC.md` §4.4, f(x) = (x + x)·x, through JVP, VJP, FoF, FoR,
+//! RoF and RoR; an HVP of exp(a·x); and primal computations in rules sharing the primal
+//! graph's nodes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use tidu::{linear_transpose, linearize};
 
 use crate::{eval_keys, eval_linear, input_key, output_key};
 
-/// f(x) = (x + x)·x, as document 000 builds it.
+/// f(x) = (x + x)·x, as `docs/SPEC.md` §4.4 builds it.
 fn worked() -> (Arc<Graph<Op>>, ValueKey<Op>) {
     let mut b = GraphBuilder::<Op>::new();
     let x = b.add_input(Key::User(0));
@@ -44,7 +45,7 @@ fn worked_example_in_every_pipeline() {
     let dx = input_key(&l1, 0);
     assert_eq!(eval_linear(&l1, &at(&[(dx.clone(), 1.0)])), vec![Some(12.0)]);
 
-    // VJP: the transpose, with exactly two accumulation adds for x's fan-out (document 000).
+    // VJP: the transpose, with exactly two accumulation adds for x's fan-out (`docs/SPEC.md` §4.4).
     let t1 = linear_transpose(&l1);
     assert_eq!(count(t1.as_graph(), Op::Add), 2, "{t1}");
     let ct = input_key(&t1, 0);
@@ -70,7 +71,7 @@ fn worked_example_in_every_pipeline() {
     assert_eq!(eval_linear(&ror, &at(&[(ct, 1.0), (s, 1.0)])), vec![Some(4.0)]);
 }
 
-/// g(x, a) = exp(a·x): the Hessian-vector product in x is a²·exp(a·x)·v (AD-TESTING §3).
+/// g(x, a) = exp(a·x): the Hessian-vector product in x is a²·exp(a·x)·v (`docs/SPEC.md` §7.3).
 #[test]
 fn hessian_vector_product_of_exp() {
     let mut b = GraphBuilder::<Op>::new();

@@ -1,4 +1,4 @@
-//! `tidu::eager`: the tape for eager frontends (seed 003).
+//! `tidu::eager`: the tape for eager frontends (`docs/SPEC.md` §6).
 //!
 //! A frontend that executes operations immediately records each invocation with a
 //! [`Recorder`] and later asks [`try_backward`] for the cotangents of the leaves. The

@@ -135,7 +135,7 @@ pub struct RecorderStats {
     pub canonical_keys: usize,
 }
 
-/// Records eager invocations as tape nodes (seed 003).
+/// Records eager invocations as tape nodes (`docs/SPEC.md` §6.1).
 ///
 /// ```
 /// use std::collections::HashMap;

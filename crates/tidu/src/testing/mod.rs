@@ -1,4 +1,4 @@
-//! A reusable checker for AD rules (`AD-TESTING.md`), generic over any primitive set.
+//! A reusable checker for AD rules (`docs/SPEC.md` §7), generic over any primitive set.
 //!
 //! Enabled by the `testing` feature. A downstream primitive set implements
 //! [`CheckOperand`] for its operand type (perturb, random, real inner product) and writes

@@ -1,5 +1,5 @@
-//! The pipelines of seed 000 §IV, end to end through materialize_merge, compile and eval,
-//! against closed forms (AD-TESTING.md §3).
+//! The pipelines of `docs/SPEC.md` §5.3, end to end through materialize_merge, compile and
+//! eval, against closed forms (`docs/SPEC.md` §7.3).
 
 use std::collections::HashMap;
 use std::sync::Arc;

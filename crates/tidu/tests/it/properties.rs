@@ -1,4 +1,4 @@
-//! Property tests over random scalar graphs (AD-TESTING.md §5), through
+//! Property tests over random scalar graphs (`docs/SPEC.md` §7.5), through
 //! `tidu::testing::check_graph`: JVP against finite differences, VJP by the dot-product
 //! identity, the four second-order nestings agreeing (FoR against RoF among them) and
 //! against finite differences, and HVP symmetry.

@@ -28,7 +28,7 @@ pub fn count_ops(g: &Graph<ScalarOp>, which: ScalarOp) -> usize {
     g.operations().filter(|o| *o.operation() == which).count()
 }
 
-/// `f(x) = (x + x) * x` as in seed 000: returns the graph and its output.
+/// `f(x) = (x + x) * x` as in `docs/SPEC.md` §4.4: returns the graph and its output.
 pub fn worked_example() -> (Arc<Graph<ScalarOp>>, LocalValueId) {
     let mut b = builder();
     let x = b.add_input(ScalarKey::var(0));

@@ -1,5 +1,5 @@
-//! The worked example of seed 000: f(x) = (x+x)·x, f' = 4x, f'' = 4, and exactly two
-//! accumulation adds in the transposed graph.
+//! The worked example of `docs/SPEC.md` §4.4: f(x) = (x+x)·x, f' = 4x, f'' = 4, and exactly
+//! two accumulation adds in the transposed graph.
 
 use std::collections::HashMap;
 
@@ -61,7 +61,7 @@ fn second_derivative_is_4_in_every_nesting() {
     let v = HashMap::from([(x.clone(), xv), (dx.clone(), 1.0), (dx2.clone(), 1.0)]);
     assert_eq!(eval(&fof, &v), vec![Some(4.0)]);
 
-    // Forward over reverse (the seed's FoR): linearize the transposed graph w.r.t. x.
+    // Forward over reverse (`docs/SPEC.md` §5.1): linearize the transposed graph w.r.t. x.
     let t = linear_transpose(&lin);
     let ct = t.tangent_inputs()[0].0.clone();
     let t_out = t.tangent_output_keys()[0].clone().unwrap();
