@@ -4,11 +4,15 @@
 //! earlier node's `(op, args)` exactly, so CSE has work. Operation mix: mostly add and
 //! mul, some neg, a few sin/cos/sincos (see [`pick_op`]).
 
+use computegraph::GraphOperation;
+use rand_core::{Rng as _, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
 use crate::ScalarOp;
 use crate::spec::GraphSpec;
-use computegraph::GraphOperation;
 
-/// SplitMix64: a tiny, good-enough deterministic generator (no dependency).
+/// The workloads' generator: `rand_xoshiro`'s SplitMix64, seeded with `seed`, with the
+/// draws the workloads need.
 ///
 /// ```
 /// use scalar::workloads::Rng;
@@ -19,20 +23,16 @@ use computegraph::GraphOperation;
 /// assert!((0.0..1.0).contains(&a.unit()));
 /// ```
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(SplitMix64::seed_from_u64(seed))
     }
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// A uniform integer in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {

@@ -9,6 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use computegraph::{Graph, GraphOperation, ValueKey};
+use rand_core::{Rng as _, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 /// What the checker needs of an operand: vector-space operations over the reals, a real
 /// inner product, and random values of the same shape.
@@ -67,7 +69,8 @@ impl CheckOperand for f64 {
     }
 }
 
-/// A small deterministic random generator (SplitMix64) for directions and cotangents.
+/// The checker's deterministic generator (`rand_xoshiro`'s SplitMix64) for directions and
+/// cotangents.
 ///
 /// ```
 /// use tidu::testing::CheckRng;
@@ -77,20 +80,16 @@ impl CheckOperand for f64 {
 /// assert_eq!(CheckRng::new(5).next_u64(), CheckRng::new(5).next_u64());
 /// ```
 #[derive(Clone, Debug)]
-pub struct CheckRng(u64);
+pub struct CheckRng(SplitMix64);
 
 impl CheckRng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Self {
-        CheckRng(seed)
+        CheckRng(SplitMix64::seed_from_u64(seed))
     }
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// A uniform float in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
