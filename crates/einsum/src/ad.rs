@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
-use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
+use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind, emit};
 
 use crate::elem::Elem;
 use crate::kernel::ContractSpec;
@@ -36,38 +36,10 @@ use crate::op::TensorOp;
 
 type Value<T> = PrimitiveValue<TensorOp<T>>;
 
-fn linear(mask: &[bool]) -> OperationRole {
-    OperationRole::Linearized { active_mask: mask.to_vec() }
-}
-
-fn emit<T: Elem>(
-    b: &mut impl PrimitiveBuilder<TensorOp<T>>,
-    op: TensorOp<T>,
-    x: &[Value<T>],
-    mask: &[bool],
-) -> LocalValueId {
-    b.add_primitive_from(op, x, &linear(mask))
-}
-
-fn sum<T: Elem>(
-    b: &mut impl PrimitiveBuilder<TensorOp<T>>,
-    p: Option<LocalValueId>,
-    q: Option<LocalValueId>,
-) -> Option<LocalValueId> {
-    match (p, q) {
-        (Some(p), Some(q)) => Some(emit(b, TensorOp::Add, &[Value::Local(p), Value::Local(q)], &[true, true])),
-        (p, q) => p.or(q),
-    }
-}
-
 /// A transposed spec: with its conjugation flags on complex values, without on reals
 /// (where they would change nothing but the operation's identity).
 fn adjoint<T: Elem>(spec: ContractSpec) -> TensorOp<T> {
     TensorOp::contract(if T::IS_COMPLEX { spec } else { spec.with_conj([false; 2]) })
-}
-
-fn ext<T: Elem>(k: &ValueKey<TensorOp<T>>) -> Value<T> {
-    Value::External(k.clone())
 }
 
 impl<T: Elem> Primitive for TensorOp<T> {
@@ -87,15 +59,20 @@ impl<T: Elem> Primitive for TensorOp<T> {
         t: &[Option<LocalValueId>],
         _: &mut (),
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
-        let same =
-            |b: &mut _, da: Option<LocalValueId>| da.map(|da| emit(b, self.clone(), &[Value::Local(da)], &[true]));
+        let same = |b: &mut _, da: Option<LocalValueId>| {
+            da.map(|da| emit::linear(b, self.clone(), &[Value::Local(da)], &[true]))
+        };
         Ok(vec![match self {
             TensorOp::Contract(_) => {
-                let ta = t[0].map(|da| emit(b, self.clone(), &[Value::Local(da), ext(&x[1])], &[true, false]));
-                let tb = t[1].map(|db| emit(b, self.clone(), &[ext(&x[0]), Value::Local(db)], &[false, true]));
-                sum(b, ta, tb)
+                let ta = t[0].map(|da| {
+                    emit::linear(b, self.clone(), &[Value::Local(da), emit::external(&x[1])], &[true, false])
+                });
+                let tb = t[1].map(|db| {
+                    emit::linear(b, self.clone(), &[emit::external(&x[0]), Value::Local(db)], &[false, true])
+                });
+                emit::accumulate(b, ta, tb)
             }
-            TensorOp::Add => sum(b, t[0], t[1]),
+            TensorOp::Add => emit::accumulate(b, t[0], t[1]),
             TensorOp::Unary(_) | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => same(b, t[0]),
         }])
     }
@@ -114,16 +91,16 @@ impl<T: Elem> Primitive for TensorOp<T> {
             return Ok(vec![None; self.input_count()]);
         };
         let c = Value::Local(cid);
-        let one = |b: &mut _, op: TensorOp<T>| vec![Some(emit(b, op, std::slice::from_ref(&c), &[true]))];
+        let one = |b: &mut _, op: TensorOp<T>| vec![Some(emit::linear(b, op, std::slice::from_ref(&c), &[true]))];
         Ok(match self {
             TensorOp::Contract(s) => match (active(0), active(1)) {
                 (true, false) => {
                     let op = adjoint(s.transpose_a());
-                    vec![Some(emit(b, op, &[c, inputs[1].clone()], &[true, false])), None]
+                    vec![Some(emit::linear(b, op, &[c, inputs[1].clone()], &[true, false])), None]
                 }
                 (false, true) => {
                     let op = adjoint(s.transpose_b());
-                    vec![None, Some(emit(b, op, &[inputs[0].clone(), c], &[false, true]))]
+                    vec![None, Some(emit::linear(b, op, &[inputs[0].clone(), c], &[false, true]))]
                 }
                 (true, true) => {
                     return Err(ADRuleError::missing(

@@ -14,10 +14,8 @@
 //! cotangent by `c`. `mul` with two active operands is not linear and is reported as a
 //! missing rule.
 
-use std::sync::LazyLock;
-
 use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
-use tidu::{ADKey, ADRuleError, ADRuleResult, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
+use tidu::{ADKey, ADRuleError, ADRuleResult, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind, emit};
 
 use crate::{ScalarKey, ScalarOp};
 
@@ -25,37 +23,6 @@ impl ADKey for ScalarKey {
     fn tangent_of(&self, pass: DiffPassId) -> Self {
         self.tangent(pass)
     }
-}
-
-/// The `Linearized` roles the rules emit, made once.
-struct Roles {
-    a: OperationRole,
-    f: OperationRole,
-    aa: OperationRole,
-    fa: OperationRole,
-    af: OperationRole,
-}
-
-fn roles() -> &'static Roles {
-    static ROLES: LazyLock<Roles> = LazyLock::new(|| {
-        let r = |m: &[bool]| OperationRole::Linearized { active_mask: m.to_vec() };
-        Roles { a: r(&[true]), f: r(&[false]), aa: r(&[true, true]), fa: r(&[false, true]), af: r(&[true, false]) }
-    });
-    &ROLES
-}
-
-/// `c · t` with `c` fixed.
-fn scale(b: &mut impl PrimitiveBuilder<ScalarOp>, c: PrimitiveValue<ScalarOp>, t: LocalValueId) -> LocalValueId {
-    b.add_primitive_from(ScalarOp::Mul, &[c, PrimitiveValue::Local(t)], &roles().fa)
-}
-
-/// `p + q`, both linear.
-fn sum(b: &mut impl PrimitiveBuilder<ScalarOp>, p: LocalValueId, q: LocalValueId) -> LocalValueId {
-    b.add_primitive_from(ScalarOp::Add, &[PrimitiveValue::Local(p), PrimitiveValue::Local(q)], &roles().aa)
-}
-
-fn ext(k: &ValueKey<ScalarOp>) -> PrimitiveValue<ScalarOp> {
-    PrimitiveValue::External(k.clone())
 }
 
 impl Primitive for ScalarOp {
@@ -92,41 +59,41 @@ impl Primitive for ScalarOp {
         _: &mut (),
         out: &mut Vec<Option<LocalValueId>>,
     ) -> ADRuleResult<()> {
-        let r = roles();
         match *self {
             ScalarOp::Add => out.push(match (t[0], t[1]) {
-                (Some(da), Some(db)) => Some(sum(b, da, db)),
+                (Some(da), Some(db)) => Some(emit::add(b, da, db)),
                 (da, db) => da.or(db),
             }),
             ScalarOp::Mul => {
                 // d(a·b) = a·db + da·b (the order of the worked example, `docs/SPEC.md` §4.4).
-                let tb = t[1].map(|db| scale(b, ext(&x[0]), db));
-                let ta =
-                    t[0].map(|da| b.add_primitive_from(ScalarOp::Mul, &[PrimitiveValue::Local(da), ext(&x[1])], &r.af));
+                let tb = t[1].map(|db| emit::scaled(b, ScalarOp::Mul, emit::external(&x[0]), db));
+                let ta = t[0].map(|da| {
+                    emit::linear(b, ScalarOp::Mul, &[PrimitiveValue::Local(da), emit::external(&x[1])], &[true, false])
+                });
                 out.push(match (tb, ta) {
-                    (Some(p), Some(q)) => Some(sum(b, p, q)),
+                    (Some(p), Some(q)) => Some(emit::add(b, p, q)),
                     (p, q) => p.or(q),
                 })
             }
             ScalarOp::Neg => {
-                out.push(t[0].map(|da| b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(da)], &r.a)))
+                out.push(t[0].map(|da| emit::linear(b, ScalarOp::Neg, &[PrimitiveValue::Local(da)], &[true])))
             }
-            ScalarOp::Exp => out.push(t[0].map(|da| scale(b, ext(&y[0]), da))),
+            ScalarOp::Exp => out.push(t[0].map(|da| emit::scaled(b, ScalarOp::Mul, emit::external(&y[0]), da))),
             ScalarOp::Sin => out.push(t[0].map(|da| {
-                let c = b.add_primitive_from(ScalarOp::Cos, &[ext(&x[0])], &r.f);
-                scale(b, PrimitiveValue::Local(c), da)
+                let c = emit::fixed(b, ScalarOp::Cos, &[emit::external(&x[0])]);
+                emit::scaled(b, ScalarOp::Mul, PrimitiveValue::Local(c), da)
             })),
             ScalarOp::Cos => out.push(t[0].map(|da| {
-                let s = b.add_primitive_from(ScalarOp::Sin, &[ext(&x[0])], &r.f);
-                let ns = b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(s)], &r.f);
-                scale(b, PrimitiveValue::Local(ns), da)
+                let s = emit::fixed(b, ScalarOp::Sin, &[emit::external(&x[0])]);
+                let ns = emit::fixed(b, ScalarOp::Neg, &[PrimitiveValue::Local(s)]);
+                emit::scaled(b, ScalarOp::Mul, PrimitiveValue::Local(ns), da)
             })),
             ScalarOp::SinCos => match t[0] {
                 None => out.extend([None, None]),
                 Some(da) => {
-                    let ds = scale(b, ext(&y[1]), da);
-                    let ns = b.add_primitive_from(ScalarOp::Neg, &[ext(&y[0])], &r.f);
-                    let dc = scale(b, PrimitiveValue::Local(ns), da);
+                    let ds = emit::scaled(b, ScalarOp::Mul, emit::external(&y[1]), da);
+                    let ns = emit::fixed(b, ScalarOp::Neg, &[emit::external(&y[0])]);
+                    let dc = emit::scaled(b, ScalarOp::Mul, PrimitiveValue::Local(ns), da);
                     out.extend([Some(ds), Some(dc)]);
                 }
             },
@@ -166,12 +133,10 @@ impl Primitive for ScalarOp {
         };
         match *self {
             ScalarOp::Add => out.extend([active(0).then_some(c), active(1).then_some(c)]),
-            ScalarOp::Neg => {
-                out.push(Some(b.add_primitive_from(ScalarOp::Neg, &[PrimitiveValue::Local(c)], &roles().a)))
-            }
+            ScalarOp::Neg => out.push(Some(emit::linear(b, ScalarOp::Neg, &[PrimitiveValue::Local(c)], &[true]))),
             ScalarOp::Mul => match (active(0), active(1)) {
-                (true, false) => out.extend([Some(scale(b, inputs[1].clone(), c)), None]),
-                (false, true) => out.extend([None, Some(scale(b, inputs[0].clone(), c))]),
+                (true, false) => out.extend([Some(emit::scaled(b, ScalarOp::Mul, inputs[1].clone(), c)), None]),
+                (false, true) => out.extend([None, Some(emit::scaled(b, ScalarOp::Mul, inputs[0].clone(), c))]),
                 (true, true) => return missing("a product of two active operands is not linear"),
                 (false, false) => out.extend([None, None]),
             },

@@ -37,7 +37,7 @@ use std::fmt;
 use std::ops::{Add, Mul, Neg, Sub};
 
 use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey};
-use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
+use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind, emit};
 
 use crate::ScalarKey;
 
@@ -247,30 +247,12 @@ impl EvaluableGraphOperation for ComplexOp {
     }
 }
 
-fn linear(mask: &[bool]) -> OperationRole {
-    OperationRole::Linearized { active_mask: mask.to_vec() }
-}
-
 type Value = PrimitiveValue<ComplexOp>;
-
-/// Emits `op(inputs)` in `Linearized { mask }` and returns its output.
-fn emit(b: &mut impl PrimitiveBuilder<ComplexOp>, op: ComplexOp, inputs: Vec<Value>, mask: &[bool]) -> LocalValueId {
-    b.add_primitive(op, inputs, linear(mask))[0]
-}
-
-/// `a · t` with `a` fixed and `t` active.
-fn scale(b: &mut impl PrimitiveBuilder<ComplexOp>, a: Value, t: LocalValueId) -> LocalValueId {
-    emit(b, ComplexOp::Mul, vec![a, Value::Local(t)], &[false, true])
-}
 
 /// `conj(a) · c` with `a` fixed and `c` active: the transpose of `t ↦ a·t`.
 fn scale_conj(b: &mut impl PrimitiveBuilder<ComplexOp>, a: Value, c: LocalValueId) -> LocalValueId {
-    let ca = emit(b, ComplexOp::Conj, vec![a], &[false]);
-    scale(b, Value::Local(ca), c)
-}
-
-fn ext(k: &ValueKey<ComplexOp>) -> Value {
-    Value::External(k.clone())
+    let ca = emit::fixed(b, ComplexOp::Conj, &[a]);
+    emit::scaled(b, ComplexOp::Mul, Value::Local(ca), c)
 }
 
 impl Primitive for ComplexOp {
@@ -290,21 +272,19 @@ impl Primitive for ComplexOp {
         t: &[Option<LocalValueId>],
         _: &mut (),
     ) -> ADRuleResult<Vec<Option<LocalValueId>>> {
-        let sum = |b: &mut _, p: Option<LocalValueId>, q: Option<LocalValueId>| match (p, q) {
-            (Some(p), Some(q)) => Some(emit(b, ComplexOp::Add, vec![Value::Local(p), Value::Local(q)], &[true, true])),
-            (p, q) => p.or(q),
-        };
         Ok(vec![match *self {
-            ComplexOp::Add => sum(b, t[0], t[1]),
+            ComplexOp::Add => emit::accumulate(b, t[0], t[1]),
             ComplexOp::Mul => {
                 // d(a·b) = a·db + da·b
-                let tb = t[1].map(|db| scale(b, ext(&x[0]), db));
-                let ta = t[0].map(|da| emit(b, ComplexOp::Mul, vec![Value::Local(da), ext(&x[1])], &[true, false]));
-                sum(b, tb, ta)
+                let tb = t[1].map(|db| emit::scaled(b, ComplexOp::Mul, emit::external(&x[0]), db));
+                let ta = t[0].map(|da| {
+                    emit::linear(b, ComplexOp::Mul, &[Value::Local(da), emit::external(&x[1])], &[true, false])
+                });
+                emit::accumulate(b, tb, ta)
             }
-            ComplexOp::Neg => t[0].map(|da| emit(b, ComplexOp::Neg, vec![Value::Local(da)], &[true])),
-            ComplexOp::Conj => t[0].map(|da| emit(b, ComplexOp::Conj, vec![Value::Local(da)], &[true])),
-            ComplexOp::Exp => t[0].map(|da| scale(b, ext(&y[0]), da)),
+            ComplexOp::Neg => t[0].map(|da| emit::linear(b, ComplexOp::Neg, &[Value::Local(da)], &[true])),
+            ComplexOp::Conj => t[0].map(|da| emit::linear(b, ComplexOp::Conj, &[Value::Local(da)], &[true])),
+            ComplexOp::Exp => t[0].map(|da| emit::scaled(b, ComplexOp::Mul, emit::external(&y[0]), da)),
             ComplexOp::Const(..) => None,
         }])
     }
@@ -324,8 +304,8 @@ impl Primitive for ComplexOp {
         };
         Ok(match *self {
             ComplexOp::Add => vec![active(0).then_some(c), active(1).then_some(c)],
-            ComplexOp::Neg => vec![Some(emit(b, ComplexOp::Neg, vec![Value::Local(c)], &[true]))],
-            ComplexOp::Conj => vec![Some(emit(b, ComplexOp::Conj, vec![Value::Local(c)], &[true]))],
+            ComplexOp::Neg => vec![Some(emit::linear(b, ComplexOp::Neg, &[Value::Local(c)], &[true]))],
+            ComplexOp::Conj => vec![Some(emit::linear(b, ComplexOp::Conj, &[Value::Local(c)], &[true]))],
             ComplexOp::Mul => match (active(0), active(1)) {
                 (true, false) => vec![Some(scale_conj(b, inputs[1].clone(), c)), None],
                 (false, true) => vec![None, Some(scale_conj(b, inputs[0].clone(), c))],

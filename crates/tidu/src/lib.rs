@@ -25,6 +25,7 @@
 
 mod api;
 pub mod eager;
+pub mod emit;
 mod error;
 mod linearize;
 mod linearized;

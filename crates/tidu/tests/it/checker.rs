@@ -132,7 +132,7 @@ fn every_complex_rule_passes() {
 mod toy {
     use computegraph::{EvaluableGraphOperation, GraphOperation, LocalValueId, OperationRole, Outputs, ValueKey};
     use scalar::ScalarKey;
-    use tidu::{ADRuleError, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
+    use tidu::{ADRuleError, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind, emit};
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Toy {
@@ -181,15 +181,6 @@ mod toy {
         }
     }
 
-    fn emit(
-        b: &mut impl PrimitiveBuilder<Toy>,
-        op: Toy,
-        inputs: Vec<PrimitiveValue<Toy>>,
-        mask: &[bool],
-    ) -> LocalValueId {
-        b.add_primitive(op, inputs, OperationRole::Linearized { active_mask: mask.to_vec() })[0]
-    }
-
     use computegraph::ValueRef::{External, Local};
 
     impl Primitive for Toy {
@@ -205,34 +196,30 @@ mod toy {
             t: &[Option<LocalValueId>],
             _: &mut (),
         ) -> Vec<Option<LocalValueId>> {
-            let sum = |b: &mut _, p: Option<LocalValueId>, q: Option<LocalValueId>| match (p, q) {
-                (Some(p), Some(q)) => Some(emit(b, Toy::Add, vec![Local(p), Local(q)], &[true, true])),
-                (p, q) => p.or(q),
-            };
             let xs = |i: usize| External(x[i].clone());
             vec![match self {
-                Toy::Add => sum(b, t[0], t[1]),
+                Toy::Add => emit::accumulate(b, t[0], t[1]),
                 Toy::Mul => {
-                    let p = t[1].map(|d| emit(b, Toy::Mul, vec![xs(0), Local(d)], &[false, true]));
-                    let q = t[0].map(|d| emit(b, Toy::Mul, vec![Local(d), xs(1)], &[true, false]));
-                    sum(b, p, q)
+                    let p = t[1].map(|d| emit::linear(b, Toy::Mul, &[xs(0), Local(d)], &[false, true]));
+                    let q = t[0].map(|d| emit::linear(b, Toy::Mul, &[Local(d), xs(1)], &[true, false]));
+                    emit::accumulate(b, p, q)
                 }
                 Toy::Square => t[0].map(|d| {
-                    let h = emit(b, Toy::Mul, vec![xs(0), Local(d)], &[false, true]);
-                    emit(b, Toy::Add, vec![Local(h), Local(h)], &[true, true])
+                    let h = emit::linear(b, Toy::Mul, &[xs(0), Local(d)], &[false, true]);
+                    emit::linear(b, Toy::Add, &[Local(h), Local(h)], &[true, true])
                 }),
-                Toy::BadSquare => t[0].map(|d| emit(b, Toy::Mul, vec![xs(0), Local(d)], &[false, true])),
-                Toy::Double | Toy::BadDouble => t[0].map(|d| emit(b, *self, vec![Local(d)], &[true])),
+                Toy::BadSquare => t[0].map(|d| emit::linear(b, Toy::Mul, &[xs(0), Local(d)], &[false, true])),
+                Toy::Double | Toy::BadDouble => t[0].map(|d| emit::linear(b, *self, &[Local(d)], &[true])),
                 Toy::SquareVia => t[0].map(|d| {
-                    let two_x = emit(b, Toy::BadDouble, vec![xs(0)], &[false]);
-                    emit(b, Toy::Mul, vec![Local(two_x), Local(d)], &[false, true])
+                    let two_x = emit::linear(b, Toy::BadDouble, &[xs(0)], &[false]);
+                    emit::linear(b, Toy::Mul, &[Local(two_x), Local(d)], &[false, true])
                 }),
                 Toy::Wasteful => t[0].map(|d| {
-                    let _unused = emit(b, Toy::Double, vec![Local(d)], &[true]);
-                    let x2 = emit(b, Toy::Mul, vec![xs(0), xs(0)], &[false, false]);
-                    let h = emit(b, Toy::Mul, vec![Local(x2), Local(d)], &[false, true]);
-                    let h2 = emit(b, Toy::Add, vec![Local(h), Local(h)], &[true, true]);
-                    emit(b, Toy::Add, vec![Local(h2), Local(h)], &[true, true])
+                    let _unused = emit::linear(b, Toy::Double, &[Local(d)], &[true]);
+                    let x2 = emit::linear(b, Toy::Mul, &[xs(0), xs(0)], &[false, false]);
+                    let h = emit::linear(b, Toy::Mul, &[Local(x2), Local(d)], &[false, true]);
+                    let h2 = emit::linear(b, Toy::Add, &[Local(h), Local(h)], &[true, true]);
+                    emit::linear(b, Toy::Add, &[Local(h2), Local(h)], &[true, true])
                 }),
             }]
         }
@@ -259,12 +246,12 @@ mod toy {
             Ok(match (self, mask) {
                 (Toy::Add, _) => vec![mask[0].then_some(c), mask[1].then_some(c)],
                 (Toy::Mul, [true, false]) => {
-                    vec![Some(emit(b, Toy::Mul, vec![Local(c), inputs[1].clone()], mask)), None]
+                    vec![Some(emit::linear(b, Toy::Mul, &[Local(c), inputs[1].clone()], mask)), None]
                 }
                 (Toy::Mul, [false, true]) => {
-                    vec![None, Some(emit(b, Toy::Mul, vec![inputs[0].clone(), Local(c)], mask))]
+                    vec![None, Some(emit::linear(b, Toy::Mul, &[inputs[0].clone(), Local(c)], mask))]
                 }
-                (Toy::Double, _) => vec![Some(emit(b, Toy::Double, vec![Local(c)], &[true]))],
+                (Toy::Double, _) => vec![Some(emit::linear(b, Toy::Double, &[Local(c)], &[true]))],
                 (Toy::BadDouble, _) => vec![Some(c)],
                 _ => return Err(ADRuleError::missing(self, RuleKind::Transpose, "not linear")),
             })
