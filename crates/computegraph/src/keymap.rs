@@ -11,18 +11,8 @@ use rustc_hash::FxHashMap;
 use crate::id::KeyId;
 
 /// A map from [`KeyId`] to `V`: dense over a key range, or hashed.
-///
-/// ```
-/// use computegraph::{KeyId, KeyMap};
-/// let mut m = KeyMap::with_range(10..20, 5);
-/// m.insert(KeyId::new(12), 'a');
-/// m.insert(KeyId::new(40), 'b'); // outside the range: the map becomes a hash map
-/// assert_eq!(m.get(KeyId::new(12)), Some('a'));
-/// assert_eq!(m.get(KeyId::new(40)), Some('b'));
-/// assert_eq!(m.get(KeyId::new(13)), None);
-/// ```
 #[derive(Clone, Debug)]
-pub struct KeyMap<V> {
+pub(crate) struct KeyMap<V> {
     repr: Repr<V>,
 }
 
@@ -35,7 +25,7 @@ enum Repr<V> {
 impl<V: Copy> KeyMap<V> {
     /// A map for keys in `range`, expecting about `count` entries: dense when the range is
     /// at most four times `count` (plus a small constant), hashed otherwise.
-    pub fn with_range(range: std::ops::Range<usize>, count: usize) -> Self {
+    pub(crate) fn with_range(range: std::ops::Range<usize>, count: usize) -> Self {
         let span = range.end.saturating_sub(range.start);
         if span <= count.saturating_mul(4).saturating_add(4096) {
             KeyMap { repr: Repr::Dense { base: range.start, slots: vec![None; span], len: 0 } }
@@ -45,13 +35,13 @@ impl<V: Copy> KeyMap<V> {
     }
 
     /// A hashed map with room for `count` entries.
-    pub fn hashed(count: usize) -> Self {
+    pub(crate) fn hashed(count: usize) -> Self {
         KeyMap { repr: Repr::Sparse(FxHashMap::with_capacity_and_hasher(count, Default::default())) }
     }
 
     /// The value of `key`.
     #[inline]
-    pub fn get(&self, key: KeyId) -> Option<V> {
+    pub(crate) fn get(&self, key: KeyId) -> Option<V> {
         match &self.repr {
             Repr::Dense { base, slots, .. } => slots.get(key.index().wrapping_sub(*base)).copied().flatten(),
             Repr::Sparse(m) => m.get(&key).copied(),
@@ -68,13 +58,13 @@ impl<V: Copy> KeyMap<V> {
 
     /// Whether `key` has a value.
     #[inline]
-    pub fn contains(&self, key: KeyId) -> bool {
+    pub(crate) fn contains(&self, key: KeyId) -> bool {
         self.get(key).is_some()
     }
 
     /// Sets the value of `key`, returning the previous one.
     #[inline]
-    pub fn insert(&mut self, key: KeyId, value: V) -> Option<V> {
+    pub(crate) fn insert(&mut self, key: KeyId, value: V) -> Option<V> {
         if let Repr::Dense { base, slots, len } = &mut self.repr {
             if let Some(slot) = slots.get_mut(key.index().wrapping_sub(*base)) {
                 let old = slot.replace(value);
@@ -91,7 +81,7 @@ impl<V: Copy> KeyMap<V> {
 
     /// Sets the value of `key` unless it has one; returns whether it was inserted.
     #[inline]
-    pub fn insert_if_absent(&mut self, key: KeyId, value: V) -> bool {
+    pub(crate) fn insert_if_absent(&mut self, key: KeyId, value: V) -> bool {
         if self.contains(key) {
             return false;
         }
@@ -100,20 +90,15 @@ impl<V: Copy> KeyMap<V> {
     }
 
     /// Number of entries.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match &self.repr {
             Repr::Dense { len, .. } => *len,
             Repr::Sparse(m) => m.len(),
         }
     }
 
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The entries in increasing key order.
-    pub fn sorted_entries(&self) -> Vec<(KeyId, V)> {
+    pub(crate) fn sorted_entries(&self) -> Vec<(KeyId, V)> {
         match &self.repr {
             Repr::Dense { base, slots, .. } => {
                 slots.iter().enumerate().filter_map(|(i, v)| v.map(|v| (KeyId::new(base + i), v))).collect()
@@ -136,5 +121,22 @@ impl<V: Copy> KeyMap<V> {
             }
             self.repr = Repr::Sparse(m);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dense_map_meeting_a_key_outside_its_range_becomes_hashed() {
+        let mut m = KeyMap::with_range(10..20, 5);
+        assert_eq!(m.insert(KeyId::new(12), 'a'), None);
+        assert!(matches!(m.repr, Repr::Dense { .. }));
+        m.insert(KeyId::new(40), 'b');
+        assert!(matches!(m.repr, Repr::Sparse(_)));
+        assert_eq!((m.get(KeyId::new(12)), m.get(KeyId::new(40)), m.get(KeyId::new(13))), (Some('a'), Some('b'), None));
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.sorted_entries(), vec![(KeyId::new(12), 'a'), (KeyId::new(40), 'b')]);
     }
 }

@@ -71,7 +71,6 @@ pub use eval::EvalState;
 pub use graph::{Graph, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
 pub use id::{Id, IdVec, KeyId, OperationKeyId};
 pub use key::{KeyInterner, OperationKey, ValueKey};
-pub use keymap::KeyMap;
 pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
     try_materialize_merge,

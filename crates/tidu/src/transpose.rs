@@ -29,7 +29,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use computegraph::{Graph, GraphBuilder, GraphOperation, KeyId, KeyMap, LocalValueId, OperationRole, ValueRef};
+use computegraph::{Graph, GraphBuilder, GraphOperation, IdVec, LocalValueId, OperationRole, ValueRef};
 
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearized::LinearizedGraph;
@@ -182,42 +182,22 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
 }
 
 /// The first local value of the linear graph with each value's global key: cotangents are
-/// kept once per key, at that value.
-///
-/// Interned keys of a graph built in one go are mostly fresh and so increase with local
-/// ids; when they strictly increase, no two values share a key and every value is its own
-/// canonical value (one scan, no table). Otherwise a key map finds the first copies.
+/// kept once per key, at that value ([`Graph::first_values_by_key`]; `None` is the
+/// identity, the usual case of a graph built in one go).
 struct Canonical {
-    /// `None`: the identity.
-    first: Option<Vec<LocalValueId>>,
+    first: Option<IdVec<LocalValueId, LocalValueId>>,
 }
 
 impl Canonical {
     fn new<Op: GraphOperation>(lg: &Graph<Op>) -> Self {
-        let n = lg.value_count();
-        let key = |v: usize| lg.key_id(LocalValueId::new(v)).index();
-        if (1..n).all(|v| key(v - 1) < key(v)) {
-            return Canonical { first: None };
-        }
-        let (lo, hi) = (0..n).map(key).fold((usize::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k + 1)));
-        let mut seen: KeyMap<LocalValueId> = KeyMap::with_range(lo.min(hi)..hi, n);
-        let first = (0..n)
-            .map(|v| {
-                let (k, v) = (KeyId::new(key(v)), LocalValueId::new(v));
-                seen.get(k).unwrap_or_else(|| {
-                    seen.insert(k, v);
-                    v
-                })
-            })
-            .collect();
-        Canonical { first: Some(first) }
+        Canonical { first: lg.first_values_by_key() }
     }
 
     #[inline]
     fn of(&self, v: LocalValueId) -> LocalValueId {
         match &self.first {
             None => v,
-            Some(first) => first[v.index()],
+            Some(first) => first[v],
         }
     }
 }
