@@ -71,9 +71,10 @@ fn read<'py>(index: usize, ob: &Bound<'py, PyAny>) -> PyResult<Read<'py>> {
 
 /// Copies an array's elements in row-major order (see the module docs for why a copy).
 fn to_vec<T: Element + Copy, U>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> Vec<U> {
+    // `as_slice` also accepts Fortran order (memory order), so check C order first.
     match a.as_slice() {
-        Ok(s) => s.iter().map(|&x| f(x)).collect(),
-        Err(_) => a.as_array().iter().map(|&x| f(x)).collect(),
+        Ok(s) if a.is_c_contiguous() => s.iter().map(|&x| f(x)).collect(),
+        _ => a.as_array().iter().map(|&x| f(x)).collect(),
     }
 }
 
