@@ -190,8 +190,8 @@ class PathInfo:
             "-" * 80,
         ]
         for n, ((i, j), (a, b, r), size, madds) in enumerate(self.steps):
-            pair = f"({i}, {j})" if b or a == r else f"({i},)"
-            term = f"{a},{b}->{r}" if b or (i, j) != (0, 0) else f"{a}->{r}"
+            # A final one-operand step (reorder or reduce) has positions (0, 0).
+            pair, term = (f"({i},)", f"{a}->{r}") if i == j else (f"({i}, {j})", f"{a},{b}->{r}")
             lines.append(f"{n:>4}  {pair:<10}{len(set(a) | set(b)):>8}{2 * madds:>12.3e}{size:>12.3e}  {term}")
         return "\n".join(lines)
 

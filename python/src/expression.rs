@@ -190,8 +190,9 @@ impl Inner {
         operands: &[Tensor<T>],
         wrt: Vec<usize>,
         cotangent: Option<&Bound<'py, PyAny>>,
+        limit: Option<f64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.check_memory::<T>(None)?;
+        self.check_memory::<T>(limit)?;
         let e = self.einsum::<T>()?;
         let c = self.cotangent::<T>(cotangent)?;
         let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
@@ -211,8 +212,9 @@ impl Inner {
         directions: &[Bound<'py, PyAny>],
         wrt: Vec<usize>,
         cotangent: Option<&Bound<'py, PyAny>>,
+        limit: Option<f64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.check_memory::<T>(None)?;
+        self.check_memory::<T>(limit)?;
         let e = self.einsum::<T>()?;
         let c = self.cotangent::<T>(cotangent)?;
         let v = convert::tensors_like::<T>(directions, "direction")?;
@@ -282,8 +284,8 @@ impl Expression {
         self.inner.check_shapes(&shapes)?;
         let (inner, wrt) = (&self.inner, self.inner.wrt(wrt));
         match ops {
-            Operands::Real(t) => inner.value_and_grad(py, &t, wrt, cotangent.as_ref()),
-            Operands::Complex(t) => inner.value_and_grad(py, &t, wrt, cotangent.as_ref()),
+            Operands::Real(t) => inner.value_and_grad(py, &t, wrt, cotangent.as_ref(), self.memory_limit),
+            Operands::Complex(t) => inner.value_and_grad(py, &t, wrt, cotangent.as_ref(), self.memory_limit),
         }
     }
 
@@ -302,8 +304,8 @@ impl Expression {
         self.inner.check_shapes(&shapes)?;
         let (inner, wrt) = (&self.inner, self.inner.wrt(wrt));
         match ops {
-            Operands::Real(t) => inner.hvp(py, &t, &directions, wrt, cotangent.as_ref()),
-            Operands::Complex(t) => inner.hvp(py, &t, &directions, wrt, cotangent.as_ref()),
+            Operands::Real(t) => inner.hvp(py, &t, &directions, wrt, cotangent.as_ref(), self.memory_limit),
+            Operands::Complex(t) => inner.hvp(py, &t, &directions, wrt, cotangent.as_ref(), self.memory_limit),
         }
     }
 

@@ -117,6 +117,16 @@ def test_contract_path_reports_the_path():
     assert cgx.contract_path("ij,jk,kl->il", [2, 30], [30, 40], [40, 2], shapes=True)[0] == path
 
 
+def test_the_report_shows_scalar_operands_and_final_reductions():
+    _, info = cgx.contract_path("ij,->ji", (2, 3), ())
+    assert [s[0] for s in info.steps] == [(0, 1)]
+    assert "(0, 1)" in str(info) and "ij,->ji" in str(info)
+    _, info = cgx.contract_path("ij->ji", (2, 3))
+    assert [(s[0], s[1]) for s in info.steps] == [((0, 0), ("ij", "", "ji"))]
+    assert "(0,)" in str(info) and "ij->ji" in str(info)
+    assert cgx.contract_path("ij->ij", (2, 3))[1].steps == []
+
+
 def test_contract_path_matches_opt_einsum_costs_on_its_path():
     oe = pytest.importorskip("opt_einsum")
     eq, shapes = "ab,bc,cd->ad", [(3, 4), (4, 5), (5, 6)]

@@ -99,6 +99,10 @@ def test_memory_limit_raises_memory_error():
     expr = cgx.contract_expression("ab,cd->abcd", (10, 10), (10, 10), memory_limit=99)
     with pytest.raises(MemoryError):
         expr(a, a)
+    with pytest.raises(MemoryError):
+        expr.value_and_grad(a, a, cotangent=np.ones((10,) * 4))
+    with pytest.raises(MemoryError):
+        expr.hvp(a, a, directions=[a, a], cotangent=np.ones((10,) * 4))
     with pytest.raises(ValueError, match="memory_limit must be"):
         cgx.contract("ab->ab", a, memory_limit="lots")
 
