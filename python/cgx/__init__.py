@@ -6,7 +6,9 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
 - :func:`contract` (``opt_einsum.contract``): contract numpy arrays along a path;
 - :func:`contract_path` (``opt_einsum.contract_path``): the path and a cost report;
 - :func:`contract_expression` (``opt_einsum.contract_expression``): compile once for fixed
-  shapes, call many times, with ``value_and_grad`` and ``hvp``.
+  shapes, call many times, with ``value_and_grad`` and ``hvp``;
+- ``cgx.jax.contract`` (``import cgx.jax``, needs JAX): differentiable in JAX by the
+  engine's VJP.
 
 See ``docs/guide-python.md`` in the repository.
 """
