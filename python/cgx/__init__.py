@@ -1,0 +1,20 @@
+"""cgx: tensor contractions with opt_einsum's interface, compiled once and differentiable.
+
+The work happens in Rust (the project's ``einsum`` crate on the ``computegraph`` engine and
+the ``tidu`` AD library), reached through the extension module ``cgx._core``:
+
+- :func:`contract` (``opt_einsum.contract``): contract numpy arrays along a path;
+- :func:`contract_path` (``opt_einsum.contract_path``): the path and a cost report;
+- :func:`contract_expression` (``opt_einsum.contract_expression``): compile once for fixed
+  shapes, call many times, with ``value_and_grad`` and ``hvp``;
+- ``cgx.jax.contract`` (``import cgx.jax``, needs JAX): differentiable in JAX by the
+  engine's VJP.
+
+See ``docs/guide-python.md`` in the repository.
+"""
+
+from . import _core
+from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path
+
+__all__ = ["contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "_core"]
+__version__ = "0.1.0"

@@ -1,0 +1,267 @@
+"""opt_einsum's surface over the Rust extension ``cgx._core``.
+
+``contract``, ``contract_path`` and ``contract_expression`` take the arguments of their
+opt_einsum namesakes. Paths are opt_einsum's format (a list of tuples of positions in
+the current operand list). ``optimize`` is ``'greedy'`` (the einsum crate's finder, the
+default), an explicit path, any object with opt_einsum's ``PathOptimizer`` call signature
+``(inputs, output, size_dict, memory_limit=None) -> path`` (opt_einsum's and cotengra's
+optimizers), or the name of another opt_einsum path finder (``'optimal'``, ``'dp'``,
+``'branch-2'``, ...) when opt_einsum is installed.
+
+The engine contracts pairwise: a path step naming more than two operands is split into
+pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _core
+
+__all__ = ["contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo"]
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
+_core.set_memory_ceiling(_physical_memory())
+
+
+def _shape_of(x, is_shape: bool) -> tuple:
+    if is_shape:
+        return tuple(int(d) for d in x)
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return tuple(shape)
+    if isinstance(x, tuple):
+        return tuple(int(d) for d in x)
+    import numpy as np
+
+    return np.shape(x)
+
+
+def _memory_limit(memory_limit, shapes) -> float | None:
+    """opt_einsum's ``memory_limit``: ``None``, a number of elements or ``'max_input'``."""
+    if memory_limit is None:
+        return None
+    if memory_limit == "max_input":
+        return max((float(_prod(s)) for s in shapes), default=1.0)
+    try:
+        limit = float(memory_limit)
+    except (TypeError, ValueError):
+        raise ValueError(f"memory_limit must be None, a number of elements or 'max_input', not {memory_limit!r}") from None
+    if limit < 0:
+        raise ValueError(f"memory_limit must not be negative, got {memory_limit!r}")
+    return limit
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _pairwise(path, n: int) -> list[tuple[int, int]]:
+    """An opt_einsum path (tuples of any length) as the engine's pairwise path."""
+    path = list(path)
+    if path and path[0] == "einsum_path":  # numpy.einsum_path's format
+        path = path[1:]
+    steps = []
+    for step in path:
+        try:
+            step = tuple(int(p) for p in step)
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid contraction path: step {step!r} is not a tuple of positions") from None
+        steps.append(step)
+    if all(len(s) == 2 for s in steps):
+        return steps
+    # Follow opt_einsum's operand list and the engine's side by side: operands are named
+    # by ids; a step removes its operands from opt_einsum's list and appends the result.
+    theirs = list(range(n))
+    ours = list(range(n))
+    fresh = n
+    pairs = []
+    for s, step in enumerate(steps):
+        if len(step) == 0 or len(set(step)) != len(step) or any(not 0 <= p < len(theirs) for p in step):
+            raise ValueError(
+                f"invalid contraction path at step {s}: {step} is empty, repeats a position "
+                f"or is out of range ({len(theirs)} operands remain)"
+            )
+        ids = [theirs[p] for p in step]
+        for p in sorted(step, reverse=True):
+            del theirs[p]
+        current = ids[0]
+        for other in ids[1:]:
+            i, j = ours.index(current), ours.index(other)
+            pairs.append((i, j))
+            for p in sorted((i, j), reverse=True):
+                del ours[p]
+            ours.append(fresh)
+            current = fresh
+            fresh += 1
+        theirs.append(current)
+    return pairs
+
+
+def _find_path(eq: str, shapes, optimize, memory_limit):
+    """``None`` for the engine's greedy finder, else a pairwise path."""
+    if optimize is None or optimize is True or (isinstance(optimize, str) and optimize in ("greedy", "auto")):
+        return None
+    if optimize is False:
+        return [(0, 1)] * max(len(shapes) - 1, 0)
+    if isinstance(optimize, str):
+        try:
+            from opt_einsum.paths import get_path_fn
+        except ImportError:
+            raise ValueError(
+                f"optimize={optimize!r}: only 'greedy' is built in; other path finders come from opt_einsum, which is not installed"
+            ) from None
+        try:
+            optimize = get_path_fn(optimize)
+        except KeyError as e:
+            raise ValueError(f"optimize={optimize!r}: {e}") from None
+    if callable(optimize):
+        inputs, output, sizes, _ = _core.Expression(eq, [list(s) for s in shapes])._plan()
+        path = optimize([frozenset(t) for t in inputs], frozenset(output), sizes, memory_limit)
+        return _pairwise(path, len(shapes))
+    return _pairwise(optimize, len(shapes))
+
+
+def contract(eq: str, *operands, optimize="greedy", memory_limit=None):
+    """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
+
+    float64 and complex128 arrays are read directly (other numbers are converted; if one
+    operand is complex, the contraction is complex). The GIL is released while a large
+    contraction runs. Bad input raises ``ValueError`` (``MemoryError`` when an
+    intermediate exceeds ``memory_limit`` elements or the machine's memory).
+
+    >>> import numpy as np, cgx
+    >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    if memory_limit is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
+        return _core.contract(eq, operands)
+    shapes = [_shape_of(x, False) for x in operands]
+    limit = _memory_limit(memory_limit, shapes)
+    return _core.contract(eq, operands, _find_path(eq, shapes, optimize, limit), limit)
+
+
+class PathInfo:
+    """What a contraction along a path costs: opt_einsum's ``PathInfo``, printed as a report.
+
+    Attributes: ``eq``, ``path``, ``shapes``, ``size_dict``, ``input_subscripts``,
+    ``output_subscript``, ``steps`` (per step: positions, the labels of both operands and
+    of the result, its size in elements, its multiply-adds), ``opt_cost`` (flops along
+    the path: two per multiply-add), ``naive_cost`` (flops of one loop over all labels),
+    ``speedup``, ``largest_intermediate`` (elements) and ``scale_list`` (labels per step).
+    """
+
+    def __init__(self, eq, shapes, plan, path):
+        inputs, output, sizes, steps = plan
+        self.eq = eq
+        self.path = path
+        self.shapes = [tuple(s) for s in shapes]
+        self.size_dict = dict(sizes)
+        self.input_subscripts = ",".join(inputs)
+        self.output_subscript = output
+        self.steps = steps
+        self.opt_cost = 2 * sum(s[3] for s in steps)
+        self.naive_cost = 2 * float(_prod(sizes.values())) if steps else 0.0
+        self.speedup = self.naive_cost / self.opt_cost if self.opt_cost else 1.0
+        self.largest_intermediate = max((s[2] for s in steps), default=0.0)
+        self.scale_list = [len(set(a) | set(b)) for (_, (a, b, _), _, _) in steps]
+
+    def __str__(self):
+        lines = [
+            f"  Complete contraction:  {self.input_subscripts}->{self.output_subscript}",
+            f"         Naive scaling:  {len(self.size_dict)}",
+            f"     Optimized scaling:  {max(self.scale_list, default=0)}",
+            f"      Naive FLOP count:  {self.naive_cost:.3e}",
+            f"  Optimized FLOP count:  {self.opt_cost:.3e}",
+            f"   Theoretical speedup:  {self.speedup:.3e}",
+            f"  Largest intermediate:  {self.largest_intermediate:.3e} elements",
+            "-" * 80,
+            f"{'step':>4}  {'pair':<10}{'scaling':>8}{'flops':>12}{'size':>12}  contraction",
+            "-" * 80,
+        ]
+        for n, ((i, j), (a, b, r), size, madds) in enumerate(self.steps):
+            # A final one-operand step (reorder or reduce) has positions (0, 0).
+            pair, term = (f"({i},)", f"{a}->{r}") if i == j else (f"({i}, {j})", f"{a},{b}->{r}")
+            lines.append(f"{n:>4}  {pair:<10}{len(set(a) | set(b)):>8}{2 * madds:>12.3e}{size:>12.3e}  {term}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shapes=False):
+    """``(path, info)``: the pairwise path and a :class:`PathInfo` report, without contracting.
+
+    Operands are arrays or shapes (a tuple of ints, or any sequence with ``shapes=True``).
+
+    >>> import cgx
+    >>> path, info = cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5))
+    >>> path
+    [(0, 1), (0, 1)]
+    """
+    shape_list = [_shape_of(x, shapes) for x in operands]
+    limit = _memory_limit(memory_limit, shape_list)
+    path = _find_path(eq, shape_list, optimize, limit)
+    expr = _core.Expression(eq, [list(s) for s in shape_list], path)
+    info = PathInfo(eq, shape_list, expr._plan(), expr.path)
+    if limit is not None and info.largest_intermediate > limit:
+        raise MemoryError(
+            f"`{eq}`: the largest intermediate has {info.largest_intermediate:.0f} elements, more than memory_limit={limit:.0f}"
+        )
+    return expr.path, info
+
+
+class ContractExpression(_core.Expression):
+    """A contraction compiled once for fixed shapes and called many times (``expr(*arrays)``).
+
+    Built by :func:`contract_expression`. Besides calling it: ``value_and_grad`` and
+    ``hvp``. Gradients are vector-Jacobian products; for complex operands they are the
+    adjoint for the real inner product ``Re(conj(a)·b)`` (PyTorch's convention: the
+    conjugate of what ``jax.vjp`` returns for a holomorphic function).
+    """
+
+    def value_and_grad(self, *arrays, wrt=None, cotangent=None):
+        """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
+        ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
+        means 1 and needs a scalar output)."""
+        return self._value_and_grad(arrays, _wrt(wrt), cotangent)
+
+    def hvp(self, *arrays, directions, wrt=None, cotangent=None):
+        """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one
+        direction per ``wrt`` operand in, one array per ``wrt`` operand out."""
+        return self._hvp(arrays, list(directions), _wrt(wrt), cotangent)
+
+    def __repr__(self):
+        return f"ContractExpression({self.eq!r}, shapes={self.shapes}, path={self.path})"
+
+
+def _wrt(wrt):
+    if wrt is None:
+        return None
+    if isinstance(wrt, int):
+        return [wrt]
+    return list(wrt)
+
+
+def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None):
+    """A :class:`ContractExpression` for operands of ``shapes`` (tuples of ints).
+
+    >>> import numpy as np, cgx
+    >>> expr = cgx.contract_expression("ij,j->", (2, 2), (2,))
+    >>> value, (da, dx) = expr.value_and_grad(np.eye(2), np.array([1.0, 2.0]))
+    >>> float(value), dx.tolist()
+    (3.0, [1.0, 1.0])
+    """
+    shape_list = [_shape_of(s, True) for s in shapes]
+    limit = _memory_limit(memory_limit, shape_list)
+    path = _find_path(eq, shape_list, optimize, limit)
+    return ContractExpression(eq, [list(s) for s in shape_list], path, limit)

@@ -1,0 +1,23 @@
+"""docs/guide-python.md runs as a test: its ``python`` blocks, in order, in one namespace."""
+
+import pathlib
+import re
+
+import pytest
+
+GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide-python.md"
+
+
+def blocks():
+    return re.findall(r"^```python\n(.*?)^```", GUIDE.read_text(encoding="utf-8"), flags=re.S | re.M)
+
+
+@pytest.mark.skipif(not GUIDE.exists(), reason="run from the repository: the guide is not packaged")
+def test_the_guide_runs():
+    code = blocks()
+    assert len(code) >= 4
+    namespace = {}
+    for i, block in enumerate(code):
+        if "import cgx.jax" in block:
+            pytest.importorskip("jax")
+        exec(compile(block, f"{GUIDE.name}[block {i}]", "exec"), namespace)
