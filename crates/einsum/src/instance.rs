@@ -268,6 +268,15 @@ mod tests {
         assert!(err(&ok.replace("[[0, 1]]", "[[1, 1]]")).contains("with itself"));
         assert!(err(&ok.replace("[[0, 1]]", "[]")).contains("leaves 2 operands uncontracted"));
         assert!(err(&ok.replace("\"paths\": {", "\"paths\": 3, \"x\": {")).contains("`paths` must be an object"));
+        let dtype = |d: &str| ok.replace("\"num_tensors\": 2", &format!("\"num_tensors\": 2, \"dtype\": {d}"));
+        assert_eq!(Instance::from_json(&dtype("\"float64\"")).unwrap().dtype, Dtype::Float64);
+        assert_eq!(Instance::from_json(&dtype("\"complex128\"")).unwrap().dtype, Dtype::Complex128);
+        assert_eq!(Instance::from_json(ok).unwrap().dtype, Dtype::Float64);
+        for d in ["int64", "float32", "complex64", "bool"] {
+            let e = err(&dtype(&format!("\"{d}\"")));
+            assert!(e.contains(&format!("`t`: dtype `{d}` is not supported")), "{e}");
+        }
+        assert!(err(&dtype("64")).contains("`dtype` must be a string, found 64"));
     }
 
     #[test]
