@@ -250,3 +250,35 @@ fn grad_outputs_need_grad_and_help_says_what_the_seed_is() {
     let help = String::from_utf8(cgx(&["einsum", "--help"]).stdout).unwrap();
     assert!(help.contains("gradient of sum(output)") && help.contains("--cotangent"), "{help}");
 }
+
+#[test]
+fn sizes_beyond_the_memory_limit_fail_with_exit_1_not_an_abort() {
+    let inst = tmp("huge_instance.json");
+    std::fs::write(&inst, r#"{"name": "huge", "format_string": "ij->", "shapes": [[1048576, 1048576]], "paths": {"opt_flops": {"path": []}}}"#).unwrap();
+    for (args, want) in [
+        (&["einsum", "i->", "--shapes", "1099511627776"][..], "operand 0 of shape [1099511627776] needs 8 TiB"),
+        (&["einsum", "ij->", "--shapes", "1048576x1048576"], "operand 0 of shape [1048576, 1048576] needs 8 TiB"),
+        (&["einsum", "i,j->ij", "--shapes", "1048576,1048576"], "the output of step 0 of the path"),
+        (&["einsum", &inst], "operand 0 of shape [1048576, 1048576] needs 8 TiB"),
+        (&["einsum", "i->", &data("huge_header.npy")], "huge_header.npy holds an array of shape [1099511627776]"),
+        (&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--memory-limit", "1KiB"], "over the limit of 1 KiB"),
+        (
+            &["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--grad", "--memory-limit", "100000"],
+            "the gradient of `ij,jk->ik`",
+        ),
+        (&["bench", "dag", "--nodes", "1e10"], "does not fit one graph"),
+        (&["bench", "dag", "--nodes", "1e8", "--memory-limit", "1GiB"], "needs about 23.8 GiB"),
+    ] {
+        let o = cgx(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.starts_with("cgx: error:") && e.lines().count() == 1 && e.contains(want), "{args:?}: {e}");
+    }
+    // The limit can be raised or lifted, and a bad one is a usage error.
+    let o = cgx(&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--grad", "--memory-limit", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cgx(&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--memory-limit", "1MiB", "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"memory_limit\":1048576"), "{}", stderr(&o));
+    assert_eq!(cgx(&["einsum", "ij->", "--shapes", "2x2", "--memory-limit", "2 parsecs"]).status.code(), Some(2));
+    assert_eq!(cgx(&["bench", "dag", "--memory-limit", "lots"]).status.code(), Some(2));
+}

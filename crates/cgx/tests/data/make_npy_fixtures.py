@@ -53,3 +53,8 @@ np.savez(os.path.join(HERE, "cz_grads.npz"), np.einsum("i,j->ij", c, cx.conj()),
 # Unsupported dtypes: an error naming the dtype and the file.
 save("f32.npy", np.ones((3, 4), dtype=np.float32))
 save("i64.npy", np.ones((4, 2), dtype=np.int64))
+
+# A header promising 2^40 float64 values (8 TiB) and no data: refused from the header alone,
+# before anything is allocated.
+with open(os.path.join(HERE, "huge_header.npy"), "wb") as f:
+    np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
