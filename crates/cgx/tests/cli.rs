@@ -247,6 +247,15 @@ fn one_evaluation_by_default_and_best_of_n_on_request() {
 #[test]
 fn grad_outputs_need_grad_and_help_says_what_the_seed_is() {
     assert_eq!(cgx(&["einsum", "ij->", "--shapes", "2x2", "--grad-out", "g.npz"]).status.code(), Some(2));
+    let (a, b) = (data("mm_a.npy"), data("mm_b.npy"));
+    for (cotangent, want) in [
+        ("mm_a.npy", "mm_a.npy: the cotangent has shape [3, 4] but the output has shape [3, 2]"),
+        ("cz_x.npy", "cz_x.npy: a complex128 cotangent for a float64 contraction"),
+    ] {
+        let o = cgx(&["einsum", "ij,jk->ik", &a, &b, "--grad", "--cotangent", &data(cotangent)]);
+        assert_eq!(o.status.code(), Some(1), "{cotangent}");
+        assert!(stderr(&o).contains(want) && stderr(&o).lines().count() == 1, "{}", stderr(&o));
+    }
     let help = String::from_utf8(cgx(&["einsum", "--help"]).stdout).unwrap();
     assert!(help.contains("gradient of sum(output)") && help.contains("--cotangent"), "{help}");
 }
