@@ -56,7 +56,7 @@ pub struct DagArgs {
     pub json: bool,
     /// The memory budget of the run (`2GiB`, `500MB`, bytes, or `none`), checked against an
     /// estimate of [`BYTES_PER_NODE`] per operation before anything is generated. Default:
-    /// half the physical memory, at most 8 GiB.
+    /// half the physical memory (or of `ulimit -v`), at most 8 GiB.
     #[arg(long, value_parser = |s: &str| s.parse::<MemoryLimit>().map_err(|e| e.to_string()))]
     pub memory_limit: Option<MemoryLimit>,
 }
@@ -74,16 +74,16 @@ const MAX_NODES: usize = 1 << 31;
 /// Checks a run of `nodes` operations against the graph's size limit and `limit`, before
 /// anything is allocated.
 pub fn check_size(nodes: usize, limit: MemoryLimit) -> CliResult {
-    if nodes >= MAX_NODES {
-        return Err(CliError(format!(
-            "a DAG of {nodes} operations does not fit one graph (at most 2^31 = {MAX_NODES} values)"
-        )));
-    }
     let bytes = (nodes as u64).checked_mul(BYTES_PER_NODE);
     if !limit.allows(bytes) {
         return Err(CliError(format!(
             "memory limit exceeded: a DAG of {nodes} operations needs about {} ({BYTES_PER_NODE} bytes per operation), over the limit of {limit} (see --memory-limit)",
             format_bytes(bytes)
+        )));
+    }
+    if nodes >= MAX_NODES {
+        return Err(CliError(format!(
+            "a DAG of {nodes} operations does not fit one graph (at most 2^31 = {MAX_NODES} values)"
         )));
     }
     Ok(())
@@ -315,6 +315,8 @@ mod tests {
     fn sizes_beyond_the_graph_or_the_memory_limit_are_errors() {
         let e = check_size(10_000_000_000, MemoryLimit::Unlimited).unwrap_err().0;
         assert!(e.contains("does not fit one graph"), "{e}");
+        let e = check_size(10_000_000_000, MemoryLimit::Bytes(8 << 30)).unwrap_err().0;
+        assert!(e.starts_with("memory limit exceeded: a DAG of 10000000000 operations needs about 2.3 TiB"), "{e}");
         let e = check_size(100_000_000, MemoryLimit::Bytes(1 << 30)).unwrap_err().0;
         assert!(e.contains("needs about 23.8 GiB (25600000000 bytes)") && e.contains("limit of 1 GiB"), "{e}");
         assert!(check_size(1_000_000, MemoryLimit::Bytes(1 << 30)).is_ok());

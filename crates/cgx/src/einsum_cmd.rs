@@ -12,13 +12,14 @@
 //!   file headers before their data is read and by [`Einsum::with_options`] on every
 //!   tensor of the path before anything is evaluated.
 //! - Timing: one evaluation by default; `--repeat N` (N > 1) runs a warm-up and reports
-//!   the best of N.
+//!   the best of N, with a progress bar on a terminal.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
 use einsum::{ContractionPath, Dtype, Einsum, EinsumOptions, Instance, MemoryLimit, PathChoice, Tensor, c64};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::npy::{self, ArrayInfo, NpyElem};
 use crate::table::{Table, json_number, json_string};
@@ -100,15 +101,22 @@ fn parse_memory_limit(s: &str) -> Result<MemoryLimit, String> {
 }
 
 /// The default memory limit of the command line: half of the physical memory (from
-/// `/proc/meminfo`), at most the library's 8 GiB ([`einsum::DEFAULT_MEMORY_LIMIT`]); the
-/// 8 GiB where the physical memory is unknown.
+/// `/proc/meminfo`) or of the address-space limit (`ulimit -v`, from `/proc/self/limits`),
+/// whichever is smaller, and at most the library's 8 GiB ([`einsum::DEFAULT_MEMORY_LIMIT`]);
+/// the 8 GiB where neither is known.
 pub fn default_memory_limit() -> MemoryLimit {
     let physical = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         kib.checked_mul(1024)
     });
-    MemoryLimit::Bytes(physical.map_or(einsum::DEFAULT_MEMORY_LIMIT, |b| (b / 2).min(einsum::DEFAULT_MEMORY_LIMIT)))
+    // "Max address space   <soft> <hard> bytes"; `unlimited` does not parse and is no bound.
+    let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
+        let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+        line.trim_start_matches("Max address space").split_whitespace().next()?.parse::<u64>().ok()
+    });
+    let half = [physical, address_space].into_iter().flatten().map(|b| b / 2).min();
+    MemoryLimit::Bytes(half.map_or(einsum::DEFAULT_MEMORY_LIMIT, |b| b.min(einsum::DEFAULT_MEMORY_LIMIT)))
 }
 
 /// Options of `cgx einsum`.
@@ -155,7 +163,7 @@ pub struct EinsumArgs {
     pub repeat: u32,
     /// The budget for the tensors of the run (operands, intermediates, output, gradients):
     /// `2GiB`, `500MB`, a plain number of bytes, or `none`. Default: half the physical
-    /// memory, at most 8 GiB.
+    /// memory (or of `ulimit -v`), at most 8 GiB.
     #[arg(long, value_parser = parse_memory_limit)]
     pub memory_limit: Option<MemoryLimit>,
     /// Threads for the graph-level parallel evaluation (1: sequential).
@@ -206,6 +214,8 @@ struct Plan {
 
 /// What to do with the network.
 struct Settings {
+    /// No progress bar (`--json`).
+    quiet: bool,
     grad: bool,
     threads: u16,
     repeat: u32,
@@ -311,8 +321,15 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         operands: Operands::Seeded { instance: Some(Box::new(inst)), seed: 42 },
         cotangent: None,
     };
-    let settings =
-        Settings { grad: true, threads, repeat: 5, limit: default_memory_limit(), output: None, grad_out: None };
+    let settings = Settings {
+        quiet: true,
+        grad: true,
+        threads,
+        repeat: 5,
+        limit: default_memory_limit(),
+        output: None,
+        grad_out: None,
+    };
     measure_plan::<f64>(plan, &settings)
 }
 
@@ -351,6 +368,7 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
     let limit = args.memory_limit.unwrap_or_else(default_memory_limit);
     let plan = plan(args, limit)?;
     let settings = Settings {
+        quiet: args.json,
         grad: args.grad,
         threads: args.threads,
         repeat: args.repeat,
@@ -410,13 +428,23 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         phases.push((format!("eval ({threads})"), m));
         (r, m)
     } else {
+        // A bar on stderr over the runs (indicatif draws nothing when stderr is not a terminal).
+        let bar = if s.quiet { ProgressBar::hidden() } else { ProgressBar::new(u64::from(s.repeat) + 1) };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:24.cyan/blue} {pos}/{len} evaluations ({elapsed})")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
         let mut result = run()?; // warm-up: first-touch of the buffers
+        bar.inc(1);
         let mut best = f64::INFINITY;
         for _ in 0..s.repeat {
             let t = Instant::now();
             result = run()?;
             best = best.min(ms(t));
+            bar.inc(1);
         }
+        bar.finish_and_clear();
         phases.push((format!("eval (best of {}, {threads})", s.repeat), best));
         (result, best)
     };

@@ -275,7 +275,8 @@ fn sizes_beyond_the_memory_limit_fail_with_exit_1_not_an_abort() {
             &["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--grad", "--memory-limit", "100000"],
             "the gradient of `ij,jk->ik`",
         ),
-        (&["bench", "dag", "--nodes", "1e10"], "does not fit one graph"),
+        (&["bench", "dag", "--nodes", "1e10"], "a DAG of 10000000000 operations needs about 2.3 TiB"),
+        (&["bench", "dag", "--nodes", "1e10", "--memory-limit", "none"], "does not fit one graph"),
         (&["bench", "dag", "--nodes", "1e8", "--memory-limit", "1GiB"], "needs about 23.8 GiB"),
     ] {
         let o = cgx(args);
@@ -290,4 +291,16 @@ fn sizes_beyond_the_memory_limit_fail_with_exit_1_not_an_abort() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"memory_limit\":1048576"), "{}", stderr(&o));
     assert_eq!(cgx(&["einsum", "ij->", "--shapes", "2x2", "--memory-limit", "2 parsecs"]).status.code(), Some(2));
     assert_eq!(cgx(&["bench", "dag", "--memory-limit", "lots"]).status.code(), Some(2));
+}
+
+#[test]
+fn under_ulimit_v_the_default_limit_follows_the_address_space() {
+    // 4 GB of address space: the default limit becomes 2 GB, so a 3.2 GB result is refused
+    // by the check (exit 1) instead of failing in the allocator (abort, exit 134).
+    let script =
+        format!("ulimit -v 4000000 && exec {} einsum i,j-\\>ij --shapes 20000,20000", env!("CARGO_BIN_EXE_cgx"));
+    let o = Command::new("sh").args(["-c", &script]).output().expect("sh runs");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("the output of step 0") && e.contains("over the limit of 1.9 GiB"), "{e}");
 }
