@@ -625,6 +625,31 @@ mod tests {
     }
 
     #[test]
+    fn paths_parse_in_opt_einsum_form() {
+        let explicit = |steps: Vec<[usize; 2]>| Ok(PathArg::Explicit(ContractionPath::new(steps)));
+        assert_eq!(parse_path("[(0, 1), (0, 1)]"), explicit(vec![[0, 1], [0, 1]]));
+        assert_eq!(parse_path(" [[1,2],[0,1],] "), explicit(vec![[1, 2], [0, 1]]));
+        assert_eq!(parse_path("[]"), explicit(vec![]));
+        assert_eq!(parse_path("opt_flops"), Ok(PathArg::OptFlops));
+        assert_eq!(parse_path("greedy"), Ok(PathArg::Greedy));
+        for (bad, want) in [
+            ("[(0,1)", "no enclosing"),
+            ("[(0,1)(0,1)]", "separated by commas"),
+            ("[(0,1),(0,x)]", "`x` is not an operand position"),
+            ("[(0,-1)]", "`-1` is not an operand position"),
+            ("[(0,1,2)]", "contracts 3 operands"),
+            ("[(0,)]", "names 1 operands"),
+            ("[(0,1]", "not closed"),
+            ("[0,1]", "does not start with ( or ["),
+            ("optimal", "not a path"),
+        ] {
+            let e = parse_path(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        assert_eq!(format_path(&ContractionPath::new(vec![[1, 2], [0, 1]])), "[(1, 2), (0, 1)]");
+    }
+
+    #[test]
     fn shapes_parse() {
         assert_eq!(parse_shapes("2x3, 3X4,_").unwrap(), vec![vec![2, 3], vec![3, 4], vec![]]);
         assert!(parse_shapes("2x").unwrap_err().0.contains("not a shape"));

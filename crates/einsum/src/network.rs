@@ -12,6 +12,12 @@
 //!
 //! Labels are renumbered per step ([`ContractSpec`] is canonical), so the same network
 //! spelled with other letters builds the same keys and shares compiled programs.
+//!
+//! Memory: while following the path, the build counts the bytes of every operand, step
+//! result and output, alone and alive together, in checked arithmetic, against the
+//! [`EinsumOptions`]' [`MemoryLimit`] (default 8 GiB); [`Einsum::gradient`] and
+//! [`Einsum::hvp`] count the reverse pass. Nothing an evaluation allocates for tensors has
+//! escaped the count (ADR 0011).
 
 use std::sync::{Arc, Mutex};
 
@@ -159,7 +165,8 @@ pub struct Einsum<T: Elem> {
 }
 
 impl<T: Elem> Einsum<T> {
-    /// Parses, checks shapes and path, builds and compiles.
+    /// Parses, checks shapes, path and memory (the default limit, 8 GiB), builds and
+    /// compiles.
     pub fn new(expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Self> {
         Self::build(expression, shapes, path, None, &EinsumOptions::default())
     }
