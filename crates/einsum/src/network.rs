@@ -423,7 +423,7 @@ impl<T: Elem> Einsum<T> {
         if !budget.limit.allows(twice.and_then(|b| b.checked_add(self.peak_bytes))) {
             let all = twice.and_then(|b| b.checked_add(self.peak_bytes));
             return Err(budget.error(
-                format!("{what} of `{}` (the forward intermediates and their cotangents)", self.subscripts),
+                format!("{what} of `{}` (the forward intermediates and their cotangents)", short(&self.subscripts)),
                 all,
             ));
         }
@@ -490,6 +490,12 @@ impl<T: Elem> Einsum<T> {
     fn meta(&self) -> Meta {
         Meta { shapes: self.shapes.clone(), output_shape: self.output_shape.clone(), name: self.subscripts.to_string() }
     }
+}
+
+/// An expression for a message: at most 60 characters.
+fn short(s: &Subscripts) -> String {
+    let s = s.to_string();
+    if s.chars().count() <= 60 { s } else { format!("{}…", s.chars().take(60).collect::<String>()) }
 }
 
 /// What derivative programs need to check and shape their arguments.
