@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use benches::{Shape, Workload, memory_status, same_values};
 use clap::{Args, ValueEnum};
 use computegraph::{CompiledProgram, EvalState, KeyInterner, compile, materialize_merge, resolve};
+use einsum::{MemoryLimit, format_bytes};
 use indicatif::{ProgressBar, ProgressStyle};
 use scalar::ScalarOp;
 
@@ -53,9 +54,40 @@ pub struct DagArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The memory budget of the run (`2GiB`, `500MB`, bytes, or `none`), checked against an
+    /// estimate of [`BYTES_PER_NODE`] per operation before anything is generated. Default:
+    /// half the physical memory (or of `ulimit -v`), at most 8 GiB.
+    #[arg(long, value_parser = |s: &str| s.parse::<MemoryLimit>().map_err(|e| e.to_string()))]
+    pub memory_limit: Option<MemoryLimit>,
 }
 
 pub use benches::parse_count;
+
+/// The estimated peak bytes per operation of a run: the spec, the graph, the materialized
+/// graph, the program, the slots and the reference evaluation together. Measured peaks are
+/// 170 to 200 bytes per node at 10^7 (`docs/PERFORMANCE.md`); the estimate rounds up.
+pub const BYTES_PER_NODE: u64 = 256;
+
+/// A graph holds at most 2^31 local values (`computegraph`'s packed operands).
+const MAX_NODES: usize = 1 << 31;
+
+/// Checks a run of `nodes` operations against the graph's size limit and `limit`, before
+/// anything is allocated.
+pub fn check_size(nodes: usize, limit: MemoryLimit) -> CliResult {
+    let bytes = (nodes as u64).checked_mul(BYTES_PER_NODE);
+    if !limit.allows(bytes) {
+        return Err(CliError(format!(
+            "memory limit exceeded: a DAG of {nodes} operations needs about {} ({BYTES_PER_NODE} bytes per operation), over the limit of {limit} (see --memory-limit)",
+            format_bytes(bytes)
+        )));
+    }
+    if nodes >= MAX_NODES {
+        return Err(CliError(format!(
+            "a DAG of {nodes} operations does not fit one graph (at most 2^31 = {MAX_NODES} values)"
+        )));
+    }
+    Ok(())
+}
 
 /// One timed phase.
 pub struct Phase {
@@ -238,6 +270,7 @@ pub fn default_threads() -> usize {
 /// `cgx bench dag`.
 pub fn run(args: &DagArgs) -> CliResult {
     let threads = args.threads.map_or_else(default_threads, usize::from);
+    check_size(args.nodes, args.memory_limit.unwrap_or_else(crate::einsum_cmd::default_memory_limit))?;
     let report = measure(args.shape, args.nodes, threads, args.json)?;
     if args.json {
         println!("{}", report.json());
@@ -276,6 +309,18 @@ mod tests {
         assert!(parse_count("0").is_err());
         assert!(parse_count("many").unwrap_err().contains("not a count"));
         assert!(parse_count("1e40").is_err());
+    }
+
+    #[test]
+    fn sizes_beyond_the_graph_or_the_memory_limit_are_errors() {
+        let e = check_size(10_000_000_000, MemoryLimit::Unlimited).unwrap_err().0;
+        assert!(e.contains("does not fit one graph"), "{e}");
+        let e = check_size(10_000_000_000, MemoryLimit::Bytes(8 << 30)).unwrap_err().0;
+        assert!(e.starts_with("memory limit exceeded: a DAG of 10000000000 operations needs about 2.3 TiB"), "{e}");
+        let e = check_size(100_000_000, MemoryLimit::Bytes(1 << 30)).unwrap_err().0;
+        assert!(e.contains("needs about 23.8 GiB (25600000000 bytes)") && e.contains("limit of 1 GiB"), "{e}");
+        assert!(check_size(1_000_000, MemoryLimit::Bytes(1 << 30)).is_ok());
+        assert!(check_size(100_000_000, MemoryLimit::Unlimited).is_ok());
     }
 
     #[test]

@@ -152,6 +152,7 @@ pub fn run(args: &DemoArgs) -> CliResult {
 
     println!("== 4. A {}-operation random DAG through the pipeline ==\n", args.nodes);
     let threads = args.threads.map_or_else(dag::default_threads, usize::from);
+    dag::check_size(args.nodes, crate::einsum_cmd::default_memory_limit())?;
     let report = dag::measure(ShapeArg::Window, args.nodes, threads, false)?;
     println!("{} operations, {} after CSE, {} slots", report.nodes, report.operations, report.slots);
     print!("{}", report.table());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use benches::{Shape, Workload};
 use clap::{Args, ValueEnum};
 use computegraph::{Graph, KeyInterner, ValueKey, try_compile, try_materialize_merge, try_resolve};
-use einsum::{Instance, PathChoice, TensorKey};
+use einsum::{Dtype, Instance, PathChoice, TensorKey};
 use scalar::{ScalarKey, ScalarOp};
 use tidu::{Primitive, try_linear_transpose, try_linearize};
 
@@ -101,9 +101,19 @@ pub fn render(args: &DotArgs) -> CliResult<String> {
     if let Some(file) = &args.instance {
         let inst = Instance::from_file(file)?;
         let path = inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit);
-        let e = inst.einsum::<f64>(path)?;
         let wrt: Vec<TensorKey> = (0..inst.shapes.len() as u32).map(TensorKey::var).collect();
-        return stage_dot(args.stage, e.graph(), std::slice::from_ref(e.output_key()), &wrt);
+        // The instance's dtype decides the element type (complex graphs conjugate in their
+        // transposes).
+        return match inst.dtype {
+            Dtype::Float64 => {
+                let e = inst.einsum::<f64>(path)?;
+                stage_dot(args.stage, e.graph(), std::slice::from_ref(e.output_key()), &wrt)
+            }
+            Dtype::Complex128 => {
+                let e = inst.einsum::<einsum::c64>(path)?;
+                stage_dot(args.stage, e.graph(), std::slice::from_ref(e.output_key()), &wrt)
+            }
+        };
     }
     let (graph, outputs, wrt) = example(args)?;
     stage_dot(args.stage, &graph, &outputs, &wrt)

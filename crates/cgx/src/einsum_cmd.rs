@@ -1,17 +1,32 @@
-//! `cgx einsum`: run a contraction instance (the Einsum Benchmark's JSON) or a quick
-//! expression, with timings, flops and optionally the gradient.
+//! `cgx einsum`: contract a tensor network (an instance file of the Einsum Benchmark, or an
+//! expression) on the user's data or on seeded random operands, write the result and its
+//! gradients, and time it.
+//!
+//! - Operands: `.npy` files (one per operand, in order) or one `.npz` (`arr_0`, `arr_1`, …
+//!   or the archive's order; see [`crate::npy`]); without files, seeded random data of the
+//!   instance's shapes or of `--shapes`.
+//! - dtype: `float64` runs as `f64`, `complex128` as `c64` (an instance's `"dtype"`, or the
+//!   files': one complex operand makes the run complex, real operands are widened as
+//!   numpy's `einsum` does). Any other dtype is an error naming it and the file.
+//! - Memory: the memory limit ([`default_memory_limit`] or `--memory-limit`) is checked on
+//!   file headers before their data is read and by [`Einsum::with_options`] on every
+//!   tensor of the path before anything is evaluated.
+//! - Timing: one evaluation by default; `--repeat N` (N > 1) runs a warm-up and reports
+//!   the best of N, with a progress bar on a terminal.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use clap::{Args, ValueEnum};
-use einsum::{Einsum, Instance, PathChoice, Tensor};
+use clap::Args;
+use einsum::{ContractionPath, Dtype, Einsum, EinsumOptions, Instance, MemoryLimit, PathChoice, Tensor, c64};
+use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::npy::{self, ArrayInfo, NpyElem};
 use crate::table::{Table, json_number, json_string};
 use crate::{CliError, CliResult};
 
 /// Which pairwise path to contract along.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PathArg {
     /// The instance's `paths.opt_flops.path`.
     OptFlops,
@@ -19,23 +34,138 @@ pub enum PathArg {
     OptSize,
     /// The built-in greedy path finder.
     Greedy,
+    /// An explicit path in opt_einsum's format.
+    Explicit(ContractionPath),
+}
+
+/// Parses `--path`: `opt-flops`, `opt-size`, `greedy`, or an explicit opt_einsum path
+/// written as a list of pairs, `[(0,1),(0,1)]` or `[[0,1],[0,1]]` (whitespace ignored).
+pub fn parse_path(s: &str) -> Result<PathArg, String> {
+    match s.trim() {
+        "opt-flops" | "opt_flops" => Ok(PathArg::OptFlops),
+        "opt-size" | "opt_size" => Ok(PathArg::OptSize),
+        "greedy" => Ok(PathArg::Greedy),
+        t if t.starts_with('[') => parse_explicit_path(t).map(PathArg::Explicit),
+        t => Err(format!("`{t}` is not a path: use opt-flops, opt-size, greedy or a list of pairs like [(0,1),(0,1)]")),
+    }
+}
+
+/// `[(0,1),(0,1)]` or `[[0,1],[0,1]]` → the path; `[]` is the empty path (one operand).
+fn parse_explicit_path(s: &str) -> Result<ContractionPath, String> {
+    let bad = |why: &str| format!("`{s}` is not a path like [(0,1),(0,1)]: {why}");
+    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut rest = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).ok_or_else(|| bad("no enclosing [ ]"))?;
+    let mut steps = Vec::new();
+    while !rest.is_empty() {
+        let close = match rest.chars().next() {
+            Some('(') => ')',
+            Some('[') => ']',
+            _ => return Err(bad(&format!("step {} does not start with ( or [", steps.len()))),
+        };
+        let end = rest.find(close).ok_or_else(|| bad(&format!("step {} is not closed", steps.len())))?;
+        let positions = rest[1..end]
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse::<usize>().map_err(|_| bad(&format!("`{x}` is not an operand position"))))
+            .collect::<Result<Vec<usize>, String>>()?;
+        match positions[..] {
+            [i, j] => steps.push([i, j]),
+            _ if positions.len() > 2 => {
+                return Err(bad(&format!(
+                    "step {} contracts {} operands; only pairwise steps are supported so far",
+                    steps.len(),
+                    positions.len()
+                )));
+            }
+            _ => {
+                return Err(bad(&format!("step {} names {} operands, a step takes two", steps.len(), positions.len())));
+            }
+        }
+        rest = &rest[end + 1..];
+        if !rest.is_empty() {
+            rest = rest.strip_prefix(',').ok_or_else(|| bad("steps must be separated by commas"))?;
+        }
+    }
+    Ok(ContractionPath::new(steps))
+}
+
+/// opt_einsum's printed form of a path: `[(0, 1), (0, 1)]`.
+pub fn format_path(p: &ContractionPath) -> String {
+    let steps: Vec<String> = p.steps().iter().map(|[i, j]| format!("({i}, {j})")).collect();
+    format!("[{}]", steps.join(", "))
+}
+
+/// Parses `--memory-limit` (see [`MemoryLimit`]'s `FromStr`).
+fn parse_memory_limit(s: &str) -> Result<MemoryLimit, String> {
+    s.parse::<MemoryLimit>().map_err(|e| e.to_string())
+}
+
+/// The default memory limit of the command line: half of the physical memory (from
+/// `/proc/meminfo`) or of the address-space limit (`ulimit -v`, from `/proc/self/limits`),
+/// whichever is smaller, and at most the library's 8 GiB ([`einsum::DEFAULT_MEMORY_LIMIT`]);
+/// the 8 GiB where neither is known.
+pub fn default_memory_limit() -> MemoryLimit {
+    let physical = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    });
+    // "Max address space   <soft> <hard> bytes"; `unlimited` does not parse and is no bound.
+    let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
+        let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+        line.trim_start_matches("Max address space").split_whitespace().next()?.parse::<u64>().ok()
+    });
+    let half = [physical, address_space].into_iter().flatten().map(|b| b / 2).min();
+    MemoryLimit::Bytes(half.map_or(einsum::DEFAULT_MEMORY_LIMIT, |b| b.min(einsum::DEFAULT_MEMORY_LIMIT)))
 }
 
 /// Options of `cgx einsum`.
 #[derive(Args, Debug, Clone)]
+#[command(after_help = "Without --cotangent, --grad seeds the reverse pass with a cotangent of ones: the gradients \
+are those of sum(output) (for complex data, the adjoint for Re(conj(a)·b), PyTorch's convention).\n\n\
+Examples:\n  cgx einsum 'ij,jk->ik' a.npy b.npy -o c.npy\n  cgx einsum 'ij,jk->ik' ab.npz --grad --grad-out grads.npz\n  \
+cgx einsum instance.json --repeat 5 --threads 2 --show-path")]
 pub struct EinsumArgs {
     /// An instance file (`*.json`, the Einsum Benchmark's format) or an expression such as
-    /// `"ab,bc->ac"` (then give `--shapes`).
+    /// `"ab,bc->ac"` (give --shapes, or operand files).
     pub input: String,
-    /// Operand shapes of an expression: `2x3,3x4` (a scalar operand is `_`).
+    /// Operand data: one `.npy` file per operand, in order, or one `.npz` holding them all
+    /// (`arr_0`, `arr_1`, … as numpy's savez names them, or the archive's order). float64 and
+    /// complex128 only. Without files, operands are seeded random numbers.
+    pub operands: Vec<PathBuf>,
+    /// Operand shapes of an expression with random operands: `2x3,3x4` (a scalar operand is `_`).
     #[arg(long)]
     pub shapes: Option<String>,
-    /// The path (instances default to `opt-flops`, expressions to `greedy`).
-    #[arg(long, value_enum)]
+    /// The path: `opt-flops`, `opt-size` (an instance's stored paths), `greedy`, or an explicit
+    /// opt_einsum path as a list of pairs of positions, `[(0,1),(0,1)]` (instances default to
+    /// opt-flops, expressions to greedy).
+    #[arg(long, value_parser = parse_path)]
     pub path: Option<PathArg>,
-    /// Also build and run the gradient with respect to every operand.
+    /// Print the path in opt_einsum's format (it is always in the --json output).
+    #[arg(long)]
+    pub show_path: bool,
+    /// Write the result to this `.npy` file.
+    #[arg(short = 'o', long = "output", value_name = "FILE.npy")]
+    pub output: Option<PathBuf>,
+    /// Also build and run the gradient with respect to every operand, seeded with --cotangent
+    /// or, without it, with ones (the gradient of sum(output)).
     #[arg(long)]
     pub grad: bool,
+    /// Write the gradients (one per operand, `arr_0`, `arr_1`, …) to this `.npz` file.
+    #[arg(long, value_name = "FILE.npz", requires = "grad")]
+    pub grad_out: Option<PathBuf>,
+    /// The cotangent seeding the reverse pass (an `.npy` of the output's shape); default: ones,
+    /// the gradient of sum(output).
+    #[arg(long, value_name = "FILE.npy", requires = "grad")]
+    pub cotangent: Option<PathBuf>,
+    /// Evaluations: 1 runs once; N > 1 runs a warm-up, then N timed runs, and reports the best.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// The budget for the tensors of the run (operands, intermediates, output, gradients):
+    /// `2GiB`, `500MB`, a plain number of bytes, or `none`. Default: half the physical
+    /// memory (or of `ulimit -v`), at most 8 GiB.
+    #[arg(long, value_parser = parse_memory_limit)]
+    pub memory_limit: Option<MemoryLimit>,
     /// Threads for the graph-level parallel evaluation (1: sequential).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
@@ -63,59 +193,144 @@ pub fn parse_shapes(s: &str) -> CliResult<Vec<Vec<usize>>> {
         .collect()
 }
 
-/// The network to run: an instance's, or an expression's with seeded operands.
-struct Job {
+/// Where the operands come from.
+enum Operands {
+    /// Seeded random numbers, scaled as [`Instance::random_operands`] for an instance.
+    Seeded { instance: Option<Box<Instance>>, seed: u64 },
+    /// The user's files, headers read and checked.
+    Files(Vec<ArrayInfo>),
+}
+
+/// The network to run, checked as far as it can be before anything large is allocated.
+struct Plan {
     name: String,
     expression: String,
     shapes: Vec<Vec<usize>>,
     path: PathChoice,
-    operands: Vec<Tensor<f64>>,
+    dtype: Dtype,
+    operands: Operands,
+    cotangent: Option<ArrayInfo>,
 }
 
-fn job(args: &EinsumArgs) -> CliResult<Job> {
+/// What to do with the network.
+struct Settings {
+    /// No progress bar (`--json`).
+    quiet: bool,
+    grad: bool,
+    threads: u16,
+    repeat: u32,
+    limit: MemoryLimit,
+    output: Option<PathBuf>,
+    grad_out: Option<PathBuf>,
+}
+
+fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
+    let files = if args.operands.is_empty() { None } else { Some(npy::read_infos(&args.operands, limit)?) };
+    if files.is_some() && args.shapes.is_some() {
+        return Err(CliError("--shapes is for random operands; operand files carry their own shapes".into()));
+    }
     let is_file = args.input.ends_with(".json") || Path::new(&args.input).is_file();
-    if is_file {
+    let (name, expression, shapes, path, mut dtype, instance) = if is_file {
         if args.shapes.is_some() {
             return Err(CliError("--shapes is for expressions; an instance file has its own shapes".into()));
         }
         let inst = Instance::from_file(&args.input)?;
-        return instance_job(inst, args.path.unwrap_or(PathArg::OptFlops), args.seed);
-    }
-    let shapes = parse_shapes(args.shapes.as_deref().ok_or_else(|| {
-        CliError(format!("`{}` is not a file; for an expression give its operand shapes with --shapes", args.input))
-    })?)?;
-    let path = match args.path.unwrap_or(PathArg::Greedy) {
-        PathArg::Greedy => PathChoice::Greedy,
-        other => return Err(CliError(format!("an expression has no {other:?} path; use --path greedy"))),
+        let path = match args.path.clone().unwrap_or(PathArg::OptFlops) {
+            PathArg::Greedy => PathChoice::Greedy,
+            PathArg::Explicit(p) => PathChoice::Explicit(p),
+            PathArg::OptFlops => PathChoice::Explicit(
+                inst.opt_flops.clone().ok_or_else(|| CliError(format!("{} has no opt_flops path", inst.name)))?,
+            ),
+            PathArg::OptSize => PathChoice::Explicit(
+                inst.opt_size.clone().ok_or_else(|| CliError(format!("{} has no opt_size path", inst.name)))?,
+            ),
+        };
+        (inst.name.clone(), inst.format_string.clone(), inst.shapes.clone(), path, inst.dtype, Some(Box::new(inst)))
+    } else {
+        let shapes = match (&files, &args.shapes) {
+            (Some(f), _) => f.iter().map(|i| i.shape.clone()).collect(),
+            (None, Some(s)) => parse_shapes(s)?,
+            (None, None) => {
+                return Err(CliError(format!(
+                    "`{}` is not a file; for an expression give operand files or their shapes with --shapes",
+                    args.input
+                )));
+            }
+        };
+        let path = match args.path.clone().unwrap_or(PathArg::Greedy) {
+            PathArg::Greedy => PathChoice::Greedy,
+            PathArg::Explicit(p) => PathChoice::Explicit(p),
+            other => {
+                return Err(CliError(format!(
+                    "an expression has no stored {other:?} path; use --path greedy or an explicit one like [(0,1)]"
+                )));
+            }
+        };
+        (String::from("expression"), args.input.clone(), shapes, path, Dtype::Float64, None)
     };
-    let mut rng = scalar::workloads::Rng::new(args.seed);
-    let mut next = move || 0.5 + rng.unit();
-    let operands = shapes.iter().map(|s| Tensor::from_fn(s.clone(), |_| next())).collect::<Result<_, _>>()?;
-    Ok(Job { name: "expression".into(), expression: args.input.clone(), shapes, path, operands })
-}
-
-/// The job of an instance: its network on `path`, seeded operands.
-fn instance_job(inst: Instance, path: PathArg, seed: u64) -> CliResult<Job> {
-    let path = match path {
-        PathArg::Greedy => PathChoice::Greedy,
-        PathArg::OptFlops => PathChoice::Explicit(
-            inst.opt_flops.clone().ok_or_else(|| CliError(format!("{} has no opt_flops path", inst.name)))?,
-        ),
-        PathArg::OptSize => PathChoice::Explicit(
-            inst.opt_size.clone().ok_or_else(|| CliError(format!("{} has no opt_size path", inst.name)))?,
-        ),
+    let operands = match files {
+        None => Operands::Seeded { instance, seed: args.seed },
+        Some(files) => {
+            if let Some(inst) = &instance {
+                let got: Vec<Vec<usize>> = files.iter().map(|f| f.shape.clone()).collect();
+                if got != inst.shapes {
+                    return Err(CliError(format!(
+                        "the operand files have shapes {got:?} but {} takes {:?}",
+                        inst.name, inst.shapes
+                    )));
+                }
+                if inst.dtype == Dtype::Float64 && files.iter().any(|f| f.dtype == Dtype::Complex128) {
+                    dtype = Dtype::Complex128;
+                }
+            } else if files.iter().any(|f| f.dtype == Dtype::Complex128) {
+                dtype = Dtype::Complex128;
+            }
+            Operands::Files(files)
+        }
     };
-    let operands = inst.random_operands::<f64>(seed)?;
-    Ok(Job { name: inst.name.clone(), expression: inst.format_string.clone(), shapes: inst.shapes, path, operands })
+    let cotangent = match &args.cotangent {
+        None => None,
+        Some(p) => {
+            let mut infos = npy::read_infos(std::slice::from_ref(p), limit)?;
+            if infos.len() != 1 {
+                return Err(CliError(format!("{}: the cotangent must be one .npy array", p.display())));
+            }
+            let info = infos.remove(0);
+            if info.dtype == Dtype::Complex128 && dtype == Dtype::Float64 {
+                return Err(CliError(format!("{}: a complex128 cotangent for a float64 contraction", info.source)));
+            }
+            Some(info)
+        }
+    };
+    Ok(Plan { name, expression, shapes, path, dtype, operands, cotangent })
 }
 
 /// The instance bundled for the demo: a 100-matrix chain (Einsum Benchmark).
 pub const BUNDLED: &str = include_str!("../../einsum/tests/data/str_matrix_chain_multiplication_100.json");
 
-/// Runs the bundled instance on its `opt_flops` path, with its gradient.
+/// Runs the bundled instance on its `opt_flops` path, with its gradient (best of 5 runs).
 pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
-    let job = instance_job(Instance::from_json(BUNDLED)?, PathArg::OptFlops, 42)?;
-    measure_job(job, true, threads)
+    let inst = Instance::from_json(BUNDLED)?;
+    let path = PathChoice::Explicit(inst.opt_flops.clone().ok_or_else(|| CliError("no opt_flops path".into()))?);
+    let plan = Plan {
+        name: inst.name.clone(),
+        expression: inst.format_string.clone(),
+        shapes: inst.shapes.clone(),
+        path,
+        dtype: Dtype::Float64,
+        operands: Operands::Seeded { instance: Some(Box::new(inst)), seed: 42 },
+        cotangent: None,
+    };
+    let settings = Settings {
+        quiet: true,
+        grad: true,
+        threads,
+        repeat: 5,
+        limit: default_memory_limit(),
+        output: None,
+        grad_out: None,
+    };
+    measure_plan::<f64>(plan, &settings)
 }
 
 /// What a run measured.
@@ -124,70 +339,179 @@ pub struct EinsumReport {
     pub phases: Vec<(String, f64)>,
     /// Floating-point operations of the path (2 per multiply-add).
     pub flops: f64,
-    /// Best of five evaluation times (after a warm-up run), ms.
+    /// The evaluation time, ms: of the one run, or the best of `repeat` after a warm-up.
     pub eval_ms: f64,
-    /// Sum of the result's entries, and its shape.
-    pub checksum: f64,
+    /// Evaluations timed.
+    pub repeat: u32,
+    /// Sum of the result's entries: real and imaginary parts.
+    pub checksum: [f64; 2],
     /// The result's shape.
     pub shape: Vec<usize>,
-    /// Steps of the path.
-    pub steps: usize,
+    /// The element type run.
+    pub dtype: Dtype,
+    /// The path contracted along.
+    pub path: ContractionPath,
+    /// Estimated peak bytes of the forward tensors (operands included).
+    pub peak_bytes: u64,
+    /// The memory limit checked.
+    pub memory_limit: MemoryLimit,
     /// The exact-difference check of the gradient (relative error), if run.
     pub gradient_check: Option<f64>,
+    /// Files written.
+    pub written: Vec<PathBuf>,
+    /// Whether to print the path in text output.
+    pub show_path: bool,
 }
 
 /// Runs `args`' network.
 pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
-    measure_job(job(args)?, args.grad, args.threads)
+    let limit = args.memory_limit.unwrap_or_else(default_memory_limit);
+    let plan = plan(args, limit)?;
+    let settings = Settings {
+        quiet: args.json,
+        grad: args.grad,
+        threads: args.threads,
+        repeat: args.repeat,
+        limit,
+        output: args.output.clone(),
+        grad_out: args.grad_out.clone(),
+    };
+    let (title, mut report) = match plan.dtype {
+        Dtype::Float64 => measure_plan::<f64>(plan, &settings)?,
+        Dtype::Complex128 => measure_plan::<c64>(plan, &settings)?,
+    };
+    report.show_path = args.show_path;
+    Ok((title, report))
 }
 
-fn measure_job(job: Job, grad: bool, threads: u16) -> CliResult<(String, EinsumReport)> {
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Reads checked files as `T`.
+fn read_as<T: NpyElem>(infos: &[ArrayInfo]) -> CliResult<Vec<Tensor<T>>> {
+    npy::read_arrays(infos)?
+        .into_iter()
+        .zip(infos)
+        .map(|(t, info)| {
+            T::from_any(t).ok_or_else(|| CliError(format!("{}: complex128 data where float64 is needed", info.source)))
+        })
+        .collect()
+}
+
+fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, EinsumReport)> {
     let mut phases = Vec::new();
     let t = Instant::now();
-    let e = Einsum::<f64>::new(&job.expression, &job.shapes, job.path.clone())?;
-    phases.push(("build + compile".to_string(), t.elapsed().as_secs_f64() * 1e3));
-    let refs: Vec<&Tensor<f64>> = job.operands.iter().collect();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.into()).build()?;
-    let run = || if threads > 1 { e.eval_parallel(Some(&pool), &refs) } else { e.eval(&refs) };
-    let mut result = run()?; // warm-up: first-touch of the buffers
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
+    let options = EinsumOptions::default().memory_limit(s.limit);
+    let e = Einsum::<T>::with_options(&plan.expression, &plan.shapes, plan.path.clone(), &options)?;
+    phases.push(("build + compile".to_string(), ms(t)));
+    let t = Instant::now();
+    let operands: Vec<Tensor<T>> = match &plan.operands {
+        Operands::Files(infos) => read_as(infos)?,
+        Operands::Seeded { instance: Some(inst), seed } => inst.random_operands::<T>(*seed)?,
+        Operands::Seeded { instance: None, seed } => {
+            let mut rng = scalar::workloads::Rng::new(*seed);
+            let mut next = move || T::from_f64(0.5 + rng.unit());
+            plan.shapes.iter().map(|s| Tensor::from_fn(s.clone(), |_| next())).collect::<Result<_, _>>()?
+        }
+    };
+    let what = if matches!(plan.operands, Operands::Files(_)) { "read operands" } else { "random operands" };
+    phases.push((what.to_string(), ms(t)));
+    let refs: Vec<&Tensor<T>> = operands.iter().collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(s.threads.into()).build()?;
+    let run = || if s.threads > 1 { e.eval_parallel(Some(&pool), &refs) } else { e.eval(&refs) };
+    let threads = format!("{} thread{}", s.threads, if s.threads > 1 { "s" } else { "" });
+    let (result, eval_ms) = if s.repeat <= 1 {
         let t = Instant::now();
-        result = run()?;
-        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        let r = run()?;
+        let m = ms(t);
+        phases.push((format!("eval ({threads})"), m));
+        (r, m)
+    } else {
+        // A bar on stderr over the runs (indicatif draws nothing when stderr is not a terminal).
+        let bar = if s.quiet { ProgressBar::hidden() } else { ProgressBar::new(u64::from(s.repeat) + 1) };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:24.cyan/blue} {pos}/{len} evaluations ({elapsed})")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        let mut result = run()?; // warm-up: first-touch of the buffers
+        bar.inc(1);
+        let mut best = f64::INFINITY;
+        for _ in 0..s.repeat {
+            let t = Instant::now();
+            result = run()?;
+            best = best.min(ms(t));
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        phases.push((format!("eval (best of {}, {threads})", s.repeat), best));
+        (result, best)
+    };
+    let mut written = Vec::new();
+    if let Some(out) = &s.output {
+        npy::write_npy(out, &result)?;
+        written.push(out.clone());
     }
-    phases.push((format!("eval (best of 5, {} thread{})", threads, if threads > 1 { "s" } else { "" }), best));
 
     let mut gradient_check = None;
-    if grad {
+    if s.grad {
         let all: Vec<usize> = (0..refs.len()).collect();
         let t = Instant::now();
         let g = e.gradient(&all)?;
-        phases.push(("gradient build + compile".to_string(), t.elapsed().as_secs_f64() * 1e3));
-        let ones = result.map(|_| 1.0);
+        phases.push(("gradient build + compile".to_string(), ms(t)));
+        let seed = match &plan.cotangent {
+            Some(info) => {
+                let c = read_as::<T>(std::slice::from_ref(info))?.remove(0);
+                if c.shape() != result.shape() {
+                    return Err(CliError(format!(
+                        "{}: the cotangent has shape {:?} but the output has shape {:?}",
+                        info.source,
+                        c.shape(),
+                        result.shape()
+                    )));
+                }
+                c
+            }
+            None => Tensor::ones(result.shape().to_vec())?,
+        };
         let t = Instant::now();
-        let grads = g.eval(&refs, &ones)?;
-        phases.push(("gradient eval (all operands)".to_string(), t.elapsed().as_secs_f64() * 1e3));
-        // The network is linear in each operand: ⟨1, f(x + t e_i) − f(x)⟩ = ⟨∇_i, t⟩ exactly.
-        let i = refs.len() / 2;
-        let dir = job.operands[i].map(|&x| 0.5 * x);
-        let moved = job.operands[i].zip_with(&dir, |a, b| a + b)?;
-        let mut shifted = refs.clone();
-        shifted[i] = &moved;
-        let df = e.eval(&shifted)?.zip_with(&result, |a, b| a - b)?;
-        let (lhs, rhs) = (ones.inner(&df).unwrap_or(f64::NAN), grads[i].inner(&dir).unwrap_or(f64::NAN));
-        gradient_check = Some((lhs - rhs).abs() / lhs.abs().max(rhs.abs()).max(f64::MIN_POSITIVE));
+        let grads = g.eval(&refs, &seed)?;
+        phases.push(("gradient eval (all operands)".to_string(), ms(t)));
+        if !refs.is_empty() {
+            // The network is linear in each operand: ⟨c, f(x + t e_i) − f(x)⟩ = ⟨∇_i, t⟩ exactly.
+            let i = refs.len() / 2;
+            let half = T::from_f64(0.5);
+            let dir = operands[i].map(|&x| half * x);
+            let moved = operands[i].zip_with(&dir, |a, b| a + b)?;
+            let mut shifted = refs.clone();
+            shifted[i] = &moved;
+            let df = e.eval(&shifted)?.zip_with(&result, |a, b| a - b)?;
+            let (lhs, rhs) = (seed.inner(&df).unwrap_or(f64::NAN), grads[i].inner(&dir).unwrap_or(f64::NAN));
+            gradient_check = Some((lhs - rhs).abs() / lhs.abs().max(rhs.abs()).max(f64::MIN_POSITIVE));
+        }
+        if let Some(out) = &s.grad_out {
+            npy::write_npz(out, &grads)?;
+            written.push(out.clone());
+        }
     }
+    let sum = result.data().iter().fold(T::zero(), |acc, &x| acc + x);
     let report = EinsumReport {
         phases,
         flops: 2.0 * e.multiply_adds(),
-        eval_ms: best,
-        checksum: result.data().iter().sum(),
+        eval_ms,
+        repeat: s.repeat,
+        checksum: [sum.inner(T::one()), sum.inner(T::from_parts(0.0, 1.0))],
         shape: result.shape().to_vec(),
-        steps: e.path().steps().len(),
+        dtype: T::DTYPE,
+        path: e.path().clone(),
+        peak_bytes: e.peak_bytes(),
+        memory_limit: s.limit,
         gradient_check,
+        written,
+        show_path: false,
     };
-    Ok((format!("{}: {}", job.name, shorten(&job.expression)), report))
+    Ok((format!("{}: {}", plan.name, shorten(&plan.expression)), report))
 }
 
 fn shorten(s: &str) -> String {
@@ -197,9 +521,25 @@ fn shorten(s: &str) -> String {
 /// Prints a report.
 pub fn print(title: &str, r: &EinsumReport) {
     println!("{title}");
+    let checksum = if r.dtype == Dtype::Complex128 {
+        format!("{:.12e}{:+.12e}i", r.checksum[0], r.checksum[1])
+    } else {
+        format!("{:.12e}", r.checksum[0])
+    };
     println!(
-        "{} contraction steps, {:.3e} flops, result shape {:?}, checksum {:.12e}",
-        r.steps, r.flops, r.shape, r.checksum
+        "{} contraction steps, {:.3e} flops, {} result shape {:?}, checksum {checksum}",
+        r.path.steps().len(),
+        r.flops,
+        r.dtype,
+        r.shape
+    );
+    if r.show_path {
+        println!("path: {}", format_path(&r.path));
+    }
+    println!(
+        "memory: estimated peak {} of tensors, limit {}",
+        einsum::format_bytes(Some(r.peak_bytes)),
+        r.memory_limit
     );
     let mut t = Table::new(&["phase", "ms"]);
     for (name, ms) in &r.phases {
@@ -210,23 +550,38 @@ pub fn print(title: &str, r: &EinsumReport) {
     if let Some(c) = r.gradient_check {
         println!("gradient: exact-difference check on the middle operand, relative error {c:.1e}");
     }
+    for w in &r.written {
+        println!("wrote {}", w.display());
+    }
 }
 
 /// The report as one JSON object.
 pub fn json(title: &str, r: &EinsumReport) -> String {
     let phases: Vec<String> =
         r.phases.iter().map(|(n, ms)| format!("{{\"name\":{},\"ms\":{}}}", json_string(n), json_number(*ms))).collect();
+    let path: Vec<String> = r.path.steps().iter().map(|[i, j]| format!("[{i},{j}]")).collect();
+    let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     format!(
-        "{{\"title\":{},\"steps\":{},\"flops\":{},\"eval_ms\":{},\"gflops\":{},\"checksum\":{},\"shape\":{:?},\"phases\":[{}],\"gradient_check\":{}}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
         json_string(title),
-        r.steps,
+        r.dtype,
+        r.path.steps().len(),
+        path.join(","),
         json_number(r.flops),
         json_number(r.eval_ms),
+        r.repeat,
         json_number(r.flops / (r.eval_ms * 1e6)),
-        json_number(r.checksum),
+        json_number(r.checksum[0]),
+        json_number(r.checksum[1]),
         r.shape,
+        r.peak_bytes,
+        match r.memory_limit {
+            MemoryLimit::Bytes(b) => b.to_string(),
+            MemoryLimit::Unlimited => "null".into(),
+        },
         phases.join(","),
         r.gradient_check.map_or("null".into(), json_number),
+        written.join(","),
     )
 }
 
@@ -251,7 +606,47 @@ mod tests {
     use super::*;
 
     fn args(input: &str) -> EinsumArgs {
-        EinsumArgs { input: input.into(), shapes: None, path: None, grad: false, threads: 1, seed: 42, json: false }
+        EinsumArgs {
+            input: input.into(),
+            operands: Vec::new(),
+            shapes: None,
+            path: None,
+            show_path: false,
+            output: None,
+            grad: false,
+            grad_out: None,
+            cotangent: None,
+            repeat: 1,
+            memory_limit: None,
+            threads: 1,
+            seed: 42,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn paths_parse_in_opt_einsum_form() {
+        let explicit = |steps: Vec<[usize; 2]>| Ok(PathArg::Explicit(ContractionPath::new(steps)));
+        assert_eq!(parse_path("[(0, 1), (0, 1)]"), explicit(vec![[0, 1], [0, 1]]));
+        assert_eq!(parse_path(" [[1,2],[0,1],] "), explicit(vec![[1, 2], [0, 1]]));
+        assert_eq!(parse_path("[]"), explicit(vec![]));
+        assert_eq!(parse_path("opt_flops"), Ok(PathArg::OptFlops));
+        assert_eq!(parse_path("greedy"), Ok(PathArg::Greedy));
+        for (bad, want) in [
+            ("[(0,1)", "no enclosing"),
+            ("[(0,1)(0,1)]", "separated by commas"),
+            ("[(0,1),(0,x)]", "`x` is not an operand position"),
+            ("[(0,-1)]", "`-1` is not an operand position"),
+            ("[(0,1,2)]", "contracts 3 operands"),
+            ("[(0,)]", "names 1 operands"),
+            ("[(0,1]", "not closed"),
+            ("[0,1]", "does not start with ( or ["),
+            ("optimal", "not a path"),
+        ] {
+            let e = parse_path(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        assert_eq!(format_path(&ContractionPath::new(vec![[1, 2], [0, 1]])), "[(1, 2), (0, 1)]");
     }
 
     #[test]
@@ -265,7 +660,7 @@ mod tests {
         let a = EinsumArgs { shapes: Some("2x3,3x4".into()), grad: true, threads: 2, ..args("ab,bc->ac") };
         let (_, r) = measure(&a).unwrap();
         assert_eq!(r.shape, vec![2, 4]);
-        assert_eq!(r.steps, 1);
+        assert_eq!(r.path.steps(), &[[0, 1]]);
         assert_eq!(r.flops, 2.0 * 2.0 * 3.0 * 4.0);
         assert!(r.gradient_check.unwrap() < 1e-12);
     }
@@ -276,7 +671,7 @@ mod tests {
         let mut sums = Vec::new();
         for path in [PathArg::OptFlops, PathArg::OptSize, PathArg::Greedy] {
             let (_, r) = measure(&EinsumArgs { path: Some(path), ..args(file) }).unwrap();
-            sums.push(r.checksum);
+            sums.push(r.checksum[0]);
         }
         assert!(sums.iter().all(|s| (s - sums[0]).abs() <= 1e-9 * sums[0].abs()), "{sums:?}");
     }
@@ -284,13 +679,13 @@ mod tests {
     #[test]
     fn bad_input_is_an_error_line() {
         for (a, want) in [
-            (args("ab,bc->ac"), "give its operand shapes"),
+            (args("ab,bc->ac"), "their shapes with --shapes"),
             (EinsumArgs { shapes: Some("2x3,4x4".into()), ..args("ab,bc->ac") }, "label"),
             (EinsumArgs { shapes: Some("2x3".into()), ..args("ab,bc->ac") }, ""),
             (args("/nonexistent/instance.json"), ""),
             (
                 EinsumArgs { shapes: Some("2x3,3x4".into()), path: Some(PathArg::OptFlops), ..args("ab,bc->ac") },
-                "no OptFlops path",
+                "no stored OptFlops path",
             ),
         ] {
             let e = measure(&a).err().unwrap_or_else(|| panic!("{a:?} was accepted"));

@@ -19,6 +19,7 @@ mod demo;
 mod dot;
 mod einsum_cmd;
 mod mps;
+mod npy;
 mod table;
 
 use std::path::PathBuf;

@@ -70,3 +70,237 @@ fn einsum_runs_an_expression_and_rejects_bad_ones_in_one_line() {
         assert!(e.starts_with("cgx: error:") && e.lines().count() == 1, "{args:?}: {e}");
     }
 }
+
+/// The fixtures made by numpy (`tests/data/make_npy_fixtures.py`).
+fn data(name: &str) -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/").to_string() + name
+}
+
+/// A fresh path in a per-process temporary directory.
+fn tmp(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("cgx-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name).display().to_string()
+}
+
+/// An `.npy` as (shape, interleaved re/im values): real files give im = 0.
+fn load(path: &str) -> (Vec<usize>, Vec<[f64; 2]>) {
+    let f = || std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    use ndarray_npy::ReadNpyExt;
+    match ndarray::ArrayD::<f64>::read_npy(f()) {
+        Ok(a) => (a.shape().to_vec(), a.iter().map(|&x| [x, 0.0]).collect()),
+        Err(_) => {
+            let a = ndarray::ArrayD::<einsum::c64>::read_npy(f()).unwrap();
+            (a.shape().to_vec(), a.iter().map(|z| [z.re, z.im]).collect())
+        }
+    }
+}
+
+/// The arrays of an `.npz` by name, in `arr_0, arr_1, …` order.
+fn load_npz(path: &str) -> Vec<(Vec<usize>, Vec<[f64; 2]>)> {
+    let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let n = npz.len();
+    (0..n)
+        .map(|i| {
+            let name = format!("arr_{i}");
+            match npz.by_name::<ndarray::OwnedRepr<f64>, ndarray::IxDyn>(&name) {
+                Ok(a) => (a.shape().to_vec(), a.iter().map(|&x| [x, 0.0]).collect()),
+                Err(_) => {
+                    let a = npz.by_name::<ndarray::OwnedRepr<einsum::c64>, ndarray::IxDyn>(&name).unwrap();
+                    (a.shape().to_vec(), a.iter().map(|z| [z.re, z.im]).collect())
+                }
+            }
+        })
+        .collect()
+}
+
+/// `got` equals `want` (numpy's) to 1e-12 relative to the largest entry of `want`.
+fn assert_close(got: &(Vec<usize>, Vec<[f64; 2]>), want: &(Vec<usize>, Vec<[f64; 2]>), what: &str) {
+    assert_eq!(got.0, want.0, "{what}: shape");
+    let scale = want.1.iter().map(|[re, im]| re.hypot(*im)).fold(f64::MIN_POSITIVE, f64::max);
+    for (k, (g, w)) in got.1.iter().zip(&want.1).enumerate() {
+        let err = (g[0] - w[0]).hypot(g[1] - w[1]);
+        assert!(err <= 1e-12 * scale, "{what}: entry {k}: {g:?} vs numpy's {w:?}");
+    }
+}
+
+#[test]
+fn einsum_on_npy_files_matches_numpy_result_and_gradients() {
+    let (out, grads) = (tmp("mm_out.npy"), tmp("mm_grads.npz"));
+    let (a, b) = (data("mm_a.npy"), data("mm_b.npy"));
+    let o = cgx(&["einsum", "ij,jk->ik", &a, &b, "-o", &out, "--grad", "--grad-out", &grads]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_close(&load(&out), &load(&data("mm_out.npy")), "result");
+    let (got, want) = (load_npz(&grads), load_npz(&data("mm_grads.npz")));
+    assert_eq!(got.len(), 2);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(g, w, &format!("gradient {i} (ones)"));
+    }
+    // A cotangent seeds the reverse pass instead of ones.
+    let o = cgx(&["einsum", "ij,jk->ik", &a, &b, "--grad", "--cotangent", &data("mm_cot.npy"), "--grad-out", &grads]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (i, (g, w)) in load_npz(&grads).iter().zip(&load_npz(&data("mm_grads_cot.npz"))).enumerate() {
+        assert_close(g, w, &format!("gradient {i} (cotangent)"));
+    }
+}
+
+#[test]
+fn einsum_reads_one_npz_in_savez_order_with_fortran_arrays_and_traces() {
+    let out = tmp("chain_out.npy");
+    let o = cgx(&["einsum", "ij,jjk,kl->il", &data("chain.npz"), "-o", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_close(&load(&out), &load(&data("chain_out.npy")), "chain result");
+}
+
+#[test]
+fn complex128_files_run_as_complex() {
+    let (out, grads) = (tmp("cz_out.npy"), tmp("cz_grads.npz"));
+    let o = cgx(&[
+        "einsum",
+        "ij,j->i",
+        &data("cz_a.npy"),
+        &data("cz_x.npy"),
+        "-o",
+        &out,
+        "--grad",
+        "--grad-out",
+        &grads,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"dtype\":\"complex128\""));
+    assert_close(&load(&out), &load(&data("cz_out.npy")), "complex result");
+    for (i, (g, w)) in load_npz(&grads).iter().zip(&load_npz(&data("cz_grads.npz"))).enumerate() {
+        assert_close(g, w, &format!("complex gradient {i}"));
+    }
+    // Real operands run as float64; a real operand beside a complex one is widened, as
+    // numpy's einsum does.
+    let o = cgx(&["einsum", "ij,jk->ik", &data("mm_a.npy"), &data("mm_b.npy"), "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"dtype\":\"float64\""));
+    let o = cgx(&["einsum", "ij,jk->ik", &data("cz_a.npy"), &data("mm_a.npy"), "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"dtype\":\"complex128\""), "{}", stderr(&o));
+}
+
+#[test]
+fn unsupported_dtypes_are_errors_naming_the_dtype_and_the_file() {
+    for (file, dtype) in [("f32.npy", "'<f4' (float32)"), ("i64.npy", "'<i8' (int64)")] {
+        let o = cgx(&["einsum", "ij,jk->ik", &data("mm_a.npy"), &data(file)]);
+        assert_eq!(o.status.code(), Some(1), "{file}");
+        let e = stderr(&o);
+        assert!(e.contains(file) && e.contains(dtype) && e.lines().count() == 1, "{e}");
+    }
+    let inst = tmp("f32_instance.json");
+    std::fs::write(&inst, r#"{"format_string": "ij,jk->ik", "shapes": [[2, 3], [3, 4]], "dtype": "float32"}"#).unwrap();
+    let e = stderr(&cgx(&["einsum", &inst]));
+    assert!(e.contains("f32_instance.json") && e.contains("dtype `float32` is not supported"), "{e}");
+}
+
+#[test]
+fn a_complex128_instance_runs_as_complex() {
+    let inst = tmp("c_instance.json");
+    std::fs::write(
+        &inst,
+        r#"{"name": "c", "format_string": "ij,jk->ik", "shapes": [[2, 3], [3, 4]], "dtype": "complex128"}"#,
+    )
+    .unwrap();
+    let o = cgx(&["einsum", &inst, "--path", "greedy", "--grad", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"dtype\":\"complex128\""), "{out}");
+    // Seeded complex operands have both parts in [0.5, 1.5) · scale: the imaginary checksum is not 0.
+    assert!(!out.contains("\"checksum_imag\":0,"), "{out}");
+}
+
+#[test]
+fn paths_are_shown_and_taken_explicitly() {
+    let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", "[(1, 2), (0, 1)]", "--show-path"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("path: [(1, 2), (0, 1)]"));
+    let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", "[[0,1],[0,1]]", "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"path\":[[0,1],[0,1]]"));
+    for (path, want) in [
+        ("[(0,1),(0,2)]", "out of range"),
+        ("[(0,1,2)]", "contracts 3 operands"),
+        ("[(0,1)", "not a path"),
+        ("opt-flops", "no stored OptFlops path"),
+    ] {
+        let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", path]);
+        assert_ne!(o.status.code(), Some(0), "{path}");
+        assert!(stderr(&o).contains(want), "{path}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn one_evaluation_by_default_and_best_of_n_on_request() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["einsum", "ij,jk->ik", "--shapes", "8x8,8x8", "--json"];
+        args.extend_from_slice(extra);
+        String::from_utf8(cgx(&args).stdout).unwrap()
+    };
+    let once = run(&[]);
+    assert!(once.contains("\"repeat\":1") && once.contains("\"name\":\"eval (1 thread)\""), "{once}");
+    let best = run(&["--repeat", "3"]);
+    assert!(best.contains("\"repeat\":3") && best.contains("eval (best of 3, 1 thread)"), "{best}");
+    assert_eq!(cgx(&["einsum", "ij->", "--shapes", "2x2", "--repeat", "0"]).status.code(), Some(2));
+}
+
+#[test]
+fn grad_outputs_need_grad_and_help_says_what_the_seed_is() {
+    assert_eq!(cgx(&["einsum", "ij->", "--shapes", "2x2", "--grad-out", "g.npz"]).status.code(), Some(2));
+    let (a, b) = (data("mm_a.npy"), data("mm_b.npy"));
+    for (cotangent, want) in [
+        ("mm_a.npy", "mm_a.npy: the cotangent has shape [3, 4] but the output has shape [3, 2]"),
+        ("cz_x.npy", "cz_x.npy: a complex128 cotangent for a float64 contraction"),
+    ] {
+        let o = cgx(&["einsum", "ij,jk->ik", &a, &b, "--grad", "--cotangent", &data(cotangent)]);
+        assert_eq!(o.status.code(), Some(1), "{cotangent}");
+        assert!(stderr(&o).contains(want) && stderr(&o).lines().count() == 1, "{}", stderr(&o));
+    }
+    let help = String::from_utf8(cgx(&["einsum", "--help"]).stdout).unwrap();
+    assert!(help.contains("gradient of sum(output)") && help.contains("--cotangent"), "{help}");
+}
+
+#[test]
+fn sizes_beyond_the_memory_limit_fail_with_exit_1_not_an_abort() {
+    let inst = tmp("huge_instance.json");
+    std::fs::write(&inst, r#"{"name": "huge", "format_string": "ij->", "shapes": [[1048576, 1048576]], "paths": {"opt_flops": {"path": []}}}"#).unwrap();
+    for (args, want) in [
+        (&["einsum", "i->", "--shapes", "1099511627776"][..], "operand 0 of shape [1099511627776] needs 8 TiB"),
+        (&["einsum", "ij->", "--shapes", "1048576x1048576"], "operand 0 of shape [1048576, 1048576] needs 8 TiB"),
+        (&["einsum", "i,j->ij", "--shapes", "1048576,1048576"], "the output of step 0 of the path"),
+        (&["einsum", &inst], "operand 0 of shape [1048576, 1048576] needs 8 TiB"),
+        (&["einsum", "i->", &data("huge_header.npy")], "huge_header.npy holds an array of shape [1099511627776]"),
+        (&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--memory-limit", "1KiB"], "over the limit of 1 KiB"),
+        (
+            &["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--grad", "--memory-limit", "100000"],
+            "the gradient of `ij,jk->ik`",
+        ),
+        (&["bench", "dag", "--nodes", "1e10"], "a DAG of 10000000000 operations needs about 2.3 TiB"),
+        (&["bench", "dag", "--nodes", "1e10", "--memory-limit", "none"], "does not fit one graph"),
+        (&["bench", "dag", "--nodes", "1e8", "--memory-limit", "1GiB"], "needs about 23.8 GiB"),
+    ] {
+        let o = cgx(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.starts_with("cgx: error:") && e.lines().count() == 1 && e.contains(want), "{args:?}: {e}");
+    }
+    // The limit can be raised or lifted, and a bad one is a usage error.
+    let o = cgx(&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--grad", "--memory-limit", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cgx(&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--memory-limit", "1MiB", "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"memory_limit\":1048576"), "{}", stderr(&o));
+    assert_eq!(cgx(&["einsum", "ij->", "--shapes", "2x2", "--memory-limit", "2 parsecs"]).status.code(), Some(2));
+    assert_eq!(cgx(&["bench", "dag", "--memory-limit", "lots"]).status.code(), Some(2));
+}
+
+#[test]
+fn under_ulimit_v_the_default_limit_follows_the_address_space() {
+    // 4 GB of address space: the default limit becomes 2 GB, so a 3.2 GB result is refused
+    // by the check (exit 1) instead of failing in the allocator (abort, exit 134).
+    let script =
+        format!("ulimit -v 4000000 && exec {} einsum i,j-\\>ij --shapes 20000,20000", env!("CARGO_BIN_EXE_cgx"));
+    let o = Command::new("sh").args(["-c", &script]).output().expect("sh runs");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("the output of step 0") && e.contains("over the limit of 1.9 GiB"), "{e}");
+}

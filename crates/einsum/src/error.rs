@@ -40,6 +40,18 @@ pub enum EinsumError {
     },
     /// A benchmark instance (JSON) is malformed.
     Instance(String),
+    /// A tensor of the contraction (an operand, an intermediate, the output), or the
+    /// tensors alive together at one step, would exceed the memory limit
+    /// ([`crate::MemoryLimit`]). Raised before anything is allocated.
+    Memory {
+        /// Which tensor or step: `operand 1 (shape [..])`, `step 3 of the path …`.
+        what: String,
+        /// The bytes it needs; `None`: more than 2^64.
+        bytes: Option<u64>,
+        /// The limit in bytes; `None`: there was no limit in the way, the allocator
+        /// refused the memory.
+        limit: Option<u64>,
+    },
     /// The graph engine rejected a graph or an evaluation.
     Graph(GraphError),
     /// An automatic-differentiation transform failed.
@@ -58,6 +70,19 @@ impl fmt::Display for EinsumError {
             }
             EinsumError::Path { step: None, message } => write!(f, "invalid contraction path: {message}"),
             EinsumError::Instance(m) => write!(f, "malformed instance: {m}"),
+            EinsumError::Memory { what, bytes, limit: Some(limit) } => write!(
+                f,
+                "memory limit exceeded: {what} needs {}, over the limit of {}",
+                crate::memory::format_bytes(*bytes),
+                crate::memory::format_bytes(Some(*limit))
+            ),
+            EinsumError::Memory { what, bytes, limit: None } => {
+                write!(
+                    f,
+                    "out of memory: {what} needs {}, which the allocator refused",
+                    crate::memory::format_bytes(*bytes)
+                )
+            }
             EinsumError::Graph(e) => write!(f, "graph error: {e}"),
             EinsumError::Ad(e) => write!(f, "differentiation error: {e}"),
         }

@@ -11,8 +11,51 @@ use crate::path::ContractionPath;
 use crate::subscripts::Subscripts;
 use crate::tensor::{Tensor, checked_len};
 
-/// An instance: expression, shapes and the two opt_einsum paths, already checked against
-/// each other (labels and sizes agree, the paths are valid).
+/// The element type an instance asks for (`"dtype"`): the two the crate runs.
+///
+/// ```
+/// use einsum::{Dtype, Instance};
+/// let json = r#"{"format_string": "ij->", "shapes": [[2, 2]], "dtype": "complex128"}"#;
+/// assert_eq!(Instance::from_json(json).unwrap().dtype, Dtype::Complex128);
+/// let e = Instance::from_json(&json.replace("complex128", "float32")).unwrap_err();
+/// assert!(e.to_string().contains("dtype `float32` is not supported"), "{e}");
+/// ```
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Dtype {
+    /// `float64` (and the default when an instance names none): [`f64`].
+    #[default]
+    Float64,
+    /// `complex128`: [`crate::c64`].
+    Complex128,
+}
+
+impl Dtype {
+    /// numpy's name: `"float64"` or `"complex128"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Float64 => "float64",
+            Dtype::Complex128 => "complex128",
+        }
+    }
+
+    /// The dtype of numpy's name, or `None` for any other.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "float64" | "f8" | "double" => Some(Dtype::Float64),
+            "complex128" | "c16" | "cdouble" => Some(Dtype::Complex128),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An instance: expression, shapes, dtype and the two opt_einsum paths, already checked
+/// against each other (labels and sizes agree, the paths are valid).
 ///
 /// ```
 /// use einsum::Instance;
@@ -35,6 +78,8 @@ pub struct Instance {
     pub opt_flops: Option<ContractionPath>,
     /// `paths.opt_size.path`, if present.
     pub opt_size: Option<ContractionPath>,
+    /// `dtype` (`float64` if absent; any dtype but `float64` and `complex128` is an error).
+    pub dtype: Dtype,
 }
 
 fn bad(message: impl Into<String>) -> EinsumError {
@@ -102,7 +147,14 @@ impl Instance {
             Some(p) if p.is_object() => (path_of(p, "opt_flops")?, path_of(p, "opt_size")?),
             Some(p) => return Err(bad(format!("`{name}`: `paths` must be an object, found {p}"))),
         };
-        let inst = Instance { name, format_string, shapes, opt_flops, opt_size };
+        let dtype = match v.get("dtype") {
+            None | Some(Value::Null) => Dtype::Float64,
+            Some(Value::String(d)) => Dtype::from_name(d).ok_or_else(|| {
+                bad(format!("`{name}`: dtype `{d}` is not supported (einsum runs float64 and complex128)"))
+            })?,
+            Some(d) => return Err(bad(format!("`{name}`: `dtype` must be a string, found {d}"))),
+        };
+        let inst = Instance { name, format_string, shapes, opt_flops, opt_size, dtype };
         inst.check()?;
         Ok(inst)
     }
@@ -216,6 +268,15 @@ mod tests {
         assert!(err(&ok.replace("[[0, 1]]", "[[1, 1]]")).contains("with itself"));
         assert!(err(&ok.replace("[[0, 1]]", "[]")).contains("leaves 2 operands uncontracted"));
         assert!(err(&ok.replace("\"paths\": {", "\"paths\": 3, \"x\": {")).contains("`paths` must be an object"));
+        let dtype = |d: &str| ok.replace("\"num_tensors\": 2", &format!("\"num_tensors\": 2, \"dtype\": {d}"));
+        assert_eq!(Instance::from_json(&dtype("\"float64\"")).unwrap().dtype, Dtype::Float64);
+        assert_eq!(Instance::from_json(&dtype("\"complex128\"")).unwrap().dtype, Dtype::Complex128);
+        assert_eq!(Instance::from_json(ok).unwrap().dtype, Dtype::Float64);
+        for d in ["int64", "float32", "complex64", "bool"] {
+            let e = err(&dtype(&format!("\"{d}\"")));
+            assert!(e.contains(&format!("`t`: dtype `{d}` is not supported")), "{e}");
+        }
+        assert!(err(&dtype("64")).contains("`dtype` must be a string, found 64"));
     }
 
     #[test]

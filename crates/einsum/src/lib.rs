@@ -21,7 +21,10 @@
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
 //!
 //! User input (expressions, shapes, paths, JSON, operands) is rejected with an
-//! [`EinsumError`] that says what is wrong; it never panics.
+//! [`EinsumError`] that says what is wrong; it never panics. Sizes too: every tensor a
+//! contraction holds is checked against a [`MemoryLimit`] (8 GiB by default, see
+//! [`EinsumOptions`]) before anything is allocated, so a mistyped dimension is an
+//! [`EinsumError::Memory`] naming the tensor and its bytes, not an aborted process.
 //!
 //! ```
 //! use einsum::{Einsum, PathChoice, Tensor};
@@ -76,6 +79,7 @@ mod elem;
 mod error;
 mod instance;
 pub mod kernel;
+mod memory;
 mod network;
 mod op;
 mod path;
@@ -86,8 +90,9 @@ mod tensor;
 pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
-pub use instance::Instance;
-pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, PathChoice};
+pub use instance::{Dtype, Instance};
+pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_bytes, tensor_bytes};
+pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions, PathChoice};
 pub use op::{TensorKey, TensorOp};
 pub use path::ContractionPath;
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};

@@ -12,6 +12,12 @@
 //!
 //! Labels are renumbered per step ([`ContractSpec`] is canonical), so the same network
 //! spelled with other letters builds the same keys and shares compiled programs.
+//!
+//! Memory: while following the path, the build counts the bytes of every operand, step
+//! result and output, alone and alive together, in checked arithmetic, against the
+//! [`EinsumOptions`]' [`MemoryLimit`] (default 8 GiB); [`Einsum::gradient`] and
+//! [`Einsum::hvp`] count the reverse pass. Nothing an evaluation allocates for tensors has
+//! escaped the count (ADR 0011).
 
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +28,7 @@ use tidu::DerivativeProgram;
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
+use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
 use crate::path::ContractionPath;
 use crate::subscripts::Subscripts;
@@ -47,6 +54,87 @@ pub enum PathChoice {
     Explicit(ContractionPath),
 }
 
+/// Options of [`Einsum::with_options`]; `EinsumOptions::default()` is what [`Einsum::new`]
+/// uses.
+///
+/// ```
+/// use einsum::{Einsum, EinsumError, EinsumOptions, MemoryLimit, PathChoice};
+///
+/// // An outer product of two 2^20-vectors would be an 8 TiB result: an error, not an abort.
+/// let big = [vec![1 << 20], vec![1 << 20]];
+/// let e = Einsum::<f64>::new("i,j->ij", &big, PathChoice::Greedy).err().unwrap();
+/// assert!(matches!(e, EinsumError::Memory { .. }));
+/// assert!(e.to_string().contains("the output"), "{e}");
+///
+/// // A smaller budget, set per network: 1 KiB is too little for two 8x8 matrices.
+/// let small = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(1024));
+/// let shapes = [vec![8, 8], vec![8, 8]];
+/// assert!(Einsum::<f64>::with_options("ij,jk->ik", &shapes, PathChoice::Greedy, &small).is_err());
+/// assert!(Einsum::<f64>::new("ij,jk->ik", &shapes, PathChoice::Greedy).is_ok());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EinsumOptions {
+    memory_limit: MemoryLimit,
+}
+
+impl EinsumOptions {
+    /// The budget for the tensors of the contraction (default [`MemoryLimit::default`],
+    /// 8 GiB), checked when the network is built and again by [`Einsum::gradient`].
+    pub fn memory_limit(mut self, limit: MemoryLimit) -> Self {
+        self.memory_limit = limit;
+        self
+    }
+
+    /// The memory limit set.
+    pub fn limit(&self) -> MemoryLimit {
+        self.memory_limit
+    }
+}
+
+/// The running memory check of a network: the operands (held by the caller throughout)
+/// plus the intermediates alive at each step, in checked arithmetic.
+struct Budget {
+    limit: MemoryLimit,
+    elem: usize,
+    /// Bytes alive now; `None` once past 2^64.
+    live: Option<u64>,
+    /// The largest `live` seen (the estimated peak).
+    peak: Option<u64>,
+}
+
+impl Budget {
+    fn new(limit: MemoryLimit, elem: usize) -> Self {
+        Budget { limit, elem, live: Some(0), peak: Some(0) }
+    }
+
+    fn error(&self, what: String, bytes: Option<u64>) -> EinsumError {
+        let limit = match self.limit {
+            MemoryLimit::Bytes(b) => Some(b),
+            MemoryLimit::Unlimited => None,
+        };
+        EinsumError::Memory { what, bytes, limit }
+    }
+
+    /// Checks one tensor of `shape` alone, then with what is alive, and keeps it alive.
+    fn alloc(&mut self, shape: &[usize], what: impl Fn() -> String) -> EinsumResult<Option<u64>> {
+        let bytes = crate::memory::tensor_bytes(shape, self.elem);
+        if !self.limit.allows(bytes) {
+            return Err(self.error(format!("{} of shape {shape:?}", what()), bytes));
+        }
+        let live = self.live.zip(bytes).and_then(|(a, b)| a.checked_add(b));
+        if !self.limit.allows(live) {
+            return Err(self.error(format!("{} of shape {shape:?}, with the tensors alive beside it,", what()), live));
+        }
+        self.live = live;
+        self.peak = self.peak.zip(live).map(|(p, l)| p.max(l));
+        Ok(bytes)
+    }
+
+    fn free(&mut self, bytes: Option<u64>) {
+        self.live = self.live.zip(bytes).map(|(a, b)| a.saturating_sub(b));
+    }
+}
+
 /// A compiled contraction network for fixed shapes.
 ///
 /// ```
@@ -69,12 +157,28 @@ pub struct Einsum<T: Elem> {
     output_shape: Vec<usize>,
     program: Arc<CompiledProgram<TensorOp<T>>>,
     multiply_adds: f64,
+    options: EinsumOptions,
+    /// Estimated peak bytes of the tensors of one evaluation (operands included).
+    peak_bytes: u64,
+    /// Bytes of every intermediate of the path, the output included.
+    intermediate_bytes: u64,
 }
 
 impl<T: Elem> Einsum<T> {
-    /// Parses, checks shapes and path, builds and compiles.
+    /// Parses, checks shapes, path and memory (the default limit, 8 GiB), builds and
+    /// compiles.
     pub fn new(expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Self> {
-        Self::build(expression, shapes, path, None)
+        Self::build(expression, shapes, path, None, &EinsumOptions::default())
+    }
+
+    /// As [`Einsum::new`], with options (a memory limit).
+    pub fn with_options(
+        expression: &str,
+        shapes: &[Vec<usize>],
+        path: PathChoice,
+        options: &EinsumOptions,
+    ) -> EinsumResult<Self> {
+        Self::build(expression, shapes, path, None, options)
     }
 
     /// As [`Einsum::new`], compiling through `cache` (equal graphs share one program).
@@ -84,7 +188,7 @@ impl<T: Elem> Einsum<T> {
         path: PathChoice,
         cache: &CompileCache<TensorOp<T>>,
     ) -> EinsumResult<Self> {
-        Self::build(expression, shapes, path, Some(cache))
+        Self::build(expression, shapes, path, Some(cache), &EinsumOptions::default())
     }
 
     fn build(
@@ -92,10 +196,15 @@ impl<T: Elem> Einsum<T> {
         shapes: &[Vec<usize>],
         path: PathChoice,
         cache: Option<&CompileCache<TensorOp<T>>>,
+        options: &EinsumOptions,
     ) -> EinsumResult<Self> {
         let subscripts = Subscripts::parse(expression)?;
         let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let by_char = subscripts.label_sizes(&shape_refs)?;
+        let mut budget = Budget::new(options.memory_limit, std::mem::size_of::<T>());
+        for (i, s) in shapes.iter().enumerate() {
+            budget.alloc(s, || format!("operand {i}"))?;
+        }
         // Number the labels and collect their sizes.
         let mut ids: FxHashMap<char, u32> = FxHashMap::default();
         let mut sizes: Vec<usize> = Vec::new();
@@ -112,6 +221,8 @@ impl<T: Elem> Einsum<T> {
             PathChoice::Greedy => ContractionPath::greedy(&inputs, &output, |c| sizes[c as usize]),
         };
         path.validate(inputs.len())?;
+        let n_inputs = inputs.len();
+        let mut intermediate_bytes = Some(0u64);
 
         let mut b = GraphBuilder::<TensorOp<T>>::new();
         // Slots: operands then step results; `live` finds the p-th live slot in O(log n).
@@ -128,6 +239,8 @@ impl<T: Elem> Einsum<T> {
             }
         }
         let mut multiply_adds = 0.0;
+        // Bytes of each step's result, by slot minus the operand count.
+        let mut slot_bytes: Vec<Option<u64>> = Vec::with_capacity(inputs.len());
         for (s, &[i, j]) in path.steps().iter().enumerate() {
             let (si, sj) = (live.nth(i), live.nth(j));
             live.remove(si);
@@ -143,6 +256,18 @@ impl<T: Elem> Einsum<T> {
             } else {
                 step_output(&la, &lb, |c| holders[c as usize] > 0 || output.contains(&c))
             };
+            let shape: Vec<usize> = kept.iter().map(|&c| sizes[c as usize]).collect();
+            let bytes = budget.alloc(&shape, || {
+                let what = if last { "the output" } else { "the intermediate" };
+                format!("{what} of step {s} of the path (operands {i} and {j} of {})", n_inputs - s)
+            })?;
+            intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
+            for slot in [si, sj] {
+                if slot >= n_inputs {
+                    budget.free(slot_bytes[slot - n_inputs]);
+                }
+            }
+            slot_bytes.push(bytes);
             let spec = ContractSpec::new(&la, &lb, &kept, &sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
             let v = b.try_add_operation(
@@ -159,6 +284,9 @@ impl<T: Elem> Einsum<T> {
         let last = live.nth(0);
         let (mut result, labels) = (slots[last].0, std::mem::take(&mut slots[last].1));
         if labels != output {
+            let shape: Vec<usize> = output.iter().map(|&c| sizes[c as usize]).collect();
+            let bytes = budget.alloc(&shape, || "the output (a reordering or reduction of one operand)".to_string())?;
+            intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
             let spec = UnarySpec::new(&labels, &output, &sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
             result =
@@ -183,6 +311,10 @@ impl<T: Elem> Einsum<T> {
             output_shape,
             program,
             multiply_adds,
+            options: options.clone(),
+            // Both are below the limit (or the limit is off) when the checks passed.
+            peak_bytes: budget.peak.unwrap_or(u64::MAX),
+            intermediate_bytes: intermediate_bytes.unwrap_or(u64::MAX),
         })
     }
 
@@ -270,6 +402,37 @@ impl<T: Elem> Einsum<T> {
     pub fn multiply_adds(&self) -> f64 {
         self.multiply_adds
     }
+    /// The options it was built with.
+    pub fn options(&self) -> &EinsumOptions {
+        &self.options
+    }
+    /// The estimated peak bytes of the tensors of one evaluation: the operands and the
+    /// intermediates alive together (kernel scratch aside). Checked against the memory
+    /// limit when the network was built.
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak_bytes
+    }
+
+    /// Checks the tensors of a reverse pass against the limit: the forward intermediates
+    /// (kept for the backward pass), the cotangent of each, the operands and one gradient
+    /// per `wrt` operand, all counted alive together (an upper bound).
+    fn check_reverse(&self, what: &str, wrt: &[usize]) -> EinsumResult<()> {
+        let mut budget = Budget::new(self.options.memory_limit, std::mem::size_of::<T>());
+        budget.live = Some(self.peak_bytes);
+        let twice = self.intermediate_bytes.checked_mul(2);
+        if !budget.limit.allows(twice.and_then(|b| b.checked_add(self.peak_bytes))) {
+            let all = twice.and_then(|b| b.checked_add(self.peak_bytes));
+            return Err(budget.error(
+                format!("{what} of `{}` (the forward intermediates and their cotangents)", short(&self.subscripts)),
+                all,
+            ));
+        }
+        budget.live = twice.and_then(|b| b.checked_add(self.peak_bytes));
+        for &i in wrt {
+            budget.alloc(&self.shapes[i], || format!("{what}: the gradient of operand {i}"))?;
+        }
+        Ok(())
+    }
 
     fn wrt_keys(&self, wrt: &[usize]) -> EinsumResult<Vec<TensorKey>> {
         let mut seen = vec![false; self.shapes.len()];
@@ -293,6 +456,7 @@ impl<T: Elem> Einsum<T> {
     /// gradient of a scalar result). Complex: the adjoint for `Re(conj(a)·b)`.
     pub fn gradient(&self, wrt: &[usize]) -> EinsumResult<EinsumGradient<T>> {
         let keys = self.wrt_keys(wrt)?;
+        self.check_reverse("the gradient", wrt)?;
         let view = computegraph::try_resolve(vec![self.graph.clone()])?;
         let g = tidu::vjp(&view, std::slice::from_ref(&self.output), &keys)?;
         let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
@@ -303,6 +467,7 @@ impl<T: Elem> Einsum<T> {
     /// (forward over reverse): evaluate with the cotangent `c` and one direction per `wrt`.
     pub fn hvp(&self, wrt: &[usize]) -> EinsumResult<EinsumHvp<T>> {
         let keys = self.wrt_keys(wrt)?;
+        self.check_reverse("the Hessian-vector product", wrt)?;
         let view = computegraph::try_resolve(vec![self.graph.clone()])?;
         let g = tidu::grad(&view, &self.output, &keys)?;
         let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
@@ -325,6 +490,12 @@ impl<T: Elem> Einsum<T> {
     fn meta(&self) -> Meta {
         Meta { shapes: self.shapes.clone(), output_shape: self.output_shape.clone(), name: self.subscripts.to_string() }
     }
+}
+
+/// An expression for a message: at most 60 characters.
+fn short(s: &Subscripts) -> String {
+    let s = s.to_string();
+    if s.chars().count() <= 60 { s } else { format!("{}…", s.chars().take(60).collect::<String>()) }
 }
 
 /// What derivative programs need to check and shape their arguments.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, overwritten, zeroed};
+use crate::buffer::{Buffer, overwritten};
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 
@@ -25,6 +25,23 @@ pub struct Tensor<T: Elem> {
 /// The number of elements of a shape, or `None` on overflow.
 pub(crate) fn checked_len(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// The number of elements of a shape, or a shape error naming it.
+fn element_count(shape: &[usize]) -> EinsumResult<usize> {
+    checked_len(shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))
+}
+
+/// An empty vector with room for `n` elements, or an error (not an abort) when the
+/// allocator refuses.
+fn try_vec<T>(shape: &[usize], n: usize) -> EinsumResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| EinsumError::Memory {
+        what: format!("a tensor of shape {shape:?}"),
+        bytes: crate::memory::tensor_bytes(shape, std::mem::size_of::<T>()),
+        limit: None,
+    })?;
+    Ok(v)
 }
 
 /// Row-major strides of a shape.
@@ -58,10 +75,50 @@ impl<T: Elem> Tensor<T> {
         Tensor { shape: shape.into(), data: Arc::new(Buffer::new(data)) }
     }
 
-    /// A tensor of zeros.
+    /// A tensor from its shape and row-major data, the same as [`Tensor::new`] under the
+    /// name `Vec`-minded users look for: the shape is checked against the data's length.
+    ///
+    /// ```
+    /// use einsum::Tensor;
+    /// let t = Tensor::from_vec(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    /// assert_eq!(t.get(&[1, 0]), Some(3.0));
+    /// let e = Tensor::<f64>::from_vec(vec![2, 2], vec![1.0]).unwrap_err();
+    /// assert_eq!(e.to_string(), "shape error: shape [2, 2] has 4 elements but 1 values were given");
+    /// ```
+    pub fn from_vec(shape: Vec<usize>, data: Vec<T>) -> EinsumResult<Self> {
+        Self::new(shape, data)
+    }
+
+    /// A tensor of zeros. A shape whose element count overflows, or whose memory the
+    /// allocator cannot give, is an error (never an abort).
+    ///
+    /// ```
+    /// use einsum::Tensor;
+    /// let z = Tensor::<f64>::zeros(vec![2, 3]).unwrap();
+    /// assert_eq!((z.len(), z.get(&[1, 2])), (6, Some(0.0)));
+    /// assert!(Tensor::<f64>::zeros(vec![1 << 40, 1 << 30]).is_err());
+    /// ```
     pub fn zeros(shape: Vec<usize>) -> EinsumResult<Self> {
-        let n = checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
-        Self::new(shape, zeroed(n))
+        Self::filled(shape, T::zero())
+    }
+
+    /// A tensor of ones (errors as [`Tensor::zeros`]).
+    ///
+    /// ```
+    /// use einsum::{c64, Tensor};
+    /// let o = Tensor::<c64>::ones(vec![2]).unwrap();
+    /// assert_eq!(o.data(), &[c64::new(1.0, 0.0); 2]);
+    /// ```
+    pub fn ones(shape: Vec<usize>) -> EinsumResult<Self> {
+        Self::filled(shape, T::one())
+    }
+
+    /// A tensor whose every element is `x` (errors as [`Tensor::zeros`]).
+    pub fn filled(shape: Vec<usize>, x: T) -> EinsumResult<Self> {
+        let n = element_count(&shape)?;
+        let mut data = try_vec::<T>(&shape, n)?;
+        data.resize(n, x);
+        Self::new(shape, data)
     }
 
     /// A rank-0 tensor.
@@ -71,8 +128,8 @@ impl<T: Elem> Tensor<T> {
 
     /// A tensor whose element at multi-index `i` is `f(i)`.
     pub fn from_fn(shape: Vec<usize>, mut f: impl FnMut(&[usize]) -> T) -> EinsumResult<Self> {
-        let n = checked_len(&shape).ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
-        let mut data = Vec::with_capacity(n);
+        let n = element_count(&shape)?;
+        let mut data = try_vec::<T>(&shape, n)?;
         let mut idx = vec![0; shape.len()];
         for _ in 0..n {
             data.push(f(&idx));

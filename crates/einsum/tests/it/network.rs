@@ -2,7 +2,10 @@
 //! labels, single operands, outer and batched products), random networks with greedy and
 //! random explicit paths, the caches, and errors.
 
-use einsum::{ContractionPath, Einsum, EinsumCache, EinsumError, Elem, PathChoice, Tensor, c64, reference_einsum};
+use einsum::{
+    ContractionPath, Einsum, EinsumCache, EinsumError, EinsumOptions, Elem, MemoryLimit, PathChoice, Tensor, c64,
+    reference_einsum,
+};
 use proptest::prelude::*;
 
 pub fn tensor<T: Elem>(shape: Vec<usize>, seed: u64) -> Tensor<T> {
@@ -165,4 +168,70 @@ fn parallel_evaluation_matches_sequential() {
     let par = e.eval_parallel(Some(&pool), &refs).unwrap();
     assert_close(&par, &e.eval(&refs).unwrap(), "parallel");
     assert!(e.eval_parallel(Some(&pool), &refs[..3]).is_err());
+}
+
+/// The message of a memory error, after checking the variant.
+fn memory_error<T: Elem>(r: Result<Einsum<T>, EinsumError>) -> String {
+    match r {
+        Err(e @ EinsumError::Memory { .. }) => e.to_string(),
+        Err(e) => panic!("not a memory error: {e}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+#[test]
+fn sizes_beyond_the_memory_limit_are_errors_naming_the_tensor_and_the_bytes() {
+    let g = PathChoice::Greedy;
+    // The cases of issue 19: a dimension of 2^40, a 2^20 × 2^20 operand, a 2^40-element result.
+    let e = memory_error(Einsum::<f64>::new("i->", &[vec![1 << 40]], g.clone()));
+    assert_eq!(e, "memory limit exceeded: operand 0 of shape [1099511627776] needs 8 TiB, over the limit of 8 GiB");
+    let e = memory_error(Einsum::<f64>::new("ij->", &[vec![1 << 20, 1 << 20]], g.clone()));
+    assert!(e.contains("operand 0 of shape [1048576, 1048576] needs 8 TiB"), "{e}");
+    let e = memory_error(Einsum::<c64>::new("i,j->ij", &[vec![1 << 20], vec![1 << 20]], g.clone()));
+    assert!(e.contains("the output of step 0 of the path") && e.contains("needs 16 TiB"), "{e}");
+    let e = memory_error(Einsum::<f64>::new("ij->", &[vec![1 << 40, 1 << 40]], g.clone()));
+    assert!(e.contains("needs more than 2^64 bytes"), "{e}");
+
+    // A smaller limit: an intermediate (the outer product of operands 0 and 2, 2 KiB).
+    let shapes = [vec![4, 4], vec![4, 4], vec![4, 4]];
+    let outer = PathChoice::Explicit(ContractionPath::new(vec![[0, 2], [0, 1]]));
+    let small = |bytes| EinsumOptions::default().memory_limit(MemoryLimit::Bytes(bytes));
+    let e = memory_error(Einsum::<f64>::with_options("ij,jk,kl->il", &shapes, outer.clone(), &small(1024)));
+    assert!(e.contains("the intermediate of step 0 of the path (operands 0 and 2 of 3) of shape [4, 4, 4, 4]"), "{e}");
+    assert!(e.contains("needs 2 KiB, over the limit of 1 KiB"), "{e}");
+    // Each tensor fits, all of them alive together do not: three 128-byte operands and the
+    // 2 KiB intermediate.
+    let e = memory_error(Einsum::<f64>::with_options("ij,jk,kl->il", &shapes, outer.clone(), &small(2048)));
+    assert!(e.contains("with the tensors alive beside it") && e.contains("2.4 KiB (2432 bytes)"), "{e}");
+    let ok = Einsum::<f64>::with_options("ij,jk,kl->il", &shapes, outer, &small(4096)).unwrap();
+    assert_eq!(ok.peak_bytes(), 3 * 128 + 2048 + 128);
+    // The better path needs far less.
+    let chain = Einsum::<f64>::with_options("ij,jk,kl->il", &shapes, g.clone(), &small(1024)).unwrap();
+    let ops: Vec<Tensor<f64>> = (0..3).map(|i| tensor(vec![4, 4], i)).collect();
+    let r = chain.eval(&[&ops[0], &ops[1], &ops[2]]).unwrap();
+    assert_close(&r, &reference_einsum("ij,jk,kl->il", &[&ops[0], &ops[1], &ops[2]]).unwrap(), "under the limit");
+
+    // The gradient keeps the forward intermediates and their cotangents: it can exceed a
+    // limit the forward pass fits.
+    let mm =
+        Einsum::<f64>::with_options("ij,jk->ik", &[vec![64, 64], vec![64, 64]], g.clone(), &small(128 << 10)).unwrap();
+    let e = mm.gradient(&[0, 1]).err().expect("over the limit");
+    assert!(matches!(e, EinsumError::Memory { .. }) && e.to_string().contains("the gradient"), "{e}");
+    assert!(mm.gradient(&[0]).is_err() && mm.hvp(&[0]).is_err());
+
+    // No limit: the check is what rejected the networks above (building allocates no tensor).
+    let unlimited = EinsumOptions::default().memory_limit(MemoryLimit::Unlimited);
+    assert!(Einsum::<f64>::with_options("i,j->ij", &[vec![1 << 20], vec![1 << 20]], g, &unlimited).is_ok());
+}
+
+#[test]
+fn constructors_refuse_what_the_allocator_cannot_give() {
+    // 2^50 elements: 8 PiB, more than any address space; an error, not an abort.
+    let e = Tensor::<f64>::zeros(vec![1 << 40, 1 << 10]).unwrap_err();
+    assert!(matches!(e, EinsumError::Memory { limit: None, .. }), "{e}");
+    assert!(e.to_string().contains("which the allocator refused"), "{e}");
+    assert!(Tensor::<c64>::ones(vec![1 << 40, 1 << 10]).is_err());
+    assert!(Tensor::<f64>::from_fn(vec![1 << 40, 1 << 10], |_| 0.0).is_err());
+    assert!(Tensor::<f64>::zeros(vec![usize::MAX, 2]).is_err());
+    assert_eq!(Tensor::<f64>::ones(vec![2, 2]).unwrap().data(), &[1.0; 4]);
 }
