@@ -12,7 +12,7 @@ use scalar::ScalarOp;
 use crate::table::{Table, json_number, json_string};
 use crate::{CliError, CliResult};
 
-/// The DAG shapes of BENCHMARKS.md section A.
+/// The DAG shapes of `docs/SPEC.md` §8.1.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ShapeArg {
     /// Random DAG, operands from the 1024 most recent values, 30% repeats.

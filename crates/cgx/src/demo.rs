@@ -1,4 +1,4 @@
-//! `cgx demo`: the worked example of seed 000 end to end, a tensor network with its
+//! `cgx demo`: the worked example (`docs/SPEC.md` §4.4) end to end, a tensor network with its
 //! gradient, then a large DAG.
 
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ impl Default for DemoArgs {
     }
 }
 
-/// `f(x) = (x + x)·x` (seed 000) on a fresh interner: the graph and its output key.
+/// `f(x) = (x + x)·x` (`docs/SPEC.md` §4.4) on a fresh interner: the graph and its output key.
 pub fn worked_example() -> (Arc<Graph<ScalarOp>>, ValueKey<ScalarOp>) {
     let mut b = GraphBuilder::with_interner(KeyInterner::new());
     let x = b.add_input(ScalarKey::var(0));
@@ -116,7 +116,7 @@ pub fn write_dot(dir: &Path, name: &str, dot: &str) -> CliResult<Vec<PathBuf>> {
 
 /// `cgx demo`.
 pub fn run(args: &DemoArgs) -> CliResult {
-    println!("== 1. The worked example of seed 000: f(x) = (x + x) * x ==\n");
+    println!("== 1. The worked example: f(x) = (x + x) * x ==\n");
     let (f, y) = worked_example();
     let lin = linearize(&resolve(vec![f.clone()]), std::slice::from_ref(&y), &[ScalarKey::var(0)]);
     let tr = linear_transpose(&lin);

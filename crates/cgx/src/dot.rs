@@ -32,7 +32,7 @@ pub enum Stage {
 /// A built-in example.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Example {
-    /// f(x) = (x + x)·x, seed 000's worked example.
+    /// f(x) = (x + x)·x, the worked example of `docs/SPEC.md` §4.4.
     Worked,
     /// A random DAG (window shape, 30% repeats) of `--nodes` operations.
     Dag,

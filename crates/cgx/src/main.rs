@@ -1,11 +1,11 @@
 //! `cgx`: the command line of computegraph + tidu.
 //!
-//! - `cgx demo` (the default): the worked example of seed 000 end to end (graphs as text and
-//!   Graphviz DOT, derivatives of first and second order, four ways) and a 10^6-node DAG
-//!   through the pipeline, sequentially and in parallel.
+//! - `cgx demo` (the default): the worked example (`docs/SPEC.md` §4.4) end to end
+//!   (graphs as text and Graphviz DOT, derivatives of first and second order, four ways)
+//!   and a 10^6-node DAG through the pipeline, sequentially and in parallel.
 //! - `cgx bench dag`: the large-DAG benchmark, with a summary table or `--json`.
-//! - `cgx bench mps`: µs per contraction step of an MPS inner product (einsum, section B),
-//!   beside its kernels alone, with a table or `--json`.
+//! - `cgx bench mps`: µs per contraction step of an MPS inner product (einsum,
+//!   `docs/SPEC.md` §8.2), beside its kernels alone, with a table or `--json`.
 //! - `cgx einsum`: a tensor-network contraction (instance file or expression), with flops,
 //!   GFLOP/s and optionally its gradient.
 //! - `cgx dot`: DOT export of a pipeline stage of a built-in example.

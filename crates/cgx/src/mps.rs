@@ -1,4 +1,4 @@
-//! `cgx bench mps`: the MPS inner product of `BENCHMARKS.md` section B, timed per
+//! `cgx bench mps`: the MPS inner product of `docs/SPEC.md` §8.2, timed per
 //! contraction step, beside its kernels run alone (the engine's overhead is the difference).
 //! `benches/scripts/compare_einsum.py` reads its `--json` output.
 

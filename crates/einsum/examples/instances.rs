@@ -1,4 +1,4 @@
-//! Runs the six benchmark instances at full size (BENCHMARKS.md section C): builds and
+//! Runs the six benchmark instances at full size (`docs/SPEC.md` §8.3): builds and
 //! compiles each with its `opt_flops` path, `opt_size` path and the greedy finder, fills
 //! seeded random operands, times evaluation, checks that the paths agree, and checks the
 //! one-step instances against the plain reference. With `--grad`, also builds and times the

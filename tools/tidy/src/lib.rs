@@ -8,7 +8,9 @@
 //!   `crate::module` paths in code (comments, doc links and `#[cfg(test)]` tails aside);
 //! - [`over_budget`]: no source file is longer than [`LINE_BUDGET`] lines;
 //! - [`dead_links`]: every relative link of a markdown file names a file or folder that
-//!   exists.
+//!   exists;
+//! - [`outside_references`]: no text cites documents that are not in the repository (the
+//!   specification's files, the guide's); `docs/SPEC.md` summarizes what the code uses.
 //!
 //! Complexity: linear in the bytes read; the cycle search is Tarjan's algorithm, iterative.
 
@@ -179,6 +181,21 @@ pub fn dead_links(path: &Path, text: &str) -> Vec<String> {
     dead
 }
 
+/// Ways of citing documents that live outside the repository.
+pub const OUTSIDE_REFERENCES: &[&str] =
+    &["seed 00", "Seed 00", "AD-TESTING", "BENCHMARKS.md", "STYLE.md", "shared/seeds", "shared/guide", "document 00"];
+
+/// Lines of `text` that cite a document outside the repository ([`OUTSIDE_REFERENCES`]).
+pub fn outside_references(path: &Path, text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| OUTSIDE_REFERENCES.iter().any(|r| line.contains(r)))
+        .map(|(i, line)| {
+            format!("{}:{}: cites a document outside the repository: {}", path.display(), i + 1, line.trim())
+        })
+        .collect()
+}
+
 /// The files under `dir` (recursively) whose name ends in `suffix`, sorted; folders named
 /// `target` or starting with `.` are skipped.
 pub fn files_under(dir: &Path, suffix: &str) -> Vec<PathBuf> {
@@ -250,6 +267,14 @@ mod tests {
         let long = "x\n".repeat(LINE_BUDGET + 1);
         assert!(over_budget(Path::new("x.rs"), &long).is_some());
         assert!(over_budget(Path::new("x.rs"), &long[2..]).is_none());
+    }
+
+    #[test]
+    fn outside_references_are_reported_with_their_line() {
+        let text = "//! Fine.\n//! As seed 000 §IV says.\n//! See `docs/SPEC.md` §4.4.\n";
+        let found = outside_references(Path::new("x.rs"), text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("x.rs:2:"), "{found:?}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tidy::{dead_links, file_cycles, files_under, missing_module_doc, over_budget};
+use tidy::{dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
@@ -76,5 +76,22 @@ fn markdown_links_resolve() {
     docs.extend(files_under(&root.join("crates"), ".md"));
     docs.push(root.join("README.md"));
     let findings: Vec<String> = docs.iter().flat_map(|d| dead_links(d, &read(d))).collect();
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+#[test]
+fn the_repository_cites_only_itself() {
+    let root = root();
+    let mut files = Vec::new();
+    for (dir, suffix) in
+        [("crates", ".rs"), ("benches", ".rs"), ("examples", ".rs"), ("fuzz/fuzz_targets", ".rs"), ("docs", ".md")]
+    {
+        files.extend(files_under(&root.join(dir), suffix));
+    }
+    files.extend(files_under(&root.join("benches"), ".py"));
+    files.extend(files_under(&root.join("python"), ".py"));
+    files.extend(["README.md", "justfile", ".ci/run"].map(|f| root.join(f)));
+    let findings: Vec<String> =
+        files.iter().filter(|f| f.exists()).flat_map(|f| outside_references(f, &read(f))).collect();
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }

@@ -1,7 +1,7 @@
-//! Derivatives of contraction networks (AD-TESTING.md): gradients against exact one-operand
-//! differences (a network is linear in each operand) through the dot-product identity, JVPs
-//! against VJPs, Hessian-vector products against central differences of the gradient and
-//! for symmetry, and tidu's whole-graph checker; real and complex.
+//! Derivatives of contraction networks (`docs/SPEC.md` §7): gradients against exact
+//! one-operand differences (a network is linear in each operand) through the dot-product
+//! identity, JVPs against VJPs, Hessian-vector products against central differences of the
+//! gradient and for symmetry, and tidu's whole-graph checker; real and complex.
 
 use einsum::{Einsum, Elem, PathChoice, Tensor, TensorKey, c64};
 use tidu::testing::{Checker, GraphCase, Tolerance};
