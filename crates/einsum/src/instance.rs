@@ -2,6 +2,8 @@
 //! clear errors for malformed input, and seeded random operands scaled so the result
 //! stays finite ([`Instance::random_operands`]).
 
+use rand_core::{Rng as _, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use serde_json::Value;
 
 use crate::elem::Elem;
@@ -207,7 +209,7 @@ impl Instance {
                 *holders.entry(c).or_default() += 1;
             }
         }
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix(SplitMix64::seed_from_u64(seed));
         s.inputs()
             .iter()
             .zip(&self.shapes)
@@ -230,16 +232,12 @@ impl Instance {
     }
 }
 
-/// SplitMix64, for seeded operands without a dependency.
-struct SplitMix(u64);
+/// Seeded operands' generator: `rand_xoshiro`'s SplitMix64 (the workspace's one).
+struct SplitMix(SplitMix64);
 
 impl SplitMix {
     fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
