@@ -338,7 +338,7 @@ impl<T: Elem> Einsum<T> {
     /// rayon pool): computegraph's level-parallel evaluator, driven by the operations'
     /// cost hints. Kernels stay sequential inside a step. On the shared 2-core development
     /// machine it has not been faster than [`Einsum::eval`] on the benchmark instances yet
-    /// (see `docs/PERFORMANCE.md`).
+    /// (see `docs/performance-history.md`, *einsum (issue 6)*).
     pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
         let inputs = self.program.bind_inputs(|k| match k {
