@@ -8,7 +8,8 @@
 //! - `append_borrowed`: the same through `add_operation_from` (borrowed operands, a range
 //!   of outputs: no allocation per node);
 //! - `intern`: `build()` after `append`, which interns every pending operation;
-//! - `whole`: `append` and `intern` together (`benches::spec_user::build`).
+//! - `whole`: `append` and `intern` together (`benches::spec_user::build`);
+//! - `whole_borrowed`: `append_borrowed` and `intern` together.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,7 +42,7 @@ fn main() {
     let n = 1_000_000;
     let w = Workload::new(Shape::Window, n);
     let dag = spec_user::to_dag(&w.spec);
-    let mut best = [f64::MAX; 5];
+    let mut best = [f64::MAX; 6];
     let mut time = |slot: usize, f: &mut dyn FnMut()| {
         let t = Instant::now();
         f();
@@ -55,15 +56,17 @@ fn main() {
         time(2, &mut || kept.push(builder.take().expect("appended").build()));
         time(3, &mut || drop(std::hint::black_box(append(&dag, true))));
         time(4, &mut || kept.push(Arc::into_inner(spec_user::build(&dag).0).expect("one holder")));
+        time(5, &mut || kept.push(append(&dag, true).build()));
         drop(kept);
     }
     let ns = |s: f64| s * 1e9 / n as f64;
     println!(
-        "ns/node: hashcons {:.1}  append {:.1}  intern {:.1}  append_borrowed {:.1}  whole {:.1}",
+        "ns/node: hashcons {:.1}  append {:.1}  intern {:.1}  append_borrowed {:.1}  whole {:.1}  whole_borrowed {:.1}",
         ns(best[0]),
         ns(best[1]),
         ns(best[2]),
         ns(best[3]),
-        ns(best[4])
+        ns(best[4]),
+        ns(best[5])
     );
 }
