@@ -73,7 +73,8 @@ pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static
 /// Mark `eval_into` `#[inline(always)]`, as below. The evaluator calls it once per node, and
 /// without the attribute the compiler does not inline a function of another crate into the
 /// evaluator's loop: a call per node then costs about as much as cheap scalar arithmetic
-/// itself (on a scalar DAG, evaluation is about 1.7× slower; `docs/PERFORMANCE.md`).
+/// itself (on the add/mul/neg DAG of the `eval_arithmetic` bench, evaluation is about 3.7×
+/// slower; `docs/PERFORMANCE.md`, *The specification's user*).
 ///
 /// ```
 /// use computegraph::{EvaluableGraphOperation, GraphOperation, Outputs};

@@ -52,8 +52,8 @@ use crate::program::{Instr, NO_SLOT, SlotProgram};
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
 /// inside the pool costs about a microsecond, and values a level reads were half written
 /// by the other core; on the project machine a level of 10^4 cheap scalar operations
-/// (cost 1 each, about 7 ns) gains only about 1.1× on two threads, one of 10^5 about
-/// 1.5× to 1.9× (`docs/PERFORMANCE.md`).
+/// (cost 1 each, about 7 ns) gains little on two threads and one of 10^5 more
+/// (`docs/PERFORMANCE.md`, *Level-parallel evaluation*).
 pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 /// A parallel level is cut into chunks of at least this cost (and at most four per
 /// thread).
