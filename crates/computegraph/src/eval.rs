@@ -22,8 +22,8 @@
 //! below [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST), runs on the calling thread,
 //! in place. A larger one is cut into chunks of about equal cost (at least
 //! [`PAR_CHUNK_MIN_COST`] each, at most four per thread; an expensive instruction can be
-//! a chunk by itself, so heavy operations fork even in a level of two). The calling thread and helpers spawned once per run claim
-//! the chunks of one level at a time (`Team`: an epoch per split level, an atomic claim
+//! a chunk by itself, so heavy operations fork even in a level of two). The calling thread
+//! and helpers spawned once per run claim the chunks of one level at a time (`Team`: an epoch per split level, an atomic claim
 //! counter, spinning rather than sleeping between levels). A chunk streams the
 //! schedule's compact steps (16 bytes per instruction in level order, see `schedule.rs`
 //! and ADR 0007), prefetching operand slots ahead. The chunks read their
