@@ -12,10 +12,10 @@ product, in microseconds (timeit, best of five).
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
-import time
 import timeit
 
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
@@ -26,36 +26,15 @@ import opt_einsum  # noqa: E402
 
 import cgx  # noqa: E402
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "crates" / "einsum" / "tests" / "data"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT / "crates" / "einsum" / "tests" / "data"
 
-
-def operands(eq, shapes, rng):
-    """Random operands scaled so that the result stays of order one."""
-    inputs, _, output = eq.partition("->")
-    terms = inputs.split(",")
-    holders = {}
-    for term in terms:
-        for label in set(term):
-            holders[label] = holders.get(label, 0) + 1
-    ops = []
-    for term, shape in zip(terms, shapes):
-        size = dict(zip(term, shape))
-        scale = 1.0
-        for label in set(term):
-            if label not in output:
-                scale *= size[label] ** (-1.0 / holders[label])
-        ops.append((0.5 + rng.random(shape)) * scale)
-    return ops
-
-
-def best_ms(f):
-    f()
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
+# The operands and the timing are those of the command-line comparison, so both scripts
+# measure the same thing.
+_spec = importlib.util.spec_from_file_location("compare_einsum", ROOT / "benches" / "scripts" / "compare_einsum.py")
+compare_einsum = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare_einsum)
+operands, best_ms = compare_einsum.operands, compare_einsum.best_of_five
 
 
 def main():
