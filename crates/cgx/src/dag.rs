@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use benches::{Shape, Workload, memory_status, same_values};
 use clap::{Args, ValueEnum};
 use computegraph::{CompiledProgram, EvalState, KeyInterner, compile, materialize_merge, resolve};
 use einsum::{MemoryLimit, format_bytes};
 use indicatif::{ProgressBar, ProgressStyle};
 use scalar::ScalarOp;
+use workloads::{Shape, Workload, memory_status, same_values};
 
 use crate::table::{Table, json_number, json_string};
 use crate::{CliError, CliResult};
@@ -61,7 +61,7 @@ pub struct DagArgs {
     pub memory_limit: Option<MemoryLimit>,
 }
 
-pub use benches::parse_count;
+pub use workloads::parse_count;
 
 /// The estimated peak bytes per operation of a run: the spec, the graph, the materialized
 /// graph, the program, the slots and the reference evaluation together. Measured peaks are

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use benches::{Shape, Workload};
 use clap::{Args, ValueEnum};
 use computegraph::{Graph, KeyInterner, ValueKey, try_compile, try_materialize_merge, try_resolve};
 use einsum::{Dtype, Instance, PathChoice, TensorKey};
 use scalar::{ScalarKey, ScalarOp};
 use tidu::{Primitive, try_linear_transpose, try_linearize};
+use workloads::{Shape, Workload};
 
 use crate::dag::parse_count;
 use crate::{CliError, CliResult};

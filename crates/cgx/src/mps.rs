@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
-use benches::einsum::{StepTimes, mps};
 use clap::Args;
+use workloads::einsum::{StepTimes, mps};
 
 use crate::CliResult;
 use crate::table::{Table, json_number};

@@ -119,7 +119,7 @@ pub fn mps(sites: usize, chi: usize) -> Network {
 /// # Panics
 /// If the instance file is missing or malformed (they are part of the repository).
 pub fn instance(name: &str) -> Network {
-    let file = format!("{}/../crates/einsum/tests/data/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let file = format!("{}/../einsum/tests/data/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let inst = Instance::from_file(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
     let path = inst.opt_flops.clone().unwrap_or_else(|| panic!("{name} has no opt_flops path"));
     let operands = inst.random_operands::<f64>(42).unwrap_or_else(|e| panic!("{name}: {e}"));
