@@ -432,21 +432,9 @@ impl<Op: GraphOperation> Graph<Op> {
         if keys.windows(2).all(|w| w[0] < w[1]) {
             return None;
         }
-        let entries = || keys.iter().enumerate().map(|(v, &k)| (k, LocalValueId::new(v)));
-        let mut seen = KeyMap::with_range(
-            keys.iter().map(|k| k.index()).min().unwrap_or(0)..keys.iter().map(|k| k.index() + 1).max().unwrap_or(0),
-            keys.len(),
-        );
-        Some(
-            entries()
-                .map(|(k, v)| {
-                    seen.get(k).unwrap_or_else(|| {
-                        seen.insert(k, v);
-                        v
-                    })
-                })
-                .collect(),
-        )
+        // The graph's own key index (first local value per key), shared with `find_key`.
+        let index = self.value_index();
+        Some(keys.iter().map(|&k| index.get(k).expect("every key of the graph is indexed")).collect())
     }
 
     pub(crate) fn operation_key(&self, op: LocalOperationId) -> OperationKey<Op> {
@@ -539,7 +527,12 @@ impl<Op: GraphOperation> Graph<Op> {
         if let Some(v) = outputs.get(key) {
             return Some(v);
         }
-        self.index.get_or_init(|| key_index(|| self.value_key.iter_enumerated().map(|(v, &k)| (k, v)))).get(key)
+        self.value_index().get(key)
+    }
+
+    /// Key id → the first local value with that key, built on first use.
+    fn value_index(&self) -> &KeyMap<LocalValueId> {
+        self.index.get_or_init(|| key_index(|| self.value_key.iter_enumerated().map(|(v, &k)| (k, v))))
     }
 
     /// Bytes held by this graph's columns (not counting parents or the interner).
