@@ -34,7 +34,7 @@ use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
-use crate::program::{Instr, NO_SLOT, SlotProgram, output_moves};
+use crate::program::{Instr, NO_SLOT, Run, SlotProgram, check_runs, output_moves, runs};
 use crate::schedule::{Schedule, Step, schedule};
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
@@ -68,6 +68,8 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
     pub(crate) ops: Vec<Op>,
     pub(crate) instrs: Vec<Instr>,
+    /// The instructions cut into runs for the sequential evaluator (`program.rs`, [`Run`]).
+    pub(crate) runs: Vec<Run>,
     /// Operand and output slots of every instruction, of the inputs and of the outputs.
     pub(crate) slots: SlotProgram,
     /// Whether sequential evaluation prefetches the operand slots of instructions ahead:
@@ -221,6 +223,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let input_index = input_keys.iter().enumerate().map(|(i, k)| (k.clone(), i)).collect();
     let program = CompiledProgram {
         interner: Arc::clone(&graph.interner),
+        runs: runs(&ops, &instrs),
         ops,
         instrs,
         slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count: alloc.next as usize },
@@ -604,6 +607,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         {
             return Err(bad(format!("output slot s{s} is never written")));
         }
+        check_runs(&self.runs, &self.ops, &self.instrs).map_err(&bad)?;
         self.slots.check_output_moves().map_err(bad)
     }
 }

@@ -9,12 +9,19 @@
 //! register), and the others' into the spare room of one reused buffer. The sequential loop reads slots and argument
 //! lists without bounds or tag checks (`VerifiedSlots`): `try_compile` verifies every
 //! program, in every build, so the checks would repeat what is proven (see
-//! `docs/adr/0006-verified-sequential-eval.md`). The loop is bound by loads, so its hot
-//! path (one output, one or two operands) is inline and reads an instruction with one
-//! load (`Instr` is packed in a `u64`), and everything else is out of line
+//! `docs/adr/0006-verified-sequential-eval.md`). The loop goes run by run
+//! (`program.rs`'s `Run`): a *uniform* run (equal operations, one output, one or two
+//! operands each) is one out-of-line loop, `run_uniform`, that receives the operation as
+//! an argument, walks the run's stretch of the argument pool with a fixed stride and
+//! never reads the instruction words. The compiler knows no slot write changes a
+//! function argument, so it loads the operation's variant once per run and can take the
+//! `match` of an inlined `eval_into` out of the loop. Mixed runs go instruction by
+//! instruction: the hot path (one output, one or two operands) inline, reading an
+//! instruction with one load (`Instr` is packed in a `u64`), everything else out of line
 //! (`eval_instruction_general`). When compile found the operands far from their readers
-//! in a large slot file, the loop prefetches the operand slots of the instruction
-//! [`SLOT_AHEAD`] places ahead. Complexity: `O(instructions + operands)`.
+//! in a large slot file, the loop instead goes instruction by instruction throughout and
+//! prefetches the operand slots of the instruction [`SLOT_AHEAD`] places ahead.
+//! Complexity: `O(instructions + operands)`.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
@@ -164,7 +171,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         if self.prefetch_slots {
             self.run_in_order::<true>(&file, ctx, out)?;
         } else {
-            self.run_in_order::<false>(&file, ctx, out)?;
+            self.run_by_runs(&file, ctx, out)?;
         }
         // SAFETY: the run completed, so every output slot of the verified program holds
         // its value, and `verify` checked that each is moved out once, at its last mention.
@@ -203,6 +210,77 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         }
         Ok(())
     }
+
+    /// Runs every instruction in program order, run by run (`Run`, `program.rs`): a uniform run with
+    /// one loop over its stretch of the argument pool and one operation reference, a
+    /// mixed run instruction by instruction.
+    #[inline(always)]
+    fn run_by_runs(
+        &self,
+        file: &VerifiedSlots<'_, Op::Operand>,
+        ctx: &mut Op::Context,
+        out: &mut Vec<Op::Operand>,
+    ) -> GraphResult<()> {
+        let args = &self.slots.args[..];
+        let mut i = 0usize;
+        for run in &self.runs {
+            let end = run.end as usize;
+            // SAFETY (all in this loop): the program passed `verify` (in `try_compile`, in
+            // every build) and is immutable. `verify` checks that the runs cover the
+            // instructions in order (so `i < end <= instrs.len() == ops.len()`), that
+            // every instruction's arguments lie in the pool, and that a uniform run's
+            // instructions take `arity` operands and one output each, laid out one after
+            // another from the first one's start, and evaluate operations equal to the
+            // first one's. The slots were sized to `slot_count` and runs are evaluated in
+            // program order, which is `VerifiedSlots`' contract.
+            match run.arity {
+                2 => unsafe {
+                    let start = run.start as usize;
+                    let stretch = args.get_unchecked(start..start + 3 * (end - i));
+                    run_uniform::<Op, 2, 3>(self.ops.get_unchecked(i), ctx, file, stretch)?;
+                },
+                1 => unsafe {
+                    let start = run.start as usize;
+                    let stretch = args.get_unchecked(start..start + 2 * (end - i));
+                    run_uniform::<Op, 1, 2>(self.ops.get_unchecked(i), ctx, file, stretch)?;
+                },
+                _ => {
+                    for j in i..end {
+                        unsafe {
+                            let op = self.ops.get_unchecked(j);
+                            let (ins, outs) = self.instrs.get_unchecked(j).slots_unchecked(args);
+                            eval_instruction(op, ctx, file, ins, outs, out)?;
+                        }
+                    }
+                }
+            }
+            i = end;
+        }
+        Ok(())
+    }
+}
+
+/// Evaluates a uniform run: `stretch` holds, per instruction, its `N` operand slots and
+/// its output slot (`S = N + 1`), and every instruction evaluates `op`. Out of line so
+/// that `op` arrives as a function argument, which the compiler knows no slot write can
+/// change: the operation's variant is then loaded once and its branch can leave the loop.
+///
+/// # Safety
+/// As `VerifiedSlots`' contract, for every instruction of `stretch`, in order.
+#[inline(never)]
+unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usize>(
+    op: &Op,
+    ctx: &mut Op::Context,
+    file: &VerifiedSlots<'_, Op::Operand>,
+    stretch: &[u32],
+) -> GraphResult<()> {
+    for a in stretch.chunks_exact(S) {
+        // SAFETY: by the caller's guarantee.
+        let refs: [&Op::Operand; N] = std::array::from_fn(|k| unsafe { file.read(a[k]) });
+        let v = eval_one(op, ctx, &refs)?;
+        unsafe { file.write(a[N], v) };
+    }
+    Ok(())
 }
 
 /// How many instructions ahead sequential evaluation prefetches operand slots, when
@@ -885,6 +963,98 @@ mod tests {
             hinted.prefetch_slots = true;
             let inputs = [&3_u64, &0xDEAD_BEEF_u64];
             assert_eq!(hinted.eval(&mut (), &inputs), plain.eval(&mut (), &inputs), "{n_ops} operations");
+        }
+    }
+
+    /// Two- and one-operand operations with payloads, and a two-output one.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    enum Toy {
+        Mix(u32),
+        Inc(u64),
+        Split,
+    }
+
+    impl GraphOperation for Toy {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            if let Toy::Mix(_) = self { 2 } else { 1 }
+        }
+        fn output_count(&self) -> usize {
+            if let Toy::Split = self { 2 } else { 1 }
+        }
+    }
+
+    impl Toy {
+        fn apply(&self, x: &[u64]) -> Vec<u64> {
+            match *self {
+                Toy::Mix(tag) => vec![(x[0] ^ x[1].rotate_left(tag)).wrapping_mul(0x9E37_79B9_7F4A_7C15)],
+                Toy::Inc(k) => vec![x[0].wrapping_add(k).rotate_left(7)],
+                Toy::Split => vec![x[0] >> 32, x[0] & 0xFFFF_FFFF],
+            }
+        }
+    }
+
+    impl EvaluableGraphOperation for Toy {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Outputs<'_, u64>) {
+            let x: Vec<u64> = inputs.iter().map(|&&v| v).collect();
+            out.extend(self.apply(&x));
+        }
+    }
+
+    /// The run loop (uniform runs of equal operations, one operation reference per run)
+    /// gives what the instruction-by-instruction loop and a direct interpretation give,
+    /// on programs whose equal operations come in runs of several lengths, broken by
+    /// operations of the same variant with another payload and by two-output ones.
+    #[test]
+    fn run_loop_matches_instruction_loop_and_interpretation() {
+        for run_len in [1usize, 2, 3, 8] {
+            let mut b = GraphBuilder::<Toy>::with_interner(KeyInterner::new());
+            let mut values = vec![b.add_input(0), b.add_input(1)];
+            let mut expected = vec![3_u64, 0xDEAD_BEEF_u64];
+            let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+            for i in 0..200usize {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let n = values.len();
+                let (a, c) = ((seed >> 33) as usize % n, (seed >> 13) as usize % n);
+                let group = (i / run_len) as u32;
+                let op = match group % 5 {
+                    0 | 3 => Toy::Mix(group % 4),
+                    1 | 4 => Toy::Inc(u64::from(group % 3)),
+                    _ => Toy::Split,
+                };
+                let operands: Vec<usize> = if let Toy::Mix(_) = op { vec![a, c] } else { vec![a] };
+                let refs = operands.iter().map(|&k| ValueRef::Local(values[k])).collect();
+                let outs = b.add_operation(op.clone(), refs, OperationRole::Primary);
+                let x: Vec<u64> = operands.iter().map(|&k| expected[k]).collect();
+                for (v, y) in outs.into_iter().zip(op.apply(&x)) {
+                    values.push(v);
+                    expected.push(y);
+                }
+            }
+            let outputs: Vec<_> = values[values.len() - 5..].to_vec();
+            b.set_outputs(outputs.clone());
+            let g = std::sync::Arc::new(b.build());
+            let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+            let flat = materialize_merge(&resolve(vec![g]), &keys);
+            let by_runs = compile(&flat);
+            assert!(
+                run_len == 1 || by_runs.runs.iter().any(|r| r.arity == 2) && by_runs.runs.iter().any(|r| r.arity == 1),
+                "runs of {run_len} equal operations make uniform runs of both arities"
+            );
+            let mut by_instruction = compile(&flat);
+            by_instruction.prefetch_slots = true; // the instruction-by-instruction loop
+            let inputs = [&3_u64, &0xDEAD_BEEF_u64];
+            let got = by_runs.eval(&mut (), &inputs);
+            assert_eq!(got, by_instruction.eval(&mut (), &inputs), "runs of {run_len}");
+            assert_eq!(got, expected[expected.len() - 5..].to_vec(), "runs of {run_len}");
+            // The verifier catches a uniform run whose stretch of arguments is off.
+            let mut bad = compile(&flat);
+            if let Some(r) = bad.runs.iter_mut().find(|r| r.arity != 0) {
+                r.start += 1;
+                assert!(bad.verify().is_err(), "a shifted run passes verification");
+            }
         }
     }
 }

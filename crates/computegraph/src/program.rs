@@ -1,10 +1,14 @@
 //! The slot program's encoding, shared by [`compile`](crate::compile)'s program and the
 //! parallel schedule (`schedule.rs`): packed instruction words over an argument pool of
-//! slot numbers, the "no slot" marker, and which output reads move their value out.
+//! slot numbers, the "no slot" marker, and which output reads move their value out. It
+//! also cuts the instructions into [`Run`]s for the sequential evaluator: stretches of
+//! equal one-output operations that one loop evaluates with a fixed stride.
 //!
 //! Invariants: an [`Instr`] names `n_in` operand slots followed by `n_out` output slots,
 //! contiguous in its pool from `start`; the output move flags mark exactly the last
-//! mention of each output slot ([`SlotProgram::check_output_moves`]). Nothing here
+//! mention of each output slot ([`SlotProgram::check_output_moves`]); the runs cover the
+//! instructions in order, and a uniform run's instructions have its arity, one output,
+//! equal operations and their arguments one after another ([`check_runs`]). Nothing here
 //! allocates slots or orders instructions: that is `compile.rs` and `schedule.rs`.
 
 use std::fmt;
@@ -133,4 +137,94 @@ impl SlotProgram {
         }
         Ok(())
     }
+}
+
+/// Consecutive instructions that the sequential evaluator runs with one loop: either a
+/// *uniform* run, whose instructions all evaluate the same operation (equal by `Eq`) with
+/// one output and `arity` operands (1 or 2), or a *mixed* run (`arity` 0) of any
+/// instructions, each evaluated on its own.
+///
+/// A uniform run's instructions have their arguments one after another in the pool
+/// (`arity` operand slots then the output slot, per instruction), from the run's first
+/// instruction's `start`: the evaluator walks that stretch of the pool with a stride of
+/// `arity + 1`, without reading the instruction words, and hands every instruction the
+/// same operation reference. With the operation fixed for the whole loop, the branch that
+/// selects the operation's code (the `match` of `eval_into`) has one target in the loop;
+/// the compiler may hoist it out.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// One past the run's last instruction.
+    pub(crate) end: u32,
+    /// Where the run's first instruction's arguments start in the pool (so that the
+    /// evaluator does not read the instruction words of a uniform run at all).
+    pub(crate) start: u32,
+    /// Operands per instruction of a uniform run, or 0 for a mixed run.
+    pub(crate) arity: u8,
+}
+
+/// Uniform runs shorter than this are folded into mixed runs: the run loop's set-up costs
+/// about what one instruction of the per-instruction loop does.
+pub(crate) const MIN_UNIFORM_RUN: usize = 2;
+
+/// Cuts `ops`/`instrs` (one entry each per instruction, arguments laid out in order in
+/// the pool) into [`Run`]s. `O(instructions)` operation comparisons.
+pub(crate) fn runs<Op: PartialEq>(ops: &[Op], instrs: &[Instr]) -> Vec<Run> {
+    let uniform_arity = |i: usize| {
+        let ins = instrs[i];
+        match (ins.n_in(), ins.n_out()) {
+            (n @ (1 | 2), 1) => n as u8,
+            _ => 0,
+        }
+    };
+    let mut runs: Vec<Run> = Vec::new();
+    let mut i = 0;
+    let n = ops.len();
+    while i < n {
+        let arity = uniform_arity(i);
+        let mut end = i + 1;
+        if arity != 0 {
+            while end < n && uniform_arity(end) == arity && ops[end] == ops[i] {
+                end += 1;
+            }
+        }
+        let arity = if end - i >= MIN_UNIFORM_RUN { arity } else { 0 };
+        match runs.last_mut() {
+            // Mixed instructions join the mixed run before them.
+            Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
+            _ => runs.push(Run { end: end as u32, start: instrs[i].start() as u32, arity }),
+        }
+        i = end;
+    }
+    runs
+}
+
+/// Checks that `runs` cover the instructions in order, and that every uniform run's
+/// instructions have its arity, one output, equal operations and arguments laid out one
+/// after another, which the sequential evaluator's run loop relies on.
+pub(crate) fn check_runs<Op: PartialEq>(runs: &[Run], ops: &[Op], instrs: &[Instr]) -> Result<(), String> {
+    let mut i = 0usize;
+    for (r, run) in runs.iter().enumerate() {
+        let end = run.end as usize;
+        if end <= i || end > instrs.len() {
+            return Err(format!("run {r} ends at instruction {end}, not after {i} and within the program"));
+        }
+        if run.start as usize != instrs[i].start() {
+            return Err(format!("run {r} does not start at its first instruction's arguments"));
+        }
+        if run.arity != 0 {
+            let k = run.arity as usize;
+            let base = instrs[i].start();
+            for j in i..end {
+                let ins = instrs[j];
+                if ins.n_in() != k || ins.n_out() != 1 || ops[j] != ops[i] || ins.start() != base + (j - i) * (k + 1) {
+                    return Err(format!("instruction {j} does not fit uniform run {r}"));
+                }
+            }
+        }
+        i = end;
+    }
+    if i != instrs.len() {
+        return Err(format!("runs cover {i} of {} instructions", instrs.len()));
+    }
+    Ok(())
 }
