@@ -1,6 +1,7 @@
 //! Where the specification-form build of the spec-user set spends its time, phase by
 //! phase, at 10^6 nodes of the window DAG (best of 7 rounds, ns per node):
-//! `cargo run --release -p benches --example build_split`.
+//! `cargo run --release -p benches --example build_split [nodes] [rounds]` (10^6 and 7 by
+//! default; fewer for callgrind, whose instruction counts do not depend on the load).
 //!
 //! - `hashcons`: the hashbrown + Fx hash-consing baseline of `benches/pipeline.rs`;
 //! - `append`: `add_operation` with a `Vec` of operands per node, returning a `Vec` of
@@ -39,7 +40,8 @@ fn append(dag: &Dag, borrowed: bool) -> GraphBuilder<Op> {
 }
 
 fn main() {
-    let n = 1_000_000;
+    let arg = |i: usize, default: usize| std::env::args().nth(i).map_or(default, |s| s.parse().expect("a count"));
+    let (n, rounds) = (arg(1, 1_000_000), arg(2, 7));
     let w = Workload::new(Shape::Window, n);
     let dag = spec_user::to_dag(&w.spec);
     let mut best = [f64::MAX; 6];
@@ -48,7 +50,7 @@ fn main() {
         f();
         best[slot] = best[slot].min(t.elapsed().as_secs_f64());
     };
-    for _ in 0..7 {
+    for _ in 0..rounds {
         let mut kept = Vec::new();
         time(0, &mut || drop(std::hint::black_box(hashcons(&w.spec))));
         let mut builder = None;

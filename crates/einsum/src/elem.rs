@@ -232,7 +232,21 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
     let flag = |c: bool| if c && T::IS_COMPLEX { Conj::Yes } else { Conj::No };
     let (lhs, rhs) = (mat(m, k, a), mat(k, n, b));
     let accum = if accumulate { Accum::Add } else { Accum::Replace };
-    faer::linalg::matmul::matmul_with_conj(dst, accum, lhs, flag(ca), rhs, flag(cb), T::one(), Par::Seq);
+    faer::linalg::matmul::matmul_with_conj(dst, accum, lhs, flag(ca), rhs, flag(cb), T::one(), gemm_par(m, n, k));
+}
+
+/// Multiply-adds from which one GEMM splits over its pool's threads: about 0.2 ms of one
+/// core's work, against the tens of microseconds that forking and joining cost.
+pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 21;
+
+/// How one `m × k` by `k × n` GEMM runs: split over the threads of the rayon pool the
+/// caller runs in ([`Einsum::eval_parallel`](crate::Einsum::eval_parallel) enters one)
+/// when it is large enough, sequentially otherwise. Outside any pool (plain `eval`) a
+/// contraction uses one thread, so one-thread figures stay one thread.
+fn gemm_par(m: usize, n: usize, k: usize) -> Par {
+    let threads = rayon::current_num_threads();
+    let large = m.saturating_mul(n).saturating_mul(k) >= PAR_GEMM_MIN_MACS;
+    if large && threads > 1 && rayon::current_thread_index().is_some() { Par::rayon(threads) } else { Par::Seq }
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //!   contraction; complex transposes are adjoints for `⟨a, b⟩ = Re(conj(a)·b)`, the
 //!   convention of `scalar::complex`.
 //! - Kernels ([`kernel`]): a direct strided loop for small or unusual contractions, and
-//!   faer GEMM (sequential) over strided matrix views, with copies only where the layout
+//!   faer GEMM over strided matrix views (split over a rayon pool's threads when large and run
+//!   inside one, see [`Einsum::eval_parallel`]), with copies only where the layout
 //!   needs them.
 //! - [`Einsum`]: an expression ([`Subscripts`], any Unicode labels) with operand shapes and a
 //!   pairwise path ([`ContractionPath`], opt_einsum's format, or the greedy finder), built

@@ -334,18 +334,26 @@ impl<T: Elem> Einsum<T> {
         Ok(out.pop().expect("one output"))
     }
 
-    /// [`Einsum::eval`] with independent steps run in parallel on `pool` (or the current
-    /// rayon pool): computegraph's level-parallel evaluator, driven by the operations'
-    /// cost hints. Kernels stay sequential inside a step. On the shared 2-core development
-    /// machine it has not been faster than [`Einsum::eval`] on the benchmark instances yet
-    /// (see `docs/performance-history.md`, *einsum (issue 6)*).
+    /// [`Einsum::eval`] on every thread of `pool` (or of the current rayon pool, the
+    /// global one outside any pool), with two kinds of parallelism chosen by cost:
+    /// independent steps run level-parallel (computegraph's evaluator, driven by the
+    /// operations' cost hints), and a step whose GEMM has at least `2^21` multiply-adds
+    /// splits that GEMM over the pool's threads. Smaller steps stay on one thread, so they
+    /// do not pay for forking. [`Einsum::eval`] always uses one thread.
     pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
         let inputs = self.program.bind_inputs(|k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
             TensorKey::Tangent(_) => None,
         })?;
-        let mut out = self.program.try_eval_parallel(pool, &mut (), &inputs)?;
+        // Inside the pool, so that the kernels see its threads even when the evaluator
+        // finds no level worth splitting and runs in order.
+        let run = || self.program.try_eval_parallel(pool, &mut (), &inputs);
+        let mut out = match pool {
+            Some(pool) => pool.install(run),
+            None if rayon::current_thread_index().is_some() => run(),
+            None => rayon::scope(|_| run()),
+        }?;
         Ok(out.pop().expect("one output"))
     }
 
