@@ -84,6 +84,7 @@ mod network;
 mod op;
 mod path;
 mod reference;
+pub mod search;
 mod subscripts;
 mod tensor;
 
@@ -96,5 +97,5 @@ pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions,
 pub use op::{TensorKey, TensorOp};
 pub use path::ContractionPath;
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
-pub use subscripts::Subscripts;
+pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;

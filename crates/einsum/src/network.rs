@@ -34,7 +34,7 @@ use crate::path::ContractionPath;
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 
-/// How to pick the pairwise path.
+/// How to pick the contraction path (see [`crate::search`] for the searches).
 ///
 /// ```
 /// use einsum::{ContractionPath, Einsum, PathChoice};
@@ -50,8 +50,26 @@ use crate::tensor::Tensor;
 pub enum PathChoice {
     /// [`ContractionPath::greedy`].
     Greedy,
-    /// An explicit path (opt_einsum format).
+    /// An explicit path (opt_einsum format; steps of one, two or more operands).
     Explicit(ContractionPath),
+    /// The cheapest pairwise path in flops, by dynamic programming over all subsets
+    /// ([`crate::search::optimal`]); networks of more than
+    /// [`crate::search::OPTIMAL_MAX_OPERANDS`] operands get [`PathChoice::Auto`]'s path.
+    Optimal,
+    /// Dynamic programming over connected subsets with a growing cost cap
+    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy.
+    Dp,
+    /// The best of `trials` randomized greedy paths, the greedy path among them
+    /// ([`crate::search::random_greedy`]), drawn from `seed`.
+    RandomGreedy {
+        /// Paths tried.
+        trials: u32,
+        /// The random stream's seed.
+        seed: u64,
+    },
+    /// [`PathChoice::Optimal`] for networks it can search in about a second (see
+    /// [`crate::search::auto`]), else [`PathChoice::RandomGreedy`] with its defaults.
+    Auto,
 }
 
 /// Options of [`Einsum::with_options`]; `EinsumOptions::default()` is what [`Einsum::new`]
@@ -200,27 +218,16 @@ impl<T: Elem> Einsum<T> {
     ) -> EinsumResult<Self> {
         let subscripts = Subscripts::parse(expression)?;
         let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let by_char = subscripts.label_sizes(&shape_refs)?;
+        // Numbered labels; broadcast axes (size 1 against a larger size) get labels of
+        // their own, summed over their single entry.
+        let crate::subscripts::LabelledNetwork { inputs, output, sizes } =
+            subscripts.resolve(&shape_refs)?.squeeze_broadcast(&shape_refs);
         let mut budget = Budget::new(options.memory_limit, std::mem::size_of::<T>());
         for (i, s) in shapes.iter().enumerate() {
             budget.alloc(s, || format!("operand {i}"))?;
         }
-        // Number the labels and collect their sizes.
-        let mut ids: FxHashMap<char, u32> = FxHashMap::default();
-        let mut sizes: Vec<usize> = Vec::new();
-        let mut id = |c: char| {
-            *ids.entry(c).or_insert_with(|| {
-                sizes.push(by_char[&c]);
-                sizes.len() as u32 - 1
-            })
-        };
-        let inputs: Vec<Vec<u32>> = subscripts.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
-        let output: Vec<u32> = subscripts.output().iter().map(|&c| id(c)).collect();
-        let path = match path {
-            PathChoice::Explicit(p) => p,
-            PathChoice::Greedy => ContractionPath::greedy(&inputs, &output, |c| sizes[c as usize]),
-        };
-        path.validate(inputs.len())?;
+        let path = crate::search::find_path(path, &inputs, &output, &sizes)?;
+        let pairs = path.pairwise(inputs.len())?;
         let n_inputs = inputs.len();
         let mut intermediate_bytes = Some(0u64);
 
@@ -241,7 +248,7 @@ impl<T: Elem> Einsum<T> {
         let mut multiply_adds = 0.0;
         // Bytes of each step's result, by slot minus the operand count.
         let mut slot_bytes: Vec<Option<u64>> = Vec::with_capacity(inputs.len());
-        for (s, &[i, j]) in path.steps().iter().enumerate() {
+        for (s, &[i, j]) in pairs.iter().enumerate() {
             let (si, sj) = (live.nth(i), live.nth(j));
             live.remove(si);
             live.remove(sj);
@@ -250,7 +257,7 @@ impl<T: Elem> Einsum<T> {
             for c in distinct(&la).into_iter().chain(distinct(&lb)) {
                 holders[c as usize] -= 1;
             }
-            let last = s + 1 == path.steps().len();
+            let last = s + 1 == pairs.len();
             let kept = if last {
                 output.clone()
             } else {
