@@ -220,7 +220,7 @@ impl<T: Elem> Einsum<T> {
         let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         // Numbered labels; broadcast axes (size 1 against a larger size) get labels of
         // their own, summed over their single entry.
-        let crate::subscripts::LabelledNetwork { inputs, output, sizes } =
+        let crate::subscripts::LabelledNetwork { inputs, output, sizes, .. } =
             subscripts.resolve(&shape_refs)?.squeeze_broadcast(&shape_refs);
         let mut budget = Budget::new(options.memory_limit, std::mem::size_of::<T>());
         for (i, s) in shapes.iter().enumerate() {

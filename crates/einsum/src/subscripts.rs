@@ -4,8 +4,7 @@
 //! size, with numpy's broadcasting.
 //!
 //! Invariants of a parsed [`Subscripts`]: each operand and the output hold at most one
-//! ellipsis; output labels are unique and occur in some operand; an output ellipsis needs an
-//! operand ellipsis. Of a [`LabelledNetwork`]: every label number is below `sizes.len()`,
+//! ellipsis; output labels are unique and occur in some operand. Of a [`LabelledNetwork`]: every label number is below `sizes.len()`,
 //! every operand axis has the size of its label or size 1 (broadcast; a label of size 0 is empty
 //! wherever it is 0 or 1), and the output's
 //! labels are distinct.
@@ -26,7 +25,9 @@ use crate::error::{EinsumError, EinsumResult};
 /// `...` in an operand stands for the axes its labels do not name (leading, trailing or in
 /// the middle, wherever it is written); the ellipses of all operands are aligned from the
 /// right and broadcast against each other as numpy broadcasts shapes. An explicit output
-/// may place `...` anywhere, or leave it out to sum those axes.
+/// may place `...` anywhere, or leave it out to sum those axes (numpy's `optimize=True`
+/// path does the same; its plain loop refuses); an output `...` with no operand ellipsis
+/// stands for no axes, as in numpy.
 ///
 /// ```
 /// use einsum::Subscripts;
@@ -61,6 +62,7 @@ pub struct Subscripts {
 /// assert_eq!(n.inputs, vec![vec![0, 1, 2], vec![2, 3]]);
 /// assert_eq!(n.output, vec![0, 1, 3]);
 /// assert_eq!(n.sizes, vec![5, 2, 3, 4]);
+/// assert_eq!(n.names, vec![None, Some('i'), Some('j'), Some('k')]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LabelledNetwork {
@@ -70,6 +72,9 @@ pub struct LabelledNetwork {
     pub output: Vec<u32>,
     /// The size of every label after broadcasting; an operand axis has this size or 1.
     pub sizes: Vec<usize>,
+    /// The character of every label: `None` for an ellipsis dimension and for the labels
+    /// [`LabelledNetwork::squeeze_broadcast`] adds.
+    pub names: Vec<Option<char>>,
 }
 
 impl LabelledNetwork {
@@ -90,6 +95,7 @@ impl LabelledNetwork {
             for (c, &d) in labels.iter_mut().zip(shape.iter()) {
                 if self.sizes[*c as usize] != d {
                     self.sizes.push(1);
+                    self.names.push(None);
                     *c = self.sizes.len() as u32 - 1;
                 }
             }
@@ -173,12 +179,6 @@ impl Subscripts {
                             format!("output label `{c}` appears in no operand"),
                         ));
                     }
-                }
-                if output_ellipsis.is_some() && !any_ellipsis {
-                    return Err(err(
-                        expression.chars().count(),
-                        "the output has an ellipsis (`...`) but no operand has one".into(),
-                    ));
                 }
                 out
             }
@@ -303,6 +303,7 @@ impl Subscripts {
         // broadcast ellipsis, counted from its left), in order of first appearance.
         let mut numbers: FxHashMap<Result<char, usize>, u32> = FxHashMap::default();
         let mut sizes: Vec<usize> = Vec::new();
+        let mut names: Vec<Option<char>> = Vec::new();
         // Where each label's size came from (operand, axis), for messages.
         let mut origin: Vec<(usize, usize)> = Vec::new();
         let mut inputs: Vec<Vec<u32>> = Vec::with_capacity(shapes.len());
@@ -332,6 +333,7 @@ impl Subscripts {
                 }
                 let k = *numbers.entry(*key).or_insert_with(|| {
                     sizes.push(d);
+                    names.push(key.ok());
                     origin.push((i, axis));
                     sizes.len() as u32 - 1
                 });
@@ -365,7 +367,7 @@ impl Subscripts {
             }
         };
         let output = out_keys.iter().map(|k| numbers[k]).collect();
-        Ok(LabelledNetwork { inputs, output, sizes })
+        Ok(LabelledNetwork { inputs, output, sizes, names })
     }
 }
 
@@ -431,7 +433,8 @@ mod tests {
         assert!(parse_err("...a...,a").contains("operand 0 has two ellipses"));
         assert!(parse_err("...a,a->......").contains("the output has two ellipses"));
         assert!(parse_err("a..b").contains("not part of an ellipsis"));
-        assert!(parse_err("a,b->...ab").contains("no operand has one"));
+        // numpy accepts an output ellipsis without operand ones: it stands for no axes.
+        assert_eq!(Subscripts::parse("a,b->...ab").unwrap().output_ellipsis(), Some(0));
         assert!(parse_err("a->a,b").contains("`,` after `->`"));
     }
 
