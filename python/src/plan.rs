@@ -114,7 +114,7 @@ impl Plan {
             });
         }
         let output_shape = output.iter().map(|c| sizes[c]).collect();
-        Ok(Plan { expression: expression.to_string(), inputs, output, sizes, path, steps, output_shape })
+        Ok(Plan { expression: expression.to_string(), inputs, output, shapes, sizes, path, steps, output_shape })
     }
 
     /// Elements of the largest step result (the output included), 0 without steps.

@@ -645,16 +645,21 @@ mod tests {
         assert_eq!(parse_path("[]"), explicit(vec![]));
         assert_eq!(parse_path("opt_flops"), Ok(PathArg::OptFlops));
         assert_eq!(parse_path("greedy"), Ok(PathArg::Greedy));
+        let steps = |s: Vec<Vec<usize>>| Ok(PathArg::Explicit(ContractionPath::from_steps(s)));
+        assert_eq!(parse_path("[(0, 1, 2), (1,), (0,1)]"), steps(vec![vec![0, 1, 2], vec![1], vec![0, 1]]));
+        assert_eq!(parse_path("optimal"), Ok(PathArg::Search(PathChoice::Optimal)));
+        assert_eq!(parse_path("dp"), Ok(PathArg::Search(PathChoice::Dp)));
+        assert_eq!(parse_path("auto"), Ok(PathArg::Search(PathChoice::Auto)));
+        assert!(matches!(parse_path("random-greedy"), Ok(PathArg::Search(PathChoice::RandomGreedy { .. }))));
         for (bad, want) in [
             ("[(0,1)", "no enclosing"),
             ("[(0,1)(0,1)]", "separated by commas"),
             ("[(0,1),(0,x)]", "`x` is not an operand position"),
             ("[(0,-1)]", "`-1` is not an operand position"),
-            ("[(0,1,2)]", "contracts 3 operands"),
-            ("[(0,)]", "names 1 operands"),
+            ("[(0,1),()]", "step 1 names no operand"),
             ("[(0,1]", "not closed"),
             ("[0,1]", "does not start with ( or ["),
-            ("optimal", "not a path"),
+            ("fastest", "not a path"),
         ] {
             let e = parse_path(bad).unwrap_err();
             assert!(e.contains(want), "{bad}: {e}");
