@@ -412,14 +412,13 @@ pub fn search_path(eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<
     let choice = match method {
         "optimal" => PathChoice::Optimal,
         "dp" => PathChoice::Dp,
-        "random-greedy" => {
-            PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 }
-        }
+        "random-greedy" => PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 },
         "auto" => PathChoice::Auto,
         m => return Err(PyValueError::new_err(format!("`{m}` is not a built-in path search"))),
     };
     let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-    let net = einsum::Subscripts::parse(eq).and_then(|s| s.resolve(&refs)).map_err(value_error)?.squeeze_broadcast(&refs);
+    let net =
+        einsum::Subscripts::parse(eq).and_then(|s| s.resolve(&refs)).map_err(value_error)?.squeeze_broadcast(&refs);
     let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(value_error)?;
     let pairs = path.pairwise(net.inputs.len()).map_err(value_error)?;
     Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())

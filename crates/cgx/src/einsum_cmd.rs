@@ -50,10 +50,9 @@ pub fn parse_path(s: &str) -> Result<PathArg, String> {
         "greedy" => Ok(PathArg::Greedy),
         "optimal" => Ok(PathArg::Search(PathChoice::Optimal)),
         "dp" => Ok(PathArg::Search(PathChoice::Dp)),
-        "random-greedy" | "random_greedy" => Ok(PathArg::Search(PathChoice::RandomGreedy {
-            trials: einsum::search::RANDOM_GREEDY_TRIALS,
-            seed: 0,
-        })),
+        "random-greedy" | "random_greedy" => {
+            Ok(PathArg::Search(PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 }))
+        }
         "auto" => Ok(PathArg::Search(PathChoice::Auto)),
         t if t.starts_with('[') => parse_explicit_path(t).map(PathArg::Explicit),
         t => Err(format!(

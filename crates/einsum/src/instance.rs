@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
-use crate::network::{Einsum, PathChoice};
-use crate::path::ContractionPath;
+use crate::network::Einsum;
+use crate::path::{ContractionPath, PathChoice};
 use crate::subscripts::Subscripts;
 use crate::tensor::{Tensor, checked_len};
 

@@ -30,47 +30,9 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
 use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
-use crate::path::ContractionPath;
+use crate::path::{ContractionPath, PathChoice};
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
-
-/// How to pick the contraction path (see [`crate::search`] for the searches).
-///
-/// ```
-/// use einsum::{ContractionPath, Einsum, PathChoice};
-///
-/// let shapes = [vec![2, 30], vec![30, 40], vec![40, 2]];
-/// let greedy = Einsum::<f64>::new("ij,jk,kl->il", &shapes, PathChoice::Greedy).unwrap();
-/// // opt_einsum's format: contract operands 1 and 2 first, then the result with operand 0.
-/// let path = PathChoice::Explicit(ContractionPath::new(vec![[1, 2], [0, 1]]));
-/// let explicit = Einsum::<f64>::new("ij,jk,kl->il", &shapes, path).unwrap();
-/// assert_eq!(greedy.output_shape(), explicit.output_shape());
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PathChoice {
-    /// [`ContractionPath::greedy`].
-    Greedy,
-    /// An explicit path (opt_einsum format; steps of one, two or more operands).
-    Explicit(ContractionPath),
-    /// The cheapest pairwise path in flops, by dynamic programming over all subsets
-    /// ([`crate::search::optimal`]); networks of more than
-    /// [`crate::search::OPTIMAL_MAX_OPERANDS`] operands get [`PathChoice::Auto`]'s path.
-    Optimal,
-    /// Dynamic programming over connected subsets with a growing cost cap
-    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy.
-    Dp,
-    /// The best of `trials` randomized greedy paths, the greedy path among them
-    /// ([`crate::search::random_greedy`]), drawn from `seed`.
-    RandomGreedy {
-        /// Paths tried.
-        trials: u32,
-        /// The random stream's seed.
-        seed: u64,
-    },
-    /// [`PathChoice::Optimal`] for networks it can search in about a second (see
-    /// [`crate::search::auto`]), else [`PathChoice::RandomGreedy`] with its defaults.
-    Auto,
-}
 
 /// Options of [`Einsum::with_options`]; `EinsumOptions::default()` is what [`Einsum::new`]
 /// uses.

@@ -1,6 +1,7 @@
 //! Contraction paths: [`ContractionPath`] in opt_einsum's format (each step contracts
 //! some positions of the current operand list, removes them and appends the result), its
-//! validation, its lowering to pairwise steps, and a greedy path finder.
+//! validation, its lowering to pairwise steps, and a greedy path finder; [`PathChoice`],
+//! how a network picks its path (`crate::search` runs the searches).
 //!
 //! A step may name one operand (it is reduced: labels it alone holds are summed, then it
 //! moves to the end of the list), two (a pairwise contraction) or more. [`ContractionPath::pairwise`]
@@ -21,6 +22,44 @@
 use rustc_hash::FxHashSet;
 
 use crate::error::{EinsumError, EinsumResult};
+
+/// How to pick the contraction path (see [`crate::search`] for the searches).
+///
+/// ```
+/// use einsum::{ContractionPath, Einsum, PathChoice};
+///
+/// let shapes = [vec![2, 30], vec![30, 40], vec![40, 2]];
+/// let greedy = Einsum::<f64>::new("ij,jk,kl->il", &shapes, PathChoice::Greedy).unwrap();
+/// // opt_einsum's format: contract operands 1 and 2 first, then the result with operand 0.
+/// let path = PathChoice::Explicit(ContractionPath::new(vec![[1, 2], [0, 1]]));
+/// let explicit = Einsum::<f64>::new("ij,jk,kl->il", &shapes, path).unwrap();
+/// assert_eq!(greedy.output_shape(), explicit.output_shape());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathChoice {
+    /// [`ContractionPath::greedy`].
+    Greedy,
+    /// An explicit path (opt_einsum format; steps of one, two or more operands).
+    Explicit(ContractionPath),
+    /// The cheapest pairwise path in flops, by dynamic programming over all subsets
+    /// ([`crate::search::optimal`]); networks of more than
+    /// [`crate::search::OPTIMAL_MAX_OPERANDS`] operands get [`PathChoice::Auto`]'s path.
+    Optimal,
+    /// Dynamic programming over connected subsets with a growing cost cap
+    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy.
+    Dp,
+    /// The best of `trials` randomized greedy paths, the greedy path among them
+    /// ([`crate::search::random_greedy`]), drawn from `seed`.
+    RandomGreedy {
+        /// Paths tried.
+        trials: u32,
+        /// The random stream's seed.
+        seed: u64,
+    },
+    /// [`PathChoice::Optimal`] for networks it can search in about a second (see
+    /// [`crate::search::auto`]), else [`PathChoice::RandomGreedy`] with its defaults.
+    Auto,
+}
 
 /// A contraction path in opt_einsum's format: `steps[s]` lists the positions contracted
 /// at step `s` in the operand list left by step `s - 1` (usually two positions; one or
@@ -253,7 +292,9 @@ mod tests {
         assert!(msg(vec![vec![0, 1]], 3).contains("leaves 2 operands uncontracted"));
         assert!(msg(vec![], 0).contains("no operands"));
         assert!(msg(vec![vec![]], 1).contains("step 0: names no operand"));
-        assert!(msg(vec![vec![0, 1, 2], vec![0, 1]], 3).contains("step 1: position 1 is out of range: 1 operands remain"));
+        assert!(
+            msg(vec![vec![0, 1, 2], vec![0, 1]], 3).contains("step 1: position 1 is out of range: 1 operands remain")
+        );
         assert!(msg(vec![vec![0], vec![0]], 2).contains("leaves 2 operands uncontracted"));
         assert!(ContractionPath::new(vec![]).validate(1).is_ok());
         assert!(ContractionPath::from_steps(vec![vec![0]]).validate(1).is_ok());

@@ -32,8 +32,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::error::EinsumResult;
-use crate::network::PathChoice;
-use crate::path::ContractionPath;
+use crate::path::{ContractionPath, PathChoice};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
 pub const OPTIMAL_MAX_OPERANDS: usize = 16;
@@ -517,7 +516,9 @@ fn sampled_greedy(
         let result = |a: &[u32], b: &[u32], holders: &[Vec<usize>]| -> Vec<u32> {
             let mut r: Vec<u32> = a.to_vec();
             r.extend(b.iter().filter(|c| !a.contains(c)));
-            r.retain(|&c| is_out[c as usize] || holders[c as usize].len() > a.contains(&c) as usize + b.contains(&c) as usize);
+            r.retain(|&c| {
+                is_out[c as usize] || holders[c as usize].len() > a.contains(&c) as usize + b.contains(&c) as usize
+            });
             r
         };
         let mut seen: FxHashMap<(usize, usize), ()> = FxHashMap::default();
@@ -541,7 +542,9 @@ fn sampled_greedy(
         let (i, j) = if cands.is_empty() {
             // No shared labels: the two smallest operands.
             let mut live: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].is_some()).collect();
-            live.sort_by(|&a, &b| size(ops[a].as_deref().expect("live")).total_cmp(&size(ops[b].as_deref().expect("live"))));
+            live.sort_by(|&a, &b| {
+                size(ops[a].as_deref().expect("live")).total_cmp(&size(ops[b].as_deref().expect("live")))
+            });
             (live[0], live[1])
         } else {
             cands.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
@@ -592,7 +595,12 @@ pub fn auto(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Contraction
 
 /// The path a [`PathChoice`] gives for a numbered network ([`crate::Einsum::new`] calls
 /// this): the explicit path as given, or the search's.
-pub fn find_path(choice: PathChoice, inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> EinsumResult<ContractionPath> {
+pub fn find_path(
+    choice: PathChoice,
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+) -> EinsumResult<ContractionPath> {
     Ok(match choice {
         PathChoice::Explicit(p) => p,
         PathChoice::Greedy => ContractionPath::greedy(inputs, output, |c| sizes[c as usize]),

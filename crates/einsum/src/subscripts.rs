@@ -251,7 +251,11 @@ impl Subscripts {
     }
 
     /// The numbers [`Subscripts::resolve`] gave each operand's named labels.
-    fn named_numbers<'a>(&'a self, n: &'a LabelledNetwork, shapes: &'a [&[usize]]) -> impl Iterator<Item = Vec<u32>> + 'a {
+    fn named_numbers<'a>(
+        &'a self,
+        n: &'a LabelledNetwork,
+        shapes: &'a [&[usize]],
+    ) -> impl Iterator<Item = Vec<u32>> + 'a {
         self.inputs.iter().enumerate().map(move |(i, labels)| {
             let (e, extra) = (self.ellipses[i], shapes[i].len() - labels.len());
             let numbers = &n.inputs[i];
@@ -363,7 +367,12 @@ impl Subscripts {
             None => self.output.iter().map(|&c| Ok(c)).collect(),
             Some(p) => {
                 let o = &self.output;
-                o[..p].iter().map(|&c| Ok(c)).chain((0..ell_rank).map(Err)).chain(o[p..].iter().map(|&c| Ok(c))).collect()
+                o[..p]
+                    .iter()
+                    .map(|&c| Ok(c))
+                    .chain((0..ell_rank).map(Err))
+                    .chain(o[p..].iter().map(|&c| Ok(c)))
+                    .collect()
             }
         };
         let output = out_keys.iter().map(|k| numbers[k]).collect();

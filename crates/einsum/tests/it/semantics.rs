@@ -166,7 +166,10 @@ fn check_derivatives<T: Elem>(net: &Net) {
 }
 
 /// Fixed cases numpy documents or users write, each with a path of steps of any length.
-const FIXED: &[(&str, &[&[usize]], &[&[usize]])] = &[
+/// (expression, shapes, path).
+type Case = (&'static str, &'static [&'static [usize]], &'static [&'static [usize]]);
+
+const FIXED: &[Case] = &[
     ("...ij,...jk->...ik", &[&[4, 2, 3], &[3, 2]], &[&[0, 1]]),
     ("...ij,...jk", &[&[2, 1, 2, 3], &[3, 3, 2]], &[&[1, 0]]),
     ("ij...,jk...->ik...", &[&[2, 3, 4], &[3, 2, 1]], &[&[0, 1]]),
@@ -250,11 +253,15 @@ fn bad_inputs_are_errors() {
         Einsum::<f64>::new(x, &shapes, p).err().map(|e| e.to_string()).unwrap_or_default()
     };
     let g = || PathChoice::Greedy;
-    let steps = |s: &[&[usize]]| PathChoice::Explicit(ContractionPath::from_steps(s.iter().map(|s| s.to_vec()).collect()));
+    let steps =
+        |s: &[&[usize]]| PathChoice::Explicit(ContractionPath::from_steps(s.iter().map(|s| s.to_vec()).collect()));
     let cases: Vec<(String, &str)> = vec![
         (build("...a...,a", &[&[2], &[2]], g()), "operand 0 has two ellipses"),
         (build("a..,a", &[&[2], &[2]], g()), "not part of an ellipsis"),
-        (build("...i,...i", &[&[2, 3], &[4, 3]], g()), "ellipsis dimension 0 (of 1, aligned from the right) has size 2"),
+        (
+            build("...i,...i", &[&[2, 3], &[4, 3]], g()),
+            "ellipsis dimension 0 (of 1, aligned from the right) has size 2",
+        ),
         (build("ij,jk", &[&[2, 3], &[4, 5]], g()), "label `j` has size 3 in operand 0"),
         (build("ii", &[&[1, 3]], g()), "label `i` is repeated in operand 0"),
         (build("ab...c", &[&[2, 3]], g()), "3 named labels besides its ellipsis"),
