@@ -100,7 +100,7 @@ def test_bad_numpy_syntax_is_a_value_error(eq, shapes, message):
 
 @pytest.mark.parametrize(
     "path, message",
-    [([(0, 1, 3)], "out of range"), ([(0, 0), (0, 1)], "repeats a position"), ([(), (0, 1, 2)], "is empty")],
+    [([(0, 1, 3)], "out of range"), ([(0, 0), (0, 1)], "names position 0 twice"), ([(), (0, 1, 2)], "is empty")],
 )
 def test_bad_multi_operand_paths(path, message):
     ops = [np.ones(2)] * 3
