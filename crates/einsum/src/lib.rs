@@ -12,8 +12,9 @@
 //! - Kernels ([`kernel`]): a direct strided loop for small or unusual contractions, and
 //!   faer GEMM (sequential) over strided matrix views, with copies only where the layout
 //!   needs them.
-//! - [`Einsum`]: an expression ([`Subscripts`], any Unicode labels) with operand shapes and a
-//!   pairwise path ([`ContractionPath`], opt_einsum's format, or the greedy finder), built
+//! - [`Einsum`]: an expression ([`Subscripts`], any Unicode labels, numpy's ellipses and
+//!   size-1 broadcasting) with operand shapes and a path ([`ContractionPath`], opt_einsum's
+//!   format with steps of any length, or a [`PathChoice`]: greedy, or a [`search`]), built
 //!   into a graph, compiled once (resolve → materialize_merge → compile) and evaluated any
 //!   number of times; [`EinsumCache`] shares compiled programs. [`Einsum::gradient`] and
 //!   [`Einsum::hvp`] compile derivative programs (linearize + linear_transpose).

@@ -347,7 +347,9 @@ impl<T: Elem> Einsum<T> {
     pub fn shapes(&self) -> &[Vec<usize>] {
         &self.shapes
     }
-    /// The pairwise path used.
+    /// The path used: the explicit one as given (steps of any length), or the one a search
+    /// found. The graph follows its pairwise lowering ([`ContractionPath::pairwise`]), whose
+    /// step numbers memory errors name.
     pub fn path(&self) -> &ContractionPath {
         &self.path
     }
