@@ -9,7 +9,8 @@
 //! Searches, all on numbered networks (labels `0..sizes.len()`):
 //! - [`optimal`]: dynamic programming over every subset of the operands (a bitmask), each
 //!   split of a subset into two tried: the cheapest of all pairwise paths, outer products
-//!   included. `O(3^n)` splits, so only for `n ≤` [`OPTIMAL_MAX_OPERANDS`].
+//!   included. `O(3^n)` splits, so only for `n ≤` [`OPTIMAL_MAX_OPERANDS`] (and at most
+//!   [`OPTIMAL_MAX_LABELS`] labels).
 //! - [`dp`]: dynamic programming over *connected* subsets only, grown by size, pairs of
 //!   disjoint subsets that share a summed label, keeping only subsets whose cost is within
 //!   a cap that starts at the output's size and grows by the smallest label size until the
@@ -36,6 +37,10 @@ use crate::path::{ContractionPath, PathChoice};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
 pub const OPTIMAL_MAX_OPERANDS: usize = 16;
+
+/// [`optimal`] searches networks of at most this many labels (its table holds a label set
+/// per subset: 2^16 × 512 bytes at most).
+pub const OPTIMAL_MAX_LABELS: usize = 4096;
 
 /// [`auto`] uses the exact search up to this many operands (3^12 ≈ 5·10^5 splits).
 pub const AUTO_EXACT_OPERANDS: usize = 12;
@@ -214,7 +219,8 @@ fn ssa_to_path(n: usize, ssa: &[(usize, usize)]) -> ContractionPath {
 }
 
 /// The cheapest pairwise path over all pairwise paths (outer products included), by
-/// dynamic programming over subsets; `None` for more than [`OPTIMAL_MAX_OPERANDS`] operands.
+/// dynamic programming over subsets; `None` for more than [`OPTIMAL_MAX_OPERANDS`] operands
+/// or [`OPTIMAL_MAX_LABELS`] labels.
 ///
 /// ```
 /// use einsum::search::{optimal, path_cost};
@@ -225,7 +231,7 @@ fn ssa_to_path(n: usize, ssa: &[(usize, usize)]) -> ContractionPath {
 /// ```
 pub fn optimal(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Option<ContractionPath> {
     let n = inputs.len();
-    if n > OPTIMAL_MAX_OPERANDS {
+    if n > OPTIMAL_MAX_OPERANDS || sizes.len() > OPTIMAL_MAX_LABELS {
         return None;
     }
     if n <= 1 {
