@@ -1,12 +1,15 @@
 """opt_einsum's surface over the Rust extension ``cgx._core``.
 
 ``contract``, ``contract_path`` and ``contract_expression`` take the arguments of their
-opt_einsum namesakes. Paths are opt_einsum's format (a list of tuples of positions in
-the current operand list). ``optimize`` is ``'greedy'`` (the einsum crate's finder, the
-default), an explicit path, any object with opt_einsum's ``PathOptimizer`` call signature
+opt_einsum namesakes, with numpy's einsum semantics (ellipses ``...``, size-1
+broadcasting). Paths are opt_einsum's format (a list of tuples of positions in the
+current operand list). ``optimize`` is ``'greedy'`` (the einsum crate's finder, the
+default), one of the einsum crate's searches (``'optimal'``: the exact subset search up to
+16 operands, ``'dp'``: connected subsets with a cost cap, ``'random-greedy'``, ``'auto'``),
+an explicit path, any object with opt_einsum's ``PathOptimizer`` call signature
 ``(inputs, output, size_dict, memory_limit=None) -> path`` (opt_einsum's and cotengra's
-optimizers), or the name of another opt_einsum path finder (``'optimal'``, ``'dp'``,
-``'branch-2'``, ...) when opt_einsum is installed.
+optimizers), or the name of another opt_einsum path finder (``'branch-2'``, ...) when
+opt_einsum is installed.
 
 The engine contracts pairwise: a path step naming more than two operands is split into
 pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list.
@@ -108,10 +111,23 @@ def _pairwise(path, n: int) -> list[tuple[int, int]]:
     return pairs
 
 
+# The einsum crate's path searches, by the names opt_einsum uses.
+_SEARCHES = {
+    "optimal": "optimal",
+    "dp": "dp",
+    "random-greedy": "random-greedy",
+    "random-greedy-128": "random-greedy",
+    "auto": "auto",
+    "auto-hq": "auto",
+}
+
+
 def _find_path(eq: str, shapes, optimize, memory_limit):
     """``None`` for the engine's greedy finder, else a pairwise path."""
-    if optimize is None or optimize is True or (isinstance(optimize, str) and optimize in ("greedy", "auto")):
+    if optimize is None or optimize is True or (isinstance(optimize, str) and optimize == "greedy"):
         return None
+    if isinstance(optimize, str) and optimize in _SEARCHES:
+        return _core.search_path(eq, [list(s) for s in shapes], _SEARCHES[optimize])
     if optimize is False:
         return [(0, 1)] * max(len(shapes) - 1, 0)
     if isinstance(optimize, str):
@@ -119,7 +135,7 @@ def _find_path(eq: str, shapes, optimize, memory_limit):
             from opt_einsum.paths import get_path_fn
         except ImportError:
             raise ValueError(
-                f"optimize={optimize!r}: only 'greedy' is built in; other path finders come from opt_einsum, which is not installed"
+                f"optimize={optimize!r}: the built-in finders are 'greedy', 'optimal', 'dp', 'random-greedy' and 'auto'; other path finders come from opt_einsum, which is not installed"
             ) from None
         try:
             optimize = get_path_fn(optimize)

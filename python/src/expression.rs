@@ -330,7 +330,7 @@ impl Expression {
     /// The pairwise path, opt_einsum's format.
     #[getter]
     fn path(&self) -> Vec<(usize, usize)> {
-        self.inner.plan.path.steps().iter().map(|&[i, j]| (i, j)).collect()
+        self.inner.plan.path.steps().iter().map(|s| (s[0], s[1])).collect()
     }
 
     /// The memory limit in elements, if any.
@@ -345,8 +345,8 @@ impl Expression {
         let p = &self.inner.plan;
         let s = |l: &[char]| l.iter().collect::<String>();
         (
-            p.subscripts.inputs().iter().map(|l| s(l)).collect(),
-            s(p.subscripts.output()),
+            p.inputs.iter().map(|l| s(l)).collect(),
+            s(&p.output),
             p.sizes.iter().map(|(&c, &n)| (c, n)).collect(),
             p.steps
                 .iter()
@@ -403,4 +403,23 @@ pub fn contract<'py>(
         Operands::Real(t) => inner.eval(py, &t, memory_limit),
         Operands::Complex(t) => inner.eval(py, &t, memory_limit),
     }
+}
+
+/// `search_path(eq, shapes, method)`: the einsum crate's path search `method` (`"optimal"`,
+/// `"dp"`, `"random-greedy"`, `"auto"`) on the expression; a pairwise path.
+#[pyfunction]
+pub fn search_path(eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<Vec<(usize, usize)>> {
+    let choice = match method {
+        "optimal" => PathChoice::Optimal,
+        "dp" => PathChoice::Dp,
+        "random-greedy" => PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 },
+        "auto" => PathChoice::Auto,
+        m => return Err(PyValueError::new_err(format!("`{m}` is not a built-in path search"))),
+    };
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let net =
+        einsum::Subscripts::parse(eq).and_then(|s| s.resolve(&refs)).map_err(value_error)?.squeeze_broadcast(&refs);
+    let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(value_error)?;
+    let pairs = path.pairwise(net.inputs.len()).map_err(value_error)?;
+    Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())
 }

@@ -30,5 +30,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<expression::Expression>()?;
     m.add_function(wrap_pyfunction!(expression::contract, m)?)?;
     m.add_function(wrap_pyfunction!(expression::set_memory_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     Ok(())
 }

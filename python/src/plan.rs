@@ -9,6 +9,10 @@
 //! check that turns an intermediate too large to allocate into a `MemoryError` instead of
 //! an aborted process. Sizes are `f64` so that no product of label sizes overflows.
 //!
+//! Labels: the crate's numbered network (`Subscripts::resolve`, ellipses expanded, broadcast
+//! axes given labels of their own), each number shown as its character, or a private-use
+//! character for the unnamed ones.
+//!
 //! Complexity: `O(steps · operands)` (operands are removed from a `Vec`).
 
 use std::collections::HashMap;
@@ -31,13 +35,16 @@ pub struct Step {
 pub struct Plan {
     /// The subscripts as given.
     pub expression: String,
-    /// The parsed subscripts.
-    pub subscripts: Subscripts,
+    /// Each operand's labels, one per axis (ellipsis axes and broadcast axes of size 1 get
+    /// private-use characters).
+    pub inputs: Vec<Vec<char>>,
+    /// The output's labels.
+    pub output: Vec<char>,
     /// The operand shapes.
     pub shapes: Vec<Vec<usize>>,
     /// The size of every label.
     pub sizes: HashMap<char, usize>,
-    /// The pairwise path.
+    /// The path (pairwise: the Python side lowers longer steps).
     pub path: ContractionPath,
     /// One entry per path step, plus a final one-operand step when the last result still
     /// needs reordering or reducing (its positions are `[0, 0]`).
@@ -51,17 +58,22 @@ impl Plan {
     pub fn new(expression: &str, shapes: Vec<Vec<usize>>, path: Option<Vec<[usize; 2]>>) -> EinsumResult<Plan> {
         let subscripts = Subscripts::parse(expression)?;
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let sizes: HashMap<char, usize> = subscripts.label_sizes(&refs)?.into_iter().collect();
+        // Numbered as `einsum::Einsum::new` numbers them, so the greedy path is the same.
+        let net = subscripts.resolve(&refs)?.squeeze_broadcast(&refs);
+        let names = label_chars(&net.names);
+        let sizes: HashMap<char, usize> = names.iter().copied().zip(net.sizes.iter().copied()).collect();
         let path = match path {
             Some(steps) => ContractionPath::new(steps),
-            None => greedy(&subscripts, &sizes),
+            None => ContractionPath::greedy(&net.inputs, &net.output, |c| net.sizes[c as usize]),
         };
-        path.validate(subscripts.inputs().len())?;
+        let pairs = path.pairwise(net.inputs.len())?;
+        let chars = |l: &[u32]| l.iter().map(|&c| names[c as usize]).collect::<Vec<char>>();
         let size = |labels: &[char]| labels.iter().map(|c| sizes[c] as f64).product::<f64>();
-        let output = subscripts.output();
-        let mut live: Vec<Vec<char>> = subscripts.inputs().to_vec();
-        let mut steps = Vec::with_capacity(path.steps().len() + 1);
-        for (s, &[i, j]) in path.steps().iter().enumerate() {
+        let output = chars(&net.output);
+        let mut live: Vec<Vec<char>> = net.inputs.iter().map(|l| chars(l)).collect();
+        let inputs = live.clone();
+        let mut steps = Vec::with_capacity(pairs.len() + 1);
+        for (s, &[i, j]) in pairs.iter().enumerate() {
             // Validated above: `i != j`, both in range.
             let (a, b) = if i < j {
                 let b = live.remove(j);
@@ -70,8 +82,8 @@ impl Plan {
                 let a = live.remove(i);
                 (a, live.remove(j))
             };
-            let result: Vec<char> = if s + 1 == path.steps().len() {
-                output.to_vec()
+            let result: Vec<char> = if s + 1 == pairs.len() {
+                output.clone()
             } else {
                 let needed = |c: &char| output.contains(c) || live.iter().any(|l| l.contains(c));
                 let mut r: Vec<char> = Vec::new();
@@ -97,12 +109,12 @@ impl Plan {
             steps.push(Step {
                 positions: [0, 0],
                 multiply_adds: size(&all),
-                size: size(output),
-                labels: [last, Vec::new(), output.to_vec()],
+                size: size(&output),
+                labels: [last, Vec::new(), output.clone()],
             });
         }
         let output_shape = output.iter().map(|c| sizes[c]).collect();
-        Ok(Plan { expression: expression.to_string(), subscripts, shapes, sizes, path, steps, output_shape })
+        Ok(Plan { expression: expression.to_string(), inputs, output, shapes, sizes, path, steps, output_shape })
     }
 
     /// Elements of the largest step result (the output included), 0 without steps.
@@ -116,20 +128,12 @@ impl Plan {
     }
 }
 
-/// The einsum crate's greedy path, with labels numbered as `einsum::Einsum::new` numbers
-/// them (first appearance in the operands, then the output), so ties break the same way.
-fn greedy(subscripts: &Subscripts, sizes: &HashMap<char, usize>) -> ContractionPath {
-    let mut ids: HashMap<char, u32> = HashMap::new();
-    let mut by_id: Vec<usize> = Vec::new();
-    let mut id = |c: char| {
-        *ids.entry(c).or_insert_with(|| {
-            by_id.push(sizes[&c]);
-            by_id.len() as u32 - 1
-        })
-    };
-    let inputs: Vec<Vec<u32>> = subscripts.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
-    let output: Vec<u32> = subscripts.output().iter().map(|&c| id(c)).collect();
-    ContractionPath::greedy(&inputs, &output, |c| by_id[c as usize])
+/// A character per label: its own for a named label, else (ellipsis dimensions, broadcast
+/// axes) the first private-use characters (U+E000 on) that no label uses.
+fn label_chars(names: &[Option<char>]) -> Vec<char> {
+    let used: Vec<char> = names.iter().flatten().copied().collect();
+    let mut fresh = ('\u{E000}'..='\u{F8FF}').filter(|c| !used.contains(c));
+    names.iter().map(|n| n.unwrap_or_else(|| fresh.next().unwrap_or('\u{FFFD}'))).collect()
 }
 
 /// The distinct labels, in order of first appearance.

@@ -50,3 +50,45 @@ def split(eq):
     """(input terms, output term) of an explicit expression."""
     lhs, out = eq.split("->")
     return lhs.split(","), out
+
+
+@st.composite
+def numpy_expressions(draw, max_operands=4):
+    """``(eq, shapes, path)``: numpy's einsum syntax in full: an ellipsis (``...``) anywhere
+    in some operands, standing for 0 to 2 axes aligned from the right, axes of size 1 that
+    broadcast (of labels and of ellipses), repeated labels (diagonals, traces), an implicit
+    or explicit output (with the ellipsis anywhere, or left out: summed), and an explicit
+    path whose steps contract 1 to 3 operands."""
+    n = draw(st.integers(1, max_operands))
+    pool = LABELS[: draw(st.integers(1, 5))]
+    sizes = {c: draw(st.integers(1, 3)) for c in pool}
+    ell = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 2)))]
+    terms, shapes, has_ell = [], [], False
+    for _ in range(n):
+        term = draw(st.lists(st.sampled_from(pool), min_size=0, max_size=3))
+        ones = draw(st.sets(st.sampled_from(pool + "01")))  # broadcast: these labels and ellipsis axes are 1
+        shape = [1 if c in ones else sizes[c] for c in term]
+        text = "".join(term)
+        if draw(st.booleans()):
+            has_ell = True
+            rank = draw(st.integers(0, len(ell)))
+            at = draw(st.integers(0, len(term)))
+            dims = [1 if str(d) in ones else ell[d] for d in range(len(ell) - rank, len(ell))]
+            text = text[:at] + "..." + text[at:]
+            shape = shape[:at] + dims + shape[at:]
+        terms.append(text)
+        shapes.append(tuple(shape))
+    eq = ",".join(terms)
+    if draw(st.booleans()):
+        used = sorted(set("".join(terms).replace(".", "")))
+        out = draw(st.permutations(used))[: draw(st.integers(0, len(used)))]
+        if has_ell and draw(st.booleans()):
+            out.insert(draw(st.integers(0, len(out))), "...")
+        eq += "->" + "".join(out)
+    path, live = [], n
+    while live > 1:
+        k = draw(st.integers(1, min(3, live)))
+        step = tuple(draw(st.permutations(range(live)))[:k])
+        path.append(step)
+        live -= k - 1
+    return eq, shapes, path

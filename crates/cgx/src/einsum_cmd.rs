@@ -34,23 +34,36 @@ pub enum PathArg {
     OptSize,
     /// The built-in greedy path finder.
     Greedy,
+    /// A search: `optimal`, `dp`, `random-greedy` or `auto` (see `einsum::search`).
+    Search(PathChoice),
     /// An explicit path in opt_einsum's format.
     Explicit(ContractionPath),
 }
 
-/// Parses `--path`: `opt-flops`, `opt-size`, `greedy`, or an explicit opt_einsum path
-/// written as a list of pairs, `[(0,1),(0,1)]` or `[[0,1],[0,1]]` (whitespace ignored).
+/// Parses `--path`: `opt-flops`, `opt-size`, `greedy`, `optimal`, `dp`, `random-greedy`,
+/// `auto`, or an explicit opt_einsum path written as a list of steps, `[(0,1),(0,1)]`,
+/// `[[0,1,2],[0,1]]` or `[(1,),(0,1)]` (whitespace ignored).
 pub fn parse_path(s: &str) -> Result<PathArg, String> {
     match s.trim() {
         "opt-flops" | "opt_flops" => Ok(PathArg::OptFlops),
         "opt-size" | "opt_size" => Ok(PathArg::OptSize),
         "greedy" => Ok(PathArg::Greedy),
+        "optimal" => Ok(PathArg::Search(PathChoice::Optimal)),
+        "dp" => Ok(PathArg::Search(PathChoice::Dp)),
+        "random-greedy" | "random_greedy" => {
+            Ok(PathArg::Search(PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 }))
+        }
+        "auto" => Ok(PathArg::Search(PathChoice::Auto)),
         t if t.starts_with('[') => parse_explicit_path(t).map(PathArg::Explicit),
-        t => Err(format!("`{t}` is not a path: use opt-flops, opt-size, greedy or a list of pairs like [(0,1),(0,1)]")),
+        t => Err(format!(
+            "`{t}` is not a path: use opt-flops, opt-size, greedy, optimal, dp, random-greedy, auto or a list of \
+             steps like [(0,1),(0,1)]"
+        )),
     }
 }
 
-/// `[(0,1),(0,1)]` or `[[0,1],[0,1]]` → the path; `[]` is the empty path (one operand).
+/// `[(0,1),(0,1)]`, `[[0,1,2],[0,1]]` or `[(1,),(0,1)]` → the path; `[]` is the empty
+/// path (one operand).
 fn parse_explicit_path(s: &str) -> Result<ContractionPath, String> {
     let bad = |why: &str| format!("`{s}` is not a path like [(0,1),(0,1)]: {why}");
     let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -68,31 +81,21 @@ fn parse_explicit_path(s: &str) -> Result<ContractionPath, String> {
             .filter(|x| !x.is_empty())
             .map(|x| x.parse::<usize>().map_err(|_| bad(&format!("`{x}` is not an operand position"))))
             .collect::<Result<Vec<usize>, String>>()?;
-        match positions[..] {
-            [i, j] => steps.push([i, j]),
-            _ if positions.len() > 2 => {
-                return Err(bad(&format!(
-                    "step {} contracts {} operands; only pairwise steps are supported so far",
-                    steps.len(),
-                    positions.len()
-                )));
-            }
-            _ => {
-                return Err(bad(&format!("step {} names {} operands, a step takes two", steps.len(), positions.len())));
-            }
+        if positions.is_empty() {
+            return Err(bad(&format!("step {} names no operand", steps.len())));
         }
+        steps.push(positions);
         rest = &rest[end + 1..];
         if !rest.is_empty() {
             rest = rest.strip_prefix(',').ok_or_else(|| bad("steps must be separated by commas"))?;
         }
     }
-    Ok(ContractionPath::new(steps))
+    Ok(ContractionPath::from_steps(steps))
 }
 
-/// opt_einsum's printed form of a path: `[(0, 1), (0, 1)]`.
+/// opt_einsum's printed form of a path: `[(0, 1), (0, 1)]` (`(0,)` for a one-operand step).
 pub fn format_path(p: &ContractionPath) -> String {
-    let steps: Vec<String> = p.steps().iter().map(|[i, j]| format!("({i}, {j})")).collect();
-    format!("[{}]", steps.join(", "))
+    p.to_string()
 }
 
 /// Parses `--memory-limit` (see [`MemoryLimit`]'s `FromStr`).
@@ -136,9 +139,10 @@ pub struct EinsumArgs {
     /// Operand shapes of an expression with random operands: `2x3,3x4` (a scalar operand is `_`).
     #[arg(long)]
     pub shapes: Option<String>,
-    /// The path: `opt-flops`, `opt-size` (an instance's stored paths), `greedy`, or an explicit
-    /// opt_einsum path as a list of pairs of positions, `[(0,1),(0,1)]` (instances default to
-    /// opt-flops, expressions to greedy).
+    /// The path: `opt-flops`, `opt-size` (an instance's stored paths), `greedy`, a search
+    /// (`optimal`, `dp`, `random-greedy`, `auto`), or an explicit opt_einsum path as a list of
+    /// steps of positions, `[(0,1),(0,1)]`, `[(0,1,2)]` (instances default to opt-flops,
+    /// expressions to greedy).
     #[arg(long, value_parser = parse_path)]
     pub path: Option<PathArg>,
     /// Print the path in opt_einsum's format (it is always in the --json output).
@@ -237,6 +241,7 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
         let inst = Instance::from_file(&args.input)?;
         let path = match args.path.clone().unwrap_or(PathArg::OptFlops) {
             PathArg::Greedy => PathChoice::Greedy,
+            PathArg::Search(choice) => choice,
             PathArg::Explicit(p) => PathChoice::Explicit(p),
             PathArg::OptFlops => PathChoice::Explicit(
                 inst.opt_flops.clone().ok_or_else(|| CliError(format!("{} has no opt_flops path", inst.name)))?,
@@ -259,10 +264,12 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
         };
         let path = match args.path.clone().unwrap_or(PathArg::Greedy) {
             PathArg::Greedy => PathChoice::Greedy,
+            PathArg::Search(choice) => choice,
             PathArg::Explicit(p) => PathChoice::Explicit(p),
             other => {
                 return Err(CliError(format!(
-                    "an expression has no stored {other:?} path; use --path greedy or an explicit one like [(0,1)]"
+                    "an expression has no stored {other:?} path; use --path greedy, optimal, dp, random-greedy, auto \
+                     or an explicit one like [(0,1)]"
                 )));
             }
         };
@@ -559,7 +566,12 @@ pub fn print(title: &str, r: &EinsumReport) {
 pub fn json(title: &str, r: &EinsumReport) -> String {
     let phases: Vec<String> =
         r.phases.iter().map(|(n, ms)| format!("{{\"name\":{},\"ms\":{}}}", json_string(n), json_number(*ms))).collect();
-    let path: Vec<String> = r.path.steps().iter().map(|[i, j]| format!("[{i},{j}]")).collect();
+    let path: Vec<String> = r
+        .path
+        .steps()
+        .iter()
+        .map(|s| format!("[{}]", s.iter().map(usize::to_string).collect::<Vec<_>>().join(",")))
+        .collect();
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     format!(
         "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
@@ -632,16 +644,21 @@ mod tests {
         assert_eq!(parse_path("[]"), explicit(vec![]));
         assert_eq!(parse_path("opt_flops"), Ok(PathArg::OptFlops));
         assert_eq!(parse_path("greedy"), Ok(PathArg::Greedy));
+        let steps = |s: Vec<Vec<usize>>| Ok(PathArg::Explicit(ContractionPath::from_steps(s)));
+        assert_eq!(parse_path("[(0, 1, 2), (1,), (0,1)]"), steps(vec![vec![0, 1, 2], vec![1], vec![0, 1]]));
+        assert_eq!(parse_path("optimal"), Ok(PathArg::Search(PathChoice::Optimal)));
+        assert_eq!(parse_path("dp"), Ok(PathArg::Search(PathChoice::Dp)));
+        assert_eq!(parse_path("auto"), Ok(PathArg::Search(PathChoice::Auto)));
+        assert!(matches!(parse_path("random-greedy"), Ok(PathArg::Search(PathChoice::RandomGreedy { .. }))));
         for (bad, want) in [
             ("[(0,1)", "no enclosing"),
             ("[(0,1)(0,1)]", "separated by commas"),
             ("[(0,1),(0,x)]", "`x` is not an operand position"),
             ("[(0,-1)]", "`-1` is not an operand position"),
-            ("[(0,1,2)]", "contracts 3 operands"),
-            ("[(0,)]", "names 1 operands"),
+            ("[(0,1),()]", "step 1 names no operand"),
             ("[(0,1]", "not closed"),
             ("[0,1]", "does not start with ( or ["),
-            ("optimal", "not a path"),
+            ("fastest", "not a path"),
         ] {
             let e = parse_path(bad).unwrap_err();
             assert!(e.contains(want), "{bad}: {e}");

@@ -145,6 +145,21 @@ fn einsum_on_npy_files_matches_numpy_result_and_gradients() {
 }
 
 #[test]
+fn ellipses_broadcast_as_numpy_does_with_their_gradients() {
+    let (out, grads) = (tmp("bc_out.npy"), tmp("bc_grads.npz"));
+    let (a, b) = (data("bc_a.npy"), data("bc_b.npy"));
+    for path in ["greedy", "optimal", "[(1, 0)]"] {
+        let args = ["einsum", "...ij,...jk->...ik", &a, &b, "--path", path, "-o", &out, "--grad", "--grad-out", &grads];
+        let o = cgx(&args);
+        assert!(o.status.success(), "{path}: {}", stderr(&o));
+        assert_close(&load(&out), &load(&data("bc_out.npy")), "broadcast result");
+        for (i, (g, w)) in load_npz(&grads).iter().zip(&load_npz(&data("bc_grads.npz"))).enumerate() {
+            assert_close(g, w, &format!("{path}: gradient {i}"));
+        }
+    }
+}
+
+#[test]
 fn einsum_reads_one_npz_in_savez_order_with_fortran_arrays_and_traces() {
     let out = tmp("chain_out.npy");
     let o = cgx(&["einsum", "ij,jjk,kl->il", &data("chain.npz"), "-o", &out]);
@@ -218,11 +233,21 @@ fn paths_are_shown_and_taken_explicitly() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("path: [(1, 2), (0, 1)]"));
     let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", "[[0,1],[0,1]]", "--json"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"path\":[[0,1],[0,1]]"));
+    // Steps of one and of three operands, and the searches.
+    for path in ["[(0,1,2)]", "[(2,),(1,0),(0,1)]", "optimal", "dp", "random-greedy", "auto"] {
+        let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", path, "--show-path"]);
+        assert!(o.status.success(), "{path}: {}", stderr(&o));
+    }
+    let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", "[(0,1,2)]", "--show-path"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("path: [(0, 1, 2)]"));
     for (path, want) in [
         ("[(0,1),(0,2)]", "out of range"),
-        ("[(0,1,2)]", "contracts 3 operands"),
+        ("[(0,1,3)]", "position 3 is out of range"),
+        ("[(0,0),(0,1)]", "names position 0 twice"),
+        ("[(),(0,1,2)]", "names no operand"),
         ("[(0,1)", "not a path"),
         ("opt-flops", "no stored OptFlops path"),
+        ("fastest", "is not a path"),
     ] {
         let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", path]);
         assert_ne!(o.status.code(), Some(0), "{path}");

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
-use crate::network::{Einsum, PathChoice};
-use crate::path::ContractionPath;
+use crate::network::Einsum;
+use crate::path::{ContractionPath, PathChoice};
 use crate::subscripts::Subscripts;
 use crate::tensor::{Tensor, checked_len};
 
@@ -99,16 +99,18 @@ fn path_of(paths: &Value, name: &str) -> EinsumResult<Option<ContractionPath>> {
     let steps = p
         .get("path")
         .and_then(Value::as_array)
-        .ok_or_else(|| bad(format!("`paths.{name}.path` must be an array of pairs")))?;
+        .ok_or_else(|| bad(format!("`paths.{name}.path` must be an array of steps")))?;
     let mut out = Vec::with_capacity(steps.len());
     for (s, step) in steps.iter().enumerate() {
         let what = || format!("`paths.{name}.path[{s}]`");
-        match step.as_array().map(Vec::as_slice) {
-            Some([i, j]) => out.push([as_usize(i, &what)?, as_usize(j, &what)?]),
-            _ => return Err(bad(format!("{} must be a pair of positions, found {step}", what()))),
+        match step.as_array() {
+            Some(positions) if !positions.is_empty() => {
+                out.push(positions.iter().map(|p| as_usize(p, &what)).collect::<EinsumResult<Vec<usize>>>()?)
+            }
+            _ => return Err(bad(format!("{} must be a list of positions, found {step}", what()))),
         }
     }
-    Ok(Some(ContractionPath::new(out)))
+    Ok(Some(ContractionPath::from_steps(out)))
 }
 
 impl Instance {
@@ -261,9 +263,10 @@ mod tests {
         assert!(err(&ok.replace("[3, 4]]", "[3, -4]]")).contains("non-negative integer"));
         assert!(err(&ok.replace("[3, 4]]", "[3]]")).contains("rank"));
         assert!(err(&ok.replace("\"num_tensors\": 2", "\"num_tensors\": 3")).contains("`num_tensors` is 3"));
-        assert!(err(&ok.replace("[[0, 1]]", "[[0, 1, 2]]")).contains("must be a pair"));
+        assert!(err(&ok.replace("[[0, 1]]", "[[]]")).contains("must be a list of positions"));
+        assert!(err(&ok.replace("[[0, 1]]", "[[0, 1, 2]]")).contains("position 2 is out of range"));
         assert!(err(&ok.replace("[[0, 1]]", "[[0, 2]]")).contains("out of range"));
-        assert!(err(&ok.replace("[[0, 1]]", "[[1, 1]]")).contains("with itself"));
+        assert!(err(&ok.replace("[[0, 1]]", "[[1, 1]]")).contains("names position 1 twice"));
         assert!(err(&ok.replace("[[0, 1]]", "[]")).contains("leaves 2 operands uncontracted"));
         assert!(err(&ok.replace("\"paths\": {", "\"paths\": 3, \"x\": {")).contains("`paths` must be an object"));
         let dtype = |d: &str| ok.replace("\"num_tensors\": 2", &format!("\"num_tensors\": 2, \"dtype\": {d}"));

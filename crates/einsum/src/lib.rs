@@ -13,8 +13,9 @@
 //!   faer GEMM over strided matrix views (split over a rayon pool's threads when large and run
 //!   inside one, see [`Einsum::eval_parallel`]), with copies only where the layout
 //!   needs them.
-//! - [`Einsum`]: an expression ([`Subscripts`], any Unicode labels) with operand shapes and a
-//!   pairwise path ([`ContractionPath`], opt_einsum's format, or the greedy finder), built
+//! - [`Einsum`]: an expression ([`Subscripts`], any Unicode labels, numpy's ellipses and
+//!   size-1 broadcasting) with operand shapes and a path ([`ContractionPath`], opt_einsum's
+//!   format with steps of any length, or a [`PathChoice`]: greedy, or a [`search`]), built
 //!   into a graph, compiled once (resolve → materialize_merge → compile) and evaluated any
 //!   number of times; [`EinsumCache`] shares compiled programs. [`Einsum::gradient`] and
 //!   [`Einsum::hvp`] compile derivative programs (linearize + linear_transpose).
@@ -85,6 +86,7 @@ mod network;
 mod op;
 mod path;
 mod reference;
+pub mod search;
 mod subscripts;
 mod tensor;
 
@@ -93,9 +95,9 @@ pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use instance::{Dtype, Instance};
 pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_bytes, tensor_bytes};
-pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions, PathChoice};
+pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions};
 pub use op::{TensorKey, TensorOp};
-pub use path::ContractionPath;
+pub use path::{ContractionPath, PathChoice};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
-pub use subscripts::Subscripts;
+pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;

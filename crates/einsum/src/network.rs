@@ -30,29 +30,9 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
 use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
-use crate::path::ContractionPath;
+use crate::path::{ContractionPath, PathChoice};
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
-
-/// How to pick the pairwise path.
-///
-/// ```
-/// use einsum::{ContractionPath, Einsum, PathChoice};
-///
-/// let shapes = [vec![2, 30], vec![30, 40], vec![40, 2]];
-/// let greedy = Einsum::<f64>::new("ij,jk,kl->il", &shapes, PathChoice::Greedy).unwrap();
-/// // opt_einsum's format: contract operands 1 and 2 first, then the result with operand 0.
-/// let path = PathChoice::Explicit(ContractionPath::new(vec![[1, 2], [0, 1]]));
-/// let explicit = Einsum::<f64>::new("ij,jk,kl->il", &shapes, path).unwrap();
-/// assert_eq!(greedy.output_shape(), explicit.output_shape());
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PathChoice {
-    /// [`ContractionPath::greedy`].
-    Greedy,
-    /// An explicit path (opt_einsum format).
-    Explicit(ContractionPath),
-}
 
 /// Options of [`Einsum::with_options`]; `EinsumOptions::default()` is what [`Einsum::new`]
 /// uses.
@@ -200,27 +180,16 @@ impl<T: Elem> Einsum<T> {
     ) -> EinsumResult<Self> {
         let subscripts = Subscripts::parse(expression)?;
         let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let by_char = subscripts.label_sizes(&shape_refs)?;
+        // Numbered labels; broadcast axes (size 1 against a larger size) get labels of
+        // their own, summed over their single entry.
+        let crate::subscripts::LabelledNetwork { inputs, output, sizes, .. } =
+            subscripts.resolve(&shape_refs)?.squeeze_broadcast(&shape_refs);
         let mut budget = Budget::new(options.memory_limit, std::mem::size_of::<T>());
         for (i, s) in shapes.iter().enumerate() {
             budget.alloc(s, || format!("operand {i}"))?;
         }
-        // Number the labels and collect their sizes.
-        let mut ids: FxHashMap<char, u32> = FxHashMap::default();
-        let mut sizes: Vec<usize> = Vec::new();
-        let mut id = |c: char| {
-            *ids.entry(c).or_insert_with(|| {
-                sizes.push(by_char[&c]);
-                sizes.len() as u32 - 1
-            })
-        };
-        let inputs: Vec<Vec<u32>> = subscripts.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
-        let output: Vec<u32> = subscripts.output().iter().map(|&c| id(c)).collect();
-        let path = match path {
-            PathChoice::Explicit(p) => p,
-            PathChoice::Greedy => ContractionPath::greedy(&inputs, &output, |c| sizes[c as usize]),
-        };
-        path.validate(inputs.len())?;
+        let path = crate::search::find_path(path, &inputs, &output, &sizes)?;
+        let pairs = path.pairwise(inputs.len())?;
         let n_inputs = inputs.len();
         let mut intermediate_bytes = Some(0u64);
 
@@ -241,7 +210,7 @@ impl<T: Elem> Einsum<T> {
         let mut multiply_adds = 0.0;
         // Bytes of each step's result, by slot minus the operand count.
         let mut slot_bytes: Vec<Option<u64>> = Vec::with_capacity(inputs.len());
-        for (s, &[i, j]) in path.steps().iter().enumerate() {
+        for (s, &[i, j]) in pairs.iter().enumerate() {
             let (si, sj) = (live.nth(i), live.nth(j));
             live.remove(si);
             live.remove(sj);
@@ -250,7 +219,7 @@ impl<T: Elem> Einsum<T> {
             for c in distinct(&la).into_iter().chain(distinct(&lb)) {
                 holders[c as usize] -= 1;
             }
-            let last = s + 1 == path.steps().len();
+            let last = s + 1 == pairs.len();
             let kept = if last {
                 output.clone()
             } else {
@@ -386,7 +355,9 @@ impl<T: Elem> Einsum<T> {
     pub fn shapes(&self) -> &[Vec<usize>] {
         &self.shapes
     }
-    /// The pairwise path used.
+    /// The path used: the explicit one as given (steps of any length), or the one a search
+    /// found. The graph follows its pairwise lowering ([`ContractionPath::pairwise`]), whose
+    /// step numbers memory errors name.
     pub fn path(&self) -> &ContractionPath {
         &self.path
     }

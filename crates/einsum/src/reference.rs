@@ -1,8 +1,7 @@
 //! The plain reference: one loop over every assignment of every label, no strides, no
-//! reordering. Trivially correct and slow (the product of all label sizes); tests compare
-//! the kernels and the contraction graphs with it.
-
-use rustc_hash::FxHashMap;
+//! reordering, broadcasting by reading index 0 of a size-1 axis. Trivially correct and slow
+//! (the product of all label sizes); tests compare the kernels and the contraction graphs
+//! with it. Ellipses and broadcast sizes come from [`Subscripts::resolve`].
 
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
@@ -23,19 +22,9 @@ pub const REFERENCE_MAX_ITERATIONS: u128 = 1 << 32;
 pub fn reference_einsum<T: Elem>(expression: &str, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
     let s = Subscripts::parse(expression)?;
     let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape()).collect();
-    let sizes = s.label_sizes(&shapes)?;
-    let mut ids: FxHashMap<char, u32> = FxHashMap::default();
-    let mut label_sizes = Vec::new();
-    let mut id = |c: char| {
-        *ids.entry(c).or_insert_with(|| {
-            label_sizes.push(sizes[&c]);
-            label_sizes.len() as u32 - 1
-        })
-    };
-    let labelled: Vec<Vec<u32>> = s.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
-    let out: Vec<u32> = s.output().iter().map(|&c| id(c)).collect();
-    let ops: Vec<(&Tensor<T>, &[u32])> = operands.iter().copied().zip(labelled.iter().map(Vec::as_slice)).collect();
-    reference_labels(&ops, &out, &label_sizes)
+    let n = s.resolve(&shapes)?;
+    let ops: Vec<(&Tensor<T>, &[u32])> = operands.iter().copied().zip(n.inputs.iter().map(Vec::as_slice)).collect();
+    brute_force(&ops, &n.output, &n.sizes)
 }
 
 /// The reference on numeric labels (`labels[i] < sizes.len()`), in the general form the
@@ -64,6 +53,19 @@ pub fn reference_labels<T: Elem>(
             return Err(EinsumError::Shape(format!("reference: operand {i} has shape {:?}, labels {l:?}", t.shape())));
         }
     }
+    brute_force(operands, out, sizes)
+}
+
+/// [`reference_labels`] with numpy's broadcasting: an operand axis of size 1 whose label is
+/// larger reads its one entry for every value of the label.
+fn brute_force<T: Elem>(operands: &[(&Tensor<T>, &[u32])], out: &[u32], sizes: &[usize]) -> EinsumResult<Tensor<T>> {
+    for (i, (t, l)) in operands.iter().enumerate() {
+        let fits = l.len() == t.rank()
+            && l.iter().zip(t.shape()).all(|(&c, &d)| sizes.get(c as usize).is_some_and(|&s| d == s || d == 1));
+        if !fits {
+            return Err(EinsumError::Shape(format!("reference: operand {i} has shape {:?}, labels {l:?}", t.shape())));
+        }
+    }
     let out_shape: Option<Vec<usize>> = out.iter().map(|&c| sizes.get(c as usize).copied()).collect();
     let out_shape = out_shape.ok_or_else(|| EinsumError::Shape(format!("reference: output labels {out:?}")))?;
     // Only labels that occur are looped over (a size given for an unused label is ignored).
@@ -77,7 +79,8 @@ pub fn reference_labels<T: Elem>(
     let mut result = Tensor::zeros(out_shape.clone())?.data().to_vec();
     let mut assignment = vec![0usize; sizes.len()];
     let offset = |shape: &[usize], labels: &[u32], a: &[usize]| {
-        labels.iter().zip(shape).fold(0usize, |off, (&c, &d)| off * d + a[c as usize])
+        // A broadcast axis (size 1) reads index 0.
+        labels.iter().zip(shape).fold(0usize, |off, (&c, &d)| off * d + if d == 1 { 0 } else { a[c as usize] })
     };
     for _ in 0..total {
         let mut p = T::one();

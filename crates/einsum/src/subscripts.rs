@@ -1,17 +1,33 @@
 //! Einsum subscripts: [`Subscripts::parse`] (`"ab,bc->ac"`, any Unicode letters, implicit
-//! output) and the size of every label given operand shapes.
+//! output, numpy's ellipsis `...`) and, given operand shapes, the numbered network
+//! ([`Subscripts::resolve`]): every label and every ellipsis dimension gets a number and a
+//! size, with numpy's broadcasting.
+//!
+//! Invariants of a parsed [`Subscripts`]: each operand and the output hold at most one
+//! ellipsis; output labels are unique and occur in some operand. Of a [`LabelledNetwork`]: every label number is below `sizes.len()`,
+//! every operand axis has the size of its label or size 1 (broadcast; a label of size 0 is empty
+//! wherever it is 0 or 1), and the output's
+//! labels are distinct.
 
 use rustc_hash::FxHashMap;
 
 use crate::error::{EinsumError, EinsumResult};
 
-/// Parsed einsum subscripts: one label list per operand and the output labels.
+/// Parsed einsum subscripts: one label list per operand and the output labels, each with
+/// the position of its ellipsis, if any.
 ///
 /// A label is any character but `,`, `-`, `>`, `.`, whitespace and control characters:
 /// letters, and also `é`, `Ç`, `×` or `0`, which opt_einsum's generated symbols use.
-/// Whitespace is ignored. Without `->` the output is the labels that appear exactly once, sorted (the
-/// numpy convention). An output label must appear in some operand and at most once.
-/// Ellipses (`...`) are not supported.
+/// Whitespace is ignored. Without `->` the output is the ellipsis (if an operand has one)
+/// followed by the labels that appear exactly once, sorted (the numpy convention). An
+/// output label must appear in some operand and at most once.
+///
+/// `...` in an operand stands for the axes its labels do not name (leading, trailing or in
+/// the middle, wherever it is written); the ellipses of all operands are aligned from the
+/// right and broadcast against each other as numpy broadcasts shapes. An explicit output
+/// may place `...` anywhere, or leave it out to sum those axes (numpy's `optimize=True`
+/// path does the same; its plain loop refuses); an output `...` with no operand ellipsis
+/// stands for no axes, as in numpy.
 ///
 /// ```
 /// use einsum::Subscripts;
@@ -20,11 +36,72 @@ use crate::error::{EinsumError, EinsumResult};
 /// assert_eq!(s.output(), &['a', 'c']);
 /// assert_eq!(Subscripts::parse("éa,aÇ").unwrap().output(), &['Ç', 'é']);
 /// assert!(Subscripts::parse("ab,b>c->a").is_err());
+/// // Ellipses: positions within the named labels.
+/// let s = Subscripts::parse("...ij,j...").unwrap();
+/// assert_eq!((s.ellipsis(0), s.ellipsis(1), s.output_ellipsis()), (Some(0), Some(1), Some(0)));
+/// assert_eq!(s.to_string(), "...ij,j...->...i");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Subscripts {
     inputs: Vec<Vec<char>>,
     output: Vec<char>,
+    /// Per operand, where its ellipsis sits among its labels.
+    ellipses: Vec<Option<usize>>,
+    /// Where the output's ellipsis sits among its labels.
+    output_ellipsis: Option<usize>,
+}
+
+/// Subscripts numbered for given shapes ([`Subscripts::resolve`]): labels are `0..sizes.len()`,
+/// named labels and ellipsis dimensions in order of first appearance (operands, then output).
+///
+/// ```
+/// use einsum::Subscripts;
+/// let s = Subscripts::parse("...ij,...jk->...ik").unwrap();
+/// let n = s.resolve(&[&[5, 2, 3], &[3, 4]]).unwrap();
+/// // Operand 0's ellipsis is one axis (label 0, size 5); operand 1's is empty.
+/// assert_eq!(n.inputs, vec![vec![0, 1, 2], vec![2, 3]]);
+/// assert_eq!(n.output, vec![0, 1, 3]);
+/// assert_eq!(n.sizes, vec![5, 2, 3, 4]);
+/// assert_eq!(n.names, vec![None, Some('i'), Some('j'), Some('k')]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelledNetwork {
+    /// The labels of every operand axis.
+    pub inputs: Vec<Vec<u32>>,
+    /// The output's labels (distinct).
+    pub output: Vec<u32>,
+    /// The size of every label after broadcasting; an operand axis has this size or 1.
+    pub sizes: Vec<usize>,
+    /// The character of every label: `None` for an ellipsis dimension and for the labels
+    /// [`LabelledNetwork::squeeze_broadcast`] adds.
+    pub names: Vec<Option<char>>,
+}
+
+impl LabelledNetwork {
+    /// The same network with every broadcast axis (size 1 in the operand, larger in the
+    /// network) given a label of its own, of size 1, that no other axis has: summed over a
+    /// single entry, it is the broadcast. Every axis then has its label's size exactly,
+    /// which is what the contraction primitives require.
+    ///
+    /// ```
+    /// use einsum::Subscripts;
+    /// let s = Subscripts::parse("ij,ij->ij").unwrap();
+    /// let n = s.resolve(&[&[1, 3], &[2, 3]]).unwrap().squeeze_broadcast(&[&[1, 3], &[2, 3]]);
+    /// assert_eq!(n.inputs, vec![vec![2, 1], vec![0, 1]]);
+    /// assert_eq!(n.sizes, vec![2, 3, 1]);
+    /// ```
+    pub fn squeeze_broadcast(mut self, shapes: &[&[usize]]) -> LabelledNetwork {
+        for (labels, shape) in self.inputs.iter_mut().zip(shapes) {
+            for (c, &d) in labels.iter_mut().zip(shape.iter()) {
+                if self.sizes[*c as usize] != d {
+                    self.sizes.push(1);
+                    self.names.push(None);
+                    *c = self.sizes.len() as u32 - 1;
+                }
+            }
+        }
+        self
+    }
 }
 
 impl Subscripts {
@@ -36,12 +113,17 @@ impl Subscripts {
             message,
         };
         let mut inputs: Vec<Vec<char>> = vec![Vec::new()];
+        let mut ellipses: Vec<Option<usize>> = vec![None];
         let mut output: Option<Vec<char>> = None;
+        let mut output_ellipsis: Option<usize> = None;
         let mut chars = expression.chars().enumerate().peekable();
         while let Some((i, c)) = chars.next() {
             match c {
                 c if c.is_whitespace() => {}
-                ',' if output.is_none() => inputs.push(Vec::new()),
+                ',' if output.is_none() => {
+                    inputs.push(Vec::new());
+                    ellipses.push(None);
+                }
                 ',' => return Err(err(i, "`,` after `->`: the output is a single label list".into())),
                 '-' => {
                     if chars.next().map(|(_, c)| c) != Some('>') {
@@ -52,7 +134,22 @@ impl Subscripts {
                     }
                     output = Some(Vec::new());
                 }
-                '.' => return Err(err(i, "ellipses (`...`) are not supported".into())),
+                '.' => {
+                    if chars.next_if(|&(_, c)| c == '.').is_none() || chars.next_if(|&(_, c)| c == '.').is_none() {
+                        return Err(err(i, "a `.` that is not part of an ellipsis `...`".into()));
+                    }
+                    let (slot, len, what) = match &output {
+                        Some(out) => (&mut output_ellipsis, out.len(), "the output".to_string()),
+                        None => {
+                            let k = inputs.len() - 1;
+                            (&mut ellipses[k], inputs[k].len(), format!("operand {k}"))
+                        }
+                    };
+                    if slot.is_some() {
+                        return Err(err(i, format!("{what} has two ellipses (`...`); one may stand for many axes")));
+                    }
+                    *slot = Some(len);
+                }
                 c if is_label(c) => match &mut output {
                     Some(out) => {
                         if out.contains(&c) {
@@ -72,6 +169,7 @@ impl Subscripts {
                 }
             }
         }
+        let any_ellipsis = ellipses.iter().any(Option::is_some);
         let output = match output {
             Some(out) => {
                 for (pos, &c) in out.iter().enumerate() {
@@ -91,16 +189,18 @@ impl Subscripts {
                 }
                 let mut out: Vec<char> = counts.into_iter().filter(|&(_, n)| n == 1).map(|(c, _)| c).collect();
                 out.sort_unstable();
+                output_ellipsis = any_ellipsis.then_some(0);
                 out
             }
         };
-        Ok(Subscripts { inputs, output })
+        Ok(Subscripts { inputs, output, ellipses, output_ellipsis })
     }
 
-    /// Subscripts from label lists (no syntax to parse). The output must be unique labels
-    /// that occur in the inputs.
+    /// Subscripts from label lists (no syntax to parse, no ellipsis). The output must be
+    /// unique labels that occur in the inputs.
     pub fn from_labels(inputs: Vec<Vec<char>>, output: Vec<char>) -> EinsumResult<Self> {
-        let text = Subscripts { inputs: inputs.clone(), output: output.clone() }.to_string();
+        let n = inputs.len();
+        let text = Subscripts { inputs, output, ellipses: vec![None; n], output_ellipsis: None }.to_string();
         Subscripts::parse(&text).map_err(|_| EinsumError::Parse {
             expression: text,
             position: 0,
@@ -110,18 +210,68 @@ impl Subscripts {
         })
     }
 
-    /// One label list per operand.
+    /// One list of named labels per operand (an ellipsis is not in it: see
+    /// [`Subscripts::ellipsis`]).
     pub fn inputs(&self) -> &[Vec<char>] {
         &self.inputs
     }
 
-    /// The output labels.
+    /// The output's named labels.
     pub fn output(&self) -> &[char] {
         &self.output
     }
 
-    /// The size of every label, checking operand count, ranks and that a label has one size.
+    /// Where operand `i`'s ellipsis sits among its labels (`Some(0)`: before the first),
+    /// or `None` without one (or past the last operand).
+    pub fn ellipsis(&self, i: usize) -> Option<usize> {
+        self.ellipses.get(i).copied().flatten()
+    }
+
+    /// Where the output's ellipsis sits among its labels.
+    pub fn output_ellipsis(&self) -> Option<usize> {
+        self.output_ellipsis
+    }
+
+    /// Whether any operand has an ellipsis.
+    pub fn has_ellipsis(&self) -> bool {
+        self.ellipses.iter().any(Option::is_some)
+    }
+
+    /// The size of every named label, checking operand count, ranks and that a label has
+    /// one size (or size 1, broadcast: a label takes the size of its axes that are not 1).
     pub fn label_sizes(&self, shapes: &[&[usize]]) -> EinsumResult<FxHashMap<char, usize>> {
+        let n = self.resolve(shapes)?;
+        let mut out = FxHashMap::default();
+        for (labels, numbers) in self.inputs.iter().zip(self.named_numbers(&n, shapes)) {
+            for (&c, k) in labels.iter().zip(numbers) {
+                out.insert(c, n.sizes[k as usize]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The numbers [`Subscripts::resolve`] gave each operand's named labels.
+    fn named_numbers<'a>(
+        &'a self,
+        n: &'a LabelledNetwork,
+        shapes: &'a [&[usize]],
+    ) -> impl Iterator<Item = Vec<u32>> + 'a {
+        self.inputs.iter().enumerate().map(move |(i, labels)| {
+            let (e, extra) = (self.ellipses[i], shapes[i].len() - labels.len());
+            let numbers = &n.inputs[i];
+            match e {
+                None => numbers.clone(),
+                Some(p) => numbers[..p].iter().chain(&numbers[p + extra..]).copied().collect(),
+            }
+        })
+    }
+
+    /// Numbers the labels for operands of `shapes` and broadcasts: a label's size is that
+    /// of its axes that are not 1, which must agree; the ellipses stand for the
+    /// axes their operand's labels do not name, aligned from the right and broadcast the
+    /// same way (numpy's rule). Axes sharing a label within one operand (a diagonal) must
+    /// have one size.
+    pub fn resolve(&self, shapes: &[&[usize]]) -> EinsumResult<LabelledNetwork> {
         if shapes.len() != self.inputs.len() {
             return Err(EinsumError::Shape(format!(
                 "`{self}` has {} operands but {} shapes were given",
@@ -129,28 +279,104 @@ impl Subscripts {
                 shapes.len()
             )));
         }
-        let mut sizes: FxHashMap<char, usize> = FxHashMap::default();
+        // Ranks, and the ellipsis rank of every operand.
+        let mut ranks = Vec::with_capacity(shapes.len());
         for (i, (labels, shape)) in self.inputs.iter().zip(shapes).enumerate() {
-            if labels.len() != shape.len() {
-                let l: String = labels.iter().collect();
-                return Err(EinsumError::Shape(format!(
-                    "operand {i} has subscripts `{l}` (rank {}) but shape {shape:?} (rank {})",
-                    labels.len(),
-                    shape.len()
-                )));
-            }
-            for (&c, &d) in labels.iter().zip(shape.iter()) {
-                match sizes.insert(c, d) {
-                    Some(prev) if prev != d => {
-                        return Err(EinsumError::Shape(format!(
-                            "label `{c}` has size {prev} in one place and {d} in operand {i} (shape {shape:?})"
-                        )));
-                    }
-                    _ => {}
+            let l: String = labels.iter().collect();
+            match self.ellipses[i] {
+                None if labels.len() != shape.len() => {
+                    return Err(EinsumError::Shape(format!(
+                        "operand {i} has subscripts `{l}` (rank {}) but shape {shape:?} (rank {})",
+                        labels.len(),
+                        shape.len()
+                    )));
                 }
+                Some(_) if labels.len() > shape.len() => {
+                    return Err(EinsumError::Shape(format!(
+                        "operand {i} has subscripts with {} named labels besides its ellipsis but shape {shape:?} \
+                         (rank {})",
+                        labels.len(),
+                        shape.len()
+                    )));
+                }
+                _ => ranks.push(shape.len() - labels.len()),
             }
         }
-        Ok(sizes)
+        let ell_rank = ranks.iter().copied().max().unwrap_or(0);
+        // Label numbers: named labels and ellipsis dimensions (`Err(d)`: dimension d of the
+        // broadcast ellipsis, counted from its left), in order of first appearance.
+        let mut numbers: FxHashMap<Result<char, usize>, u32> = FxHashMap::default();
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut names: Vec<Option<char>> = Vec::new();
+        // Where each label's size came from (operand, axis), for messages.
+        let mut origin: Vec<(usize, usize)> = Vec::new();
+        let mut inputs: Vec<Vec<u32>> = Vec::with_capacity(shapes.len());
+        for (i, (labels, shape)) in self.inputs.iter().zip(shapes).enumerate() {
+            let mut list = Vec::with_capacity(shape.len());
+            let keys: Vec<Result<char, usize>> = match self.ellipses[i] {
+                None => labels.iter().map(|&c| Ok(c)).collect(),
+                Some(p) => {
+                    let ell = (ell_rank - ranks[i]..ell_rank).map(Err);
+                    labels[..p].iter().map(|&c| Ok(c)).chain(ell).chain(labels[p..].iter().map(|&c| Ok(c))).collect()
+                }
+            };
+            for (axis, (key, &d)) in keys.iter().zip(shape.iter()).enumerate() {
+                let what = || match key {
+                    Ok(c) => format!("label `{c}`"),
+                    Err(e) => format!("ellipsis dimension {e} (of {ell_rank}, aligned from the right)"),
+                };
+                // Within one operand a repeated label is a diagonal: no broadcasting.
+                let prev = keys[..axis].iter().position(|k| k == key);
+                if let Some(prev) = prev.filter(|&p| shape[p] != d) {
+                    return Err(EinsumError::Shape(format!(
+                        "{} is repeated in operand {i} (shape {shape:?}) on axes {prev} and {axis} of sizes {} and {d}: \
+                         a repeated label takes a diagonal, so its axes must have one size",
+                        what(),
+                        shape[prev]
+                    )));
+                }
+                let k = *numbers.entry(*key).or_insert_with(|| {
+                    sizes.push(d);
+                    names.push(key.ok());
+                    origin.push((i, axis));
+                    sizes.len() as u32 - 1
+                });
+                let size = &mut sizes[k as usize];
+                if *size != d {
+                    let (oi, oa) = origin[k as usize];
+                    if *size != 1 && d != 1 {
+                        return Err(EinsumError::Shape(format!(
+                            "{} has size {} in operand {oi} (axis {oa}, shape {:?}) and {d} in operand {i} \
+                             (axis {axis}, shape {shape:?}): sizes must agree or be 1",
+                            what(),
+                            *size,
+                            shapes[oi]
+                        )));
+                    }
+                    if *size == 1 {
+                        // Broadcast: 1 stretches to d (also to 0).
+                        *size = d;
+                        origin[k as usize] = (i, axis);
+                    }
+                }
+                list.push(k);
+            }
+            inputs.push(list);
+        }
+        let out_keys: Vec<Result<char, usize>> = match self.output_ellipsis {
+            None => self.output.iter().map(|&c| Ok(c)).collect(),
+            Some(p) => {
+                let o = &self.output;
+                o[..p]
+                    .iter()
+                    .map(|&c| Ok(c))
+                    .chain((0..ell_rank).map(Err))
+                    .chain(o[p..].iter().map(|&c| Ok(c)))
+                    .collect()
+            }
+        };
+        let output = out_keys.iter().map(|k| numbers[k]).collect();
+        Ok(LabelledNetwork { inputs, output, sizes, names })
     }
 }
 
@@ -159,21 +385,30 @@ fn is_label(c: char) -> bool {
     !c.is_whitespace() && !c.is_control() && !matches!(c, ',' | '-' | '>' | '.')
 }
 
+/// Writes `labels` with `...` at `ellipsis`.
+fn write_labels(f: &mut std::fmt::Formatter<'_>, labels: &[char], ellipsis: Option<usize>) -> std::fmt::Result {
+    for (k, c) in labels.iter().enumerate() {
+        if ellipsis == Some(k) {
+            f.write_str("...")?;
+        }
+        write!(f, "{c}")?;
+    }
+    if ellipsis == Some(labels.len()) {
+        f.write_str("...")?;
+    }
+    Ok(())
+}
+
 impl std::fmt::Display for Subscripts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, l) in self.inputs.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
-            for c in l {
-                write!(f, "{c}")?;
-            }
+            write_labels(f, l, self.ellipses[i])?;
         }
         f.write_str("->")?;
-        for c in &self.output {
-            write!(f, "{c}")?;
-        }
-        Ok(())
+        write_labels(f, &self.output, self.output_ellipsis)
     }
 }
 
@@ -204,7 +439,11 @@ mod tests {
         assert!(parse_err("ab->c").contains("output label `c` appears in no operand"));
         assert!(parse_err("ab->a->b").contains("more than one `->`"));
         assert!(parse_err("a-b").contains("`-` must be followed by `>`"));
-        assert!(parse_err("...a,a").contains("ellipses"));
+        assert!(parse_err("...a...,a").contains("operand 0 has two ellipses"));
+        assert!(parse_err("...a,a->......").contains("the output has two ellipses"));
+        assert!(parse_err("a..b").contains("not part of an ellipsis"));
+        // numpy accepts an output ellipsis without operand ones: it stands for no axes.
+        assert_eq!(Subscripts::parse("a,b->...ab").unwrap().output_ellipsis(), Some(0));
         assert!(parse_err("a->a,b").contains("`,` after `->`"));
     }
 
@@ -214,8 +453,45 @@ mod tests {
         let sizes = s.label_sizes(&[&[2, 3], &[3, 4]]).unwrap();
         assert_eq!((sizes[&'a'], sizes[&'b'], sizes[&'c']), (2, 3, 4));
         let e = s.label_sizes(&[&[2, 3], &[5, 4]]).unwrap_err().to_string();
-        assert!(e.contains("label `b` has size 3 in one place and 5 in operand 1"), "{e}");
+        assert!(e.contains("label `b` has size 3 in operand 0 (axis 1, shape [2, 3]) and 5 in operand 1"), "{e}");
         assert!(s.label_sizes(&[&[2, 3]]).unwrap_err().to_string().contains("2 operands but 1 shapes"));
         assert!(s.label_sizes(&[&[2, 3], &[3]]).unwrap_err().to_string().contains("rank 2"));
+    }
+
+    #[test]
+    fn ellipses_parse_print_and_resolve() {
+        let s = Subscripts::parse("a...b, ...->...").unwrap();
+        assert_eq!((s.ellipsis(0), s.ellipsis(1), s.output_ellipsis()), (Some(1), Some(0), Some(0)));
+        assert_eq!(s.to_string(), "a...b,...->...");
+        assert_eq!(Subscripts::parse(&s.to_string()).unwrap(), s);
+        // Implicit output: the ellipsis first, then the single labels.
+        assert_eq!(Subscripts::parse("b...a,a...").unwrap().to_string(), "b...a,a...->...b");
+        // The output may leave the ellipsis out (summed) or put it anywhere.
+        let n = Subscripts::parse("i...j->j...i").unwrap().resolve(&[&[2, 3, 4, 5]]).unwrap();
+        assert_eq!((n.inputs, n.output), (vec![vec![0, 1, 2, 3]], vec![3, 1, 2, 0]));
+        let n = Subscripts::parse("...j->j").unwrap().resolve(&[&[2, 3]]).unwrap();
+        assert_eq!(n.output, vec![1]);
+        // Broadcasting: ellipses aligned from the right, sizes 1 stretched.
+        let s = Subscripts::parse("...i,...i->...i").unwrap();
+        let n = s.resolve(&[&[4, 1, 3], &[5, 3]]).unwrap();
+        assert_eq!(n.sizes, vec![4, 5, 3]);
+        assert_eq!(n.inputs, vec![vec![0, 1, 2], vec![1, 2]]);
+        assert_eq!(n.output, vec![0, 1, 2]);
+        let sizes = s.label_sizes(&[&[4, 1, 3], &[5, 1]]).unwrap();
+        assert_eq!(sizes[&'i'], 3);
+    }
+
+    #[test]
+    fn broadcasting_errors_name_the_axes() {
+        let err = |e: &str, shapes: &[&[usize]]| Subscripts::parse(e).unwrap().resolve(shapes).unwrap_err().to_string();
+        let e = err("...i,...i", &[&[2, 3], &[4, 3]]);
+        assert!(e.contains("ellipsis dimension 0 (of 1, aligned from the right) has size 2 in operand 0"), "{e}");
+        assert!(e.contains("sizes must agree or be 1"), "{e}");
+        let e = err("ij,jk", &[&[2, 3], &[4, 5]]);
+        assert!(e.contains("label `j` has size 3 in operand 0 (axis 1, shape [2, 3]) and 4 in operand 1"), "{e}");
+        let e = err("ii", &[&[1, 3]]);
+        assert!(e.contains("label `i` is repeated in operand 0 (shape [1, 3]) on axes 0 and 1"), "{e}");
+        let e = err("ab...c", &[&[2, 3]]);
+        assert!(e.contains("3 named labels besides its ellipsis but shape [2, 3]"), "{e}");
     }
 }

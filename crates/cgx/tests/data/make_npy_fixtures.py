@@ -58,3 +58,18 @@ save("i64.npy", np.ones((4, 2), dtype=np.int64))
 # before anything is allocated.
 with open(os.path.join(HERE, "huge_header.npy"), "wb") as f:
     np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
+
+# numpy's semantics (issue 19, part 4): an ellipsis with broadcasting (a's batch axis of
+# size 1 against b's 4) and the gradients seeded with ones, summed over the broadcast axes.
+rng_bc = np.random.default_rng(4)
+ba = rng_bc.standard_normal((2, 1, 2, 3))
+bb = rng_bc.standard_normal((4, 3, 2))
+save("bc_a.npy", ba)
+save("bc_b.npy", bb)
+save("bc_out.npy", np.einsum("...ij,...jk->...ik", ba, bb))
+bones = np.ones((2, 4, 2, 2))
+np.savez(
+    os.path.join(HERE, "bc_grads.npz"),
+    np.einsum("pqik,qjk->pqij", bones, bb).sum(axis=1, keepdims=True),
+    np.einsum("pqij,pqik->qjk", np.broadcast_to(ba, (2, 4, 2, 3)), bones),
+)

@@ -6,3 +6,5 @@ mod kernel;
 mod network;
 mod robustness;
 mod rules;
+mod search;
+mod semantics;

@@ -1,0 +1,622 @@
+//! Path searches better than greedy, and the cost they minimise.
+//!
+//! Cost: the multiply-adds of a path as the graph runs it ([`path_cost`]): each pairwise
+//! step costs the product of the sizes of all labels of its two operands (an operand's
+//! labels are all of them for an input, the labels still needed for an intermediate),
+//! plus the final one-operand reduction when the last result is not yet the output. Flops
+//! are twice this.
+//!
+//! Searches, all on numbered networks (labels `0..sizes.len()`):
+//! - [`optimal`]: dynamic programming over every subset of the operands (a bitmask), each
+//!   split of a subset into two tried: the cheapest of all pairwise paths, outer products
+//!   included. `O(3^n)` splits, so only for `n ≤` [`OPTIMAL_MAX_OPERANDS`] (and at most
+//!   [`OPTIMAL_MAX_LABELS`] labels).
+//! - [`dp`]: dynamic programming over *connected* subsets only, grown by size, pairs of
+//!   disjoint subsets that share a summed label, keeping only subsets whose cost is within
+//!   a cap that starts at the output's size and grows by the smallest label size until the
+//!   whole network is reached (the method of Kourtis et al., 2019, that opt_einsum's `dp`
+//!   implements). Disconnected parts are joined by outer products at the end, smallest
+//!   first. The work (pairs of subsets examined) is bounded by [`DP_MAX_PAIRS`]: past it
+//!   the search gives up (`None`).
+//! - [`random_greedy`]: greedy paths with Boltzmann sampling among the best candidate
+//!   pairs at each step and a randomised weight of the operands' sizes in the score, the
+//!   plain greedy path being trial 0; the cheapest path wins, so it is never worse than
+//!   greedy.
+//! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands, else `dp`, else
+//!   (when `dp` gives up) `random_greedy`.
+//!
+//! Invariant: every path returned is valid for the network's operand count.
+
+use rand_core::{Rng as _, SeedableRng};
+use rand_xoshiro::SplitMix64;
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::error::EinsumResult;
+use crate::path::{ContractionPath, PathChoice};
+
+/// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
+pub const OPTIMAL_MAX_OPERANDS: usize = 16;
+
+/// [`optimal`] searches networks of at most this many labels (its table holds a label set
+/// per subset: 2^16 × 512 bytes at most).
+pub const OPTIMAL_MAX_LABELS: usize = 4096;
+
+/// [`auto`] uses the exact search up to this many operands (3^12 ≈ 5·10^5 splits).
+pub const AUTO_EXACT_OPERANDS: usize = 12;
+
+/// [`dp`] gives up after examining this many pairs of subsets (about a few seconds).
+pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
+
+/// Trials of [`PathChoice::Auto`]'s random-greedy fallback.
+pub const RANDOM_GREEDY_TRIALS: u32 = 64;
+
+/// A bitset (operands or labels), 256 bits inline.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct Bits(SmallVec<[u64; 4]>);
+
+impl Bits {
+    fn new(bits: usize) -> Self {
+        Bits(SmallVec::from_elem(0, bits.div_ceil(64).max(1)))
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn has(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+    fn or(&self, o: &Bits) -> Bits {
+        Bits(self.0.iter().zip(&o.0).map(|(a, b)| a | b).collect())
+    }
+    fn meets(&self, o: &Bits) -> bool {
+        self.0.iter().zip(&o.0).any(|(a, b)| a & b != 0)
+    }
+    /// Whether `self & o & !not` is non-empty.
+    fn meets_outside(&self, o: &Bits, not: &Bits) -> bool {
+        self.0.iter().zip(&o.0).zip(&not.0).any(|((a, b), n)| a & b & !n != 0)
+    }
+    fn subset_of(&self, o: &Bits) -> bool {
+        self.0.iter().zip(&o.0).all(|(a, b)| a & !b == 0)
+    }
+    fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &word)| {
+            let mut x = word;
+            std::iter::from_fn(move || {
+                (x != 0).then(|| {
+                    let b = x.trailing_zeros() as usize;
+                    x &= x - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
+}
+
+/// The multiply-adds of `path` on the network (see the module docs): what
+/// [`crate::Einsum::multiply_adds`] reports for the same network and path.
+///
+/// ```
+/// use einsum::search::path_cost;
+/// use einsum::ContractionPath;
+/// // (2x30)(30x40)(40x2): left to right 2·30·40 + 2·40·2, right to left 30·40·2 + 2·30·2.
+/// let inputs = vec![vec![0, 1], vec![1, 2], vec![2, 3]];
+/// let sizes = [2, 30, 40, 2];
+/// let left = path_cost(&inputs, &[0, 3], &sizes, &ContractionPath::new(vec![[0, 1], [0, 1]])).unwrap();
+/// let right = path_cost(&inputs, &[0, 3], &sizes, &ContractionPath::new(vec![[1, 2], [0, 1]])).unwrap();
+/// assert_eq!((left, right), (2560.0, 2520.0));
+/// ```
+pub fn path_cost(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], path: &ContractionPath) -> EinsumResult<f64> {
+    let pairs = path.pairwise(inputs.len())?;
+    let mut live: Vec<Vec<u32>> = inputs.to_vec();
+    let mut holders = vec![0usize; sizes.len()];
+    for l in inputs {
+        for c in distinct(l) {
+            holders[c as usize] += 1;
+        }
+    }
+    let size = |l: &[u32]| distinct(l).iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
+    let mut cost = 0.0;
+    for (s, &[i, j]) in pairs.iter().enumerate() {
+        let (a, b) = if i < j {
+            let b = live.remove(j);
+            (live.remove(i), b)
+        } else {
+            let a = live.remove(i);
+            (a, live.remove(j))
+        };
+        for c in distinct(&a).into_iter().chain(distinct(&b)) {
+            holders[c as usize] -= 1;
+        }
+        let all: Vec<u32> = a.iter().chain(&b).copied().collect();
+        cost += size(&all);
+        let kept: Vec<u32> = if s + 1 == pairs.len() {
+            output.to_vec()
+        } else {
+            distinct(&all).into_iter().filter(|&c| holders[c as usize] > 0 || output.contains(&c)).collect()
+        };
+        for &c in &kept {
+            holders[c as usize] += 1;
+        }
+        live.push(kept);
+    }
+    if live.len() == 1 && live[0] != output {
+        cost += size(&live[0]);
+    }
+    Ok(cost)
+}
+
+/// The distinct labels of a list, in order.
+fn distinct(l: &[u32]) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::with_capacity(l.len());
+    for &c in l {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The network as bitsets: each operand's labels, the output's, and each label's holders.
+struct Sets {
+    n: usize,
+    ops: Vec<Bits>,
+    output: Bits,
+    holders: Vec<Bits>,
+    sizes: Vec<f64>,
+}
+
+impl Sets {
+    fn new(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Self {
+        let (n, labels) = (inputs.len(), sizes.len());
+        let mut holders = vec![Bits::new(n); labels];
+        let ops = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut b = Bits::new(labels);
+                for &c in l {
+                    b.set(c as usize);
+                    holders[c as usize].set(i);
+                }
+                b
+            })
+            .collect();
+        let mut out = Bits::new(labels);
+        output.iter().for_each(|&c| out.set(c as usize));
+        Sets { n, ops, output: out, holders, sizes: sizes.iter().map(|&s| s as f64).collect() }
+    }
+
+    fn size(&self, labels: &Bits) -> f64 {
+        labels.ones().map(|c| self.sizes[c]).product()
+    }
+
+    /// The labels of the union `legs` of subset `s` still needed outside it.
+    fn kept(&self, legs: &Bits, s: &Bits) -> Bits {
+        let mut k = Bits::new(self.sizes.len());
+        for c in legs.ones() {
+            if self.output.has(c) || !self.holders[c].subset_of(s) {
+                k.set(c);
+            }
+        }
+        k
+    }
+}
+
+/// A contraction tree as SSA pairs (operands `0..n`, then results in order) → opt_einsum's
+/// linear format.
+fn ssa_to_path(n: usize, ssa: &[(usize, usize)]) -> ContractionPath {
+    let mut list: Vec<usize> = (0..n).collect();
+    let mut steps = Vec::with_capacity(ssa.len());
+    for (k, &(a, b)) in ssa.iter().enumerate() {
+        let i = list.iter().position(|&x| x == a).expect("live id");
+        let j = list.iter().position(|&x| x == b).expect("live id");
+        steps.push([i, j]);
+        list.remove(i.max(j));
+        list.remove(i.min(j));
+        list.push(n + k);
+    }
+    ContractionPath::new(steps)
+}
+
+/// The cheapest pairwise path over all pairwise paths (outer products included), by
+/// dynamic programming over subsets; `None` for more than [`OPTIMAL_MAX_OPERANDS`] operands
+/// or [`OPTIMAL_MAX_LABELS`] labels.
+///
+/// ```
+/// use einsum::search::{optimal, path_cost};
+/// let inputs = vec![vec![0, 1], vec![1, 2], vec![2, 3]];
+/// let sizes = [2, 30, 40, 2];
+/// let p = optimal(&inputs, &[0, 3], &sizes).unwrap();
+/// assert_eq!(path_cost(&inputs, &[0, 3], &sizes, &p).unwrap(), 2520.0);
+/// ```
+pub fn optimal(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Option<ContractionPath> {
+    let n = inputs.len();
+    if n > OPTIMAL_MAX_OPERANDS || sizes.len() > OPTIMAL_MAX_LABELS {
+        return None;
+    }
+    if n <= 1 {
+        return Some(ContractionPath::new(vec![]));
+    }
+    let sets = Sets::new(inputs, output, sizes);
+    let full = (1u32 << n) - 1;
+    let as_bits = |m: u32| {
+        let mut b = Bits::new(n);
+        (0..n).filter(|&i| m >> i & 1 == 1).for_each(|i| b.set(i));
+        b
+    };
+    // legs[m]: the labels subset m's result keeps (all labels for one operand).
+    let mut legs: Vec<Bits> = vec![Bits::new(sizes.len()); 1 << n];
+    let mut best = vec![f64::INFINITY; 1 << n];
+    let mut split = vec![0u32; 1 << n];
+    for i in 0..n {
+        legs[1 << i] = sets.ops[i].clone();
+        best[1 << i] = 0.0;
+    }
+    // Subsets in increasing order: every proper subset comes first.
+    for m in 1..=full {
+        if m.count_ones() < 2 {
+            continue;
+        }
+        let union = (0..n).filter(|&i| m >> i & 1 == 1).fold(Bits::new(sizes.len()), |u, i| u.or(&sets.ops[i]));
+        legs[m as usize] = if m == full { sets.output.clone() } else { sets.kept(&union, &as_bits(m)) };
+        let low = m & m.wrapping_neg();
+        // Splits (s, m ^ s) with s holding m's lowest operand: each unordered split once.
+        let mut s = (m - 1) & m;
+        while s > 0 {
+            if s & low != 0 {
+                let (a, b) = (s as usize, (m ^ s) as usize);
+                let c = best[a] + best[b];
+                if c < best[m as usize] {
+                    let c = c + sets.size(&legs[a].or(&legs[b]));
+                    if c < best[m as usize] {
+                        best[m as usize] = c;
+                        split[m as usize] = s;
+                    }
+                }
+            }
+            s = (s - 1) & m;
+        }
+    }
+    // Post-order of the tree: children before parents.
+    let mut ssa = Vec::with_capacity(n - 1);
+    let mut id: FxHashMap<u32, usize> = (0..n).map(|i| (1u32 << i, i)).collect();
+    let mut stack = vec![(full, false)];
+    while let Some((m, expanded)) = stack.pop() {
+        if m.count_ones() == 1 {
+            continue;
+        }
+        let (a, b) = (split[m as usize], m ^ split[m as usize]);
+        if expanded {
+            ssa.push((id[&a], id[&b]));
+            id.insert(m, n + ssa.len() - 1);
+        } else {
+            stack.extend([(m, true), (b, false), (a, false)]);
+        }
+    }
+    Some(ssa_to_path(n, &ssa))
+}
+
+/// One subset of [`dp`]: its operands, cost, the labels its result keeps, and the two
+/// subsets (node indices) it was made of.
+struct Node {
+    set: Bits,
+    cost: f64,
+    legs: Bits,
+    split: Option<(usize, usize)>,
+}
+
+/// The cheapest path among those that contract only operands sharing a summed label
+/// (connected subsets), by dynamic programming with a growing cost cap (see the module
+/// docs); `None` when the search examines more than `max_pairs` pairs of subsets.
+///
+/// ```
+/// use einsum::search::{dp, path_cost, DP_MAX_PAIRS};
+/// // A chain of five matrices.
+/// let inputs: Vec<Vec<u32>> = (0..5).map(|i| vec![i, i + 1]).collect();
+/// let sizes = [10, 2, 30, 3, 40, 5];
+/// let p = dp(&inputs, &[0, 5], &sizes, DP_MAX_PAIRS).unwrap();
+/// let best = einsum::search::optimal(&inputs, &[0, 5], &sizes).unwrap();
+/// let cost = |p| path_cost(&inputs, &[0, 5], &sizes, p).unwrap();
+/// assert_eq!(cost(&p), cost(&best));
+/// ```
+pub fn dp(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], max_pairs: u64) -> Option<ContractionPath> {
+    let n = inputs.len();
+    if n <= 1 {
+        return Some(ContractionPath::new(vec![]));
+    }
+    let sets = Sets::new(inputs, output, sizes);
+    // Connected components through summed labels.
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    for (c, h) in sets.holders.iter().enumerate() {
+        if sets.output.has(c) {
+            continue;
+        }
+        let mut it = h.ones();
+        if let Some(first) = it.next() {
+            for other in it {
+                let (a, b) = (root(&mut parent, first), root(&mut parent, other));
+                parent[a] = b;
+            }
+        }
+    }
+    let mut components: FxHashMap<usize, Vec<usize>> = FxHashMap::default();
+    for i in 0..n {
+        let r = root(&mut parent, i);
+        components.entry(r).or_default().push(i);
+    }
+    let mut components: Vec<Vec<usize>> = components.into_values().collect();
+    components.sort();
+    let mut pairs_seen = 0u64;
+    let mut ssa: Vec<(usize, usize)> = Vec::with_capacity(n - 1);
+    // (id, legs) of each component's result.
+    let mut results: Vec<(usize, Bits)> = Vec::with_capacity(components.len());
+    for comp in &components {
+        let ((root, nodes), legs) = dp_component(&sets, comp, &mut pairs_seen, max_pairs)?;
+        // Emit the tree in post-order; `id[node]`: its SSA id once emitted.
+        let mut id: Vec<usize> = vec![usize::MAX; nodes.len()];
+        let mut stack = vec![(root, false)];
+        while let Some((v, expanded)) = stack.pop() {
+            let Some((a, b)) = nodes[v].split else {
+                id[v] = nodes[v].set.ones().next().expect("a leaf holds one operand");
+                continue;
+            };
+            if expanded {
+                ssa.push((id[a], id[b]));
+                id[v] = n + ssa.len() - 1;
+            } else {
+                stack.extend([(v, true), (b, false), (a, false)]);
+            }
+        }
+        results.push((id[root], legs));
+    }
+    // Outer products of the components, smallest results first.
+    while results.len() > 1 {
+        results.sort_by(|x, y| sets.size(&y.1).total_cmp(&sets.size(&x.1)));
+        let (a, la) = results.pop().expect("two results");
+        let (b, lb) = results.pop().expect("two results");
+        ssa.push((a, b));
+        results.push((n + ssa.len() - 1, la.or(&lb)));
+    }
+    Some(ssa_to_path(n, &ssa))
+}
+
+/// A component's tree: its root node and the nodes.
+type Tree = (usize, Vec<Node>);
+
+/// [`dp`] on one connected component; the tree and the result's legs.
+fn dp_component(sets: &Sets, comp: &[usize], pairs_seen: &mut u64, max_pairs: u64) -> Option<(Tree, Bits)> {
+    let n = sets.n;
+    // x[k]: the nodes of k operands found so far.
+    let mut x: Vec<Vec<usize>> = vec![Vec::new(); comp.len() + 1];
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut index: FxHashMap<Bits, usize> = FxHashMap::default();
+    for &i in comp {
+        let mut b = Bits::new(n);
+        b.set(i);
+        x[1].push(nodes.len());
+        index.insert(b.clone(), nodes.len());
+        nodes.push(Node { set: b, cost: 0.0, legs: sets.ops[i].clone(), split: None });
+    }
+    let comp_labels = comp.iter().fold(Bits::new(sets.sizes.len()), |u, &i| u.or(&sets.ops[i]));
+    let out_here = Bits(comp_labels.0.iter().zip(&sets.output.0).map(|(a, b)| a & b).collect());
+    let mut cap = sets.size(&out_here).max(1.0);
+    let step = comp_labels.ones().map(|c| sets.sizes[c]).fold(f64::INFINITY, f64::min).max(2.0);
+    while x[comp.len()].is_empty() {
+        for m in 2..=comp.len() {
+            let (head, tail) = x.split_at_mut(m);
+            let xm = &mut tail[0];
+            for k in 1..=m / 2 {
+                let (lo, hi) = (&head[k], &head[m - k]);
+                for &i1 in lo {
+                    for &i2 in hi {
+                        *pairs_seen += 1;
+                        if *pairs_seen > max_pairs {
+                            return None;
+                        }
+                        let (a, b) = (&nodes[i1], &nodes[i2]);
+                        if (k == m - k && i1 >= i2) || a.set.meets(&b.set) {
+                            continue;
+                        }
+                        if !a.legs.meets_outside(&b.legs, &sets.output) {
+                            continue;
+                        }
+                        let union = a.legs.or(&b.legs);
+                        let cost = a.cost + b.cost + sets.size(&union);
+                        if cost > cap {
+                            continue;
+                        }
+                        let set = a.set.or(&b.set);
+                        match index.get(&set) {
+                            Some(&j) if nodes[j].cost <= cost => {}
+                            Some(&j) => {
+                                nodes[j].cost = cost;
+                                nodes[j].split = Some((i1, i2));
+                            }
+                            None => {
+                                let legs = sets.kept(&union, &set);
+                                xm.push(nodes.len());
+                                index.insert(set.clone(), nodes.len());
+                                nodes.push(Node { set, cost, legs, split: Some((i1, i2)) });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        cap *= step;
+    }
+    let root = x[comp.len()][0];
+    let legs = nodes[root].legs.clone();
+    Some(((root, nodes), legs))
+}
+
+/// The cheapest of `trials` greedy paths: trial 0 is [`ContractionPath::greedy`], the others
+/// sample each step among the eight best candidate pairs with Boltzmann weights
+/// `exp(-(score - best) / (t·max(1, |best|)))`, the score being `|result| - α(|a| + |b|)`
+/// with `α` uniform in [0.1, 4] and `t` in [0.001, 1] drawn per trial from `seed`.
+///
+/// ```
+/// use einsum::search::{path_cost, random_greedy};
+/// use einsum::ContractionPath;
+/// let inputs: Vec<Vec<u32>> = (0..6).map(|i| vec![i, i + 1]).collect();
+/// let sizes = [10, 2, 30, 3, 40, 5, 8];
+/// let cost = |p| path_cost(&inputs, &[0, 6], &sizes, p).unwrap();
+/// let greedy = ContractionPath::greedy(&inputs, &[0, 6], |c| sizes[c as usize]);
+/// assert!(cost(&random_greedy(&inputs, &[0, 6], &sizes, 16, 7)) <= cost(&greedy));
+/// ```
+pub fn random_greedy(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], trials: u32, seed: u64) -> ContractionPath {
+    let greedy = ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
+    let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
+    let mut best = (cost(&greedy), greedy);
+    let mut rng = SplitMix64::seed_from_u64(seed);
+    for _ in 1..trials {
+        let alpha = 0.1 + 3.9 * unit(&mut rng);
+        let temperature = 0.001 + 0.999 * unit(&mut rng);
+        let p = sampled_greedy(inputs, output, sizes, alpha, temperature, &mut rng);
+        let c = cost(&p);
+        if c < best.0 {
+            best = (c, p);
+        }
+    }
+    best.1
+}
+
+/// A uniform number in [0, 1).
+fn unit(rng: &mut SplitMix64) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// One randomised greedy path (see [`random_greedy`]).
+fn sampled_greedy(
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    alpha: f64,
+    temperature: f64,
+    rng: &mut SplitMix64,
+) -> ContractionPath {
+    let n = inputs.len();
+    let is_out: Vec<bool> = {
+        let mut v = vec![false; sizes.len()];
+        output.iter().for_each(|&c| v[c as usize] = true);
+        v
+    };
+    // Operands by SSA id (None once consumed), and each label's live holders.
+    let mut ops: Vec<Option<Vec<u32>>> = inputs.iter().map(|l| Some(distinct(l))).collect();
+    let mut holders: Vec<Vec<usize>> = vec![Vec::new(); sizes.len()];
+    for (i, l) in ops.iter().enumerate() {
+        for &c in l.as_ref().expect("live") {
+            holders[c as usize].push(i);
+        }
+    }
+    let size = |l: &[u32]| l.iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
+    let mut ssa: Vec<(usize, usize)> = Vec::with_capacity(n.saturating_sub(1));
+    for _ in 1..n {
+        let result = |a: &[u32], b: &[u32], holders: &[Vec<usize>]| -> Vec<u32> {
+            let mut r: Vec<u32> = a.to_vec();
+            r.extend(b.iter().filter(|c| !a.contains(c)));
+            r.retain(|&c| {
+                is_out[c as usize] || holders[c as usize].len() > a.contains(&c) as usize + b.contains(&c) as usize
+            });
+            r
+        };
+        let mut seen: FxHashMap<(usize, usize), ()> = FxHashMap::default();
+        let mut cands: Vec<(f64, usize, usize)> = Vec::new();
+        for (c, h) in holders.iter().enumerate() {
+            if is_out[c] && h.len() > 2 {
+                continue;
+            }
+            for (x, &i) in h.iter().enumerate() {
+                for &j in &h[x + 1..] {
+                    let key = (i.min(j), i.max(j));
+                    if seen.insert(key, ()).is_some() {
+                        continue;
+                    }
+                    let (a, b) = (ops[key.0].as_deref().expect("live"), ops[key.1].as_deref().expect("live"));
+                    let score = size(&result(a, b, &holders)) - alpha * (size(a) + size(b));
+                    cands.push((score, key.0, key.1));
+                }
+            }
+        }
+        let (i, j) = if cands.is_empty() {
+            // No shared labels: the two smallest operands.
+            let mut live: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].is_some()).collect();
+            live.sort_by(|&a, &b| {
+                size(ops[a].as_deref().expect("live")).total_cmp(&size(ops[b].as_deref().expect("live")))
+            });
+            (live[0], live[1])
+        } else {
+            cands.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+            cands.truncate(8);
+            let best = cands[0].0;
+            let t = temperature * best.abs().max(1.0);
+            let weights: Vec<f64> = cands.iter().map(|c| (-(c.0 - best) / t).exp()).collect();
+            let mut r = unit(rng) * weights.iter().sum::<f64>();
+            let mut pick = 0;
+            while pick + 1 < cands.len() && r >= weights[pick] {
+                r -= weights[pick];
+                pick += 1;
+            }
+            (cands[pick].1, cands[pick].2)
+        };
+        let (a, b) = (ops[i].take().expect("live"), ops[j].take().expect("live"));
+        let r = result(&a, &b, &holders);
+        for c in a.iter().chain(&b) {
+            holders[*c as usize].retain(|&h| h != i && h != j);
+        }
+        let id = ops.len();
+        for &c in &r {
+            holders[c as usize].push(id);
+        }
+        ops.push(Some(r));
+        ssa.push((i, j));
+    }
+    ssa_to_path(n, &ssa)
+}
+
+/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else [`dp`] within
+/// [`DP_MAX_PAIRS`], else [`random_greedy`] with [`RANDOM_GREEDY_TRIALS`] trials.
+///
+/// ```
+/// use einsum::search::auto;
+/// let p = auto(&[vec![0, 1], vec![1, 2], vec![2, 0]], &[], &[2, 3, 4]);
+/// assert!(p.validate(3).is_ok());
+/// ```
+pub fn auto(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> ContractionPath {
+    if inputs.len() <= AUTO_EXACT_OPERANDS {
+        if let Some(p) = optimal(inputs, output, sizes) {
+            return p;
+        }
+    }
+    dp(inputs, output, sizes, DP_MAX_PAIRS)
+        .unwrap_or_else(|| random_greedy(inputs, output, sizes, RANDOM_GREEDY_TRIALS, 0))
+}
+
+/// The path a [`PathChoice`] gives for a numbered network ([`crate::Einsum::new`] calls
+/// this): the explicit path as given, or the search's.
+pub fn find_path(
+    choice: PathChoice,
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+) -> EinsumResult<ContractionPath> {
+    Ok(match choice {
+        PathChoice::Explicit(p) => p,
+        PathChoice::Greedy => ContractionPath::greedy(inputs, output, |c| sizes[c as usize]),
+        PathChoice::Optimal => match optimal(inputs, output, sizes) {
+            Some(p) => p,
+            None => auto(inputs, output, sizes),
+        },
+        PathChoice::Dp => dp(inputs, output, sizes, DP_MAX_PAIRS)
+            .unwrap_or_else(|| random_greedy(inputs, output, sizes, RANDOM_GREEDY_TRIALS, 0)),
+        PathChoice::RandomGreedy { trials, seed } => random_greedy(inputs, output, sizes, trials.max(1), seed),
+        PathChoice::Auto => auto(inputs, output, sizes),
+    })
+}
