@@ -70,6 +70,8 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) instrs: Vec<Instr>,
     /// The instructions cut into runs for the sequential evaluator (`program.rs`, [`Run`]).
     pub(crate) runs: Vec<Run>,
+    /// The operation of each uniform run, in order (`program.rs`, `runs`).
+    pub(crate) run_ops: Vec<Op>,
     /// Operand and output slots of every instruction, of the inputs and of the outputs.
     pub(crate) slots: SlotProgram,
     /// Whether sequential evaluation prefetches the operand slots of instructions ahead:
@@ -221,9 +223,11 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let output_move = output_moves(&output_slots);
     let input_keys = graph.input_keys.clone();
     let input_index = input_keys.iter().enumerate().map(|(i, k)| (k.clone(), i)).collect();
+    let (runs, run_ops) = runs(&ops, &instrs);
     let program = CompiledProgram {
         interner: Arc::clone(&graph.interner),
-        runs: runs(&ops, &instrs),
+        runs,
+        run_ops,
         ops,
         instrs,
         slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count: alloc.next as usize },
@@ -607,7 +611,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         {
             return Err(bad(format!("output slot s{s} is never written")));
         }
-        check_runs(&self.runs, &self.ops, &self.instrs).map_err(&bad)?;
+        check_runs(&self.runs, &self.run_ops, &self.ops, &self.instrs).map_err(&bad)?;
         self.slots.check_output_moves().map_err(bad)
     }
 }

@@ -223,26 +223,29 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
     ) -> GraphResult<()> {
         let args = &self.slots.args[..];
         let mut i = 0usize;
+        let mut uniform = 0usize;
         for run in &self.runs {
             let end = run.end as usize;
             // SAFETY (all in this loop): the program passed `verify` (in `try_compile`, in
             // every build) and is immutable. `verify` checks that the runs cover the
             // instructions in order (so `i < end <= instrs.len() == ops.len()`), that
-            // every instruction's arguments lie in the pool, and that a uniform run's
+            // every instruction's arguments lie in the pool, that a uniform run's
             // instructions take `arity` operands and one output each, laid out one after
-            // another from the first one's start, and evaluate operations equal to the
-            // first one's. The slots were sized to `slot_count` and runs are evaluated in
+            // another from the run's start, and evaluate operations equal to the run's
+            // entry of `run_ops`, which has one entry per uniform run. The slots were sized to `slot_count` and runs are evaluated in
             // program order, which is `VerifiedSlots`' contract.
             match run.arity {
                 2 => unsafe {
                     let start = run.start as usize;
                     let stretch = args.get_unchecked(start..start + 3 * (end - i));
-                    run_uniform::<Op, 2, 3>(self.ops.get_unchecked(i), ctx, file, stretch)?;
+                    run_uniform::<Op, 2, 3>(self.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
+                    uniform += 1;
                 },
                 1 => unsafe {
                     let start = run.start as usize;
                     let stretch = args.get_unchecked(start..start + 2 * (end - i));
-                    run_uniform::<Op, 1, 2>(self.ops.get_unchecked(i), ctx, file, stretch)?;
+                    run_uniform::<Op, 1, 2>(self.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
+                    uniform += 1;
                 },
                 _ => {
                     for j in i..end {

@@ -167,8 +167,11 @@ pub(crate) struct Run {
 pub(crate) const MIN_UNIFORM_RUN: usize = 2;
 
 /// Cuts `ops`/`instrs` (one entry each per instruction, arguments laid out in order in
-/// the pool) into [`Run`]s. `O(instructions)` operation comparisons.
-pub(crate) fn runs<Op: PartialEq>(ops: &[Op], instrs: &[Instr]) -> Vec<Run> {
+/// the pool) into [`Run`]s, and returns with them the operation of each uniform run, in
+/// order: the evaluator reads those from this short column, one after another, rather
+/// than from the instructions' column at every run's start (a cache miss per run when
+/// operations are large). `O(instructions)` operation comparisons.
+pub(crate) fn runs<Op: PartialEq + Clone>(ops: &[Op], instrs: &[Instr]) -> (Vec<Run>, Vec<Op>) {
     let uniform_arity = |i: usize| {
         let ins = instrs[i];
         match (ins.n_in(), ins.n_out()) {
@@ -177,6 +180,7 @@ pub(crate) fn runs<Op: PartialEq>(ops: &[Op], instrs: &[Instr]) -> Vec<Run> {
         }
     };
     let mut runs: Vec<Run> = Vec::new();
+    let mut run_ops: Vec<Op> = Vec::new();
     let mut i = 0;
     let n = ops.len();
     while i < n {
@@ -191,18 +195,30 @@ pub(crate) fn runs<Op: PartialEq>(ops: &[Op], instrs: &[Instr]) -> Vec<Run> {
         match runs.last_mut() {
             // Mixed instructions join the mixed run before them.
             Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
-            _ => runs.push(Run { end: end as u32, start: instrs[i].start() as u32, arity }),
+            _ => {
+                runs.push(Run { end: end as u32, start: instrs[i].start() as u32, arity });
+                if arity != 0 {
+                    run_ops.push(ops[i].clone());
+                }
+            }
         }
         i = end;
     }
-    runs
+    (runs, run_ops)
 }
 
-/// Checks that `runs` cover the instructions in order, and that every uniform run's
-/// instructions have its arity, one output, equal operations and arguments laid out one
-/// after another, which the sequential evaluator's run loop relies on.
-pub(crate) fn check_runs<Op: PartialEq>(runs: &[Run], ops: &[Op], instrs: &[Instr]) -> Result<(), String> {
+/// Checks that `runs` cover the instructions in order, that every uniform run's
+/// instructions have its arity, one output, arguments laid out one after another and
+/// operations equal to the run's entry of `run_ops`, and that `run_ops` has one entry per
+/// uniform run: what the sequential evaluator's run loop relies on.
+pub(crate) fn check_runs<Op: PartialEq>(
+    runs: &[Run],
+    run_ops: &[Op],
+    ops: &[Op],
+    instrs: &[Instr],
+) -> Result<(), String> {
     let mut i = 0usize;
+    let mut uniform = 0usize;
     for (r, run) in runs.iter().enumerate() {
         let end = run.end as usize;
         if end <= i || end > instrs.len() {
@@ -214,9 +230,13 @@ pub(crate) fn check_runs<Op: PartialEq>(runs: &[Run], ops: &[Op], instrs: &[Inst
         if run.arity != 0 {
             let k = run.arity as usize;
             let base = instrs[i].start();
+            let Some(op) = run_ops.get(uniform) else {
+                return Err(format!("uniform run {r} has no operation"));
+            };
+            uniform += 1;
             for j in i..end {
                 let ins = instrs[j];
-                if ins.n_in() != k || ins.n_out() != 1 || ops[j] != ops[i] || ins.start() != base + (j - i) * (k + 1) {
+                if ins.n_in() != k || ins.n_out() != 1 || ops[j] != *op || ins.start() != base + (j - i) * (k + 1) {
                     return Err(format!("instruction {j} does not fit uniform run {r}"));
                 }
             }
@@ -225,6 +245,9 @@ pub(crate) fn check_runs<Op: PartialEq>(runs: &[Run], ops: &[Op], instrs: &[Inst
     }
     if i != instrs.len() {
         return Err(format!("runs cover {i} of {} instructions", instrs.len()));
+    }
+    if uniform != run_ops.len() {
+        return Err(format!("{} run operations for {uniform} uniform runs", run_ops.len()));
     }
     Ok(())
 }
