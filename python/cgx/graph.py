@@ -46,12 +46,11 @@ def _ids(a, what: str) -> np.ndarray:
 
 def _codes(ops, n: int) -> np.ndarray:
     if isinstance(ops, str):
-        ops = np.full(n, _core.graph_op_codes([ops])[0], dtype=np.int64)
-        return ops
+        return np.full(n, _core.graph_op_codes([ops])[0], dtype=np.int64)
     a = np.asarray(ops)
     if a.ndim == 0:
         a = a.reshape(1)
-    if a.dtype.kind in "iu":
+    if a.dtype.kind in "iu" or a.size == 0:
         return np.ascontiguousarray(a, dtype=np.int64)
     if a.dtype.kind in "USO":
         names, inverse = np.unique(a.astype(str), return_inverse=True)

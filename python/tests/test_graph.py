@@ -237,6 +237,12 @@ def test_the_graph_grows_after_compiling():
     assert g.compile([again[0], y[0]]).instruction_count == 1
 
 
+def test_an_empty_batch_adds_nothing():
+    g = Graph()
+    g.inputs(1)
+    assert g.add([], [], []).tolist() == [] and g.num_values == 1
+
+
 def test_integer_codes_and_names_agree():
     g = Graph()
     x = g.inputs(2)
