@@ -255,14 +255,18 @@ impl Runner {
     }
 }
 
-/// A vector as a numpy array of `rows` rows (or 1-d), without copying it.
-fn to_numpy<'py>(py: Python<'py>, v: Vec<f64>, rows: Option<usize>) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
-    let a = v.into_pyarray(py);
+/// A vector as a numpy array of `rows` rows of `columns` (or 1-d), without copying it.
+fn to_numpy<'py>(
+    py: Python<'py>,
+    v: Vec<f64>,
+    rows: Option<usize>,
+    columns: usize,
+) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
     let shape = match rows {
-        Some(r) => vec![r, a.len().checked_div(r).unwrap_or(0)],
-        None => vec![a.len()],
+        Some(r) => vec![r, columns],
+        None => vec![columns],
     };
-    a.reshape(shape)
+    v.into_pyarray(py).reshape(shape)
 }
 
 #[pymethods]
@@ -492,7 +496,7 @@ impl Program {
         inputs: PyReadonlyArrayDyn<'py, f64>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let (out, rows) = self.runner.run(py, &inputs)?;
-        to_numpy(py, out, rows)
+        to_numpy(py, out, rows, self.runner.program.output_keys().len())
     }
 
     /// Inputs the program reads per point (the graph's inputs when it was compiled).
@@ -544,7 +548,7 @@ impl Gradient {
             Some(_) => values.into_pyarray(py).into_any(),
             None => values[0].into_pyobject(py)?.into_any(),
         };
-        Ok((value, to_numpy(py, grads, rows)?))
+        Ok((value, to_numpy(py, grads, rows, n)?))
     }
 
     /// Inputs the program reads per point.

@@ -205,6 +205,16 @@ def test_a_batch_of_points_is_row_by_row():
         np.testing.assert_allclose(gr, [-math.sin(a * b) * b, -math.sin(a * b) * a - 1, -1], rtol=1e-13)
 
 
+def test_batches_of_no_points_keep_their_columns():
+    g = Graph()
+    x = g.inputs(2)
+    y = g.add("mul", x[:1], x[1:])
+    none = np.zeros((0, 2))
+    assert g.compile([y[0], y[0], x[0]]).eval(none).shape == (0, 3)
+    values, grads = g.gradient(y[0]).eval(none)
+    assert values.shape == (0,) and grads.shape == (0, 2)
+
+
 def test_constants_inputs_and_symbolic_zeros():
     g = Graph()
     x = g.inputs(2)
