@@ -7,14 +7,16 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
 - :func:`contract_path` (``opt_einsum.contract_path``): the path and a cost report;
 - :func:`contract_expression` (``opt_einsum.contract_expression``): compile once for fixed
   shapes, call many times, with ``value_and_grad`` and ``hvp``;
+- :mod:`cgx.graph` (``cgx.graph.Graph``): the scalar graph engine, built in batches,
+  compiled, evaluated and differentiated;
 - ``cgx.jax.contract`` (``import cgx.jax``, needs JAX): differentiable in JAX by the
   engine's VJP.
 
 See ``docs/guide-python.md`` in the repository.
 """
 
-from . import _core
+from . import _core, graph
 from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path
 
-__all__ = ["contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "_core"]
+__all__ = ["graph", "contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "_core"]
 __version__ = "0.1.0"

@@ -6,15 +6,22 @@
 //! `numpy.asarray` first and becomes float64, or complex128 if its dtype is complex. If
 //! any operand is complex, all are read as complex128.
 //!
-//! One copy in, one copy out: `einsum::Tensor::new` takes its data as an owned `Vec` (the
-//! crate keeps it behind an `Arc` in a private pooled buffer and has no constructor over
-//! borrowed memory), so each operand is copied once, contiguous or not (a non-contiguous
-//! array is read in row-major order), and the result's data, shared inside the crate, is
-//! copied once into a new numpy array.
+//! No copy in where the layout allows: a C-contiguous, aligned float64 or complex128 array
+//! of the contraction's element type becomes a tensor over the array's own memory
+//! (`einsum::Tensor::from_shared` with [`NumpyData`], which holds a reference to the array so
+//! it outlives every tensor over it). Anything else (Fortran order, strided views, other
+//! dtypes, a real operand of a complex contraction) is copied once in row-major order.
+//! No copy out: a result the engine holds alone becomes the numpy array's buffer
+//! (`Tensor::into_vec`, then `PyArray::from_vec`); a result shared with something else (an
+//! operand returned as it is) is copied.
+//!
+//! Borrowing: the operands are read with rust-numpy's borrow checking (no writable Rust
+//! borrow of them exists meanwhile); the tensors over their memory live only during the
+//! call that made them. As for numpy's own functions that release the GIL, a Python
+//! thread that writes to an operand while a contraction runs races with it.
 
 use einsum::{Elem, Tensor, c64};
-use numpy::ndarray::{ArrayViewD, IxDyn};
-use numpy::{Element, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods, ToPyArray};
+use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -82,6 +89,42 @@ fn tensor<T: Element + Copy, U: Elem>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(
     Tensor::new(a.shape().to_vec(), to_vec(a, f)).map_err(crate::value_error)
 }
 
+/// A numpy array's elements, read in place: a reference to the array (which keeps it, and
+/// so its buffer, alive) and the buffer's address and length.
+pub struct NumpyData<T> {
+    _array: Py<PyAny>,
+    ptr: *const T,
+    len: usize,
+}
+
+// SAFETY: the pointer is only read, through `as_ref`, and the elements are plain numbers
+// (`f64`, `c64`), so sharing or sending the view between threads is sharing `&[T]`, which
+// is `Send + Sync` for these `T`. `Py<PyAny>` is `Send + Sync` itself.
+unsafe impl<T: Sync> Send for NumpyData<T> {}
+// SAFETY: as for `Send`.
+unsafe impl<T: Sync> Sync for NumpyData<T> {}
+
+impl<T> AsRef<[T]> for NumpyData<T> {
+    fn as_ref(&self) -> &[T] {
+        // SAFETY: `ptr` and `len` come from a slice of the array's buffer (`as_slice` of a
+        // C-contiguous, aligned array, so non-null and aligned), and `_array` keeps that
+        // array alive: numpy frees or moves a buffer only when its array dies (or on
+        // `resize`, which numpy refuses while another reference such as ours exists).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// A tensor over the array's memory when it is C-contiguous and aligned, else a copy.
+fn shared<T: Elem + Element>(a: &PyReadonlyArrayDyn<'_, T>) -> PyResult<Tensor<T>> {
+    match a.as_slice() {
+        Ok(s) if a.is_c_contiguous() && s.as_ptr().is_aligned() => {
+            let data = NumpyData { _array: a.as_any().clone().unbind(), ptr: s.as_ptr(), len: s.len() };
+            Tensor::from_shared(a.shape().to_vec(), data).map_err(crate::value_error)
+        }
+        _ => tensor(a, |x| x),
+    }
+}
+
 /// Reads every operand of a tuple (one element type for all) and returns their shapes.
 pub fn operands(items: &Bound<'_, PyTuple>) -> PyResult<(Operands, Vec<Vec<usize>>)> {
     let reads: Vec<Read<'_>> = items.iter().enumerate().map(|(i, ob)| read(i, &ob)).collect::<PyResult<_>>()?;
@@ -94,7 +137,7 @@ pub fn operands(items: &Bound<'_, PyTuple>) -> PyResult<(Operands, Vec<Vec<usize
                 .iter()
                 .map(|r| match r {
                     Read::Real(a) => tensor(a, to_c),
-                    Read::Complex(a) => tensor(a, |z| z),
+                    Read::Complex(a) => shared(a),
                 })
                 .collect::<PyResult<_>>()?,
         )
@@ -103,7 +146,7 @@ pub fn operands(items: &Bound<'_, PyTuple>) -> PyResult<(Operands, Vec<Vec<usize
             reads
                 .iter()
                 .map(|r| match r {
-                    Read::Real(a) => tensor(a, |x| x),
+                    Read::Real(a) => shared(a),
                     Read::Complex(_) => unreachable!("no complex operand"),
                 })
                 .collect::<PyResult<_>>()?,
@@ -119,7 +162,7 @@ pub fn tensors_like<T: FromReal>(items: &[Bound<'_, PyAny>], what: &str) -> PyRe
         .iter()
         .enumerate()
         .map(|(i, ob)| match read(i, ob)? {
-            Read::Real(a) => tensor(&a, T::from_real),
+            Read::Real(a) => T::from_real_array(&a),
             Read::Complex(a) => T::from_complex(&a)
                 .ok_or_else(|| PyTypeError::new_err(format!("{what} {i} is complex but the operands are real")))?,
         })
@@ -130,6 +173,8 @@ pub fn tensors_like<T: FromReal>(items: &[Bound<'_, PyAny>], what: &str) -> PyRe
 pub trait FromReal: Elem + Element {
     /// A real number as this type.
     fn from_real(x: f64) -> Self;
+    /// A real array as a tensor of this type (in place when the layout allows).
+    fn from_real_array(a: &PyReadonlyArrayDyn<'_, f64>) -> PyResult<Tensor<Self>>;
     /// A complex array as a tensor of this type, if that is a conversion without loss.
     fn from_complex(a: &PyReadonlyArrayDyn<'_, c64>) -> Option<PyResult<Tensor<Self>>>;
 }
@@ -137,6 +182,9 @@ pub trait FromReal: Elem + Element {
 impl FromReal for f64 {
     fn from_real(x: f64) -> Self {
         x
+    }
+    fn from_real_array(a: &PyReadonlyArrayDyn<'_, f64>) -> PyResult<Tensor<Self>> {
+        shared(a)
     }
     fn from_complex(_: &PyReadonlyArrayDyn<'_, c64>) -> Option<PyResult<Tensor<Self>>> {
         None
@@ -147,13 +195,17 @@ impl FromReal for c64 {
     fn from_real(x: f64) -> Self {
         c64::new(x, 0.0)
     }
+    fn from_real_array(a: &PyReadonlyArrayDyn<'_, f64>) -> PyResult<Tensor<Self>> {
+        tensor(a, Self::from_real)
+    }
     fn from_complex(a: &PyReadonlyArrayDyn<'_, c64>) -> Option<PyResult<Tensor<Self>>> {
-        Some(tensor(a, |z| z))
+        Some(shared(a))
     }
 }
 
-/// A new numpy array holding a copy of the tensor.
-pub fn to_numpy<'py, T: Elem + Element>(py: Python<'py>, t: &Tensor<T>) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
-    let view = ArrayViewD::from_shape(IxDyn(t.shape()), t.data()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(view.to_pyarray(py))
+/// A numpy array over the tensor's data: its own allocation when the tensor holds it
+/// alone, else a copy (`Tensor::into_vec`).
+pub fn to_numpy<'py, T: Elem + Element>(py: Python<'py>, t: Tensor<T>) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let shape = t.shape().to_vec();
+    t.into_vec().into_pyarray(py).reshape(shape)
 }

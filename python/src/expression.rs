@@ -155,7 +155,7 @@ impl Inner {
         let e = self.einsum::<T>()?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let out = run(py, self.plan.multiply_adds(), || e.eval(&refs)).map_err(value_error)?;
-        Ok(convert::to_numpy(py, &out)?.into_any())
+        Ok(convert::to_numpy(py, out)?.into_any())
     }
 
     fn call<'py>(
@@ -201,8 +201,8 @@ impl Inner {
             Ok((e.eval(&refs)?, g.eval(&refs, &c)?))
         })
         .map_err(value_error)?;
-        let grads = grads.iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?;
-        PyTuple::new(py, [convert::to_numpy(py, &value)?.into_any(), PyTuple::new(py, grads)?.into_any()])
+        let grads = grads.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, [convert::to_numpy(py, value)?.into_any(), PyTuple::new(py, grads)?.into_any()])
     }
 
     fn hvp<'py, T: Dtype>(
@@ -222,7 +222,7 @@ impl Inner {
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
         let out = run(py, 4.0 * self.plan.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(value_error)?;
-        PyTuple::new(py, out.iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
+        PyTuple::new(py, out.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
     }
 }
 

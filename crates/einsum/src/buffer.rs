@@ -1,5 +1,6 @@
 //! Recycled element buffers: tensor data returns its allocation to a per-thread pool when
-//! the last reference drops, and kernels take their output buffers from it.
+//! the last reference drops, and kernels take their output buffers from it. Tensors over
+//! memory the crate does not own (`Tensor::from_shared`) are never recycled.
 //!
 //! Why: a contraction graph allocates one output per step and frees inputs as the evaluator
 //! moves on, so large buffers churn. Fresh large allocations come from the system as new
@@ -133,31 +134,50 @@ pub fn release_buffers() {
     });
 }
 
-/// Tensor data: a vector that returns its allocation to the pool when dropped.
-pub(crate) struct Buffer<T: Elem>(Vec<T>);
+/// Tensor data: a vector that returns its allocation to the pool when dropped, or elements
+/// another owner keeps alive (`Tensor::from_shared`), never recycled.
+pub(crate) enum Buffer<T: Elem> {
+    /// The crate's own allocation.
+    Owned(Vec<T>),
+    /// Someone else's memory, read through `AsRef` (its length checked once, on construction).
+    Shared(Box<dyn AsRef<[T]> + Send + Sync>),
+}
 
 impl<T: Elem> Buffer<T> {
     pub(crate) fn new(v: Vec<T>) -> Self {
-        Buffer(v)
+        Buffer::Owned(v)
+    }
+
+    /// The elements as a vector: this buffer's own allocation if it has one, else a copy.
+    pub(crate) fn take(&mut self) -> Vec<T> {
+        match self {
+            Buffer::Owned(v) => std::mem::take(v),
+            Buffer::Shared(s) => (**s).as_ref().to_vec(),
+        }
     }
 }
 
 impl<T: Elem> Deref for Buffer<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.0
+        match self {
+            Buffer::Owned(v) => v,
+            Buffer::Shared(s) => (**s).as_ref(),
+        }
     }
 }
 
 impl<T: Elem> PartialEq for Buffer<T> {
     fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
+        **self == **other
     }
 }
 
 impl<T: Elem> Drop for Buffer<T> {
     fn drop(&mut self) {
-        recycle(std::mem::take(&mut self.0));
+        if let Buffer::Owned(v) = self {
+            recycle(std::mem::take(v));
+        }
     }
 }
 

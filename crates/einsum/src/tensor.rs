@@ -69,6 +69,50 @@ impl<T: Elem> Tensor<T> {
         }
     }
 
+    /// A tensor over elements it does not copy: any owner of row-major data (an `Arc<[T]>`,
+    /// a memory map, another library's array), kept alive as long as the tensor or one of
+    /// its clones lives. The length is checked against the shape here, once: `data.as_ref()`
+    /// must return the same elements on every call, and they must not change while the
+    /// tensor lives (a tensor is immutable).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use einsum::Tensor;
+    /// let data: Arc<[f64]> = Arc::from(vec![1.0, 2.0, 3.0, 4.0]);
+    /// let t = Tensor::from_shared(vec![2, 2], Arc::clone(&data)).unwrap();
+    /// assert_eq!(t.data().as_ptr(), data.as_ptr()); // no copy
+    /// assert_eq!(t, Tensor::new(vec![2, 2], data.to_vec()).unwrap());
+    /// assert!(Tensor::from_shared(vec![3], data).is_err());
+    /// ```
+    pub fn from_shared(shape: Vec<usize>, data: impl AsRef<[T]> + Send + Sync + 'static) -> EinsumResult<Self> {
+        let len = data.as_ref().len();
+        match checked_len(&shape) {
+            Some(n) if n == len => Ok(Tensor { shape: shape.into(), data: Arc::new(Buffer::Shared(Box::new(data))) }),
+            Some(n) => Err(EinsumError::Shape(format!("shape {shape:?} has {n} elements but {len} values were given"))),
+            None => Err(EinsumError::Shape(format!("shape {shape:?} overflows usize"))),
+        }
+    }
+
+    /// The row-major data as a vector: the tensor's own allocation, without a copy, when
+    /// this tensor is its only holder (no clone alive) and the data is not shared
+    /// ([`Tensor::from_shared`]); a copy otherwise. The allocation leaves the crate's
+    /// buffer pool.
+    ///
+    /// ```
+    /// use einsum::Tensor;
+    /// let t = Tensor::new(vec![2], vec![1.0, 2.0]).unwrap();
+    /// let ptr = t.data().as_ptr();
+    /// let copy = t.clone().into_vec(); // a clone is alive: copied
+    /// let v = t.into_vec();
+    /// assert_eq!((v.as_ptr(), copy), (ptr, vec![1.0, 2.0]));
+    /// ```
+    pub fn into_vec(self) -> Vec<T> {
+        match Arc::try_unwrap(self.data) {
+            Ok(mut b) => b.take(),
+            Err(shared) => shared.to_vec(),
+        }
+    }
+
     /// Internal constructor for kernels whose output length is right by construction.
     pub(crate) fn from_parts(shape: &[usize], data: Vec<T>) -> Self {
         debug_assert_eq!(checked_len(shape), Some(data.len()));
@@ -287,6 +331,23 @@ mod tests {
         assert!(Tensor::<f64>::zeros(vec![usize::MAX, 3]).is_err());
         let e = Tensor::<f64>::new(vec![2], vec![1.0]).unwrap_err();
         assert_eq!(e.to_string(), "shape error: shape [2] has 2 elements but 1 values were given");
+    }
+
+    #[test]
+    fn shared_data_is_read_in_place_and_never_recycled() {
+        let data: Arc<[f64]> = (0..6).map(f64::from).collect();
+        let t = Tensor::from_shared(vec![2, 3], Arc::clone(&data)).unwrap();
+        assert_eq!(t.data().as_ptr(), data.as_ptr());
+        assert_eq!(t.get(&[1, 2]), Some(5.0));
+        let e = crate::Einsum::<f64>::new("ij,kj->ik", &[vec![2, 3], vec![2, 3]], crate::PathChoice::Greedy).unwrap();
+        let owned = Tensor::new(vec![2, 3], data.to_vec()).unwrap();
+        assert_eq!(e.eval(&[&t, &t]).unwrap(), e.eval(&[&owned, &owned]).unwrap());
+        // Taking the data of a shared tensor copies it; the owner keeps its memory.
+        let v = t.clone().into_vec();
+        assert_ne!(v.as_ptr(), data.as_ptr());
+        drop(t);
+        assert_eq!(Arc::strong_count(&data), 1);
+        assert_eq!(&data[..], &v[..]);
     }
 
     #[test]

@@ -1,0 +1,68 @@
+"""Operands are read in place when C-contiguous, aligned and of the contraction's dtype,
+copied otherwise: every layout gives numpy's answer, results never alias operands, and
+operands are never written."""
+
+import numpy as np
+import pytest
+
+import cgx
+
+
+def layouts(a):
+    """``a`` in many layouts, all equal to it."""
+    n = a.size * a.itemsize
+    raw = np.frombuffer(bytearray(n + 1), dtype=np.uint8)[1:]  # unaligned by one byte
+    unaligned = raw.view(a.dtype).reshape(a.shape)
+    unaligned[...] = a
+    assert not unaligned.flags.aligned
+    big = np.zeros((a.shape[0] * 2, a.shape[1] * 3), dtype=a.dtype)
+    big[::2, ::3] = a
+    return {
+        "c": np.ascontiguousarray(a),
+        "fortran": np.asfortranarray(a),
+        "strided": big[::2, ::3],
+        "transposed": np.ascontiguousarray(a.T).T,
+        "unaligned": unaligned,
+        "readonly": np.frombuffer(a.tobytes(), dtype=a.dtype).reshape(a.shape),
+        "float32": a.astype(np.float32) if a.dtype == np.float64 else a,
+    }
+
+
+@pytest.mark.parametrize("complex_", [False, True])
+def test_every_layout_gives_numpys_answer(complex_):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 4))
+    b = rng.standard_normal((4, 3))
+    if complex_:
+        b = b + 1j * rng.standard_normal((4, 3))
+    for name_a, x in layouts(a).items():
+        for name_b, y in layouts(b).items():
+            before = (x.copy(), y.copy())
+            got = cgx.contract("ij,jk->ik", x, y)
+            np.testing.assert_allclose(got, np.asarray(x, dtype=np.float64) @ y, rtol=1e-6 if "float32" in (name_a, name_b) else 1e-13, err_msg=f"{name_a} {name_b}")
+            assert got.flags.c_contiguous and got.flags.writeable
+            np.testing.assert_array_equal(x, before[0])
+            np.testing.assert_array_equal(y, before[1])
+
+
+def test_results_never_alias_operands():
+    a = np.arange(6.0).reshape(2, 3)
+    for eq in ["ij->ij", "ij", "ij->ji"]:
+        out = cgx.contract(eq, a)
+        assert not np.shares_memory(out, a)
+        out[...] = -1
+        np.testing.assert_array_equal(a, np.arange(6.0).reshape(2, 3))
+    expr = cgx.contract_expression("ij,jk->ik", (2, 3), (3, 3))
+    eye = np.eye(3)
+    value, (ga, gb) = expr.value_and_grad(a, eye, cotangent=a)
+    for g in (value, ga, gb):
+        assert not np.shares_memory(g, a) and not np.shares_memory(g, eye)
+
+
+def test_an_operand_outlives_nothing():
+    # The engine's tensors over an operand's memory die with the call: the operand can be
+    # resized afterwards (numpy refuses while another reference holds it).
+    a = np.ones((4, 4))
+    cgx.contract("ij,jk->ik", a, a)
+    a.resize((2, 2), refcheck=True)
+    assert a.shape == (2, 2)
