@@ -6,3 +6,4 @@ mod kernel;
 mod network;
 mod robustness;
 mod rules;
+mod slicing;
