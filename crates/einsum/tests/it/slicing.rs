@@ -119,7 +119,7 @@ fn the_greedy_finder_slices_only_what_the_target_needs() {
     assert_eq!(p.labels().len(), 1, "{p:?}");
     assert!(matches!(p.labels()[0], 'a' | 'b'), "{p:?}");
     assert!(p.peak_bytes() <= limit && p.n_slices() == 64, "{p:?}");
-    // Slicing a or b repeats no step's work but the last's... overhead stays small.
+    // Every step of this path holds `a` and `b`: slicing either repeats no work.
     assert!(p.overhead() < 1.1, "{p:?}");
     // cotengra's target_size: the largest intermediate in elements.
     let t = SlicedEinsum::<f64>::new("ai,bi,aj,bj->", &shapes, path, &EinsumOptions::default(), &Slicing::LargestIntermediate(64))
