@@ -175,7 +175,8 @@ impl SlicePlan {
             }
             Slicing::Memory { gradient } => {
                 let measure = |c: &Costs| if *gradient { c.gradient_peak } else { c.peak };
-                net.greedy(|c| measure(c), limit_f, "bytes", subscripts)?
+                let unit = if *gradient { "gradient bytes" } else { "bytes" };
+                net.greedy(measure, limit_f, unit, subscripts)?
             }
             Slicing::LargestIntermediate(t) => {
                 net.greedy(|c| c.largest.max(c.output_if_sliced), *t as f64, "elements", subscripts)?
@@ -235,6 +236,9 @@ struct Costs {
     sum: f64,
     /// Multiply-adds of one slice.
     madds: f64,
+    /// Elements of the operands and of the output, whole.
+    operands: f64,
+    output: f64,
     /// The slice count.
     n: f64,
 }
@@ -325,6 +329,8 @@ impl Network {
             sum,
             madds,
             n,
+            operands,
+            output,
         }
     }
 
@@ -343,16 +349,7 @@ impl Network {
         let candidates: Vec<u32> = (0..self.labels.len() as u32).filter(|&c| self.sizes[c as usize] > 1).collect();
         let every = self.costs(&candidates);
         if measure(&every) > target {
-            let expr = short(subscripts);
-            return Err(EinsumError::Memory {
-                what: format!(
-                    "one slice of `{expr}` even with every label sliced ({} slices; {unit}: {:.4e}, target {:.4e}; \
-                     the operands and the output are held whole)",
-                    every.n, measure(&every), target
-                ),
-                bytes: (unit == "bytes").then(|| to_bytes(measure(&every))),
-                limit: (unit == "bytes" && target.is_finite()).then(|| target as u64),
-            });
+            return Err(self.impossible(&every, measure(&every), target, unit, subscripts));
         }
         while measure(&self.costs(&chosen)) > target {
             let mut best: Option<((f64, f64, f64), u32)> = None;
@@ -380,6 +377,38 @@ impl Network {
             }
         }
         Ok(chosen)
+    }
+}
+
+impl Network {
+    /// Why no slicing meets the target: the tensors held whole (the operands, the output,
+    /// the gradients) or, if they fit, one slice with every label sliced.
+    fn impossible(&self, every: &Costs, measured: f64, target: f64, unit: &str, subscripts: &Subscripts) -> EinsumError {
+        let expr = short(subscripts);
+        let shape: Vec<usize> = self.output.iter().map(|&c| self.sizes[c as usize]).collect();
+        let e = self.elem;
+        if unit == "elements" {
+            let what = if every.output > target {
+                format!("the output of `{expr}` of shape {shape:?} has {} elements, held whole", every.output)
+            } else {
+                format!("the largest intermediate of one slice of `{expr}`, even with every label sliced, has {}", every.largest)
+            };
+            return EinsumError::Slice(format!("{what}: more than the target of {target} elements"));
+        }
+        let (bytes, what) = if unit == "gradient bytes" && 2.0 * every.operands * e > target {
+            (2.0 * every.operands * e, format!("the gradient of `{expr}`: the operands and their gradients, held whole,"))
+        } else if every.output * e > target {
+            (every.output * e, format!("the output of `{expr}` of shape {shape:?}, held whole,"))
+        } else if (every.operands + every.output) * e > target {
+            ((every.operands + every.output) * e, format!("the operands and the output of `{expr}`, held whole,"))
+        } else {
+            (measured, format!("one slice of `{expr}` even with every label sliced ({} slices)", every.n))
+        };
+        EinsumError::Memory {
+            what: format!("{what} (slicing cannot bring it under the limit)"),
+            bytes: Some(to_bytes(bytes)),
+            limit: target.is_finite().then_some(target as u64),
+        }
     }
 }
 

@@ -137,13 +137,29 @@ fn bad_slicing_input_is_an_error_value() {
     assert!(e.contains("slicing error: cannot slice label `z`: `ij,jk->ik` has no such label"), "{e}");
     let e = msg(new(Slicing::Labels(vec!['j', 'j']), &opts));
     assert!(e.contains("label `j` is listed twice"), "{e}");
-    // 48 bytes: less than the operands alone (256 bytes), even with every label sliced.
+    // 48 bytes: less than the output alone (128 bytes), held whole whatever is sliced.
     let tiny = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(48));
     let e = new(Slicing::Memory { gradient: false }, &tiny).err().unwrap();
     assert!(matches!(e, EinsumError::Memory { .. }), "{e}");
-    assert!(e.to_string().contains("even with every label sliced"), "{e}");
+    let m = e.to_string();
+    assert!(m.contains("the output of `ij,jk->ik` of shape [4, 4], held whole") && m.contains("slicing cannot"), "{m}");
     let e = msg(new(Slicing::LargestIntermediate(4), &opts));
-    assert!(e.contains("even with every label sliced"), "{e}");
+    assert!(e.contains("has 16 elements, held whole: more than the target of 4 elements"), "{e}");
+    // Operands that fit, gradients beside them that do not.
+    let e = msg(new(Slicing::Memory { gradient: true }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(400))));
+    assert!(e.contains("the gradient of `ij,jk->ik`: the operands and their gradients, held whole"), "{e}");
+    // What is held whole fits (operands and output: 49 elements, 392 bytes, of 400) but
+    // not one slice beside it, even with every label sliced (its operand copies and
+    // intermediates); unsliced, the intermediate `ab` does not fit either.
+    let e = SlicedEinsum::<f64>::new(
+        "ai,bi,ab->",
+        &[vec![4, 4], vec![4, 4], vec![4, 4]],
+        PathChoice::Greedy,
+        &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(400)),
+        &Slicing::Memory { gradient: false },
+    );
+    let e = msg(e);
+    assert!(e.contains("one slice of `ai,bi,ab->` even with every label sliced (64 slices)"), "{e}");
     // Explicit labels that leave a slice over the limit.
     let small = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(300));
     let e = msg(new(Slicing::Labels(vec!['j']), &small));
