@@ -8,12 +8,16 @@
 //! label varying fastest.
 //!
 //! The greedy finder (in the manner of cotengra's slice finder, written from its
-//! description) follows the path once over label lists, then repeatedly adds the label
-//! that lowers the target measure most (the estimated peak bytes of one slice, or its
-//! largest intermediate in elements); ties go to the smaller sum of the slice's
-//! intermediates, then to fewer multiply-adds over all slices, then to the lower label
-//! number. It stops when the target is met, then drops any label the target no longer
-//! needs (last added first). Explicit labels (cotengra's `sliced_inds`) are taken as given.
+//! description) follows the path once over label lists, then repeatedly adds one label,
+//! trading memory against work: the measure (the estimated peak bytes of one slice, or its
+//! largest intermediate in elements) minus its floor (its value with every label sliced:
+//! what slicing cannot remove, such as the operands and the output held whole), times the
+//! multiply-adds of all slices, smallest first; ties go to the smaller measure, then to
+//! the smaller sum of the slice's intermediates, then to the lower label number. Picking
+//! by the measure alone (flops only breaking ties) sliced MERA open 26 under 360 MiB into
+//! 1782 slices with 15.5 times the work; the product gives 135 slices and 4.6 times.
+//! It stops when the target is met, then drops any label the target no longer needs
+//! (last added first). Explicit labels (cotengra's `sliced_inds`) are taken as given.
 //!
 //! Invariants:
 //! - a plan's labels are distinct labels of the expression, each of size > 1 when found
@@ -351,6 +355,9 @@ impl Network {
         if measure(&every) > target {
             return Err(self.impossible(&every, measure(&every), target, unit, subscripts));
         }
+        // What no slicing removes (the tensors held whole, roughly): the measure with
+        // every label sliced.
+        let floor = measure(&every).min(target) * (1.0 - 1e-12);
         while measure(&self.costs(&chosen)) > target {
             let mut best: Option<((f64, f64, f64), u32)> = None;
             for &c in &candidates {
@@ -360,7 +367,9 @@ impl Network {
                 chosen.push(c);
                 let k = self.costs(&chosen);
                 chosen.pop();
-                let key = (measure(&k), k.sum, k.madds * k.n);
+                // (what is left above the floor × multiply-adds of all slices, the measure,
+                // the sum of the slice's intermediates): smallest wins.
+                let key = ((measure(&k) - floor).max(f64::MIN_POSITIVE) * k.madds * k.n, measure(&k), k.sum);
                 if best.is_none_or(|(b, _)| key.partial_cmp(&b) == Some(std::cmp::Ordering::Less)) {
                     best = Some((key, c));
                 }
@@ -464,7 +473,7 @@ mod tests {
         let shapes = [vec![3, 5], vec![5, 7]];
         let p = plan("ab,bc->ac", &shapes, vec![[0, 1]], Slicing::Labels(vec!['b', 'a']), u64::MAX);
         assert_eq!(p.n_slices(), 15);
-        assert_eq!(p.slice_values(7), vec![1, 2]);
+        assert_eq!(p.slice_values(7), vec![2, 1]); // b = 7 / 3, a = 7 % 3
         assert_eq!((p.unsliced_multiply_adds(), p.slice_multiply_adds()), (105.0, 7.0));
         assert!((p.overhead() - 1.0).abs() < 1e-12);
         // A summed label outside the step with the most work still adds work: ab,bc,cd->ad

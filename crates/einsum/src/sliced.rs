@@ -230,6 +230,17 @@ impl<T: Elem> SlicedEinsum<T> {
         slicing: &Slicing,
     ) -> EinsumResult<Self> {
         let elem = std::mem::size_of::<T>();
+        let limit_bytes = match options.limit() {
+            MemoryLimit::Bytes(b) => Some(b),
+            MemoryLimit::Unlimited => None,
+        };
+        // An operand over the limit alone is named as the plain contraction names it.
+        for (i, s) in shapes.iter().enumerate() {
+            let bytes = crate::memory::tensor_bytes(s, elem);
+            if !options.limit().allows(bytes) {
+                return Err(EinsumError::Memory { what: format!("operand {i} of shape {s:?}"), bytes, limit: limit_bytes });
+            }
+        }
         let (subscripts, path) = match slicing {
             Slicing::None => {
                 let e = Einsum::<T>::with_options(expression, shapes, path, options)?;
@@ -255,10 +266,7 @@ impl<T: Elem> SlicedEinsum<T> {
                         plan.n_slices()
                     ),
                     bytes,
-                    limit: match options.limit() {
-                        MemoryLimit::Bytes(b) => Some(b),
-                        MemoryLimit::Unlimited => None,
-                    },
+                    limit: limit_bytes,
                 });
             }
         }

@@ -137,12 +137,25 @@ fn bad_slicing_input_is_an_error_value() {
     assert!(e.contains("slicing error: cannot slice label `z`: `ij,jk->ik` has no such label"), "{e}");
     let e = msg(new(Slicing::Labels(vec!['j', 'j']), &opts));
     assert!(e.contains("label `j` is listed twice"), "{e}");
-    // 48 bytes: less than the output alone (128 bytes), held whole whatever is sliced.
-    let tiny = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(48));
-    let e = new(Slicing::Memory { gradient: false }, &tiny).err().unwrap();
+    // An outer product: its output (128 bytes) is held whole whatever is sliced.
+    let e = SlicedEinsum::<f64>::new(
+        "i,j->ij",
+        &[vec![4], vec![4]],
+        PathChoice::Greedy,
+        &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(100)),
+        &Slicing::Memory { gradient: false },
+    )
+    .err()
+    .unwrap();
     assert!(matches!(e, EinsumError::Memory { .. }), "{e}");
     let m = e.to_string();
-    assert!(m.contains("the output of `ij,jk->ik` of shape [4, 4], held whole") && m.contains("slicing cannot"), "{m}");
+    assert!(m.contains("the output of `i,j->ij` of shape [4, 4], held whole") && m.contains("slicing cannot"), "{m}");
+    // Operands over the limit alone are named as the plain contraction names them.
+    let e = msg(new(Slicing::Memory { gradient: false }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(100))));
+    assert!(e.contains("operand 0 of shape [4, 4] needs 128 bytes"), "{e}");
+    // The operands and the output together (384 bytes).
+    let e = msg(new(Slicing::Memory { gradient: false }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(300))));
+    assert!(e.contains("the operands and the output of `ij,jk->ik`, held whole"), "{e}");
     let e = msg(new(Slicing::LargestIntermediate(4), &opts));
     assert!(e.contains("has 16 elements, held whole: more than the target of 4 elements"), "{e}");
     // Operands that fit, gradients beside them that do not.
