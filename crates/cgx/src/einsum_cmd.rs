@@ -102,8 +102,12 @@ pub fn format_path(p: &ContractionPath) -> String {
     format!("[{}]", steps.join(", "))
 }
 
+/// The labels of `--sliced-inds`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlicedInds(pub Vec<char>);
+
 /// Parses `--sliced-inds`: labels separated by commas (`a,b`), each one character.
-pub fn parse_sliced_inds(s: &str) -> Result<Vec<char>, String> {
+pub fn parse_sliced_inds(s: &str) -> Result<SlicedInds, String> {
     s.split(',')
         .map(str::trim)
         .filter(|l| !l.is_empty())
@@ -111,10 +115,13 @@ pub fn parse_sliced_inds(s: &str) -> Result<Vec<char>, String> {
             let mut c = l.chars();
             match (c.next(), c.next()) {
                 (Some(x), None) => Ok(x),
-                _ => Err(format!("`{l}` is not a label: --sliced-inds takes one-character labels separated by commas, like a,b")),
+                _ => Err(format!(
+                    "`{l}` is not a label: --sliced-inds takes one-character labels separated by commas, like a,b"
+                )),
             }
         })
-        .collect()
+        .collect::<Result<Vec<char>, String>>()
+        .map(SlicedInds)
 }
 
 /// Parses `--memory-limit` (see [`MemoryLimit`]'s `FromStr`).
@@ -192,7 +199,7 @@ pub struct EinsumArgs {
     /// Slice on these labels (cotengra's `sliced_inds`), `a,b`, instead of the ones the
     /// greedy slice finder picks when the memory limit needs it.
     #[arg(long, value_name = "LABELS", value_parser = parse_sliced_inds)]
-    pub sliced_inds: Option<Vec<char>>,
+    pub sliced_inds: Option<SlicedInds>,
     /// Threads for the graph-level parallel evaluation (1: sequential).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
@@ -411,7 +418,7 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
         limit,
         output: args.output.clone(),
         grad_out: args.grad_out.clone(),
-        sliced_inds: args.sliced_inds.clone(),
+        sliced_inds: args.sliced_inds.clone().map(|s| s.0),
     };
     let (title, mut report) = match plan.dtype {
         Dtype::Float64 => measure_plan::<f64>(plan, &settings)?,

@@ -215,7 +215,8 @@ fn a_complex128_instance_runs_as_complex() {
 fn over_the_memory_limit_the_network_is_sliced_with_the_same_result() {
     // Σ_ab (A·Bᵀ)_ab (C·Dᵀ)_ab: the intermediate A·Bᵀ (512 KiB) is over a 64 KiB limit, the
     // operands (4 KiB each) are not.
-    let shapes = ["ai,bi,aj,bj->", "--shapes", "256x2,256x2,256x2,256x2"];
+    // The path makes A·Bᵀ and C·Dᵀ (greedy would contract i and j first).
+    let shapes = ["ai,bi,aj,bj->", "--shapes", "256x2,256x2,256x2,256x2", "--path", "[(0,1),(0,1),(0,1)]"];
     let run = |extra: &[&str]| {
         let mut args = vec!["einsum"];
         args.extend_from_slice(&shapes);
@@ -305,7 +306,10 @@ fn sizes_beyond_the_memory_limit_fail_with_exit_1_not_an_abort() {
     for (args, want) in [
         (&["einsum", "i->", "--shapes", "1099511627776"][..], "operand 0 of shape [1099511627776] needs 8 TiB"),
         (&["einsum", "ij->", "--shapes", "1048576x1048576"], "operand 0 of shape [1048576, 1048576] needs 8 TiB"),
-        (&["einsum", "i,j->ij", "--shapes", "1048576,1048576"], "the output of `i,j->ij` of shape [1048576, 1048576], held whole"),
+        (
+            &["einsum", "i,j->ij", "--shapes", "1048576,1048576"],
+            "the output of `i,j->ij` of shape [1048576, 1048576], held whole",
+        ),
         (&["einsum", &inst], "operand 0 of shape [1048576, 1048576] needs 8 TiB"),
         (&["einsum", "i->", &data("huge_header.npy")], "huge_header.npy holds an array of shape [1099511627776]"),
         (&["einsum", "ij,jk->ik", "--shapes", "64x64,64x64", "--memory-limit", "1KiB"], "over the limit of 1 KiB"),
@@ -340,5 +344,5 @@ fn under_ulimit_v_the_default_limit_follows_the_address_space() {
     let o = Command::new("sh").args(["-c", &script]).output().expect("sh runs");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("the output of step 0") && e.contains("over the limit of 1.9 GiB"), "{e}");
+    assert!(e.contains("the output of `i,j->ij`") && e.contains("over the limit of 1.9 GiB"), "{e}");
 }

@@ -301,8 +301,7 @@ impl Network {
         let is_sliced = !sliced.is_empty();
         let operands: f64 = self.operands.iter().map(|l| full(l)).sum();
         // Copies of the operands a slice fixes labels of.
-        let copies: f64 =
-            self.operands.iter().filter(|l| l.iter().any(|c| sliced.contains(c))).map(|l| cut(l)).sum();
+        let copies: f64 = self.operands.iter().filter(|l| l.iter().any(|c| sliced.contains(c))).map(|l| cut(l)).sum();
         let output = full(&self.output);
         let (mut live, mut peak, mut sum, mut largest, mut madds) = (0.0f64, 0.0f64, 0.0, 0.0f64, 0.0);
         let sizes: Vec<f64> = self.steps.iter().map(|s| cut(&s.result)).collect();
@@ -392,7 +391,14 @@ impl Network {
 impl Network {
     /// Why no slicing meets the target: the tensors held whole (the operands, the output,
     /// the gradients) or, if they fit, one slice with every label sliced.
-    fn impossible(&self, every: &Costs, measured: f64, target: f64, unit: &str, subscripts: &Subscripts) -> EinsumError {
+    fn impossible(
+        &self,
+        every: &Costs,
+        measured: f64,
+        target: f64,
+        unit: &str,
+        subscripts: &Subscripts,
+    ) -> EinsumError {
         let expr = short(subscripts);
         let shape: Vec<usize> = self.output.iter().map(|&c| self.sizes[c as usize]).collect();
         let e = self.elem;
@@ -400,24 +406,29 @@ impl Network {
             let what = if every.output > target {
                 format!("the output of `{expr}` of shape {shape:?} has {} elements, held whole", every.output)
             } else {
-                format!("the largest intermediate of one slice of `{expr}`, even with every label sliced, has {}", every.largest)
+                format!(
+                    "the largest intermediate of one slice of `{expr}`, even with every label sliced, has {}",
+                    every.largest
+                )
             };
             return EinsumError::Slice(format!("{what}: more than the target of {target} elements"));
         }
         let (bytes, what) = if unit == "gradient bytes" && 2.0 * every.operands * e > target {
-            (2.0 * every.operands * e, format!("the gradient of `{expr}`: the operands and their gradients, held whole,"))
+            (
+                2.0 * every.operands * e,
+                format!("the gradient of `{expr}`: the operands and their gradients, held whole whatever is sliced,"),
+            )
         } else if every.output * e > target {
-            (every.output * e, format!("the output of `{expr}` of shape {shape:?}, held whole,"))
+            (every.output * e, format!("the output of `{expr}` of shape {shape:?}, held whole whatever is sliced,"))
         } else if (every.operands + every.output) * e > target {
-            ((every.operands + every.output) * e, format!("the operands and the output of `{expr}`, held whole,"))
+            (
+                (every.operands + every.output) * e,
+                format!("the operands and the output of `{expr}`, held whole whatever is sliced,"),
+            )
         } else {
             (measured, format!("one slice of `{expr}` even with every label sliced ({} slices)", every.n))
         };
-        EinsumError::Memory {
-            what: format!("{what} (slicing cannot bring it under the limit)"),
-            bytes: Some(to_bytes(bytes)),
-            limit: target.is_finite().then_some(target as u64),
-        }
+        EinsumError::Memory { what, bytes: Some(to_bytes(bytes)), limit: target.is_finite().then_some(target as u64) }
     }
 }
 
@@ -449,7 +460,8 @@ mod tests {
 
     #[test]
     fn nothing_is_sliced_when_the_contraction_fits() {
-        let p = plan("ij,jk->ik", &[vec![4, 4], vec![4, 4]], vec![[0, 1]], Slicing::Memory { gradient: false }, 1 << 20);
+        let p =
+            plan("ij,jk->ik", &[vec![4, 4], vec![4, 4]], vec![[0, 1]], Slicing::Memory { gradient: false }, 1 << 20);
         assert_eq!((p.labels(), p.n_slices(), p.overhead()), (&[][..], 1, 1.0));
         // operands 2·16, result 16 elements of 8 bytes
         assert_eq!(p.peak_bytes(), 48 * 8);
@@ -478,7 +490,13 @@ mod tests {
         assert!((p.overhead() - 1.0).abs() < 1e-12);
         // A summed label outside the step with the most work still adds work: ab,bc,cd->ad
         // sliced on b along ((0,1),(0,1)): step 2 (ac,cd) is repeated per value of b.
-        let p = plan("ab,bc,cd->ad", &[vec![2, 4], vec![4, 8], vec![8, 2]], vec![[0, 1], [0, 1]], Slicing::Labels(vec!['b']), u64::MAX);
+        let p = plan(
+            "ab,bc,cd->ad",
+            &[vec![2, 4], vec![4, 8], vec![8, 2]],
+            vec![[0, 1], [0, 1]],
+            Slicing::Labels(vec!['b']),
+            u64::MAX,
+        );
         assert!(p.overhead() > 1.0, "{p:?}");
     }
 }

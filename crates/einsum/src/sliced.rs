@@ -238,7 +238,11 @@ impl<T: Elem> SlicedEinsum<T> {
         for (i, s) in shapes.iter().enumerate() {
             let bytes = crate::memory::tensor_bytes(s, elem);
             if !options.limit().allows(bytes) {
-                return Err(EinsumError::Memory { what: format!("operand {i} of shape {s:?}"), bytes, limit: limit_bytes });
+                return Err(EinsumError::Memory {
+                    what: format!("operand {i} of shape {s:?}"),
+                    bytes,
+                    limit: limit_bytes,
+                });
             }
         }
         let (subscripts, path) = match slicing {

@@ -24,7 +24,13 @@ fn operands<T: Elem>(shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor<T>> {
 
 /// Sliced on `labels`: the value, a split of the range, and the gradients equal the
 /// unsliced ones; the gradients pass the dot-product identity.
-fn sliced_matches_unsliced<T: Elem>(expr: &str, shapes: &[Vec<usize>], path: PathChoice, labels: Vec<char>, split: u64) {
+fn sliced_matches_unsliced<T: Elem>(
+    expr: &str,
+    shapes: &[Vec<usize>],
+    path: PathChoice,
+    labels: Vec<char>,
+    split: u64,
+) {
     let ops = operands::<T>(shapes, 1);
     let refs: Vec<&Tensor<T>> = ops.iter().collect();
     let plain = Einsum::<T>::new(expr, shapes, path.clone()).unwrap();
@@ -113,8 +119,14 @@ fn the_greedy_finder_slices_only_what_the_target_needs() {
     let plain = Einsum::<f64>::new("ai,bi,aj,bj->", &shapes, path.clone()).unwrap();
     let limit = plain.peak_bytes() / 4;
     let options = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(limit));
-    let s = SlicedEinsum::<f64>::new("ai,bi,aj,bj->", &shapes, path.clone(), &options, &Slicing::Memory { gradient: false })
-        .unwrap();
+    let s = SlicedEinsum::<f64>::new(
+        "ai,bi,aj,bj->",
+        &shapes,
+        path.clone(),
+        &options,
+        &Slicing::Memory { gradient: false },
+    )
+    .unwrap();
     let p = s.plan();
     assert_eq!(p.labels().len(), 1, "{p:?}");
     assert!(matches!(p.labels()[0], 'a' | 'b'), "{p:?}");
@@ -122,8 +134,14 @@ fn the_greedy_finder_slices_only_what_the_target_needs() {
     // Every step of this path holds `a` and `b`: slicing either repeats no work.
     assert!(p.overhead() < 1.1, "{p:?}");
     // cotengra's target_size: the largest intermediate in elements.
-    let t = SlicedEinsum::<f64>::new("ai,bi,aj,bj->", &shapes, path, &EinsumOptions::default(), &Slicing::LargestIntermediate(64))
-        .unwrap();
+    let t = SlicedEinsum::<f64>::new(
+        "ai,bi,aj,bj->",
+        &shapes,
+        path,
+        &EinsumOptions::default(),
+        &Slicing::LargestIntermediate(64),
+    )
+    .unwrap();
     assert!(t.plan().largest_intermediate() <= 64.0, "{:?}", t.plan());
 }
 
@@ -149,17 +167,23 @@ fn bad_slicing_input_is_an_error_value() {
     .unwrap();
     assert!(matches!(e, EinsumError::Memory { .. }), "{e}");
     let m = e.to_string();
-    assert!(m.contains("the output of `i,j->ij` of shape [4, 4], held whole") && m.contains("slicing cannot"), "{m}");
+    assert!(
+        m.contains("the output of `i,j->ij` of shape [4, 4], held whole") && m.contains("whatever is sliced"),
+        "{m}"
+    );
     // Operands over the limit alone are named as the plain contraction names them.
-    let e = msg(new(Slicing::Memory { gradient: false }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(100))));
+    let e =
+        msg(new(Slicing::Memory { gradient: false }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(100))));
     assert!(e.contains("operand 0 of shape [4, 4] needs 128 bytes"), "{e}");
     // The operands and the output together (384 bytes).
-    let e = msg(new(Slicing::Memory { gradient: false }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(300))));
+    let e =
+        msg(new(Slicing::Memory { gradient: false }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(300))));
     assert!(e.contains("the operands and the output of `ij,jk->ik`, held whole"), "{e}");
     let e = msg(new(Slicing::LargestIntermediate(4), &opts));
     assert!(e.contains("has 16 elements, held whole: more than the target of 4 elements"), "{e}");
     // Operands that fit, gradients beside them that do not.
-    let e = msg(new(Slicing::Memory { gradient: true }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(400))));
+    let e =
+        msg(new(Slicing::Memory { gradient: true }, &EinsumOptions::default().memory_limit(MemoryLimit::Bytes(400))));
     assert!(e.contains("the gradient of `ij,jk->ik`: the operands and their gradients, held whole"), "{e}");
     // What is held whole fits (operands and output: 49 elements, 392 bytes, of 400) but
     // not one slice beside it, even with every label sliced (its operand copies and
