@@ -6,8 +6,9 @@
 //! - `plan.rs`: [`plan::Plan`], a checked contraction and its step sizes (reports, memory
 //!   checks);
 //! - `convert.rs`: numpy arrays to `einsum::Tensor` and back;
-//! - `expression.rs`: `Expression` (compiled once per element type, gradients, HVPs) and
-//!   `contract` (a bounded cache of expressions).
+//! - `expression.rs`: `Expression` (compiled once per element type, sliced when
+//!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
+//!   (a bounded cache of expressions).
 //!
 //! Errors: every `einsum::EinsumError` becomes a `ValueError` carrying its message; an
 //! intermediate over the memory limit is a `MemoryError`; a dtype that is not a number is

@@ -414,7 +414,7 @@ impl<T: Elem> SlicedGradient<T> {
         l.check_range(&range)?;
         if cotangent.shape() != l.output_shape.as_slice() {
             return Err(EinsumError::Shape(format!(
-                "cotangent of `{}` has shape {:?}, expected {:?}",
+                "cotangent 0 of `{}` has shape {:?}, expected {:?}",
                 l.expression,
                 cotangent.shape(),
                 l.output_shape
