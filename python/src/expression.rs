@@ -116,8 +116,9 @@ impl Inner {
             (None, Some(l)) if plan.largest_intermediate() > l && output <= l => Slicing::LargestIntermediate(l as u64),
             _ => Slicing::None,
         };
-        let slice_plan = SlicePlan::find(&plan.subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
-            .map_err(value_error)?;
+        let slice_plan =
+            SlicePlan::find(&plan.subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
+                .map_err(value_error)?;
         Ok(Inner { plan, slice_plan, real: Compiled::new(), complex: Compiled::new() })
     }
 
@@ -303,8 +304,8 @@ impl Inner {
         let c = self.cotangent::<T>(cotangent)?;
         let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let grads = run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range))
-            .map_err(value_error)?;
+        let grads =
+            run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range)).map_err(value_error)?;
         PyTuple::new(py, grads.iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
     }
 }
