@@ -9,8 +9,9 @@
 //!   files': one complex operand makes the run complex, real operands are widened as
 //!   numpy's `einsum` does). Any other dtype is an error naming it and the file.
 //! - Memory: the memory limit ([`default_memory_limit`] or `--memory-limit`) is checked on
-//!   file headers before their data is read and by [`Einsum::with_options`] on every
-//!   tensor of the path before anything is evaluated.
+//!   file headers before their data is read and by [`SlicedEinsum::new`] (which builds
+//!   through [`einsum::Einsum::with_options`]) on every tensor of the path before anything
+//!   is evaluated.
 //! - Slicing: when the tensors of the run (with `--grad`, of its reverse pass) exceed the
 //!   memory limit, the network is sliced ([`SlicedEinsum`], the greedy slice finder) and
 //!   contracted slice by slice, or on the labels `--sliced-inds` names; the report gives
