@@ -245,16 +245,17 @@ impl<T: Elem> SlicedEinsum<T> {
                 });
             }
         }
-        let (subscripts, path) = match slicing {
+        // Without slicing, the contraction built with the options is the program; otherwise
+        // a build without a limit gives the path and the labels (it allocates no tensor).
+        let (subscripts, path, whole) = match slicing {
             Slicing::None => {
                 let e = Einsum::<T>::with_options(expression, shapes, path, options)?;
-                (e.subscripts().clone(), e.path().clone())
+                (e.subscripts().clone(), e.path().clone(), Some(e))
             }
             _ => {
-                // The path and the labels only: no tensor is allocated by building this.
                 let unlimited = EinsumOptions::default().memory_limit(MemoryLimit::Unlimited);
                 let e = Einsum::<T>::with_options(expression, shapes, path, &unlimited)?;
-                (e.subscripts().clone(), e.path().clone())
+                (e.subscripts().clone(), e.path().clone(), None)
             }
         };
         let plan = SlicePlan::find(&subscripts, shapes, &path, elem, slicing, options.limit())?;
@@ -283,7 +284,10 @@ impl<T: Elem> SlicedEinsum<T> {
             .zip(subscripts.inputs())
             .map(|(s, l)| s.iter().zip(l).filter(|(_, c)| !sliced(c)).map(|(&d, _)| d).collect())
             .collect();
-        let einsum = Einsum::<T>::with_options(&reduced, &reduced_shapes, PathChoice::Explicit(path.clone()), options)?;
+        let einsum = match whole {
+            Some(e) => e,
+            None => Einsum::<T>::with_options(&reduced, &reduced_shapes, PathChoice::Explicit(path.clone()), options)?,
+        };
         let by_char = subscripts.label_sizes(&shapes.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
         let output_shape = subscripts.output().iter().map(|c| by_char[c]).collect();
         let layout = Layout {
