@@ -13,6 +13,12 @@ opt_einsum is installed.
 
 The engine contracts pairwise: a path step naming more than two operands is split into
 pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list.
+
+``memory_limit`` (elements, or ``'max_input'``) bounds the largest intermediate: a
+contraction whose path exceeds it is sliced (cotengra's greedy slice finding, in the
+engine) and contracted slice by slice, summed, or placed where a sliced label is in the
+output; only an output larger than the limit, which is held whole, raises ``MemoryError``.
+``sliced_inds`` (cotengra's name) slices on given labels.
 """
 
 from __future__ import annotations
@@ -148,23 +154,37 @@ def _find_path(eq: str, shapes, optimize, memory_limit):
     return _pairwise(optimize, len(shapes))
 
 
-def contract(eq: str, *operands, optimize="greedy", memory_limit=None):
+def _sliced(sliced_inds):
+    """cotengra's ``sliced_inds`` (labels, one character each) as a list, or ``None``."""
+    if sliced_inds is None:
+        return None
+    labels = list(sliced_inds)
+    for label in labels:
+        if not isinstance(label, str) or len(label) != 1:
+            raise ValueError(f"sliced_inds must be one-character labels, got {label!r}")
+    return labels
+
+
+def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None):
     """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
 
     float64 and complex128 arrays are read directly (other numbers are converted; if one
     operand is complex, the contraction is complex). The GIL is released while a large
-    contraction runs. Bad input raises ``ValueError`` (``MemoryError`` when an
-    intermediate exceeds ``memory_limit`` elements or the machine's memory).
+    contraction runs. An intermediate over ``memory_limit`` elements makes the contraction
+    sliced (see the module docs); ``sliced_inds`` slices on given labels. Bad input raises
+    ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements or an
+    intermediate the machine's memory).
 
     >>> import numpy as np, cgx
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
     [[0.0, 1.0], [2.0, 3.0]]
     """
-    if memory_limit is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
+    sliced = _sliced(sliced_inds)
+    if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         return _core.contract(eq, operands)
     shapes = [_shape_of(x, False) for x in operands]
     limit = _memory_limit(memory_limit, shapes)
-    return _core.contract(eq, operands, _find_path(eq, shapes, optimize, limit), limit)
+    return _core.contract(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
 
 
 class PathInfo:
@@ -174,10 +194,12 @@ class PathInfo:
     ``output_subscript``, ``steps`` (per step: positions, the labels of both operands and
     of the result, its size in elements, its multiply-adds), ``opt_cost`` (flops along
     the path: two per multiply-add), ``naive_cost`` (flops of one loop over all labels),
-    ``speedup``, ``largest_intermediate`` (elements) and ``scale_list`` (labels per step).
+    ``speedup``, ``largest_intermediate`` (elements) and ``scale_list`` (labels per step);
+    and the slicing: ``sliced_inds``, ``n_slices``, ``slicing_overhead`` (flops of all
+    slices over the unsliced flops).
     """
 
-    def __init__(self, eq, shapes, plan, path):
+    def __init__(self, eq, shapes, plan, path, sliced_inds=(), n_slices=1, slicing_overhead=1.0):
         inputs, output, sizes, steps = plan
         self.eq = eq
         self.path = path
@@ -191,6 +213,9 @@ class PathInfo:
         self.speedup = self.naive_cost / self.opt_cost if self.opt_cost else 1.0
         self.largest_intermediate = max((s[2] for s in steps), default=0.0)
         self.scale_list = [len(set(a) | set(b)) for (_, (a, b, _), _, _) in steps]
+        self.sliced_inds = list(sliced_inds)
+        self.n_slices = n_slices
+        self.slicing_overhead = slicing_overhead
 
     def __str__(self):
         lines = [
@@ -201,6 +226,13 @@ class PathInfo:
             f"  Optimized FLOP count:  {self.opt_cost:.3e}",
             f"   Theoretical speedup:  {self.speedup:.3e}",
             f"  Largest intermediate:  {self.largest_intermediate:.3e} elements",
+        ]
+        if self.sliced_inds:
+            lines.append(
+                f"                Sliced:  {','.join(self.sliced_inds)} ({self.n_slices} slices, "
+                f"overhead {self.slicing_overhead:.3f})"
+            )
+        lines += [
             "-" * 80,
             f"{'step':>4}  {'pair':<10}{'scaling':>8}{'flops':>12}{'size':>12}  contraction",
             "-" * 80,
@@ -214,10 +246,12 @@ class PathInfo:
     __repr__ = __str__
 
 
-def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shapes=False):
+def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shapes=False, sliced_inds=None):
     """``(path, info)``: the pairwise path and a :class:`PathInfo` report, without contracting.
 
     Operands are arrays or shapes (a tuple of ints, or any sequence with ``shapes=True``).
+    With a ``memory_limit`` below the largest intermediate, or ``sliced_inds``, the report
+    gives the slicing (``info.sliced_inds``, ``info.n_slices``, ``info.slicing_overhead``).
 
     >>> import cgx
     >>> path, info = cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5))
@@ -227,11 +261,13 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
     shape_list = [_shape_of(x, shapes) for x in operands]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)
-    expr = _core.Expression(eq, [list(s) for s in shape_list], path)
-    info = PathInfo(eq, shape_list, expr._plan(), expr.path)
-    if limit is not None and info.largest_intermediate > limit:
+    expr = _core.Expression(eq, [list(s) for s in shape_list], path, limit, _sliced(sliced_inds))
+    info = PathInfo(eq, shape_list, expr._plan(), expr.path, expr.sliced_inds, expr.n_slices, expr.slicing_overhead)
+    output = float(_prod(expr.output_shape))
+    if limit is not None and (output > limit or (not expr.sliced_inds and info.largest_intermediate > limit)):
         raise MemoryError(
-            f"`{eq}`: the largest intermediate has {info.largest_intermediate:.0f} elements, more than memory_limit={limit:.0f}"
+            f"`{eq}`: the largest intermediate has {max(output, info.largest_intermediate):.0f} elements, "
+            f"more than memory_limit={limit:.0f}"
         )
     return expr.path, info
 
@@ -243,7 +279,24 @@ class ContractExpression(_core.Expression):
     ``hvp``. Gradients are vector-Jacobian products; for complex operands they are the
     adjoint for the real inner product ``Re(conj(a)·b)`` (PyTorch's convention: the
     conjugate of what ``jax.vjp`` returns for a holomorphic function).
+
+    A sliced expression (``sliced_inds``, ``n_slices``, ``slicing_overhead``) evaluates
+    any range of its slices alone: ``eval_slices`` and ``grad_slices`` return sums over
+    ``range(start, stop)`` that add up, over disjoint ranges covering every slice, to the
+    value and the gradients. It pickles as its plan (equation, shapes, path, limit and
+    sliced labels) and is rebuilt, with the same slices, where it is unpickled.
     """
+
+    def eval_slices(self, *arrays, start=0, stop=None):
+        """The sum of slices ``start..stop`` (to the last if ``None``), of the output's shape."""
+        return self._eval_slices(arrays, start, stop)
+
+    def grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None):
+        """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
+        return self._grad_slices(arrays, start, stop, _wrt(wrt), cotangent)
+
+    def __reduce__(self):
+        return (type(self), (self.eq, self.shapes, self.path, self.memory_limit, self.sliced_inds or None))
 
     def value_and_grad(self, *arrays, wrt=None, cotangent=None):
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
@@ -257,7 +310,8 @@ class ContractExpression(_core.Expression):
         return self._hvp(arrays, list(directions), _wrt(wrt), cotangent)
 
     def __repr__(self):
-        return f"ContractExpression({self.eq!r}, shapes={self.shapes}, path={self.path})"
+        sliced = f", sliced_inds={self.sliced_inds}" if self.sliced_inds else ""
+        return f"ContractExpression({self.eq!r}, shapes={self.shapes}, path={self.path}{sliced})"
 
 
 def _wrt(wrt):
@@ -268,7 +322,7 @@ def _wrt(wrt):
     return list(wrt)
 
 
-def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None):
+def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, sliced_inds=None):
     """A :class:`ContractExpression` for operands of ``shapes`` (tuples of ints).
 
     >>> import numpy as np, cgx
@@ -280,4 +334,4 @@ def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None):
     shape_list = [_shape_of(s, True) for s in shapes]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)
-    return ContractExpression(eq, [list(s) for s in shape_list], path, limit)
+    return ContractExpression(eq, [list(s) for s in shape_list], path, limit, _sliced(sliced_inds))

@@ -7,11 +7,21 @@
 //! (built on first use). Work runs with the GIL released unless it is too small for that
 //! to pay (`DETACH_MIN_WORK`). Before any allocation, the plan's largest intermediate is
 //! checked against the memory limit (`MemoryError`).
+//!
+//! Slicing: an expression whose largest intermediate exceeds `memory_limit` (elements) is
+//! sliced ([`einsum::SlicedEinsum`], `Slicing::LargestIntermediate`) so that no
+//! intermediate of a slice exceeds it; only an output larger than the limit, which is held
+//! whole, is still a `MemoryError`. `sliced_inds` slices on given labels (cotengra's). The
+//! compiled form is always a `SlicedEinsum` (one slice when nothing is sliced); slices can
+//! be evaluated by index range (`_eval_slices`, `_grad_slices`) for distributed use.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
-use einsum::{Einsum, EinsumGradient, EinsumHvp, EinsumResult, Elem, PathChoice, Tensor, c64};
+use einsum::{
+    EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, PathChoice, SlicePlan, SlicedEinsum, SlicedGradient,
+    Slicing, Tensor, c64,
+};
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
@@ -40,8 +50,8 @@ pub fn set_memory_ceiling(bytes: f64) {
 
 /// What one element type needs compiled.
 struct Compiled<T: Elem> {
-    einsum: OnceLock<Arc<Einsum<T>>>,
-    gradients: Mutex<HashMap<Vec<usize>, Arc<EinsumGradient<T>>>>,
+    einsum: OnceLock<Arc<SlicedEinsum<T>>>,
+    gradients: Mutex<HashMap<Vec<usize>, Arc<SlicedGradient<T>>>>,
     hvps: Mutex<HashMap<Vec<usize>, Arc<EinsumHvp<T>>>>,
 }
 
@@ -54,6 +64,9 @@ impl<T: Elem> Compiled<T> {
 /// A plan and its compiled programs (shared by [`Expression`] and the cache).
 struct Inner {
     plan: Plan,
+    /// The slicing plan (for 8-byte elements; labels and counts do not depend on the
+    /// element type).
+    slice_plan: SlicePlan,
     real: Compiled<f64>,
     complex: Compiled<c64>,
 }
@@ -86,15 +99,38 @@ fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> R + Send) -> R {
 }
 
 impl Inner {
-    fn new(expression: &str, shapes: Vec<Vec<usize>>, path: Option<Vec<[usize; 2]>>) -> PyResult<Inner> {
+    /// Plans the contraction; with `limit` (elements) below its largest intermediate, or
+    /// with `sliced_inds`, plans its slicing too.
+    fn new(
+        expression: &str,
+        shapes: Vec<Vec<usize>>,
+        path: Option<Vec<[usize; 2]>>,
+        limit: Option<f64>,
+        sliced_inds: Option<Vec<char>>,
+    ) -> PyResult<Inner> {
         let plan = Plan::new(expression, shapes, path).map_err(value_error)?;
-        Ok(Inner { plan, real: Compiled::new(), complex: Compiled::new() })
+        let output: f64 = plan.output_shape.iter().map(|&d| d as f64).product();
+        let slicing = match (sliced_inds, limit) {
+            (Some(labels), _) => Slicing::Labels(labels),
+            // An output over the limit cannot be sliced away: `check_memory` says so on use.
+            (None, Some(l)) if plan.largest_intermediate() > l && output <= l => Slicing::LargestIntermediate(l as u64),
+            _ => Slicing::None,
+        };
+        let slice_plan =
+            SlicePlan::find(&plan.subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
+                .map_err(value_error)?;
+        Ok(Inner { plan, slice_plan, real: Compiled::new(), complex: Compiled::new() })
+    }
+
+    fn is_sliced(&self) -> bool {
+        !self.slice_plan.labels().is_empty()
     }
 
     /// `MemoryError` if the largest intermediate exceeds `limit` elements or, without a
     /// limit, the memory ceiling.
     fn check_memory<T: Elem>(&self, limit: Option<f64>) -> PyResult<()> {
-        let largest = self.plan.largest_intermediate();
+        let largest =
+            if self.is_sliced() { self.slice_plan.largest_intermediate() } else { self.plan.largest_intermediate() };
         let bytes = largest * std::mem::size_of::<T>() as f64;
         let ceiling = *lock(&MEMORY_CEILING);
         match limit {
@@ -110,14 +146,23 @@ impl Inner {
         }
     }
 
-    fn einsum<T: Dtype>(&self) -> PyResult<&Arc<Einsum<T>>> {
+    fn einsum<T: Dtype>(&self) -> PyResult<&Arc<SlicedEinsum<T>>> {
         let cell = &T::compiled(self).einsum;
         if let Some(e) = cell.get() {
             return Ok(e);
         }
         let p = &self.plan;
-        let e = Einsum::new(&p.expression, &p.shapes, PathChoice::Explicit(p.path.clone())).map_err(value_error)?;
+        let path = PathChoice::Explicit(p.path.clone());
+        // The labels found for 8-byte elements serve every element type.
+        let slicing = if self.is_sliced() { Slicing::Labels(self.slice_plan.labels().to_vec()) } else { Slicing::None };
+        let e = SlicedEinsum::new(&p.expression, &p.shapes, path, &EinsumOptions::default(), &slicing)
+            .map_err(value_error)?;
         Ok(cell.get_or_init(|| Arc::new(e)))
+    }
+
+    /// The slice range `start..stop`, checked against the slice count.
+    fn range(&self, start: u64, stop: Option<u64>) -> std::ops::Range<u64> {
+        start..stop.unwrap_or(self.slice_plan.n_slices())
     }
 
     fn wrt(&self, wrt: Option<Vec<usize>>) -> Vec<usize> {
@@ -151,10 +196,20 @@ impl Inner {
         operands: &[Tensor<T>],
         limit: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.eval_slices(py, operands, limit, self.range(0, None))
+    }
+
+    fn eval_slices<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        limit: Option<f64>,
+        range: std::ops::Range<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.check_memory::<T>(limit)?;
         let e = self.einsum::<T>()?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let out = run(py, self.plan.multiply_adds(), || e.eval(&refs)).map_err(value_error)?;
+        let out = run(py, self.slice_plan.multiply_adds(), || e.eval_slices(&refs, range)).map_err(value_error)?;
         Ok(convert::to_numpy(py, out)?.into_any())
     }
 
@@ -197,7 +252,7 @@ impl Inner {
         let c = self.cotangent::<T>(cotangent)?;
         let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let (value, grads) = run(py, 3.0 * self.plan.multiply_adds(), || -> EinsumResult<_> {
+        let (value, grads) = run(py, 3.0 * self.slice_plan.multiply_adds(), || -> EinsumResult<_> {
             Ok((e.eval(&refs)?, g.eval(&refs, &c)?))
         })
         .map_err(value_error)?;
@@ -215,14 +270,43 @@ impl Inner {
         limit: Option<f64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         self.check_memory::<T>(limit)?;
+        if self.is_sliced() {
+            return Err(PyValueError::new_err(format!(
+                "`{}` is sliced (on {:?}): Hessian-vector products of sliced contractions are not supported",
+                self.plan.expression,
+                self.slice_plan.labels()
+            )));
+        }
         let e = self.einsum::<T>()?;
         let c = self.cotangent::<T>(cotangent)?;
         let v = convert::tensors_like::<T>(directions, "direction")?;
-        let h = cached(&T::compiled(self).hvps, wrt, |w| e.hvp(w))?;
+        let h = cached(&T::compiled(self).hvps, wrt, |w| e.slice_einsum().hvp(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
         let out = run(py, 4.0 * self.plan.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(value_error)?;
         PyTuple::new(py, out.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
+    }
+}
+
+impl Inner {
+    /// The gradients' sum over the slices in `range` (no value).
+    fn grad_slices<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        wrt: Vec<usize>,
+        cotangent: Option<&Bound<'py, PyAny>>,
+        limit: Option<f64>,
+        range: std::ops::Range<u64>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        self.check_memory::<T>(limit)?;
+        let e = self.einsum::<T>()?;
+        let c = self.cotangent::<T>(cotangent)?;
+        let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
+        let refs: Vec<&Tensor<T>> = operands.iter().collect();
+        let grads =
+            run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range)).map_err(value_error)?;
+        PyTuple::new(py, grads.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
     }
 }
 
@@ -250,18 +334,79 @@ pub struct Expression {
 
 #[pymethods]
 impl Expression {
-    /// `Expression(eq, shapes, path=None, memory_limit=None)`: `path` is a list of pairs
-    /// (opt_einsum's format) or `None` for the greedy path.
+    /// `Expression(eq, shapes, path=None, memory_limit=None, sliced_inds=None)`: `path` is
+    /// a list of pairs (opt_einsum's format) or `None` for the greedy path; a
+    /// `memory_limit` (elements) below the largest intermediate slices the contraction, as
+    /// do explicit `sliced_inds` (one-character labels).
     #[new]
-    #[pyo3(signature = (eq, shapes, path=None, memory_limit=None))]
+    #[pyo3(signature = (eq, shapes, path=None, memory_limit=None, sliced_inds=None))]
     fn new(
         eq: &str,
         shapes: Vec<Vec<usize>>,
         path: Option<Vec<(usize, usize)>>,
         memory_limit: Option<f64>,
+        sliced_inds: Option<Vec<char>>,
     ) -> PyResult<Self> {
         let path = path.map(|p| p.into_iter().map(|(i, j)| [i, j]).collect());
-        Ok(Expression { inner: Arc::new(Inner::new(eq, shapes, path)?), memory_limit })
+        Ok(Expression { inner: Arc::new(Inner::new(eq, shapes, path, memory_limit, sliced_inds)?), memory_limit })
+    }
+
+    /// The sum of the slices `start..stop` (all from `start` if `stop` is `None`), of the
+    /// output's full shape: results of disjoint ranges covering every slice add up to the
+    /// contraction.
+    #[pyo3(signature = (operands, start=0, stop=None))]
+    fn _eval_slices<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+        start: u64,
+        stop: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (ops, shapes) = convert::operands(operands)?;
+        self.inner.check_shapes(&shapes)?;
+        let range = self.inner.range(start, stop);
+        match ops {
+            Operands::Real(t) => self.inner.eval_slices(py, &t, self.memory_limit, range),
+            Operands::Complex(t) => self.inner.eval_slices(py, &t, self.memory_limit, range),
+        }
+    }
+
+    /// The gradients (vector-Jacobian products) summed over the slices `start..stop`.
+    #[pyo3(signature = (operands, start=0, stop=None, wrt=None, cotangent=None))]
+    fn _grad_slices<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+        start: u64,
+        stop: Option<u64>,
+        wrt: Option<Vec<usize>>,
+        cotangent: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (ops, shapes) = convert::operands(operands)?;
+        self.inner.check_shapes(&shapes)?;
+        let (inner, wrt, range) = (&self.inner, self.inner.wrt(wrt), self.inner.range(start, stop));
+        match ops {
+            Operands::Real(t) => inner.grad_slices(py, &t, wrt, cotangent.as_ref(), self.memory_limit, range),
+            Operands::Complex(t) => inner.grad_slices(py, &t, wrt, cotangent.as_ref(), self.memory_limit, range),
+        }
+    }
+
+    /// The sliced labels (empty when nothing is sliced).
+    #[getter]
+    fn sliced_inds(&self) -> Vec<char> {
+        self.inner.slice_plan.labels().to_vec()
+    }
+
+    /// The number of slices.
+    #[getter]
+    fn n_slices(&self) -> u64 {
+        self.inner.slice_plan.n_slices()
+    }
+
+    /// Flops of all slices over the unsliced flops.
+    #[getter]
+    fn slicing_overhead(&self) -> f64 {
+        self.inner.slice_plan.overhead()
     }
 
     /// Contracts operands of the expression's shapes; a new numpy array.
@@ -366,31 +511,33 @@ impl Expression {
 /// What [`Expression::_plan`] returns.
 type PlanTuple = (Vec<String>, String, HashMap<char, usize>, Vec<((usize, usize), (String, String, String), f64, f64)>);
 
-/// The cache key of [`contract`]: expression, shapes, path.
-type Key = (String, Vec<Vec<usize>>, Option<Vec<[usize; 2]>>);
+/// The cache key of [`contract`]: expression, shapes, path, memory limit (bits), sliced labels.
+type Key = (String, Vec<Vec<usize>>, Option<Vec<[usize; 2]>>, Option<u64>, Option<Vec<char>>);
 
 static CACHE: LazyLock<Mutex<HashMap<Key, Arc<Inner>>>> = LazyLock::new(Mutex::default);
 
-/// `contract(eq, operands, path=None, memory_limit=None)`: contracts a tuple of operands
-/// along `path` (pairs, opt_einsum's format) or the greedy path; a new numpy array.
+/// `contract(eq, operands, path=None, memory_limit=None, sliced_inds=None)`: contracts a
+/// tuple of operands along `path` (pairs, opt_einsum's format) or the greedy path, sliced
+/// as `memory_limit` (elements) or `sliced_inds` need; a new numpy array.
 #[pyfunction]
-#[pyo3(signature = (eq, operands, path=None, memory_limit=None))]
+#[pyo3(signature = (eq, operands, path=None, memory_limit=None, sliced_inds=None))]
 pub fn contract<'py>(
     py: Python<'py>,
     eq: &str,
     operands: &Bound<'py, PyTuple>,
     path: Option<Vec<(usize, usize)>>,
     memory_limit: Option<f64>,
+    sliced_inds: Option<Vec<char>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (ops, shapes) = convert::operands(operands)?;
     let path = path.map(|p| p.into_iter().map(|(i, j)| [i, j]).collect());
-    let key: Key = (eq.to_string(), shapes, path);
+    let key: Key = (eq.to_string(), shapes, path, memory_limit.map(f64::to_bits), sliced_inds);
     let found = lock(&CACHE).get(&key).cloned();
     let inner = match found {
         Some(i) => i,
         None => {
-            let (eq, shapes, path) = key.clone();
-            let i = Arc::new(Inner::new(&eq, shapes, path)?);
+            let (eq, shapes, path, _, sliced) = key.clone();
+            let i = Arc::new(Inner::new(&eq, shapes, path, memory_limit, sliced)?);
             let mut c = lock(&CACHE);
             if c.len() >= CACHE_CAPACITY {
                 c.clear();

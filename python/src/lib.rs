@@ -6,8 +6,9 @@
 //! - `plan.rs`: [`plan::Plan`], a checked contraction and its step sizes (reports, memory
 //!   checks);
 //! - `convert.rs`: numpy arrays to `einsum::Tensor` and back;
-//! - `expression.rs`: `Expression` (compiled once per element type, gradients, HVPs) and
-//!   `contract` (a bounded cache of expressions);
+//! - `expression.rs`: `Expression` (compiled once per element type, sliced when
+//!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
+//!   (a bounded cache of expressions);
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
 //!

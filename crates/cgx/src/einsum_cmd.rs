@@ -9,8 +9,14 @@
 //!   files': one complex operand makes the run complex, real operands are widened as
 //!   numpy's `einsum` does). Any other dtype is an error naming it and the file.
 //! - Memory: the memory limit ([`default_memory_limit`] or `--memory-limit`) is checked on
-//!   file headers before their data is read and by [`Einsum::with_options`] on every
-//!   tensor of the path before anything is evaluated.
+//!   file headers before their data is read and by [`SlicedEinsum::new`] (which builds
+//!   through [`einsum::Einsum::with_options`]) on every tensor of the path before anything
+//!   is evaluated.
+//! - Slicing: when the tensors of the run (with `--grad`, of its reverse pass) exceed the
+//!   memory limit, the network is sliced ([`SlicedEinsum`], the greedy slice finder) and
+//!   contracted slice by slice, or on the labels `--sliced-inds` names; the report gives
+//!   the sliced labels, the slice count and the overhead (flops of all slices over the
+//!   unsliced flops). Slices run one after another, on one thread.
 //! - Timing: one evaluation by default; `--repeat N` (N > 1) runs a warm-up and reports
 //!   the best of N, with a progress bar on a terminal.
 
@@ -18,7 +24,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
-use einsum::{ContractionPath, Dtype, Einsum, EinsumOptions, Instance, MemoryLimit, PathChoice, Tensor, c64};
+use einsum::{
+    ContractionPath, Dtype, EinsumOptions, Instance, MemoryLimit, PathChoice, SlicedEinsum, Slicing, Tensor, c64,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::npy::{self, ArrayInfo, NpyElem};
@@ -98,6 +106,28 @@ pub fn format_path(p: &ContractionPath) -> String {
     p.to_string()
 }
 
+/// The labels of `--sliced-inds`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlicedInds(pub Vec<char>);
+
+/// Parses `--sliced-inds`: labels separated by commas (`a,b`), each one character.
+pub fn parse_sliced_inds(s: &str) -> Result<SlicedInds, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let mut c = l.chars();
+            match (c.next(), c.next()) {
+                (Some(x), None) => Ok(x),
+                _ => Err(format!(
+                    "`{l}` is not a label: --sliced-inds takes one-character labels separated by commas, like a,b"
+                )),
+            }
+        })
+        .collect::<Result<Vec<char>, String>>()
+        .map(SlicedInds)
+}
+
 /// Parses `--memory-limit` (see [`MemoryLimit`]'s `FromStr`).
 fn parse_memory_limit(s: &str) -> Result<MemoryLimit, String> {
     s.parse::<MemoryLimit>().map_err(|e| e.to_string())
@@ -168,8 +198,13 @@ pub struct EinsumArgs {
     /// The budget for the tensors of the run (operands, intermediates, output, gradients):
     /// `2GiB`, `500MB`, a plain number of bytes, or `none`. Default: half the physical
     /// memory (or of `ulimit -v`), at most 8 GiB.
+    /// A network over the limit is sliced to fit (see --sliced-inds).
     #[arg(long, value_parser = parse_memory_limit)]
     pub memory_limit: Option<MemoryLimit>,
+    /// Slice on these labels (cotengra's `sliced_inds`), `a,b`, instead of the ones the
+    /// greedy slice finder picks when the memory limit needs it.
+    #[arg(long, value_name = "LABELS", value_parser = parse_sliced_inds)]
+    pub sliced_inds: Option<SlicedInds>,
     /// Threads for the graph-level parallel evaluation (1: sequential).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
@@ -226,6 +261,8 @@ struct Settings {
     limit: MemoryLimit,
     output: Option<PathBuf>,
     grad_out: Option<PathBuf>,
+    /// Explicit sliced labels, or `None` to slice only as the memory limit needs.
+    sliced_inds: Option<Vec<char>>,
 }
 
 fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
@@ -336,6 +373,7 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         limit: default_memory_limit(),
         output: None,
         grad_out: None,
+        sliced_inds: None,
     };
     measure_plan::<f64>(plan, &settings)
 }
@@ -360,6 +398,12 @@ pub struct EinsumReport {
     pub path: ContractionPath,
     /// Estimated peak bytes of the forward tensors (operands included).
     pub peak_bytes: u64,
+    /// The sliced labels (empty: not sliced).
+    pub sliced: Vec<char>,
+    /// The number of slices.
+    pub n_slices: u64,
+    /// Flops of all slices over the unsliced flops.
+    pub slicing_overhead: f64,
     /// The memory limit checked.
     pub memory_limit: MemoryLimit,
     /// The exact-difference check of the gradient (relative error), if run.
@@ -382,6 +426,7 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
         limit,
         output: args.output.clone(),
         grad_out: args.grad_out.clone(),
+        sliced_inds: args.sliced_inds.clone().map(|s| s.0),
     };
     let (title, mut report) = match plan.dtype {
         Dtype::Float64 => measure_plan::<f64>(plan, &settings)?,
@@ -410,7 +455,12 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
     let mut phases = Vec::new();
     let t = Instant::now();
     let options = EinsumOptions::default().memory_limit(s.limit);
-    let e = Einsum::<T>::with_options(&plan.expression, &plan.shapes, plan.path.clone(), &options)?;
+    let slicing = match &s.sliced_inds {
+        Some(labels) => Slicing::Labels(labels.clone()),
+        None => Slicing::Memory { gradient: s.grad },
+    };
+    let e = SlicedEinsum::<T>::new(&plan.expression, &plan.shapes, plan.path.clone(), &options, &slicing)?;
+    let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
     phases.push(("build + compile".to_string(), ms(t)));
     let t = Instant::now();
     let operands: Vec<Tensor<T>> = match &plan.operands {
@@ -426,7 +476,9 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
     phases.push((what.to_string(), ms(t)));
     let refs: Vec<&Tensor<T>> = operands.iter().collect();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(s.threads.into()).build()?;
-    let run = || if s.threads > 1 { e.eval_parallel(Some(&pool), &refs) } else { e.eval(&refs) };
+    let run = || {
+        if s.threads > 1 && !sliced { e.slice_einsum().eval_parallel(Some(&pool), &refs) } else { e.eval(&refs) }
+    };
     let threads = format!("{} thread{}", s.threads, if s.threads > 1 { "s" } else { "" });
     let (result, eval_ms) = if s.repeat <= 1 {
         let t = Instant::now();
@@ -512,7 +564,10 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         shape: result.shape().to_vec(),
         dtype: T::DTYPE,
         path: e.path().clone(),
-        peak_bytes: e.peak_bytes(),
+        peak_bytes: e.plan().peak_bytes(),
+        sliced: e.plan().labels().to_vec(),
+        n_slices: e.plan().n_slices(),
+        slicing_overhead: e.plan().overhead(),
         memory_limit: s.limit,
         gradient_check,
         written,
@@ -548,6 +603,17 @@ pub fn print(title: &str, r: &EinsumReport) {
         einsum::format_bytes(Some(r.peak_bytes)),
         r.memory_limit
     );
+    if !r.sliced.is_empty() {
+        let labels: Vec<String> = r.sliced.iter().map(char::to_string).collect();
+        println!(
+            "sliced on {} ({} slices), overhead {:.3} (flops of all slices / unsliced flops)",
+            labels.join(","),
+            r.n_slices,
+            r.slicing_overhead
+        );
+    } else if r.show_path {
+        println!("sliced on nothing (1 slice)");
+    }
     let mut t = Table::new(&["phase", "ms"]);
     for (name, ms) in &r.phases {
         t.row(vec![name.clone(), format!("{ms:.3}")]);
@@ -573,8 +639,9 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
         .map(|s| format!("[{}]", s.iter().map(usize::to_string).collect::<Vec<_>>().join(",")))
         .collect();
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
+    let sliced: Vec<String> = r.sliced.iter().map(|c| json_string(&c.to_string())).collect();
     format!(
-        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
         json_string(title),
         r.dtype,
         r.path.steps().len(),
@@ -587,6 +654,9 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
         json_number(r.checksum[1]),
         r.shape,
         r.peak_bytes,
+        sliced.join(","),
+        r.n_slices,
+        json_number(r.slicing_overhead),
         match r.memory_limit {
             MemoryLimit::Bytes(b) => b.to_string(),
             MemoryLimit::Unlimited => "null".into(),
@@ -630,6 +700,7 @@ mod tests {
             cotangent: None,
             repeat: 1,
             memory_limit: None,
+            sliced_inds: None,
             threads: 1,
             seed: 42,
             json: false,

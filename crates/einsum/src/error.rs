@@ -52,6 +52,9 @@ pub enum EinsumError {
         /// refused the memory.
         limit: Option<u64>,
     },
+    /// Slicing was asked for something the network does not have: an unknown or repeated
+    /// sliced label, a slice range past the slice count ([`crate::SlicedEinsum`]).
+    Slice(String),
     /// The graph engine rejected a graph or an evaluation.
     Graph(GraphError),
     /// An automatic-differentiation transform failed.
@@ -83,6 +86,7 @@ impl fmt::Display for EinsumError {
                     crate::memory::format_bytes(*bytes)
                 )
             }
+            EinsumError::Slice(m) => write!(f, "slicing error: {m}"),
             EinsumError::Graph(e) => write!(f, "graph error: {e}"),
             EinsumError::Ad(e) => write!(f, "differentiation error: {e}"),
         }

@@ -19,6 +19,9 @@
 //!   into a graph, compiled once (resolve → materialize_merge → compile) and evaluated any
 //!   number of times; [`EinsumCache`] shares compiled programs. [`Einsum::gradient`] and
 //!   [`Einsum::hvp`] compile derivative programs (linearize + linear_transpose).
+//! - [`SlicedEinsum`]: a contraction sliced to fit a memory target ([`Slicing`]: greedy,
+//!   in the manner of cotengra's slice finder, or cotengra's `sliced_inds`) and evaluated
+//!   slice by slice, any range of slices on its own, with gradients summed over slices.
 //! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands.
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
 //!
@@ -87,6 +90,8 @@ mod op;
 mod path;
 mod reference;
 pub mod search;
+mod slice;
+mod sliced;
 mod subscripts;
 mod tensor;
 
@@ -99,5 +104,7 @@ pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions}
 pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, PathChoice};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
+pub use slice::{SlicePlan, Slicing};
+pub use sliced::{SlicedEinsum, SlicedGradient};
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;

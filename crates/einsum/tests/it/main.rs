@@ -8,3 +8,4 @@ mod robustness;
 mod rules;
 mod search;
 mod semantics;
+mod slicing;

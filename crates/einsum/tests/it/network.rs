@@ -71,7 +71,7 @@ fn gemm_sized_steps_match_reference() {
 }
 
 /// A random network: `n` operands over `labels` labels, each operand 0..=3 labels.
-fn network() -> impl Strategy<Value = (String, Vec<Vec<usize>>, Vec<[usize; 2]>)> {
+pub fn network() -> impl Strategy<Value = (String, Vec<Vec<usize>>, Vec<[usize; 2]>)> {
     (2usize..=5, 2u32..=6)
         .prop_flat_map(|(n, nl)| {
             (

@@ -1,0 +1,130 @@
+//! Measured peak memory of sliced contractions (its own test binary: it installs a
+//! counting global allocator).
+//!
+//! The allocator counts, per thread, the bytes allocated and not yet freed while a
+//! measurement is on, and their peak. A measurement covers one evaluation on the test's
+//! thread (evaluation is sequential) and starts with the thread's buffer pool emptied, so
+//! buffers the pool keeps count as allocated, as they are. The instance's unsliced peak is
+//! far above the target; sliced, the measured peak of the value and of the gradient stays
+//! under it, and the results equal the unsliced ones.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use einsum::{ContractionPath, Einsum, EinsumOptions, MemoryLimit, PathChoice, SlicedEinsum, Slicing, Tensor};
+
+struct Counting;
+
+thread_local! {
+    static ON: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+    static PEAK: Cell<i64> = const { Cell::new(0) };
+}
+
+fn note(delta: i64) {
+    // `try_with`: thread-locals may be gone while a thread exits.
+    let _ = ON.try_with(|on| {
+        if on.get() {
+            let live = LIVE.with(|l| {
+                l.set(l.get() + delta);
+                l.get()
+            });
+            PEAK.with(|p| p.set(p.get().max(live)));
+        }
+    });
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are
+// thread-local cells that never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size() as i64);
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size() as i64);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note(-(layout.size() as i64));
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size as i64 - layout.size() as i64);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// `f`'s result and the peak bytes it allocated on this thread beyond what was live when
+/// it started (the pool emptied first). The caller adds what was live before (the
+/// operands).
+fn measured<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    einsum::release_buffers();
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    ON.with(|on| on.set(true));
+    let r = f();
+    ON.with(|on| on.set(false));
+    einsum::release_buffers();
+    (r, PEAK.with(|p| p.get()).max(0) as u64)
+}
+
+#[test]
+fn sliced_runs_stay_under_the_target_with_the_unsliced_values() {
+    // Σ_ab (A·Bᵀ)_ab (C·Dᵀ)_ab: the intermediate A·Bᵀ (1024x1024 doubles, 8 MiB) dwarfs
+    // the four 1024x4 operands (32 KiB each).
+    let expr = "ai,bi,aj,bj->";
+    let shapes = vec![vec![1024, 4]; 4];
+    let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 1], [0, 1]]));
+    let ops: Vec<Tensor<f64>> = (0..4)
+        .map(|k| Tensor::from_fn(vec![1024, 4], |i| ((i[0] * 7 + i[1] * 3 + k) % 11) as f64 / 11.0 - 0.4).unwrap())
+        .collect();
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    // The operands are allocated before any measurement; they count against the target.
+    let operand_bytes: u64 = ops.iter().map(|t| 8 * t.len() as u64).sum();
+    let plain = Einsum::<f64>::new(expr, &shapes, path.clone()).unwrap();
+    let (want, unsliced_peak) = measured(|| plain.eval(&refs).unwrap());
+    let unsliced_peak = unsliced_peak + operand_bytes;
+    let wrt = [0, 1, 2, 3];
+    let grad = plain.gradient(&wrt).unwrap();
+    let one = Tensor::scalar(1.0);
+    let (want_grads, unsliced_grad_peak) = measured(|| grad.eval(&refs, &one).unwrap());
+    let unsliced_grad_peak = unsliced_grad_peak + operand_bytes;
+
+    let target: u64 = 512 << 10;
+    assert!(unsliced_peak > 16 * target, "the instance is not large enough: {unsliced_peak} bytes");
+    let options = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(target));
+    assert!(Einsum::<f64>::with_options(expr, &shapes, path.clone(), &options).is_err());
+    let s = SlicedEinsum::<f64>::new(expr, &shapes, path, &options, &Slicing::Memory { gradient: true }).unwrap();
+    let p = s.plan();
+    assert!(p.n_slices() > 1 && p.gradient_peak_bytes() <= target, "{p:?}");
+
+    let (got, peak) = measured(|| s.eval(&refs).unwrap());
+    let peak = peak + operand_bytes;
+    assert!(peak <= target, "measured peak {peak} bytes over the target {target} (unsliced {unsliced_peak})");
+    let scale = want.data()[0].abs().max(1.0);
+    assert!(got.max_abs_diff(&want).unwrap() <= 1e-9 * scale, "{got:?} vs {want:?}");
+
+    let g = s.gradient(&wrt).unwrap();
+    let (grads, grad_peak) = measured(|| g.eval(&refs, &one).unwrap());
+    let grad_peak = grad_peak + operand_bytes;
+    // The gradients themselves (4 x 32 KiB) are the result and count in the peak.
+    assert!(grad_peak <= target, "gradient: measured {grad_peak} bytes over {target} (unsliced {unsliced_grad_peak})");
+    for (a, b) in grads.iter().zip(&want_grads) {
+        assert!(a.max_abs_diff(b).unwrap() <= 1e-9 * (1.0 + b.max_abs()));
+    }
+    println!(
+        "target {target}: forward {peak} (unsliced {unsliced_peak}), gradient {grad_peak} (unsliced \
+         {unsliced_grad_peak}) bytes; {} slices on {:?}, overhead {:.3}",
+        p.n_slices(),
+        p.labels(),
+        p.overhead()
+    );
+}
