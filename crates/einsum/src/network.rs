@@ -327,24 +327,7 @@ impl<T: Elem> Einsum<T> {
     }
 
     fn check_operands(&self, operands: &[&Tensor<T>]) -> EinsumResult<()> {
-        if operands.len() != self.shapes.len() {
-            return Err(EinsumError::Shape(format!(
-                "`{}` takes {} operands but {} were given",
-                self.subscripts,
-                self.shapes.len(),
-                operands.len()
-            )));
-        }
-        for (i, (t, s)) in operands.iter().zip(&self.shapes).enumerate() {
-            if t.shape() != s.as_slice() {
-                return Err(EinsumError::Shape(format!(
-                    "operand {i} of `{}` has shape {:?} but the expression was built for {s:?}",
-                    self.subscripts,
-                    t.shape()
-                )));
-            }
-        }
-        Ok(())
+        check_operand_shapes(&self.subscripts, &self.shapes, operands)
     }
 
     /// The parsed subscripts.
@@ -789,6 +772,31 @@ impl<T: Elem> EinsumCache<T> {
     pub fn program_stats(&self) -> computegraph::CacheStats {
         self.programs.stats()
     }
+}
+
+/// Checks that `operands` are as many as `shapes` and of those shapes, naming the
+/// expression and the first operand that is not.
+pub(crate) fn check_operand_shapes<T: Elem>(
+    expression: &impl std::fmt::Display,
+    shapes: &[Vec<usize>],
+    operands: &[&Tensor<T>],
+) -> EinsumResult<()> {
+    if operands.len() != shapes.len() {
+        return Err(EinsumError::Shape(format!(
+            "`{expression}` takes {} operands but {} were given",
+            shapes.len(),
+            operands.len()
+        )));
+    }
+    for (i, (t, s)) in operands.iter().zip(shapes).enumerate() {
+        if t.shape() != s.as_slice() {
+            return Err(EinsumError::Shape(format!(
+                "operand {i} of `{expression}` has shape {:?} but the expression was built for {s:?}",
+                t.shape()
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use computegraph::EvalState;
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 use crate::memory::MemoryLimit;
-use crate::network::{Einsum, EinsumGradient, EinsumOptions};
+use crate::network::{Einsum, EinsumGradient, EinsumOptions, check_operand_shapes};
 use crate::path::ContractionPath;
 use crate::path::PathChoice;
 use crate::slice::{SlicePlan, Slicing};
@@ -53,24 +53,7 @@ impl Layout {
     }
 
     fn check(&self, operands: &[&Tensor<impl Elem>]) -> EinsumResult<()> {
-        if operands.len() != self.shapes.len() {
-            return Err(EinsumError::Shape(format!(
-                "`{}` takes {} operands but {} were given",
-                self.expression,
-                self.shapes.len(),
-                operands.len()
-            )));
-        }
-        for (i, (t, s)) in operands.iter().zip(&self.shapes).enumerate() {
-            if t.shape() != s.as_slice() {
-                return Err(EinsumError::Shape(format!(
-                    "operand {i} of `{}` has shape {:?} but the expression was built for {s:?}",
-                    self.expression,
-                    t.shape()
-                )));
-            }
-        }
-        Ok(())
+        check_operand_shapes(&self.expression, &self.shapes, operands)
     }
 
     fn check_range(&self, range: &Range<u64>) -> EinsumResult<()> {
