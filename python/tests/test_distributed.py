@@ -27,6 +27,18 @@ def client():
         cluster.close()
 
 
+def test_no_client_is_a_clear_error():
+    a = np.ones((2, 2))
+    # First in the file: the module's client, once started, is the default one.
+    try:
+        distributed.get_client()
+    except ValueError:
+        with pytest.raises(ValueError, match="no Dask client"):
+            cd.contract("ij,jk->ik", a, a)
+    else:
+        pytest.skip("a default Dask client exists in this process")
+
+
 def matrices(seed, *shapes, complex_=False):
     rng = np.random.default_rng(seed)
     out = []
@@ -58,7 +70,7 @@ def test_contract_matches_single_process_and_numpy(client, network, n_tasks):
 
 
 def test_contract_by_memory_limit_complex(client):
-    eq, shapes = "ab,bc,cd->ad", [(8, 9), (9, 10), (10, 8)]
+    eq, shapes = "ab,bc,cd->ad", [(3, 9), (9, 10), (10, 6)]
     arrays = matrices(2, *shapes, complex_=True)
     expr = cgx.contract_expression(eq, *shapes, optimize=[(1, 2), (0, 1)], memory_limit=40)
     assert expr.n_slices > 1
@@ -148,8 +160,13 @@ def same_exception(local, remote):
 def test_bad_input_raises_like_the_local_api(client):
     a, b = matrices(7, (3, 4), (5, 2))
     same_exception(lambda: cgx.contract("ij,jk->ik", a, b), lambda: cd.contract("ij,jk->ik", a, b, client=client))
+    words = np.full((4, 2), "x")
     same_exception(
-        lambda: cgx.contract("ij,jk->ik", a, "x"), lambda: cd.contract("ij,jk->ik", a, "x", client=client)
+        lambda: cgx.contract("ij,jk->ik", a, words), lambda: cd.contract("ij,jk->ik", a, words, client=client)
+    )
+    same_exception(
+        lambda: cgx.contract("ij,jk->ik", a, words, sliced_inds="j"),
+        lambda: cd.value_and_grad("ij,jk->ik", a, words, cotangent=np.ones((3, 2)), sliced_inds="j", client=client),
     )
     same_exception(
         lambda: cgx.contract("ij,jk->ik", a, a.T, sliced_inds=["jk"]),
@@ -173,18 +190,6 @@ def test_bad_input_raises_like_the_local_api(client):
     )
     with pytest.raises(ValueError, match="n_tasks"):
         cd.contract("ij,jk->ik", a, a.T, client=client, n_tasks=0)
-
-
-def test_no_client_is_a_clear_error():
-    a = np.ones((2, 2))
-    # Only meaningful when no default client exists in this process.
-    try:
-        distributed.get_client()
-    except ValueError:
-        with pytest.raises(ValueError, match="no Dask client"):
-            cd.contract("ij,jk->ik", a, a)
-    else:
-        pytest.skip("a default Dask client exists in this process")
 
 
 def test_a_worker_killed_mid_run_costs_time_not_the_answer(client):
