@@ -12,7 +12,7 @@ numpy arrays. The work is split along the expression's slices:
 3. the slices ``0..n_slices`` are cut into contiguous ranges, one task per range
    (``eval_slices`` / ``grad_slices`` on the worker); the number of ranges comes from the
    slice count, the cluster's threads and the expression's flops, so each task does at
-   least ~``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, 0.2 to 1 ms, stays a few
+   least ``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, 0.2 to 1 ms, stays a few
    percent of it) and there are at most ``TASKS_PER_THREAD`` tasks per worker thread;
 4. the partial sums are added pairwise on the workers (a tree of ``client.submit``
    tasks, depth ``log2`` of the task count) and only the root comes back.
@@ -44,9 +44,10 @@ except ImportError:  # pragma: no cover - exercised only without dask
 
 __all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad", "plan_ranges"]
 
-MIN_TASK_FLOPS = 2e7
-"""The least work per task, in flops (two per multiply-add): about 10 ms at 2 Gflop/s,
-so a per-task overhead of 0.5 ms is 5%."""
+MIN_TASK_FLOPS = 1e8
+"""The least work per task, in flops (two per multiply-add): about 50 ms at 2 Gflop/s,
+so Dask's per-task overhead (0.2 to 1 ms on an idle machine, a few ms on a loaded one)
+stays within a few percent."""
 
 TASKS_PER_THREAD = 3
 """At most this many tasks per worker thread: enough to balance uneven workers, few
@@ -75,7 +76,7 @@ def plan_ranges(n_slices, slice_flops, threads, n_tasks=None):
     least ``MIN_TASK_FLOPS`` each (``slice_flops`` per slice), and at least 1.
 
     >>> plan_ranges(10, 1e9, 2)
-    [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    [(0, 1), (1, 3), (3, 5), (5, 6), (6, 8), (8, 10)]
     >>> plan_ranges(10, 1.0, 2)
     [(0, 10)]
     """
@@ -150,10 +151,10 @@ def _prepare(eq, arrays, optimize, memory_limit, sliced_inds):
 
 
 def _slice_flops(expr):
-    _, info = _einsum.contract_path(
-        expr.eq, *expr.shapes, shapes=True, optimize=expr.path, sliced_inds=expr.sliced_inds or None
-    )
-    return info.opt_cost * expr.slicing_overhead / max(1, expr.n_slices)
+    """Flops of one slice: the path's (two per multiply-add) times the slicing overhead,
+    over the slice count."""
+    steps = expr._plan()[3]
+    return 2.0 * sum(float(s[3]) for s in steps) * expr.slicing_overhead / max(1, expr.n_slices)
 
 
 def _threads(client):
