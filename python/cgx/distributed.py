@@ -170,7 +170,9 @@ def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_in
     expr.eval_slices(*arrays, start=0, stop=0)
     arrays = [np.asarray(x) for x in arrays]
     plan = _plan_key(expr)
-    scattered = client.scatter(arrays, broadcast=True)
+    # Fresh keys per run (hash=False): a run never waits on, or races with the release
+    # of, an earlier run's copy of the same data.
+    scattered = client.scatter(arrays, broadcast=True, hash=False)
     ranges = plan_ranges(expr.n_slices, _slice_flops(expr), _threads(client), n_tasks)
     parts = [client.submit(_eval_range, plan, start, stop, *scattered) for start, stop in ranges]
     return _tree_sum(client, parts)
@@ -195,11 +197,25 @@ def submit_value_and_grad(
     expr.grad_slices(*arrays, start=0, stop=0, wrt=wrt, cotangent=cotangent)
     arrays = [np.asarray(x) for x in arrays]
     plan = _plan_key(expr)
-    scattered = client.scatter(arrays, broadcast=True)
-    cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True)
+    scattered = client.scatter(arrays, broadcast=True, hash=False)
+    cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
     ranges = plan_ranges(expr.n_slices, 3 * _slice_flops(expr), _threads(client), n_tasks)
     parts = [client.submit(_grad_range, plan, start, stop, wrt, cot, *scattered) for start, stop in ranges]
     return _tree_sum(client, parts)
+
+
+RUNS = 3
+"""Attempts of a whole run: Dask recomputes lost tasks by itself, but scattered operands
+lost with every worker holding them cancel the run, which is then submitted again."""
+
+
+def _with_retries(submit):
+    for attempt in range(RUNS):
+        try:
+            return submit().result()
+        except _dd.client.FutureCancelledError:
+            if attempt + 1 == RUNS:
+                raise
 
 
 def contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, client=None, n_tasks=None):
@@ -210,15 +226,17 @@ def contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None
     overrides the number of slice ranges (see :func:`plan_ranges`). Bad input raises what
     :func:`cgx.contract` raises, before anything is sent to the cluster.
     """
-    return submit_contract(
-        eq,
-        *arrays,
-        optimize=optimize,
-        memory_limit=memory_limit,
-        sliced_inds=sliced_inds,
-        client=client,
-        n_tasks=n_tasks,
-    ).result()
+    return _with_retries(
+        lambda: submit_contract(
+            eq,
+            *arrays,
+            optimize=optimize,
+            memory_limit=memory_limit,
+            sliced_inds=sliced_inds,
+            client=client,
+            n_tasks=n_tasks,
+        )
+    )
 
 
 def value_and_grad(
@@ -238,15 +256,17 @@ def value_and_grad(
     ``cotangent`` (of the output's shape; ``None`` for a scalar output); each task returns
     its slice range's value and gradients, and they are summed pairwise on the workers.
     """
-    value, grads = submit_value_and_grad(
-        eq,
-        *arrays,
-        wrt=wrt,
-        cotangent=cotangent,
-        optimize=optimize,
-        memory_limit=memory_limit,
-        sliced_inds=sliced_inds,
-        client=client,
-        n_tasks=n_tasks,
-    ).result()
+    value, grads = _with_retries(
+        lambda: submit_value_and_grad(
+            eq,
+            *arrays,
+            wrt=wrt,
+            cotangent=cotangent,
+            optimize=optimize,
+            memory_limit=memory_limit,
+            sliced_inds=sliced_inds,
+            client=client,
+            n_tasks=n_tasks,
+        )
+    )
     return value, grads

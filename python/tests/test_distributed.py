@@ -1,6 +1,7 @@
 """cgx.distributed on a LocalCluster of two worker processes: value and gradient against
 the single-process expression, numpy and JAX; a worker killed mid-run; bad input."""
 
+import concurrent.futures
 import os
 import signal
 import time
@@ -198,7 +199,9 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client):
     eq, shapes, sliced = "ab,bc,cd->ad", [(300, 300), (300, 300), (300, 300)], "b"
     arrays = matrices(8, *shapes)
     want = cgx.contract(eq, *arrays, sliced_inds=sliced)
-    future = cd.submit_contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=30)
+    # The public call, in a thread (it waits), so its resubmission path is exercised too.
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(cd.contract, eq, *arrays, sliced_inds=sliced, client=client, n_tasks=30)
     pids = client.run(os.getpid)
     victim_address, victim = sorted(pids.items())[0]
     # Wait until a task is running, so the kill lands mid-run.
@@ -209,6 +212,7 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client):
     killed_before_done = not future.done()
     os.kill(victim, signal.SIGKILL)
     got = future.result(timeout=120)
+    pool.shutdown()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
     # The nanny restarts the worker: the cluster is back to two, with a new process.
     client.wait_for_workers(2, timeout=60)
