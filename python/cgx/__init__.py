@@ -9,6 +9,8 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
   shapes, call many times, with ``value_and_grad`` and ``hvp``;
 - :mod:`cgx.graph` (``cgx.graph.Graph``): the scalar graph engine, built in batches,
   compiled, evaluated and differentiated;
+- ``cgx.distributed`` (``import cgx.distributed``, needs dask.distributed): sliced
+  contractions and their gradients spread over a Dask cluster;
 - ``cgx.jax.contract`` (``import cgx.jax``, needs JAX): differentiable in JAX by the
   engine's VJP.
 

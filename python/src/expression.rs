@@ -20,7 +20,7 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
     EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, PathChoice, SlicePlan, SlicedEinsum, SlicedGradient,
-    Slicing, Tensor, c64,
+    Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -116,9 +116,10 @@ impl Inner {
             (None, Some(l)) if plan.largest_intermediate() > l && output <= l => Slicing::LargestIntermediate(l as u64),
             _ => Slicing::None,
         };
-        let slice_plan =
-            SlicePlan::find(&plan.subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
-                .map_err(value_error)?;
+        // `Plan` keeps the resolved labels; the slice finder reads the parsed subscripts.
+        let subscripts = Subscripts::parse(&plan.expression).map_err(value_error)?;
+        let slice_plan = SlicePlan::find(&subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
+            .map_err(value_error)?;
         Ok(Inner { plan, slice_plan, real: Compiled::new(), complex: Compiled::new() })
     }
 

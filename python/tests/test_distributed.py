@@ -1,0 +1,221 @@
+"""cgx.distributed on a LocalCluster of two worker processes: value and gradient against
+the single-process expression, numpy and JAX; a worker killed mid-run; bad input."""
+
+import concurrent.futures
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import cgx  # noqa: E402
+from cgx import distributed as cd  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    )
+    c = distributed.Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+def test_no_client_is_a_clear_error():
+    a = np.ones((2, 2))
+    # First in the file: the module's client, once started, is the default one.
+    try:
+        distributed.get_client()
+    except ValueError:
+        with pytest.raises(ValueError, match="no Dask client"):
+            cd.contract("ij,jk->ik", a, a)
+    else:
+        pytest.skip("a default Dask client exists in this process")
+
+
+def matrices(seed, *shapes, complex_=False):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in shapes:
+        x = rng.standard_normal(s)
+        if complex_:
+            x = x + 1j * rng.standard_normal(s)
+        out.append(x)
+    return out
+
+
+# A chain whose slices (on the contracted labels b and c) must be summed.
+SUMMED = ("ab,bc,cd->ad", [(5, 6), (6, 7), (7, 4)], "bc")
+# A product sliced on a label of the output (a) and a contracted one (b).
+IN_OUTPUT = ("ab,bc->ac", [(6, 5), (5, 3)], "ab")
+
+
+@pytest.mark.parametrize("network", [SUMMED, IN_OUTPUT], ids=["summed", "in-output"])
+@pytest.mark.parametrize("n_tasks", [None, 1, 3, 7])
+def test_contract_matches_single_process_and_numpy(client, network, n_tasks):
+    eq, shapes, sliced = network
+    arrays = matrices(1, *shapes)
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    assert expr.n_slices > 1
+    got = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, expr(*arrays), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+def test_contract_by_memory_limit_complex(client):
+    eq, shapes = "ab,bc,cd->ad", [(3, 9), (9, 10), (10, 6)]
+    arrays = matrices(2, *shapes, complex_=True)
+    expr = cgx.contract_expression(eq, *shapes, optimize=[(1, 2), (0, 1)], memory_limit=40)
+    assert expr.n_slices > 1
+    got = cd.contract(eq, *arrays, optimize=[(1, 2), (0, 1)], memory_limit=40, client=client, n_tasks=4)
+    np.testing.assert_allclose(got, expr(*arrays), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+def chain_grads(a, b, c, g):
+    """Gradients of <g, a@b@c> (real operands)."""
+    return g @ (b @ c).T, a.T @ g @ c.T, (a @ b).T @ g
+
+
+def product_grads(a, b, g):
+    return g @ b.T, a.T @ g
+
+
+@pytest.mark.parametrize("n_tasks", [None, 2, 5])
+@pytest.mark.parametrize("wrt", [None, [1], [0, 2], 2])
+def test_gradient_summed(client, n_tasks, wrt):
+    eq, shapes, sliced = SUMMED
+    a, b, c, g = matrices(3, *shapes, (5, 4))
+    value, grads = cd.value_and_grad(eq, a, b, c, wrt=wrt, cotangent=g, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    local_value, local_grads = cgx.contract_expression(eq, *shapes, sliced_inds=sliced).value_and_grad(
+        a, b, c, wrt=wrt, cotangent=g
+    )
+    want = chain_grads(a, b, c, g)
+    picked = [0, 1, 2] if wrt is None else ([wrt] if isinstance(wrt, int) else wrt)
+    assert len(grads) == len(picked) == len(local_grads)
+    np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(value, a @ b @ c, rtol=1e-10, atol=1e-12)
+    for got, local, i in zip(grads, local_grads, picked):
+        np.testing.assert_allclose(got, local, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got, want[i], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_tasks", [None, 4])
+def test_gradient_sliced_in_output(client, n_tasks):
+    eq, shapes, sliced = IN_OUTPUT
+    a, b, g = matrices(4, *shapes, (6, 3))
+    value, (ga, gb) = cd.value_and_grad(eq, a, b, cotangent=g, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    np.testing.assert_allclose(value, a @ b, rtol=1e-10, atol=1e-12)
+    want_a, want_b = product_grads(a, b, g)
+    np.testing.assert_allclose(ga, want_a, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gb, want_b, rtol=1e-10, atol=1e-12)
+
+
+def test_gradient_scalar_output_against_jax(client):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    eq, shapes = "ab,bc,ca->", [(4, 5), (5, 6), (6, 4)]
+    arrays = matrices(5, *shapes)
+    value, grads = cd.value_and_grad(eq, *arrays, sliced_inds="bc", client=client, n_tasks=3)
+    want_value, want_grads = jax.value_and_grad(lambda *x: jnp.einsum(eq, *x), argnums=(0, 1, 2))(*arrays)
+    np.testing.assert_allclose(value, want_value, rtol=1e-10)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-10, atol=1e-12)
+
+
+def test_unsliced_runs_as_one_task(client):
+    a, b = matrices(6, (3, 4), (4, 2))
+    np.testing.assert_allclose(cd.contract("ij,jk->ik", a, b, client=client), a @ b, rtol=1e-12)
+
+
+def test_plan_ranges_cover_every_slice():
+    for n in [1, 2, 7, 64, 1000]:
+        for threads in [1, 2, 5]:
+            for flops in [1.0, 1e6, 1e9]:
+                for forced in [None, 1, 3, 2000]:
+                    ranges = cd.plan_ranges(n, flops, threads, forced)
+                    assert ranges[0][0] == 0 and ranges[-1][1] == n
+                    assert all(r[0] < r[1] for r in ranges)
+                    assert all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
+                    assert len(ranges) <= max(1, cd.TASKS_PER_THREAD * threads) or forced is not None
+
+
+def same_exception(local, remote):
+    with pytest.raises(Exception) as want:
+        local()
+    with pytest.raises(type(want.value)) as got:
+        remote()
+    assert str(got.value) == str(want.value)
+
+
+def test_bad_input_raises_like_the_local_api(client):
+    a, b = matrices(7, (3, 4), (5, 2))
+    same_exception(lambda: cgx.contract("ij,jk->ik", a, b), lambda: cd.contract("ij,jk->ik", a, b, client=client))
+    words = np.full((4, 2), "x")
+    same_exception(
+        lambda: cgx.contract("ij,jk->ik", a, words), lambda: cd.contract("ij,jk->ik", a, words, client=client)
+    )
+    same_exception(
+        lambda: cgx.contract("ij,jk->ik", a, words, sliced_inds="j"),
+        lambda: cd.value_and_grad("ij,jk->ik", a, words, cotangent=np.ones((3, 2)), sliced_inds="j", client=client),
+    )
+    same_exception(
+        lambda: cgx.contract("ij,jk->ik", a, a.T, sliced_inds=["jk"]),
+        lambda: cd.contract("ij,jk->ik", a, a.T, sliced_inds=["jk"], client=client),
+    )
+    same_exception(
+        lambda: cgx.contract("ab,cd->abcd", a, a, memory_limit=100),
+        lambda: cd.contract("ab,cd->abcd", a, a, memory_limit=100, client=client),
+    )
+    expr = cgx.contract_expression("ij,jk->ik", (3, 4), (4, 3))
+    same_exception(
+        lambda: expr.value_and_grad(a, a.T), lambda: cd.value_and_grad("ij,jk->ik", a, a.T, client=client)
+    )
+    same_exception(
+        lambda: expr.value_and_grad(a, a.T, wrt=[5], cotangent=np.ones((3, 3))),
+        lambda: cd.value_and_grad("ij,jk->ik", a, a.T, wrt=[5], cotangent=np.ones((3, 3)), client=client),
+    )
+    same_exception(
+        lambda: expr.value_and_grad(a, a.T, cotangent=np.ones((2, 3))),
+        lambda: cd.value_and_grad("ij,jk->ik", a, a.T, cotangent=np.ones((2, 3)), client=client),
+    )
+    with pytest.raises(ValueError, match="n_tasks"):
+        cd.contract("ij,jk->ik", a, a.T, client=client, n_tasks=0)
+
+
+def test_a_worker_killed_mid_run_costs_time_not_the_answer(client):
+    # ~300 slices of a 2.7e7-flop step each, in 30 tasks: long enough to kill a worker
+    # while tasks are running or queued.
+    eq, shapes, sliced = "ab,bc,cd->ad", [(300, 300), (300, 300), (300, 300)], "b"
+    arrays = matrices(8, *shapes)
+    want = cgx.contract(eq, *arrays, sliced_inds=sliced)
+    # The public call, in a thread (it waits), so its resubmission path is exercised too.
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(cd.contract, eq, *arrays, sliced_inds=sliced, client=client, n_tasks=30)
+    pids = client.run(os.getpid)
+    victim_address, victim = sorted(pids.items())[0]
+    # Wait until a task is running, so the kill lands mid-run.
+    deadline = time.monotonic() + 30
+    while not any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    killed_before_done = not future.done()
+    os.kill(victim, signal.SIGKILL)
+    got = future.result(timeout=120)
+    pool.shutdown()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+    # The nanny restarts the worker: the cluster is back to two, with a new process.
+    client.wait_for_workers(2, timeout=60)
+    assert victim not in client.run(os.getpid).values()
+    if not killed_before_done:
+        pytest.skip("the run finished before the kill (machine faster than expected); the answer was checked")
