@@ -75,6 +75,13 @@ def _prod(shape) -> int:
     return n
 
 
+def _float_prod(values) -> float:
+    n = 1.0
+    for d in values:
+        n *= float(d)
+    return n
+
+
 def _pairwise(path, n: int) -> list[tuple[int, int]]:
     """An opt_einsum path (tuples of any length) as the engine's pairwise path."""
     path = list(path)
@@ -209,7 +216,9 @@ class PathInfo:
         self.output_subscript = output
         self.steps = steps
         self.opt_cost = 2 * sum(s[3] for s in steps)
-        self.naive_cost = 2 * float(_prod(sizes.values())) if steps else 0.0
+        # In floats: a large network's loop over all labels overflows what a float holds
+        # from an integer (it becomes inf, as in opt_einsum).
+        self.naive_cost = 2.0 * _float_prod(sizes.values()) if steps else 0.0
         self.speedup = self.naive_cost / self.opt_cost if self.opt_cost else 1.0
         self.largest_intermediate = max((s[2] for s in steps), default=0.0)
         self.scale_list = [len(set(a) | set(b)) for (_, (a, b, _), _, _) in steps]

@@ -186,3 +186,15 @@ def test_the_gil_is_released_during_large_contractions():
     inside = [t for t in seen if span["start"] < t < span["end"]]
     # Holding the GIL, Rust would leave this thread a few 5 ms switch slices at most.
     assert inside and inside[-1] - inside[0] > 0.5 * (span["end"] - span["start"]), (len(inside), span)
+
+
+def test_contract_path_reports_a_network_whose_naive_cost_overflows_an_integer_to_float():
+    # 200 labels of size 64: the loop over all labels has 64**200 iterations, more than a
+    # float holds; the report says inf instead of raising.
+    n = 200
+    letters = [chr(0x100 + i) for i in range(n + 1)]
+    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->"
+    shapes = [(64, 64)] * n
+    path, info = cgx.contract_path(eq, *shapes, shapes=True)
+    assert len(path) == n - 1
+    assert info.naive_cost == float("inf")
