@@ -63,39 +63,9 @@ def _points(inputs) -> np.ndarray:
     return np.ascontiguousarray(inputs, dtype=np.float64)
 
 
-class Program:
-    """A compiled program (:meth:`Graph.compile`): ``eval(inputs)`` returns the outputs.
-
-    ``inputs`` holds one value per input of the graph at compile time (by input index);
-    a 2-d array evaluates one row per point and returns one row of outputs per point.
-    """
-
-    __slots__ = ("_p",)
-
-    def __init__(self, p):
-        self._p = p
-
-    def eval(self, inputs) -> np.ndarray:
-        return self._p.eval(_points(inputs))
-
-    __call__ = eval
-
-    @property
-    def num_inputs(self) -> int:
-        """Values ``eval`` takes per point."""
-        return self._p.num_inputs
-
-    @property
-    def instruction_count(self) -> int:
-        """Instructions after the engine merged equal operations."""
-        return self._p.instruction_count
-
-
-class Gradient:
-    """A compiled value and gradient (:meth:`Graph.gradient`): ``eval(inputs)`` returns
-    ``(value, gradient)``, the gradient with one entry per ``wrt`` input (zero where the
-    output does not depend on it); for a 2-d batch, a value and a gradient row per point.
-    """
+class _Compiled:
+    """What :class:`Program` and :class:`Gradient` share: a compiled program of the
+    extension, evaluated at one point or a 2-d batch of points."""
 
     __slots__ = ("_p",)
 
@@ -114,8 +84,27 @@ class Gradient:
 
     @property
     def instruction_count(self) -> int:
-        """Instructions of the value-and-gradient program."""
+        """Instructions of the compiled program, after the engine merged equal operations."""
         return self._p.instruction_count
+
+
+class Program(_Compiled):
+    """A compiled program (:meth:`Graph.compile`): ``eval(inputs)`` returns the outputs.
+
+    ``inputs`` holds one value per input of the graph at compile time (by input index);
+    a 2-d array evaluates one row per point and returns one row of outputs per point.
+    """
+
+    __slots__ = ()
+
+
+class Gradient(_Compiled):
+    """A compiled value and gradient (:meth:`Graph.gradient`): ``eval(inputs)`` returns
+    ``(value, gradient)``, the gradient with one entry per ``wrt`` input (zero where the
+    output does not depend on it); for a 2-d batch, a value and a gradient row per point.
+    """
+
+    __slots__ = ()
 
 
 class Graph:

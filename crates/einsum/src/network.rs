@@ -30,7 +30,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
 use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
-use crate::path::{ContractionPath, PathChoice};
+use crate::path::{ContractionPath, PathChoice, distinct};
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 
@@ -503,17 +503,6 @@ fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
     a.iter().filter(|c| b.contains(c)).for_each(|&c| push(c));
     a.iter().filter(|c| !b.contains(c)).for_each(|&c| push(c));
     b.iter().filter(|c| !a.contains(c)).for_each(|&c| push(c));
-    out
-}
-
-/// The distinct labels of a list, in order.
-fn distinct(l: &[u32]) -> Vec<u32> {
-    let mut out: Vec<u32> = Vec::with_capacity(l.len());
-    for &c in l {
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
     out
 }
 

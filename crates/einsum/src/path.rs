@@ -280,6 +280,18 @@ impl std::fmt::Display for ContractionPath {
     }
 }
 
+/// The distinct labels of a list, in order (the label lists the path searches, the
+/// network builder and the slice finder follow).
+pub(crate) fn distinct(l: &[u32]) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::with_capacity(l.len());
+    for &c in l {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

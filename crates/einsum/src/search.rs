@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::error::EinsumResult;
-use crate::path::{ContractionPath, PathChoice};
+use crate::path::{ContractionPath, PathChoice, distinct};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
 pub const OPTIMAL_MAX_OPERANDS: usize = 16;
@@ -143,17 +143,6 @@ pub fn path_cost(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], path: &Co
         cost += size(&live[0]);
     }
     Ok(cost)
-}
-
-/// The distinct labels of a list, in order.
-fn distinct(l: &[u32]) -> Vec<u32> {
-    let mut out: Vec<u32> = Vec::with_capacity(l.len());
-    for &c in l {
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The network as bitsets: each operand's labels, the output's, and each label's holders.

@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{EinsumError, EinsumResult};
 use crate::memory::MemoryLimit;
-use crate::path::ContractionPath;
+use crate::path::{ContractionPath, distinct};
 use crate::subscripts::Subscripts;
 
 /// How to slice a contraction ([`crate::SlicedEinsum::new`]).
@@ -446,17 +446,6 @@ impl Network {
 fn short(s: &Subscripts) -> String {
     let s = s.to_string();
     if s.chars().count() <= 60 { s } else { format!("{}…", s.chars().take(60).collect::<String>()) }
-}
-
-/// The distinct labels of a list, in order.
-fn distinct(l: &[u32]) -> Vec<u32> {
-    let mut out: Vec<u32> = Vec::with_capacity(l.len());
-    for &c in l {
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
