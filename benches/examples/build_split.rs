@@ -1,7 +1,8 @@
 //! Where the specification-form build of the spec-user set spends its time, phase by
 //! phase, at 10^6 nodes of the window DAG (best of 7 rounds, ns per node):
-//! `cargo run --release -p benches --example build_split [nodes] [rounds]` (10^6 and 7 by
-//! default; fewer for callgrind, whose instruction counts do not depend on the load).
+//! `cargo run --release -p benches --example build_split [nodes] [rounds] [only]` (10^6
+//! and 7 by default; fewer for callgrind, whose instruction counts do not depend on the
+//! load; `only`, one of the names below, runs that phase alone, for `perf stat`).
 //!
 //! - `hashcons`: the hashbrown + Fx hash-consing baseline of `benches/pipeline.rs`;
 //! - `append`: `add_operation` with a `Vec` of operands per node, returning a `Vec` of
@@ -42,6 +43,12 @@ fn append(dag: &Dag, borrowed: bool) -> GraphBuilder<Op> {
 fn main() {
     let arg = |i: usize, default: usize| std::env::args().nth(i).map_or(default, |s| s.parse().expect("a count"));
     let (n, rounds) = (arg(1, 1_000_000), arg(2, 7));
+    const NAMES: [&str; 6] = ["hashcons", "append", "intern", "append_borrowed", "whole", "whole_borrowed"];
+    let only = std::env::args().nth(3);
+    if let Some(name) = &only {
+        assert!(NAMES.contains(&name.as_str()), "`only` is one of {NAMES:?}");
+    }
+    let run = |slot: usize| only.as_deref().is_none_or(|name| name == NAMES[slot] || (slot == 1 && name == "intern"));
     let w = Workload::new(Shape::Window, n);
     let dag = spec_user::to_dag(&w.spec);
     let mut best = [f64::MAX; 6];
@@ -52,23 +59,27 @@ fn main() {
     };
     for _ in 0..rounds {
         let mut kept = Vec::new();
-        time(0, &mut || drop(std::hint::black_box(hashcons(&w.spec))));
-        let mut builder = None;
-        time(1, &mut || builder = Some(append(&dag, false)));
-        time(2, &mut || kept.push(builder.take().expect("appended").build()));
-        time(3, &mut || drop(std::hint::black_box(append(&dag, true))));
-        time(4, &mut || kept.push(Arc::into_inner(spec_user::build(&dag).0).expect("one holder")));
-        time(5, &mut || kept.push(append(&dag, true).build()));
+        if run(0) {
+            time(0, &mut || drop(std::hint::black_box(hashcons(&w.spec))));
+        }
+        if run(1) {
+            let mut builder = None;
+            time(1, &mut || builder = Some(append(&dag, false)));
+            time(2, &mut || kept.push(builder.take().expect("appended").build()));
+        }
+        if run(3) {
+            time(3, &mut || drop(std::hint::black_box(append(&dag, true))));
+        }
+        if run(4) {
+            time(4, &mut || kept.push(Arc::into_inner(spec_user::build(&dag).0).expect("one holder")));
+        }
+        if run(5) {
+            time(5, &mut || kept.push(append(&dag, true).build()));
+        }
         drop(kept);
     }
     let ns = |s: f64| s * 1e9 / n as f64;
-    println!(
-        "ns/node: hashcons {:.1}  append {:.1}  intern {:.1}  append_borrowed {:.1}  whole {:.1}  whole_borrowed {:.1}",
-        ns(best[0]),
-        ns(best[1]),
-        ns(best[2]),
-        ns(best[3]),
-        ns(best[4]),
-        ns(best[5])
-    );
+    let line: Vec<String> =
+        NAMES.iter().zip(best).filter(|&(_, b)| b < f64::MAX).map(|(name, b)| format!("{name} {:.1}", ns(b))).collect();
+    println!("ns/node: {}", line.join("  "));
 }

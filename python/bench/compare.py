@@ -4,8 +4,9 @@
 For each Einsum Benchmark instance in crates/einsum/tests/data/ (or the files given), both
 contract the same operands along the instance's own path (``opt_flops`` by default) with
 numpy's BLAS pinned to one thread; each column is the best of five calls after a warm-up,
-in milliseconds, and the results are compared. Then the per-call overhead on a 2x2 matrix
-product, in microseconds (timeit, best of five).
+in milliseconds, and the results are compared (the script fails above a relative
+difference of 1e-8). Then the per-call overhead on a 2x2 matrix product, in microseconds
+(timeit, best of five).
 
     pip install ./python opt_einsum
     python3 python/bench/compare.py [--path opt_flops|opt_size] [FILE.json ...]
@@ -16,6 +17,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import sys
 import timeit
 
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
@@ -54,6 +56,8 @@ def main():
         want = opt_einsum.contract(eq, *ops, optimize=path)
         got = cgx.contract(eq, *ops, optimize=path)
         err = float(np.max(np.abs(got - want), initial=0.0) / max(np.max(np.abs(want), initial=0.0), 1e-300))
+        if err > 1e-8:
+            sys.exit(f"{f.name}: cgx and opt_einsum disagree (max relative difference {err:.1e})")
         theirs = best_ms(lambda: opt_einsum.contract(eq, *ops, optimize=path))
         ours = best_ms(lambda: cgx.contract(eq, *ops, optimize=path))
         print(f"{inst.get('name', f.stem):<45}{theirs:>12.3f}{ours:>10.3f}{theirs / ours:>8.2f}  {err:.1e}")
