@@ -460,16 +460,36 @@ fn fuse_axes(sizes: &[usize], labels: &[u32], out: &[u32]) -> (SmallVec<[usize; 
 /// innermost axes are grouped with their neighbours until a side holds this many.
 const BLOCK: usize = 32;
 
+/// Outputs of at least this many elements are permuted by the threads of the current
+/// rayon pool, when called inside one of more than one thread (outside any pool, as in
+/// [`crate::Einsum::eval`], one thread).
+const PAR_PERMUTE_MIN_ELEMENTS: usize = 1 << 20;
+
 /// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
 /// them). Axes are fused first ([`fuse_axes`]), so small axes that move together become one
 /// long one. When both innermost axes carry the same label, contiguous runs are copied.
 /// Otherwise the copy is a transpose of `O × S` blocks: `O`, the output's innermost axes,
 /// and `S`, the source's innermost axes (disjoint from `O`), each taken until it holds
-/// [`BLOCK`] elements. For each value of the other axes, the source holds an `O × S`
-/// block whose rows are contiguous, and the output the transposed `S × O` block, rows
-/// contiguous too; it is copied in square tiles of [`TILE`], so reads and writes both use
-/// whole cache lines however short the axes (a network's axes are often of size 2 to 10).
+/// [`BLOCK`] elements. For each value of the other axes, the output holds an `S × O`
+/// block whose rows are contiguous, and the source the transposed `O × S` block (its rows
+/// contiguous too, unless an axis inside them was left out of `S`); it is copied in square
+/// tiles of [`TILE`], so reads and writes both use whole cache lines however short the axes
+/// (a network's axes are often of size 2 to 10).
+///
+/// In parallel, the output is cut into contiguous chunks along its leading axes (which then
+/// stay out of `S`), one task per chunk.
 fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
+    let len: usize = labels.iter().map(|&c| sizes[c as usize]).product();
+    let threads = if len >= PAR_PERMUTE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    permute_on(sizes, src, labels, out, threads)
+}
+
+/// [`permute`] with its output cut into chunks for `threads` threads (one chunk: `1`).
+fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32], threads: usize) -> Vec<T> {
     let (sizes, labels, out) = fuse_axes(sizes, labels, out);
     let (sizes, labels, out) = (&sizes[..], &labels[..], &out[..]);
     let out_shape = shape_of(out, sizes);
@@ -486,86 +506,108 @@ fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> 
     // After fusing, the output's labels are `0..k` in order: label `c` is output axis `c`.
     let so = row_major_strides(&out_shape);
     let ss = loop_strides(labels, &shape_of(labels, sizes), out);
+    // The leading axes `0..lead` are split over threads, one chunk per index; never the
+    // innermost axis of either side, so that `S` and `O` are not empty.
     let src_inner = *labels.last().expect("not empty") as usize;
+    let (mut lead, mut chunks) = (0, 1);
+    while threads > 1 && lead < o.min(src_inner) && chunks < 4 * threads {
+        chunks *= sizes[lead];
+        lead += 1;
+    }
     // The block axes: `S` from the source's innermost outwards, then `O` from the output's.
-    let take = |from: &mut dyn Iterator<Item = usize>, not: &dyn Fn(usize) -> bool| {
-        let (mut axes, mut n) = (SmallVec::<[usize; 8]>::new(), 1usize);
-        for c in from.take_while(|&c| !not(c)) {
-            if n >= BLOCK {
+    let (mut s_axes, mut ns) = (SmallVec::<[usize; 8]>::new(), 1usize);
+    if src_inner != o {
+        for c in labels.iter().rev().map(|&c| c as usize).filter(|&c| c >= lead) {
+            if c == o || ns >= BLOCK {
                 break;
             }
-            axes.push(c);
-            n *= sizes[c];
+            s_axes.push(c);
+            ns *= sizes[c];
         }
-        (axes, n)
-    };
-    let (s_axes, ns) = if src_inner == o {
-        (SmallVec::new(), 1)
-    } else {
-        take(&mut labels.iter().rev().map(|&c| c as usize), &|c| c == o)
-    };
-    let (o_axes, no) = if src_inner == o {
-        (SmallVec::from_elem(o, 1), sizes[o])
-    } else {
-        take(&mut (0..out.len()).rev(), &|c| s_axes.contains(&c))
-    };
-    // Offsets inside a block: of each `O` position in the source, of each `S` position in
-    // the output (the other side's offsets are the positions themselves).
+    }
+    let (mut o_axes, mut no) = (SmallVec::<[usize; 8]>::new(), 1usize);
+    for c in (lead..out.len()).rev() {
+        if s_axes.contains(&c) || (no >= BLOCK && !s_axes.is_empty()) {
+            break;
+        }
+        o_axes.push(c);
+        no *= sizes[c];
+        if s_axes.is_empty() {
+            break; // contiguous runs of the shared innermost axis
+        }
+    }
+    // Offsets inside a block, per position of `O` or `S`, in the source or the output.
     let offsets = |axes: &[usize], strides: &[usize]| -> Vec<usize> {
         let mut table = vec![0usize];
         for &c in axes {
             // `axes` runs innermost first: each one repeats the table so far per index.
-            let step = strides[c];
             let inner = table.len();
             for i in 1..sizes[c] {
                 for t in 0..inner {
-                    table.push(table[t] + i * step);
+                    table.push(table[t] + i * strides[c]);
                 }
             }
         }
         table
     };
-    let src_off = offsets(&o_axes, &ss);
-    let dst_off = offsets(&s_axes, &so);
-    // Odometer over the axes in neither block.
-    let outer: SmallVec<[usize; 8]> = (0..out.len()).filter(|c| !s_axes.contains(c) && !o_axes.contains(c)).collect();
-    let n: SmallVec<[usize; 8]> = out_shape.iter().copied().collect();
-    let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
-    let (mut po, mut ps) = (0usize, 0usize);
-    loop {
-        if s_axes.is_empty() {
-            dst[po..po + no].copy_from_slice(&src[ps..ps + no]);
-        } else {
-            for sb in (0..ns).step_by(TILE) {
-                for ob in (0..no).step_by(TILE) {
-                    let oe = (ob + TILE).min(no);
-                    for (j, &d) in dst_off.iter().enumerate().take((sb + TILE).min(ns)).skip(sb) {
-                        let row = &mut dst[po + d + ob..po + d + oe];
-                        for (x, &off) in row.iter_mut().zip(&src_off[ob..oe]) {
-                            *x = src[ps + off + j];
+    let (src_o, src_s, dst_s) = (offsets(&o_axes, &ss), offsets(&s_axes, &ss), offsets(&s_axes, &so));
+    // Odometer over the axes in no block and not split.
+    let outer: SmallVec<[usize; 8]> =
+        (lead..out.len()).filter(|c| !s_axes.contains(c) && !o_axes.contains(c)).collect();
+    let chunk = |dst: &mut [T], mut ps: usize| {
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
+        let mut po = 0usize;
+        loop {
+            if s_axes.is_empty() {
+                dst[po..po + no].copy_from_slice(&src[ps..ps + no]);
+            } else {
+                for sb in (0..ns).step_by(TILE) {
+                    for ob in (0..no).step_by(TILE) {
+                        let oe = (ob + TILE).min(no);
+                        let rows = dst_s.iter().zip(&src_s).take((sb + TILE).min(ns)).skip(sb);
+                        for (&d, &s) in rows {
+                            let row = &mut dst[po + d + ob..po + d + oe];
+                            for (x, &off) in row.iter_mut().zip(&src_o[ob..oe]) {
+                                *x = src[ps + off + s];
+                            }
                         }
                     }
                 }
             }
-        }
-        let mut x = outer.len();
-        loop {
-            if x == 0 {
-                return dst;
+            let mut x = outer.len();
+            loop {
+                if x == 0 {
+                    return;
+                }
+                x -= 1;
+                let ax = outer[x];
+                idx[x] += 1;
+                po += so[ax];
+                ps += ss[ax];
+                if idx[x] < sizes[ax] {
+                    break;
+                }
+                po -= so[ax] * sizes[ax];
+                ps -= ss[ax] * sizes[ax];
+                idx[x] = 0;
             }
-            x -= 1;
-            let ax = outer[x];
-            idx[x] += 1;
-            po += so[ax];
-            ps += ss[ax];
-            if idx[x] < n[ax] {
-                break;
-            }
-            po -= so[ax] * n[ax];
-            ps -= ss[ax] * n[ax];
-            idx[x] = 0;
         }
+    };
+    if lead == 0 {
+        chunk(&mut dst, 0);
+    } else {
+        use rayon::prelude::*;
+        // Chunk `i`'s source offset: `i` spelled in the leading axes' sizes.
+        let base = |mut i: usize| {
+            (0..lead).rev().fold(0, |acc, c| {
+                let x = i % sizes[c];
+                i /= sizes[c];
+                acc + x * ss[c]
+            })
+        };
+        dst.par_chunks_mut(so[lead - 1]).enumerate().for_each(|(i, d)| chunk(d, base(i)));
     }
+    dst
 }
 
 /// `data` (labels `labels`) as a contiguous tensor with labels `target` (distinct, a
@@ -1137,7 +1179,8 @@ mod tests {
 
     proptest::proptest! {
         /// Any permutation of any shape (short axes, as in networks, and axes of size 1)
-        /// equals the reference, whatever blocks `permute` groups.
+        /// equals the reference, whatever blocks `permute` groups, on one thread or cut into
+        /// chunks for three.
         #[test]
         fn permutes_match_the_reference(
             shape in proptest::collection::vec(1usize..12, 0..7),
@@ -1149,7 +1192,33 @@ mod tests {
             let t = ramp(shape.clone());
             let got = unary(&spec, &t);
             let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            let chunked = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), 3);
+            proptest::prop_assert_eq!(&chunked[..], want.data(), "{:?} in chunks", spec);
             proptest::prop_assert_eq!(got, want, "{:?}", spec);
+        }
+    }
+
+    /// Cut into chunks for several threads (run on rayon's global pool), a permutation
+    /// equals the one-thread copy, whichever side's innermost axis leads.
+    #[test]
+    fn permutes_in_chunks_match_one_thread() {
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[4, 3, 4, 5, 4, 4, 4, 3, 4], &[7, 1, 6, 5, 4, 8, 3, 2, 0]),
+            (&[3, 50, 7], &[2, 0, 1]),
+            (&[5, 6, 7], &[1, 2, 0]),
+            (&[2, 3, 4, 5], &[0, 1, 3, 2]),
+            (&[6, 1, 9], &[2, 1, 0]),
+        ];
+        for (shape, perm) in cases {
+            let spec = UnarySpec::permute(shape, perm).unwrap();
+            let t = ramp(shape.to_vec());
+            let one = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), 1);
+            for threads in [2, 3, 8] {
+                let many = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), threads);
+                assert_eq!(many, one, "{spec:?} on {threads} threads");
+            }
+            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            assert_eq!(one, want.data(), "{spec:?}");
         }
     }
 
