@@ -102,7 +102,7 @@ pub use instance::{Dtype, Instance};
 pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_bytes, tensor_bytes};
 pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions};
 pub use op::{TensorKey, TensorOp};
-pub use path::{ContractionPath, PathChoice};
+pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{SlicedEinsum, SlicedGradient};
