@@ -15,9 +15,10 @@ use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
 
-use benches::einsum::{INSTANCES, Kernels, Network, gradient, instance, mps};
+use benches::einsum::{Kernels, Network, gradient, instance, mps};
 use computegraph::EvalState;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use einsum::Instance;
 
 /// Mirrors criterion's own rule: test mode under `--test`, or when run without `--bench`.
 fn test_mode() -> bool {
@@ -27,10 +28,11 @@ fn test_mode() -> bool {
 
 /// The instance names to run (see the module docs).
 fn instances() -> Vec<String> {
+    let all = || Instance::bundled_names().unwrap_or_else(|e| panic!("{e}"));
     match std::env::var("CG_EINSUM_INSTANCES") {
-        Ok(v) if v.trim() == "all" => INSTANCES.iter().map(|s| s.to_string()).collect(),
+        Ok(v) if v.trim() == "all" => all(),
         Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        _ => INSTANCES.iter().filter(|&&n| !test_mode() || n != "str_nw_mera_open_26").map(|s| s.to_string()).collect(),
+        _ => all().into_iter().filter(|n| !test_mode() || n != "str_nw_mera_open_26").collect(),
     }
 }
 

@@ -39,14 +39,14 @@ import numpy as np  # noqa: E402
 import opt_einsum  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEFAULT = [
-    "bin_matmul_256",
-    "bin_batched_matmul_b32_m64_n64_k64",
-    "str_matrix_chain_multiplication_100",
-    "str_mps_varying_inner_product_200",
-    "lm_batch_likelihood_brackets_4_4d",
-    "str_nw_mera_open_26",
-]
+# The bundled instances are the JSON files of this directory (einsum::BUNDLED_DIR).
+DATA = ROOT / "crates" / "einsum" / "tests" / "data"
+
+
+def bundled():
+    """The bundled instances' files, sorted by name (as einsum::Instance::bundled_names)."""
+    return sorted(DATA.glob("*.json"))
+
 
 
 def operands(expr, shapes, rng):
@@ -135,7 +135,7 @@ def main():
     ap.add_argument("--cgx", default=str(ROOT / "target" / "release" / "cgx"))
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
-    files = args.files or [str(ROOT / "crates" / "einsum" / "tests" / "data" / f"{n}.json") for n in DEFAULT]
+    files = args.files or [str(f) for f in bundled()]
     if not pathlib.Path(args.cgx).exists():
         sys.exit(f"{args.cgx} not found: run `cargo build --release -p cgx` first")
     if args.section in ("C", "both"):

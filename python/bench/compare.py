@@ -29,7 +29,6 @@ import opt_einsum  # noqa: E402
 import cgx  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DATA = ROOT / "crates" / "einsum" / "tests" / "data"
 
 # The operands and the timing are those of the command-line comparison, so both scripts
 # measure the same thing.
@@ -44,7 +43,7 @@ def main():
     parser.add_argument("--path", default="opt_flops", choices=["opt_flops", "opt_size"])
     parser.add_argument("files", nargs="*", type=pathlib.Path)
     args = parser.parse_args()
-    files = args.files or sorted(DATA.glob("*.json"))
+    files = args.files or compare_einsum.bundled()
     print(f"numpy {np.__version__}, opt_einsum {opt_einsum.__version__}, cgx {cgx.__version__}; one thread, ms, best of 5")
     print(f"{'instance':<45}{'opt_einsum':>12}{'cgx':>10}{'ratio':>8}  max |diff| / max |x|")
     rng = np.random.default_rng(0)

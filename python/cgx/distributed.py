@@ -30,6 +30,7 @@ process keeps the rebuilt, compiled expression in a small cache.
 >>> cgx.distributed.contract("ij,jk->ik", a, b, sliced_inds="j", client=client)  # doctest: +SKIP
 """
 
+import collections
 import operator
 import threading
 
@@ -143,13 +144,6 @@ def _tree_sum(client, futures):
     return futures[0]
 
 
-def _prepare(eq, arrays, optimize, memory_limit, sliced_inds):
-    """The expression for ``arrays``' shapes, with the operands as numpy arrays."""
-    shapes = [_einsum._shape_of(x, False) for x in arrays]
-    expr = _einsum.contract_expression(eq, *shapes, optimize=optimize, memory_limit=memory_limit, sliced_inds=sliced_inds)
-    return expr
-
-
 def _slice_flops(expr):
     """Flops of one slice: the path's (two per multiply-add) times the slicing overhead,
     over the slice count."""
@@ -161,21 +155,44 @@ def _threads(client):
     return sum(client.nthreads().values()) or 1
 
 
-def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, client=None, n_tasks=None):
-    """Like :func:`contract`, but returns the Dask future of the result at once."""
-    client = _require_client(client)
-    expr = _prepare(eq, arrays, optimize, memory_limit, sliced_inds)
-    # Checks operands (count, shapes, element type) and the memory limit here, with the
-    # local API's exceptions: an empty range does no work.
-    expr.eval_slices(*arrays, start=0, stop=0)
+_Options = collections.namedtuple("_Options", "optimize memory_limit sliced_inds client n_tasks")
+"""The keywords every form takes: how to plan (``optimize``, ``memory_limit``,
+``sliced_inds``: those of :func:`cgx.contract`) and where to run (``client``, ``n_tasks``)."""
+
+
+def _submit(eq, arrays, options, grad=None):
+    """The future of the slices' sum: of the value, or with ``grad = (wrt, cotangent)`` of
+    ``(value, grads)`` (the body of every form, see the module docs)."""
+    client = _require_client(options.client)
+    shapes = [_einsum._shape_of(x, False) for x in arrays]
+    expr = _einsum.contract_expression(
+        eq, *shapes, optimize=options.optimize, memory_limit=options.memory_limit, sliced_inds=options.sliced_inds
+    )
+    # Checks operands (count, shapes, element type), the memory limit and, for gradients,
+    # wrt and the cotangent here, with the local API's exceptions: an empty range does no work.
+    if grad is None:
+        expr.eval_slices(*arrays, start=0, stop=0)
+    else:
+        wrt, cotangent = _einsum._wrt(grad[0]), grad[1]
+        expr.grad_slices(*arrays, start=0, stop=0, wrt=wrt, cotangent=cotangent)
     arrays = [np.asarray(x) for x in arrays]
     plan = _plan_key(expr)
     # Fresh keys per run (hash=False): a run never waits on, or races with the release
     # of, an earlier run's copy of the same data.
     scattered = client.scatter(arrays, broadcast=True, hash=False)
-    ranges = plan_ranges(expr.n_slices, _slice_flops(expr), _threads(client), n_tasks)
-    parts = [client.submit(_eval_range, plan, start, stop, *scattered) for start, stop in ranges]
+    if grad is None:
+        task, args, flops = _eval_range, (), _slice_flops(expr)
+    else:
+        cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
+        task, args, flops = _grad_range, (wrt, cot), 3 * _slice_flops(expr)
+    ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks)
+    parts = [client.submit(task, plan, start, stop, *args, *scattered) for start, stop in ranges]
     return _tree_sum(client, parts)
+
+
+def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, client=None, n_tasks=None):
+    """Like :func:`contract`, but returns the Dask future of the result at once."""
+    return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks))
 
 
 def submit_value_and_grad(
@@ -190,18 +207,7 @@ def submit_value_and_grad(
     n_tasks=None,
 ):
     """Like :func:`value_and_grad`, but returns the Dask future of ``(value, grads)`` at once."""
-    client = _require_client(client)
-    expr = _prepare(eq, arrays, optimize, memory_limit, sliced_inds)
-    wrt = _einsum._wrt(wrt)
-    # Checks operands, wrt and cotangent here, with the local API's exceptions.
-    expr.grad_slices(*arrays, start=0, stop=0, wrt=wrt, cotangent=cotangent)
-    arrays = [np.asarray(x) for x in arrays]
-    plan = _plan_key(expr)
-    scattered = client.scatter(arrays, broadcast=True, hash=False)
-    cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
-    ranges = plan_ranges(expr.n_slices, 3 * _slice_flops(expr), _threads(client), n_tasks)
-    parts = [client.submit(_grad_range, plan, start, stop, wrt, cot, *scattered) for start, stop in ranges]
-    return _tree_sum(client, parts)
+    return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks), (wrt, cotangent))
 
 
 RUNS = 3
@@ -226,17 +232,8 @@ def contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None
     overrides the number of slice ranges (see :func:`plan_ranges`). Bad input raises what
     :func:`cgx.contract` raises, before anything is sent to the cluster.
     """
-    return _with_retries(
-        lambda: submit_contract(
-            eq,
-            *arrays,
-            optimize=optimize,
-            memory_limit=memory_limit,
-            sliced_inds=sliced_inds,
-            client=client,
-            n_tasks=n_tasks,
-        )
-    )
+    options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
+    return _with_retries(lambda: _submit(eq, arrays, options))
 
 
 def value_and_grad(
@@ -256,17 +253,5 @@ def value_and_grad(
     ``cotangent`` (of the output's shape; ``None`` for a scalar output); each task returns
     its slice range's value and gradients, and they are summed pairwise on the workers.
     """
-    value, grads = _with_retries(
-        lambda: submit_value_and_grad(
-            eq,
-            *arrays,
-            wrt=wrt,
-            cotangent=cotangent,
-            optimize=optimize,
-            memory_limit=memory_limit,
-            sliced_inds=sliced_inds,
-            client=client,
-            n_tasks=n_tasks,
-        )
-    )
-    return value, grads
+    options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
+    return _with_retries(lambda: _submit(eq, arrays, options, (wrt, cotangent)))

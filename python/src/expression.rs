@@ -93,6 +93,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `$body` with `$t` bound to the operands' tensors, whichever element type they have.
+macro_rules! by_dtype {
+    ($operands:expr, $t:ident => $body:expr) => {
+        match $operands {
+            Operands::Real($t) => $body,
+            Operands::Complex($t) => $body,
+        }
+    };
+}
+
 /// Runs `f` without the GIL when the work is large enough for that to pay.
 fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> R + Send) -> R {
     if work >= DETACH_MIN_WORK { py.detach(f) } else { f() }
@@ -166,13 +176,11 @@ impl Inner {
         start..stop.unwrap_or(self.slice_plan.n_slices())
     }
 
-    fn wrt(&self, wrt: Option<Vec<usize>>) -> Vec<usize> {
-        wrt.unwrap_or_else(|| (0..self.plan.shapes.len()).collect())
-    }
-
-    /// Checks that the operands have the shapes the expression was built for (the crate
-    /// checks it too; this says it before anything is compiled for a new element type).
-    fn check_shapes(&self, shapes: &[Vec<usize>]) -> PyResult<()> {
+    /// The operands of a call, converted, with the shapes the expression was built for
+    /// (the crate checks them too; this says it before anything is compiled for a new
+    /// element type).
+    fn operands(&self, items: &Bound<'_, PyTuple>) -> PyResult<Operands> {
+        let (operands, shapes) = convert::operands(items)?;
         let want = &self.plan.shapes;
         if shapes.len() != want.len() {
             return Err(PyValueError::new_err(format!(
@@ -187,7 +195,7 @@ impl Inner {
                 "shape error: operand {i} of `{}` has shape {:?} but the expression was built for {:?}",
                 self.plan.expression, shapes[i], want[i]
             ))),
-            None => Ok(()),
+            None => Ok(operands),
         }
     }
 
@@ -214,20 +222,6 @@ impl Inner {
         Ok(convert::to_numpy(py, out)?.into_any())
     }
 
-    fn call<'py>(
-        &self,
-        py: Python<'py>,
-        items: &Bound<'py, PyTuple>,
-        limit: Option<f64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (operands, shapes) = convert::operands(items)?;
-        self.check_shapes(&shapes)?;
-        match operands {
-            Operands::Real(t) => self.eval(py, &t, limit),
-            Operands::Complex(t) => self.eval(py, &t, limit),
-        }
-    }
-
     /// The cotangent: the given one, or 1 for a scalar output.
     fn cotangent<T: Dtype>(&self, cotangent: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor<T>> {
         match cotangent {
@@ -240,25 +234,29 @@ impl Inner {
         }
     }
 
+    /// What a gradient call needs, after the memory check: the compiled expression, the
+    /// cotangent and the gradient program for `d.wrt` (built on first use).
+    fn gradient<T: Dtype>(&self, d: &Derivative<'_, '_>) -> PyResult<GradientCall<'_, T>> {
+        self.check_memory::<T>(d.limit)?;
+        let e = self.einsum::<T>()?;
+        let c = self.cotangent::<T>(d.cotangent)?;
+        let g = cached(&T::compiled(self).gradients, &d.wrt, |w| e.gradient(w))?;
+        Ok((e, c, g))
+    }
+
     fn value_and_grad<'py, T: Dtype>(
         &self,
         py: Python<'py>,
         operands: &[Tensor<T>],
-        wrt: Vec<usize>,
-        cotangent: Option<&Bound<'py, PyAny>>,
-        limit: Option<f64>,
+        d: &Derivative<'_, 'py>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.check_memory::<T>(limit)?;
-        let e = self.einsum::<T>()?;
-        let c = self.cotangent::<T>(cotangent)?;
-        let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
+        let (e, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let (value, grads) = run(py, 3.0 * self.slice_plan.multiply_adds(), || -> EinsumResult<_> {
             Ok((e.eval(&refs)?, g.eval(&refs, &c)?))
         })
         .map_err(value_error)?;
-        let grads = grads.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?;
-        PyTuple::new(py, [convert::to_numpy(py, value)?.into_any(), PyTuple::new(py, grads)?.into_any()])
+        PyTuple::new(py, [convert::to_numpy(py, value)?.into_any(), to_tuple(py, grads)?.into_any()])
     }
 
     fn hvp<'py, T: Dtype>(
@@ -266,11 +264,9 @@ impl Inner {
         py: Python<'py>,
         operands: &[Tensor<T>],
         directions: &[Bound<'py, PyAny>],
-        wrt: Vec<usize>,
-        cotangent: Option<&Bound<'py, PyAny>>,
-        limit: Option<f64>,
+        d: &Derivative<'_, 'py>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.check_memory::<T>(limit)?;
+        self.check_memory::<T>(d.limit)?;
         if self.is_sliced() {
             return Err(PyValueError::new_err(format!(
                 "`{}` is sliced (on {:?}): Hessian-vector products of sliced contractions are not supported",
@@ -279,13 +275,13 @@ impl Inner {
             )));
         }
         let e = self.einsum::<T>()?;
-        let c = self.cotangent::<T>(cotangent)?;
+        let c = self.cotangent::<T>(d.cotangent)?;
         let v = convert::tensors_like::<T>(directions, "direction")?;
-        let h = cached(&T::compiled(self).hvps, wrt, |w| e.slice_einsum().hvp(w))?;
+        let h = cached(&T::compiled(self).hvps, &d.wrt, |w| e.slice_einsum().hvp(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
         let out = run(py, 4.0 * self.plan.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(value_error)?;
-        PyTuple::new(py, out.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
+        to_tuple(py, out)
     }
 }
 
@@ -295,33 +291,45 @@ impl Inner {
         &self,
         py: Python<'py>,
         operands: &[Tensor<T>],
-        wrt: Vec<usize>,
-        cotangent: Option<&Bound<'py, PyAny>>,
-        limit: Option<f64>,
+        d: &Derivative<'_, 'py>,
         range: std::ops::Range<u64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.check_memory::<T>(limit)?;
-        let e = self.einsum::<T>()?;
-        let c = self.cotangent::<T>(cotangent)?;
-        let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
+        let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let grads =
             run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range)).map_err(value_error)?;
-        PyTuple::new(py, grads.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
+        to_tuple(py, grads)
     }
+}
+
+/// A derivative call's arguments: the operands it differentiates in, the cotangent (1 for
+/// a scalar output if `None`) and the memory limit.
+struct Derivative<'a, 'py> {
+    wrt: Vec<usize>,
+    cotangent: Option<&'a Bound<'py, PyAny>>,
+    limit: Option<f64>,
+}
+
+/// What [`Inner::gradient`] gives: the compiled expression, the cotangent, the gradient
+/// program.
+type GradientCall<'a, T> = (&'a Arc<SlicedEinsum<T>>, Tensor<T>, Arc<SlicedGradient<T>>);
+
+/// Tensors as a tuple of new numpy arrays.
+fn to_tuple<'py, T: Dtype>(py: Python<'py>, tensors: Vec<Tensor<T>>) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, tensors.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
 }
 
 /// A derivative program from `map`, built and inserted on first use.
 fn cached<P>(
     map: &Mutex<HashMap<Vec<usize>, Arc<P>>>,
-    wrt: Vec<usize>,
+    wrt: &[usize],
     build: impl FnOnce(&[usize]) -> EinsumResult<P>,
 ) -> PyResult<Arc<P>> {
-    if let Some(p) = lock(map).get(&wrt) {
+    if let Some(p) = lock(map).get(wrt) {
         return Ok(p.clone());
     }
-    let p = Arc::new(build(&wrt).map_err(value_error)?);
-    lock(map).insert(wrt, p.clone());
+    let p = Arc::new(build(wrt).map_err(value_error)?);
+    lock(map).insert(wrt.to_vec(), p.clone());
     Ok(p)
 }
 
@@ -331,6 +339,19 @@ fn cached<P>(
 pub struct Expression {
     inner: Arc<Inner>,
     memory_limit: Option<f64>,
+}
+
+impl Expression {
+    /// A derivative call's arguments: `wrt` (every operand if `None`), the cotangent and
+    /// the expression's memory limit.
+    fn derivative<'a, 'py>(
+        &self,
+        wrt: Option<Vec<usize>>,
+        cotangent: Option<&'a Bound<'py, PyAny>>,
+    ) -> Derivative<'a, 'py> {
+        let wrt = wrt.unwrap_or_else(|| (0..self.inner.plan.shapes.len()).collect());
+        Derivative { wrt, cotangent, limit: self.memory_limit }
+    }
 }
 
 #[pymethods]
@@ -363,13 +384,8 @@ impl Expression {
         start: u64,
         stop: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (ops, shapes) = convert::operands(operands)?;
-        self.inner.check_shapes(&shapes)?;
-        let range = self.inner.range(start, stop);
-        match ops {
-            Operands::Real(t) => self.inner.eval_slices(py, &t, self.memory_limit, range),
-            Operands::Complex(t) => self.inner.eval_slices(py, &t, self.memory_limit, range),
-        }
+        let (inner, range) = (&self.inner, self.inner.range(start, stop));
+        by_dtype!(inner.operands(operands)?, t => inner.eval_slices(py, &t, self.memory_limit, range))
     }
 
     /// The gradients (vector-Jacobian products) summed over the slices `start..stop`.
@@ -383,13 +399,8 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (ops, shapes) = convert::operands(operands)?;
-        self.inner.check_shapes(&shapes)?;
-        let (inner, wrt, range) = (&self.inner, self.inner.wrt(wrt), self.inner.range(start, stop));
-        match ops {
-            Operands::Real(t) => inner.grad_slices(py, &t, wrt, cotangent.as_ref(), self.memory_limit, range),
-            Operands::Complex(t) => inner.grad_slices(py, &t, wrt, cotangent.as_ref(), self.memory_limit, range),
-        }
+        let (inner, d, range) = (&self.inner, self.derivative(wrt, cotangent.as_ref()), self.inner.range(start, stop));
+        by_dtype!(inner.operands(operands)?, t => inner.grad_slices(py, &t, &d, range))
     }
 
     /// The sliced labels (empty when nothing is sliced).
@@ -413,7 +424,7 @@ impl Expression {
     /// Contracts operands of the expression's shapes; a new numpy array.
     #[pyo3(signature = (*operands))]
     fn __call__<'py>(&self, py: Python<'py>, operands: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.call(py, operands, self.memory_limit)
+        by_dtype!(self.inner.operands(operands)?, t => self.inner.eval(py, &t, self.memory_limit))
     }
 
     /// `(value, grads)`: the contraction and the vector-Jacobian products with respect to
@@ -426,13 +437,8 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (ops, shapes) = convert::operands(operands)?;
-        self.inner.check_shapes(&shapes)?;
-        let (inner, wrt) = (&self.inner, self.inner.wrt(wrt));
-        match ops {
-            Operands::Real(t) => inner.value_and_grad(py, &t, wrt, cotangent.as_ref(), self.memory_limit),
-            Operands::Complex(t) => inner.value_and_grad(py, &t, wrt, cotangent.as_ref(), self.memory_limit),
-        }
+        let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
+        by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d))
     }
 
     /// Hessian-vector products of `x ↦ ⟨cotangent, f(x)⟩` in the operands `wrt`, one
@@ -446,13 +452,8 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (ops, shapes) = convert::operands(operands)?;
-        self.inner.check_shapes(&shapes)?;
-        let (inner, wrt) = (&self.inner, self.inner.wrt(wrt));
-        match ops {
-            Operands::Real(t) => inner.hvp(py, &t, &directions, wrt, cotangent.as_ref(), self.memory_limit),
-            Operands::Complex(t) => inner.hvp(py, &t, &directions, wrt, cotangent.as_ref(), self.memory_limit),
-        }
+        let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
+        by_dtype!(inner.operands(operands)?, t => inner.hvp(py, &t, &directions, &d))
     }
 
     /// The subscripts as given.
@@ -547,10 +548,7 @@ pub fn contract<'py>(
             i
         }
     };
-    match ops {
-        Operands::Real(t) => inner.eval(py, &t, memory_limit),
-        Operands::Complex(t) => inner.eval(py, &t, memory_limit),
-    }
+    by_dtype!(ops, t => inner.eval(py, &t, memory_limit))
 }
 
 /// `search_path(eq, shapes, method)`: the einsum crate's path search `method` (`"optimal"`,

@@ -2,22 +2,22 @@
 //! the size of every label, the pairwise path (given, or the einsum crate's greedy
 //! finder) and, per step, the labels and sizes of the operands and of the result.
 //!
-//! The einsum crate checks subscripts, shapes and paths but does not report intermediate
-//! sizes, so this module follows the path over label lists itself, keeping at each step
-//! the labels still needed by a remaining operand or the output, as
-//! `einsum::Einsum::new` does. The sizes give `contract_path`'s report and the memory
-//! check that turns an intermediate too large to allocate into a `MemoryError` instead of
-//! an aborted process. Sizes are `f64` so that no product of label sizes overflows.
+//! The path is followed by the einsum crate's one follower (`einsum::FollowedPath`, as
+//! `einsum::Einsum::new` follows it): at each step the labels still needed by a remaining
+//! operand or the output. This module turns its steps into sizes and multiply-adds for
+//! `contract_path`'s report and for the memory check that turns an intermediate too large
+//! to allocate into a `MemoryError` instead of an aborted process. Sizes are `f64` so that
+//! no product of label sizes overflows.
 //!
 //! Labels: the crate's numbered network (`Subscripts::resolve`, ellipses expanded, broadcast
 //! axes given labels of their own), each number shown as its character, or a private-use
 //! character for the unnamed ones.
 //!
-//! Complexity: `O(steps · operands)` (operands are removed from a `Vec`).
+//! Complexity: the follower's (`O(n log n)` for `n` operands, plus the labels per step).
 
 use std::collections::HashMap;
 
-use einsum::{ContractionPath, EinsumError, EinsumResult, Subscripts};
+use einsum::{ContractionPath, EinsumResult, FollowedPath, Subscripts};
 
 /// One pairwise step: positions in the current operand list and the labels involved.
 pub struct Step {
@@ -66,51 +66,31 @@ impl Plan {
             Some(steps) => ContractionPath::new(steps),
             None => ContractionPath::greedy(&net.inputs, &net.output, |c| net.sizes[c as usize]),
         };
-        let pairs = path.pairwise(net.inputs.len())?;
+        let followed = FollowedPath::new(&net.inputs, &net.output, &path)?;
         let chars = |l: &[u32]| l.iter().map(|&c| names[c as usize]).collect::<Vec<char>>();
-        let size = |labels: &[char]| labels.iter().map(|c| sizes[c] as f64).product::<f64>();
+        let size = |labels: &[u32]| labels.iter().map(|&c| net.sizes[c as usize] as f64).product::<f64>();
         let output = chars(&net.output);
-        let mut live: Vec<Vec<char>> = net.inputs.iter().map(|l| chars(l)).collect();
-        let inputs = live.clone();
-        let mut steps = Vec::with_capacity(pairs.len() + 1);
-        for (s, &[i, j]) in pairs.iter().enumerate() {
-            // Validated above: `i != j`, both in range.
-            let (a, b) = if i < j {
-                let b = live.remove(j);
-                (live.remove(i), b)
-            } else {
-                let a = live.remove(i);
-                (a, live.remove(j))
-            };
-            let result: Vec<char> = if s + 1 == pairs.len() {
-                output.clone()
-            } else {
-                let needed = |c: &char| output.contains(c) || live.iter().any(|l| l.contains(c));
-                let mut r: Vec<char> = Vec::new();
-                for &c in a.iter().chain(&b) {
-                    if needed(&c) && !r.contains(&c) {
-                        r.push(c);
-                    }
+        let inputs: Vec<Vec<char>> = net.inputs.iter().map(|l| chars(l)).collect();
+        let mut steps: Vec<Step> = followed
+            .steps()
+            .iter()
+            .map(|step| {
+                let [a, b] = step.operands.map(|o| followed.labels(o));
+                let result = followed.labels(step.result);
+                Step {
+                    positions: step.positions,
+                    multiply_adds: size(&followed.loops(step)),
+                    size: size(result),
+                    labels: [chars(a), chars(b), chars(result)],
                 }
-                r
-            };
-            let all: Vec<char> = distinct(a.iter().chain(&b));
-            steps.push(Step {
-                positions: [i, j],
-                multiply_adds: size(&all),
-                size: size(&result),
-                labels: [a, b, result.clone()],
-            });
-            live.push(result);
-        }
-        let last = live.pop().ok_or_else(|| EinsumError::Shape("no operands".into()))?;
-        if last != output {
-            let all = distinct(last.iter());
+            })
+            .collect();
+        if let Some((last, loops)) = followed.final_reduction() {
             steps.push(Step {
                 positions: [0, 0],
-                multiply_adds: size(&all),
-                size: size(&output),
-                labels: [last, Vec::new(), output.clone()],
+                multiply_adds: size(&loops),
+                size: size(&net.output),
+                labels: [chars(last), Vec::new(), output.clone()],
             });
         }
         let output_shape = output.iter().map(|c| sizes[c]).collect();
@@ -134,15 +114,4 @@ fn label_chars(names: &[Option<char>]) -> Vec<char> {
     let used: Vec<char> = names.iter().flatten().copied().collect();
     let mut fresh = ('\u{E000}'..='\u{F8FF}').filter(|c| !used.contains(c));
     names.iter().map(|n| n.unwrap_or_else(|| fresh.next().unwrap_or('\u{FFFD}'))).collect()
-}
-
-/// The distinct labels, in order of first appearance.
-fn distinct<'a>(labels: impl Iterator<Item = &'a char>) -> Vec<char> {
-    let mut out = Vec::new();
-    for &c in labels {
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    out
 }

@@ -1,4 +1,4 @@
-//! Runs the six benchmark instances at full size (`docs/SPEC.md` §8.3): builds and
+//! Runs the bundled benchmark instances (`einsum::BUNDLED_DIR`) at full size (`docs/SPEC.md` §8.3): builds and
 //! compiles each with its `opt_flops` path, `opt_size` path and the greedy finder, fills
 //! seeded random operands, times evaluation, checks that the paths agree, and checks the
 //! one-step instances against the plain reference. With `--grad`, also builds and times the
@@ -19,15 +19,6 @@
 use std::time::Instant;
 
 use einsum::{Einsum, Elem, Instance, PathChoice, Tensor, c64, reference_einsum};
-
-const DEFAULT: [&str; 6] = [
-    "bin_matmul_256",
-    "bin_batched_matmul_b32_m64_n64_k64",
-    "str_matrix_chain_multiplication_100",
-    "str_mps_varying_inner_product_200",
-    "lm_batch_likelihood_brackets_4_4d",
-    "str_nw_mera_open_26",
-];
 
 /// Best of `reps` evaluations, in milliseconds (wall).
 fn time_eval<T: Elem>(e: &Einsum<T>, ops: &[&Tensor<T>], reps: usize) -> Result<(f64, Tensor<T>), einsum::EinsumError> {
@@ -196,7 +187,8 @@ fn main() {
     let grad = args.iter().any(|a| a == "--grad").then_some(reps);
     args.retain(|a| a != "--grad" && a != "--complex");
     let files: Vec<String> = if args.is_empty() {
-        DEFAULT.iter().map(|n| format!("{}/tests/data/{n}.json", env!("CARGO_MANIFEST_DIR"))).collect()
+        let names = Instance::bundled_names().unwrap_or_else(|e| panic!("{e}"));
+        names.iter().map(|n| Instance::bundled_file(n).display().to_string()).collect()
     } else {
         args
     };

@@ -11,19 +11,10 @@ use std::time::Instant;
 use einsum::search::{DP_MAX_PAIRS, RANDOM_GREEDY_TRIALS, auto, dp, path_cost, random_greedy};
 use einsum::{ContractionPath, Instance, Subscripts};
 
-const DEFAULT: [&str; 6] = [
-    "bin_matmul_256",
-    "bin_batched_matmul_b32_m64_n64_k64",
-    "str_matrix_chain_multiplication_100",
-    "str_mps_varying_inner_product_200",
-    "lm_batch_likelihood_brackets_4_4d",
-    "str_nw_mera_open_26",
-];
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let files: Vec<String> = if args.is_empty() {
-        DEFAULT.iter().map(|n| format!("{}/tests/data/{n}.json", env!("CARGO_MANIFEST_DIR"))).collect()
+        Instance::bundled_names()?.iter().map(|n| Instance::bundled_file(n).display().to_string()).collect()
     } else {
         args
     };

@@ -1,6 +1,11 @@
 //! Benchmark instances (the Einsum Benchmark's JSON form): [`Instance::from_json`] with
-//! clear errors for malformed input, and seeded random operands scaled so the result
-//! stays finite ([`Instance::random_operands`]).
+//! clear errors for malformed input, seeded random operands scaled so the result stays
+//! finite ([`Instance::random_operands`]), and the instances bundled with the crate's
+//! sources ([`BUNDLED_DIR`]).
+//!
+//! The bundled instances are listed once, by the directory itself: every `*.json` file of
+//! [`BUNDLED_DIR`] is one, [`Instance::bundled_names`] lists them (sorted by name) for
+//! the tests, examples and benches, and the Python scripts glob the same directory.
 
 use rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
@@ -12,6 +17,11 @@ use crate::network::Einsum;
 use crate::path::{ContractionPath, PathChoice};
 use crate::subscripts::Subscripts;
 use crate::tensor::{Tensor, checked_len};
+
+/// The directory of the Einsum Benchmark instances that come with this crate's sources
+/// (`crates/einsum/tests/data/`): its `*.json` files are the bundled instances. It names
+/// the source tree the crate was built from.
+pub const BUNDLED_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
 
 /// The element type an instance asks for (`"dtype"`): the two the crate runs.
 ///
@@ -161,6 +171,40 @@ impl Instance {
         let inst = Instance { name, format_string, shapes, opt_flops, opt_size, dtype };
         inst.check()?;
         Ok(inst)
+    }
+
+    /// The names of the bundled instances: the `*.json` files of [`BUNDLED_DIR`] without
+    /// their extension, sorted.
+    ///
+    /// ```
+    /// let names = einsum::Instance::bundled_names().unwrap();
+    /// assert!(names.iter().any(|n| n == "bin_matmul_256"));
+    /// let inst = einsum::Instance::bundled(&names[0]).unwrap();
+    /// assert_eq!(inst.name, names[0]);
+    /// ```
+    pub fn bundled_names() -> EinsumResult<Vec<String>> {
+        let unreadable = |e: std::io::Error| bad(format!("cannot read {BUNDLED_DIR}: {e}"));
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(BUNDLED_DIR).map_err(unreadable)? {
+            let path = entry.map_err(unreadable)?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                    names.push(stem.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// The file of the bundled instance `name` (in [`BUNDLED_DIR`]).
+    pub fn bundled_file(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(BUNDLED_DIR).join(format!("{name}.json"))
+    }
+
+    /// Reads the bundled instance `name` ([`Instance::bundled_file`]).
+    pub fn bundled(name: &str) -> EinsumResult<Self> {
+        Self::from_file(Self::bundled_file(name))
     }
 
     /// Reads and parses a file.

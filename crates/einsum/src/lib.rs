@@ -22,7 +22,8 @@
 //! - [`SlicedEinsum`]: a contraction sliced to fit a memory target ([`Slicing`]: greedy,
 //!   in the manner of cotengra's slice finder, or cotengra's `sliced_inds`) and evaluated
 //!   slice by slice, any range of slices on its own, with gradients summed over slices.
-//! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands.
+//! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands, and the
+//!   ones bundled in the crate's sources ([`BUNDLED_DIR`]).
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
 //!
 //! User input (expressions, shapes, paths, JSON, operands) is rejected with an
@@ -98,11 +99,11 @@ mod tensor;
 pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
-pub use instance::{Dtype, Instance};
+pub use instance::{BUNDLED_DIR, Dtype, Instance};
 pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_bytes, tensor_bytes};
 pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions};
 pub use op::{TensorKey, TensorOp};
-pub use path::{ContractionPath, PathChoice};
+pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{SlicedEinsum, SlicedGradient};

@@ -30,7 +30,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
 use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
-use crate::path::{ContractionPath, PathChoice, distinct};
+use crate::path::{ContractionPath, FollowedPath, PathChoice};
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 
@@ -189,41 +189,31 @@ impl<T: Elem> Einsum<T> {
             budget.alloc(s, || format!("operand {i}"))?;
         }
         let path = crate::search::find_path(path, &inputs, &output, &sizes)?;
-        let pairs = path.pairwise(inputs.len())?;
+        let followed = FollowedPath::new(&inputs, &output, &path)?;
         let n_inputs = inputs.len();
         let mut intermediate_bytes = Some(0u64);
 
         let mut b = GraphBuilder::<TensorOp<T>>::new();
-        // Slots: operands then step results; `live` finds the p-th live slot in O(log n).
-        let mut slots: Vec<(computegraph::LocalValueId, Vec<u32>)> = Vec::with_capacity(2 * inputs.len());
+        // Per path operand (inputs, then step results): its value and its labels in the
+        // graph's layout (the follower's labels, ordered batch, left, right).
+        let mut values: Vec<(computegraph::LocalValueId, Vec<u32>)> = Vec::with_capacity(2 * n_inputs);
         for (i, l) in inputs.iter().enumerate() {
-            slots.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
-        }
-        let mut live = LiveList::new(inputs.len(), 2 * inputs.len());
-        // How many live operands hold each label.
-        let mut holders = vec![0usize; sizes.len()];
-        for l in &inputs {
-            for c in distinct(l) {
-                holders[c as usize] += 1;
-            }
+            values.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
         }
         let mut multiply_adds = 0.0;
-        // Bytes of each step's result, by slot minus the operand count.
-        let mut slot_bytes: Vec<Option<u64>> = Vec::with_capacity(inputs.len());
-        for (s, &[i, j]) in pairs.iter().enumerate() {
-            let (si, sj) = (live.nth(i), live.nth(j));
-            live.remove(si);
-            live.remove(sj);
-            let (va, la) = (slots[si].0, std::mem::take(&mut slots[si].1));
-            let (vb, lb) = (slots[sj].0, std::mem::take(&mut slots[sj].1));
-            for c in distinct(&la).into_iter().chain(distinct(&lb)) {
-                holders[c as usize] -= 1;
-            }
-            let last = s + 1 == pairs.len();
+        // Bytes of each step's result.
+        let mut result_bytes: Vec<Option<u64>> = Vec::with_capacity(n_inputs);
+        let steps = followed.steps();
+        for (s, step) in steps.iter().enumerate() {
+            let ([si, sj], [i, j]) = (step.operands, step.positions);
+            let (va, la) = (values[si.index()].0, std::mem::take(&mut values[si.index()].1));
+            let (vb, lb) = (values[sj.index()].0, std::mem::take(&mut values[sj.index()].1));
+            let last = s + 1 == steps.len();
             let kept = if last {
                 output.clone()
             } else {
-                step_output(&la, &lb, |c| holders[c as usize] > 0 || output.contains(&c))
+                let needed = followed.labels(step.result);
+                step_output(&la, &lb, |c| needed.contains(&c))
             };
             let shape: Vec<usize> = kept.iter().map(|&c| sizes[c as usize]).collect();
             let bytes = budget.alloc(&shape, || {
@@ -231,12 +221,12 @@ impl<T: Elem> Einsum<T> {
                 format!("{what} of step {s} of the path (operands {i} and {j} of {})", n_inputs - s)
             })?;
             intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
-            for slot in [si, sj] {
-                if slot >= n_inputs {
-                    budget.free(slot_bytes[slot - n_inputs]);
+            for operand in step.operands {
+                if let Some(r) = followed.step_of(operand) {
+                    budget.free(result_bytes[r]);
                 }
             }
-            slot_bytes.push(bytes);
+            result_bytes.push(bytes);
             let spec = ContractSpec::new(&la, &lb, &kept, &sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
             let v = b.try_add_operation(
@@ -244,15 +234,11 @@ impl<T: Elem> Einsum<T> {
                 vec![ValueRef::Local(va), ValueRef::Local(vb)],
                 OperationRole::Primary,
             )?[0];
-            for &c in &kept {
-                holders[c as usize] += 1;
-            }
-            live.push(slots.len());
-            slots.push((v, kept));
+            values.push((v, kept));
         }
-        let last = live.nth(0);
-        let (mut result, labels) = (slots[last].0, std::mem::take(&mut slots[last].1));
-        if labels != output {
+        let last = followed.last().index();
+        let (mut result, labels) = (values[last].0, std::mem::take(&mut values[last].1));
+        if followed.final_reduction().is_some() {
             let shape: Vec<usize> = output.iter().map(|&c| sizes[c as usize]).collect();
             let bytes = budget.alloc(&shape, || "the output (a reordering or reduction of one operand)".to_string())?;
             intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
@@ -506,81 +492,6 @@ fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
     out
 }
 
-/// The operand list of a pairwise path as live flags over slots (operands, then results
-/// in order) in a Fenwick tree: the p-th live slot in `O(log n)`, so a path of `n` steps
-/// is followed in `O(n log n)` rather than the `O(n²)` of removing from a vector.
-struct LiveList {
-    tree: Vec<usize>,
-    len: usize,
-}
-
-impl LiveList {
-    /// Slots `0..live` live, room for `capacity` slots.
-    fn new(live: usize, capacity: usize) -> Self {
-        let mut l = LiveList { tree: vec![0; capacity.max(live) + 1], len: 0 };
-        for i in 0..live {
-            l.push(i);
-        }
-        l
-    }
-
-    fn add(&mut self, slot: usize, delta: isize) {
-        let mut i = slot + 1;
-        while i < self.tree.len() {
-            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    /// Marks `slot` live (slots are pushed in increasing order).
-    fn push(&mut self, slot: usize) {
-        if slot + 1 >= self.tree.len() {
-            // Rebuild with twice the room (rare: capacity is 2n for n operands).
-            let old: Vec<usize> = (0..self.tree.len() - 1).filter(|&s| self.is_live(s)).collect();
-            *self = LiveList { tree: vec![0; 2 * (slot + 1) + 1], len: 0 };
-            for s in old {
-                self.push(s);
-            }
-        }
-        self.add(slot, 1);
-        self.len += 1;
-    }
-
-    fn remove(&mut self, slot: usize) {
-        self.add(slot, -1);
-        self.len -= 1;
-    }
-
-    fn prefix(&self, slot: usize) -> usize {
-        let (mut i, mut sum) = (slot + 1, 0);
-        while i > 0 {
-            sum += self.tree[i];
-            i &= i - 1;
-        }
-        sum
-    }
-
-    fn is_live(&self, slot: usize) -> bool {
-        self.prefix(slot) - if slot == 0 { 0 } else { self.prefix(slot - 1) } == 1
-    }
-
-    /// The slot of the `p`-th live operand (`p < len`, checked by path validation).
-    fn nth(&self, p: usize) -> usize {
-        debug_assert!(p < self.len);
-        let (mut pos, mut rest) = (0, p + 1);
-        let mut step = (self.tree.len() - 1).next_power_of_two();
-        while step > 0 {
-            let next = pos + step;
-            if next < self.tree.len() && self.tree[next] < rest {
-                pos = next;
-                rest -= self.tree[next];
-            }
-            step /= 2;
-        }
-        pos
-    }
-}
-
 fn zeros_like<T: Elem>(shape: &[usize]) -> EinsumResult<Tensor<T>> {
     Tensor::zeros(shape.to_vec())
 }
@@ -786,33 +697,4 @@ pub(crate) fn check_operand_shapes<T: Elem>(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn live_list_follows_a_vector_model() {
-        // The opt_einsum semantics on a plain vector, against the Fenwick list.
-        let n = 37;
-        let mut model: Vec<usize> = (0..n).collect();
-        let mut live = LiveList::new(n, 4);
-        let mut next = n;
-        let mut seed = 12345u64;
-        while model.len() > 1 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let i = (seed >> 33) as usize % model.len();
-            let j = (i + 1 + (seed >> 13) as usize % (model.len() - 1)) % model.len();
-            let (si, sj) = (live.nth(i), live.nth(j));
-            assert_eq!((si, sj), (model[i], model[j]));
-            live.remove(si);
-            live.remove(sj);
-            model.retain(|&x| x != si && x != sj);
-            live.push(next);
-            model.push(next);
-            next += 1;
-        }
-        assert_eq!(live.nth(0), model[0]);
-    }
 }

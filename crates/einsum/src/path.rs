@@ -1,7 +1,9 @@
 //! Contraction paths: [`ContractionPath`] in opt_einsum's format (each step contracts
 //! some positions of the current operand list, removes them and appends the result), its
 //! validation, its lowering to pairwise steps, and a greedy path finder; [`PathChoice`],
-//! how a network picks its path (`crate::search` runs the searches).
+//! how a network picks its path (`crate::search` runs the searches); [`FollowedPath`],
+//! the one walk of a pairwise path over label lists that every user of a path reads (its
+//! invariants are in its docs).
 //!
 //! A step may name one operand (it is reduced: labels it alone holds are summed, then it
 //! moves to the end of the list), two (a pairwise contraction) or more. [`ContractionPath::pairwise`]
@@ -19,7 +21,7 @@
 //! Complexity: per step, the pairs of operands that share a label (`O(n)` for chains and
 //! lattices of bounded degree), so `O(n²)` for `n` operands of bounded degree.
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::error::{EinsumError, EinsumResult};
 
@@ -292,6 +294,234 @@ pub(crate) fn distinct(l: &[u32]) -> Vec<u32> {
     out
 }
 
+computegraph::define_id!(
+    /// An entry of the operand list a pairwise path walks ([`FollowedPath`]): for a network
+    /// of `n` operands, operand `i` is `po{i}` and the result of step `s` is `po{n + s}`.
+    pub struct PathOperand = "po"
+);
+
+/// One pairwise step of a [`FollowedPath`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PairStep {
+    /// The two positions contracted, in the operand list as it is before the step
+    /// (opt_einsum's pair, as the lowered path gives it).
+    pub positions: [usize; 2],
+    /// The operands at those positions, in the same order.
+    pub operands: [PathOperand; 2],
+    /// The step's result, appended at the end of the list.
+    pub result: PathOperand,
+}
+
+/// A pairwise path followed over label lists: the one walk of opt_einsum's shrinking
+/// operand list that the cost model ([`crate::search::path_cost`]), the network builder
+/// ([`crate::Einsum`]), the slice finder ([`crate::SlicePlan`]) and reports share.
+///
+/// Invariants, for a network of `n` operands with label lists `inputs` and output labels
+/// `output`, and a path valid for it ([`ContractionPath::pairwise`] lowers and checks it):
+/// - step `s` contracts the operands at `positions` of the list left by step `s - 1`
+///   (operands `0..n` in order at first), removes both and appends its result
+///   `PathOperand(n + s)`; each operand is contracted at most once, and exactly one
+///   operand ([`FollowedPath::last`]) is left at the end;
+/// - an operand's labels ([`FollowedPath::labels`]) are its input's list as given
+///   (repeated labels included) or, for a result, the distinct labels of its two operands
+///   that are still needed, by an operand left in the list or by the output, in order of
+///   first appearance (the first operand's, then the second's); the last step's result
+///   has the output's labels, in the output's order;
+/// - a step loops over the distinct labels of its two operands ([`FollowedPath::loops`]).
+///
+/// Only label sets are fixed here: a builder that lays results out in another order
+/// (the graph's batch, left, right) keeps the same labels.
+///
+/// Complexity: `O(n log n)` for the list (a Fenwick tree of live flags) plus the labels of
+/// each step's two operands (hashed).
+///
+/// ```
+/// use einsum::{ContractionPath, FollowedPath};
+///
+/// // ij,jk,kl->il: contract operands 1 and 2 (j and k stay needed), then 0 with that.
+/// let (inputs, output) = (vec![vec![0, 1], vec![1, 2], vec![2, 3]], vec![0, 3]);
+/// let f = FollowedPath::new(&inputs, &output, &ContractionPath::new(vec![[1, 2], [0, 1]])).unwrap();
+/// let first = f.steps()[0];
+/// assert_eq!(f.labels(first.result), &[1, 3]);
+/// assert_eq!(f.loops(&first), vec![1, 2, 3]);
+/// let second = f.steps()[1];
+/// assert_eq!(second.operands[1], first.result);
+/// assert_eq!((f.labels(second.result), f.last()), (&[0, 3][..], second.result));
+/// assert!(f.final_reduction().is_none());
+/// ```
+#[derive(Clone, Debug)]
+pub struct FollowedPath<'a> {
+    inputs: &'a [Vec<u32>],
+    output: &'a [u32],
+    steps: Vec<PairStep>,
+    /// The labels of step `s`'s result.
+    results: Vec<Vec<u32>>,
+    last: PathOperand,
+}
+
+impl<'a> FollowedPath<'a> {
+    /// Lowers `path` to pairwise steps ([`ContractionPath::pairwise`], which validates it
+    /// against `inputs.len()` operands) and follows it.
+    pub fn new(inputs: &'a [Vec<u32>], output: &'a [u32], path: &ContractionPath) -> EinsumResult<Self> {
+        let pairs = path.pairwise(inputs.len())?;
+        let n = inputs.len();
+        // Per label: how many live operands hold it, and whether the output does.
+        let mut labels: FxHashMap<u32, (usize, bool)> = FxHashMap::default();
+        for l in inputs {
+            for c in distinct(l) {
+                labels.entry(c).or_default().0 += 1;
+            }
+        }
+        for &c in output {
+            labels.entry(c).or_default().1 = true;
+        }
+        let mut live = LiveList::new(n, n + pairs.len());
+        let mut steps = Vec::with_capacity(pairs.len());
+        let mut results: Vec<Vec<u32>> = Vec::with_capacity(pairs.len());
+        for (s, &[i, j]) in pairs.iter().enumerate() {
+            let operands = [PathOperand::new(live.nth(i)), PathOperand::new(live.nth(j))];
+            live.remove(operands[0].index());
+            live.remove(operands[1].index());
+            let label_list =
+                |o: PathOperand| if o.index() < n { &inputs[o.index()][..] } else { &results[o.index() - n][..] };
+            let (a, b) = (label_list(operands[0]), label_list(operands[1]));
+            for c in distinct(a).into_iter().chain(distinct(b)) {
+                labels.get_mut(&c).expect("every operand's label is counted").0 -= 1;
+            }
+            let all = distinct(&[a, b].concat());
+            let result: Vec<u32> = if s + 1 == pairs.len() {
+                output.to_vec()
+            } else {
+                all.into_iter().filter(|c| labels[c].0 > 0 || labels[c].1).collect()
+            };
+            for c in &result {
+                labels.get_mut(c).expect("a result's label is an operand's").0 += 1;
+            }
+            let id = PathOperand::new(n + s);
+            live.push(id.index());
+            steps.push(PairStep { positions: [i, j], operands, result: id });
+            results.push(result);
+        }
+        let last = PathOperand::new(live.nth(0));
+        Ok(FollowedPath { inputs, output, steps, results, last })
+    }
+
+    /// The pairwise steps, in order.
+    pub fn steps(&self) -> &[PairStep] {
+        &self.steps
+    }
+
+    /// The labels of an operand or result of this path (see the invariants; an operand
+    /// of another path may be out of range, which panics).
+    pub fn labels(&self, operand: PathOperand) -> &[u32] {
+        match self.step_of(operand) {
+            Some(s) => &self.results[s],
+            None => &self.inputs[operand.index()],
+        }
+    }
+
+    /// The step whose result `operand` is, or `None` for an input.
+    pub fn step_of(&self, operand: PathOperand) -> Option<usize> {
+        operand.index().checked_sub(self.inputs.len())
+    }
+
+    /// The distinct labels of a step's two operands, the first operand's first: what the
+    /// step loops over.
+    pub fn loops(&self, step: &PairStep) -> Vec<u32> {
+        distinct(&[self.labels(step.operands[0]), self.labels(step.operands[1])].concat())
+    }
+
+    /// The one operand left after the last step (the only operand when there are no steps).
+    pub fn last(&self) -> PathOperand {
+        self.last
+    }
+
+    /// When the operand left does not have the output's labels, a final one-operand step
+    /// (reorder or reduce) must follow: its labels and the distinct labels it loops over.
+    /// Only a path of no steps can need one.
+    pub fn final_reduction(&self) -> Option<(&[u32], Vec<u32>)> {
+        let l = self.labels(self.last);
+        (l != self.output).then(|| (l, distinct(l)))
+    }
+}
+
+/// The operand list of a pairwise path as live flags over [`PathOperand`] indices
+/// (operands, then results in order) in a Fenwick tree: the p-th live entry in
+/// `O(log n)`, so a path of `n` steps is followed in `O(n log n)` rather than the `O(n²)`
+/// of removing from a vector. Results are appended with increasing indices, so the order
+/// of live indices is the list's order.
+struct LiveList {
+    tree: Vec<usize>,
+    len: usize,
+}
+
+impl LiveList {
+    /// Entries `0..live` live, room for `capacity` entries.
+    fn new(live: usize, capacity: usize) -> Self {
+        let mut l = LiveList { tree: vec![0; capacity.max(live) + 1], len: 0 };
+        for i in 0..live {
+            l.push(i);
+        }
+        l
+    }
+
+    fn add(&mut self, slot: usize, delta: isize) {
+        let mut i = slot + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Marks `slot` live (slots are pushed in increasing order).
+    fn push(&mut self, slot: usize) {
+        if slot + 1 >= self.tree.len() {
+            // Rebuild with twice the room.
+            let old: Vec<usize> = (0..self.tree.len() - 1).filter(|&s| self.is_live(s)).collect();
+            *self = LiveList { tree: vec![0; 2 * (slot + 1) + 1], len: 0 };
+            for s in old {
+                self.push(s);
+            }
+        }
+        self.add(slot, 1);
+        self.len += 1;
+    }
+
+    fn remove(&mut self, slot: usize) {
+        self.add(slot, -1);
+        self.len -= 1;
+    }
+
+    fn prefix(&self, slot: usize) -> usize {
+        let (mut i, mut sum) = (slot + 1, 0);
+        while i > 0 {
+            sum += self.tree[i];
+            i &= i - 1;
+        }
+        sum
+    }
+
+    fn is_live(&self, slot: usize) -> bool {
+        self.prefix(slot) - if slot == 0 { 0 } else { self.prefix(slot - 1) } == 1
+    }
+
+    /// The `p`-th live entry (`p < len`, checked by path validation).
+    fn nth(&self, p: usize) -> usize {
+        debug_assert!(p < self.len);
+        let (mut pos, mut rest) = (0, p + 1);
+        let mut step = (self.tree.len() - 1).next_power_of_two();
+        while step > 0 {
+            let next = pos + step;
+            if next < self.tree.len() && self.tree[next] < rest {
+                pos = next;
+                rest -= self.tree[next];
+            }
+            step /= 2;
+        }
+        pos
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +573,132 @@ mod tests {
         // Disconnected operands still get a complete path.
         let p = ContractionPath::greedy(&[vec![0], vec![1], vec![2]], &[0, 1, 2], |_| 2);
         assert!(p.validate(3).is_ok());
+    }
+
+    /// opt_einsum's list as a plain vector of (operand, labels), needed labels found by
+    /// scanning it: per step (positions, operands, result, loops, result labels), and the
+    /// operand left with its labels.
+    #[allow(clippy::type_complexity)]
+    fn reference(
+        inputs: &[Vec<u32>],
+        output: &[u32],
+        pairs: &[[usize; 2]],
+    ) -> (Vec<([usize; 2], [usize; 2], usize, Vec<u32>, Vec<u32>)>, (usize, Vec<u32>)) {
+        let n = inputs.len();
+        let mut live: Vec<(usize, Vec<u32>)> = inputs.iter().cloned().enumerate().collect();
+        let mut steps = Vec::new();
+        for (s, &[i, j]) in pairs.iter().enumerate() {
+            let (a, b) = (live[i].clone(), live[j].clone());
+            live.retain(|(id, _)| *id != a.0 && *id != b.0);
+            let mut all: Vec<u32> = Vec::new();
+            for &c in a.1.iter().chain(&b.1) {
+                if !all.contains(&c) {
+                    all.push(c);
+                }
+            }
+            let result: Vec<u32> = if s + 1 == pairs.len() {
+                output.to_vec()
+            } else {
+                all.iter().copied().filter(|c| output.contains(c) || live.iter().any(|l| l.1.contains(c))).collect()
+            };
+            steps.push(([i, j], [a.0, b.0], n + s, all, result.clone()));
+            live.push((n + s, result));
+        }
+        assert_eq!(live.len(), 1);
+        (steps, live.pop().unwrap())
+    }
+
+    /// A path of steps of one to three operands drawn from `draws` (then pairs), valid for
+    /// `n` operands; sometimes a one-operand step after the last contraction.
+    fn random_path(n: usize, draws: &[u64]) -> ContractionPath {
+        let (mut m, mut k, mut steps) = (n, 0, Vec::new());
+        while m > 1 || (k < draws.len() && draws[k] % 5 == 0) {
+            let d = draws[k % draws.len()];
+            let len = if k < draws.len() { 1 + (d % 3) as usize } else { 2 }.min(m);
+            let mut free: Vec<usize> = (0..m).collect();
+            let mut r = d / 3;
+            let step: Vec<usize> = (0..len)
+                .map(|_| {
+                    let p = free.remove(r as usize % free.len());
+                    r = r / 7 + 1;
+                    p
+                })
+                .collect();
+            m -= len - 1;
+            k += 1;
+            steps.push(step);
+        }
+        ContractionPath::from_steps(steps)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_follower_agrees_with_a_plain_list(
+            inputs in proptest::collection::vec(proptest::collection::vec(0u32..7, 0..4), 1..9),
+            out_mask in 0u32..128,
+            draws in proptest::collection::vec(proptest::prelude::any::<u64>(), 1..12),
+        ) {
+            let mut output: Vec<u32> = Vec::new();
+            for l in &inputs {
+                for &c in l {
+                    if out_mask >> c & 1 == 1 && !output.contains(&c) {
+                        output.push(c);
+                    }
+                }
+            }
+            let path = random_path(inputs.len(), &draws);
+            let pairs = path.pairwise(inputs.len()).unwrap();
+            let f = FollowedPath::new(&inputs, &output, &path).unwrap();
+            let (want, (last, last_labels)) = reference(&inputs, &output, &pairs);
+            proptest::prop_assert_eq!(f.steps().len(), want.len());
+            for (step, (positions, operands, result, loops, labels)) in f.steps().iter().zip(&want) {
+                proptest::prop_assert_eq!(step.positions, *positions);
+                proptest::prop_assert_eq!(step.operands.map(PathOperand::index), *operands);
+                proptest::prop_assert_eq!(step.result.index(), *result);
+                proptest::prop_assert_eq!(&f.loops(step), loops);
+                proptest::prop_assert_eq!(f.labels(step.result), &labels[..]);
+                proptest::prop_assert_eq!(f.step_of(step.result), Some(result - inputs.len()));
+            }
+            proptest::prop_assert_eq!(f.last().index(), last);
+            proptest::prop_assert_eq!(f.labels(f.last()), &last_labels[..]);
+            let reduction = (last_labels != output).then(|| (&last_labels[..], distinct(&last_labels)));
+            proptest::prop_assert_eq!(f.final_reduction(), reduction);
+        }
+    }
+
+    #[test]
+    fn a_network_of_one_operand_has_no_steps_and_may_need_a_reduction() {
+        let inputs = vec![vec![0, 1, 1]];
+        let f = FollowedPath::new(&inputs, &[1], &ContractionPath::new(vec![])).unwrap();
+        assert!(f.steps().is_empty());
+        assert_eq!((f.last().index(), f.step_of(f.last())), (0, None));
+        assert_eq!(f.final_reduction(), Some((&[0, 1, 1][..], vec![0, 1])));
+        assert!(FollowedPath::new(&inputs, &[0, 1], &ContractionPath::new(vec![[0, 1]])).is_err());
+        assert_eq!(PathOperand::new(3).to_string(), "po3");
+    }
+
+    #[test]
+    fn live_list_follows_a_vector_model() {
+        // The opt_einsum semantics on a plain vector, against the Fenwick list (capacity 4,
+        // so it grows).
+        let n = 37;
+        let mut model: Vec<usize> = (0..n).collect();
+        let mut live = LiveList::new(n, 4);
+        let mut next = n;
+        let mut seed = 12345u64;
+        while model.len() > 1 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let i = (seed >> 33) as usize % model.len();
+            let j = (i + 1 + (seed >> 13) as usize % (model.len() - 1)) % model.len();
+            let (si, sj) = (live.nth(i), live.nth(j));
+            assert_eq!((si, sj), (model[i], model[j]));
+            live.remove(si);
+            live.remove(sj);
+            model.retain(|&x| x != si && x != sj);
+            live.push(next);
+            model.push(next);
+            next += 1;
+        }
+        assert_eq!(live.nth(0), model[0]);
     }
 }

@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::error::EinsumResult;
-use crate::path::{ContractionPath, PathChoice, distinct};
+use crate::path::{ContractionPath, FollowedPath, PathChoice, distinct};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
 pub const OPTIMAL_MAX_OPERANDS: usize = 16;
@@ -106,41 +106,14 @@ impl Bits {
 /// assert_eq!((left, right), (2560.0, 2520.0));
 /// ```
 pub fn path_cost(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], path: &ContractionPath) -> EinsumResult<f64> {
-    let pairs = path.pairwise(inputs.len())?;
-    let mut live: Vec<Vec<u32>> = inputs.to_vec();
-    let mut holders = vec![0usize; sizes.len()];
-    for l in inputs {
-        for c in distinct(l) {
-            holders[c as usize] += 1;
-        }
-    }
-    let size = |l: &[u32]| distinct(l).iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
+    let followed = FollowedPath::new(inputs, output, path)?;
+    let size = |l: &[u32]| l.iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
     let mut cost = 0.0;
-    for (s, &[i, j]) in pairs.iter().enumerate() {
-        let (a, b) = if i < j {
-            let b = live.remove(j);
-            (live.remove(i), b)
-        } else {
-            let a = live.remove(i);
-            (a, live.remove(j))
-        };
-        for c in distinct(&a).into_iter().chain(distinct(&b)) {
-            holders[c as usize] -= 1;
-        }
-        let all: Vec<u32> = a.iter().chain(&b).copied().collect();
-        cost += size(&all);
-        let kept: Vec<u32> = if s + 1 == pairs.len() {
-            output.to_vec()
-        } else {
-            distinct(&all).into_iter().filter(|&c| holders[c as usize] > 0 || output.contains(&c)).collect()
-        };
-        for &c in &kept {
-            holders[c as usize] += 1;
-        }
-        live.push(kept);
+    for step in followed.steps() {
+        cost += size(&followed.loops(step));
     }
-    if live.len() == 1 && live[0] != output {
-        cost += size(&live[0]);
+    if let Some((_, loops)) = followed.final_reduction() {
+        cost += size(&loops);
     }
     Ok(cost)
 }

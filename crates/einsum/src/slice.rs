@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{EinsumError, EinsumResult};
 use crate::memory::MemoryLimit;
-use crate::path::{ContractionPath, distinct};
+use crate::path::{ContractionPath, FollowedPath};
 use crate::subscripts::Subscripts;
 
 /// How to slice a contraction ([`crate::SlicedEinsum::new`]).
@@ -259,9 +259,6 @@ impl Network {
     fn new(subscripts: &Subscripts, shapes: &[Vec<usize>], path: &ContractionPath, elem: usize) -> EinsumResult<Self> {
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let by_char = subscripts.label_sizes(&refs)?;
-        // Steps of more than two operands run as pairwise contractions in the order listed
-        // (as `Einsum` runs them), so the slices follow that lowering.
-        let pairs = path.pairwise(subscripts.inputs().len())?;
         // Numbered as `Einsum` numbers them: first appearance in the operands, then the output.
         let mut ids: FxHashMap<char, u32> = FxHashMap::default();
         let (mut labels, mut sizes) = (Vec::new(), Vec::new());
@@ -274,25 +271,21 @@ impl Network {
         };
         let operands: Vec<Vec<u32>> = subscripts.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
         let output: Vec<u32> = subscripts.output().iter().map(|&c| id(c)).collect();
-        // Follow the path: the live list holds (labels, Some(step) for a result).
-        let mut live: Vec<(Vec<u32>, Option<usize>)> = operands.iter().map(|l| (distinct(l), None)).collect();
-        let mut steps = Vec::with_capacity(pairs.len() + 1);
-        for (s, &[i, j]) in pairs.iter().enumerate() {
-            let (hi, lo) = (i.max(j), i.min(j));
-            let b = live.remove(hi);
-            let a = live.remove(lo);
-            let all = distinct(&[a.0.as_slice(), b.0.as_slice()].concat());
-            let result = if s + 1 == pairs.len() {
-                output.clone()
-            } else {
-                all.iter().copied().filter(|c| output.contains(c) || live.iter().any(|l| l.0.contains(c))).collect()
-            };
-            steps.push(Step { all, result: result.clone(), consumes: [a.1, b.1].into_iter().flatten().collect() });
-            live.push((result, Some(s)));
-        }
-        if pairs.is_empty() && operands.first().is_some_and(|l| *l != output) {
+        // Steps of more than two operands run as pairwise contractions in the order listed
+        // (as `Einsum` runs them), so the slices follow that lowering.
+        let followed = FollowedPath::new(&operands, &output, path)?;
+        let mut steps: Vec<Step> = followed
+            .steps()
+            .iter()
+            .map(|step| Step {
+                all: followed.loops(step),
+                result: followed.labels(step.result).to_vec(),
+                consumes: step.operands.iter().filter_map(|&o| followed.step_of(o)).collect(),
+            })
+            .collect();
+        if let Some((_, loops)) = followed.final_reduction() {
             // One operand reordered or reduced (as `Einsum` adds a final one-operand step).
-            steps.push(Step { all: distinct(&operands[0]), result: output.clone(), consumes: Vec::new() });
+            steps.push(Step { all: loops, result: output.clone(), consumes: Vec::new() });
         }
         Ok(Network { labels, sizes, operands, output, steps, elem: elem as f64 })
     }

@@ -4,8 +4,9 @@
 //!   with `n` sites, physical dimension 2 and bond dimension `χ`, contracted along the
 //!   zipper path (`A₀·B₀`, then the running environment with the next remaining operand);
 //!   [`StepTimes::measure`] times it per contraction step, beside the kernels alone.
-//! - [`instance`]: `docs/SPEC.md` §8.3, the six Einsum Benchmark instances bundled
-//!   with the einsum crate, with seeded operands, on their `opt_flops` paths.
+//! - [`instance`]: `docs/SPEC.md` §8.3, the Einsum Benchmark instances bundled with the
+//!   einsum crate (`einsum::BUNDLED_DIR`, listed by [`Instance::bundled_names`]), with
+//!   seeded operands, on their `opt_flops` paths.
 //!
 //! The MPS network is defined once here; `benches/scripts/compare_einsum.py` builds the
 //! same one (same operand order, shapes and path) for numpy + opt_einsum.
@@ -14,16 +15,6 @@ use std::time::Instant;
 
 use computegraph::{EvalState, ValueRef};
 use einsum::{ContractionPath, Einsum, EinsumGradient, Instance, PathChoice, Tensor};
-
-/// The instances of `docs/SPEC.md` §8.3, in report order (files in `crates/einsum/tests/data/`).
-pub const INSTANCES: [&str; 6] = [
-    "bin_matmul_256",
-    "bin_batched_matmul_b32_m64_n64_k64",
-    "str_matrix_chain_multiplication_100",
-    "str_mps_varying_inner_product_200",
-    "lm_batch_likelihood_brackets_4_4d",
-    "str_nw_mera_open_26",
-];
 
 /// A contraction network with its path and operands.
 pub struct Network {
@@ -114,13 +105,13 @@ pub fn mps(sites: usize, chi: usize) -> Network {
     }
 }
 
-/// A bundled instance of `docs/SPEC.md` §8.3 with seeded operands, on its `opt_flops` path.
+/// A bundled instance of `docs/SPEC.md` §8.3 (one of [`Instance::bundled_names`]) with
+/// seeded operands, on its `opt_flops` path.
 ///
 /// # Panics
 /// If the instance file is missing or malformed (they are part of the repository).
 pub fn instance(name: &str) -> Network {
-    let file = format!("{}/../einsum/tests/data/{name}.json", env!("CARGO_MANIFEST_DIR"));
-    let inst = Instance::from_file(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let inst = Instance::bundled(name).unwrap_or_else(|e| panic!("{e}"));
     let path = inst.opt_flops.clone().unwrap_or_else(|| panic!("{name} has no opt_flops path"));
     let operands = inst.random_operands::<f64>(42).unwrap_or_else(|e| panic!("{name}: {e}"));
     Network { name: inst.name, expression: inst.format_string, shapes: inst.shapes, path, operands }
@@ -245,7 +236,7 @@ mod tests {
 
     #[test]
     fn instances_load_with_their_paths() {
-        let net = instance(INSTANCES[0]);
+        let net = instance("bin_matmul_256");
         assert_eq!(net.path.steps().len(), 1);
         let e = net.einsum();
         let (g, ones) = gradient(&e);

@@ -1,31 +1,29 @@
-//! The benchmark instances: all six load, build with each path and the greedy finder; the
-//! two one-step instances are evaluated against the reference; the others are evaluated
-//! with every dimension capped at 2 (same structure) and the three paths must agree.
+//! The bundled benchmark instances (`einsum::BUNDLED_DIR`): all load, build with each path
+//! and the greedy finder; the one-step instances (two operands) are evaluated against the
+//! reference; the others are evaluated with every dimension capped at 2 (same structure)
+//! and the three paths must agree.
 //! Full-size runs: `cargo run --release -p einsum --example instances`.
 
 use einsum::{Instance, PathChoice, Tensor, c64, reference_einsum};
 
 use crate::network::assert_close;
 
-fn load(name: &str) -> Instance {
-    let path = format!("{}/tests/data/{name}.json", env!("CARGO_MANIFEST_DIR"));
-    Instance::from_file(&path).unwrap_or_else(|e| panic!("{e}"))
+/// The bundled instances (`einsum::BUNDLED_DIR`), loaded; each is named as its file.
+fn bundled() -> Vec<Instance> {
+    let names = Instance::bundled_names().unwrap_or_else(|e| panic!("{e}"));
+    assert!(names.len() >= 6, "{names:?}");
+    let load = |n: &String| {
+        let inst = Instance::bundled(n).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&inst.name, n);
+        inst
+    };
+    names.iter().map(load).collect()
 }
-
-const ALL: [&str; 6] = [
-    "bin_matmul_256",
-    "bin_batched_matmul_b32_m64_n64_k64",
-    "str_matrix_chain_multiplication_100",
-    "str_mps_varying_inner_product_200",
-    "lm_batch_likelihood_brackets_4_4d",
-    "str_nw_mera_open_26",
-];
 
 #[test]
 fn all_instances_load_and_build_with_every_path() {
-    for name in ALL {
-        let inst = load(name);
-        assert_eq!(inst.name, name);
+    for inst in bundled() {
+        let name = inst.name.as_str();
         for path in [
             PathChoice::Explicit(inst.opt_flops.clone().unwrap()),
             PathChoice::Explicit(inst.opt_size.clone().unwrap()),
@@ -39,8 +37,10 @@ fn all_instances_load_and_build_with_every_path() {
 
 #[test]
 fn one_step_instances_match_reference() {
-    for name in ["bin_matmul_256", "bin_batched_matmul_b32_m64_n64_k64"] {
-        let inst = load(name);
+    let one_step: Vec<Instance> = bundled().into_iter().filter(|i| i.shapes.len() == 2).collect();
+    assert!(one_step.len() >= 2);
+    for inst in one_step {
+        let name = inst.name.as_str();
         let ops = inst.random_operands::<f64>(7).unwrap();
         let refs: Vec<&Tensor<f64>> = ops.iter().collect();
         let e = inst.einsum::<f64>(PathChoice::Explicit(inst.opt_flops.clone().unwrap())).unwrap();
@@ -52,8 +52,9 @@ fn one_step_instances_match_reference() {
 #[test]
 fn shrunk_instances_agree_across_paths() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-    for name in ALL {
-        let mut inst = load(name);
+    for mut inst in bundled() {
+        let name = inst.name.clone();
+        let name = &name;
         for s in &mut inst.shapes {
             for d in s.iter_mut() {
                 *d = (*d).min(2);
