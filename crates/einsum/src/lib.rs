@@ -105,6 +105,6 @@ pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, PathChoice};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
-pub use sliced::{SlicedEinsum, SlicedGradient};
+pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;
