@@ -3,6 +3,8 @@ against the single-process expression and numpy, with sliced labels in the outpu
 it and both; bad input raises like the local API; no Ray instance is a clear error.
 Skipped only when Ray is not importable."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -28,6 +30,9 @@ def test_no_ray_instance_is_a_clear_error():
 
 @pytest.fixture(scope="module")
 def local_ray():
+    # Ray starts its processes by fork and exec, which JAX (imported by other test
+    # modules) warns about although the child runs no Python: silenced here only.
+    warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
     ray.init(
         num_cpus=2,
         include_dashboard=False,
