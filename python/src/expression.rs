@@ -265,8 +265,9 @@ impl Inner {
         let g = cached(&T::compiled(self).gradients, wrt, |w| e.gradient(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let range = self.range(0, None);
-        let (value, grads) = run(py, 3.0 * self.slice_plan.multiply_adds(), || g.eval_slices_with_value(&refs, &c, range))
-            .map_err(value_error)?;
+        let (value, grads) =
+            run(py, 3.0 * self.slice_plan.multiply_adds(), || g.eval_slices_with_value(&refs, &c, range))
+                .map_err(value_error)?;
         value_and_grads_to_py(py, convert::to_numpy(py, value)?.into_any(), grads)
     }
 
