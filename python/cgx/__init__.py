@@ -10,7 +10,8 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
 - :mod:`cgx.graph` (``cgx.graph.Graph``): the scalar graph engine, built in batches,
   compiled, evaluated and differentiated;
 - ``cgx.distributed`` (``import cgx.distributed``, needs dask.distributed): sliced
-  contractions and their gradients spread over a Dask cluster;
+  contractions and their gradients spread over a Dask cluster; ``cgx.ray`` (needs Ray)
+  and ``cgx.mpi`` (needs mpi4py) the same on Ray and over MPI;
 - ``cgx.jax.contract`` (``import cgx.jax``, needs JAX): differentiable in JAX by the
   engine's VJP.
 

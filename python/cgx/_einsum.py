@@ -292,7 +292,8 @@ class ContractExpression(_core.Expression):
     A sliced expression (``sliced_inds``, ``n_slices``, ``slicing_overhead``) evaluates
     any range of its slices alone: ``eval_slices`` and ``grad_slices`` return sums over
     ``range(start, stop)`` that add up, over disjoint ranges covering every slice, to the
-    value and the gradients. It pickles as its plan (equation, shapes, path, limit and
+    value and the gradients; ``value_and_grad_slices`` gives both in one pass, and
+    ``eval_blocks`` gives the value by output blocks (see there). It pickles as its plan (equation, shapes, path, limit and
     sliced labels) and is rebuilt, with the same slices, where it is unpickled.
     """
 
@@ -300,9 +301,25 @@ class ContractExpression(_core.Expression):
         """The sum of slices ``start..stop`` (to the last if ``None``), of the output's shape."""
         return self._eval_slices(arrays, start, stop)
 
+    def eval_blocks(self, *arrays, start=0, stop=None):
+        """``(first, blocks)``: slices ``start..stop`` by output blocks, never of the output's
+        full shape. A block is the output at one value of each sliced label of the output
+        (counted over those labels in ``sliced_inds`` order, the last fastest; one block if
+        none is in the output), summed over the range's values of the other sliced labels;
+        ``blocks[i]`` is block ``first + i``, of the output's shape without its sliced axes.
+        With the output's sliced labels first in ``sliced_inds``, a range holds about its
+        share of the blocks."""
+        return self._eval_slices(arrays, start, stop, True)
+
     def grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None):
         """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
         return self._grad_slices(arrays, start, stop, _wrt(wrt), cotangent)
+
+    def value_and_grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None, blocks=False):
+        """``(value, grads)`` of slices ``start..stop`` in one pass (each slice's forward runs
+        once): ``value`` as ``eval_slices`` gives it, or as ``eval_blocks`` with ``blocks``;
+        ``grads`` as ``grad_slices``."""
+        return self._value_and_grad_slices(arrays, start, stop, _wrt(wrt), cotangent, blocks)
 
     def __reduce__(self):
         return (type(self), (self.eq, self.shapes, self.path, self.memory_limit, self.sliced_inds or None))

@@ -5,25 +5,41 @@
 numpy arrays. The work is split along the expression's slices:
 
 1. the driver plans once (:func:`cgx.contract_expression`: path, slices for
-   ``memory_limit`` or the given ``sliced_inds``) and checks the operands there, so a bad
-   input raises the local API's exception before anything is sent;
+   ``memory_limit`` or the given ``sliced_inds``, the output's sliced labels put first)
+   and checks the operands there, so a bad input raises the local API's exception before
+   anything is sent;
 2. the operands (and the cotangent) are scattered to every worker once
    (``client.scatter(..., broadcast=True)``);
 3. the slices ``0..n_slices`` are cut into contiguous ranges, one task per range
-   (``eval_slices`` / ``grad_slices`` on the worker); the number of ranges comes from the
-   slice count, the cluster's threads and the expression's flops, so each task does at
-   least ``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, 0.2 to 1 ms, stays a few
-   percent of it) and there are at most ``TASKS_PER_THREAD`` tasks per worker thread;
-4. the partial sums are added pairwise on the workers (a tree of ``client.submit``
+   (``eval_slices`` / ``eval_blocks`` / ``value_and_grad_slices`` on the worker, one pass
+   per slice for value and gradients); the number of ranges comes from the slice count,
+   the cluster's threads and the expression's flops, so each task does at least
+   ``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, 0.2 to 1 ms, stays a few percent
+   of it) and there are at most ``TASKS_PER_THREAD`` tasks per worker thread;
+4. the partial results are combined pairwise on the workers (a tree of ``client.submit``
    tasks, depth ``log2`` of the task count) and only the root comes back.
+
+What a task returns and how two are combined depends on where the sliced labels are:
+
+- no sliced label in the output: the range's sum, of the output's shape; combined by
+  adding;
+- a sliced label in the output: the range's *output blocks* (``eval_blocks``: the output
+  at one value of each sliced output label, summed over the range's values of the other
+  sliced labels), only those the range touches; combined by placing them side by side
+  (adding the block two neighbouring ranges share), and a last task lays the stacked
+  blocks out as the output. As the output's sliced labels come first in the slice order,
+  a range touches about its share of the blocks: no task holds or sends an output-sized
+  array of zeros.
+
+Gradients have the operands' shapes, whatever is sliced: they are always added.
 
 Invariants: every task is pure (its result depends only on its arguments, which are the
 plan, the scattered operands and a slice range), so Dask may rerun it anywhere, for
-instance when a worker dies mid-run: that costs time, not the answer. The partial sums
-are output-shaped, so a sliced label in the output needs no special case (each range
-fills its own positions, the others are zero). The expression travels to the workers as
-its plan (it pickles as equation, shapes, path, limit, sliced labels) and each worker
-process keeps the rebuilt, compiled expression in a small cache.
+instance when a worker dies mid-run: that costs time, not the answer. The expression
+travels to the workers as its plan (it pickles as equation, shapes, path, limit, sliced
+labels) and each worker process keeps the rebuilt, compiled expression in a small cache.
+The range functions and the combination are engine-neutral: :mod:`cgx.ray` runs the same
+ones on Ray.
 
 >>> from dask.distributed import Client                     # doctest: +SKIP
 >>> client = Client(n_workers=2)                            # doctest: +SKIP
@@ -116,32 +132,100 @@ def _plan_key(expr):
     return (eq, tuple(tuple(s) for s in shapes), tuple(tuple(p) for p in path), limit, tuple(sliced or ()))
 
 
-def _eval_range(plan, start, stop, *arrays):
-    return _expression(plan).eval_slices(*arrays, start=start, stop=stop)
+class Blocks:
+    """Output blocks ``first..first + len(rows)`` of a slice range, stacked along axis 0
+    (``ContractExpression.eval_blocks``)."""
+
+    __slots__ = ("first", "rows")
+
+    def __init__(self, first, rows):
+        self.first, self.rows = int(first), rows
+
+    def __reduce__(self):
+        return (Blocks, (self.first, self.rows))
 
 
-def _grad_range(plan, start, stop, wrt, cotangent, *arrays):
+def _eval_range(plan, start, stop, blocked, *arrays):
     expr = _expression(plan)
-    value = expr.eval_slices(*arrays, start=start, stop=stop)
-    grads = expr.grad_slices(*arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent)
-    return value, tuple(grads)
+    if blocked:
+        return Blocks(*expr.eval_blocks(*arrays, start=start, stop=stop))
+    return expr.eval_slices(*arrays, start=start, stop=stop)
+
+
+def _grad_range(plan, start, stop, blocked, wrt, cotangent, *arrays):
+    value, grads = _expression(plan).value_and_grad_slices(
+        *arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent, blocks=blocked
+    )
+    return (Blocks(*value) if blocked else value), tuple(grads)
+
+
+def _combine(a, b):
+    """Two ranges' values: added, or as blocks placed side by side (a shared block added)."""
+    if not isinstance(a, Blocks):
+        return operator.add(a, b)
+    if len(a.rows) == 0 or len(b.rows) == 0:  # an empty range touches no block
+        return b if len(a.rows) == 0 else a
+    first = min(a.first, b.first)
+    stop = max(a.first + len(a.rows), b.first + len(b.rows))
+    rows = np.zeros((stop - first,) + a.rows.shape[1:], dtype=np.result_type(a.rows, b.rows))
+    for x in (a, b):
+        rows[x.first - first : x.first - first + len(x.rows)] += x.rows
+    return Blocks(first, rows)
 
 
 def _add_pair(a, b):
     if isinstance(a, tuple):
-        value = operator.add(a[0], b[0])
-        return value, tuple(x + y for x, y in zip(a[1], b[1]))
-    return operator.add(a, b)
+        return _combine(a[0], b[0]), tuple(x + y for x, y in zip(a[1], b[1]))
+    return _combine(a, b)
+
+
+def _block_layout(expr):
+    """How stacked blocks become the output: ``(n_blocks, sizes, perm)``, the stack reshaped
+    to ``sizes`` (the sliced output labels in slice order, then the other output labels)
+    and transposed by ``perm``; ``None`` when no sliced label is in the output."""
+    _, output, sizes, _ = expr._plan()
+    blocked = [c for c in expr.sliced_inds if c in output]
+    if not blocked:
+        return None
+    order = blocked + [c for c in output if c not in blocked]
+    n_blocks = int(np.prod([sizes[c] for c in blocked]))
+    return n_blocks, tuple(sizes[c] for c in order), tuple(order.index(c) for c in output)
+
+
+def _finish(layout, result):
+    """The output from the root of the combination: blocks laid out, gradients as they are."""
+    if isinstance(result, tuple):
+        return _finish(layout, result[0]), result[1]
+    if layout is None:
+        return result
+    n_blocks, sizes, perm = layout
+    if result.first != 0 or len(result.rows) != n_blocks:  # pragma: no cover - an internal invariant
+        raise RuntimeError(f"cgx.distributed: blocks {result.first}..{result.first + len(result.rows)} of {n_blocks}")
+    return np.ascontiguousarray(result.rows.reshape(sizes).transpose(perm))
 
 
 def _tree_sum(client, futures):
-    """Adds the futures pairwise on the workers; the root future."""
+    """Combines the futures pairwise on the workers; the root future."""
     while len(futures) > 1:
         paired = [client.submit(_add_pair, futures[i], futures[i + 1]) for i in range(0, len(futures) - 1, 2)]
         if len(futures) % 2:
             paired.append(futures[-1])
         futures = paired
     return futures[0]
+
+
+def _prepare(eq, arrays, optimize, memory_limit, sliced_inds):
+    """The expression for ``arrays``' shapes, its sliced output labels first in the slice
+    order (so that a range of slices touches few output blocks)."""
+    shapes = [_einsum._shape_of(x, False) for x in arrays]
+    expr = _einsum.contract_expression(eq, *shapes, optimize=optimize, memory_limit=memory_limit, sliced_inds=sliced_inds)
+    output = expr._plan()[1]
+    order = sorted(expr.sliced_inds, key=lambda c: c not in output)
+    if order != list(expr.sliced_inds):
+        expr = _einsum.contract_expression(
+            eq, *shapes, optimize=expr.path, memory_limit=memory_limit, sliced_inds=order
+        )
+    return expr
 
 
 def _slice_flops(expr):
@@ -164,10 +248,7 @@ def _submit(eq, arrays, options, grad=None):
     """The future of the slices' sum: of the value, or with ``grad = (wrt, cotangent)`` of
     ``(value, grads)`` (the body of every form, see the module docs)."""
     client = _require_client(options.client)
-    shapes = [_einsum._shape_of(x, False) for x in arrays]
-    expr = _einsum.contract_expression(
-        eq, *shapes, optimize=options.optimize, memory_limit=options.memory_limit, sliced_inds=options.sliced_inds
-    )
+    expr = _prepare(eq, arrays, options.optimize, options.memory_limit, options.sliced_inds)
     # Checks operands (count, shapes, element type), the memory limit and, for gradients,
     # wrt and the cotangent here, with the local API's exceptions: an empty range does no work.
     if grad is None:
@@ -180,14 +261,17 @@ def _submit(eq, arrays, options, grad=None):
     # Fresh keys per run (hash=False): a run never waits on, or races with the release
     # of, an earlier run's copy of the same data.
     scattered = client.scatter(arrays, broadcast=True, hash=False)
+    layout = _block_layout(expr)
+    blocked = layout is not None
     if grad is None:
-        task, args, flops = _eval_range, (), _slice_flops(expr)
+        task, args, flops = _eval_range, (blocked,), _slice_flops(expr)
     else:
         cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
-        task, args, flops = _grad_range, (wrt, cot), 3 * _slice_flops(expr)
+        task, args, flops = _grad_range, (blocked, wrt, cot), 3 * _slice_flops(expr)
     ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks)
     parts = [client.submit(task, plan, start, stop, *args, *scattered) for start, stop in ranges]
-    return _tree_sum(client, parts)
+    root = _tree_sum(client, parts)
+    return root if layout is None else client.submit(_finish, layout, root)
 
 
 def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, client=None, n_tasks=None):
@@ -225,7 +309,8 @@ def _with_retries(submit):
 
 
 def contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, client=None, n_tasks=None):
-    """:func:`cgx.contract` over a Dask cluster: the slices' sum, as a numpy array.
+    """:func:`cgx.contract` over a Dask cluster: the slices summed (or stacked where a sliced
+    label is in the output), as a numpy array.
 
     ``optimize``, ``memory_limit`` and ``sliced_inds`` are those of :func:`cgx.contract`;
     ``client`` is a ``dask.distributed.Client`` (the current one if ``None``); ``n_tasks``
@@ -251,7 +336,9 @@ def value_and_grad(
 
     One gradient per operand in ``wrt`` (all if ``None``; an int for one), for
     ``cotangent`` (of the output's shape; ``None`` for a scalar output); each task returns
-    its slice range's value and gradients, and they are summed pairwise on the workers.
+    its slice range's value and gradients from one pass over its slices, and they are
+    combined pairwise on the workers (gradients added; the value added or, where a sliced
+    label is in the output, stacked by blocks).
     """
     options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
     return _with_retries(lambda: _submit(eq, arrays, options, (wrt, cotangent)))

@@ -13,14 +13,17 @@
 //! intermediate of a slice exceeds it; only an output larger than the limit, which is held
 //! whole, is still a `MemoryError`. `sliced_inds` slices on given labels (cotengra's). The
 //! compiled form is always a `SlicedEinsum` (one slice when nothing is sliced); slices can
-//! be evaluated by index range (`_eval_slices`, `_grad_slices`) for distributed use.
+//! be evaluated by index range (`_eval_slices`, `_grad_slices`, and `_value_and_grad_slices`
+//! for both in one pass) for distributed use, the value as a sum of the output's shape or
+//! by output blocks (`blocks=True`: only the blocks of the sliced output labels that the
+//! range touches). `_value_and_grad` runs the forward steps once for value and gradients.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, PathChoice, SlicePlan, SlicedEinsum, SlicedGradient,
-    Slicing, Subscripts, Tensor, c64,
+    EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan, SlicedEinsum,
+    SlicedGradient, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -205,20 +208,28 @@ impl Inner {
         operands: &[Tensor<T>],
         limit: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.eval_slices(py, operands, limit, self.range(0, None))
+        self.eval_slices(py, operands, limit, self.range(0, None), false)
     }
 
+    /// The slices in `range`: their sum of the output's shape, or with `blocks` the pair
+    /// `(first, blocks)` of [`OutputBlocks`].
     fn eval_slices<'py, T: Dtype>(
         &self,
         py: Python<'py>,
         operands: &[Tensor<T>],
         limit: Option<f64>,
         range: std::ops::Range<u64>,
+        blocks: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.check_memory::<T>(limit)?;
         let e = self.einsum::<T>()?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let out = run(py, self.slice_plan.multiply_adds(), || e.eval_slices(&refs, range)).map_err(value_error)?;
+        let work = self.slice_plan.multiply_adds();
+        if blocks {
+            let out = run(py, work, || e.eval_blocks(&refs, range)).map_err(value_error)?;
+            return blocks_to_py(py, out);
+        }
+        let out = run(py, work, || e.eval_slices(&refs, range)).map_err(value_error)?;
         Ok(convert::to_numpy(py, out)?.into_any())
     }
 
@@ -250,13 +261,7 @@ impl Inner {
         operands: &[Tensor<T>],
         d: &Derivative<'_, 'py>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (e, c, g) = self.gradient::<T>(d)?;
-        let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let (value, grads) = run(py, 3.0 * self.slice_plan.multiply_adds(), || -> EinsumResult<_> {
-            Ok((e.eval(&refs)?, g.eval(&refs, &c)?))
-        })
-        .map_err(value_error)?;
-        PyTuple::new(py, [convert::to_numpy(py, value)?.into_any(), to_tuple(py, grads)?.into_any()])
+        self.value_and_grad_slices(py, operands, d, self.range(0, None), false)
     }
 
     fn hvp<'py, T: Dtype>(
@@ -319,6 +324,37 @@ fn to_tuple<'py, T: Dtype>(py: Python<'py>, tensors: Vec<Tensor<T>>) -> PyResult
     PyTuple::new(py, tensors.into_iter().map(|t| convert::to_numpy(py, t)).collect::<PyResult<Vec<_>>>()?)
 }
 
+impl Inner {
+    /// The value (the sum, or with `blocks` the pair `(first, blocks)`) and the gradients of
+    /// the slices in `range`, in one pass.
+    fn value_and_grad_slices<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        d: &Derivative<'_, 'py>,
+        range: std::ops::Range<u64>,
+        blocks: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (_, c, g) = self.gradient::<T>(d)?;
+        let refs: Vec<&Tensor<T>> = operands.iter().collect();
+        let work = 3.0 * self.slice_plan.multiply_adds();
+        let (value, grads) = if blocks {
+            let (v, grads) = run(py, work, || g.eval_blocks_with_value(&refs, &c, range)).map_err(value_error)?;
+            (blocks_to_py(py, v)?, grads)
+        } else {
+            let (v, grads) = run(py, work, || g.eval_slices_with_value(&refs, &c, range)).map_err(value_error)?;
+            (convert::to_numpy(py, v)?.into_any(), grads)
+        };
+        PyTuple::new(py, [value, to_tuple(py, grads)?.into_any()])
+    }
+}
+
+/// `(first, blocks)` as a Python pair of an int and a numpy array.
+fn blocks_to_py<'py, T: Dtype>(py: Python<'py>, b: OutputBlocks<T>) -> PyResult<Bound<'py, PyAny>> {
+    let (first, blocks) = b.into_parts();
+    Ok(PyTuple::new(py, [first.into_pyobject(py)?.into_any(), convert::to_numpy(py, blocks)?.into_any()])?.into_any())
+}
+
 /// A derivative program from `map`, built and inserted on first use.
 fn cached<P>(
     map: &Mutex<HashMap<Vec<usize>, Arc<P>>>,
@@ -376,16 +412,38 @@ impl Expression {
     /// The sum of the slices `start..stop` (all from `start` if `stop` is `None`), of the
     /// output's full shape: results of disjoint ranges covering every slice add up to the
     /// contraction.
-    #[pyo3(signature = (operands, start=0, stop=None))]
+    /// With `blocks`, the pair `(first, blocks)` instead: the output blocks the range touches
+    /// (one value of each sliced output label, in plan order, the last fastest), stacked
+    /// along a new first axis.
+    #[pyo3(signature = (operands, start=0, stop=None, blocks=false))]
     fn _eval_slices<'py>(
         &self,
         py: Python<'py>,
         operands: &Bound<'py, PyTuple>,
         start: u64,
         stop: Option<u64>,
+        blocks: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (inner, range) = (&self.inner, self.inner.range(start, stop));
-        by_dtype!(inner.operands(operands)?, t => inner.eval_slices(py, &t, self.memory_limit, range))
+        by_dtype!(inner.operands(operands)?, t => inner.eval_slices(py, &t, self.memory_limit, range, blocks))
+    }
+
+    /// `(value, grads)` of the slices `start..stop` in one pass: the value as
+    /// `_eval_slices` gives it (with `blocks` too), the gradients as `_grad_slices`.
+    #[pyo3(signature = (operands, start=0, stop=None, wrt=None, cotangent=None, blocks=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn _value_and_grad_slices<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+        start: u64,
+        stop: Option<u64>,
+        wrt: Option<Vec<usize>>,
+        cotangent: Option<Bound<'py, PyAny>>,
+        blocks: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (inner, d, range) = (&self.inner, self.derivative(wrt, cotangent.as_ref()), self.inner.range(start, stop));
+        by_dtype!(inner.operands(operands)?, t => inner.value_and_grad_slices(py, &t, &d, range, blocks))
     }
 
     /// The gradients (vector-Jacobian products) summed over the slices `start..stop`.

@@ -1,5 +1,7 @@
 """cgx.distributed on a LocalCluster of two worker processes: value and gradient against
-the single-process expression, numpy and JAX; a worker killed mid-run; bad input."""
+the single-process expression, numpy and JAX, with sliced labels in the output (stacked
+blocks), not in it (sums) and both, on fixed and random networks; what each task returns;
+a worker killed mid-run; bad input."""
 
 import concurrent.futures
 import os
@@ -8,11 +10,14 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 distributed = pytest.importorskip("distributed")
 
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
+from strategies import arrays, expressions, split  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +58,15 @@ def matrices(seed, *shapes, complex_=False):
 
 # A chain whose slices (on the contracted labels b and c) must be summed.
 SUMMED = ("ab,bc,cd->ad", [(5, 6), (6, 7), (7, 4)], "bc")
-# A product sliced on a label of the output (a) and a contracted one (b).
-IN_OUTPUT = ("ab,bc->ac", [(6, 5), (5, 3)], "ab")
+# The same chain sliced on its two output labels (in the other order): stacked blocks.
+IN_OUTPUT = ("ab,bc,cd->ad", [(5, 6), (6, 7), (7, 4)], "da")
+# A product sliced on a contracted label (b, given first) and an output one (a): blocks,
+# each summed over its b slices.
+BOTH = ("ab,bc->ac", [(6, 5), (5, 3)], "ba")
+NETWORKS = pytest.mark.parametrize("network", [SUMMED, IN_OUTPUT, BOTH], ids=["summed", "in-output", "both"])
 
 
-@pytest.mark.parametrize("network", [SUMMED, IN_OUTPUT], ids=["summed", "in-output"])
+@NETWORKS
 @pytest.mark.parametrize("n_tasks", [None, 1, 3, 7])
 def test_contract_matches_single_process_and_numpy(client, network, n_tasks):
     eq, shapes, sliced = network
@@ -65,9 +74,39 @@ def test_contract_matches_single_process_and_numpy(client, network, n_tasks):
     expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
     assert expr.n_slices > 1
     got = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=n_tasks)
-    assert isinstance(got, np.ndarray)
+    assert isinstance(got, np.ndarray) and got.flags.c_contiguous
     np.testing.assert_allclose(got, expr(*arrays), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+@NETWORKS
+@pytest.mark.parametrize("n_tasks", [1, 2, 3, 7])
+def test_each_task_returns_its_share_of_the_output(network, n_tasks):
+    # What the tasks of a run return (the worker function on the driver's plan and
+    # ranges): with a sliced label in the output, only the blocks of its own slices.
+    eq, shapes, sliced = network
+    arrays = matrices(9, *shapes)
+    expr = cd._prepare(eq, arrays, "greedy", None, sliced)
+    layout = cd._block_layout(expr)
+    assert (layout is None) == (network is SUMMED)
+    plan = cd._plan_key(expr)
+    ranges = cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks)
+    parts = [cd._eval_range(plan, start, stop, layout is not None, *arrays) for start, stop in ranges]
+    out_size = np.einsum(eq, *arrays).size
+    if layout is None:
+        assert all(p.shape == tuple(expr.output_shape) for p in parts)
+        return
+    n_blocks = layout[0]
+    per_block = expr.n_slices // n_blocks
+    for (start, stop), p in zip(ranges, parts):
+        assert isinstance(p, cd.Blocks)
+        assert len(p.rows) <= -(-(stop - start) // per_block) + 1
+        assert p.rows.size * n_blocks == out_size * len(p.rows)
+    assert sum(p.rows.size for p in parts) <= out_size + (len(parts) - 1) * out_size // n_blocks
+    total = parts[0]
+    for p in parts[1:]:
+        total = cd._combine(total, p)
+    np.testing.assert_allclose(cd._finish(layout, total), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
 
 
 def test_contract_by_memory_limit_complex(client):
@@ -108,15 +147,54 @@ def test_gradient_summed(client, n_tasks, wrt):
         np.testing.assert_allclose(got, want[i], rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("n_tasks", [None, 4])
+@pytest.mark.parametrize("n_tasks", [None, 1, 4, 9])
 def test_gradient_sliced_in_output(client, n_tasks):
-    eq, shapes, sliced = IN_OUTPUT
+    eq, shapes, sliced = BOTH
     a, b, g = matrices(4, *shapes, (6, 3))
     value, (ga, gb) = cd.value_and_grad(eq, a, b, cotangent=g, sliced_inds=sliced, client=client, n_tasks=n_tasks)
     np.testing.assert_allclose(value, a @ b, rtol=1e-10, atol=1e-12)
     want_a, want_b = product_grads(a, b, g)
     np.testing.assert_allclose(ga, want_a, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(gb, want_b, rtol=1e-10, atol=1e-12)
+    eq, shapes, sliced = IN_OUTPUT
+    a, b, c, g = matrices(10, *shapes, (5, 4))
+    value, grads = cd.value_and_grad(eq, a, b, c, cotangent=g, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    local_value, local_grads = cgx.contract_expression(eq, *shapes, sliced_inds=sliced).value_and_grad(
+        a, b, c, cotangent=g
+    )
+    np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(value, a @ b @ c, rtol=1e-10, atol=1e-12)
+    for got, local, want in zip(grads, local_grads, chain_grads(a, b, c, g)):
+        np.testing.assert_allclose(got, local, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    case=expressions(explicit=True, max_operands=3, min_size=2),
+    complex_=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+    pick=st.lists(st.booleans(), min_size=6, max_size=6),
+    n_tasks=st.integers(1, 5),
+)
+def test_random_networks_against_single_process_and_numpy(client, case, complex_, seed, pick, n_tasks):
+    eq, shapes = case
+    terms, out = split(eq)
+    labels = sorted(set("".join(terms)))
+    sliced = [c for c, p in zip(labels, pick) if p]
+    rng = np.random.default_rng(seed)
+    ops = arrays(rng, shapes, complex_)
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    want = np.einsum(eq, *ops)
+    got = cd.contract(eq, *ops, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    np.testing.assert_allclose(got, expr(*ops), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    c = arrays(rng, [np.shape(want)], complex_)[0]
+    value, grads = cd.value_and_grad(eq, *ops, cotangent=c, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    local_value, local_grads = expr.value_and_grad(*ops, cotangent=c)
+    np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)
+    for g, w in zip(grads, local_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
 def test_gradient_scalar_output_against_jax(client):

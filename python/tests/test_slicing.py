@@ -1,5 +1,6 @@
 """Slicing from Python: ``memory_limit`` and ``sliced_inds`` give numpy's values and the
-unsliced gradients; slice ranges add up; a sliced expression pickles as its plan."""
+unsliced gradients; slice ranges add up, by sum and by output blocks; value and gradients
+of a range in one pass equal the separate calls; a sliced expression pickles as its plan."""
 
 import pickle
 
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cgx
+from cgx import distributed as cd
 from strategies import arrays, expressions, split
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -76,6 +78,22 @@ def test_sliced_values_ranges_and_gradients_match_unsliced(case, complex_, seed,
     for i in range(len(shapes)):
         np.testing.assert_allclose(g[i], g_want[i], rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(g_first[i] + g_rest[i], g_want[i], rtol=1e-10, atol=1e-10)
+    # Value and gradients in one pass equal the two separate calls, by sum and by blocks.
+    v_one, g_one = expr.value_and_grad_slices(*ops, stop=m, cotangent=c)
+    np.testing.assert_allclose(v_one, expr.eval_slices(*ops, stop=m), rtol=1e-12, atol=1e-12)
+    (first, rows), g_rest_one = expr.value_and_grad_slices(*ops, start=m, cotangent=c, blocks=True)
+    want_first, want_rows = expr.eval_blocks(*ops, start=m)
+    assert first == want_first
+    np.testing.assert_allclose(rows, want_rows, rtol=1e-12, atol=1e-12)
+    for i in range(len(shapes)):
+        np.testing.assert_allclose(g_one[i], g_first[i], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g_rest_one[i], g_rest[i], rtol=1e-12, atol=1e-12)
+    # Blocks of the two ranges, combined and laid out as cgx.distributed does, give the value.
+    parts = [cd.Blocks(*expr.eval_blocks(*ops, stop=m)), cd.Blocks(first, rows)]
+    total = cd._combine(*parts)
+    layout = cd._block_layout(expr)
+    got = total.rows[0] if layout is None else cd._finish(layout, total)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
 def test_a_sliced_expression_pickles_as_its_plan():

@@ -106,6 +106,6 @@ pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
 pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
-pub use sliced::{SlicedEinsum, SlicedGradient};
+pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;

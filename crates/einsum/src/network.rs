@@ -408,7 +408,23 @@ impl<T: Elem> Einsum<T> {
         let view = computegraph::try_resolve(vec![self.graph.clone()])?;
         let g = tidu::vjp(&view, std::slice::from_ref(&self.output), &keys)?;
         let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
-        Ok(EinsumGradient { program: DerivativeProgram::new(&g)?, seed, wrt: wrt.to_vec(), einsum: self.meta() })
+        // The same reverse pass with the value as output 0, so one run gives both (the
+        // program above may skip forward steps that only the value needs).
+        let grad_keys = g.tangent_output_keys();
+        let mut keys = vec![self.output.clone()];
+        keys.extend(grad_keys.iter().flatten().cloned());
+        let both = computegraph::try_resolve(vec![self.graph.clone(), g.graph().clone()])?;
+        let with_value = computegraph::try_compile(&computegraph::try_materialize_merge(&both, &keys)?)?;
+        let mut next = 1..;
+        let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
+        Ok(EinsumGradient {
+            program: DerivativeProgram::new(&g)?,
+            with_value,
+            value_positions,
+            seed,
+            wrt: wrt.to_vec(),
+            einsum: self.meta(),
+        })
     }
 
     /// Hessian-vector products of `x ↦ ⟨c, f(x)⟩` with respect to the operands `wrt`
@@ -509,9 +525,19 @@ fn zeros_like<T: Elem>(shape: &[usize]) -> EinsumResult<Tensor<T>> {
 /// let g = e.gradient(&[1]).unwrap();
 /// let dx = &g.eval(&[&a, &x], &c).unwrap()[0];
 /// assert_eq!((dx.get(&[0]), dx.get(&[1])), (Some(1.0), Some(2.0)));
+///
+/// // The value and the gradient in one run.
+/// let (y, grads) = g.eval_with_value(&[&a, &x], &c).unwrap();
+/// assert_eq!(y.data(), &[3.0, 7.0]);
+/// assert_eq!(grads[0].data(), dx.data());
 /// ```
 pub struct EinsumGradient<T: Elem> {
     program: DerivativeProgram<TensorOp<T>>,
+    /// The reverse pass with the contraction's value as output 0 ([`Self::eval_with_value`]).
+    with_value: CompiledProgram<TensorOp<T>>,
+    /// For each `wrt` operand, its gradient's position among `with_value`'s outputs
+    /// (`None`: a symbolic zero).
+    value_positions: Vec<Option<usize>>,
     seed: Option<TensorKey>,
     wrt: Vec<usize>,
     einsum: Meta,
@@ -535,6 +561,37 @@ impl<T: Elem> EinsumGradient<T> {
             TensorKey::Tangent(_) => None,
         })?;
         out.into_iter().zip(&self.wrt).map(|(g, &i)| g.map_or_else(|| zeros_like(&m.shapes[i]), Ok)).collect()
+    }
+
+    /// `(f(x), Jᵀ c)` in one run: the forward steps run once for both, where
+    /// [`Einsum::eval`] then [`Self::eval`] would run them twice.
+    pub fn eval_with_value(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+        let m = &self.einsum;
+        let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
+        m.check("operand", operands, &shapes)?;
+        m.check("cotangent", &[cotangent], &[&m.output_shape])?;
+        let mut out: Vec<Option<Tensor<T>>> = self
+            .with_value
+            .try_eval_by_key(&mut (), |k| match k {
+                TensorKey::Var(i) => operands.get(*i as usize).copied(),
+                k if Some(k) == self.seed.as_ref() => Some(cotangent),
+                TensorKey::Tangent(_) => None,
+            })?
+            .into_iter()
+            .map(Some)
+            .collect();
+        let value = out[0].take().expect("the value is output 0");
+        let grads = self
+            .value_positions
+            .iter()
+            .zip(&self.wrt)
+            .map(|(p, &i)| p.and_then(|p| out[p].take()).map_or_else(|| zeros_like(&m.shapes[i]), Ok))
+            .collect::<EinsumResult<_>>()?;
+        Ok((value, grads))
     }
 }
 

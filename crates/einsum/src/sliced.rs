@@ -6,15 +6,23 @@
 //! shapes without their axes. Evaluate: for each slice index, copy the operands that hold
 //! a sliced label at the slice's values (a copy is reused while its values do not change),
 //! run the program, and add its result into an accumulator of the output's full shape, at
-//! the slice's place when sliced labels are in the output. The gradient runs the slice
-//! program's VJP per slice, on the slice of the cotangent, and adds each operand's slice
-//! gradient into a buffer of the operand's full shape, at the slice's place.
+//! the slice's place when sliced labels are in the output. By blocks
+//! ([`SlicedEinsum::eval_blocks`]), a slice's result is instead added into the row of its
+//! output block (one value of each sliced output label), and a range holds only the rows
+//! of the blocks it touches; [`SlicedEinsum::assemble`] places rows into the output. The
+//! gradient runs the slice program's VJP per slice, on the slice of the cotangent, and adds
+//! each operand's slice gradient into a buffer of the operand's full shape, at the slice's
+//! place; with the value ([`SlicedGradient::eval_slices_with_value`]) the slice program's
+//! forward steps run once for both.
 //!
 //! Invariants:
 //! - slices are independent: [`SlicedEinsum::eval_slices`] of disjoint ranges covering
 //!   `0..n_slices` sum to [`SlicedEinsum::eval`] (a summed label adds, an output label
 //!   writes disjoint places of the accumulator and leaves zeros elsewhere), so any split
-//!   of the range, in any process, gives the result by one sum; likewise gradients;
+//!   of the range, in any process, gives the result by one sum; likewise gradients, and
+//!   the blocks of such ranges, placed and added where two ranges share a block;
+//! - a block's row is a slice result's shape (the output without its sliced axes), in
+//!   the output's axis order;
 //! - with nothing sliced, evaluation is the plain [`Einsum`]'s (no copy, no accumulator);
 //! - tensors allocated per slice are those of the slice program, checked by its own
 //!   memory check, plus the operand copies and the accumulators that the plan's estimate
@@ -44,12 +52,37 @@ struct Layout {
     output_shape: Vec<usize>,
     operand_axes: Vec<Vec<Option<usize>>>,
     output_axes: Vec<Option<usize>>,
+    /// The plan positions of the sliced labels that are in the output, in plan order: a
+    /// block's index counts over their values, the last fastest.
+    block_labels: Vec<usize>,
+    /// The output's shape without its sliced axes: the shape of a slice's result.
+    block_shape: Vec<usize>,
     limit: MemoryLimit,
 }
 
 impl Layout {
     fn is_sliced(&self) -> bool {
         !self.plan.labels().is_empty()
+    }
+
+    fn n_blocks(&self) -> u64 {
+        self.block_labels.iter().map(|&j| self.plan.sizes()[j] as u64).product()
+    }
+
+    /// The block of the slice with `values`.
+    fn block_of(&self, values: &[usize]) -> u64 {
+        self.block_labels.iter().fold(0, |b, &j| b * self.plan.sizes()[j] as u64 + values[j] as u64)
+    }
+
+    /// Values of the plan's labels that put a slice in block `b` (the others are 0).
+    fn block_values(&self, mut b: u64) -> Vec<usize> {
+        let mut values = vec![0; self.plan.labels().len()];
+        for &j in self.block_labels.iter().rev() {
+            let d = self.plan.sizes()[j] as u64;
+            values[j] = (b % d) as usize;
+            b /= d;
+        }
+        values
     }
 
     fn check(&self, operands: &[&Tensor<impl Elem>]) -> EinsumResult<()> {
@@ -149,9 +182,8 @@ fn gather<T: Elem>(t: &Tensor<T>, axes: &[Option<usize>], values: &[usize]) -> T
     Tensor::from_parts(&shape, out)
 }
 
-/// Adds `part` (a slice with `values`) into `acc`, a tensor of `shape`.
-fn scatter_add<T: Elem>(acc: &mut [T], shape: &[usize], axes: &[Option<usize>], values: &[usize], part: &Tensor<T>) {
-    let p = part.data();
+/// Adds `p` (the data of a slice with `values`) into `acc`, a tensor of `shape`.
+fn scatter_add<T: Elem>(acc: &mut [T], shape: &[usize], axes: &[Option<usize>], values: &[usize], p: &[T]) {
     runs(shape, axes, values, |off, len, stride, s| {
         for j in 0..len {
             acc[off + j * stride] += p[s + j];
@@ -171,6 +203,96 @@ fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
     })?;
     v.resize(n, T::zero());
     Ok(v)
+}
+
+/// Where the results of a slice range go: added into the output's full shape, or into the
+/// rows of the blocks the range touches.
+enum Sink<T: Elem> {
+    Sum(Vec<T>),
+    Blocks { first: u64, n: usize, rows: Vec<T> },
+}
+
+impl<T: Elem> Sink<T> {
+    /// Rows for the blocks `min..=max` of the slices in `range` (none for an empty range).
+    fn blocks(l: &Layout, range: &Range<u64>) -> EinsumResult<Self> {
+        let (mut first, mut last) = (u64::MAX, 0);
+        for k in range.clone() {
+            let b = l.block_of(&l.plan.slice_values(k));
+            (first, last) = (first.min(b), last.max(b));
+        }
+        let n = if first == u64::MAX { 0 } else { last - first + 1 };
+        let mut shape = vec![n as usize];
+        shape.extend(&l.block_shape);
+        Ok(Sink::Blocks { first: if n == 0 { 0 } else { first }, n: n as usize, rows: zeros(&shape)? })
+    }
+
+    fn add(&mut self, l: &Layout, values: &[usize], part: &Tensor<T>) {
+        match self {
+            Sink::Sum(acc) => scatter_add(acc, &l.output_shape, &l.output_axes, values, part.data()),
+            Sink::Blocks { first, rows, .. } => {
+                let len = part.data().len();
+                let at = (l.block_of(values) - *first) as usize * len;
+                for (r, &p) in rows[at..at + len].iter_mut().zip(part.data()) {
+                    *r += p;
+                }
+            }
+        }
+    }
+
+    fn into_sum(self, l: &Layout) -> EinsumResult<Tensor<T>> {
+        match self {
+            Sink::Sum(acc) => Tensor::new(l.output_shape.clone(), acc),
+            Sink::Blocks { .. } => unreachable!("a block sink is read by into_blocks"),
+        }
+    }
+
+    fn into_blocks(self, l: &Layout) -> EinsumResult<OutputBlocks<T>> {
+        match self {
+            Sink::Blocks { first, n, rows } => {
+                let mut shape = vec![n];
+                shape.extend(&l.block_shape);
+                Ok(OutputBlocks { first, blocks: Tensor::new(shape, rows)? })
+            }
+            Sink::Sum(_) => unreachable!("a sum sink is read by into_sum"),
+        }
+    }
+}
+
+/// The value of a slice range by output blocks ([`SlicedEinsum::eval_blocks`]). A block is
+/// the output at one value of each sliced label of the output (block `b` counts over
+/// those labels' values in plan order, the last fastest; there is one block when no
+/// output label is sliced), summed over the range's values of the other sliced labels.
+/// The blocks `first..first + n` that the range touches are stacked along a new first
+/// axis: `blocks()` has the shape `[n, ...block_shape]`.
+///
+/// With the output's sliced labels first in the plan, a range of `r` slices touches at
+/// most `r / (slices per block) + 2` blocks, only its first and last partly; in any order
+/// it holds the blocks between the least and the greatest it touches.
+#[derive(Clone, Debug)]
+pub struct OutputBlocks<T: Elem> {
+    first: u64,
+    blocks: Tensor<T>,
+}
+
+impl<T: Elem> OutputBlocks<T> {
+    /// The whole output as block 0 of one.
+    fn one(output: Tensor<T>) -> Self {
+        let mut shape = vec![1];
+        shape.extend(output.shape());
+        OutputBlocks { first: 0, blocks: Tensor::from_parts(&shape, output.into_vec()) }
+    }
+    /// The first block's index.
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+    /// The blocks, stacked along the first axis.
+    pub fn blocks(&self) -> &Tensor<T> {
+        &self.blocks
+    }
+    /// `(first, blocks)`.
+    pub fn into_parts(self) -> (u64, Tensor<T>) {
+        (self.first, self.blocks)
+    }
 }
 
 /// A contraction planned with slicing ([`Slicing`]) and evaluated slice by slice.
@@ -284,12 +406,22 @@ impl<T: Elem> SlicedEinsum<T> {
             let by_char = subscripts.label_sizes(&shapes.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
             subscripts.output().iter().map(|c| by_char[c]).collect()
         };
+        let output_axes: Vec<Option<usize>> = subscripts.output().iter().map(position).collect();
+        let block_shape = if not_sliced {
+            output_shape.clone()
+        } else {
+            output_shape.iter().zip(&output_axes).filter(|(_, a)| a.is_none()).map(|(&d, _)| d).collect()
+        };
+        let block_labels =
+            (0..plan.labels().len()).filter(|&j| subscripts.output().contains(&plan.labels()[j])).collect();
         let layout = Layout {
             expression: subscripts.to_string(),
             shapes: shapes.to_vec(),
             output_shape,
             operand_axes: subscripts.inputs().iter().map(|l| l.iter().map(position).collect()).collect(),
-            output_axes: subscripts.output().iter().map(position).collect(),
+            output_axes,
+            block_labels,
+            block_shape,
             plan,
             limit: options.limit(),
         };
@@ -332,14 +464,79 @@ impl<T: Elem> SlicedEinsum<T> {
         if !l.is_sliced() && range == (0..1) {
             return self.einsum.eval(operands);
         }
-        let mut acc = zeros::<T>(&l.output_shape)?;
+        let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
+        self.forward(operands, range, &mut sink)?;
+        sink.into_sum(l)
+    }
+
+    /// The slices in `range` by output blocks ([`OutputBlocks`]): only the blocks the range
+    /// touches, never the output's full shape. [`SlicedEinsum::assemble`] places the blocks
+    /// of disjoint ranges covering `0..n_slices` into the contraction.
+    pub fn eval_blocks(&self, operands: &[&Tensor<T>], range: Range<u64>) -> EinsumResult<OutputBlocks<T>> {
+        let l = &*self.layout;
+        l.check(operands)?;
+        l.check_range(&range)?;
+        if !l.is_sliced() && range == (0..1) {
+            return Ok(OutputBlocks::one(self.einsum.eval(operands)?));
+        }
+        let mut sink = Sink::blocks(l, &range)?;
+        self.forward(operands, range, &mut sink)?;
+        sink.into_blocks(l)
+    }
+
+    fn forward(&self, operands: &[&Tensor<T>], range: Range<u64>, sink: &mut Sink<T>) -> EinsumResult<()> {
+        let l = &*self.layout;
         let mut copies = SliceOperands::new(operands.len());
         let mut state = EvalState::new();
         for k in range {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
             let r = self.einsum.eval_with(&mut state, &refs)?;
-            scatter_add(&mut acc, &l.output_shape, &l.output_axes, &values, &r);
+            sink.add(l, &values, &r);
+        }
+        Ok(())
+    }
+
+    /// The number of output blocks: the product of the sizes of the sliced labels in the
+    /// output (1 when none is).
+    pub fn n_blocks(&self) -> u64 {
+        self.layout.n_blocks()
+    }
+    /// The shape of one output block: the output's shape without its sliced axes.
+    pub fn block_shape(&self) -> &[usize] {
+        &self.layout.block_shape
+    }
+
+    /// The output of the full shape with every block of `parts` added at its place (blocks
+    /// that several parts hold partly add up). Errors: a part whose blocks do not have the
+    /// block shape or reach past [`SlicedEinsum::n_blocks`] ([`EinsumError::Shape`]).
+    pub fn assemble(&self, parts: &[OutputBlocks<T>]) -> EinsumResult<Tensor<T>> {
+        let l = &*self.layout;
+        let mut acc = zeros::<T>(&l.output_shape)?;
+        let len: usize = l.block_shape.iter().product();
+        for p in parts {
+            let shape = p.blocks.shape();
+            let n = shape.first().copied().unwrap_or(0) as u64;
+            if shape.get(1..) != Some(l.block_shape.as_slice())
+                || p.first.checked_add(n).is_none_or(|e| e > l.n_blocks())
+            {
+                return Err(EinsumError::Shape(format!(
+                    "blocks {}.. of shape {shape:?} do not fit `{}`: {} blocks of shape {:?}",
+                    p.first,
+                    l.expression,
+                    l.n_blocks(),
+                    l.block_shape
+                )));
+            }
+            for (r, row) in p.blocks.data().chunks(len.max(1)).take(n as usize).enumerate() {
+                if l.block_labels.is_empty() {
+                    // One block, the whole output in its own order.
+                    acc.iter_mut().zip(row).for_each(|(a, &x)| *a += x);
+                } else {
+                    let values = l.block_values(p.first + r as u64);
+                    scatter_add(&mut acc, &l.output_shape, &l.output_axes, &values, row);
+                }
+            }
         }
         Tensor::new(l.output_shape.clone(), acc)
     }
@@ -407,9 +604,55 @@ impl<T: Elem> SlicedGradient<T> {
         cotangent: &Tensor<T>,
         range: Range<u64>,
     ) -> EinsumResult<Vec<Tensor<T>>> {
+        self.check(operands, cotangent, &range)?;
+        if !self.layout.is_sliced() && range == (0..1) {
+            return self.gradient.eval(operands, cotangent);
+        }
+        self.reverse(operands, cotangent, range, None)
+    }
+
+    /// `(value, gradients)` of the slices in `range` in one pass: per slice, the forward
+    /// steps run once for both ([`EinsumGradient::eval_with_value`]). Equal to
+    /// [`SlicedEinsum::eval_slices`] and [`SlicedGradient::eval_slices`] on the same range.
+    pub fn eval_slices_with_value(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        range: Range<u64>,
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+        self.check(operands, cotangent, &range)?;
+        let l = &*self.layout;
+        if !l.is_sliced() && range == (0..1) {
+            return self.gradient.eval_with_value(operands, cotangent);
+        }
+        let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
+        let grads = self.reverse(operands, cotangent, range, Some(&mut sink))?;
+        Ok((sink.into_sum(l)?, grads))
+    }
+
+    /// [`SlicedGradient::eval_slices_with_value`] with the value by output blocks, as
+    /// [`SlicedEinsum::eval_blocks`] gives it.
+    pub fn eval_blocks_with_value(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        range: Range<u64>,
+    ) -> EinsumResult<(OutputBlocks<T>, Vec<Tensor<T>>)> {
+        self.check(operands, cotangent, &range)?;
+        let l = &*self.layout;
+        if !l.is_sliced() && range == (0..1) {
+            let (value, grads) = self.gradient.eval_with_value(operands, cotangent)?;
+            return Ok((OutputBlocks::one(value), grads));
+        }
+        let mut sink = Sink::blocks(l, &range)?;
+        let grads = self.reverse(operands, cotangent, range, Some(&mut sink))?;
+        Ok((sink.into_blocks(l)?, grads))
+    }
+
+    fn check(&self, operands: &[&Tensor<T>], cotangent: &Tensor<T>, range: &Range<u64>) -> EinsumResult<()> {
         let l = &*self.layout;
         l.check(operands)?;
-        l.check_range(&range)?;
+        l.check_range(range)?;
         if cotangent.shape() != l.output_shape.as_slice() {
             return Err(EinsumError::Shape(format!(
                 "cotangent 0 of `{}` has shape {:?}, expected {:?}",
@@ -418,9 +661,18 @@ impl<T: Elem> SlicedGradient<T> {
                 l.output_shape
             )));
         }
-        if !l.is_sliced() && range == (0..1) {
-            return self.gradient.eval(operands, cotangent);
-        }
+        Ok(())
+    }
+
+    /// The gradients summed over `range`, and each slice's value added into `value`.
+    fn reverse(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        range: Range<u64>,
+        mut value: Option<&mut Sink<T>>,
+    ) -> EinsumResult<Vec<Tensor<T>>> {
+        let l = &*self.layout;
         let mut accs: Vec<Vec<T>> = self.wrt.iter().map(|&i| zeros::<T>(&l.shapes[i])).collect::<EinsumResult<_>>()?;
         let mut copies = SliceOperands::new(operands.len());
         let out_sliced = l.output_axes.iter().any(Option::is_some);
@@ -428,9 +680,16 @@ impl<T: Elem> SlicedGradient<T> {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
             let c = if out_sliced { gather(cotangent, &l.output_axes, &values) } else { cotangent.clone() };
-            let grads = self.gradient.eval(&refs, &c)?;
+            let grads = match value.as_deref_mut() {
+                Some(sink) => {
+                    let (r, grads) = self.gradient.eval_with_value(&refs, &c)?;
+                    sink.add(l, &values, &r);
+                    grads
+                }
+                None => self.gradient.eval(&refs, &c)?,
+            };
             for ((acc, &i), g) in accs.iter_mut().zip(&self.wrt).zip(&grads) {
-                scatter_add(acc, &l.shapes[i], &l.operand_axes[i], &values, g);
+                scatter_add(acc, &l.shapes[i], &l.operand_axes[i], &values, g.data());
             }
         }
         accs.into_iter().zip(&self.wrt).map(|(a, &i)| Tensor::new(l.shapes[i].clone(), a)).collect()
@@ -450,7 +709,7 @@ mod tests {
         assert_eq!(s.shape(), &[4]);
         assert_eq!(s.data(), &[202.0, 212.0, 222.0, 232.0]);
         let mut acc = vec![0.0; 36];
-        scatter_add(&mut acc, &[3, 4, 3], &axes, &[2], &s);
+        scatter_add(&mut acc, &[3, 4, 3], &axes, &[2], s.data());
         let back = Tensor::new(vec![3, 4, 3], acc).unwrap();
         assert_eq!(back.get(&[2, 3, 2]), Some(232.0));
         assert_eq!(back.get(&[2, 3, 1]), Some(0.0));

@@ -1,6 +1,7 @@
 //! Sliced contractions against unsliced ones: random networks sliced on random labels
-//! (values, any split of the slice range, gradients against the unsliced gradient and by
-//! the dot-product identity), the greedy finder's plans against the memory limit and the
+//! (values, any split of the slice range, by sum and by output blocks, gradients against
+//! the unsliced gradient and by the dot-product identity, value and gradients in one pass
+//! against the separate calls), the greedy finder's plans against the memory limit and the
 //! plain contraction's estimate, and every bad input as an error value.
 
 use einsum::{
@@ -45,6 +46,24 @@ fn sliced_matches_unsliced<T: Elem>(
     let parts = s.eval_slices(&refs, 0..m).unwrap().zip_with(&s.eval_slices(&refs, m..n).unwrap(), |a, b| a + b);
     assert_close(&parts.unwrap(), &want, &format!("{what}, split at {m}"));
 
+    // By output blocks: the parts placed give the value; with the output's sliced labels
+    // first in the plan, a part holds at most one block more than its slices fill.
+    let blocks = [s.eval_blocks(&refs, 0..m).unwrap(), s.eval_blocks(&refs, m..n).unwrap()];
+    assert_close(&s.assemble(&blocks).unwrap(), &want, &format!("{what}, blocks split at {m}"));
+    let output = expr.split("->").nth(1).unwrap_or("");
+    let in_output = labels.iter().take_while(|c| output.contains(**c)).count();
+    if labels[in_output..].iter().all(|c| !output.contains(*c)) {
+        let per_block = n / s.n_blocks();
+        for (b, len) in blocks.iter().zip([m, n - m]) {
+            let rows = b.blocks().shape()[0] as u64;
+            assert!(
+                rows <= len.div_ceil(per_block) + 1,
+                "{what}: {rows} blocks for {len} slices of {per_block} per block"
+            );
+            assert_eq!(&b.blocks().shape()[1..], s.block_shape());
+        }
+    }
+
     let wrt: Vec<usize> = (0..shapes.len()).collect();
     let c = tensor::<T>(want.shape().to_vec(), 99);
     let g_want = plain.gradient(&wrt).unwrap().eval(&refs, &c).unwrap();
@@ -52,6 +71,16 @@ fn sliced_matches_unsliced<T: Elem>(
     let g = sg.eval(&refs, &c).unwrap();
     let g_parts = sg.eval_slices(&refs, &c, 0..m).unwrap();
     let g_rest = sg.eval_slices(&refs, &c, m..n).unwrap();
+    // The value and the gradients in one pass equal the two separate calls, by sum and by blocks.
+    let (v_one, g_one) = sg.eval_slices_with_value(&refs, &c, 0..m).unwrap();
+    assert_close(&v_one, &s.eval_slices(&refs, 0..m).unwrap(), &format!("{what}: one-pass value"));
+    let (b_one, g_rest_one) = sg.eval_blocks_with_value(&refs, &c, m..n).unwrap();
+    assert_eq!(b_one.first(), blocks[1].first());
+    assert_close(b_one.blocks(), blocks[1].blocks(), &format!("{what}: one-pass blocks"));
+    for i in 0..shapes.len() {
+        assert_close(&g_one[i], &g_parts[i], &format!("{what}: one-pass gradient {i}"));
+        assert_close(&g_rest_one[i], &g_rest[i], &format!("{what}: one-pass gradient {i} by blocks"));
+    }
     for i in 0..shapes.len() {
         assert_close(&g[i], &g_want[i], &format!("{what}: gradient {i}"));
         let sum = g_parts[i].zip_with(&g_rest[i], |a, b| a + b).unwrap();
@@ -77,7 +106,11 @@ proptest! {
     ) {
         let labels: Vec<char> = labels_of(&expr).into_iter().zip(&pick).filter(|(_, p)| **p).map(|(c, _)| c).collect();
         sliced_matches_unsliced::<f64>(&expr, &shapes, PathChoice::Greedy, labels.clone(), split);
-        sliced_matches_unsliced::<c64>(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path)), labels, split);
+        // The output's labels first: the order in which ranges touch few output blocks.
+        let output = expr.split("->").nth(1).unwrap_or("").to_string();
+        let (mut first, rest): (Vec<char>, Vec<char>) = labels.into_iter().partition(|c| output.contains(*c));
+        first.extend(rest);
+        sliced_matches_unsliced::<c64>(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path)), first, split);
     }
 
     #[test]
@@ -240,6 +273,31 @@ fn an_ellipsis_expression_runs_unsliced_or_refuses_slicing() {
     )
     .expect("unsliced");
     assert_eq!(e.output_shape(), &[2, 3, 5]);
+    // Unsliced, the one block is the whole output, and its value comes with the gradient.
+    let ops = operands::<f64>(&shapes, 4);
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let want = e.eval(&refs).unwrap();
+    let blocks = e.eval_blocks(&refs, 0..1).unwrap();
+    assert_eq!((e.n_blocks(), blocks.first(), blocks.blocks().shape()), (1, 0, &[1, 2, 3, 5][..]));
+    assert_close(&e.assemble(&[blocks]).unwrap(), &want, "ellipsis blocks");
+    let c = tensor::<f64>(vec![2, 3, 5], 7);
+    let g = e.gradient(&[0, 1]).unwrap();
+    let (value, grads) = g.eval_slices_with_value(&refs, &c, 0..1).unwrap();
+    assert_close(&value, &want, "ellipsis one-pass value");
+    for (got, w) in grads.iter().zip(&g.eval(&refs, &c).unwrap()) {
+        assert_close(got, w, "ellipsis one-pass gradient");
+    }
+    assert!(e.assemble(&[e.eval_blocks(&refs, 0..0).unwrap(), e.eval_blocks(&refs, 0..1).unwrap()]).is_ok());
+    let wrong = einsum::SlicedEinsum::<f64>::new(
+        "ij,jk->ik",
+        &[vec![2, 2], vec![2, 2]],
+        einsum::PathChoice::Greedy,
+        &options,
+        &einsum::Slicing::Labels(vec!['i']),
+    )
+    .unwrap();
+    let err = wrong.assemble(&[e.eval_blocks(&refs, 0..1).unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("do not fit"), "{err}");
     let err = einsum::SlicedEinsum::<f64>::new(
         "...ij,...jk->...ik",
         &shapes,

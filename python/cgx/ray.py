@@ -1,0 +1,134 @@
+"""Sliced contractions and their gradients on Ray: :mod:`cgx.distributed`'s interface, run as
+Ray tasks instead of Dask futures.
+
+:func:`contract` and :func:`value_and_grad` take what their :mod:`cgx.distributed`
+namesakes take, without ``client``: they run on the Ray instance this process is
+connected to (``ray.init()`` first: a local one, or ``ray.init(address="auto")`` on a
+cluster). The plan, the slice ranges, the work of a range and the combination of two
+ranges are :mod:`cgx.distributed`'s own functions; only the engine differs:
+
+1. the driver plans once and checks the operands, with the local API's exceptions;
+2. the operands (and the cotangent) go into Ray's object store once (``ray.put``); every
+   task reads them from there (zero-copy on the machine that holds them);
+3. one task per slice range (``plan_ranges``, with the cluster's CPUs as threads), the
+   ranges' results combined pairwise by tasks (summed, or stacked by output blocks where
+   a sliced label is in the output, then laid out by a last task), and only the root is
+   fetched.
+
+Invariants: as in :mod:`cgx.distributed`, every task is pure, so Ray may rerun it (a task
+whose worker died is retried, ``max_retries``, 3 by default) without changing the answer;
+the operands belong to the driver, so they outlive any worker.
+
+>>> import ray, cgx.ray                                    # doctest: +SKIP
+>>> ray.init(num_cpus=2)                                   # doctest: +SKIP
+>>> cgx.ray.contract("ij,jk->ik", a, b, sliced_inds="j")  # doctest: +SKIP
+"""
+
+import numpy as np
+
+from . import _einsum
+from . import distributed as _d
+
+try:
+    import ray as _ray
+except ImportError:  # pragma: no cover - exercised only without ray
+    _ray = None
+
+__all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad"]
+
+_REMOTE = {}
+
+
+def _remote(f):
+    """``f`` as a Ray remote function (made once per process)."""
+    r = _REMOTE.get(f)
+    if r is None:
+        r = _REMOTE[f] = _ray.remote(f)
+    return r
+
+
+def _require():
+    if _ray is None:
+        raise ImportError("cgx.ray needs Ray: pip install ray")
+    if not _ray.is_initialized():
+        raise ValueError(
+            "cgx.ray: Ray is not initialized; call ray.init() first "
+            "(ray.init(num_cpus=2) on one machine, ray.init(address='auto') on a cluster node)"
+        )
+
+
+def _threads():
+    return max(1, int(_ray.cluster_resources().get("CPU", 1)))
+
+
+def _tree(refs):
+    """Combines the ranges' results pairwise as tasks; the root's reference."""
+    add = _remote(_d._add_pair)
+    while len(refs) > 1:
+        paired = [add.remote(refs[i], refs[i + 1]) for i in range(0, len(refs) - 1, 2)]
+        if len(refs) % 2:
+            paired.append(refs[-1])
+        refs = paired
+    return refs[0]
+
+
+def _run(expr, task, ranges, *args):
+    layout = _d._block_layout(expr)
+    parts = [_remote(task).remote(_d._plan_key(expr), start, stop, layout is not None, *args) for start, stop in ranges]
+    root = _tree(parts)
+    return root if layout is None else _remote(_d._finish).remote(layout, root)
+
+
+def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None):
+    """Like :func:`contract`, but returns the Ray object reference of the result at once."""
+    _require()
+    expr = _d._prepare(eq, arrays, optimize, memory_limit, sliced_inds)
+    expr.eval_slices(*arrays, start=0, stop=0)  # checks the operands, with the local API's exceptions
+    refs = [_ray.put(np.asarray(x)) for x in arrays]
+    ranges = _d.plan_ranges(expr.n_slices, _d._slice_flops(expr), _threads(), n_tasks)
+    return _run(expr, _d._eval_range, ranges, *refs)
+
+
+def submit_value_and_grad(
+    eq, *arrays, wrt=None, cotangent=None, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None
+):
+    """Like :func:`value_and_grad`, but returns the Ray object reference of ``(value, grads)``."""
+    _require()
+    expr = _d._prepare(eq, arrays, optimize, memory_limit, sliced_inds)
+    wrt = _einsum._wrt(wrt)
+    expr.grad_slices(*arrays, start=0, stop=0, wrt=wrt, cotangent=cotangent)  # checks, as above
+    refs = [_ray.put(np.asarray(x)) for x in arrays]
+    cot = None if cotangent is None else _ray.put(np.asarray(cotangent))
+    ranges = _d.plan_ranges(expr.n_slices, 3 * _d._slice_flops(expr), _threads(), n_tasks)
+    return _run(expr, _d._grad_range, ranges, wrt, cot, *refs)
+
+
+def _writable(x):
+    """Arrays fetched from the object store are read-only views of it: a private copy."""
+    return x if x.flags.writeable else np.array(x)
+
+
+def contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None):
+    """:func:`cgx.contract` on Ray, as :func:`cgx.distributed.contract` on Dask; a numpy array."""
+    ref = submit_contract(
+        eq, *arrays, optimize=optimize, memory_limit=memory_limit, sliced_inds=sliced_inds, n_tasks=n_tasks
+    )
+    return _writable(_ray.get(ref))
+
+
+def value_and_grad(
+    eq, *arrays, wrt=None, cotangent=None, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None
+):
+    """``(value, grads)`` on Ray, as :func:`cgx.distributed.value_and_grad` on Dask."""
+    ref = submit_value_and_grad(
+        eq,
+        *arrays,
+        wrt=wrt,
+        cotangent=cotangent,
+        optimize=optimize,
+        memory_limit=memory_limit,
+        sliced_inds=sliced_inds,
+        n_tasks=n_tasks,
+    )
+    value, grads = _ray.get(ref)
+    return _writable(value), tuple(_writable(g) for g in grads)

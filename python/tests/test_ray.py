@@ -1,0 +1,94 @@
+"""cgx.ray on a local Ray instance of two CPUs (127.0.0.1, no dashboard): value and gradient
+against the single-process expression and numpy, with sliced labels in the output, not in
+it and both; bad input raises like the local API; no Ray instance is a clear error.
+Skipped only when Ray is not importable."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import cgx  # noqa: E402
+import cgx.ray as cr  # noqa: E402
+
+# As in test_distributed: sums, stacked output blocks, and both.
+NETWORKS = [
+    ("ab,bc,cd->ad", [(5, 6), (6, 7), (7, 4)], "bc"),
+    ("ab,bc,cd->ad", [(5, 6), (6, 7), (7, 4)], "da"),
+    ("ab,bc->ac", [(6, 5), (5, 3)], "ba"),
+]
+
+
+def test_no_ray_instance_is_a_clear_error():
+    if ray.is_initialized():
+        pytest.skip("a Ray instance exists in this process")
+    with pytest.raises(ValueError, match="Ray is not initialized"):
+        cr.contract("ij,jk->ik", np.ones((2, 2)), np.ones((2, 2)))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    # Ray starts its processes by fork and exec, which JAX (imported by other test
+    # modules) warns about although the child runs no Python: silenced here only.
+    warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=100 * 2**20,
+        _node_ip_address="127.0.0.1",
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def operands(seed, *shapes):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s) for s in shapes]
+
+
+@pytest.mark.parametrize("network", NETWORKS, ids=["summed", "in-output", "both"])
+@pytest.mark.parametrize("n_tasks", [None, 1, 3])
+def test_value_and_gradient_match_single_process_and_numpy(local_ray, network, n_tasks):
+    eq, shapes, sliced = network
+    arrays = operands(1, *shapes)
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    want = np.einsum(eq, *arrays)
+    got = cr.contract(eq, *arrays, sliced_inds=sliced, n_tasks=n_tasks)
+    assert got.flags.writeable
+    np.testing.assert_allclose(got, expr(*arrays), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    cot = operands(2, want.shape)[0]
+    value, grads = cr.value_and_grad(eq, *arrays, wrt=[0, len(arrays) - 1], cotangent=cot, sliced_inds=sliced, n_tasks=n_tasks)
+    local_value, local_grads = expr.value_and_grad(*arrays, wrt=[0, len(arrays) - 1], cotangent=cot)
+    np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)
+    assert len(grads) == 2
+    for g, w in zip(grads, local_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_memory_limit_and_complex_operands(local_ray):
+    eq, shapes = "ab,bc,cd->ad", [(3, 9), (9, 10), (10, 6)]
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s) + 1j * rng.standard_normal(s) for s in shapes]
+    got = cr.contract(eq, *arrays, optimize=[(1, 2), (0, 1)], memory_limit=40, n_tasks=4)
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+def test_bad_input_raises_like_the_local_api(local_ray):
+    a, b = operands(4, (3, 4), (5, 2))
+    with pytest.raises(ValueError) as want:
+        cgx.contract("ij,jk->ik", a, b)
+    with pytest.raises(ValueError) as got:
+        cr.contract("ij,jk->ik", a, b)
+    assert str(got.value) == str(want.value)
+    expr = cgx.contract_expression("ij,jk->ik", (3, 4), (4, 3))
+    with pytest.raises(ValueError) as want:
+        expr.value_and_grad(a, a.T, cotangent=np.ones((2, 3)))
+    with pytest.raises(ValueError) as got:
+        cr.value_and_grad("ij,jk->ik", a, a.T, cotangent=np.ones((2, 3)))
+    assert str(got.value) == str(want.value)
