@@ -66,3 +66,22 @@ def test_an_operand_outlives_nothing():
     cgx.contract("ij,jk->ik", a, a)
     a.resize((2, 2), refcheck=True)
     assert a.shape == (2, 2)
+
+
+def test_large_results_hand_their_memory_back_to_the_pool():
+    # A result of at least the pool's minimum size is held by the einsum crate's pooled
+    # allocation: writable, correct, and reused by the next call once it is dropped.
+    a = np.random.default_rng(0).random((128, 128))
+    r = cgx.contract("ij,jk->ik", a, a)
+    assert type(r.base).__name__ == "PooledData"
+    assert r.flags.writeable and r.flags.c_contiguous
+    np.testing.assert_allclose(r, a @ a, rtol=1e-12)
+    address = r.__array_interface__["data"][0]
+    r[0, 0] = -1.0  # the elements are the array's own
+    assert r[0, 0] == -1.0
+    del r
+    again = cgx.contract("ij,jk->ik", a, a)
+    assert again.__array_interface__["data"][0] == address
+    np.testing.assert_allclose(again, a @ a, rtol=1e-12)
+    # Small results are plain numpy-owned vectors.
+    assert type(cgx.contract("ij,jk->ik", a[:2, :2], a[:2, :2]).base).__name__ != "PooledData"
