@@ -10,7 +10,9 @@
 //! of the contraction's element type becomes a tensor over the array's own memory
 //! (`einsum::Tensor::from_shared` with [`NumpyData`], which holds a reference to the array so
 //! it outlives every tensor over it). Anything else (Fortran order, strided views, other
-//! dtypes, a real operand of a complex contraction) is copied once in row-major order.
+//! dtypes, a real operand of a complex contraction) is copied once in row-major order; a
+//! copy larger than the machine's memory (a broadcast view of 2^40 elements) or one the
+//! allocator refuses is a `MemoryError`, not an abort.
 //! No copy out: a result the engine holds alone becomes the numpy array's buffer; a result
 //! shared with something else (an operand returned as it is) is copied. A result of at
 //! least `einsum::POOL_MIN_BYTES` is held by a [`PooledData`] base object, so that when
@@ -82,16 +84,21 @@ fn read<'py>(index: usize, ob: &Bound<'py, PyAny>) -> PyResult<Read<'py>> {
 }
 
 /// Copies an array's elements in row-major order (see the module docs for why a copy).
-fn to_vec<T: Element + Copy, U>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> Vec<U> {
+/// A copy larger than the machine's memory, or one the allocator refuses, is a
+/// `MemoryError` (a broadcast view such as `np.broadcast_to(x, (2**40,))` is tiny in
+/// numpy and huge once copied).
+fn to_vec<T: Element + Copy, U>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> PyResult<Vec<U>> {
+    let mut v = crate::try_alloc(Some(a.len()), || format!("a copy of an operand of shape {:?}", a.shape()))?;
     // `as_slice` also accepts Fortran order (memory order), so check C order first.
     match a.as_slice() {
-        Ok(s) if a.is_c_contiguous() => s.iter().map(|&x| f(x)).collect(),
-        _ => a.as_array().iter().map(|&x| f(x)).collect(),
+        Ok(s) if a.is_c_contiguous() => v.extend(s.iter().map(|&x| f(x))),
+        _ => v.extend(a.as_array().iter().map(|&x| f(x))),
     }
+    Ok(v)
 }
 
 fn tensor<T: Element + Copy, U: Elem>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> PyResult<Tensor<U>> {
-    Tensor::new(a.shape().to_vec(), to_vec(a, f)).map_err(crate::value_error)
+    Tensor::new(a.shape().to_vec(), to_vec(a, f)?).map_err(crate::einsum_error)
 }
 
 /// A numpy array's elements, read in place: a reference to the array (which keeps it, and
@@ -124,7 +131,7 @@ fn shared<T: Elem + Element>(a: &PyReadonlyArrayDyn<'_, T>) -> PyResult<Tensor<T
     match a.as_slice() {
         Ok(s) if a.is_c_contiguous() && s.as_ptr().is_aligned() => {
             let data = NumpyData { _array: a.as_any().clone().unbind(), ptr: s.as_ptr(), len: s.len() };
-            Tensor::from_shared(a.shape().to_vec(), data).map_err(crate::value_error)
+            Tensor::from_shared(a.shape().to_vec(), data).map_err(crate::einsum_error)
         }
         _ => tensor(a, |x| x),
     }
