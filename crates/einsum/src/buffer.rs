@@ -279,7 +279,8 @@ mod tests {
         let v = PooledVec::new(zeroed::<f64>(n));
         let ptr = v.as_ptr();
         drop(v);
-        assert_eq!(overwritten::<f64>(n).as_ptr(), ptr, "a dropped PooledVec's allocation is reused");
+        let reused = overwritten::<f64>(n);
+        assert_eq!(reused.as_ptr(), ptr, "a dropped PooledVec's allocation is reused");
         release_buffers();
     }
 }

@@ -89,6 +89,7 @@ mod memory;
 mod network;
 mod op;
 mod path;
+mod permute;
 mod reference;
 pub mod search;
 mod slice;

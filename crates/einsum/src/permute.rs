@@ -1,0 +1,219 @@
+//! Permutation copies: a tensor's elements rearranged to another axis order, the kernels'
+//! most common data movement (GEMM operands packed, results permuted afterwards, unary
+//! transposes).
+//!
+//! [`permute`] fuses axes that move together, then copies contiguous runs or transposes
+//! blocks of grouped short axes in square tiles, so reads and writes both use whole cache
+//! lines; outputs of [`PAR_PERMUTE_MIN_ELEMENTS`] or more are cut into chunks over the
+//! current rayon pool's threads.
+//!
+//! Invariants: `labels` are distinct and `out` is a permutation of them; every output
+//! element is written exactly once (outputs come unzeroed from the buffer pool). Cost:
+//! `O(len)` element moves plus `O(BLOCK)` offset tables.
+
+use smallvec::SmallVec;
+
+use crate::buffer::overwritten;
+use crate::elem::Elem;
+use crate::tensor::row_major_strides;
+
+/// A list of labels (or of fused groups).
+pub(crate) type Group = SmallVec<[u32; 8]>;
+
+/// The sizes of `labels`' axes.
+pub(crate) fn shape_of(labels: &[u32], sizes: &[usize]) -> Vec<usize> {
+    labels.iter().map(|&c| sizes[c as usize]).collect()
+}
+
+/// Per-loop-label strides of a tensor whose axes carry `labels`: the sum of the strides
+/// of its axes with that label (0 if it has none).
+pub(crate) fn loop_strides(labels: &[u32], shape: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
+    let strides = row_major_strides(shape);
+    order.iter().map(|&l| labels.iter().zip(&strides).filter(|&(&c, _)| c == l).map(|(_, &s)| s).sum()).collect()
+}
+
+/// Side of the square tiles of [`permute`].
+const TILE: usize = 32;
+
+/// The same permutation on fewer, longer axes: axes of size 1 dropped, and every run of
+/// labels consecutive (in order) in both `labels` and `out` fused into one label. Returns
+/// the fused sizes, source labels and output labels (`0..k` in output order).
+pub(crate) fn fuse_axes(sizes: &[usize], labels: &[u32], out: &[u32]) -> (SmallVec<[usize; 8]>, Group, Group) {
+    let keep = |l: &[u32]| -> Group { l.iter().copied().filter(|&c| sizes[c as usize] != 1).collect() };
+    let (labels, out) = (keep(labels), keep(out));
+    let pos = |c: u32| labels.iter().position(|&l| l == c).expect("a permutation");
+    // Fused label of each output axis, and the fused sizes.
+    let (mut fused_sizes, mut group_of): (SmallVec<[usize; 8]>, Group) = (SmallVec::new(), Group::new());
+    for (i, &c) in out.iter().enumerate() {
+        if i > 0 && pos(c) == pos(out[i - 1]) + 1 {
+            *fused_sizes.last_mut().expect("a group is open") *= sizes[c as usize];
+        } else {
+            fused_sizes.push(sizes[c as usize]);
+        }
+        group_of.push(fused_sizes.len() as u32 - 1);
+    }
+    // The source lists the groups in the order of their first labels.
+    let mut src: Group = Group::new();
+    for &c in &labels {
+        let g = group_of[out.iter().position(|&o| o == c).expect("a permutation")];
+        if src.last() != Some(&g) {
+            src.push(g);
+        }
+    }
+    let out = (0..fused_sizes.len() as u32).collect();
+    (fused_sizes, src, out)
+}
+
+/// The least number of elements [`permute`] gathers into each side of its tiles: short
+/// innermost axes are grouped with their neighbours until a side holds this many.
+const BLOCK: usize = 32;
+
+/// Outputs of at least this many elements are permuted by the threads of the current
+/// rayon pool, when called inside one of more than one thread (outside any pool, as in
+/// [`crate::Einsum::eval`], one thread).
+const PAR_PERMUTE_MIN_ELEMENTS: usize = 1 << 20;
+
+/// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
+/// them). Axes are fused first ([`fuse_axes`]), so small axes that move together become one
+/// long one. When both innermost axes carry the same label, contiguous runs are copied.
+/// Otherwise the copy is a transpose of `O × S` blocks: `O`, the output's innermost axes,
+/// and `S`, the source's innermost axes (disjoint from `O`), each taken until it holds
+/// [`BLOCK`] elements. For each value of the other axes, the output holds an `S × O`
+/// block whose rows are contiguous, and the source the transposed `O × S` block (its rows
+/// contiguous too, unless an axis inside them was left out of `S`); it is copied in square
+/// tiles of [`TILE`], so reads and writes both use whole cache lines however short the axes
+/// (a network's axes are often of size 2 to 10).
+///
+/// In parallel, the output is cut into contiguous chunks along its leading axes (which then
+/// stay out of `S`), one task per chunk.
+pub(crate) fn permute<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32]) -> Vec<T> {
+    let len: usize = labels.iter().map(|&c| sizes[c as usize]).product();
+    let threads = if len >= PAR_PERMUTE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    permute_on(sizes, src, labels, out, threads)
+}
+
+/// [`permute`] with its output cut into chunks for `threads` threads (one chunk: `1`).
+pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], out: &[u32], threads: usize) -> Vec<T> {
+    let (sizes, labels, out) = fuse_axes(sizes, labels, out);
+    let (sizes, labels, out) = (&sizes[..], &labels[..], &out[..]);
+    let out_shape = shape_of(out, sizes);
+    let len: usize = out_shape.iter().product();
+    // Every element is written once.
+    let mut dst = overwritten(len);
+    if len == 0 {
+        return dst;
+    }
+    let Some(o) = out.len().checked_sub(1) else {
+        dst[0] = src[0];
+        return dst;
+    };
+    // After fusing, the output's labels are `0..k` in order: label `c` is output axis `c`.
+    let so = row_major_strides(&out_shape);
+    let ss = loop_strides(labels, &shape_of(labels, sizes), out);
+    // The leading axes `0..lead` are split over threads, one chunk per index; never the
+    // innermost axis of either side, so that `S` and `O` are not empty.
+    let src_inner = *labels.last().expect("not empty") as usize;
+    let (mut lead, mut chunks) = (0, 1);
+    while threads > 1 && lead < o.min(src_inner) && chunks < 4 * threads {
+        chunks *= sizes[lead];
+        lead += 1;
+    }
+    // The block axes: `S` from the source's innermost outwards, then `O` from the output's.
+    let (mut s_axes, mut ns) = (SmallVec::<[usize; 8]>::new(), 1usize);
+    if src_inner != o {
+        for c in labels.iter().rev().map(|&c| c as usize).filter(|&c| c >= lead) {
+            if c == o || ns >= BLOCK {
+                break;
+            }
+            s_axes.push(c);
+            ns *= sizes[c];
+        }
+    }
+    let (mut o_axes, mut no) = (SmallVec::<[usize; 8]>::new(), 1usize);
+    for c in (lead..out.len()).rev() {
+        if s_axes.contains(&c) || (no >= BLOCK && !s_axes.is_empty()) {
+            break;
+        }
+        o_axes.push(c);
+        no *= sizes[c];
+        if s_axes.is_empty() {
+            break; // contiguous runs of the shared innermost axis
+        }
+    }
+    // Offsets inside a block, per position of `O` or `S`, in the source or the output.
+    let offsets = |axes: &[usize], strides: &[usize]| -> Vec<usize> {
+        let mut table = vec![0usize];
+        for &c in axes {
+            // `axes` runs innermost first: each one repeats the table so far per index.
+            let inner = table.len();
+            for i in 1..sizes[c] {
+                for t in 0..inner {
+                    table.push(table[t] + i * strides[c]);
+                }
+            }
+        }
+        table
+    };
+    let (src_o, src_s, dst_s) = (offsets(&o_axes, &ss), offsets(&s_axes, &ss), offsets(&s_axes, &so));
+    // Odometer over the axes in no block and not split.
+    let outer: SmallVec<[usize; 8]> =
+        (lead..out.len()).filter(|c| !s_axes.contains(c) && !o_axes.contains(c)).collect();
+    let chunk = |dst: &mut [T], mut ps: usize| {
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
+        let mut po = 0usize;
+        loop {
+            if s_axes.is_empty() {
+                dst[po..po + no].copy_from_slice(&src[ps..ps + no]);
+            } else {
+                for sb in (0..ns).step_by(TILE) {
+                    for ob in (0..no).step_by(TILE) {
+                        let oe = (ob + TILE).min(no);
+                        let rows = dst_s.iter().zip(&src_s).take((sb + TILE).min(ns)).skip(sb);
+                        for (&d, &s) in rows {
+                            let row = &mut dst[po + d + ob..po + d + oe];
+                            for (x, &off) in row.iter_mut().zip(&src_o[ob..oe]) {
+                                *x = src[ps + off + s];
+                            }
+                        }
+                    }
+                }
+            }
+            let mut x = outer.len();
+            loop {
+                if x == 0 {
+                    return;
+                }
+                x -= 1;
+                let ax = outer[x];
+                idx[x] += 1;
+                po += so[ax];
+                ps += ss[ax];
+                if idx[x] < sizes[ax] {
+                    break;
+                }
+                po -= so[ax] * sizes[ax];
+                ps -= ss[ax] * sizes[ax];
+                idx[x] = 0;
+            }
+        }
+    };
+    if lead == 0 {
+        chunk(&mut dst, 0);
+    } else {
+        use rayon::prelude::*;
+        // Chunk `i`'s source offset: `i` spelled in the leading axes' sizes.
+        let base = |mut i: usize| {
+            (0..lead).rev().fold(0, |acc, c| {
+                let x = i % sizes[c];
+                i /= sizes[c];
+                acc + x * ss[c]
+            })
+        };
+        dst.par_chunks_mut(so[lead - 1]).enumerate().for_each(|(i, d)| chunk(d, base(i)));
+    }
+    dst
+}
