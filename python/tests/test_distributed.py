@@ -228,6 +228,26 @@ def test_plan_ranges_cover_every_slice():
                     assert len(ranges) <= max(1, cd.TASKS_PER_THREAD * threads) or forced is not None
 
 
+def test_plan_ranges_give_every_task_the_least_work():
+    # Without a forced count, every range does at least MIN_TASK_FLOPS (one range when the
+    # whole run does less), the per-thread cap only lengthens ranges, and there are as many
+    # ranges as those two rules allow (one more would break one of them).
+    least = cd.MIN_TASK_FLOPS
+    for n in [1, 2, 3, 5, 7, 64, 1000, 10**6]:
+        for threads in [1, 2, 5, 64]:
+            for flops in [0.0, 1.0, least / 1000, least / 7, least / 3 * 1.0001, 0.7 * least, least, 1.5 * least, 1e3 * least]:
+                ranges = cd.plan_ranges(n, flops, threads)
+                assert ranges[0][0] == 0 and ranges[-1][1] == n
+                cap = cd.TASKS_PER_THREAD * threads
+                assert len(ranges) <= cap
+                if n * flops < least:
+                    assert ranges == [(0, n)], (n, flops, threads)
+                    continue
+                assert min(stop - start for start, stop in ranges) * flops >= least * (1 - 1e-12), (n, flops, threads)
+                more = len(ranges) + 1
+                assert len(ranges) in (cap, n) or (n // more) * flops < least, (n, flops, threads)
+
+
 def same_exception(local, remote):
     with pytest.raises(Exception) as want:
         local()
