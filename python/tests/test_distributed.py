@@ -6,6 +6,7 @@ a worker killed mid-run; bad input."""
 import concurrent.futures
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -291,29 +292,91 @@ def test_bad_input_raises_like_the_local_api(client):
         cd.contract("ij,jk->ik", a, a.T, client=client, n_tasks=0)
 
 
-def test_a_worker_killed_mid_run_costs_time_not_the_answer(client):
-    # ~300 slices of a 2.7e7-flop step each, in 30 tasks: long enough to kill a worker
-    # while tasks are running or queued.
-    eq, shapes, sliced = "ab,bc,cd->ad", [(300, 300), (300, 300), (300, 300)], "b"
-    arrays = matrices(8, *shapes)
-    want = cgx.contract(eq, *arrays, sliced_inds=sliced)
-    # The public call, in a thread (it waits), so its resubmission path is exercised too.
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    future = pool.submit(cd.contract, eq, *arrays, sliced_inds=sliced, client=client, n_tasks=30)
-    pids = client.run(os.getpid)
-    victim_address, victim = sorted(pids.items())[0]
-    # Wait until a task is running, so the kill lands mid-run.
-    deadline = time.monotonic() + 30
-    while not any(client.processing().values()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)
-    killed_before_done = not future.done()
-    os.kill(victim, signal.SIGKILL)
-    got = future.result(timeout=120)
-    pool.shutdown()
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
-    # The nanny restarts the worker: the cluster is back to two, with a new process.
-    client.wait_for_workers(2, timeout=60)
-    assert victim not in client.run(os.getpid).values()
-    if not killed_before_done:
-        pytest.skip("the run finished before the kill (machine faster than expected); the answer was checked")
+class RangeStarts(distributed.WorkerPlugin):
+    """Appends ``pid key`` to a file each time a worker starts a slice-range task: a file,
+    so that the starts on a killed worker are kept."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def transition(self, key, start, finish, **kwargs):
+        name = key if isinstance(key, str) else str(key)
+        if finish == "executing" and name.startswith(("_eval_range-", "_grad_range-")):
+            with open(self.path, "a") as f:
+                f.write(f"{os.getpid()} {name}\n")
+
+
+def starts(path):
+    """``[(pid, key), ...]`` of the range tasks started so far, in order."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [(int(pid), key) for pid, key in (line.split() for line in text.splitlines() if line.count(" ") == 1)]
+
+
+def in_background(call, *args, **kwargs):
+    """``call`` in a daemon thread (a run that never ends cannot keep the test process
+    alive); its ``concurrent.futures.Future``."""
+    future = concurrent.futures.Future()
+
+    def run():
+        try:
+            future.set_result(call(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting test
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+# The value on 400 slices (1.3e8 flops each), the gradients on 300 (5.4e7 flops each, three
+# times that with the reverse pass), in 6 ranges: tasks of 0.2 to 1 s on the idle machine,
+# hundreds of times the delay between a task's start and the kill.
+KILLED = {
+    "value": (400, lambda a, b, c, g: (a @ b @ c,)),
+    "value_and_grad": (300, lambda a, b, c, g: (a @ b @ c, *chain_grads(a, b, c, g))),
+}
+
+
+@pytest.mark.parametrize("form", sorted(KILLED))
+def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, form):
+    # The public call runs in a thread (it waits); a worker is killed as soon as it starts
+    # its first range task. The run must still give the right answer, that task must start
+    # again on another worker, and the nanny must bring the worker back.
+    n, reference = KILLED[form]
+    eq, sliced, path, n_tasks = "ab,bc,cd->ad", "b", [(0, 1), (0, 1)], 6
+    a, b, c, g = matrices(8, (n, n), (n, n), (n, n), (n, n))
+    log = tmp_path / "starts"
+    name = f"range-starts-{form}"
+    client.register_plugin(RangeStarts(log), name=name)
+    try:
+        victim_address, victim = sorted(client.run(os.getpid).items())[0]
+        if form == "value":
+            run = in_background(cd.contract, eq, a, b, c, optimize=path, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+        else:
+            run = in_background(
+                cd.value_and_grad, eq, a, b, c, cotangent=g, optimize=path, sliced_inds=sliced, client=client, n_tasks=n_tasks
+            )
+        deadline = time.monotonic() + 120
+        while not any(pid == victim for pid, _ in starts(log)):
+            assert not run.done(), "the run ended before the victim started a task"
+            assert time.monotonic() < deadline, "the victim started no task in 120 s"
+            time.sleep(0.005)
+        os.kill(victim, signal.SIGKILL)
+        killed = [key for pid, key in starts(log) if pid == victim]
+        assert not run.done(), "the run ended before the kill"
+        got = run.result(timeout=300)
+        client.wait_for_workers(2, timeout=120)
+        assert victim not in client.run(os.getpid).values()
+    finally:
+        client.unregister_worker_plugin(name)
+    value, grads = (got, ()) if form == "value" else got
+    for x, want in zip((value, *grads), reference(a, b, c, g)):
+        np.testing.assert_allclose(x, want, rtol=1e-9, atol=1e-9)
+    # The killed worker's task ran again elsewhere: more range starts than ranges.
+    runs = starts(log)
+    assert len({key for _, key in runs}) == n_tasks
+    assert len(runs) > n_tasks
+    for key in killed:
+        assert any(pid != victim and k == key for pid, k in runs), (key, runs)
