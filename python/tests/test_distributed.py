@@ -198,18 +198,51 @@ def test_random_networks_against_single_process_and_numpy(client, case, complex_
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
-def test_gradient_scalar_output_against_jax(client):
+@pytest.fixture
+def jax64():
+    """JAX with 64-bit types, the setting restored afterwards (it is global)."""
     jax = pytest.importorskip("jax")
+    previous = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
+    try:
+        yield jax
+    finally:
+        jax.config.update("jax_enable_x64", previous)
 
+
+def test_gradient_scalar_output_against_jax(client, jax64):
+    jnp = jax64.numpy
     eq, shapes = "ab,bc,ca->", [(4, 5), (5, 6), (6, 4)]
     arrays = matrices(5, *shapes)
     value, grads = cd.value_and_grad(eq, *arrays, sliced_inds="bc", client=client, n_tasks=3)
-    want_value, want_grads = jax.value_and_grad(lambda *x: jnp.einsum(eq, *x), argnums=(0, 1, 2))(*arrays)
+    want_value, want_grads = jax64.value_and_grad(lambda *x: jnp.einsum(eq, *x), argnums=(0, 1, 2))(*arrays)
     np.testing.assert_allclose(value, want_value, rtol=1e-10)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("network", [IN_OUTPUT, BOTH], ids=["in-output", "both"])
+@pytest.mark.parametrize("n_tasks", [None, 3])
+def test_sliced_output_against_jax(client, jax64, network, n_tasks):
+    # A sliced label in the output (blocks stacked): the value against jnp.einsum and
+    # the gradients for a cotangent against jax.vjp, beside the single-process expression.
+    jnp = jax64.numpy
+    eq, shapes, sliced = network
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    *arrays, g = matrices(11, *shapes, tuple(expr.output_shape))
+    want_value, pullback = jax64.vjp(lambda *x: jnp.einsum(eq, *x), *arrays)
+    want_grads = pullback(jnp.asarray(g))
+    assert want_value.dtype == np.float64
+    got = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    local_value, local_grads = expr.value_and_grad(*arrays, cotangent=g)
+    for x in (got, value):
+        np.testing.assert_allclose(x, local_value, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x, np.asarray(want_value), rtol=1e-10, atol=1e-12)
+    assert len(grads) == len(arrays) == len(want_grads)
+    for x, local, want in zip(grads, local_grads, want_grads):
+        np.testing.assert_allclose(x, local, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x, np.asarray(want), rtol=1e-10, atol=1e-12)
 
 
 def test_unsliced_runs_as_one_task(client):
