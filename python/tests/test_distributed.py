@@ -292,9 +292,10 @@ def test_plan_ranges_give_every_task_the_least_work():
     # whole run does less), the per-thread cap only lengthens ranges, and there are as many
     # ranges as those two rules allow (one more would break one of them).
     least = cd.MIN_TASK_FLOPS
+    per_slice = [0.0, 1.0, least / 1e3, least / 7, least / 3 * 1.0001, 0.7 * least, least, 1.5 * least, 1e3 * least]
     for n in [1, 2, 3, 5, 7, 64, 1000, 10**6]:
         for threads in [1, 2, 5, 64]:
-            for flops in [0.0, 1.0, least / 1000, least / 7, least / 3 * 1.0001, 0.7 * least, least, 1.5 * least, 1e3 * least]:
+            for flops in per_slice:
                 ranges = cd.plan_ranges(n, flops, threads)
                 assert ranges[0][0] == 0 and ranges[-1][1] == n
                 cap = cd.TASKS_PER_THREAD * threads
@@ -410,12 +411,11 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, for
     client.register_plugin(RangeStarts(log), name=name)
     try:
         victim_address, victim = sorted(client.run(os.getpid).items())[0]
+        options = dict(optimize=path, sliced_inds=sliced, client=client, n_tasks=n_tasks)
         if form == "value":
-            run = in_background(cd.contract, eq, a, b, c, optimize=path, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+            run = in_background(cd.contract, eq, a, b, c, **options)
         else:
-            run = in_background(
-                cd.value_and_grad, eq, a, b, c, cotangent=g, optimize=path, sliced_inds=sliced, client=client, n_tasks=n_tasks
-            )
+            run = in_background(cd.value_and_grad, eq, a, b, c, cotangent=g, **options)
         deadline = time.monotonic() + 120
         while not any(pid == victim for pid, _ in starts(log)):
             assert not run.done(), "the run ended before the victim started a task"
