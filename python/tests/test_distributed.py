@@ -23,10 +23,12 @@ from strategies import arrays, expressions, split  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
+    # Bounded starts: a worker process not up within death_timeout, or a client not
+    # connected within timeout, is an error, not a wait without end.
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, death_timeout=120
     )
-    c = distributed.Client(cluster)
+    c = distributed.Client(cluster, timeout=120)
     try:
         yield c
     finally:
