@@ -17,12 +17,20 @@ pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list.
 ``memory_limit`` (elements, or ``'max_input'``) bounds the largest intermediate: a
 contraction whose path exceeds it is sliced (cotengra's greedy slice finding, in the
 engine) and contracted slice by slice, summed, or placed where a sliced label is in the
-output; only an output larger than the limit, which is held whole, raises ``MemoryError``.
-``sliced_inds`` (cotengra's name) slices on given labels.
+output; only an output larger than the limit, which is held whole, raises ``MemoryError``
+(so does a limit that would need an expression with an ellipsis sliced: only named labels
+can be). ``sliced_inds`` (cotengra's name) slices on given labels.
+
+Without ``memory_limit`` there is no limit but the machine: as numpy would, a contraction
+runs as long as its tensors (the operands, and the intermediates alive together) fit in
+the machine's physical memory, and raises ``MemoryError`` before allocating anything when
+they do not. Sizes, path positions, ``wrt`` positions and slice indices are non-negative
+integers; anything else raises ``ValueError``.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 
 from . import _core
@@ -40,14 +48,43 @@ def _physical_memory() -> float:
 _core.set_memory_ceiling(_physical_memory())
 
 
+# Sizes, positions and slice indices must fit the engine's 64-bit unsigned integers.
+_U64 = 2**64
+
+
+def _count(x, what: str) -> int:
+    """``x`` as a non-negative int below 2^64, else ``ValueError`` (never the
+    ``OverflowError`` the extension would raise for a negative number)."""
+    try:
+        n = int(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an integer, not {x!r}") from None
+    if n != x or not 0 <= n < _U64:
+        raise ValueError(f"{what} must be a non-negative integer below 2^64, not {x!r}")
+    return n
+
+
+def _index(x):
+    """``x`` as an int if it is an integer in ``0..2^64``, else ``None``."""
+    try:
+        n = operator.index(x)
+    except TypeError:
+        return None
+    return n if 0 <= n < _U64 else None
+
+
+def _dims(shape, what: str) -> tuple:
+    return tuple(_count(d, f"a size of {what} (shape {tuple(shape)!r})") for d in shape)
+
+
 def _shape_of(x, is_shape: bool) -> tuple:
     if is_shape:
-        return tuple(int(d) for d in x)
+        return _dims(x, "a shape")
     shape = getattr(x, "shape", None)
     if shape is not None:
         return tuple(shape)
     if isinstance(x, tuple):
-        return tuple(int(d) for d in x)
+        return _dims(x, "a shape")
     import numpy as np
 
     return np.shape(x)
@@ -95,6 +132,10 @@ def _pairwise(path, n: int) -> list[tuple[int, int]]:
             raise ValueError(f"invalid contraction path: step {step!r} is not a tuple of positions") from None
         steps.append(step)
     if all(len(s) == 2 for s in steps):
+        for s, step in enumerate(steps):
+            for p in step:
+                if not 0 <= p < _U64:
+                    raise ValueError(f"invalid contraction path at step {s}: position {p} is out of range")
         return steps
     # Follow opt_einsum's operand list and the engine's side by side: operands are named
     # by ids; a step removes its operands from opt_einsum's list and appends the result.
@@ -179,8 +220,8 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     operand is complex, the contraction is complex). The GIL is released while a large
     contraction runs. An intermediate over ``memory_limit`` elements makes the contraction
     sliced (see the module docs); ``sliced_inds`` slices on given labels. Bad input raises
-    ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements or an
-    intermediate the machine's memory).
+    ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements, or the
+    tensors of the contraction the machine's memory).
 
     >>> import numpy as np, cgx
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
@@ -297,9 +338,18 @@ class ContractExpression(_core.Expression):
     sliced labels) and is rebuilt, with the same slices, where it is unpickled.
     """
 
+    def _range(self, start, stop):
+        """``(start, stop)`` checked to be slice indices (negative ones are errors, as in
+        the engine, not counted from the end)."""
+        n = self.n_slices
+        if _index(start) is None or (stop is not None and _index(stop) is None):
+            shown = "" if stop is None else stop
+            raise ValueError(f"slicing error: slice range {start}..{shown} is not within 0..{n} ({n} slices)")
+        return _index(start), None if stop is None else _index(stop)
+
     def eval_slices(self, *arrays, start=0, stop=None):
         """The sum of slices ``start..stop`` (to the last if ``None``), of the output's shape."""
-        return self._eval_slices(arrays, start, stop)
+        return self._eval_slices(arrays, *self._range(start, stop))
 
     def eval_blocks(self, *arrays, start=0, stop=None):
         """``(first, blocks)``: slices ``start..stop`` by output blocks, never of the output's
@@ -309,17 +359,18 @@ class ContractExpression(_core.Expression):
         ``blocks[i]`` is block ``first + i``, of the output's shape without its sliced axes.
         With the output's sliced labels first in ``sliced_inds``, a range holds about its
         share of the blocks."""
-        return self._eval_slices(arrays, start, stop, True)
+        return self._eval_slices(arrays, *self._range(start, stop), True)
 
     def grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None):
         """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
-        return self._grad_slices(arrays, start, stop, _wrt(wrt), cotangent)
+        return self._grad_slices(arrays, *self._range(start, stop), _wrt(wrt, len(self.shapes)), cotangent)
 
     def value_and_grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None, blocks=False):
         """``(value, grads)`` of slices ``start..stop`` in one pass (each slice's forward runs
         once): ``value`` as ``eval_slices`` gives it, or as ``eval_blocks`` with ``blocks``;
         ``grads`` as ``grad_slices``."""
-        return self._value_and_grad_slices(arrays, start, stop, _wrt(wrt), cotangent, blocks)
+        start, stop = self._range(start, stop)
+        return self._value_and_grad_slices(arrays, start, stop, _wrt(wrt, len(self.shapes)), cotangent, blocks)
 
     def __reduce__(self):
         return (type(self), (self.eq, self.shapes, self.path, self.memory_limit, self.sliced_inds or None))
@@ -328,24 +379,32 @@ class ContractExpression(_core.Expression):
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
         ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
         means 1 and needs a scalar output)."""
-        return self._value_and_grad(arrays, _wrt(wrt), cotangent)
+        return self._value_and_grad(arrays, _wrt(wrt, len(self.shapes)), cotangent)
 
     def hvp(self, *arrays, directions, wrt=None, cotangent=None):
         """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one
         direction per ``wrt`` operand in, one array per ``wrt`` operand out."""
-        return self._hvp(arrays, list(directions), _wrt(wrt), cotangent)
+        return self._hvp(arrays, list(directions), _wrt(wrt, len(self.shapes)), cotangent)
 
     def __repr__(self):
         sliced = f", sliced_inds={self.sliced_inds}" if self.sliced_inds else ""
         return f"ContractExpression({self.eq!r}, shapes={self.shapes}, path={self.path}{sliced})"
 
 
-def _wrt(wrt):
+def _wrt(wrt, n=None):
+    """``wrt`` as a list of operand positions (``None``: all); a negative or huge position
+    is a ``ValueError`` with the engine's message for a position out of range."""
     if wrt is None:
         return None
-    if isinstance(wrt, int):
-        return [wrt]
-    return list(wrt)
+    try:
+        wrt = [operator.index(wrt)]
+    except TypeError:
+        wrt = list(wrt)
+    for w in wrt:
+        if _index(w) is None:
+            there = "" if n is None else f": there are {n}"
+            raise ValueError(f"shape error: cannot differentiate with respect to operand {w!r}{there}")
+    return [_index(w) for w in wrt]
 
 
 def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, sliced_inds=None):

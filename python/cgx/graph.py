@@ -19,8 +19,10 @@ Operations (:data:`OPS`): ``add``, ``sub``, ``mul`` (binary), ``neg``, ``exp``, 
 ``cos``, ``sincos`` (unary). ``sincos`` gives two values, ``sin`` at the returned id and
 ``cos`` at the next; ``sub`` is added as ``neg`` then ``add`` (two values, the returned
 id is the difference). Mistakes (an unknown operation, an id that is not an earlier value,
-inputs of the wrong length) raise ``ValueError`` with the engine's message, and a batch
-that fails adds nothing.
+inputs of the wrong length, a negative count) raise ``ValueError`` with the engine's
+message, and a batch that fails adds nothing. Sizes beyond the machine (a graph of more
+values than its memory holds, a batch of points whose outputs or gradients do not fit)
+raise ``MemoryError`` before anything is allocated.
 """
 
 from __future__ import annotations
@@ -127,7 +129,12 @@ class Graph:
 
     def inputs(self, n: int) -> np.ndarray:
         """Adds ``n`` inputs (numbered after the existing ones); returns their ids."""
-        return self._g.inputs(int(n))
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"the number of inputs must not be negative, got {n}")
+        # The engine reports counts past its limit (2^31 values); larger ints than a
+        # u64 holds would be an OverflowError on the way there.
+        return self._g.inputs(min(n, 2**64 - 1))
 
     def constants(self, values) -> np.ndarray:
         """Adds one constant per entry of ``values``; returns their ids."""
@@ -150,4 +157,4 @@ class Graph:
         """Compiles the value of ``output`` (one id) and its gradient with respect to the
         inputs ``wrt`` (ids; all inputs by default)."""
         w = None if wrt is None else _ids(wrt, "wrt").tolist()
-        return Gradient(self._g.gradient(int(output), w))
+        return Gradient(self._g.gradient(int(_ids(output, "output")[0]), w))

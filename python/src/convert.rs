@@ -10,18 +10,25 @@
 //! of the contraction's element type becomes a tensor over the array's own memory
 //! (`einsum::Tensor::from_shared` with [`NumpyData`], which holds a reference to the array so
 //! it outlives every tensor over it). Anything else (Fortran order, strided views, other
-//! dtypes, a real operand of a complex contraction) is copied once in row-major order.
-//! No copy out: a result the engine holds alone becomes the numpy array's buffer
-//! (`Tensor::into_vec`, then `PyArray::from_vec`); a result shared with something else (an
-//! operand returned as it is) is copied.
+//! dtypes, a real operand of a complex contraction) is copied once in row-major order; a
+//! copy larger than the machine's memory (a broadcast view of 2^40 elements) or one the
+//! allocator refuses is a `MemoryError`, not an abort.
+//! No copy out: a result the engine holds alone becomes the numpy array's buffer; a result
+//! shared with something else (an operand returned as it is) is copied. A result of at
+//! least `einsum::POOL_MIN_BYTES` is held by a [`PooledData`] base object, so that when
+//! numpy drops the array its allocation goes back to the einsum crate's buffer pool of
+//! the dropping thread (the thread that called, for a caller that drops its results
+//! itself), where the next call's outputs find it; smaller results, which the pool does
+//! not keep, are handed to numpy as plain vectors.
 //!
 //! Borrowing: the operands are read with rust-numpy's borrow checking (no writable Rust
 //! borrow of them exists meanwhile); the tensors over their memory live only during the
 //! call that made them. As for numpy's own functions that release the GIL, a Python
 //! thread that writes to an operand while a contraction runs races with it.
 
-use einsum::{Elem, Tensor, c64};
-use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use einsum::{Elem, POOL_MIN_BYTES, Tensor, c64};
+use numpy::ndarray::{ArrayViewD, IxDyn};
+use numpy::{Element, IntoPyArray, PyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -77,16 +84,21 @@ fn read<'py>(index: usize, ob: &Bound<'py, PyAny>) -> PyResult<Read<'py>> {
 }
 
 /// Copies an array's elements in row-major order (see the module docs for why a copy).
-fn to_vec<T: Element + Copy, U>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> Vec<U> {
+/// A copy larger than the machine's memory, or one the allocator refuses, is a
+/// `MemoryError` (a broadcast view such as `np.broadcast_to(x, (2**40,))` is tiny in
+/// numpy and huge once copied).
+fn to_vec<T: Element + Copy, U>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> PyResult<Vec<U>> {
+    let mut v = crate::try_alloc(Some(a.len()), || format!("a copy of an operand of shape {:?}", a.shape()))?;
     // `as_slice` also accepts Fortran order (memory order), so check C order first.
     match a.as_slice() {
-        Ok(s) if a.is_c_contiguous() => s.iter().map(|&x| f(x)).collect(),
-        _ => a.as_array().iter().map(|&x| f(x)).collect(),
+        Ok(s) if a.is_c_contiguous() => v.extend(s.iter().map(|&x| f(x))),
+        _ => v.extend(a.as_array().iter().map(|&x| f(x))),
     }
+    Ok(v)
 }
 
 fn tensor<T: Element + Copy, U: Elem>(a: &PyReadonlyArrayDyn<'_, T>, f: impl Fn(T) -> U) -> PyResult<Tensor<U>> {
-    Tensor::new(a.shape().to_vec(), to_vec(a, f)).map_err(crate::value_error)
+    Tensor::new(a.shape().to_vec(), to_vec(a, f)?).map_err(crate::einsum_error)
 }
 
 /// A numpy array's elements, read in place: a reference to the array (which keeps it, and
@@ -119,7 +131,7 @@ fn shared<T: Elem + Element>(a: &PyReadonlyArrayDyn<'_, T>) -> PyResult<Tensor<T
     match a.as_slice() {
         Ok(s) if a.is_c_contiguous() && s.as_ptr().is_aligned() => {
             let data = NumpyData { _array: a.as_any().clone().unbind(), ptr: s.as_ptr(), len: s.len() };
-            Tensor::from_shared(a.shape().to_vec(), data).map_err(crate::value_error)
+            Tensor::from_shared(a.shape().to_vec(), data).map_err(crate::einsum_error)
         }
         _ => tensor(a, |x| x),
     }
@@ -203,9 +215,36 @@ impl FromReal for c64 {
     }
 }
 
+/// The base object of a result array: the einsum crate's pooled allocation of its elements
+/// (an `einsum::PooledVec`), which returns to the buffer pool of the thread that drops it.
+///
+/// Why: results handed to numpy as plain vectors are freed together when the caller drops
+/// them, glibc then gives the top of its heap back to the system, and the next call's
+/// outputs come from fresh pages (480 page faults per value and gradient of the batched
+/// product instance, `docs/PERFORMANCE.md`).
+#[pyclass(frozen, module = "cgx._core")]
+pub struct PooledData {
+    _data: Box<dyn std::any::Any + Send + Sync>,
+}
+
 /// A numpy array over the tensor's data: its own allocation when the tensor holds it
-/// alone, else a copy (`Tensor::into_vec`).
+/// alone, else a copy; held by a [`PooledData`] when the pool keeps buffers of its size.
 pub fn to_numpy<'py, T: Elem + Element>(py: Python<'py>, t: Tensor<T>) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
     let shape = t.shape().to_vec();
-    t.into_vec().into_pyarray(py).reshape(shape)
+    if std::mem::size_of_val(t.data()) < POOL_MIN_BYTES {
+        return t.into_vec().into_pyarray(py).reshape(shape);
+    }
+    let mut data = t.into_pooled_vec();
+    let ptr = data.as_mut_slice().as_mut_ptr();
+    // Moving `data` into the box moves the vector, not its heap allocation, so `ptr` stays
+    // valid for as long as the base object lives.
+    let owner = Bound::new(py, PooledData { _data: Box::new(data) })?.into_any();
+    // SAFETY: `ptr` points at the row-major elements of `shape` (the tensor's length, checked
+    // when it was made), initialized, aligned and non-null (a vector's pointer), owned by
+    // `owner` alone: nothing else reads or writes them. `borrow_from_array` makes `owner`
+    // the array's base object, so the elements live as long as the array and its views.
+    let view = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape), ptr.cast_const()) };
+    // SAFETY: as above; numpy may write the elements through the array (they are the
+    // array's alone), and `owner` is dropped only after the array.
+    Ok(unsafe { PyArray::borrow_from_array(&view, owner) })
 }

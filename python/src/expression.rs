@@ -6,12 +6,17 @@
 //! [`Einsum`] (built on the first call with that type) and derivative programs by `wrt`
 //! (built on first use). Work runs with the GIL released unless it is too small for that
 //! to pay (`DETACH_MIN_WORK`). Before any allocation, the plan's largest intermediate is
-//! checked against the memory limit (`MemoryError`).
+//! checked against the memory limit (`MemoryError`), and the einsum crate checks every
+//! tensor of the contraction, and those alive together, against the machine's memory
+//! (`crate::machine_limit`, not the crate's fixed 8 GiB default; `MemoryError` with the
+//! crate's message).
 //!
 //! Slicing: an expression whose largest intermediate exceeds `memory_limit` (elements) is
 //! sliced ([`einsum::SlicedEinsum`], `Slicing::LargestIntermediate`) so that no
 //! intermediate of a slice exceeds it; only an output larger than the limit, which is held
-//! whole, is still a `MemoryError`. `sliced_inds` slices on given labels (cotengra's). The
+//! whole, is still a `MemoryError`, and so is a limit that asks for slicing an expression
+//! with an ellipsis (the crate slices named labels only). `sliced_inds` slices on given
+//! labels (cotengra's). The
 //! compiled form is always a `SlicedEinsum` (one slice when nothing is sliced); slices can
 //! be evaluated by index range (`_eval_slices`, `_grad_slices`, and `_value_and_grad_slices`
 //! for both in one pass) for distributed use, the value as a sum of the output's shape or
@@ -22,8 +27,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan, SlicedEinsum,
-    SlicedGradient, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan,
+    SlicedEinsum, SlicedGradient, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -31,8 +36,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::convert::{self, FromReal, Operands};
+use crate::einsum_error;
 use crate::plan::Plan;
-use crate::value_error;
 
 /// Below this many multiply-adds a call keeps the GIL: releasing and taking it back costs
 /// more than such a contraction.
@@ -40,16 +45,6 @@ const DETACH_MIN_WORK: f64 = 32_768.0;
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
 const CACHE_CAPACITY: usize = 512;
-
-/// The memory ceiling in bytes for an intermediate when no `memory_limit` is given: set
-/// from Python at import (the machine's physical memory).
-static MEMORY_CEILING: Mutex<f64> = Mutex::new(f64::INFINITY);
-
-/// Sets the ceiling [`MEMORY_CEILING`] (bytes).
-#[pyfunction]
-pub fn set_memory_ceiling(bytes: f64) {
-    *MEMORY_CEILING.lock().unwrap_or_else(|e| e.into_inner()) = bytes;
-}
 
 /// What one element type needs compiled.
 struct Compiled<T: Elem> {
@@ -121,7 +116,7 @@ impl Inner {
         limit: Option<f64>,
         sliced_inds: Option<Vec<char>>,
     ) -> PyResult<Inner> {
-        let plan = Plan::new(expression, shapes, path).map_err(value_error)?;
+        let plan = Plan::new(expression, shapes, path).map_err(einsum_error)?;
         let output: f64 = plan.output_shape.iter().map(|&d| d as f64).product();
         let slicing = match (sliced_inds, limit) {
             (Some(labels), _) => Slicing::Labels(labels),
@@ -130,9 +125,18 @@ impl Inner {
             _ => Slicing::None,
         };
         // `Plan` keeps the resolved labels; the slice finder reads the parsed subscripts.
-        let subscripts = Subscripts::parse(&plan.expression).map_err(value_error)?;
+        let subscripts = Subscripts::parse(&plan.expression).map_err(einsum_error)?;
         let slice_plan = SlicePlan::find(&subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
-            .map_err(value_error)?;
+            .map_err(|e| match (&slicing, &e) {
+                // `memory_limit` asked for slicing that the crate cannot do (an ellipsis):
+                // the limit cannot be met, which is a memory error, not bad input.
+                (Slicing::LargestIntermediate(l), EinsumError::Slice(_)) => PyMemoryError::new_err(format!(
+                    "`{}`: the largest intermediate has {:.0} elements, more than memory_limit={l}, and it cannot be sliced: {e}",
+                    plan.expression,
+                    plan.largest_intermediate()
+                )),
+                _ => einsum_error(e),
+            })?;
         Ok(Inner { plan, slice_plan, real: Compiled::new(), complex: Compiled::new() })
     }
 
@@ -146,7 +150,7 @@ impl Inner {
         let largest =
             if self.is_sliced() { self.slice_plan.largest_intermediate() } else { self.plan.largest_intermediate() };
         let bytes = largest * std::mem::size_of::<T>() as f64;
-        let ceiling = *lock(&MEMORY_CEILING);
+        let ceiling = crate::memory_ceiling();
         match limit {
             Some(l) if largest > l => Err(PyMemoryError::new_err(format!(
                 "`{}`: the largest intermediate has {largest:.0} elements, more than memory_limit={l:.0}",
@@ -169,8 +173,9 @@ impl Inner {
         let path = PathChoice::Explicit(p.path.clone());
         // The labels found for 8-byte elements serve every element type.
         let slicing = if self.is_sliced() { Slicing::Labels(self.slice_plan.labels().to_vec()) } else { Slicing::None };
-        let e = SlicedEinsum::new(&p.expression, &p.shapes, path, &EinsumOptions::default(), &slicing)
-            .map_err(value_error)?;
+        // The machine's memory as the budget, not the crate's fixed default (module docs).
+        let options = EinsumOptions::default().memory_limit(crate::machine_limit());
+        let e = SlicedEinsum::new(&p.expression, &p.shapes, path, &options, &slicing).map_err(einsum_error)?;
         Ok(cell.get_or_init(|| Arc::new(e)))
     }
 
@@ -226,10 +231,10 @@ impl Inner {
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = self.slice_plan.multiply_adds();
         if blocks {
-            let out = run(py, work, || e.eval_blocks(&refs, range)).map_err(value_error)?;
+            let out = run(py, work, || e.eval_blocks(&refs, range)).map_err(einsum_error)?;
             return blocks_to_py(py, out);
         }
-        let out = run(py, work, || e.eval_slices(&refs, range)).map_err(value_error)?;
+        let out = run(py, work, || e.eval_slices(&refs, range)).map_err(einsum_error)?;
         Ok(convert::to_numpy(py, out)?.into_any())
     }
 
@@ -285,7 +290,7 @@ impl Inner {
         let h = cached(&T::compiled(self).hvps, &d.wrt, |w| e.slice_einsum().hvp(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
-        let out = run(py, 4.0 * self.plan.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(value_error)?;
+        let out = run(py, 4.0 * self.plan.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(einsum_error)?;
         to_tuple(py, out)
     }
 }
@@ -302,7 +307,7 @@ impl Inner {
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let grads =
-            run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range)).map_err(value_error)?;
+            run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range)).map_err(einsum_error)?;
         to_tuple(py, grads)
     }
 }
@@ -339,10 +344,10 @@ impl Inner {
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = 3.0 * self.slice_plan.multiply_adds();
         let (value, grads) = if blocks {
-            let (v, grads) = run(py, work, || g.eval_blocks_with_value(&refs, &c, range)).map_err(value_error)?;
+            let (v, grads) = run(py, work, || g.eval_blocks_with_value(&refs, &c, range)).map_err(einsum_error)?;
             (blocks_to_py(py, v)?, grads)
         } else {
-            let (v, grads) = run(py, work, || g.eval_slices_with_value(&refs, &c, range)).map_err(value_error)?;
+            let (v, grads) = run(py, work, || g.eval_slices_with_value(&refs, &c, range)).map_err(einsum_error)?;
             (convert::to_numpy(py, v)?.into_any(), grads)
         };
         PyTuple::new(py, [value, to_tuple(py, grads)?.into_any()])
@@ -364,7 +369,7 @@ fn cached<P>(
     if let Some(p) = lock(map).get(wrt) {
         return Ok(p.clone());
     }
-    let p = Arc::new(build(wrt).map_err(value_error)?);
+    let p = Arc::new(build(wrt).map_err(einsum_error)?);
     lock(map).insert(wrt.to_vec(), p.clone());
     Ok(p)
 }
@@ -622,8 +627,8 @@ pub fn search_path(eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<
     };
     let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
     let net =
-        einsum::Subscripts::parse(eq).and_then(|s| s.resolve(&refs)).map_err(value_error)?.squeeze_broadcast(&refs);
-    let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(value_error)?;
-    let pairs = path.pairwise(net.inputs.len()).map_err(value_error)?;
+        einsum::Subscripts::parse(eq).and_then(|s| s.resolve(&refs)).map_err(einsum_error)?.squeeze_broadcast(&refs);
+    let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(einsum_error)?;
+    let pairs = path.pairwise(net.inputs.len()).map_err(einsum_error)?;
     Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())
 }

@@ -22,6 +22,12 @@
 //!   array, a gradient's cotangent seed reads 1.
 //!
 //! The GIL is released while fragments are built and programs compiled or evaluated.
+//!
+//! Sizes from user input never abort: value counts are added in checked arithmetic
+//! (`ValueError` past [`MAX_VALUES`]); a graph that would need more than the machine's
+//! memory at [`BYTES_PER_VALUE`] is a `MemoryError` before anything is added; batches of
+//! outputs and copies of inputs are allocated with `try_reserve` after a check against the
+//! machine's memory (`MemoryError`, see `crate::try_alloc`).
 
 use std::sync::{Arc, Mutex};
 
@@ -32,12 +38,18 @@ use computegraph::{
 use numpy::{
     IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods,
 };
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use scalar::{ScalarKey, ScalarOp};
 
 /// At most this many values in one graph (the engine's local value ids are 31 bits).
 const MAX_VALUES: u64 = 1 << 31;
+
+/// What one value of a graph costs at most, in bytes, while it is built (the builder's
+/// columns as they grow, the input key, the interner's entry, the id returned to Python):
+/// a graph whose values would need more than the machine's memory at this rate is refused
+/// with a `MemoryError` before anything is added.
+const BYTES_PER_VALUE: u64 = 128;
 
 /// Programs whose work (instructions times rows) is below this keep the GIL.
 const DETACH_MIN_WORK: usize = 4096;
@@ -112,6 +124,25 @@ struct State {
 impl State {
     fn values(&self) -> u64 {
         self.start + self.builder.value_count() as u64
+    }
+
+    /// `ValueError` if `n` more values would make more than [`MAX_VALUES`], `MemoryError`
+    /// if the graph would then need more than the machine's memory; else the new count.
+    fn check_growth(&self, n: u64) -> PyResult<u64> {
+        let have = self.values();
+        let total = have.checked_add(n).filter(|&t| t <= MAX_VALUES).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "a graph holds at most {MAX_VALUES} values: it has {have}, and {n} more were asked for"
+            ))
+        })?;
+        let bytes = total as f64 * BYTES_PER_VALUE as f64;
+        let ceiling = crate::memory_ceiling();
+        if bytes > ceiling {
+            return Err(PyMemoryError::new_err(format!(
+                "a graph of {total} values needs about {bytes:.3e} bytes ({BYTES_PER_VALUE} per value), more than this machine's memory ({ceiling:.3e} bytes)"
+            )));
+        }
+        Ok(total)
     }
 
     /// An operand: local to the open fragment, or the key of a built fragment's value.
@@ -203,9 +234,14 @@ impl Runner {
 
     /// Evaluates every row of `x` (row-major, `inputs` columns); returns the outputs row
     /// after row.
-    fn eval_rows(&self, x: &[f64], rows: usize) -> Result<Vec<f64>, GraphError> {
+    fn eval_rows(&self, x: &[f64], rows: usize) -> PyResult<Vec<f64>> {
         let outputs = self.program.output_keys().len();
-        let mut out = Vec::with_capacity(rows * outputs);
+        let mut out = crate::try_alloc(rows.checked_mul(outputs), || {
+            format!("the outputs of {rows} points ({outputs} per point)")
+        })?;
+        if outputs == 0 {
+            return Ok(out); // nothing to compute: evaluation has no other effect
+        }
         let mut fresh = EvalState::new();
         let mut held = self.state.try_lock();
         let state = match held.as_deref_mut() {
@@ -220,7 +256,7 @@ impl Runner {
                 Bind::Input(i) => &row[i],
                 Bind::Seed => &ONE,
             }));
-            out.extend(self.program.eval_with(state, &mut (), &refs)?);
+            out.extend(self.program.eval_with(state, &mut (), &refs).map_err(graph_error)?);
         }
         state.clear();
         Ok(out)
@@ -244,14 +280,18 @@ impl Runner {
         let data = match x.as_slice() {
             Ok(s) if x.is_c_contiguous() => s,
             _ => {
-                copy = x.as_array().iter().copied().collect::<Vec<f64>>();
+                copy = {
+                    let mut v = crate::try_alloc(Some(x.len()), || format!("a copy of the inputs of shape {shape:?}"))?;
+                    v.extend(x.as_array().iter().copied());
+                    v
+                };
                 &copy[..]
             }
         };
         let work = rows.saturating_mul(self.program.instruction_count());
         let out =
             if work >= DETACH_MIN_WORK { py.detach(|| self.eval_rows(data, rows)) } else { self.eval_rows(data, rows) };
-        Ok((out.map_err(graph_error)?, batch))
+        Ok((out?, batch))
     }
 }
 
@@ -293,12 +333,14 @@ impl Graph {
     }
 
     /// Adds `n` inputs; returns their ids.
-    fn inputs<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    fn inputs<'py>(&mut self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let s = &mut self.state;
-        if s.values() + n as u64 > MAX_VALUES {
-            return Err(PyValueError::new_err(format!("a graph holds at most {MAX_VALUES} values")));
-        }
-        let mut ids = Vec::with_capacity(n);
+        s.check_growth(n)?;
+        // Below `MAX_VALUES` (2^31) now, so `n` fits a `usize`.
+        let n = n as usize;
+        let mut ids = crate::try_alloc(Some(n), || format!("the ids of {n} inputs"))?;
+        s.inputs.try_reserve(n).map_err(|_| PyMemoryError::new_err(format!("{n} inputs: the allocator refused")))?;
+        s.builder.reserve(n, 0, 0);
         for _ in 0..n {
             let index = u32::try_from(s.inputs.len())
                 .map_err(|_| PyValueError::new_err("a graph holds at most 2^32 inputs"))?;
@@ -318,10 +360,8 @@ impl Graph {
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let values = values.as_array();
         let s = &mut self.state;
-        if s.values() + values.len() as u64 > MAX_VALUES {
-            return Err(PyValueError::new_err(format!("a graph holds at most {MAX_VALUES} values")));
-        }
-        let mut ids = Vec::with_capacity(values.len());
+        s.check_growth(values.len() as u64)?;
+        let mut ids = crate::try_alloc(Some(values.len()), || format!("the ids of {} constants", values.len()))?;
         for &x in values {
             let r = s.builder.try_add_operation_from(ScalarOp::constant(x), &[], &OperationRole::Primary);
             ids.push((s.start + r.map_err(graph_error)?.start as u64) as i64);
@@ -385,13 +425,12 @@ impl Graph {
                     }
                 }
             }
+            // At most 2 per operation of a batch that exists in memory: no overflow.
             next += code.values();
             codes.push(code);
         }
-        if next > MAX_VALUES {
-            return Err(PyValueError::new_err(format!("a graph holds at most {MAX_VALUES} values")));
-        }
         let extra = next - s.values();
+        s.check_growth(extra)?;
         s.builder.reserve(extra as usize, extra as usize, 2 * codes.len());
         let add_batch = |s: &mut State| -> PyResult<Vec<i64>> {
             let mut ids = Vec::with_capacity(codes.len());
@@ -535,7 +574,9 @@ impl Gradient {
         let n = self.positions.len();
         let points = out.len().checked_div(width).unwrap_or(0);
         let mut values = Vec::with_capacity(points);
-        let mut grads = vec![0.0; points * n];
+        let mut grads =
+            crate::try_alloc(points.checked_mul(n), || format!("the gradients of {points} points ({n} per point)"))?;
+        grads.resize(points * n, 0.0);
         for (p, row) in out.chunks_exact(width).enumerate() {
             values.push(row[0]);
             for (j, pos) in self.positions.iter().enumerate() {

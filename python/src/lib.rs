@@ -12,28 +12,86 @@
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
 //!
-//! Errors: every `einsum::EinsumError` becomes a `ValueError` carrying its message; an
-//! intermediate over the memory limit is a `MemoryError`; a dtype that is not a number is
-//! a `TypeError`.
+//! Errors: every `einsum::EinsumError` becomes a Python exception carrying its message:
+//! `MemoryError` for `EinsumError::Memory` (a tensor over the memory budget, or memory the
+//! allocator refused), `ValueError` for the others; an intermediate over `memory_limit`
+//! is a `MemoryError` too; a dtype that is not a number is a `TypeError`. Sizes that come
+//! from user input (batches, copies of operands) are computed in checked arithmetic and
+//! allocated with `try_reserve`, so they raise instead of aborting.
+//!
+//! Memory budget: the einsum crate's own default (a fixed 8 GiB) is not used. Every
+//! contraction is built with the machine's physical memory as its budget ([`machine_limit`],
+//! set from Python at import), as numpy would run it until the machine runs out; a
+//! `memory_limit` (elements) bounds the largest intermediate on top of that.
 
 mod convert;
 mod expression;
 mod graph;
 mod plan;
 
-use pyo3::exceptions::PyValueError;
+use std::sync::Mutex;
+
+use einsum::{EinsumError, MemoryLimit};
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 
-/// A `ValueError` with the einsum crate's message.
-pub(crate) fn value_error(e: einsum::EinsumError) -> PyErr {
-    PyValueError::new_err(e.to_string())
+/// The einsum crate's error as a Python exception with its message: `MemoryError` for
+/// the memory variant, `ValueError` for every other.
+pub(crate) fn einsum_error(e: EinsumError) -> PyErr {
+    match e {
+        EinsumError::Memory { .. } => PyMemoryError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// The machine's memory in bytes, set from Python at import (infinite until then, or when
+/// Python cannot tell).
+static MEMORY_CEILING: Mutex<f64> = Mutex::new(f64::INFINITY);
+
+/// Sets the machine's memory in bytes ([`memory_ceiling`]).
+#[pyfunction]
+fn set_memory_ceiling(bytes: f64) {
+    *MEMORY_CEILING.lock().unwrap_or_else(|e| e.into_inner()) = bytes;
+}
+
+/// The machine's memory in bytes (`f64::INFINITY` if unknown).
+pub(crate) fn memory_ceiling() -> f64 {
+    *MEMORY_CEILING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The machine's memory as the einsum crate's byte budget (unlimited if unknown).
+pub(crate) fn machine_limit() -> MemoryLimit {
+    let c = memory_ceiling();
+    if c.is_finite() && c >= 0.0 { MemoryLimit::Bytes(c as u64) } else { MemoryLimit::Unlimited }
+}
+
+/// A `MemoryError` unless `elems` elements of `elem_bytes` bytes each fit in the machine's
+/// memory and the allocator gives them: `what` names the tensor in the message. Returns
+/// an empty vector with that capacity.
+pub(crate) fn try_alloc<T>(elems: Option<usize>, what: impl Fn() -> String) -> PyResult<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    let bytes = elems.and_then(|n| n.checked_mul(size));
+    let too_big = |bytes: Option<usize>| {
+        let shown = bytes.map_or("more than 2^64 bytes".to_string(), |b| format!("{b} bytes"));
+        PyMemoryError::new_err(format!("{} needs {shown}, more than this machine's memory", what()))
+    };
+    match (elems, bytes) {
+        (Some(n), Some(b)) if (b as f64) <= memory_ceiling() => {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| {
+                PyMemoryError::new_err(format!("{} needs {b} bytes, which the allocator refused", what()))
+            })?;
+            Ok(v)
+        }
+        _ => Err(too_big(bytes)),
+    }
 }
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<expression::Expression>()?;
     m.add_function(wrap_pyfunction!(expression::contract, m)?)?;
-    m.add_function(wrap_pyfunction!(expression::set_memory_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(set_memory_ceiling, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;

@@ -9,6 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cgx
+from cgx import _core
 from cgx.graph import OPS, Graph
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -284,6 +285,13 @@ def test_integer_codes_and_names_agree():
         (lambda g, x: g.compile(x).eval([1.0]), "the program reads 2 inputs"),
         (lambda g, x: g.compile(x).eval(np.ones((2, 3))), "the program reads 2 inputs"),
         (lambda g, x: g.gradient(x[0]).eval(np.ones((1, 2, 2))), "the program reads 2 inputs"),
+        (lambda g, x: g.inputs(-1), "must not be negative"),
+        (lambda g, x: g.inputs(2**64 - 1), "a graph holds at most 2147483648 values: it has 2"),
+        (lambda g, x: g.inputs(2**70), "a graph holds at most 2147483648 values"),
+        (lambda g, x: g.inputs(2**31 - 1), "a graph holds at most 2147483648 values"),
+        (lambda g, x: g.gradient(-1), "output -1 is not a value"),
+        (lambda g, x: g.gradient(2**70), "integer ids"),
+        (lambda g, x: g.gradient(x[0], wrt=[-1]), "wrt value -1 is not a value"),
     ],
 )
 def test_bad_input_raises_value_error(call, message):
@@ -293,6 +301,49 @@ def test_bad_input_raises_value_error(call, message):
         call(g, x)
     assert message in str(e.value)
     assert g.num_values == 2  # a failed batch adds nothing
+
+
+def test_sizes_beyond_memory_raise_memory_error_not_abort():
+    # 2^31 inputs: the most a graph holds, but more memory than any test machine has.
+    g = Graph()
+    with pytest.raises(MemoryError, match="a graph of 2147483648 values needs about"):
+        g.inputs(2**31)
+    assert g.num_values == 0
+    # 10^12 points of a program without inputs: a batch of no columns is free in numpy,
+    # its outputs (8 TB) are not.
+    c = g.constants([2.0])
+    prog = g.compile(c)
+    with pytest.raises(MemoryError, match="the outputs of 1000000000000 points"):
+        prog.eval(np.empty((10**12, 0)))
+    # No outputs: nothing to compute, at once.
+    assert g.compile([]).eval(np.empty((10**12, 0))).shape == (10**12, 0)
+    # A broadcast view of 10^12 points copied by the extension (cgx.graph itself asks
+    # numpy for a contiguous copy, which numpy refuses with its own MemoryError).
+    x = g.inputs(1)
+    prog = g.compile(g.add("sin", x))
+    huge = np.broadcast_to(np.zeros((1, 1)), (10**12, 1))
+    with pytest.raises(MemoryError, match=r"a copy of the inputs of shape \[1000000000000, 1\]"):
+        prog._p.eval(huge)
+    with pytest.raises(MemoryError):
+        prog.eval(huge)
+    assert g.num_values == 3
+
+
+def test_a_gradient_batch_over_memory_raises_memory_error():
+    # Gradients with respect to 1024 inputs of which 1023 are zero: 1024 points give 8 MiB
+    # of gradients but only 8 KiB of program outputs.
+    g = Graph()
+    x = g.inputs(1024)
+    grad = g.gradient(g.add("exp", x[:1])[0])
+    points = np.zeros((1024, 1024))
+    value, dx = grad.eval(points)
+    assert dx.shape == (1024, 1024) and (dx[:, 0] == 1).all() and (dx[:, 1:] == 0).all()
+    _core.set_memory_ceiling(4 << 20)  # a machine of 4 MiB
+    try:
+        with pytest.raises(MemoryError, match="the gradients of 1024 points .1024 per point. needs 8388608 bytes"):
+            grad.eval(points)
+    finally:
+        _core.set_memory_ceiling(cgx._einsum._physical_memory())
 
 
 def test_wrt_must_be_an_input():

@@ -1,6 +1,7 @@
 """Operands are read in place when C-contiguous, aligned and of the contraction's dtype,
 copied otherwise: every layout gives numpy's answer, results never alias operands, and
-operands are never written."""
+operands are never written; a C-contiguous operand is not copied and a result is not
+copied out (peak memory of a fresh process)."""
 
 import numpy as np
 import pytest
@@ -66,3 +67,78 @@ def test_an_operand_outlives_nothing():
     cgx.contract("ij,jk->ik", a, a)
     a.resize((2, 2), refcheck=True)
     assert a.shape == (2, 2)
+
+
+def test_large_results_hand_their_memory_back_to_the_pool():
+    # A result of at least the pool's minimum size is held by the einsum crate's pooled
+    # allocation: writable, correct, and reused by the next call once it is dropped.
+    a = np.random.default_rng(0).random((128, 128))
+    r = cgx.contract("ij,jk->ik", a, a)
+    assert type(r.base).__name__ == "PooledData"
+    assert r.flags.writeable and r.flags.c_contiguous
+    np.testing.assert_allclose(r, a @ a, rtol=1e-12)
+    address = r.__array_interface__["data"][0]
+    r[0, 0] = -1.0  # the elements are the array's own
+    assert r[0, 0] == -1.0
+    del r
+    again = cgx.contract("ij,jk->ik", a, a)
+    assert again.__array_interface__["data"][0] == address
+    np.testing.assert_allclose(again, a @ a, rtol=1e-12)
+    # Small results are plain numpy-owned vectors.
+    assert type(cgx.contract("ij,jk->ik", a[:2, :2], a[:2, :2]).base).__name__ != "PooledData"
+
+
+# Run in a fresh process: contracts a 32 MiB operand after a small warm-up and prints
+# how much the process's peak resident memory grew meanwhile (MiB), and where the
+# result's memory comes from.
+_PEAK_PROBE = r"""
+import sys
+import numpy as np
+import cgx
+
+
+# The process's peak resident memory in KiB (Linux; unlike ru_maxrss, which a child
+# inherits from its parent across exec, it starts afresh).
+def peak():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+order, eq = sys.argv[1], sys.argv[2]
+a = np.ones((2048, 2048), order=order)
+ops = (a,) if "," not in eq else (a, np.ones(2048))
+cgx.contract(eq, *[np.ones((8,) * x.ndim, order=order) for x in ops])
+before = peak()
+out = cgx.contract(eq, *ops)
+after = peak()
+base = out
+while isinstance(base, np.ndarray):
+    base = base.base
+print((after - before) / 1024, type(base).__name__, np.shares_memory(out, a))
+"""
+
+
+def _peak_growth(order, eq):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PEAK_PROBE, order, eq], capture_output=True, text=True, check=True)
+    grew, base, shares = out.stdout.split()
+    return float(grew), base, shares == "True"
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads VmHWM of /proc/self/status")
+def test_c_contiguous_operands_are_read_in_place_and_results_are_not_copied_out():
+    mib = 32  # the operand: 2048 x 2048 float64
+    # A reduction of a C-contiguous operand: nothing as large as the operand is allocated.
+    grew, base, shares = _peak_growth("C", "ij->i")
+    assert grew < mib / 4, grew
+    # The same operand in Fortran order is copied once in row-major order.
+    grew, _, _ = _peak_growth("F", "ij->i")
+    assert grew > 0.9 * mib, grew
+    # An output as large as the operand costs its own size only: the engine's buffer
+    # becomes the array's (its memory belongs to a Rust object, not to an ndarray), no
+    # copy on the way out, and it does not alias the operand.
+    grew, base, shares = _peak_growth("C", "ij,j->ij")
+    assert 0.9 * mib < grew < 1.25 * mib, grew
+    assert base == "PooledData" and not shares  # the einsum crate's pooled allocation

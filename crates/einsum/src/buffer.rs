@@ -181,6 +181,56 @@ impl<T: Elem> Drop for Buffer<T> {
     }
 }
 
+/// A tensor's elements handed out of the crate (to another library's array, say) that go
+/// back to the current thread's buffer pool when dropped, as a tensor's own data does.
+///
+/// Why: a caller that takes results out as plain vectors and drops them frees large
+/// allocations together, the allocator may give those pages back to the system, and the
+/// next evaluation's outputs then come from fresh pages, each paying a first-touch fault.
+/// A `PooledVec` dropped on the evaluating thread is reused by its next evaluation.
+///
+/// ```
+/// use einsum::Tensor;
+/// let t = Tensor::<f64>::filled(vec![512, 512], 1.0).unwrap();
+/// let ptr = t.data().as_ptr();
+/// let mut v = t.into_pooled_vec(); // the tensor held its data alone: no copy
+/// assert_eq!((v.as_ptr(), v.len()), (ptr, 512 * 512));
+/// v.as_mut_slice()[0] = 2.0;
+/// assert_eq!(v[..2], [2.0, 1.0]);
+/// drop(v); // back to this thread's pool, for the next evaluation's outputs
+/// ```
+pub struct PooledVec<T: Elem>(Vec<T>);
+
+impl<T: Elem> PooledVec<T> {
+    pub(crate) fn new(v: Vec<T>) -> Self {
+        PooledVec(v)
+    }
+
+    /// The elements, writable (the allocation is this value's alone).
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+impl<T: Elem> Deref for PooledVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T: Elem> Drop for PooledVec<T> {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.0));
+    }
+}
+
+impl<T: Elem> std::fmt::Debug for PooledVec<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PooledVec").field(&self.0.len()).finish()
+    }
+}
+
 /// Returns a kernel's scratch vector to the pool (if large enough and the pool has room),
 /// as dropping tensor data does.
 pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
@@ -220,5 +270,16 @@ mod tests {
         // Small buffers are not pooled.
         drop(Buffer::new(vec![1.0f64; 4]));
         assert!(with_pool::<f64, _>(|p| p.buffers.len()).unwrap() == 0);
+    }
+
+    #[test]
+    fn pooled_vecs_return_to_the_pool() {
+        release_buffers();
+        let n = POOL_MIN_BYTES;
+        let v = PooledVec::new(zeroed::<f64>(n));
+        let ptr = v.as_ptr();
+        drop(v);
+        assert_eq!(overwritten::<f64>(n).as_ptr(), ptr, "a dropped PooledVec's allocation is reused");
+        release_buffers();
     }
 }

@@ -96,7 +96,7 @@ mod sliced;
 mod subscripts;
 mod tensor;
 
-pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, release_buffers};
+pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use instance::{BUNDLED_DIR, Dtype, Instance};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, overwritten};
+use crate::buffer::{Buffer, PooledVec, overwritten};
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 
@@ -42,6 +42,13 @@ fn try_vec<T>(shape: &[usize], n: usize) -> EinsumResult<Vec<T>> {
         limit: None,
     })?;
     Ok(v)
+}
+
+/// A copy of `data` in a buffer from the pool.
+fn copied<T: Elem>(data: &[T]) -> Vec<T> {
+    let mut v = overwritten(data.len());
+    v.copy_from_slice(data);
+    v
 }
 
 /// Row-major strides of a shape.
@@ -110,6 +117,18 @@ impl<T: Elem> Tensor<T> {
         match Arc::try_unwrap(self.data) {
             Ok(mut b) => b.take(),
             Err(shared) => shared.to_vec(),
+        }
+    }
+
+    /// The row-major data as a [`PooledVec`], which returns its allocation to the current
+    /// thread's buffer pool when dropped: the tensor's own allocation when it is the only
+    /// holder and the data is not shared, a copy (in a pooled buffer) otherwise. For
+    /// handing results to another library without a copy and without losing the pool.
+    pub fn into_pooled_vec(self) -> PooledVec<T> {
+        match Arc::try_unwrap(self.data) {
+            Ok(mut b @ Buffer::Owned(_)) => PooledVec::new(b.take()),
+            Ok(b) => PooledVec::new(copied(&b)),
+            Err(shared) => PooledVec::new(copied(&shared)),
         }
     }
 
