@@ -14,8 +14,9 @@ numpy arrays. The work is split along the expression's slices:
    (``eval_slices`` / ``eval_blocks`` / ``value_and_grad_slices`` on the worker, one pass
    per slice for value and gradients); the number of ranges comes from the slice count,
    the cluster's threads and the expression's flops, so each task does at least
-   ``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, 0.2 to 1 ms, stays a few percent
-   of it) and there are at most ``TASKS_PER_THREAD`` tasks per worker thread;
+   ``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, measured at 2.6 to 6.4 ms on a
+   loaded machine, stays under 5% of it) and there are at most ``TASKS_PER_THREAD`` tasks
+   per worker thread;
 4. the partial results are combined pairwise on the workers (a tree of ``client.submit``
    tasks, depth ``log2`` of the task count) and only the root comes back.
 
@@ -47,6 +48,7 @@ ones on Ray.
 """
 
 import collections
+import math
 import operator
 import threading
 
@@ -61,10 +63,21 @@ except ImportError:  # pragma: no cover - exercised only without dask
 
 __all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad", "plan_ranges"]
 
-MIN_TASK_FLOPS = 1e8
-"""The least work per task, in flops (two per multiply-add): about 50 ms at 2 Gflop/s,
-so Dask's per-task overhead (0.2 to 1 ms on an idle machine, a few ms on a loaded one)
-stays within a few percent."""
+MIN_TASK_FLOPS = 2e8
+"""The least work per task, in flops (two per multiply-add), so that Dask's per-task
+overhead stays under 5% of a task's time. The arithmetic, from figures measured on the
+2-core development machine (docs/PERFORMANCE.md, "Sliced contractions on Dask"):
+
+- overhead ``o`` per task (wall time of 2000 no-op tasks on 2 workers over their count):
+  2.6 to 6.4 ms on the shared machine at load averages of 3 to 10 (0.2 to 1 ms on an
+  idle one, Dask's documented figure); take ``o = 5 ms``;
+- a task must run ``d >= o / 0.05 = 20 o = 100 ms``;
+- one thread evaluates slices at about 2 Gflop/s (``lm_batch_likelihood_brackets_4_4d``
+  sliced 16 ways: 8.0e8 flops in 0.40 s), so 100 ms is ``2e8`` flops.
+
+Under heavier load compute slows as much as the overhead grows (20.5 ms of overhead
+beside tasks of 1.1 to 1.8 s at a load of 13: 1 to 2%), so the ratio holds. Gradient
+ranges count three times a value range's flops (``_submit``)."""
 
 TASKS_PER_THREAD = 3
 """At most this many tasks per worker thread: enough to balance uneven workers, few
@@ -88,19 +101,24 @@ def _require_client(client):
 def plan_ranges(n_slices, slice_flops, threads, n_tasks=None):
     """The slice ranges ``[(start, stop), ...]``, contiguous, covering ``0..n_slices``.
 
-    ``n_tasks`` forces the number of ranges (at most ``n_slices``); otherwise it is the
-    smallest of ``n_slices``, ``TASKS_PER_THREAD * threads`` and the number of tasks of at
-    least ``MIN_TASK_FLOPS`` each (``slice_flops`` per slice), and at least 1.
+    ``n_tasks`` forces the number of ranges (at most ``n_slices``). Otherwise each range
+    gets at least ``k = ceil(MIN_TASK_FLOPS / slice_flops)`` slices (``slice_flops`` per
+    slice), so every task does at least ``MIN_TASK_FLOPS`` of work unless the whole run does
+    less (then one range); the number of ranges is the largest that allows it,
+    ``n_slices // k``, capped at ``TASKS_PER_THREAD * threads`` (a cap only makes the
+    ranges longer), and at least 1.
 
     >>> plan_ranges(10, 1e9, 2)
     [(0, 1), (1, 3), (3, 5), (5, 6), (6, 8), (8, 10)]
     >>> plan_ranges(10, 1.0, 2)
     [(0, 10)]
+    >>> plan_ranges(3, 0.7 * MIN_TASK_FLOPS, 2)  # two ranges would leave one slice alone
+    [(0, 3)]
     """
     n_slices = int(n_slices)
     if n_tasks is None:
-        by_work = int(n_slices * slice_flops // MIN_TASK_FLOPS)
-        n_tasks = min(n_slices, TASKS_PER_THREAD * max(1, int(threads)), by_work)
+        per_task = math.ceil(MIN_TASK_FLOPS / slice_flops) if slice_flops > 0 else max(1, n_slices)
+        n_tasks = min(n_slices // per_task, TASKS_PER_THREAD * max(1, int(threads)))
     elif not isinstance(n_tasks, int) or n_tasks < 1:
         raise ValueError(f"n_tasks must be a positive int, got {n_tasks!r}")
     n_tasks = max(1, min(n_slices, n_tasks))

@@ -6,6 +6,7 @@ a worker killed mid-run; bad input."""
 import concurrent.futures
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -22,10 +23,12 @@ from strategies import arrays, expressions, split  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
+    # Bounded starts: a worker process not up within death_timeout, or a client not
+    # connected within timeout, is an error, not a wait without end.
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, death_timeout=120
     )
-    c = distributed.Client(cluster)
+    c = distributed.Client(cluster, timeout=120)
     try:
         yield c
     finally:
@@ -119,6 +122,31 @@ def test_contract_by_memory_limit_complex(client):
     np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
 
 
+def test_memory_limit_slices_are_planned_again_output_first(client):
+    # Here memory_limit slices d (contracted) before a (the output's): _prepare plans again
+    # on the same path with a first, so a range of slices touches one block of the output
+    # rather than all of them; value and gradients are unchanged.
+    eq, shapes, limit = "abd,bcd,bd->a", [(4, 2, 5), (2, 6, 5), (2, 5)], 4
+    first = cgx.contract_expression(eq, *shapes, memory_limit=limit)
+    assert list(first.sliced_inds) == ["d", "a"]  # the case under test
+    *arrays, g = matrices(12, *shapes, (4,))
+    expr = cd._prepare(eq, arrays, "greedy", limit, None)
+    assert list(expr.sliced_inds) == ["a", "d"]
+    assert list(expr.path) == list(first.path) and expr.n_slices == first.n_slices == 20
+    n_blocks, _, _ = cd._block_layout(expr)
+    assert n_blocks == 4
+    one_block = cd._eval_range(cd._plan_key(expr), 0, expr.n_slices // n_blocks, True, *arrays)
+    assert one_block.first == 0 and len(one_block.rows) == 1
+    got = cd.contract(eq, *arrays, memory_limit=limit, client=client, n_tasks=3)
+    value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, memory_limit=limit, client=client, n_tasks=3)
+    local_value, local_grads = first.value_and_grad(*arrays, cotangent=g)
+    for x in (got, value):
+        np.testing.assert_allclose(x, local_value, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+    for x, local in zip(grads, local_grads):
+        np.testing.assert_allclose(x, local, rtol=1e-12, atol=1e-12)
+
+
 def chain_grads(a, b, c, g):
     """Gradients of <g, a@b@c> (real operands)."""
     return g @ (b @ c).T, a.T @ g @ c.T, (a @ b).T @ g
@@ -197,18 +225,51 @@ def test_random_networks_against_single_process_and_numpy(client, case, complex_
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
-def test_gradient_scalar_output_against_jax(client):
+@pytest.fixture
+def jax64():
+    """JAX with 64-bit types, the setting restored afterwards (it is global)."""
     jax = pytest.importorskip("jax")
+    previous = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
+    try:
+        yield jax
+    finally:
+        jax.config.update("jax_enable_x64", previous)
 
+
+def test_gradient_scalar_output_against_jax(client, jax64):
+    jnp = jax64.numpy
     eq, shapes = "ab,bc,ca->", [(4, 5), (5, 6), (6, 4)]
     arrays = matrices(5, *shapes)
     value, grads = cd.value_and_grad(eq, *arrays, sliced_inds="bc", client=client, n_tasks=3)
-    want_value, want_grads = jax.value_and_grad(lambda *x: jnp.einsum(eq, *x), argnums=(0, 1, 2))(*arrays)
+    want_value, want_grads = jax64.value_and_grad(lambda *x: jnp.einsum(eq, *x), argnums=(0, 1, 2))(*arrays)
     np.testing.assert_allclose(value, want_value, rtol=1e-10)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("network", [IN_OUTPUT, BOTH], ids=["in-output", "both"])
+@pytest.mark.parametrize("n_tasks", [None, 3])
+def test_sliced_output_against_jax(client, jax64, network, n_tasks):
+    # A sliced label in the output (blocks stacked): the value against jnp.einsum and
+    # the gradients for a cotangent against jax.vjp, beside the single-process expression.
+    jnp = jax64.numpy
+    eq, shapes, sliced = network
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    *arrays, g = matrices(11, *shapes, tuple(expr.output_shape))
+    want_value, pullback = jax64.vjp(lambda *x: jnp.einsum(eq, *x), *arrays)
+    want_grads = pullback(jnp.asarray(g))
+    assert want_value.dtype == np.float64
+    got = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+    local_value, local_grads = expr.value_and_grad(*arrays, cotangent=g)
+    for x in (got, value):
+        np.testing.assert_allclose(x, local_value, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x, np.asarray(want_value), rtol=1e-10, atol=1e-12)
+    assert len(grads) == len(arrays) == len(want_grads)
+    for x, local, want in zip(grads, local_grads, want_grads):
+        np.testing.assert_allclose(x, local, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x, np.asarray(want), rtol=1e-10, atol=1e-12)
 
 
 def test_unsliced_runs_as_one_task(client):
@@ -226,6 +287,27 @@ def test_plan_ranges_cover_every_slice():
                     assert all(r[0] < r[1] for r in ranges)
                     assert all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
                     assert len(ranges) <= max(1, cd.TASKS_PER_THREAD * threads) or forced is not None
+
+
+def test_plan_ranges_give_every_task_the_least_work():
+    # Without a forced count, every range does at least MIN_TASK_FLOPS (one range when the
+    # whole run does less), the per-thread cap only lengthens ranges, and there are as many
+    # ranges as those two rules allow (one more would break one of them).
+    least = cd.MIN_TASK_FLOPS
+    per_slice = [0.0, 1.0, least / 1e3, least / 7, least / 3 * 1.0001, 0.7 * least, least, 1.5 * least, 1e3 * least]
+    for n in [1, 2, 3, 5, 7, 64, 1000, 10**6]:
+        for threads in [1, 2, 5, 64]:
+            for flops in per_slice:
+                ranges = cd.plan_ranges(n, flops, threads)
+                assert ranges[0][0] == 0 and ranges[-1][1] == n
+                cap = cd.TASKS_PER_THREAD * threads
+                assert len(ranges) <= cap
+                if n * flops < least:
+                    assert ranges == [(0, n)], (n, flops, threads)
+                    continue
+                assert min(stop - start for start, stop in ranges) * flops >= least * (1 - 1e-12), (n, flops, threads)
+                more = len(ranges) + 1
+                assert len(ranges) in (cap, n) or (n // more) * flops < least, (n, flops, threads)
 
 
 def same_exception(local, remote):
@@ -271,29 +353,91 @@ def test_bad_input_raises_like_the_local_api(client):
         cd.contract("ij,jk->ik", a, a.T, client=client, n_tasks=0)
 
 
-def test_a_worker_killed_mid_run_costs_time_not_the_answer(client):
-    # ~300 slices of a 2.7e7-flop step each, in 30 tasks: long enough to kill a worker
-    # while tasks are running or queued.
-    eq, shapes, sliced = "ab,bc,cd->ad", [(300, 300), (300, 300), (300, 300)], "b"
-    arrays = matrices(8, *shapes)
-    want = cgx.contract(eq, *arrays, sliced_inds=sliced)
-    # The public call, in a thread (it waits), so its resubmission path is exercised too.
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    future = pool.submit(cd.contract, eq, *arrays, sliced_inds=sliced, client=client, n_tasks=30)
-    pids = client.run(os.getpid)
-    victim_address, victim = sorted(pids.items())[0]
-    # Wait until a task is running, so the kill lands mid-run.
-    deadline = time.monotonic() + 30
-    while not any(client.processing().values()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)
-    killed_before_done = not future.done()
-    os.kill(victim, signal.SIGKILL)
-    got = future.result(timeout=120)
-    pool.shutdown()
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
-    # The nanny restarts the worker: the cluster is back to two, with a new process.
-    client.wait_for_workers(2, timeout=60)
-    assert victim not in client.run(os.getpid).values()
-    if not killed_before_done:
-        pytest.skip("the run finished before the kill (machine faster than expected); the answer was checked")
+class RangeStarts(distributed.WorkerPlugin):
+    """Appends ``pid key`` to a file each time a worker starts a slice-range task: a file,
+    so that the starts on a killed worker are kept."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def transition(self, key, start, finish, **kwargs):
+        name = key if isinstance(key, str) else str(key)
+        if finish == "executing" and name.startswith(("_eval_range-", "_grad_range-")):
+            with open(self.path, "a") as f:
+                f.write(f"{os.getpid()} {name}\n")
+
+
+def starts(path):
+    """``[(pid, key), ...]`` of the range tasks started so far, in order."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [(int(pid), key) for pid, key in (line.split() for line in text.splitlines() if line.count(" ") == 1)]
+
+
+def in_background(call, *args, **kwargs):
+    """``call`` in a daemon thread (a run that never ends cannot keep the test process
+    alive); its ``concurrent.futures.Future``."""
+    future = concurrent.futures.Future()
+
+    def run():
+        try:
+            future.set_result(call(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting test
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+# The value on 400 slices (1.3e8 flops each), the gradients on 300 (5.4e7 flops each, three
+# times that with the reverse pass), in 6 ranges: tasks of 0.2 to 1 s on the idle machine,
+# hundreds of times the delay between a task's start and the kill.
+KILLED = {
+    "value": (400, lambda a, b, c, g: (a @ b @ c,)),
+    "value_and_grad": (300, lambda a, b, c, g: (a @ b @ c, *chain_grads(a, b, c, g))),
+}
+
+
+@pytest.mark.parametrize("form", sorted(KILLED))
+def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, form):
+    # The public call runs in a thread (it waits); a worker is killed as soon as it starts
+    # its first range task. The run must still give the right answer, that task must start
+    # again on another worker, and the nanny must bring the worker back.
+    n, reference = KILLED[form]
+    eq, sliced, path, n_tasks = "ab,bc,cd->ad", "b", [(0, 1), (0, 1)], 6
+    a, b, c, g = matrices(8, (n, n), (n, n), (n, n), (n, n))
+    log = tmp_path / "starts"
+    name = f"range-starts-{form}"
+    client.register_plugin(RangeStarts(log), name=name)
+    try:
+        victim_address, victim = sorted(client.run(os.getpid).items())[0]
+        options = dict(optimize=path, sliced_inds=sliced, client=client, n_tasks=n_tasks)
+        if form == "value":
+            run = in_background(cd.contract, eq, a, b, c, **options)
+        else:
+            run = in_background(cd.value_and_grad, eq, a, b, c, cotangent=g, **options)
+        deadline = time.monotonic() + 120
+        while not any(pid == victim for pid, _ in starts(log)):
+            assert not run.done(), "the run ended before the victim started a task"
+            assert time.monotonic() < deadline, "the victim started no task in 120 s"
+            time.sleep(0.005)
+        os.kill(victim, signal.SIGKILL)
+        killed = [key for pid, key in starts(log) if pid == victim]
+        assert not run.done(), "the run ended before the kill"
+        got = run.result(timeout=300)
+        client.wait_for_workers(2, timeout=120)
+        assert victim not in client.run(os.getpid).values()
+    finally:
+        client.unregister_worker_plugin(name)
+    value, grads = (got, ()) if form == "value" else got
+    for x, want in zip((value, *grads), reference(a, b, c, g)):
+        np.testing.assert_allclose(x, want, rtol=1e-9, atol=1e-9)
+    # The task the killed worker was running started again elsewhere: more range starts
+    # than ranges.
+    runs = starts(log)
+    assert len({key for _, key in runs}) == n_tasks
+    assert len(runs) > n_tasks
+    running = killed[-1]  # the task the victim was running when killed
+    assert any(pid != victim and key == running for pid, key in runs), (running, runs)

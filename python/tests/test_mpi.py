@@ -7,8 +7,10 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -64,6 +66,57 @@ def mpiexec():
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
+LIMIT = 240
+"""Seconds a run may take (three ranks on two shared cores take a few)."""
+
+
+def processes_with(token):
+    """Ids of the processes whose environment holds ``token`` (Linux; none elsewhere)."""
+    found = []
+    for entry in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            if token.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def run_bounded(command, env, cwd):
+    """``(returncode, stdout, stderr)`` of ``command``, or a test failure after ``LIMIT``
+    seconds with every process of the run ended. Hydra (MPICH's mpiexec) starts its proxy
+    and each rank in a session of its own, so killing mpiexec or its process group leaves
+    the ranks running and holding the output pipes (``subprocess.run``'s timeout would
+    then wait on them forever). So: ``MPIEXEC_TIMEOUT`` first (Hydra and Open MPI end the
+    whole job), then SIGTERM to mpiexec (which it forwards to every rank), then SIGKILL to
+    every process that carries this run's token in its environment."""
+    token = f"CGX_TEST_MPI_RUN={uuid.uuid4().hex}"
+    env = dict(env, MPIEXEC_TIMEOUT=str(LIMIT), CGX_TEST_MPI_RUN=token.partition("=")[2])
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=LIMIT + 30)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for pid in set(processes_with(token)) | {proc.pid}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        out, err = "", "(the output pipes stayed open)"
+    pytest.fail(f"mpiexec ran over {LIMIT + 30} s; the run's processes were killed\n{out}{err}")
+
+
 def test_ranks_match_single_process_and_numpy(tmp_path):
     launcher = mpiexec()
     if launcher is None:
@@ -71,14 +124,7 @@ def test_ranks_match_single_process_and_numpy(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run(
-        [launcher, "-n", "3", sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, out, err = run_bounded([launcher, "-n", "3", sys.executable, str(script)], env, tmp_path)
+    assert code == 0, out + err
     # The ranks' lines may interleave: each rank's "ok" once.
-    assert sorted(re.findall(r"ok (\d+)", done.stdout)) == ["0", "1", "2"], done.stdout + done.stderr
+    assert sorted(re.findall(r"ok (\d+)", out)) == ["0", "1", "2"], out + err
