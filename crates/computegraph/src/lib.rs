@@ -77,4 +77,4 @@ pub use materialize::{
 };
 pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole, Outputs};
 pub use resolve::{ResolvedView, Resolver, ValueDef, resolve, resolve_with, try_resolve, try_resolve_with};
-pub use schedule::{PAR_CHUNK_MIN_COST, PAR_LEVEL_MIN_COST};
+pub use schedule::PAR_LEVEL_MIN_COST;

@@ -56,8 +56,9 @@ use crate::program::{Instr, NO_SLOT, SlotProgram};
 /// (`docs/PERFORMANCE.md`, *Level-parallel evaluation*).
 pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 /// A parallel level is cut into chunks of at least this cost (and at most four per
-/// thread).
-pub const PAR_CHUNK_MIN_COST: u64 = 1024;
+/// thread). Crate-private: no user of the engine reads it (unlike
+/// [`PAR_LEVEL_MIN_COST`], which users choosing `cost_hint` values compare against).
+pub(crate) const PAR_CHUNK_MIN_COST: u64 = 1024;
 
 /// One instruction of the schedule in the compact form the parallel evaluator reads: 16
 /// bytes, in level order, so that a chunk streams one column instead of gathering from
