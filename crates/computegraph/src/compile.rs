@@ -178,8 +178,10 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         input_slots.push(s);
     }
 
-    let mut ops = IdVec::with_capacity(n_ops);
-    let mut instrs = IdVec::with_capacity(n_ops);
+    // Plain vectors while filling (an `IdVec` push checks the id space, which `after_last`
+    // already did), made columns at the end without a copy.
+    let mut ops = Vec::with_capacity(n_ops);
+    let mut instrs = Vec::with_capacity(n_ops);
     let mut args: Vec<SlotId> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
     for pos in 0..n_ops {
         if prefetch {
@@ -231,13 +233,13 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let output_move = output_moves(&output_slots);
     let input_keys = graph.input_keys.clone();
     let input_index = input_keys.iter().enumerate().map(|(i, k)| (k.clone(), i)).collect();
-    let (runs, run_ops) = runs(ops.raw(), instrs.raw());
+    let (runs, run_ops) = runs(&ops, &instrs);
     let slot_count = alloc.next as usize;
     let code = Program {
         runs,
         run_ops,
-        ops,
-        instrs,
+        ops: ops.into_iter().collect(),
+        instrs: instrs.into_iter().collect(),
         slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count },
     };
     // The evaluators read slots unchecked on the strength of this verification (`eval.rs`
