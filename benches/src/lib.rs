@@ -20,6 +20,10 @@
 //! Throughput everywhere is per node of the *original* spec (`spec.ops.len()`), so ours and
 //! the baselines are compared per the same unit even though both run fewer nodes after CSE.
 
+// `deny`, not `forbid`: the one exception is `prefetch` below (the prefetch intrinsic has
+// no safe form), which allows it locally.
+#![deny(unsafe_code)]
+
 use computegraph::{CompiledProgram, GraphOperation, KeyInterner, MaterializedGraph, materialize_merge, resolve};
 use rustc_hash::FxBuildHasher;
 use scalar::spec::{BuiltSpec, GraphSpec};
@@ -425,6 +429,7 @@ impl RandomReads {
 /// A hint to bring the cache line of `x` into every cache level (none off x86_64): the
 /// hint `computegraph` issues, whose own helper is private to the engine.
 #[inline(always)]
+#[allow(unsafe_code)]
 fn prefetch<T>(x: &T) {
     // SAFETY: `sse` is part of every x86_64 target, and a prefetch is a hint that reads
     // nothing (the pointer comes from a reference anyway).

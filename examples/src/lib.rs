@@ -2,6 +2,8 @@
 //! function they differentiate, f(x, y) = sin(x)·y + exp(x·y), its closed-form derivatives,
 //! and the last three phases of every pipeline (materialize_merge → compile → eval).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

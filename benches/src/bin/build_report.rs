@@ -19,6 +19,8 @@
 //! perf stat -e task-clock,page-faults target/release/build_report --only ours --rounds 8
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::time::Instant;
 
 use benches::{Shape, Workload, build, hashcons};

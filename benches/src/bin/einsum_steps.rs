@@ -8,6 +8,8 @@
 //!
 //! `cargo run --release -p benches --bin einsum_steps [-- quick]`
 
+#![forbid(unsafe_code)]
+
 use std::time::Instant;
 
 use benches::einsum::{labels, mps};

@@ -16,6 +16,8 @@
 //! report exists because on a shared two-core machine a separate 2-second window is often
 //! loaded for one implementation and not the next.
 
+#![forbid(unsafe_code)]
+
 use std::time::Instant;
 
 use benches::heavy::HeavyWorkload;

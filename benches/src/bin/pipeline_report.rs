@@ -11,6 +11,8 @@
 //! `/proc/self/status`, read right after the first pipeline run (before any baseline runs),
 //! and reset after generating the spec when the kernel allows it (`/proc/self/clear_refs`).
 
+#![forbid(unsafe_code)]
+
 use std::time::Instant;
 
 use benches::{BoxedProgram, FlatProgram, Shape, Workload, bind_inputs, hashcons, memory_status, prune, same_values};

@@ -14,6 +14,8 @@
 //! User mistakes are reported as one line on stderr with exit code 2 (usage) or 1 (the run
 //! failed); never a backtrace.
 
+#![forbid(unsafe_code)]
+
 mod dag;
 mod demo;
 mod dot;

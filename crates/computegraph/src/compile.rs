@@ -13,7 +13,14 @@
 //!   an input or an instruction (SSA over live ranges: each slot write starts a new value);
 //! - a slot is reused only after the last read of the value it held (liveness), and
 //!   never for an output of the instruction that reads it, so outputs never alias inputs;
-//! - slots of graph outputs are never reused; inputs nobody reads get no slot.
+//! - slots of graph outputs are never reused; inputs nobody reads get no slot (`None`).
+//!
+//! The program's slot code (`program.rs`) is stored only as a `VerifiedProgram`: compile
+//! builds a `Program` and `Program::verify` (structural checks the evaluators' `unsafe`
+//! rests on) turns it into one, in every build. Slots are `SlotId`s, instructions
+//! `InstrId`s; during slot assignment a value's last use is an `Option<InstrId>` (`None`:
+//! no instruction reads it, or no longer; a program output's is the instruction after the
+//! last, read by the output gather).
 //!
 //! Slot allocation is a linear scan with a LIFO free list, so a chain of any length runs
 //! in a constant number of slots. Complexity: `O(values + operands)`. Each value's last
@@ -30,12 +37,13 @@ use rustc_hash::FxHashMap;
 
 use crate::dispatch::dispatch_order;
 use crate::error::{GraphError, GraphResult};
+use crate::id::{Id, IdVec, InstrId, SlotId};
 use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
-use crate::program::{Instr, NO_SLOT, Run, SlotProgram, check_runs, output_moves, runs};
-use crate::schedule::{Schedule, Step, schedule};
+use crate::program::{Instr, Program, SlotProgram, VerifiedProgram, output_moves, runs};
+use crate::schedule::{Step, VerifiedSchedule, schedule};
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
 /// [`CompiledProgram::eval`]).
@@ -66,27 +74,24 @@ use crate::schedule::{Schedule, Step, schedule};
 /// ```
 pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
-    pub(crate) ops: Vec<Op>,
-    pub(crate) instrs: Vec<Instr>,
-    /// The instructions cut into runs for the sequential evaluator (`program.rs`, [`Run`]).
-    pub(crate) runs: Vec<Run>,
-    /// The operation of each uniform run, in order (`program.rs`, `runs`).
-    pub(crate) run_ops: Vec<Op>,
-    /// Operand and output slots of every instruction, of the inputs and of the outputs.
-    pub(crate) slots: SlotProgram,
+    /// The slot program, verified (`program.rs`): operations, instruction words, runs and
+    /// slots. Evaluation reads it without checks, on the strength of that verification.
+    pub(crate) code: VerifiedProgram<Op>,
     /// Whether sequential evaluation prefetches the operand slots of instructions ahead:
     /// when operands lie far from their readers (`prefetch.rs`) and the slot file is
     /// larger than [`PREFETCH_SLOT_BYTES`], so that their slots are likely not cached.
     pub(crate) prefetch_slots: bool,
-    /// The materialized operation of each instruction, or empty when instruction `i` is
-    /// operation `i` (see `dispatch.rs`).
+    /// The materialized operation (its index) of each instruction, or empty when
+    /// instruction `i` is operation `i` (see `dispatch.rs`). Plain `u32`s, as `dispatch.rs`
+    /// sorts them: building `OperationId`s there cost compile 2% more instructions. Read
+    /// through [`Self::source_of`].
     pub(crate) source: Vec<u32>,
     pub(crate) input_keys: Vec<Op::InputKey>,
     pub(crate) input_index: FxHashMap<Op::InputKey, usize>,
     pub(crate) output_keys: Vec<ValueKey<Op>>,
     /// The level schedule and its own slots, for parallel evaluation (`schedule.rs`),
     /// computed on first use so that sequential users do not pay for it.
-    pub(crate) schedule: OnceLock<GraphResult<Schedule>>,
+    pub(crate) schedule: OnceLock<GraphResult<VerifiedSchedule>>,
 }
 
 /// Compiles a materialized graph.
@@ -130,82 +135,86 @@ pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledPro
 /// assert_eq!(program.eval(&mut (), &[&0.0]), vec![1.0]);
 /// ```
 pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<CompiledProgram<Op>> {
-    const UNUSED: u32 = u32::MAX;
-    const KEEP: u32 = u32::MAX - 1;
-    const DONE: u32 = u32::MAX - 2;
     let n_ops = graph.ops.len();
-    if n_ops >= DONE as usize {
+    // Instruction `n_ops` stands for the reads of the outputs after the last instruction
+    // (`Live::last_use`), so it must be an id too.
+    let Some(after_last) = InstrId::try_new(n_ops) else {
         return Err(GraphError::IdSpaceExhausted { space: "instruction" });
-    }
+    };
     let source = dispatch_order(graph).unwrap_or_default();
-    let op_at = |pos: usize| if source.is_empty() { pos } else { source[pos] as usize };
+    let op_at = |pos: usize| OperationId::new(if source.is_empty() { pos } else { source[pos] as usize });
     // Per value: the last instruction that reads it, then its slot.
-    let mut live: Vec<Live> = vec![Live { last_use: UNUSED, slot: NO_SLOT }; graph.value_count()];
+    let mut live: IdVec<ValueId, Live> = IdVec::from_elem(Live { last_use: None, slot: None }, graph.value_count());
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
     let mut far = FarOperands::new(graph.inputs.len());
     for pos in 0..n_ops {
         let op = op_at(pos);
-        let reader = graph.op_first_output[OperationId::new(op)].index();
-        for v in graph.op_inputs.get(op) {
-            live[v.index()].last_use = pos as u32;
+        let here = Some(InstrId::new(pos));
+        let reader = graph.op_first_output[op].index();
+        for &v in graph.op_inputs.get(op.index()) {
+            live[v].last_use = here;
             far.note(v.index(), reader);
         }
     }
     let prefetch = far.decide();
-    let prefetch_operands = |live: &[Live], pos: usize| {
+    let prefetch_operands = |live: &IdVec<ValueId, Live>, pos: usize| {
         if pos < n_ops {
-            for v in graph.op_inputs.get(op_at(pos)) {
-                prefetch_entry(live, v.index());
+            for v in graph.op_inputs.get(op_at(pos).index()) {
+                prefetch_entry(live.raw(), v.index());
             }
         }
     };
-    for v in &graph.outputs {
-        live[v.index()].last_use = KEEP;
+    for &v in &graph.outputs {
+        live[v].last_use = Some(after_last);
     }
 
     let mut alloc = SlotAllocator::default();
     let mut input_slots = Vec::with_capacity(graph.inputs.len());
     for &v in &graph.inputs {
-        let l = &mut live[v.index()];
-        let s = if l.last_use == UNUSED { NO_SLOT } else { alloc.take()? };
+        let l = &mut live[v];
+        let s = if l.last_use.is_none() { None } else { Some(alloc.take()?) };
         l.slot = s;
         input_slots.push(s);
     }
 
+    // Plain vectors while filling (an `IdVec` push checks the id space, which `after_last`
+    // already did), made columns at the end without a copy.
     let mut ops = Vec::with_capacity(n_ops);
     let mut instrs = Vec::with_capacity(n_ops);
-    let mut args: Vec<u32> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
+    let mut args: Vec<SlotId> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
     for pos in 0..n_ops {
         if prefetch {
             prefetch_operands(&live, pos + AHEAD);
         }
-        let op_id = OperationId::new(op_at(pos));
+        let here = Some(InstrId::new(pos));
+        let op_id = op_at(pos);
         let op = &graph.ops[op_id];
         let inputs = graph.op_inputs.get(op_id.index());
         let start = u32::try_from(args.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "argument" })?;
-        for v in inputs {
-            args.push(live[v.index()].slot);
+        for &v in inputs {
+            args.push(live[v].slot.expect("an operand is defined, so it has a slot, before its readers"));
         }
         let outputs = graph.op_outputs(op_id);
         let n_out = outputs.len();
         for v in graph.op_outputs(op_id) {
             let s = alloc.take()?;
-            live[v.index()].slot = s;
+            live[v].slot = Some(s);
             args.push(s);
         }
-        // Free operands whose last reader this is (once, even if read twice here).
-        for v in inputs {
-            let l = &mut live[v.index()];
-            if l.last_use == pos as u32 {
-                l.last_use = DONE;
+        // Free operands whose last reader this is (once, even if read twice here: the
+        // value is read no more, so its last use is cleared).
+        for &v in inputs {
+            let l = &mut live[v];
+            if l.last_use == here {
+                l.last_use = None;
                 alloc.free(l.slot);
             }
         }
         // Outputs nobody reads are dead at once.
         for v in outputs {
-            let l = &live[v.index()];
-            if l.last_use == UNUSED {
+            let l = &live[v];
+            if l.last_use.is_none() {
                 alloc.free(l.slot);
             }
         }
@@ -219,31 +228,33 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         return Err(GraphError::IdSpaceExhausted { space: "argument" });
     }
 
-    let output_slots: Vec<u32> = graph.outputs.iter().map(|v| live[v.index()].slot).collect();
+    let output_slots: Vec<SlotId> =
+        graph.outputs.iter().map(|&v| live[v].slot.expect("an output is kept, so it has a slot at the end")).collect();
     let output_move = output_moves(&output_slots);
     let input_keys = graph.input_keys.clone();
     let input_index = input_keys.iter().enumerate().map(|(i, k)| (k.clone(), i)).collect();
     let (runs, run_ops) = runs(&ops, &instrs);
-    let program = CompiledProgram {
-        interner: Arc::clone(&graph.interner),
+    let slot_count = alloc.next as usize;
+    let code = Program {
         runs,
         run_ops,
-        ops,
-        instrs,
-        slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count: alloc.next as usize },
-        prefetch_slots: prefetch
-            && (alloc.next as usize).saturating_mul(std::mem::size_of::<Op::Operand>()) > PREFETCH_SLOT_BYTES,
+        ops: ops.into_iter().collect(),
+        instrs: instrs.into_iter().collect(),
+        slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count },
+    };
+    // The evaluators read slots unchecked on the strength of this verification (`eval.rs`
+    // takes a `VerifiedProgram`), so it runs in every build; a failure is an internal error.
+    let code = code.verify()?;
+    let program = CompiledProgram {
+        interner: Arc::clone(&graph.interner),
+        code,
+        prefetch_slots: prefetch && slot_count.saturating_mul(std::mem::size_of::<Op::Operand>()) > PREFETCH_SLOT_BYTES,
         source,
         input_keys,
         input_index,
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
     };
-    // The sequential evaluator reads slots unchecked on the strength of `verify`
-    // (`eval.rs`, `VerifiedSlots`), so it runs in every build: alone in release builds,
-    // as the first step of `verify_against` in debug builds.
-    #[cfg(not(debug_assertions))]
-    program.verify()?;
     #[cfg(debug_assertions)]
     program
         .verify_against(graph)
@@ -263,42 +274,46 @@ const AHEAD: usize = 16;
 /// A value's liveness and slot during compilation.
 #[derive(Copy, Clone)]
 struct Live {
-    last_use: u32,
-    slot: u32,
+    /// The last instruction that reads the value: `None` when none does (or no longer
+    /// will: it is cleared when the slot is freed), the instruction after the last one for
+    /// a program output, which the output gather reads after every instruction.
+    last_use: Option<InstrId>,
+    /// The value's slot, once it has one (`None` for an input no instruction reads).
+    slot: Option<SlotId>,
 }
 
 #[derive(Default)]
 struct SlotAllocator {
-    free: Vec<u32>,
+    free: Vec<SlotId>,
     next: u32,
 }
 
 impl SlotAllocator {
     #[inline]
-    fn take(&mut self) -> GraphResult<u32> {
+    fn take(&mut self) -> GraphResult<SlotId> {
         if let Some(s) = self.free.pop() {
             return Ok(s);
         }
-        if self.next >= NO_SLOT - 1 {
-            return Err(GraphError::IdSpaceExhausted { space: "slot" });
-        }
+        let s = SlotId::try_new(self.next as usize).ok_or(GraphError::IdSpaceExhausted { space: "slot" })?;
         self.next += 1;
-        Ok(self.next - 1)
+        Ok(s)
     }
     #[inline]
-    fn free(&mut self, s: u32) {
-        self.free.push(s);
+    fn free(&mut self, s: Option<SlotId>) {
+        if let Some(s) = s {
+            self.free.push(s);
+        }
     }
 }
 
 impl<Op: GraphOperation> CompiledProgram<Op> {
     /// Number of instructions.
     pub fn instruction_count(&self) -> usize {
-        self.instrs.len()
+        self.code.instrs.len()
     }
     /// Number of slots evaluation needs.
     pub fn slot_count(&self) -> usize {
-        self.slots.slot_count
+        self.code.slots.slot_count
     }
     /// Whether sequential evaluation prefetches operand slots a few instructions ahead,
     /// as compile decides for programs whose operands lie far from their readers in a
@@ -313,21 +328,29 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// # Panics
     /// If `instruction` is not below [`Self::instruction_count`].
     pub fn source_operation(&self, instruction: usize) -> OperationId {
-        assert!(instruction < self.instrs.len(), "instruction {instruction} out of range");
-        OperationId::new(if self.source.is_empty() { instruction } else { self.source[instruction] as usize })
+        assert!(instruction < self.code.instrs.len(), "instruction {instruction} out of range");
+        self.source_of(InstrId::new(instruction))
+    }
+    /// [`Self::source_operation`] of an instruction id.
+    fn source_of(&self, i: InstrId) -> OperationId {
+        OperationId::new(if self.source.is_empty() { i.index() } else { self.source[i.index()] as usize })
     }
     /// The parallel schedule, computed on first use (a linear pass; see `schedule.rs`).
-    pub(crate) fn schedule(&self) -> GraphResult<&Schedule> {
+    /// It is built from, and checked against, this program's verified code, which never
+    /// changes: so the schedule's checks stay true for the instructions `eval.rs` runs.
+    pub(crate) fn schedule(&self) -> GraphResult<&VerifiedSchedule> {
         self.schedule
             .get_or_init(|| {
-                let cost: Vec<u64> = self.ops.iter().map(GraphOperation::cost_hint).collect();
+                let code = &self.code;
+                let cost: Vec<u64> = code.ops.raw().iter().map(GraphOperation::cost_hint).collect();
+                let slots = &code.slots;
                 schedule(
-                    &self.ops,
-                    &self.instrs,
-                    &self.slots.args,
-                    &self.slots.input_slots,
-                    &self.slots.output_slots,
-                    self.slots.slot_count,
+                    code.ops.raw(),
+                    code.instrs.raw(),
+                    &slots.args,
+                    &slots.input_slots,
+                    &slots.output_slots,
+                    slots.slot_count,
                     &cost,
                 )
             })
@@ -396,18 +419,20 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
 
     /// Bytes held by the program's columns.
     pub fn heap_bytes(&self) -> usize {
-        self.ops.capacity() * std::mem::size_of::<Op>()
-            + self.instrs.capacity() * std::mem::size_of::<Instr>()
-            + self.slots.args.capacity() * 4
-            + self.slots.input_slots.capacity() * 4
-            + self.slots.output_slots.capacity() * 4
+        let code = &self.code;
+        code.ops.heap_bytes()
+            + code.instrs.heap_bytes()
+            + code.slots.args.capacity() * size_of::<SlotId>()
+            + code.slots.input_slots.capacity() * size_of::<Option<SlotId>>()
+            + code.slots.output_slots.capacity() * size_of::<SlotId>()
             + self.source.capacity() * 4
-            + self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, Schedule::heap_bytes)
+            + self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, |s| s.heap_bytes())
     }
 
+    /// Instruction `i`'s operand and output slots.
     #[inline]
-    pub(crate) fn instr_args(&self, i: usize) -> (&[u32], &[u32]) {
-        self.instrs[i].slots(&self.slots.args)
+    pub(crate) fn instr_args(&self, i: InstrId) -> (&[SlotId], &[SlotId]) {
+        self.code.instrs[i].slots(&self.code.slots.args)
     }
 
     /// Checks that the program computes `graph`: simulates slot contents and confirms that
@@ -415,34 +440,35 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn verify_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
         self.verify()?;
-        if self.instrs.len() != graph.operation_count() || self.slots.input_slots.len() != graph.inputs.len() {
+        let slots = &self.code.slots;
+        if self.code.instrs.len() != graph.operation_count() || slots.input_slots.len() != graph.inputs.len() {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
         self.verify_source()?;
-        let mut content: Vec<Option<ValueId>> = vec![None; self.slots.slot_count];
-        for (&s, &v) in self.slots.input_slots.iter().zip(&graph.inputs) {
-            if s != NO_SLOT {
-                content[s as usize] = Some(v);
+        let mut content: IdVec<SlotId, Option<ValueId>> = IdVec::from_elem(None, slots.slot_count);
+        for (s, &v) in slots.input_slots.iter().zip(&graph.inputs) {
+            if let &Some(s) = s {
+                content[s] = Some(v);
             }
         }
-        for i in 0..self.instrs.len() {
-            let op = graph.operation(self.source_operation(i));
+        for i in self.code.instrs.ids() {
+            let op = graph.operation(self.source_of(i));
             let (ins, outs) = self.instr_args(i);
             for (k, (&s, &v)) in ins.iter().zip(op.inputs()).enumerate() {
-                if content[s as usize] != Some(v) {
+                if content[s] != Some(v) {
                     return Err(bad(format!(
-                        "instruction {i} operand {k} reads slot s{s} holding {:?}, expected {v:?}",
-                        content[s as usize]
+                        "instruction {i:?} operand {k} reads slot {s:?} holding {:?}, expected {v:?}",
+                        content[s]
                     )));
                 }
             }
             for (&s, v) in outs.iter().zip(op.outputs()) {
-                content[s as usize] = Some(v);
+                content[s] = Some(v);
             }
         }
-        for (&s, &v) in self.slots.output_slots.iter().zip(&graph.outputs) {
-            if s == NO_SLOT || content[s as usize] != Some(v) {
-                return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
+        for (&s, &v) in slots.output_slots.iter().zip(&graph.outputs) {
+            if content[s] != Some(v) {
+                return Err(bad(format!("output {v:?} is not in its slot {s:?} at the end")));
             }
         }
         Ok(())
@@ -457,14 +483,15 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn verify_parallel_against(&self, graph: &MaterializedGraph<Op>) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
         let sched = self.schedule()?;
-        let n = self.instrs.len();
+        let code = &self.code;
+        let n = code.instrs.len();
         if n != graph.operation_count()
             || sched.slots.input_slots.len() != graph.inputs.len()
             || sched.slots.output_slots.len() != graph.outputs.len()
         {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
-        if sched.slots.args.len() != self.slots.args.len() || sched.order.len() != n || sched.cost_prefix.len() != n + 1
+        if sched.slots.args.len() != code.slots.args.len() || sched.order.len() != n || sched.cost_prefix.len() != n + 1
         {
             return Err(bad("column lengths differ from the program".into()));
         }
@@ -474,10 +501,10 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         {
             return Err(bad("level boundaries are not increasing from 0 to the instruction count".into()));
         }
-        let mut placed = vec![false; n];
+        let mut placed: IdVec<InstrId, bool> = IdVec::from_elem(false, n);
         for &i in &sched.order {
-            if i as usize >= n || std::mem::replace(&mut placed[i as usize], true) {
-                return Err(bad(format!("order is not a permutation (instruction {i})")));
+            if placed.get(i).is_none() || std::mem::replace(&mut placed[i], true) {
+                return Err(bad(format!("order is not a permutation (instruction {i:?})")));
             }
         }
         self.verify_source()?;
@@ -486,68 +513,67 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         for (k, (step, &i)) in sched.steps.iter().zip(&sched.order).enumerate() {
             if step.op != Step::GENERAL {
                 let rep = sched.op_rep[(step.op & !Step::UNARY) as usize];
-                if self.ops[rep as usize] != self.ops[i as usize] {
-                    return Err(bad(format!("step {k} runs the operation of instruction {rep}, not of {i}")));
+                if code.ops[rep] != code.ops[i] {
+                    return Err(bad(format!("step {k} runs the operation of instruction {rep:?}, not of {i:?}")));
                 }
             }
         }
-        let ops: Vec<_> = (0..n).map(|i| graph.operation(self.source_operation(i))).collect();
-        let in_range = |s: u32| (s as usize) < sched.slots.slot_count;
-        let mut content: Vec<Option<ValueId>> = vec![None; sched.slots.slot_count];
-        for (&s, &v) in sched.slots.input_slots.iter().zip(&graph.inputs) {
-            if s != NO_SLOT {
+        let ops: IdVec<InstrId, _> = code.instrs.ids().map(|i| graph.operation(self.source_of(i))).collect();
+        let in_range = |s: SlotId| sched.slots.in_range(s);
+        let mut content: IdVec<SlotId, Option<ValueId>> = IdVec::from_elem(None, sched.slots.slot_count);
+        for (s, &v) in sched.slots.input_slots.iter().zip(&graph.inputs) {
+            if let &Some(s) = s {
                 if !in_range(s) {
-                    return Err(bad(format!("input slot s{s} out of range")));
+                    return Err(bad(format!("input slot {s:?} out of range")));
                 }
-                content[s as usize] = Some(v);
+                content[s] = Some(v);
             }
         }
         // 0: untouched in this level, 1: read, 2: written.
-        let mut touched: Vec<u8> = vec![0; sched.slots.slot_count];
-        let mut writes: Vec<(u32, ValueId)> = Vec::new();
+        let mut touched: IdVec<SlotId, u8> = IdVec::from_elem(0, sched.slots.slot_count);
+        let mut writes: Vec<(SlotId, ValueId)> = Vec::new();
         for l in 0..sched.level_count() {
             let level = sched.level(l);
             for &i in &sched.order[level.clone()] {
-                let i = i as usize;
-                let (ins, outs) = self.instrs[i].slots(&sched.slots.args);
+                let (ins, outs) = code.instrs[i].slots(&sched.slots.args);
                 let op = &ops[i];
                 if ins.len() != op.inputs().len() || outs.len() != op.outputs().len() {
-                    return Err(bad(format!("instruction {i} arity differs from the graph")));
+                    return Err(bad(format!("instruction {i:?} arity differs from the graph")));
                 }
                 for (k, (&s, &v)) in ins.iter().zip(op.inputs()).enumerate() {
-                    if !in_range(s) || content[s as usize] != Some(v) || touched[s as usize] == 2 {
+                    if !in_range(s) || content[s] != Some(v) || touched[s] == 2 {
                         return Err(bad(format!(
-                            "level {} instruction {i} operand {k} reads slot s{s}, which does not hold {v:?} \
+                            "level {} instruction {i:?} operand {k} reads slot {s:?}, which does not hold {v:?} \
                              when the level begins or is written in the level",
                             l + 1
                         )));
                     }
-                    touched[s as usize] = 1;
+                    touched[s] = 1;
                 }
                 for (&s, v) in outs.iter().zip(op.outputs()) {
-                    if !in_range(s) || touched[s as usize] != 0 {
+                    if !in_range(s) || touched[s] != 0 {
                         return Err(bad(format!(
-                            "level {} instruction {i} writes slot s{s}, out of range or already used in the level",
+                            "level {} instruction {i:?} writes slot {s:?}, out of range or already used in the level",
                             l + 1
                         )));
                     }
-                    touched[s as usize] = 2;
+                    touched[s] = 2;
                     writes.push((s, v));
                 }
             }
             for &i in &sched.order[level] {
-                for &s in self.instrs[i as usize].slots(&sched.slots.args).0 {
-                    touched[s as usize] = 0;
+                for &s in code.instrs[i].slots(&sched.slots.args).0 {
+                    touched[s] = 0;
                 }
             }
             for (s, v) in writes.drain(..) {
-                touched[s as usize] = 0;
-                content[s as usize] = Some(v);
+                touched[s] = 0;
+                content[s] = Some(v);
             }
         }
         for (&s, &v) in sched.slots.output_slots.iter().zip(&graph.outputs) {
-            if s == NO_SLOT || !in_range(s) || content[s as usize] != Some(v) {
-                return Err(bad(format!("output {v:?} is not in its slot s{s} at the end")));
+            if !in_range(s) || content[s] != Some(v) {
+                return Err(bad(format!("output {v:?} is not in its slot {s:?} at the end")));
             }
         }
         Ok(())
@@ -559,70 +585,34 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             return Ok(());
         }
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
-        if self.source.len() != self.instrs.len() {
+        if self.source.len() != self.code.instrs.len() {
             return Err(bad("the source-operation column's length differs from the instruction count".into()));
         }
-        let mut seen = vec![false; self.instrs.len()];
-        for (i, &op) in self.source.iter().enumerate() {
-            if op as usize >= seen.len() || std::mem::replace(&mut seen[op as usize], true) {
-                return Err(bad(format!("instruction {i}'s source operation op{op} is out of range or repeated")));
+        let mut seen: IdVec<OperationId, bool> = IdVec::from_elem(false, self.code.instrs.len());
+        for (i, op) in self.code.instrs.ids().map(|i| (i, self.source_of(i))) {
+            if seen.get(op).is_none() || std::mem::replace(&mut seen[op], true) {
+                return Err(bad(format!("instruction {i:?}'s source operation {op:?} is out of range or repeated")));
             }
         }
         Ok(())
     }
 
     /// Structural checks: arities match the operations, slots are in range, every read
-    /// slot has been written earlier. [`try_compile`] runs it on every program it returns
-    /// (the sequential evaluator relies on it).
+    /// slot has been written earlier (the checklist of `Program::verify` in `program.rs`).
+    /// [`try_compile`] runs them on every program it returns (the evaluators rely on
+    /// them), so on a program of this crate they always pass.
     pub fn verify(&self) -> GraphResult<()> {
-        let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
-        let mut written = bitvec::vec::BitVec::<usize>::repeat(false, self.slots.slot_count);
-        for &s in &self.slots.input_slots {
-            if s != NO_SLOT {
-                if s as usize >= self.slots.slot_count {
-                    return Err(bad(format!("input slot s{s} out of range")));
-                }
-                written.set(s as usize, true);
-            }
-        }
-        if self.ops.len() != self.instrs.len() {
-            return Err(bad("operation and instruction counts differ".into()));
-        }
-        for (i, op) in self.ops.iter().enumerate() {
-            if self.instrs[i].end() > self.slots.args.len() {
-                return Err(bad(format!("instruction {i}'s arguments run past the argument pool")));
-            }
-            let (ins, outs) = self.instr_args(i);
-            if ins.len() != op.input_count() || outs.len() != op.output_count() {
-                return Err(bad(format!("instruction {i} arity differs from its operation")));
-            }
-            if let Some(s) = ins.iter().find(|&&s| s as usize >= self.slots.slot_count || !written[s as usize]) {
-                return Err(bad(format!("instruction {i} reads slot s{s} before any write")));
-            }
-            for &s in outs {
-                if s as usize >= self.slots.slot_count || ins.contains(&s) {
-                    return Err(bad(format!("instruction {i} writes slot s{s} out of range or aliasing an operand")));
-                }
-                written.set(s as usize, true);
-            }
-        }
-        if let Some(s) =
-            self.slots.output_slots.iter().find(|&&s| s as usize >= self.slots.slot_count || !written[s as usize])
-        {
-            return Err(bad(format!("output slot s{s} is never written")));
-        }
-        check_runs(&self.runs, &self.run_ops, &self.ops, &self.instrs).map_err(&bad)?;
-        self.slots.check_output_moves().map_err(bad)
+        self.code.check()
     }
 }
 
 impl<Op: GraphOperation> fmt::Debug for CompiledProgram<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompiledProgram")
-            .field("instructions", &self.instrs.len())
-            .field("slots", &self.slots.slot_count)
-            .field("inputs", &self.slots.input_slots.len())
-            .field("outputs", &self.slots.output_slots.len())
+            .field("instructions", &self.code.instrs.len())
+            .field("slots", &self.code.slots.slot_count)
+            .field("inputs", &self.code.slots.input_slots.len())
+            .field("outputs", &self.code.slots.output_slots.len())
             .finish()
     }
 }

@@ -13,9 +13,9 @@ use std::fmt::{self, Write};
 
 use crate::compile::CompiledProgram;
 use crate::graph::{Graph, InputRef};
+use crate::id::{IdVec, SlotId};
 use crate::materialize::MaterializedGraph;
 use crate::operation::{GraphOperation, Label};
-use crate::program::NO_SLOT;
 
 impl<Op: GraphOperation> fmt::Display for Graph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -67,24 +67,24 @@ impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
 
 impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "program: {} instructions, {} slots", self.instrs.len(), self.slots.slot_count)?;
-        for (s, k) in self.slots.input_slots.iter().zip(&self.input_keys) {
-            if *s == NO_SLOT {
-                writeln!(f, "  _ = input {k:?}")?;
-            } else {
-                writeln!(f, "  s{s} = input {k:?}")?;
+        let code = &self.code;
+        writeln!(f, "program: {} instructions, {} slots", code.instrs.len(), code.slots.slot_count)?;
+        for (s, k) in code.slots.input_slots.iter().zip(&self.input_keys) {
+            match s {
+                None => writeln!(f, "  _ = input {k:?}")?,
+                Some(s) => writeln!(f, "  {s:?} = input {k:?}")?,
             }
         }
-        for (i, op) in self.ops.iter().enumerate() {
+        for (i, op) in code.ops.iter_enumerated() {
             let (ins, outs) = self.instr_args(i);
-            let outs: Vec<String> = outs.iter().map(|s| format!("s{s}")).collect();
+            let outs: Vec<String> = outs.iter().map(|s| format!("{s:?}")).collect();
             write!(f, "  {} = {}", outs.join(", "), Label(op))?;
             for (j, s) in ins.iter().enumerate() {
-                write!(f, "{}s{s}", if j == 0 { " " } else { ", " })?;
+                write!(f, "{}{s:?}", if j == 0 { " " } else { ", " })?;
             }
             writeln!(f)?;
         }
-        let outs: Vec<String> = self.slots.output_slots.iter().map(|s| format!("s{s}")).collect();
+        let outs: Vec<String> = code.slots.output_slots.iter().map(|s| format!("{s:?}")).collect();
         writeln!(f, "  outputs: {}", outs.join(", "))
     }
 }
@@ -189,26 +189,27 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph program {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
         // Which node last wrote each slot.
-        let mut writer: Vec<String> = vec![String::new(); self.slots.slot_count];
-        for (i, (slot, k)) in self.slots.input_slots.iter().zip(&self.input_keys).enumerate() {
+        let code = &self.code;
+        let mut writer: IdVec<SlotId, String> = IdVec::from_elem(String::new(), code.slots.slot_count);
+        for (i, (slot, k)) in code.slots.input_slots.iter().zip(&self.input_keys).enumerate() {
             let _ = writeln!(s, "  in{i} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
-            if *slot != NO_SLOT {
-                writer[*slot as usize] = format!("in{i}");
+            if let &Some(slot) = slot {
+                writer[slot] = format!("in{i}");
             }
         }
-        for (i, op) in self.ops.iter().enumerate() {
-            let (ins, outs) = self.instr_args(i);
+        for (id, op) in code.ops.iter_enumerated() {
+            let i = id.index();
+            let (ins, outs) = self.instr_args(id);
             let _ = writeln!(s, "  i{i} [shape=box, label=\"{}\"];", escape(&format!("{}", Label(op))));
             for &slot in ins {
-                let _ = writeln!(s, "  {} -> i{i} [label=\"s{slot}\"];", writer[slot as usize]);
+                let _ = writeln!(s, "  {} -> i{i} [label=\"{slot:?}\"];", writer[slot]);
             }
             for &slot in outs {
-                writer[slot as usize] = format!("i{i}");
+                writer[slot] = format!("i{i}");
             }
         }
-        for (i, slot) in self.slots.output_slots.iter().enumerate() {
-            let _ =
-                writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", writer[*slot as usize]);
+        for (i, &slot) in code.slots.output_slots.iter().enumerate() {
+            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", writer[slot]);
         }
         s.push_str("}\n");
         s

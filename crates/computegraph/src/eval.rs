@@ -6,10 +6,15 @@
 //! Operands are gathered on the stack (no per-node allocation for up to two inputs, a
 //! `SmallVec` of eight beyond); [`EvaluableGraphOperation::eval_into`] pushes a one-output
 //! instruction's value into an [`Outputs`] over a local (which the compiler keeps in a
-//! register), and the others' into the spare room of one reused buffer. The sequential loop reads slots and argument
-//! lists without bounds or tag checks (`VerifiedSlots`): `try_compile` verifies every
-//! program, in every build, so the checks would repeat what is proven (see
-//! `docs/adr/0006-verified-sequential-eval.md`). The loop goes run by run
+//! register), and the others' into the spare room of one reused buffer. The sequential loop
+//! reads slots and argument lists without bounds or tag checks (`VerifiedSlots`):
+//! `try_compile` verifies every program, in every build, so the checks would repeat what
+//! is proven (see `docs/adr/0006-verified-sequential-eval.md`). That proof is carried by a
+//! type: the loop is a method of `VerifiedProgram` (`program.rs`), which only
+//! `Program::verify` makes and which hands out no `&mut`, and `VerifiedSlots` is made only
+//! from one; likewise the parallel chunks take a `VerifiedSchedule` (`schedule.rs`), and
+//! `LevelSlots` is made only from one. Slots are [`SlotId`]s and instructions
+//! [`InstrId`]s. The loop goes run by run
 //! (`program.rs`'s `Run`): a *uniform* run (equal operations, one output, one or two
 //! operands each) is one out-of-line loop, `run_uniform`, that receives the operation as
 //! an argument, walks the run's stretch of the argument pool with a fixed stride and
@@ -56,9 +61,10 @@ use smallvec::SmallVec;
 
 use crate::compile::CompiledProgram;
 use crate::error::{GraphError, GraphResult};
+use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::NO_SLOT;
-use crate::schedule::{PAR_CHUNK_MIN_COST, Schedule, Step};
+use crate::program::VerifiedProgram;
+use crate::schedule::{PAR_CHUNK_MIN_COST, Step, VerifiedSchedule};
 use crate::slots::{SlotFile, SlotPtr};
 
 /// At most this many chunks per thread in one level: more than one, so that a thread
@@ -157,30 +163,50 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
+        self.code.run(state, ctx, inputs, self.prefetch_slots)
+    }
+}
+
+impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
+    /// Sequential evaluation: sizes the slots, stores the inputs, runs every instruction in
+    /// program order through a [`VerifiedSlots`] view, and takes the outputs. With
+    /// `prefetch`, instruction by instruction with operand slots hinted ahead (see
+    /// [`SLOT_AHEAD`]), otherwise run by run. Everything the unchecked accesses rely on is
+    /// either proven by the program's verification (the receiver's type) or done here.
+    #[inline(always)]
+    fn run(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+        prefetch: bool,
+    ) -> GraphResult<Vec<Op::Operand>> {
         if inputs.len() != self.slots.input_slots.len() {
             return Err(GraphError::InputCountMismatch { expected: self.slots.input_slots.len(), found: inputs.len() });
         }
         let EvalState { slots, out } = state;
         slots.reset(self.slots.slot_count);
-        for (&s, &x) in self.slots.input_slots.iter().zip(inputs) {
-            if s != NO_SLOT {
-                slots.set(s as usize, x.clone());
+        for (s, &x) in self.slots.input_slots.iter().zip(inputs) {
+            if let &Some(s) = s {
+                slots.set(s, x.clone());
             }
         }
-        let file = VerifiedSlots(slots.ptr());
-        if self.prefetch_slots {
+        let file = VerifiedSlots::new(self, slots);
+        if prefetch {
             self.run_in_order::<true>(&file, ctx, out)?;
         } else {
             self.run_by_runs(&file, ctx, out)?;
         }
         // SAFETY: the run completed, so every output slot of the verified program holds
-        // its value, and `verify` checked that each is moved out once, at its last mention.
+        // its value, and verification checked that each is moved out once, at its last
+        // mention.
         Ok(unsafe { take_outputs(slots, &self.slots.output_slots, &self.slots.output_move) })
     }
 
     /// Runs every instruction in program order; with `PREFETCH`, first hints the operand
     /// slots of the instruction [`SLOT_AHEAD`] places ahead (for operands that lie far
-    /// from their readers, whose slots are spread over a large file).
+    /// from their readers, whose slots are spread over a large file). `file` is this
+    /// program's view, with the inputs stored (as [`Self::run`] makes it).
     #[inline(always)]
     fn run_in_order<const PREFETCH: bool>(
         &self,
@@ -189,31 +215,33 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
         let args = &self.slots.args[..];
-        for (i, (op, &instr)) in self.ops.iter().zip(&self.instrs).enumerate() {
+        let instrs = self.instrs.raw();
+        for (i, (op, &instr)) in self.ops.raw().iter().zip(instrs).enumerate() {
             if PREFETCH {
-                if let Some(&ahead) = self.instrs.get(i + SLOT_AHEAD) {
+                if let Some(&ahead) = instrs.get(i + SLOT_AHEAD) {
                     // SAFETY: `ahead` is an instruction of this verified program, and
-                    // `verify` checks every instruction's argument range, so its slices
-                    // lie in `args`; its slots are only used as prefetch addresses.
+                    // verification checks every instruction's argument range, so its
+                    // slices lie in `args`; its slots are only used as prefetch addresses.
                     let (ins, _) = unsafe { ahead.slots_unchecked(args) };
                     for &s in ins {
                         file.0.prefetch(s);
                     }
                 }
             }
-            // SAFETY (both): the program passed `verify` (in `try_compile`, in every build)
-            // and is immutable, so the instruction's arguments lie in the argument pool;
-            // the slots were sized to `slot_count` and this loop runs the instructions in
-            // program order, which is `VerifiedSlots`' contract.
+            // SAFETY: the program is verified (the receiver's type), so the instruction's
+            // arguments lie in the argument pool.
             let (ins, outs) = unsafe { instr.slots_unchecked(args) };
+            // SAFETY: `file` is this program's view with its inputs stored, and this loop
+            // runs the instructions in program order: `VerifiedSlots`' contract.
             unsafe { eval_instruction(op, ctx, file, ins, outs, out)? };
         }
         Ok(())
     }
 
-    /// Runs every instruction in program order, run by run (`Run`, `program.rs`): a uniform run with
-    /// one loop over its stretch of the argument pool and one operation reference, a
-    /// mixed run instruction by instruction.
+    /// Runs every instruction in program order, run by run (`Run`, `program.rs`): a uniform
+    /// run with one loop over its stretch of the argument pool and one operation
+    /// reference, a mixed run instruction by instruction. `file` as for
+    /// [`Self::run_in_order`].
     #[inline(always)]
     fn run_by_runs(
         &self,
@@ -222,25 +250,29 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
         let args = &self.slots.args[..];
+        let (ops, instrs) = (self.ops.raw(), self.instrs.raw());
         let mut i = 0usize;
         let mut uniform = 0usize;
         for run in &self.runs {
             let end = run.end as usize;
-            // SAFETY (all in this loop): the program passed `verify` (in `try_compile`, in
-            // every build) and is immutable. `verify` checks that the runs cover the
-            // instructions in order (so `i < end <= instrs.len() == ops.len()`), that
-            // every instruction's arguments lie in the pool, that a uniform run's
-            // instructions take `arity` operands and one output each, laid out one after
-            // another from the run's start, and evaluate operations equal to the run's
-            // entry of `run_ops`, which has one entry per uniform run. The slots were sized to `slot_count` and runs are evaluated in
-            // program order, which is `VerifiedSlots`' contract.
+            // What the unsafe blocks of this loop rely on: the program is verified (the
+            // receiver's type), and verification checks that the runs cover the
+            // instructions in order (so `i < end <= instrs.len() == ops.len()`), that every
+            // instruction's arguments lie in the pool, that a uniform run's instructions
+            // take `arity` operands and one output each, laid out one after another from
+            // the run's start, and evaluate operations equal to the run's entry of
+            // `run_ops`, which has one entry per uniform run. `file` is this program's view
+            // with its inputs stored, and runs are evaluated in program order, which is
+            // `VerifiedSlots`' contract.
             match run.arity {
+                // SAFETY: as stated above the `match`.
                 2 => unsafe {
                     let start = run.start as usize;
                     let stretch = args.get_unchecked(start..start + 3 * (end - i));
                     run_uniform::<Op, 2, 3>(self.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
                     uniform += 1;
                 },
+                // SAFETY: as stated above the `match`.
                 1 => unsafe {
                     let start = run.start as usize;
                     let stretch = args.get_unchecked(start..start + 2 * (end - i));
@@ -249,9 +281,10 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
                 },
                 _ => {
                     for j in i..end {
+                        // SAFETY: as stated above the `match`.
                         unsafe {
-                            let op = self.ops.get_unchecked(j);
-                            let (ins, outs) = self.instrs.get_unchecked(j).slots_unchecked(args);
+                            let op = ops.get_unchecked(j);
+                            let (ins, outs) = instrs.get_unchecked(j).slots_unchecked(args);
                             eval_instruction(op, ctx, file, ins, outs, out)?;
                         }
                     }
@@ -275,12 +308,13 @@ unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usiz
     op: &Op,
     ctx: &mut Op::Context,
     file: &VerifiedSlots<'_, Op::Operand>,
-    stretch: &[u32],
+    stretch: &[SlotId],
 ) -> GraphResult<()> {
     for a in stretch.chunks_exact(S) {
         // SAFETY: by the caller's guarantee.
         let refs: [&Op::Operand; N] = std::array::from_fn(|k| unsafe { file.read(a[k]) });
         let v = eval_one(op, ctx, &refs)?;
+        // SAFETY: by the caller's guarantee.
         unsafe { file.write(a[N], v) };
     }
     Ok(())
@@ -362,7 +396,7 @@ where
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
         let threads = pool.map_or_else(rayon::current_num_threads, ThreadPool::current_num_threads);
-        if threads <= 1 || inputs.len() != self.slots.input_slots.len() {
+        if threads <= 1 || inputs.len() != self.code.slots.input_slots.len() {
             return self.eval_with(state, ctx, inputs);
         }
         let sched = self.schedule()?;
@@ -379,7 +413,7 @@ where
     /// spawned once for the whole run form a team (see [`Team`]).
     fn run_levels(
         &self,
-        sched: &Schedule,
+        sched: &VerifiedSchedule,
         threads: usize,
         state: &mut EvalState<Op::Operand>,
         ctx: &mut Op::Context,
@@ -387,14 +421,14 @@ where
     ) -> GraphResult<Vec<Op::Operand>> {
         let EvalState { slots, out } = state;
         slots.reset(sched.slots.slot_count);
-        for (&s, &x) in sched.slots.input_slots.iter().zip(inputs) {
-            if s != NO_SLOT {
-                slots.set(s as usize, x.clone());
+        for (s, &x) in sched.slots.input_slots.iter().zip(inputs) {
+            if let &Some(s) = s {
+                slots.set(s, x.clone());
             }
         }
         let max_chunks = threads.saturating_mul(PAR_CHUNKS_PER_THREAD);
         let team = Team::new(max_chunks);
-        let view = LevelSlots(slots.ptr());
+        let view = LevelSlots::new(sched, slots);
         let result = rayon::scope(|scope| {
             for _ in 1..threads {
                 let (team, view, mut cx) = (&team, &view, ctx.clone());
@@ -415,7 +449,7 @@ where
     /// taking chunks like any helper, then waits for the level's last chunk.
     fn lead(
         &self,
-        sched: &Schedule,
+        sched: &VerifiedSchedule,
         team: &Team,
         view: &LevelSlots<'_, Op::Operand>,
         ctx: &mut Op::Context,
@@ -459,7 +493,7 @@ where
 
     /// A helper's part: waits for each published level, takes its chunks until none is
     /// left, and returns when the lead stops the team.
-    fn help(&self, sched: &Schedule, team: &Team, view: &LevelSlots<'_, Op::Operand>, ctx: &mut Op::Context) {
+    fn help(&self, sched: &VerifiedSchedule, team: &Team, view: &LevelSlots<'_, Op::Operand>, ctx: &mut Op::Context) {
         let mut out = Vec::new();
         let mut seen = 0;
         while let Some(epoch) = team.wait_epoch(seen) {
@@ -477,42 +511,45 @@ where
     /// record.
     fn eval_chunk(
         &self,
-        sched: &Schedule,
+        sched: &VerifiedSchedule,
         chunk: std::ops::Range<usize>,
         ctx: &mut Op::Context,
         slots: &LevelSlots<'_, Op::Operand>,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
+        let first = chunk.start;
         let steps = &sched.steps[chunk];
         for (k, step) in steps.iter().enumerate() {
             if let Some(ahead) = steps.get(k + PAR_PREFETCH_AHEAD) {
                 slots.prefetch(ahead.a);
                 slots.prefetch(ahead.b);
             }
-            // SAFETY (the five blocks below): the step is at a position of the level being
-            // run, in a schedule that passed `check_levels` when it was built, which checks
-            // that a compact step names its instruction's slots and an entry of `op_rep`
-            // naming an instruction (below `instrs.len()`, which is `ops.len()`: checked by
-            // `CompiledProgram::verify`, which `try_compile` runs on every program), and
-            // that a general step names its instruction. Every
-            // slot is in range and every operand slot was written by an input or an
+            // What the unsafe blocks below rely on: the step is at a position of the level
+            // being run, in a verified schedule (`VerifiedSchedule`: `check_levels` passed
+            // against this program's instructions), which checks that a compact step names
+            // its instruction's slots and an entry of `op_rep` naming an instruction (below
+            // `instrs.len()`, which is `ops.len()`: checked by the program's verification).
+            // Every slot is in range and every operand slot was written by an input or an
             // earlier level; no instruction of the level writes an operand slot, and no
-            // other instruction of the level reads or writes an output slot; no thread
-            // runs another level meanwhile (see `Team`). So no thread writes the operand
-            // slots while their references live, and this thread alone touches the output
-            // slot.
+            // other instruction of the level reads or writes an output slot; no thread runs
+            // another level meanwhile (see `Team`). So no thread writes the operand slots
+            // while their references live, and this thread alone touches the output slot.
             if step.op == Step::GENERAL {
-                let (op, ins, outs) = self.par_instr(sched, step.out as usize);
+                let (op, ins, outs) = self.par_instr(sched, sched.order[first + k]);
+                // SAFETY: as stated above.
                 unsafe { eval_instruction(op, ctx, slots, ins, outs, out)? };
                 continue;
             }
+            // SAFETY: as stated above.
             let op = unsafe {
                 let rep = *sched.op_rep.get_unchecked((step.op & !Step::UNARY) as usize);
-                self.ops.get_unchecked(rep as usize)
+                self.code.ops.get_unchecked(rep)
             };
             let n = 2 - (step.op >> 31) as usize;
+            // SAFETY: as stated above.
             let refs = unsafe { [slots.read(step.a), slots.read(step.b)] };
             let v = eval_one(op, ctx, &refs[..n])?;
+            // SAFETY: as stated above.
             unsafe { slots.write(step.out, v) };
         }
         Ok(())
@@ -689,10 +726,19 @@ struct LevelSlots<'a, T>(SlotPtr<'a, T>);
 // slot is disjoint by the level invariant; see its `SlotAccess` methods.
 unsafe impl<T: Send + Sync> Sync for LevelSlots<'_, T> {}
 
-impl<T> LevelSlots<'_, T> {
+impl<'a, T> LevelSlots<'a, T> {
+    /// The view of `file` for a run of `sched`: only a verified schedule has one.
+    ///
+    /// # Panics
+    /// If `file` does not have the schedule's slot count.
+    fn new(sched: &VerifiedSchedule, file: &'a mut SlotFile<T>) -> Self {
+        assert_eq!(file.len(), sched.slots.slot_count, "slot file sized for another schedule");
+        LevelSlots(file.ptr())
+    }
+
     /// Hints that slot `s` will be read soon.
     #[inline(always)]
-    fn prefetch(&self, s: u32) {
+    fn prefetch(&self, s: SlotId) {
         self.0.prefetch(s);
     }
 }
@@ -700,12 +746,13 @@ impl<T> LevelSlots<'_, T> {
 impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
     /// Instruction `i` with its operand and output slots in the parallel schedule.
     #[inline]
-    fn par_instr<'a>(&'a self, sched: &'a Schedule, i: usize) -> (&'a Op, &'a [u32], &'a [u32]) {
-        // SAFETY: `i` comes from the order of a schedule that passed `check_levels`, which
-        // checks that every instruction it names and its argument range are in bounds.
+    fn par_instr<'a>(&'a self, sched: &'a VerifiedSchedule, i: InstrId) -> (&'a Op, &'a [SlotId], &'a [SlotId]) {
+        // SAFETY: `i` comes from the order of a verified schedule (`check_levels` checks
+        // that every instruction it names and its argument range are in bounds), built
+        // from this program's instructions, which verification keeps as long as `ops`.
         unsafe {
-            let (ins, outs) = self.instrs.get_unchecked(i).slots_unchecked(&sched.slots.args);
-            (self.ops.get_unchecked(i), ins, outs)
+            let (ins, outs) = self.code.instrs.get_unchecked(i).slots_unchecked(&sched.slots.args);
+            (self.code.ops.get_unchecked(i), ins, outs)
         }
     }
 }
@@ -723,39 +770,51 @@ trait SlotAccess<T> {
     /// # Safety
     /// As the implementation states; in every case no write of slot `s` happens while the
     /// reference lives.
-    unsafe fn read(&self, s: u32) -> &T;
+    unsafe fn read(&self, s: SlotId) -> &T;
     /// Stores `v` in slot `s`, dropping what it held.
     ///
     /// # Safety
     /// As the implementation states; in every case no reference from [`Self::read`] of
     /// slot `s` is alive.
-    unsafe fn write(&self, s: u32, v: T);
+    unsafe fn write(&self, s: SlotId, v: T);
 }
 
 /// The sequential evaluator's slots, read and written without checks through a
 /// [`SlotPtr`], like [`LevelSlots`], so that writes take `&self` and the evaluation loop
 /// can keep the base pointer in a register across calls that receive the view.
 ///
-/// Contract of `read` and `write`: the slots are those of a program that passed
-/// [`CompiledProgram::verify`] (which `try_compile` runs in every build, and nothing
-/// changes a program afterwards), sized to its `slot_count`, with its inputs stored, and
-/// the program's instructions run in order, on one thread, through this view. Then every
-/// slot an instruction names is in range (checked by `verify`), every slot it reads was
-/// written before (checked by `verify`; nothing takes a value out during the run), and an
-/// instruction's outputs never alias its operands (checked by `verify`), so no write
-/// meets a live reference.
+/// Only [`VerifiedSlots::new`] makes one, from a [`VerifiedProgram`] (a program that passed
+/// `Program::verify`, which `try_compile` runs in every build, and which nothing can change
+/// afterwards) and a slot file of its `slot_count`. Contract of `read` and `write`: that
+/// program's inputs are stored, and its instructions run in order, on one thread, through
+/// this view ([`VerifiedProgram::run`] does both). Then every slot an instruction names is
+/// in range, every slot it reads was written before (nothing takes a value out during the
+/// run), and an instruction's outputs never alias its operands (all checked by the
+/// verification), so no write meets a live reference.
 struct VerifiedSlots<'a, T>(SlotPtr<'a, T>);
+
+impl<'a, T> VerifiedSlots<'a, T> {
+    /// The view of `file` for a run of `program`.
+    ///
+    /// # Panics
+    /// If `file` does not have the program's slot count.
+    #[inline(always)]
+    fn new<Op>(program: &VerifiedProgram<Op>, file: &'a mut SlotFile<T>) -> Self {
+        assert_eq!(file.len(), program.slots.slot_count, "slot file sized for another program");
+        VerifiedSlots(file.ptr())
+    }
+}
 
 impl<T> SlotAccess<T> for VerifiedSlots<'_, T> {
     #[inline(always)]
-    unsafe fn read(&self, s: u32) -> &T {
+    unsafe fn read(&self, s: SlotId) -> &T {
         // SAFETY: in range and written, and not written while the reference lives (the
         // instruction reading it writes only its outputs, which never alias its operands),
         // by the type's contract.
         unsafe { self.0.read(s) }
     }
     #[inline(always)]
-    unsafe fn write(&self, s: u32, v: T) {
+    unsafe fn write(&self, s: SlotId, v: T) {
         // SAFETY: in range, one thread, and no reference into the slot is alive, by the
         // type's contract.
         unsafe { self.0.write(s, v) };
@@ -770,7 +829,7 @@ impl<T> SlotAccess<T> for LevelSlots<'_, T> {
     /// nothing empties a slot during a run), and no thread writes it while the returned
     /// reference lives.
     #[inline(always)]
-    unsafe fn read(&self, s: u32) -> &T {
+    unsafe fn read(&self, s: SlotId) -> &T {
         // SAFETY: in range, written, and not written while the reference lives, by the
         // caller's guarantee.
         unsafe { self.0.read(s) }
@@ -780,7 +839,7 @@ impl<T> SlotAccess<T> for LevelSlots<'_, T> {
     /// the instruction being evaluated, in the level this view was made for (of a schedule
     /// that passed `Schedule::check_levels`, which also puts `s` in range).
     #[inline(always)]
-    unsafe fn write(&self, s: u32, v: T) {
+    unsafe fn write(&self, s: SlotId, v: T) {
         // SAFETY: `s` is in range, and by the caller's guarantee this thread is the only
         // one touching the slot, so the write (and the drop of the old value) is exclusive.
         unsafe { self.0.write(s, v) };
@@ -802,8 +861,8 @@ unsafe fn eval_instruction<Op: EvaluableGraphOperation, S: SlotAccess<Op::Operan
     op: &Op,
     ctx: &mut Op::Context,
     slots: &S,
-    ins: &[u32],
-    outs: &[u32],
+    ins: &[SlotId],
+    outs: &[SlotId],
     out: &mut Vec<Op::Operand>,
 ) -> GraphResult<()> {
     let n = ins.len();
@@ -849,15 +908,17 @@ unsafe fn eval_instruction_general<Op: EvaluableGraphOperation, S: SlotAccess<Op
     op: &Op,
     ctx: &mut Op::Context,
     slots: &S,
-    ins: &[u32],
-    outs: &[u32],
+    ins: &[SlotId],
+    outs: &[SlotId],
     out: &mut Vec<Op::Operand>,
 ) -> GraphResult<()> {
-    // SAFETY (all): as this function's.
+    // SAFETY: `ins` are the instruction's operand slots, as this function's contract states.
     let args = unsafe { gather(slots, ins) };
     if let [s] = outs {
         let v = eval_one(op, ctx, &args)?;
         drop(args);
+        // SAFETY: the instruction's output slot, as this function's contract states; the
+        // operand references were dropped just above.
         unsafe { slots.write(*s, v) };
         return Ok(());
     }
@@ -873,6 +934,8 @@ unsafe fn eval_instruction_general<Op: EvaluableGraphOperation, S: SlotAccess<Op
     // were written and are now ours.
     unsafe { out.set_len(outs.len()) };
     for (&s, v) in outs.iter().zip(out.drain(..)) {
+        // SAFETY: an output slot of the instruction, as this function's contract states;
+        // the operand references were dropped above.
         unsafe { slots.write(s, v) };
     }
     Ok(())
@@ -883,7 +946,7 @@ unsafe fn eval_instruction_general<Op: EvaluableGraphOperation, S: SlotAccess<Op
 /// # Safety
 /// `slots.read` is sound for every slot of `ins` while the references live.
 #[inline(always)]
-unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[u32]) -> SmallVec<[&'s T; 8]> {
+unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[SlotId]) -> SmallVec<[&'s T; 8]> {
     // SAFETY: by the caller's guarantee.
     ins.iter().map(|&s| unsafe { slots.read(s) }).collect()
 }
@@ -892,14 +955,14 @@ unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[u32]) -> SmallVec
 ///
 /// # Safety
 /// Every slot of `output_slots` is in range and holds a value.
-unsafe fn take_outputs<T: Clone>(slots: &mut SlotFile<T>, output_slots: &[u32], output_move: &[bool]) -> Vec<T> {
+unsafe fn take_outputs<T: Clone>(slots: &mut SlotFile<T>, output_slots: &[SlotId], output_move: &[bool]) -> Vec<T> {
     let result = output_slots
         .iter()
         .zip(output_move)
         .map(|(&s, &mv)| {
             // SAFETY: the slot holds a value, by the caller's guarantee; a slot is moved
             // out only at its last mention, so the clones before it read a held value.
-            unsafe { if mv { slots.take(s as usize) } else { slots.get(s as usize).clone() } }
+            unsafe { if mv { slots.take(s) } else { slots.get(s).clone() } }
         })
         .collect();
     slots.clear();
@@ -1043,7 +1106,8 @@ mod tests {
             let flat = materialize_merge(&resolve(vec![g]), &keys);
             let by_runs = compile(&flat);
             assert!(
-                run_len == 1 || by_runs.runs.iter().any(|r| r.arity == 2) && by_runs.runs.iter().any(|r| r.arity == 1),
+                run_len == 1
+                    || by_runs.code.runs.iter().any(|r| r.arity == 2) && by_runs.code.runs.iter().any(|r| r.arity == 1),
                 "runs of {run_len} equal operations make uniform runs of both arities"
             );
             let mut by_instruction = compile(&flat);
@@ -1053,7 +1117,7 @@ mod tests {
             assert_eq!(got, by_instruction.eval(&mut (), &inputs), "runs of {run_len}");
             assert_eq!(got, expected[expected.len() - 5..].to_vec(), "runs of {run_len}");
             // The verifier catches a uniform run whose stretch of arguments is off.
-            let mut bad = compile(&flat);
+            let mut bad = (*compile(&flat).code).clone();
             if let Some(r) = bad.runs.iter_mut().find(|r| r.arity != 0) {
                 r.start += 1;
                 assert!(bad.verify().is_err(), "a shifted run passes verification");

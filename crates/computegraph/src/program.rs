@@ -1,17 +1,26 @@
 //! The slot program's encoding, shared by [`compile`](crate::compile)'s program and the
 //! parallel schedule (`schedule.rs`): packed instruction words over an argument pool of
-//! slot numbers, the "no slot" marker, and which output reads move their value out. It
-//! also cuts the instructions into [`Run`]s for the sequential evaluator: stretches of
-//! equal one-output operations that one loop evaluates with a fixed stride.
+//! [`SlotId`]s, the input slots (`None` for an input no instruction reads), and which
+//! output reads move their value out. It also cuts the instructions into [`Run`]s for the
+//! sequential evaluator: stretches of equal one-output operations that one loop evaluates
+//! with a fixed stride. And it holds the sequential program's verifier: a [`Program`]
+//! becomes a [`VerifiedProgram`] only through [`Program::verify`], the one constructor of
+//! that type, and the evaluators' unchecked paths take a `&VerifiedProgram` (`eval.rs`).
 //!
 //! Invariants: an [`Instr`] names `n_in` operand slots followed by `n_out` output slots,
 //! contiguous in its pool from `start`; the output move flags mark exactly the last
 //! mention of each output slot ([`SlotProgram::check_output_moves`]); the runs cover the
 //! instructions in order, and a uniform run's instructions have its arity, one output,
-//! equal operations and their arguments one after another ([`check_runs`]). Nothing here
-//! allocates slots or orders instructions: that is `compile.rs` and `schedule.rs`.
+//! equal operations and their arguments one after another ([`check_runs`]). A
+//! [`VerifiedProgram`] passed every check of [`Program::verify`] and is immutable: no
+//! `&mut` to its program is ever handed out. Nothing here allocates slots or orders
+//! instructions: that is `compile.rs` and `schedule.rs`.
 
 use std::fmt;
+
+use crate::error::{GraphError, GraphResult};
+use crate::id::{IdVec, InstrId, SlotId};
+use crate::operation::GraphOperation;
 
 /// The slots of a program: the argument pool its instructions index (operand slots then
 /// output slots, per [`Instr`]), the slot of each input and of each output, which output
@@ -19,17 +28,123 @@ use std::fmt;
 /// parallel schedule each have one, in the same layout.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SlotProgram {
-    pub(crate) args: Vec<u32>,
-    /// The slot of each input, [`NO_SLOT`] for an input that no instruction reads.
-    pub(crate) input_slots: Vec<u32>,
-    pub(crate) output_slots: Vec<u32>,
+    pub(crate) args: Vec<SlotId>,
+    /// The slot of each input, `None` for an input that no instruction reads.
+    pub(crate) input_slots: Vec<Option<SlotId>>,
+    pub(crate) output_slots: Vec<SlotId>,
     /// Whether output `i` may move its value out of the slot (last mention of that slot).
     pub(crate) output_move: Vec<bool>,
     pub(crate) slot_count: usize,
 }
 
-/// "No slot": an input that no instruction reads.
-pub(crate) const NO_SLOT: u32 = u32::MAX;
+impl SlotProgram {
+    /// Whether `s` is below [`Self::slot_count`].
+    #[inline]
+    pub(crate) fn in_range(&self, s: SlotId) -> bool {
+        s.index() < self.slot_count
+    }
+}
+
+/// A sequential slot program: per instruction its operation and its packed argument range,
+/// the runs the sequential evaluator goes by, and the slots. [`compile`](crate::compile)
+/// builds one; only [`Program::verify`] turns it into a [`VerifiedProgram`], which is what
+/// evaluation reads.
+#[derive(Clone, Debug)]
+pub(crate) struct Program<Op> {
+    pub(crate) ops: IdVec<InstrId, Op>,
+    pub(crate) instrs: IdVec<InstrId, Instr>,
+    /// The instructions cut into runs for the sequential evaluator ([`Run`]).
+    pub(crate) runs: Vec<Run>,
+    /// The operation of each uniform run, in order ([`runs`]).
+    pub(crate) run_ops: Vec<Op>,
+    /// Operand and output slots of every instruction, of the inputs and of the outputs.
+    pub(crate) slots: SlotProgram,
+}
+
+/// A [`Program`] that passed [`Program::verify`]. The field is private and this module
+/// builds the type only in `verify`, and hands out only `&Program`, so what the checks
+/// proved stays true for as long as the value lives: the sequential evaluator's unchecked
+/// slot and argument accesses (`eval.rs`) take a `&VerifiedProgram` as their receiver,
+/// and the parallel schedule (`schedule.rs`) is built from and checked against one.
+#[derive(Clone, Debug)]
+pub(crate) struct VerifiedProgram<Op>(Program<Op>);
+
+impl<Op> std::ops::Deref for VerifiedProgram<Op> {
+    type Target = Program<Op>;
+    #[inline(always)]
+    fn deref(&self) -> &Program<Op> {
+        &self.0
+    }
+}
+
+/// An instruction's position, printed as its [`InstrId`] (`i12`): the verifier's loop
+/// counts positions and builds no id unless it reports one.
+struct Index(usize);
+
+impl fmt::Debug for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&InstrId::new(self.0), f)
+    }
+}
+
+impl<Op: GraphOperation> Program<Op> {
+    /// Checks what the sequential evaluator's unchecked accesses rely on and returns the
+    /// program as a [`VerifiedProgram`]: one operation per instruction, every argument
+    /// range inside the pool, arities that match the operations, every slot below
+    /// `slot_count`, every read slot written before (by an input or an earlier
+    /// instruction), no output slot aliasing an operand of its instruction, every output
+    /// slot written, the runs ([`check_runs`]) and the output move flags
+    /// ([`SlotProgram::check_output_moves`]). `O(instructions + arguments + slots)`.
+    pub(crate) fn verify(self) -> GraphResult<VerifiedProgram<Op>> {
+        self.check()?;
+        Ok(VerifiedProgram(self))
+    }
+
+    /// The checks of [`Self::verify`], on a borrowed program.
+    pub(crate) fn check(&self) -> GraphResult<()> {
+        let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
+        let slots = &self.slots;
+        let mut written: IdVec<SlotId, bool> = IdVec::from_elem(false, slots.slot_count);
+        for &s in slots.input_slots.iter().flatten() {
+            let Some(w) = written.get_mut(s) else {
+                return Err(bad(format!("input slot {s:?} out of range")));
+            };
+            *w = true;
+        }
+        if self.ops.len() != self.instrs.len() {
+            return Err(bad("operation and instruction counts differ".into()));
+        }
+        for (k, (op, &instr)) in self.ops.raw().iter().zip(self.instrs.raw()).enumerate() {
+            let i = Index(k); // printed as an instruction id in messages only
+            if instr.end() > slots.args.len() {
+                return Err(bad(format!("instruction {i:?}'s arguments run past the argument pool")));
+            }
+            let (ins, outs) = instr.slots(&slots.args);
+            if ins.len() != op.input_count() || outs.len() != op.output_count() {
+                return Err(bad(format!("instruction {i:?} arity differs from its operation")));
+            }
+            // `written` has one entry per slot: `get` is `None` exactly out of range.
+            if let Some(s) = ins.iter().find(|&&s| written.get(s) != Some(&true)) {
+                return Err(bad(format!("instruction {i:?} reads slot {s:?} before any write")));
+            }
+            for &s in outs {
+                match written.get_mut(s) {
+                    Some(w) if !ins.contains(&s) => *w = true,
+                    _ => {
+                        return Err(bad(format!(
+                            "instruction {i:?} writes slot {s:?} out of range or aliasing an operand"
+                        )));
+                    }
+                }
+            }
+        }
+        if let Some(s) = slots.output_slots.iter().find(|&&s| written.get(s) != Some(&true)) {
+            return Err(bad(format!("output slot {s:?} is never written")));
+        }
+        check_runs(&self.runs, &self.run_ops, self.ops.raw(), self.instrs.raw()).map_err(&bad)?;
+        slots.check_output_moves().map_err(bad)
+    }
+}
 
 /// Where an instruction's slot arguments sit in the argument pool: `n_in` input slots
 /// followed by `n_out` output slots, starting at `start`.
@@ -76,7 +191,7 @@ impl Instr {
     /// # Panics
     /// If the range runs past `args`.
     #[inline]
-    pub(crate) fn slots(self, args: &[u32]) -> (&[u32], &[u32]) {
+    pub(crate) fn slots<T>(self, args: &[T]) -> (&[T], &[T]) {
         let (start, mid) = (self.start(), self.start() + self.n_in());
         (&args[start..mid], &args[mid..mid + self.n_out()])
     }
@@ -84,10 +199,10 @@ impl Instr {
     /// [`Self::slots`] without bounds checks, for the evaluators' loops.
     ///
     /// # Safety
-    /// The range lies in `args`: `CompiledProgram::verify` checks it for the program's
-    /// pool, `Schedule::check_levels` for a schedule's.
+    /// The range lies in `args`: [`Program::verify`] checks it for the program's pool,
+    /// `Schedule::check_levels` for a schedule's.
     #[inline(always)]
-    pub(crate) unsafe fn slots_unchecked(self, args: &[u32]) -> (&[u32], &[u32]) {
+    pub(crate) unsafe fn slots_unchecked(self, args: &[SlotId]) -> (&[SlotId], &[SlotId]) {
         let (start, mid) = (self.start(), self.start() + self.n_in());
         // SAFETY: in range, by the caller's guarantee.
         unsafe { (args.get_unchecked(start..mid), args.get_unchecked(mid..mid + self.n_out())) }
@@ -106,7 +221,7 @@ impl fmt::Debug for Instr {
 
 /// Per output, whether it is its slot's last mention, so that taking the outputs may move
 /// that value out (the earlier mentions clone it).
-pub(crate) fn output_moves(output_slots: &[u32]) -> Vec<bool> {
+pub(crate) fn output_moves(output_slots: &[SlotId]) -> Vec<bool> {
     let mut output_move = vec![false; output_slots.len()];
     let mut seen = rustc_hash::FxHashSet::default();
     for (i, s) in output_slots.iter().enumerate().rev() {
@@ -125,15 +240,15 @@ impl SlotProgram {
         if output_move.len() != output_slots.len() {
             return Err("output move flags and output slots differ in length".into());
         }
-        let mut seen = bitvec::vec::BitVec::<usize>::repeat(false, self.slot_count);
+        let mut seen: IdVec<SlotId, bool> = IdVec::from_elem(false, self.slot_count);
         for (i, (&s, &mv)) in output_slots.iter().zip(output_move).enumerate().rev() {
-            let Some(mut seen_s) = seen.get_mut(s as usize) else {
-                return Err(format!("output {i}'s slot s{s} is out of range"));
+            let Some(&seen_s) = seen.get(s) else {
+                return Err(format!("output {i}'s slot {s:?} is out of range"));
             };
-            if mv == *seen_s {
-                return Err(format!("output {i} (slot s{s}) is not moved out exactly at its slot's last mention"));
+            if mv == seen_s {
+                return Err(format!("output {i} (slot {s:?}) is not moved out exactly at its slot's last mention"));
             }
-            *seen_s = true;
+            seen[s] = true;
         }
         Ok(())
     }

@@ -36,7 +36,14 @@
 //! not left to the correctness of the slot assignment alone: [`Schedule::check_levels`],
 //! a direct check of the invariant (and of the steps against the instructions), runs on
 //! every schedule when it is built, in release builds too, and a schedule that fails it
-//! is an error, never evaluated.
+//! is an error, never evaluated. What passed is a [`VerifiedSchedule`], which only
+//! [`Schedule::verify`] makes and which hands out no `&mut`: the evaluator's parallel
+//! chunks and its `LevelSlots` view take one.
+//!
+//! Slots are [`SlotId`]s (`None` for an input no instruction reads), instructions
+//! [`InstrId`]s. Internally, a value read by no instruction has no last level (`None`),
+//! and a program output's last level is one past the last level (the output gather
+//! reads it after every level), so it is never released.
 //!
 //! Complexity: `O(instructions + arguments + slots)` (plus one hash per compact step), no
 //! allocation per level.
@@ -47,7 +54,8 @@ use std::hash::Hash;
 use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
-use crate::program::{Instr, NO_SLOT, SlotProgram};
+use crate::id::{Id, IdVec, InstrId, SlotId};
+use crate::program::{Instr, SlotProgram};
 
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
 /// inside the pool costs about a microsecond, and values a level reads were half written
@@ -56,8 +64,9 @@ use crate::program::{Instr, NO_SLOT, SlotProgram};
 /// (`docs/PERFORMANCE.md`, *Level-parallel evaluation*).
 pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 /// A parallel level is cut into chunks of at least this cost (and at most four per
-/// thread).
-pub const PAR_CHUNK_MIN_COST: u64 = 1024;
+/// thread). Crate-private: no user of the engine reads it (unlike
+/// [`PAR_LEVEL_MIN_COST`], which users choosing `cost_hint` values compare against).
+pub(crate) const PAR_CHUNK_MIN_COST: u64 = 1024;
 
 /// One instruction of the schedule in the compact form the parallel evaluator reads: 16
 /// bytes, in level order, so that a chunk streams one column instead of gathering from
@@ -68,19 +77,21 @@ pub(crate) struct Step {
     /// [`Step::GENERAL`], or the index in [`Schedule::op_rep`] of the instruction's
     /// operation, with [`Step::UNARY`] set when it has one operand.
     pub(crate) op: u32,
-    /// First operand slot (for a general step: the first operand slot or 0, a prefetch
+    /// First operand slot (for a general step: the first operand slot or `s0`, a prefetch
     /// hint only).
-    pub(crate) a: u32,
+    pub(crate) a: SlotId,
     /// Last operand slot (equal to `a` for one operand; for a general step a hint only).
-    pub(crate) b: u32,
-    /// Output slot, or for a general step the instruction index.
-    pub(crate) out: u32,
+    pub(crate) b: SlotId,
+    /// Output slot (for a general step: unused, the evaluator reads the instruction
+    /// through `order` at the step's position).
+    pub(crate) out: SlotId,
 }
 
 impl Step {
     /// The step of an instruction that is not one output of one or two operands (or
     /// whose operation did not get a compact index): the evaluator reads it through
-    /// `order`, the instruction record and `args`.
+    /// `order`, the instruction record and `args`. (A tag value of `op`, not a slot or an
+    /// instruction: `op` is an index into `op_rep` with a flag bit, never an id.)
     pub(crate) const GENERAL: u32 = u32::MAX;
     /// Set in `op` when the instruction has one operand.
     pub(crate) const UNARY: u32 = 1 << 31;
@@ -91,8 +102,8 @@ impl Step {
 /// The level schedule of a program (see the module doc).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Schedule {
-    /// Instruction indices by increasing level.
-    pub(crate) order: Vec<u32>,
+    /// Instructions by increasing level.
+    pub(crate) order: Vec<InstrId>,
     /// `steps[k]` is instruction `order[k]` in compact form: its operation's index in
     /// `op_rep` and its slots (of `args`), or [`Step::GENERAL`].
     pub(crate) steps: Vec<Step>,
@@ -100,7 +111,7 @@ pub(crate) struct Schedule {
     /// operation of step `k` is `ops[op_rep[steps[k].op & !UNARY]]`. Few distinct
     /// operations keep this table in cache, so a step needs no read of the operation
     /// column.
-    pub(crate) op_rep: Vec<u32>,
+    pub(crate) op_rep: Vec<InstrId>,
     /// `order[level_start[l]..level_start[l + 1]]` is level `l + 1`.
     pub(crate) level_start: Vec<u32>,
     /// `cost_prefix[k]` is the summed cost of `order[..k]`.
@@ -110,6 +121,23 @@ pub(crate) struct Schedule {
     /// Whether at least half of the cost is in levels that parallel evaluation splits
     /// (two instructions or more, cost `PAR_LEVEL_MIN_COST` or more).
     pub(crate) worth_parallel: bool,
+}
+
+/// A [`Schedule`] that passed [`Schedule::check_levels`] against the instructions of a
+/// verified program. The field is private and this module builds the type only in
+/// [`Schedule::verify`], and hands out only `&Schedule`, so the level invariant holds for
+/// as long as the value lives: the parallel evaluator's unchecked, concurrent slot
+/// accesses (`eval.rs`) take a `&VerifiedSchedule`. (The program keeps the one it built
+/// from its own immutable code, so the instructions checked are the instructions run.)
+#[derive(Clone, Debug)]
+pub(crate) struct VerifiedSchedule(Schedule);
+
+impl std::ops::Deref for VerifiedSchedule {
+    type Target = Schedule;
+    #[inline(always)]
+    fn deref(&self) -> &Schedule {
+        &self.0
+    }
 }
 
 impl Schedule {
@@ -162,84 +190,91 @@ impl Schedule {
             return Err(bad("level boundaries do not cover the instructions in order".into()));
         }
         self.check_steps(instrs)?;
-        let in_range = |s: u32| (s as usize) < self.slots.slot_count;
-        if let Some(&s) =
-            self.slots.input_slots.iter().chain(&self.slots.output_slots).find(|&&s| s != NO_SLOT && !in_range(s))
+        let in_range = |s: SlotId| self.slots.in_range(s);
+        if let Some(s) =
+            self.slots.input_slots.iter().flatten().chain(&self.slots.output_slots).find(|&&s| !in_range(s))
         {
-            return Err(bad(format!("input or output slot s{s} out of range")));
+            return Err(bad(format!("input or output slot {s:?} out of range")));
         }
-        // `stamp[s]` is 1 + the index of the last level that wrote `s`, `INPUT` for an
-        // input slot not written since, 0 for a slot never written.
-        const INPUT: u32 = u32::MAX;
-        let mut stamp: Vec<u32> = vec![0; self.slots.slot_count];
-        for &s in &self.slots.input_slots {
-            if s != NO_SLOT {
-                stamp[s as usize] = INPUT;
-            }
+        // `stamp[s]`: the last write of slot `s` so far.
+        #[derive(Copy, Clone, PartialEq, Eq)]
+        enum Stamp {
+            Never,
+            Input,
+            Level(u32),
+        }
+        let mut stamp: IdVec<SlotId, Stamp> = IdVec::from_elem(Stamp::Never, self.slots.slot_count);
+        for &s in self.slots.input_slots.iter().flatten() {
+            stamp[s] = Stamp::Input;
         }
         for l in 0..self.level_count() {
-            let mark = l as u32 + 1;
+            let mark = Stamp::Level(l as u32 + 1);
             let level = &self.order[self.level(l)];
             for &i in level {
-                let Some(&instr) = instrs.get(i as usize) else {
-                    return Err(bad(format!("order names instruction {i}, out of range")));
+                let Some(&instr) = instrs.get(i.index()) else {
+                    return Err(bad(format!("order names instruction {i:?}, out of range")));
                 };
                 let mid = instr.start() + instr.n_in();
                 let Some(outs) = self.slots.args.get(mid..mid + instr.n_out()) else {
-                    return Err(bad(format!("instruction {i}'s arguments are out of range")));
+                    return Err(bad(format!("instruction {i:?}'s arguments are out of range")));
                 };
                 for &s in outs {
-                    if !in_range(s) || stamp[s as usize] == mark {
-                        return Err(bad(format!("level {mark} writes slot s{s} twice, or it is out of range")));
+                    if !in_range(s) || stamp[s] == mark {
+                        return Err(bad(format!("level {} writes slot {s:?} twice, or it is out of range", l + 1)));
                     }
-                    stamp[s as usize] = mark;
+                    stamp[s] = mark;
                 }
             }
             for &i in level {
-                for &s in instrs[i as usize].slots(&self.slots.args).0 {
-                    if !in_range(s) || stamp[s as usize] == mark || stamp[s as usize] == 0 {
+                for &s in instrs[i.index()].slots(&self.slots.args).0 {
+                    if !in_range(s) || stamp[s] == mark || stamp[s] == Stamp::Never {
                         return Err(bad(format!(
-                            "level {mark} reads slot s{s}, which it writes, which nothing wrote before, \
-                             or which is out of range"
+                            "level {} reads slot {s:?}, which it writes, which nothing wrote before, \
+                             or which is out of range",
+                            l + 1
                         )));
                     }
                 }
             }
         }
-        if let Some(s) = self.slots.output_slots.iter().find(|&&s| s == NO_SLOT || stamp[s as usize] == 0) {
-            return Err(bad(format!("output slot s{s} is never written")));
+        if let Some(s) = self.slots.output_slots.iter().find(|&&s| stamp[s] == Stamp::Never) {
+            return Err(bad(format!("output slot {s:?} is never written")));
         }
         self.slots.check_output_moves().map_err(bad)
+    }
+
+    /// Runs [`Self::check_levels`] and returns the schedule as a [`VerifiedSchedule`], the
+    /// only way to make one.
+    pub(crate) fn verify(self, instrs: &[Instr], n_inputs: usize) -> GraphResult<VerifiedSchedule> {
+        self.check_levels(instrs, n_inputs)?;
+        Ok(VerifiedSchedule(self))
     }
 
     /// Checks that `steps` is `order` in compact form: one step per position, a compact
     /// step only for an instruction of one output and one or two operands, naming that
     /// instruction's slots (so the level invariant checked on `args` holds for the steps)
-    /// and an entry of `op_rep` that names an instruction; a general step names its
-    /// instruction. Whether the representative's operation equals the instruction's is
-    /// checked by `CompiledProgram::verify_parallel_against` (debug builds and tests; it
-    /// catches only an `Eq` that is not symmetric, since the table was built with that
-    /// `Eq`): the evaluator's memory safety does not depend on it.
+    /// and an entry of `op_rep` that names an instruction. Whether the representative's
+    /// operation equals the instruction's is checked by
+    /// `CompiledProgram::verify_parallel_against` (debug builds and tests; it catches only
+    /// an `Eq` that is not symmetric, since the table was built with that `Eq`): the
+    /// evaluator's memory safety does not depend on it.
     fn check_steps(&self, instrs: &[Instr]) -> GraphResult<()> {
         let bad = |k: usize| GraphError::Invalid {
             phase: "parallel schedule",
-            message: format!("step {k} does not match instruction {}", self.order[k]),
+            message: format!("step {k} does not match instruction {:?}", self.order[k]),
         };
         if self.steps.len() != self.order.len() {
             return Err(GraphError::Invalid { phase: "parallel schedule", message: "one step per instruction".into() });
         }
-        if let Some(&i) = self.op_rep.iter().find(|&&i| i as usize >= instrs.len()) {
+        if let Some(&i) = self.op_rep.iter().find(|&&i| i.index() >= instrs.len()) {
             return Err(GraphError::Invalid {
                 phase: "parallel schedule",
-                message: format!("operation table names instruction {i}, out of range"),
+                message: format!("operation table names instruction {i:?}, out of range"),
             });
         }
         for (k, (step, &i)) in self.steps.iter().zip(&self.order).enumerate() {
-            let Some(&instr) = instrs.get(i as usize) else { return Err(bad(k)) };
+            let Some(&instr) = instrs.get(i.index()) else { return Err(bad(k)) };
             if step.op == Step::GENERAL {
-                if step.out != i {
-                    return Err(bad(k));
-                }
                 continue;
             }
             let Some((ins, outs)) = (instr.end() <= self.slots.args.len()).then(|| instr.slots(&self.slots.args))
@@ -261,47 +296,48 @@ impl Schedule {
 
     /// Bytes held by the schedule's columns.
     pub(crate) fn heap_bytes(&self) -> usize {
-        (self.order.capacity()
-            + self.level_start.capacity()
-            + self.slots.args.capacity()
-            + self.slots.input_slots.capacity()
-            + self.slots.output_slots.capacity())
-            * 4
+        (self.order.capacity() + self.op_rep.capacity()) * size_of::<InstrId>()
+            + self.level_start.capacity() * 4
+            + (self.slots.args.capacity() + self.slots.output_slots.capacity()) * size_of::<SlotId>()
+            + self.slots.input_slots.capacity() * size_of::<Option<SlotId>>()
             + self.cost_prefix.capacity() * 8
             + self.steps.capacity() * size_of::<Step>()
-            + self.op_rep.capacity() * 4
             + self.slots.output_move.capacity()
     }
 }
 
-/// Computes the level schedule of a sequential program. `cost[i]` is instruction `i`'s cost.
+/// Computes the level schedule of a sequential program and verifies it
+/// ([`Schedule::verify`]). `cost[i]` is instruction `i`'s cost.
 pub(crate) fn schedule<Op: Hash + Eq>(
     ops: &[Op],
     instrs: &[Instr],
-    args: &[u32],
-    input_slots: &[u32],
-    output_slots: &[u32],
+    args: &[SlotId],
+    input_slots: &[Option<SlotId>],
+    output_slots: &[SlotId],
     slot_count: usize,
     cost: &[u64],
-) -> GraphResult<Schedule> {
-    const UNREAD: u32 = u32::MAX;
-    const KEEP: u32 = u32::MAX - 1;
+) -> GraphResult<VerifiedSchedule> {
     let exhausted = |space| GraphError::IdSpaceExhausted { space };
+    let unverified = || GraphError::Invalid {
+        phase: "parallel schedule",
+        message: "the sequential program reads a slot before writing it".into(),
+    };
     let n = instrs.len();
     // Value numbering by simulating the sequential program: inputs are 0..n_inputs, then
     // each instruction output in program order. `arg_value[p]` names the value at
     // argument position `p`; `value_level[v]` is the value's level.
     let n_outputs: usize = instrs.iter().map(|i| i.n_out()).sum();
     let n_values = input_slots.len() + n_outputs;
-    if n_values >= KEEP as usize {
+    if n_values >= u32::MAX as usize {
         return Err(exhausted("value"));
     }
     let mut arg_value: Vec<u32> = vec![0; args.len()];
     let mut value_level: Vec<u32> = vec![0; n_values];
-    let mut slot_value: Vec<u32> = vec![UNREAD; slot_count];
-    for (j, &s) in input_slots.iter().enumerate() {
-        if s != NO_SLOT {
-            slot_value[s as usize] = j as u32;
+    // The value each slot holds, `None` before its first write.
+    let mut slot_value: IdVec<SlotId, Option<u32>> = IdVec::from_elem(None, slot_count);
+    for (j, s) in input_slots.iter().enumerate() {
+        if let &Some(s) = s {
+            slot_value[s] = Some(j as u32);
         }
     }
     let mut instr_level: Vec<u32> = Vec::with_capacity(n);
@@ -311,7 +347,7 @@ pub(crate) fn schedule<Op: Hash + Eq>(
         let (start, mid, n_out) = (instr.start(), instr.start() + instr.n_in(), instr.n_out());
         let mut l = 0;
         for p in start..mid {
-            let v = slot_value[args[p] as usize];
+            let v = slot_value[args[p]].ok_or_else(unverified)?;
             arg_value[p] = v;
             l = l.max(value_level[v as usize]);
         }
@@ -319,13 +355,14 @@ pub(crate) fn schedule<Op: Hash + Eq>(
         for p in mid..mid + n_out {
             arg_value[p] = next_value;
             value_level[next_value as usize] = l;
-            slot_value[args[p] as usize] = next_value;
+            slot_value[args[p]] = Some(next_value);
             next_value += 1;
         }
         instr_level.push(l);
         max_level = max_level.max(l);
     }
-    let output_values: Vec<u32> = output_slots.iter().map(|&s| slot_value[s as usize]).collect();
+    let output_values: Vec<u32> =
+        output_slots.iter().map(|&s| slot_value[s].ok_or_else(unverified)).collect::<GraphResult<_>>()?;
     drop(slot_value);
 
     // Counting sort of the instructions by level (1..=levels).
@@ -340,11 +377,11 @@ pub(crate) fn schedule<Op: Hash + Eq>(
     // level_start[l] is now the end of level l, i.e. the start of level l + 1.
     // Scatter in program order (the cost goes along, so the prefix sum is sequential).
     let mut fill: Vec<u32> = level_start.clone();
-    let mut order: Vec<u32> = vec![0; n];
+    let mut order: Vec<InstrId> = vec![InstrId::new(0); n];
     let mut cost_prefix: Vec<u64> = vec![0; n + 1];
     for (i, &l) in instr_level.iter().enumerate() {
         let at = &mut fill[l as usize - 1];
-        order[*at as usize] = i as u32;
+        order[*at as usize] = InstrId::new(i);
         cost_prefix[*at as usize + 1] = cost[i];
         *at += 1;
     }
@@ -354,66 +391,65 @@ pub(crate) fn schedule<Op: Hash + Eq>(
         *c = acc;
     }
 
-    // Last level reading each value; outputs are kept, values nobody reads are released
-    // after the level that writes them.
-    let mut last_level: Vec<u32> = vec![UNREAD; n_values];
+    // Last level reading each value (`None`: no instruction reads it); outputs are read
+    // after the last level (`levels + 1`), so they are never released; values nobody reads
+    // are released after the level that writes them.
+    let after_last = max_level + 1;
+    let mut last_level: Vec<Option<u32>> = vec![None; n_values];
     for (i, &instr) in instrs.iter().enumerate() {
         for &v in instr.slots(&arg_value).0 {
             let ll = &mut last_level[v as usize];
-            *ll = if *ll == UNREAD { instr_level[i] } else { (*ll).max(instr_level[i]) };
+            *ll = Some(ll.map_or(instr_level[i], |ll| ll.max(instr_level[i])));
         }
     }
     for &v in &output_values {
-        last_level[v as usize] = KEEP;
+        last_level[v as usize] = Some(after_last);
     }
     let n_inputs = input_slots.len();
     for v in n_inputs..n_values {
-        if last_level[v] == UNREAD {
-            last_level[v] = value_level[v];
-        }
+        last_level[v].get_or_insert(value_level[v]);
     }
 
     // Two more counting sorts, so that slot assignment walks compact lists in level
     // order: the values each level writes (`defs`), and those it releases (`releases`).
     let (def_start, defs) = bucket(levels, (n_inputs..n_values).map(|v| (value_level[v], v as u32)));
-    let (release_start, releases) = bucket(
-        levels,
-        (0..n_values).filter(|&v| last_level[v] != UNREAD && last_level[v] != KEEP).map(|v| (last_level[v], v as u32)),
-    );
+    let (release_start, releases) =
+        bucket(levels, (0..n_values).filter_map(|v| last_level[v].filter(|&l| l != after_last).map(|l| (l, v as u32))));
     drop(last_level);
 
     // Level-aware slot assignment: a LIFO free list that only receives slots after the
     // level that released them has taken all its output slots.
-    let mut free: Vec<u32> = Vec::new();
-    let mut next_slot = 0u32;
-    let mut take = |free: &mut Vec<u32>| -> GraphResult<u32> {
+    let mut free: Vec<SlotId> = Vec::new();
+    let mut next_slot = 0usize;
+    let mut take = |free: &mut Vec<SlotId>| -> GraphResult<SlotId> {
         if let Some(s) = free.pop() {
             return Ok(s);
         }
-        if next_slot >= NO_SLOT - 1 {
-            return Err(exhausted("slot"));
-        }
+        let s = SlotId::try_new(next_slot).ok_or_else(|| exhausted("slot"))?;
         next_slot += 1;
-        Ok(next_slot - 1)
+        Ok(s)
     };
-    let mut slot_of: Vec<u32> = vec![NO_SLOT; n_values];
+    let mut slot_of: Vec<Option<SlotId>> = vec![None; n_values];
     let mut par_input_slots = Vec::with_capacity(n_inputs);
     for (j, &s) in input_slots.iter().enumerate() {
         // An input has a sequential slot exactly when it is read or is an output.
-        let slot = if s == NO_SLOT { NO_SLOT } else { take(&mut free)? };
+        let slot = if s.is_none() { None } else { Some(take(&mut free)?) };
         slot_of[j] = slot;
         par_input_slots.push(slot);
     }
     for l in 0..levels {
         for &v in &defs[def_start[l] as usize..def_start[l + 1] as usize] {
-            slot_of[v as usize] = take(&mut free)?;
+            slot_of[v as usize] = Some(take(&mut free)?);
         }
         for &v in &releases[release_start[l] as usize..release_start[l + 1] as usize] {
-            free.push(slot_of[v as usize]);
+            free.extend(slot_of[v as usize]);
         }
     }
-    let par_args: Vec<u32> = arg_value.iter().map(|&v| slot_of[v as usize]).collect();
-    let par_output_slots: Vec<u32> = output_values.iter().map(|&v| slot_of[v as usize]).collect();
+    // Every value an argument or an output names is an input with a slot or an output of
+    // an instruction, which got one above.
+    let slot_of_value = |v: u32| slot_of[v as usize].ok_or_else(unverified);
+    let par_args: Vec<SlotId> = arg_value.iter().map(|&v| slot_of_value(v)).collect::<GraphResult<_>>()?;
+    let par_output_slots: Vec<SlotId> = output_values.iter().map(|&v| slot_of_value(v)).collect::<GraphResult<_>>()?;
     let output_move = crate::program::output_moves(&par_output_slots);
     let (steps, op_rep) = compact_steps(ops, instrs, &order, &par_args);
     let mut sched = Schedule {
@@ -427,7 +463,7 @@ pub(crate) fn schedule<Op: Hash + Eq>(
             input_slots: par_input_slots,
             output_slots: par_output_slots,
             output_move,
-            slot_count: next_slot as usize,
+            slot_count: next_slot,
         },
         worth_parallel: false,
     };
@@ -437,31 +473,36 @@ pub(crate) fn schedule<Op: Hash + Eq>(
         .map(|r| sched.cost(&r))
         .fold(0u64, u64::saturating_add);
     sched.worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
-    sched.check_levels(instrs, input_slots.len())?;
-    Ok(sched)
+    sched.verify(instrs, input_slots.len())
 }
 
 /// The compact steps of the instructions in `order` (slots from `args`) and the table of
 /// representative instructions of their distinct operations.
-fn compact_steps<Op: Hash + Eq>(ops: &[Op], instrs: &[Instr], order: &[u32], args: &[u32]) -> (Vec<Step>, Vec<u32>) {
+fn compact_steps<Op: Hash + Eq>(
+    ops: &[Op],
+    instrs: &[Instr],
+    order: &[InstrId],
+    args: &[SlotId],
+) -> (Vec<Step>, Vec<InstrId>) {
     let mut index: FxHashMap<&Op, u32> = FxHashMap::default();
-    let mut op_rep: Vec<u32> = Vec::new();
+    let mut op_rep: Vec<InstrId> = Vec::new();
     let steps = order
         .iter()
         .map(|&i| {
-            let instr = instrs[i as usize];
+            let instr = instrs[i.index()];
             let (ins, outs) = instr.slots(args);
+            let hint = SlotId::new(0);
             let general = Step {
                 op: Step::GENERAL,
-                a: ins.first().copied().unwrap_or(0),
-                b: ins.last().copied().unwrap_or(0),
-                out: i,
+                a: ins.first().copied().unwrap_or(hint),
+                b: ins.last().copied().unwrap_or(hint),
+                out: outs.first().copied().unwrap_or(hint),
             };
             let ([a, .., b] | [a @ b], [out]) = (ins, outs) else { return general };
             if ins.len() > 2 {
                 return general;
             }
-            let op = &ops[i as usize];
+            let op = &ops[i.index()];
             let k = match index.entry(op) {
                 Entry::Occupied(e) => *e.get(),
                 // Past the table's capacity, further distinct operations take the general path.
@@ -510,21 +551,44 @@ mod tests {
         Instr::new(start, n_in, n_out)
     }
 
+    fn slots(s: &[usize]) -> Vec<SlotId> {
+        s.iter().map(|&s| SlotId::new(s)).collect()
+    }
+
+    fn instr_ids(i: &[usize]) -> Vec<InstrId> {
+        i.iter().map(|&i| InstrId::new(i)).collect()
+    }
+
+    /// The schedule of a program given with plain slot numbers (every input read), as
+    /// an unverified `Schedule` that a test may alter.
+    fn build<Op: Hash + Eq>(
+        ops: &[Op],
+        instrs: &[Instr],
+        args: &[usize],
+        inputs: &[usize],
+        outputs: &[usize],
+        slot_count: usize,
+        cost: &[u64],
+    ) -> Schedule {
+        let inputs: Vec<Option<SlotId>> = slots(inputs).into_iter().map(Some).collect();
+        let s = schedule(ops, instrs, &slots(args), &inputs, &slots(outputs), slot_count, cost).unwrap();
+        (*s).clone()
+    }
+
     /// `a` in s0, `b` in s1; i0 = f(a) -> s2 (frees s0); i1 = g(b) -> s0, reusing s0 in
     /// the same level as i0, which is fine sequentially; i2 = h(s2, s0) -> s1.
     #[test]
     fn same_level_release_is_not_reused_in_the_level() {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
-        let args = [0, 2, 1, 0, 2, 0, 1];
-        let s = schedule(&[0u8, 1, 0], &instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
-        assert_eq!(s.order, [0, 1, 2]);
+        let s = build(&[0u8, 1, 0], &instrs, &[0, 2, 1, 0, 2, 0, 1], &[0, 1], &[1], 3, &[1, 2, 3]);
+        assert_eq!(s.order, instr_ids(&[0, 1, 2]));
         assert_eq!(s.level_start, [0, 2, 3]);
         assert_eq!(s.level_count(), 2);
         assert_eq!(s.cost_prefix, [0, 1, 3, 6]);
-        assert_eq!(s.slots.input_slots, [0, 1]);
+        assert_eq!(s.slots.input_slots, [Some(SlotId::new(0)), Some(SlotId::new(1))]);
         // Level 1 writes two fresh slots; level 2 reuses a slot released after level 1.
-        assert_eq!(s.slots.args, [0, 2, 1, 3, 2, 3, 1]);
-        assert_eq!(s.slots.output_slots, [1]);
+        assert_eq!(s.slots.args, slots(&[0, 2, 1, 3, 2, 3, 1]));
+        assert_eq!(s.slots.output_slots, slots(&[1]));
         assert_eq!(s.slots.slot_count, 4);
     }
 
@@ -533,18 +597,17 @@ mod tests {
     #[test]
     fn check_levels_rejects_conflicting_slots() {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
-        let args = [0, 2, 1, 0, 2, 0, 1];
-        let good = schedule(&[0u8, 1, 0], &instrs, &args, &[0, 1], &[1], 3, &[1, 2, 3]).unwrap();
+        let good = build(&[0u8, 1, 0], &instrs, &[0, 2, 1, 0, 2, 0, 1], &[0, 1], &[1], 3, &[1, 2, 3]);
         assert!(good.check_levels(&instrs, good.slots.input_slots.len()).is_ok());
         // Level 1 is i0 (s0 -> s2) and i1 (s1 -> s3).
         let mut twice = good.clone();
-        twice.slots.args[3] = 2; // i1 writes s2 too
+        twice.slots.args[3] = SlotId::new(2); // i1 writes s2 too
         let mut read_written = good.clone();
-        read_written.slots.args[2] = 2; // i1 reads s2, which i0 writes
+        read_written.slots.args[2] = SlotId::new(2); // i1 reads s2, which i0 writes
         let mut out_of_range = good.clone();
-        out_of_range.slots.args[1] = 9;
+        out_of_range.slots.args[1] = SlotId::new(9);
         let mut unwritten = good.clone();
-        unwritten.slots.input_slots[1] = NO_SLOT; // i1 reads s1, which no input fills now
+        unwritten.slots.input_slots[1] = None; // i1 reads s1, which no input fills now
         for bad in [twice, read_written, out_of_range, unwritten] {
             match bad.check_levels(&instrs, bad.slots.input_slots.len()) {
                 Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
@@ -553,11 +616,11 @@ mod tests {
         }
         // What the evaluator's output takes rely on: one input slot per input, output slots
         // written, each moved out once at its last mention.
-        let mut no_slot_output = good.clone();
-        no_slot_output.slots.output_slots[0] = NO_SLOT;
+        let mut out_of_range_output = good.clone();
+        out_of_range_output.slots.output_slots[0] = SlotId::new(good.slots.slot_count);
         let mut unwritten_output = good.clone();
         unwritten_output.slots.slot_count += 1;
-        unwritten_output.slots.output_slots[0] = good.slots.slot_count as u32; // in range, never written
+        unwritten_output.slots.output_slots[0] = SlotId::new(good.slots.slot_count); // in range, never written
         let mut moved_twice = good.clone();
         moved_twice.slots.output_slots.push(good.slots.output_slots[0]);
         moved_twice.slots.output_move = vec![true, true];
@@ -566,7 +629,7 @@ mod tests {
         let mut short_moves = good.clone();
         short_moves.slots.output_move.clear();
         let cases = [
-            (no_slot_output, 2),
+            (out_of_range_output, 2),
             (unwritten_output, 2),
             (moved_twice, 2),
             (never_moved, 2),
@@ -584,7 +647,7 @@ mod tests {
         let mut moved_at_last = good.clone();
         moved_at_last.slots.output_slots.push(good.slots.output_slots[0]);
         moved_at_last.slots.output_move = vec![false, true];
-        assert!(moved_at_last.check_levels(&instrs, 2).is_ok(), "clone first, move at the last mention");
+        assert!(moved_at_last.verify(&instrs, 2).is_ok(), "clone first, move at the last mention");
     }
 
     /// Steps are the level order in compact form: equal operations share one table entry,
@@ -594,15 +657,14 @@ mod tests {
         // x in s0, y in s1; i0 = f(x, y) -> s2; i1 = g(x) -> s3; i2 = f(s2, s3) -> s0;
         // i3 = h() -> s1 (no operand: general).
         let instrs = [instr(0, 2, 1), instr(3, 1, 1), instr(5, 2, 1), instr(8, 0, 1)];
-        let args = [0, 1, 2, 0, 3, 2, 3, 0, 1];
-        let s = schedule(&['f', 'g', 'f', 'h'], &instrs, &args, &[0, 1], &[0, 1], 4, &[1; 4]).unwrap();
-        assert_eq!(s.order, [0, 1, 3, 2]);
-        assert_eq!(s.op_rep, [0, 1]);
-        let (x, y) = (s.slots.input_slots[0], s.slots.input_slots[1]);
+        let s = build(&['f', 'g', 'f', 'h'], &instrs, &[0, 1, 2, 0, 3, 2, 3, 0, 1], &[0, 1], &[0, 1], 4, &[1; 4]);
+        assert_eq!(s.order, instr_ids(&[0, 1, 3, 2]));
+        assert_eq!(s.op_rep, instr_ids(&[0, 1]));
+        let (x, y) = (s.slots.input_slots[0].unwrap(), s.slots.input_slots[1].unwrap());
         let [i0, i1, i3, i2] = [0, 1, 2, 3].map(|k| s.steps[k]);
         assert_eq!((i0.op, i0.a, i0.b), (0, x, y));
         assert_eq!((i1.op, i1.a, i1.b), (1 | Step::UNARY, x, x));
-        assert_eq!((i3.op, i3.out), (Step::GENERAL, 3));
+        assert_eq!(i3.op, Step::GENERAL);
         assert_eq!((i2.op, i2.a, i2.b), (0, i0.out, i1.out));
         assert!(s.check_levels(&instrs, 2).is_ok());
         // Steps that do not match their instructions are refused.
@@ -613,9 +675,7 @@ mod tests {
         let mut no_such_op = s.clone();
         no_such_op.steps[1].op = 2 | Step::UNARY;
         let mut bad_table = s.clone();
-        bad_table.op_rep[1] = 9;
-        let mut wrong_general = s.clone();
-        wrong_general.steps[2].out = 2;
+        bad_table.op_rep[1] = InstrId::new(9);
         let mut short = s.clone();
         short.steps.pop();
         let mut compact_without_operands = s.clone();
@@ -623,8 +683,7 @@ mod tests {
         let mut swapped = s.clone();
         let step = &mut swapped.steps[0];
         (step.a, step.b) = (step.b, step.a);
-        let cases =
-            [wrong_slot, wrong_arity, no_such_op, bad_table, wrong_general, short, compact_without_operands, swapped];
+        let cases = [wrong_slot, wrong_arity, no_such_op, bad_table, short, compact_without_operands, swapped];
         for bad in cases {
             match bad.check_levels(&instrs, 2) {
                 Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
@@ -638,9 +697,8 @@ mod tests {
     fn counting_sort_groups_levels_in_program_order() {
         // x in s0; i0 = f(x) -> s1; i1 = f(s1) -> s2; i2 = f(x) -> s3; i3 = () -> s4.
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 1, 1), instr(6, 0, 1)];
-        let args = [0, 1, 1, 2, 0, 3, 4];
-        let s = schedule(&[0u8; 4], &instrs, &args, &[0], &[2, 3, 4], 5, &[1; 4]).unwrap();
-        assert_eq!(s.order, [0, 2, 3, 1]);
+        let s = build(&[0u8; 4], &instrs, &[0, 1, 1, 2, 0, 3, 4], &[0], &[2, 3, 4], 5, &[1; 4]);
+        assert_eq!(s.order, instr_ids(&[0, 2, 3, 1]));
         assert_eq!(s.level_start, [0, 3, 4]);
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! A [`SlotFile`] holds `MaybeUninit<T>` values. Whether a slot holds a value is known
 //! from the verified program (every slot an instruction reads was written before it; see
-//! `CompiledProgram::verify` and `Schedule::check_levels`), so the evaluators need no
+//! `Program::verify` in `program.rs` and `Schedule::check_levels`; the evaluators' views
+//! over a file are made only from a `VerifiedProgram` or a `VerifiedSchedule`, `eval.rs`),
+//! so the evaluators need no
 //! per-slot tag to read. They need one only to drop: when `T` needs dropping (a tensor),
 //! the file keeps a `live` byte per slot, set by a write and cleared by a drop or a take,
 //! so that overwriting a slot drops its old value and clearing the file drops exactly the
@@ -11,6 +13,9 @@
 //! release builds, and a slot is 8 bytes rather than the 16 of `Option<f64>`: half the
 //! cache footprint and half the cross-core traffic of a parallel level. Debug builds keep
 //! `live` for every `T`, and every read asserts it.
+//!
+//! Slots are named by [`SlotId`] (a `u32` with a niche: index + 1); [`SlotPtr`] addresses
+//! slot `s` as `vals.add(s.one_past()).sub(1)`, which compiles to one addressing mode.
 //!
 //! Invariants: `live` is empty, or as long as `vals`; when it is kept, `live[s]` is true
 //! exactly when `vals[s]` holds an initialized value that the file owns. Only
@@ -20,6 +25,8 @@
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
+
+use crate::id::SlotId;
 
 /// Slot storage of one evaluation: see the module doc.
 pub(crate) struct SlotFile<T> {
@@ -50,6 +57,12 @@ impl<T> SlotFile<T> {
         }
     }
 
+    /// Number of slots.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.vals.len()
+    }
+
     /// Drops every held value and leaves no slot.
     pub(crate) fn clear(&mut self) {
         if Self::TRACK {
@@ -69,10 +82,10 @@ impl<T> SlotFile<T> {
     ///
     /// # Panics
     /// If `s` is out of range.
-    pub(crate) fn set(&mut self, s: usize, v: T) {
-        assert!(s < self.vals.len(), "slot s{s} out of range");
+    pub(crate) fn set(&mut self, s: SlotId, v: T) {
+        assert!(s.index() < self.vals.len(), "slot {s:?} out of range");
         // SAFETY: in range, and `&mut self` excludes every other access.
-        unsafe { self.ptr().write(s as u32, v) };
+        unsafe { self.ptr().write(s, v) };
     }
 
     /// Takes the value out of slot `s`.
@@ -83,16 +96,16 @@ impl<T> SlotFile<T> {
     ///
     /// # Safety
     /// Slot `s` holds a value: it was written since the last reset and not taken since.
-    /// For a program's outputs after a complete run, `CompiledProgram::verify` or
+    /// For a program's outputs after a complete run, `Program::verify` or
     /// `Schedule::check_levels` checked that every output slot is written and that each
     /// is moved out once, at its last mention (`SlotProgram::check_output_moves` in `program.rs`).
-    pub(crate) unsafe fn take(&mut self, s: usize) -> T {
+    pub(crate) unsafe fn take(&mut self, s: SlotId) -> T {
         if Self::TRACK {
-            assert!(std::mem::take(&mut self.live[s]), "slot s{s} taken while empty");
+            assert!(std::mem::take(&mut self.live[s.index()]), "slot {s:?} taken while empty");
         }
         // SAFETY: holds a value, by the caller's guarantee (checked above when tracked);
         // the flag (if kept) now says the file no longer owns it.
-        unsafe { self.vals[s].assume_init_read() }
+        unsafe { self.vals[s.index()].assume_init_read() }
     }
 
     /// A reference to the value in slot `s`.
@@ -102,10 +115,10 @@ impl<T> SlotFile<T> {
     ///
     /// # Safety
     /// As [`Self::take`].
-    pub(crate) unsafe fn get(&self, s: usize) -> &T {
-        assert!(!Self::TRACK || self.live[s], "slot s{s} read while empty");
+    pub(crate) unsafe fn get(&self, s: SlotId) -> &T {
+        assert!(!Self::TRACK || self.live[s.index()], "slot {s:?} read while empty");
         // SAFETY: written, by the caller's guarantee (checked above when tracked).
-        unsafe { self.vals[s].assume_init_ref() }
+        unsafe { self.vals[s.index()].assume_init_ref() }
     }
 
     /// A raw view for element-wise access during a run, borrowing the file exclusively.
@@ -144,15 +157,14 @@ impl<T> SlotPtr<'_, T> {
     /// `s < len`, the slot holds a value, and nothing writes the slot while the reference
     /// lives.
     #[inline(always)]
-    pub(crate) unsafe fn read(&self, s: u32) -> &T {
-        let s = s as usize;
-        debug_assert!(s < self.len, "slot s{s} out of range");
+    pub(crate) unsafe fn read(&self, s: SlotId) -> &T {
+        debug_assert!(s.index() < self.len, "slot {s:?} out of range");
         // SAFETY: in range, by the caller's guarantee (the `live` check is debug-only, and
         // `live` is kept in debug builds).
-        debug_assert!(!SlotFile::<T>::TRACK || unsafe { *self.live.add(s) }, "slot s{s} read while empty");
+        debug_assert!(!SlotFile::<T>::TRACK || unsafe { *self.live.add(s.index()) }, "slot {s:?} read while empty");
         // SAFETY: in range and initialized, with no concurrent write, by the caller's
-        // guarantee.
-        unsafe { (*self.vals.add(s)).assume_init_ref() }
+        // guarantee; `add(one_past)` is at most one past the end, and `sub(1)` is slot `s`.
+        unsafe { (*self.vals.add(s.one_past()).sub(1)).assume_init_ref() }
     }
 
     /// Stores `v` in slot `s`, dropping what it held.
@@ -161,15 +173,15 @@ impl<T> SlotPtr<'_, T> {
     /// `s < len`, and nothing else reads or writes slot `s` (or its `live` byte) during the
     /// call, and no reference into the slot is alive.
     #[inline(always)]
-    pub(crate) unsafe fn write(&self, s: u32, v: T) {
-        let s = s as usize;
-        debug_assert!(s < self.len, "slot s{s} out of range");
-        // SAFETY (all): `s` is in range and this call has the slot to itself, by the
-        // caller's guarantee; `live` is non-null exactly when the file keeps the column.
+    pub(crate) unsafe fn write(&self, s: SlotId, v: T) {
+        debug_assert!(s.index() < self.len, "slot {s:?} out of range");
+        // SAFETY: `s` is in range and this call has the slot to itself, by the caller's
+        // guarantee (`add(one_past)` is at most one past the end, `sub(1)` is slot `s`);
+        // `live` is non-null exactly when the file keeps the column.
         unsafe {
-            let slot = &mut *self.vals.add(s);
+            let slot = &mut *self.vals.add(s.one_past()).sub(1);
             if SlotFile::<T>::TRACK {
-                let live = &mut *self.live.add(s);
+                let live = &mut *self.live.add(s.index());
                 if std::mem::replace(live, false) {
                     slot.assume_init_drop();
                 }
@@ -183,8 +195,8 @@ impl<T> SlotPtr<'_, T> {
 
     /// Hints that slot `s` will be read soon (any `s`: the hint never dereferences).
     #[inline(always)]
-    pub(crate) fn prefetch(&self, s: u32) {
-        crate::prefetch::prefetch_read(self.vals.wrapping_add(s as usize));
+    pub(crate) fn prefetch(&self, s: SlotId) {
+        crate::prefetch::prefetch_read(self.vals.wrapping_add(s.one_past()).wrapping_sub(1));
     }
 }
 
@@ -198,18 +210,18 @@ mod tests {
         let token = Rc::new(());
         let mut file: SlotFile<Rc<()>> = SlotFile::default();
         file.reset(4);
-        file.set(0, token.clone());
-        file.set(2, token.clone());
-        file.set(2, token.clone()); // overwrite drops the old value
+        file.set(SlotId::new(0), token.clone());
+        file.set(SlotId::new(2), token.clone());
+        file.set(SlotId::new(2), token.clone()); // overwrite drops the old value
         assert_eq!(Rc::strong_count(&token), 3);
         // SAFETY: slot 2 holds a value.
-        let taken = unsafe { file.take(2) };
+        let taken = unsafe { file.take(SlotId::new(2)) };
         assert_eq!(Rc::strong_count(&token), 3);
         drop(taken);
         assert_eq!(Rc::strong_count(&token), 2);
         file.reset(8); // drops slot 0
         assert_eq!(Rc::strong_count(&token), 1);
-        file.set(7, token.clone());
+        file.set(SlotId::new(7), token.clone());
         drop(file);
         assert_eq!(Rc::strong_count(&token), 1);
     }
@@ -218,13 +230,13 @@ mod tests {
     fn plain_values_round_trip() {
         let mut file: SlotFile<f64> = SlotFile::default();
         file.reset(3);
-        file.set(1, 2.5);
+        file.set(SlotId::new(1), 2.5);
         // SAFETY: slot 1 holds a value.
-        assert_eq!(unsafe { *file.get(1) }, 2.5);
+        assert_eq!(unsafe { *file.get(SlotId::new(1)) }, 2.5);
         let p = file.ptr();
         // SAFETY: in range, no other access.
-        unsafe { p.write(0, -1.0) };
+        unsafe { p.write(SlotId::new(0), -1.0) };
         // SAFETY: written just above.
-        assert_eq!(unsafe { *p.read(0) }, -1.0);
+        assert_eq!(unsafe { *p.read(SlotId::new(0)) }, -1.0);
     }
 }

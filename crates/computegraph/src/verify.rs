@@ -1,5 +1,10 @@
-//! Verifiers for the graph phases. [`CompiledProgram`](crate::CompiledProgram) has its
-//! own in `compile.rs`. Each runs after its phase in debug builds and in tests.
+//! Verifiers for the graph phases. The backend's are beside their types: the slot
+//! program's structural check in `program.rs` (`Program::verify`, the only maker of a
+//! `VerifiedProgram`), the parallel schedule's in `schedule.rs` (`Schedule::verify`, the
+//! only maker of a `VerifiedSchedule`), both run in every build because the evaluators'
+//! `unsafe` rests on them, and the checks against the graph in `compile.rs`
+//! ([`CompiledProgram::verify_against`](crate::CompiledProgram::verify_against)). Each
+//! verifier here runs after its phase in debug builds and in tests.
 //!
 //! [`Graph`] checklist:
 //! 1. every column has one entry per value / operation (keys fully interned);

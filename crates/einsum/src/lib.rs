@@ -77,6 +77,7 @@
 //!
 //! See `docs/ARCHITECTURE.md` (section *einsum*) for the design and its invariants.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod ad;

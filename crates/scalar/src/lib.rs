@@ -7,6 +7,7 @@
 //! - [`eager`]: the reference eager executor and a minimal eager frontend.
 //! - [`workloads`]: the benchmark shapes of `docs/SPEC.md` §8.1 as specs.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 use std::fmt;

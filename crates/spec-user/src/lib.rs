@@ -14,6 +14,8 @@
 //! interpreter, for the tests and for the benches (`benches/benches/pipeline.rs` runs this
 //! set beside the project's own and the baselines).
 
+#![forbid(unsafe_code)]
+
 use std::sync::Arc;
 
 use computegraph::{

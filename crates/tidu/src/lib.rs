@@ -21,6 +21,7 @@
 //! HVP:  build → resolve → linearize → linear_transpose → resolve → linearize → …
 //! ```
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod api;

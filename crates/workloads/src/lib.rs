@@ -6,6 +6,8 @@
 //! It sits beside `scalar` and `einsum` (it uses both) and below `cgx` and `benches`, so
 //! that the shipped command line does not depend on the bench crate.
 
+#![forbid(unsafe_code)]
+
 use scalar::spec::GraphSpec;
 use scalar::workloads::{self, Operands};
 

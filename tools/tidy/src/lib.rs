@@ -14,6 +14,8 @@
 //!
 //! Complexity: linear in the bytes read; the cycle search is Tarjan's algorithm, iterative.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
