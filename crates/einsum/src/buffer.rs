@@ -28,9 +28,9 @@ pub const POOL_MIN_BYTES: usize = 32 << 10;
 /// At most this many buffers per thread and element type. A gradient's outputs (one per
 /// operand: 100 to 200 on the benchmark instances) all live until the caller drops them;
 /// with 32, two thirds of them came back as fresh pages on every evaluation.
-pub const POOL_MAX_BUFFERS: usize = 256;
+pub(crate) const POOL_MAX_BUFFERS: usize = 256;
 /// At most this many bytes per thread and element type.
-pub const POOL_MAX_BYTES: usize = 1 << 30;
+pub(crate) const POOL_MAX_BYTES: usize = 1 << 30;
 
 struct Pool<T> {
     /// Sorted by capacity.

@@ -94,10 +94,14 @@ fn work(sizes: &[usize]) -> u64 {
     sizes.iter().fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
 }
 
-/// A binary contraction `out = Σ a·b` on numeric labels (see the [module docs](self)).
+/// A binary contraction `out = Σ a·b` on numeric labels, in the general form: repeated
+/// labels in an operand read a diagonal, repeated output labels write one, output labels in
+/// neither operand broadcast, operand labels not in the output are summed. The form is
+/// closed under transposition (the transpose with respect to `a` is `out, b -> a`), which
+/// is why the AD rules use it.
 ///
 /// ```
-/// use einsum::kernel::ContractSpec;
+/// use einsum::ContractSpec;
 /// // "ij,jk->ik" with i = 2, j = 3, k = 4
 /// let s = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[2, 3, 4]).unwrap();
 /// assert_eq!(s.out_shape(), vec![2, 4]);
@@ -228,7 +232,7 @@ impl std::fmt::Debug for ContractSpec {
 /// A one-operand einsum on numeric labels: permute, sum over axes, broadcast, diagonal.
 ///
 /// ```
-/// use einsum::kernel::UnarySpec;
+/// use einsum::UnarySpec;
 /// let s = UnarySpec::sum_axes(&[2, 3, 4], &[1]).unwrap();
 /// assert_eq!(s.out_shape(), vec![2, 4]);
 /// assert_eq!(s.transpose().out_shape(), vec![2, 3, 4]);
@@ -778,20 +782,8 @@ impl KernelPlan {
 }
 
 /// Which kernel [`contract_using`] runs.
-///
-/// ```
-/// use einsum::kernel::{contract, contract_using, ContractSpec, KernelChoice};
-/// use einsum::Tensor;
-///
-/// let spec = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[3, 4, 5]).unwrap();
-/// let a = Tensor::from_fn(vec![3, 4], |i| (i[0] + 2 * i[1]) as f64).unwrap();
-/// let b = Tensor::from_fn(vec![4, 5], |i| (i[0] as f64) - (i[1] as f64)).unwrap();
-/// // Every kernel computes the same product.
-/// let auto = contract(&spec, &a, &b);
-/// assert_eq!(contract_using(&spec, &a, &b, KernelChoice::Direct).data(), auto.data());
-/// assert_eq!(contract_using(&spec, &a, &b, KernelChoice::Gemm).data(), auto.data());
-/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(not(test), allow(dead_code, reason = "the forced kernels are chosen only by the kernel tests"))]
 pub enum KernelChoice {
     /// GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`] (or [`BATCHED_GEMM_MIN_WORK`] for a batch),
     /// the direct loop otherwise.
@@ -807,17 +799,6 @@ pub enum KernelChoice {
 
 /// Evaluates a binary contraction, choosing the kernel by size.
 ///
-/// ```
-/// use einsum::kernel::{contract, ContractSpec};
-/// use einsum::Tensor;
-///
-/// // A batched product `bij,bjk->bik`: labels b = 0, i = 1, j = 2, k = 3.
-/// let spec = ContractSpec::new(&[0, 1, 2], &[0, 2, 3], &[0, 1, 3], &[2, 1, 2, 1]).unwrap();
-/// let a = Tensor::new(vec![2, 1, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
-/// let b = Tensor::new(vec![2, 2, 1], vec![1.0, 1.0, 2.0, 0.0]).unwrap();
-/// assert_eq!(contract(&spec, &a, &b).data(), &[3.0, 6.0]);
-/// ```
-///
 /// # Panics
 /// If the operand shapes are not the spec's (graphs built through this crate's builders
 /// are shape-checked when built).
@@ -825,8 +806,7 @@ pub fn contract<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>) -> T
     contract_using(spec, a, b, KernelChoice::Auto)
 }
 
-/// Evaluates a binary contraction with a given kernel (for tests and benches); see the
-/// example of [`KernelChoice`].
+/// Evaluates a binary contraction with a given kernel (the kernel tests force each one).
 ///
 /// # Panics
 /// As [`contract`].
@@ -840,15 +820,6 @@ pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>
 }
 
 /// Evaluates a one-operand einsum.
-///
-/// ```
-/// use einsum::kernel::{unary, UnarySpec};
-/// use einsum::Tensor;
-///
-/// let a = Tensor::new(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
-/// let rows = unary(&UnarySpec::sum_axes(&[2, 3], &[1]).unwrap(), &a);
-/// assert_eq!(rows.data(), &[6.0, 15.0]);
-/// ```
 ///
 /// # Panics
 /// If the operand shape is not the spec's.

@@ -4,12 +4,12 @@
 //! - [`Tensor`]: a dense row-major tensor of `f64` or [`c64`] ([`Elem`]), data shared
 //!   behind an `Arc`.
 //! - [`TensorOp`]: the primitive set, closed under tidu's transforms: binary contractions
-//!   ([`kernel::ContractSpec`]: products, batched and outer products, traces), one-operand
-//!   einsums ([`kernel::UnarySpec`]: permute, sum over axes, broadcast, diagonals), add,
+//!   ([`ContractSpec`]: products, batched and outer products, traces), one-operand
+//!   einsums ([`UnarySpec`]: permute, sum over axes, broadcast, diagonals), add,
 //!   neg, conj, scale. JVP and transpose rules: the transpose of a contraction is a
 //!   contraction; complex transposes are adjoints for `⟨a, b⟩ = Re(conj(a)·b)`, the
 //!   convention of `scalar::complex`.
-//! - Kernels ([`kernel`]): a direct strided loop for small or unusual contractions, and
+//! - Kernels (`kernel.rs`): a direct strided loop for small or unusual contractions, and
 //!   faer GEMM over strided matrix views (split over a rayon pool's threads when large and run
 //!   inside one, see [`Einsum::eval_parallel`]), with copies only where the layout
 //!   needs them.
@@ -56,7 +56,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-//! use einsum::{kernel::ContractSpec, c64, Tensor, TensorKey, TensorOp};
+//! use einsum::{ContractSpec, c64, Tensor, TensorKey, TensorOp};
 //! use tidu::{grad, DerivativeProgram};
 //!
 //! // f(x) = Σ_i x_i·x_i (no conjugate: holomorphic), df/dx = 2x, and tidu's VJP gives
@@ -85,7 +85,9 @@ mod buffer;
 mod elem;
 mod error;
 mod instance;
-pub mod kernel;
+mod kernel;
+#[cfg(test)]
+mod kernel_choices;
 mod memory;
 mod network;
 mod op;
@@ -98,15 +100,16 @@ mod sliced;
 mod subscripts;
 mod tensor;
 
-pub use buffer::{POOL_MAX_BUFFERS, POOL_MAX_BYTES, POOL_MIN_BYTES, PooledVec, release_buffers};
+pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use instance::{BUNDLED_DIR, Dtype, Instance};
+pub use kernel::{ContractSpec, UnarySpec};
 pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_bytes, tensor_bytes};
 pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions};
 pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
-pub use reference::{REFERENCE_MAX_ITERATIONS, reference_einsum, reference_labels};
+pub use reference::{reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
 pub use subscripts::{LabelledNetwork, Subscripts};

@@ -19,7 +19,7 @@ use crate::tensor::Tensor;
 ///
 /// ```
 /// use computegraph::EvaluableGraphOperation;
-/// use einsum::{kernel::ContractSpec, Tensor, TensorOp};
+/// use einsum::{ContractSpec, Tensor, TensorOp};
 ///
 /// let op = TensorOp::<f64>::contract(ContractSpec::new(&[0, 1], &[1], &[0], &[2, 2]).unwrap());
 /// let m = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();

@@ -9,7 +9,7 @@ use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 
 /// Refuses references of more than this many label assignments.
-pub const REFERENCE_MAX_ITERATIONS: u128 = 1 << 32;
+pub(crate) const REFERENCE_MAX_ITERATIONS: u128 = 1 << 32;
 
 /// Evaluates `expression` on `operands` by brute force.
 ///

@@ -2,7 +2,6 @@
 
 mod gradients;
 mod instances;
-mod kernel;
 mod network;
 mod robustness;
 mod rules;

@@ -2,8 +2,7 @@
 //! differences, transposes by the dot-product identity, second order in all four nestings,
 //! symbolic zeros and linearity.
 
-use einsum::kernel::{ContractSpec, UnarySpec};
-use einsum::{Elem, Tensor, TensorKey, TensorOp, c64};
+use einsum::{ContractSpec, Elem, Tensor, TensorKey, TensorOp, UnarySpec, c64};
 use tidu::testing::{RuleCase, Tolerance, check_rules};
 
 fn tensor<T: Elem>(shape: Vec<usize>, seed: u64) -> Tensor<T> {

@@ -1,9 +1,12 @@
-//! Kernels against the plain reference: random specs in the general form (repeated labels,
-//! output diagonals, broadcasts, sums), both kernels forced, real and complex.
+//! Tests: the kernels against the plain reference on random specs in the general form
+//! (repeated labels, output diagonals, broadcasts, sums), every kernel forced, real and
+//! complex. A unit-test module, because the kernels and their forced choices are the
+//! crate's own (the public surface is `TensorOp`, `ContractSpec` and `UnarySpec`).
 
-use einsum::kernel::{ContractSpec, KernelChoice, UnarySpec, contract_using, unary};
-use einsum::{Elem, Tensor, c64, reference_labels};
 use proptest::prelude::*;
+
+use crate::kernel::{ContractSpec, KernelChoice, UnarySpec, contract_using, unary};
+use crate::{Elem, Tensor, c64, reference_labels};
 
 fn tensor<T: Elem>(shape: Vec<usize>, seed: u64) -> Tensor<T> {
     let mut x = seed as f64;
