@@ -112,6 +112,64 @@ def test_each_task_returns_its_share_of_the_output(network, n_tasks):
     np.testing.assert_allclose(cd._finish(layout, total), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
 
 
+def task_results(stream):
+    """``[(name, nbytes), ...]`` of the tasks in Dask's task stream ``stream``: the task's
+    function name and the size of its result (``dask.sizeof``; Blocks by their rows)."""
+    return [(str(t["key"]).rsplit("-", 1)[0], t["nbytes"]) for t in stream.data]
+
+
+# A sliced output label with 64 blocks, in 4 ranges of 16: a quarter of the output each.
+WIDE = ("ab,bc->ac", [(64, 4), (4, 192)])
+
+
+@pytest.mark.parametrize("form", ["value", "value_and_grad"])
+def test_no_worker_holds_an_output_sized_result_where_a_sliced_label_is_in_it(client, form):
+    # Each range's blocks go to the client, which places them into the output: no task on
+    # a worker (range, gradient sum, or any combination) returns anything output-sized.
+    # Sliced on a contracted label instead, the partial sums are output-sized: the check
+    # sees arrays.
+    eq, shapes = WIDE
+    *arrays, g = matrices(13, *shapes, (64, 192))
+    want = np.einsum(eq, *arrays)
+    sizes = {}
+    for sliced in ("a", "b"):
+        with distributed.get_task_stream(client) as stream:
+            if form == "value":
+                value = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=4)
+            else:
+                value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=4)
+                for x, w in zip(grads, product_grads(*arrays, g)):
+                    np.testing.assert_allclose(x, w, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(value, want, rtol=1e-10, atol=1e-12)
+        sizes[sliced] = task_results(stream)
+    range_task = "_eval_range" if form == "value" else "_grad_range"
+    assert sum(name == range_task for name, _ in sizes["a"]) == 4, sizes
+    assert max(n for _, n in sizes["a"]) < want.nbytes / 2, sizes["a"]
+    assert {name for name, _ in sizes["a"]} <= {range_task, "_part", "_add_grads"}
+    assert max(n for name, n in sizes["b"] if name == range_task) >= want.nbytes, sizes["b"]
+
+
+def test_submit_forms_return_a_future(client):
+    # Summed slices: the Dask future of the root sum; a sliced output label: an Assembly,
+    # whose result is placed on the client once and kept.
+    eq, shapes, sliced = IN_OUTPUT
+    *arrays, g = matrices(14, *shapes, (5, 4))
+    f = cd.submit_contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=3)
+    assert isinstance(f, cd.Assembly)
+    got = f.result(timeout=120)
+    assert f.done() and f.futures() == [] and f.result() is got
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+    f = cd.submit_value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=3)
+    value, grads = f.result(timeout=120)
+    np.testing.assert_allclose(value, got, rtol=1e-12, atol=1e-12)
+    for x, want in zip(grads, chain_grads(*arrays, g)):
+        np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    eq, shapes, sliced = SUMMED
+    f = cd.submit_contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=3)
+    assert isinstance(f, distributed.Future)
+    np.testing.assert_allclose(f.result(timeout=120), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
 def test_contract_by_memory_limit_complex(client):
     eq, shapes = "ab,bc,cd->ad", [(3, 9), (9, 10), (10, 6)]
     arrays = matrices(2, *shapes, complex_=True)
