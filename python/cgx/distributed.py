@@ -9,7 +9,9 @@ numpy arrays. The work is split along the expression's slices:
    and checks the operands there, so a bad input raises the local API's exception before
    anything is sent;
 2. the operands (and the cotangent) are scattered to every worker once
-   (``client.scatter(..., broadcast=True)``);
+   (``client.scatter(..., broadcast=True)``); where a sliced label is in the output, the
+   cotangent is not: each range gets only the cotangent blocks its slices read, cut on the
+   client and scattered to one worker;
 3. the slices ``0..n_slices`` are cut into contiguous ranges, one task per range
    (``eval_slices`` / ``eval_blocks`` / ``value_and_grad_slices`` on the worker, one pass
    per slice for value and gradients); the number of ranges comes from the slice count,
@@ -39,7 +41,9 @@ workers.
 
 Invariants: every task is pure (its result depends only on its arguments, which are the
 plan, the scattered operands and a slice range), so Dask may rerun it anywhere, for
-instance when a worker dies mid-run: that costs time, not the answer. The expression
+instance when a worker dies mid-run: that costs time, not the answer. (A range's
+cotangent blocks live on one worker: if that worker dies before the range is done, the
+run is cancelled and submitted again, see ``RUNS``.) The expression
 travels to the workers as its plan (it pickles as equation, shapes, path, limit, sliced
 labels) and each worker process keeps the rebuilt, compiled expression in a small cache.
 The range functions and the combination are engine-neutral: :mod:`cgx.ray` runs the same
@@ -181,8 +185,13 @@ def _eval_range(plan, start, stop, blocked, *arrays):
 
 
 def _grad_range(plan, start, stop, blocked, wrt, cotangent, *arrays):
+    """The range's ``(value, grads)``; ``cotangent`` is the whole one, or :class:`Blocks` of
+    it (at least those the range touches, see :func:`_cotangent_blocks`)."""
+    first = None
+    if isinstance(cotangent, Blocks):
+        first, cotangent = cotangent.first, cotangent.rows
     value, grads = _expression(plan).value_and_grad_slices(
-        *arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent, blocks=blocked
+        *arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent, blocks=blocked, cotangent_first=first
     )
     return (Blocks(*value) if blocked else value), tuple(grads)
 
@@ -243,14 +252,39 @@ def _part(i, result):
     return result[i]
 
 
+def _blocks_in(x, layout, k, first, n):
+    """Views of blocks ``first..first + n`` of ``x``, an array of the output's full shape
+    whose first ``k`` labels in the layout's order are the sliced ones."""
+    _, sizes, perm = layout
+    stack = x.transpose(np.argsort(perm))  # a view of shape ``sizes``
+    return [stack[np.unravel_index(b, sizes[:k]) + (Ellipsis,)] for b in range(first, first + n)]
+
+
 def _place(out, layout, blocks):
     """Adds ``blocks`` (a range's output blocks) at their places in ``out``, the output's
     full shape: each block is written through a view, so nothing output-sized is built."""
-    _, sizes, perm = layout
-    k = len(sizes) - (blocks.rows.ndim - 1)  # the sliced output labels, in slice order
-    stack = out.transpose(np.argsort(perm))  # a view of shape ``sizes``
-    for r, row in enumerate(blocks.rows):
-        stack[np.unravel_index(blocks.first + r, sizes[:k])] += row
+    k = len(layout[1]) - (blocks.rows.ndim - 1)
+    for view, row in zip(_blocks_in(out, layout, k, blocks.first, len(blocks.rows)), blocks.rows):
+        view += row
+
+
+def _range_blocks(layout, n_slices, start, stop):
+    """``(first, n)``: the output blocks the slices ``start..stop`` touch (the output's
+    sliced labels come first in the slice order, so a block is a run of slices)."""
+    if start >= stop:
+        return 0, 0
+    per_block = n_slices // layout[0]
+    return start // per_block, (stop - 1) // per_block - start // per_block + 1
+
+
+def _cotangent_blocks(cotangent, layout, k, n_slices, start, stop):
+    """The blocks of ``cotangent`` (``k`` sliced output labels) that the slices
+    ``start..stop`` read, copied and stacked as ``eval_blocks`` stacks the value."""
+    first, n = _range_blocks(layout, n_slices, start, stop)
+    rows = np.empty((n,) + tuple(layout[1][k:]), dtype=cotangent.dtype)
+    for i, view in enumerate(_blocks_in(cotangent, layout, k, first, n)):
+        rows[i] = view
+    return Blocks(first, rows)
 
 
 class Assembly:
@@ -359,11 +393,23 @@ def _submit(eq, arrays, options, grad=None):
     blocked = layout is not None
     if grad is None:
         task, args, flops = _eval_range, (blocked,), _slice_flops(expr)
+    elif blocked:
+        # The cotangent goes by blocks (below), never whole, to each range.
+        task, args, flops = _grad_range, (blocked, wrt), 3 * _slice_flops(expr)
     else:
         cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
         task, args, flops = _grad_range, (blocked, wrt, cot), 3 * _slice_flops(expr)
     ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks)
-    parts = [client.submit(task, plan, start, stop, *args, *scattered) for start, stop in ranges]
+    if grad is not None and blocked:
+        k = sum(c in expr._plan()[1] for c in expr.sliced_inds)
+        cotangent = np.asarray(cotangent)
+        parts = []
+        for start, stop in ranges:
+            # One range's blocks at a time, scattered to one worker: never all copies at once.
+            cot = client.scatter(_cotangent_blocks(cotangent, layout, k, expr.n_slices, start, stop), hash=False)
+            parts.append(client.submit(task, plan, start, stop, *args, cot, *scattered))
+    else:
+        parts = [client.submit(task, plan, start, stop, *args, *scattered) for start, stop in ranges]
     if layout is None:
         return _tree_sum(client, parts)
     # Blocks go to the client, which places them; gradients are added on the workers.

@@ -170,6 +170,69 @@ def test_submit_forms_return_a_future(client):
     np.testing.assert_allclose(f.result(timeout=120), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("network", [IN_OUTPUT, BOTH], ids=["in-output", "both"])
+@pytest.mark.parametrize("n_tasks", [1, 2, 3, 7])
+def test_each_gradient_task_reads_only_its_cotangent_blocks(network, n_tasks):
+    # The worker function on the driver's plan and ranges: the blocks a range touches are
+    # those eval_blocks gives it; the cotangent cut to them gives the value and gradients
+    # of the whole cotangent, and holds no more than the range's blocks.
+    eq, shapes, sliced = network
+    expr = cd._prepare(eq, [np.empty(s) for s in shapes], "greedy", None, sliced)
+    *arrays, g = matrices(15, *shapes, tuple(expr.output_shape))
+    layout = cd._block_layout(expr)
+    n_blocks, sizes, _ = layout
+    k = sum(c in eq.split("->")[1] for c in expr.sliced_inds)
+    plan = cd._plan_key(expr)
+    for start, stop in cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks):
+        first, n = cd._range_blocks(layout, expr.n_slices, start, stop)
+        value = cd._eval_range(plan, start, stop, True, *arrays)
+        assert (first, n) == (value.first, len(value.rows))
+        cot = cd._cotangent_blocks(g, layout, k, expr.n_slices, start, stop)
+        assert cot.first == first and cot.rows.shape == (n,) + tuple(sizes[k:])
+        by_blocks = cd._grad_range(plan, start, stop, True, None, cot, *arrays)
+        whole = cd._grad_range(plan, start, stop, True, None, g, *arrays)
+        assert by_blocks[0].first == whole[0].first
+        np.testing.assert_allclose(by_blocks[0].rows, whole[0].rows, rtol=1e-12, atol=1e-12)
+        for x, y in zip(by_blocks[1], whole[1]):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="cotangent blocks"):
+        cd._grad_range(plan, 0, expr.n_slices, True, None, cd.Blocks(0, cot.rows[:0]), *arrays)
+
+
+class RangeInputs(distributed.WorkerPlugin):
+    """Records on each worker, as a gradient range task starts, the shapes of the data it
+    reads (a Blocks by its rows)."""
+
+    def setup(self, worker):
+        self.worker, self.seen = worker, []
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and str(key).startswith("_grad_range-"):
+            deps = self.worker.state.tasks[key].dependencies
+            data = [self.worker.data[d.key] for d in deps]
+            self.seen.append([(type(x).__name__, np.shape(getattr(x, "rows", x))) for x in data])
+
+
+def test_gradient_tasks_receive_their_cotangent_blocks_not_the_whole(client):
+    # With a sliced output label, what each range task receives on its worker: the
+    # operands whole, the cotangent only as the blocks of its slices (a quarter here).
+    eq, shapes = WIDE
+    *arrays, g = matrices(16, *shapes, (64, 192))
+    name = "range-inputs"
+    client.register_plugin(RangeInputs(), name=name)
+    try:
+        value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds="a", client=client, n_tasks=4)
+        seen = sum(client.run(lambda dask_worker: dask_worker.plugins[name].seen).values(), [])
+    finally:
+        client.unregister_worker_plugin(name)
+    np.testing.assert_allclose(value, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+    for x, want in zip(grads, product_grads(*arrays, g)):
+        np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    assert len(seen) == 4
+    for inputs in seen:
+        assert sorted(inputs) == sorted([("ndarray", (64, 4)), ("ndarray", (4, 192)), ("Blocks", (16, 192))]), inputs
+
+
 def test_contract_by_memory_limit_complex(client):
     eq, shapes = "ab,bc,cd->ad", [(3, 9), (9, 10), (10, 6)]
     arrays = matrices(2, *shapes, complex_=True)
