@@ -177,11 +177,30 @@ if _dd is not None:
     _sizeof.register(Blocks)(lambda b: _sizeof(b.rows) + 64)
 
 
+def _owned(value, blocked):
+    """A range's value from the engine (a sum, or ``(first, rows)`` with ``blocked``) as a
+    copy numpy owns.
+
+    The engine's result buffers go back to a pool of the thread that drops them (up to
+    ``POOL_MAX_BYTES`` a thread), for its next evaluation. A worker should keep nothing
+    between ranges: so the range functions copy their results, drop the engine's buffers
+    and empty the pools (``release_buffers``) on the thread that evaluated, and what Dask
+    holds and sends is plain memory, freed wherever it is dropped (a pooled buffer dropped
+    on a worker's event loop thread, which never evaluates, would stay there for good).
+    The copy costs one result's size for a moment."""
+    return Blocks(value[0], np.array(value[1])) if blocked else np.array(value)
+
+
 def _eval_range(plan, start, stop, blocked, *arrays):
     expr = _expression(plan)
     if blocked:
-        return Blocks(*expr.eval_blocks(*arrays, start=start, stop=stop))
-    return expr.eval_slices(*arrays, start=start, stop=stop)
+        value = expr.eval_blocks(*arrays, start=start, stop=stop)
+    else:
+        value = expr.eval_slices(*arrays, start=start, stop=stop)
+    owned = _owned(value, blocked)
+    del value
+    _einsum._core.release_buffers()
+    return owned
 
 
 def _grad_range(plan, start, stop, blocked, wrt, cotangent, *arrays):
@@ -193,7 +212,10 @@ def _grad_range(plan, start, stop, blocked, wrt, cotangent, *arrays):
     value, grads = _expression(plan).value_and_grad_slices(
         *arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent, blocks=blocked, cotangent_first=first
     )
-    return (Blocks(*value) if blocked else value), tuple(grads)
+    owned = _owned(value, blocked), tuple(np.array(g) for g in grads)
+    del value, grads
+    _einsum._core.release_buffers()
+    return owned
 
 
 def _combine(a, b):

@@ -96,6 +96,8 @@ def test_each_task_returns_its_share_of_the_output(network, n_tasks):
     ranges = cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks)
     parts = [cd._eval_range(plan, start, stop, layout is not None, *arrays) for start, stop in ranges]
     out_size = np.einsum(eq, *arrays).size
+    # Arrays numpy owns, not the engine's pooled buffers (see cd._owned).
+    assert all(getattr(p, "rows", p).base is None for p in parts)
     if layout is None:
         assert all(p.shape == tuple(expr.output_shape) for p in parts)
         return
@@ -191,6 +193,7 @@ def test_each_gradient_task_reads_only_its_cotangent_blocks(network, n_tasks):
         assert cot.first == first and cot.rows.shape == (n,) + tuple(sizes[k:])
         by_blocks = cd._grad_range(plan, start, stop, True, None, cot, *arrays)
         whole = cd._grad_range(plan, start, stop, True, None, g, *arrays)
+        assert by_blocks[0].rows.base is None and all(x.base is None for x in by_blocks[1])
         assert by_blocks[0].first == whole[0].first
         np.testing.assert_allclose(by_blocks[0].rows, whole[0].rows, rtol=1e-12, atol=1e-12)
         for x, y in zip(by_blocks[1], whole[1]):
