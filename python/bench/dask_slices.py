@@ -16,6 +16,9 @@ the single-process ones. For each cluster it reports:
 - for value and gradient, the slice-range tasks of the timed runs (Dask's task stream):
   how many per run, their compute time (least, median), and the overhead over the median
   task, which should stay under 5%;
+- for this process (the client, and the LocalCluster's scheduler) the same, beside the
+  output's size: where a sliced label is in the output the client assembles it, so it
+  should hold it about once;
 - per worker, the resident memory before the timed runs and its peak during them (Linux:
   ``VmHWM`` after resetting it through ``/proc/self/clear_refs``; elsewhere ``ru_maxrss``,
   the peak since the worker started), beside the target. The value's target: the largest
@@ -185,11 +188,11 @@ def main():
 
                 if warm:
                     run()  # each worker compiles the expression once
-                exact = all(client.run(reset_peak).values())
-                before = client.run(memory)
+                exact = all(client.run(reset_peak).values()) and reset_peak()
+                before, here = client.run(memory), memory()
                 with get_task_stream(client) as stream:
                     took, got = best_of(args.repeat, run, warm_up=False)
-                after = client.run(memory)
+                after, here_after = client.run(memory), memory()
                 flat = (lambda r: r) if mode == "value" else (lambda r: (r[0], *r[1]))
                 err = close(flat(got), flat(want[mode]))
                 tasks = range_tasks(stream, name)
@@ -201,6 +204,10 @@ def main():
                         f"{min(tasks) * 1e3:.0f} ms, median {median * 1e3:.0f} ms; overhead / median task "
                         f"{overhead / median * 100:.2f}%"
                     )
+                print(
+                    f"    client (this process, with the scheduler): resident {mb(here[0])} before, peak "
+                    f"{mb(here_after[1])}, {mb(here_after[1] - here[0])} above it; output {mb(output)}"
+                )
                 for address in sorted(before):
                     rss, _ = before[address]
                     _, peak = after[address]

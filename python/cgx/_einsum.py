@@ -365,12 +365,18 @@ class ContractExpression(_core.Expression):
         """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
         return self._grad_slices(arrays, *self._range(start, stop), _wrt(wrt, len(self.shapes)), cotangent)
 
-    def value_and_grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None, blocks=False):
+    def value_and_grad_slices(
+        self, *arrays, start=0, stop=None, wrt=None, cotangent=None, blocks=False, cotangent_first=None
+    ):
         """``(value, grads)`` of slices ``start..stop`` in one pass (each slice's forward runs
         once): ``value`` as ``eval_slices`` gives it, or as ``eval_blocks`` with ``blocks``;
-        ``grads`` as ``grad_slices``."""
+        ``grads`` as ``grad_slices``. With ``cotangent_first``, ``cotangent`` holds output
+        blocks ``cotangent_first..`` stacked as ``eval_blocks`` stacks the value (at least
+        those the range touches), never the output's full shape, and the value comes by
+        blocks."""
         start, stop = self._range(start, stop)
-        return self._value_and_grad_slices(arrays, start, stop, _wrt(wrt, len(self.shapes)), cotangent, blocks)
+        wrt = _wrt(wrt, len(self.shapes))
+        return self._value_and_grad_slices(arrays, start, stop, wrt, cotangent, blocks, cotangent_first)
 
     def __reduce__(self):
         return (type(self), (self.eq, self.shapes, self.path, self.memory_limit, self.sliced_inds or None))

@@ -9,7 +9,9 @@ numpy arrays. The work is split along the expression's slices:
    and checks the operands there, so a bad input raises the local API's exception before
    anything is sent;
 2. the operands (and the cotangent) are scattered to every worker once
-   (``client.scatter(..., broadcast=True)``);
+   (``client.scatter(..., broadcast=True)``); where a sliced label is in the output, the
+   cotangent is not: each range gets only the cotangent blocks its slices read, cut on the
+   client and scattered to one worker;
 3. the slices ``0..n_slices`` are cut into contiguous ranges, one task per range
    (``eval_slices`` / ``eval_blocks`` / ``value_and_grad_slices`` on the worker, one pass
    per slice for value and gradients); the number of ranges comes from the slice count,
@@ -17,26 +19,31 @@ numpy arrays. The work is split along the expression's slices:
    ``MIN_TASK_FLOPS`` of work (Dask's per-task overhead, measured at 2.6 to 6.4 ms on a
    loaded machine, stays under 5% of it) and there are at most ``TASKS_PER_THREAD`` tasks
    per worker thread;
-4. the partial results are combined pairwise on the workers (a tree of ``client.submit``
-   tasks, depth ``log2`` of the task count) and only the root comes back.
+4. sums are combined pairwise on the workers (a tree of ``client.submit`` tasks, depth
+   ``log2`` of the task count) and only the root comes back; output blocks come back to
+   the client range by range (below).
 
 What a task returns and how two are combined depends on where the sliced labels are:
 
 - no sliced label in the output: the range's sum, of the output's shape; combined by
-  adding;
+  adding on the workers (a worker holds at most two partial sums beside its range's work);
 - a sliced label in the output: the range's *output blocks* (``eval_blocks``: the output
   at one value of each sliced output label, summed over the range's values of the other
-  sliced labels), only those the range touches; combined by placing them side by side
-  (adding the block two neighbouring ranges share), and a last task lays the stacked
-  blocks out as the output. As the output's sliced labels come first in the slice order,
-  a range touches about its share of the blocks: no task holds or sends an output-sized
-  array of zeros.
+  sliced labels), only those the range touches. They are never combined on a worker: the
+  client allocates the output once and adds each range's blocks at their places as they
+  arrive (:class:`Assembly`; a block two neighbouring ranges share gets both parts). As
+  the output's sliced labels come first in the slice order, a range touches about its
+  share of the blocks: no worker holds or sends an output-sized array, and the client
+  holds the output once plus one range's blocks.
 
-Gradients have the operands' shapes, whatever is sliced: they are always added.
+Gradients have the operands' shapes, whatever is sliced: they are always added on the
+workers.
 
 Invariants: every task is pure (its result depends only on its arguments, which are the
 plan, the scattered operands and a slice range), so Dask may rerun it anywhere, for
-instance when a worker dies mid-run: that costs time, not the answer. The expression
+instance when a worker dies mid-run: that costs time, not the answer. (A range's
+cotangent blocks live on one worker: if that worker dies before the range is done, the
+run is cancelled and submitted again, see ``RUNS``.) The expression
 travels to the workers as its plan (it pickles as equation, shapes, path, limit, sliced
 labels) and each worker process keeps the rebuilt, compiled expression in a small cache.
 The range functions and the combination are engine-neutral: :mod:`cgx.ray` runs the same
@@ -61,7 +68,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without dask
     _dd = None
 
-__all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad", "plan_ranges"]
+__all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad", "plan_ranges", "Assembly"]
 
 MIN_TASK_FLOPS = 2e8
 """The least work per task, in flops (two per multiply-add), so that Dask's per-task
@@ -163,22 +170,57 @@ class Blocks:
         return (Blocks, (self.first, self.rows))
 
 
+if _dd is not None:
+    from dask.sizeof import sizeof as _sizeof
+
+    # Dask sizes results to balance memory and to report them; Blocks count by their rows.
+    _sizeof.register(Blocks)(lambda b: _sizeof(b.rows) + 64)
+
+
+def _owned(value, blocked):
+    """A range's value from the engine (a sum, or ``(first, rows)`` with ``blocked``) as a
+    copy numpy owns.
+
+    The engine's result buffers go back to a pool of the thread that drops them (up to
+    ``POOL_MAX_BYTES`` a thread), for its next evaluation. A worker should keep nothing
+    between ranges: so the range functions copy their results, drop the engine's buffers
+    and empty the pools (``release_buffers``) on the thread that evaluated, and what Dask
+    holds and sends is plain memory, freed wherever it is dropped (a pooled buffer dropped
+    on a worker's event loop thread, which never evaluates, would stay there for good).
+    The copy costs one result's size for a moment."""
+    return Blocks(value[0], np.array(value[1])) if blocked else np.array(value)
+
+
 def _eval_range(plan, start, stop, blocked, *arrays):
     expr = _expression(plan)
     if blocked:
-        return Blocks(*expr.eval_blocks(*arrays, start=start, stop=stop))
-    return expr.eval_slices(*arrays, start=start, stop=stop)
+        value = expr.eval_blocks(*arrays, start=start, stop=stop)
+    else:
+        value = expr.eval_slices(*arrays, start=start, stop=stop)
+    owned = _owned(value, blocked)
+    del value
+    _einsum._core.release_buffers()
+    return owned
 
 
 def _grad_range(plan, start, stop, blocked, wrt, cotangent, *arrays):
+    """The range's ``(value, grads)``; ``cotangent`` is the whole one, or :class:`Blocks` of
+    it (at least those the range touches, see :func:`_cotangent_blocks`)."""
+    first = None
+    if isinstance(cotangent, Blocks):
+        first, cotangent = cotangent.first, cotangent.rows
     value, grads = _expression(plan).value_and_grad_slices(
-        *arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent, blocks=blocked
+        *arrays, start=start, stop=stop, wrt=wrt, cotangent=cotangent, blocks=blocked, cotangent_first=first
     )
-    return (Blocks(*value) if blocked else value), tuple(grads)
+    owned = _owned(value, blocked), tuple(np.array(g) for g in grads)
+    del value, grads
+    _einsum._core.release_buffers()
+    return owned
 
 
 def _combine(a, b):
-    """Two ranges' values: added, or as blocks placed side by side (a shared block added)."""
+    """Two ranges' values: added, or as blocks placed side by side (a shared block added);
+    :mod:`cgx.ray` and :mod:`cgx.mpi` combine so, Dask places blocks on the client."""
     if not isinstance(a, Blocks):
         return operator.add(a, b)
     if len(a.rows) == 0 or len(b.rows) == 0:  # an empty range touches no block
@@ -222,10 +264,100 @@ def _finish(layout, result):
     return np.ascontiguousarray(result.rows.reshape(sizes).transpose(perm))
 
 
-def _tree_sum(client, futures):
-    """Combines the futures pairwise on the workers; the root future."""
+def _add_grads(a, b):
+    """Two ranges' gradients, added."""
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def _part(i, result):
+    """Item ``i`` of a range's ``(value, grads)``: the two go separate ways."""
+    return result[i]
+
+
+def _blocks_in(x, layout, k, first, n):
+    """Views of blocks ``first..first + n`` of ``x``, an array of the output's full shape
+    whose first ``k`` labels in the layout's order are the sliced ones."""
+    _, sizes, perm = layout
+    stack = x.transpose(np.argsort(perm))  # a view of shape ``sizes``
+    return [stack[np.unravel_index(b, sizes[:k]) + (Ellipsis,)] for b in range(first, first + n)]
+
+
+def _place(out, layout, blocks):
+    """Adds ``blocks`` (a range's output blocks) at their places in ``out``, the output's
+    full shape: each block is written through a view, so nothing output-sized is built."""
+    k = len(layout[1]) - (blocks.rows.ndim - 1)
+    for view, row in zip(_blocks_in(out, layout, k, blocks.first, len(blocks.rows)), blocks.rows):
+        view += row
+
+
+def _range_blocks(layout, n_slices, start, stop):
+    """``(first, n)``: the output blocks the slices ``start..stop`` touch (the output's
+    sliced labels come first in the slice order, so a block is a run of slices)."""
+    if start >= stop:
+        return 0, 0
+    per_block = n_slices // layout[0]
+    return start // per_block, (stop - 1) // per_block - start // per_block + 1
+
+
+def _cotangent_blocks(cotangent, layout, k, n_slices, start, stop):
+    """The blocks of ``cotangent`` (``k`` sliced output labels) that the slices
+    ``start..stop`` read, copied and stacked as ``eval_blocks`` stacks the value."""
+    first, n = _range_blocks(layout, n_slices, start, stop)
+    rows = np.empty((n,) + tuple(layout[1][k:]), dtype=cotangent.dtype)
+    for i, view in enumerate(_blocks_in(cotangent, layout, k, first, n)):
+        rows[i] = view
+    return Blocks(first, rows)
+
+
+class Assembly:
+    """The future of an output with a sliced label, assembled on the client: what
+    :func:`submit_contract` and :func:`submit_value_and_grad` return in that case.
+
+    The range tasks' blocks are never combined on a worker: :meth:`result` allocates the
+    output once and adds each range's blocks into it as they arrive (releasing each range's
+    result on its worker once read), so the client holds the output once plus one range's
+    blocks, and no worker holds more than its own ranges' blocks. Gradients, of the
+    operands' shapes, are added pairwise on the workers as for sums.
+    """
+
+    def __init__(self, layout, shape, blocks, grads=None):
+        self._layout, self._shape = layout, tuple(shape)
+        self._pending, self._grads = list(blocks), grads
+        self._lock = threading.Lock()
+        self._out = None
+
+    def futures(self):
+        """The Dask futures not yet read: the ranges' blocks, then the gradients' root."""
+        return self._pending + ([] if self._grads is None else [self._grads])
+
+    def done(self):
+        return all(f.done() for f in self.futures())
+
+    def cancel(self):
+        for f in self.futures():
+            f.cancel()
+
+    def result(self, timeout=None):
+        """The output (with gradients, ``(value, grads)``) as numpy arrays, once every range
+        has returned; a task's exception is raised here."""
+        with self._lock:
+            for f in _dd.as_completed(list(self._pending), timeout=timeout):
+                blocks = f.result()
+                if self._out is None:
+                    self._out = np.zeros(self._shape, dtype=blocks.rows.dtype)
+                _place(self._out, self._layout, blocks)
+                del blocks
+                self._pending.remove(f)
+                f.release()  # the worker may drop the range's blocks now
+            if self._grads is None:
+                return self._out
+            return self._out, self._grads.result(timeout=timeout)
+
+
+def _tree_sum(client, futures, add=_add_pair):
+    """Combines the futures pairwise on the workers (with ``add``); the root future."""
     while len(futures) > 1:
-        paired = [client.submit(_add_pair, futures[i], futures[i + 1]) for i in range(0, len(futures) - 1, 2)]
+        paired = [client.submit(add, futures[i], futures[i + 1]) for i in range(0, len(futures) - 1, 2)]
         if len(futures) % 2:
             paired.append(futures[-1])
         futures = paired
@@ -283,17 +415,38 @@ def _submit(eq, arrays, options, grad=None):
     blocked = layout is not None
     if grad is None:
         task, args, flops = _eval_range, (blocked,), _slice_flops(expr)
+    elif blocked:
+        # The cotangent goes by blocks (below), never whole, to each range.
+        task, args, flops = _grad_range, (blocked, wrt), 3 * _slice_flops(expr)
     else:
         cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
         task, args, flops = _grad_range, (blocked, wrt, cot), 3 * _slice_flops(expr)
     ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks)
-    parts = [client.submit(task, plan, start, stop, *args, *scattered) for start, stop in ranges]
-    root = _tree_sum(client, parts)
-    return root if layout is None else client.submit(_finish, layout, root)
+    if grad is not None and blocked:
+        k = sum(c in expr._plan()[1] for c in expr.sliced_inds)
+        cotangent = np.asarray(cotangent)
+        parts = []
+        for start, stop in ranges:
+            # One range's blocks at a time, scattered to one worker: never all copies at once.
+            cot = client.scatter(_cotangent_blocks(cotangent, layout, k, expr.n_slices, start, stop), hash=False)
+            parts.append(client.submit(task, plan, start, stop, *args, cot, *scattered))
+    else:
+        parts = [client.submit(task, plan, start, stop, *args, *scattered) for start, stop in ranges]
+    if layout is None:
+        return _tree_sum(client, parts)
+    # Blocks go to the client, which places them; gradients are added on the workers.
+    shape = tuple(expr.output_shape)
+    if grad is None:
+        return Assembly(layout, shape, parts)
+    blocks = [client.submit(_part, 0, p) for p in parts]
+    grads = _tree_sum(client, [client.submit(_part, 1, p) for p in parts], _add_grads)
+    return Assembly(layout, shape, blocks, grads)
 
 
 def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, client=None, n_tasks=None):
-    """Like :func:`contract`, but returns the Dask future of the result at once."""
+    """Like :func:`contract`, but returns at once: the Dask future of the result where the
+    slices are summed, an :class:`Assembly` (``result()``, ``done()``, ``cancel()``) where
+    a sliced label is in the output."""
     return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks))
 
 
@@ -308,7 +461,8 @@ def submit_value_and_grad(
     client=None,
     n_tasks=None,
 ):
-    """Like :func:`value_and_grad`, but returns the Dask future of ``(value, grads)`` at once."""
+    """Like :func:`value_and_grad`, but returns at once the Dask future of ``(value, grads)``,
+    or an :class:`Assembly` of them where a sliced label is in the output."""
     return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks), (wrt, cotangent))
 
 
@@ -354,9 +508,9 @@ def value_and_grad(
 
     One gradient per operand in ``wrt`` (all if ``None``; an int for one), for
     ``cotangent`` (of the output's shape; ``None`` for a scalar output); each task returns
-    its slice range's value and gradients from one pass over its slices, and they are
-    combined pairwise on the workers (gradients added; the value added or, where a sliced
-    label is in the output, stacked by blocks).
+    its slice range's value and gradients from one pass over its slices; gradients are
+    added pairwise on the workers, and so is the value, unless a sliced label is in the
+    output: then the client places each range's value blocks into the output.
     """
     options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
     return _with_retries(lambda: _submit(eq, arrays, options, (wrt, cotangent)))

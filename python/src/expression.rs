@@ -266,7 +266,7 @@ impl Inner {
         operands: &[Tensor<T>],
         d: &Derivative<'_, 'py>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.value_and_grad_slices(py, operands, d, self.range(0, None), false)
+        self.value_and_grad_slices(py, operands, d, self.range(0, None), false, None)
     }
 
     fn hvp<'py, T: Dtype>(
@@ -331,7 +331,8 @@ fn to_tuple<'py, T: Dtype>(py: Python<'py>, tensors: Vec<Tensor<T>>) -> PyResult
 
 impl Inner {
     /// The value (the sum, or with `blocks` the pair `(first, blocks)`) and the gradients of
-    /// the slices in `range`, in one pass.
+    /// the slices in `range`, in one pass; with `cotangent_first`, the cotangent is output
+    /// blocks `cotangent_first..` stacked (and the value comes by blocks).
     fn value_and_grad_slices<'py, T: Dtype>(
         &self,
         py: Python<'py>,
@@ -339,11 +340,17 @@ impl Inner {
         d: &Derivative<'_, 'py>,
         range: std::ops::Range<u64>,
         blocks: bool,
+        cotangent_first: Option<u64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = 3.0 * self.slice_plan.multiply_adds();
-        let (value, grads) = if blocks {
+        let (value, grads) = if let Some(first) = cotangent_first {
+            let c = OutputBlocks::new(first, c);
+            let (v, grads) =
+                run(py, work, || g.eval_blocks_with_value_by_blocks(&refs, &c, range)).map_err(einsum_error)?;
+            (blocks_to_py(py, v)?, grads)
+        } else if blocks {
             let (v, grads) = run(py, work, || g.eval_blocks_with_value(&refs, &c, range)).map_err(einsum_error)?;
             (blocks_to_py(py, v)?, grads)
         } else {
@@ -434,8 +441,10 @@ impl Expression {
     }
 
     /// `(value, grads)` of the slices `start..stop` in one pass: the value as
-    /// `_eval_slices` gives it (with `blocks` too), the gradients as `_grad_slices`.
-    #[pyo3(signature = (operands, start=0, stop=None, wrt=None, cotangent=None, blocks=false))]
+    /// `_eval_slices` gives it (with `blocks` too), the gradients as `_grad_slices`. With
+    /// `cotangent_first`, `cotangent` is output blocks `cotangent_first..` stacked as the
+    /// value's blocks are (at least those the range touches), and the value comes by blocks.
+    #[pyo3(signature = (operands, start=0, stop=None, wrt=None, cotangent=None, blocks=false, cotangent_first=None))]
     #[allow(clippy::too_many_arguments)]
     fn _value_and_grad_slices<'py>(
         &self,
@@ -446,9 +455,10 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
         blocks: bool,
+        cotangent_first: Option<u64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (inner, d, range) = (&self.inner, self.derivative(wrt, cotangent.as_ref()), self.inner.range(start, stop));
-        by_dtype!(inner.operands(operands)?, t => inner.value_and_grad_slices(py, &t, &d, range, blocks))
+        by_dtype!(inner.operands(operands)?, t => inner.value_and_grad_slices(py, &t, &d, range, blocks, cotangent_first))
     }
 
     /// The gradients (vector-Jacobian products) summed over the slices `start..stop`.

@@ -87,11 +87,20 @@ pub(crate) fn try_alloc<T>(elems: Option<usize>, what: impl Fn() -> String) -> P
     }
 }
 
+/// Empties the calling thread's pools of recycled buffers ([`einsum::release_buffers`]):
+/// a process that evaluates now and then (a Dask worker between slice ranges) gives their
+/// memory back instead of keeping up to `POOL_MAX_BYTES` per thread.
+#[pyfunction]
+fn release_buffers() {
+    einsum::release_buffers();
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<expression::Expression>()?;
     m.add_function(wrap_pyfunction!(expression::contract, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;

@@ -96,6 +96,8 @@ def test_each_task_returns_its_share_of_the_output(network, n_tasks):
     ranges = cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks)
     parts = [cd._eval_range(plan, start, stop, layout is not None, *arrays) for start, stop in ranges]
     out_size = np.einsum(eq, *arrays).size
+    # Arrays numpy owns, not the engine's pooled buffers (see cd._owned).
+    assert all(getattr(p, "rows", p).base is None for p in parts)
     if layout is None:
         assert all(p.shape == tuple(expr.output_shape) for p in parts)
         return
@@ -110,6 +112,128 @@ def test_each_task_returns_its_share_of_the_output(network, n_tasks):
     for p in parts[1:]:
         total = cd._combine(total, p)
     np.testing.assert_allclose(cd._finish(layout, total), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+def task_results(stream):
+    """``[(name, nbytes), ...]`` of the tasks in Dask's task stream ``stream``: the task's
+    function name and the size of its result (``dask.sizeof``; Blocks by their rows)."""
+    return [(str(t["key"]).rsplit("-", 1)[0], t["nbytes"]) for t in stream.data]
+
+
+# A sliced output label with 64 blocks, in 4 ranges of 16: a quarter of the output each.
+WIDE = ("ab,bc->ac", [(64, 4), (4, 192)])
+
+
+@pytest.mark.parametrize("form", ["value", "value_and_grad"])
+def test_no_worker_holds_an_output_sized_result_where_a_sliced_label_is_in_it(client, form):
+    # Each range's blocks go to the client, which places them into the output: no task on
+    # a worker (range, gradient sum, or any combination) returns anything output-sized.
+    # Sliced on a contracted label instead, the partial sums are output-sized: the check
+    # sees arrays.
+    eq, shapes = WIDE
+    *arrays, g = matrices(13, *shapes, (64, 192))
+    want = np.einsum(eq, *arrays)
+    sizes = {}
+    for sliced in ("a", "b"):
+        with distributed.get_task_stream(client) as stream:
+            if form == "value":
+                value = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=4)
+            else:
+                value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=4)
+                for x, w in zip(grads, product_grads(*arrays, g)):
+                    np.testing.assert_allclose(x, w, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(value, want, rtol=1e-10, atol=1e-12)
+        sizes[sliced] = task_results(stream)
+    range_task = "_eval_range" if form == "value" else "_grad_range"
+    assert sum(name == range_task for name, _ in sizes["a"]) == 4, sizes
+    assert max(n for _, n in sizes["a"]) < want.nbytes / 2, sizes["a"]
+    assert {name for name, _ in sizes["a"]} <= {range_task, "_part", "_add_grads"}
+    assert max(n for name, n in sizes["b"] if name == range_task) >= want.nbytes, sizes["b"]
+
+
+def test_submit_forms_return_a_future(client):
+    # Summed slices: the Dask future of the root sum; a sliced output label: an Assembly,
+    # whose result is placed on the client once and kept.
+    eq, shapes, sliced = IN_OUTPUT
+    *arrays, g = matrices(14, *shapes, (5, 4))
+    f = cd.submit_contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=3)
+    assert isinstance(f, cd.Assembly)
+    got = f.result(timeout=120)
+    assert f.done() and f.futures() == [] and f.result() is got
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+    f = cd.submit_value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=3)
+    value, grads = f.result(timeout=120)
+    np.testing.assert_allclose(value, got, rtol=1e-12, atol=1e-12)
+    for x, want in zip(grads, chain_grads(*arrays, g)):
+        np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    eq, shapes, sliced = SUMMED
+    f = cd.submit_contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=3)
+    assert isinstance(f, distributed.Future)
+    np.testing.assert_allclose(f.result(timeout=120), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("network", [IN_OUTPUT, BOTH], ids=["in-output", "both"])
+@pytest.mark.parametrize("n_tasks", [1, 2, 3, 7])
+def test_each_gradient_task_reads_only_its_cotangent_blocks(network, n_tasks):
+    # The worker function on the driver's plan and ranges: the blocks a range touches are
+    # those eval_blocks gives it; the cotangent cut to them gives the value and gradients
+    # of the whole cotangent, and holds no more than the range's blocks.
+    eq, shapes, sliced = network
+    expr = cd._prepare(eq, [np.empty(s) for s in shapes], "greedy", None, sliced)
+    *arrays, g = matrices(15, *shapes, tuple(expr.output_shape))
+    layout = cd._block_layout(expr)
+    n_blocks, sizes, _ = layout
+    k = sum(c in eq.split("->")[1] for c in expr.sliced_inds)
+    plan = cd._plan_key(expr)
+    for start, stop in cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks):
+        first, n = cd._range_blocks(layout, expr.n_slices, start, stop)
+        value = cd._eval_range(plan, start, stop, True, *arrays)
+        assert (first, n) == (value.first, len(value.rows))
+        cot = cd._cotangent_blocks(g, layout, k, expr.n_slices, start, stop)
+        assert cot.first == first and cot.rows.shape == (n,) + tuple(sizes[k:])
+        by_blocks = cd._grad_range(plan, start, stop, True, None, cot, *arrays)
+        whole = cd._grad_range(plan, start, stop, True, None, g, *arrays)
+        assert by_blocks[0].rows.base is None and all(x.base is None for x in by_blocks[1])
+        assert by_blocks[0].first == whole[0].first
+        np.testing.assert_allclose(by_blocks[0].rows, whole[0].rows, rtol=1e-12, atol=1e-12)
+        for x, y in zip(by_blocks[1], whole[1]):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="cotangent blocks"):
+        cd._grad_range(plan, 0, expr.n_slices, True, None, cd.Blocks(0, cot.rows[:0]), *arrays)
+
+
+class RangeInputs(distributed.WorkerPlugin):
+    """Records on each worker, as a gradient range task starts, the shapes of the data it
+    reads (a Blocks by its rows)."""
+
+    def setup(self, worker):
+        self.worker, self.seen = worker, []
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and str(key).startswith("_grad_range-"):
+            deps = self.worker.state.tasks[key].dependencies
+            data = [self.worker.data[d.key] for d in deps]
+            self.seen.append([(type(x).__name__, np.shape(getattr(x, "rows", x))) for x in data])
+
+
+def test_gradient_tasks_receive_their_cotangent_blocks_not_the_whole(client):
+    # With a sliced output label, what each range task receives on its worker: the
+    # operands whole, the cotangent only as the blocks of its slices (a quarter here).
+    eq, shapes = WIDE
+    *arrays, g = matrices(16, *shapes, (64, 192))
+    name = "range-inputs"
+    client.register_plugin(RangeInputs(), name=name)
+    try:
+        value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds="a", client=client, n_tasks=4)
+        seen = sum(client.run(lambda dask_worker: dask_worker.plugins[name].seen).values(), [])
+    finally:
+        client.unregister_worker_plugin(name)
+    np.testing.assert_allclose(value, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+    for x, want in zip(grads, product_grads(*arrays, g)):
+        np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    assert len(seen) == 4
+    for inputs in seen:
+        assert sorted(inputs) == sorted([("ndarray", (64, 4)), ("ndarray", (4, 192)), ("Blocks", (16, 192))]), inputs
 
 
 def test_contract_by_memory_limit_complex(client):

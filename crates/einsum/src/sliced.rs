@@ -205,6 +205,12 @@ fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
     Ok(v)
 }
 
+/// The cotangent a reverse pass reads: of the output's full shape, or by output blocks.
+enum Cotangent<'a, T: Elem> {
+    Full(&'a Tensor<T>),
+    Blocks(&'a OutputBlocks<T>),
+}
+
 /// Where the results of a slice range go: added into the output's full shape, or into the
 /// rows of the blocks the range touches.
 enum Sink<T: Elem> {
@@ -213,17 +219,25 @@ enum Sink<T: Elem> {
 }
 
 impl<T: Elem> Sink<T> {
-    /// Rows for the blocks `min..=max` of the slices in `range` (none for an empty range).
-    fn blocks(l: &Layout, range: &Range<u64>) -> EinsumResult<Self> {
+    /// The least and the greatest block of the slices in `range` (none for an empty range).
+    fn touched(l: &Layout, range: &Range<u64>) -> Option<(u64, u64)> {
         let (mut first, mut last) = (u64::MAX, 0);
         for k in range.clone() {
             let b = l.block_of(&l.plan.slice_values(k));
             (first, last) = (first.min(b), last.max(b));
         }
-        let n = if first == u64::MAX { 0 } else { last - first + 1 };
+        (first != u64::MAX).then_some((first, last))
+    }
+
+    /// Rows for the blocks `min..=max` of the slices in `range` (none for an empty range).
+    fn blocks(l: &Layout, range: &Range<u64>) -> EinsumResult<Self> {
+        let (first, n) = match Self::touched(l, range) {
+            Some((first, last)) => (first, last - first + 1),
+            None => (0, 0),
+        };
         let mut shape = vec![n as usize];
         shape.extend(&l.block_shape);
-        Ok(Sink::Blocks { first: if n == 0 { 0 } else { first }, n: n as usize, rows: zeros(&shape)? })
+        Ok(Sink::Blocks { first, n: n as usize, rows: zeros(&shape)? })
     }
 
     fn add(&mut self, l: &Layout, values: &[usize], part: &Tensor<T>) {
@@ -275,6 +289,11 @@ pub struct OutputBlocks<T: Elem> {
 }
 
 impl<T: Elem> OutputBlocks<T> {
+    /// Blocks `first..first + blocks.shape()[0]`, stacked along the first axis of `blocks`
+    /// (a cotangent by blocks, [`SlicedGradient::eval_blocks_with_value_by_blocks`]).
+    pub fn new(first: u64, blocks: Tensor<T>) -> Self {
+        OutputBlocks { first, blocks }
+    }
     /// The whole output as block 0 of one.
     fn one(output: Tensor<T>) -> Self {
         let mut shape = vec![1];
@@ -608,7 +627,7 @@ impl<T: Elem> SlicedGradient<T> {
         if !self.layout.is_sliced() && range == (0..1) {
             return self.gradient.eval(operands, cotangent);
         }
-        self.reverse(operands, cotangent, range, None)
+        self.reverse(operands, Cotangent::Full(cotangent), range, None)
     }
 
     /// `(value, gradients)` of the slices in `range` in one pass: per slice, the forward
@@ -626,7 +645,7 @@ impl<T: Elem> SlicedGradient<T> {
             return self.gradient.eval_with_value(operands, cotangent);
         }
         let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
-        let grads = self.reverse(operands, cotangent, range, Some(&mut sink))?;
+        let grads = self.reverse(operands, Cotangent::Full(cotangent), range, Some(&mut sink))?;
         Ok((sink.into_sum(l)?, grads))
     }
 
@@ -645,7 +664,41 @@ impl<T: Elem> SlicedGradient<T> {
             return Ok((OutputBlocks::one(value), grads));
         }
         let mut sink = Sink::blocks(l, &range)?;
-        let grads = self.reverse(operands, cotangent, range, Some(&mut sink))?;
+        let grads = self.reverse(operands, Cotangent::Full(cotangent), range, Some(&mut sink))?;
+        Ok((sink.into_blocks(l)?, grads))
+    }
+
+    /// [`SlicedGradient::eval_blocks_with_value`] with the cotangent by output blocks too:
+    /// `cotangent` holds (at least) the blocks the range touches, stacked as
+    /// [`SlicedEinsum::eval_blocks`] stacks the value, so that a range never needs the
+    /// cotangent's full shape. Errors: blocks not of the block shape, or missing a block
+    /// the range touches ([`EinsumError::Shape`]).
+    pub fn eval_blocks_with_value_by_blocks(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &OutputBlocks<T>,
+        range: Range<u64>,
+    ) -> EinsumResult<(OutputBlocks<T>, Vec<Tensor<T>>)> {
+        let l = &*self.layout;
+        l.check(operands)?;
+        l.check_range(&range)?;
+        let needed = Sink::<T>::touched(l, &range);
+        let shape = cotangent.blocks.shape();
+        let n = shape.first().copied().unwrap_or(0) as u64;
+        let covers = needed.is_none_or(|(a, b)| cotangent.first <= a && b < cotangent.first.saturating_add(n));
+        if shape.get(1..) != Some(l.block_shape.as_slice()) || !covers {
+            return Err(EinsumError::Shape(format!(
+                "cotangent blocks {}.. of shape {shape:?} do not hold the blocks {needed:?} of slices {range:?} of `{}` (blocks of shape {:?})",
+                cotangent.first, l.expression, l.block_shape
+            )));
+        }
+        if !l.is_sliced() && range == (0..1) {
+            let c = Tensor::new(l.output_shape.clone(), cotangent.blocks.data().to_vec())?;
+            let (value, grads) = self.gradient.eval_with_value(operands, &c)?;
+            return Ok((OutputBlocks::one(value), grads));
+        }
+        let mut sink = Sink::blocks(l, &range)?;
+        let grads = self.reverse(operands, Cotangent::Blocks(cotangent), range, Some(&mut sink))?;
         Ok((sink.into_blocks(l)?, grads))
     }
 
@@ -668,7 +721,7 @@ impl<T: Elem> SlicedGradient<T> {
     fn reverse(
         &self,
         operands: &[&Tensor<T>],
-        cotangent: &Tensor<T>,
+        cotangent: Cotangent<'_, T>,
         range: Range<u64>,
         mut value: Option<&mut Sink<T>>,
     ) -> EinsumResult<Vec<Tensor<T>>> {
@@ -679,7 +732,15 @@ impl<T: Elem> SlicedGradient<T> {
         for k in range {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
-            let c = if out_sliced { gather(cotangent, &l.output_axes, &values) } else { cotangent.clone() };
+            let c = match cotangent {
+                Cotangent::Full(c) if out_sliced => gather(c, &l.output_axes, &values),
+                Cotangent::Full(c) => c.clone(),
+                Cotangent::Blocks(b) => {
+                    let len: usize = l.block_shape.iter().product();
+                    let at = (l.block_of(&values) - b.first) as usize * len;
+                    Tensor::new(l.block_shape.clone(), b.blocks.data()[at..at + len].to_vec())?
+                }
+            };
             let grads = match value.as_deref_mut() {
                 Some(sink) => {
                     let (r, grads) = self.gradient.eval_with_value(&refs, &c)?;

@@ -5,8 +5,8 @@
 //! plain contraction's estimate, and every bad input as an error value.
 
 use einsum::{
-    ContractionPath, Einsum, EinsumError, EinsumOptions, Elem, MemoryLimit, PathChoice, SlicedEinsum, Slicing, Tensor,
-    c64,
+    ContractionPath, Einsum, EinsumError, EinsumOptions, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicedEinsum,
+    Slicing, Tensor, c64,
 };
 use proptest::prelude::*;
 
@@ -21,6 +21,26 @@ fn labels_of(expr: &str) -> Vec<char> {
 
 fn operands<T: Elem>(shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor<T>> {
     shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), seed + i as u64)).collect()
+}
+
+/// Every block of the cotangent `c` of an output `output` sliced (among `labels`) on its
+/// own labels, stacked as `SlicedEinsum::eval_blocks` stacks the value.
+fn cotangent_blocks<T: Elem>(c: &Tensor<T>, output: &str, labels: &[char]) -> OutputBlocks<T> {
+    let in_output: Vec<char> = labels.iter().copied().filter(|l| output.contains(*l)).collect();
+    if in_output.is_empty() {
+        let mut shape = vec![1];
+        shape.extend(c.shape());
+        return OutputBlocks::new(0, Tensor::new(shape, c.data().to_vec()).unwrap());
+    }
+    let id = SlicedEinsum::<T>::new(
+        &format!("{output}->{output}"),
+        &[c.shape().to_vec()],
+        PathChoice::Greedy,
+        &EinsumOptions::default(),
+        &Slicing::Labels(in_output),
+    )
+    .unwrap();
+    id.eval_blocks(&[c], 0..id.plan().n_slices()).unwrap()
 }
 
 /// Sliced on `labels`: the value, a split of the range, and the gradients equal the
@@ -80,6 +100,21 @@ fn sliced_matches_unsliced<T: Elem>(
     for i in 0..shapes.len() {
         assert_close(&g_one[i], &g_parts[i], &format!("{what}: one-pass gradient {i}"));
         assert_close(&g_rest_one[i], &g_rest[i], &format!("{what}: one-pass gradient {i} by blocks"));
+    }
+    // The cotangent by blocks (cut by the identity sliced on the output's sliced labels)
+    // gives the same value and gradients; without the blocks a range reads, an error.
+    let c_blocks = cotangent_blocks(&c, output, &labels);
+    let (b_by, g_by) = sg.eval_blocks_with_value_by_blocks(&refs, &c_blocks, m..n).unwrap();
+    assert_eq!(b_by.first(), blocks[1].first());
+    assert_close(b_by.blocks(), blocks[1].blocks(), &format!("{what}: value, cotangent by blocks"));
+    for i in 0..shapes.len() {
+        assert_close(&g_by[i], &g_rest[i], &format!("{what}: gradient {i}, cotangent by blocks"));
+    }
+    if m < n {
+        let mut empty = vec![0];
+        empty.extend(s.block_shape());
+        let none = OutputBlocks::new(0, Tensor::new(empty, vec![]).unwrap());
+        assert!(matches!(sg.eval_blocks_with_value_by_blocks(&refs, &none, m..n), Err(EinsumError::Shape(_))));
     }
     for i in 0..shapes.len() {
         assert_close(&g[i], &g_want[i], &format!("{what}: gradient {i}"));
