@@ -91,6 +91,26 @@ TASKS_PER_THREAD = 3
 enough that per-task overhead and the reduction stay small."""
 
 
+BLOCK_SHARE = 8
+"""Where a sliced label is in the output and ``memory_limit`` is set, a range's output
+blocks hold at most ``1 / BLOCK_SHARE`` of the limit (in elements), so ranges are at least
+``ceil(BLOCK_SHARE * output / limit)``. Why: a range holds its blocks twice as it ends (the
+engine's rows and the numpy copy it returns) beside the slices' intermediates, which the
+limit bounds; with three ranges per worker thread alone, one worker contracting MERA open
+26 (a 344 MB output, a 380 MB limit) peaked at 515 to 535 MB above its resident memory for
+the value, against 268 to 341 MB on two workers, whose ranges were half as long."""
+
+
+def _min_ranges(expr, blocked):
+    """The least number of ranges that keeps a range's output blocks within
+    ``1 / BLOCK_SHARE`` of the memory limit (1 without a limit or output blocks)."""
+    limit = _plan_key(expr)[3]
+    if not blocked or limit is None or limit <= 0:
+        return 1
+    output = _einsum._float_prod(expr.output_shape)
+    return max(1, math.ceil(BLOCK_SHARE * output / limit))
+
+
 def _require_client(client):
     if _dd is None:
         raise ImportError("cgx.distributed needs dask.distributed: pip install dask distributed")
@@ -105,7 +125,7 @@ def _require_client(client):
         ) from e
 
 
-def plan_ranges(n_slices, slice_flops, threads, n_tasks=None):
+def plan_ranges(n_slices, slice_flops, threads, n_tasks=None, min_tasks=1):
     """The slice ranges ``[(start, stop), ...]``, contiguous, covering ``0..n_slices``.
 
     ``n_tasks`` forces the number of ranges (at most ``n_slices``). Otherwise each range
@@ -113,7 +133,9 @@ def plan_ranges(n_slices, slice_flops, threads, n_tasks=None):
     slice), so every task does at least ``MIN_TASK_FLOPS`` of work unless the whole run does
     less (then one range); the number of ranges is the largest that allows it,
     ``n_slices // k``, capped at ``TASKS_PER_THREAD * threads`` (a cap only makes the
-    ranges longer), and at least 1.
+    ranges longer), and at least 1. ``min_tasks`` (memory: see :data:`BLOCK_SHARE`) raises
+    that number, up to ``n_slices``, before the work rule: a memory bound is kept even
+    where it makes tasks shorter than ``MIN_TASK_FLOPS``.
 
     >>> plan_ranges(10, 1e9, 2)
     [(0, 1), (1, 3), (3, 5), (5, 6), (6, 8), (8, 10)]
@@ -126,6 +148,7 @@ def plan_ranges(n_slices, slice_flops, threads, n_tasks=None):
     if n_tasks is None:
         per_task = math.ceil(MIN_TASK_FLOPS / slice_flops) if slice_flops > 0 else max(1, n_slices)
         n_tasks = min(n_slices // per_task, TASKS_PER_THREAD * max(1, int(threads)))
+        n_tasks = max(n_tasks, int(min_tasks))
     elif not isinstance(n_tasks, int) or n_tasks < 1:
         raise ValueError(f"n_tasks must be a positive int, got {n_tasks!r}")
     n_tasks = max(1, min(n_slices, n_tasks))
@@ -421,7 +444,7 @@ def _submit(eq, arrays, options, grad=None):
     else:
         cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
         task, args, flops = _grad_range, (blocked, wrt, cot), 3 * _slice_flops(expr)
-    ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks)
+    ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks, _min_ranges(expr, blocked))
     if grad is not None and blocked:
         k = sum(c in expr._plan()[1] for c in expr.sliced_inds)
         cotangent = np.asarray(cotangent)

@@ -434,6 +434,37 @@ def test_plan_ranges_give_every_task_the_least_work():
                 assert len(ranges) in (cap, n) or (n // more) * flops < least, (n, flops, threads)
 
 
+def test_plan_ranges_keep_the_least_count_memory_asks_for():
+    # min_tasks raises the count up to the slice count, even past the per-thread cap and
+    # the least work per task (a memory bound comes first); 1 changes nothing.
+    for n in [1, 5, 27, 1000]:
+        for threads in [1, 2]:
+            for flops in [1.0, 1e12]:
+                plain = cd.plan_ranges(n, flops, threads)
+                assert cd.plan_ranges(n, flops, threads, min_tasks=1) == plain
+                for least in [2, 8, 64]:
+                    ranges = cd.plan_ranges(n, flops, threads, min_tasks=least)
+                    assert len(ranges) == min(n, max(least, len(plain))), (n, flops, threads, least)
+                    assert ranges[0][0] == 0 and ranges[-1][1] == n
+                    assert all(x[1] == y[0] and x[0] < x[1] for x, y in zip(ranges, ranges[1:]))
+
+
+def test_ranges_hold_a_share_of_the_memory_limit_in_output_blocks(client):
+    # A sliced output label and a memory limit the size of the output: each range's blocks
+    # hold at most 1/BLOCK_SHARE of the limit, however small the work (which alone would
+    # give one range), and the value is unchanged.
+    eq, shapes = WIDE
+    a, b = matrices(14, *shapes)
+    limit = 64 * 192
+    with distributed.get_task_stream(client) as stream:
+        got = cd.contract(eq, a, b, sliced_inds="a", memory_limit=limit, client=client)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-10, atol=1e-12)
+    ranges = [n for name, n in task_results(stream) if name == "_eval_range"]
+    assert len(ranges) == cd.BLOCK_SHARE, ranges
+    # Result sizes are dask.sizeof's: the rows' bytes and the Blocks object's own.
+    assert max(ranges) <= limit * 8 / cd.BLOCK_SHARE + 1024, ranges
+
+
 def same_exception(local, remote):
     with pytest.raises(Exception) as want:
         local()
