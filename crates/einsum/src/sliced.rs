@@ -658,14 +658,7 @@ impl<T: Elem> SlicedGradient<T> {
         range: Range<u64>,
     ) -> EinsumResult<(OutputBlocks<T>, Vec<Tensor<T>>)> {
         self.check(operands, cotangent, &range)?;
-        let l = &*self.layout;
-        if !l.is_sliced() && range == (0..1) {
-            let (value, grads) = self.gradient.eval_with_value(operands, cotangent)?;
-            return Ok((OutputBlocks::one(value), grads));
-        }
-        let mut sink = Sink::blocks(l, &range)?;
-        let grads = self.reverse(operands, Cotangent::Full(cotangent), range, Some(&mut sink))?;
-        Ok((sink.into_blocks(l)?, grads))
+        self.blocks_with_value(operands, Cotangent::Full(cotangent), range)
     }
 
     /// [`SlicedGradient::eval_blocks_with_value`] with the cotangent by output blocks too:
@@ -692,13 +685,32 @@ impl<T: Elem> SlicedGradient<T> {
                 cotangent.first, l.expression, l.block_shape
             )));
         }
+        self.blocks_with_value(operands, Cotangent::Blocks(cotangent), range)
+    }
+
+    /// The value by output blocks and the gradients of the slices in `range` (checked), for
+    /// a cotangent of the output's full shape or by blocks.
+    fn blocks_with_value(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: Cotangent<'_, T>,
+        range: Range<u64>,
+    ) -> EinsumResult<(OutputBlocks<T>, Vec<Tensor<T>>)> {
+        let l = &*self.layout;
         if !l.is_sliced() && range == (0..1) {
-            let c = Tensor::new(l.output_shape.clone(), cotangent.blocks.data().to_vec())?;
-            let (value, grads) = self.gradient.eval_with_value(operands, &c)?;
+            let whole;
+            let c = match cotangent {
+                Cotangent::Full(c) => c,
+                Cotangent::Blocks(b) => {
+                    whole = Tensor::new(l.output_shape.clone(), b.blocks.data().to_vec())?;
+                    &whole
+                }
+            };
+            let (value, grads) = self.gradient.eval_with_value(operands, c)?;
             return Ok((OutputBlocks::one(value), grads));
         }
         let mut sink = Sink::blocks(l, &range)?;
-        let grads = self.reverse(operands, Cotangent::Blocks(cotangent), range, Some(&mut sink))?;
+        let grads = self.reverse(operands, cotangent, range, Some(&mut sink))?;
         Ok((sink.into_blocks(l)?, grads))
     }
 
