@@ -5,8 +5,8 @@
 //! load; `only`, one of the names below, runs that phase alone, for `perf stat`).
 //!
 //! - `hashcons`: the hashbrown + Fx hash-consing baseline of `benches/pipeline.rs`;
-//! - `append`: `add_operation` with a `Vec` of operands per node, returning a `Vec` of
-//!   outputs (the specification's signature), without interning;
+//! - `append`: `add_operation` with a `Vec` of operands per node (the specification's
+//!   signature), its outputs extending the caller's `Vec` of values, without interning;
 //! - `append_borrowed`: the same through `add_operation_from` (borrowed operands, a range
 //!   of outputs: no allocation per node);
 //! - `intern`: `build()` after `append`, which interns every pending operation;

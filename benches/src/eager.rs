@@ -116,7 +116,7 @@ fn exp_graph(key: ScalarKey) -> Graph<ScalarOp> {
     let mut b = GraphBuilder::<ScalarOp>::new();
     let x = b.add_input(key);
     let y = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(x)], OperationRole::Primary);
-    b.set_outputs(y);
+    b.set_outputs(y.to_vec());
     b.build()
 }
 

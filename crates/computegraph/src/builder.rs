@@ -17,6 +17,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use crate::added::AddedValues;
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, InputRef, LocalOperationId, LocalValueId, MAX_LOCAL_VALUES, PackedInputRef, ValueRef};
 use crate::id::{IdVec, KeyId};
@@ -137,19 +138,22 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// # Panics
     /// On a wrong arity, mask length, unknown local value or foreign key; see
     /// [`GraphBuilder::try_add_operation`].
-    pub fn add_operation(&mut self, op: Op, inputs: Vec<ValueRef<Op>>, role: OperationRole) -> Vec<LocalValueId> {
+    pub fn add_operation(&mut self, op: Op, inputs: Vec<ValueRef<Op>>, role: OperationRole) -> AddedValues {
         self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Adds `op(inputs)` in `role`, or reports why it cannot be added (nothing is added then).
+    ///
+    /// The outputs come back as [`AddedValues`], a slice of local values that needs no heap
+    /// allocation for up to two outputs.
     pub fn try_add_operation(
         &mut self,
         op: Op,
         inputs: Vec<ValueRef<Op>>,
         role: OperationRole,
-    ) -> GraphResult<Vec<LocalValueId>> {
+    ) -> GraphResult<AddedValues> {
         let range = self.try_add_operation_from(op, &inputs, &role)?;
-        Ok(range.map(LocalValueId::new).collect())
+        Ok(AddedValues::from_range(range))
     }
 
     /// Allocation-free form of [`GraphBuilder::add_operation`]: borrows the operands and
@@ -238,6 +242,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     }
 
     /// Sets the graph's outputs, or reports a value that does not exist.
+    ///
+    /// The [`AddedValues`] of [`GraphBuilder::add_operation`] become a `Vec` with
+    /// `to_vec()` or `into()`.
     pub fn try_set_outputs(&mut self, outputs: Vec<LocalValueId>) -> GraphResult<()> {
         let len = self.graph.value_op.len();
         if let Some(bad) = outputs.iter().find(|v| v.index() >= len) {

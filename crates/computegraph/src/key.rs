@@ -1171,7 +1171,7 @@ mod tests {
             let mut b = crate::GraphBuilder::with_interner(Arc::clone(interner));
             let x = b.add_input(WatchedKey(k));
             let y = b.add_operation(Watched, vec![crate::ValueRef::Local(x)], OperationRole::Primary);
-            b.set_outputs(y);
+            b.set_outputs(y.to_vec());
             drop(b.build());
         }
         let before = DROPS.load(Ordering::Relaxed);

@@ -44,6 +44,7 @@
 // Every `unsafe` block says why it is sound (`// SAFETY:`); CI's `-D warnings` denies it.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod added;
 mod builder;
 mod cache;
 mod compile;
@@ -65,6 +66,7 @@ mod schedule;
 mod slots;
 mod verify;
 
+pub use added::{AddedValues, AddedValuesIter};
 pub use builder::GraphBuilder;
 pub use cache::{CacheStats, CanonicalForm, CompileCache, ProgramHandle, StructuralKey};
 pub use compile::{CompiledProgram, compile, try_compile};

@@ -307,7 +307,7 @@ impl Tape {
             .map(|i| ValueRef::Local(b.add_input(ScalarKey::Var(i as u32))))
             .collect();
         let outs = b.try_add_operation(op, args, OperationRole::Primary)?;
-        b.try_set_outputs(outs)?;
+        b.try_set_outputs(outs.to_vec())?;
         let g = Arc::new(b.try_build()?);
         // Constants never get here (no inputs), so the kinds are few.
         self.templates.insert(op, Arc::clone(&g));
@@ -433,7 +433,7 @@ impl SpecTape {
             args.push(ValueRef::Local(b.try_add_input(key)?));
         }
         let outs = b.try_add_operation(op, args, OperationRole::Primary)?;
-        b.try_set_outputs(outs)?;
+        b.try_set_outputs(outs.to_vec())?;
         let g = Arc::new(b.try_build()?);
         if self.mode == GraphPerOp::Reused {
             self.templates.insert(op, Arc::clone(&g));

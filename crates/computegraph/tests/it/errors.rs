@@ -321,7 +321,7 @@ fn id_space_exhaustion() {
     let mut b = GraphBuilder::with_interner(interner.clone());
     b.add_parent(g.clone());
     let s = b.add_operation(ScalarOp::SinCos, vec![External(key.clone())], Primary);
-    b.set_outputs(s);
+    b.set_outputs(s.to_vec());
     let err = b.try_build().unwrap_err();
     assert_eq!(err, GraphError::IdSpaceExhausted { space: "value key" });
     assert!(err.to_string().contains("value key id space is exhausted"), "{err}");

@@ -14,7 +14,7 @@ fn exp_of(interner: &Arc<KeyInterner<ScalarOp>>, k: u32) -> Graph<ScalarOp> {
     let mut b = GraphBuilder::with_interner(Arc::clone(interner));
     let x = b.add_input(ScalarKey::var(k));
     let y = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(x)], Primary);
-    b.set_outputs(y);
+    b.set_outputs(y.to_vec());
     b.build()
 }
 
@@ -25,7 +25,7 @@ fn small(interner: &Arc<KeyInterner<ScalarOp>>) -> Graph<ScalarOp> {
     let p = b.add_operation(ScalarOp::Mul, vec![ValueRef::Local(x), ValueRef::Local(w)], Primary)[0];
     let s = b.add_operation(ScalarOp::Sin, vec![ValueRef::Local(p)], Primary)[0];
     let y = b.add_operation(ScalarOp::Add, vec![ValueRef::Local(s), ValueRef::Local(x)], Primary);
-    b.set_outputs(y);
+    b.set_outputs(y.to_vec());
     b.build()
 }
 
@@ -85,7 +85,7 @@ fn stale_keys_are_reported() {
     assert_ne!(output_key(&rebuilt), stale, "new keys for a reclaimed structure");
     let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
     let y = b.add_operation(ScalarOp::Neg, vec![ValueRef::External(stale.clone())], Primary);
-    b.set_outputs(y);
+    b.set_outputs(y.to_vec());
     match b.try_build() {
         Err(GraphError::UnresolvedKey { key }) => assert!(key.contains("reclaimed"), "{key}"),
         other => panic!("expected UnresolvedKey, got {other:?}"),

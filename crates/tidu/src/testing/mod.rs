@@ -207,7 +207,7 @@ impl Checker {
             locals.push(ValueRef::Local(b.try_add_input(k.clone()).map_err(|e| setup(&e))?));
         }
         let outs = b.try_add_operation(case.op.clone(), locals, OperationRole::Primary).map_err(|e| setup(&e))?;
-        b.try_set_outputs(outs.clone()).map_err(|e| setup(&e))?;
+        b.try_set_outputs(outs.to_vec()).map_err(|e| setup(&e))?;
         let g = Arc::new(b.try_build().map_err(|e| setup(&e))?);
         let outputs = outs.iter().map(|&v| g.global_key(v)).collect();
         let wrt = case.active.iter().enumerate().filter(|&(_, &a)| a).map(|(i, _)| i).collect();

@@ -313,7 +313,7 @@ fn record_errors_are_values_and_record_nothing() {
         let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
         let x = b.add_input(ScalarKey::var(0));
         let sc = b.add_operation(ScalarOp::SinCos, vec![ValueRef::Local(x)], OperationRole::Primary);
-        b.set_outputs(sc);
+        b.set_outputs(sc.to_vec());
         Arc::new(b.build())
     };
     let e = err(a.record_graph(&sincos, vec![leaf(60, 1.0, true)], vec![k(61), k(61)], HashMap::new()));
