@@ -313,7 +313,6 @@ impl<T: Elem> fmt::Debug for Tensor<T> {
     }
 }
 
-#[cfg(feature = "testing")]
 impl<T: Elem> tidu::testing::CheckOperand for Tensor<T> {
     fn add_scaled(&self, h: f64, t: &Self) -> Self {
         let h = T::from_f64(h);

@@ -25,7 +25,7 @@
 //! - Hessian-vector products are those of the real Hessian of `z ↦ ⟨c, f(z)⟩` on `ℝ²`,
 //!   which is symmetric.
 //!
-//! With the `testing` feature, [`Complex`] implements `tidu::testing::CheckOperand` with
+//! [`Complex`] implements `tidu::testing::CheckOperand` with
 //! this inner product, so `tidu::testing::check_rules` verifies the convention.
 //!
 //! ```
@@ -136,7 +136,6 @@ impl fmt::Debug for Complex {
     }
 }
 
-#[cfg(feature = "testing")]
 impl tidu::testing::CheckOperand for Complex {
     fn add_scaled(&self, h: f64, t: &Self) -> Self {
         *self + t.scale(h)

@@ -1,6 +1,6 @@
 //! A reusable checker for AD rules (`docs/SPEC.md` §7), generic over any primitive set.
 //!
-//! Enabled by the `testing` feature. A downstream primitive set implements
+//! Behind the `testing` feature, on by default. A downstream primitive set implements
 //! [`CheckOperand`] for its operand type (perturb, random, real inner product) and writes
 //! [`RuleCase`]s: one operation with sample primal inputs. [`check_rules`] then checks, for
 //! each case:
