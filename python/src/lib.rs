@@ -29,7 +29,7 @@ mod expression;
 mod graph;
 mod plan;
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use einsum::{EinsumError, MemoryLimit};
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -44,19 +44,19 @@ pub(crate) fn einsum_error(e: EinsumError) -> PyErr {
     }
 }
 
-/// The machine's memory in bytes, set from Python at import (infinite until then, or when
-/// Python cannot tell).
-static MEMORY_CEILING: Mutex<f64> = Mutex::new(f64::INFINITY);
+/// The machine's memory in bytes as `f64` bits, set from Python at import (infinite until
+/// then, or when Python cannot tell). Read on every call, so an atomic rather than a lock.
+static MEMORY_CEILING: AtomicU64 = AtomicU64::new(f64::INFINITY.to_bits());
 
 /// Sets the machine's memory in bytes ([`memory_ceiling`]).
 #[pyfunction]
 fn set_memory_ceiling(bytes: f64) {
-    *MEMORY_CEILING.lock().unwrap_or_else(|e| e.into_inner()) = bytes;
+    MEMORY_CEILING.store(bytes.to_bits(), Ordering::Relaxed);
 }
 
 /// The machine's memory in bytes (`f64::INFINITY` if unknown).
 pub(crate) fn memory_ceiling() -> f64 {
-    *MEMORY_CEILING.lock().unwrap_or_else(|e| e.into_inner())
+    f64::from_bits(MEMORY_CEILING.load(Ordering::Relaxed))
 }
 
 /// The machine's memory as the einsum crate's byte budget (unlimited if unknown).
