@@ -41,6 +41,7 @@ new_key_type! {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, KeyInterner, OperationRole::Primary, StructuralKey, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let interner = KeyInterner::new();
@@ -87,6 +88,7 @@ struct Inner<Op: GraphOperation, K> {
 ///
 /// ```
 /// use computegraph::{CacheStats, CompileCache};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::ScalarOp;
 ///
 /// let cache = CompileCache::<ScalarOp>::new(4);
@@ -107,6 +109,7 @@ pub struct CacheStats {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, CompileCache, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let cache = CompileCache::<ScalarOp>::new(16);
@@ -222,6 +225,7 @@ impl<Op: GraphOperation> CompileCache<Op, StructuralKey> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let form_of = |input: u32| {

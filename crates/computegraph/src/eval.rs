@@ -92,6 +92,7 @@ const PAR_PREFETCH_AHEAD: usize = 32;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -354,6 +355,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarOp, ScalarKey};
     ///
     /// let mut b = GraphBuilder::<ScalarOp>::new();

@@ -50,6 +50,7 @@ crate::define_id!(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -158,6 +159,7 @@ pub(crate) enum LocalDef {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, LocalValueDef, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -184,6 +186,7 @@ pub enum LocalValueDef<'a, Op: GraphOperation> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, ValueRef::Local, OperationRole::Primary};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -235,6 +238,7 @@ pub struct Graph<Op: GraphOperation> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -417,6 +421,7 @@ impl<Op: GraphOperation> Graph<Op> {
     ///
     /// ```
     /// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarKey, ScalarOp};
     ///
     /// let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());

@@ -56,6 +56,7 @@ use crate::operation::{GraphOperation, Label, OperationRole};
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole, ValueKey};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let interner = KeyInterner::<ScalarOp>::new();
@@ -135,6 +136,7 @@ impl<Op> fmt::Debug for OperationKey<Op> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, ValueKey, ValueRef, OperationRole};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -253,6 +255,7 @@ static NEXT_INTERNER_ID: AtomicU32 = AtomicU32::new(1);
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let interner = KeyInterner::<ScalarOp>::new();
@@ -889,6 +892,7 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     ///
     /// ```
     /// use computegraph::{GraphBuilder, GraphError, KeyInterner};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarOp, ScalarKey};
     ///
     /// let interner = KeyInterner::<ScalarOp>::try_with_value_limit(1).unwrap();

@@ -69,6 +69,7 @@ pub(crate) enum MatDef {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// // sin(x) built twice, and an operation nobody asks for.
@@ -107,6 +108,7 @@ pub struct MaterializedGraph<Op: GraphOperation> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, MaterializedValueDef, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -137,6 +139,7 @@ pub enum MaterializedValueDef<'a, Op: GraphOperation> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -294,6 +297,7 @@ impl<Op: GraphOperation> fmt::Debug for MaterializedGraph<Op> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -319,6 +323,7 @@ pub fn materialize_merge<Op: GraphOperation>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, try_materialize_merge, GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();

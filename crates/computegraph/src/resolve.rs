@@ -61,6 +61,7 @@ const SCAN_GRAPHS: usize = 8;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -108,6 +109,7 @@ pub struct ResolvedView<Op: GraphOperation> {
 ///     compile, materialize_merge, resolve, resolve_with, try_materialize_merge, Graph, GraphBuilder,
 ///     LocalValueId, OperationRole::Primary, Resolver, ValueDef, ValueKey, ValueRef::{External, Local},
 /// };
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// /// Fragments, by the keys of their declared outputs.
@@ -191,6 +193,7 @@ impl<Op: GraphOperation, R: Resolver<Op> + ?Sized> Resolver<Op> for Arc<R> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueDef, ValueKey, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -230,6 +233,7 @@ impl<'a, Op: GraphOperation> ValueDef<'a, Op> {
     /// ```
     /// use std::sync::Arc;
     /// use computegraph::{GraphBuilder, LocalValueId, OperationRole::Primary, ValueDef, ValueRef::Local};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarKey, ScalarOp};
     ///
     /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -267,6 +271,7 @@ impl<Op: GraphOperation> std::fmt::Debug for ValueDef<'_, Op> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, ValueRef, OperationRole::Primary, ValueDef};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -294,6 +299,7 @@ pub fn resolve<Op: GraphOperation>(roots: Vec<Arc<Graph<Op>>>) -> ResolvedView<O
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{try_resolve, GraphBuilder, GraphError, KeyInterner};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let graph_on = |interner| {
@@ -321,6 +327,7 @@ pub fn try_resolve<Op: GraphOperation>(roots: Vec<Arc<Graph<Op>>>) -> GraphResul
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, resolve_with, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -364,6 +371,7 @@ pub fn resolve_with<Op: GraphOperation, R: Resolver<Op> + ?Sized>(
 ///     resolve, try_materialize_merge, try_resolve_with, GraphBuilder, GraphError, OperationRole::Primary,
 ///     ValueRef::{External, Local},
 /// };
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();

@@ -1,4 +1,7 @@
-//! Integration tests of `computegraph`: one test binary, one module per concern.
+//! Integration tests of `computegraph` with the reference set: one test binary, one module
+//! per concern. They live here rather than in `computegraph`, because they use this crate
+//! (its operations, `GraphSpec` and its reference evaluator, the workloads), which depends
+//! on the engine: the engine has no dev-dependency on a crate above it.
 //!
 //! - `pipeline`: build → resolve → materialize → compile → eval against the scalar
 //!   reference (`GraphSpec::eval_reference`), CSE exactness, verifiers, edge cases;
