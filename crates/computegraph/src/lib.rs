@@ -54,6 +54,7 @@ mod dump;
 mod error;
 mod eval;
 mod graph;
+mod hugepages;
 mod id;
 mod key;
 mod keymap;

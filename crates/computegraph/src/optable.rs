@@ -102,8 +102,8 @@ impl OpTable {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
         // writes it, and a fresh page read first faults twice (mapped to the shared zero
         // page on the read, copied on the write).
-        #[expect(clippy::slow_vector_initialization, reason = "the writes are the point")]
         let mut slots = Vec::with_capacity(capacity);
+        crate::hugepages::advise_huge(&mut slots);
         slots.resize(capacity, 0);
         let old = std::mem::replace(&mut self.slots, slots);
         for slot in old.into_iter().filter(|&s| s != 0) {

@@ -1,0 +1,42 @@
+//! Transparent huge pages for the engine's largest buffers.
+//!
+//! A buffer of many MiB that is written once and then read at random (the interner's
+//! operation table) pays twice for 4 KiB pages: one page fault per page when it is first
+//! written (more than a microsecond each on a VM), and a TLB miss on most random reads once
+//! it spans more pages than the TLB holds. On Linux, where transparent huge pages are often
+//! enabled only for memory that asks for them (`madvise` mode), [`advise_huge`] asks for
+//! them on a fresh buffer's capacity before it is first written, so the kernel backs it
+//! with 2 MiB pages where it can. Elsewhere, and for small buffers, it does nothing.
+//!
+//! Nothing here affects results: the advice changes how memory is backed, not its contents,
+//! and a kernel that refuses it leaves the buffer as it was.
+
+/// Buffers below this many bytes are left alone: a huge page is 2 MiB, and a buffer of a
+/// few of them gains little.
+pub(crate) const HUGE_MIN_BYTES: usize = 4 << 20;
+
+/// Asks the kernel to back the not yet written capacity of `buffer` with transparent huge
+/// pages (Linux, buffers of at least [`HUGE_MIN_BYTES`]).
+pub(crate) fn advise_huge<T>(buffer: &mut Vec<T>) {
+    let bytes = buffer.capacity().saturating_mul(size_of::<T>());
+    if bytes < HUGE_MIN_BYTES {
+        return;
+    }
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        const PAGE: usize = 4096;
+        let start = buffer.as_mut_ptr() as usize;
+        // The whole pages inside the allocation: the advice must not reach memory that is
+        // not ours.
+        let (first, end) = (start.next_multiple_of(PAGE), (start + bytes) / PAGE * PAGE);
+        if end > first {
+            // SAFETY: `[first, end)` lies inside `buffer`'s allocation, which this function
+            // borrows mutably, and is page-aligned as `madvise` requires. `MADV_HUGEPAGE`
+            // only changes how the kernel backs these pages (their contents are kept), so
+            // no Rust-visible memory changes; a failure (a kernel without THP) is ignored.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+}
