@@ -1,10 +1,11 @@
 //! Times `linear_transpose` (or `linearize`) in a loop, for profiling: each round builds
 //! the AD bench's workload (window-1024 random DAG, 30% repeats, one output) on a fresh
 //! interner, linearizes it, and times the chosen transform alone, as
-//! `cargo bench -p benches --bench ad` does.
+//! `cargo bench -p benches --bench ad` does; `program` times the transpose followed by
+//! `DerivativeProgram::new` on its result (what a gradient costs before evaluation).
 //!
 //! ```text
-//! cargo run --release -p examples --example transposebench -- [NODES] [ROUNDS] [transpose|linearize]
+//! cargo run --release -p examples --example transposebench -- [NODES] [ROUNDS] [transpose|linearize|program]
 //! valgrind --tool=callgrind --toggle-collect='tidu::transpose::transpose_in_passes*' \
 //!     target/release/examples/transposebench 100000 2
 //! ```
@@ -37,6 +38,9 @@ fn main() {
             let lin = tidu::linearize(&view, &built.outputs, &wrt);
             let t = Instant::now();
             let tr = tidu::linear_transpose(&lin);
+            if phase == "program" {
+                black_box(tidu::DerivativeProgram::new(&tr).expect("the gradient compiles"));
+            }
             let elapsed = t.elapsed();
             sizes = (lin.as_graph().operation_count(), tr.as_graph().operation_count());
             (elapsed, tr)
