@@ -60,10 +60,11 @@ use rayon::ThreadPool;
 use smallvec::SmallVec;
 
 use crate::compile::CompiledProgram;
+use crate::dataflow;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::VerifiedProgram;
+use crate::program::{Program, VerifiedProgram};
 use crate::schedule::{PAR_CHUNK_MIN_COST, Step, VerifiedSchedule};
 use crate::slots::{SlotFile, SlotPtr};
 
@@ -400,6 +401,18 @@ where
             return self.eval_with(state, ctx, inputs);
         }
         let sched = self.schedule()?;
+        if self.parallel_by_dependency() {
+            // Few costly instructions: by dependency, not by level (`dataflow.rs`), in
+            // cells of its own; what an earlier run left in `state` is dropped, as a
+            // reset would.
+            state.clear();
+            let plan = self.dataflow_plan()?;
+            let code: &Program<Op> = &self.code;
+            return match pool {
+                Some(pool) => pool.install(|| dataflow::run(code, plan, ctx, inputs)),
+                None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
+            };
+        }
         if !sched.worth_parallel {
             return self.eval_with(state, ctx, inputs);
         }

@@ -47,6 +47,7 @@
 mod builder;
 mod cache;
 mod compile;
+mod dataflow;
 mod dispatch;
 mod dump;
 mod error;
@@ -68,6 +69,7 @@ mod verify;
 pub use builder::GraphBuilder;
 pub use cache::{CacheStats, CanonicalForm, CompileCache, ProgramHandle, StructuralKey};
 pub use compile::{CompiledProgram, compile, try_compile};
+pub use dataflow::DATAFLOW_MIN_MEAN_COST;
 pub use error::{GraphError, GraphResult};
 pub use eval::EvalState;
 pub use graph::{Graph, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
