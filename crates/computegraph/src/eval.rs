@@ -28,6 +28,10 @@
 //! prefetches the operand slots of the instruction [`SLOT_AHEAD`] places ahead.
 //! Complexity: `O(instructions + operands)`.
 //!
+//! Programs whose mean cost hint per instruction reaches
+//! [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST) are evaluated in parallel by
+//! dependency instead (`dataflow.rs`, ADR 0014); what follows is the level evaluator.
+//!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
 //! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
@@ -339,7 +343,11 @@ where
     /// [`Self::eval`].
     ///
     /// `pool` is the user's pool, or `None` for the current one (the global pool outside
-    /// any pool). The pool is entered once per call. With one thread, or when less than
+    /// any pool). The pool is entered once per call. A program of costly instructions
+    /// (mean cost hint at least [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST),
+    /// see [`Self::parallel_by_dependency`]) runs by dependency: an instruction starts as
+    /// soon as its operands are ready, and idle threads steal costly ones. Otherwise it
+    /// runs level by level: with one thread, or when less than
     /// half of the program's cost is in levels costly enough to split (see
     /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
     /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
