@@ -3,7 +3,7 @@
 //! | group | ids | what |
 //! |---|---|---|
 //! | `einsum_steps` | `mps_n{100,1000}_chi{1,2,4,8}/{ours,kernels_only}` | `docs/SPEC.md` §8.2: the MPS inner product along the zipper path; throughput is per contraction step, so criterion's per-element time is the time per step. `ours` is `Einsum::eval_with` (state reused); the baseline `kernels_only` runs the same operations on their recorded inputs without the engine, so the difference is the engine's overhead per step. |
-//! | `einsum_instances` | `<instance>/{forward,gradient}` | `docs/SPEC.md` §8.3: each bundled Einsum Benchmark instance on its `opt_flops` path, the forward evaluation and the gradient with respect to every operand (cotangent of ones), side by side so their ratio is read in one run. |
+//! | `einsum_instances` | `<instance>/{forward,forward_2_threads,gradient}` | `docs/SPEC.md` §8.3: each bundled Einsum Benchmark instance on its `opt_flops` path, the forward evaluation (one thread, `Einsum::eval`), the same on a pool of two threads (`Einsum::eval_parallel`: steps by dependency, large GEMMs and permutations split; issue 19), and the gradient with respect to every operand (cotangent of ones), side by side so their ratios are read in one run. |
 //!
 //! In test mode (`cargo bench -p benches --bench einsum -- --test`, as CI runs it) each
 //! bench runs once and `str_nw_mera_open_26` (about 2 s of evaluations and 10 s of criterion
@@ -68,6 +68,7 @@ fn bench_instances(c: &mut Criterion) {
         .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool of two threads");
     for name in instances() {
         let net = OnceCell::new();
         let net = || -> &Network { net.get_or_init(|| instance(&name)) };
@@ -75,6 +76,11 @@ fn bench_instances(c: &mut Criterion) {
             let net = net();
             let (e, refs) = (net.einsum(), net.refs());
             b.iter(|| black_box(e.eval(black_box(&refs)).expect("evaluates")))
+        });
+        g.bench_function(BenchmarkId::new(&name, "forward_2_threads"), |b| {
+            let net = net();
+            let (e, refs) = (net.einsum(), net.refs());
+            b.iter(|| black_box(e.eval_parallel(Some(&pool), black_box(&refs)).expect("evaluates")))
         });
         g.bench_function(BenchmarkId::new(&name, "gradient"), |b| {
             let net = net();

@@ -204,12 +204,11 @@ def _owned(value, blocked):
     """A range's value from the engine (a sum, or ``(first, rows)`` with ``blocked``) as a
     copy numpy owns.
 
-    The engine's result buffers go back to a pool of the thread that drops them (up to
-    ``POOL_MAX_BYTES`` a thread), for its next evaluation. A worker should keep nothing
-    between ranges: so the range functions copy their results, drop the engine's buffers
-    and empty the pools (``release_buffers``) on the thread that evaluated, and what Dask
-    holds and sends is plain memory, freed wherever it is dropped (a pooled buffer dropped
-    on a worker's event loop thread, which never evaluates, would stay there for good).
+    The engine's result buffers go back to the process's pool when dropped (up to
+    ``POOL_MAX_BYTES`` per element type), for the next evaluation. A worker should keep
+    nothing between ranges: so the range functions copy their results, drop the engine's
+    buffers and empty the pool (``release_buffers``), and what Dask holds and sends is
+    plain memory, freed wherever it is dropped.
     The copy costs one result's size for a moment."""
     return Blocks(value[0], np.array(value[1])) if blocked else np.array(value)
 

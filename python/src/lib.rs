@@ -87,9 +87,9 @@ pub(crate) fn try_alloc<T>(elems: Option<usize>, what: impl Fn() -> String) -> P
     }
 }
 
-/// Empties the calling thread's pools of recycled buffers ([`einsum::release_buffers`]):
-/// a process that evaluates now and then (a Dask worker between slice ranges) gives their
-/// memory back instead of keeping up to `POOL_MAX_BYTES` per thread.
+/// Empties the process's pools of recycled buffers ([`einsum::release_buffers`]): a
+/// process that evaluates now and then (a Dask worker between slice ranges) gives their
+/// memory back instead of keeping up to `POOL_MAX_BYTES` per element type.
 #[pyfunction]
 fn release_buffers() {
     einsum::release_buffers();

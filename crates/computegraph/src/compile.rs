@@ -35,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
+use crate::dataflow::{DataflowPlan, plan as dataflow_plan};
 use crate::dispatch::dispatch_order;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{Id, IdVec, InstrId, SlotId};
@@ -93,6 +94,9 @@ pub struct CompiledProgram<Op: GraphOperation> {
     /// The level schedule and its own slots, for parallel evaluation (`schedule.rs`),
     /// computed on first use so that sequential users do not pay for it.
     pub(crate) schedule: OnceLock<GraphResult<VerifiedSchedule>>,
+    /// The dependency structure for dataflow evaluation (`dataflow.rs`), computed on the
+    /// first parallel run that chooses it.
+    pub(crate) dataflow: OnceLock<GraphResult<DataflowPlan>>,
 }
 
 /// Compiles a materialized graph.
@@ -257,6 +261,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         input_index,
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
+        dataflow: OnceLock::new(),
     };
     #[cfg(debug_assertions)]
     program
@@ -359,6 +364,37 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
             })
             .as_ref()
             .map_err(Clone::clone)
+    }
+    /// The dataflow plan, computed on first use (a linear pass; see `dataflow.rs`) from
+    /// this program's verified code, which never changes.
+    pub(crate) fn dataflow_plan(&self) -> GraphResult<&DataflowPlan> {
+        self.dataflow
+            .get_or_init(|| {
+                let code = &self.code;
+                let cost: Vec<u64> = code.ops.raw().iter().map(GraphOperation::cost_hint).collect();
+                let slots = &code.slots;
+                dataflow_plan(
+                    code.instrs.raw(),
+                    &slots.args,
+                    &slots.input_slots,
+                    &slots.output_slots,
+                    slots.slot_count,
+                    &cost,
+                )
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+    /// Whether [`Self::eval_parallel`] evaluates this program by dependency (an instruction
+    /// starts when its operands are ready; `dataflow.rs`) rather than level by level: when
+    /// the mean [`cost_hint`](GraphOperation::cost_hint) per instruction is at least
+    /// [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST). Computes the schedule if
+    /// needed.
+    ///
+    /// # Panics
+    /// If the schedule would exhaust the `u32` slot or value space.
+    pub fn parallel_by_dependency(&self) -> bool {
+        self.schedule().unwrap_or_else(|e| panic!("{e}")).mean_cost() >= crate::DATAFLOW_MIN_MEAN_COST
     }
     /// Number of topological levels of the parallel schedule (an instruction's level is
     /// one more than the largest level of its operands' producers; inputs are level 0).

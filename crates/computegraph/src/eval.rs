@@ -28,6 +28,10 @@
 //! prefetches the operand slots of the instruction [`SLOT_AHEAD`] places ahead.
 //! Complexity: `O(instructions + operands)`.
 //!
+//! Programs whose mean cost hint per instruction reaches
+//! [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST) are evaluated in parallel by
+//! dependency instead (`dataflow.rs`, ADR 0014); what follows is the level evaluator.
+//!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
 //! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
@@ -60,10 +64,11 @@ use rayon::ThreadPool;
 use smallvec::SmallVec;
 
 use crate::compile::CompiledProgram;
+use crate::dataflow;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::VerifiedProgram;
+use crate::program::{Program, VerifiedProgram};
 use crate::schedule::{PAR_CHUNK_MIN_COST, Step, VerifiedSchedule};
 use crate::slots::{SlotFile, SlotPtr};
 
@@ -339,7 +344,11 @@ where
     /// [`Self::eval`].
     ///
     /// `pool` is the user's pool, or `None` for the current one (the global pool outside
-    /// any pool). The pool is entered once per call. With one thread, or when less than
+    /// any pool). The pool is entered once per call. A program of costly instructions
+    /// (mean cost hint at least [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST),
+    /// see [`Self::parallel_by_dependency`]) runs by dependency: an instruction starts as
+    /// soon as its operands are ready, and idle threads steal costly ones. Otherwise it
+    /// runs level by level: with one thread, or when less than
     /// half of the program's cost is in levels costly enough to split (see
     /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
     /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
@@ -402,6 +411,18 @@ where
             return self.eval_with(state, ctx, inputs);
         }
         let sched = self.schedule()?;
+        if self.parallel_by_dependency() {
+            // Few costly instructions: by dependency, not by level (`dataflow.rs`), in
+            // cells of its own; what an earlier run left in `state` is dropped, as a
+            // reset would.
+            state.clear();
+            let plan = self.dataflow_plan()?;
+            let code: &Program<Op> = &self.code;
+            return match pool {
+                Some(pool) => pool.install(|| dataflow::run(code, plan, ctx, inputs)),
+                None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
+            };
+        }
         if !sched.worth_parallel {
             return self.eval_with(state, ctx, inputs);
         }

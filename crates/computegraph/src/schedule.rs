@@ -159,6 +159,12 @@ impl Schedule {
         range.len() > 1 && self.cost(range) >= PAR_LEVEL_MIN_COST
     }
 
+    /// The mean cost hint per instruction (0 without instructions).
+    pub(crate) fn mean_cost(&self) -> u64 {
+        let n = self.order.len();
+        if n == 0 { 0 } else { self.cost_prefix[n] / n as u64 }
+    }
+
     /// The summed cost of `order[range]`.
     #[inline]
     pub(crate) fn cost(&self, range: &std::ops::Range<usize>) -> u64 {

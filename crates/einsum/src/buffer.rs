@@ -1,4 +1,4 @@
-//! Recycled element buffers: tensor data returns its allocation to a per-thread pool when
+//! Recycled element buffers: tensor data returns its allocation to the process's pool when
 //! the last reference drops, and kernels take their output buffers from it. Tensors over
 //! memory the crate does not own (`Tensor::from_shared`) are never recycled.
 //!
@@ -11,25 +11,31 @@
 //! third of its memory traffic. Kernel scratch (packed operands, results before a final
 //! permutation) goes back to the pool too ([`recycle`]).
 //!
+//! One pool per element type for the whole process, behind a lock, not one per thread: in
+//! parallel evaluation a step's output is often made on one thread and dropped on another,
+//! and a result goes back to the caller's thread, which drops it. With per-thread pools
+//! those buffers never came back to the thread that allocates, so with two threads
+//! `str_nw_mera_open_26` page-faulted its 344 MB output afresh on every evaluation (three
+//! times the page faults of one thread). The lock is taken once per buffer of at least
+//! [`POOL_MIN_BYTES`], against the tens of microseconds of work such a buffer carries.
+//!
 //! Bounds: buffers of at least [`POOL_MIN_BYTES`] are kept, at most [`POOL_MAX_BUFFERS`] of
-//! them and [`POOL_MAX_BYTES`] in total per thread and element type; [`release_buffers`]
-//! empties the current thread's pools.
+//! them and [`POOL_MAX_BYTES`] in total per element type; [`release_buffers`] empties the
+//! pools.
 
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
 use std::ops::Deref;
-
-use rustc_hash::FxHashMap;
+use std::sync::{Mutex, PoisonError};
 
 use crate::elem::Elem;
 
 /// Smallest buffer worth recycling (smaller ones are cheap for the allocator).
 pub const POOL_MIN_BYTES: usize = 32 << 10;
-/// At most this many buffers per thread and element type. A gradient's outputs (one per
+/// At most this many buffers per element type. A gradient's outputs (one per
 /// operand: 100 to 200 on the benchmark instances) all live until the caller drops them;
 /// with 32, two thirds of them came back as fresh pages on every evaluation.
 pub(crate) const POOL_MAX_BUFFERS: usize = 256;
-/// At most this many bytes per thread and element type.
+/// At most this many bytes per element type.
 pub(crate) const POOL_MAX_BYTES: usize = 1 << 30;
 
 struct Pool<T> {
@@ -38,23 +44,21 @@ struct Pool<T> {
     bytes: usize,
 }
 
-thread_local! {
-    static POOLS: RefCell<FxHashMap<TypeId, Box<dyn Any>>> = RefCell::new(FxHashMap::default());
-}
+/// The pools, one per element type (a short list: `f64` and `c64`).
+static POOLS: Mutex<Vec<(TypeId, Box<dyn Any + Send>)>> = Mutex::new(Vec::new());
 
-fn with_pool<T: Elem, R>(f: impl FnOnce(&mut Pool<T>) -> R) -> Option<R> {
-    POOLS
-        .try_with(|pools| {
-            let mut pools = pools.try_borrow_mut().ok()?;
-            let pool = pools
-                .entry(TypeId::of::<T>())
-                .or_insert_with(|| Box::new(Pool::<T> { buffers: Vec::new(), bytes: 0 }))
-                .downcast_mut::<Pool<T>>()
-                .expect("pools are keyed by their element type");
-            Some(f(pool))
-        })
-        .ok()
-        .flatten()
+fn with_pool<T: Elem, R>(f: impl FnOnce(&mut Pool<T>) -> R) -> R {
+    // Nothing panics while the lock is held but an allocation failure; the pool is
+    // consistent after any of its operations, so a poisoned lock is taken as it is.
+    let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
+    let at = match pools.iter().position(|(t, _)| *t == TypeId::of::<T>()) {
+        Some(at) => at,
+        None => {
+            pools.push((TypeId::of::<T>(), Box::new(Pool::<T> { buffers: Vec::new(), bytes: 0 })));
+            pools.len() - 1
+        }
+    };
+    f(pools[at].1.downcast_mut::<Pool<T>>().expect("pools are keyed by their element type"))
 }
 
 fn bytes<T>(capacity: usize) -> usize {
@@ -76,7 +80,6 @@ fn pooled<T: Elem>(n: usize) -> Option<Vec<T>> {
         p.bytes -= bytes::<T>(b.capacity());
         Some(b)
     })
-    .flatten()
 }
 
 /// A zeroed vector of `n` elements, reusing a pooled allocation of capacity between `n`
@@ -112,10 +115,11 @@ pub(crate) fn overwritten<T: Elem>(n: usize) -> Vec<T> {
     }
 }
 
-/// Empties the current thread's buffer pools (all element types).
+/// Empties the buffer pools (all element types, for every thread of the process).
 ///
-/// Kernels recycle large buffers per thread (the pool keeps the ones tensors gave back);
-/// call this to return that memory when a thread is done with contractions.
+/// Kernels recycle large buffers (the pool keeps the ones tensors gave back, up to
+/// `POOL_MAX_BYTES` per element type); call this to return that memory when the process
+/// is done with contractions for a while.
 ///
 /// ```
 /// use einsum::{release_buffers, Einsum, PathChoice, Tensor};
@@ -127,11 +131,9 @@ pub(crate) fn overwritten<T: Elem>(n: usize) -> Vec<T> {
 /// release_buffers();
 /// ```
 pub fn release_buffers() {
-    let _ = POOLS.try_with(|p| {
-        if let Ok(mut p) = p.try_borrow_mut() {
-            p.clear();
-        }
-    });
+    // Freed outside the lock.
+    let pools = std::mem::take(&mut *POOLS.lock().unwrap_or_else(PoisonError::into_inner));
+    drop(pools);
 }
 
 /// Tensor data: a vector that returns its allocation to the pool when dropped, or elements
@@ -182,12 +184,12 @@ impl<T: Elem> Drop for Buffer<T> {
 }
 
 /// A tensor's elements handed out of the crate (to another library's array, say) that go
-/// back to the current thread's buffer pool when dropped, as a tensor's own data does.
+/// back to the buffer pool when dropped, as a tensor's own data does.
 ///
 /// Why: a caller that takes results out as plain vectors and drops them frees large
 /// allocations together, the allocator may give those pages back to the system, and the
 /// next evaluation's outputs then come from fresh pages, each paying a first-touch fault.
-/// A `PooledVec` dropped on the evaluating thread is reused by its next evaluation.
+/// A dropped `PooledVec` is reused by the next evaluation, on whatever thread.
 ///
 /// ```
 /// use einsum::Tensor;
@@ -197,7 +199,7 @@ impl<T: Elem> Drop for Buffer<T> {
 /// assert_eq!((v.as_ptr(), v.len()), (ptr, 512 * 512));
 /// v.as_mut_slice()[0] = 2.0;
 /// assert_eq!(v[..2], [2.0, 1.0]);
-/// drop(v); // back to this thread's pool, for the next evaluation's outputs
+/// drop(v); // back to the pool, for the next evaluation's outputs
 /// ```
 pub struct PooledVec<T: Elem>(Vec<T>);
 
@@ -238,7 +240,7 @@ pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
     if size < POOL_MIN_BYTES {
         return;
     }
-    let _ = with_pool::<T, _>(|p| {
+    with_pool::<T, _>(|p| {
         if p.buffers.len() < POOL_MAX_BUFFERS && p.bytes + size <= POOL_MAX_BYTES {
             p.bytes += size;
             let at = p.buffers.partition_point(|b| b.capacity() < v.capacity());
@@ -247,40 +249,63 @@ pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
     });
 }
 
+/// Unit tests that empty the pool or expect a buffer back from it hold this lock: the
+/// pool is the process's, and the test harness runs tests on several threads.
+#[cfg(test)]
+pub(crate) static POOL_TESTS: Mutex<()> = Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Elements of the buffers these tests pool: 40 MB, a size no other unit test asks for
+    /// (a concurrent test taking a buffer of `n/2` to `n` elements would take ours).
+    const N: usize = 5_000_011;
+
     #[test]
     fn dropped_buffers_are_reused() {
+        let _serial = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
         release_buffers();
-        let n = POOL_MIN_BYTES; // elements: 8·n bytes
-        let mut v = zeroed::<f64>(n);
+        let mut v = zeroed::<f64>(N);
         v[3] = 1.0;
         let ptr = v.as_ptr();
         drop(Buffer::new(v));
-        let w = zeroed::<f64>(n - 1);
+        let w = zeroed::<f64>(N - 1);
         assert_eq!(w.as_ptr(), ptr, "the pooled allocation is reused");
         assert!(w.iter().all(|&x| x == 0.0), "and zeroed");
         // Too small a request for that buffer (under half its capacity): a fresh one.
         drop(Buffer::new(w));
-        let small = zeroed::<f64>(n / 4);
+        let small = zeroed::<f64>(N / 4);
         assert_ne!(small.as_ptr(), ptr);
         release_buffers();
         // Small buffers are not pooled.
         drop(Buffer::new(vec![1.0f64; 4]));
-        assert!(with_pool::<f64, _>(|p| p.buffers.len()).unwrap() == 0);
+        assert!(with_pool::<f64, _>(|p| p.buffers.iter().all(|b| b.capacity() >= POOL_MIN_BYTES / 8)));
     }
 
     #[test]
     fn pooled_vecs_return_to_the_pool() {
+        let _serial = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
         release_buffers();
-        let n = POOL_MIN_BYTES;
-        let v = PooledVec::new(zeroed::<f64>(n));
+        let v = PooledVec::new(zeroed::<f64>(N));
         let ptr = v.as_ptr();
         drop(v);
-        let reused = overwritten::<f64>(n);
+        let reused = overwritten::<f64>(N);
         assert_eq!(reused.as_ptr(), ptr, "a dropped PooledVec's allocation is reused");
+        release_buffers();
+    }
+
+    #[test]
+    fn buffers_dropped_on_another_thread_are_reused() {
+        // Parallel evaluation makes a step's output on one thread and may drop it on
+        // another; the result goes back to the caller's thread.
+        let _serial = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
+        release_buffers();
+        let v = overwritten::<f64>(N);
+        let ptr = v.as_ptr() as usize;
+        std::thread::spawn(move || drop(Buffer::new(v))).join().expect("the thread drops the buffer");
+        let reused = overwritten::<f64>(N);
+        assert_eq!(reused.as_ptr() as usize, ptr, "a buffer dropped on another thread is reused");
         release_buffers();
     }
 }

@@ -291,10 +291,13 @@ impl<T: Elem> Einsum<T> {
 
     /// [`Einsum::eval`] on every thread of `pool` (or of the current rayon pool, the
     /// global one outside any pool), with two kinds of parallelism chosen by cost:
-    /// independent steps run level-parallel (computegraph's evaluator, driven by the
-    /// operations' cost hints), and a step whose GEMM has at least `2^21` multiply-adds
-    /// splits that GEMM over the pool's threads. Smaller steps stay on one thread, so they
-    /// do not pay for forking. [`Einsum::eval`] always uses one thread.
+    /// independent steps run in parallel (computegraph's evaluator, driven by the
+    /// operations' cost hints: by dependency when the steps are costly, a step starting
+    /// when its operands are ready), and a step whose GEMM has at least `2^21`
+    /// multiply-adds splits that GEMM (and permutations of `2^20` elements or more their
+    /// copies) over the pool's threads, which an idle thread then helps with. Smaller
+    /// steps stay on one thread, so they do not pay for forking. [`Einsum::eval`] always
+    /// uses one thread.
     pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
         let inputs = self.program.bind_inputs(|k| match k {

@@ -235,3 +235,55 @@ fn constructors_refuse_what_the_allocator_cannot_give() {
     assert!(Tensor::<f64>::zeros(vec![usize::MAX, 2]).is_err());
     assert_eq!(Tensor::<f64>::ones(vec![2, 2]).unwrap().data(), &[1.0; 4]);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// A product of matrices of 32 to 56 on a random pairwise path (two neighbours in the
+    /// chain at each step), evaluated on two and three threads: steps this large make the
+    /// engine evaluate by dependency (a step starts when its operands are ready), and the
+    /// result equals one thread's to rounding, complex ones too.
+    #[test]
+    fn dataflow_evaluation_matches_one_thread(
+        dims in proptest::collection::vec(32usize..=56, 4..=8),
+        picks in proptest::collection::vec(0usize..100, 7),
+        transpose_last in proptest::bool::ANY,
+    ) {
+        let n = dims.len() - 1;
+        let labels: Vec<char> = ('a'..='z').take(dims.len()).collect();
+        let inputs: Vec<String> = (0..n).map(|i| format!("{}{}", labels[i], labels[i + 1])).collect();
+        let out = if transpose_last { format!("{}{}", labels[n], labels[0]) } else { format!("{}{}", labels[0], labels[n]) };
+        let expr = format!("{}->{out}", inputs.join(","));
+        let shapes: Vec<Vec<usize>> = (0..n).map(|i| vec![dims[i], dims[i + 1]]).collect();
+        // opt_einsum's format: the two operands leave the list, their product goes last.
+        // Each operand covers a run of the chain; only neighbouring runs are multiplied.
+        let mut runs: Vec<(usize, usize)> = (0..n).map(|i| (i, i + 1)).collect();
+        let mut steps = Vec::new();
+        for &pick in &picks[..n - 1] {
+            let pairs: Vec<[usize; 2]> = (0..runs.len())
+                .flat_map(|i| (0..runs.len()).map(move |j| [i, j]))
+                .filter(|&[i, j]| runs[i].1 == runs[j].0)
+                .collect();
+            let [i, j] = pairs[pick % pairs.len()];
+            let merged = (runs[i].0, runs[j].1);
+            let (ri, rj) = (runs[i], runs[j]);
+            runs.retain(|r| *r != ri && *r != rj);
+            runs.push(merged);
+            steps.push([i, j]);
+        }
+        let path = PathChoice::Explicit(ContractionPath::new(steps));
+        let pools = [2, 3].map(|t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap());
+        let e = Einsum::<f64>::new(&expr, &shapes, path.clone()).unwrap();
+        let ops: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+        let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+        let want = e.eval(&refs).unwrap();
+        let ez = Einsum::<c64>::new(&expr, &shapes, path).unwrap();
+        let opz: Vec<Tensor<c64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+        let refz: Vec<&Tensor<c64>> = opz.iter().collect();
+        let wantz = ez.eval(&refz).unwrap();
+        for pool in &pools {
+            assert_close(&e.eval_parallel(Some(pool), &refs).unwrap(), &want, &expr);
+            assert_close(&ez.eval_parallel(Some(pool), &refz).unwrap(), &wantz, &expr);
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! Operand ownership in the evaluators: every operand value the slots take is dropped
-//! exactly once, whether a run completes, fails or panics, sequentially or in parallel,
+//! exactly once, whether a run completes, fails or panics, sequentially or in parallel
+//! (by levels or by dependency),
 //! whether the state is cleared, reused by the next run (whose reset drops what the last
 //! one left) or dropped.
 //!
@@ -113,19 +114,29 @@ fn spec_strategy() -> impl Strategy<Value = Spec> {
 
 impl Spec {
     /// Compiles the graph with node `faulty` (if any) given `fault`, and returns the
-    /// program with the expected output values.
-    fn compile(&self, faulty: Option<(usize, Fault)>) -> (CompiledProgram<Tally>, Vec<u64>) {
+    /// program with the expected output values. `by_dependency` makes the parallel
+    /// evaluator run it by dependency (`dataflow.rs`); otherwise by levels.
+    fn compile(&self, faulty: Option<(usize, Fault)>, by_dependency: bool) -> (CompiledProgram<Tally>, Vec<u64>) {
         const WINDOW: u32 = 10;
         let mut b = GraphBuilder::with_interner(KeyInterner::new());
         let mut ids: Vec<_> = (0..self.inputs).map(|i| b.add_input(i)).collect();
         let mut values: Vec<u64> = (0..self.inputs).map(u64::from).collect();
         // A first level of four operations heavy enough that the parallel evaluator always
         // splits it and takes its parallel path (not the sequential fallback), kept
-        // reachable by being outputs.
+        // reachable by being outputs. By levels, 64 cheap outputs more keep the mean cost
+        // per instruction under `DATAFLOW_MIN_MEAN_COST`; by dependency, the heavy four
+        // keep it over.
         let mut heavy_outputs = Vec::new();
+        let heavy = if by_dependency { 1000 * PAR_LEVEL_MIN_COST } else { 16 * PAR_LEVEL_MIN_COST };
         for k in 0..4u32 {
-            let op = Tally { tag: 1000 + k, arity: 1, outs: 1, cost: 1000 * PAR_LEVEL_MIN_COST, fault: Fault::None };
+            let op = Tally { tag: 1000 + k, arity: 1, outs: 1, cost: heavy, fault: Fault::None };
             values.push(mix(1000 + k, 0, &[0]));
+            heavy_outputs.push(ids.len());
+            ids.extend(b.add_operation(op, vec![Local(ids[0])], Primary));
+        }
+        for k in 0..if by_dependency { 0 } else { 64u32 } {
+            let op = Tally { tag: 2000 + k, arity: 1, outs: 1, cost: 1, fault: Fault::None };
+            values.push(mix(2000 + k, 0, &[0]));
             heavy_outputs.push(ids.len());
             ids.extend(b.add_operation(op, vec![Local(ids[0])], Primary));
         }
@@ -158,7 +169,9 @@ impl Spec {
         let expected = outputs.iter().map(|&o| values[o]).collect();
         let g = Arc::new(b.build());
         let keys: Vec<_> = outputs.iter().map(|&o| g.global_key(ids[o])).collect();
-        (compile(&materialize_merge(&resolve(vec![g]), &keys)), expected)
+        let program = compile(&materialize_merge(&resolve(vec![g]), &keys));
+        assert_eq!(program.parallel_by_dependency(), by_dependency);
+        (program, expected)
     }
 
     fn inputs(&self, live: &Arc<AtomicIsize>) -> Vec<Counted> {
@@ -220,8 +233,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn completed_runs_drop_every_slot_value_once(spec in spec_strategy()) {
-        let (program, expected) = spec.compile(None);
+    fn completed_runs_drop_every_slot_value_once(spec in spec_strategy(), by_dependency in any::<bool>()) {
+        let (program, expected) = spec.compile(None, by_dependency);
         let pool = pool();
         let mut state = EvalState::new();
         for got in runs(&program, &spec, &[None, Some(&pool), Some(&pool), None, None], &mut state) {
@@ -234,9 +247,10 @@ proptest! {
         spec in spec_strategy(),
         at in any::<prop::sample::Index>(),
         panic in any::<bool>(),
+        by_dependency in any::<bool>(),
     ) {
         let fault = if panic { Fault::Panic } else { Fault::ExtraOutput };
-        let (program, _) = spec.compile(Some((at.index(spec.nodes.len()), fault)));
+        let (program, _) = spec.compile(Some((at.index(spec.nodes.len()), fault)), by_dependency);
         let pool = pool();
         let mut state = EvalState::new();
         for result in runs(&program, &spec, &[None, Some(&pool), Some(&pool), None], &mut state) {
@@ -247,7 +261,7 @@ proptest! {
             }
         }
         // The state is still usable afterwards.
-        let (clean, expected) = spec.compile(None);
+        let (clean, expected) = spec.compile(None, by_dependency);
         let got = runs(&clean, &spec, &[None, Some(&pool)], &mut state);
         for got in got {
             prop_assert_eq!(&got.expect("no panic").expect("no error"), &expected);
@@ -258,7 +272,7 @@ proptest! {
 #[test]
 fn dropping_a_state_mid_use_drops_its_values() {
     let spec = Spec { inputs: 2, nodes: vec![(2, 1, false, [0, 1, 0]), (1, 2, false, [2, 0, 0])], outputs: vec![0, 1] };
-    let (program, _) = spec.compile(Some((1, Fault::ExtraOutput)));
+    let (program, _) = spec.compile(Some((1, Fault::ExtraOutput)), false);
     let live = Arc::new(AtomicIsize::new(0));
     let inputs = spec.inputs(&live);
     let refs: Vec<&Counted> = program.input_keys().iter().map(|&k| &inputs[k as usize]).collect();

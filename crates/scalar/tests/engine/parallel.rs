@@ -4,15 +4,17 @@
 //! both in place and in parallel chunks, that catch a read of an unwritten or reused slot,
 //! an operation run before its operands' producers finished, and an operation run twice
 //! or never; the heavy-operation path (two expensive operations in a level of two fork,
-//! cheap levels run in place); a panic in a chunk reaching the caller; the level count
+//! cheap levels run in place); evaluation by dependency (`dataflow.rs`) for programs of
+//! costly operations, on the same random graphs and checks; a panic in a chunk reaching the caller; the level count
 //! against longest paths computed on the materialized graph, and the schedule verifier.
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 
 use computegraph::{
-    CompiledProgram, EvalState, EvaluableGraphOperation, GraphBuilder, GraphOperation, KeyInterner, MaterializedGraph,
-    OperationRole::Primary, Outputs, PAR_LEVEL_MIN_COST, ValueId, ValueRef::Local, compile, materialize_merge, resolve,
+    CompiledProgram, DATAFLOW_MIN_MEAN_COST, EvalState, EvaluableGraphOperation, GraphBuilder, GraphOperation,
+    KeyInterner, MaterializedGraph, OperationRole::Primary, Outputs, PAR_LEVEL_MIN_COST, ValueId, ValueRef::Local,
+    compile, materialize_merge, resolve,
 };
 use proptest::prelude::*;
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -76,8 +78,8 @@ proptest! {
         assert_parallel_matches(&program, inputs);
     }
 
-    /// Order-recording hashing operations of mixed cost (zero, cheap, or enough to make
-    /// a level of two fork): every evaluation, sequential or on any pool, returns the
+    /// Order-recording hashing operations of mixed cost (zero, cheap, enough to make
+    /// a level of two fork, or enough for evaluation by dependency): every evaluation, sequential or on any pool, returns the
     /// reference values, runs each instruction exactly once, and starts each operation
     /// after the operations producing its operands finished. A read of a slot not yet
     /// written panics; a read of a reused slot, or operands in the wrong order, changes
@@ -105,6 +107,36 @@ proptest! {
             prop_assert_eq!(clock.now.load(SeqCst), 2 * program.instruction_count() as u64);
         }
     }
+
+    /// The same graphs with every operation costly: always evaluated by dependency, with
+    /// the same checks (values, each instruction once, operands finished before a start).
+    #[test]
+    fn costly_mix_graphs_run_by_dependency(spec in mix_spec_strategy()) {
+        let mut spec = spec;
+        for node in &mut spec.nodes {
+            node.2 = MixCost::Dataflow;
+        }
+        let (_, program, expected) = spec.compile();
+        prop_assert!(program.instruction_count() == 0 || program.parallel_by_dependency());
+        let inputs: Vec<Stamped> = (0..spec.inputs).map(|i| Stamped { value: input_value(i), done: 0 }).collect();
+        let refs: Vec<&Stamped> = program.input_keys().iter().map(|&k| &inputs[k as usize]).collect();
+        for pool in pools().iter().map(Some).chain([None]) {
+            let clock = Arc::new(Clock::default());
+            let mut ctx = Arc::clone(&clock);
+            let values: Vec<u64> = program.eval_parallel(pool, &mut ctx, &refs).iter().map(|x| x.value).collect();
+            prop_assert_eq!(&values, &expected);
+            prop_assert_eq!(clock.violations.load(SeqCst), 0, "an operation started before its operands were done");
+            prop_assert_eq!(clock.now.load(SeqCst), 2 * program.instruction_count() as u64);
+        }
+    }
+}
+
+/// Cheap scalar programs never run by dependency, however wide.
+#[test]
+fn cheap_programs_run_by_levels() {
+    let (_, program, _) =
+        MixSpec { inputs: 2, nodes: vec![(2, 1, MixCost::Fork, [0, 1, 0]); 40], outputs: vec![3, 7] }.compile();
+    assert!(!program.parallel_by_dependency());
 }
 
 /// Two expensive operations in a level of two fork even though the level is narrow; the
@@ -278,13 +310,15 @@ struct Stamped {
     done: u64,
 }
 
-/// The cost hint of a [`Mix`]: zero (ties in the cost prefix), cheap, or enough for a
-/// level of two to fork.
+/// The cost hint of a [`Mix`]: zero (ties in the cost prefix), cheap, enough for a
+/// level of two to fork, or four times the mean from which a program runs by dependency
+/// (so a graph with a quarter or more of those does; ready ones of them are spawned).
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
 enum MixCost {
     Zero,
     Cheap,
     Fork,
+    Dataflow,
 }
 
 /// A test operation: output `k` is an order-sensitive hash of its tag, `k` and its
@@ -329,6 +363,7 @@ impl GraphOperation for Mix {
             MixCost::Zero => 0,
             MixCost::Cheap => 1,
             MixCost::Fork => PAR_LEVEL_MIN_COST / 2,
+            MixCost::Dataflow => 4 * DATAFLOW_MIN_MEAN_COST,
         }
     }
 }
@@ -360,7 +395,7 @@ struct MixSpec {
 }
 
 fn mix_spec_strategy() -> impl Strategy<Value = MixSpec> {
-    let cost = prop_oneof![Just(MixCost::Zero), Just(MixCost::Cheap), Just(MixCost::Fork)];
+    let cost = prop_oneof![Just(MixCost::Zero), Just(MixCost::Cheap), Just(MixCost::Fork), Just(MixCost::Dataflow)];
     let node = (0u8..=3, 1u8..=2, cost, any::<[u32; 3]>());
     (1u32..=4, prop::collection::vec(node, 0..=80), prop::collection::vec(any::<u32>(), 1..=6))
         .prop_map(|(inputs, nodes, outputs)| MixSpec { inputs, nodes, outputs })

@@ -1,0 +1,511 @@
+//! `dataflow`: dependency-driven parallel evaluation, for programs of costly instructions.
+//!
+//! Input: a verified sequential program (`program.rs`) and a cost per instruction
+//! ([`GraphOperation::cost_hint`](crate::GraphOperation::cost_hint)). [`plan`] numbers
+//! the values by simulating the program (inputs `0..n_inputs`, then each instruction's
+//! outputs in program order, as `schedule.rs` does), and records per instruction how many
+//! operands other instructions produce (`pending`), which instructions read its outputs
+//! (`consumers`, once per operand), and its *rank*: its cost plus the largest rank of its
+//! consumers, the cost of the longest path from it to the end. Output: a [`DataflowPlan`],
+//! which [`run`] evaluates on the current rayon pool.
+//!
+//! Why: the level evaluator (`eval.rs`) waits for a whole level before the next begins,
+//! and its helper threads spin between levels. That suits many cheap operations; for a
+//! few dozen costly ones (an einsum network's contractions) a level often holds one long
+//! step and one short one, and the core that finished the short one idles until the long
+//! one ends, unable even to take part in the long step's own parallel kernels. Here an
+//! instruction starts as soon as its last operand is ready, and a thread that has nothing
+//! to do is an idle rayon worker, which steals spawned instructions and the kernels' own
+//! rayon work alike. See `docs/adr/0014-dataflow-evaluation.md`.
+//!
+//! How: [`run`] opens one `rayon::scope`. Instructions without pending operands are ready
+//! at the start; when an instruction finishes, the counters of its consumers go down, and
+//! those that reach zero are ready. Of the ready instructions, the thread keeps the one of
+//! highest rank (the critical path stays on a warm core), runs the cheap ones itself (a
+//! cost hint below [`SPAWN_MIN_COST`]: they do not pay for a spawn and a wake-up) and
+//! spawns the others, for an idle thread to steal. Idle threads do not sleep during a
+//! run: they spin, taking pool work as it appears (`Run::stay_awake`).
+//!
+//! **The dataflow invariant, on which this module's `unsafe` rests:** a value's cell is
+//! written once, by the instruction that produces it, before any reader starts: a reader
+//! becomes ready only when its `pending` counter, decremented (acquire-release) by each
+//! producer after its writes, reaches zero. It is dropped once, by its last reader, after
+//! every reader is done with it: `readers_left`, decremented (acquire-release) by each
+//! reader after its reads, reaches zero only then; program outputs count one more reader,
+//! the final gather, so they are never dropped during the run. Program inputs are read
+//! from the caller's references and never stored. So no cell is written while another
+//! thread reads it, and none is read after it is dropped.
+//!
+//! Results are bit-identical to sequential evaluation: every instruction runs once, with
+//! its own operation, on the same operands. The instructions the calling thread runs get
+//! the caller's context; each spawned job (an instruction and the ones its thread then
+//! runs in place) gets a clone, made when it starts; what a clone records is dropped. A failing instruction stops the run (nothing more starts) and its error is
+//! returned; a panic reaches the caller when the scope ends. Either way the values still
+//! held are dropped. Peak memory may exceed the sequential order's: independent steps run
+//! together, each with its inputs and output alive.
+//!
+//! Complexity: [`plan`] `O(instructions + arguments + slots)`, one sort of the roots;
+//! [`run`] `O(instructions + arguments)` atomic operations, one spawn per costly ready
+//! instruction beyond the first.
+
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+
+use smallvec::SmallVec;
+
+use crate::error::{GraphError, GraphResult};
+use crate::id::{IdVec, InstrId, SlotId};
+use crate::operation::{EvaluableGraphOperation, Label, Outputs};
+use crate::program::{Instr, Program};
+
+/// Programs whose mean cost hint per instruction is at least this are evaluated in
+/// parallel by dependency ([`run`]) rather than by levels: about 16 µs of work per
+/// instruction, where a spawn and a thread's wake-up (tens of microseconds when a rayon
+/// worker sleeps) are small. Scalar graphs (cost 1) never come near it.
+pub const DATAFLOW_MIN_MEAN_COST: u64 = 1 << 14;
+
+/// A ready instruction of at least this cost hint is spawned for another thread to steal;
+/// a cheaper one runs on the thread that made it ready.
+pub(crate) const SPAWN_MIN_COST: u64 = 1 << 15;
+
+/// The dependency structure of a program, built once on first use (see the module doc).
+#[derive(Debug)]
+pub(crate) struct DataflowPlan {
+    n_inputs: usize,
+    /// The value at each argument position, in the layout of the program's argument pool.
+    arg_value: Vec<u32>,
+    /// Readers of each instruction-made value (index `v - n_inputs`), one per operand that
+    /// names it, plus one if it is a program output.
+    readers: Vec<u32>,
+    /// Operands of each instruction that other instructions produce.
+    pending: Vec<u32>,
+    /// `consumers[consumer_start[i]..consumer_start[i + 1]]`: the instructions reading
+    /// instruction `i`'s outputs, once per such operand.
+    consumer_start: Vec<u32>,
+    consumers: Vec<u32>,
+    /// Instructions with no pending operand, by increasing rank.
+    roots: Vec<u32>,
+    /// Each instruction's cost hint, and its rank (the module doc).
+    cost: Vec<u64>,
+    rank: Vec<u64>,
+    /// The value of each program output, and whether this output position moves it out
+    /// (the last position naming an instruction-made value) or clones it.
+    output_values: Vec<u32>,
+    output_move: Vec<bool>,
+}
+
+/// Builds the [`DataflowPlan`] of a program's instructions (see the module doc).
+pub(crate) fn plan(
+    instrs: &[Instr],
+    args: &[SlotId],
+    input_slots: &[Option<SlotId>],
+    output_slots: &[SlotId],
+    slot_count: usize,
+    cost: &[u64],
+) -> GraphResult<DataflowPlan> {
+    let unverified = || GraphError::Invalid {
+        phase: "dataflow plan",
+        message: "the sequential program reads a slot before writing it".into(),
+    };
+    let n = instrs.len();
+    let n_inputs = input_slots.len();
+    let n_made: usize = instrs.iter().map(|i| i.n_out()).sum();
+    if n_inputs + n_made >= u32::MAX as usize || n >= u32::MAX as usize {
+        return Err(GraphError::IdSpaceExhausted { space: "value" });
+    }
+    // Value numbering; `producer[v - n_inputs]` is the instruction that makes value `v`.
+    let mut arg_value: Vec<u32> = vec![0; args.len()];
+    let mut producer: Vec<u32> = Vec::with_capacity(n_made);
+    let mut slot_value: IdVec<SlotId, Option<u32>> = IdVec::from_elem(None, slot_count);
+    for (j, s) in input_slots.iter().enumerate() {
+        if let &Some(s) = s {
+            slot_value[s] = Some(j as u32);
+        }
+    }
+    let mut readers: Vec<u32> = vec![0; n_made];
+    let mut pending: Vec<u32> = vec![0; n];
+    let mut consumer_count: Vec<u32> = vec![0; n + 1];
+    for (i, &instr) in instrs.iter().enumerate() {
+        let (start, mid) = (instr.start(), instr.start() + instr.n_in());
+        for p in start..mid {
+            let v = slot_value[args[p]].ok_or_else(unverified)?;
+            arg_value[p] = v;
+            if let Some(m) = (v as usize).checked_sub(n_inputs) {
+                readers[m] += 1;
+                pending[i] += 1;
+                consumer_count[producer[m] as usize] += 1;
+            }
+        }
+        for p in mid..instr.end() {
+            let v = (n_inputs + producer.len()) as u32;
+            arg_value[p] = v;
+            slot_value[args[p]] = Some(v);
+            producer.push(i as u32);
+        }
+    }
+    let output_values: Vec<u32> =
+        output_slots.iter().map(|&s| slot_value[s].ok_or_else(unverified)).collect::<GraphResult<_>>()?;
+    let mut output_move = vec![false; output_values.len()];
+    for (k, &v) in output_values.iter().enumerate().rev() {
+        if let Some(m) = (v as usize).checked_sub(n_inputs) {
+            // The last position naming it moves it; the output gather is one more reader.
+            output_move[k] = !output_values[k + 1..].contains(&v);
+            if output_move[k] {
+                readers[m] += 1;
+            }
+        }
+    }
+    // Consumers in compressed rows, filled in program order.
+    let mut consumer_start: Vec<u32> = vec![0; n + 1];
+    for i in 0..n {
+        consumer_start[i + 1] = consumer_start[i] + consumer_count[i];
+    }
+    let mut fill = consumer_start.clone();
+    let mut consumers: Vec<u32> = vec![0; consumer_start[n] as usize];
+    for (i, &instr) in instrs.iter().enumerate() {
+        for &v in instr.slots(&arg_value).0 {
+            if let Some(m) = (v as usize).checked_sub(n_inputs) {
+                let at = &mut fill[producer[m] as usize];
+                consumers[*at as usize] = i as u32;
+                *at += 1;
+            }
+        }
+    }
+    // Ranks in reverse program order: consumers come later.
+    let mut rank: Vec<u64> = vec![0; n];
+    for i in (0..n).rev() {
+        let below = consumers[consumer_start[i] as usize..consumer_start[i + 1] as usize]
+            .iter()
+            .map(|&c| rank[c as usize])
+            .max()
+            .unwrap_or(0);
+        rank[i] = cost[i].saturating_add(below);
+    }
+    let mut roots: Vec<u32> = (0..n as u32).filter(|&i| pending[i as usize] == 0).collect();
+    roots.sort_by_key(|&i| rank[i as usize]);
+    Ok(DataflowPlan {
+        n_inputs,
+        arg_value,
+        readers,
+        pending,
+        consumer_start,
+        consumers,
+        roots,
+        cost: cost.to_vec(),
+        rank,
+        output_values,
+        output_move,
+    })
+}
+
+impl DataflowPlan {
+    fn consumers_of(&self, i: usize) -> &[u32] {
+        &self.consumers[self.consumer_start[i] as usize..self.consumer_start[i + 1] as usize]
+    }
+}
+
+/// The values instructions make during one run: one cell each, and whether it holds one.
+struct Values<T> {
+    cells: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    live: Box<[AtomicBool]>,
+}
+
+// SAFETY: threads share `Values` during a run to read cells (needs `T: Sync`) and to move
+// values into and out of them (needs `T: Send`); which thread touches which cell when is
+// ordered by the dataflow invariant (module doc).
+unsafe impl<T: Send + Sync> Sync for Values<T> {}
+
+impl<T> Values<T> {
+    fn new(n: usize) -> Self {
+        Values {
+            cells: (0..n).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+            live: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// # Safety
+    /// Cell `m` holds a value that no thread drops or overwrites while the reference lives.
+    unsafe fn read(&self, m: usize) -> &T {
+        // SAFETY: by the caller's guarantee.
+        unsafe { (*self.cells[m].get()).assume_init_ref() }
+    }
+
+    /// # Safety
+    /// Cell `m` is empty and no other thread touches it during the call.
+    unsafe fn write(&self, m: usize, v: T) {
+        // SAFETY: by the caller's guarantee.
+        unsafe { (*self.cells[m].get()).write(v) };
+        // Published to readers by the producer's `pending` decrements (acquire-release).
+        self.live[m].store(true, Relaxed);
+    }
+
+    /// # Safety
+    /// Cell `m` holds a value and no other thread touches it during the call or after.
+    unsafe fn take(&self, m: usize) -> T {
+        self.live[m].store(false, Relaxed);
+        // SAFETY: by the caller's guarantee.
+        unsafe { (*self.cells[m].get()).assume_init_read() }
+    }
+}
+
+impl<T> Drop for Values<T> {
+    fn drop(&mut self) {
+        // Exclusive: the run's scope has ended (normally, by an error or by a panic).
+        for (cell, live) in self.cells.iter_mut().zip(self.live.iter_mut()) {
+            if *live.get_mut() {
+                // SAFETY: `live` marks the cells that hold a value.
+                unsafe { cell.get_mut().assume_init_drop() };
+            }
+        }
+    }
+}
+
+/// The shared state of one run.
+struct Run<'a, Op: EvaluableGraphOperation> {
+    program: &'a Program<Op>,
+    plan: &'a DataflowPlan,
+    inputs: &'a [&'a Op::Operand],
+    values: Values<Op::Operand>,
+    readers_left: Box<[AtomicU32]>,
+    pending: Box<[AtomicU32]>,
+    failed: AtomicBool,
+    /// Instructions not finished yet.
+    left: AtomicUsize,
+    error: Mutex<Option<GraphError>>,
+    /// The context spawned jobs clone.
+    ctx: Mutex<Op::Context>,
+}
+
+thread_local! {
+    /// How many instructions this thread is inside (a kernel's rayon wait can run other
+    /// pool jobs, so instructions nest).
+    static IN_STEP: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Counts the current thread as inside an instruction while it lives.
+struct InStep;
+
+impl InStep {
+    fn enter() -> Self {
+        IN_STEP.with(|d| d.set(d.get() + 1));
+        InStep
+    }
+}
+
+impl Drop for InStep {
+    fn drop(&mut self) {
+        IN_STEP.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Sets the run's `failed` flag when a job unwinds, so that nothing more starts.
+struct FailOnUnwind<'a>(&'a AtomicBool);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Relaxed);
+        }
+    }
+}
+
+/// Evaluates `program` by `plan` on the current rayon pool (the caller enters it), with
+/// one input per program input. See the module doc.
+pub(crate) fn run<Op>(
+    program: &Program<Op>,
+    plan: &DataflowPlan,
+    ctx: &mut Op::Context,
+    inputs: &[&Op::Operand],
+) -> GraphResult<Vec<Op::Operand>>
+where
+    Op: EvaluableGraphOperation,
+    Op::Context: Clone + Send,
+{
+    if inputs.len() != plan.n_inputs {
+        return Err(GraphError::InputCountMismatch { expected: plan.n_inputs, found: inputs.len() });
+    }
+    let mut run = Run {
+        program,
+        plan,
+        inputs,
+        values: Values::new(plan.readers.len()),
+        readers_left: plan.readers.iter().map(|&r| AtomicU32::new(r)).collect(),
+        pending: plan.pending.iter().map(|&p| AtomicU32::new(p)).collect(),
+        failed: AtomicBool::new(false),
+        left: AtomicUsize::new(plan.pending.len()),
+        error: Mutex::new(None),
+        ctx: Mutex::new(ctx.clone()),
+    };
+    rayon::scope(|scope| {
+        let run = &run;
+        for _ in 1..rayon::current_num_threads() {
+            scope.spawn(move |_| run.stay_awake());
+        }
+        let mut ready: SmallVec<[u32; 8]> = plan.roots.iter().copied().collect();
+        let mut work = Vec::new();
+        run.dispatch(scope, &mut ready, &mut work);
+        run.job(scope, work, ctx);
+        run.stay_awake();
+    });
+    if let Some(e) = run.error.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+        return Err(e);
+    }
+    // Every instruction ran (none failed), and the scope's end ordered all their writes
+    // before this thread's reads.
+    let n_inputs = plan.n_inputs;
+    let out = plan
+        .output_values
+        .iter()
+        .zip(&plan.output_move)
+        .map(|(&v, &moved)| match (v as usize).checked_sub(n_inputs) {
+            None => run.inputs[v as usize].clone(),
+            // SAFETY: every instruction ran, so the cell holds the output value (program
+            // outputs are never dropped during the run); the scope has ended, so this
+            // thread alone touches the cells; a moved cell is not named by a later output.
+            Some(m) if moved => unsafe { run.values.take(m) },
+            // SAFETY: as above.
+            Some(m) => unsafe { run.values.read(m) }.clone(),
+        })
+        .collect();
+    Ok(out)
+}
+
+impl<'a, Op> Run<'a, Op>
+where
+    Op: EvaluableGraphOperation,
+    Op::Context: Clone + Send,
+{
+    /// Until the run ends, takes pool work (spawned instructions, the blocks of a running
+    /// instruction's parallel kernels) whenever there is some, and spins otherwise: a
+    /// rayon worker that falls asleep takes tens of microseconds to wake, and a run makes
+    /// work for an idle thread many times (on `str_matrix_chain_multiplication_100`, 99
+    /// steps in 11 ms, two threads' best of five had a median of 10.5 ms over eight
+    /// processes with sleeping helpers, 9.3 ms with awake ones). The calling thread does
+    /// the same once its own instructions are done. A thread inside an instruction
+    /// returns at once: a kernel waiting for its own rayon jobs may pick this job up, and
+    /// spinning there until the run ends would wait for itself.
+    fn stay_awake(&self) {
+        if IN_STEP.with(Cell::get) > 0 {
+            return;
+        }
+        let mut idle = 0u32;
+        while self.left.load(Acquire) > 0 && !self.failed.load(Relaxed) {
+            match rayon::yield_now() {
+                Some(rayon::Yield::Executed) => idle = 0,
+                _ if idle < 1 << 12 => {
+                    idle += 1;
+                    std::hint::spin_loop();
+                }
+                _ => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// A spawned job: [`Self::job`] with a clone of the context.
+    fn spawned<'s>(&'s self, scope: &rayon::Scope<'s>, i: u32) {
+        let mut cx = self.ctx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        self.job(scope, vec![i], &mut cx);
+    }
+
+    /// Runs the instructions of `work` (a stack) and those they make ready, until none is
+    /// left or the run has failed.
+    fn job<'s>(&'s self, scope: &rayon::Scope<'s>, mut work: Vec<u32>, cx: &mut Op::Context) {
+        let _unwind = FailOnUnwind(&self.failed);
+        let mut ready: SmallVec<[u32; 8]> = SmallVec::new();
+        while let Some(i) = work.pop() {
+            if self.failed.load(Relaxed) {
+                return;
+            }
+            if let Err(e) = self.step(i as usize, cx, &mut ready) {
+                self.failed.store(true, Relaxed);
+                let mut slot = self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                slot.get_or_insert(e);
+                return;
+            }
+            self.dispatch(scope, &mut ready, &mut work);
+        }
+    }
+
+    /// Hands out the instructions of `ready`: the one of highest rank goes on top of
+    /// `work` (this thread runs it next), cheap ones into `work` too, costly ones are
+    /// spawned as jobs of their own.
+    fn dispatch<'s>(&'s self, scope: &rayon::Scope<'s>, ready: &mut SmallVec<[u32; 8]>, work: &mut Vec<u32>) {
+        let plan = self.plan;
+        ready.sort_unstable_by_key(|&i| plan.rank[i as usize]);
+        let Some(first) = ready.pop() else { return };
+        for &i in ready.iter() {
+            if plan.cost[i as usize] >= SPAWN_MIN_COST {
+                scope.spawn(move |s| self.spawned(s, i));
+            } else {
+                work.push(i);
+            }
+        }
+        ready.clear();
+        work.push(first);
+    }
+
+    /// Evaluates instruction `i`, releases its operands, and pushes the instructions it
+    /// made ready onto `ready`.
+    fn step(&self, i: usize, cx: &mut Op::Context, ready: &mut SmallVec<[u32; 8]>) -> GraphResult<()> {
+        let _inside = InStep::enter();
+        let (plan, n_inputs) = (self.plan, self.plan.n_inputs);
+        let id = InstrId::new(i);
+        let op = &self.program.ops[id];
+        let (ins, outs) = self.program.instrs[id].slots(&plan.arg_value);
+        let mut made: SmallVec<[MaybeUninit<Op::Operand>; 2]> = outs.iter().map(|_| MaybeUninit::uninit()).collect();
+        {
+            let args: SmallVec<[&Op::Operand; 8]> = ins
+                .iter()
+                .map(|&v| match (v as usize).checked_sub(n_inputs) {
+                    None => self.inputs[v as usize],
+                    // SAFETY: `v` was made by an instruction that finished before this one
+                    // became ready (its `pending` decrement), and it is dropped only after
+                    // this instruction's own `readers_left` decrement, below, after the
+                    // references end (the dataflow invariant).
+                    Some(m) => unsafe { self.values.read(m) },
+                })
+                .collect();
+            let mut o = Outputs::slots(&mut made);
+            op.eval_into(cx, &args, &mut o);
+            if let Err(found) = o.finish() {
+                return Err(GraphError::OutputCountMismatch {
+                    operation: format!("{}", Label(op)),
+                    expected: outs.len(),
+                    found,
+                });
+            }
+        }
+        for (&v, value) in outs.iter().zip(made) {
+            let m = v as usize - n_inputs;
+            // SAFETY: `finish` returned `Ok`: every entry was written, and is now ours.
+            let value = unsafe { value.assume_init() };
+            if plan.readers[m] == 0 {
+                drop(value); // read by nothing, not an output
+            } else {
+                // SAFETY: this instruction alone makes value `v`, and no reader has started
+                // (each waits for this instruction's `pending` decrement, below).
+                unsafe { self.values.write(m, value) };
+            }
+        }
+        for &v in ins {
+            if let Some(m) = (v as usize).checked_sub(n_inputs) {
+                if self.readers_left[m].fetch_sub(1, AcqRel) == 1 {
+                    // SAFETY: every reader has decremented, so every reader is done with
+                    // the value (acquire-release orders their reads before this), and no
+                    // program output names it (outputs hold one more count).
+                    drop(unsafe { self.values.take(m) });
+                }
+            }
+        }
+        for &c in plan.consumers_of(i) {
+            if self.pending[c as usize].fetch_sub(1, AcqRel) == 1 {
+                ready.push(c);
+            }
+        }
+        self.left.fetch_sub(1, Release);
+        Ok(())
+    }
+}
