@@ -16,7 +16,7 @@
 //! one ends, unable even to take part in the long step's own parallel kernels. Here an
 //! instruction starts as soon as its last operand is ready, and a thread that has nothing
 //! to do is an idle rayon worker, which steals spawned instructions and the kernels' own
-//! rayon work alike. See `docs/adr/0014-dataflow-evaluation.md`.
+//! rayon work alike. See `docs/adr/0015-dataflow-evaluation.md`.
 //!
 //! How: [`run`] opens one `rayon::scope`. Instructions without pending operands are ready
 //! at the start; when an instruction finishes, the counters of its consumers go down, and

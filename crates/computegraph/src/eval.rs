@@ -30,7 +30,7 @@
 //!
 //! Programs whose mean cost hint per instruction reaches
 //! [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST) are evaluated in parallel by
-//! dependency instead (`dataflow.rs`, ADR 0014); what follows is the level evaluator.
+//! dependency instead (`dataflow.rs`, ADR 0015); what follows is the level evaluator.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
