@@ -62,7 +62,9 @@ use crate::operation::{EvaluableGraphOperation, Label, Outputs};
 use crate::program::{Instr, Program};
 
 /// Programs whose mean cost hint per instruction is at least this are evaluated in
-/// parallel by dependency ([`run`]) rather than by levels: about 16 µs of work per
+/// parallel by dependency rather than by levels
+/// ([`CompiledProgram::parallel_by_dependency`](crate::CompiledProgram::parallel_by_dependency)
+/// tells which a program takes): about 16 µs of work per
 /// instruction, where a spawn and a thread's wake-up (tens of microseconds when a rayon
 /// worker sleeps) are small. Scalar graphs (cost 1) never come near it.
 pub const DATAFLOW_MIN_MEAN_COST: u64 = 1 << 14;
