@@ -343,6 +343,11 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     fn source_of(&self, i: InstrId) -> OperationId {
         OperationId::new(if self.source.is_empty() { i.index() } else { self.source[i.index()] as usize })
     }
+    /// Each instruction's [`cost_hint`](GraphOperation::cost_hint), the input of both
+    /// parallel plans.
+    fn cost_hints(&self) -> Vec<u64> {
+        self.code.ops.raw().iter().map(GraphOperation::cost_hint).collect()
+    }
     /// The parallel schedule, computed on first use (a linear pass; see `schedule.rs`).
     /// It is built from, and checked against, this program's verified code, which never
     /// changes: so the schedule's checks stay true for the instructions `eval.rs` runs.
@@ -350,7 +355,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         self.schedule
             .get_or_init(|| {
                 let code = &self.code;
-                let cost: Vec<u64> = code.ops.raw().iter().map(GraphOperation::cost_hint).collect();
+                let cost = self.cost_hints();
                 let slots = &code.slots;
                 schedule(
                     code.ops.raw(),
@@ -371,7 +376,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         self.dataflow
             .get_or_init(|| {
                 let code = &self.code;
-                let cost: Vec<u64> = code.ops.raw().iter().map(GraphOperation::cost_hint).collect();
+                let cost = self.cost_hints();
                 let slots = &code.slots;
                 dataflow_plan(
                     code.instrs.raw(),
