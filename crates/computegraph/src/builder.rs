@@ -139,6 +139,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// # Panics
     /// On a wrong arity, mask length, unknown local value or foreign key; see
     /// [`GraphBuilder::try_add_operation`].
+    #[inline]
     pub fn add_operation(&mut self, op: Op, inputs: Vec<ValueRef<Op>>, role: OperationRole) -> AddedValues {
         self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -147,6 +148,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     ///
     /// The outputs come back as [`AddedValues`], a slice of local values that needs no heap
     /// allocation for up to two outputs.
+    #[inline]
     pub fn try_add_operation(
         &mut self,
         op: Op,
@@ -182,6 +184,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
     /// and returns the outputs as a range of local value indices.
+    #[inline]
     pub fn try_add_operation_from(
         &mut self,
         op: Op,
