@@ -3,11 +3,12 @@
 //! (inputs `var(i)` and the tangent keys of AD passes), with their `GraphOperation` and
 //! `EvaluableGraphOperation` implementations.
 //!
-//! It is the `scalar` crate's own source (`crates/scalar/src/lib.rs` declares it as a
-//! module and re-exports both types; their AD rules are in that crate). It lives beside
-//! the engine so that the engine's doc examples can declare it too, on a hidden line
-//! (`#[path = "../doc/scalar.rs"] mod scalar;`), without a dev-dependency on the crate
-//! above the engine. It names the engine by its crate path (`computegraph::…`) only.
+//! It is the `scalar` crate's own source: `crates/tidu/doc/scalar.rs` (the set with its AD
+//! rules) declares it as a module, and `crates/scalar/src/lib.rs` declares that file and
+//! re-exports both types. It lives beside the engine so that the engine's doc examples can
+//! declare it too, on a hidden line (`#[path = "../doc/scalar.rs"] mod scalar;`), without a
+//! dev-dependency on the crates above the engine. It names the engine by its crate path
+//! (`computegraph::…`) only.
 
 use std::fmt;
 use std::sync::Arc;

@@ -10,18 +10,22 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod ad;
 pub mod complex;
 pub mod eager;
 pub mod spec;
 pub mod workloads;
 
-// The types live beside the engine, whose doc examples declare the same file (see its
-// module doc): one source for both.
-#[path = "../../computegraph/doc/scalar.rs"]
-mod ops;
+// The types live beside the engine and their AD rules beside `tidu`, whose doc examples
+// declare the same files (see their module docs): one source for all three.
+#[path = "../../tidu/doc/scalar.rs"]
+mod set;
 
-pub use ops::{ScalarKey, ScalarOp};
+pub use set::{ScalarKey, ScalarOp};
+
+/// The eager guide's program (a frontend over this set), run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide-eager.md")]
+pub struct GuideEager;
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,7 @@ use crate::transpose::try_linear_transpose;
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();
@@ -55,6 +56,7 @@ pub fn jvp<Op: Primitive>(
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();
@@ -87,6 +89,7 @@ pub fn vjp<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 /// use tidu::{grad, DerivativeProgram};
 ///
@@ -120,6 +123,7 @@ pub fn grad<Op: Primitive>(
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();
@@ -164,6 +168,7 @@ pub fn hvp<Op: Primitive>(
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();

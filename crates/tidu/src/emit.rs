@@ -15,6 +15,7 @@
 //!
 //! ```
 //! use computegraph::{GraphBuilder, KeyInterner, ValueKey, ValueRef::Local};
+//! # #[path = "../doc/scalar.rs"] mod scalar;
 //! use scalar::{ScalarKey, ScalarOp};
 //! use tidu::emit;
 //!

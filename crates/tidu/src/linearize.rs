@@ -33,6 +33,7 @@ use crate::primitive::{ADKey, DiffPassId, Primitive, fresh_pass_id};
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -57,6 +58,7 @@ pub fn linearize<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{try_linearize, ADRuleError};
 ///
@@ -89,6 +91,7 @@ pub fn try_linearize<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{fresh_pass_id, linearize_with};
 ///
@@ -121,6 +124,7 @@ pub fn linearize_with<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{fresh_pass_id, try_linearize_with};
 ///

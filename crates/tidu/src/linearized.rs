@@ -23,6 +23,7 @@ use crate::primitive::DiffPassId;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{linear_transpose, linearize};
 ///

@@ -50,6 +50,7 @@ pub fn linear_transpose<Op: Primitive>(linear: &LinearizedGraph<Op>) -> Lineariz
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{try_linear_transpose, try_linearize, DerivativeProgram};
 ///
@@ -237,8 +238,8 @@ pub(crate) fn seed_pass_count<Op: Primitive>(linear: &LinearizedGraph<Op>) -> u6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doc_scalar::{ScalarKey, ScalarOp};
     use computegraph::KeyInterner;
-    use scalar::{ScalarKey, ScalarOp};
 
     fn neg(b: &mut GraphBuilder<ScalarOp>, v: LocalValueId) -> LocalValueId {
         b.add_operation(ScalarOp::Neg, vec![ValueRef::Local(v)], OperationRole::all_active(1))[0]

@@ -69,6 +69,7 @@ pub use recorder::{DEFAULT_RULE_CAPACITY, Recorder, RecorderStats, Trace};
 /// the widest recorded graph has inputs. Any `FnMut() -> Op::InputKey` is a key source.
 ///
 /// ```
+/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::eager::Recorder;
 ///

@@ -66,6 +66,7 @@ fn take_traces<Op: Primitive>(inputs: &mut [EagerInput<Op>]) -> impl Iterator<It
 /// holds its trace.
 ///
 /// ```
+/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::Tape, ScalarOp};
 ///
 /// let mut tape = Tape::new();
@@ -107,6 +108,7 @@ impl<Op: Primitive> fmt::Debug for Trace<Op> {
 /// Counters of a recorder ([`Recorder::stats`]).
 ///
 /// ```
+/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::{ScalarExecutor, Tape}, ScalarOp};
 ///
 /// let mut tape = Tape::new();
@@ -141,6 +143,7 @@ pub struct RecorderStats {
 /// use std::collections::HashMap;
 /// use std::sync::Arc;
 /// use computegraph::{GraphBuilder, OperationRole::Primary, ValueKey, ValueRef::Local};
+/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::ScalarExecutor, ScalarKey, ScalarOp};
 /// use tidu::eager::{try_backward, EagerInput, Recorder};
 ///

@@ -225,6 +225,7 @@ impl std::error::Error for CheckFailure {}
 /// What passed: counts, and the worst error per check as a fraction of what was allowed.
 ///
 /// ```
+/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::testing::{check_rules, CheckKind, CheckReport, RuleCase, Tolerance};
 ///
@@ -283,6 +284,7 @@ impl fmt::Display for CheckReport {
 /// says otherwise.
 ///
 /// ```
+/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::testing::{check_rules, RuleCase, Tolerance};
 ///

@@ -1,0 +1,28 @@
+//! Integration tests of `tidu` with the reference set: one test binary, one module per
+//! concern. They live here rather than in `tidu`, because they use this crate (its
+//! operations and their rules, the complex set, `GraphSpec`, the eager frontend), which
+//! depends on `tidu`: the AD crate has no dev-dependency on a crate above it.
+//!
+//! - `worked_example`: f(x) = (x+x)·x of `docs/SPEC.md` §4.4;
+//! - `pipelines`: JVP, VJP, FoF, HVP, RoR end to end, against closed forms;
+//! - `transforms`: repeated outputs, duplicated operations, symbolic zeros, pruning, CSE
+//!   across levels, linearity and rule errors;
+//! - `checker`: `tidu::testing::check_rules` on every rule, and on wrong rules it must catch;
+//! - `properties`: random graphs through `tidu::testing::check_graph`;
+//! - `complex`: the complex set under the adjoint convention;
+//! - `resolver`: the transforms over a user's fragment store;
+//! - `deep`: a long chain on a 256 KiB stack (`TIDU_DEEP_CHAIN` sets its depth);
+//! - `eager`: `tidu::eager` through `scalar::eager::Tape`, against graph mode;
+//! - `doc_sets`: the eager stand-in of tidu's doc examples against `scalar::eager`.
+
+mod checker;
+mod complex;
+mod deep;
+mod doc_sets;
+mod eager;
+mod pipelines;
+mod properties;
+mod resolver;
+mod support;
+mod transforms;
+mod worked_example;
