@@ -13,12 +13,10 @@
 //! - `resolver`: the transforms over a user's fragment store;
 //! - `deep`: a long chain on a 256 KiB stack (`TIDU_DEEP_CHAIN` sets its depth);
 //! - `eager`: `tidu::eager` through `scalar::eager::Tape`, against graph mode;
-//! - `doc_sets`: the eager stand-in of tidu's doc examples against `scalar::eager`.
 
 mod checker;
 mod complex;
 mod deep;
-mod doc_sets;
 mod eager;
 mod pipelines;
 mod properties;
