@@ -22,7 +22,7 @@ use std::sync::Arc;
 use computegraph::{Graph, GraphBuilder, OperationRole, ValueKey, ValueRef};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
-use tidu::eager::{EagerError, Recorder, try_backward};
+use tidu::eager::{EagerError, Recorder};
 use tidu::{ADRuleError, ADRuleResult};
 
 use crate::spec::GraphSpec;
@@ -31,7 +31,7 @@ use crate::{ScalarKey, ScalarOp};
 #[path = "../../tidu/doc/eager/tape.rs"]
 mod tape;
 
-use tape::{FIRST_USER_KEY, LAST_USER_KEY};
+use tape::{FIRST_USER_KEY, backward_from, new_recorder, next_user_key};
 pub use tape::{Gradients, ScalarExecutor, Tape, Var};
 
 impl Tape {
@@ -107,12 +107,7 @@ pub struct SpecTape {
 impl SpecTape {
     /// A tape recording graphs as `mode` says.
     pub fn new(mode: GraphPerOp) -> Self {
-        let mut next_canonical = u32::MAX;
-        let recorder = Recorder::new(move || {
-            next_canonical -= 1;
-            ScalarKey::Var(next_canonical + 1)
-        });
-        SpecTape { recorder, mode, templates: FxHashMap::default(), next_key: FIRST_USER_KEY }
+        SpecTape { recorder: new_recorder(), mode, templates: FxHashMap::default(), next_key: FIRST_USER_KEY }
     }
 
     /// The recorder.
@@ -122,12 +117,7 @@ impl SpecTape {
 
     /// A key never handed out before: user-visible keys and graph input keys alike.
     fn fresh(&mut self) -> ADRuleResult<ScalarKey> {
-        let key = self.next_key;
-        if key >= LAST_USER_KEY {
-            return Err(ADRuleError::Graph(computegraph::GraphError::IdSpaceExhausted { space: "eager frontend key" }));
-        }
-        self.next_key += 1;
-        Ok(ScalarKey::Var(key))
+        next_user_key(&mut self.next_key)
     }
 
     /// A leaf value.
@@ -179,6 +169,6 @@ impl SpecTape {
 
     /// Reverse mode from `y` with cotangent `seed`: the gradients of the leaves.
     pub fn backward(&self, y: &Var, seed: f64, executor: &mut ScalarExecutor) -> ADRuleResult<Gradients> {
-        try_backward(&y.key, y.trace.as_ref(), Arc::new(seed), executor, &mut ())
+        backward_from(y, seed, executor)
     }
 }

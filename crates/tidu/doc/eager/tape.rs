@@ -164,7 +164,34 @@ impl Var {
 /// The frontend's keys are `FIRST_USER_KEY..LAST_USER_KEY`; the recorder's canonical keys
 /// count down from `u32::MAX` (one per input of the widest recorded graph).
 pub(super) const FIRST_USER_KEY: u32 = 1 << 30;
-pub(super) const LAST_USER_KEY: u32 = u32::MAX - (1 << 20);
+const LAST_USER_KEY: u32 = u32::MAX - (1 << 20);
+
+/// A frontend's next key from its counter `next` (which starts at [`FIRST_USER_KEY`]), or
+/// an error once it has handed out all of them (about 3·10^9). Keys are never reused: a
+/// reused key would merge two values' cotangents.
+pub(super) fn next_user_key(next: &mut u32) -> ADRuleResult<ScalarKey> {
+    let key = *next;
+    if key >= LAST_USER_KEY {
+        return Err(ADRuleError::Graph(computegraph::GraphError::IdSpaceExhausted { space: "eager frontend key" }));
+    }
+    *next += 1;
+    Ok(ScalarKey::Var(key))
+}
+
+/// A recorder whose canonical keys count down from `u32::MAX`, below which the frontends'
+/// keys stay.
+pub(super) fn new_recorder() -> Recorder<ScalarOp> {
+    let mut next_canonical = u32::MAX;
+    Recorder::new(move || {
+        next_canonical -= 1;
+        ScalarKey::Var(next_canonical + 1)
+    })
+}
+
+/// Reverse mode from `y` with cotangent `seed` (both frontends' `backward`).
+pub(super) fn backward_from(y: &Var, seed: f64, executor: &mut ScalarExecutor) -> ADRuleResult<Gradients> {
+    try_backward(&y.key, y.trace.as_ref(), Arc::new(seed), executor, &mut ())
+}
 
 /// A minimal eager frontend over [`ScalarOp`]: evaluates at once, records on a tape.
 ///
@@ -197,13 +224,8 @@ impl Default for Tape {
 impl Tape {
     /// A tape on a fresh interner.
     pub fn new() -> Self {
-        let mut next_canonical = u32::MAX;
-        let recorder = Recorder::new(move || {
-            next_canonical -= 1;
-            ScalarKey::Var(next_canonical + 1)
-        });
         Tape {
-            recorder,
+            recorder: new_recorder(),
             interner: KeyInterner::new(),
             templates: FxHashMap::default(),
             programs: CompileCache::new(1024),
@@ -222,13 +244,7 @@ impl Tape {
     }
 
     fn fresh_key(&mut self) -> ADRuleResult<ValueKey<ScalarOp>> {
-        let key = self.next_key;
-        // Keys are never reused: a reused key would merge two values' cotangents.
-        if key >= LAST_USER_KEY {
-            return Err(ADRuleError::Graph(computegraph::GraphError::IdSpaceExhausted { space: "eager frontend key" }));
-        }
-        self.next_key += 1;
-        Ok(ValueKey::Input(ScalarKey::Var(key)))
+        next_user_key(&mut self.next_key).map(ValueKey::Input)
     }
 
     /// A leaf value; an error once the tape has handed out all of its keys (about 3·10^9).
@@ -317,6 +333,6 @@ impl Tape {
 
     /// Reverse mode from `y` with cotangent `seed`: the gradients of the leaves.
     pub fn backward(&self, y: &Var, seed: f64, executor: &mut ScalarExecutor) -> ADRuleResult<Gradients> {
-        try_backward(&y.key, y.trace.as_ref(), Arc::new(seed), executor, &mut ())
+        backward_from(y, seed, executor)
     }
 }
