@@ -321,11 +321,21 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
         s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
+        // External operands read the same few chunks over and over (one entry per
+        // operand): a tag seen recently is not noted again, so `pin` sorts a short list.
+        let mut recent = [u32::MAX; 8];
+        let mut note = |touched: &mut Touched, tag: u32| {
+            let slot = &mut recent[tag as usize % 8];
+            if *slot != tag {
+                *slot = tag;
+                touched.push(tag);
+            }
+        };
         while g.external_key.len() < g.externals.len() {
             let k = match &g.externals[g.external_key.len()] {
                 ValueKey::Input(key) => {
                     let (k, index) = s.intern_input_at(key)?;
-                    touched.push(crate::key::input_chunk_tag(index));
+                    note(touched, crate::key::input_chunk_tag(index));
                     k
                 }
                 key @ ValueKey::Derived { operation, output_slot } => {
@@ -336,7 +346,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
                             key: format!("{key:?} (reclaimed: no live graph holds its definition)"),
                         });
                     }
-                    touched.push(crate::key::op_chunk_tag(operation.id()));
+                    note(touched, crate::key::op_chunk_tag(operation.id()));
                     operation.output_key_id(*output_slot).expect("checked when added")
                 }
             };

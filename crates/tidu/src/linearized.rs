@@ -155,36 +155,40 @@ pub(crate) fn check_linear<Op: GraphOperation>(
     }
     for op in graph.operations() {
         let name = || format!("{:?}", op.operation());
-        // A primal computation (`Primary`) has every operand fixed.
-        let mask = op.role().active_mask();
-        let mut any_active = false;
-        for (i, input) in op.local_inputs().enumerate() {
-            let active = mask.is_some_and(|m| m[i]);
-            // External operands are primal (fixed) values.
-            let is_linear = input.is_some_and(|v| linear[v.index()]);
-            if mask.is_none() && is_linear {
-                return Err(ADRuleError::NonLinear {
-                    operation: name(),
-                    message: format!(
-                        "it has the Primary role but operand {i} depends on the tangent inputs; \
-                         an operation that reads a tangent must be Linearized"
-                    ),
-                });
+        // External operands are primal (fixed) values.
+        let reads_linear = |input: Option<LocalValueId>| input.is_some_and(|v| linear[v.index()]);
+        let any_active = match op.role().active_mask() {
+            // A primal computation (`Primary`) has every operand fixed.
+            None => {
+                if let Some(i) = op.local_inputs().position(reads_linear) {
+                    return Err(ADRuleError::NonLinear {
+                        operation: name(),
+                        message: format!(
+                            "it has the Primary role but operand {i} depends on the tangent inputs; \
+                             an operation that reads a tangent must be Linearized"
+                        ),
+                    });
+                }
+                false
             }
-            if active && !is_linear {
-                return Err(ADRuleError::NonLinear {
-                    operation: name(),
-                    message: format!("operand {i} is marked active but does not depend on the tangent inputs"),
-                });
+            // The mask has one entry per operand (checked when the operation was added).
+            Some(mask) => {
+                if let Some((i, active)) = op
+                    .local_inputs()
+                    .zip(mask)
+                    .position(|(input, &active)| active != reads_linear(input))
+                    .map(|i| (i, mask[i]))
+                {
+                    let message = if active {
+                        format!("operand {i} is marked active but does not depend on the tangent inputs")
+                    } else {
+                        format!("operand {i} is marked fixed but depends on the tangent inputs")
+                    };
+                    return Err(ADRuleError::NonLinear { operation: name(), message });
+                }
+                mask.iter().any(|&a| a)
             }
-            if !active && is_linear {
-                return Err(ADRuleError::NonLinear {
-                    operation: name(),
-                    message: format!("operand {i} is marked fixed but depends on the tangent inputs"),
-                });
-            }
-            any_active |= active;
-        }
+        };
         for v in op.outputs() {
             linear[v.index()] = any_active;
         }
@@ -198,4 +202,41 @@ pub(crate) fn check_linear<Op: GraphOperation>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use computegraph::{GraphBuilder, KeyInterner, OperationRole, ValueRef::Local};
+
+    use super::*;
+    use crate::doc_scalar::{ScalarKey, ScalarOp};
+
+    /// `t·p` with the tangent input `t`, the primal input `p` and the given mask; checked
+    /// with `t` as the map's input and the product as its output.
+    fn mul_check(role: OperationRole) -> ADRuleResult<()> {
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+        let t = b.add_input(ScalarKey::var(0));
+        let p = b.add_input(ScalarKey::var(1));
+        let y = b.add_operation(ScalarOp::Mul, vec![Local(t), Local(p)], role)[0];
+        check_linear(&b.build(), [t], &[Some(y)])
+    }
+
+    /// Each way an operand's mask can disagree with whether it reads a tangent is its own
+    /// error, and the right mask passes.
+    #[test]
+    fn every_mask_error_names_the_operand() {
+        let mask = |m: [bool; 2]| OperationRole::Linearized { active_mask: m.to_vec() };
+        mul_check(mask([true, false])).unwrap();
+        let message = |role| mul_check(role).unwrap_err().to_string();
+        assert!(message(mask([false, false])).contains("operand 0 is marked fixed but depends"));
+        assert!(message(mask([true, true])).contains("operand 1 is marked active but does not depend"));
+        assert!(message(OperationRole::Primary).contains("Primary role but operand 0 depends"));
+        // An output that does not depend on the map's input.
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+        let t = b.add_input(ScalarKey::var(0));
+        let p = b.add_input(ScalarKey::var(1));
+        let y = b.add_operation(ScalarOp::Neg, vec![Local(p)], OperationRole::Primary)[0];
+        let e = check_linear(&b.build(), [t], &[Some(y)]).unwrap_err();
+        assert!(e.to_string().contains("does not depend on the tangent inputs"), "{e}");
+    }
 }
