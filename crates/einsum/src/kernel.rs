@@ -9,8 +9,9 @@
 //!
 //! Kernels ([`contract`], [`unary`]):
 //! - **direct**: one strided loop over every label (output labels outside, summed labels
-//!   inside, a register accumulator when the innermost label is summed). Handles every
-//!   case; used for small work and for the unusual cases.
+//!   inside, a register accumulator when the innermost label is summed; a short innermost
+//!   label gives its place to the longest one). Handles every case; used for small work
+//!   and for the unusual cases.
 //! - **GEMM**: labels are classified as batch (in `a`, `b`, output), left (`a`, output),
 //!   right (`b`, output) and contracted (`a`, `b`, not output). A tensor whose row and
 //!   column groups (left and contracted for `a`, contracted and right for `b`, left and
@@ -353,6 +354,27 @@ fn loop_order(out: &[u32], rest: &[&[u32]]) -> SmallVec<[u32; 8]> {
     order
 }
 
+/// The direct loop's order: [`loop_order`], with the longest label moved innermost when
+/// `loop_order`'s innermost one is short. The loop pays its index bookkeeping once per
+/// pass of the innermost loop, so a short one (a contraction of seven under a batch label
+/// of thousands) costs several times a long one; an innermost loop of
+/// [`DIRECT_SHORT_LOOP`] or more stays, as it may be a sum kept in a register over
+/// contiguous operands.
+fn direct_order(out: &[u32], rest: &[&[u32]], sizes: &[usize]) -> SmallVec<[u32; 8]> {
+    let mut order = loop_order(out, rest);
+    let size = |c: u32| sizes[c as usize];
+    if order.last().is_some_and(|&c| size(c) < DIRECT_SHORT_LOOP)
+        && let Some(longest) = (0..order.len()).max_by_key(|&i| (size(order[i]), i))
+    {
+        let label = order.remove(longest);
+        order.push(label);
+    }
+    order
+}
+
+/// Innermost loops shorter than this make [`direct_order`] move the longest label inside.
+const DIRECT_SHORT_LOOP: usize = 16;
+
 /// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
 #[allow(clippy::too_many_arguments)]
 fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usize], out: &mut [T], so: &[usize]) {
@@ -407,7 +429,7 @@ fn direct<T: Elem>(sizes: &[usize], a: (&[T], &[u32]), b: Option<(&[T], &[u32])>
     }
     let one = [T::one()];
     let (b_data, b_labels): (&[T], &[u32]) = b.unwrap_or((&one, &[]));
-    let order = loop_order(out_labels, &[a.1, b_labels]);
+    let order = direct_order(out_labels, &[a.1, b_labels], sizes);
     let loop_sizes: SmallVec<[usize; 8]> = order.iter().map(|&c| sizes[c as usize]).collect();
     let out_shape = shape_of(out_labels, sizes);
     let mut out = zeroed(out_shape.iter().product());
@@ -584,8 +606,9 @@ fn plan(spec: &ContractSpec, a_len: usize, b_len: usize, anchor: bool) -> GemmPl
 
 impl GemmPlan {
     /// Estimated nanoseconds: copies of the tensors that cannot be used in place (about
-    /// 2 ns per element), a fixed cost per GEMM call, and the multiply-adds at a rate that
-    /// falls when a matrix dimension is small (100 GFLOP/s when all are large).
+    /// 2 ns per element), a fixed cost per GEMM call, one nanosecond per element of each
+    /// call's output block (read and written by every call), and the multiply-adds at a
+    /// rate that falls when a matrix dimension is small (100 GFLOP/s when all are large).
     fn cost(&self, spec: &ContractSpec, a_len: usize, b_len: usize) -> f64 {
         let sizes = spec.sizes();
         let [nl, m, n, k] = self.dims(sizes).map(|d| d as f64);
@@ -604,7 +627,9 @@ impl GemmPlan {
         }
         let small = m.min(n).min(k);
         let rate = 100.0 * small / (small + 16.0);
-        2.0 * copies + 300.0 * nl + 2.0 * nl * m * n * k / rate
+        // Every call reads and writes its block of `c` once: a few calls of a small `k`
+        // over a large `c` are bound by that traffic, not by the multiply-adds.
+        2.0 * copies + 300.0 * nl + nl * m * n + 2.0 * nl * m * n * k / rate
     }
 }
 
@@ -733,7 +758,7 @@ enum KernelPlan {
 
 impl KernelPlan {
     fn direct(spec: &ContractSpec) -> Self {
-        let order = loop_order(&spec.out, &[&spec.a, &spec.b]);
+        let order = direct_order(&spec.out, &[&spec.a, &spec.b], spec.sizes());
         let sizes = order.iter().map(|&c| spec.sizes[c as usize]).collect();
         let out_shape = spec.out_shape();
         let strides = [
@@ -871,6 +896,26 @@ mod tests {
             let err = got.max_abs_diff(&want).unwrap();
             assert!(err < 1e-11 * (1.0 + want.max_abs()), "{spec:?}: {err}");
         }
+    }
+
+    /// A short innermost loop gives its place to the longest label; a long one stays.
+    #[test]
+    fn direct_order_moves_the_longest_label_inside_a_short_loop() {
+        // `ab,cdba->acd` with a = 1996, b = 7: the summed b (7) would be innermost.
+        let sizes = [1996, 7, 4, 4];
+        assert_eq!(direct_order(&[0, 2, 3], &[&[0, 1], &[2, 3, 1, 0]], &sizes).as_slice(), [2, 3, 1, 0]);
+        // A matrix-vector product summing 300 keeps its sum innermost.
+        assert_eq!(direct_order(&[0], &[&[0, 1], &[1]], &[400, 300]).as_slice(), [0, 1]);
+    }
+
+    /// A contraction of four over a large output block is one GEMM on a packed operand, not
+    /// many calls that each read and write the block (`lm_batch`'s `abcde,efbcg->adfg`).
+    #[test]
+    fn small_contractions_over_large_outputs_are_not_looped() {
+        let sizes = [1996, 4, 4, 4, 4, 4, 4];
+        let spec = ContractSpec::new(&[0, 1, 2, 3, 4], &[4, 5, 1, 2, 6], &[0, 3, 5, 6], &sizes).unwrap();
+        let KernelPlan::Gemm(p) = KernelPlan::new(&spec, KernelChoice::Auto) else { panic!("a GEMM plan") };
+        assert_eq!(p.dims(&sizes), [1, 1996 * 4, 16, 64], "{:?}", p.looped);
     }
 
     #[test]
