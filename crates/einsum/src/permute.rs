@@ -68,6 +68,11 @@ pub(crate) fn fuse_axes(sizes: &[usize], labels: &[u32], out: &[u32]) -> (SmallV
 /// innermost axes are grouped with their neighbours until a side holds this many.
 const BLOCK: usize = 32;
 
+/// Contiguous runs of at least this many elements are copied as slices; shorter ones are
+/// gathered element by element into longer rows, which costs less than a slice copy and a
+/// step of the outer loop per run.
+const SHORT_RUN: usize = 8;
+
 /// Outputs of at least this many elements are permuted by the threads of the current
 /// rayon pool, when called inside one of more than one thread (outside any pool, as in
 /// [`crate::Einsum::eval`], one thread).
@@ -75,7 +80,10 @@ const PAR_PERMUTE_MIN_ELEMENTS: usize = 1 << 20;
 
 /// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
 /// them). Axes are fused first ([`fuse_axes`]), so small axes that move together become one
-/// long one. When both innermost axes carry the same label, contiguous runs are copied.
+/// long one. When both innermost axes carry the same label, contiguous runs are copied: a
+/// run of [`SHORT_RUN`] elements or more as a slice, shorter runs gathered with the
+/// output's next axes into rows of at least [`BLOCK`] (one step of the outer loop per row,
+/// not per run).
 /// Otherwise the copy is a transpose of `O × S` blocks: `O`, the output's innermost axes,
 /// and `S`, the source's innermost axes (disjoint from `O`), each taken until it holds
 /// [`BLOCK`] elements. For each value of the other axes, the output holds an `S × O`
@@ -134,15 +142,15 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
         }
     }
     let (mut o_axes, mut no) = (SmallVec::<[usize; 8]>::new(), 1usize);
+    // A shared innermost axis of `SHORT_RUN` or more is copied run by run; a shorter one is
+    // gathered with the output's next axes into rows of `BLOCK`.
+    let runs = s_axes.is_empty() && sizes[o] >= SHORT_RUN;
     for c in (lead..out.len()).rev() {
-        if s_axes.contains(&c) || (no >= BLOCK && !s_axes.is_empty()) {
+        if s_axes.contains(&c) || no >= BLOCK || (runs && !o_axes.is_empty()) {
             break;
         }
         o_axes.push(c);
         no *= sizes[c];
-        if s_axes.is_empty() {
-            break; // contiguous runs of the shared innermost axis
-        }
     }
     // Offsets inside a block, per position of `O` or `S`, in the source or the output.
     let offsets = |axes: &[usize], strides: &[usize]| -> Vec<usize> {
@@ -166,8 +174,13 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
         let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
         let mut po = 0usize;
         loop {
-            if s_axes.is_empty() {
+            if o_axes.len() == 1 && s_axes.is_empty() {
                 dst[po..po + no].copy_from_slice(&src[ps..ps + no]);
+            } else if s_axes.is_empty() {
+                // Runs of the shared innermost axis, gathered into one output row.
+                for (x, &off) in dst[po..po + no].iter_mut().zip(&src_o) {
+                    *x = src[ps + off];
+                }
             } else {
                 for sb in (0..ns).step_by(TILE) {
                     for ob in (0..no).step_by(TILE) {
