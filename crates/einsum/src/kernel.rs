@@ -977,11 +977,13 @@ mod tests {
     #[test]
     fn permutes_fuse_axes_and_match_the_reference() {
         // Runs that move together (fused), axes of size 1 (dropped), short and long rows.
-        let cases: [(&[usize], &[usize]); 8] = [
+        let cases: [(&[usize], &[usize]); 9] = [
             (&[50, 4, 4, 4], &[0, 3, 1, 2]),
             // A short innermost axis shared by both sides, gathered into rows with the
             // output's next axes (a GEMM operand packed in `lm_batch`).
             (&[4, 4, 50, 4, 4], &[2, 0, 3, 1, 4]),
+            // The same with a long axis next in the output: the gathered row stops short.
+            (&[3000, 2, 4], &[1, 0, 2]),
             (&[4, 4, 4, 50], &[3, 0, 1, 2]),
             (&[30, 1, 40], &[2, 1, 0]),
             (&[1, 1], &[1, 0]),

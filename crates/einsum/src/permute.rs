@@ -2,14 +2,16 @@
 //! most common data movement (GEMM operands packed, results permuted afterwards, unary
 //! transposes).
 //!
-//! [`permute`] fuses axes that move together, then copies contiguous runs or transposes
-//! blocks of grouped short axes in square tiles, so reads and writes both use whole cache
-//! lines; outputs of [`PAR_PERMUTE_MIN_ELEMENTS`] or more are cut into chunks over the
+//! [`permute`] fuses axes that move together, then copies contiguous runs (short ones
+//! gathered into longer rows) or transposes blocks of grouped short axes in square tiles,
+//! so reads and writes both use whole cache lines; outputs of [`PAR_PERMUTE_MIN_ELEMENTS`] or more are cut into chunks over the
 //! current rayon pool's threads.
 //!
 //! Invariants: `labels` are distinct and `out` is a permutation of them; every output
 //! element is written exactly once (outputs come unzeroed from the buffer pool). Cost:
-//! `O(len)` element moves plus `O(BLOCK)` offset tables.
+//! `O(len)` element moves plus offset tables of one entry per element of a block (a block
+//! holds [`BLOCK`] elements or somewhat more: its last axis may overshoot, except in a
+//! gathered row, which stays under [`MAX_GATHERED_ROW`]).
 
 use smallvec::SmallVec;
 
@@ -73,6 +75,9 @@ const BLOCK: usize = 32;
 /// step of the outer loop per run.
 const SHORT_RUN: usize = 8;
 
+/// The longest row (and offset table) a gather of short runs builds.
+const MAX_GATHERED_ROW: usize = 4 * BLOCK;
+
 /// Outputs of at least this many elements are permuted by the threads of the current
 /// rayon pool, when called inside one of more than one thread (outside any pool, as in
 /// [`crate::Einsum::eval`], one thread).
@@ -82,8 +87,9 @@ const PAR_PERMUTE_MIN_ELEMENTS: usize = 1 << 20;
 /// them). Axes are fused first ([`fuse_axes`]), so small axes that move together become one
 /// long one. When both innermost axes carry the same label, contiguous runs are copied: a
 /// run of [`SHORT_RUN`] elements or more as a slice, shorter runs gathered with the
-/// output's next axes into rows of at least [`BLOCK`] (one step of the outer loop per row,
-/// not per run).
+/// output's next axes into rows, until a row holds [`BLOCK`] elements, would exceed
+/// [`MAX_GATHERED_ROW`] or the axes run out (one step of the outer loop per row, not per
+/// run).
 /// Otherwise the copy is a transpose of `O × S` blocks: `O`, the output's innermost axes,
 /// and `S`, the source's innermost axes (disjoint from `O`), each taken until it holds
 /// [`BLOCK`] elements. For each value of the other axes, the output holds an `S × O`
@@ -143,10 +149,12 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
     }
     let (mut o_axes, mut no) = (SmallVec::<[usize; 8]>::new(), 1usize);
     // A shared innermost axis of `SHORT_RUN` or more is copied run by run; a shorter one is
-    // gathered with the output's next axes into rows of `BLOCK`.
+    // gathered with the output's next axes into rows of `BLOCK`, short of a huge axis.
     let runs = s_axes.is_empty() && sizes[o] >= SHORT_RUN;
+    let gathered = s_axes.is_empty() && !runs;
     for c in (lead..out.len()).rev() {
-        if s_axes.contains(&c) || no >= BLOCK || (runs && !o_axes.is_empty()) {
+        let too_long = gathered && !o_axes.is_empty() && no.saturating_mul(sizes[c]) > MAX_GATHERED_ROW;
+        if s_axes.contains(&c) || no >= BLOCK || (runs && !o_axes.is_empty()) || too_long {
             break;
         }
         o_axes.push(c);

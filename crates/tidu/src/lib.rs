@@ -57,8 +57,8 @@ pub struct GuidePrimitives;
 // The eager guide's program uses the reference set (`scalar`), so it runs as a doc test
 // of that crate, which tidu's tests cannot depend on.
 
-/// The reference set's graph-level types for unit tests (`transpose.rs`'s), from the
-/// engine's doc file: the `scalar` crate is above this one.
+/// The reference set's graph-level types for unit tests (`transpose.rs`'s and
+/// `linearized.rs`'s), from the engine's doc file: the `scalar` crate is above this one.
 #[cfg(test)]
 #[path = "../../computegraph/doc/scalar.rs"]
 #[allow(dead_code)]
