@@ -4,8 +4,8 @@
 //!
 //! [`permute`] fuses axes that move together, then copies contiguous runs (short ones
 //! gathered into longer rows) or transposes blocks of grouped short axes in square tiles,
-//! so reads and writes both use whole cache lines; outputs of [`PAR_PERMUTE_MIN_ELEMENTS`] or more are cut into chunks over the
-//! current rayon pool's threads.
+//! so reads and writes both use whole cache lines; outputs of [`PAR_PERMUTE_MIN_ELEMENTS`]
+//! or more are cut into chunks over the current rayon pool's threads.
 //!
 //! Invariants: `labels` are distinct and `out` is a permutation of them; every output
 //! element is written exactly once (outputs come unzeroed from the buffer pool). Cost:
@@ -148,13 +148,16 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
         }
     }
     let (mut o_axes, mut no) = (SmallVec::<[usize; 8]>::new(), 1usize);
-    // A shared innermost axis of `SHORT_RUN` or more is copied run by run; a shorter one is
-    // gathered with the output's next axes into rows of `BLOCK`, short of a huge axis.
-    let runs = s_axes.is_empty() && sizes[o] >= SHORT_RUN;
-    let gathered = s_axes.is_empty() && !runs;
+    // The most elements `O` may hold beyond its first axis: a transpose block is not capped;
+    // a shared innermost axis of `SHORT_RUN` or more is copied run by run (`O` is that axis);
+    // a shorter one is gathered with the output's next axes, up to `MAX_GATHERED_ROW`.
+    let cap = match s_axes.is_empty() {
+        false => usize::MAX,
+        true if sizes[o] >= SHORT_RUN => sizes[o],
+        true => MAX_GATHERED_ROW,
+    };
     for c in (lead..out.len()).rev() {
-        let too_long = gathered && !o_axes.is_empty() && no.saturating_mul(sizes[c]) > MAX_GATHERED_ROW;
-        if s_axes.contains(&c) || no >= BLOCK || (runs && !o_axes.is_empty()) || too_long {
+        if s_axes.contains(&c) || no >= BLOCK || (!o_axes.is_empty() && no.saturating_mul(sizes[c]) > cap) {
             break;
         }
         o_axes.push(c);
