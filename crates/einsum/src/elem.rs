@@ -235,9 +235,12 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
     faer::linalg::matmul::matmul_with_conj(dst, accum, lhs, flag(ca), rhs, flag(cb), T::one(), gemm_par(m, n, k));
 }
 
-/// Multiply-adds from which one GEMM splits over its pool's threads: about 0.2 ms of one
-/// core's work, against the tens of microseconds that forking and joining cost.
-pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 21;
+/// Multiply-adds from which one GEMM splits over its pool's threads: about 0.07 ms of one
+/// core's work, against the tens of microseconds that forking and joining cost. (At
+/// `2^21`, the matrix chain's last, sequential steps of 1 to 2 million multiply-adds ran
+/// on one core while the other waited: two threads took 7% longer on it, and no other
+/// instance moved; `docs/PERFORMANCE.md`, *Two threads*.)
+pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 20;
 
 /// How one `m × k` by `k × n` GEMM runs: split over the threads of the rayon pool the
 /// caller runs in ([`Einsum::eval_parallel`](crate::Einsum::eval_parallel) enters one)

@@ -293,7 +293,7 @@ impl<T: Elem> Einsum<T> {
     /// global one outside any pool), with two kinds of parallelism chosen by cost:
     /// independent steps run in parallel (computegraph's evaluator, driven by the
     /// operations' cost hints: by dependency when the steps are costly, a step starting
-    /// when its operands are ready), and a step whose GEMM has at least `2^21`
+    /// when its operands are ready), and a step whose GEMM has at least `2^20`
     /// multiply-adds splits that GEMM (and permutations of `2^20` elements or more their
     /// copies) over the pool's threads, which an idle thread then helps with. Smaller
     /// steps stay on one thread, so they do not pay for forking. [`Einsum::eval`] always
