@@ -398,6 +398,9 @@ pub struct EinsumReport {
     pub path: ContractionPath,
     /// Estimated peak bytes of the forward tensors (operands included).
     pub peak_bytes: u64,
+    /// With `--grad`: estimated peak bytes of the reverse pass (forward intermediates,
+    /// cotangents, the gradients and their accumulators).
+    pub gradient_peak_bytes: Option<u64>,
     /// The sliced labels (empty: not sliced).
     pub sliced: Vec<char>,
     /// The number of slices.
@@ -512,6 +515,8 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         npy::write_npy(out, &result)?;
         written.push(out.clone());
     }
+    let sum = result.data().iter().fold(T::zero(), |acc, &x| acc + x);
+    let shape = result.shape().to_vec();
 
     let mut gradient_check = None;
     if s.grad {
@@ -522,31 +527,36 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         let seed = match &plan.cotangent {
             Some(info) => {
                 let c = read_as::<T>(std::slice::from_ref(info))?.remove(0);
-                if c.shape() != result.shape() {
+                if c.shape() != shape {
                     return Err(CliError(format!(
-                        "{}: the cotangent has shape {:?} but the output has shape {:?}",
+                        "{}: the cotangent has shape {:?} but the output has shape {shape:?}",
                         info.source,
                         c.shape(),
-                        result.shape()
                     )));
                 }
                 c
             }
-            None => Tensor::ones(result.shape().to_vec())?,
+            None => Tensor::ones(shape.clone())?,
         };
+        // ⟨c, f(x)⟩ for the check below, taken now: the forward result is not held through
+        // the reverse pass, whose memory estimate counts the operands and the cotangent.
+        let at_x = seed.inner(&result).unwrap_or(f64::NAN);
+        drop(result);
         let t = Instant::now();
         let grads = g.eval(&refs, &seed)?;
         phases.push(("gradient eval (all operands)".to_string(), ms(t)));
         if !refs.is_empty() {
-            // The network is linear in each operand: ⟨c, f(x + t e_i) − f(x)⟩ = ⟨∇_i, t⟩ exactly.
+            // The network is linear in each operand, so ⟨c, f(x + t e_i)⟩ − ⟨c, f(x)⟩ =
+            // ⟨∇_i, t⟩ exactly; with t = x_i / 2 the difference is half of ⟨c, f(x)⟩ (no
+            // cancellation).
             let i = refs.len() / 2;
             let half = T::from_f64(0.5);
             let dir = operands[i].map(|&x| half * x);
             let moved = operands[i].zip_with(&dir, |a, b| a + b)?;
             let mut shifted = refs.clone();
             shifted[i] = &moved;
-            let df = e.eval(&shifted)?.zip_with(&result, |a, b| a - b)?;
-            let (lhs, rhs) = (seed.inner(&df).unwrap_or(f64::NAN), grads[i].inner(&dir).unwrap_or(f64::NAN));
+            let lhs = seed.inner(&e.eval(&shifted)?).unwrap_or(f64::NAN) - at_x;
+            let rhs = grads[i].inner(&dir).unwrap_or(f64::NAN);
             gradient_check = Some((lhs - rhs).abs() / lhs.abs().max(rhs.abs()).max(f64::MIN_POSITIVE));
         }
         if let Some(out) = &s.grad_out {
@@ -554,17 +564,17 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
             written.push(out.clone());
         }
     }
-    let sum = result.data().iter().fold(T::zero(), |acc, &x| acc + x);
     let report = EinsumReport {
         phases,
         flops: 2.0 * e.multiply_adds(),
         eval_ms,
         repeat: s.repeat,
         checksum: [sum.inner(T::one()), sum.inner(T::from_parts(0.0, 1.0))],
-        shape: result.shape().to_vec(),
+        shape,
         dtype: T::DTYPE,
         path: e.path().clone(),
         peak_bytes: e.plan().peak_bytes(),
+        gradient_peak_bytes: s.grad.then(|| e.plan().gradient_peak_bytes()),
         sliced: e.plan().labels().to_vec(),
         n_slices: e.plan().n_slices(),
         slicing_overhead: e.plan().overhead(),
@@ -598,8 +608,12 @@ pub fn print(title: &str, r: &EinsumReport) {
     if r.show_path {
         println!("path: {}", format_path(&r.path));
     }
+    let gradient = match r.gradient_peak_bytes {
+        Some(b) => format!(", {} with the gradient", einsum::format_bytes(Some(b))),
+        None => String::new(),
+    };
     println!(
-        "memory: estimated peak {} of tensors, limit {}",
+        "memory: estimated peak {} of tensors{gradient}, limit {}",
         einsum::format_bytes(Some(r.peak_bytes)),
         r.memory_limit
     );
@@ -641,7 +655,7 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     let sliced: Vec<String> = r.sliced.iter().map(|c| json_string(&c.to_string())).collect();
     format!(
-        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
         json_string(title),
         r.dtype,
         r.path.steps().len(),
@@ -654,6 +668,7 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
         json_number(r.checksum[1]),
         r.shape,
         r.peak_bytes,
+        r.gradient_peak_bytes.map_or("null".into(), |b| b.to_string()),
         sliced.join(","),
         r.n_slices,
         json_number(r.slicing_overhead),

@@ -245,6 +245,14 @@ fn over_the_memory_limit_the_network_is_sliced_with_the_same_result() {
     assert!(out.contains("\"sliced_inds\":[],\"n_slices\":1,\"slicing_overhead\":1"), "{out}");
     let out = run(&["--json", "--grad", "--memory-limit", "64KiB", "-o", &sliced]);
     assert!(out.contains("\"n_slices\":256") && out.contains("\"gradient_check\":"), "{out}");
+    // The reverse pass's estimate is reported, and the slicing made it fit the limit.
+    let gradient_peak: u64 = out
+        .split("\"gradient_peak_bytes\":")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no gradient_peak_bytes in {out}"));
+    assert!(gradient_peak > 0 && gradient_peak <= 64 << 10, "{out}");
     assert!(out.contains("\"sliced_inds\":[\"a\"]") || out.contains("\"sliced_inds\":[\"b\"]"), "{out}");
     let (want, got) = (load(&plain), load(&sliced));
     assert_eq!(want.0, got.0);

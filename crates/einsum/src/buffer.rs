@@ -22,9 +22,22 @@
 //! Bounds: buffers of at least [`POOL_MIN_BYTES`] are kept, at most [`POOL_MAX_BUFFERS`] of
 //! them and [`POOL_MAX_BYTES`] in total per element type; [`release_buffers`] empties the
 //! pools.
+//!
+//! Staleness: every evaluation of a compiled einsum program calls [`begin_evaluation`],
+//! and a pooled buffer remembers the count of evaluations begun when it came back. When
+//! a request finds no buffer to reuse (a fresh allocation follows) or a buffer comes
+//! back, the buffers that have waited while [`STALE_AFTER`] evaluations began are freed.
+//! Repeated evaluations of one program, or of up to three programs in turn (a forward
+//! pass and a gradient), find every request served and free nothing; a run whose
+//! tensors change size (the slices of a gradient after those of its forward pass, one
+//! network after another) does not keep the sizes it no longer uses, which otherwise
+//! stayed in the pool beside the new ones (a sliced gradient of `str_nw_mera_open_26`
+//! under an 800 MiB limit peaked at 1.68 GB of RSS with them).
 
 use std::any::{Any, TypeId};
 use std::ops::Deref;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, PoisonError};
 
 use crate::elem::Elem;
@@ -41,7 +54,23 @@ pub(crate) const POOL_MAX_BYTES: usize = 1 << 30;
 struct Pool<T> {
     /// Sorted by capacity.
     buffers: Vec<Vec<T>>,
+    /// The evaluation count when each buffer came back ([`EVALUATIONS`]).
+    returned: Vec<u64>,
     bytes: usize,
+}
+
+/// Evaluations begun in the process ([`begin_evaluation`]).
+static EVALUATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// A pooled buffer is stale once this many evaluations began after it came back with none
+/// taking it (the one it came back in may still be running). Four: a forward pass and a
+/// gradient alternating in a loop reuse each other's buffers every second evaluation;
+/// two had made `str_nw_mera_open_26`'s forward pass page-fault in such a loop.
+pub(crate) const STALE_AFTER: u64 = 4;
+
+/// Counts one evaluation of a compiled program as begun (see the module doc).
+pub(crate) fn begin_evaluation() {
+    EVALUATIONS.fetch_add(1, Relaxed);
 }
 
 /// The pools, one per element type (a short list: `f64` and `c64`).
@@ -54,7 +83,8 @@ fn with_pool<T: Elem, R>(f: impl FnOnce(&mut Pool<T>) -> R) -> R {
     let at = match pools.iter().position(|(t, _)| *t == TypeId::of::<T>()) {
         Some(at) => at,
         None => {
-            pools.push((TypeId::of::<T>(), Box::new(Pool::<T> { buffers: Vec::new(), bytes: 0 })));
+            pools
+                .push((TypeId::of::<T>(), Box::new(Pool::<T> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 })));
             pools.len() - 1
         }
     };
@@ -66,20 +96,86 @@ fn bytes<T>(capacity: usize) -> usize {
 }
 
 /// A pooled allocation of capacity between `n` and `2n` (the smallest), if there is one.
+/// If there is none, the stale buffers are freed (the module doc).
 fn pooled<T: Elem>(n: usize) -> Option<Vec<T>> {
     if bytes::<T>(n) < POOL_MIN_BYTES {
         return None;
     }
-    with_pool::<T, _>(|p| {
-        // The smallest buffer holding `n` (buffers are sorted by capacity).
-        let best = p.buffers.partition_point(|b| b.capacity() < n);
-        if p.buffers.get(best)?.capacity() > 2 * n {
-            return None;
+    let mut stale = Vec::new();
+    let found = with_pool::<T, _>(|p| p.take(n, evaluations(), &mut stale));
+    drop(stale); // freed outside the lock
+    found
+}
+
+/// The count of evaluations begun, as the pool's policy sees it.
+fn evaluations() -> u64 {
+    #[cfg(test)]
+    if KEEP_STALE.load(Relaxed) {
+        return 0; // nothing is stale
+    }
+    EVALUATIONS.load(Relaxed)
+}
+
+impl<T> Pool<T> {
+    /// The smallest buffer of capacity between `n` and `2n`, if there is one; if there is
+    /// none, moves the buffers stale at evaluation count `now` into `stale`.
+    fn take(&mut self, n: usize, now: u64, stale: &mut Vec<Vec<T>>) -> Option<Vec<T>> {
+        // Buffers are sorted by capacity.
+        let best = self.buffers.partition_point(|b| b.capacity() < n);
+        if self.buffers.get(best).is_some_and(|b| b.capacity() <= 2 * n) {
+            self.returned.remove(best);
+            let b = self.buffers.remove(best);
+            self.bytes -= bytes::<T>(b.capacity());
+            return Some(b);
         }
-        let b = p.buffers.remove(best);
-        p.bytes -= bytes::<T>(b.capacity());
-        Some(b)
-    })
+        self.take_stale(now, stale);
+        None
+    }
+
+    /// Keeps `v`, which came back at evaluation count `now`, within the pool's bounds,
+    /// after moving the buffers stale at `now` into `stale` (buffers made outside the
+    /// pool come back too: stale ones make room).
+    fn put(&mut self, v: Vec<T>, now: u64, stale: &mut Vec<Vec<T>>) {
+        self.take_stale(now, stale);
+        let size = bytes::<T>(v.capacity());
+        if self.buffers.len() < POOL_MAX_BUFFERS && self.bytes + size <= POOL_MAX_BYTES {
+            self.bytes += size;
+            let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
+            self.buffers.insert(at, v);
+            self.returned.insert(at, now);
+        }
+    }
+
+    /// Moves the buffers stale at evaluation count `now` (the module doc) into `stale`.
+    fn take_stale(&mut self, now: u64, stale: &mut Vec<Vec<T>>) {
+        let is_stale = |r: u64| r + STALE_AFTER <= now;
+        if !self.returned.iter().any(|&r| is_stale(r)) {
+            return;
+        }
+        let mut i = 0;
+        while i < self.buffers.len() {
+            if is_stale(self.returned[i]) {
+                self.returned.remove(i);
+                let b = self.buffers.remove(i);
+                self.bytes -= bytes::<T>(b.capacity());
+                stale.push(b);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// An empty vector with room for `n` elements, reusing a pooled allocation of capacity
+/// between `n` and `2n` if there is one.
+pub(crate) fn reserved<T: Elem>(n: usize) -> Vec<T> {
+    match pooled(n) {
+        Some(mut v) => {
+            v.clear();
+            v
+        }
+        None => Vec::with_capacity(n),
+    }
 }
 
 /// A zeroed vector of `n` elements, reusing a pooled allocation of capacity between `n`
@@ -240,19 +336,40 @@ pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
     if size < POOL_MIN_BYTES {
         return;
     }
-    with_pool::<T, _>(|p| {
-        if p.buffers.len() < POOL_MAX_BUFFERS && p.bytes + size <= POOL_MAX_BYTES {
-            p.bytes += size;
-            let at = p.buffers.partition_point(|b| b.capacity() < v.capacity());
-            p.buffers.insert(at, v);
-        }
-    });
+    let mut stale = Vec::new();
+    with_pool::<T, _>(|p| p.put(v, evaluations(), &mut stale));
+    drop(stale); // freed outside the lock
 }
 
 /// Unit tests that empty the pool or expect a buffer back from it hold this lock: the
 /// pool is the process's, and the test harness runs tests on several threads.
 #[cfg(test)]
 pub(crate) static POOL_TESTS: Mutex<()> = Mutex::new(());
+
+/// Set by unit tests that expect a buffer back (holding [`POOL_TESTS`]): other tests'
+/// evaluations, on other threads, could make it stale in between.
+#[cfg(test)]
+static KEEP_STALE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Holds [`POOL_TESTS`] and keeps stale buffers while it lives.
+#[cfg(test)]
+pub(crate) struct PoolTest(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+#[cfg(test)]
+impl PoolTest {
+    pub(crate) fn keeping_stale() -> Self {
+        let guard = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
+        KEEP_STALE.store(true, Relaxed);
+        PoolTest(guard)
+    }
+}
+
+#[cfg(test)]
+impl Drop for PoolTest {
+    fn drop(&mut self) {
+        KEEP_STALE.store(false, Relaxed);
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -264,7 +381,7 @@ mod tests {
 
     #[test]
     fn dropped_buffers_are_reused() {
-        let _serial = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
+        let _serial = PoolTest::keeping_stale();
         release_buffers();
         let mut v = zeroed::<f64>(N);
         v[3] = 1.0;
@@ -285,7 +402,7 @@ mod tests {
 
     #[test]
     fn pooled_vecs_return_to_the_pool() {
-        let _serial = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
+        let _serial = PoolTest::keeping_stale();
         release_buffers();
         let v = PooledVec::new(zeroed::<f64>(N));
         let ptr = v.as_ptr();
@@ -299,7 +416,7 @@ mod tests {
     fn buffers_dropped_on_another_thread_are_reused() {
         // Parallel evaluation makes a step's output on one thread and may drop it on
         // another; the result goes back to the caller's thread.
-        let _serial = POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
+        let _serial = PoolTest::keeping_stale();
         release_buffers();
         let v = overwritten::<f64>(N);
         let ptr = v.as_ptr() as usize;
@@ -307,5 +424,29 @@ mod tests {
         let reused = overwritten::<f64>(N);
         assert_eq!(reused.as_ptr() as usize, ptr, "a buffer dropped on another thread is reused");
         release_buffers();
+    }
+
+    /// The policy on a pool of its own (the process's pool sees other tests' evaluations).
+    #[test]
+    fn stale_buffers_are_freed_on_a_miss_or_a_return_and_hits_free_nothing() {
+        let mut p = Pool::<f64> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 };
+        let caps = |p: &Pool<f64>| p.buffers.iter().map(Vec::capacity).collect::<Vec<_>>();
+        let mut stale = Vec::new();
+        p.put(Vec::with_capacity(1000), 0, &mut stale);
+        p.put(Vec::with_capacity(300), STALE_AFTER, &mut stale);
+        // At `STALE_AFTER`, the first buffer is stale: the second one's return freed it.
+        assert_eq!((caps(&p), stale.len()), (vec![300], 1));
+        stale.clear();
+        p.put(Vec::with_capacity(1000), STALE_AFTER, &mut stale);
+        // A hit frees nothing, even once the other buffer is stale.
+        let hit = p.take(250, 2 * STALE_AFTER, &mut stale).expect("300 serves 250");
+        assert_eq!((hit.capacity(), caps(&p), stale.len()), (300, vec![1000], 0));
+        // A miss (nothing between 100 and 200) frees the stale one.
+        assert!(p.take(100, 2 * STALE_AFTER, &mut stale).is_none());
+        assert_eq!((caps(&p), stale.len(), p.bytes), (vec![], 1, 0));
+        // Not stale one evaluation earlier.
+        p.put(Vec::with_capacity(1000), 0, &mut stale);
+        assert!(p.take(100, STALE_AFTER - 1, &mut stale).is_none());
+        assert_eq!(caps(&p), vec![1000]);
     }
 }

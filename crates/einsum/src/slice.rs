@@ -26,8 +26,8 @@
 //!   holds: the caller's operands, the copies of the sliced operands, the intermediates
 //!   alive together at each step (as [`crate::Einsum`]'s memory check counts them) and,
 //!   when sliced, the accumulator of the output's full shape; for the reverse pass, the
-//!   forward intermediates and their cotangents, the gradients of every operand and their
-//!   accumulators.
+//!   caller's cotangent (the output's full shape), the forward intermediates and their
+//!   cotangents, the gradients of every operand and their accumulators.
 //!
 //! Complexity: following the path is `O(Σ labels per step)`; the greedy finder evaluates
 //! `O(L)` candidates per added label, `O(L² · Σ labels per step)` in all for `L` labels.
@@ -320,9 +320,11 @@ impl Network {
         let reduced_operands: f64 = self.operands.iter().map(|l| cut(l)).sum();
         let (fwd, rev) = if is_sliced {
             // Operands, their slice copies, the output accumulator, the slice's tensors; in
-            // reverse also the cotangent's slice, the slice's gradients and accumulators.
+            // reverse, the caller's cotangent of the whole output (held, like the operands,
+            // for the whole pass) and its slice, the slice's tensors and their cotangents,
+            // the slice's gradients and the accumulators.
             let fwd = operands + copies + output + peak;
-            let rev = operands + copies + cut(&self.output) + peak + 2.0 * sum + reduced_operands + operands;
+            let rev = operands + copies + output + cut(&self.output) + peak + 2.0 * sum + reduced_operands + operands;
             (fwd, rev)
         } else {
             (operands + peak, operands + peak + 2.0 * sum + operands)

@@ -171,7 +171,8 @@ fn runs(shape: &[usize], axes: &[Option<usize>], values: &[usize], mut f: impl F
 fn gather<T: Elem>(t: &Tensor<T>, axes: &[Option<usize>], values: &[usize]) -> Tensor<T> {
     let shape: Vec<usize> = t.shape().iter().zip(axes).filter(|(_, a)| a.is_none()).map(|(&d, _)| d).collect();
     let data = t.data();
-    let mut out = Vec::with_capacity(shape.iter().product());
+    // From the pool: one slice's copy is dropped before the next slice's is made.
+    let mut out = crate::buffer::reserved(shape.iter().product());
     runs(t.shape(), axes, values, |off, len, stride, _| {
         if stride == 1 {
             out.extend_from_slice(&data[off..off + len]);
