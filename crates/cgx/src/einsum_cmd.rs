@@ -454,6 +454,23 @@ fn read_as<T: NpyElem>(infos: &[ArrayInfo]) -> CliResult<Vec<Tensor<T>>> {
         .collect()
 }
 
+/// A bar on stderr over `n` slices (hidden with `--json`, and for fewer than two slices;
+/// indicatif draws nothing when stderr is not a terminal).
+fn slice_bar(s: &Settings, n: u64, what: &str) -> ProgressBar {
+    if s.quiet || n < 2 {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(n);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{bar:24.cyan/blue}} {{pos}}/{{len}} {what} ({{elapsed}}, {{eta}} left)"
+        ))
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
 fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, EinsumReport)> {
     let mut phases = Vec::new();
     let t = Instant::now();
@@ -485,7 +502,15 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
     let threads = format!("{} thread{}", s.threads, if s.threads > 1 { "s" } else { "" });
     let (result, eval_ms) = if s.repeat <= 1 {
         let t = Instant::now();
-        let r = run()?;
+        let r = if sliced {
+            // One run over many slices: a bar over the slices.
+            let bar = slice_bar(s, e.plan().n_slices(), "slices");
+            let r = e.eval_with_progress(&refs, |k| bar.set_position(k))?;
+            bar.finish_and_clear();
+            r
+        } else {
+            run()?
+        };
         let m = ms(t);
         phases.push((format!("eval ({threads})"), m));
         (r, m)
@@ -543,7 +568,9 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         let at_x = seed.inner(&result).unwrap_or(f64::NAN);
         drop(result);
         let t = Instant::now();
-        let grads = g.eval(&refs, &seed)?;
+        let bar = slice_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
+        let grads = g.eval_with_progress(&refs, &seed, |k| bar.set_position(k))?;
+        bar.finish_and_clear();
         phases.push(("gradient eval (all operands)".to_string(), ms(t)));
         if !refs.is_empty() {
             // The network is linear in each operand, so ⟨c, f(x + t e_i)⟩ − ⟨c, f(x)⟩ =

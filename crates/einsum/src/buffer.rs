@@ -23,18 +23,20 @@
 //! them and [`POOL_MAX_BYTES`] in total per element type; [`release_buffers`] empties the
 //! pools.
 //!
-//! Staleness: every evaluation of a compiled einsum program calls [`begin_evaluation`],
-//! and a pooled buffer remembers the count of evaluations begun when it came back. When
-//! a request finds no buffer to reuse (a fresh allocation follows) or a buffer comes
-//! back, the buffers that have waited while [`STALE_AFTER`] evaluations began are freed.
-//! Repeated evaluations of one program, or of up to three programs in turn (a forward
-//! pass and a gradient), find every request served and free nothing; a run whose
+//! Staleness: every evaluation of a compiled einsum program calls [`begin_evaluation`]
+//! (each slice of a sliced one too), and a pooled buffer remembers the count of
+//! evaluations begun when it came back. When a request finds no buffer to reuse (a fresh
+//! allocation follows) or a buffer comes back, the buffers that have waited while
+//! [`STALE_AFTER`] evaluations per evaluation running began are freed. Repeated
+//! evaluations of one program, or of up to three programs in turn (a forward pass and a
+//! gradient), on one thread or several, find every request served and free nothing; a run whose
 //! tensors change size (the slices of a gradient after those of its forward pass, one
 //! network after another) does not keep the sizes it no longer uses, which otherwise
 //! stayed in the pool beside the new ones (a sliced gradient of `str_nw_mera_open_26`
 //! under an 800 MiB limit peaked at 1.68 GB of RSS with them).
 
 use std::any::{Any, TypeId};
+use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -59,18 +61,53 @@ struct Pool<T> {
     bytes: usize,
 }
 
-/// Evaluations begun in the process ([`begin_evaluation`]).
+/// Evaluations begun in the process ([`begin_evaluation`]; a sliced evaluation's slices
+/// each count).
 static EVALUATIONS: AtomicU64 = AtomicU64::new(0);
+/// Outermost evaluations running now, on all threads (a sliced evaluation is one).
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 
-/// A pooled buffer is stale once this many evaluations began after it came back with none
-/// taking it (the one it came back in may still be running). Four: a forward pass and a
-/// gradient alternating in a loop reuse each other's buffers every second evaluation;
-/// two had made `str_nw_mera_open_26`'s forward pass page-fault in such a loop.
+thread_local! {
+    /// How many evaluations this thread is inside (a sliced evaluation runs one per slice).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A pooled buffer is stale once this many evaluations per evaluation running began after
+/// it came back with none taking it. Four: a forward pass and a gradient alternating in a
+/// loop reuse each other's buffers every second evaluation (two had made
+/// `str_nw_mera_open_26`'s forward pass page-fault in such a loop); per evaluation running,
+/// so that threads evaluating side by side, which advance the count together, do not make
+/// each other's buffers stale.
 pub(crate) const STALE_AFTER: u64 = 4;
 
-/// Counts one evaluation of a compiled program as begun (see the module doc).
-pub(crate) fn begin_evaluation() {
+/// One evaluation of a compiled program, from [`begin_evaluation`] until dropped.
+pub(crate) struct Evaluation {
+    outermost: bool,
+}
+
+/// Counts an evaluation as begun (see the module doc), and, if it is the outermost one of
+/// its thread, as running until the guard is dropped: the slices of a sliced evaluation
+/// each count as begun (a slice's buffers serve the next slice), the sliced evaluation as
+/// one running.
+pub(crate) fn begin_evaluation() -> Evaluation {
     EVALUATIONS.fetch_add(1, Relaxed);
+    let outermost = DEPTH.with(|d| {
+        d.set(d.get() + 1);
+        d.get() == 1
+    });
+    if outermost {
+        IN_FLIGHT.fetch_add(1, Relaxed);
+    }
+    Evaluation { outermost }
+}
+
+impl Drop for Evaluation {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+        if self.outermost {
+            IN_FLIGHT.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 /// The pools, one per element type (a short list: `f64` and `c64`).
@@ -102,24 +139,38 @@ fn pooled<T: Elem>(n: usize) -> Option<Vec<T>> {
         return None;
     }
     let mut stale = Vec::new();
-    let found = with_pool::<T, _>(|p| p.take(n, evaluations(), &mut stale));
+    let found = with_pool::<T, _>(|p| p.take(n, clock(), &mut stale));
     drop(stale); // freed outside the lock
     found
 }
 
-/// The count of evaluations begun, as the pool's policy sees it.
-fn evaluations() -> u64 {
+/// The pool's clock: evaluations begun, and how many of them make a buffer stale now.
+fn clock() -> Clock {
+    let window = STALE_AFTER * IN_FLIGHT.load(Relaxed).max(1);
     #[cfg(test)]
     if KEEP_STALE.load(Relaxed) {
-        return 0; // nothing is stale
+        return Clock { now: 0, window }; // nothing is stale
     }
-    EVALUATIONS.load(Relaxed)
+    Clock { now: EVALUATIONS.load(Relaxed), window }
+}
+
+/// Evaluations begun (`now`), and after how many a returned buffer is stale (`window`).
+#[derive(Copy, Clone, Debug)]
+struct Clock {
+    now: u64,
+    window: u64,
+}
+
+impl Clock {
+    fn is_stale(self, returned: u64) -> bool {
+        returned + self.window <= self.now
+    }
 }
 
 impl<T> Pool<T> {
     /// The smallest buffer of capacity between `n` and `2n`, if there is one; if there is
-    /// none, moves the buffers stale at evaluation count `now` into `stale`.
-    fn take(&mut self, n: usize, now: u64, stale: &mut Vec<Vec<T>>) -> Option<Vec<T>> {
+    /// none, moves the buffers stale at `clock` into `stale`.
+    fn take(&mut self, n: usize, clock: Clock, stale: &mut Vec<Vec<T>>) -> Option<Vec<T>> {
         // Buffers are sorted by capacity.
         let best = self.buffers.partition_point(|b| b.capacity() < n);
         if self.buffers.get(best).is_some_and(|b| b.capacity() <= 2 * n) {
@@ -128,33 +179,34 @@ impl<T> Pool<T> {
             self.bytes -= bytes::<T>(b.capacity());
             return Some(b);
         }
-        self.take_stale(now, stale);
+        self.take_stale(clock, stale);
         None
     }
 
-    /// Keeps `v`, which came back at evaluation count `now`, within the pool's bounds,
-    /// after moving the buffers stale at `now` into `stale` (buffers made outside the
-    /// pool come back too: stale ones make room).
-    fn put(&mut self, v: Vec<T>, now: u64, stale: &mut Vec<Vec<T>>) {
-        self.take_stale(now, stale);
+    /// Keeps `v`, which came back at `clock`, within the pool's bounds (else moves it into
+    /// `stale`), after moving the buffers stale at `clock` into `stale` (buffers made
+    /// outside the pool come back too: stale ones make room).
+    fn put(&mut self, v: Vec<T>, clock: Clock, stale: &mut Vec<Vec<T>>) {
+        self.take_stale(clock, stale);
         let size = bytes::<T>(v.capacity());
         if self.buffers.len() < POOL_MAX_BUFFERS && self.bytes + size <= POOL_MAX_BYTES {
             self.bytes += size;
             let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
             self.buffers.insert(at, v);
-            self.returned.insert(at, now);
+            self.returned.insert(at, clock.now);
+        } else {
+            stale.push(v);
         }
     }
 
-    /// Moves the buffers stale at evaluation count `now` (the module doc) into `stale`.
-    fn take_stale(&mut self, now: u64, stale: &mut Vec<Vec<T>>) {
-        let is_stale = |r: u64| r + STALE_AFTER <= now;
-        if !self.returned.iter().any(|&r| is_stale(r)) {
+    /// Moves the buffers stale at `clock` (the module doc) into `stale`.
+    fn take_stale(&mut self, clock: Clock, stale: &mut Vec<Vec<T>>) {
+        if !self.returned.iter().any(|&r| clock.is_stale(r)) {
             return;
         }
         let mut i = 0;
         while i < self.buffers.len() {
-            if is_stale(self.returned[i]) {
+            if clock.is_stale(self.returned[i]) {
                 self.returned.remove(i);
                 let b = self.buffers.remove(i);
                 self.bytes -= bytes::<T>(b.capacity());
@@ -337,7 +389,7 @@ pub(crate) fn recycle<T: Elem>(v: Vec<T>) {
         return;
     }
     let mut stale = Vec::new();
-    with_pool::<T, _>(|p| p.put(v, evaluations(), &mut stale));
+    with_pool::<T, _>(|p| p.put(v, clock(), &mut stale));
     drop(stale); // freed outside the lock
 }
 
@@ -430,23 +482,48 @@ mod tests {
     #[test]
     fn stale_buffers_are_freed_on_a_miss_or_a_return_and_hits_free_nothing() {
         let mut p = Pool::<f64> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 };
-        let caps = |p: &Pool<f64>| p.buffers.iter().map(Vec::capacity).collect::<Vec<_>>();
+        let check = |p: &Pool<f64>| {
+            assert_eq!(p.returned.len(), p.buffers.len(), "one stamp per buffer");
+            assert_eq!(p.bytes, p.buffers.iter().map(|b| bytes::<f64>(b.capacity())).sum::<usize>());
+            assert!(p.buffers.windows(2).all(|w| w[0].capacity() <= w[1].capacity()), "sorted");
+            p.buffers.iter().map(Vec::capacity).collect::<Vec<_>>()
+        };
+        let at = |now: u64| Clock { now, window: STALE_AFTER };
         let mut stale = Vec::new();
-        p.put(Vec::with_capacity(1000), 0, &mut stale);
-        p.put(Vec::with_capacity(300), STALE_AFTER, &mut stale);
+        p.put(Vec::with_capacity(1000), at(0), &mut stale);
+        p.put(Vec::with_capacity(300), at(STALE_AFTER), &mut stale);
         // At `STALE_AFTER`, the first buffer is stale: the second one's return freed it.
-        assert_eq!((caps(&p), stale.len()), (vec![300], 1));
+        assert_eq!((check(&p), stale.len()), (vec![300], 1));
         stale.clear();
-        p.put(Vec::with_capacity(1000), STALE_AFTER, &mut stale);
+        p.put(Vec::with_capacity(1000), at(STALE_AFTER), &mut stale);
         // A hit frees nothing, even once the other buffer is stale.
-        let hit = p.take(250, 2 * STALE_AFTER, &mut stale).expect("300 serves 250");
-        assert_eq!((hit.capacity(), caps(&p), stale.len()), (300, vec![1000], 0));
+        let hit = p.take(250, at(2 * STALE_AFTER), &mut stale).expect("300 serves 250");
+        assert_eq!((hit.capacity(), check(&p), stale.len()), (300, vec![1000], 0));
         // A miss (nothing between 100 and 200) frees the stale one.
-        assert!(p.take(100, 2 * STALE_AFTER, &mut stale).is_none());
-        assert_eq!((caps(&p), stale.len(), p.bytes), (vec![], 1, 0));
-        // Not stale one evaluation earlier.
-        p.put(Vec::with_capacity(1000), 0, &mut stale);
-        assert!(p.take(100, STALE_AFTER - 1, &mut stale).is_none());
-        assert_eq!(caps(&p), vec![1000]);
+        assert!(p.take(100, at(2 * STALE_AFTER), &mut stale).is_none());
+        assert_eq!((check(&p), stale.len()), (vec![], 1));
+        // Not stale one evaluation earlier, nor with two evaluations running (a window twice
+        // as long).
+        p.put(Vec::with_capacity(1000), at(0), &mut stale);
+        assert!(p.take(100, at(STALE_AFTER - 1), &mut stale).is_none());
+        assert!(p.take(100, Clock { now: STALE_AFTER, window: 2 * STALE_AFTER }, &mut stale).is_none());
+        assert_eq!(check(&p), vec![1000]);
+    }
+
+    /// Every evaluation counts as begun; only a thread's outermost one as running.
+    #[test]
+    fn nested_evaluations_count_as_begun_and_once_as_running() {
+        let before = EVALUATIONS.load(Relaxed);
+        let outer = begin_evaluation();
+        let inner = begin_evaluation();
+        assert!(outer.outermost && !inner.outermost);
+        // Other tests' evaluations on other threads may count meanwhile, never fewer.
+        assert!(IN_FLIGHT.load(Relaxed) >= 1);
+        drop(inner);
+        let again = begin_evaluation();
+        assert!(!again.outermost);
+        drop((again, outer));
+        assert!(begin_evaluation().outermost);
+        assert!(EVALUATIONS.load(Relaxed) >= before + 4);
     }
 }

@@ -60,6 +60,10 @@ pub struct EinsumOptions {
 impl EinsumOptions {
     /// The budget for the tensors of the contraction (default [`MemoryLimit::default`],
     /// 8 GiB), checked when the network is built and again by [`Einsum::gradient`].
+    /// `Einsum` contracts whole tensors and refuses a network over the budget;
+    /// [`SlicedEinsum`](crate::SlicedEinsum) with the same options and
+    /// `Slicing::Memory` chooses labels to slice so that it fits, and contracts (and
+    /// differentiates) it slice by slice.
     pub fn memory_limit(mut self, limit: MemoryLimit) -> Self {
         self.memory_limit = limit;
         self
@@ -281,7 +285,7 @@ impl<T: Elem> Einsum<T> {
     /// [`Einsum::eval`] reusing `state`'s allocations.
     pub fn eval_with(&self, state: &mut EvalState<Tensor<T>>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
-        crate::buffer::begin_evaluation();
+        let _evaluation = crate::buffer::begin_evaluation();
         let inputs = self.program.bind_inputs(|k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
             TensorKey::Tangent(_) => None,
@@ -301,7 +305,7 @@ impl<T: Elem> Einsum<T> {
     /// uses one thread.
     pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
-        crate::buffer::begin_evaluation();
+        let _evaluation = crate::buffer::begin_evaluation();
         let inputs = self.program.bind_inputs(|k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
             TensorKey::Tangent(_) => None,
@@ -560,7 +564,7 @@ impl<T: Elem> EinsumGradient<T> {
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
         m.check("cotangent", &[cotangent], &[&m.output_shape])?;
-        crate::buffer::begin_evaluation();
+        let _evaluation = crate::buffer::begin_evaluation();
         let out = self.program.eval(&mut (), |k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
             k if Some(k) == self.seed.as_ref() => Some(cotangent),
@@ -580,7 +584,7 @@ impl<T: Elem> EinsumGradient<T> {
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
         m.check("cotangent", &[cotangent], &[&m.output_shape])?;
-        crate::buffer::begin_evaluation();
+        let _evaluation = crate::buffer::begin_evaluation();
         let mut out: Vec<Option<Tensor<T>>> = self
             .with_value
             .try_eval_by_key(&mut (), |k| match k {
@@ -642,7 +646,7 @@ impl<T: Elem> EinsumHvp<T> {
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
         m.check("cotangent", &[cotangent], &[&m.output_shape])?;
-        crate::buffer::begin_evaluation();
+        let _evaluation = crate::buffer::begin_evaluation();
         let dshapes: Vec<&[usize]> = self.wrt.iter().map(|&i| shapes[i]).collect();
         m.check("direction", directions, &dshapes)?;
         let out = self.program.eval(&mut (), |k| match k {

@@ -474,6 +474,34 @@ impl<T: Elem> SlicedEinsum<T> {
         self.eval_slices(operands, 0..self.layout.plan.n_slices())
     }
 
+    /// [`SlicedEinsum::eval`], calling `done(k)` after each slice with the number of
+    /// slices done so far (for a progress bar over a long run).
+    ///
+    /// ```
+    /// use einsum::{EinsumOptions, PathChoice, SlicedEinsum, Slicing, Tensor};
+    ///
+    /// let shapes = [vec![4, 6], vec![6, 5]];
+    /// let s = SlicedEinsum::<f64>::new("ij,jk->ik", &shapes, PathChoice::Greedy,
+    ///     &EinsumOptions::default(), &Slicing::Labels(vec!['j'])).unwrap();
+    /// let (a, b) = (Tensor::ones(vec![4, 6]).unwrap(), Tensor::ones(vec![6, 5]).unwrap());
+    /// let mut seen = Vec::new();
+    /// let r = s.eval_with_progress(&[&a, &b], |k| seen.push(k)).unwrap();
+    /// assert_eq!(r.get(&[0, 0]), Some(6.0));
+    /// assert_eq!(seen, [1, 2, 3, 4, 5, 6]); // one call per slice of `j`
+    /// ```
+    pub fn eval_with_progress(&self, operands: &[&Tensor<T>], mut done: impl FnMut(u64)) -> EinsumResult<Tensor<T>> {
+        let l = &*self.layout;
+        l.check(operands)?;
+        if !l.is_sliced() {
+            let r = self.einsum.eval(operands)?;
+            done(1);
+            return Ok(r);
+        }
+        let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
+        self.forward(operands, 0..l.plan.n_slices(), &mut sink, &mut done)?;
+        sink.into_sum(l)
+    }
+
     /// The sum of the slices in `range` (of `0..n_slices`), of the output's full shape:
     /// slices with sliced output labels are placed, the other places are zero. Results of
     /// disjoint ranges add up to [`SlicedEinsum::eval`].
@@ -485,7 +513,7 @@ impl<T: Elem> SlicedEinsum<T> {
             return self.einsum.eval(operands);
         }
         let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
-        self.forward(operands, range, &mut sink)?;
+        self.forward(operands, range, &mut sink, &mut |_| ())?;
         sink.into_sum(l)
     }
 
@@ -500,19 +528,30 @@ impl<T: Elem> SlicedEinsum<T> {
             return Ok(OutputBlocks::one(self.einsum.eval(operands)?));
         }
         let mut sink = Sink::blocks(l, &range)?;
-        self.forward(operands, range, &mut sink)?;
+        self.forward(operands, range, &mut sink, &mut |_| ())?;
         sink.into_blocks(l)
     }
 
-    fn forward(&self, operands: &[&Tensor<T>], range: Range<u64>, sink: &mut Sink<T>) -> EinsumResult<()> {
+    /// Adds the slices of `range` into `sink`, calling `done` with the count of slices
+    /// done after each.
+    fn forward(
+        &self,
+        operands: &[&Tensor<T>],
+        range: Range<u64>,
+        sink: &mut Sink<T>,
+        done: &mut dyn FnMut(u64),
+    ) -> EinsumResult<()> {
         let l = &*self.layout;
+        // The slices count as one evaluation for the buffer pool.
+        let _evaluation = crate::buffer::begin_evaluation();
         let mut copies = SliceOperands::new(operands.len());
         let mut state = EvalState::new();
-        for k in range {
+        for (n, k) in range.enumerate() {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
             let r = self.einsum.eval_with(&mut state, &refs)?;
             sink.add(l, &values, &r);
+            done(n as u64 + 1);
         }
         Ok(())
     }
@@ -616,6 +655,40 @@ impl<T: Elem> SlicedGradient<T> {
         self.eval_slices(operands, cotangent, 0..self.layout.plan.n_slices())
     }
 
+    /// [`SlicedGradient::eval`], calling `done(k)` after each slice with the number of
+    /// slices done so far (as [`SlicedEinsum::eval_with_progress`]).
+    ///
+    /// ```
+    /// use einsum::{EinsumOptions, PathChoice, SlicedEinsum, Slicing, Tensor};
+    ///
+    /// let shapes = [vec![4, 3], vec![3, 5]];
+    /// let s = SlicedEinsum::<f64>::new("ij,jk->ik", &shapes, PathChoice::Greedy,
+    ///     &EinsumOptions::default(), &Slicing::Labels(vec!['i', 'j'])).unwrap();
+    /// let a = Tensor::from_fn(vec![4, 3], |i| (i[0] + 2 * i[1]) as f64).unwrap();
+    /// let b = Tensor::from_fn(vec![3, 5], |i| 1.0 - (i[0] * i[1]) as f64).unwrap();
+    /// let c = Tensor::ones(vec![4, 5]).unwrap();
+    /// let g = s.gradient(&[0, 1]).unwrap();
+    /// let mut calls = 0;
+    /// let with = g.eval_with_progress(&[&a, &b], &c, |k| { calls += 1; assert_eq!(k, calls) }).unwrap();
+    /// assert_eq!(calls, 12); // 4 values of `i` times 3 of `j`
+    /// assert_eq!(with, g.eval(&[&a, &b], &c).unwrap());
+    /// ```
+    pub fn eval_with_progress(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        mut done: impl FnMut(u64),
+    ) -> EinsumResult<Vec<Tensor<T>>> {
+        let range = 0..self.layout.plan.n_slices();
+        self.check(operands, cotangent, &range)?;
+        if !self.layout.is_sliced() {
+            let g = self.gradient.eval(operands, cotangent)?;
+            done(1);
+            return Ok(g);
+        }
+        self.reverse(operands, Cotangent::Full(cotangent), range, None, &mut done)
+    }
+
     /// The gradients' sum over the slices in `range`; disjoint ranges add up to
     /// [`SlicedGradient::eval`].
     pub fn eval_slices(
@@ -628,7 +701,7 @@ impl<T: Elem> SlicedGradient<T> {
         if !self.layout.is_sliced() && range == (0..1) {
             return self.gradient.eval(operands, cotangent);
         }
-        self.reverse(operands, Cotangent::Full(cotangent), range, None)
+        self.reverse(operands, Cotangent::Full(cotangent), range, None, &mut |_| ())
     }
 
     /// `(value, gradients)` of the slices in `range` in one pass: per slice, the forward
@@ -646,7 +719,7 @@ impl<T: Elem> SlicedGradient<T> {
             return self.gradient.eval_with_value(operands, cotangent);
         }
         let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
-        let grads = self.reverse(operands, Cotangent::Full(cotangent), range, Some(&mut sink))?;
+        let grads = self.reverse(operands, Cotangent::Full(cotangent), range, Some(&mut sink), &mut |_| ())?;
         Ok((sink.into_sum(l)?, grads))
     }
 
@@ -711,7 +784,7 @@ impl<T: Elem> SlicedGradient<T> {
             return Ok((OutputBlocks::one(value), grads));
         }
         let mut sink = Sink::blocks(l, &range)?;
-        let grads = self.reverse(operands, cotangent, range, Some(&mut sink))?;
+        let grads = self.reverse(operands, cotangent, range, Some(&mut sink), &mut |_| ())?;
         Ok((sink.into_blocks(l)?, grads))
     }
 
@@ -730,41 +803,55 @@ impl<T: Elem> SlicedGradient<T> {
         Ok(())
     }
 
-    /// The gradients summed over `range`, and each slice's value added into `value`.
+    /// The gradients summed over `range`, and each slice's value added into `value`;
+    /// `done` is called with the count of slices done after each.
     fn reverse(
         &self,
         operands: &[&Tensor<T>],
         cotangent: Cotangent<'_, T>,
         range: Range<u64>,
         mut value: Option<&mut Sink<T>>,
+        done: &mut dyn FnMut(u64),
     ) -> EinsumResult<Vec<Tensor<T>>> {
         let l = &*self.layout;
+        // The slices count as one evaluation for the buffer pool.
+        let _evaluation = crate::buffer::begin_evaluation();
         let mut accs: Vec<Vec<T>> = self.wrt.iter().map(|&i| zeros::<T>(&l.shapes[i])).collect::<EinsumResult<_>>()?;
         let mut copies = SliceOperands::new(operands.len());
         let out_sliced = l.output_axes.iter().any(Option::is_some);
-        for k in range {
+        for (n, k) in range.enumerate() {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
+            // The slice's cotangent: the caller's whole one when no output label is sliced
+            // (not a copy), else a copy from the pool, which the next slice's reuses.
+            let part;
             let c = match cotangent {
-                Cotangent::Full(c) if out_sliced => gather(c, &l.output_axes, &values),
-                Cotangent::Full(c) => c.clone(),
+                Cotangent::Full(c) if out_sliced => {
+                    part = gather(c, &l.output_axes, &values);
+                    &part
+                }
+                Cotangent::Full(c) => c,
                 Cotangent::Blocks(b) => {
                     let len: usize = l.block_shape.iter().product();
                     let at = (l.block_of(&values) - b.first) as usize * len;
-                    Tensor::new(l.block_shape.clone(), b.blocks.data()[at..at + len].to_vec())?
+                    let mut data = crate::buffer::reserved(len);
+                    data.extend_from_slice(&b.blocks.data()[at..at + len]);
+                    part = Tensor::new(l.block_shape.clone(), data)?;
+                    &part
                 }
             };
             let grads = match value.as_deref_mut() {
                 Some(sink) => {
-                    let (r, grads) = self.gradient.eval_with_value(&refs, &c)?;
+                    let (r, grads) = self.gradient.eval_with_value(&refs, c)?;
                     sink.add(l, &values, &r);
                     grads
                 }
-                None => self.gradient.eval(&refs, &c)?,
+                None => self.gradient.eval(&refs, c)?,
             };
             for ((acc, &i), g) in accs.iter_mut().zip(&self.wrt).zip(&grads) {
                 scatter_add(acc, &l.shapes[i], &l.operand_axes[i], &values, g.data());
             }
+            done(n as u64 + 1);
         }
         accs.into_iter().zip(&self.wrt).map(|(a, &i)| Tensor::new(l.shapes[i].clone(), a)).collect()
     }
