@@ -33,7 +33,10 @@
 //! tensors change size (the slices of a gradient after those of its forward pass, one
 //! network after another) does not keep the sizes it no longer uses, which otherwise
 //! stayed in the pool beside the new ones (a sliced gradient of `str_nw_mera_open_26`
-//! under an 800 MiB limit peaked at 1.68 GB of RSS with them).
+//! under an 800 MiB limit peaked at 1.68 GB of RSS with them). The one case it serves
+//! badly: a long evaluation beside a sliced one on another thread, whose slices each
+//! count, may see buffers it returned freed before it asks for them again (page faults,
+//! not errors).
 
 use std::any::{Any, TypeId};
 use std::cell::Cell;
