@@ -490,30 +490,28 @@ impl<T: Elem> SlicedEinsum<T> {
     /// assert_eq!(seen, [1, 2, 3, 4, 5, 6]); // one call per slice of `j`
     /// ```
     pub fn eval_with_progress(&self, operands: &[&Tensor<T>], mut done: impl FnMut(u64)) -> EinsumResult<Tensor<T>> {
-        let l = &*self.layout;
-        l.check(operands)?;
-        if !l.is_sliced() {
-            let r = self.einsum.eval(operands)?;
-            done(1);
-            return Ok(r);
-        }
-        let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
-        self.forward(operands, 0..l.plan.n_slices(), &mut sink, &mut done)?;
-        sink.into_sum(l)
+        self.summed(operands, 0..self.layout.plan.n_slices(), &mut done)
     }
 
     /// The sum of the slices in `range` (of `0..n_slices`), of the output's full shape:
     /// slices with sliced output labels are placed, the other places are zero. Results of
     /// disjoint ranges add up to [`SlicedEinsum::eval`].
     pub fn eval_slices(&self, operands: &[&Tensor<T>], range: Range<u64>) -> EinsumResult<Tensor<T>> {
+        self.summed(operands, range, &mut |_| ())
+    }
+
+    /// [`SlicedEinsum::eval_slices`], calling `done` with the count of slices done after each.
+    fn summed(&self, operands: &[&Tensor<T>], range: Range<u64>, done: &mut dyn FnMut(u64)) -> EinsumResult<Tensor<T>> {
         let l = &*self.layout;
         l.check(operands)?;
         l.check_range(&range)?;
         if !l.is_sliced() && range == (0..1) {
-            return self.einsum.eval(operands);
+            let r = self.einsum.eval(operands)?;
+            done(1);
+            return Ok(r);
         }
         let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
-        self.forward(operands, range, &mut sink, &mut |_| ())?;
+        self.forward(operands, range, &mut sink, done)?;
         sink.into_sum(l)
     }
 
@@ -542,7 +540,7 @@ impl<T: Elem> SlicedEinsum<T> {
         done: &mut dyn FnMut(u64),
     ) -> EinsumResult<()> {
         let l = &*self.layout;
-        // The slices count as one evaluation for the buffer pool.
+        // One evaluation running for the buffer pool (each slice's counts as begun).
         let _evaluation = crate::buffer::begin_evaluation();
         let mut copies = SliceOperands::new(operands.len());
         let mut state = EvalState::new();
@@ -679,14 +677,7 @@ impl<T: Elem> SlicedGradient<T> {
         cotangent: &Tensor<T>,
         mut done: impl FnMut(u64),
     ) -> EinsumResult<Vec<Tensor<T>>> {
-        let range = 0..self.layout.plan.n_slices();
-        self.check(operands, cotangent, &range)?;
-        if !self.layout.is_sliced() {
-            let g = self.gradient.eval(operands, cotangent)?;
-            done(1);
-            return Ok(g);
-        }
-        self.reverse(operands, Cotangent::Full(cotangent), range, None, &mut done)
+        self.summed(operands, cotangent, 0..self.layout.plan.n_slices(), &mut done)
     }
 
     /// The gradients' sum over the slices in `range`; disjoint ranges add up to
@@ -697,11 +688,25 @@ impl<T: Elem> SlicedGradient<T> {
         cotangent: &Tensor<T>,
         range: Range<u64>,
     ) -> EinsumResult<Vec<Tensor<T>>> {
+        self.summed(operands, cotangent, range, &mut |_| ())
+    }
+
+    /// [`SlicedGradient::eval_slices`], calling `done` with the count of slices done after
+    /// each.
+    fn summed(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        range: Range<u64>,
+        done: &mut dyn FnMut(u64),
+    ) -> EinsumResult<Vec<Tensor<T>>> {
         self.check(operands, cotangent, &range)?;
         if !self.layout.is_sliced() && range == (0..1) {
-            return self.gradient.eval(operands, cotangent);
+            let g = self.gradient.eval(operands, cotangent)?;
+            done(1);
+            return Ok(g);
         }
-        self.reverse(operands, Cotangent::Full(cotangent), range, None, &mut |_| ())
+        self.reverse(operands, Cotangent::Full(cotangent), range, None, done)
     }
 
     /// `(value, gradients)` of the slices in `range` in one pass: per slice, the forward
@@ -814,7 +819,7 @@ impl<T: Elem> SlicedGradient<T> {
         done: &mut dyn FnMut(u64),
     ) -> EinsumResult<Vec<Tensor<T>>> {
         let l = &*self.layout;
-        // The slices count as one evaluation for the buffer pool.
+        // One evaluation running for the buffer pool (each slice's counts as begun).
         let _evaluation = crate::buffer::begin_evaluation();
         let mut accs: Vec<Vec<T>> = self.wrt.iter().map(|&i| zeros::<T>(&l.shapes[i])).collect::<EinsumResult<_>>()?;
         let mut copies = SliceOperands::new(operands.len());
