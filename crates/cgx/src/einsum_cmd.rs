@@ -454,9 +454,9 @@ fn read_as<T: NpyElem>(infos: &[ArrayInfo]) -> CliResult<Vec<Tensor<T>>> {
         .collect()
 }
 
-/// A bar on stderr over `n` slices (hidden with `--json`, and for fewer than two slices;
-/// indicatif draws nothing when stderr is not a terminal).
-fn slice_bar(s: &Settings, n: u64, what: &str) -> ProgressBar {
+/// A bar on stderr over `n` units of `what` (evaluations, slices); hidden with `--json`
+/// and for fewer than two units (indicatif draws nothing when stderr is not a terminal).
+fn progress_bar(s: &Settings, n: u64, what: &str) -> ProgressBar {
     if s.quiet || n < 2 {
         return ProgressBar::hidden();
     }
@@ -504,7 +504,7 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         let t = Instant::now();
         let r = if sliced {
             // One run over many slices: a bar over the slices.
-            let bar = slice_bar(s, e.plan().n_slices(), "slices");
+            let bar = progress_bar(s, e.plan().n_slices(), "slices");
             let r = e.eval_with_progress(&refs, |k| bar.set_position(k))?;
             bar.finish_and_clear();
             r
@@ -516,12 +516,7 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         (r, m)
     } else {
         // A bar on stderr over the runs (indicatif draws nothing when stderr is not a terminal).
-        let bar = if s.quiet { ProgressBar::hidden() } else { ProgressBar::new(u64::from(s.repeat) + 1) };
-        bar.set_style(
-            ProgressStyle::with_template("{bar:24.cyan/blue} {pos}/{len} evaluations ({elapsed})")
-                .expect("a valid template")
-                .progress_chars("=> "),
-        );
+        let bar = progress_bar(s, u64::from(s.repeat) + 1, "evaluations");
         let mut result = run()?; // warm-up: first-touch of the buffers
         bar.inc(1);
         let mut best = f64::INFINITY;
@@ -568,7 +563,7 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         let at_x = seed.inner(&result).unwrap_or(f64::NAN);
         drop(result);
         let t = Instant::now();
-        let bar = slice_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
+        let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
         let grads = g.eval_with_progress(&refs, &seed, |k| bar.set_position(k))?;
         bar.finish_and_clear();
         phases.push(("gradient eval (all operands)".to_string(), ms(t)));
