@@ -26,6 +26,9 @@
 //! call that made them. As for numpy's own functions that release the GIL, a Python
 //! thread that writes to an operand while a contraction runs races with it.
 
+// The crate denies unsafe code; this module shares numpy's buffers and alone allows it.
+#![allow(unsafe_code)]
+
 use einsum::{Elem, POOL_MIN_BYTES, Tensor, c64};
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{Element, IntoPyArray, PyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};

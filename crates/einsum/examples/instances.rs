@@ -39,6 +39,7 @@ fn rel_diff<T: Elem>(a: &Tensor<T>, b: &Tensor<T>) -> f64 {
 
 /// Thread CPU time in milliseconds: unlike wall time, it leaves out the time this thread
 /// waits while other processes run, which on a shared machine is most of the noise.
+#[allow(unsafe_code)] // the crate denies it; this call has no safe form in std
 fn cpu_ms() -> f64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `t` is a valid `timespec` to write to; the clock id is a constant.
