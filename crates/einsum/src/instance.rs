@@ -7,9 +7,8 @@
 //! [`BUNDLED_DIR`] is one, [`Instance::bundled_names`] lists them (sorted by name) for
 //! the tests, examples and benches, and the Python scripts glob the same directory.
 
-use rand_core::{Rng as _, SeedableRng};
-use rand_xoshiro::SplitMix64;
 use serde_json::Value;
+use tidu::testing::CheckRng;
 
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
@@ -255,7 +254,7 @@ impl Instance {
                 *holders.entry(c).or_default() += 1;
             }
         }
-        let mut rng = SplitMix(SplitMix64::seed_from_u64(seed));
+        let mut rng = CheckRng::new(seed);
         s.inputs()
             .iter()
             .zip(&self.shapes)
@@ -275,15 +274,6 @@ impl Instance {
                 })
             })
             .collect()
-    }
-}
-
-/// Seeded operands' generator: `rand_xoshiro`'s SplitMix64 (the workspace's one).
-struct SplitMix(SplitMix64);
-
-impl SplitMix {
-    fn unit(&mut self) -> f64 {
-        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

@@ -27,10 +27,9 @@
 //!
 //! Invariant: every path returned is valid for the network's operand count.
 
-use rand_core::{Rng as _, SeedableRng};
-use rand_xoshiro::SplitMix64;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
+use tidu::testing::CheckRng;
 
 use crate::error::EinsumResult;
 use crate::path::{ContractionPath, FollowedPath, PathChoice, distinct};
@@ -437,10 +436,10 @@ pub fn random_greedy(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], trial
     let greedy = ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
     let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
     let mut best = (cost(&greedy), greedy);
-    let mut rng = SplitMix64::seed_from_u64(seed);
+    let mut rng = CheckRng::new(seed);
     for _ in 1..trials {
-        let alpha = 0.1 + 3.9 * unit(&mut rng);
-        let temperature = 0.001 + 0.999 * unit(&mut rng);
+        let alpha = 0.1 + 3.9 * rng.unit();
+        let temperature = 0.001 + 0.999 * rng.unit();
         let p = sampled_greedy(inputs, output, sizes, alpha, temperature, &mut rng);
         let c = cost(&p);
         if c < best.0 {
@@ -450,11 +449,6 @@ pub fn random_greedy(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], trial
     best.1
 }
 
-/// A uniform number in [0, 1).
-fn unit(rng: &mut SplitMix64) -> f64 {
-    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// One randomised greedy path (see [`random_greedy`]).
 fn sampled_greedy(
     inputs: &[Vec<u32>],
@@ -462,7 +456,7 @@ fn sampled_greedy(
     sizes: &[usize],
     alpha: f64,
     temperature: f64,
-    rng: &mut SplitMix64,
+    rng: &mut CheckRng,
 ) -> ContractionPath {
     let n = inputs.len();
     let is_out: Vec<bool> = {
@@ -520,7 +514,7 @@ fn sampled_greedy(
             let best = cands[0].0;
             let t = temperature * best.abs().max(1.0);
             let weights: Vec<f64> = cands.iter().map(|c| (-(c.0 - best) / t).exp()).collect();
-            let mut r = unit(rng) * weights.iter().sum::<f64>();
+            let mut r = rng.unit() * weights.iter().sum::<f64>();
             let mut pick = 0;
             while pick + 1 < cands.len() && r >= weights[pick] {
                 r -= weights[pick];

@@ -5,14 +5,12 @@
 //! mul, some neg, a few sin/cos/sincos (see [`pick_op`]).
 
 use computegraph::GraphOperation;
-use rand_core::{Rng as _, SeedableRng};
-use rand_xoshiro::SplitMix64;
 
 use crate::ScalarOp;
 use crate::spec::GraphSpec;
 
-/// The workloads' generator: `rand_xoshiro`'s SplitMix64, seeded with `seed`, with the
-/// draws the workloads need.
+/// The workloads' generator: the workspace's one seeded generator
+/// ([`tidu::testing::CheckRng`], `rand_xoshiro`'s SplitMix64).
 ///
 /// ```
 /// use scalar::workloads::Rng;
@@ -22,27 +20,7 @@ use crate::spec::GraphSpec;
 /// assert!(a.below(10) < 10);
 /// assert!((0.0..1.0).contains(&a.unit()));
 /// ```
-#[derive(Clone, Debug)]
-pub struct Rng(SplitMix64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Rng(SplitMix64::seed_from_u64(seed))
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    /// A uniform integer in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-    /// A uniform float in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+pub type Rng = tidu::testing::CheckRng;
 
 /// Picks an operation: add 45%, mul 40%, neg 10%, sin 2%, cos 2%, sincos 1%.
 ///

@@ -277,11 +277,9 @@ fn output_count_mismatch_in_a_parallel_level() {
     }
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+/// A 64-bit mix of `x`: the first draw of the workspace's generator seeded with it.
+fn splitmix(x: u64) -> u64 {
+    scalar::workloads::Rng::new(x).next_u64()
 }
 
 fn input_value(i: u32) -> u64 {

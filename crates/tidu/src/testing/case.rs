@@ -69,14 +69,17 @@ impl CheckOperand for f64 {
     }
 }
 
-/// The checker's deterministic generator (`rand_xoshiro`'s SplitMix64) for directions and
-/// cotangents.
+/// The workspace's one seeded generator (`rand_xoshiro`'s SplitMix64): the checker's
+/// directions and cotangents, and elsewhere the scalar workloads
+/// (`scalar::workloads::Rng` is this type), einsum's instance operands and its randomized
+/// path search.
 ///
 /// ```
 /// use tidu::testing::CheckRng;
 ///
 /// let mut rng = CheckRng::new(1);
 /// assert!((-2.0..3.0).contains(&rng.uniform(-2.0, 3.0)));
+/// assert!(rng.below(10) < 10);
 /// assert_eq!(CheckRng::new(5).next_u64(), CheckRng::new(5).next_u64());
 /// ```
 #[derive(Clone, Debug)]
@@ -90,6 +93,10 @@ impl CheckRng {
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
+    }
+    /// A uniform integer in `0..n` (`n > 0`; multiply-shift, no rejection).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
     /// A uniform float in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
