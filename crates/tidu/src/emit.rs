@@ -33,6 +33,7 @@ use std::sync::LazyLock;
 
 use computegraph::{LocalValueId, OperationRole, ValueKey};
 
+use crate::error::ADRuleResult;
 use crate::primitive::{Primitive, PrimitiveBuilder, PrimitiveValue};
 
 /// The `Linearized` roles of one and two operands, indexed by [`small_role`]'s rule.
@@ -95,6 +96,16 @@ pub fn add<Op: Primitive>(b: &mut impl PrimitiveBuilder<Op>, p: LocalValueId, q:
     linear(b, Op::add(), &[PrimitiveValue::Local(p), PrimitiveValue::Local(q)], &[true, true])
 }
 
+/// [`add`] reporting the builder's refusal as an error instead of panicking: the
+/// transpose's accumulation of cotangents, whose failures are the caller's errors.
+pub(crate) fn try_add<Op: Primitive>(
+    b: &mut impl PrimitiveBuilder<Op>,
+    p: LocalValueId,
+    q: LocalValueId,
+) -> ADRuleResult<LocalValueId> {
+    b.try_add_primitive_from(Op::add(), &[PrimitiveValue::Local(p), PrimitiveValue::Local(q)], &SMALL_ROLES[5])
+}
+
 /// `p + q` where either may be a symbolic zero (`None`): emits an addition only when both
 /// are present.
 pub fn accumulate<Op: Primitive>(
@@ -124,5 +135,7 @@ mod tests {
             assert_eq!(role.active_mask(), Some(mask), "{mask:?}");
         }
         assert!(small_role(&[true, true, false]).is_none());
+        // `try_add` uses the both-active role by its index.
+        assert_eq!(SMALL_ROLES[5].active_mask(), Some(&[true, true][..]));
     }
 }

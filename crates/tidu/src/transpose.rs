@@ -27,14 +27,15 @@
 //! Complexity: `O(linear nodes)` plus the rules' output; no hashing unless `L` has keys
 //! out of local order.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use computegraph::{Graph, GraphBuilder, GraphOperation, IdVec, LocalValueId, OperationRole, ValueRef};
 
+use crate::emit;
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
 use crate::linearized::LinearizedGraph;
 use crate::primitive::fresh_pass_ids;
-use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, unknown_operand};
+use crate::primitive::{ADKey, DiffPassId, Primitive, PrimitiveValue, unknown_operand};
 
 /// Transposes a linear graph (default rule context).
 ///
@@ -107,11 +108,10 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
         let key = base.tangent_of(first_pass + 1 + j as u64);
         let seed = builder.try_add_input(key.clone())?;
         seeds.push((key, seed));
-        accumulate::<Op>(&mut builder, &mut env[canon.of(*out).index()], seed, add_role())?;
+        accumulate::<Op>(&mut builder, &mut env[canon.of(*out).index()], seed)?;
     }
 
     // 2. Reverse topological walk, over the first copy of each key only.
-    let add_role = add_role();
     let mut ct_out: Vec<Option<LocalValueId>> = Vec::new();
     let mut inputs: Vec<PrimitiveValue<Op>> = Vec::new();
     let mut result: Vec<Option<LocalValueId>> = Vec::new();
@@ -164,7 +164,7 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             }
             // An active operand is a local value (the graph is linear, checked when built).
             let input = input.expect("an active operand of a linear graph is local");
-            accumulate::<Op>(&mut builder, &mut env[canon.of(input).index()], ct, add_role)?;
+            accumulate::<Op>(&mut builder, &mut env[canon.of(input).index()], ct)?;
         }
     }
 
@@ -203,29 +203,17 @@ impl Canonical {
     }
 }
 
-/// The role of the `add()` operations that accumulate cotangents.
-fn add_role() -> &'static OperationRole {
-    static BOTH_ACTIVE: LazyLock<OperationRole> =
-        LazyLock::new(|| OperationRole::Linearized { active_mask: vec![true, true] });
-    &BOTH_ACTIVE
-}
-
-/// Adds `ct` to the cotangent `slot`, emitting an `add()` (in `add_role`) where one
+/// Adds `ct` to the cotangent `slot`, emitting an addition ([`emit::try_add`]) where one
 /// already exists.
 #[inline]
 fn accumulate<Op: Primitive>(
     builder: &mut GraphBuilder<Op>,
     slot: &mut Option<LocalValueId>,
     ct: LocalValueId,
-    add_role: &OperationRole,
 ) -> ADRuleResult<()> {
     *slot = Some(match *slot {
         None => ct,
-        Some(existing) => builder.try_add_primitive_from(
-            Op::add(),
-            &[PrimitiveValue::Local(existing), PrimitiveValue::Local(ct)],
-            add_role,
-        )?,
+        Some(existing) => emit::try_add(builder, existing, ct)?,
     });
     Ok(())
 }
