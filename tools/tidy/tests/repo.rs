@@ -1,7 +1,7 @@
 //! The repository's own tidiness: the checks of the `tidy` crate run over every crate,
 //! the benches, the examples, the fuzz targets and the markdown documents.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use tidy::{dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget};
@@ -38,22 +38,54 @@ fn every_rust_file_has_a_module_doc() {
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
 
+/// The files of the crate whose sources are `src`, by their path relative to `src`
+/// (`/`-separated). Binaries under `src/bin` are crates of their own and left out.
+fn crate_files(src: &Path) -> BTreeMap<String, String> {
+    files_under(src, ".rs")
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(src).expect("under src");
+            let rel: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+            (rel.join("/"), read(&file))
+        })
+        .filter(|(rel, _)| !rel.starts_with("bin/"))
+        .collect()
+}
+
+/// Cycles found when the check first followed every file (2026-11-28), reported and not
+/// yet fixed: each is the crate's `src` (relative to the root) and the exact set of files
+/// in the cycle, so a file that joins one, or any other cycle, still fails. Remove an
+/// entry when its cycle is broken.
+const KNOWN_CYCLES: &[(&str, &[&str])] = &[
+    // KNOWN CYCLE, not fixed yet: `main.rs` calls each subcommand's module, and they use
+    // its `CliError`, `CliResult` and `default_out_dir` (a file of their own would end it).
+    ("crates/cgx/src", &["dag.rs", "demo.rs", "dot.rs", "einsum_cmd.rs", "main.rs", "mps.rs", "npy.rs"]),
+    // KNOWN CYCLE, not fixed yet: `EagerInput` and `EagerOutput` (`eager/mod.rs`) hold a
+    // `Trace` (`recorder.rs`), whose recorder builds them.
+    ("crates/tidu/src", &["eager/mod.rs", "eager/recorder.rs"]),
+];
+
+/// The files a `file_cycles` finding names (`cycle between files: a.rs -> b.rs, …`).
+fn files_of_cycle(finding: &str) -> BTreeSet<&str> {
+    let arrows = finding.split_once(": ").map_or(finding, |(_, a)| a);
+    arrows.split(", ").flat_map(|arrow| arrow.split(" -> ")).collect()
+}
+
 #[test]
 fn no_cycles_between_the_files_of_a_crate() {
+    let root = root();
     let mut findings = Vec::new();
-    for src in crate_sources(&root()) {
-        // One entry per top-level module: a file, or a folder's files together.
-        let mut modules: BTreeMap<String, String> = BTreeMap::new();
-        for file in files_under(&src, ".rs") {
-            let rel = file.strip_prefix(&src).expect("under src");
-            let top = rel.components().next().expect("a file").as_os_str().to_string_lossy();
-            let name = top.trim_end_matches(".rs").to_string();
-            if name == "lib" || name == "main" {
-                continue;
+    for src in crate_sources(&root) {
+        let rel = src.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+        for finding in file_cycles(&crate_files(&src)) {
+            let files = files_of_cycle(&finding);
+            let known = KNOWN_CYCLES
+                .iter()
+                .any(|(dir, set)| *dir == rel && set.iter().copied().collect::<BTreeSet<_>>() == files);
+            if !known {
+                findings.push(format!("{}: {finding}", src.display()));
             }
-            modules.entry(name).or_default().push_str(&read(&file));
         }
-        findings.extend(file_cycles(&modules).into_iter().map(|f| format!("{}: {f}", src.display())));
     }
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
