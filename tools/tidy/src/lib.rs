@@ -10,8 +10,9 @@
 //! - [`over_budget`]: no source file is longer than [`LINE_BUDGET`] lines;
 //! - [`dead_links`]: every relative link of a markdown file names a file or folder that
 //!   exists;
-//! - [`outside_references`]: no text cites documents that are not in the repository (the
-//!   specification's files, the guide's); `docs/SPEC.md` summarizes what the code uses.
+//! - [`outside_references`]: no text cites documents or paths that are not in the
+//!   repository (the specification's files, the guide's, a sibling `../shared` folder);
+//!   `docs/SPEC.md` summarizes what the code uses.
 //!
 //! Complexity: linear in the bytes read; the cycle search is Tarjan's algorithm, iterative.
 
@@ -58,9 +59,22 @@ pub fn dead_links(path: &Path, text: &str) -> Vec<String> {
     dead
 }
 
-/// Ways of citing documents that live outside the repository.
-pub const OUTSIDE_REFERENCES: &[&str] =
-    &["seed 00", "Seed 00", "AD-TESTING", "BENCHMARKS.md", "STYLE.md", "shared/seeds", "shared/guide", "document 00"];
+/// Ways of citing documents or paths that live outside the repository: the
+/// specification's and the guide's files, and the folders beside the repository (data
+/// files are in the repository: the einsum instances in `crates/einsum/tests/data/`).
+pub const OUTSIDE_REFERENCES: &[&str] = &[
+    "seed 00",
+    "Seed 00",
+    "AD-TESTING",
+    "BENCHMARKS.md",
+    "STYLE.md",
+    "shared/seeds",
+    "shared/guide",
+    "document 00",
+    "../shared",
+    "/work/",
+    "~/shared",
+];
 
 /// Lines of `text` that cite a document outside the repository ([`OUTSIDE_REFERENCES`]).
 pub fn outside_references(path: &Path, text: &str) -> Vec<String> {
@@ -115,6 +129,16 @@ mod tests {
         let found = outside_references(Path::new("x.rs"), text);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].starts_with("x.rs:2:"), "{found:?}");
+    }
+
+    #[test]
+    fn paths_outside_the_repository_are_outside_references() {
+        let text = "cargo run -- ../shared/data/einsum/a.json\nsee /work/shared/x\ncrates/einsum/tests/data/a.json\n~/shared/b\n";
+        let lines: Vec<String> = outside_references(Path::new("x.md"), text)
+            .iter()
+            .map(|f| f.split(':').take(2).collect::<Vec<_>>().join(":"))
+            .collect();
+        assert_eq!(lines, ["x.md:1", "x.md:2", "x.md:4"]);
     }
 
     #[test]
