@@ -12,18 +12,22 @@
 //!   exists;
 //! - [`outside_references`]: no text cites documents or paths that are not in the
 //!   repository (the specification's files, the guide's, a sibling `../shared` folder);
-//!   `docs/SPEC.md` summarizes what the code uses.
+//!   `docs/SPEC.md` summarizes what the code uses;
+//! - [`public_items`] and [`api_listing_mismatches`]: `docs/API.md` lists every public
+//!   item of each library crate, and nothing else.
 //!
 //! Complexity: linear in the bytes read; the cycle search is Tarjan's algorithm, iterative.
 
 #![forbid(unsafe_code)]
 
 mod cycles;
+mod surface;
 mod text;
 
 use std::path::{Path, PathBuf};
 
 pub use cycles::file_cycles;
+pub use surface::{PublicItem, api_listing_mismatches, public_items};
 
 /// Most lines a library source file may have; a longer one is split by concern.
 pub const LINE_BUDGET: usize = 1200;

@@ -1,10 +1,14 @@
 //! The repository's own tidiness: the checks of the `tidy` crate run over every crate,
-//! the benches, the examples, the fuzz targets and the markdown documents.
+//! the benches, the examples, the fuzz targets and the markdown documents, and
+//! `docs/API.md` against the library crates' public items.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use tidy::{dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget};
+use tidy::{
+    api_listing_mismatches, dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget,
+    public_items,
+};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
@@ -86,6 +90,24 @@ fn no_cycles_between_the_files_of_a_crate() {
                 findings.push(format!("{}: {finding}", src.display()));
             }
         }
+    }
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+/// `docs/API.md` lists every public item of each library crate (a `crates/NAME` folder
+/// with a `src/lib.rs`) under `## NAME`, and nothing that is not one.
+#[test]
+fn the_api_listing_matches_the_public_items() {
+    let root = root();
+    let doc = read(&root.join("docs/API.md"));
+    let mut findings = Vec::new();
+    for lib in files_under(&root.join("crates"), "lib.rs") {
+        let src = lib.parent().expect("src");
+        if src.file_name().is_none_or(|n| n != "src") {
+            continue;
+        }
+        let name = src.parent().and_then(Path::file_name).expect("a crate folder").to_string_lossy();
+        findings.extend(api_listing_mismatches("docs/API.md", &doc, &name, &public_items(&crate_files(src))));
     }
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
