@@ -4,20 +4,30 @@
 //! empty list passes), so the checks are tested on small inputs here and run on the
 //! repository by `tests/repo.rs`:
 //! - [`missing_module_doc`]: every Rust file opens with a `//!` module doc;
-//! - [`file_cycles`]: no cycle between the top-level modules of one crate, counting
-//!   `crate::module` paths in code (comments, doc links and `#[cfg(test)]` tails aside);
+//! - [`file_cycles`]: no cycle between any two files of one crate, following `crate::`,
+//!   `super::` and submodule paths and `use` groups through re-exports (comments, doc
+//!   links and `#[cfg(test)]` items aside; see the `cycles` module);
 //! - [`over_budget`]: no source file is longer than [`LINE_BUDGET`] lines;
 //! - [`dead_links`]: every relative link of a markdown file names a file or folder that
 //!   exists;
-//! - [`outside_references`]: no text cites documents that are not in the repository (the
-//!   specification's files, the guide's); `docs/SPEC.md` summarizes what the code uses.
+//! - [`outside_references`]: no text cites documents or paths that are not in the
+//!   repository (the specification's files, the guide's, a sibling `../shared` folder);
+//!   `docs/SPEC.md` summarizes what the code uses;
+//! - [`public_items`] and [`api_listing_mismatches`]: `docs/API.md` lists every public
+//!   item of each library crate, and nothing else.
 //!
 //! Complexity: linear in the bytes read; the cycle search is Tarjan's algorithm, iterative.
 
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+mod cycles;
+mod surface;
+mod text;
+
 use std::path::{Path, PathBuf};
+
+pub use cycles::file_cycles;
+pub use surface::{PublicItem, api_listing_mismatches, public_items};
 
 /// Most lines a library source file may have; a longer one is split by concern.
 pub const LINE_BUDGET: usize = 1200;
@@ -32,136 +42,6 @@ pub fn missing_module_doc(path: &Path, text: &str) -> Option<String> {
 pub fn over_budget(path: &Path, text: &str) -> Option<String> {
     let lines = text.lines().count();
     (lines > LINE_BUDGET).then(|| format!("{}: {lines} lines, over the budget of {LINE_BUDGET}", path.display()))
-}
-
-/// The code of a file without comments and without its `#[cfg(test)]` tail.
-fn code_of(text: &str) -> String {
-    let code = match text.find("#[cfg(test)]") {
-        Some(at) => &text[..at],
-        None => text,
-    };
-    code.lines()
-        .map(|l| match l.find("//") {
-            Some(at) => &l[..at],
-            None => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The top-level modules named by `crate::name` paths in `text`, `use crate::{a::x, b}`
-/// groups included.
-fn referenced_modules(text: &str) -> BTreeSet<String> {
-    let code = code_of(text);
-    let mut found = BTreeSet::new();
-    let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                let item = item.trim();
-                if item.contains("::") {
-                    found.insert(ident(item));
-                }
-            }
-        } else {
-            let name = ident(after);
-            if after[name.len()..].starts_with("::") {
-                found.insert(name);
-            }
-        }
-        rest = after;
-    }
-    found
-}
-
-/// Cycles between the top-level modules of one crate, given each module's name and the
-/// text of its files (a module in a folder passes the text of all its files). Each
-/// finding lists one strongly connected set of modules and the edges inside it.
-pub fn file_cycles(modules: &BTreeMap<String, String>) -> Vec<String> {
-    let names: Vec<&String> = modules.keys().collect();
-    let index: BTreeMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    let edges: Vec<Vec<usize>> = names
-        .iter()
-        .map(|n| {
-            referenced_modules(&modules[*n])
-                .iter()
-                .filter_map(|r| index.get(r.as_str()).copied())
-                .filter(|&j| names[j] != *n)
-                .collect()
-        })
-        .collect();
-    let names = &names;
-    strongly_connected(&edges)
-        .into_iter()
-        .filter(|c| c.len() > 1)
-        .map(|c| {
-            let inside: BTreeSet<usize> = c.iter().copied().collect();
-            let arrows: Vec<String> = c
-                .iter()
-                .flat_map(|&i| {
-                    edges[i]
-                        .iter()
-                        .filter(|j| inside.contains(j))
-                        .map(move |&j| format!("{} -> {}", names[i], names[j]))
-                })
-                .collect();
-            format!("cycle between files: {}", arrows.join(", "))
-        })
-        .collect()
-}
-
-/// Tarjan's strongly connected components, iterative (an explicit stack of frames).
-fn strongly_connected(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
-    const NONE: usize = usize::MAX;
-    let n = edges.len();
-    let (mut index, mut low, mut on_stack) = (vec![NONE; n], vec![0; n], vec![false; n]);
-    let (mut stack, mut components, mut next) = (Vec::new(), Vec::new(), 0);
-    for root in 0..n {
-        if index[root] != NONE {
-            continue;
-        }
-        let mut frames = vec![(root, 0usize)];
-        index[root] = next;
-        low[root] = next;
-        next += 1;
-        stack.push(root);
-        on_stack[root] = true;
-        while let Some(&mut (v, ref mut e)) = frames.last_mut() {
-            if let Some(&w) = edges[v].get(*e) {
-                *e += 1;
-                if index[w] == NONE {
-                    index[w] = next;
-                    low[w] = next;
-                    next += 1;
-                    stack.push(w);
-                    on_stack[w] = true;
-                    frames.push((w, 0));
-                } else if on_stack[w] {
-                    low[v] = low[v].min(index[w]);
-                }
-                continue;
-            }
-            frames.pop();
-            if let Some(&(parent, _)) = frames.last() {
-                low[parent] = low[parent].min(low[v]);
-            }
-            if low[v] == index[v] {
-                let mut component = Vec::new();
-                while let Some(w) = stack.pop() {
-                    on_stack[w] = false;
-                    component.push(w);
-                    if w == v {
-                        break;
-                    }
-                }
-                components.push(component);
-            }
-        }
-    }
-    components
 }
 
 /// Relative links of the markdown file `path` (text `text`) whose target does not exist.
@@ -183,9 +63,22 @@ pub fn dead_links(path: &Path, text: &str) -> Vec<String> {
     dead
 }
 
-/// Ways of citing documents that live outside the repository.
-pub const OUTSIDE_REFERENCES: &[&str] =
-    &["seed 00", "Seed 00", "AD-TESTING", "BENCHMARKS.md", "STYLE.md", "shared/seeds", "shared/guide", "document 00"];
+/// Ways of citing documents or paths that live outside the repository: the
+/// specification's and the guide's files, and the folders beside the repository (data
+/// files are in the repository: the einsum instances in `crates/einsum/tests/data/`).
+pub const OUTSIDE_REFERENCES: &[&str] = &[
+    "seed 00",
+    "Seed 00",
+    "AD-TESTING",
+    "BENCHMARKS.md",
+    "STYLE.md",
+    "shared/seeds",
+    "shared/guide",
+    "document 00",
+    "../shared",
+    "/work/",
+    "~/shared",
+];
 
 /// Lines of `text` that cite a document outside the repository ([`OUTSIDE_REFERENCES`]).
 pub fn outside_references(path: &Path, text: &str) -> Vec<String> {
@@ -225,43 +118,6 @@ pub fn files_under(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
-    fn modules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect()
-    }
-
-    #[test]
-    fn a_cycle_through_a_use_group_is_found() {
-        let found = file_cycles(&modules(&[
-            ("a", "use crate::{b::B, c};\n"),
-            ("b", "fn f() { crate::c::g() }\n"),
-            ("c", "use crate::a::A;\n"),
-        ]));
-        assert_eq!(found.len(), 1, "{found:?}");
-        for arrow in ["a -> b", "b -> c", "c -> a"] {
-            assert!(found[0].contains(arrow), "{found:?}");
-        }
-    }
-
-    #[test]
-    fn comments_doc_links_and_tests_do_not_count() {
-        let found = file_cycles(&modules(&[
-            ("a", "use crate::b::B;\n"),
-            (
-                "b",
-                "//! See [`A`](crate::a::A).\nfn f() {} // crate::a::x\n#[cfg(test)]\nmod tests { use crate::a::A; }\n",
-            ),
-        ]));
-        assert!(found.is_empty(), "{found:?}");
-    }
-
-    #[test]
-    fn a_long_chain_without_a_cycle_passes() {
-        let pairs: Vec<(String, String)> =
-            (0..10_000).map(|i| (format!("m{i:05}"), format!("use crate::m{:05}::X;\n", i + 1))).collect();
-        let map: BTreeMap<String, String> = pairs.into_iter().collect();
-        assert!(file_cycles(&map).is_empty());
-    }
-
     #[test]
     fn module_docs_and_budget() {
         assert!(missing_module_doc(Path::new("x.rs"), "//! Doc.\nfn f() {}").is_none());
@@ -277,6 +133,16 @@ mod tests {
         let found = outside_references(Path::new("x.rs"), text);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].starts_with("x.rs:2:"), "{found:?}");
+    }
+
+    #[test]
+    fn paths_outside_the_repository_are_outside_references() {
+        let text = "cargo run -- ../shared/data/einsum/a.json\nsee /work/shared/x\ncrates/einsum/tests/data/a.json\n~/shared/b\n";
+        let lines: Vec<String> = outside_references(Path::new("x.md"), text)
+            .iter()
+            .map(|f| f.split(':').take(2).collect::<Vec<_>>().join(":"))
+            .collect();
+        assert_eq!(lines, ["x.md:1", "x.md:2", "x.md:4"]);
     }
 
     #[test]

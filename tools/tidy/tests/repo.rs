@@ -1,10 +1,14 @@
 //! The repository's own tidiness: the checks of the `tidy` crate run over every crate,
-//! the benches, the examples, the fuzz targets and the markdown documents.
+//! the benches, the examples, the fuzz targets and the markdown documents, and
+//! `docs/API.md` against the library crates' public items.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use tidy::{dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget};
+use tidy::{
+    api_listing_mismatches, dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget,
+    public_items,
+};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
@@ -38,22 +42,72 @@ fn every_rust_file_has_a_module_doc() {
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
 
+/// The files of the crate whose sources are `src`, by their path relative to `src`
+/// (`/`-separated). Binaries under `src/bin` are crates of their own and left out.
+fn crate_files(src: &Path) -> BTreeMap<String, String> {
+    files_under(src, ".rs")
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(src).expect("under src");
+            let rel: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+            (rel.join("/"), read(&file))
+        })
+        .filter(|(rel, _)| !rel.starts_with("bin/"))
+        .collect()
+}
+
+/// Cycles found when the check first followed every file (2026-11-28), reported and not
+/// yet fixed: each is the crate's `src` (relative to the root) and the exact set of files
+/// in the cycle, so a file that joins one, or any other cycle, still fails. Remove an
+/// entry when its cycle is broken.
+const KNOWN_CYCLES: &[(&str, &[&str])] = &[
+    // KNOWN CYCLE, not fixed yet: `main.rs` calls each subcommand's module, and they use
+    // its `CliError`, `CliResult` and `default_out_dir` (a file of their own would end it).
+    ("crates/cgx/src", &["dag.rs", "demo.rs", "dot.rs", "einsum_cmd.rs", "main.rs", "mps.rs", "npy.rs"]),
+    // KNOWN CYCLE, not fixed yet: `EagerInput` and `EagerOutput` (`eager/mod.rs`) hold a
+    // `Trace` (`recorder.rs`), whose recorder builds them.
+    ("crates/tidu/src", &["eager/mod.rs", "eager/recorder.rs"]),
+];
+
+/// The files a `file_cycles` finding names (`cycle between files: a.rs -> b.rs, …`).
+fn files_of_cycle(finding: &str) -> BTreeSet<&str> {
+    let arrows = finding.split_once(": ").map_or(finding, |(_, a)| a);
+    arrows.split(", ").flat_map(|arrow| arrow.split(" -> ")).collect()
+}
+
 #[test]
 fn no_cycles_between_the_files_of_a_crate() {
+    let root = root();
     let mut findings = Vec::new();
-    for src in crate_sources(&root()) {
-        // One entry per top-level module: a file, or a folder's files together.
-        let mut modules: BTreeMap<String, String> = BTreeMap::new();
-        for file in files_under(&src, ".rs") {
-            let rel = file.strip_prefix(&src).expect("under src");
-            let top = rel.components().next().expect("a file").as_os_str().to_string_lossy();
-            let name = top.trim_end_matches(".rs").to_string();
-            if name == "lib" || name == "main" {
-                continue;
+    for src in crate_sources(&root) {
+        let rel = src.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+        for finding in file_cycles(&crate_files(&src)) {
+            let files = files_of_cycle(&finding);
+            let known = KNOWN_CYCLES
+                .iter()
+                .any(|(dir, set)| *dir == rel && set.iter().copied().collect::<BTreeSet<_>>() == files);
+            if !known {
+                findings.push(format!("{}: {finding}", src.display()));
             }
-            modules.entry(name).or_default().push_str(&read(&file));
         }
-        findings.extend(file_cycles(&modules).into_iter().map(|f| format!("{}: {f}", src.display())));
+    }
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+/// `docs/API.md` lists every public item of each library crate (a `crates/NAME` folder
+/// with a `src/lib.rs`) under `## NAME`, and nothing that is not one.
+#[test]
+fn the_api_listing_matches_the_public_items() {
+    let root = root();
+    let doc = read(&root.join("docs/API.md"));
+    let mut findings = Vec::new();
+    for lib in files_under(&root.join("crates"), "lib.rs") {
+        let src = lib.parent().expect("src");
+        if src.file_name().is_none_or(|n| n != "src") {
+            continue;
+        }
+        let name = src.parent().and_then(Path::file_name).expect("a crate folder").to_string_lossy();
+        findings.extend(api_listing_mismatches("docs/API.md", &doc, &name, &public_items(&crate_files(src))));
     }
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
@@ -79,19 +133,53 @@ fn markdown_links_resolve() {
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
 
+/// Lines that cite outside the repository and are fixed on another branch, by file
+/// (relative to the root) and the line's text, trimmed: they are still reported by the
+/// check and only pass this test.
+const KNOWN_OUTSIDE_REFERENCES: &[(&str, &str)] = &[
+    // TEMPORARY: fixed on main
+    (
+        "docs/PERFORMANCE.md",
+        "instances -- --grad --reps 5 ../shared/data/einsum/lm_batch_likelihood_brackets_4_4d.json",
+    ),
+    // TEMPORARY: fixed on main
+    ("docs/PERFORMANCE.md", "../shared/data/einsum/str_nw_mera_open_26.json` (three processes each, before and after"),
+];
+
 #[test]
 fn the_repository_cites_only_itself() {
     let root = root();
     let mut files = Vec::new();
-    for (dir, suffix) in
-        [("crates", ".rs"), ("benches", ".rs"), ("examples", ".rs"), ("fuzz/fuzz_targets", ".rs"), ("docs", ".md")]
-    {
+    for (dir, suffix) in [
+        ("crates", ".rs"),
+        ("crates", ".md"),
+        ("crates", ".py"),
+        ("benches", ".rs"),
+        ("examples", ".rs"),
+        ("fuzz/fuzz_targets", ".rs"),
+        ("docs", ".md"),
+        ("benches", ".py"),
+        ("python", ".py"),
+        ("python/src", ".rs"),
+    ] {
         files.extend(files_under(&root.join(dir), suffix));
     }
-    files.extend(files_under(&root.join("benches"), ".py"));
-    files.extend(files_under(&root.join("python"), ".py"));
-    files.extend(["README.md", "justfile", ".ci/run"].map(|f| root.join(f)));
-    let findings: Vec<String> =
-        files.iter().filter(|f| f.exists()).flat_map(|f| outside_references(f, &read(f))).collect();
+    files.extend(files_under(&root, "Cargo.toml"));
+    files.extend(["README.md", "justfile", ".ci/run", "python/pyproject.toml"].map(|f| root.join(f)));
+    let mut findings = Vec::new();
+    for file in files.iter().filter(|f| f.exists()) {
+        let text = read(file);
+        let rel = file.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+        for (finding, line) in outside_references(file, &text).into_iter().zip(outside_lines(&text)) {
+            if !KNOWN_OUTSIDE_REFERENCES.contains(&(rel.as_str(), line)) {
+                findings.push(finding);
+            }
+        }
+    }
     assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+/// The trimmed lines of `text` that `outside_references` reports, in its order.
+fn outside_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| tidy::OUTSIDE_REFERENCES.iter().any(|r| l.contains(r))).map(str::trim).collect()
 }
