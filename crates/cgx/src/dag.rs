@@ -9,8 +9,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use scalar::ScalarOp;
 use workloads::{Shape, Workload, memory_status, same_values};
 
+use crate::cli::{CliError, CliResult};
 use crate::table::{Table, json_number, json_string};
-use crate::{CliError, CliResult};
 
 /// The DAG shapes of `docs/SPEC.md` §8.1.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

@@ -11,9 +11,9 @@ use computegraph::{Graph, GraphBuilder, KeyInterner, OperationRole, ValueKey, Va
 use scalar::{ScalarKey, ScalarOp};
 use tidu::{DerivativeProgram, LinearizedGraph, linear_transpose, linearize};
 
+use crate::cli::{CliError, CliResult};
 use crate::dag::{self, ShapeArg, parse_count};
 use crate::table::Table;
-use crate::{CliError, CliResult};
 
 /// Options of `cgx demo`.
 #[derive(Args, Debug, Clone)]
@@ -31,7 +31,7 @@ pub struct DemoArgs {
 
 impl Default for DemoArgs {
     fn default() -> Self {
-        DemoArgs { nodes: 1_000_000, threads: None, out: crate::default_out_dir() }
+        DemoArgs { nodes: 1_000_000, threads: None, out: crate::cli::default_out_dir() }
     }
 }
 

@@ -11,8 +11,8 @@ use scalar::{ScalarKey, ScalarOp};
 use tidu::{Primitive, try_linear_transpose, try_linearize};
 use workloads::{Shape, Workload};
 
+use crate::cli::{CliError, CliResult};
 use crate::dag::parse_count;
-use crate::{CliError, CliResult};
 
 /// A pipeline stage.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

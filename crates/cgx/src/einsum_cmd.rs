@@ -29,9 +29,9 @@ use einsum::{
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::cli::{CliError, CliResult};
 use crate::npy::{self, ArrayInfo, NpyElem};
 use crate::table::{Table, json_number, json_string};
-use crate::{CliError, CliResult};
 
 /// Which pairwise path to contract along.
 #[derive(Clone, Debug, PartialEq, Eq)]

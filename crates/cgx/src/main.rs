@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cli;
 mod dag;
 mod demo;
 mod dot;
@@ -24,10 +25,11 @@ mod mps;
 mod npy;
 mod table;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+
+use cli::CliError;
 
 /// The computegraph + tidu command line.
 #[derive(Parser, Debug)]
@@ -61,24 +63,6 @@ enum BenchCommand {
     Dag(dag::DagArgs),
     /// Time an MPS inner product per contraction step (einsum), beside its kernels alone.
     Mps(mps::MpsArgs),
-}
-
-/// A failed run: one line for the user.
-#[derive(Debug)]
-pub struct CliError(pub String);
-
-impl<E: std::fmt::Display> From<E> for CliError {
-    fn from(e: E) -> Self {
-        CliError(e.to_string())
-    }
-}
-
-/// Result of a subcommand.
-pub type CliResult<T = ()> = Result<T, CliError>;
-
-/// Where `cgx` writes files by default.
-pub fn default_out_dir() -> PathBuf {
-    PathBuf::from("target").join("cgx")
 }
 
 fn main() -> ExitCode {

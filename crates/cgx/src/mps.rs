@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Args;
 use workloads::einsum::{StepTimes, mps};
 
-use crate::CliResult;
+use crate::cli::CliResult;
 use crate::table::{Table, json_number};
 
 /// Options of `cgx bench mps`.

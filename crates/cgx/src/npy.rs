@@ -21,7 +21,7 @@ use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::npy::header::Header;
 use ndarray_npy::{NpzWriter, ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
 
-use crate::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 
 /// An element `cgx` reads and writes: `f64` or `c64`.
 pub trait NpyElem: Elem + ReadableElement + WritableElement {

@@ -2,7 +2,7 @@
 //! the benches, the examples, the fuzz targets and the markdown documents, and
 //! `docs/API.md` against the library crates' public items.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tidy::{
@@ -56,39 +56,13 @@ fn crate_files(src: &Path) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Cycles found when the check first followed every file (2026-11-28), reported and not
-/// yet fixed: each is the crate's `src` (relative to the root) and the exact set of files
-/// in the cycle, so a file that joins one, or any other cycle, still fails. Remove an
-/// entry when its cycle is broken.
-const KNOWN_CYCLES: &[(&str, &[&str])] = &[
-    // KNOWN CYCLE, not fixed yet: `main.rs` calls each subcommand's module, and they use
-    // its `CliError`, `CliResult` and `default_out_dir` (a file of their own would end it).
-    ("crates/cgx/src", &["dag.rs", "demo.rs", "dot.rs", "einsum_cmd.rs", "main.rs", "mps.rs", "npy.rs"]),
-    // KNOWN CYCLE, not fixed yet: `EagerInput` and `EagerOutput` (`eager/mod.rs`) hold a
-    // `Trace` (`recorder.rs`), whose recorder builds them.
-    ("crates/tidu/src", &["eager/mod.rs", "eager/recorder.rs"]),
-];
-
-/// The files a `file_cycles` finding names (`cycle between files: a.rs -> b.rs, …`).
-fn files_of_cycle(finding: &str) -> BTreeSet<&str> {
-    let arrows = finding.split_once(": ").map_or(finding, |(_, a)| a);
-    arrows.split(", ").flat_map(|arrow| arrow.split(" -> ")).collect()
-}
-
 #[test]
 fn no_cycles_between_the_files_of_a_crate() {
     let root = root();
     let mut findings = Vec::new();
     for src in crate_sources(&root) {
-        let rel = src.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
         for finding in file_cycles(&crate_files(&src)) {
-            let files = files_of_cycle(&finding);
-            let known = KNOWN_CYCLES
-                .iter()
-                .any(|(dir, set)| *dir == rel && set.iter().copied().collect::<BTreeSet<_>>() == files);
-            if !known {
-                findings.push(format!("{}: {finding}", src.display()));
-            }
+            findings.push(format!("{}: {finding}", src.display()));
         }
     }
     assert!(findings.is_empty(), "{}", findings.join("\n"));
@@ -133,19 +107,6 @@ fn markdown_links_resolve() {
     assert!(findings.is_empty(), "{}", findings.join("\n"));
 }
 
-/// Lines that cite outside the repository and are fixed on another branch, by file
-/// (relative to the root) and the line's text, trimmed: they are still reported by the
-/// check and only pass this test.
-const KNOWN_OUTSIDE_REFERENCES: &[(&str, &str)] = &[
-    // TEMPORARY: fixed on main
-    (
-        "docs/PERFORMANCE.md",
-        "instances -- --grad --reps 5 ../shared/data/einsum/lm_batch_likelihood_brackets_4_4d.json",
-    ),
-    // TEMPORARY: fixed on main
-    ("docs/PERFORMANCE.md", "../shared/data/einsum/str_nw_mera_open_26.json` (three processes each, before and after"),
-];
-
 #[test]
 fn the_repository_cites_only_itself() {
     let root = root();
@@ -166,20 +127,7 @@ fn the_repository_cites_only_itself() {
     }
     files.extend(files_under(&root, "Cargo.toml"));
     files.extend(["README.md", "justfile", ".ci/run", "python/pyproject.toml"].map(|f| root.join(f)));
-    let mut findings = Vec::new();
-    for file in files.iter().filter(|f| f.exists()) {
-        let text = read(file);
-        let rel = file.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
-        for (finding, line) in outside_references(file, &text).into_iter().zip(outside_lines(&text)) {
-            if !KNOWN_OUTSIDE_REFERENCES.contains(&(rel.as_str(), line)) {
-                findings.push(finding);
-            }
-        }
-    }
+    let findings: Vec<String> =
+        files.iter().filter(|f| f.exists()).flat_map(|file| outside_references(file, &read(file))).collect();
     assert!(findings.is_empty(), "{}", findings.join("\n"));
-}
-
-/// The trimmed lines of `text` that `outside_references` reports, in its order.
-fn outside_lines(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| tidy::OUTSIDE_REFERENCES.iter().any(|r| l.contains(r))).map(str::trim).collect()
 }

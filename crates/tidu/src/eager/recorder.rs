@@ -1,4 +1,5 @@
-//! [`Recorder`] and the tape nodes it makes.
+//! [`Recorder`], the tape nodes it makes, and what goes in and out of a recording
+//! ([`EagerInput`], [`EagerOutput`], the [`KeySource`] of canonical keys).
 //!
 //! Invariants: a node's inputs were recorded before it (their `seq` is smaller), every
 //! trace reachable from a node comes from the same recorder (checked at record time), and
@@ -9,13 +10,126 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use computegraph::{Graph, LocalValueId, ValueKey, ValueRef};
+use computegraph::{Graph, GraphOperation, LocalValueId, ValueKey, ValueRef};
 use rustc_hash::FxHashSet;
 
+use super::EagerError;
 use super::rules::RuleCache;
-use super::{EagerError, EagerInput, EagerOutput, KeySource};
 use crate::error::{ADRuleError, ADRuleResult};
 use crate::primitive::Primitive;
+
+/// Hands out fresh input keys for the recorder's internal (canonical) graphs.
+///
+/// Keys must not collide with each other; the recorder asks for a new one only when it
+/// records a graph with more inputs than any before, so a source hands out as many keys as
+/// the widest recorded graph has inputs. Any `FnMut() -> Op::InputKey` is a key source.
+///
+/// ```
+/// # #[path = "../../doc/scalar.rs"] mod scalar;
+/// use scalar::{ScalarKey, ScalarOp};
+/// use tidu::eager::Recorder;
+///
+/// // Keys from a range the frontend never uses for its own variables.
+/// let mut next = u32::MAX / 2;
+/// let recorder = Recorder::<ScalarOp>::new(move || {
+///     next += 1;
+///     ScalarKey::var(next)
+/// });
+/// assert_eq!(recorder.stats().canonical_keys, 0); // drawn only when a graph is recorded
+/// ```
+pub trait KeySource<Op: GraphOperation> {
+    /// A key never handed out before.
+    fn fresh_input_key(&mut self) -> Op::InputKey;
+}
+
+impl<Op: GraphOperation, F: FnMut() -> Op::InputKey> KeySource<Op> for F {
+    fn fresh_input_key(&mut self) -> Op::InputKey {
+        self()
+    }
+}
+
+/// An input of a recorded invocation.
+pub struct EagerInput<Op: Primitive> {
+    /// The user-visible key of the value, under which its cotangent accumulates. Keys must
+    /// be unique per value; `ValueKey::Input` of a frontend counter is the cheap choice (it
+    /// is never interned).
+    pub key: ValueKey<Op>,
+    /// The node that produced the value, or `None` for a leaf.
+    pub trace: Option<Trace<Op>>,
+    /// Whether cotangents flow to (and through) this value.
+    pub requires_grad: bool,
+    /// The concrete primal value, kept for the backward pass.
+    pub data: Arc<Op::Operand>,
+}
+
+impl<Op: Primitive> Clone for EagerInput<Op> {
+    fn clone(&self) -> Self {
+        EagerInput {
+            key: self.key.clone(),
+            trace: self.trace.clone(),
+            requires_grad: self.requires_grad,
+            data: Arc::clone(&self.data),
+        }
+    }
+}
+
+impl<Op: Primitive> fmt::Debug for EagerInput<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EagerInput")
+            .field("key", &self.key)
+            .field("trace", &self.trace)
+            .field("requires_grad", &self.requires_grad)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Op: Primitive> EagerInput<Op> {
+    /// A leaf: a value no recorded invocation produced.
+    pub fn leaf(key: ValueKey<Op>, data: Arc<Op::Operand>, requires_grad: bool) -> Self {
+        EagerInput { key, trace: None, requires_grad, data }
+    }
+}
+
+/// An output of a recorded invocation, as [`Recorder::record_graph`] returns it.
+pub struct EagerOutput<Op: Primitive> {
+    /// The user-visible key given to this output.
+    pub key: ValueKey<Op>,
+    /// The node that produced it (`None` when no input required a gradient).
+    pub trace: Option<Trace<Op>>,
+    /// Whether any input of the invocation requires a gradient.
+    pub requires_grad: bool,
+    /// The output's position among the recorded graph's outputs.
+    pub output_slot: usize,
+}
+
+impl<Op: Primitive> EagerOutput<Op> {
+    /// This output as the input of a later invocation, with its concrete value.
+    pub fn input(&self, data: Arc<Op::Operand>) -> EagerInput<Op> {
+        EagerInput { key: self.key.clone(), trace: self.trace.clone(), requires_grad: self.requires_grad, data }
+    }
+}
+
+impl<Op: Primitive> Clone for EagerOutput<Op> {
+    fn clone(&self) -> Self {
+        EagerOutput {
+            key: self.key.clone(),
+            trace: self.trace.clone(),
+            requires_grad: self.requires_grad,
+            output_slot: self.output_slot,
+        }
+    }
+}
+
+impl<Op: Primitive> fmt::Debug for EagerOutput<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EagerOutput")
+            .field("key", &self.key)
+            .field("trace", &self.trace)
+            .field("requires_grad", &self.requires_grad)
+            .field("output_slot", &self.output_slot)
+            .finish()
+    }
+}
 
 /// What a recorder shares with its nodes (and so with `try_backward`).
 pub(crate) struct Shared<Op: Primitive> {
