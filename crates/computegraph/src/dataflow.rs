@@ -1,13 +1,14 @@
 //! `dataflow`: dependency-driven parallel evaluation, for programs of costly instructions.
 //!
-//! Input: a verified sequential program (`program.rs`) and a cost per instruction
-//! ([`GraphOperation::cost_hint`](crate::GraphOperation::cost_hint)). [`plan`] numbers
+//! Input: a [`VerifiedProgram`] (`program.rs`) and its cost per instruction
+//! ([`GraphOperation::cost_hint`]). [`plan`] numbers
 //! the values by simulating the program (inputs `0..n_inputs`, then each instruction's
 //! outputs in program order, as `schedule.rs` does), and records per instruction how many
 //! operands other instructions produce (`pending`), which instructions read its outputs
 //! (`consumers`, once per operand), and its *rank*: its cost plus the largest rank of its
 //! consumers, the cost of the longest path from it to the end. Output: a [`DataflowPlan`],
-//! which [`run`] evaluates on the current rayon pool.
+//! which the verified program keeps ([`VerifiedProgram::dataflow_plan`]) and [`run`]
+//! evaluates on the current rayon pool.
 //!
 //! Why: the level evaluator (`eval.rs`) waits for a whole level before the next begins,
 //! and its helper threads spin between levels. That suits many cheap operations; for a
@@ -26,6 +27,16 @@
 //! spawns the others, for an idle thread to steal. Idle threads do not sleep during a
 //! run: they spin, taking pool work as it appears (`Run::stay_awake`).
 //!
+//! Invariants of the plan: it is built only from a [`VerifiedProgram`], by
+//! [`VerifiedProgram::dataflow_plan`], which keeps it beside that program and builds it
+//! from nothing else, and [`run`] takes the verified program alone and reads the plan from
+//! it. So a plan is only ever run with the program it was made for: its value numbering,
+//! counts and consumers describe exactly the instructions [`run`] executes. Because the
+//! program is verified, every operand names a value written before it (by an input or an
+//! earlier instruction), so the simulation numbers every operand; every output names a
+//! value of its own; and a program output's value counts the final gather as one more
+//! reader.
+//!
 //! **The dataflow invariant, on which this module's `unsafe` rests:** a value's cell is
 //! written once, by the instruction that produces it, before any reader starts: a reader
 //! becomes ready only when its `pending` counter, decremented (acquire-release) by each
@@ -34,7 +45,8 @@
 //! reader after its reads, reaches zero only then; program outputs count one more reader,
 //! the final gather, so they are never dropped during the run. Program inputs are read
 //! from the caller's references and never stored. So no cell is written while another
-//! thread reads it, and none is read after it is dropped.
+//! thread reads it, and none is read after it is dropped. The counters hold because of
+//! the pairing above: they were counted on the very instructions that run.
 //!
 //! Results are bit-identical to sequential evaluation: every instruction runs once, with
 //! its own operation, on the same operands. The instructions the calling thread runs get
@@ -58,8 +70,8 @@ use smallvec::SmallVec;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, InstrId, SlotId};
-use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::{Instr, Program};
+use crate::operation::{EvaluableGraphOperation, GraphOperation, Label, Outputs};
+use crate::program::{Instr, VerifiedProgram};
 
 /// Programs whose mean cost hint per instruction is at least this are evaluated in
 /// parallel by dependency rather than by levels
@@ -73,8 +85,9 @@ pub const DATAFLOW_MIN_MEAN_COST: u64 = 1 << 14;
 /// a cheaper one runs on the thread that made it ready.
 pub(crate) const SPAWN_MIN_COST: u64 = 1 << 15;
 
-/// The dependency structure of a program, built once on first use (see the module doc).
-#[derive(Debug)]
+/// The dependency structure of a verified program, built once on first use and kept by it
+/// (see the module doc).
+#[derive(Clone, Debug)]
 pub(crate) struct DataflowPlan {
     n_inputs: usize,
     /// The value at each argument position, in the layout of the program's argument pool.
@@ -99,8 +112,23 @@ pub(crate) struct DataflowPlan {
     output_move: Vec<bool>,
 }
 
-/// Builds the [`DataflowPlan`] of a program's instructions (see the module doc).
-pub(crate) fn plan(
+/// Builds the [`DataflowPlan`] of a verified program (see the module doc). Called only by
+/// [`VerifiedProgram::dataflow_plan`], which keeps the plan beside the program.
+pub(crate) fn plan<Op: GraphOperation>(program: &VerifiedProgram<Op>) -> GraphResult<DataflowPlan> {
+    let slots = &program.slots;
+    plan_slots(
+        program.instrs.raw(),
+        &slots.args,
+        &slots.input_slots,
+        &slots.output_slots,
+        slots.slot_count,
+        &program.cost_hints(),
+    )
+}
+
+/// [`plan`] on the program's instruction words, slots and cost hints (not generic over
+/// the operation).
+fn plan_slots(
     instrs: &[Instr],
     args: &[SlotId],
     input_slots: &[Option<SlotId>],
@@ -108,6 +136,7 @@ pub(crate) fn plan(
     slot_count: usize,
     cost: &[u64],
 ) -> GraphResult<DataflowPlan> {
+    // A verified program writes every slot it reads first: this is unreachable.
     let unverified = || GraphError::Invalid {
         phase: "dataflow plan",
         message: "the sequential program reads a slot before writing it".into(),
@@ -265,9 +294,9 @@ impl<T> Drop for Values<T> {
     }
 }
 
-/// The shared state of one run.
+/// The shared state of one run. `plan` is `program`'s own (read from it by [`run`]).
 struct Run<'a, Op: EvaluableGraphOperation> {
-    program: &'a Program<Op>,
+    program: &'a VerifiedProgram<Op>,
     plan: &'a DataflowPlan,
     inputs: &'a [&'a Op::Operand],
     values: Values<Op::Operand>,
@@ -314,11 +343,12 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
-/// Evaluates `program` by `plan` on the current rayon pool (the caller enters it), with
-/// one input per program input. See the module doc.
+/// Evaluates `program` by its dataflow plan (built on first use,
+/// [`VerifiedProgram::dataflow_plan`]) on the current rayon pool (the caller enters it),
+/// with one input per program input. It takes no plan: the one it runs by is the
+/// program's own. See the module doc.
 pub(crate) fn run<Op>(
-    program: &Program<Op>,
-    plan: &DataflowPlan,
+    program: &VerifiedProgram<Op>,
     ctx: &mut Op::Context,
     inputs: &[&Op::Operand],
 ) -> GraphResult<Vec<Op::Operand>>
@@ -326,6 +356,7 @@ where
     Op: EvaluableGraphOperation,
     Op::Context: Clone + Send,
 {
+    let plan = program.dataflow_plan()?;
     if inputs.len() != plan.n_inputs {
         return Err(GraphError::InputCountMismatch { expected: plan.n_inputs, found: inputs.len() });
     }
@@ -364,9 +395,11 @@ where
         .zip(&plan.output_move)
         .map(|(&v, &moved)| match (v as usize).checked_sub(n_inputs) {
             None => run.inputs[v as usize].clone(),
-            // SAFETY: every instruction ran, so the cell holds the output value (program
-            // outputs are never dropped during the run); the scope has ended, so this
-            // thread alone touches the cells; a moved cell is not named by a later output.
+            // SAFETY: the plan is the program's own, so it counted the output gather as one
+            // more reader of `v`: no instruction dropped the cell, and every instruction
+            // ran, so its producer filled it; the scope has ended, so this thread alone
+            // touches the cells; `output_move` marks the last position naming `v`, so a
+            // moved cell is not named by a later output.
             Some(m) if moved => unsafe { run.values.take(m) },
             // SAFETY: as above.
             Some(m) => unsafe { run.values.read(m) }.clone(),
@@ -463,9 +496,11 @@ where
                 .iter()
                 .map(|&v| match (v as usize).checked_sub(n_inputs) {
                     None => self.inputs[v as usize],
-                    // SAFETY: `v` was made by an instruction that finished before this one
-                    // became ready (its `pending` decrement), and it is dropped only after
-                    // this instruction's own `readers_left` decrement, below, after the
+                    // SAFETY: the plan is the program's own, so `v` is what this operand
+                    // names and its producer counts in this instruction's `pending`: it
+                    // wrote the cell before this instruction became ready (its acquire-
+                    // release decrement), and the cell is dropped only after this
+                    // instruction's own `readers_left` decrement, below, after the
                     // references end (the dataflow invariant).
                     Some(m) => unsafe { self.values.read(m) },
                 })
@@ -487,17 +522,19 @@ where
             if plan.readers[m] == 0 {
                 drop(value); // read by nothing, not an output
             } else {
-                // SAFETY: this instruction alone makes value `v`, and no reader has started
-                // (each waits for this instruction's `pending` decrement, below).
+                // SAFETY: the plan is the program's own, which gives each output a value
+                // of its own: this instruction alone makes `v`, once, and no reader has
+                // started (each waits for this instruction's `pending` decrement, below).
                 unsafe { self.values.write(m, value) };
             }
         }
         for &v in ins {
             if let Some(m) = (v as usize).checked_sub(n_inputs) {
                 if self.readers_left[m].fetch_sub(1, AcqRel) == 1 {
-                    // SAFETY: every reader has decremented, so every reader is done with
-                    // the value (acquire-release orders their reads before this), and no
-                    // program output names it (outputs hold one more count).
+                    // SAFETY: the plan is the program's own, so `readers` counted every
+                    // operand naming `v`; each reader has decremented, so each is done
+                    // with the value (acquire-release orders their reads before this),
+                    // and no program output names it (outputs hold one more count).
                     drop(unsafe { self.values.take(m) });
                 }
             }
