@@ -182,16 +182,22 @@ fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64
     let mut arg_value: Vec<ValueNo> = vec![ValueNo::new(0); args.len()];
     let mut producer: IdVec<CellId, InstrId> = IdVec::with_capacity(n_made);
     let mut slot_value: IdVec<SlotId, Option<ValueNo>> = IdVec::from_elem(None, slots.slot_count);
-    for (j, s) in slots.input_slots.iter().enumerate() {
-        if let &Some(s) = s {
+    // Index loops over `0..n_inputs` and `0..n`, both below `u32::MAX` (checked above), so
+    // that the compiler drops the ids' range checks.
+    for j in 0..n_inputs {
+        if let Some(s) = slots.input_slots[j] {
             slot_value[s] = Some(ValueNo::new(j));
         }
     }
     let mut readers: IdVec<CellId, u32> = IdVec::from_elem(0, n_made);
     let mut pending: IdVec<InstrId, u32> = IdVec::from_elem(0, n);
-    // Each instruction's consumer count, at `consumer_start[i + 1]` until the prefix sum.
+    // Each instruction's consumer count at `consumer_start[i]`, made the end of its row by
+    // a prefix sum and its start by the fill; the (producer, consumer) pairs, in program
+    // order of the consumer, once per operand.
     let mut consumer_start: Vec<u32> = vec![0; n + 1];
-    for (i, &instr) in instrs.iter_enumerated() {
+    let mut edges: Vec<(InstrId, InstrId)> = Vec::with_capacity(args.len().saturating_sub(n_made));
+    for k in 0..n {
+        let (i, instr) = (InstrId::new(k), instrs.raw()[k]);
         let (start, mid) = (instr.start(), instr.start() + instr.n_in());
         for p in start..mid {
             let v = slot_value[args[p]].ok_or_else(unverified)?;
@@ -199,7 +205,8 @@ fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64
             if let Some(m) = v.cell(n_inputs) {
                 readers[m] += 1;
                 pending[i] += 1;
-                consumer_start[producer[m].index() + 1] += 1;
+                consumer_start[producer[m].index()] += 1;
+                edges.push((producer[m], i));
             }
         }
         for p in mid..instr.end() {
@@ -220,33 +227,38 @@ fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64
             }
         }
     }
-    // Consumers in compressed rows, filled in program order (every entry is written).
-    for i in 0..n {
-        consumer_start[i + 1] += consumer_start[i];
+    let mut total = 0;
+    for at in &mut consumer_start[..n] {
+        total += *at;
+        *at = total;
     }
-    let mut fill = consumer_start.clone();
-    let mut consumers: Vec<InstrId> = vec![InstrId::new(0); consumer_start[n] as usize];
-    for (i, &instr) in instrs.iter_enumerated() {
-        for &v in instr.slots(&arg_value).0 {
-            if let Some(m) = v.cell(n_inputs) {
-                let at = &mut fill[producer[m].index()];
-                consumers[*at as usize] = i;
-                *at += 1;
-            }
-        }
+    consumer_start[n] = total;
+    // Rows filled from their ends, pairs taken in reverse: each row lists its consumers in
+    // program order, and every entry is written.
+    let mut consumers: Vec<InstrId> = vec![InstrId::new(0); total as usize];
+    for &(p, c) in edges.iter().rev() {
+        let at = &mut consumer_start[p.index()];
+        *at -= 1;
+        consumers[*at as usize] = c;
     }
     // Ranks in reverse program order: consumers come later.
     let cost: IdVec<InstrId, u64> = cost.into_iter().collect();
     let mut rank: IdVec<InstrId, u64> = IdVec::from_elem(0, n);
-    for i in instrs.ids().rev() {
-        let below = consumers[consumer_start[i.index()] as usize..consumer_start[i.index() + 1] as usize]
+    let mut roots: Vec<InstrId> = Vec::new();
+    for k in (0..n).rev() {
+        let i = InstrId::new(k);
+        let below = consumers[consumer_start[k] as usize..consumer_start[k + 1] as usize]
             .iter()
             .map(|&c| rank[c])
             .max()
             .unwrap_or(0);
         rank[i] = cost[i].saturating_add(below);
+        if pending[i] == 0 {
+            roots.push(i);
+        }
     }
-    let mut roots: Vec<InstrId> = pending.iter_enumerated().filter(|&(_, &p)| p == 0).map(|(i, _)| i).collect();
+    // Program order, then a stable sort by rank.
+    roots.reverse();
     roots.sort_by_key(|&i| rank[i]);
     Ok(DataflowPlan {
         n_inputs,
