@@ -35,7 +35,6 @@ use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
-use crate::dataflow::{DataflowPlan, plan as dataflow_plan};
 use crate::dispatch::dispatch_order;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{Id, IdVec, InstrId, SlotId};
@@ -94,9 +93,6 @@ pub struct CompiledProgram<Op: GraphOperation> {
     /// The level schedule and its own slots, for parallel evaluation (`schedule.rs`),
     /// computed on first use so that sequential users do not pay for it.
     pub(crate) schedule: OnceLock<GraphResult<VerifiedSchedule>>,
-    /// The dependency structure for dataflow evaluation (`dataflow.rs`), computed on the
-    /// first parallel run that chooses it.
-    pub(crate) dataflow: OnceLock<GraphResult<DataflowPlan>>,
 }
 
 /// Compiles a materialized graph.
@@ -261,7 +257,6 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         input_index,
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
-        dataflow: OnceLock::new(),
     };
     #[cfg(debug_assertions)]
     program
@@ -343,11 +338,6 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     fn source_of(&self, i: InstrId) -> OperationId {
         OperationId::new(if self.source.is_empty() { i.index() } else { self.source[i.index()] as usize })
     }
-    /// Each instruction's [`cost_hint`](GraphOperation::cost_hint), the input of both
-    /// parallel plans.
-    fn cost_hints(&self) -> Vec<u64> {
-        self.code.ops.raw().iter().map(GraphOperation::cost_hint).collect()
-    }
     /// The parallel schedule, computed on first use (a linear pass; see `schedule.rs`).
     /// It is built from, and checked against, this program's verified code, which never
     /// changes: so the schedule's checks stay true for the instructions `eval.rs` runs.
@@ -355,30 +345,10 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         self.schedule
             .get_or_init(|| {
                 let code = &self.code;
-                let cost = self.cost_hints();
+                let cost = code.cost_hints();
                 let slots = &code.slots;
                 schedule(
                     code.ops.raw(),
-                    code.instrs.raw(),
-                    &slots.args,
-                    &slots.input_slots,
-                    &slots.output_slots,
-                    slots.slot_count,
-                    &cost,
-                )
-            })
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-    /// The dataflow plan, computed on first use (a linear pass; see `dataflow.rs`) from
-    /// this program's verified code, which never changes.
-    pub(crate) fn dataflow_plan(&self) -> GraphResult<&DataflowPlan> {
-        self.dataflow
-            .get_or_init(|| {
-                let code = &self.code;
-                let cost = self.cost_hints();
-                let slots = &code.slots;
-                dataflow_plan(
                     code.instrs.raw(),
                     &slots.args,
                     &slots.input_slots,

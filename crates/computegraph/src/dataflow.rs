@@ -1,13 +1,14 @@
 //! `dataflow`: dependency-driven parallel evaluation, for programs of costly instructions.
 //!
-//! Input: a verified sequential program (`program.rs`) and a cost per instruction
-//! ([`GraphOperation::cost_hint`](crate::GraphOperation::cost_hint)). [`plan`] numbers
-//! the values by simulating the program (inputs `0..n_inputs`, then each instruction's
-//! outputs in program order, as `schedule.rs` does), and records per instruction how many
-//! operands other instructions produce (`pending`), which instructions read its outputs
-//! (`consumers`, once per operand), and its *rank*: its cost plus the largest rank of its
-//! consumers, the cost of the longest path from it to the end. Output: a [`DataflowPlan`],
-//! which [`run`] evaluates on the current rayon pool.
+//! Input: a [`VerifiedProgram`] (`program.rs`) and its cost per instruction
+//! ([`GraphOperation::cost_hint`]). [`plan`] numbers the values by simulating the program
+//! (inputs `0..n_inputs`, then each instruction's outputs in program order, as
+//! `schedule.rs` does), and records per instruction how many operands other instructions
+//! produce (`pending`), which instructions read its outputs (`consumers`, once per
+//! operand), and its *rank*: its cost plus the largest rank of its consumers, the cost of
+//! the longest path from it to the end. Output: a [`DataflowPlan`], which the verified
+//! program keeps ([`VerifiedProgram::dataflow_plan`]) and [`run`] evaluates on the current
+//! rayon pool.
 //!
 //! Why: the level evaluator (`eval.rs`) waits for a whole level before the next begins,
 //! and its helper threads spin between levels. That suits many cheap operations; for a
@@ -26,6 +27,24 @@
 //! spawns the others, for an idle thread to steal. Idle threads do not sleep during a
 //! run: they spin, taking pool work as it appears (`Run::stay_awake`).
 //!
+//! Ids: instructions are [`InstrId`]s, values `ValueNo`s (numbered as above), and the
+//! values instructions make `CellId`s (a value's number minus the input count: each has
+//! a cell of its own during a run). A column indexed by instruction is an
+//! `IdVec<InstrId, _>` (`pending`, `cost`, `rank`), one indexed by made value an
+//! `IdVec<CellId, _>` (`readers`, a run's cells and counters); `consumers` and the ready
+//! lists hold `InstrId`s. No column holds a sentinel: an input has no cell
+//! (`ValueNo::cell` is `None`), and while planning a slot not yet written holds `None`.
+//!
+//! Invariants of the plan: it is built only from a [`VerifiedProgram`], by
+//! [`VerifiedProgram::dataflow_plan`], which keeps it beside that program and builds it
+//! from nothing else, and [`run`] takes the verified program alone and reads the plan from
+//! it. So a plan is only ever run with the program it was made for: its value numbering,
+//! counts and consumers describe exactly the instructions [`run`] executes. Because the
+//! program is verified, every operand names a value written before it (by an input or an
+//! earlier instruction), so the simulation numbers every operand; every output names a
+//! value of its own; and a program output's value counts the final gather as one more
+//! reader.
+//!
 //! **The dataflow invariant, on which this module's `unsafe` rests:** a value's cell is
 //! written once, by the instruction that produces it, before any reader starts: a reader
 //! becomes ready only when its `pending` counter, decremented (acquire-release) by each
@@ -34,14 +53,16 @@
 //! reader after its reads, reaches zero only then; program outputs count one more reader,
 //! the final gather, so they are never dropped during the run. Program inputs are read
 //! from the caller's references and never stored. So no cell is written while another
-//! thread reads it, and none is read after it is dropped.
+//! thread reads it, and none is read after it is dropped. The counters hold because of
+//! the pairing above: they were counted on the very instructions that run.
 //!
 //! Results are bit-identical to sequential evaluation: every instruction runs once, with
 //! its own operation, on the same operands. The instructions the calling thread runs get
 //! the caller's context; each spawned job (an instruction and the ones its thread then
-//! runs in place) gets a clone, made when it starts; what a clone records is dropped. A failing instruction stops the run (nothing more starts) and its error is
-//! returned; a panic reaches the caller when the scope ends. Either way the values still
-//! held are dropped. Peak memory may exceed the sequential order's: independent steps run
+//! runs in place) gets a clone, made when it starts; what a clone records is dropped. A
+//! failing instruction stops the run (nothing more starts) and its error is returned; a
+//! panic reaches the caller when the scope ends. Either way the values still held are
+//! dropped. Peak memory may exceed the sequential order's: independent steps run
 //! together, each with its inputs and output alive.
 //!
 //! Complexity: [`plan`] `O(instructions + arguments + slots)`, one sort of the roots;
@@ -57,9 +78,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use smallvec::SmallVec;
 
 use crate::error::{GraphError, GraphResult};
-use crate::id::{IdVec, InstrId, SlotId};
-use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::{Instr, Program};
+use crate::id::{Id, IdVec, InstrId, SlotId};
+use crate::operation::{EvaluableGraphOperation, GraphOperation, Label, Outputs};
+use crate::program::{Instr, SlotProgram, VerifiedProgram};
 
 /// Programs whose mean cost hint per instruction is at least this are evaluated in
 /// parallel by dependency rather than by levels
@@ -73,86 +94,132 @@ pub const DATAFLOW_MIN_MEAN_COST: u64 = 1 << 14;
 /// a cheaper one runs on the thread that made it ready.
 pub(crate) const SPAWN_MIN_COST: u64 = 1 << 15;
 
-/// The dependency structure of a program, built once on first use (see the module doc).
-#[derive(Debug)]
+crate::define_id!(
+    /// A value of the program, numbered by simulating it: the inputs `0..n_inputs`, then
+    /// every instruction's outputs in program order.
+    struct ValueNo = "w"
+);
+crate::define_id!(
+    /// A value an instruction makes: its [`ValueNo`] minus the input count. It has a cell
+    /// of its own during a run, a producer and a reader count.
+    struct CellId = "c"
+);
+
+// The plan's columns hold these where the raw `u32`s were: they must stay as small, and
+// a slot's value while planning, an `Option<ValueNo>`, as small as the value.
+const _: () = assert!(size_of::<ValueNo>() == 4 && size_of::<Option<ValueNo>>() == 4);
+const _: () = assert!(size_of::<Option<CellId>>() == 4);
+
+impl ValueNo {
+    /// The cell of this value, or `None` for a program input (`n_inputs`: the program's).
+    #[inline(always)]
+    fn cell(self, n_inputs: usize) -> Option<CellId> {
+        // `try_new` never fails here (the difference is at most this value's own index);
+        // unlike `new`, it has no panic path in the evaluation loop's operand gather.
+        self.index().checked_sub(n_inputs).and_then(CellId::try_new)
+    }
+}
+
+impl CellId {
+    /// The value this cell holds (`n_inputs`: the program's).
+    #[inline(always)]
+    fn value(self, n_inputs: usize) -> ValueNo {
+        ValueNo::new(n_inputs + self.index())
+    }
+}
+
+/// The dependency structure of a verified program, built once on first use and kept by it
+/// (see the module doc).
+#[derive(Clone, Debug)]
 pub(crate) struct DataflowPlan {
     n_inputs: usize,
     /// The value at each argument position, in the layout of the program's argument pool.
-    arg_value: Vec<u32>,
-    /// Readers of each instruction-made value (index `v - n_inputs`), one per operand that
-    /// names it, plus one if it is a program output.
-    readers: Vec<u32>,
+    arg_value: Vec<ValueNo>,
+    /// Readers of each instruction-made value, one per operand that names it, plus one if
+    /// it is a program output.
+    readers: IdVec<CellId, u32>,
     /// Operands of each instruction that other instructions produce.
-    pending: Vec<u32>,
+    pending: IdVec<InstrId, u32>,
     /// `consumers[consumer_start[i]..consumer_start[i + 1]]`: the instructions reading
-    /// instruction `i`'s outputs, once per such operand.
+    /// instruction `i`'s outputs, once per such operand (offsets into `consumers`, one per
+    /// instruction and one past the last: see [`Self::consumers_of`]).
     consumer_start: Vec<u32>,
-    consumers: Vec<u32>,
+    consumers: Vec<InstrId>,
     /// Instructions with no pending operand, by increasing rank.
-    roots: Vec<u32>,
+    roots: Vec<InstrId>,
     /// Each instruction's cost hint, and its rank (the module doc).
-    cost: Vec<u64>,
-    rank: Vec<u64>,
+    cost: IdVec<InstrId, u64>,
+    rank: IdVec<InstrId, u64>,
     /// The value of each program output, and whether this output position moves it out
     /// (the last position naming an instruction-made value) or clones it.
-    output_values: Vec<u32>,
+    output_values: Vec<ValueNo>,
     output_move: Vec<bool>,
 }
 
-/// Builds the [`DataflowPlan`] of a program's instructions (see the module doc).
-pub(crate) fn plan(
-    instrs: &[Instr],
-    args: &[SlotId],
-    input_slots: &[Option<SlotId>],
-    output_slots: &[SlotId],
-    slot_count: usize,
-    cost: &[u64],
-) -> GraphResult<DataflowPlan> {
+/// Builds the [`DataflowPlan`] of a verified program (see the module doc). Called only by
+/// [`VerifiedProgram::dataflow_plan`], which keeps the plan beside the program.
+pub(crate) fn plan<Op: GraphOperation>(program: &VerifiedProgram<Op>) -> GraphResult<DataflowPlan> {
+    plan_slots(&program.instrs, &program.slots, program.cost_hints())
+}
+
+/// [`plan`] on the program's instruction words, slots and cost hints (not generic over
+/// the operation).
+fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64>) -> GraphResult<DataflowPlan> {
+    // A verified program writes every slot it reads first: this is unreachable.
     let unverified = || GraphError::Invalid {
         phase: "dataflow plan",
         message: "the sequential program reads a slot before writing it".into(),
     };
+    let args = &slots.args;
     let n = instrs.len();
-    let n_inputs = input_slots.len();
-    let n_made: usize = instrs.iter().map(|i| i.n_out()).sum();
-    if n_inputs + n_made >= u32::MAX as usize || n >= u32::MAX as usize {
+    let n_inputs = slots.input_slots.len();
+    let n_made: usize = instrs.raw().iter().map(|i| i.n_out()).sum();
+    if ValueNo::try_new(n_inputs + n_made).is_none() || InstrId::try_new(n).is_none() {
         return Err(GraphError::IdSpaceExhausted { space: "value" });
     }
-    // Value numbering; `producer[v - n_inputs]` is the instruction that makes value `v`.
-    let mut arg_value: Vec<u32> = vec![0; args.len()];
-    let mut producer: Vec<u32> = Vec::with_capacity(n_made);
-    let mut slot_value: IdVec<SlotId, Option<u32>> = IdVec::from_elem(None, slot_count);
-    for (j, s) in input_slots.iter().enumerate() {
-        if let &Some(s) = s {
-            slot_value[s] = Some(j as u32);
+    // Value numbering; `producer[m]` is the instruction that makes cell `m`. Every pool
+    // position an instruction names is overwritten below (in a compiled program, all).
+    let mut arg_value: Vec<ValueNo> = vec![ValueNo::new(0); args.len()];
+    let mut producer: IdVec<CellId, InstrId> = IdVec::with_capacity(n_made);
+    let mut slot_value: IdVec<SlotId, Option<ValueNo>> = IdVec::from_elem(None, slots.slot_count);
+    // Index loops over `0..n_inputs` and `0..n`, both below `u32::MAX` (checked above), so
+    // that the compiler drops the ids' range checks.
+    for j in 0..n_inputs {
+        if let Some(s) = slots.input_slots[j] {
+            slot_value[s] = Some(ValueNo::new(j));
         }
     }
-    let mut readers: Vec<u32> = vec![0; n_made];
-    let mut pending: Vec<u32> = vec![0; n];
-    let mut consumer_count: Vec<u32> = vec![0; n + 1];
-    for (i, &instr) in instrs.iter().enumerate() {
+    let mut readers: IdVec<CellId, u32> = IdVec::from_elem(0, n_made);
+    let mut pending: IdVec<InstrId, u32> = IdVec::from_elem(0, n);
+    // Each instruction's consumer count at `consumer_start[i]`, made the end of its row by
+    // a prefix sum and its start by the fill; the (producer, consumer) pairs, in program
+    // order of the consumer, once per operand.
+    let mut consumer_start: Vec<u32> = vec![0; n + 1];
+    let mut edges: Vec<(InstrId, InstrId)> = Vec::with_capacity(args.len().saturating_sub(n_made));
+    for k in 0..n {
+        let (i, instr) = (InstrId::new(k), instrs.raw()[k]);
         let (start, mid) = (instr.start(), instr.start() + instr.n_in());
         for p in start..mid {
             let v = slot_value[args[p]].ok_or_else(unverified)?;
             arg_value[p] = v;
-            if let Some(m) = (v as usize).checked_sub(n_inputs) {
+            if let Some(m) = v.cell(n_inputs) {
                 readers[m] += 1;
                 pending[i] += 1;
-                consumer_count[producer[m] as usize] += 1;
+                consumer_start[producer[m].index()] += 1;
+                edges.push((producer[m], i));
             }
         }
         for p in mid..instr.end() {
-            let v = (n_inputs + producer.len()) as u32;
+            let v = producer.push(i).value(n_inputs);
             arg_value[p] = v;
             slot_value[args[p]] = Some(v);
-            producer.push(i as u32);
         }
     }
-    let output_values: Vec<u32> =
-        output_slots.iter().map(|&s| slot_value[s].ok_or_else(unverified)).collect::<GraphResult<_>>()?;
+    let output_values: Vec<ValueNo> =
+        slots.output_slots.iter().map(|&s| slot_value[s].ok_or_else(unverified)).collect::<GraphResult<_>>()?;
     let mut output_move = vec![false; output_values.len()];
     for (k, &v) in output_values.iter().enumerate().rev() {
-        if let Some(m) = (v as usize).checked_sub(n_inputs) {
+        if let Some(m) = v.cell(n_inputs) {
             // The last position naming it moves it; the output gather is one more reader.
             output_move[k] = !output_values[k + 1..].contains(&v);
             if output_move[k] {
@@ -160,34 +227,39 @@ pub(crate) fn plan(
             }
         }
     }
-    // Consumers in compressed rows, filled in program order.
-    let mut consumer_start: Vec<u32> = vec![0; n + 1];
-    for i in 0..n {
-        consumer_start[i + 1] = consumer_start[i] + consumer_count[i];
+    let mut total = 0;
+    for at in &mut consumer_start[..n] {
+        total += *at;
+        *at = total;
     }
-    let mut fill = consumer_start.clone();
-    let mut consumers: Vec<u32> = vec![0; consumer_start[n] as usize];
-    for (i, &instr) in instrs.iter().enumerate() {
-        for &v in instr.slots(&arg_value).0 {
-            if let Some(m) = (v as usize).checked_sub(n_inputs) {
-                let at = &mut fill[producer[m] as usize];
-                consumers[*at as usize] = i as u32;
-                *at += 1;
-            }
-        }
+    consumer_start[n] = total;
+    // Rows filled from their ends, pairs taken in reverse: each row lists its consumers in
+    // program order, and every entry is written.
+    let mut consumers: Vec<InstrId> = vec![InstrId::new(0); total as usize];
+    for &(p, c) in edges.iter().rev() {
+        let at = &mut consumer_start[p.index()];
+        *at -= 1;
+        consumers[*at as usize] = c;
     }
     // Ranks in reverse program order: consumers come later.
-    let mut rank: Vec<u64> = vec![0; n];
-    for i in (0..n).rev() {
-        let below = consumers[consumer_start[i] as usize..consumer_start[i + 1] as usize]
+    let cost: IdVec<InstrId, u64> = cost.into_iter().collect();
+    let mut rank: IdVec<InstrId, u64> = IdVec::from_elem(0, n);
+    let mut roots: Vec<InstrId> = Vec::new();
+    for k in (0..n).rev() {
+        let i = InstrId::new(k);
+        let below = consumers[consumer_start[k] as usize..consumer_start[k + 1] as usize]
             .iter()
-            .map(|&c| rank[c as usize])
+            .map(|&c| rank[c])
             .max()
             .unwrap_or(0);
         rank[i] = cost[i].saturating_add(below);
+        if pending[i] == 0 {
+            roots.push(i);
+        }
     }
-    let mut roots: Vec<u32> = (0..n as u32).filter(|&i| pending[i as usize] == 0).collect();
-    roots.sort_by_key(|&i| rank[i as usize]);
+    // Program order, then a stable sort by rank.
+    roots.reverse();
+    roots.sort_by_key(|&i| rank[i]);
     Ok(DataflowPlan {
         n_inputs,
         arg_value,
@@ -196,7 +268,7 @@ pub(crate) fn plan(
         consumer_start,
         consumers,
         roots,
-        cost: cost.to_vec(),
+        cost,
         rank,
         output_values,
         output_move,
@@ -204,15 +276,16 @@ pub(crate) fn plan(
 }
 
 impl DataflowPlan {
-    fn consumers_of(&self, i: usize) -> &[u32] {
-        &self.consumers[self.consumer_start[i] as usize..self.consumer_start[i + 1] as usize]
+    /// The instructions reading instruction `i`'s outputs, once per such operand.
+    fn consumers_of(&self, i: InstrId) -> &[InstrId] {
+        &self.consumers[self.consumer_start[i.index()] as usize..self.consumer_start[i.index() + 1] as usize]
     }
 }
 
 /// The values instructions make during one run: one cell each, and whether it holds one.
 struct Values<T> {
-    cells: Box<[UnsafeCell<MaybeUninit<T>>]>,
-    live: Box<[AtomicBool]>,
+    cells: IdVec<CellId, UnsafeCell<MaybeUninit<T>>>,
+    live: IdVec<CellId, AtomicBool>,
 }
 
 // SAFETY: threads share `Values` during a run to read cells (needs `T: Sync`) and to move
@@ -230,14 +303,14 @@ impl<T> Values<T> {
 
     /// # Safety
     /// Cell `m` holds a value that no thread drops or overwrites while the reference lives.
-    unsafe fn read(&self, m: usize) -> &T {
+    unsafe fn read(&self, m: CellId) -> &T {
         // SAFETY: by the caller's guarantee.
         unsafe { (*self.cells[m].get()).assume_init_ref() }
     }
 
     /// # Safety
     /// Cell `m` is empty and no other thread touches it during the call.
-    unsafe fn write(&self, m: usize, v: T) {
+    unsafe fn write(&self, m: CellId, v: T) {
         // SAFETY: by the caller's guarantee.
         unsafe { (*self.cells[m].get()).write(v) };
         // Published to readers by the producer's `pending` decrements (acquire-release).
@@ -246,7 +319,7 @@ impl<T> Values<T> {
 
     /// # Safety
     /// Cell `m` holds a value and no other thread touches it during the call or after.
-    unsafe fn take(&self, m: usize) -> T {
+    unsafe fn take(&self, m: CellId) -> T {
         self.live[m].store(false, Relaxed);
         // SAFETY: by the caller's guarantee.
         unsafe { (*self.cells[m].get()).assume_init_read() }
@@ -256,7 +329,7 @@ impl<T> Values<T> {
 impl<T> Drop for Values<T> {
     fn drop(&mut self) {
         // Exclusive: the run's scope has ended (normally, by an error or by a panic).
-        for (cell, live) in self.cells.iter_mut().zip(self.live.iter_mut()) {
+        for (cell, live) in self.cells.raw_mut().iter_mut().zip(self.live.raw_mut()) {
             if *live.get_mut() {
                 // SAFETY: `live` marks the cells that hold a value.
                 unsafe { cell.get_mut().assume_init_drop() };
@@ -265,14 +338,14 @@ impl<T> Drop for Values<T> {
     }
 }
 
-/// The shared state of one run.
+/// The shared state of one run. `plan` is `program`'s own (read from it by [`run`]).
 struct Run<'a, Op: EvaluableGraphOperation> {
-    program: &'a Program<Op>,
+    program: &'a VerifiedProgram<Op>,
     plan: &'a DataflowPlan,
     inputs: &'a [&'a Op::Operand],
     values: Values<Op::Operand>,
-    readers_left: Box<[AtomicU32]>,
-    pending: Box<[AtomicU32]>,
+    readers_left: IdVec<CellId, AtomicU32>,
+    pending: IdVec<InstrId, AtomicU32>,
     failed: AtomicBool,
     /// Instructions not finished yet.
     left: AtomicUsize,
@@ -314,11 +387,12 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
-/// Evaluates `program` by `plan` on the current rayon pool (the caller enters it), with
-/// one input per program input. See the module doc.
+/// Evaluates `program` by its dataflow plan (built on first use,
+/// [`VerifiedProgram::dataflow_plan`]) on the current rayon pool (the caller enters it),
+/// with one input per program input. It takes no plan: the one it runs by is the
+/// program's own. See the module doc.
 pub(crate) fn run<Op>(
-    program: &Program<Op>,
-    plan: &DataflowPlan,
+    program: &VerifiedProgram<Op>,
     ctx: &mut Op::Context,
     inputs: &[&Op::Operand],
 ) -> GraphResult<Vec<Op::Operand>>
@@ -326,6 +400,7 @@ where
     Op: EvaluableGraphOperation,
     Op::Context: Clone + Send,
 {
+    let plan = program.dataflow_plan()?;
     if inputs.len() != plan.n_inputs {
         return Err(GraphError::InputCountMismatch { expected: plan.n_inputs, found: inputs.len() });
     }
@@ -334,8 +409,8 @@ where
         plan,
         inputs,
         values: Values::new(plan.readers.len()),
-        readers_left: plan.readers.iter().map(|&r| AtomicU32::new(r)).collect(),
-        pending: plan.pending.iter().map(|&p| AtomicU32::new(p)).collect(),
+        readers_left: plan.readers.raw().iter().map(|&r| AtomicU32::new(r)).collect(),
+        pending: plan.pending.raw().iter().map(|&p| AtomicU32::new(p)).collect(),
         failed: AtomicBool::new(false),
         left: AtomicUsize::new(plan.pending.len()),
         error: Mutex::new(None),
@@ -346,7 +421,7 @@ where
         for _ in 1..rayon::current_num_threads() {
             scope.spawn(move |_| run.stay_awake());
         }
-        let mut ready: SmallVec<[u32; 8]> = plan.roots.iter().copied().collect();
+        let mut ready: SmallVec<[InstrId; 8]> = plan.roots.iter().copied().collect();
         let mut work = Vec::new();
         run.dispatch(scope, &mut ready, &mut work);
         run.job(scope, work, ctx);
@@ -362,11 +437,13 @@ where
         .output_values
         .iter()
         .zip(&plan.output_move)
-        .map(|(&v, &moved)| match (v as usize).checked_sub(n_inputs) {
-            None => run.inputs[v as usize].clone(),
-            // SAFETY: every instruction ran, so the cell holds the output value (program
-            // outputs are never dropped during the run); the scope has ended, so this
-            // thread alone touches the cells; a moved cell is not named by a later output.
+        .map(|(&v, &moved)| match v.cell(n_inputs) {
+            None => run.inputs[v.index()].clone(),
+            // SAFETY: the plan is the program's own, so it counted the output gather as one
+            // more reader of `v`: no instruction dropped the cell, and every instruction
+            // ran, so its producer filled it; the scope has ended, so this thread alone
+            // touches the cells; `output_move` marks the last position naming `v`, so a
+            // moved cell is not named by a later output.
             Some(m) if moved => unsafe { run.values.take(m) },
             // SAFETY: as above.
             Some(m) => unsafe { run.values.read(m) }.clone(),
@@ -407,21 +484,21 @@ where
     }
 
     /// A spawned job: [`Self::job`] with a clone of the context.
-    fn spawned<'s>(&'s self, scope: &rayon::Scope<'s>, i: u32) {
+    fn spawned<'s>(&'s self, scope: &rayon::Scope<'s>, i: InstrId) {
         let mut cx = self.ctx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         self.job(scope, vec![i], &mut cx);
     }
 
     /// Runs the instructions of `work` (a stack) and those they make ready, until none is
     /// left or the run has failed.
-    fn job<'s>(&'s self, scope: &rayon::Scope<'s>, mut work: Vec<u32>, cx: &mut Op::Context) {
+    fn job<'s>(&'s self, scope: &rayon::Scope<'s>, mut work: Vec<InstrId>, cx: &mut Op::Context) {
         let _unwind = FailOnUnwind(&self.failed);
-        let mut ready: SmallVec<[u32; 8]> = SmallVec::new();
+        let mut ready: SmallVec<[InstrId; 8]> = SmallVec::new();
         while let Some(i) = work.pop() {
             if self.failed.load(Relaxed) {
                 return;
             }
-            if let Err(e) = self.step(i as usize, cx, &mut ready) {
+            if let Err(e) = self.step(i, cx, &mut ready) {
                 self.failed.store(true, Relaxed);
                 let mut slot = self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 slot.get_or_insert(e);
@@ -434,12 +511,12 @@ where
     /// Hands out the instructions of `ready`: the one of highest rank goes on top of
     /// `work` (this thread runs it next), cheap ones into `work` too, costly ones are
     /// spawned as jobs of their own.
-    fn dispatch<'s>(&'s self, scope: &rayon::Scope<'s>, ready: &mut SmallVec<[u32; 8]>, work: &mut Vec<u32>) {
+    fn dispatch<'s>(&'s self, scope: &rayon::Scope<'s>, ready: &mut SmallVec<[InstrId; 8]>, work: &mut Vec<InstrId>) {
         let plan = self.plan;
-        ready.sort_unstable_by_key(|&i| plan.rank[i as usize]);
+        ready.sort_unstable_by_key(|&i| plan.rank[i]);
         let Some(first) = ready.pop() else { return };
         for &i in ready.iter() {
-            if plan.cost[i as usize] >= SPAWN_MIN_COST {
+            if plan.cost[i] >= SPAWN_MIN_COST {
                 scope.spawn(move |s| self.spawned(s, i));
             } else {
                 work.push(i);
@@ -451,21 +528,22 @@ where
 
     /// Evaluates instruction `i`, releases its operands, and pushes the instructions it
     /// made ready onto `ready`.
-    fn step(&self, i: usize, cx: &mut Op::Context, ready: &mut SmallVec<[u32; 8]>) -> GraphResult<()> {
+    fn step(&self, i: InstrId, cx: &mut Op::Context, ready: &mut SmallVec<[InstrId; 8]>) -> GraphResult<()> {
         let _inside = InStep::enter();
         let (plan, n_inputs) = (self.plan, self.plan.n_inputs);
-        let id = InstrId::new(i);
-        let op = &self.program.ops[id];
-        let (ins, outs) = self.program.instrs[id].slots(&plan.arg_value);
+        let op = &self.program.ops[i];
+        let (ins, outs) = self.program.instrs[i].slots(&plan.arg_value);
         let mut made: SmallVec<[MaybeUninit<Op::Operand>; 2]> = outs.iter().map(|_| MaybeUninit::uninit()).collect();
         {
             let args: SmallVec<[&Op::Operand; 8]> = ins
                 .iter()
-                .map(|&v| match (v as usize).checked_sub(n_inputs) {
-                    None => self.inputs[v as usize],
-                    // SAFETY: `v` was made by an instruction that finished before this one
-                    // became ready (its `pending` decrement), and it is dropped only after
-                    // this instruction's own `readers_left` decrement, below, after the
+                .map(|&v| match v.cell(n_inputs) {
+                    None => self.inputs[v.index()],
+                    // SAFETY: the plan is the program's own, so `v` is what this operand
+                    // names and its producer counts in this instruction's `pending`: it
+                    // wrote the cell before this instruction became ready (its acquire-
+                    // release decrement), and the cell is dropped only after this
+                    // instruction's own `readers_left` decrement, below, after the
                     // references end (the dataflow invariant).
                     Some(m) => unsafe { self.values.read(m) },
                 })
@@ -481,29 +559,32 @@ where
             }
         }
         for (&v, value) in outs.iter().zip(made) {
-            let m = v as usize - n_inputs;
+            // An output is never an input: the plan numbered it after them.
+            let m = CellId::new(v.index() - n_inputs);
             // SAFETY: `finish` returned `Ok`: every entry was written, and is now ours.
             let value = unsafe { value.assume_init() };
             if plan.readers[m] == 0 {
                 drop(value); // read by nothing, not an output
             } else {
-                // SAFETY: this instruction alone makes value `v`, and no reader has started
-                // (each waits for this instruction's `pending` decrement, below).
+                // SAFETY: the plan is the program's own, which gives each output a value
+                // of its own: this instruction alone makes `v`, once, and no reader has
+                // started (each waits for this instruction's `pending` decrement, below).
                 unsafe { self.values.write(m, value) };
             }
         }
         for &v in ins {
-            if let Some(m) = (v as usize).checked_sub(n_inputs) {
+            if let Some(m) = v.cell(n_inputs) {
                 if self.readers_left[m].fetch_sub(1, AcqRel) == 1 {
-                    // SAFETY: every reader has decremented, so every reader is done with
-                    // the value (acquire-release orders their reads before this), and no
-                    // program output names it (outputs hold one more count).
+                    // SAFETY: the plan is the program's own, so `readers` counted every
+                    // operand naming `v`; each reader has decremented, so each is done
+                    // with the value (acquire-release orders their reads before this),
+                    // and no program output names it (outputs hold one more count).
                     drop(unsafe { self.values.take(m) });
                 }
             }
         }
         for &c in plan.consumers_of(i) {
-            if self.pending[c as usize].fetch_sub(1, AcqRel) == 1 {
+            if self.pending[c].fetch_sub(1, AcqRel) == 1 {
                 ready.push(c);
             }
         }

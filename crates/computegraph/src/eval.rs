@@ -68,7 +68,7 @@ use crate::dataflow;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::{Program, VerifiedProgram};
+use crate::program::VerifiedProgram;
 use crate::schedule::{PAR_CHUNK_MIN_COST, Step, VerifiedSchedule};
 use crate::slots::{SlotFile, SlotPtr};
 
@@ -416,11 +416,10 @@ where
             // cells of its own; what an earlier run left in `state` is dropped, as a
             // reset would.
             state.clear();
-            let plan = self.dataflow_plan()?;
-            let code: &Program<Op> = &self.code;
+            let code = &self.code;
             return match pool {
-                Some(pool) => pool.install(|| dataflow::run(code, plan, ctx, inputs)),
-                None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
+                Some(pool) => pool.install(|| dataflow::run(code, ctx, inputs)),
+                None => rayon::scope(|_| dataflow::run(code, ctx, inputs)),
             };
         }
         if !sched.worth_parallel {

@@ -5,7 +5,9 @@
 //! sequential evaluator: stretches of equal one-output operations that one loop evaluates
 //! with a fixed stride. And it holds the sequential program's verifier: a [`Program`]
 //! becomes a [`VerifiedProgram`] only through [`Program::verify`], the one constructor of
-//! that type, and the evaluators' unchecked paths take a `&VerifiedProgram` (`eval.rs`).
+//! that type, and the evaluators' unchecked paths take a `&VerifiedProgram` (`eval.rs`,
+//! `dataflow.rs`). A verified program also keeps its dataflow plan (`dataflow.rs`), built
+//! from it on first use, so that a plan is reachable only through the program it describes.
 //!
 //! Invariants: an [`Instr`] names `n_in` operand slots followed by `n_out` output slots,
 //! contiguous in its pool from `start`; the output move flags mark exactly the last
@@ -13,11 +15,15 @@
 //! instructions in order, and a uniform run's instructions have its arity, one output,
 //! equal operations and their arguments one after another ([`check_runs`]). A
 //! [`VerifiedProgram`] passed every check of [`Program::verify`] and is immutable: no
-//! `&mut` to its program is ever handed out. Nothing here allocates slots or orders
-//! instructions: that is `compile.rs` and `schedule.rs`.
+//! `&mut` to its program is ever handed out, and its dataflow plan, once built, is the
+//! plan of that program ([`VerifiedProgram::dataflow_plan`] builds it from `self` only).
+//! Nothing here allocates slots or orders instructions: that is `compile.rs` and
+//! `schedule.rs`.
 
 use std::fmt;
+use std::sync::OnceLock;
 
+use crate::dataflow::{DataflowPlan, plan as dataflow_plan};
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, InstrId, SlotId};
 use crate::operation::GraphOperation;
@@ -61,19 +67,35 @@ pub(crate) struct Program<Op> {
     pub(crate) slots: SlotProgram,
 }
 
-/// A [`Program`] that passed [`Program::verify`]. The field is private and this module
+/// A [`Program`] that passed [`Program::verify`]. The fields are private and this module
 /// builds the type only in `verify`, and hands out only `&Program`, so what the checks
 /// proved stays true for as long as the value lives: the sequential evaluator's unchecked
 /// slot and argument accesses (`eval.rs`) take a `&VerifiedProgram` as their receiver,
-/// and the parallel schedule (`schedule.rs`) is built from and checked against one.
+/// the parallel schedule (`schedule.rs`) is built from and checked against one, and
+/// dataflow evaluation (`dataflow.rs`) takes one and reads the plan it keeps.
 #[derive(Clone, Debug)]
-pub(crate) struct VerifiedProgram<Op>(Program<Op>);
+pub(crate) struct VerifiedProgram<Op> {
+    program: Program<Op>,
+    /// The dependency structure for dataflow evaluation, built from `program` on the first
+    /// run that chooses it ([`Self::dataflow_plan`]); nothing else ever sets it.
+    dataflow: OnceLock<GraphResult<DataflowPlan>>,
+}
 
 impl<Op> std::ops::Deref for VerifiedProgram<Op> {
     type Target = Program<Op>;
     #[inline(always)]
     fn deref(&self) -> &Program<Op> {
-        &self.0
+        &self.program
+    }
+}
+
+impl<Op: GraphOperation> VerifiedProgram<Op> {
+    /// This program's dataflow plan (`dataflow.rs`), built from it on first use (a linear
+    /// pass). The plan is kept beside the program and built from nothing else, and the
+    /// program never changes, so the plan describes exactly the instructions `dataflow::run`
+    /// evaluates: this is what its `unsafe` relies on.
+    pub(crate) fn dataflow_plan(&self) -> GraphResult<&DataflowPlan> {
+        self.dataflow.get_or_init(|| dataflow_plan(self)).as_ref().map_err(Clone::clone)
     }
 }
 
@@ -97,7 +119,13 @@ impl<Op: GraphOperation> Program<Op> {
     /// ([`SlotProgram::check_output_moves`]). `O(instructions + arguments + slots)`.
     pub(crate) fn verify(self) -> GraphResult<VerifiedProgram<Op>> {
         self.check()?;
-        Ok(VerifiedProgram(self))
+        Ok(VerifiedProgram { program: self, dataflow: OnceLock::new() })
+    }
+
+    /// Each instruction's [`cost_hint`](GraphOperation::cost_hint), the input of both
+    /// parallel plans (`schedule.rs`, `dataflow.rs`).
+    pub(crate) fn cost_hints(&self) -> Vec<u64> {
+        self.ops.raw().iter().map(GraphOperation::cost_hint).collect()
     }
 
     /// The checks of [`Self::verify`], on a borrowed program.
