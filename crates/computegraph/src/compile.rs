@@ -35,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
+use crate::dataflow::Planned;
 use crate::dispatch::dispatch_order;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{Id, IdVec, InstrId, SlotId};
@@ -42,7 +43,7 @@ use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
-use crate::program::{Instr, Program, SlotProgram, VerifiedProgram, output_moves, runs};
+use crate::program::{Instr, Program, SlotProgram, output_moves, runs};
 use crate::schedule::{Step, VerifiedSchedule, schedule};
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
@@ -77,7 +78,7 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
     /// The slot program, verified (`program.rs`): operations, instruction words, runs and
     /// slots. Evaluation reads it without checks, on the strength of that verification.
-    pub(crate) code: VerifiedProgram<Op>,
+    pub(crate) code: Planned<Op>,
     /// Whether sequential evaluation prefetches the operand slots of instructions ahead:
     /// when operands lie far from their readers (`prefetch.rs`) and the slot file is
     /// larger than [`PREFETCH_SLOT_BYTES`], so that their slots are likely not cached.
@@ -247,7 +248,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     };
     // The evaluators read slots unchecked on the strength of this verification (`eval.rs`
     // takes a `VerifiedProgram`), so it runs in every build; a failure is an internal error.
-    let code = code.verify()?;
+    let code = Planned::new(code.verify()?);
     let program = CompiledProgram {
         interner: Arc::clone(&graph.interner),
         code,

@@ -1,14 +1,14 @@
 //! `dataflow`: dependency-driven parallel evaluation, for programs of costly instructions.
 //!
 //! Input: a [`VerifiedProgram`] (`program.rs`) and its cost per instruction
-//! ([`GraphOperation::cost_hint`]). [`plan`] numbers the values by simulating the program
+//! ([`GraphOperation::cost_hint`]). [`Planned::plan`] numbers the values by simulating the program
 //! (inputs `0..n_inputs`, then each instruction's outputs in program order, as
 //! `schedule.rs` does), and records per instruction how many operands other instructions
 //! produce (`pending`), which instructions read its outputs (`consumers`, once per
 //! operand), and its *rank*: its cost plus the largest rank of its consumers, the cost of
-//! the longest path from it to the end. Output: a [`DataflowPlan`], which the verified
-//! program keeps ([`VerifiedProgram::dataflow_plan`]) and [`run`] evaluates on the current
-//! rayon pool.
+//! the longest path from it to the end. Output: a [`DataflowPlan`], which a [`Planned`]
+//! program keeps beside the verified program it was built from, and by which [`run`]
+//! evaluates that program on the current rayon pool.
 //!
 //! Why: the level evaluator (`eval.rs`) waits for a whole level before the next begins,
 //! and its helper threads spin between levels. That suits many cheap operations; for a
@@ -36,9 +36,9 @@
 //! (`ValueNo::cell` is `None`), and while planning a slot not yet written holds `None`.
 //!
 //! Invariants of the plan: it is built only from a [`VerifiedProgram`], by
-//! [`VerifiedProgram::dataflow_plan`], which keeps it beside that program and builds it
-//! from nothing else, and [`run`] takes the verified program alone and reads the plan from
-//! it. So a plan is only ever run with the program it was made for: its value numbering,
+//! [`Planned::plan`], which keeps it beside that program (both private fields of the
+//! [`Planned`] that owns the program) and builds it from nothing else, and [`run`] takes
+//! the [`Planned`] program alone and reads the plan from it. So a plan is only ever run with the program it was made for: its value numbering,
 //! counts and consumers describe exactly the instructions [`run`] executes. Because the
 //! program is verified, every operand names a value written before it (by an input or an
 //! earlier instruction), so the simulation numbers every operand; every output names a
@@ -65,15 +65,15 @@
 //! dropped. Peak memory may exceed the sequential order's: independent steps run
 //! together, each with its inputs and output alive.
 //!
-//! Complexity: [`plan`] `O(instructions + arguments + slots)`, one sort of the roots;
+//! Complexity: [`Planned::plan`] `O(instructions + arguments + slots)`, one sort of the roots;
 //! [`run`] `O(instructions + arguments)` atomic operations, one spawn per costly ready
 //! instruction beyond the first.
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::{Mutex, OnceLock};
 
 use smallvec::SmallVec;
 
@@ -156,13 +156,45 @@ pub(crate) struct DataflowPlan {
     output_move: Vec<bool>,
 }
 
-/// Builds the [`DataflowPlan`] of a verified program (see the module doc). Called only by
-/// [`VerifiedProgram::dataflow_plan`], which keeps the plan beside the program.
-pub(crate) fn plan<Op: GraphOperation>(program: &VerifiedProgram<Op>) -> GraphResult<DataflowPlan> {
-    plan_slots(&program.instrs, &program.slots, program.cost_hints())
+/// A verified program and its dataflow plan, built from it on first use: the only way to
+/// a plan, so a plan runs only with the program it describes. It dereferences to the
+/// verified program, which the other evaluators use as they would the program alone.
+#[derive(Debug)]
+pub(crate) struct Planned<Op> {
+    code: VerifiedProgram<Op>,
+    /// Built from `code` on the first run that chooses dataflow ([`Planned::plan`]);
+    /// nothing else ever sets it.
+    plan: OnceLock<GraphResult<DataflowPlan>>,
 }
 
-/// [`plan`] on the program's instruction words, slots and cost hints (not generic over
+impl<Op> Planned<Op> {
+    /// `code`, its plan not built yet.
+    pub(crate) fn new(code: VerifiedProgram<Op>) -> Self {
+        Planned { code, plan: OnceLock::new() }
+    }
+}
+
+impl<Op> std::ops::Deref for Planned<Op> {
+    type Target = VerifiedProgram<Op>;
+    #[inline(always)]
+    fn deref(&self) -> &VerifiedProgram<Op> {
+        &self.code
+    }
+}
+
+impl<Op: GraphOperation> Planned<Op> {
+    /// The program's dataflow plan, built from it on first use (a linear pass). The
+    /// program never changes, so the plan describes exactly the instructions [`run`]
+    /// evaluates: this is what its `unsafe` relies on.
+    pub(crate) fn plan(&self) -> GraphResult<&DataflowPlan> {
+        self.plan
+            .get_or_init(|| plan_slots(&self.code.instrs, &self.code.slots, self.code.cost_hints()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// The plan of a program given by its instruction words, slots and cost hints (not generic over
 /// the operation).
 fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64>) -> GraphResult<DataflowPlan> {
     // A verified program writes every slot it reads first: this is unreachable.
@@ -387,12 +419,12 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
-/// Evaluates `program` by its dataflow plan (built on first use,
-/// [`VerifiedProgram::dataflow_plan`]) on the current rayon pool (the caller enters it),
+/// Evaluates `program` by its dataflow plan (built on first use, [`Planned::plan`]) on
+/// the current rayon pool (the caller enters it),
 /// with one input per program input. It takes no plan: the one it runs by is the
 /// program's own. See the module doc.
 pub(crate) fn run<Op>(
-    program: &VerifiedProgram<Op>,
+    program: &Planned<Op>,
     ctx: &mut Op::Context,
     inputs: &[&Op::Operand],
 ) -> GraphResult<Vec<Op::Operand>>
@@ -400,7 +432,7 @@ where
     Op: EvaluableGraphOperation,
     Op::Context: Clone + Send,
 {
-    let plan = program.dataflow_plan()?;
+    let plan = program.plan()?;
     if inputs.len() != plan.n_inputs {
         return Err(GraphError::InputCountMismatch { expected: plan.n_inputs, found: inputs.len() });
     }

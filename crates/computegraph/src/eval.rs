@@ -1139,7 +1139,7 @@ mod tests {
             assert_eq!(got, by_instruction.eval(&mut (), &inputs), "runs of {run_len}");
             assert_eq!(got, expected[expected.len() - 5..].to_vec(), "runs of {run_len}");
             // The verifier catches a uniform run whose stretch of arguments is off.
-            let mut bad = (*compile(&flat).code).clone();
+            let mut bad = (**compile(&flat).code).clone();
             if let Some(r) = bad.runs.iter_mut().find(|r| r.arity != 0) {
                 r.start += 1;
                 assert!(bad.verify().is_err(), "a shifted run passes verification");

@@ -6,8 +6,7 @@
 //! with a fixed stride. And it holds the sequential program's verifier: a [`Program`]
 //! becomes a [`VerifiedProgram`] only through [`Program::verify`], the one constructor of
 //! that type, and the evaluators' unchecked paths take a `&VerifiedProgram` (`eval.rs`,
-//! `dataflow.rs`). A verified program also keeps its dataflow plan (`dataflow.rs`), built
-//! from it on first use, so that a plan is reachable only through the program it describes.
+//! `dataflow.rs`).
 //!
 //! Invariants: an [`Instr`] names `n_in` operand slots followed by `n_out` output slots,
 //! contiguous in its pool from `start`; the output move flags mark exactly the last
@@ -15,15 +14,11 @@
 //! instructions in order, and a uniform run's instructions have its arity, one output,
 //! equal operations and their arguments one after another ([`check_runs`]). A
 //! [`VerifiedProgram`] passed every check of [`Program::verify`] and is immutable: no
-//! `&mut` to its program is ever handed out, and its dataflow plan, once built, is the
-//! plan of that program ([`VerifiedProgram::dataflow_plan`] builds it from `self` only).
-//! Nothing here allocates slots or orders instructions: that is `compile.rs` and
+//! `&mut` to its program is ever handed out. Nothing here allocates slots or orders instructions: that is `compile.rs` and
 //! `schedule.rs`.
 
 use std::fmt;
-use std::sync::OnceLock;
 
-use crate::dataflow::{DataflowPlan, plan as dataflow_plan};
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, InstrId, SlotId};
 use crate::operation::GraphOperation;
@@ -67,18 +62,15 @@ pub(crate) struct Program<Op> {
     pub(crate) slots: SlotProgram,
 }
 
-/// A [`Program`] that passed [`Program::verify`]. The fields are private and this module
+/// A [`Program`] that passed [`Program::verify`]. The field is private and this module
 /// builds the type only in `verify`, and hands out only `&Program`, so what the checks
 /// proved stays true for as long as the value lives: the sequential evaluator's unchecked
 /// slot and argument accesses (`eval.rs`) take a `&VerifiedProgram` as their receiver,
 /// the parallel schedule (`schedule.rs`) is built from and checked against one, and
-/// dataflow evaluation (`dataflow.rs`) takes one and reads the plan it keeps.
+/// dataflow evaluation (`dataflow.rs`) owns one beside the plan it builds from it.
 #[derive(Clone, Debug)]
 pub(crate) struct VerifiedProgram<Op> {
     program: Program<Op>,
-    /// The dependency structure for dataflow evaluation, built from `program` on the first
-    /// run that chooses it ([`Self::dataflow_plan`]); nothing else ever sets it.
-    dataflow: OnceLock<GraphResult<DataflowPlan>>,
 }
 
 impl<Op> std::ops::Deref for VerifiedProgram<Op> {
@@ -86,16 +78,6 @@ impl<Op> std::ops::Deref for VerifiedProgram<Op> {
     #[inline(always)]
     fn deref(&self) -> &Program<Op> {
         &self.program
-    }
-}
-
-impl<Op: GraphOperation> VerifiedProgram<Op> {
-    /// This program's dataflow plan (`dataflow.rs`), built from it on first use (a linear
-    /// pass). The plan is kept beside the program and built from nothing else, and the
-    /// program never changes, so the plan describes exactly the instructions `dataflow::run`
-    /// evaluates: this is what its `unsafe` relies on.
-    pub(crate) fn dataflow_plan(&self) -> GraphResult<&DataflowPlan> {
-        self.dataflow.get_or_init(|| dataflow_plan(self)).as_ref().map_err(Clone::clone)
     }
 }
 
@@ -119,7 +101,7 @@ impl<Op: GraphOperation> Program<Op> {
     /// ([`SlotProgram::check_output_moves`]). `O(instructions + arguments + slots)`.
     pub(crate) fn verify(self) -> GraphResult<VerifiedProgram<Op>> {
         self.check()?;
-        Ok(VerifiedProgram { program: self, dataflow: OnceLock::new() })
+        Ok(VerifiedProgram { program: self })
     }
 
     /// Each instruction's [`cost_hint`](GraphOperation::cost_hint), the input of both
