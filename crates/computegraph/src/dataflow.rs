@@ -1,12 +1,12 @@
 //! `dataflow`: dependency-driven parallel evaluation, for programs of costly instructions.
 //!
 //! Input: a [`VerifiedProgram`] (`program.rs`) and its cost per instruction
-//! ([`GraphOperation::cost_hint`]). [`Planned::plan`] numbers the values by simulating the program
-//! (inputs `0..n_inputs`, then each instruction's outputs in program order, as
-//! `schedule.rs` does), and records per instruction how many operands other instructions
-//! produce (`pending`), which instructions read its outputs (`consumers`, once per
-//! operand), and its *rank*: its cost plus the largest rank of its consumers, the cost of
-//! the longest path from it to the end. Output: a [`DataflowPlan`], which a [`Planned`]
+//! ([`GraphOperation::cost_hint`]). [`Planned::plan`] numbers the values by simulating
+//! the program (inputs `0..n_inputs`, then each instruction's outputs in program order,
+//! as `schedule.rs` does), and records per instruction how many operands other
+//! instructions produce (`pending`), which instructions read its outputs (`consumers`,
+//! once per operand), and its *rank*: its cost plus the largest rank of its consumers,
+//! the cost of the longest path from it to the end. Output: a [`DataflowPlan`], which a [`Planned`]
 //! program keeps beside the verified program it was built from, and by which [`run`]
 //! evaluates that program on the current rayon pool.
 //!
@@ -38,8 +38,9 @@
 //! Invariants of the plan: it is built only from a [`VerifiedProgram`], by
 //! [`Planned::plan`], which keeps it beside that program (both private fields of the
 //! [`Planned`] that owns the program) and builds it from nothing else, and [`run`] takes
-//! the [`Planned`] program alone and reads the plan from it. So a plan is only ever run with the program it was made for: its value numbering,
-//! counts and consumers describe exactly the instructions [`run`] executes. Because the
+//! the [`Planned`] program alone and reads the plan from it. So a plan is only ever run
+//! with the program it was made for: its value numbering, counts and consumers describe
+//! exactly the instructions [`run`] executes. Because the
 //! program is verified, every operand names a value written before it (by an input or an
 //! earlier instruction), so the simulation numbers every operand; every output names a
 //! value of its own; and a program output's value counts the final gather as one more
@@ -65,8 +66,8 @@
 //! dropped. Peak memory may exceed the sequential order's: independent steps run
 //! together, each with its inputs and output alive.
 //!
-//! Complexity: [`Planned::plan`] `O(instructions + arguments + slots)`, one sort of the roots;
-//! [`run`] `O(instructions + arguments)` atomic operations, one spawn per costly ready
+//! Complexity: [`Planned::plan`] `O(instructions + arguments + slots)`, one sort of the
+//! roots; [`run`] `O(instructions + arguments)` atomic operations, one spawn per costly ready
 //! instruction beyond the first.
 
 use std::cell::{Cell, UnsafeCell};
@@ -128,9 +129,9 @@ impl CellId {
     }
 }
 
-/// The dependency structure of a verified program, built once on first use and kept by it
-/// (see the module doc).
-#[derive(Clone, Debug)]
+/// The dependency structure of a verified program, built once on first use and kept
+/// beside it by [`Planned`] (see the module doc).
+#[derive(Debug)]
 pub(crate) struct DataflowPlan {
     n_inputs: usize,
     /// The value at each argument position, in the layout of the program's argument pool.
@@ -194,8 +195,8 @@ impl<Op: GraphOperation> Planned<Op> {
     }
 }
 
-/// The plan of a program given by its instruction words, slots and cost hints (not generic over
-/// the operation).
+/// The plan of a program given by its instruction words, slots and cost hints (not
+/// generic over the operation).
 fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64>) -> GraphResult<DataflowPlan> {
     // A verified program writes every slot it reads first: this is unreachable.
     let unverified = || GraphError::Invalid {
@@ -420,9 +421,8 @@ impl Drop for FailOnUnwind<'_> {
 }
 
 /// Evaluates `program` by its dataflow plan (built on first use, [`Planned::plan`]) on
-/// the current rayon pool (the caller enters it),
-/// with one input per program input. It takes no plan: the one it runs by is the
-/// program's own. See the module doc.
+/// the current rayon pool (the caller enters it), with one input per program input. It
+/// takes no plan: the one it runs by is the program's own. See the module doc.
 pub(crate) fn run<Op>(
     program: &Planned<Op>,
     ctx: &mut Op::Context,

@@ -14,8 +14,8 @@
 //! instructions in order, and a uniform run's instructions have its arity, one output,
 //! equal operations and their arguments one after another ([`check_runs`]). A
 //! [`VerifiedProgram`] passed every check of [`Program::verify`] and is immutable: no
-//! `&mut` to its program is ever handed out. Nothing here allocates slots or orders instructions: that is `compile.rs` and
-//! `schedule.rs`.
+//! `&mut` to its program is ever handed out. Nothing here allocates slots or orders
+//! instructions: that is `compile.rs` and `schedule.rs`.
 
 use std::fmt;
 
@@ -69,15 +69,13 @@ pub(crate) struct Program<Op> {
 /// the parallel schedule (`schedule.rs`) is built from and checked against one, and
 /// dataflow evaluation (`dataflow.rs`) owns one beside the plan it builds from it.
 #[derive(Clone, Debug)]
-pub(crate) struct VerifiedProgram<Op> {
-    program: Program<Op>,
-}
+pub(crate) struct VerifiedProgram<Op>(Program<Op>);
 
 impl<Op> std::ops::Deref for VerifiedProgram<Op> {
     type Target = Program<Op>;
     #[inline(always)]
     fn deref(&self) -> &Program<Op> {
-        &self.program
+        &self.0
     }
 }
 
@@ -101,7 +99,7 @@ impl<Op: GraphOperation> Program<Op> {
     /// ([`SlotProgram::check_output_moves`]). `O(instructions + arguments + slots)`.
     pub(crate) fn verify(self) -> GraphResult<VerifiedProgram<Op>> {
         self.check()?;
-        Ok(VerifiedProgram { program: self })
+        Ok(VerifiedProgram(self))
     }
 
     /// Each instruction's [`cost_hint`](GraphOperation::cost_hint), the input of both

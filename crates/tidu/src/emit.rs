@@ -42,6 +42,9 @@ static SMALL_ROLES: LazyLock<[OperationRole; 6]> = LazyLock::new(|| {
     [r(&[false]), r(&[true]), r(&[false, false]), r(&[true, false]), r(&[false, true]), r(&[true, true])]
 });
 
+/// The index in [`SMALL_ROLES`] of `[true, true]`, the role of every sum.
+const BOTH_ACTIVE: usize = 5;
+
 /// The cached role of a mask of one or two flags.
 fn small_role(mask: &[bool]) -> Option<&'static OperationRole> {
     let bit = |i: usize| mask[i] as usize;
@@ -103,7 +106,11 @@ pub(crate) fn try_add<Op: Primitive>(
     p: LocalValueId,
     q: LocalValueId,
 ) -> ADRuleResult<LocalValueId> {
-    b.try_add_primitive_from(Op::add(), &[PrimitiveValue::Local(p), PrimitiveValue::Local(q)], &SMALL_ROLES[5])
+    b.try_add_primitive_from(
+        Op::add(),
+        &[PrimitiveValue::Local(p), PrimitiveValue::Local(q)],
+        &SMALL_ROLES[BOTH_ACTIVE],
+    )
 }
 
 /// `p + q` where either may be a symbolic zero (`None`): emits an addition only when both
@@ -136,6 +143,6 @@ mod tests {
         }
         assert!(small_role(&[true, true, false]).is_none());
         // `try_add` uses the both-active role by its index.
-        assert_eq!(SMALL_ROLES[5].active_mask(), Some(&[true, true][..]));
+        assert_eq!(SMALL_ROLES[BOTH_ACTIVE].active_mask(), Some(&[true, true][..]));
     }
 }
