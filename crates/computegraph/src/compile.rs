@@ -90,6 +90,9 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) source: Vec<u32>,
     pub(crate) input_keys: Vec<Op::InputKey>,
     pub(crate) input_index: FxHashMap<Op::InputKey, usize>,
+    /// Keys of the leaves, which `eval` takes after the inputs (empty unless the graph
+    /// came from [`try_materialize_fragment`](crate::try_materialize_fragment)).
+    pub(crate) leaf_keys: Vec<ValueKey<Op>>,
     pub(crate) output_keys: Vec<ValueKey<Op>>,
     /// The level schedule and its own slots, for parallel evaluation (`schedule.rs`),
     /// computed on first use so that sequential users do not pay for it.
@@ -151,7 +154,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut live: IdVec<ValueId, Live> = IdVec::from_elem(Live { last_use: None, slot: None }, graph.value_count());
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
-    let mut far = FarOperands::new(graph.inputs.len());
+    let mut far = FarOperands::new(graph.inputs.len() + graph.leaves.len());
     for pos in 0..n_ops {
         let op = op_at(pos);
         let here = Some(InstrId::new(pos));
@@ -174,8 +177,9 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     }
 
     let mut alloc = SlotAllocator::default();
-    let mut input_slots = Vec::with_capacity(graph.inputs.len());
-    for &v in &graph.inputs {
+    // Positional inputs: the inputs, then the leaves (fragment materialization).
+    let mut input_slots = Vec::with_capacity(graph.inputs.len() + graph.leaves.len());
+    for &v in graph.inputs.iter().chain(&graph.leaves) {
         let l = &mut live[v];
         let s = if l.last_use.is_none() { None } else { Some(alloc.take()?) };
         l.slot = s;
@@ -256,6 +260,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         source,
         input_keys,
         input_index,
+        leaf_keys: graph.leaf_keys.clone(),
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
     };
@@ -393,6 +398,12 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn input_keys(&self) -> &[Op::InputKey] {
         &self.input_keys
     }
+    /// The leaf keys (derived values read from outside a fragment materialized alone,
+    /// [`try_materialize_fragment`](crate::try_materialize_fragment)), in the order `eval`
+    /// takes them after the inputs. Empty for a graph from `materialize_merge`.
+    pub fn leaf_keys(&self) -> &[ValueKey<Op>] {
+        &self.leaf_keys
+    }
     /// The output keys, in the order `eval` returns its outputs.
     pub fn output_keys(&self) -> &[ValueKey<Op>] {
         &self.output_keys
@@ -423,14 +434,32 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// let inputs = program.bind_inputs(|k| values.get(k)).unwrap();
     /// assert_eq!(program.eval(&mut (), &inputs), vec![12.0]);
     /// ```
-    pub fn bind_inputs<'a, F>(&self, mut lookup: F) -> GraphResult<Vec<&'a Op::Operand>>
+    ///
+    /// A program with leaves cannot be bound this way (an [`GraphError::UnboundInput`]
+    /// names the first leaf): use [`Self::bind_inputs_and_leaves`].
+    pub fn bind_inputs<'a, F>(&self, lookup: F) -> GraphResult<Vec<&'a Op::Operand>>
     where
         F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
     {
-        self.input_keys
-            .iter()
-            .map(|k| lookup(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?}") }))
-            .collect()
+        self.bind_inputs_and_leaves(lookup, |_| None)
+    }
+
+    /// Gathers the program's inputs by key, then its leaves by key: `inputs` is asked
+    /// once per input key, `leaves` once per leaf key. See
+    /// [`try_materialize_fragment`](crate::try_materialize_fragment) for an example.
+    pub fn bind_inputs_and_leaves<'a, F, L>(&self, mut inputs: F, mut leaves: L) -> GraphResult<Vec<&'a Op::Operand>>
+    where
+        F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
+        L: FnMut(&ValueKey<Op>) -> Option<&'a Op::Operand>,
+    {
+        let mut bound = Vec::with_capacity(self.input_keys.len() + self.leaf_keys.len());
+        for k in &self.input_keys {
+            bound.push(inputs(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?}") })?);
+        }
+        for k in &self.leaf_keys {
+            bound.push(leaves(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?} (a leaf)") })?);
+        }
+        Ok(bound)
     }
 
     /// Bytes held by the program's columns.
@@ -457,12 +486,13 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
         self.verify()?;
         let slots = &self.code.slots;
-        if self.code.instrs.len() != graph.operation_count() || slots.input_slots.len() != graph.inputs.len() {
+        let n_inputs = graph.inputs.len() + graph.leaves.len();
+        if self.code.instrs.len() != graph.operation_count() || slots.input_slots.len() != n_inputs {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
         self.verify_source()?;
         let mut content: IdVec<SlotId, Option<ValueId>> = IdVec::from_elem(None, slots.slot_count);
-        for (s, &v) in slots.input_slots.iter().zip(&graph.inputs) {
+        for (s, &v) in slots.input_slots.iter().zip(graph.inputs.iter().chain(&graph.leaves)) {
             if let &Some(s) = s {
                 content[s] = Some(v);
             }
@@ -502,7 +532,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let code = &self.code;
         let n = code.instrs.len();
         if n != graph.operation_count()
-            || sched.slots.input_slots.len() != graph.inputs.len()
+            || sched.slots.input_slots.len() != graph.inputs.len() + graph.leaves.len()
             || sched.slots.output_slots.len() != graph.outputs.len()
         {
             return Err(bad("instruction or input count differs from the graph".into()));
@@ -537,7 +567,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let ops: IdVec<InstrId, _> = code.instrs.ids().map(|i| graph.operation(self.source_of(i))).collect();
         let in_range = |s: SlotId| sched.slots.in_range(s);
         let mut content: IdVec<SlotId, Option<ValueId>> = IdVec::from_elem(None, sched.slots.slot_count);
-        for (s, &v) in sched.slots.input_slots.iter().zip(&graph.inputs) {
+        for (s, &v) in sched.slots.input_slots.iter().zip(graph.inputs.iter().chain(&graph.leaves)) {
             if let &Some(s) = s {
                 if !in_range(s) {
                     return Err(bad(format!("input slot {s:?} out of range")));

@@ -160,8 +160,11 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
             let _ = writeln!(s, "  {v:?} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
         }
+        for (&v, k) in self.leaves.iter().zip(&self.leaf_keys) {
+            let _ = writeln!(s, "  {v:?} [shape=ellipse, style=dashed, label=\"{}\"];", escape(&format!("{k:?}")));
+        }
         let source = |v: crate::ValueId| match self.value_def[v] {
-            crate::materialize::MatDef::Input(_) => (format!("{v:?}"), None),
+            crate::materialize::MatDef::Input(_) | crate::materialize::MatDef::Leaf(_) => (format!("{v:?}"), None),
             crate::materialize::MatDef::Output(op, slot) => {
                 (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
             }

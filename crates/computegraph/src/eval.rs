@@ -169,13 +169,46 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
-        self.code.run(state, ctx, inputs, self.prefetch_slots)
+        let mut outputs = Vec::with_capacity(self.code.slots.output_slots.len());
+        self.code.run(state, ctx, inputs, self.prefetch_slots, |x| outputs.push(x))?;
+        Ok(outputs)
+    }
+
+    /// [`Self::eval_with`] handing each output, in order, to `each` instead of returning
+    /// a vector: a caller that evaluates a small program many times and keeps its
+    /// outputs in its own form allocates nothing here.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
+    /// # use scalar::{ScalarOp, ScalarKey};
+    /// # let mut b = GraphBuilder::<ScalarOp>::new();
+    /// # let x = b.add_input(ScalarKey::var(0));
+    /// # let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
+    /// # let g = Arc::new(b.build());
+    /// # let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(sc[0]), g.global_key(sc[1])]));
+    /// let (mut state, mut sum) = (EvalState::new(), 0.0);
+    /// program.eval_with_each(&mut state, &mut (), &[&0.5], |y| sum += y).unwrap();
+    /// assert_eq!(sum, 0.5f64.sin() + 0.5f64.cos());
+    /// ```
+    pub fn eval_with_each<F>(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+        each: F,
+    ) -> GraphResult<()>
+    where
+        F: FnMut(Op::Operand),
+    {
+        self.code.run(state, ctx, inputs, self.prefetch_slots, each)
     }
 }
 
 impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
     /// Sequential evaluation: sizes the slots, stores the inputs, runs every instruction in
-    /// program order through a [`VerifiedSlots`] view, and takes the outputs. With
+    /// program order through a [`VerifiedSlots`] view, and hands the outputs to `each`. With
     /// `prefetch`, instruction by instruction with operand slots hinted ahead (see
     /// [`SLOT_AHEAD`]), otherwise run by run. Everything the unchecked accesses rely on is
     /// either proven by the program's verification (the receiver's type) or done here.
@@ -186,7 +219,8 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
         prefetch: bool,
-    ) -> GraphResult<Vec<Op::Operand>> {
+        each: impl FnMut(Op::Operand),
+    ) -> GraphResult<()> {
         if inputs.len() != self.slots.input_slots.len() {
             return Err(GraphError::InputCountMismatch { expected: self.slots.input_slots.len(), found: inputs.len() });
         }
@@ -206,7 +240,8 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
         // SAFETY: the run completed, so every output slot of the verified program holds
         // its value, and verification checked that each is moved out once, at its last
         // mention.
-        Ok(unsafe { take_outputs(slots, &self.slots.output_slots, &self.slots.output_move) })
+        unsafe { take_outputs(slots, &self.slots.output_slots, &self.slots.output_move, each) };
+        Ok(())
     }
 
     /// Runs every instruction in program order; with `PREFETCH`, first hints the operand
@@ -461,10 +496,12 @@ where
             self.lead(sched, &team, &view, ctx, out, max_chunks)
         });
         result?;
+        let mut outputs = Vec::with_capacity(sched.slots.output_slots.len());
         // SAFETY: every level ran, so every output slot of the schedule holds its value
         // (`check_levels` checked that one is written, and that each is moved out once,
         // at its last mention).
-        Ok(unsafe { take_outputs(slots, &sched.slots.output_slots, &sched.slots.output_move) })
+        unsafe { take_outputs(slots, &sched.slots.output_slots, &sched.slots.output_move, |x| outputs.push(x)) };
+        Ok(outputs)
     }
 
     /// The calling thread's part: runs small levels alone and publishes the large ones,
@@ -977,18 +1014,18 @@ unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[SlotId]) -> Small
 ///
 /// # Safety
 /// Every slot of `output_slots` is in range and holds a value.
-unsafe fn take_outputs<T: Clone>(slots: &mut SlotFile<T>, output_slots: &[SlotId], output_move: &[bool]) -> Vec<T> {
-    let result = output_slots
-        .iter()
-        .zip(output_move)
-        .map(|(&s, &mv)| {
-            // SAFETY: the slot holds a value, by the caller's guarantee; a slot is moved
-            // out only at its last mention, so the clones before it read a held value.
-            unsafe { if mv { slots.take(s) } else { slots.get(s).clone() } }
-        })
-        .collect();
+unsafe fn take_outputs<T: Clone>(
+    slots: &mut SlotFile<T>,
+    output_slots: &[SlotId],
+    output_move: &[bool],
+    mut each: impl FnMut(T),
+) {
+    for (&s, &mv) in output_slots.iter().zip(output_move) {
+        // SAFETY: the slot holds a value, by the caller's guarantee; a slot is moved out
+        // only at its last mention, so the clones before it read a held value.
+        each(unsafe { if mv { slots.take(s) } else { slots.get(s).clone() } });
+    }
     slots.clear();
-    result
 }
 
 #[cfg(test)]

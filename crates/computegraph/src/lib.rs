@@ -81,7 +81,7 @@ pub use id::{Id, IdVec, KeyId, OperationKeyId};
 pub use key::{KeyInterner, OperationKey, ValueKey};
 pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
-    try_materialize_merge,
+    try_materialize_fragment, try_materialize_merge,
 };
 pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole, Outputs};
 pub use resolve::{ResolvedView, Resolver, ValueDef, resolve, resolve_with, try_resolve, try_resolve_with};

@@ -8,7 +8,15 @@
 //! - operation `i`'s inputs are values created before its outputs (id order is topological);
 //! - no two values share a [`KeyId`] (deduplicated by structural key);
 //! - `inputs()` lists every input value once, in key-interning order, and `input_keys()` is
-//!   parallel to it.
+//!   parallel to it;
+//! - `leaves()` lists every leaf once, in key-interning order, after the inputs, and
+//!   `leaf_keys()` is parallel to it (only [`try_materialize_fragment`] makes leaves).
+//!
+//! [`try_materialize_fragment`] runs the same two phases over one graph alone, without its
+//! parents: a derived key the graph reads from another graph is not followed but becomes a
+//! *leaf*, a value the result reads from outside, named by its key and bound at
+//! evaluation like an input. That is how a fragment that reads values computed elsewhere
+//! (a transposed linear map reading primal values) compiles on its own.
 //!
 //! Algorithm, in two phases, both iterative (no recursion, so any depth works on any stack):
 //! 1. *Mark*: from the outputs, sweep each fragment's values in reverse local order,
@@ -61,6 +69,8 @@ crate::define_id!(
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum MatDef {
     Input(u32),
+    /// A value read from outside the materialized fragment: `leaf_keys[i]`.
+    Leaf(u32),
     Output(OperationId, u8),
 }
 
@@ -100,6 +110,9 @@ pub struct MaterializedGraph<Op: GraphOperation> {
     pub(crate) op_first_output: IdVec<OperationId, ValueId>,
     pub(crate) inputs: Vec<ValueId>,
     pub(crate) input_keys: Vec<Op::InputKey>,
+    /// Values read from outside (fragment materialization only), after the inputs.
+    pub(crate) leaves: Vec<ValueId>,
+    pub(crate) leaf_keys: Vec<ValueKey<Op>>,
     pub(crate) outputs: Vec<ValueId>,
 }
 
@@ -124,6 +137,9 @@ pub struct MaterializedGraph<Op: GraphOperation> {
 pub enum MaterializedValueDef<'a, Op: GraphOperation> {
     /// A graph input.
     Input(&'a Op::InputKey),
+    /// A leaf: a derived value the materialized fragment reads from another graph
+    /// ([`try_materialize_fragment`]), bound by key at evaluation.
+    Leaf(&'a ValueKey<Op>),
     /// Output `output_slot` of an operation.
     Output {
         /// The producing operation.
@@ -207,6 +223,16 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn input_keys(&self) -> &[Op::InputKey] {
         &self.input_keys
     }
+    /// Leaf values (derived values read from outside, see [`try_materialize_fragment`]),
+    /// in the order `eval` expects them after the inputs. Empty for `materialize_merge`.
+    pub fn leaves(&self) -> &[ValueId] {
+        &self.leaves
+    }
+    /// Leaf keys, in the order `eval` expects them after the inputs (parallel to
+    /// [`Self::leaves`]).
+    pub fn leaf_keys(&self) -> &[ValueKey<Op>] {
+        &self.leaf_keys
+    }
     /// Output values, in the order they were requested.
     pub fn outputs(&self) -> &[ValueId] {
         &self.outputs
@@ -231,6 +257,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn value_def(&self, v: ValueId) -> Option<MaterializedValueDef<'_, Op>> {
         Some(match *self.value_def.get(v)? {
             MatDef::Input(i) => MaterializedValueDef::Input(&self.input_keys[i as usize]),
+            MatDef::Leaf(i) => MaterializedValueDef::Leaf(&self.leaf_keys[i as usize]),
             MatDef::Output(operation, output_slot) => MaterializedValueDef::Output { operation, output_slot },
         })
     }
@@ -241,6 +268,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn value_key(&self, v: ValueId) -> ValueKey<Op> {
         match self.value_def[v] {
             MatDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
+            MatDef::Leaf(i) => self.leaf_keys[i as usize].clone(),
             MatDef::Output(op, slot) => ValueKey::Derived { operation: self.operation_key(op), output_slot: slot },
         }
     }
@@ -274,6 +302,8 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             + self.op_first_output.heap_bytes()
             + self.inputs.capacity() * 4
             + self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
+            + self.leaves.capacity() * 4
+            + self.leaf_keys.capacity() * std::mem::size_of::<ValueKey<Op>>()
             + self.outputs.capacity() * 4
     }
 }
@@ -284,6 +314,7 @@ impl<Op: GraphOperation> fmt::Debug for MaterializedGraph<Op> {
             .field("values", &self.value_def.len())
             .field("operations", &self.ops.len())
             .field("inputs", &self.inputs.len())
+            .field("leaves", &self.leaves.len())
             .field("outputs", &self.outputs)
             .finish()
     }
@@ -343,14 +374,78 @@ pub fn try_materialize_merge<Op: GraphOperation>(
     view: &ResolvedView<Op>,
     outputs: &[ValueKey<Op>],
 ) -> GraphResult<MaterializedGraph<Op>> {
+    materialize(view, outputs, Undefined::Error)
+}
+
+/// Materializes one graph on its own: the part of `graph` reachable from `outputs`,
+/// deduplicated and ordered as [`try_materialize_merge`] does, without reading its
+/// parents. A derived key the graph reads from another graph (or an output key it does not
+/// define) becomes a *leaf*: an input of the result named by its [`ValueKey`]
+/// ([`MaterializedGraph::leaf_keys`]), which [`compile`](crate::compile) places after the
+/// inputs and evaluation binds by key
+/// ([`CompiledProgram::bind_inputs_and_leaves`](crate::CompiledProgram::bind_inputs_and_leaves)).
+///
+/// This is how a fragment that reads values computed elsewhere runs on its own, given
+/// those values: a transposed linear map, say, whose primal values an eager runtime holds.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{
+///     compile, try_materialize_fragment, GraphBuilder, OperationRole::Primary,
+///     ValueRef::{External, Local},
+/// };
+/// # #[path = "../doc/scalar.rs"] mod scalar;
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// // `s = sin x` in one graph; `y = s · t` in another, which reads `s` by key.
+/// let mut a = GraphBuilder::<ScalarOp>::new();
+/// let x = a.add_input(ScalarKey::var(0));
+/// let s = a.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let first = Arc::new(a.build());
+/// let s_key = first.global_key(s);
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// b.add_parent(first.clone());
+/// let t = b.add_input(ScalarKey::var(1));
+/// let y = b.add_operation(ScalarOp::Mul, vec![External(s_key.clone()), Local(t)], Primary)[0];
+/// let second = Arc::new(b.build());
+///
+/// // Alone, the second graph reads `s` as a leaf: no `sin`, no `x`.
+/// let m = try_materialize_fragment(&second, &[second.global_key(y)]).unwrap();
+/// assert_eq!((m.operation_count(), m.input_keys(), m.leaf_keys()), (1, &[ScalarKey::var(1)][..], &[s_key.clone()][..]));
+/// let program = compile(&m);
+/// let inputs = program.bind_inputs_and_leaves(|_| Some(&2.0), |k| (*k == s_key).then_some(&0.5)).unwrap();
+/// assert_eq!(program.eval(&mut (), &inputs), vec![1.0]);
+/// ```
+pub fn try_materialize_fragment<Op: GraphOperation>(
+    graph: &Arc<Graph<Op>>,
+    outputs: &[ValueKey<Op>],
+) -> GraphResult<MaterializedGraph<Op>> {
+    materialize(&ResolvedView::alone(Arc::clone(graph)), outputs, Undefined::Leaf)
+}
+
+/// What marking does with a derived key that no graph of the view defines.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Undefined {
+    /// Reports it ([`GraphError::UnresolvedKey`]): `materialize_merge`.
+    Error,
+    /// Makes it a leaf: `try_materialize_fragment`.
+    Leaf,
+}
+
+/// The pass behind both entry points: mark from `outputs`, then emit.
+fn materialize<Op: GraphOperation>(
+    view: &ResolvedView<Op>,
+    outputs: &[ValueKey<Op>],
+    undefined: Undefined,
+) -> GraphResult<MaterializedGraph<Op>> {
     let interner = view.interner();
     let out_ids: Vec<KeyId> = outputs.iter().map(|k| interner.intern_key(k)).collect::<GraphResult<_>>()?;
     let key_space = interner.value_count();
-    let mut m = Marker::new(view, key_space);
+    let mut m = Marker::new(view, key_space, undefined);
     for (key, &id) in outputs.iter().zip(&out_ids) {
         match key {
             ValueKey::Input(k) => m.need_input(id, k),
-            ValueKey::Derived { .. } => m.need_key(id)?,
+            ValueKey::Derived { .. } => m.need_key(id, key)?,
         }
     }
     m.sweep()?;
@@ -383,12 +478,16 @@ struct Marker<'v, Op: GraphOperation> {
     /// Reachable inputs: key → index into `input_list`.
     inputs: KeyMap<u32>,
     input_list: Vec<(KeyId, Op::InputKey)>,
+    /// What to do with a derived key the view does not define.
+    undefined: Undefined,
+    /// Leaves reached ([`Undefined::Leaf`]), each once (`external_seen` deduplicates).
+    leaf_list: Vec<(KeyId, ValueKey<Op>)>,
     /// Key of the first output of each reachable operation → where it is defined.
     defs: KeyMap<(u32, LocalOperationId)>,
 }
 
 impl<'v, Op: GraphOperation> Marker<'v, Op> {
-    fn new(view: &'v ResolvedView<Op>, key_space: usize) -> Self {
+    fn new(view: &'v ResolvedView<Op>, key_space: usize, undefined: Undefined) -> Self {
         let graphs = view.graphs();
         let local_values: usize = graphs.iter().map(|g| g.value_count()).sum();
         Marker {
@@ -401,6 +500,8 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             external_seen: KeyMap::with_range(0..key_space, local_values),
             inputs: KeyMap::hashed(64),
             input_list: Vec::new(),
+            undefined,
+            leaf_list: Vec::new(),
             defs: KeyMap::with_range(0..key_space, local_values),
         }
     }
@@ -411,13 +512,17 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         }
     }
 
-    /// Marks the definition of a derived key, wherever the view defines it.
-    fn need_key(&mut self, key: KeyId) -> GraphResult<()> {
+    /// Marks the definition of derived key `key` (`value_key` names it), wherever the
+    /// view defines it; one the view does not define is an error or a leaf.
+    fn need_key(&mut self, key: KeyId, value_key: &ValueKey<Op>) -> GraphResult<()> {
         if !self.external_seen.insert_if_absent(key, ()) {
             return Ok(());
         }
-        let (g, v) = self.view.locate(key).ok_or_else(|| self.view.unresolved(key))?;
-        self.mark(g, v.index());
+        match self.view.locate(key) {
+            Some((g, v)) => self.mark(g, v.index()),
+            None if self.undefined == Undefined::Leaf => self.leaf_list.push((key, value_key.clone())),
+            None => return Err(self.view.unresolved(key)),
+        }
         Ok(())
     }
 
@@ -493,7 +598,9 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                                 }
                                 InputRef::External(i) => match &graph.externals[i as usize] {
                                     ValueKey::Input(k) => self.need_input(graph.external_key[i as usize], k),
-                                    ValueKey::Derived { .. } => self.need_key(graph.external_key[i as usize])?,
+                                    key @ ValueKey::Derived { .. } => {
+                                        self.need_key(graph.external_key[i as usize], key)?
+                                    }
                                 },
                             }
                         }
@@ -508,10 +615,11 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
     fn emit(self, out_ids: &[KeyId]) -> GraphResult<MaterializedGraph<Op>> {
         let graphs = self.graphs;
         let n_ops = self.defs.len();
+        let n_leaves = self.leaf_list.len();
         let mut out = MaterializedGraph {
             interner: Arc::clone(self.view.interner()),
-            value_key: IdVec::with_capacity(n_ops + self.input_list.len()),
-            value_def: IdVec::with_capacity(n_ops + self.input_list.len()),
+            value_key: IdVec::with_capacity(n_ops + self.input_list.len() + n_leaves),
+            value_def: IdVec::with_capacity(n_ops + self.input_list.len() + n_leaves),
             ops: IdVec::with_capacity(n_ops),
             op_key: IdVec::with_capacity(n_ops),
             op_inputs: ListPool::with_capacity(n_ops, 2 * n_ops),
@@ -520,10 +628,12 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             op_first_output: IdVec::with_capacity(n_ops),
             inputs: Vec::with_capacity(self.input_list.len()),
             input_keys: Vec::with_capacity(self.input_list.len()),
+            leaves: Vec::with_capacity(n_leaves),
+            leaf_keys: Vec::with_capacity(n_leaves),
             outputs: Vec::new(),
         };
         let key_space = self.view.interner().value_count();
-        let mut vid: KeyMap<ValueId> = KeyMap::with_range(0..key_space, n_ops + self.input_list.len());
+        let mut vid: KeyMap<ValueId> = KeyMap::with_range(0..key_space, n_ops + self.input_list.len() + n_leaves);
         let mut input_list = self.input_list;
         input_list.sort_unstable_by_key(|(k, _)| *k);
         for (i, (key, input)) in input_list.into_iter().enumerate() {
@@ -533,11 +643,20 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             out.input_keys.push(input);
             vid.insert(key, v);
         }
+        let mut leaf_list = self.leaf_list;
+        leaf_list.sort_unstable_by_key(|(k, _)| *k);
+        for (i, (key, leaf)) in leaf_list.into_iter().enumerate() {
+            let v = out.value_def.push(MatDef::Leaf(i as u32));
+            out.value_key.push(key);
+            out.leaves.push(v);
+            out.leaf_keys.push(leaf);
+            vid.insert(key, v);
+        }
         let mut role_index: FxHashMap<OperationRole, u32> = FxHashMap::default();
         role_index.insert(OperationRole::Primary, 0);
         let mut role_map: Vec<Vec<Option<u32>>> = vec![Vec::new(); graphs.len()];
         let entries = self.defs.sorted_entries();
-        let mut far = FarOperands::new(out.inputs.len());
+        let mut far = FarOperands::new(out.value_def.len());
         let mut prefetch = false;
         for (at, &(_, (g, op))) in entries.iter().enumerate() {
             if far.block_full() {

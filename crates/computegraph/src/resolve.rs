@@ -578,6 +578,14 @@ impl<Op: GraphOperation> ResolvedView<Op> {
         Some((g, self.graphs[g].find_key(key).expect("the index names a graph that defines the key")))
     }
 
+    /// A view of `graph` alone, without its parents: what `try_materialize_fragment`
+    /// reads, so that every derived key the graph reads from another graph stays
+    /// undefined (a leaf).
+    pub(crate) fn alone(graph: Arc<Graph<Op>>) -> Self {
+        let interner = Arc::clone(&graph.interner);
+        ResolvedView { graphs: vec![graph], roots: 1, interner, index: OnceLock::new() }
+    }
+
     pub(crate) fn unresolved(&self, key: KeyId) -> GraphError {
         GraphError::UnresolvedKey { key: self.interner.describe(key) }
     }

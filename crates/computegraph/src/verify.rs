@@ -17,7 +17,8 @@
 //!
 //! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids, operations' outputs in
 //! operation order (which `dispatch.rs` relies on); no two values share a
-//! key; `inputs` lists exactly the input values, in order, parallel to `input_keys`.
+//! key; `inputs` lists exactly the input values, in order, parallel to `input_keys`, and
+//! `leaves` the leaf values after them, in order, parallel to `leaf_keys` (derived keys).
 
 use rustc_hash::FxHashSet;
 
@@ -102,6 +103,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             || self.op_first_output.len() != self.ops.len()
             || self.op_inputs.len() != self.ops.len()
             || self.inputs.len() != self.input_keys.len()
+            || self.leaves.len() != self.leaf_keys.len()
         {
             return Err(bad("column lengths disagree".into()));
         }
@@ -127,20 +129,28 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             }
         }
         let mut seen = FxHashSet::default();
-        let mut inputs: Vec<ValueId> = Vec::new();
+        let (mut inputs, mut leaves): (Vec<ValueId>, Vec<ValueId>) = (Vec::new(), Vec::new());
         for (v, d) in self.value_def.iter_enumerated() {
             if !seen.insert(self.value_key[v]) {
                 return Err(bad(format!("{v:?} duplicates the key {:?}", self.value_key[v])));
             }
-            if let MatDef::Input(i) = *d {
-                if i as usize != inputs.len() {
+            match *d {
+                MatDef::Input(i) if i as usize != inputs.len() || !leaves.is_empty() => {
                     return Err(bad(format!("input {v:?} is out of order")));
                 }
-                inputs.push(v);
+                MatDef::Input(_) => inputs.push(v),
+                MatDef::Leaf(i) if i as usize != leaves.len() => {
+                    return Err(bad(format!("leaf {v:?} is out of order")));
+                }
+                MatDef::Leaf(_) => leaves.push(v),
+                MatDef::Output(..) => {}
             }
         }
-        if inputs != self.inputs {
-            return Err(bad("the input list does not match the input values".into()));
+        if inputs != self.inputs || leaves != self.leaves {
+            return Err(bad("the input or leaf list does not match the input and leaf values".into()));
+        }
+        if let Some(k) = self.leaf_keys.iter().find(|k| k.is_input()) {
+            return Err(bad(format!("leaf {k:?} is an input key")));
         }
         if let Some(v) = self.outputs.iter().find(|v| v.index() >= n_values) {
             return Err(bad(format!("output {v:?} does not exist")));

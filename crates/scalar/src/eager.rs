@@ -2,7 +2,9 @@
 //! and a minimal eager frontend.
 //!
 //! - [`ScalarExecutor`] replays recorded graphs with compiled programs (cached by
-//!   structure) and runs transposed graphs with a small local interpreter.
+//!   structure) and runs transposed graphs through the engine too
+//!   ([`tidu::LinearizedGraph::eval_standalone_with_each`]: each compiled on its own, once
+//!   per cached rule).
 //! - [`Tape`] and [`Var`]: a frontend that evaluates each operation at once and records it
 //!   on a [`Recorder`], one reused graph per operation kind; composites record a whole
 //!   graph as one tape node. Used by tests and benches to check eager gradients against

@@ -158,7 +158,7 @@ pub fn hvp<Op: Primitive>(
     // Re-align outputs with `wrt`: a gradient entry that is a symbolic zero has a zero HVP.
     let mut it = hv.tangent_outputs.iter().copied();
     let tangent_outputs = g.tangent_outputs().iter().map(|o| o.and_then(|_| it.next().flatten())).collect();
-    Ok(LinearizedGraph { tangent_outputs, ..hv })
+    Ok(LinearizedGraph::from_parts(hv.graph, hv.tangent_inputs, tangent_outputs, hv.pass))
 }
 
 /// A derivative graph compiled for evaluation, with its outputs mapped back to the

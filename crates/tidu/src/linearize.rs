@@ -206,7 +206,7 @@ pub fn try_linearize_with<Op: Primitive>(
 
     let tangent_outputs: Vec<Option<LocalValueId>> = primal.outputs().iter().map(|v| tangent[v.index()]).collect();
     builder.try_set_outputs(tangent_outputs.iter().flatten().copied().collect())?;
-    let lin = LinearizedGraph { graph: Arc::new(builder.try_build()?), tangent_inputs, tangent_outputs, pass };
+    let lin = LinearizedGraph::from_parts(Arc::new(builder.try_build()?), tangent_inputs, tangent_outputs, pass);
     lin.check_linear()?;
     Ok(lin)
 }

@@ -1,9 +1,14 @@
 //! [`LinearizedGraph`]: a linear map as a graph, and its linearity check.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use computegraph::{Graph, GraphOperation, LocalValueId, ValueKey};
+use smallvec::SmallVec;
+
+use computegraph::{
+    CompiledProgram, EvalState, EvaluableGraphOperation, Graph, GraphError, GraphOperation, GraphResult, LocalValueId,
+    ValueKey, try_compile, try_materialize_fragment,
+};
 
 use crate::error::{ADRuleError, ADRuleResult};
 use crate::primitive::DiffPassId;
@@ -49,6 +54,30 @@ pub struct LinearizedGraph<Op: GraphOperation> {
     pub(crate) tangent_inputs: Vec<(Op::InputKey, LocalValueId)>,
     pub(crate) tangent_outputs: Vec<Option<LocalValueId>>,
     pub(crate) pass: DiffPassId,
+    /// The map compiled on its own ([`Self::eval_standalone`]), on first use; shared by
+    /// clones, which have the same graph, inputs and outputs.
+    pub(crate) standalone: Arc<OnceLock<Standalone<Op>>>,
+}
+
+/// A [`LinearizedGraph`] compiled on its own: its graph materialized alone
+/// ([`try_materialize_fragment`]), so that the values it reads from other graphs (primal
+/// values, by key) are the program's leaves.
+pub(crate) struct Standalone<Op: GraphOperation> {
+    program: CompiledProgram<Op>,
+    /// Where each of the program's positional inputs (its inputs, then its leaves) comes
+    /// from.
+    sources: Vec<Source<Op>>,
+    /// For each output of the map, whether it is computed (the program's outputs are the
+    /// computed ones, in order) rather than a symbolic zero.
+    computed: Vec<bool>,
+}
+
+/// Where [`LinearizedGraph::eval_standalone`] finds one of the program's inputs.
+enum Source<Op: GraphOperation> {
+    /// Tangent (or cotangent seed) `i` of the map.
+    Tangent(usize),
+    /// A value the map reads from outside its graph: a primal input or a derived value.
+    Primal(ValueKey<Op>),
 }
 
 impl<Op: GraphOperation> LinearizedGraph<Op> {
@@ -69,9 +98,20 @@ impl<Op: GraphOperation> LinearizedGraph<Op> {
                 len: n,
             }));
         }
-        let lin = LinearizedGraph { graph, tangent_inputs, tangent_outputs, pass: crate::primitive::fresh_pass_id() };
+        let lin =
+            LinearizedGraph::from_parts(graph, tangent_inputs, tangent_outputs, crate::primitive::fresh_pass_id());
         lin.check_linear()?;
         Ok(lin)
+    }
+
+    /// A linear graph from its parts (not checked).
+    pub(crate) fn from_parts(
+        graph: Arc<Graph<Op>>,
+        tangent_inputs: Vec<(Op::InputKey, LocalValueId)>,
+        tangent_outputs: Vec<Option<LocalValueId>>,
+        pass: DiffPassId,
+    ) -> Self {
+        LinearizedGraph { graph, tangent_inputs, tangent_outputs, pass, standalone: Arc::default() }
     }
 
     /// The linear graph.
@@ -112,6 +152,112 @@ impl<Op: GraphOperation> LinearizedGraph<Op> {
     }
 }
 
+impl<Op: EvaluableGraphOperation> LinearizedGraph<Op> {
+    /// Evaluates the map on its own: `tangents[i]` is the value of
+    /// `tangent_inputs()[i]`, and every value the graph reads from outside itself (the
+    /// primal values, by key: inputs as `ValueKey::Input`, derived values as they are) comes
+    /// from `primal`. Returns one value per [`tangent_outputs`](Self::tangent_outputs)
+    /// entry, `None` where it is a symbolic zero.
+    ///
+    /// Unlike [`DerivativeProgram`](crate::DerivativeProgram), nothing primal is
+    /// recomputed: this is how a runtime that holds the primal values (an eager
+    /// [`BackwardExecutor`](crate::eager::BackwardExecutor)) runs a transposed graph. The
+    /// graph is materialized alone and compiled on the first call
+    /// ([`try_materialize_fragment`]); later calls, and clones, reuse that program.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
+    /// use scalar::{ScalarKey, ScalarOp};
+    /// use tidu::{linear_transpose, linearize};
+    ///
+    /// // f(x) = sin x; its transposed linearization maps a seed c to cos(x)·c.
+    /// let mut b = GraphBuilder::<ScalarOp>::new();
+    /// let x = b.add_input(ScalarKey::var(0));
+    /// let y = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+    /// let f = Arc::new(b.build());
+    /// let lin = linearize(&resolve(vec![f.clone()]), &[f.global_key(y)], &[ScalarKey::var(0)]);
+    /// let vjp = linear_transpose(&lin);
+    ///
+    /// // The primal values it reads, as a runtime holding them supplies them: here only
+    /// // `cos x`, which the linearization computed from x (a derived key).
+    /// let (x0, cos_x0) = (0.5_f64, 0.5_f64.cos());
+    /// let out = vjp.eval_standalone(&mut (), &[&2.0], |k| Some(if k.is_input() { &x0 } else { &cos_x0 }));
+    /// assert_eq!(out.unwrap(), vec![Some(2.0 * cos_x0)]);
+    /// ```
+    pub fn eval_standalone<'a, F>(
+        &self,
+        ctx: &mut Op::Context,
+        tangents: &[&'a Op::Operand],
+        primal: F,
+    ) -> GraphResult<Vec<Option<Op::Operand>>>
+    where
+        F: FnMut(&ValueKey<Op>) -> Option<&'a Op::Operand>,
+    {
+        let mut outputs = Vec::with_capacity(self.tangent_outputs.len());
+        self.eval_standalone_with_each(&mut EvalState::new(), ctx, tangents, primal, |x| outputs.push(x))?;
+        Ok(outputs)
+    }
+
+    /// [`Self::eval_standalone`] reusing `state`'s allocations and handing each output,
+    /// in order, to `each` (`None` for a symbolic zero) instead of returning a vector: a
+    /// runtime that runs many small transposed graphs allocates nothing here.
+    pub fn eval_standalone_with_each<'a, F, E>(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        tangents: &[&'a Op::Operand],
+        mut primal: F,
+        mut each: E,
+    ) -> GraphResult<()>
+    where
+        F: FnMut(&ValueKey<Op>) -> Option<&'a Op::Operand>,
+        E: FnMut(Option<Op::Operand>),
+    {
+        if tangents.len() != self.tangent_inputs.len() {
+            return Err(GraphError::InputCountMismatch { expected: self.tangent_inputs.len(), found: tangents.len() });
+        }
+        let alone = self.standalone()?;
+        let mut bound: SmallVec<[&Op::Operand; 8]> = SmallVec::with_capacity(alone.sources.len());
+        for source in &alone.sources {
+            bound.push(match source {
+                Source::Tangent(i) => tangents[*i],
+                Source::Primal(k) => primal(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?}") })?,
+            });
+        }
+        // The program's outputs are the map's non-zero outputs, in order: each one goes
+        // after the zeros before it.
+        let mut computed = alone.computed.iter();
+        alone.program.eval_with_each(state, ctx, &bound, |x| {
+            while let Some(false) = computed.next() {
+                each(None);
+            }
+            each(Some(x));
+        })?;
+        computed.for_each(|_| each(None));
+        Ok(())
+    }
+
+    /// The map compiled on its own, compiling it on first use.
+    fn standalone(&self) -> GraphResult<&Standalone<Op>> {
+        if let Some(alone) = self.standalone.get() {
+            return Ok(alone);
+        }
+        let outputs = self.tangent_output_keys();
+        let computed = outputs.iter().map(Option::is_some).collect();
+        let keys: Vec<ValueKey<Op>> = outputs.into_iter().flatten().collect();
+        let program = try_compile(&try_materialize_fragment(&self.graph, &keys)?)?;
+        let tangent = |k: &Op::InputKey| self.tangent_inputs.iter().position(|(t, _)| t == k);
+        let sources = (program.input_keys().iter())
+            .map(|k| tangent(k).map_or_else(|| Source::Primal(ValueKey::Input(k.clone())), Source::Tangent))
+            .chain(program.leaf_keys().iter().map(|k| Source::Primal(k.clone())))
+            .collect();
+        // Two threads may both compile; the first one's program is kept.
+        Ok(self.standalone.get_or_init(|| Standalone { program, sources, computed }))
+    }
+}
+
 impl<Op: GraphOperation> Clone for LinearizedGraph<Op> {
     fn clone(&self) -> Self {
         LinearizedGraph {
@@ -119,6 +265,7 @@ impl<Op: GraphOperation> Clone for LinearizedGraph<Op> {
             tangent_inputs: self.tangent_inputs.clone(),
             tangent_outputs: self.tangent_outputs.clone(),
             pass: self.pass,
+            standalone: Arc::clone(&self.standalone),
         }
     }
 }

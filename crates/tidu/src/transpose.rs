@@ -172,12 +172,7 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
     let tangent_outputs: Vec<Option<LocalValueId>> =
         linear.tangent_inputs.iter().map(|(_, v)| env[canon.of(*v).index()]).collect();
     builder.try_set_outputs(tangent_outputs.iter().flatten().copied().collect())?;
-    let transposed = LinearizedGraph {
-        graph: Arc::new(builder.try_build()?),
-        tangent_inputs: seeds,
-        tangent_outputs,
-        pass: first_pass,
-    };
+    let transposed = LinearizedGraph::from_parts(Arc::new(builder.try_build()?), seeds, tangent_outputs, first_pass);
     transposed.check_linear()?;
     Ok(transposed)
 }

@@ -11,6 +11,7 @@
 //! - `properties`: random graphs through `tidu::testing::check_graph`;
 //! - `complex`: the complex set under the adjoint convention;
 //! - `resolver`: the transforms over a user's fragment store;
+//! - `standalone`: linear maps compiled on their own, primal values bound by key;
 //! - `deep`: a long chain on a 256 KiB stack (`TIDU_DEEP_CHAIN` sets its depth);
 //! - `eager`: `tidu::eager` through `scalar::eager::Tape`, against graph mode;
 
@@ -21,6 +22,7 @@ mod eager;
 mod pipelines;
 mod properties;
 mod resolver;
+mod standalone;
 mod support;
 mod transforms;
 mod worked_example;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use computegraph::{
     EvalState, GraphBuilder, OperationRole::Primary, Outputs, ValueDef, ValueKey, ValueRef::Local, compile,
-    materialize_merge, resolve,
+    materialize_merge, resolve, try_compile, try_materialize_fragment,
 };
 use proptest::prelude::*;
 use scalar::spec::GraphSpec;
@@ -88,6 +88,61 @@ proptest! {
         keys.sort();
         keys.dedup();
         prop_assert_eq!(keys.len(), nodes);
+    }
+
+    /// Fragment materialization: the last of 1-4 fragments materialized alone reads what
+    /// earlier fragments define as leaves (its own operations only, each key once), and
+    /// evaluating it with those leaves bound to the values the whole view computes for
+    /// them gives the whole view's outputs.
+    #[test]
+    fn a_fragment_alone_reads_other_fragments_as_leaves(
+        spec in spec_strategy(),
+        inputs in inputs_strategy(),
+        fragments in 1usize..=4,
+    ) {
+        let inputs = &inputs[..spec.inputs as usize];
+        let interner = fresh();
+        let built = spec.build(&interner, fragments).unwrap();
+        let last = Arc::clone(built.graphs.last().unwrap());
+        // Outputs the last fragment defines (the others are leaves at once).
+        let m = try_materialize_fragment(&last, &built.outputs).unwrap();
+        m.verify().unwrap();
+        prop_assert_eq!(m.output_keys(), built.outputs.clone());
+        prop_assert!(m.operation_count() <= last.operation_count());
+        let own: std::collections::HashSet<_> =
+            (0..last.value_count()).map(|v| last.key_id(computegraph::LocalValueId::new(v))).collect();
+        for op in m.operations() {
+            for v in op.outputs() {
+                prop_assert!(own.contains(&m.key_id(v)), "{:?} is not defined in the fragment", v);
+            }
+        }
+        for (&v, k) in m.leaves().iter().zip(m.leaf_keys()) {
+            prop_assert!(!k.is_input());
+            prop_assert!(!own.contains(&m.key_id(v)), "leaf {:?} is defined in the fragment", k);
+        }
+        // The leaves' values, from the whole view.
+        let view = resolve(built.graphs.clone());
+        let (_, whole) = compile_checked(&view, m.leaf_keys());
+        let leaf_values = eval_vars(&whole, inputs);
+        let program = try_compile(&m).unwrap();
+        program.verify_against(&m).unwrap();
+        prop_assert_eq!(program.leaf_keys(), m.leaf_keys());
+        let bound = program
+            .bind_inputs_and_leaves(
+                |k| match k {
+                    ScalarKey::Var(i) => inputs.get(*i as usize),
+                    ScalarKey::Tangent(_) => None,
+                },
+                |k| m.leaf_keys().iter().position(|l| l == k).map(|i| &leaf_values[i]),
+            )
+            .unwrap();
+        let (_, reference) = compile_checked(&view, &built.outputs);
+        assert_same(&program.eval(&mut (), &bound), &eval_vars(&reference, inputs));
+        // Binding by input key alone names the first leaf.
+        if let Some(first) = m.leaf_keys().first() {
+            let err = program.bind_inputs(|_| Some(&0.0)).unwrap_err().to_string();
+            prop_assert!(err.contains(&format!("{first:?}")), "{}", err);
+        }
     }
 }
 

@@ -8,7 +8,8 @@
 //! `scalar`, the doc examples' `scalar` module in tidu), and nothing here names `scalar`.
 //!
 //! - [`ScalarExecutor`] replays recorded graphs with compiled programs (cached by
-//!   structure) and runs transposed graphs with a small local interpreter.
+//!   structure) and runs transposed graphs with the engine too
+//!   ([`LinearizedGraph::eval_standalone_with_each`]: compiled on its own once per cached rule).
 //! - [`Tape`] and [`Var`]: a frontend that evaluates each operation at once and records it
 //!   on a [`Recorder`], one reused graph per operation kind; composites record a whole
 //!   graph as one tape node.
@@ -17,8 +18,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use computegraph::{
-    CompileCache, EvaluableGraphOperation, Graph, GraphBuilder, KeyInterner, OperationRole, StructuralKey, ValueKey,
-    ValueRef, try_resolve,
+    CompileCache, EvalState, Graph, GraphBuilder, KeyInterner, OperationRole, StructuralKey, ValueKey, ValueRef,
+    try_resolve,
 };
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -33,9 +34,7 @@ pub type Gradients = HashMap<ValueKey<ScalarOp>, Arc<f64>>;
 /// The reference [`BackwardExecutor`] for [`ScalarOp`].
 pub struct ScalarExecutor {
     programs: CompileCache<ScalarOp, StructuralKey>,
-    values: Vec<f64>,
-    args: Vec<f64>,
-    out: Vec<f64>,
+    state: EvalState<f64>,
     forward_calls: u64,
 }
 
@@ -48,13 +47,7 @@ impl Default for ScalarExecutor {
 impl ScalarExecutor {
     /// An executor caching up to 1024 replay programs.
     pub fn new() -> Self {
-        ScalarExecutor {
-            programs: CompileCache::new(1024),
-            values: Vec::new(),
-            args: Vec::new(),
-            out: Vec::new(),
-            forward_calls: 0,
-        }
+        ScalarExecutor { programs: CompileCache::new(1024), state: EvalState::new(), forward_calls: 0 }
     }
 
     /// How many times `execute_forward` ran (a replay of a recorded graph).
@@ -105,31 +98,12 @@ impl BackwardExecutor<ScalarOp> for ScalarExecutor {
                 linear.tangent_inputs().len()
             )));
         }
-        let g = linear.as_graph();
-        self.values.clear();
-        self.values.resize(g.value_count(), 0.0);
-        for ((_, v), c) in linear.tangent_inputs().iter().zip(cotangent_out) {
-            self.values[v.index()] = c.as_deref().copied().unwrap_or(0.0);
-        }
-        for op in g.operations() {
-            self.args.clear();
-            for r in op.inputs() {
-                self.args.push(match r {
-                    ValueRef::Local(v) => self.values[v.index()],
-                    ValueRef::External(k) => **external_data
-                        .get(&k)
-                        .ok_or_else(|| EagerError::executor(format!("no data for primal value {k:?}")))?,
-                });
-            }
-            // Operations evaluate into the reused `out` buffer: nothing is allocated per node.
-            let args: SmallVec<[&f64; 4]> = self.args.iter().collect();
-            self.out.clear();
-            op.operation().eval_into(&mut (), &args, &mut computegraph::Outputs::vec(&mut self.out));
-            for (v, x) in op.outputs().zip(&self.out) {
-                self.values[v.index()] = *x;
-            }
-        }
-        Ok(linear.tangent_outputs().iter().map(|o| o.map(|v| Arc::new(self.values[v.index()]))).collect())
+        // The transposed graph is compiled once, on its first run, and kept with the rule.
+        let seeds: SmallVec<[&f64; 4]> = cotangent_out.iter().map(|c| c.as_deref().unwrap_or(&0.0)).collect();
+        let mut out = Vec::with_capacity(linear.tangent_outputs().len());
+        let primal = |k: &ValueKey<ScalarOp>| external_data.get(k).map(|d| &**d);
+        linear.eval_standalone_with_each(&mut self.state, &mut (), &seeds, primal, |x| out.push(x.map(Arc::new)))?;
+        Ok(out)
     }
 
     fn add_operands(&mut self, a: &Arc<f64>, b: &Arc<f64>) -> Arc<f64> {
