@@ -73,7 +73,8 @@ __all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_gr
 MIN_TASK_FLOPS = 2e8
 """The least work per task, in flops (two per multiply-add), so that Dask's per-task
 overhead stays under 5% of a task's time. The arithmetic, from figures measured on the
-2-core development machine (docs/PERFORMANCE.md, "Sliced contractions on Dask"):
+2-core development machine (docs/PERFORMANCE.md and docs/performance-history.md,
+"Sliced contractions on Dask"):
 
 - overhead ``o`` per task (wall time of 2000 no-op tasks on 2 workers over their count):
   2.6 to 6.4 ms on the shared machine at load averages of 3 to 10 (0.2 to 1 ms on an

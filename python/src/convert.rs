@@ -224,7 +224,7 @@ impl FromReal for c64 {
 /// Why: results handed to numpy as plain vectors are freed together when the caller drops
 /// them, glibc then gives the top of its heap back to the system, and the next call's
 /// outputs come from fresh pages (480 page faults per value and gradient of the batched
-/// product instance, `docs/PERFORMANCE.md`).
+/// product instance, `docs/performance-history.md`, *einsum against JAX*).
 #[pyclass(frozen, module = "cgx._core")]
 pub struct PooledData {
     _data: Box<dyn std::any::Any + Send + Sync>,

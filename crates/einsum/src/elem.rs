@@ -239,7 +239,8 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
 /// core's work, against the tens of microseconds that forking and joining cost. (At
 /// `2^21`, the matrix chain's last, sequential steps of 1 to 2 million multiply-adds ran
 /// on one core while the other waited: two threads took 7% longer on it, and no other
-/// instance moved; `docs/PERFORMANCE.md`, *Two threads*.)
+/// instance moved; `docs/performance-history.md`, *Two threads, a GEMM splits from 2^20
+/// multiply-adds*.)
 pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 20;
 
 /// How one `m × k` by `k × n` GEMM runs: split over the threads of the rayon pool the
