@@ -170,7 +170,7 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
         let mut outputs = Vec::with_capacity(self.code.slots.output_slots.len());
-        self.code.run(state, ctx, inputs, self.prefetch_slots, |x| outputs.push(x))?;
+        self.eval_with_each(state, ctx, inputs, |x| outputs.push(x))?;
         Ok(outputs)
     }
 
@@ -202,13 +202,31 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
     where
         F: FnMut(Op::Operand),
     {
-        self.code.run(state, ctx, inputs, self.prefetch_slots, each)
+        self.run_to_slots(state, ctx, inputs)?;
+        let slots = &self.code.slots;
+        // SAFETY: the run completed, so every output slot of the verified program holds
+        // its value, and verification checked that each is moved out once, at its last
+        // mention.
+        unsafe { take_outputs(&mut state.slots, &slots.output_slots, &slots.output_move, each) };
+        Ok(())
+    }
+
+    /// Runs the program, leaving the outputs in `state`'s slots (the part of evaluation
+    /// that does not depend on what the caller does with the outputs).
+    #[inline(always)]
+    fn run_to_slots(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<()> {
+        self.code.run(state, ctx, inputs, self.prefetch_slots)
     }
 }
 
 impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
     /// Sequential evaluation: sizes the slots, stores the inputs, runs every instruction in
-    /// program order through a [`VerifiedSlots`] view, and hands the outputs to `each`. With
+    /// program order through a [`VerifiedSlots`] view, leaving the outputs in the slots. With
     /// `prefetch`, instruction by instruction with operand slots hinted ahead (see
     /// [`SLOT_AHEAD`]), otherwise run by run. Everything the unchecked accesses rely on is
     /// either proven by the program's verification (the receiver's type) or done here.
@@ -219,7 +237,6 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
         prefetch: bool,
-        each: impl FnMut(Op::Operand),
     ) -> GraphResult<()> {
         if inputs.len() != self.slots.input_slots.len() {
             return Err(GraphError::InputCountMismatch { expected: self.slots.input_slots.len(), found: inputs.len() });
@@ -237,10 +254,6 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
         } else {
             self.run_by_runs(&file, ctx, out)?;
         }
-        // SAFETY: the run completed, so every output slot of the verified program holds
-        // its value, and verification checked that each is moved out once, at its last
-        // mention.
-        unsafe { take_outputs(slots, &self.slots.output_slots, &self.slots.output_move, each) };
         Ok(())
     }
 
