@@ -215,8 +215,11 @@ impl<Op: GraphOperation> CompileCache<Op, StructuralKey> {
 }
 
 /// A canonical, key-free encoding of a materialized graph: operations, roles and operand
-/// positions, with input keys replaced by their positions. Two graphs that differ only in
-/// their input keys (or in fresh identity tokens inside them) have equal canonical forms.
+/// positions, with input keys (and the keys of external values, see
+/// [`try_materialize_fragment`](crate::try_materialize_fragment)) replaced by their
+/// positions. Two graphs that differ only in their input keys (or in fresh identity tokens
+/// inside them) have equal canonical forms; a program shared through it binds inputs and
+/// external values by position, so the first graph's keys name them.
 ///
 /// It is the hook for downstream key normalization: a cache keyed by it
 /// (`CompileCache<Op, CanonicalForm<Op>>` with [`CompileCache::get_or_insert_with`]) shares
@@ -245,6 +248,7 @@ pub struct CanonicalForm<Op> {
     operands: Vec<u32>,
     outputs: Vec<u32>,
     input_count: u32,
+    external_count: u32,
 }
 
 impl<Op: GraphOperation> MaterializedGraph<Op> {
@@ -257,6 +261,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             operands: self.op_inputs.items().iter().map(|v| v.index() as u32).collect(),
             outputs: self.outputs.iter().map(|v| v.index() as u32).collect(),
             input_count: self.inputs.len() as u32,
+            external_count: self.externals.len() as u32,
         }
     }
 }

@@ -90,9 +90,9 @@ pub struct CompiledProgram<Op: GraphOperation> {
     pub(crate) source: Vec<u32>,
     pub(crate) input_keys: Vec<Op::InputKey>,
     pub(crate) input_index: FxHashMap<Op::InputKey, usize>,
-    /// Keys of the leaves, which `eval` takes after the inputs (empty unless the graph
+    /// Keys of the external values, which `eval` takes after the inputs (empty unless the graph
     /// came from [`try_materialize_fragment`](crate::try_materialize_fragment)).
-    pub(crate) leaf_keys: Vec<ValueKey<Op>>,
+    pub(crate) external_keys: Vec<ValueKey<Op>>,
     pub(crate) output_keys: Vec<ValueKey<Op>>,
     /// The level schedule and its own slots, for parallel evaluation (`schedule.rs`),
     /// computed on first use so that sequential users do not pay for it.
@@ -154,7 +154,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut live: IdVec<ValueId, Live> = IdVec::from_elem(Live { last_use: None, slot: None }, graph.value_count());
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
-    let mut far = FarOperands::new(graph.inputs.len() + graph.leaves.len());
+    let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
     for pos in 0..n_ops {
         let op = op_at(pos);
         let here = Some(InstrId::new(pos));
@@ -177,9 +177,9 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     }
 
     let mut alloc = SlotAllocator::default();
-    // Positional inputs: the inputs, then the leaves (fragment materialization).
-    let mut input_slots = Vec::with_capacity(graph.inputs.len() + graph.leaves.len());
-    for &v in graph.inputs.iter().chain(&graph.leaves) {
+    // Positional inputs: the inputs, then the external values (fragment materialization).
+    let mut input_slots = Vec::with_capacity(graph.inputs.len() + graph.externals.len());
+    for &v in graph.inputs.iter().chain(&graph.externals) {
         let l = &mut live[v];
         let s = if l.last_use.is_none() { None } else { Some(alloc.take()?) };
         l.slot = s;
@@ -260,7 +260,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         source,
         input_keys,
         input_index,
-        leaf_keys: graph.leaf_keys.clone(),
+        external_keys: graph.external_keys.clone(),
         output_keys: graph.output_keys(),
         schedule: OnceLock::new(),
     };
@@ -398,11 +398,11 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     pub fn input_keys(&self) -> &[Op::InputKey] {
         &self.input_keys
     }
-    /// The leaf keys (derived values read from outside a fragment materialized alone,
+    /// The external keys (derived values read from outside a fragment materialized alone,
     /// [`try_materialize_fragment`](crate::try_materialize_fragment)), in the order `eval`
     /// takes them after the inputs. Empty for a graph from `materialize_merge`.
-    pub fn leaf_keys(&self) -> &[ValueKey<Op>] {
-        &self.leaf_keys
+    pub fn external_keys(&self) -> &[ValueKey<Op>] {
+        &self.external_keys
     }
     /// The output keys, in the order `eval` returns its outputs.
     pub fn output_keys(&self) -> &[ValueKey<Op>] {
@@ -435,29 +435,36 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// assert_eq!(program.eval(&mut (), &inputs), vec![12.0]);
     /// ```
     ///
-    /// A program with leaves cannot be bound this way (an [`GraphError::UnboundInput`]
-    /// names the first leaf): use [`Self::bind_inputs_and_leaves`].
+    /// A program with external values cannot be bound this way (a
+    /// [`GraphError::UnboundInput`] names the first one): use
+    /// [`Self::bind_inputs_and_externals`].
     pub fn bind_inputs<'a, F>(&self, lookup: F) -> GraphResult<Vec<&'a Op::Operand>>
     where
         F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
     {
-        self.bind_inputs_and_leaves(lookup, |_| None)
+        self.bind_inputs_and_externals(lookup, |_| None)
     }
 
-    /// Gathers the program's inputs by key, then its leaves by key: `inputs` is asked
-    /// once per input key, `leaves` once per leaf key. See
+    /// Gathers the program's inputs by key, then its external values by key: `inputs` is
+    /// asked once per input key, `externals` once per external key. See
     /// [`try_materialize_fragment`](crate::try_materialize_fragment) for an example.
-    pub fn bind_inputs_and_leaves<'a, F, L>(&self, mut inputs: F, mut leaves: L) -> GraphResult<Vec<&'a Op::Operand>>
+    pub fn bind_inputs_and_externals<'a, F, L>(
+        &self,
+        mut inputs: F,
+        mut externals: L,
+    ) -> GraphResult<Vec<&'a Op::Operand>>
     where
         F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
         L: FnMut(&ValueKey<Op>) -> Option<&'a Op::Operand>,
     {
-        let mut bound = Vec::with_capacity(self.input_keys.len() + self.leaf_keys.len());
+        let mut bound = Vec::with_capacity(self.input_keys.len() + self.external_keys.len());
         for k in &self.input_keys {
             bound.push(inputs(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?}") })?);
         }
-        for k in &self.leaf_keys {
-            bound.push(leaves(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?} (a leaf)") })?);
+        for k in &self.external_keys {
+            bound.push(
+                externals(k).ok_or_else(|| GraphError::UnboundInput { key: format!("{k:?} (an external value)") })?,
+            );
         }
         Ok(bound)
     }
@@ -486,13 +493,13 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
         self.verify()?;
         let slots = &self.code.slots;
-        let n_inputs = graph.inputs.len() + graph.leaves.len();
+        let n_inputs = graph.inputs.len() + graph.externals.len();
         if self.code.instrs.len() != graph.operation_count() || slots.input_slots.len() != n_inputs {
             return Err(bad("instruction or input count differs from the graph".into()));
         }
         self.verify_source()?;
         let mut content: IdVec<SlotId, Option<ValueId>> = IdVec::from_elem(None, slots.slot_count);
-        for (s, &v) in slots.input_slots.iter().zip(graph.inputs.iter().chain(&graph.leaves)) {
+        for (s, &v) in slots.input_slots.iter().zip(graph.inputs.iter().chain(&graph.externals)) {
             if let &Some(s) = s {
                 content[s] = Some(v);
             }
@@ -532,7 +539,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let code = &self.code;
         let n = code.instrs.len();
         if n != graph.operation_count()
-            || sched.slots.input_slots.len() != graph.inputs.len() + graph.leaves.len()
+            || sched.slots.input_slots.len() != graph.inputs.len() + graph.externals.len()
             || sched.slots.output_slots.len() != graph.outputs.len()
         {
             return Err(bad("instruction or input count differs from the graph".into()));
@@ -567,7 +574,7 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         let ops: IdVec<InstrId, _> = code.instrs.ids().map(|i| graph.operation(self.source_of(i))).collect();
         let in_range = |s: SlotId| sched.slots.in_range(s);
         let mut content: IdVec<SlotId, Option<ValueId>> = IdVec::from_elem(None, sched.slots.slot_count);
-        for (s, &v) in sched.slots.input_slots.iter().zip(graph.inputs.iter().chain(&graph.leaves)) {
+        for (s, &v) in sched.slots.input_slots.iter().zip(graph.inputs.iter().chain(&graph.externals)) {
             if let &Some(s) = s {
                 if !in_range(s) {
                     return Err(bad(format!("input slot {s:?} out of range")));

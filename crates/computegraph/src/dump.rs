@@ -51,9 +51,16 @@ impl<Op: GraphOperation> fmt::Display for Graph<Op> {
 
 impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "materialized: {} inputs, {} operations", self.inputs.len(), self.ops.len())?;
+        write!(f, "materialized: {} inputs, ", self.inputs.len())?;
+        if !self.externals.is_empty() {
+            write!(f, "{} external values, ", self.externals.len())?;
+        }
+        writeln!(f, "{} operations", self.ops.len())?;
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
             writeln!(f, "  {v:?} = input {k:?}")?;
+        }
+        for (&v, k) in self.externals.iter().zip(&self.external_keys) {
+            writeln!(f, "  {v:?} = external {k:?}")?;
         }
         for op in self.ops.ids() {
             f.write_str("  ")?;
@@ -69,10 +76,17 @@ impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let code = &self.code;
         writeln!(f, "program: {} instructions, {} slots", code.instrs.len(), code.slots.slot_count)?;
-        for (s, k) in code.slots.input_slots.iter().zip(&self.input_keys) {
+        let (inputs, externals) = code.slots.input_slots.split_at(self.input_keys.len());
+        for (s, k) in inputs.iter().zip(&self.input_keys) {
             match s {
                 None => writeln!(f, "  _ = input {k:?}")?,
                 Some(s) => writeln!(f, "  {s:?} = input {k:?}")?,
+            }
+        }
+        for (s, k) in externals.iter().zip(&self.external_keys) {
+            match s {
+                None => writeln!(f, "  _ = external {k:?}")?,
+                Some(s) => writeln!(f, "  {s:?} = external {k:?}")?,
             }
         }
         for (i, op) in code.ops.iter_enumerated() {
@@ -160,11 +174,11 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
             let _ = writeln!(s, "  {v:?} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
         }
-        for (&v, k) in self.leaves.iter().zip(&self.leaf_keys) {
+        for (&v, k) in self.externals.iter().zip(&self.external_keys) {
             let _ = writeln!(s, "  {v:?} [shape=ellipse, style=dashed, label=\"{}\"];", escape(&format!("{k:?}")));
         }
         let source = |v: crate::ValueId| match self.value_def[v] {
-            crate::materialize::MatDef::Input(_) | crate::materialize::MatDef::Leaf(_) => (format!("{v:?}"), None),
+            crate::materialize::MatDef::Input(_) | crate::materialize::MatDef::External(_) => (format!("{v:?}"), None),
             crate::materialize::MatDef::Output(op, slot) => {
                 (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
             }
@@ -194,8 +208,11 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         // Which node last wrote each slot.
         let code = &self.code;
         let mut writer: IdVec<SlotId, String> = IdVec::from_elem(String::new(), code.slots.slot_count);
-        for (i, (slot, k)) in code.slots.input_slots.iter().zip(&self.input_keys).enumerate() {
-            let _ = writeln!(s, "  in{i} [shape=ellipse, label=\"{}\"];", escape(&format!("{k:?}")));
+        let keys =
+            self.input_keys.iter().map(|k| format!("{k:?}")).chain(self.external_keys.iter().map(|k| format!("{k:?}")));
+        for (i, (slot, k)) in code.slots.input_slots.iter().zip(keys).enumerate() {
+            let style = if i < self.input_keys.len() { "" } else { ", style=dashed" };
+            let _ = writeln!(s, "  in{i} [shape=ellipse{style}, label=\"{}\"];", escape(&k));
             if let &Some(slot) = slot {
                 writer[slot] = format!("in{i}");
             }

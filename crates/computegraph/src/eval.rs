@@ -1,8 +1,10 @@
 //! Evaluation of a [`CompiledProgram`], sequential or level-parallel.
 //!
-//! Input: a program and one operand per input, in [`CompiledProgram::input_keys`] order.
-//! Output: one operand per output. Slots live in an [`EvalState`] that can be kept and
-//! reused across runs, so repeated evaluation allocates only its result vector.
+//! Input: a program and one operand per input, in [`CompiledProgram::input_keys`] order,
+//! then one per external value, in [`CompiledProgram::external_keys`] order (a program
+//! compiled from a fragment materialized alone). Output: one operand per output. Slots live
+//! in an [`EvalState`] that can be kept and reused across runs, so repeated evaluation
+//! allocates only its result vector ([`CompiledProgram::eval_with_each`] not even that).
 //! Operands are gathered on the stack (no per-node allocation for up to two inputs, a
 //! `SmallVec` of eight beyond); [`EvaluableGraphOperation::eval_into`] pushes a one-output
 //! instruction's value into an [`Outputs`] over a local (which the compiler keeps in a
@@ -56,9 +58,6 @@
 //! (equal operations compute the same thing: `GraphOperation`'s contract). See `docs/adr/0005-parallel-slot-writes.md`.
 
 use std::mem::MaybeUninit;
-use std::sync::Mutex;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 use rayon::ThreadPool;
 use smallvec::SmallVec;
@@ -71,6 +70,7 @@ use crate::operation::{EvaluableGraphOperation, Label, Outputs};
 use crate::program::VerifiedProgram;
 use crate::schedule::{PAR_CHUNK_MIN_COST, Step, VerifiedSchedule};
 use crate::slots::{SlotFile, SlotPtr};
+use crate::team::{StopOnDrop, Team};
 
 /// At most this many chunks per thread in one level: more than one, so that a thread
 /// slowed down by other work on the machine is balanced by the others claiming more.
@@ -544,15 +544,15 @@ where
             let prefix = &sched.cost_prefix[range.start..range.end];
             let base = sched.cost_prefix[range.start];
             let mut prev = range.start;
-            team.bounds[0].store(prev, Relaxed);
+            team.set_bound(0, prev);
             for c in 1..chunks {
                 let target = base + (u128::from(cost) * c as u128 / chunks as u128) as u64;
                 let at = range.start + prefix.partition_point(|&x| x < target);
                 // Cost ties (zero-cost instructions) must not leave a chunk empty.
                 prev = at.max(prev + 1).min(range.end - (chunks - c));
-                team.bounds[c].store(prev, Relaxed);
+                team.set_bound(c, prev);
             }
-            team.bounds[chunks].store(range.end, Relaxed);
+            team.set_bound(chunks, range.end);
             let epoch = team.publish(chunks);
             let cx = chunk_ctx.get_or_insert_with(|| ctx.clone());
             while let Some(c) = team.claim(epoch) {
@@ -625,158 +625,6 @@ where
             unsafe { slots.write(step.out, v) };
         }
         Ok(())
-    }
-}
-
-/// The synchronisation of one parallel run: the lead (the calling thread) and helpers
-/// spawned once per run. Levels are published one at a time as epochs; within an epoch
-/// every participant claims chunks until none is left, and the lead waits until every
-/// claimed chunk is done before it runs or publishes anything else. So at any moment
-/// either the lead alone touches the slots (a small level) or the chunks of exactly one
-/// split level do, which is what the level invariant makes safe.
-///
-/// Between levels, helpers spin and then yield instead of sleeping in the pool: on the
-/// project machine a sleeping rayon worker took about 50 µs to wake for each level, a
-/// large part of a level of cheap operations. A helper that has not started yet simply
-/// claims nothing; the lead never waits for a helper, only for claimed chunks.
-///
-/// Memory ordering: the lead writes the chunk bounds, then publishes the epoch with
-/// `Release`; claims read it with `Acquire`, so they see the bounds and every slot written
-/// before. A finished chunk increments `done` with `Release`; the lead reads it with
-/// `Acquire`, so it sees the chunk's slot writes.
-struct Team {
-    /// `epoch << 32 | next unclaimed chunk`; epoch 0 is "none yet", [`STOP`] ends the run.
-    claim: AtomicU64,
-    /// Number of chunks of the current epoch.
-    chunks: AtomicUsize,
-    /// Chunks of the current epoch finished (or abandoned by a panic).
-    done: AtomicUsize,
-    /// Chunk `c` is `order[bounds[c]..bounds[c + 1]]`.
-    bounds: Vec<AtomicUsize>,
-    /// The first error of a chunk, or a note that one panicked.
-    failure: Mutex<Option<GraphError>>,
-    failed: AtomicBool,
-}
-
-/// The epoch that tells helpers to return.
-const STOP: u64 = u32::MAX as u64;
-
-impl Team {
-    fn new(max_chunks: usize) -> Self {
-        Team {
-            claim: AtomicU64::new(0),
-            chunks: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            bounds: (0..=max_chunks).map(|_| AtomicUsize::new(0)).collect(),
-            failure: Mutex::new(None),
-            failed: AtomicBool::new(false),
-        }
-    }
-
-    /// Publishes the next epoch with `chunks` chunks (bounds already stored); lead only.
-    fn publish(&self, chunks: usize) -> u64 {
-        let epoch = (self.claim.load(Relaxed) >> 32) + 1;
-        self.chunks.store(chunks, Relaxed);
-        self.done.store(0, Relaxed);
-        self.claim.store(epoch << 32, Release);
-        epoch
-    }
-
-    /// Claims the next chunk of `epoch`, if it is still the current epoch and has one left.
-    fn claim(&self, epoch: u64) -> Option<usize> {
-        let mut v = self.claim.load(Acquire);
-        loop {
-            let c = (v & u64::from(u32::MAX)) as usize;
-            if v >> 32 != epoch || c >= self.chunks.load(Relaxed) || self.failed.load(Relaxed) {
-                return None;
-            }
-            match self.claim.compare_exchange_weak(v, v + 1, Acquire, Acquire) {
-                Ok(_) => return Some(c),
-                Err(now) => v = now,
-            }
-        }
-    }
-
-    /// The positions in `order` of chunk `c` of the current epoch.
-    fn chunk(&self, c: usize) -> std::ops::Range<usize> {
-        self.bounds[c].load(Relaxed)..self.bounds[c + 1].load(Relaxed)
-    }
-
-    /// Runs claimed chunk `c` and counts it done, even if it fails or panics.
-    fn run(&self, f: impl FnOnce() -> GraphResult<()>) {
-        let done = DoneOnDrop(self);
-        if let Err(e) = f() {
-            self.fail(Some(e));
-        }
-        drop(done);
-    }
-
-    fn fail(&self, e: Option<GraphError>) {
-        let mut first = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if first.is_none() {
-            *first = e;
-        }
-        self.failed.store(true, Release);
-    }
-
-    /// Waits until the `chunks` chunks of the current epoch are done; the first error of
-    /// one of them, if any.
-    fn wait_done(&self, chunks: usize) -> GraphResult<()> {
-        // After a failure nobody claims the remaining chunks: stop waiting. Chunks still
-        // running finish before the run's scope ends, and the slots are not read after.
-        spin_until(|| self.done.load(Acquire) >= chunks || self.failed.load(Acquire));
-        if self.failed.load(Acquire) {
-            let e = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-            // `None`: a chunk panicked; rayon re-raises it when the scope ends.
-            return Err(e.unwrap_or(GraphError::Invalid { phase: "parallel eval", message: "a chunk panicked".into() }));
-        }
-        Ok(())
-    }
-
-    /// Waits for an epoch after `seen`; `None` when the run is over.
-    fn wait_epoch(&self, seen: u64) -> Option<u64> {
-        let mut epoch = seen;
-        spin_until(|| {
-            epoch = self.claim.load(Acquire) >> 32;
-            epoch != seen
-        });
-        (epoch != STOP).then_some(epoch)
-    }
-}
-
-/// Counts a claimed chunk done when dropped, and marks the team failed if that happens
-/// during a panic, so the lead stops instead of waiting.
-struct DoneOnDrop<'a>(&'a Team);
-
-impl Drop for DoneOnDrop<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.fail(None);
-        }
-        self.0.done.fetch_add(1, Release);
-    }
-}
-
-/// Stops the helpers when the lead returns or unwinds.
-struct StopOnDrop<'a>(&'a Team);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.claim.store(STOP << 32, Release);
-    }
-}
-
-/// Spins on `ready` with a CPU hint, then yields the thread between checks.
-#[inline]
-fn spin_until(mut ready: impl FnMut() -> bool) {
-    let mut spins = 0u32;
-    while !ready() {
-        if spins < 1 << 12 {
-            std::hint::spin_loop();
-            spins += 1;
-        } else {
-            std::thread::yield_now();
-        }
     }
 }
 

@@ -67,6 +67,7 @@ mod program;
 mod resolve;
 mod schedule;
 mod slots;
+mod team;
 mod verify;
 
 pub use added::{AddedValues, AddedValuesIter};

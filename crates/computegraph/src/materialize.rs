@@ -9,12 +9,12 @@
 //! - no two values share a [`KeyId`] (deduplicated by structural key);
 //! - `inputs()` lists every input value once, in key-interning order, and `input_keys()` is
 //!   parallel to it;
-//! - `leaves()` lists every leaf once, in key-interning order, after the inputs, and
-//!   `leaf_keys()` is parallel to it (only [`try_materialize_fragment`] makes leaves).
+//! - `externals()` lists every external value once, in key-interning order, after the inputs, and
+//!   `external_keys()` is parallel to it (only [`try_materialize_fragment`] makes them).
 //!
 //! [`try_materialize_fragment`] runs the same two phases over one graph alone, without its
-//! parents: a derived key the graph reads from another graph is not followed but becomes a
-//! *leaf*, a value the result reads from outside, named by its key and bound at
+//! parents: a derived key the graph reads from another graph is not followed but becomes an
+//! *external value*, one the result reads from outside, named by its key and bound at
 //! evaluation like an input. That is how a fragment that reads values computed elsewhere
 //! (a transposed linear map reading primal values) compiles on its own.
 //!
@@ -69,8 +69,8 @@ crate::define_id!(
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum MatDef {
     Input(u32),
-    /// A value read from outside the materialized fragment: `leaf_keys[i]`.
-    Leaf(u32),
+    /// A value read from outside the materialized fragment: `external_keys[i]`.
+    External(u32),
     Output(OperationId, u8),
 }
 
@@ -111,8 +111,8 @@ pub struct MaterializedGraph<Op: GraphOperation> {
     pub(crate) inputs: Vec<ValueId>,
     pub(crate) input_keys: Vec<Op::InputKey>,
     /// Values read from outside (fragment materialization only), after the inputs.
-    pub(crate) leaves: Vec<ValueId>,
-    pub(crate) leaf_keys: Vec<ValueKey<Op>>,
+    pub(crate) externals: Vec<ValueId>,
+    pub(crate) external_keys: Vec<ValueKey<Op>>,
     pub(crate) outputs: Vec<ValueId>,
 }
 
@@ -134,12 +134,13 @@ pub struct MaterializedGraph<Op: GraphOperation> {
 /// assert!(matches!(m.value_def(m.outputs()[0]), Some(MaterializedValueDef::Output { output_slot: 0, .. })));
 /// ```
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MaterializedValueDef<'a, Op: GraphOperation> {
     /// A graph input.
     Input(&'a Op::InputKey),
-    /// A leaf: a derived value the materialized fragment reads from another graph
+    /// An external value: a derived value the materialized fragment reads from another graph
     /// ([`try_materialize_fragment`]), bound by key at evaluation.
-    Leaf(&'a ValueKey<Op>),
+    External(&'a ValueKey<Op>),
     /// Output `output_slot` of an operation.
     Output {
         /// The producing operation.
@@ -223,15 +224,15 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn input_keys(&self) -> &[Op::InputKey] {
         &self.input_keys
     }
-    /// Leaf values (derived values read from outside, see [`try_materialize_fragment`]),
+    /// External values (derived values read from outside, see [`try_materialize_fragment`]),
     /// in the order `eval` expects them after the inputs. Empty for `materialize_merge`.
-    pub fn leaves(&self) -> &[ValueId] {
-        &self.leaves
+    pub fn externals(&self) -> &[ValueId] {
+        &self.externals
     }
-    /// Leaf keys, in the order `eval` expects them after the inputs (parallel to
-    /// [`Self::leaves`]).
-    pub fn leaf_keys(&self) -> &[ValueKey<Op>] {
-        &self.leaf_keys
+    /// External keys, in the order `eval` expects them after the inputs (parallel to
+    /// [`Self::externals`]).
+    pub fn external_keys(&self) -> &[ValueKey<Op>] {
+        &self.external_keys
     }
     /// Output values, in the order they were requested.
     pub fn outputs(&self) -> &[ValueId] {
@@ -257,7 +258,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn value_def(&self, v: ValueId) -> Option<MaterializedValueDef<'_, Op>> {
         Some(match *self.value_def.get(v)? {
             MatDef::Input(i) => MaterializedValueDef::Input(&self.input_keys[i as usize]),
-            MatDef::Leaf(i) => MaterializedValueDef::Leaf(&self.leaf_keys[i as usize]),
+            MatDef::External(i) => MaterializedValueDef::External(&self.external_keys[i as usize]),
             MatDef::Output(operation, output_slot) => MaterializedValueDef::Output { operation, output_slot },
         })
     }
@@ -268,7 +269,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn value_key(&self, v: ValueId) -> ValueKey<Op> {
         match self.value_def[v] {
             MatDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
-            MatDef::Leaf(i) => self.leaf_keys[i as usize].clone(),
+            MatDef::External(i) => self.external_keys[i as usize].clone(),
             MatDef::Output(op, slot) => ValueKey::Derived { operation: self.operation_key(op), output_slot: slot },
         }
     }
@@ -302,8 +303,8 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             + self.op_first_output.heap_bytes()
             + self.inputs.capacity() * 4
             + self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
-            + self.leaves.capacity() * 4
-            + self.leaf_keys.capacity() * std::mem::size_of::<ValueKey<Op>>()
+            + self.externals.capacity() * 4
+            + self.external_keys.capacity() * std::mem::size_of::<ValueKey<Op>>()
             + self.outputs.capacity() * 4
     }
 }
@@ -314,7 +315,7 @@ impl<Op: GraphOperation> fmt::Debug for MaterializedGraph<Op> {
             .field("values", &self.value_def.len())
             .field("operations", &self.ops.len())
             .field("inputs", &self.inputs.len())
-            .field("leaves", &self.leaves.len())
+            .field("externals", &self.externals.len())
             .field("outputs", &self.outputs)
             .finish()
     }
@@ -380,10 +381,10 @@ pub fn try_materialize_merge<Op: GraphOperation>(
 /// Materializes one graph on its own: the part of `graph` reachable from `outputs`,
 /// deduplicated and ordered as [`try_materialize_merge`] does, without reading its
 /// parents. A derived key the graph reads from another graph (or an output key it does not
-/// define) becomes a *leaf*: an input of the result named by its [`ValueKey`]
-/// ([`MaterializedGraph::leaf_keys`]), which [`compile`](crate::compile) places after the
+/// define) becomes an *external value*: an input of the result named by its [`ValueKey`]
+/// ([`MaterializedGraph::external_keys`]), which [`compile`](crate::compile) places after the
 /// inputs and evaluation binds by key
-/// ([`CompiledProgram::bind_inputs_and_leaves`](crate::CompiledProgram::bind_inputs_and_leaves)).
+/// ([`CompiledProgram::bind_inputs_and_externals`](crate::CompiledProgram::bind_inputs_and_externals)).
 ///
 /// This is how a fragment that reads values computed elsewhere runs on its own, given
 /// those values: a transposed linear map, say, whose primal values an eager runtime holds.
@@ -409,18 +410,18 @@ pub fn try_materialize_merge<Op: GraphOperation>(
 /// let y = b.add_operation(ScalarOp::Mul, vec![External(s_key.clone()), Local(t)], Primary)[0];
 /// let second = Arc::new(b.build());
 ///
-/// // Alone, the second graph reads `s` as a leaf: no `sin`, no `x`.
+/// // Alone, the second graph reads `s` from outside: no `sin`, no `x`.
 /// let m = try_materialize_fragment(&second, &[second.global_key(y)]).unwrap();
-/// assert_eq!((m.operation_count(), m.input_keys(), m.leaf_keys()), (1, &[ScalarKey::var(1)][..], &[s_key.clone()][..]));
+/// assert_eq!((m.operation_count(), m.input_keys(), m.external_keys()), (1, &[ScalarKey::var(1)][..], &[s_key.clone()][..]));
 /// let program = compile(&m);
-/// let inputs = program.bind_inputs_and_leaves(|_| Some(&2.0), |k| (*k == s_key).then_some(&0.5)).unwrap();
+/// let inputs = program.bind_inputs_and_externals(|_| Some(&2.0), |k| (*k == s_key).then_some(&0.5)).unwrap();
 /// assert_eq!(program.eval(&mut (), &inputs), vec![1.0]);
 /// ```
 pub fn try_materialize_fragment<Op: GraphOperation>(
     graph: &Arc<Graph<Op>>,
     outputs: &[ValueKey<Op>],
 ) -> GraphResult<MaterializedGraph<Op>> {
-    materialize(&ResolvedView::alone(Arc::clone(graph)), outputs, Undefined::Leaf)
+    materialize(&ResolvedView::alone(Arc::clone(graph)), outputs, Undefined::External)
 }
 
 /// What marking does with a derived key that no graph of the view defines.
@@ -428,8 +429,8 @@ pub fn try_materialize_fragment<Op: GraphOperation>(
 enum Undefined {
     /// Reports it ([`GraphError::UnresolvedKey`]): `materialize_merge`.
     Error,
-    /// Makes it a leaf: `try_materialize_fragment`.
-    Leaf,
+    /// Makes it an external value: `try_materialize_fragment`.
+    External,
 }
 
 /// The pass behind both entry points: mark from `outputs`, then emit.
@@ -480,8 +481,9 @@ struct Marker<'v, Op: GraphOperation> {
     input_list: Vec<(KeyId, Op::InputKey)>,
     /// What to do with a derived key the view does not define.
     undefined: Undefined,
-    /// Leaves reached ([`Undefined::Leaf`]), each once (`external_seen` deduplicates).
-    leaf_list: Vec<(KeyId, ValueKey<Op>)>,
+    /// External values reached ([`Undefined::External`]), each once (`external_seen`
+    /// deduplicates).
+    external_list: Vec<(KeyId, ValueKey<Op>)>,
     /// Key of the first output of each reachable operation → where it is defined.
     defs: KeyMap<(u32, LocalOperationId)>,
 }
@@ -501,7 +503,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             inputs: KeyMap::hashed(64),
             input_list: Vec::new(),
             undefined,
-            leaf_list: Vec::new(),
+            external_list: Vec::new(),
             defs: KeyMap::with_range(0..key_space, local_values),
         }
     }
@@ -513,14 +515,14 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
     }
 
     /// Marks the definition of derived key `key` (`value_key` names it), wherever the
-    /// view defines it; one the view does not define is an error or a leaf.
+    /// view defines it; one the view does not define is an error or an external value.
     fn need_key(&mut self, key: KeyId, value_key: &ValueKey<Op>) -> GraphResult<()> {
         if !self.external_seen.insert_if_absent(key, ()) {
             return Ok(());
         }
         match self.view.locate(key) {
             Some((g, v)) => self.mark(g, v.index()),
-            None if self.undefined == Undefined::Leaf => self.leaf_list.push((key, value_key.clone())),
+            None if self.undefined == Undefined::External => self.external_list.push((key, value_key.clone())),
             None => return Err(self.view.unresolved(key)),
         }
         Ok(())
@@ -615,11 +617,11 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
     fn emit(self, out_ids: &[KeyId]) -> GraphResult<MaterializedGraph<Op>> {
         let graphs = self.graphs;
         let n_ops = self.defs.len();
-        let n_leaves = self.leaf_list.len();
+        let n_externals = self.external_list.len();
         let mut out = MaterializedGraph {
             interner: Arc::clone(self.view.interner()),
-            value_key: IdVec::with_capacity(n_ops + self.input_list.len() + n_leaves),
-            value_def: IdVec::with_capacity(n_ops + self.input_list.len() + n_leaves),
+            value_key: IdVec::with_capacity(n_ops + self.input_list.len() + n_externals),
+            value_def: IdVec::with_capacity(n_ops + self.input_list.len() + n_externals),
             ops: IdVec::with_capacity(n_ops),
             op_key: IdVec::with_capacity(n_ops),
             op_inputs: ListPool::with_capacity(n_ops, 2 * n_ops),
@@ -628,12 +630,12 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             op_first_output: IdVec::with_capacity(n_ops),
             inputs: Vec::with_capacity(self.input_list.len()),
             input_keys: Vec::with_capacity(self.input_list.len()),
-            leaves: Vec::with_capacity(n_leaves),
-            leaf_keys: Vec::with_capacity(n_leaves),
+            externals: Vec::with_capacity(n_externals),
+            external_keys: Vec::with_capacity(n_externals),
             outputs: Vec::new(),
         };
         let key_space = self.view.interner().value_count();
-        let mut vid: KeyMap<ValueId> = KeyMap::with_range(0..key_space, n_ops + self.input_list.len() + n_leaves);
+        let mut vid: KeyMap<ValueId> = KeyMap::with_range(0..key_space, n_ops + self.input_list.len() + n_externals);
         let mut input_list = self.input_list;
         input_list.sort_unstable_by_key(|(k, _)| *k);
         for (i, (key, input)) in input_list.into_iter().enumerate() {
@@ -643,13 +645,13 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             out.input_keys.push(input);
             vid.insert(key, v);
         }
-        let mut leaf_list = self.leaf_list;
-        leaf_list.sort_unstable_by_key(|(k, _)| *k);
-        for (i, (key, leaf)) in leaf_list.into_iter().enumerate() {
-            let v = out.value_def.push(MatDef::Leaf(i as u32));
+        let mut external_list = self.external_list;
+        external_list.sort_unstable_by_key(|(k, _)| *k);
+        for (i, (key, external)) in external_list.into_iter().enumerate() {
+            let v = out.value_def.push(MatDef::External(i as u32));
             out.value_key.push(key);
-            out.leaves.push(v);
-            out.leaf_keys.push(leaf);
+            out.externals.push(v);
+            out.external_keys.push(external);
             vid.insert(key, v);
         }
         let mut role_index: FxHashMap<OperationRole, u32> = FxHashMap::default();

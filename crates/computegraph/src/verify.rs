@@ -18,12 +18,14 @@
 //! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids, operations' outputs in
 //! operation order (which `dispatch.rs` relies on); no two values share a
 //! key; `inputs` lists exactly the input values, in order, parallel to `input_keys`, and
-//! `leaves` the leaf values after them, in order, parallel to `leaf_keys` (derived keys).
+//! `externals` the external values after them, in order, parallel to `external_keys`
+//! (derived keys, each interning to its value's key, in increasing key order).
 
 use rustc_hash::FxHashSet;
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, InputRef};
+use crate::key::ValueKey;
 use crate::materialize::{MatDef, MaterializedGraph, ValueId};
 use crate::operation::GraphOperation;
 
@@ -103,7 +105,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             || self.op_first_output.len() != self.ops.len()
             || self.op_inputs.len() != self.ops.len()
             || self.inputs.len() != self.input_keys.len()
-            || self.leaves.len() != self.leaf_keys.len()
+            || self.externals.len() != self.external_keys.len()
         {
             return Err(bad("column lengths disagree".into()));
         }
@@ -129,28 +131,36 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             }
         }
         let mut seen = FxHashSet::default();
-        let (mut inputs, mut leaves): (Vec<ValueId>, Vec<ValueId>) = (Vec::new(), Vec::new());
+        let (mut inputs, mut externals): (Vec<ValueId>, Vec<ValueId>) = (Vec::new(), Vec::new());
         for (v, d) in self.value_def.iter_enumerated() {
             if !seen.insert(self.value_key[v]) {
                 return Err(bad(format!("{v:?} duplicates the key {:?}", self.value_key[v])));
             }
             match *d {
-                MatDef::Input(i) if i as usize != inputs.len() || !leaves.is_empty() => {
+                MatDef::Input(i) if i as usize != inputs.len() || !externals.is_empty() => {
                     return Err(bad(format!("input {v:?} is out of order")));
                 }
                 MatDef::Input(_) => inputs.push(v),
-                MatDef::Leaf(i) if i as usize != leaves.len() => {
-                    return Err(bad(format!("leaf {v:?} is out of order")));
+                MatDef::External(i) if i as usize != externals.len() => {
+                    return Err(bad(format!("external value {v:?} is out of order")));
                 }
-                MatDef::Leaf(_) => leaves.push(v),
+                MatDef::External(_) => externals.push(v),
                 MatDef::Output(..) => {}
             }
         }
-        if inputs != self.inputs || leaves != self.leaves {
-            return Err(bad("the input or leaf list does not match the input and leaf values".into()));
+        if inputs != self.inputs || externals != self.externals {
+            return Err(bad("the input or external list does not match the input and external values".into()));
         }
-        if let Some(k) = self.leaf_keys.iter().find(|k| k.is_input()) {
-            return Err(bad(format!("leaf {k:?} is an input key")));
+        for (&v, k) in self.externals.iter().zip(&self.external_keys) {
+            let ValueKey::Derived { operation, output_slot } = k else {
+                return Err(bad(format!("external key {k:?} is an input key")));
+            };
+            if self.interner.derived_key_id(operation, *output_slot, k).ok() != Some(self.value_key[v]) {
+                return Err(bad(format!("external key {k:?} is not the key of {v:?}")));
+            }
+        }
+        if self.externals.windows(2).any(|w| self.value_key[w[0]] >= self.value_key[w[1]]) {
+            return Err(bad("external values are not in increasing key order".into()));
         }
         if let Some(v) = self.outputs.iter().find(|v| v.index() >= n_values) {
             return Err(bad(format!("output {v:?} does not exist")));

@@ -6,8 +6,8 @@ use std::sync::{Arc, OnceLock};
 use smallvec::SmallVec;
 
 use computegraph::{
-    CompiledProgram, EvalState, EvaluableGraphOperation, Graph, GraphError, GraphOperation, GraphResult, LocalValueId,
-    ValueKey, try_compile, try_materialize_fragment,
+    CompiledProgram, EvalState, EvaluableGraphOperation, Graph, GraphError, GraphOperation, GraphResult, LocalValueDef,
+    LocalValueId, ValueKey, try_compile, try_materialize_fragment,
 };
 
 use crate::error::{ADRuleError, ADRuleResult};
@@ -61,10 +61,10 @@ pub struct LinearizedGraph<Op: GraphOperation> {
 
 /// A [`LinearizedGraph`] compiled on its own: its graph materialized alone
 /// ([`try_materialize_fragment`]), so that the values it reads from other graphs (primal
-/// values, by key) are the program's leaves.
+/// values, by key) are the program's external values.
 pub(crate) struct Standalone<Op: GraphOperation> {
     program: CompiledProgram<Op>,
-    /// Where each of the program's positional inputs (its inputs, then its leaves) comes
+    /// Where each of the program's positional inputs (its inputs, then its external values) comes
     /// from.
     sources: Vec<Source<Op>>,
     /// For each output of the map, whether it is computed (the program's outputs are the
@@ -98,6 +98,16 @@ impl<Op: GraphOperation> LinearizedGraph<Op> {
                 len: n,
             }));
         }
+        // A tangent input is the graph input of its key (`eval_standalone` binds it by key).
+        if let Some((k, v)) = tangent_inputs
+            .iter()
+            .find(|(k, v)| !matches!(graph.value_def(*v), Some(LocalValueDef::Input(key)) if key == k))
+        {
+            return Err(ADRuleError::Graph(GraphError::Invalid {
+                phase: "linearized graph",
+                message: format!("tangent input {v:?} is not the graph input {k:?}"),
+            }));
+        }
         let lin =
             LinearizedGraph::from_parts(graph, tangent_inputs, tangent_outputs, crate::primitive::fresh_pass_id());
         lin.check_linear()?;
@@ -112,6 +122,13 @@ impl<Op: GraphOperation> LinearizedGraph<Op> {
         pass: DiffPassId,
     ) -> Self {
         LinearizedGraph { graph, tangent_inputs, tangent_outputs, pass, standalone: Arc::default() }
+    }
+
+    /// Bytes held by the standalone program, once compiled ([`Self::eval_standalone`]).
+    pub(crate) fn standalone_heap_bytes(&self) -> usize {
+        self.standalone.get().map_or(0, |s| {
+            s.program.heap_bytes() + s.sources.capacity() * std::mem::size_of::<Source<Op>>() + s.computed.capacity()
+        })
     }
 
     /// The linear graph.
@@ -181,9 +198,11 @@ impl<Op: EvaluableGraphOperation> LinearizedGraph<Op> {
     /// let vjp = linear_transpose(&lin);
     ///
     /// // The primal values it reads, as a runtime holding them supplies them: here only
-    /// // `cos x`, which the linearization computed from x (a derived key).
-    /// let (x0, cos_x0) = (0.5_f64, 0.5_f64.cos());
-    /// let out = vjp.eval_standalone(&mut (), &[&2.0], |k| Some(if k.is_input() { &x0 } else { &cos_x0 }));
+    /// // `cos x`, which the linearization computed from x.
+    /// let cos_x = lin.as_graph().operations().find(|op| *op.operation() == ScalarOp::Cos).unwrap().outputs().next();
+    /// let cos_x = lin.as_graph().global_key(cos_x.unwrap());
+    /// let cos_x0 = 0.5_f64.cos();
+    /// let out = vjp.eval_standalone(&mut (), &[&2.0], |k| (*k == cos_x).then_some(&cos_x0));
     /// assert_eq!(out.unwrap(), vec![Some(2.0 * cos_x0)]);
     /// ```
     pub fn eval_standalone<'a, F>(
@@ -251,7 +270,7 @@ impl<Op: EvaluableGraphOperation> LinearizedGraph<Op> {
         let tangent = |k: &Op::InputKey| self.tangent_inputs.iter().position(|(t, _)| t == k);
         let sources = (program.input_keys().iter())
             .map(|k| tangent(k).map_or_else(|| Source::Primal(ValueKey::Input(k.clone())), Source::Tangent))
-            .chain(program.leaf_keys().iter().map(|k| Source::Primal(k.clone())))
+            .chain(program.external_keys().iter().map(|k| Source::Primal(k.clone())))
             .collect();
         // Two threads may both compile; the first one's program is kept.
         Ok(self.standalone.get_or_init(|| Standalone { program, sources, computed }))
@@ -385,5 +404,39 @@ mod tests {
         let y = b.add_operation(ScalarOp::Neg, vec![Local(p)], OperationRole::Primary)[0];
         let e = check_linear(&b.build(), [t], &[Some(y)]).unwrap_err();
         assert!(e.to_string().contains("does not depend on the tangent inputs"), "{e}");
+    }
+
+    /// `t·p` as a map of `t`, wrapped by `try_new` (the role must be linear).
+    fn scaled() -> (LinearizedGraph<ScalarOp>, Arc<Graph<ScalarOp>>, LocalValueId) {
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+        let t = b.add_input(ScalarKey::var(0));
+        let p = b.add_input(ScalarKey::var(1));
+        let role = OperationRole::Linearized { active_mask: vec![true, false] };
+        let y = b.add_operation(ScalarOp::Mul, vec![Local(t), Local(p)], role)[0];
+        let g = Arc::new(b.build());
+        (LinearizedGraph::try_new(g.clone(), vec![(ScalarKey::var(0), t)], vec![Some(y), None]).unwrap(), g, p)
+    }
+
+    /// The standalone program is compiled on the first call only, and clones share it.
+    #[test]
+    fn the_standalone_program_is_compiled_once_and_shared_by_clones() {
+        let (lin, _, _) = scaled();
+        let copy = lin.clone();
+        assert!(lin.standalone.get().is_none());
+        let primal = |k: &ValueKey<ScalarOp>| (*k == ValueKey::Input(ScalarKey::var(1))).then_some(&3.0);
+        assert_eq!(lin.eval_standalone(&mut (), &[&2.0], primal).unwrap(), vec![Some(6.0), None]);
+        let first = lin.standalone.get().map(|s| &s.program as *const CompiledProgram<ScalarOp>);
+        assert!(first.is_some());
+        assert_eq!(copy.eval_standalone(&mut (), &[&0.5], primal).unwrap(), vec![Some(1.5), None]);
+        assert_eq!(copy.standalone.get().map(|s| &s.program as *const CompiledProgram<ScalarOp>), first);
+    }
+
+    /// `try_new` rejects a tangent input whose key is not its value's key (which
+    /// `eval_standalone` would bind to the wrong value).
+    #[test]
+    fn a_tangent_input_must_be_the_graph_input_of_its_key() {
+        let (_, g, p) = scaled();
+        let e = LinearizedGraph::try_new(g, vec![(ScalarKey::var(0), p)], vec![None]).unwrap_err();
+        assert!(e.to_string().contains("is not the graph input"), "{e}");
     }
 }

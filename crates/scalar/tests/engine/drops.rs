@@ -283,3 +283,50 @@ fn dropping_a_state_mid_use_drops_its_values() {
     drop(state);
     assert_eq!(live.load(SeqCst), 2, "only the test's inputs are alive");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// `eval_with_each`'s closure panicking after `k` outputs (some taken out of their
+    /// slots, some only cloned when an output is listed twice): every value is dropped
+    /// exactly once, whether the state is then reused, cleared or dropped.
+    #[test]
+    fn a_panicking_output_closure_drops_every_value_once(
+        mut spec in spec_strategy(),
+        k in 0usize..8,
+        then in 0u8..3,
+    ) {
+        // One output listed twice, so that a slot is cloned before it is moved.
+        spec.outputs.push(spec.outputs[0]);
+        let (program, expected) = spec.compile(None, false);
+        let live = Arc::new(AtomicIsize::new(0));
+        let inputs = spec.inputs(&live);
+        let refs: Vec<&Counted> = program.input_keys().iter().map(|&k| &inputs[k as usize]).collect();
+        let mut state = EvalState::new();
+        let mut got = Vec::new();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            program.eval_with_each(&mut state, &mut (), &refs, |x| {
+                if got.len() == k {
+                    panic!("the output closure panics on purpose");
+                }
+                got.push(x);
+            })
+        }));
+        prop_assert_eq!(result.is_err(), k < expected.len());
+        let values: Vec<u64> = got.iter().map(|c| c.value).collect();
+        prop_assert_eq!(&values[..], &expected[..k.min(expected.len())]);
+        drop(got);
+        match then {
+            0 => {
+                // Reused: the next run's reset drops what the panicked one left.
+                let out = program.eval_with(&mut state, &mut (), &refs).unwrap();
+                prop_assert_eq!(out.iter().map(|c| c.value).collect::<Vec<_>>(), expected);
+                drop(out);
+                state.clear();
+            }
+            1 => state.clear(),
+            _ => drop(state),
+        }
+        prop_assert_eq!(live.load(SeqCst), inputs.len() as isize, "only the test's inputs are alive");
+    }
+}

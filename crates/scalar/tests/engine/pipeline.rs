@@ -91,11 +91,11 @@ proptest! {
     }
 
     /// Fragment materialization: the last of 1-4 fragments materialized alone reads what
-    /// earlier fragments define as leaves (its own operations only, each key once), and
-    /// evaluating it with those leaves bound to the values the whole view computes for
+    /// earlier fragments define as external values (its own operations only, each key
+    /// once), and evaluating it with those bound to the values the whole view computes for
     /// them gives the whole view's outputs.
     #[test]
-    fn a_fragment_alone_reads_other_fragments_as_leaves(
+    fn a_fragment_alone_reads_other_fragments_by_key(
         spec in spec_strategy(),
         inputs in inputs_strategy(),
         fragments in 1usize..=4,
@@ -104,7 +104,7 @@ proptest! {
         let interner = fresh();
         let built = spec.build(&interner, fragments).unwrap();
         let last = Arc::clone(built.graphs.last().unwrap());
-        // Outputs the last fragment defines (the others are leaves at once).
+        // Outputs the last fragment does not define are external values at once.
         let m = try_materialize_fragment(&last, &built.outputs).unwrap();
         m.verify().unwrap();
         prop_assert_eq!(m.output_keys(), built.outputs.clone());
@@ -116,30 +116,35 @@ proptest! {
                 prop_assert!(own.contains(&m.key_id(v)), "{:?} is not defined in the fragment", v);
             }
         }
-        for (&v, k) in m.leaves().iter().zip(m.leaf_keys()) {
+        for (&v, k) in m.externals().iter().zip(m.external_keys()) {
             prop_assert!(!k.is_input());
-            prop_assert!(!own.contains(&m.key_id(v)), "leaf {:?} is defined in the fragment", k);
+            prop_assert!(!own.contains(&m.key_id(v)), "external value {:?} is defined in the fragment", k);
         }
-        // The leaves' values, from the whole view.
+        // The external values, from the whole view.
         let view = resolve(built.graphs.clone());
-        let (_, whole) = compile_checked(&view, m.leaf_keys());
-        let leaf_values = eval_vars(&whole, inputs);
+        let (_, whole) = compile_checked(&view, m.external_keys());
+        let external_values = eval_vars(&whole, inputs);
         let program = try_compile(&m).unwrap();
         program.verify_against(&m).unwrap();
-        prop_assert_eq!(program.leaf_keys(), m.leaf_keys());
+        prop_assert_eq!(program.external_keys(), m.external_keys());
         let bound = program
-            .bind_inputs_and_leaves(
+            .bind_inputs_and_externals(
                 |k| match k {
                     ScalarKey::Var(i) => inputs.get(*i as usize),
                     ScalarKey::Tangent(_) => None,
                 },
-                |k| m.leaf_keys().iter().position(|l| l == k).map(|i| &leaf_values[i]),
+                |k| m.external_keys().iter().position(|l| l == k).map(|i| &external_values[i]),
             )
             .unwrap();
         let (_, reference) = compile_checked(&view, &built.outputs);
-        assert_same(&program.eval(&mut (), &bound), &eval_vars(&reference, inputs));
-        // Binding by input key alone names the first leaf.
-        if let Some(first) = m.leaf_keys().first() {
+        let expected = eval_vars(&reference, inputs);
+        assert_same(&program.eval(&mut (), &bound), &expected);
+        // The parallel evaluator binds external values the same way.
+        program.verify_parallel_against(&m).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        assert_same(&program.try_eval_parallel(Some(&pool), &mut (), &bound).unwrap(), &expected);
+        // Binding by input key alone names the first external value.
+        if let Some(first) = m.external_keys().first() {
             let err = program.bind_inputs(|_| Some(&0.0)).unwrap_err().to_string();
             prop_assert!(err.contains(&format!("{first:?}")), "{}", err);
         }

@@ -72,7 +72,8 @@ impl<Op: Primitive> Rule<Op> {
 
     fn heap_bytes(&self) -> usize {
         // The view holds the linear graph and the canonical graph; the transposed graph and
-        // the source graph are held besides (counted once each, by address).
+        // the source graph are held besides (counted once each, by address), and so is the
+        // transposed graph's program once an executor compiled it (`eval_standalone`).
         let mut graphs: Vec<&Arc<Graph<Op>>> = self.view.graphs().iter().collect();
         graphs.extend([self.transposed.graph(), &self.canonical, &self.source]);
         graphs.sort_by_key(|g| Arc::as_ptr(g));
@@ -80,6 +81,7 @@ impl<Op: Primitive> Rule<Op> {
         let graphs: usize = graphs.iter().map(|g| g.heap_bytes()).sum();
         let key = std::mem::size_of::<ValueKey<Op>>();
         graphs
+            + self.transposed.standalone_heap_bytes()
             + (self.required.len() + self.keys.len()) * key
             + self.required_source.len() * std::mem::size_of::<Source>()
             + (self.seed_slots.len() + self.wrt_inputs.len()) * std::mem::size_of::<usize>()
