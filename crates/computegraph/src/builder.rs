@@ -234,7 +234,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         g.ops.push(op);
         g.op_first_output.push(LocalValueId::new(first));
-        g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
+        if n_out == 1 {
+            g.value_op.push(Some(op_id));
+        } else {
+            g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
+        }
         Ok(first..first + n_out)
     }
 
@@ -321,6 +325,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
         s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
+        // Room for the pending keys at once: the key columns are not copied as they grow.
+        g.op_key.reserve(g.ops.len() - g.op_key.len());
+        g.value_key.reserve(g.value_op.len() - g.value_key.len());
         // External operands read the same few chunks over and over (one entry per
         // operand): a tag seen recently is not noted again, so `pin` sorts a short list.
         let mut recent = [u32::MAX; 8];
@@ -613,7 +620,11 @@ impl Batch {
             if ahead.op == op.index() && exact { ahead.hash } else { crate::key::op_hash(operation, &self.keys, role) };
         let key = s.intern_op_hashed(operation, &self.keys, role, hash, self.interner_id)?;
         g.op_key.push(key.id());
-        g.value_key.extend(key.output_key_ids());
+        if key.output_count() == 1 {
+            g.value_key.push(key.first_output_id());
+        } else {
+            g.value_key.extend(key.output_key_ids());
+        }
         let tag = crate::key::op_chunk_tag(key.id());
         if tag != self.last_op_tag {
             touched.push(tag);

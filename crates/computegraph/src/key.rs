@@ -97,6 +97,13 @@ impl<Op> OperationKey<Op> {
         ((slot as u16) < self.output_count).then(|| KeyId::new(self.first_output.index() + slot as usize))
     }
 
+    /// The key id of the first output (for an operation without outputs, the id its
+    /// first output would have had).
+    #[inline]
+    pub(crate) fn first_output_id(&self) -> KeyId {
+        self.first_output
+    }
+
     /// The key ids of the outputs, in slot order.
     #[inline]
     pub(crate) fn output_key_ids(&self) -> impl ExactSizeIterator<Item = KeyId> + use<Op> {
