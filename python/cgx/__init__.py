@@ -19,7 +19,7 @@ See ``docs/guide-python.md`` in the repository.
 """
 
 from . import _core, graph
-from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path
+from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol
 
-__all__ = ["graph", "contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "_core"]
+__all__ = ["graph", "contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "get_symbol", "_core"]
 __version__ = "0.1.0"
