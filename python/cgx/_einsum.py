@@ -11,11 +11,17 @@ an explicit path, any object with opt_einsum's ``PathOptimizer`` call signature
 optimizers), or the name of another opt_einsum path finder (``'branch-2'``, ...) when
 opt_einsum is installed.
 
+Each function also takes numpy's and opt_einsum's interleaved form, operands each followed
+by its list of labels and, last, the output's (``contract(a, [0, 1], b, [1, 2], [0, 2])``;
+:func:`contract_expression` with shapes in place of operands): see ``_subscripts``. An
+explicit path is any sequence (lists, tuples, numpy integer arrays, numpy's
+``['einsum_path', ...]``) of steps of integer positions.
+
 The engine contracts pairwise: a path step naming more than two operands is split into
 pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list.
 
-``memory_limit`` (elements, or ``'max_input'``) bounds the largest intermediate: a
-contraction whose path exceeds it is sliced (cotengra's greedy slice finding, in the
+``memory_limit`` (elements, or ``'max_input'``; ``None`` or ``-1``: no limit) bounds the
+largest intermediate: a contraction whose path exceeds it is sliced (cotengra's greedy slice finding, in the
 engine) and contracted slice by slice, summed, or placed where a sliced label is in the
 output; only an output larger than the limit, which is held whole, raises ``MemoryError``
 (so does a limit that would need an expression with an ellipsis sliced: only named labels
@@ -30,12 +36,16 @@ integers; anything else raises ``ValueError``.
 
 from __future__ import annotations
 
+import decimal
+import math
+import numbers
 import operator
 import os
+from collections.abc import Sequence
 
 from . import _core
 
-__all__ = ["contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo"]
+__all__ = ["contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "get_symbol"]
 
 
 def _physical_memory() -> float:
@@ -91,18 +101,119 @@ def _shape_of(x, is_shape: bool) -> tuple:
 
 
 def _memory_limit(memory_limit, shapes) -> float | None:
-    """opt_einsum's ``memory_limit``: ``None``, a number of elements or ``'max_input'``."""
+    """opt_einsum's ``memory_limit``: ``None`` or ``-1`` (no limit), a number of elements or
+    ``'max_input'``. A bool, NaN or another negative number is an error."""
     if memory_limit is None:
         return None
-    if memory_limit == "max_input":
-        return max((float(_prod(s)) for s in shapes), default=1.0)
-    try:
-        limit = float(memory_limit)
-    except (TypeError, ValueError):
-        raise ValueError(f"memory_limit must be None, a number of elements or 'max_input', not {memory_limit!r}") from None
+    if isinstance(memory_limit, str):
+        if memory_limit == "max_input":
+            return max((float(_prod(s)) for s in shapes), default=1.0)
+        raise ValueError(f"memory_limit must be None, -1, a number of elements or 'max_input', not {memory_limit!r}")
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, (numbers.Real, decimal.Decimal)):
+        raise TypeError(
+            f"memory_limit must be None, -1, a number of elements or 'max_input', not {type(memory_limit).__name__} {memory_limit!r}"
+        )
+    limit = float(memory_limit)
+    if math.isnan(limit):
+        raise ValueError("memory_limit must be a number of elements, not NaN")
+    if limit == -1:  # opt_einsum's "no limit"
+        return None
     if limit < 0:
-        raise ValueError(f"memory_limit must not be negative, got {memory_limit!r}")
+        raise ValueError(f"memory_limit must not be negative (but -1, no limit), got {memory_limit!r}")
     return limit
+
+
+def get_symbol(i: int) -> str:
+    """The ``i``-th label character, as ``opt_einsum.get_symbol`` gives it: ``a``-``z``,
+    ``A``-``Z``, then ``chr(i + 140)`` below 55296 and ``chr(i + 2048)`` from there (which
+    skips most surrogates; like opt_einsum's, ``i`` in 55156..55295 gives one).
+
+    >>> import cgx
+    >>> cgx.get_symbol(0), cgx.get_symbol(51), cgx.get_symbol(52)
+    ('a', 'Z', 'À')
+    """
+    i = operator.index(i)
+    if i < 0:
+        raise ValueError(f"get_symbol takes a non-negative integer, not {i}")
+    if i < 52:
+        return _LETTERS[i]
+    return chr(i + 140) if i < 55296 else chr(i + 2048)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _symbols():
+    """Label characters in ``get_symbol`` order, without those the subscript parser skips
+    (whitespace) or that no string passed to the engine can hold (surrogates)."""
+    i = 0
+    while True:
+        c = get_symbol(i)
+        if not c.isspace() and not 0xD800 <= ord(c) <= 0xDFFF:
+            yield c
+        i += 1
+
+
+def _subscripts(first, rest) -> tuple[str, tuple]:
+    """``(eq, operands)`` from the arguments: ``(eq, *operands)`` as given, or numpy's and
+    opt_einsum's interleaved form ``(op0, sublist0, op1, sublist1, ..., [output])``.
+
+    Sublists hold ``...`` (numpy's ellipsis) and labels of any hashable, sortable type
+    (ints, as numpy allows, or strings); the labels, in sorted order, become the
+    characters of :func:`get_symbol`. Without an output sublist the output is numpy's
+    implicit one: the ellipsis' axes, then the labels used once, in sorted order."""
+    if isinstance(first, str):
+        return first, rest
+    args = (first, *rest)
+    if len(args) == 1:
+        raise TypeError(
+            "contract takes the subscripts string first, or operands interleaved with their labels "
+            f"(op0, [labels], op1, [labels], ..., [output]); got a single {type(first).__name__} and no labels"
+        )
+    output = args[-1] if len(args) % 2 else None
+    pairs = args[: len(args) - len(args) % 2]
+    operands, sublists = pairs[0::2], list(pairs[1::2])
+    where = [f"operand {k}'s labels" for k in range(len(sublists))] + ["the output labels"]
+    lists = sublists + ([] if output is None else [output])
+    for k, sub in enumerate(lists):
+        array = hasattr(sub, "shape") and (getattr(sub, "ndim", 1) != 1 or getattr(sub, "dtype", None).kind not in "iu")
+        if not _is_sequence(sub) or array:
+            raise TypeError(
+                f"interleaved form: {where[k]} must be a list of labels (ints or ...), not {type(sub).__name__}; "
+                "the first argument is the subscripts string, or an operand followed by its labels"
+            )
+    labels = set()
+    for k, sub in enumerate(sublists):
+        for x in sub:
+            if x is Ellipsis:
+                continue
+            try:
+                labels.add(x)
+            except TypeError:
+                raise TypeError(f"interleaved form: {where[k]} hold {x!r}, which is not a label (an int or ...)") from None
+    try:
+        order = sorted(labels)
+    except TypeError:
+        raise TypeError(f"interleaved form: the labels must be ints or ... (or all sortable), got {labels!r}") from None
+    symbol = dict(zip(order, _symbols()))
+
+    def term(sub):
+        return "".join("..." if x is Ellipsis else symbol[x] for x in sub)
+
+    if output is None:
+        counts = {}
+        for sub in sublists:
+            for x in sub:
+                if x is not Ellipsis:
+                    counts[x] = counts.get(x, 0) + 1
+        dots = "..." if any(x is Ellipsis for sub in sublists for x in sub) else ""
+        out = dots + "".join(symbol[x] for x in order if counts[x] == 1)
+    else:
+        for x in output:
+            if x is not Ellipsis and x not in symbol:
+                raise ValueError(f"interleaved form: output label {x!r} appears in no operand's labels")
+        out = term(output)
+    return ",".join(term(sub) for sub in sublists) + "->" + out, operands
 
 
 def _prod(shape) -> int:
@@ -119,18 +230,49 @@ def _float_prod(values) -> float:
     return n
 
 
-def _pairwise(path, n: int) -> list[tuple[int, int]]:
-    """An opt_einsum path (tuples of any length) as the engine's pairwise path."""
+def _is_sequence(x) -> bool:
+    """A list, tuple, numpy array or other sequence, but not a string."""
+    if isinstance(x, (str, bytes)):
+        return False
+    return isinstance(x, Sequence) or (hasattr(x, "__array__") and getattr(x, "ndim", 0) >= 1)
+
+
+def _position(p, s: int, step):
+    """Path entry ``p`` (of step ``s``) as an int: integers only (numpy's too), not bools."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+        raise ValueError(
+            f"invalid contraction path: step {s} {_shown(step)} is not a tuple of positions: {_shown(p)} is not an integer"
+        )
+    return int(p)
+
+
+def _shown(x) -> str:
+    """``repr(x)``, of numpy arrays and numbers as of lists and Python numbers."""
+    return repr(x.tolist()) if hasattr(x, "tolist") else repr(x)
+
+
+def _path_steps(path) -> list[tuple[int, ...]]:
+    """An explicit path (any sequence of sequences of integers, numpy arrays included, or
+    numpy's ``['einsum_path', (0, 1), ...]``) as a list of tuples of ints."""
+    if not _is_sequence(path):
+        raise TypeError(
+            "optimize must be a path finder's name, a bool, a path (a sequence of tuples of positions) "
+            f"or a PathOptimizer, not {type(path).__name__} {path!r}"
+        )
     path = list(path)
-    if path and path[0] == "einsum_path":  # numpy.einsum_path's format
+    if path and isinstance(path[0], str) and path[0] == "einsum_path":  # numpy.einsum_path's format
         path = path[1:]
     steps = []
-    for step in path:
-        try:
-            step = tuple(int(p) for p in step)
-        except (TypeError, ValueError):
-            raise ValueError(f"invalid contraction path: step {step!r} is not a tuple of positions") from None
-        steps.append(step)
+    for s, step in enumerate(path):
+        if not _is_sequence(step):
+            raise ValueError(f"invalid contraction path: step {s} {_shown(step)} is not a tuple of positions")
+        steps.append(tuple(_position(p, s, step) for p in step))
+    return steps
+
+
+def _pairwise(path, n: int) -> list[tuple[int, int]]:
+    """An opt_einsum path (tuples of any length) as the engine's pairwise path."""
+    steps = _path_steps(path)
     if all(len(s) == 2 for s in steps):
         for s, step in enumerate(steps):
             for p in step:
@@ -227,6 +369,7 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
     [[0.0, 1.0], [2.0, 3.0]]
     """
+    eq, operands = _subscripts(eq, operands)
     sliced = _sliced(sliced_inds)
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         return _core.contract(eq, operands)
@@ -308,6 +451,7 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
     >>> path
     [(0, 1), (0, 1)]
     """
+    eq, operands = _subscripts(eq, operands)
     shape_list = [_shape_of(x, shapes) for x in operands]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)
@@ -422,6 +566,7 @@ def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, 
     >>> float(value), dx.tolist()
     (3.0, [1.0, 1.0])
     """
+    eq, shapes = _subscripts(eq, shapes)
     shape_list = [_shape_of(s, True) for s in shapes]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)

@@ -5,7 +5,9 @@
 //! An expression holds its [`Plan`] and, per element type, the einsum crate's compiled
 //! [`Einsum`] (built on the first call with that type) and derivative programs by `wrt`
 //! (built on first use). Work runs with the GIL released unless it is too small for that
-//! to pay (`DETACH_MIN_WORK`). Before any allocation, the plan's largest intermediate is
+//! to pay (`DETACH_MIN_WORK`); planning (parsing, the path search, the slicing) always runs
+//! without it, so that a long search leaves other Python threads (and Ctrl-C's handler,
+//! once it returns) free. Before any allocation, the plan's largest intermediate is
 //! checked against the memory limit (`MemoryError`), and the einsum crate checks every
 //! tensor of the contraction, and those alive together, against the machine's memory
 //! (`crate::machine_limit`, not the crate's fixed 8 GiB default; `MemoryError` with the
@@ -411,6 +413,7 @@ impl Expression {
     #[new]
     #[pyo3(signature = (eq, shapes, path=None, memory_limit=None, sliced_inds=None))]
     fn new(
+        py: Python<'_>,
         eq: &str,
         shapes: Vec<Vec<usize>>,
         path: Option<Vec<(usize, usize)>>,
@@ -418,7 +421,9 @@ impl Expression {
         sliced_inds: Option<Vec<char>>,
     ) -> PyResult<Self> {
         let path = path.map(|p| p.into_iter().map(|(i, j)| [i, j]).collect());
-        Ok(Expression { inner: Arc::new(Inner::new(eq, shapes, path, memory_limit, sliced_inds)?), memory_limit })
+        // Planning (the greedy path of a large network, the slicing) runs without the GIL.
+        let inner = py.detach(|| Inner::new(eq, shapes, path, memory_limit, sliced_inds))?;
+        Ok(Expression { inner: Arc::new(inner), memory_limit })
     }
 
     /// The sum of the slices `start..stop` (all from `start` if `stop` is `None`), of the
@@ -612,7 +617,7 @@ pub fn contract<'py>(
         Some(i) => i,
         None => {
             let (eq, shapes, path, _, sliced) = key.clone();
-            let i = Arc::new(Inner::new(&eq, shapes, path, memory_limit, sliced)?);
+            let i = Arc::new(py.detach(|| Inner::new(&eq, shapes, path, memory_limit, sliced))?);
             let mut c = lock(&CACHE);
             if c.len() >= CACHE_CAPACITY {
                 c.clear();
@@ -626,8 +631,9 @@ pub fn contract<'py>(
 
 /// `search_path(eq, shapes, method)`: the einsum crate's path search `method` (`"optimal"`,
 /// `"dp"`, `"random-greedy"`, `"auto"`) on the expression; a pairwise path.
+/// The search runs without the GIL.
 #[pyfunction]
-pub fn search_path(eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<Vec<(usize, usize)>> {
+pub fn search_path(py: Python<'_>, eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<Vec<(usize, usize)>> {
     let choice = match method {
         "optimal" => PathChoice::Optimal,
         "dp" => PathChoice::Dp,
@@ -635,10 +641,15 @@ pub fn search_path(eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<
         "auto" => PathChoice::Auto,
         m => return Err(PyValueError::new_err(format!("`{m}` is not a built-in path search"))),
     };
-    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-    let net =
-        einsum::Subscripts::parse(eq).and_then(|s| s.resolve(&refs)).map_err(einsum_error)?.squeeze_broadcast(&refs);
-    let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(einsum_error)?;
-    let pairs = path.pairwise(net.inputs.len()).map_err(einsum_error)?;
-    Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())
+    let search = || -> PyResult<Vec<(usize, usize)>> {
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let net = einsum::Subscripts::parse(eq)
+            .and_then(|s| s.resolve(&refs))
+            .map_err(einsum_error)?
+            .squeeze_broadcast(&refs);
+        let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(einsum_error)?;
+        let pairs = path.pairwise(net.inputs.len()).map_err(einsum_error)?;
+        Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())
+    };
+    py.detach(search)
 }
