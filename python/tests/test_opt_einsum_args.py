@@ -2,8 +2,8 @@
 form, ``get_symbol``, ``memory_limit`` values, explicit paths in every accepted shape, and
 the GIL released while a path is searched."""
 
-import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -243,31 +243,30 @@ RING_SHAPES = [(3, 3, 2)] * 16
     ids=["contract_path", "contract_expression"],
 )
 def test_other_threads_run_while_a_path_is_searched(plan):
-    """A second thread counts while this one plans. Holding the GIL, the search lets it
-    count only in the instants this thread runs Python around the search, in slices of
-    the 0.1 ms switch interval set here (measured: at most about 200,000 increments on a
-    machine loaded 4 times over). Without the GIL it counts for the whole search (more
-    than 5 million there)."""
-    started, done = threading.Event(), threading.Event()
-    count = [0, None]
+    """A second thread notes the time every millisecond while this one plans. Holding the
+    GIL, the search would keep it from running from the moment the search starts until
+    it returns, so none of its notes would fall in the middle half of the search. Without
+    the GIL it notes the time throughout. Nothing here depends on how fast the machine is,
+    only on the search taking some tens of milliseconds (a 16-operand ring searched
+    exactly: about a second)."""
+    stop = threading.Event()
+    notes = []
 
-    def counter():
-        started.wait()
-        n = 0
-        while not done.is_set():
-            n += 1
-        count[1] = n
+    def note_the_time():
+        while not stop.is_set():
+            notes.append(time.monotonic())
+            time.sleep(1e-3)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-4)
-    worker = threading.Thread(target=counter)
+    worker = threading.Thread(target=note_the_time)
     worker.start()
     try:
-        started.set()
+        start = time.monotonic()
         plan()
-        done.set()
+        end = time.monotonic()
     finally:
-        done.set()
+        stop.set()
         worker.join()
-        sys.setswitchinterval(interval)
-    assert count[1] > 1_000_000, f"the other thread counted only {count[1]} while the path was searched"
+    quarter = (end - start) / 4
+    assert quarter > 5e-3, f"the search took {end - start:.4f} s: too short to tell"
+    inside = [t for t in notes if start + quarter < t < end - quarter]
+    assert inside, f"no note in the middle half of a {end - start:.3f} s search: the GIL was held"
