@@ -216,8 +216,10 @@ def _sliced(sliced_inds):
 def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None):
     """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
 
-    float64 and complex128 arrays are read directly (other numbers are converted; if one
-    operand is complex, the contraction is complex). The GIL is released while a large
+    The result has numpy's result dtype of the operands: floats and complex numbers up to
+    double precision are contracted by the engine in float64 or complex128 (float64 and
+    complex128 arrays read directly) and the result cast to it; integers, bools, objects
+    and long doubles by numpy along the same path, exactly. The GIL is released while a large
     contraction runs. An intermediate over ``memory_limit`` elements makes the contraction
     sliced (see the module docs); ``sliced_inds`` slices on given labels. Bad input raises
     ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements, or the
