@@ -358,8 +358,10 @@ def _sliced(sliced_inds):
 def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None):
     """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
 
-    float64 and complex128 arrays are read directly (other numbers are converted; if one
-    operand is complex, the contraction is complex). The GIL is released while a large
+    The result has numpy's result dtype of the operands: floats and complex numbers up to
+    double precision are contracted by the engine in float64 or complex128 (float64 and
+    complex128 arrays read directly) and the result cast to it; integers, bools, objects
+    and long doubles by numpy along the same path, exactly. The GIL is released while a large
     contraction runs. An intermediate over ``memory_limit`` elements makes the contraction
     sliced (see the module docs); ``sliced_inds`` slices on given labels. Bad input raises
     ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements, or the
@@ -372,10 +374,127 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     eq, operands = _subscripts(eq, operands)
     sliced = _sliced(sliced_inds)
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
-        return _core.contract(eq, operands)
+        return _contract_typed(eq, operands)
     shapes = [_shape_of(x, False) for x in operands]
     limit = _memory_limit(memory_limit, shapes)
-    return _core.contract(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
+    return _contract_typed(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
+
+
+# Dtypes. The engine computes in float64 or complex128; results come in numpy's result
+# dtype of the operands. Floats and complex numbers of at most double precision are
+# contracted by the engine and the result cast; integers, bools, objects and extended
+# precision are contracted by numpy along the engine's path, exactly in that dtype.
+
+
+def _dtype_of(x):
+    import numpy as np
+
+    dtype = getattr(x, "dtype", None)
+    if isinstance(dtype, np.dtype):
+        return dtype
+    return np.asarray(x).dtype
+
+
+def _result_dtype(operands):
+    """numpy's result dtype of ``operands`` (``np.result_type`` of their dtypes), or
+    ``None`` if they have none (strings and numbers: the engine says which operand)."""
+    import numpy as np
+
+    try:
+        return np.result_type(*[_dtype_of(x) for x in operands]) if operands else np.dtype(np.float64)
+    except TypeError:
+        return None
+
+
+def _by_numpy(dtype) -> bool:
+    """Whether operands of result dtype ``dtype`` are contracted by numpy, not the engine:
+    integers, bools, objects, and floats or complex numbers wider than double precision.
+    (Other kinds, such as strings, go to the engine, which rejects them.)"""
+    if dtype is None:
+        return False
+    return dtype.kind in "biuO" or (dtype.kind == "f" and dtype.itemsize > 8) or (dtype.kind == "c" and dtype.itemsize > 16)
+
+
+def _cast_result(out, dtype):
+    """The engine's float64 or complex128 result ``out`` in the result dtype ``dtype``."""
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def _contract_typed(eq, operands, path=None, limit=None, sliced=None):
+    """``contract`` after its arguments are parsed: the engine or numpy, by dtype."""
+    dtype = _result_dtype(operands)
+    if not _by_numpy(dtype):
+        out = _core.contract(eq, operands, path, limit, sliced)
+        return _cast_result(out, dtype) if dtype is not None and dtype.kind in "fc" else out
+    import numpy as np
+
+    arrays = [np.asarray(x) for x in operands]
+    expr = _core.Expression(eq, [list(a.shape) for a in arrays], path, limit, sliced)
+    return _numpy_along(expr, arrays, dtype, limit)
+
+
+def _numpy_along(expr, arrays, dtype, limit=None):
+    """``expr`` contracted by numpy in ``dtype``, step by step along its pairwise path (and
+    slice by slice if it is sliced), each step a two-operand ``numpy.einsum``: exact for
+    integers (wrapping on overflow as numpy does) and bools. All operands are cast to
+    ``dtype`` first, as ``numpy.einsum`` does."""
+    import numpy as np
+
+    inputs, output, sizes, steps = expr._plan()
+    if limit is not None and float(_prod(expr.output_shape)) > limit:
+        raise MemoryError(f"`{expr.eq}`: the output has {_prod(expr.output_shape)} elements, more than memory_limit={limit:.0f}")
+    arrays = [np.asarray(a, dtype=dtype) for a in arrays]
+    try:
+        return _numpy_sliced(expr, inputs, output, sizes, steps, arrays, dtype)
+    except TypeError as e:  # objects without + or *
+        raise TypeError(f"`{expr.eq}`: operands of dtype {dtype} could not be contracted: {e}") from e
+
+
+def _numpy_sliced(expr, inputs, output, sizes, steps, arrays, dtype):
+    """The plan run whole, or slice by slice (each slice's result summed into, or placed
+    in, the output)."""
+    import itertools
+
+    import numpy as np
+
+    sliced = list(expr.sliced_inds or ())
+    if not sliced:
+        return _numpy_steps(inputs, output, steps, arrays)
+    out = np.zeros(tuple(expr.output_shape), dtype=dtype)
+    for values in itertools.product(*[range(sizes[c]) for c in sliced]):
+        at = dict(zip(sliced, values))
+        ops = [a[tuple(at.get(c, slice(None)) for c in t)] for a, t in zip(arrays, inputs)]
+        part = _numpy_steps(
+            [_drop(t, at) for t in inputs], _drop(output, at), [(p, tuple(_drop(t, at) for t in ts), *rest) for p, ts, *rest in steps], ops
+        )
+        out[tuple(at.get(c, slice(None)) for c in output)] += part
+    return out
+
+
+def _drop(labels: str, at) -> str:
+    return "".join(c for c in labels if c not in at)
+
+
+def _numpy_steps(inputs, output, steps, ops):
+    """The engine's plan (``steps`` as ``Expression._plan`` gives them) run by numpy."""
+    import numpy as np
+
+    ops = list(ops)
+    if not steps:  # one operand, already in the output's order
+        return np.array(ops[0], copy=True)
+    for (i, j), (a, b, r), _, _ in steps:
+        names = {c: chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26) for k, c in enumerate(dict.fromkeys(a + b + r))}
+        if len(names) > 52:
+            raise ValueError(f"a step with {len(names)} labels: numpy contracts at most 52 at once")
+        term = lambda t: "".join(names[c] for c in t)  # noqa: E731
+        if i == j:
+            args, spec = [ops[i]], f"{term(a)}->{term(r)}"
+        else:
+            args, spec = [ops[i], ops[j]], f"{term(a)},{term(b)}->{term(r)}"
+        for p in sorted({i, j}, reverse=True):
+            del ops[p]
+        ops.append(np.asarray(np.einsum(spec, *args, optimize=len(args) == 2)))
+    return ops[0]
 
 
 class PathInfo:
@@ -481,6 +600,23 @@ class ContractExpression(_core.Expression):
     ``eval_blocks`` gives the value by output blocks (see there). It pickles as its plan (equation, shapes, path, limit and
     sliced labels) and is rebuilt, with the same slices, where it is unpickled.
     """
+
+    def __call__(self, *arrays):
+        """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
+        :func:`contract` gives it."""
+        dtype = _result_dtype(arrays)
+        if not _by_numpy(dtype):
+            out = super().__call__(*arrays)
+            return _cast_result(out, dtype) if dtype is not None and dtype.kind in "fc" else out
+        import numpy as np
+
+        arrays = [np.asarray(x) for x in arrays]
+        if len(arrays) != len(self.shapes):
+            raise ValueError(f"shape error: `{self.eq}` takes {len(self.shapes)} operands but {len(arrays)} were given")
+        for n, (a, s) in enumerate(zip(arrays, self.shapes)):
+            if list(a.shape) != list(s):
+                raise ValueError(f"shape error: operand {n} of `{self.eq}` has shape {list(a.shape)} but the expression was built for {list(s)}")
+        return _numpy_along(self, arrays, dtype, self.memory_limit)
 
     def _range(self, start, stop):
         """``(start, stop)`` checked to be slice indices (negative ones are errors, as in

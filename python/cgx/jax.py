@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._einsum import ContractExpression, _find_path, _memory_limit
@@ -29,20 +30,27 @@ def _expression(eq: str, shapes: tuple, optimize) -> ContractExpression:
 
 
 @functools.lru_cache(maxsize=256)
-def _function(eq: str, shapes: tuple, dtypes: tuple, optimize):
+def _function(eq: str, shapes: tuple, dtypes: tuple, optimize, x64: bool):
     expr = _expression(eq, shapes, optimize)
-    out_dtype = np.result_type(np.float64, *dtypes)
+    # JAX's result dtype of the operands: float32 for float32 operands, and for any float
+    # operands with x64 off (the engine computes in double; the callbacks cast back).
+    out_dtype = np.dtype(jnp.result_type(*dtypes) if dtypes else jax.dtypes.canonicalize_dtype(np.float64))
     out = jax.ShapeDtypeStruct(tuple(expr.output_shape), out_dtype)
-    grads = tuple(jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes))
+    # Integer and bool operands have no gradient (JAX's float0 cotangents, given outside
+    # the callback).
+    inexact = tuple(np.issubdtype(d, np.inexact) for d in dtypes)
+    wrt = [i for i, yes in enumerate(inexact) if yes]
+    grads = tuple(jax.ShapeDtypeStruct(shapes[i], dtypes[i]) for i in wrt)
 
     def value(*xs):
         return np.asarray(expr(*[np.asarray(x) for x in xs]), dtype=out_dtype)
 
     def grad(c, *xs):
         c = np.conj(np.asarray(c))
-        _, gs = expr.value_and_grad(*[np.asarray(x) for x in xs], cotangent=c)
+        _, gs = expr.value_and_grad(*[np.asarray(x) for x in xs], wrt=wrt, cotangent=c)
         out = []
-        for g, d in zip(gs, dtypes):
+        for i, g in zip(wrt, gs):
+            d = dtypes[i]
             g = np.conj(g)
             out.append(np.asarray(g if np.issubdtype(d, np.complexfloating) else np.real(g), dtype=d))
         return tuple(out)
@@ -55,7 +63,8 @@ def _function(eq: str, shapes: tuple, dtypes: tuple, optimize):
         return f(*xs), xs
 
     def bwd(xs, c):
-        return jax.pure_callback(grad, grads, c, *xs, vmap_method="sequential")
+        gs = iter(jax.pure_callback(grad, grads, c, *xs, vmap_method="sequential") if wrt else ())
+        return tuple(next(gs) if yes else np.zeros(s, jax.dtypes.float0) for yes, s in zip(inexact, shapes))
 
     f.defvjp(fwd, bwd)
     return f
@@ -65,11 +74,13 @@ def contract(eq: str, *operands, optimize="greedy"):
     """``opt_einsum.contract`` for JAX arrays, differentiable (reverse mode) by the engine.
 
     ``optimize`` as in :func:`cgx.contract`, but hashable (a path as a tuple of tuples).
-    Operands are float64 or complex128 (enable ``jax_enable_x64``); other float types are
-    contracted in float64 and the result has that type.
+    The result has JAX's result dtype of the operands (``jnp.result_type``: float32 for
+    float32 operands, and with ``jax_enable_x64`` off); floats and complex numbers are
+    contracted in double precision and cast to it, integers and bools exactly (as
+    :func:`cgx.contract` does; they get no gradient).
     """
     if isinstance(optimize, list):
         optimize = tuple(tuple(step) for step in optimize)
     shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in operands)
     dtypes = tuple(np.dtype(getattr(x, "dtype", np.float64)) for x in operands)
-    return _function(eq, shapes, dtypes, optimize)(*operands)
+    return _function(eq, shapes, dtypes, optimize, bool(jax.config.jax_enable_x64))(*operands)
