@@ -66,8 +66,9 @@ def contract(eq: str, *operands: torch.Tensor, optimize="greedy") -> torch.Tenso
     """``opt_einsum.contract`` for PyTorch tensors, differentiable (backward) by the engine.
 
     ``optimize`` as in :func:`cgx.contract`, hashable (a path as a tuple of tuples).
-    Operands of any real or complex dtype are contracted in float64 or complex128, and the
-    result has that dtype; gradients have their operand's dtype.
+    Operands of any real or complex dtype are contracted in float64 or complex128; the
+    result has the operands' common dtype, as :func:`cgx.contract` gives it (float32
+    operands give a float32 result), and gradients have their operand's dtype.
     """
     if isinstance(optimize, list):
         optimize = tuple(tuple(step) for step in optimize)
