@@ -56,8 +56,10 @@ pub enum PathChoice {
     /// An explicit path (opt_einsum format; steps of one, two or more operands).
     Explicit(ContractionPath),
     /// The cheapest pairwise path in flops, by dynamic programming over all subsets
-    /// ([`crate::search::optimal`]); networks of more than
-    /// [`crate::search::OPTIMAL_MAX_OPERANDS`] operands get [`PathChoice::Auto`]'s path.
+    /// ([`crate::search::optimal`]). Networks of more than
+    /// [`crate::search::OPTIMAL_MAX_OPERANDS`] operands (or
+    /// [`crate::search::OPTIMAL_MAX_LABELS`] labels) fall back to [`PathChoice::Auto`]'s
+    /// path, without an error: not necessarily the cheapest path then.
     Optimal,
     /// Dynamic programming over connected subsets with a growing cost cap
     /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy.
@@ -70,8 +72,9 @@ pub enum PathChoice {
         /// The random stream's seed.
         seed: u64,
     },
-    /// [`PathChoice::Optimal`] for networks it can search in about a second (see
-    /// [`crate::search::auto`]), else [`PathChoice::RandomGreedy`] with its defaults.
+    /// [`crate::search::optimal`] for small networks, else [`crate::search::dp`] within a
+    /// work bound, else random-greedy with as many trials as fit a work bound (greedy for
+    /// large networks): bounded time for every network (see [`crate::search::auto`]).
     Auto,
 }
 
