@@ -22,8 +22,13 @@
 //!   pairs at each step and a randomised weight of the operands' sizes in the score, the
 //!   plain greedy path being trial 0; the cheapest path wins, so it is never worse than
 //!   greedy.
-//! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands, else `dp`, else
-//!   (when `dp` gives up) `random_greedy`.
+//! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands, else `dp` within
+//!   2^28 pairs of subsets (about 1 to 3 s at most), else (when `dp` gives up)
+//!   `random_greedy` with as many trials, up to [`RANDOM_GREEDY_TRIALS`], as fit in
+//!   2·10^7 scored pairs (one trial, the plain greedy path, for large
+//!   networks of densely shared labels). Its time is bounded whatever the network: the
+//!   bound is on work, not on operand count, because the DP is what keeps networks of 84
+//!   to 200 operands (the bundled instances) within 10% of their best known paths.
 //!
 //! Invariant: every path returned is valid for the network's operand count.
 
@@ -47,8 +52,18 @@ pub const AUTO_EXACT_OPERANDS: usize = 12;
 /// [`dp`] gives up after examining this many pairs of subsets (about a few seconds).
 pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
 
-/// Trials of [`PathChoice::Auto`]'s random-greedy fallback.
+/// Trials of [`PathChoice::Dp`]'s random-greedy fallback, and at most [`auto`]'s.
 pub const RANDOM_GREEDY_TRIALS: u32 = 64;
+
+/// [`auto`] gives [`dp`] this many pairs of subsets (about 1 to 3 s; the bundled instances
+/// need at most about 1.9·10^8, the 84-operand `lm_batch`); a 300-matrix chain needs more
+/// and falls back to random-greedy.
+const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
+
+/// [`auto`]'s random-greedy fallback runs `AUTO_GREEDY_WORK / w` trials (between 1 and
+/// [`RANDOM_GREEDY_TRIALS`]), `w` being a trial's estimated work: the operand count times
+/// the candidate pairs of the first step (a trial rescans them at each step).
+const AUTO_GREEDY_WORK: u64 = 20_000_000;
 
 /// A bitset (operands or labels), 256 bits inline.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -537,8 +552,12 @@ fn sampled_greedy(
     ssa_to_path(n, &ssa)
 }
 
-/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else [`dp`] within
-/// [`DP_MAX_PAIRS`], else [`random_greedy`] with [`RANDOM_GREEDY_TRIALS`] trials.
+/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else [`dp`] within 2^28
+/// pairs of subsets (the bundled instances need at most about 1.9·10^8), else
+/// [`random_greedy`] with `2·10^7 / w` trials (between 1, the plain greedy path, and
+/// [`RANDOM_GREEDY_TRIALS`]; `w`, a trial's estimated work, is the operand count times the
+/// pairs sharing a summed label or an output label of at most two operands). Bounded for
+/// every network: about 1 to 3 s of DP at most, then about 2·10^7 scored pairs.
 ///
 /// ```
 /// use einsum::search::auto;
@@ -546,13 +565,39 @@ fn sampled_greedy(
 /// assert!(p.validate(3).is_ok());
 /// ```
 pub fn auto(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> ContractionPath {
+    auto_within(inputs, output, sizes, AUTO_DP_MAX_PAIRS)
+}
+
+/// [`auto`] with the DP's budget as a parameter (tests give it a small one: a budget's
+/// worth of DP takes minutes in a debug build).
+fn auto_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], dp_max_pairs: u64) -> ContractionPath {
     if inputs.len() <= AUTO_EXACT_OPERANDS {
         if let Some(p) = optimal(inputs, output, sizes) {
             return p;
         }
     }
-    dp(inputs, output, sizes, DP_MAX_PAIRS)
-        .unwrap_or_else(|| random_greedy(inputs, output, sizes, RANDOM_GREEDY_TRIALS, 0))
+    dp(inputs, output, sizes, dp_max_pairs)
+        .unwrap_or_else(|| random_greedy(inputs, output, sizes, auto_greedy_trials(inputs, output, sizes.len()), 0))
+}
+
+/// The trials of [`auto`]'s random-greedy fallback (see `AUTO_GREEDY_WORK`): a trial
+/// scores, at each of its `n - 1` steps, the pairs sharing a summed label or an output
+/// label held by at most two operands (`sampled_greedy`'s candidates).
+fn auto_greedy_trials(inputs: &[Vec<u32>], output: &[u32], labels: usize) -> u32 {
+    let mut holders = vec![0u64; labels];
+    for l in inputs {
+        for c in distinct(l) {
+            holders[c as usize] += 1;
+        }
+    }
+    for &c in output {
+        if holders[c as usize] > 2 {
+            holders[c as usize] = 0;
+        }
+    }
+    let pairs: u64 = holders.iter().map(|&k| k * k.saturating_sub(1) / 2).sum();
+    let work = (inputs.len() as u64).saturating_mul(pairs.max(1));
+    (AUTO_GREEDY_WORK / work).clamp(1, RANDOM_GREEDY_TRIALS as u64) as u32
 }
 
 /// The path a [`PathChoice`] gives for a numbered network ([`crate::Einsum::new`] calls
@@ -575,4 +620,39 @@ pub fn find_path(
         PathChoice::RandomGreedy { trials, seed } => random_greedy(inputs, output, sizes, trials.max(1), seed),
         PathChoice::Auto => auto(inputs, output, sizes),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `auto` on networks far past the DP's reach returns a valid path (its time is bounded
+    /// by work bounds, which this checks structurally: the fallback's trial count). The DP
+    /// gets 10^6 pairs here, not `AUTO_DP_MAX_PAIRS` (minutes in a debug build); the
+    /// `plan_scaling` example runs `auto` itself on the same chain.
+    #[test]
+    fn auto_handles_large_networks() {
+        let n = 300u32;
+        let chain: Vec<Vec<u32>> = (0..n).map(|i| vec![i, i + 1]).collect();
+        let sizes: Vec<usize> = (0..=n as usize).map(|i| 2 + (i * 7) % 5).collect();
+        let p = auto_within(&chain, &[0, n], &sizes, 1_000_000);
+        assert!(p.validate(n as usize).is_ok());
+        assert!(
+            path_cost(&chain, &[0, n], &sizes, &p).unwrap()
+                <= path_cost(&chain, &[0, n], &sizes, &ContractionPath::greedy(&chain, &[0, n], |c| sizes[c as usize]))
+                    .unwrap()
+        );
+        // 200 operands of two to four labels among 150, drawn from a fixed stream.
+        let mut rng = CheckRng::new(7);
+        let random: Vec<Vec<u32>> = (0..200)
+            .map(|_| (0..2 + (rng.unit() * 3.0) as usize).map(|_| (rng.unit() * 150.0) as u32).collect())
+            .collect();
+        let sizes: Vec<usize> = (0..150).map(|c| 2 + c % 3).collect();
+        let p = auto_within(&random, &[0, 1], &sizes, 1_000_000);
+        assert!(p.validate(200).is_ok());
+        // A star of 400 operands on one label: one trial (plain greedy) in the fallback.
+        let star: Vec<Vec<u32>> = (1..=400).map(|i| vec![0, i]).collect();
+        assert_eq!(auto_greedy_trials(&star, &[], 401), 1);
+        assert_eq!(auto_greedy_trials(&chain, &[0, n], n as usize + 1), RANDOM_GREEDY_TRIALS);
+    }
 }
