@@ -82,5 +82,7 @@ def contract(eq: str, *operands, optimize="greedy"):
     if isinstance(optimize, list):
         optimize = tuple(tuple(step) for step in optimize)
     shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in operands)
-    dtypes = tuple(np.dtype(getattr(x, "dtype", np.float64)) for x in operands)
+    # The dtypes JAX gives the operands (numpy float64 becomes float32 with x64 off): the
+    # callbacks receive and must return those.
+    dtypes = tuple(np.dtype(jax.dtypes.canonicalize_dtype(getattr(x, "dtype", np.float64))) for x in operands)
     return _function(eq, shapes, dtypes, optimize, bool(jax.config.jax_enable_x64))(*operands)

@@ -183,6 +183,20 @@ def test_jax_float32_stays_float32_with_x64_on(x64):
     assert out.dtype == jnp.float32 and np.array_equal(out, np.full((2, 2), 3.0))
 
 
+def test_jax_takes_numpy_operands_with_x64_off_and_on(x64):
+    """numpy float64 operands: JAX makes them float32 with x64 off, and so does the result
+    and the gradient, as with ``jnp.einsum``."""
+    rng = np.random.default_rng(2)
+    a, b = operand(rng, (3, 4), np.float64), operand(rng, (4, 2), np.float64)
+    out = cgx.jax.contract("ij,jk->ik", a, b)
+    want = jnp.einsum("ij,jk->ik", a, b)
+    tol = 1e-12 if x64 else 1e-5
+    assert out.dtype == want.dtype and np.allclose(out, want, rtol=tol, atol=tol)
+    got = jax.grad(lambda x: jnp.sum(cgx.jax.contract("ij,jk->ik", x, b) ** 2))(a)
+    want = jax.grad(lambda x: jnp.sum(jnp.einsum("ij,jk->ik", x, b) ** 2))(a)
+    assert got.dtype == want.dtype and np.allclose(got, want, rtol=10 * tol, atol=10 * tol)
+
+
 def test_jax_integers_exact_and_without_gradient(x64):
     i = jnp.arange(6).reshape(3, 2)
     assert np.array_equal(cgx.jax.contract("ij,jk->ik", i.T, i), np.asarray(i).T @ np.asarray(i))
