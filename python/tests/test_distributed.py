@@ -249,20 +249,22 @@ def test_contract_by_memory_limit_complex(client):
 def test_memory_limit_slices_are_planned_again_output_first(client):
     # Here memory_limit slices d (contracted) before a (the output's): _prepare plans again
     # on the same path with a first, so a range of slices touches one block of the output
-    # rather than all of them; value and gradients are unchanged.
-    eq, shapes, limit = "abd,bcd,bd->a", [(4, 2, 5), (2, 6, 5), (2, 5)], 4
-    first = cgx.contract_expression(eq, *shapes, memory_limit=limit)
+    # rather than all of them; value and gradients are unchanged. The path is given: on
+    # this one (not the greedy finder's, which contracts bcd with bd first) d and a are
+    # both sliced.
+    eq, shapes, limit, path = "abd,bcd,bd->a", [(4, 2, 5), (2, 6, 5), (2, 5)], 4, [(0, 1), (0, 1)]
+    first = cgx.contract_expression(eq, *shapes, optimize=path, memory_limit=limit)
     assert list(first.sliced_inds) == ["d", "a"]  # the case under test
     *arrays, g = matrices(12, *shapes, (4,))
-    expr = cd._prepare(eq, arrays, "greedy", limit, None)
+    expr = cd._prepare(eq, arrays, path, limit, None)
     assert list(expr.sliced_inds) == ["a", "d"]
     assert list(expr.path) == list(first.path) and expr.n_slices == first.n_slices == 20
     n_blocks, _, _ = cd._block_layout(expr)
     assert n_blocks == 4
     one_block = cd._eval_range(cd._plan_key(expr), 0, expr.n_slices // n_blocks, True, *arrays)
     assert one_block.first == 0 and len(one_block.rows) == 1
-    got = cd.contract(eq, *arrays, memory_limit=limit, client=client, n_tasks=3)
-    value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, memory_limit=limit, client=client, n_tasks=3)
+    got = cd.contract(eq, *arrays, optimize=path, memory_limit=limit, client=client, n_tasks=3)
+    value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, optimize=path, memory_limit=limit, client=client, n_tasks=3)
     local_value, local_grads = first.value_and_grad(*arrays, cotangent=g)
     for x in (got, value):
         np.testing.assert_allclose(x, local_value, rtol=1e-12, atol=1e-12)
