@@ -377,7 +377,7 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         if _engine_dtypes(operands):  # the common case, without a further call
             return _core.contract(eq, operands)
-        return _contract_typed(eq, operands)
+        return _contract_cast(eq, operands)
     shapes = [_shape_of(x, False) for x in operands]
     limit = _memory_limit(memory_limit, shapes)
     return _contract_typed(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
@@ -446,6 +446,12 @@ def _contract_typed(eq, operands, path=None, limit=None, sliced=None):
     """``contract`` after its arguments are parsed: the engine or numpy, by dtype."""
     if _engine_dtypes(operands):
         return _core.contract(eq, operands, path, limit, sliced)
+    return _contract_cast(eq, operands, path, limit, sliced)
+
+
+def _contract_cast(eq, operands, path=None, limit=None, sliced=None):
+    """``_contract_typed`` for operands that are not all float64 or complex128: the
+    engine with a cast of its result, or numpy along the engine's path."""
     dtype = _result_dtype(operands)
     if not _by_numpy(dtype):
         out = _core.contract(eq, operands, path, limit, sliced)
