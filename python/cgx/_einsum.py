@@ -355,7 +355,7 @@ def _sliced(sliced_inds):
     return labels
 
 
-def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None):
+def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None, **kwargs):
     """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
 
     The result has numpy's result dtype of the operands: floats and complex numbers up to
@@ -367,13 +367,32 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements, or the
     tensors of the contraction the machine's memory).
 
+    numpy's and opt_einsum's keywords are taken too, with ``numpy.einsum``'s meaning:
+    ``dtype`` (operands cast to it first, under ``casting``), ``out`` (an array of the
+    result's shape that receives the result, under ``casting``, and is returned; without
+    ``dtype``, the contraction is computed in the result dtype of the operands and
+    ``out``), ``order``
+    (``'C'`` or ``'F'`` for the result's layout; ``'K'`` and ``'A'`` keep the engine's C
+    order unless every operand is Fortran-ordered, then ``'A'`` gives F), ``casting``
+    (``'safe'`` by default), and opt_einsum's ``use_blas`` (accepted; the engine always uses
+    its own matrix kernels) and ``backend`` (``'auto'`` or ``'numpy'``: other array
+    libraries have their own entry points, ``cgx.jax.contract`` and ``cgx.torch.contract``).
+
     >>> import numpy as np, cgx
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
     [[0.0, 1.0], [2.0, 3.0]]
+    >>> out = np.zeros((2, 2), dtype=np.float32)
+    >>> cgx.contract("ij,jk->ik", np.eye(2), np.ones((2, 2)), dtype=np.float32, casting="same_kind", out=out) is out
+    True
     """
     if not isinstance(eq, str):
         eq, operands = _subscripts(eq, operands)
     sliced = _sliced(sliced_inds)
+    if kwargs:
+        for name in kwargs:
+            if name not in _NUMPY_KWARGS:
+                raise TypeError(f"contract() got an unexpected keyword argument {name!r}")
+        return _contract_numpy_kwargs(eq, operands, optimize, memory_limit, sliced, **kwargs)
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         if _engine_dtypes(operands):  # the common case, without a further call
             return _core.contract(eq, operands)
@@ -381,6 +400,78 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     shapes = [_shape_of(x, False) for x in operands]
     limit = _memory_limit(memory_limit, shapes)
     return _contract_typed(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
+
+
+# numpy's keywords. `contract` takes them as `**kwargs`, so that a call without them, the
+# common case, pays one test for all of them.
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+_ORDERS = ("K", "A", "C", "F")
+_BACKENDS = ("auto", "numpy")
+_NUMPY_KWARGS = ("out", "dtype", "order", "casting", "use_blas", "backend")
+
+
+def _contract_numpy_kwargs(
+    eq, operands, optimize, memory_limit, sliced, out=None, dtype=None, order="K", casting="safe", use_blas=True, backend="auto"
+):
+    """``contract`` with numpy's ``out``, ``dtype``, ``order`` and ``casting`` and
+    opt_einsum's ``use_blas`` and ``backend``, checked as ``numpy.einsum`` checks them."""
+    _check_numpy_kwargs(order, casting, backend)
+    if dtype is None and out is not None and hasattr(out, "dtype"):
+        # numpy computes in the result dtype of the operands and `out` (int8 operands
+        # into an int64 `out` do not wrap).
+        import numpy as np
+
+        dtype = np.result_type(*[_dtype_of(x) for x in operands], out.dtype)
+    if dtype is not None or casting in ("no", "equiv"):
+        # numpy computes in `dtype`, or else in the operands' result dtype, and casts every
+        # operand to it under `casting` (which always allows the latter but for these two).
+        import numpy as np
+
+        arrays = [np.asarray(x) for x in operands]
+        target = np.dtype(dtype) if dtype is not None else np.result_type(*arrays)
+        for n, a in enumerate(arrays):
+            if not np.can_cast(a.dtype, target, casting):
+                raise TypeError(f"operand {n} of dtype {a.dtype} cannot be cast to {target} under casting={casting!r}")
+        if dtype is not None:
+            # numpy's iterator reads `out` in `dtype` too, so it checks that cast as well.
+            if isinstance(out, np.ndarray) and not np.can_cast(out.dtype, target, casting):
+                raise TypeError(f"out of dtype {out.dtype} cannot be cast to {target} under casting={casting!r}")
+            operands = tuple(a.astype(target, copy=False) for a in arrays)
+    result = contract(eq, *operands, optimize=optimize, memory_limit=memory_limit, sliced_inds=sliced)
+    return _finish(result, operands, out, order, casting)
+
+
+def _check_numpy_kwargs(order, casting, backend):
+    """``ValueError`` for an ``order``, ``casting`` or ``backend`` numpy or cgx does not know."""
+    if casting not in _CASTINGS:
+        raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))} (got {casting!r})")
+    if order not in _ORDERS:
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    if backend not in _BACKENDS:
+        raise ValueError(
+            f"backend={backend!r}: cgx.contract computes on numpy arrays ('auto' or 'numpy'); "
+            "for JAX use cgx.jax.contract, for PyTorch cgx.torch.contract"
+        )
+
+
+def _finish(result, operands, out, order, casting):
+    """``result`` in the layout ``order`` asks for, or copied into ``out`` under ``casting``."""
+    import numpy as np
+
+    fortran = order == "F" or (
+        order == "A" and operands and all(isinstance(x, np.ndarray) and x.flags.f_contiguous and not x.flags.c_contiguous for x in operands)
+    )
+    if fortran or order == "C":
+        result = np.asarray(result, order="F" if fortran else "C")
+    if out is None:
+        return result
+    if not isinstance(out, np.ndarray):
+        raise TypeError("keyword parameter out must be an array for einsum")
+    if out.shape != result.shape:
+        raise ValueError(f"out has shape {list(out.shape)} but the result has shape {list(result.shape)}")
+    np.copyto(out, result, casting=casting)
+    return out
 
 
 # Dtypes. The engine computes in float64 or complex128; results come in numpy's result
@@ -631,9 +722,21 @@ class ContractExpression(_core.Expression):
     sliced labels) and is rebuilt, with the same slices, where it is unpickled.
     """
 
-    def __call__(self, *arrays):
+    def __call__(self, *arrays, out=None, backend="auto"):
         """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
-        :func:`contract` gives it."""
+        :func:`contract` gives it; with ``out`` (an array of the result's shape), computed
+        in the result dtype of the arrays and ``out``, written there under numpy's
+        ``'safe'`` casting and returned. ``backend`` is ``'auto'`` or ``'numpy'``, as in
+        :func:`contract`."""
+        if out is not None or backend != "auto":
+            _check_numpy_kwargs("K", "safe", backend)
+            if hasattr(out, "dtype"):
+                # As `contract` does: computed in the result dtype of the arrays and `out`.
+                import numpy as np
+
+                dtype = np.result_type(*[_dtype_of(x) for x in arrays], out.dtype)
+                arrays = tuple(np.asarray(x).astype(dtype, copy=False) for x in arrays)
+            return _finish(self(*arrays), arrays, out, "K", "safe")
         if _engine_dtypes(arrays):
             return super().__call__(*arrays)
         dtype = _result_dtype(arrays)
