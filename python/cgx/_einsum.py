@@ -720,7 +720,40 @@ class ContractExpression(_core.Expression):
     value and the gradients; ``value_and_grad_slices`` gives both in one pass, and
     ``eval_blocks`` gives the value by output blocks (see there). It pickles as its plan (equation, shapes, path, limit and
     sliced labels) and is rebuilt, with the same slices, where it is unpickled.
+
+    Built with ``constants`` (opt_einsum's argument), it holds those operands' arrays and
+    every method takes the other operands only, in their order; ``wrt`` positions count
+    among those operands too, and constants get no gradient.
     """
+
+    # Positions of constant operands, and their arrays (see `contract_expression`).
+    _constants: tuple = ()
+    _constant_arrays: tuple = ()
+
+    def _full(self, arrays):
+        """The operands of the whole contraction: ``arrays`` with the constants put back."""
+        if not self._constants:
+            return arrays
+        n = len(self.shapes) - len(self._constants)
+        if len(arrays) != n:
+            raise ValueError(f"shape error: `{self.eq}` takes {n} operands besides its constants but {len(arrays)} were given")
+        full, given = [], iter(arrays)
+        constants = dict(zip(self._constants, self._constant_arrays))
+        for p in range(len(self.shapes)):
+            full.append(constants[p] if p in constants else next(given))
+        return tuple(full)
+
+    def _full_wrt(self, wrt):
+        """``wrt`` (positions among the operands a call takes) as positions in the whole
+        contraction; ``None`` means every operand that is not a constant."""
+        variables = [p for p in range(len(self.shapes)) if p not in self._constants]
+        wrt = _wrt(wrt, len(variables))
+        if wrt is None:
+            return variables if self._constants else None
+        for w in wrt:
+            if w >= len(variables):
+                raise ValueError(f"shape error: cannot differentiate with respect to operand {w}: there are {len(variables)}")
+        return [variables[w] for w in wrt]
 
     def __call__(self, *arrays, out=None, backend="auto"):
         """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
@@ -728,6 +761,7 @@ class ContractExpression(_core.Expression):
         in the result dtype of the arrays and ``out``, written there under numpy's
         ``'safe'`` casting and returned. ``backend`` is ``'auto'`` or ``'numpy'``, as in
         :func:`contract`."""
+        arrays = self._full(arrays)
         if out is not None or backend != "auto":
             _check_numpy_kwargs("K", "safe", backend)
             if hasattr(out, "dtype"):
@@ -736,9 +770,13 @@ class ContractExpression(_core.Expression):
 
                 dtype = np.result_type(*[_dtype_of(x) for x in arrays], out.dtype)
                 arrays = tuple(np.asarray(x).astype(dtype, copy=False) for x in arrays)
-            return _finish(self(*arrays), arrays, out, "K", "safe")
+            return _finish(super().__call__(*arrays) if _engine_dtypes(arrays) else self._typed(arrays), arrays, out, "K", "safe")
         if _engine_dtypes(arrays):
             return super().__call__(*arrays)
+        return self._typed(arrays)
+
+    def _typed(self, arrays):
+        """``__call__`` for operands that are not all float64 or complex128."""
         dtype = _result_dtype(arrays)
         if not _by_numpy(dtype):
             out = super().__call__(*arrays)
@@ -764,7 +802,7 @@ class ContractExpression(_core.Expression):
 
     def eval_slices(self, *arrays, start=0, stop=None):
         """The sum of slices ``start..stop`` (to the last if ``None``), of the output's shape."""
-        return self._eval_slices(arrays, *self._range(start, stop))
+        return self._eval_slices(self._full(arrays), *self._range(start, stop))
 
     def eval_blocks(self, *arrays, start=0, stop=None):
         """``(first, blocks)``: slices ``start..stop`` by output blocks, never of the output's
@@ -774,11 +812,11 @@ class ContractExpression(_core.Expression):
         ``blocks[i]`` is block ``first + i``, of the output's shape without its sliced axes.
         With the output's sliced labels first in ``sliced_inds``, a range holds about its
         share of the blocks."""
-        return self._eval_slices(arrays, *self._range(start, stop), True)
+        return self._eval_slices(self._full(arrays), *self._range(start, stop), True)
 
     def grad_slices(self, *arrays, start=0, stop=None, wrt=None, cotangent=None):
         """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
-        return self._grad_slices(arrays, *self._range(start, stop), _wrt(wrt, len(self.shapes)), cotangent)
+        return self._grad_slices(self._full(arrays), *self._range(start, stop), self._full_wrt(wrt), cotangent)
 
     def value_and_grad_slices(
         self, *arrays, start=0, stop=None, wrt=None, cotangent=None, blocks=False, cotangent_first=None
@@ -790,26 +828,40 @@ class ContractExpression(_core.Expression):
         those the range touches), never the output's full shape, and the value comes by
         blocks."""
         start, stop = self._range(start, stop)
-        wrt = _wrt(wrt, len(self.shapes))
-        return self._value_and_grad_slices(arrays, start, stop, wrt, cotangent, blocks, cotangent_first)
+        wrt = self._full_wrt(wrt)
+        return self._value_and_grad_slices(self._full(arrays), start, stop, wrt, cotangent, blocks, cotangent_first)
+
+    def _build_args(self):
+        """The plan this expression is built from: the arguments of its constructor."""
+        return (self.eq, self.shapes, self.path, self.memory_limit, self.sliced_inds or None)
 
     def __reduce__(self):
-        return (type(self), (self.eq, self.shapes, self.path, self.memory_limit, self.sliced_inds or None))
+        constants = (self._constants, self._constant_arrays) if self._constants else None
+        return (_rebuild, (type(self), self._build_args(), constants))
 
     def value_and_grad(self, *arrays, wrt=None, cotangent=None):
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
         ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
         means 1 and needs a scalar output)."""
-        return self._value_and_grad(arrays, _wrt(wrt, len(self.shapes)), cotangent)
+        return self._value_and_grad(self._full(arrays), self._full_wrt(wrt), cotangent)
 
     def hvp(self, *arrays, directions, wrt=None, cotangent=None):
         """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one
         direction per ``wrt`` operand in, one array per ``wrt`` operand out."""
-        return self._hvp(arrays, list(directions), _wrt(wrt, len(self.shapes)), cotangent)
+        return self._hvp(self._full(arrays), list(directions), self._full_wrt(wrt), cotangent)
 
     def __repr__(self):
         sliced = f", sliced_inds={self.sliced_inds}" if self.sliced_inds else ""
-        return f"ContractExpression({self.eq!r}, shapes={self.shapes}, path={self.path}{sliced})"
+        constants = f", constants={list(self._constants)}" if self._constants else ""
+        return f"ContractExpression({self.eq!r}, shapes={self.shapes}, path={self.path}{sliced}{constants})"
+
+
+def _rebuild(cls, args, constants):
+    """An unpickled :class:`ContractExpression`: rebuilt from its plan, with its constants."""
+    expr = cls(*args)
+    if constants is not None:
+        expr._constants, expr._constant_arrays = constants
+    return expr
 
 
 def _wrt(wrt, n=None):
@@ -828,8 +880,12 @@ def _wrt(wrt, n=None):
     return [_index(w) for w in wrt]
 
 
-def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, sliced_inds=None):
+def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, sliced_inds=None, constants=None):
     """A :class:`ContractExpression` for operands of ``shapes`` (tuples of ints).
+
+    ``constants`` (opt_einsum's argument) lists positions whose entry is an array instead of
+    a shape: the expression keeps those arrays and is called with the other operands only.
+    (They are contracted on each call, not folded ahead as opt_einsum does.)
 
     >>> import numpy as np, cgx
     >>> expr = cgx.contract_expression("ij,j->", (2, 2), (2,))
@@ -838,7 +894,30 @@ def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, 
     (3.0, [1.0, 1.0])
     """
     eq, shapes = _subscripts(eq, shapes)
+    constant = _constant_positions(constants, len(shapes))
+    if constant:
+        import numpy as np
+
+        arrays = {p: np.asarray(shapes[p]) for p in constant}
+        shapes = [arrays[p].shape if p in arrays else s for p, s in enumerate(shapes)]
     shape_list = [_shape_of(s, True) for s in shapes]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)
-    return ContractExpression(eq, [list(s) for s in shape_list], path, limit, _sliced(sliced_inds))
+    expr = ContractExpression(eq, [list(s) for s in shape_list], path, limit, _sliced(sliced_inds))
+    if constant:
+        expr._constants = tuple(constant)
+        expr._constant_arrays = tuple(arrays[p] for p in constant)
+    return expr
+
+
+def _constant_positions(constants, n: int) -> list[int]:
+    """``constants`` as sorted distinct operand positions below ``n``, or a ``ValueError``."""
+    if constants is None:
+        return []
+    positions = []
+    for c in constants:
+        p = _index(c)
+        if p is None or p >= n:
+            raise ValueError(f"constants: {c!r} is not the position of one of the {n} operands")
+        positions.append(p)
+    return sorted(set(positions))

@@ -177,7 +177,7 @@ def _expression(plan):
 
 def _plan_key(expr):
     """The expression's plan as a hashable tuple (what it pickles as)."""
-    eq, shapes, path, limit, sliced = expr.__reduce__()[1]
+    eq, shapes, path, limit, sliced = expr._build_args()
     return (eq, tuple(tuple(s) for s in shapes), tuple(tuple(p) for p in path), limit, tuple(sliced or ()))
 
 

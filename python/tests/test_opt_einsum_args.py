@@ -2,6 +2,7 @@
 form, ``get_symbol``, ``memory_limit`` values, explicit paths in every accepted shape, and
 the GIL released while a path is searched."""
 
+import pickle
 import threading
 import time
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cgx
+from strategies import arrays, expressions
 
 oe = pytest.importorskip("opt_einsum")
 
@@ -270,3 +272,38 @@ def test_other_threads_run_while_a_path_is_searched(plan):
     assert quarter > 5e-3, f"the search took {end - start:.4f} s: too short to tell"
     inside = [t for t in notes if start + quarter < t < end - quarter]
     assert inside, f"no note in the middle half of a {end - start:.3f} s search: the GIL was held"
+
+
+@settings(max_examples=100, deadline=None)
+@given(expressions(max_operands=4), st.data())
+def test_constants_match_opt_einsum_and_the_whole_expression(case, data):
+    """``constants=``: called with the other operands, the expression gives opt_einsum's
+    value, and its gradients are the whole expression's at those operands; it pickles with
+    its constants."""
+    eq, shapes = case
+    n = len(shapes)
+    constant = sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=n - 1)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    operands = arrays(rng, shapes)
+    given_ = [operands[p] if p in constant else shapes[p] for p in range(n)]
+    variables = [operands[p] for p in range(n) if p not in constant]
+    expr = cgx.contract_expression(eq, *given_, constants=constant)
+    want = oe.contract_expression(eq, *given_, constants=constant)(*variables)
+    np.testing.assert_allclose(expr(*variables), want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(expr))(*variables), want, rtol=1e-10, atol=1e-10)
+    whole = cgx.contract_expression(eq, *shapes)
+    cotangent = rng.standard_normal(np.shape(want))
+    _, grads = expr.value_and_grad(*variables, cotangent=cotangent)
+    _, all_grads = whole.value_and_grad(*operands, cotangent=cotangent)
+    assert len(grads) == len(variables)
+    for g, p in zip(grads, [p for p in range(n) if p not in constant]):
+        np.testing.assert_allclose(g, all_grads[p], rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="besides its constants" if constant else "operands"):
+        expr(*operands, operands[0])
+
+
+def test_constants_that_are_not_positions_are_rejected():
+    a = np.ones((2, 2))
+    for bad in ([2], [-1], ["0"], [0.5]):
+        with pytest.raises(ValueError, match="constants"):
+            cgx.contract_expression("ij,jk->ik", a, (2, 2), constants=bad)
