@@ -622,9 +622,15 @@ class PathInfo:
     """What a contraction along a path costs: opt_einsum's ``PathInfo``, printed as a report.
 
     Attributes: ``eq``, ``path``, ``shapes``, ``size_dict``, ``input_subscripts``,
-    ``output_subscript``, ``steps`` (per step: positions, the labels of both operands and
-    of the result, its size in elements, its multiply-adds), ``opt_cost`` (flops along
-    the path: two per multiply-add), ``naive_cost`` (flops of one loop over all labels),
+    ``output_subscript``, ``indices`` (every label), ``steps`` (per step: positions, the
+    labels of both operands and of the result, its size in elements, its multiply-adds),
+    ``contraction_list`` (opt_einsum's per-step tuples: positions in decreasing order,
+    labels summed away, the step's equation, the labels of the operands left after it,
+    and ``'GEMM'`` where the step is a plain matrix product, summing away labels both
+    operands have and keeping none they share, else ``False``), ``size_list`` (the
+    size of each step's result), ``opt_cost`` and ``naive_cost`` (flops along the path and
+    of one loop over all labels, counted as opt_einsum counts them: per loop iteration,
+    one per operand beyond the first, at least one, plus one for an inner product),
     ``speedup``, ``largest_intermediate`` (elements) and ``scale_list`` (labels per step);
     and the slicing: ``sliced_inds``, ``n_slices``, ``slicing_overhead`` (flops of all
     slices over the unsliced flops).
@@ -639,13 +645,32 @@ class PathInfo:
         self.input_subscripts = ",".join(inputs)
         self.output_subscript = output
         self.steps = steps
-        self.opt_cost = 2 * sum(s[3] for s in steps)
+        self.indices = frozenset(self.size_dict)
         # In floats: a large network's loop over all labels overflows what a float holds
         # from an integer (it becomes inf, as in opt_einsum).
-        self.naive_cost = 2.0 * _float_prod(sizes.values()) if steps else 0.0
+        # opt_einsum's naive loop adds once more when a label is shared by operands.
+        shared = sum(len(set(t)) for t in inputs) > len(self.indices)
+        self.naive_cost = _flops(self.size_dict, self.size_dict, shared, len(inputs))
+        costs = [_flops(set(a) | set(b), self.size_dict, (set(a) | set(b)) - set(r), 1 if i == j else 2) for ((i, j), (a, b, r), _, _) in steps]
+        # Without steps (one operand, relabelled) the whole loop is the one step.
+        self.opt_cost = sum(costs) if steps else self.naive_cost
         self.speedup = self.naive_cost / self.opt_cost if self.opt_cost else 1.0
         self.largest_intermediate = max((s[2] for s in steps), default=0.0)
+        self.size_list = [s[2] for s in steps]
         self.scale_list = [len(set(a) | set(b)) for (_, (a, b, _), _, _) in steps]
+        self.contraction_list = []
+        remaining = list(inputs)
+        for (i, j), (a, b, r), _, _ in steps:
+            for p in sorted({i, j}, reverse=True):
+                del remaining[p]
+            remaining.append(r)
+            removed = frozenset((set(a) | set(b)) - set(r))
+            spec = f"{a}->{r}" if i == j else f"{a},{b}->{r}"
+            # A matrix product: labels summed away, each in both operands, none repeated,
+            # and no batch label (kept, in both).
+            product = i != j and len(set(a)) == len(a) and len(set(b)) == len(b) and not set(a) & set(b) & set(r)
+            blas = "GEMM" if removed and product and removed <= set(a) & set(b) else False
+            self.contraction_list.append((tuple(sorted({i, j}, reverse=True)), removed, spec, tuple(remaining), blas))
         self.sliced_inds = list(sliced_inds)
         self.n_slices = n_slices
         self.slicing_overhead = slicing_overhead
@@ -677,6 +702,13 @@ class PathInfo:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def _flops(labels, sizes, inner, terms: int) -> float:
+    """opt_einsum's flop count of a loop over ``labels``: per iteration, one per operand
+    beyond the first (at least one), plus one for an inner product (``inner``: labels
+    summed away in a step; labels shared by operands in the naive loop)."""
+    return _float_prod(sizes[c] for c in labels) * (max(terms - 1, 1) + (1 if inner else 0))
 
 
 def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shapes=False, sliced_inds=None):

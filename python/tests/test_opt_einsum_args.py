@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cgx
@@ -307,3 +307,26 @@ def test_constants_that_are_not_positions_are_rejected():
     for bad in ([2], [-1], ["0"], [0.5]):
         with pytest.raises(ValueError, match="constants"):
             cgx.contract_expression("ij,jk->ik", a, (2, 2), constants=bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(expressions(max_operands=5))
+def test_path_info_reads_as_opt_einsums_along_the_same_path(case):
+    """``PathInfo``'s fields that opt_einsum has, equal to opt_einsum's for the same path
+    (costs, sizes, labels, and the contraction list up to the order of a result's labels)."""
+    eq, shapes = case
+    assume(len(shapes) >= 2)
+    path, info = cgx.contract_path(eq, *shapes, shapes=True)
+    _, theirs = oe.contract_path(eq, *shapes, shapes=True, optimize=path)
+    assert float(info.naive_cost) == float(theirs.naive_cost)
+    assert float(info.opt_cost) == float(theirs.opt_cost)
+    assert float(info.speedup) == pytest.approx(float(theirs.speedup))
+    assert [float(x) for x in info.size_list] == [float(x) for x in theirs.size_list]
+    assert info.scale_list == list(theirs.scale_list)
+    assert info.indices == theirs.indices
+    assert len(info.contraction_list) == len(theirs.contraction_list)
+    for ours, opt in zip(info.contraction_list, theirs.contraction_list):
+        assert set(ours[0]) == set(opt[0]) and ours[1] == opt[1]
+        assert [frozenset(t) for t in ours[3]] == [frozenset(t) for t in opt[3]]
+        # Ours says "GEMM" or False; opt_einsum names more kinds ("DOT", "OUTER/EINSUM").
+        assert ours[4] in ("GEMM", False) and (not ours[4] or opt[4])
