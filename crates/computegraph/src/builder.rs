@@ -590,6 +590,8 @@ impl Batch {
         op: LocalOperationId,
     ) -> GraphResult<()> {
         debug_assert_eq!(g.op_key.len(), op.index());
+        // Read before hashing `op + AHEAD`, which takes the same entry of the ring.
+        let ahead = self.ahead[op.index() % AHEAD];
         let next = op.index() + AHEAD;
         if next < g.ops.len() {
             if self.prefetch_keys && next + AHEAD < g.ops.len() {
@@ -611,7 +613,6 @@ impl Batch {
             self.prefetch_keys = self.far.decide();
         }
         let operation = &g.ops[op];
-        let ahead = self.ahead[op.index() % AHEAD];
         let exact = match ahead.predicted {
             None => true,
             Some((known, next_key)) => s.value_count() - next_key == g.value_key.len() - known,
