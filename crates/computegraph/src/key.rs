@@ -611,6 +611,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     }
 
     /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]).
+    #[inline]
     pub(crate) fn intern_op_hashed(
         &mut self,
         op: &Op,
