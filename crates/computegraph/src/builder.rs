@@ -670,9 +670,10 @@ impl Batch {
             (&self.keys[..], hash)
         };
         let key = s.intern_op_hashed(operation, keys, role, hash, self.interner_id)?;
-        g.op_key.push(key.id());
+        // Both key columns follow columns whose pushes checked the id space.
+        g.op_key.push_value(key.id());
         if key.output_count() == 1 {
-            g.value_key.push(key.first_output_id());
+            g.value_key.push_value(key.first_output_id());
         } else {
             g.value_key.extend(key.output_key_ids());
         }

@@ -653,9 +653,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.op_chunk_first.push(first);
         }
         let chunk = self.op_chunks.last_mut().and_then(|c| c.as_deref_mut()).expect("the open chunk is live");
-        for &k in inputs {
-            chunk.inputs.push_item(k);
-        }
+        chunk.inputs.extend_items(inputs.iter().copied());
         if !chunk.inputs.finish_list() {
             chunk.inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
