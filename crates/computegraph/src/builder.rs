@@ -229,13 +229,14 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             // The first operation in another role: the column starts to be kept.
             g.op_role = IdVec::from_elem(0, op_id.index());
         }
+        // The id spaces were checked above (`op_id`, and room for `n_out` values).
         if role_id != 0 || !g.op_role.is_empty() {
-            g.op_role.push(role_id);
+            g.op_role.push_value(role_id);
         }
-        g.ops.push(op);
-        g.op_first_output.push(LocalValueId::new(first));
+        g.ops.push_value(op);
+        g.op_first_output.push_value(LocalValueId::new(first));
         if n_out == 1 {
-            g.value_op.push(Some(op_id));
+            g.value_op.push_value(Some(op_id));
         } else {
             g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
         }

@@ -203,9 +203,9 @@ impl<I: Id, T> IdVec<I, T> {
         }
     }
 
-    /// Appends `value` without numbering it, for a column whose length another column
-    /// bounds (a key per value, say): the other's `push` checked the id space, so this
-    /// one skips the check.
+    /// Appends `value` without numbering it, when the caller has made sure the id space
+    /// has room (checked the next id, or the column follows another whose pushes
+    /// checked it): [`IdVec::push`] without a second check.
     #[inline(always)]
     pub(crate) fn push_value(&mut self, value: T) {
         debug_assert!(self.raw.len() <= I::MAX_INDEX);
