@@ -8,8 +8,8 @@
 //! Invariants: a call that fails adds nothing and takes no id; after `build`, every local
 //! value and operation has its interned key and the graph pins the interner chunks of
 //! every key it holds (`docs/adr/0010-interner-reclamation.md`). The interning loop is
-//! software-pipelined ([`Batch`]): operation `i + AHEAD` is hashed and its table slot
-//! prefetched while operation `i` is interned. Building is `O(n)` plus hash-consing.
+//! software-pipelined ([`Batch`]): as operation `i` is interned, operation `i + AHEAD` is
+//! hashed and its table slot prefetched. Building is `O(n)` plus hash-consing.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -499,7 +499,7 @@ fn role_index_of(
 /// prefetches their table slots.
 const AHEAD: usize = 8;
 
-/// One `flush`'s interning of a graph's pending operations, software-pipelined: while
+/// One `flush`'s interning of a graph's pending operations, software-pipelined: once
 /// operation `i` is interned, operation `i + AHEAD` is hashed and its table slot
 /// prefetched, so the table's cache misses overlap instead of queueing.
 ///
@@ -643,21 +643,12 @@ impl Batch {
         op: LocalOperationId,
     ) -> GraphResult<()> {
         debug_assert_eq!(g.op_key.len(), op.index());
-        // Read before hashing `op + AHEAD`, which takes the same entry of the ring.
-        let ahead = self.ahead[op.index() % AHEAD];
         if op.index() >= self.next_sample {
             self.sample_far(g, op);
         }
-        let next = op.index() + AHEAD;
-        if next < g.ops.len() {
-            if self.prefetch_keys && next + AHEAD < g.ops.len() {
-                // For `hash_ahead` to find them cached `AHEAD` operations later.
-                g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
-            }
-            self.hash_ahead(g, s, LocalOperationId::new(next))?;
-        }
         let role = self.role(g, s, op)?;
         let operation = &g.ops[op];
+        let ahead = &self.ahead[op.index() % AHEAD];
         let hashed = ahead.op == op.index()
             && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
         let (keys, hash) = if hashed && ahead.len != NO_KEYS {
@@ -682,6 +673,15 @@ impl Batch {
         if tag != self.last_op_tag {
             touched.push(tag);
             self.last_op_tag = tag;
+        }
+        // Now that `op` is interned, its entry of the ring takes `op + AHEAD`.
+        let next = op.index() + AHEAD;
+        if next < g.ops.len() {
+            if self.prefetch_keys && next + AHEAD < g.ops.len() {
+                // For `hash_ahead` to find them cached `AHEAD` operations later.
+                g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
+            }
+            self.hash_ahead(g, s, LocalOperationId::new(next))?;
         }
         Ok(())
     }

@@ -607,10 +607,12 @@ impl<Op: GraphOperation> InternerState<Op> {
         role: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
+        self.op_table.reserve(1);
         self.intern_op_hashed(op, inputs, role, hash_op(op, inputs, role), interner)
     }
 
-    /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]).
+    /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]),
+    /// after [`Self::reserve`] made room for the operation.
     #[inline]
     pub(crate) fn intern_op_hashed(
         &mut self,
@@ -623,7 +625,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         debug_assert_eq!(h32, hash_op(op, inputs, role));
         // One probe finds the key or the slot for it.
         let chunks = &self.op_chunks;
-        let slot = match self.op_table.probe(h32, |id| {
+        let slot = match self.op_table.probe_reserved(h32, |id| {
             let chunk = chunks[id.index() >> CHUNK_BITS].as_deref().expect("the table holds live operations only");
             let j = id.index() & CHUNK_MASK;
             chunk.role_of(j) == role && chunk.ops[j] == *op && chunk.inputs.get(j) == inputs
