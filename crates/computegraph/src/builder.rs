@@ -8,8 +8,8 @@
 //! Invariants: a call that fails adds nothing and takes no id; after `build`, every local
 //! value and operation has its interned key and the graph pins the interner chunks of
 //! every key it holds (`docs/adr/0010-interner-reclamation.md`). The interning loop is
-//! software-pipelined ([`Batch`]): operation `i + AHEAD` is hashed and its table slot
-//! prefetched while operation `i` is interned. Building is `O(n)` plus hash-consing.
+//! software-pipelined ([`Batch`]): as operation `i` is interned, operation `i + AHEAD` is
+//! hashed and its table slot prefetched. Building is `O(n)` plus hash-consing.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -229,13 +229,14 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             // The first operation in another role: the column starts to be kept.
             g.op_role = IdVec::from_elem(0, op_id.index());
         }
+        // The id spaces were checked above (`op_id`, and room for `n_out` values).
         if role_id != 0 || !g.op_role.is_empty() {
-            g.op_role.push(role_id);
+            g.op_role.push_value(role_id);
         }
-        g.ops.push(op);
-        g.op_first_output.push(LocalValueId::new(first));
+        g.ops.push_value(op);
+        g.op_first_output.push_value(LocalValueId::new(first));
         if n_out == 1 {
-            g.value_op.push(Some(op_id));
+            g.value_op.push_value(Some(op_id));
         } else {
             g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
         }
@@ -498,14 +499,16 @@ fn role_index_of(
 /// prefetches their table slots.
 const AHEAD: usize = 8;
 
-/// One `flush`'s interning of a graph's pending operations, software-pipelined: while
+/// One `flush`'s interning of a graph's pending operations, software-pipelined: once
 /// operation `i` is interned, operation `i + AHEAD` is hashed and its table slot
 /// prefetched, so the table's cache misses overlap instead of queueing.
 ///
 /// Operands of `i + AHEAD` that have no key yet are predicted: if every pending value
 /// before them gets a fresh key, local and key ids advance in step. A hash made from a
 /// prediction is used only if every value interned since then did get a fresh key (then
-/// the prediction was exact); otherwise it was just a prefetch and is made again.
+/// the prediction was exact); otherwise it was just a prefetch and is made again. The
+/// operand keys are kept beside the hash ([`Ahead`]), so an operation whose hash is used
+/// is interned without reading its operands' keys again.
 ///
 /// Hashing ahead reads the operands' keys. When operands lie far from their readers
 /// (operands drawn from the whole of a large graph), those reads miss the cache too, so
@@ -518,27 +521,51 @@ struct Batch {
     role_ids: SmallVec<[Option<u32>; 4]>,
     /// Hashes made ahead, at the index of their operation modulo `AHEAD`.
     ahead: [Ahead; AHEAD],
-    /// Operand keys of the operation being interned (the interner's scratch, lent for
-    /// the flush).
+    /// Operand keys of the operation being interned when its [`Ahead`] entry cannot
+    /// give them (the interner's scratch, lent for the flush).
     keys: Vec<KeyId>,
     /// The interner chunk of the last operation interned (its tag; `u32::MAX`: none yet).
     last_op_tag: u32,
     /// Whether operands lie far enough from their readers that hashing ahead should
-    /// find their keys prefetched (decided every few thousand operands, `prefetch.rs`).
+    /// find their keys prefetched (`prefetch.rs`), judged on a sample of
+    /// [`FAR_SAMPLE`] operations every [`FAR_EVERY`].
     far: FarOperands,
     prefetch_keys: bool,
+    /// The operation at which the next sample is taken.
+    next_sample: usize,
 }
 
-/// An operation hashed ahead of its interning.
+/// Operations between two samples of [`Batch`]'s far operands.
+const FAR_EVERY: usize = 2048;
+/// Operations per sample: their operands are counted, and decide whether operand keys
+/// are prefetched until the next sample. Counting every operand cost more than a
+/// tenth of the loop's instructions.
+const FAR_SAMPLE: usize = 64;
+
+/// An operation hashed ahead of its interning, with the operand keys it was hashed with
+/// (when it has at most [`AHEAD_KEYS`] operands), so that interning it need not read
+/// them again.
 #[derive(Copy, Clone)]
 struct Ahead {
     /// Index of the operation hashed (`usize::MAX`: none).
     op: usize,
     hash: u32,
-    /// If some operand key was predicted: the graph's keyed values and the interner's
-    /// value count when it was.
-    predicted: Option<(usize, usize)>,
+    /// Number of operand keys in `keys`, or [`NO_KEYS`] (too many operands, or a
+    /// prediction beyond the id space).
+    len: u32,
+    /// Whether some operand key was predicted.
+    predicted: bool,
+    /// The interner's value count minus the graph's keyed values at hashing (wrapping).
+    /// A prediction is exact if the difference is the same at interning: every value
+    /// keyed since then got a fresh key.
+    offset: usize,
+    keys: [KeyId; AHEAD_KEYS],
 }
+
+/// Operand keys an [`Ahead`] entry keeps.
+const AHEAD_KEYS: usize = 4;
+/// [`Ahead::len`] when the entry keeps no keys.
+const NO_KEYS: u32 = u32::MAX;
 
 impl Batch {
     fn new<Op: GraphOperation>(g: &Graph<Op>, interner_id: u32, mut keys: Vec<KeyId>) -> Self {
@@ -548,14 +575,40 @@ impl Batch {
         Batch {
             interner_id,
             role_ids,
-            ahead: [Ahead { op: usize::MAX, hash: 0, predicted: None }; AHEAD],
+            ahead: [Ahead {
+                op: usize::MAX,
+                hash: 0,
+                len: NO_KEYS,
+                predicted: false,
+                offset: 0,
+                keys: [KeyId::new(0); AHEAD_KEYS],
+            }; AHEAD],
             keys,
             last_op_tag: u32::MAX,
             // Values before the first operation's outputs are inputs, which do not count
             // as far.
             far: FarOperands::new(g.op_first_output.raw().first().map_or(0, |v| v.index())),
             prefetch_keys: false,
+            next_sample: 0,
         }
+    }
+
+    /// Counts the far operands of the [`FAR_SAMPLE`] operations from `op` on and decides
+    /// whether to prefetch operand keys until the next sample.
+    #[cold]
+    #[inline(never)]
+    fn sample_far<Op: GraphOperation>(&mut self, g: &Graph<Op>, op: LocalOperationId) {
+        for i in op.index()..(op.index() + FAR_SAMPLE).min(g.ops.len()) {
+            let op = LocalOperationId::new(i);
+            let reader = g.op_first_output[op].index();
+            for r in g.op_input_refs(op) {
+                if let InputRef::Local(l) = r {
+                    self.far.note(l.index(), reader);
+                }
+            }
+        }
+        self.prefetch_keys = self.far.decide();
+        self.next_sample = op.index() + FAR_EVERY;
     }
 
     /// The interner's id of an operation's role.
@@ -590,38 +643,29 @@ impl Batch {
         op: LocalOperationId,
     ) -> GraphResult<()> {
         debug_assert_eq!(g.op_key.len(), op.index());
-        let next = op.index() + AHEAD;
-        if next < g.ops.len() {
-            if self.prefetch_keys && next + AHEAD < g.ops.len() {
-                // For `hash_ahead` to find them cached `AHEAD` operations later.
-                g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
-            }
-            self.hash_ahead(g, s, LocalOperationId::new(next))?;
+        if op.index() >= self.next_sample {
+            self.sample_far(g, op);
         }
         let role = self.role(g, s, op)?;
-        self.keys.clear();
-        let reader = g.op_first_output[op].index();
-        for r in g.op_input_refs(op) {
-            if let InputRef::Local(l) = r {
-                self.far.note(l.index(), reader);
-            }
-            self.keys.push(g.input_key_id(r));
-        }
-        if self.far.block_full() {
-            self.prefetch_keys = self.far.decide();
-        }
         let operation = &g.ops[op];
-        let ahead = self.ahead[op.index() % AHEAD];
-        let exact = match ahead.predicted {
-            None => true,
-            Some((known, next_key)) => s.value_count() - next_key == g.value_key.len() - known,
+        let ahead = &self.ahead[op.index() % AHEAD];
+        let hashed = ahead.op == op.index()
+            && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
+        let (keys, hash) = if hashed && ahead.len != NO_KEYS {
+            let keys = &ahead.keys[..ahead.len as usize];
+            debug_assert!(keys.iter().copied().eq(g.op_input_refs(op).map(|r| g.input_key_id(r))));
+            (keys, ahead.hash)
+        } else {
+            self.keys.clear();
+            self.keys.extend(g.op_input_refs(op).map(|r| g.input_key_id(r)));
+            let hash = if hashed { ahead.hash } else { crate::key::op_hash(operation, &self.keys, role) };
+            (&self.keys[..], hash)
         };
-        let hash =
-            if ahead.op == op.index() && exact { ahead.hash } else { crate::key::op_hash(operation, &self.keys, role) };
-        let key = s.intern_op_hashed(operation, &self.keys, role, hash, self.interner_id)?;
-        g.op_key.push(key.id());
+        let key = s.intern_op_hashed(operation, keys, role, hash, self.interner_id)?;
+        // Both key columns follow columns whose pushes checked the id space.
+        g.op_key.push_value(key.id());
         if key.output_count() == 1 {
-            g.value_key.push(key.first_output_id());
+            g.value_key.push_value(key.first_output_id());
         } else {
             g.value_key.extend(key.output_key_ids());
         }
@@ -629,6 +673,15 @@ impl Batch {
         if tag != self.last_op_tag {
             touched.push(tag);
             self.last_op_tag = tag;
+        }
+        // Now that `op` is interned, its entry of the ring takes `op + AHEAD`.
+        let next = op.index() + AHEAD;
+        if next < g.ops.len() {
+            if self.prefetch_keys && next + AHEAD < g.ops.len() {
+                // For `hash_ahead` to find them cached `AHEAD` operations later.
+                g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
+            }
+            self.hash_ahead(g, s, LocalOperationId::new(next))?;
         }
         Ok(())
     }
@@ -644,20 +697,35 @@ impl Batch {
     ) -> GraphResult<()> {
         let role = self.role(g, s, op)?;
         let (known, next_key) = (g.value_key.len(), s.value_count());
+        let entry = &mut self.ahead[op.index() % AHEAD];
+        let refs = g.op_input_refs(op);
+        entry.len = if refs.len() <= AHEAD_KEYS { refs.len() as u32 } else { NO_KEYS };
         let mut predicted = false;
-        let keys = g.op_input_refs(op).map(|r| match r {
-            InputRef::Local(l) if l.index() >= known => {
-                predicted = true;
-                // Wraps only if the prediction is wrong (the ids do not exist), and then
-                // the hash is not used.
-                (next_key + (l.index() - known)) as u32
+        let mut j = 0;
+        let keys = refs.map(|r| {
+            let k = match r {
+                InputRef::Local(l) if l.index() >= known => {
+                    predicted = true;
+                    // Beyond the id space only if the prediction is wrong (the ids do
+                    // not exist); then neither the hash nor the keys are used.
+                    <KeyId as crate::Id>::try_new(next_key + (l.index() - known)).unwrap_or_else(|| {
+                        entry.len = NO_KEYS;
+                        KeyId::new(0)
+                    })
+                }
+                r => g.input_key_id(r),
+            };
+            if let Some(slot) = entry.keys.get_mut(j) {
+                *slot = k;
             }
-            r => g.input_key_id(r).index() as u32,
+            j += 1;
+            k.index() as u32
         });
-        let hash = crate::key::op_hash_raw(&g.ops[op], keys, role);
-        s.prefetch_op(hash);
-        self.ahead[op.index() % AHEAD] =
-            Ahead { op: op.index(), hash, predicted: predicted.then_some((known, next_key)) };
+        entry.hash = crate::key::op_hash_raw(&g.ops[op], keys, role);
+        entry.op = op.index();
+        entry.predicted = predicted;
+        entry.offset = next_key.wrapping_sub(known);
+        s.prefetch_op(entry.hash);
         Ok(())
     }
 }
@@ -685,6 +753,80 @@ mod tests {
             match self {
                 ScalarOp::Neg => 1,
                 ScalarOp::SinCos => 2,
+            }
+        }
+    }
+
+    /// Any number of operands and outputs (`tag` tells operations of one shape apart).
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Shape {
+        inputs: u8,
+        outputs: u8,
+        tag: u8,
+    }
+
+    impl GraphOperation for Shape {
+        type Operand = ();
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            self.inputs as usize
+        }
+        fn output_count(&self) -> usize {
+            self.outputs as usize
+        }
+    }
+
+    /// Every operation is interned with the keys of its own operands, whatever the hashing
+    /// ahead predicted: operands among the last few values (predicted keys), repeated
+    /// operations and inputs (which make predictions wrong), zero to two outputs, more
+    /// operands than an `Ahead` entry keeps, and a flush midway.
+    #[test]
+    fn operations_are_interned_with_their_operands_keys() {
+        let interner = KeyInterner::<Shape>::new();
+        let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+        let mut values = vec![b.add_input(0)];
+        let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut added: Vec<(Shape, Vec<ValueRef<Shape>>)> = Vec::new();
+        for step in 0..3000 {
+            let r = next();
+            if r % 13 == 0 {
+                values.push(b.add_input((r >> 8) as u32 % 50));
+                continue;
+            }
+            if step == 1500 {
+                b.global_key(values[values.len() - 1]);
+            }
+            let (op, operands) = if r % 5 == 0 && !added.is_empty() {
+                added[added.len() - 1 - (r >> 8) as usize % added.len().min(20)].clone()
+            } else {
+                let op =
+                    Shape { inputs: 1 + (r >> 4) as u8 % 6, outputs: (r >> 12) as u8 % 3, tag: (r >> 16) as u8 % 2 };
+                let operands = (0..op.inputs)
+                    .map(|_| {
+                        let back = 1 + next() as usize % if r % 3 == 0 { values.len() } else { values.len().min(6) };
+                        ValueRef::Local(values[values.len() - back])
+                    })
+                    .collect();
+                (op, operands)
+            };
+            values.extend(b.add_operation(op.clone(), operands.clone(), OperationRole::Primary));
+            added.push((op, operands));
+        }
+        let g = b.build();
+        for op in g.operations() {
+            let (operation, inputs, _) = interner.operation_parts(&op.key()).unwrap();
+            assert_eq!(&operation, op.operation());
+            let expected: Vec<_> = op.local_inputs().map(|v| g.global_key(v.unwrap())).collect();
+            assert_eq!(inputs, expected, "{:?}", op.id());
+            for (slot, v) in op.outputs().enumerate() {
+                assert_eq!(g.global_key(v), ValueKey::Derived { operation: op.key(), output_slot: slot as u8 });
             }
         }
     }

@@ -203,6 +203,15 @@ impl<I: Id, T> IdVec<I, T> {
         }
     }
 
+    /// Appends `value` without numbering it, when the caller has made sure the id space
+    /// has room (checked the next id, or the column follows another whose pushes
+    /// checked it): [`IdVec::push`] without a second check.
+    #[inline(always)]
+    pub(crate) fn push_value(&mut self, value: T) {
+        debug_assert!(self.raw.len() <= I::MAX_INDEX);
+        self.raw.push(value);
+    }
+
     /// The id the next `push` will return, if the id space has room.
     #[inline(always)]
     pub fn next_id(&self) -> Option<I> {
@@ -394,6 +403,12 @@ impl<T> ListPool<T> {
     #[inline(always)]
     pub(crate) fn push_item(&mut self, item: T) {
         self.items.push(item);
+    }
+
+    /// Appends items to the list being built.
+    #[inline(always)]
+    pub(crate) fn extend_items(&mut self, items: impl IntoIterator<Item = T>) {
+        self.items.extend(items);
     }
 
     /// Drops the items of an unfinished list.

@@ -607,10 +607,13 @@ impl<Op: GraphOperation> InternerState<Op> {
         role: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
+        self.op_table.reserve(1);
         self.intern_op_hashed(op, inputs, role, hash_op(op, inputs, role), interner)
     }
 
-    /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]).
+    /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]),
+    /// after [`Self::reserve`] made room for the operation.
+    #[inline]
     pub(crate) fn intern_op_hashed(
         &mut self,
         op: &Op,
@@ -622,7 +625,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         debug_assert_eq!(h32, hash_op(op, inputs, role));
         // One probe finds the key or the slot for it.
         let chunks = &self.op_chunks;
-        let slot = match self.op_table.probe(h32, |id| {
+        let slot = match self.op_table.probe_reserved(h32, |id| {
             let chunk = chunks[id.index() >> CHUNK_BITS].as_deref().expect("the table holds live operations only");
             let j = id.index() & CHUNK_MASK;
             chunk.role_of(j) == role && chunk.ops[j] == *op && chunk.inputs.get(j) == inputs
@@ -652,9 +655,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.op_chunk_first.push(first);
         }
         let chunk = self.op_chunks.last_mut().and_then(|c| c.as_deref_mut()).expect("the open chunk is live");
-        for &k in inputs {
-            chunk.inputs.push_item(k);
-        }
+        chunk.inputs.extend_items(inputs.iter().copied());
         if !chunk.inputs.finish_list() {
             chunk.inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });

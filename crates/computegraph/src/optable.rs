@@ -115,12 +115,21 @@ impl OpTable {
         }
     }
 
-    /// Finds the entry with this hash for which `eq` holds, or the slot where it belongs.
-    #[inline]
-    pub(crate) fn probe(&mut self, hash: u32, mut eq: impl FnMut(OperationKeyId) -> bool) -> Probe {
+    /// Finds the entry with this hash for which `eq` holds, or the slot where it belongs
+    /// (growing first if one more entry would not fit): the tests' way to fill a table.
+    #[cfg(test)]
+    pub(crate) fn probe(&mut self, hash: u32, eq: impl FnMut(OperationKeyId) -> bool) -> Probe {
         if (self.len + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
             self.grow_to((self.slots.len() * 2).max(16));
         }
+        self.probe_reserved(hash, eq)
+    }
+
+    /// [`Self::probe`] when [`Self::reserve`] made room for this entry (the table never
+    /// grows on the way).
+    #[inline]
+    pub(crate) fn probe_reserved(&self, hash: u32, mut eq: impl FnMut(OperationKeyId) -> bool) -> Probe {
+        debug_assert!((self.len + 1) * LOAD_DEN <= self.slots.len() * LOAD_NUM, "room was reserved");
         let mut i = self.home(hash);
         loop {
             let slot = self.slots[i];

@@ -45,8 +45,9 @@ const FAR: usize = 1 << 16;
 /// a graph may read and which therefore stay cached, do not count as far.
 ///
 /// A pass that knows all its operands beforehand decides once; one that meets them as it
-/// goes decides again every [`FarOperands::BLOCK`] operands, so that a graph whose parts
-/// differ gets the prefetch where it pays.
+/// goes decides again every [`FarOperands::BLOCK`] operands, or on a sample of operations
+/// every few thousand (the builder's interning, whose loop is short enough that counting
+/// every operand shows), so that a graph whose parts differ gets the prefetch where it pays.
 pub(crate) struct FarOperands {
     /// Values below this are graph inputs.
     inputs: usize,
