@@ -127,18 +127,22 @@ fn in_local_order<Op: GraphOperation>(
         let at = at - 1;
         if at & OUTPUT == 0 { &graph.externals[at as usize] } else { &outputs[(at & !OUTPUT) as usize] }
     };
-    let is_input = |at: u32| matches!(outside_key(at), ValueKey::Input(_));
     // A key read from outside that the graph defines is that definition (the general
-    // pass follows it): not this path's case.
-    let mut read: Vec<(KeyId, u32)> = Vec::with_capacity(graph.externals.len().min(span));
+    // pass follows it): not this path's case. Input keys and derived keys, each in key order.
+    let (mut outside_inputs, mut read) = (Vec::new(), Vec::with_capacity(graph.externals.len().min(span)));
     for (s, &at) in outside.iter().enumerate() {
         if at != 0 {
-            read.push((KeyId::new(lo + s), at));
+            let entry = (KeyId::new(lo + s), at);
+            match outside_key(at) {
+                ValueKey::Input(_) => outside_inputs.push(entry),
+                ValueKey::Derived { .. } => read.push(entry),
+            }
         }
     }
     let first_defined = keys.first().map_or(0, |k| k.index());
     let older = read.partition_point(|&(id, _)| id.index() < first_defined);
-    if read[older..].iter().any(|&(id, _)| defined(id).is_some()) {
+    if read[older..].iter().chain(&outside_inputs).any(|&(id, _)| id.index() >= first_defined && defined(id).is_some())
+    {
         return Ok(None);
     }
 
@@ -148,18 +152,16 @@ fn in_local_order<Op: GraphOperation>(
     // unreached ones, each run's operations, values and operands contiguous, its columns
     // copied as a block with operands renumbered. `new_id` and `outside` give each local
     // value and each key read from outside its new value.
-    let n_outside_inputs = read.iter().filter(|&&(_, at)| is_input(at)).count();
-    let n_inputs = needed[..k].iter().filter(|&&n| n).count() + n_outside_inputs;
-    let n_externals = read.len() - n_outside_inputs;
-    let n_refs = graph.externals.len();
-    // The new value of each local value, then of each external operand.
-    let mut new_id: Vec<ValueId> = vec![ValueId::new(0); n_values + n_refs];
-    let capacity = n_values + read.len();
+    let n_inputs = needed[..k].iter().filter(|&&n| n).count() + outside_inputs.len();
+    let n_externals = read.len();
+    // The new value of each local value.
+    let mut new_id: Vec<ValueId> = vec![ValueId::new(0); n_values];
+    let capacity = n_values + n_externals + outside_inputs.len();
     let mut value_key: IdVec<ValueId, KeyId> = IdVec::with_capacity(capacity);
     let mut value_def: IdVec<ValueId, MatDef> = IdVec::with_capacity(capacity);
     let (mut inputs, mut input_keys) = (Vec::with_capacity(n_inputs), Vec::with_capacity(n_inputs));
     let mut local_inputs = (0..k).filter(|&v| needed[v]).peekable();
-    let mut outside_inputs = read.iter().filter(|&&(_, at)| is_input(at)).peekable();
+    let mut outside_inputs = outside_inputs.iter().peekable();
     loop {
         let local_first = match (local_inputs.peek(), outside_inputs.peek()) {
             (Some(&v), Some(&&(id, _))) => keys[v] < id,
@@ -183,7 +185,7 @@ fn in_local_order<Op: GraphOperation>(
         }
     }
     let (mut externals, mut external_keys) = (Vec::with_capacity(n_externals), Vec::with_capacity(n_externals));
-    for &(id, at) in read.iter().filter(|&&(_, at)| !is_input(at)) {
+    for &(id, at) in &read {
         let v = value_def.push(MatDef::External(externals.len() as u32));
         value_key.push(id);
         externals.push(v);
@@ -206,13 +208,12 @@ fn in_local_order<Op: GraphOperation>(
             next += 1;
         }
     }
-    for (id, key) in new_id[n_values..].iter_mut().zip(&graph.external_key) {
-        // Operands of unreached operations only read keys left unread (0): never used.
-        *id = ValueId::new(outside[slot(*key)] as usize);
-    }
     let n_live = n_ops - dead.len();
     let mut op_inputs = ListPool::with_capacity(n_live, graph.op_inputs.items().len());
-    let operand = |r: &PackedInputRef| new_id[r.position(n_values)];
+    let operand = |r: &PackedInputRef| match r.get() {
+        InputRef::Local(u) => new_id[u.index()],
+        InputRef::External(i) => ValueId::new(outside[slot(graph.external_key[i as usize])] as usize),
+    };
     // Roles renumbered in order of first use, as the general pass numbers them (the
     // builder numbers them so too, so this is usually the identity).
     let mut roles = vec![OperationRole::Primary];
@@ -242,17 +243,22 @@ fn in_local_order<Op: GraphOperation>(
         }
         let removed = a - ops.len();
         let (first, end) = (value_end(a), value_end(b));
-        let mut slot = 0u8;
-        let mut prev = None;
-        value_def.extend(graph.value_op.raw()[first..end].iter().map(|&op| {
-            slot = if prev == op { slot + 1 } else { 0 };
-            prev = op;
-            MatDef::Output(
-                OperationId::new(op.expect("the values after the inputs are outputs").index() - removed),
-                slot,
-            )
-        }));
-        op_first_output.extend(first_output[a..b].iter().map(|v| new_id[v.index()]));
+        if end - first == b - a {
+            // One output each (the usual case): nothing to look up.
+            let start = value_def.len();
+            op_first_output.extend((a..b).map(|op| ValueId::new(start + (op - a))));
+            value_def.extend((a..b).map(|op| MatDef::Output(OperationId::new(op - removed), 0)));
+        } else {
+            op_first_output.extend(first_output[a..b].iter().map(|v| new_id[v.index()]));
+            let mut slot = 0u8;
+            let mut prev = None;
+            value_def.extend(graph.value_op.raw()[first..end].iter().map(|&op| {
+                slot = if prev == op { slot + 1 } else { 0 };
+                prev = op;
+                let op = op.expect("the values after the inputs are outputs").index();
+                MatDef::Output(OperationId::new(op - removed), slot)
+            }));
+        }
         value_key.extend_from_slice(&keys[first..end]);
         ops.extend_from_slice(&graph.ops.raw()[a..b]);
         op_key.extend_from_slice(&graph.op_key.raw()[a..b]);

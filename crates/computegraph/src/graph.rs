@@ -134,12 +134,6 @@ impl PackedInputRef {
         PackedInputRef(i as u32 | EXTERNAL_BIT)
     }
 
-    /// Its position in a table of the graph's `n_local` values followed by its externals.
-    #[inline(always)]
-    pub(crate) fn position(self, n_local: usize) -> usize {
-        if self.0 & EXTERNAL_BIT == 0 { self.0 as usize } else { n_local + (self.0 & !EXTERNAL_BIT) as usize }
-    }
-
     /// The operand it stands for.
     #[inline(always)]
     pub(crate) fn get(self) -> InputRef {
