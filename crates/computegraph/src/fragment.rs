@@ -8,17 +8,20 @@
 //! (checked by [`MaterializedGraph::verify`] in debug builds).
 //!
 //! Two paths give that graph:
-//! - *local order*, when the graph's keys strictly increase with its local ids (a graph
-//!   built in one go on fresh keys: a linear graph from `linearize`) and no key it reads
-//!   from outside is one it defines. Then no two values share a key (nothing to
-//!   deduplicate) and local order is key order, so one reverse sweep over a flag per local
-//!   value marks what the outputs reach and one forward pass copies it, with a column from
-//!   local value to new value. Only the keys read from outside go through a key table,
-//!   which deduplicates and orders them. `O(values + operands)`, plus the outside keys'
-//!   range when it is compact (else a sort of them);
+//! - *local order*, when the graph's inputs are its first values, its keys strictly
+//!   increase with its local ids (a graph built in one go on fresh keys, as `linearize`
+//!   builds a linear graph), the keys it reads from outside span a range at most a few
+//!   times their number, and it defines none of them. Then no two values share a key
+//!   (nothing to deduplicate) and local order is key order. One reverse sweep over a flag
+//!   per local value marks what the outputs reach, and the keys read from outside in a
+//!   table over their range, whose scan lists them once each, in key order. The reached
+//!   operations are runs between unreached ones; each run's columns are copied as blocks,
+//!   its operands renumbered through a column from local value to new value. Complexity:
+//!   `O(values + operands + the outside keys' range)`, no hashing;
 //! - otherwise the general pass (`materialize.rs`).
 //!
-//! The local-order path is checked against the general one by a property test below.
+//! Both give the same graph, column for column: a property test below checks the
+//! local-order path against the general one wherever it applies.
 
 use std::sync::Arc;
 
@@ -31,7 +34,7 @@ use crate::operation::{GraphOperation, OperationRole};
 use crate::resolve::ResolvedView;
 
 /// Materializes one graph on its own: the part of `graph` reachable from `outputs`,
-/// deduplicated and ordered as [`try_materialize_merge`] does, without reading its
+/// deduplicated and ordered as [`try_materialize_merge`](crate::try_materialize_merge) does, without reading its
 /// parents. A derived key the graph reads from another graph (or an output key it does not
 /// define) becomes an *external value*: an input of the result named by its [`ValueKey`]
 /// ([`MaterializedGraph::external_keys`]), which [`compile`](crate::compile) places after the

@@ -4,24 +4,29 @@
 //! one cotangent seed input per non-zero output of `L`, one output per input of `L`
 //! (`None` where no cotangent reaches it).
 //!
-//! Algorithm (`docs/SPEC.md` §4.2 and §4.3): seed the cotangent environment, keyed by the
-//! **global key** of each linear value, then walk `L`'s operations in reverse topological
-//! order and call each one's transpose rule with the cotangents of its outputs;
-//! contributions to the same key are summed with `Op::add()` operations in role
-//! `Linearized { [true, true] }`.
-//! The environment is a column over `L`'s local values: a key's cotangent lives at the
-//! first local value with that key (its canonical value). Keys of a graph built in one go
-//! usually increase with local ids, and then every value is canonical; otherwise a key map
-//! over `L`'s key range finds the first copies once.
+//! Algorithm (`docs/SPEC.md` §4.2 and §4.3): materialize `L` alone
+//! ([`try_materialize_fragment`], as `linearize` materializes the primal graph), seed the
+//! cotangent environment, keyed by the **global key** of each linear value, then walk the
+//! materialized operations in reverse topological order and call each one's transpose rule
+//! with the cotangents of its outputs; contributions to the same key are summed with
+//! `Op::add()` operations in role `Linearized { [true, true] }`. The environment is a column
+//! over the materialized values, which are one per key: materialize's CSE is the only one.
+//! The primal values `L` reads by key are its external values; rules read every fixed
+//! operand by key. A graph `linearize` built has keys increasing with its local ids, and
+//! takes the materialization's local-order path: in local order, without key tables.
 //!
 //! Hard cases, handled here and tested:
 //! - two requested outputs that are the same value (same key): their seeds add up;
 //! - structurally identical operations emitted twice into `L` (same key, two local
-//!   copies): transposed once, at the first copy, so consumers of either copy contribute
-//!   exactly once (both copies have the same canonical value);
-//! - operations that receive no cotangent (or compute primal constants) are skipped, so
-//!   no work is emitted for unreachable cotangent flow.
+//!   copies): one materialized operation, transposed once, so consumers of either copy
+//!   contribute exactly once;
+//! - operations that receive no cotangent, and primal computations (`Primary` operations
+//!   of fixed operands, such as a rule's `cos x`, possibly with the primal's own key) are
+//!   skipped: no work is emitted for them, and the transposed graph reads their values by
+//!   key.
 //!
+//! Output invariants: the transposed graph is a fragment whose parent is `L`; it passes
+//! [`LinearizedGraph::check_linear`] (checked on every call).
 //! Seed keys are `k.tangent_of(p)` for fresh pass ids `p` (one per seed) and `k` the key of
 //! `L`'s first input, so two transposes of one function never share seeds.
 //! Complexity: `O(linear nodes)` plus the rules' output; no hashing unless `L` has keys
