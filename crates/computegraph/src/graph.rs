@@ -411,6 +411,37 @@ impl<Op: GraphOperation> Graph<Op> {
         self.value_key[value]
     }
 
+    /// For every local value, the first local value with the same global key; `None` when
+    /// no two values share a key because keys strictly increase with local ids (as they
+    /// mostly do in a graph built in one go: one scan, no table).
+    ///
+    /// Two values share a key when the same operation was added twice, or added again
+    /// after an identical one elsewhere made its key first. Passes that keep one entry per
+    /// key (the transpose's cotangents) keep it at the first value.
+    ///
+    /// ```
+    /// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
+    /// # #[path = "../doc/scalar.rs"] mod scalar;
+    /// use scalar::{ScalarKey, ScalarOp};
+    ///
+    /// let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+    /// let x = b.add_input(ScalarKey::var(0));
+    /// let a = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+    /// let again = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+    /// let g = b.build();
+    /// let first = g.first_values_by_key().expect("two values share a key");
+    /// assert_eq!((first[x], first[a], first[again]), (x, a, a));
+    /// ```
+    pub fn first_values_by_key(&self) -> Option<IdVec<LocalValueId, LocalValueId>> {
+        let keys = self.value_key.raw();
+        if keys.windows(2).all(|w| w[0] < w[1]) {
+            return None;
+        }
+        // The graph's own key index (first local value per key), shared with `find_key`.
+        let index = self.value_index();
+        Some(keys.iter().map(|&k| index.get(k).expect("every key of the graph is indexed")).collect())
+    }
+
     pub(crate) fn operation_key(&self, op: LocalOperationId) -> OperationKey<Op> {
         let output_count = self.ops[op].output_count();
         // An operation without outputs has no first output key; any id serves, since

@@ -307,15 +307,6 @@ impl<I: Id, T: Clone> IdVec<I, T> {
     pub fn from_elem(value: T, n: usize) -> Self {
         IdVec { raw: vec![value; n], _id: PhantomData }
     }
-
-    /// Appends clones of `items` (a copy of the block when `T` is `Copy`).
-    ///
-    /// # Panics
-    /// When the column would exceed the id space.
-    pub(crate) fn extend_from_slice(&mut self, items: &[T]) {
-        self.raw.extend_from_slice(items);
-        assert!(self.raw.len() <= I::MAX_INDEX + 1, "column exceeds the u32 id space");
-    }
 }
 
 impl<I: Id, T> Default for IdVec<I, T> {
@@ -431,11 +422,6 @@ impl<T> ListPool<T> {
         self.starts[list] as usize
     }
 
-    /// Where each list starts among the items, then where the last ends (`len() + 1` entries).
-    pub(crate) fn starts(&self) -> &[u32] {
-        &self.starts
-    }
-
     #[inline(always)]
     pub(crate) fn get(&self, list: usize) -> &[T] {
         &self.items[self.starts[list] as usize..self.starts[list + 1] as usize]
@@ -443,24 +429,6 @@ impl<T> ListPool<T> {
 
     pub(crate) fn items(&self) -> &[T] {
         &self.items
-    }
-
-    /// Appends the lists `lists` of `other`, each item mapped by `f` (one pass over their
-    /// items and one over their offsets); returns false when the `u32` offsets overflow.
-    pub(crate) fn extend_mapped<U>(
-        &mut self,
-        other: &ListPool<U>,
-        lists: std::ops::Range<usize>,
-        f: impl FnMut(&U) -> T,
-    ) -> bool {
-        let (from, to) = (other.starts[lists.start] as usize, other.starts[lists.end] as usize);
-        if u32::try_from(self.items.len() + (to - from)).is_err() {
-            return false;
-        }
-        let shift = (self.items.len() as u32).wrapping_sub(from as u32);
-        self.items.extend(other.items[from..to].iter().map(f));
-        self.starts.extend(other.starts[lists.start + 1..=lists.end].iter().map(|&s| s.wrapping_add(shift)));
-        true
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {

@@ -40,7 +40,7 @@ impl<V: Copy> KeyMap<V> {
     }
 
     /// The value of `key`.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn get(&self, key: KeyId) -> Option<V> {
         match &self.repr {
             Repr::Dense { base, slots, .. } => slots.get(key.index().wrapping_sub(*base)).copied().flatten(),
@@ -49,7 +49,7 @@ impl<V: Copy> KeyMap<V> {
     }
 
     /// Hints that the entry of `key` will be accessed soon (dense maps only).
-    #[inline(always)]
+    #[inline]
     pub(crate) fn prefetch(&self, key: KeyId) {
         if let Repr::Dense { base, slots, .. } = &self.repr {
             crate::prefetch::prefetch_entry(slots, key.index().wrapping_sub(*base));
@@ -57,13 +57,13 @@ impl<V: Copy> KeyMap<V> {
     }
 
     /// Whether `key` has a value.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn contains(&self, key: KeyId) -> bool {
         self.get(key).is_some()
     }
 
     /// Sets the value of `key`, returning the previous one.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn insert(&mut self, key: KeyId, value: V) -> Option<V> {
         if let Repr::Dense { base, slots, len } = &mut self.repr {
             if let Some(slot) = slots.get_mut(key.index().wrapping_sub(*base)) {
@@ -80,7 +80,7 @@ impl<V: Copy> KeyMap<V> {
     }
 
     /// Sets the value of `key` unless it has one; returns whether it was inserted.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn insert_if_absent(&mut self, key: KeyId, value: V) -> bool {
         if self.contains(key) {
             return false;

@@ -54,7 +54,6 @@ mod dispatch;
 mod dump;
 mod error;
 mod eval;
-mod fragment;
 mod graph;
 mod hugepages;
 mod id;
@@ -78,13 +77,12 @@ pub use compile::{CompiledProgram, compile, try_compile};
 pub use dataflow::DATAFLOW_MIN_MEAN_COST;
 pub use error::{GraphError, GraphResult};
 pub use eval::EvalState;
-pub use fragment::try_materialize_fragment;
 pub use graph::{Graph, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
 pub use id::{Id, IdVec, KeyId, OperationKeyId};
 pub use key::{KeyInterner, OperationKey, ValueKey};
 pub use materialize::{
     MaterializedGraph, MaterializedOperation, MaterializedValueDef, OperationId, ValueId, materialize_merge,
-    try_materialize_merge,
+    try_materialize_fragment, try_materialize_merge,
 };
 pub use operation::{EvaluableGraphOperation, GraphOperation, OperationRole, Outputs};
 pub use resolve::{ResolvedView, Resolver, ValueDef, resolve, resolve_with, try_resolve, try_resolve_with};

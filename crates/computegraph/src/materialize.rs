@@ -12,13 +12,11 @@
 //! - `externals()` lists every external value once, in key-interning order, after the inputs, and
 //!   `external_keys()` is parallel to it (only [`try_materialize_fragment`] makes them).
 //!
-//! [`try_materialize_fragment`] (`fragment.rs`) runs the same two phases over one graph
-//! alone, without its parents: a derived key the graph reads from another graph is not
-//! followed but becomes an *external value*, one the result reads from outside, named by its
-//! key and bound at evaluation like an input. That is how a fragment that reads values
-//! computed elsewhere (a transposed linear map reading primal values) compiles on its own.
-//!
-//! [`try_materialize_fragment`]: crate::try_materialize_fragment
+//! [`try_materialize_fragment`] runs the same two phases over one graph alone, without its
+//! parents: a derived key the graph reads from another graph is not followed but becomes an
+//! *external value*, one the result reads from outside, named by its key and bound at
+//! evaluation like an input. That is how a fragment that reads values computed elsewhere
+//! (a transposed linear map reading primal values) compiles on its own.
 //!
 //! Algorithm, in two phases, both iterative (no recursion, so any depth works on any stack):
 //! 1. *Mark*: from the outputs, sweep each fragment's values in reverse local order,
@@ -141,7 +139,7 @@ pub enum MaterializedValueDef<'a, Op: GraphOperation> {
     /// A graph input.
     Input(&'a Op::InputKey),
     /// An external value: a derived value the materialized fragment reads from another graph
-    /// ([`try_materialize_fragment`](crate::try_materialize_fragment)), bound by key at evaluation.
+    /// ([`try_materialize_fragment`]), bound by key at evaluation.
     External(&'a ValueKey<Op>),
     /// Output `output_slot` of an operation.
     Output {
@@ -226,7 +224,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub fn input_keys(&self) -> &[Op::InputKey] {
         &self.input_keys
     }
-    /// External values (derived values read from outside, see [`try_materialize_fragment`](crate::try_materialize_fragment)),
+    /// External values (derived values read from outside, see [`try_materialize_fragment`]),
     /// in the order `eval` expects them after the inputs. Empty for `materialize_merge`.
     pub fn externals(&self) -> &[ValueId] {
         &self.externals
@@ -380,18 +378,63 @@ pub fn try_materialize_merge<Op: GraphOperation>(
     materialize(view, outputs, Undefined::Error)
 }
 
+/// Materializes one graph on its own: the part of `graph` reachable from `outputs`,
+/// deduplicated and ordered as [`try_materialize_merge`] does, without reading its
+/// parents. A derived key the graph reads from another graph (or an output key it does not
+/// define) becomes an *external value*: an input of the result named by its [`ValueKey`]
+/// ([`MaterializedGraph::external_keys`]), which [`compile`](crate::compile) places after the
+/// inputs and evaluation binds by key
+/// ([`CompiledProgram::bind_inputs_and_externals`](crate::CompiledProgram::bind_inputs_and_externals)).
+///
+/// This is how a fragment that reads values computed elsewhere runs on its own, given
+/// those values: a transposed linear map, say, whose primal values an eager runtime holds.
+///
+/// ```
+/// use std::sync::Arc;
+/// use computegraph::{
+///     compile, try_materialize_fragment, GraphBuilder, OperationRole::Primary,
+///     ValueRef::{External, Local},
+/// };
+/// # #[path = "../doc/scalar.rs"] mod scalar;
+/// use scalar::{ScalarKey, ScalarOp};
+///
+/// // `s = sin x` in one graph; `y = s · t` in another, which reads `s` by key.
+/// let mut a = GraphBuilder::<ScalarOp>::new();
+/// let x = a.add_input(ScalarKey::var(0));
+/// let s = a.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+/// let first = Arc::new(a.build());
+/// let s_key = first.global_key(s);
+/// let mut b = GraphBuilder::<ScalarOp>::new();
+/// b.add_parent(first.clone());
+/// let t = b.add_input(ScalarKey::var(1));
+/// let y = b.add_operation(ScalarOp::Mul, vec![External(s_key.clone()), Local(t)], Primary)[0];
+/// let second = Arc::new(b.build());
+///
+/// // Alone, the second graph reads `s` from outside: no `sin`, no `x`.
+/// let m = try_materialize_fragment(&second, &[second.global_key(y)]).unwrap();
+/// assert_eq!((m.operation_count(), m.input_keys(), m.external_keys()), (1, &[ScalarKey::var(1)][..], &[s_key.clone()][..]));
+/// let program = compile(&m);
+/// let inputs = program.bind_inputs_and_externals(|_| Some(&2.0), |k| (*k == s_key).then_some(&0.5)).unwrap();
+/// assert_eq!(program.eval(&mut (), &inputs), vec![1.0]);
+/// ```
+pub fn try_materialize_fragment<Op: GraphOperation>(
+    graph: &Arc<Graph<Op>>,
+    outputs: &[ValueKey<Op>],
+) -> GraphResult<MaterializedGraph<Op>> {
+    materialize(&ResolvedView::alone(Arc::clone(graph)), outputs, Undefined::External)
+}
+
 /// What marking does with a derived key that no graph of the view defines.
 #[derive(Copy, Clone, PartialEq, Eq)]
-pub(crate) enum Undefined {
+enum Undefined {
     /// Reports it ([`GraphError::UnresolvedKey`]): `materialize_merge`.
     Error,
     /// Makes it an external value: `try_materialize_fragment`.
     External,
 }
 
-/// The pass behind both entry points (and [`crate::try_materialize_fragment`]'s general
-/// path): mark from `outputs`, then emit.
-pub(crate) fn materialize<Op: GraphOperation>(
+/// The pass behind both entry points: mark from `outputs`, then emit.
+fn materialize<Op: GraphOperation>(
     view: &ResolvedView<Op>,
     outputs: &[ValueKey<Op>],
     undefined: Undefined,
