@@ -122,7 +122,14 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             // Consumers of every copy of this operation's outputs contributed to the
             // cotangents of its first copy, which is transposed in its place.
             Some(first) if canon.of(first) != first => continue,
-            Some(first) => ct_out.extend(std::iter::once(first).chain(outputs).map(|v| env[v.index()])),
+            Some(first) => {
+                // A loop, not `extend` over a chained iterator (which compiled to an
+                // out-of-line call per operation).
+                ct_out.push(env[first.index()]);
+                for v in outputs {
+                    ct_out.push(env[v.index()]);
+                }
+            }
             None => continue,
         }
         if ct_out.iter().all(Option::is_none) {
