@@ -651,26 +651,27 @@ class PathInfo:
         # opt_einsum's naive loop adds once more when a label is shared by operands.
         shared = sum(len(set(t)) for t in inputs) > len(self.indices)
         self.naive_cost = _flops(self.size_dict, self.size_dict, shared, len(inputs))
-        costs = [_flops(set(a) | set(b), self.size_dict, (set(a) | set(b)) - set(r), 1 if i == j else 2) for ((i, j), (a, b, r), _, _) in steps]
-        # Without steps (one operand, relabelled) the whole loop is the one step.
-        self.opt_cost = sum(costs) if steps else self.naive_cost
-        self.speedup = self.naive_cost / self.opt_cost if self.opt_cost else 1.0
         self.largest_intermediate = max((s[2] for s in steps), default=0.0)
         self.size_list = [s[2] for s in steps]
-        self.scale_list = [len(set(a) | set(b)) for (_, (a, b, _), _, _) in steps]
-        self.contraction_list = []
+        self.scale_list, self.contraction_list, costs = [], [], []
         remaining = list(inputs)
         for (i, j), (a, b, r), _, _ in steps:
+            both, common = set(a) | set(b), set(a) & set(b)
+            removed = frozenset(both - set(r))
+            costs.append(_flops(both, self.size_dict, removed, 1 if i == j else 2))
+            self.scale_list.append(len(both))
             for p in sorted({i, j}, reverse=True):
                 del remaining[p]
             remaining.append(r)
-            removed = frozenset((set(a) | set(b)) - set(r))
             spec = f"{a}->{r}" if i == j else f"{a},{b}->{r}"
             # A matrix product: labels summed away, each in both operands, none repeated,
             # and no batch label (kept, in both).
-            product = i != j and len(set(a)) == len(a) and len(set(b)) == len(b) and not set(a) & set(b) & set(r)
-            blas = "GEMM" if removed and product and removed <= set(a) & set(b) else False
+            product = i != j and len(set(a)) == len(a) and len(set(b)) == len(b) and not common & set(r)
+            blas = "GEMM" if removed and product and removed <= common else False
             self.contraction_list.append((tuple(sorted({i, j}, reverse=True)), removed, spec, tuple(remaining), blas))
+        # Without steps (one operand, relabelled) the whole loop is the one step.
+        self.opt_cost = sum(costs) if steps else self.naive_cost
+        self.speedup = self.naive_cost / self.opt_cost if self.opt_cost else 1.0
         self.sliced_inds = list(sliced_inds)
         self.n_slices = n_slices
         self.slicing_overhead = slicing_overhead
