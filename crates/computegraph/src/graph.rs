@@ -297,6 +297,30 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
     }
 }
 
+/// A [`Graph`] in which no two local values share a key, from [`Graph::distinct_keys`]
+/// (the only way to make one). It is its own deduplicated form: each key is one local
+/// value, so a column over local values is a column over keys, with local ids in
+/// topological order. It dereferences to the graph.
+#[derive(Debug)]
+pub struct DistinctKeys<'g, Op: GraphOperation> {
+    graph: &'g Graph<Op>,
+}
+
+impl<Op: GraphOperation> Clone for DistinctKeys<'_, Op> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<Op: GraphOperation> Copy for DistinctKeys<'_, Op> {}
+
+impl<Op: GraphOperation> std::ops::Deref for DistinctKeys<'_, Op> {
+    type Target = Graph<Op>;
+    fn deref(&self) -> &Graph<Op> {
+        self.graph
+    }
+}
+
 impl<Op: GraphOperation> Graph<Op> {
     pub(crate) fn empty(interner: Arc<KeyInterner<Op>>) -> Self {
         Graph {
@@ -411,35 +435,47 @@ impl<Op: GraphOperation> Graph<Op> {
         self.value_key[value]
     }
 
-    /// For every local value, the first local value with the same global key; `None` when
-    /// no two values share a key because keys strictly increase with local ids (as they
-    /// mostly do in a graph built in one go: one scan, no table).
+    /// This graph as its own deduplicated form, or `None` if two of its local values share
+    /// a key.
     ///
     /// Two values share a key when the same operation was added twice, or added again
-    /// after an identical one elsewhere made its key first. Passes that keep one entry per
-    /// key (the transpose's cotangents) keep it at the first value.
+    /// after an identical one elsewhere made its key first. Without that, every key is one
+    /// local value, as every key is one value of a
+    /// [`MaterializedGraph`](crate::MaterializedGraph), and a pass that keeps one entry
+    /// per key (the transpose's cotangents) can keep it per local value. With it, such a
+    /// pass reads the graph's materialization
+    /// ([`try_materialize_fragment`](crate::try_materialize_fragment)), where
+    /// materialize's CSE made the copies one value.
+    ///
+    /// Cost: one scan when keys strictly increase with local ids (as they mostly do in a
+    /// graph built in one go); otherwise the graph's key index (built once, shared with
+    /// lookups of keys in this graph) and a scan over it.
     ///
     /// ```
     /// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
     /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarKey, ScalarOp};
     ///
-    /// let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
-    /// let x = b.add_input(ScalarKey::var(0));
-    /// let a = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
-    /// let again = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
-    /// let g = b.build();
-    /// let first = g.first_values_by_key().expect("two values share a key");
-    /// assert_eq!((first[x], first[a], first[again]), (x, a, a));
+    /// let sines = |n: usize| {
+    ///     let mut b = GraphBuilder::<ScalarOp>::with_interner(KeyInterner::new());
+    ///     let x = b.add_input(ScalarKey::var(0));
+    ///     let y: Vec<_> = (0..n).map(|_| b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0]).collect();
+    ///     (b.build(), y)
+    /// };
+    /// let (once, _) = sines(1);
+    /// let (twice, y) = sines(2);
+    /// assert_eq!(twice.key_id(y[0]), twice.key_id(y[1]));
+    /// assert!(once.distinct_keys().is_some() && twice.distinct_keys().is_none());
     /// ```
-    pub fn first_values_by_key(&self) -> Option<IdVec<LocalValueId, LocalValueId>> {
+    pub fn distinct_keys(&self) -> Option<DistinctKeys<'_, Op>> {
         let keys = self.value_key.raw();
-        if keys.windows(2).all(|w| w[0] < w[1]) {
-            return None;
-        }
-        // The graph's own key index (first local value per key), shared with `find_key`.
-        let index = self.value_index();
-        Some(keys.iter().map(|&k| index.get(k).expect("every key of the graph is indexed")).collect())
+        let distinct = keys.windows(2).all(|w| w[0] < w[1]) || {
+            // The graph's own key index (first local value per key): distinct when every
+            // value is the first of its key.
+            let index = self.value_index();
+            self.value_key.iter_enumerated().all(|(v, &k)| index.get(k) == Some(v))
+        };
+        distinct.then_some(DistinctKeys { graph: self })
     }
 
     pub(crate) fn operation_key(&self, op: LocalOperationId) -> OperationKey<Op> {

@@ -77,7 +77,7 @@ pub use compile::{CompiledProgram, compile, try_compile};
 pub use dataflow::DATAFLOW_MIN_MEAN_COST;
 pub use error::{GraphError, GraphResult};
 pub use eval::EvalState;
-pub use graph::{Graph, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
+pub use graph::{DistinctKeys, Graph, LocalOperationId, LocalValueDef, LocalValueId, OperationView, ValueRef};
 pub use id::{Id, IdVec, KeyId, OperationKeyId};
 pub use key::{KeyInterner, OperationKey, ValueKey};
 pub use materialize::{

@@ -9,27 +9,35 @@
 //! order and call each one's transpose rule with the cotangents of its outputs;
 //! contributions to the same key are summed with `Op::add()` operations in role
 //! `Linearized { [true, true] }`.
-//! The environment is a column over `L`'s local values: a key's cotangent lives at the
-//! first local value with that key (its canonical value). Keys of a graph built in one go
-//! usually increase with local ids, and then every value is canonical; otherwise a key map
-//! over `L`'s key range finds the first copies once.
+//!
+//! The walk reads `L` with one value per key, so its environment is a column over values:
+//! - `L` itself when no two of its local values share a key ([`Graph::distinct_keys`]:
+//!   one scan when keys increase with local ids, as in every graph `linearize` builds);
+//! - otherwise `L`'s materialization ([`try_materialize_fragment`]), where materialize's
+//!   CSE made the copies of an operation one operation, and the primal values `L` reads
+//!   are external values. There is no other deduplication here.
 //!
 //! Hard cases, handled here and tested:
 //! - two requested outputs that are the same value (same key): their seeds add up;
 //! - structurally identical operations emitted twice into `L` (same key, two local
-//!   copies): transposed once, at the first copy, so consumers of either copy contribute
-//!   exactly once (both copies have the same canonical value);
+//!   copies): one operation of the materialization, transposed once, so consumers of
+//!   either copy contribute exactly once;
 //! - operations that receive no cotangent (or compute primal constants) are skipped, so
 //!   no work is emitted for unreachable cotangent flow.
 //!
 //! Seed keys are `k.tangent_of(p)` for fresh pass ids `p` (one per seed) and `k` the key of
 //! `L`'s first input, so two transposes of one function never share seeds.
-//! Complexity: `O(linear nodes)` plus the rules' output; no hashing unless `L` has keys
-//! out of local order.
+//! Complexity: `O(linear nodes)` plus the rules' output; no table unless `L` has keys out
+//! of local order, and no copy of `L` unless two of its values share a key.
+//!
+//! [`Graph::distinct_keys`]: computegraph::Graph::distinct_keys
 
 use std::sync::Arc;
 
-use computegraph::{Graph, GraphBuilder, GraphOperation, IdVec, LocalValueId, OperationRole, ValueRef};
+use computegraph::{
+    DistinctKeys, GraphBuilder, Id, LocalValueId, MaterializedGraph, MaterializedOperation, OperationRole,
+    OperationView, ValueId, ValueKey, ValueRef, try_materialize_fragment,
+};
 
 use crate::emit;
 use crate::error::{ADRuleError, ADRuleResult, RuleKind};
@@ -88,51 +96,65 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
     first_pass: DiffPassId,
 ) -> ADRuleResult<LinearizedGraph<Op>> {
     let lg = &linear.graph;
+    let seeds = linear.tangent_outputs.iter().flatten();
+    match lg.distinct_keys() {
+        Some(walked) => walk(linear, ctx, first_pass, &walked, seeds.copied().collect()),
+        None => {
+            let keys: Vec<ValueKey<Op>> = seeds.map(|&v| lg.global_key(v)).collect();
+            let m = Materialized { graph: try_materialize_fragment(lg, &keys)?, linear };
+            walk(linear, ctx, first_pass, &m, m.graph.outputs().to_vec())
+        }
+    }
+}
+
+/// The transpose proper, over `L` read with one value per key (`walked`); `seed_values`
+/// are the walked values of `L`'s non-zero outputs, in order.
+fn walk<Op: Primitive, W: OneValuePerKey<Op>>(
+    linear: &LinearizedGraph<Op>,
+    ctx: &mut Op::ADContext,
+    first_pass: DiffPassId,
+    walked: &W,
+    seed_values: Vec<W::Value>,
+) -> ADRuleResult<LinearizedGraph<Op>> {
+    let lg = &linear.graph;
     let mut builder = GraphBuilder::with_interner(Arc::clone(lg.interner()));
     // The transpose of a linear map has about as many operations as the map.
     builder.reserve(lg.value_count(), lg.operation_count(), 2 * lg.operation_count());
     builder.try_add_parent(Arc::clone(lg))?;
-    let canon = Canonical::new(lg);
-    // Cotangents by canonical local value (one per global key).
-    let mut env: Vec<Option<LocalValueId>> = vec![None; lg.value_count()];
+    // Cotangents by walked value (one per global key).
+    let mut env: Vec<Option<LocalValueId>> = vec![None; walked.value_count()];
 
     // 1. Seeds: one cotangent input per non-zero output.
-    let n_seeds = linear.tangent_outputs.iter().flatten().count();
     let base = lg.input_keys().first().cloned();
-    let mut seeds = Vec::with_capacity(n_seeds);
-    for (j, out) in linear.tangent_outputs.iter().flatten().enumerate() {
+    let mut seeds = Vec::with_capacity(seed_values.len());
+    for (j, out) in seed_values.into_iter().enumerate() {
         let base = base.as_ref().ok_or_else(|| ADRuleError::NonLinear {
-            operation: format!("output {out:?}"),
+            operation: format!("output {:?}", walked.key(out)),
             message: "the linear graph has an output but no input".into(),
         })?;
         let key = base.tangent_of(first_pass + 1 + j as u64);
         let seed = builder.try_add_input(key.clone())?;
         seeds.push((key, seed));
-        accumulate::<Op>(&mut builder, &mut env[canon.of(*out).index()], seed)?;
+        accumulate::<Op>(&mut builder, &mut env[out.index()], seed)?;
     }
 
-    // 2. Reverse topological walk, over the first copy of each key only.
+    // 2. Reverse topological walk.
     let mut ct_out: Vec<Option<LocalValueId>> = Vec::new();
     let mut inputs: Vec<PrimitiveValue<Op>> = Vec::new();
+    // The walked value of each active operand, `None` for the others.
+    let mut active_values: Vec<Option<W::Value>> = Vec::new();
     let mut result: Vec<Option<LocalValueId>> = Vec::new();
-    for op in lg.operations().rev() {
+    for op in walked.operations_rev() {
         ct_out.clear();
-        let mut outputs = op.outputs();
-        match outputs.next() {
-            // Consumers of every copy of this operation's outputs contributed to the
-            // cotangents of its first copy, which is transposed in its place.
-            Some(first) if canon.of(first) != first => continue,
-            Some(first) => {
-                // A loop, not `extend` over a chained iterator (which compiled to an
-                // out-of-line call per operation).
-                ct_out.push(env[first.index()]);
-                for v in outputs {
-                    ct_out.push(env[v.index()]);
-                }
-            }
-            None => continue,
+        let mut any = false;
+        // A loop, not `extend` over a mapped iterator (which compiled to an out-of-line
+        // call per operation).
+        for v in op.outputs() {
+            let ct = env[v.index()];
+            any |= ct.is_some();
+            ct_out.push(ct);
         }
-        if ct_out.iter().all(Option::is_none) {
+        if !any {
             continue;
         }
         let role = op.role();
@@ -144,11 +166,17 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             continue; // a primal constant: no cotangent flows through it
         }
         inputs.clear();
-        inputs.extend(op.inputs().enumerate().map(|(i, r)| match r {
-            ValueRef::Local(_) if !Op::TRANSPOSE_READS_ACTIVE_INPUTS && mask.get(i) == Some(&true) => unknown_operand(),
-            ValueRef::Local(v) => PrimitiveValue::External(lg.global_key(v)),
-            ValueRef::External(k) => PrimitiveValue::External(k),
-        }));
+        active_values.clear();
+        for (i, operand) in op.operands().enumerate() {
+            let active = mask.get(i) == Some(&true);
+            let (input, value) = match operand {
+                Operand::Value(v) if active && !Op::TRANSPOSE_READS_ACTIVE_INPUTS => (unknown_operand(), Some(v)),
+                Operand::Value(v) => (PrimitiveValue::External(walked.key(v)), active.then_some(v)),
+                Operand::External(k) => (PrimitiveValue::External(k), None),
+            };
+            inputs.push(input);
+            active_values.push(value);
+        }
         let operation = op.operation();
         result.clear();
         operation.try_linear_transpose_rule_into(&mut builder, &ct_out, &inputs, role, ctx, &mut result)?;
@@ -160,8 +188,10 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
             });
         }
         let bound = builder.value_count();
-        for ((&ct, input), &active) in result.iter().zip(op.local_inputs()).zip(mask) {
-            let (Some(ct), true) = (ct, active) else { continue };
+        // An active operand is a value of `L` (the graph is linear, checked when built), so
+        // `None` in `active_values` is an inactive operand, whose cotangent is dropped.
+        for (&ct, &input) in result.iter().zip(&active_values) {
+            let (Some(ct), Some(input)) = (ct, input) else { continue };
             if ct.index() >= bound {
                 return Err(ADRuleError::RuleContract {
                     operation: format!("{operation:?}"),
@@ -169,39 +199,140 @@ pub(crate) fn transpose_in_passes<Op: Primitive>(
                     message: format!("returned {ct:?}, which the builder did not produce"),
                 });
             }
-            // An active operand is a local value (the graph is linear, checked when built).
-            let input = input.expect("an active operand of a linear graph is local");
-            accumulate::<Op>(&mut builder, &mut env[canon.of(input).index()], ct)?;
+            accumulate::<Op>(&mut builder, &mut env[input.index()], ct)?;
         }
     }
 
-    // 3. Outputs: the cotangent of each input of the linear map.
+    // 3. Outputs: the cotangent of each input of the linear map (none for an input the
+    // walked graph does not hold: no output reaches it).
     let tangent_outputs: Vec<Option<LocalValueId>> =
-        linear.tangent_inputs.iter().map(|(_, v)| env[canon.of(*v).index()]).collect();
+        linear.tangent_inputs.iter().map(|&(_, v)| env[walked.input(v)?.index()]).collect();
     builder.try_set_outputs(tangent_outputs.iter().flatten().copied().collect())?;
     let transposed = LinearizedGraph::from_parts(Arc::new(builder.try_build()?), seeds, tangent_outputs, first_pass);
     transposed.check_linear()?;
     Ok(transposed)
 }
 
-/// The first local value of the linear graph with each value's global key: cotangents are
-/// kept once per key, at that value ([`Graph::first_values_by_key`]; `None` is the
-/// identity, the usual case of a graph built in one go).
-struct Canonical {
-    first: Option<IdVec<LocalValueId, LocalValueId>>,
+/// A linear graph read with one value per key: what the transpose walks.
+trait OneValuePerKey<Op: Primitive> {
+    /// Its value ids, dense from zero.
+    type Value: Id;
+    /// One of its operations.
+    type Operation<'a>: LinearOperation<Op, Value = Self::Value>
+    where
+        Self: 'a;
+    /// Number of values.
+    fn value_count(&self) -> usize;
+    /// The operations in reverse topological order.
+    fn operations_rev(&self) -> impl Iterator<Item = Self::Operation<'_>>;
+    /// The global key of a value.
+    fn key(&self, v: Self::Value) -> ValueKey<Op>;
+    /// The value of input `v` of `L`, if the walked graph holds it.
+    fn input(&self, v: LocalValueId) -> Option<Self::Value>;
 }
 
-impl Canonical {
-    fn new<Op: GraphOperation>(lg: &Graph<Op>) -> Self {
-        Canonical { first: lg.first_values_by_key() }
-    }
+/// One operation of a [`OneValuePerKey`] graph.
+trait LinearOperation<Op: Primitive> {
+    /// The graph's value ids.
+    type Value: Id;
+    /// The operation.
+    fn operation(&self) -> &Op;
+    /// Its role.
+    fn role(&self) -> &OperationRole;
+    /// Its outputs.
+    fn outputs(&self) -> impl Iterator<Item = Self::Value>;
+    /// Its operands, in order.
+    fn operands(&self) -> impl Iterator<Item = Operand<Self::Value, Op>>;
+}
 
-    #[inline]
-    fn of(&self, v: LocalValueId) -> LocalValueId {
-        match &self.first {
-            None => v,
-            Some(first) => first[v],
-        }
+/// An operand: a value of the walked graph, or a key it reads from outside.
+enum Operand<V, Op: Primitive> {
+    Value(V),
+    External(ValueKey<Op>),
+}
+
+/// `L` itself: no two of its local values share a key.
+impl<Op: Primitive> OneValuePerKey<Op> for DistinctKeys<'_, Op> {
+    type Value = LocalValueId;
+    type Operation<'a>
+        = OperationView<'a, Op>
+    where
+        Self: 'a;
+    fn value_count(&self) -> usize {
+        (**self).value_count()
+    }
+    fn operations_rev(&self) -> impl Iterator<Item = OperationView<'_, Op>> {
+        self.operations().rev()
+    }
+    fn key(&self, v: LocalValueId) -> ValueKey<Op> {
+        self.global_key(v)
+    }
+    fn input(&self, v: LocalValueId) -> Option<LocalValueId> {
+        Some(v)
+    }
+}
+
+impl<Op: Primitive> LinearOperation<Op> for OperationView<'_, Op> {
+    type Value = LocalValueId;
+    fn operation(&self) -> &Op {
+        OperationView::operation(self)
+    }
+    fn role(&self) -> &OperationRole {
+        OperationView::role(self)
+    }
+    fn outputs(&self) -> impl Iterator<Item = LocalValueId> {
+        OperationView::outputs(self)
+    }
+    fn operands(&self) -> impl Iterator<Item = Operand<LocalValueId, Op>> {
+        self.inputs().map(|r| match r {
+            ValueRef::Local(v) => Operand::Value(v),
+            ValueRef::External(k) => Operand::External(k),
+        })
+    }
+}
+
+/// `L`'s materialization: the copies of one key are one value.
+struct Materialized<'l, Op: Primitive> {
+    graph: MaterializedGraph<Op>,
+    linear: &'l LinearizedGraph<Op>,
+}
+
+impl<Op: Primitive> OneValuePerKey<Op> for Materialized<'_, Op> {
+    type Value = ValueId;
+    type Operation<'a>
+        = MaterializedOperation<'a, Op>
+    where
+        Self: 'a;
+    fn value_count(&self) -> usize {
+        self.graph.value_count()
+    }
+    fn operations_rev(&self) -> impl Iterator<Item = MaterializedOperation<'_, Op>> {
+        self.graph.operations().rev()
+    }
+    fn key(&self, v: ValueId) -> ValueKey<Op> {
+        self.graph.value_key(v)
+    }
+    fn input(&self, v: LocalValueId) -> Option<ValueId> {
+        // The materialization's inputs are in key order.
+        let key = self.linear.graph.key_id(v);
+        let inputs = self.graph.inputs();
+        inputs.binary_search_by_key(&key, |&i| self.graph.key_id(i)).ok().map(|at| inputs[at])
+    }
+}
+
+impl<Op: Primitive> LinearOperation<Op> for MaterializedOperation<'_, Op> {
+    type Value = ValueId;
+    fn operation(&self) -> &Op {
+        MaterializedOperation::operation(self)
+    }
+    fn role(&self) -> &OperationRole {
+        MaterializedOperation::role(self)
+    }
+    fn outputs(&self) -> impl Iterator<Item = ValueId> {
+        MaterializedOperation::outputs(self)
+    }
+    fn operands(&self) -> impl Iterator<Item = Operand<ValueId, Op>> {
+        self.inputs().iter().map(|&v| Operand::Value(v))
     }
 }
 
@@ -223,37 +354,4 @@ fn accumulate<Op: Primitive>(
 /// How many pass ids a transpose of `linear` uses: its own, and one per seed.
 pub(crate) fn seed_pass_count<Op: Primitive>(linear: &LinearizedGraph<Op>) -> u64 {
     linear.tangent_outputs.iter().flatten().count() as u64 + 1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::doc_scalar::{ScalarKey, ScalarOp};
-    use computegraph::KeyInterner;
-
-    fn neg(b: &mut GraphBuilder<ScalarOp>, v: LocalValueId) -> LocalValueId {
-        b.add_operation(ScalarOp::Neg, vec![ValueRef::Local(v)], OperationRole::all_active(1))[0]
-    }
-
-    #[test]
-    fn canonical_values_are_the_first_local_value_of_each_key() {
-        let interner = KeyInterner::new();
-        // Fresh keys increase with local ids: the identity, without a table.
-        let mut b = GraphBuilder::with_interner(interner.clone());
-        let t = b.add_input(ScalarKey::var(0));
-        neg(&mut b, t);
-        let g = b.build();
-        assert!(Canonical::new(&g).first.is_none());
-        // Keys out of local order (the second neg's key existed already), one repeated.
-        let mut b = GraphBuilder::with_interner(interner);
-        let t = b.add_input(ScalarKey::var(0));
-        let e = b.add_operation(ScalarOp::Exp, vec![ValueRef::Local(t)], OperationRole::all_active(1))[0];
-        let a2 = neg(&mut b, t);
-        let a3 = neg(&mut b, t);
-        let g = b.build();
-        assert!(g.key_id(e) > g.key_id(a2) && g.key_id(a2) == g.key_id(a3));
-        let c = Canonical::new(&g);
-        assert!(c.first.is_some());
-        assert_eq!([t, e, a2, a3].map(|v| c.of(v)), [t, e, a2, a2]);
-    }
 }

@@ -4,11 +4,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use computegraph::{OperationRole, ValueRef, materialize_merge, resolve};
+use computegraph::{LocalValueId, OperationRole, ValueRef, materialize_merge, resolve};
 use scalar::{ScalarKey, ScalarOp};
 use tidu::{
     ADRuleError, LinearizedGraph, fresh_pass_id, linear_transpose, linearize, linearize_with, try_linearize, vjp,
 };
+
+use proptest::prelude::*;
 
 use crate::support::{builder, count_ops, eval, op};
 
@@ -47,6 +49,164 @@ fn identical_operations_emitted_twice_are_transposed_once() {
     assert_eq!(count_ops(t.graph(), ScalarOp::Neg), 1, "{}", t.graph());
     let values = HashMap::from([(t.tangent_inputs()[0].0.clone(), 1.0)]);
     assert_eq!(eval(&t, &values), vec![Some(-2.0)]);
+}
+
+/// One operation of a random linear map over tangents `t0..tk`, by position among the
+/// values made so far.
+#[derive(Clone, Debug)]
+enum LinearStep {
+    Add(usize, usize),
+    Neg(usize),
+    /// Times a primal constant (a `Primary` operation of `L`).
+    Scale(usize, i8),
+    /// Emits an earlier step again: a second local copy of its key.
+    Again(usize),
+}
+
+fn linear_step() -> impl Strategy<Value = LinearStep> {
+    prop_oneof![
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| LinearStep::Add(a, b)),
+        any::<usize>().prop_map(LinearStep::Neg),
+        (any::<usize>(), -3i8..=3).prop_map(|(a, c)| LinearStep::Scale(a, c)),
+        any::<usize>().prop_map(LinearStep::Again),
+    ]
+}
+
+/// Builds `L` from `steps` (on `interner`, which may know some of its keys already) and
+/// its Jacobian: per value, its coefficient on each tangent input.
+fn linear_map(
+    interner: &Arc<computegraph::KeyInterner<ScalarOp>>,
+    tangents: usize,
+    steps: &[LinearStep],
+    outputs: &[usize],
+) -> (LinearizedGraph<ScalarOp>, Vec<Vec<f64>>) {
+    let mut b = computegraph::GraphBuilder::with_interner(Arc::clone(interner));
+    let mut values = Vec::new();
+    let mut rows: Vec<Vec<f64>> = Vec::new();
+    let mut tangent_inputs = Vec::new();
+    for i in 0..tangents {
+        let key = ScalarKey::var(100 + i as u32);
+        let v = b.add_input(key.clone());
+        tangent_inputs.push((key, v));
+        values.push(v);
+        rows.push((0..tangents).map(|j| f64::from(u8::from(i == j))).collect());
+    }
+    let active = |n| OperationRole::Linearized { active_mask: vec![true; n] };
+    // The steps as emitted (an `Again` resolved to the step it repeats).
+    let mut emitted: Vec<LinearStep> = Vec::new();
+    for step in steps {
+        let n = values.len();
+        let step = match step {
+            LinearStep::Again(i) if !emitted.is_empty() => emitted[i % emitted.len()].clone(),
+            LinearStep::Again(i) => LinearStep::Neg(*i),
+            other => other.clone(),
+        };
+        let (v, row) = match step {
+            LinearStep::Add(a, c) => {
+                let (a, c) = (a % n, c % n);
+                let v = b.add_operation(
+                    ScalarOp::Add,
+                    vec![ValueRef::Local(values[a]), ValueRef::Local(values[c])],
+                    active(2),
+                )[0];
+                (v, rows[a].iter().zip(&rows[c]).map(|(x, y)| x + y).collect())
+            }
+            LinearStep::Neg(a) => {
+                let a = a % n;
+                let v = b.add_operation(ScalarOp::Neg, vec![ValueRef::Local(values[a])], active(1))[0];
+                (v, rows[a].iter().map(|x| -x).collect())
+            }
+            LinearStep::Scale(a, c) => {
+                let a = a % n;
+                let k = b.add_operation(ScalarOp::constant(f64::from(c)), vec![], OperationRole::Primary)[0];
+                let role = OperationRole::Linearized { active_mask: vec![true, false] };
+                let v = b.add_operation(ScalarOp::Mul, vec![ValueRef::Local(values[a]), ValueRef::Local(k)], role)[0];
+                (v, rows[a].iter().map(|x| x * f64::from(c)).collect())
+            }
+            LinearStep::Again(_) => unreachable!("resolved above"),
+        };
+        // Positions stay those of the steps' own values (a constant is not one).
+        emitted.push(match step {
+            LinearStep::Add(a, c) => LinearStep::Add(a % n, c % n),
+            LinearStep::Neg(a) => LinearStep::Neg(a % n),
+            LinearStep::Scale(a, c) => LinearStep::Scale(a % n, c),
+            LinearStep::Again(_) => unreachable!(),
+        });
+        values.push(v);
+        rows.push(row);
+    }
+    let outs: Vec<usize> = outputs.iter().map(|o| o % values.len()).collect();
+    let g = Arc::new(b.build());
+    let lin = LinearizedGraph::try_new(g, tangent_inputs, outs.iter().map(|&o| Some(values[o])).collect()).unwrap();
+    (lin, outs.iter().map(|&o| rows[o].clone()).collect())
+}
+
+/// A graph of the constants `Scale` uses, in reverse order: a linear map built after it
+/// on the same interner meets their keys out of local order.
+fn constants_in_reverse(interner: &Arc<computegraph::KeyInterner<ScalarOp>>) -> computegraph::Graph<ScalarOp> {
+    let mut b = computegraph::GraphBuilder::with_interner(Arc::clone(interner));
+    for c in (-3i8..=3).rev() {
+        b.add_operation(ScalarOp::constant(f64::from(c)), vec![], OperationRole::Primary);
+    }
+    b.build()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The transpose of a random linear map is its Jacobian's transpose, whether `L` is
+    /// walked as built (distinct keys, in local order or not) or through its
+    /// materialization (copies of an operation, from `Again` steps).
+    #[test]
+    fn transpose_is_the_jacobian_transpose_with_or_without_copies(
+        tangents in 1usize..4,
+        steps in proptest::collection::vec(linear_step(), 1..24),
+        outputs in proptest::collection::vec(any::<usize>(), 1..4),
+        constants_first in any::<bool>(),
+    ) {
+        // Constants interned by an earlier graph, in reverse order: `L` meets their keys
+        // out of local order.
+        let interner = computegraph::KeyInterner::new();
+        let _constants = constants_first.then(|| constants_in_reverse(&interner));
+        let (lin, jacobian) = linear_map(&interner, tangents, &steps, &outputs);
+        let t = linear_transpose(&lin);
+        // Row j of the Jacobian is the transpose applied to seed e_j.
+        for (j, row) in jacobian.iter().enumerate() {
+            let values: HashMap<ScalarKey, f64> = t.tangent_inputs().iter().enumerate()
+                .map(|(i, (k, _))| (k.clone(), f64::from(u8::from(i == j)))).collect();
+            let got = eval(&t, &values);
+            prop_assert_eq!(got.len(), tangents);
+            for (i, (g, want)) in got.iter().zip(row).enumerate() {
+                let g = g.unwrap_or(0.0);
+                prop_assert!((g - want).abs() <= 1e-9 * want.abs().max(1.0), "d out{} / d t{}: {} != {}\n{}", j, i, g, want, lin.graph());
+            }
+        }
+    }
+}
+
+/// The generator above makes the three kinds of linear map: distinct keys in local order,
+/// distinct keys out of order, and copies (which take the materialized path).
+#[test]
+fn random_linear_maps_have_copies_and_distinct_keys() {
+    let interner = computegraph::KeyInterner::new();
+    let _constants = constants_in_reverse(&interner);
+    let plain = [LinearStep::Neg(0), LinearStep::Add(0, 1)];
+    let scaled = [LinearStep::Scale(0, 2), LinearStep::Scale(1, -1)];
+    let copied = [LinearStep::Neg(0), LinearStep::Again(0), LinearStep::Add(1, 2)];
+    let (a, ja) = linear_map(&interner, 1, &plain, &[2]);
+    let (s, js) = linear_map(&interner, 1, &scaled, &[2]);
+    let (b, jb) = linear_map(&interner, 1, &copied, &[3]);
+    let in_order = |l: &LinearizedGraph<ScalarOp>| {
+        let g = l.graph();
+        (1..g.value_count()).all(|v| g.key_id(LocalValueId::new(v - 1)) < g.key_id(LocalValueId::new(v)))
+    };
+    assert!(in_order(&a) && a.graph().distinct_keys().is_some());
+    assert!(!in_order(&s) && s.graph().distinct_keys().is_some(), "{}", s.graph());
+    assert!(b.graph().distinct_keys().is_none(), "{}", b.graph());
+    assert_eq!((ja, js, jb), (vec![vec![0.0]], vec![vec![-2.0]], vec![vec![-2.0]]));
+    // -t + -t, transposed: the copy is one operation of the materialization.
+    let t = linear_transpose(&b);
+    assert_eq!(count_ops(t.graph(), ScalarOp::Neg), 1, "{}", t.graph());
 }
 
 #[test]

@@ -149,6 +149,39 @@ proptest! {
             prop_assert!(err.contains(&format!("{first:?}")), "{}", err);
         }
     }
+
+    /// `Graph::distinct_keys` holds exactly when no two local values share a key, whether
+    /// keys increase with local ids or not: before the spec, a graph on the same interner
+    /// adds the spec's nodes that read inputs only, in reverse order, so that the spec's
+    /// graphs meet those keys out of order.
+    #[test]
+    fn distinct_keys_holds_exactly_when_no_key_repeats(spec in spec_strategy(), fragments in 1usize..=4) {
+        use computegraph::GraphOperation;
+        let mut leaves = scalar::spec::GraphSpec { inputs: spec.inputs, ..Default::default() };
+        let mut at = 0;
+        let mut reads_inputs = Vec::new();
+        for op in &spec.ops {
+            let args = &spec.args[at..at + op.input_count()];
+            at += args.len();
+            if args.iter().all(|&a| a < spec.inputs) {
+                reads_inputs.push((*op, args));
+            }
+        }
+        for (op, args) in reads_inputs.into_iter().rev() {
+            leaves.push(op, args);
+        }
+        let interner = fresh();
+        let first = leaves.build(&interner, 1).unwrap();
+        let built = spec.build(&interner, fragments).unwrap();
+        for g in first.graphs.iter().chain(&built.graphs) {
+            let mut keys: Vec<_> = (0..g.value_count()).map(|v| g.key_id(computegraph::LocalValueId::new(v))).collect();
+            let in_order = keys.windows(2).all(|w| w[0] < w[1]);
+            keys.sort();
+            keys.dedup();
+            let distinct = keys.len() == g.value_count();
+            prop_assert_eq!(g.distinct_keys().is_some(), distinct, "keys in local order: {}", in_order);
+        }
+    }
 }
 
 /// Property 10 on the benchmark shapes (larger than the proptest specs).
