@@ -7,6 +7,8 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
 - :func:`contract_path` (``opt_einsum.contract_path``): the path and a cost report;
 - :func:`contract_expression` (``opt_einsum.contract_expression``): compile once for fixed
   shapes, call many times, with ``value_and_grad`` and ``hvp``;
+- :func:`shared_intermediates` (``opt_einsum.shared_intermediates``): a context in which
+  contractions reuse each other's intermediate results;
 - :func:`get_symbol` (``opt_einsum.get_symbol``): the label characters that the interleaved
   form ``contract(a, [0, 1], b, [1, 2])`` maps its labels to;
 - :mod:`cgx.graph` (``cgx.graph.Graph``): the scalar graph engine, built in batches,
@@ -21,7 +23,17 @@ See ``docs/guide-python.md`` in the repository.
 """
 
 from . import _core, graph
-from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol
+from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol, shared_intermediates
 
-__all__ = ["graph", "contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "get_symbol", "_core"]
+__all__ = [
+    "graph",
+    "contract",
+    "contract_path",
+    "contract_expression",
+    "ContractExpression",
+    "PathInfo",
+    "get_symbol",
+    "shared_intermediates",
+    "_core",
+]
 __version__ = "0.1.0"

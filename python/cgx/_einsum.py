@@ -43,9 +43,18 @@ import operator
 import os
 from collections.abc import Sequence
 
-from . import _core
+from . import _core, _sharing
+from ._sharing import shared_intermediates
 
-__all__ = ["contract", "contract_path", "contract_expression", "ContractExpression", "PathInfo", "get_symbol"]
+__all__ = [
+    "contract",
+    "contract_path",
+    "contract_expression",
+    "ContractExpression",
+    "PathInfo",
+    "get_symbol",
+    "shared_intermediates",
+]
 
 
 def _physical_memory() -> float:
@@ -393,6 +402,10 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
             if name not in _NUMPY_KWARGS:
                 raise TypeError(f"contract() got an unexpected keyword argument {name!r}")
         return _contract_numpy_kwargs(eq, operands, optimize, memory_limit, sliced, **kwargs)
+    if _sharing.ACTIVE and memory_limit is None and sliced is None:
+        cache = _sharing.current()
+        if cache is not None:
+            return _contract_shared(cache, eq, operands, optimize)
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         if _engine_dtypes(operands):  # the common case, without a further call
             return _core.contract(eq, operands)
@@ -400,6 +413,14 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     shapes = [_shape_of(x, False) for x in operands]
     limit = _memory_limit(memory_limit, shapes)
     return _contract_typed(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
+
+
+def _contract_shared(cache, eq, operands, optimize):
+    """``contract`` inside ``shared_intermediates``: step by step, each step's result
+    taken from ``cache`` or computed and kept (``_sharing.run``)."""
+    shapes = [_shape_of(x, False) for x in operands]
+    expr = _core.Expression(eq, [list(s) for s in shapes], _find_path(eq, shapes, optimize, None))
+    return _sharing.run(cache, expr, operands, _contract_typed)
 
 
 # numpy's keywords. `contract` takes them as `**kwargs`, so that a call without them, the
@@ -803,10 +824,31 @@ class ContractExpression(_core.Expression):
 
                 dtype = np.result_type(*[_dtype_of(x) for x in arrays], out.dtype)
                 arrays = tuple(np.asarray(x).astype(dtype, copy=False) for x in arrays)
-            return _finish(super().__call__(*arrays) if _engine_dtypes(arrays) else self._typed(arrays), arrays, out, "K", "safe")
+            return _finish(self._call(arrays), arrays, out, "K", "safe")
+        if _sharing.ACTIVE:
+            return self._call(arrays)
         if _engine_dtypes(arrays):
             return super().__call__(*arrays)
         return self._typed(arrays)
+
+    def _call(self, arrays):
+        """``__call__`` after its keywords: shared (inside ``shared_intermediates``, unless
+        sliced), by the engine, or typed."""
+        cache = _sharing.current()
+        if cache is not None and not self.sliced_inds:
+            self._check_shapes(arrays)
+            return _sharing.run(cache, self, arrays, _contract_typed)
+        return super().__call__(*arrays) if _engine_dtypes(arrays) else self._typed(arrays)
+
+    def _check_shapes(self, arrays):
+        """``ValueError`` unless ``arrays`` have the shapes the expression was built for."""
+        if len(arrays) != len(self.shapes):
+            raise ValueError(f"shape error: `{self.eq}` takes {len(self.shapes)} operands but {len(arrays)} were given")
+        for n, (a, s) in enumerate(zip(arrays, self.shapes)):
+            if list(_shape_of(a, False)) != list(s):
+                raise ValueError(
+                    f"shape error: operand {n} of `{self.eq}` has shape {list(_shape_of(a, False))} but the expression was built for {list(s)}"
+                )
 
     def _typed(self, arrays):
         """``__call__`` for operands that are not all float64 or complex128."""
@@ -817,11 +859,7 @@ class ContractExpression(_core.Expression):
         import numpy as np
 
         arrays = [np.asarray(x) for x in arrays]
-        if len(arrays) != len(self.shapes):
-            raise ValueError(f"shape error: `{self.eq}` takes {len(self.shapes)} operands but {len(arrays)} were given")
-        for n, (a, s) in enumerate(zip(arrays, self.shapes)):
-            if list(a.shape) != list(s):
-                raise ValueError(f"shape error: operand {n} of `{self.eq}` has shape {list(a.shape)} but the expression was built for {list(s)}")
+        self._check_shapes(arrays)
         return _numpy_along(self, arrays, dtype, self.memory_limit)
 
     def _range(self, start, stop):
