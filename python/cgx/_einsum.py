@@ -742,8 +742,10 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
 
     >>> import cgx
     >>> path, info = cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5))
-    >>> path
-    [(0, 1), (0, 1)]
+    >>> path  # opt_einsum's greedy finds the same
+    [(1, 2), (0, 1)]
+    >>> info.opt_cost > cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5), optimize="optimal")[1].opt_cost
+    True
     """
     eq, operands = _subscripts(eq, operands)
     shape_list = [_shape_of(x, shapes) for x in operands]

@@ -1,0 +1,17 @@
+"""The examples in the package's docstrings run and give what they show."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["cgx", "cgx._einsum", "cgx._sharing", "cgx.graph", "cgx.distributed", "cgx.jax", "cgx.ray", "cgx.mpi"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    if name in ("cgx.distributed", "cgx.jax", "cgx.ray", "cgx.mpi"):
+        pytest.importorskip({"cgx.distributed": "distributed", "cgx.jax": "jax", "cgx.ray": "ray", "cgx.mpi": "mpi4py"}[name])
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed (output above)"
