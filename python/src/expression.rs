@@ -25,6 +25,7 @@
 //! by output blocks (`blocks=True`: only the blocks of the sliced output labels that the
 //! range touches). `_value_and_grad` runs the forward steps once for value and gradients.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
@@ -631,7 +632,10 @@ pub fn contract<'py>(
 
 /// `search_path(eq, shapes, method)`: the einsum crate's path search `method` (`"optimal"`,
 /// `"dp"`, `"random-greedy"`, `"auto"`) on the expression; a pairwise path.
-/// The search runs without the GIL.
+/// The search runs without the GIL. It takes the GIL back every
+/// `einsum::search::STOP_CHECK_WORK` units of work to run Python's signal handlers, so
+/// Ctrl-C ends a long search: the handler's exception (`KeyboardInterrupt`) is raised, with
+/// a note (Python 3.11 and later) saying which search it ended.
 #[pyfunction]
 pub fn search_path(py: Python<'_>, eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<Vec<(usize, usize)>> {
     let choice = match method {
@@ -647,7 +651,29 @@ pub fn search_path(py: Python<'_>, eq: &str, shapes: Vec<Vec<usize>>, method: &s
             .and_then(|s| s.resolve(&refs))
             .map_err(einsum_error)?
             .squeeze_broadcast(&refs);
-        let path = einsum::search::find_path(choice, &net.inputs, &net.output, &net.sizes).map_err(einsum_error)?;
+        // What a signal handler raised, which ends the search.
+        let raised: RefCell<Option<PyErr>> = RefCell::new(None);
+        let stop = || match Python::attach(|py| py.check_signals()) {
+            Ok(()) => false,
+            Err(e) => {
+                *raised.borrow_mut() = Some(e);
+                true
+            }
+        };
+        let path = match einsum::search::find_path_until(choice, &net.inputs, &net.output, &net.sizes, &stop) {
+            Err(EinsumError::Interrupted) => {
+                let e = raised.into_inner().expect("the search stops only when a handler raised");
+                return Err(Python::attach(|py| {
+                    // `add_note` exists from Python 3.11 on; without it the exception is as raised.
+                    let _ = e.value(py).call_method1(
+                        "add_note",
+                        (format!("raised during the `{method}` path search of `{eq}`, which it ended"),),
+                    );
+                    e
+                }));
+            }
+            other => other.map_err(einsum_error)?,
+        };
         let pairs = path.pairwise(net.inputs.len()).map_err(einsum_error)?;
         Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())
     };

@@ -3,6 +3,8 @@ form, ``get_symbol``, ``memory_limit`` values, explicit paths in every accepted 
 the GIL released while a path is searched."""
 
 import pickle
+import signal
+import sys
 import threading
 import time
 
@@ -272,6 +274,33 @@ def test_other_threads_run_while_a_path_is_searched(plan):
     assert quarter > 5e-3, f"the search took {end - start:.4f} s: too short to tell"
     inside = [t for t in notes if start + quarter < t < end - quarter]
     assert inside, f"no note in the middle half of a {end - start:.3f} s search: the GIL was held"
+
+
+# An 8x8 grid of operands, one label per edge: `dp` examines pairs of subsets for about a
+# minute on it before it gives up and falls back to random-greedy.
+GRID = ",".join(
+    "".join(cgx.get_symbol(min(v, w) * 64 + max(v, w)) for w in (v - 8, v + 8, v - 1, v + 1) if 0 <= w < 64 and (w // 8 == v // 8 or w % 8 == v % 8))
+    for v in range(64)
+) + "->"
+GRID_SHAPES = [(2,) * len(term) for term in GRID[:-2].split(",")]
+
+
+@pytest.mark.parametrize("optimize", ["dp", "auto"])
+def test_ctrl_c_ends_a_path_search(optimize):
+    """SIGINT while a search runs raises ``KeyboardInterrupt`` from inside the search (the
+    note it carries says so: without the search asking for signals, the interrupt would be
+    raised only after it returned, without the note), and the package works afterwards."""
+    timer = threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            cgx.contract_path(GRID, *GRID_SHAPES, shapes=True, optimize=optimize)
+    finally:
+        timer.join()
+    if sys.version_info >= (3, 11):
+        notes = getattr(raised.value, "__notes__", [])
+        assert any(f"`{optimize}` path search" in n for n in notes), notes
+    assert cgx.contract_path("ij,jk->ik", (2, 2), (2, 2), shapes=True)[0] == [(0, 1)]
 
 
 @settings(max_examples=100, deadline=None)

@@ -59,6 +59,9 @@ pub enum EinsumError {
     Graph(GraphError),
     /// An automatic-differentiation transform failed.
     Ad(ADRuleError),
+    /// A path search was ended by its caller's `stop` test
+    /// ([`crate::search::find_path_until`]).
+    Interrupted,
 }
 
 impl fmt::Display for EinsumError {
@@ -89,6 +92,7 @@ impl fmt::Display for EinsumError {
             EinsumError::Slice(m) => write!(f, "slicing error: {m}"),
             EinsumError::Graph(e) => write!(f, "graph error: {e}"),
             EinsumError::Ad(e) => write!(f, "differentiation error: {e}"),
+            EinsumError::Interrupted => write!(f, "the path search was interrupted"),
         }
     }
 }

@@ -30,13 +30,18 @@
 //!   bound is on work, not on operand count, because the DP is what keeps networks of 84
 //!   to 200 operands (the bundled instances) within 10% of their best known paths.
 //!
+//! [`find_path_until`] runs any of them with a caller's `stop` test, asked every
+//! [`STOP_CHECK_WORK`] units of work (pairs of subsets, splits, or once per random-greedy
+//! trial): a search that `stop` ends returns [`EinsumError::Interrupted`]. That is how
+//! the Python package answers Ctrl-C during a long search.
+//!
 //! Invariant: every path returned is valid for the network's operand count.
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use tidu::testing::CheckRng;
 
-use crate::error::EinsumResult;
+use crate::error::{EinsumError, EinsumResult};
 use crate::path::{ContractionPath, FollowedPath, PathChoice, distinct};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
@@ -49,7 +54,10 @@ pub const OPTIMAL_MAX_LABELS: usize = 4096;
 /// [`auto`] uses the exact search up to this many operands (3^12 ≈ 5·10^5 splits).
 pub const AUTO_EXACT_OPERANDS: usize = 12;
 
-/// [`dp`] gives up after examining this many pairs of subsets (about a few seconds).
+/// [`dp`] gives up after examining this many pairs of subsets: most networks finish far
+/// sooner, but a hard one takes the whole budget (an 8×8 grid of operands: about 47 s,
+/// then [`PathChoice::Dp`] falls back to random-greedy). [`find_path_until`] can end it
+/// earlier.
 pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
 
 /// Trials of [`PathChoice::Dp`]'s random-greedy fallback, and at most [`auto`]'s.
@@ -64,6 +72,61 @@ const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
 /// [`RANDOM_GREEDY_TRIALS`]), `w` being a trial's estimated work: the operand count times
 /// the candidate pairs of the first step (a trial rescans them at each step).
 const AUTO_GREEDY_WORK: u64 = 20_000_000;
+
+/// [`find_path_until`] asks its `stop` test after every this many units of search work
+/// (about 10 to 50 ms of the DP).
+pub const STOP_CHECK_WORK: u64 = 1 << 20;
+
+/// The work a search may do: at most `max` units, asking `stop` every
+/// [`STOP_CHECK_WORK`] units.
+struct Work<'a> {
+    done: u64,
+    max: u64,
+    /// The count at which `tick` next calls `check`.
+    next_check: u64,
+    stop: &'a dyn Fn() -> bool,
+    /// Whether `stop` ended the search (rather than the budget).
+    stopped: bool,
+}
+
+impl<'a> Work<'a> {
+    fn new(max: u64, stop: &'a dyn Fn() -> bool) -> Self {
+        Work { done: 0, max, next_check: STOP_CHECK_WORK.min(max), stop, stopped: false }
+    }
+
+    /// Counts `units` of work: `false` once the budget is spent or `stop` said so.
+    #[inline]
+    fn add(&mut self, units: u64) -> bool {
+        self.done = self.done.saturating_add(units);
+        self.done <= self.next_check || self.check()
+    }
+
+    #[cold]
+    fn check(&mut self) -> bool {
+        if self.done > self.max {
+            return false;
+        }
+        if (self.stop)() {
+            self.stopped = true;
+            return false;
+        }
+        self.next_check = self.done.saturating_add(STOP_CHECK_WORK).min(self.max);
+        true
+    }
+
+    /// Asks `stop` now (between random-greedy trials).
+    fn poll(&mut self) -> bool {
+        if !self.stopped && (self.stop)() {
+            self.stopped = true;
+        }
+        !self.stopped
+    }
+}
+
+/// A `stop` test that never stops.
+fn never() -> bool {
+    false
+}
 
 /// A bitset (operands or labels), 256 bits inline.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -206,6 +269,11 @@ fn ssa_to_path(n: usize, ssa: &[(usize, usize)]) -> ContractionPath {
 /// assert_eq!(path_cost(&inputs, &[0, 3], &sizes, &p).unwrap(), 2520.0);
 /// ```
 pub fn optimal(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Option<ContractionPath> {
+    optimal_within(inputs, output, sizes, &mut Work::new(u64::MAX, &never))
+}
+
+/// [`optimal`] counting its splits in `work`; `None` also when `work` stops it.
+fn optimal_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], work: &mut Work) -> Option<ContractionPath> {
     let n = inputs.len();
     if n > OPTIMAL_MAX_OPERANDS || sizes.len() > OPTIMAL_MAX_LABELS {
         return None;
@@ -232,6 +300,10 @@ pub fn optimal(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Option<C
     for m in 1..=full {
         if m.count_ones() < 2 {
             continue;
+        }
+        // Its splits, 2^(|m| - 1) - 1 of them.
+        if !work.add(1 << (m.count_ones() - 1)) {
+            return None;
         }
         let union = (0..n).filter(|&i| m >> i & 1 == 1).fold(Bits::new(sizes.len()), |u, i| u.or(&sets.ops[i]));
         legs[m as usize] = if m == full { sets.output.clone() } else { sets.kept(&union, &as_bits(m)) };
@@ -296,6 +368,11 @@ struct Node {
 /// assert_eq!(cost(&p), cost(&best));
 /// ```
 pub fn dp(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], max_pairs: u64) -> Option<ContractionPath> {
+    dp_within(inputs, output, sizes, &mut Work::new(max_pairs, &never))
+}
+
+/// [`dp`] counting its pairs of subsets in `work`; `None` when `work` runs out or stops.
+fn dp_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], work: &mut Work) -> Option<ContractionPath> {
     let n = inputs.len();
     if n <= 1 {
         return Some(ContractionPath::new(vec![]));
@@ -329,12 +406,11 @@ pub fn dp(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], max_pairs: u64) 
     }
     let mut components: Vec<Vec<usize>> = components.into_values().collect();
     components.sort();
-    let mut pairs_seen = 0u64;
     let mut ssa: Vec<(usize, usize)> = Vec::with_capacity(n - 1);
     // (id, legs) of each component's result.
     let mut results: Vec<(usize, Bits)> = Vec::with_capacity(components.len());
     for comp in &components {
-        let ((root, nodes), legs) = dp_component(&sets, comp, &mut pairs_seen, max_pairs)?;
+        let ((root, nodes), legs) = dp_component(&sets, comp, work)?;
         // Emit the tree in post-order; `id[node]`: its SSA id once emitted.
         let mut id: Vec<usize> = vec![usize::MAX; nodes.len()];
         let mut stack = vec![(root, false)];
@@ -367,7 +443,7 @@ pub fn dp(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], max_pairs: u64) 
 type Tree = (usize, Vec<Node>);
 
 /// [`dp`] on one connected component; the tree and the result's legs.
-fn dp_component(sets: &Sets, comp: &[usize], pairs_seen: &mut u64, max_pairs: u64) -> Option<(Tree, Bits)> {
+fn dp_component(sets: &Sets, comp: &[usize], work: &mut Work) -> Option<(Tree, Bits)> {
     let n = sets.n;
     // x[k]: the nodes of k operands found so far.
     let mut x: Vec<Vec<usize>> = vec![Vec::new(); comp.len() + 1];
@@ -392,8 +468,7 @@ fn dp_component(sets: &Sets, comp: &[usize], pairs_seen: &mut u64, max_pairs: u6
                 let (lo, hi) = (&head[k], &head[m - k]);
                 for &i1 in lo {
                     for &i2 in hi {
-                        *pairs_seen += 1;
-                        if *pairs_seen > max_pairs {
+                        if !work.add(1) {
                             return None;
                         }
                         let (a, b) = (&nodes[i1], &nodes[i2]);
@@ -448,11 +523,26 @@ fn dp_component(sets: &Sets, comp: &[usize], pairs_seen: &mut u64, max_pairs: u6
 /// assert!(cost(&random_greedy(&inputs, &[0, 6], &sizes, 16, 7)) <= cost(&greedy));
 /// ```
 pub fn random_greedy(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], trials: u32, seed: u64) -> ContractionPath {
+    random_greedy_within(inputs, output, sizes, trials, seed, &mut Work::new(u64::MAX, &never))
+}
+
+/// [`random_greedy`], asking `work` between trials; the best path so far when it stops.
+fn random_greedy_within(
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    trials: u32,
+    seed: u64,
+    work: &mut Work,
+) -> ContractionPath {
     let greedy = ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
     let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
     let mut best = (cost(&greedy), greedy);
     let mut rng = CheckRng::new(seed);
     for _ in 1..trials {
+        if !work.poll() {
+            break;
+        }
         let alpha = 0.1 + 3.9 * rng.unit();
         let temperature = 0.001 + 0.999 * rng.unit();
         let p = sampled_greedy(inputs, output, sizes, alpha, temperature, &mut rng);
@@ -571,13 +661,31 @@ pub fn auto(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Contraction
 /// [`auto`] with the DP's budget as a parameter (tests give it a small one: a budget's
 /// worth of DP takes minutes in a debug build).
 fn auto_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], dp_max_pairs: u64) -> ContractionPath {
+    auto_until(inputs, output, sizes, dp_max_pairs, &never)
+}
+
+/// [`auto_within`] with a `stop` test: the path found so far when it stops (the caller
+/// reports the stop).
+fn auto_until(
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    dp_max_pairs: u64,
+    stop: &dyn Fn() -> bool,
+) -> ContractionPath {
     if inputs.len() <= AUTO_EXACT_OPERANDS {
-        if let Some(p) = optimal(inputs, output, sizes) {
+        if let Some(p) = optimal_within(inputs, output, sizes, &mut Work::new(u64::MAX, stop)) {
             return p;
         }
     }
-    dp(inputs, output, sizes, dp_max_pairs)
-        .unwrap_or_else(|| random_greedy(inputs, output, sizes, auto_greedy_trials(inputs, output, sizes.len()), 0))
+    let mut work = Work::new(dp_max_pairs, stop);
+    match dp_within(inputs, output, sizes, &mut work) {
+        Some(p) => p,
+        None => {
+            let trials = if work.stopped { 1 } else { auto_greedy_trials(inputs, output, sizes.len()) };
+            random_greedy_within(inputs, output, sizes, trials, 0, &mut work)
+        }
+    }
 }
 
 /// The trials of [`auto`]'s random-greedy fallback (see `AUTO_GREEDY_WORK`): a trial
@@ -608,18 +716,72 @@ pub fn find_path(
     output: &[u32],
     sizes: &[usize],
 ) -> EinsumResult<ContractionPath> {
-    Ok(match choice {
+    find_path_until(choice, inputs, output, sizes, &never)
+}
+
+/// [`find_path`], asking `stop` every [`STOP_CHECK_WORK`] units of search work (and
+/// between random-greedy trials): when it answers `true` the search ends with
+/// [`EinsumError::Interrupted`]. The greedy finder and explicit paths never ask.
+///
+/// ```
+/// use std::cell::Cell;
+/// use einsum::search::find_path_until;
+/// use einsum::{EinsumError, PathChoice};
+///
+/// // An 8×8 grid of operands, one label per edge: `dp` asks, and is told to stop on the
+/// // second question.
+/// let edge = |a: u32, b: u32| a.min(b) * 64 + a.max(b);
+/// let grid: Vec<Vec<u32>> = (0..64u32)
+///     .map(|v| [v.wrapping_sub(8), v + 8, v.wrapping_sub(1), v + 1]
+///         .into_iter()
+///         .filter(|&w| w < 64 && (w / 8 == v / 8 || w % 8 == v % 8))
+///         .map(|w| edge(v, w))
+///         .collect())
+///     .collect();
+/// let sizes = vec![2; 64 * 64];
+/// let asked = Cell::new(0);
+/// let stop = || { asked.set(asked.get() + 1); asked.get() == 2 };
+/// let err = find_path_until(PathChoice::Dp, &grid, &[], &sizes, &stop).unwrap_err();
+/// assert_eq!((err, asked.get()), (EinsumError::Interrupted, 2));
+/// // The greedy finder never asks.
+/// assert!(find_path_until(PathChoice::Greedy, &grid, &[], &sizes, &|| true).is_ok());
+/// ```
+pub fn find_path_until(
+    choice: PathChoice,
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    stop: &dyn Fn() -> bool,
+) -> EinsumResult<ContractionPath> {
+    let stopped = std::cell::Cell::new(false);
+    let stop = || {
+        let s = stopped.get() || stop();
+        stopped.set(s);
+        s
+    };
+    let path = match choice {
         PathChoice::Explicit(p) => p,
         PathChoice::Greedy => ContractionPath::greedy(inputs, output, |c| sizes[c as usize]),
-        PathChoice::Optimal => match optimal(inputs, output, sizes) {
+        PathChoice::Optimal => match optimal_within(inputs, output, sizes, &mut Work::new(u64::MAX, &stop)) {
             Some(p) => p,
-            None => auto(inputs, output, sizes),
+            None => auto_until(inputs, output, sizes, AUTO_DP_MAX_PAIRS, &stop),
         },
-        PathChoice::Dp => dp(inputs, output, sizes, DP_MAX_PAIRS)
-            .unwrap_or_else(|| random_greedy(inputs, output, sizes, RANDOM_GREEDY_TRIALS, 0)),
-        PathChoice::RandomGreedy { trials, seed } => random_greedy(inputs, output, sizes, trials.max(1), seed),
-        PathChoice::Auto => auto(inputs, output, sizes),
-    })
+        PathChoice::Dp => {
+            let mut work = Work::new(DP_MAX_PAIRS, &stop);
+            match dp_within(inputs, output, sizes, &mut work) {
+                Some(p) => p,
+                None => random_greedy_within(inputs, output, sizes, RANDOM_GREEDY_TRIALS, 0, &mut work),
+            }
+        }
+        PathChoice::RandomGreedy { trials, seed } => {
+            random_greedy_within(inputs, output, sizes, trials.max(1), seed, &mut Work::new(u64::MAX, &stop))
+        }
+        PathChoice::Auto => auto_until(inputs, output, sizes, AUTO_DP_MAX_PAIRS, &stop),
+    };
+    if stopped.get() {
+        return Err(EinsumError::Interrupted);
+    }
+    Ok(path)
 }
 
 #[cfg(test)]

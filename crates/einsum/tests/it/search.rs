@@ -3,8 +3,8 @@
 //! search; random-greedy is never worse than greedy; every search's path contracts to the
 //! reference's values.
 
-use einsum::search::{DP_MAX_PAIRS, dp, optimal, path_cost, random_greedy};
-use einsum::{ContractionPath, Einsum, PathChoice};
+use einsum::search::{DP_MAX_PAIRS, dp, find_path_until, optimal, path_cost, random_greedy};
+use einsum::{ContractionPath, Einsum, EinsumError, PathChoice};
 use proptest::prelude::*;
 
 /// A random network: `n` operands over up to 6 labels of sizes 1..=5, some kept in the
@@ -118,4 +118,64 @@ fn searches_beat_greedy_on_a_matrix_chain() {
     assert!(dp(&many, &[], &[2; 21], 10).is_none());
     let p = einsum::search::find_path(PathChoice::Optimal, &many, &[], &[2; 21]).unwrap();
     assert!(p.validate(20).is_ok());
+}
+
+/// A `k`×`k` grid of operands, one label per edge (labels `0..k^4`, sizes 2): a network on
+/// which `dp` examines far more than one check interval of pairs.
+fn grid(k: u32) -> (Vec<Vec<u32>>, Vec<usize>) {
+    let n = k * k;
+    let edge = |a: u32, b: u32| a.min(b) * n + a.max(b);
+    let ops = (0..n)
+        .map(|v| {
+            [v.wrapping_sub(k), v + k, v.wrapping_sub(1), v + 1]
+                .into_iter()
+                .filter(|&w| w < n && (w / k == v / k || w % k == v % k))
+                .map(|w| edge(v, w))
+                .collect()
+        })
+        .collect();
+    (ops, vec![2; (n * n) as usize])
+}
+
+#[test]
+fn every_search_stops_when_told() {
+    // The exact search on 16 operands in a ring, with a dangling label each (3^16 / 2
+    // splits); dp and auto on an 8x8 grid; random-greedy between its trials.
+    let ring: Vec<Vec<u32>> = (0..16).map(|i| vec![i, (i + 1) % 16, 16 + i]).collect();
+    let ring_sizes = vec![3; 32];
+    let (grid, grid_sizes) = grid(8);
+    let searches = [
+        (PathChoice::Optimal, &ring, &ring_sizes),
+        (PathChoice::Dp, &grid, &grid_sizes),
+        (PathChoice::Auto, &grid, &grid_sizes),
+        (PathChoice::RandomGreedy { trials: 8, seed: 3 }, &ring, &ring_sizes),
+    ];
+    for (choice, inputs, sizes) in searches {
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            true
+        };
+        let got = find_path_until(choice.clone(), inputs, &[], sizes, &stop);
+        assert_eq!(got, Err(EinsumError::Interrupted), "{choice:?}");
+        assert_eq!(asked.get(), 1, "{choice:?}: asked again after being told to stop");
+    }
+    // Never stopped: the path `find_path` gives, having asked.
+    for (choice, inputs, sizes) in [
+        (PathChoice::Optimal, &ring, &ring_sizes),
+        (PathChoice::RandomGreedy { trials: 8, seed: 3 }, &ring, &ring_sizes),
+    ] {
+        let asked = std::cell::Cell::new(0);
+        let never = || {
+            asked.set(asked.get() + 1);
+            false
+        };
+        let full = find_path_until(choice.clone(), inputs, &[], sizes, &never).unwrap();
+        assert!(asked.get() >= 1, "{choice:?} never asked");
+        assert_eq!(full, einsum::search::find_path(choice.clone(), inputs, &[], sizes).unwrap(), "{choice:?}");
+    }
+    // The greedy finder and explicit paths do not search, so they never ask.
+    for choice in [PathChoice::Greedy, PathChoice::Explicit(ContractionPath::new(vec![[0, 1]; 63]))] {
+        assert!(find_path_until(choice, &grid, &[], &grid_sizes, &|| panic!("asked")).is_ok());
+    }
 }
