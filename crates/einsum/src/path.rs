@@ -62,7 +62,8 @@ pub enum PathChoice {
     /// path, without an error: not necessarily the cheapest path then.
     Optimal,
     /// Dynamic programming over connected subsets with a growing cost cap
-    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy.
+    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy as in
+    /// [`crate::search::auto`].
     Dp,
     /// The best of `trials` randomized greedy paths, the greedy path among them
     /// ([`crate::search::random_greedy`]), drawn from `seed`.

@@ -60,7 +60,9 @@ pub const AUTO_EXACT_OPERANDS: usize = 12;
 /// earlier.
 pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
 
-/// Trials of [`PathChoice::Dp`]'s random-greedy fallback, and at most [`auto`]'s.
+/// The most trials of the random-greedy fallback of [`PathChoice::Dp`] and [`auto`] (each
+/// runs as many as fit in a fixed amount of work, down to one on large networks of densely
+/// shared labels), and those of the Python package's `'random-greedy'`.
 pub const RANDOM_GREEDY_TRIALS: u32 = 64;
 
 /// [`auto`] gives [`dp`] this many pairs of subsets (about 1 to 3 s; the bundled instances
@@ -770,7 +772,10 @@ pub fn find_path_until(
             let mut work = Work::new(DP_MAX_PAIRS, &stop);
             match dp_within(inputs, output, sizes, &mut work) {
                 Some(p) => p,
-                None => random_greedy_within(inputs, output, sizes, RANDOM_GREEDY_TRIALS, 0, &mut work),
+                None => {
+                    let trials = auto_greedy_trials(inputs, output, sizes.len());
+                    random_greedy_within(inputs, output, sizes, trials, 0, &mut work)
+                }
             }
         }
         PathChoice::RandomGreedy { trials, seed } => {
