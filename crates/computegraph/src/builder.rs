@@ -659,8 +659,9 @@ impl Batch {
         let ahead = &self.ahead[op.index() % AHEAD];
         let hashed = ahead.op == op.index()
             && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
-        let (keys, hash) = if hashed && ahead.len != NO_KEYS {
-            let keys = &ahead.keys[..ahead.len as usize];
+        // `NO_KEYS` is beyond the keys an entry holds, so one check covers both.
+        let kept = if hashed { ahead.keys.get(..ahead.len as usize) } else { None };
+        let (keys, hash) = if let Some(keys) = kept {
             debug_assert!(keys.iter().copied().eq(g.op_input_refs(op).map(|r| g.input_key_id(r))));
             (keys, ahead.hash)
         } else {
