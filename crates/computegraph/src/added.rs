@@ -2,13 +2,12 @@
 //!
 //! A slice of [`LocalValueId`]s that needs no heap allocation for operations of up to two
 //! outputs (nearly every operation), so adding an operation allocates nothing on the
-//! builder's side. It reads like the `Vec` it replaces: index it, iterate it, `extend` a
+//! builder's side. The values are consecutive, so the owning iterator is a range of
+//! indices: extending a `Vec` with them reads no slice. It reads like the `Vec` it replaces: index it, iterate it, `extend` a
 //! `Vec` with it, or turn it into one with `to_vec` or `Vec::from`.
 
 use std::fmt;
 use std::ops::{Deref, Range};
-
-use smallvec::SmallVec;
 
 use crate::graph::LocalValueId;
 
@@ -33,9 +32,16 @@ use crate::graph::LocalValueId;
 /// values.extend(sc);
 /// assert_eq!(values, [x, sin, cos]);
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Clone)]
 pub struct AddedValues {
-    ids: SmallVec<[LocalValueId; 2]>,
+    /// Index of the first value.
+    first: u32,
+    /// Number of values.
+    len: u32,
+    /// The first two values (the first `len` of them are the values when `len <= 2`).
+    inline: [LocalValueId; 2],
+    /// Every value when there are more than two.
+    more: Option<Box<[LocalValueId]>>,
 }
 
 impl AddedValues {
@@ -43,42 +49,71 @@ impl AddedValues {
     #[inline]
     pub(crate) fn from_range(range: Range<usize>) -> Self {
         let (first, len) = (range.start, range.len());
-        let ids = if len <= 2 {
-            // The common case, written out: `collect` goes through `SmallVec::extend`.
-            SmallVec::from_buf_and_len([LocalValueId::new(first), LocalValueId::new(first + 1)], len)
-        } else {
-            range.map(LocalValueId::new).collect()
-        };
-        AddedValues { ids }
+        // Local value ids are `u32`s (the builder checked the range fits), so the casts
+        // keep every value.
+        let (first32, len32) = (first as u32, len as u32);
+        debug_assert_eq!((first32 as usize, len32 as usize), (first, len));
+        let more = if len <= 2 { None } else { Some(range.map(LocalValueId::new).collect()) };
+        AddedValues {
+            first: first32,
+            len: len32,
+            inline: [LocalValueId::new(first), LocalValueId::new(first + 1)],
+            more,
+        }
     }
 
     /// The values, as a slice.
+    #[inline]
     pub fn as_slice(&self) -> &[LocalValueId] {
-        &self.ids
+        match &self.more {
+            Some(more) => more,
+            None => &self.inline[..self.len as usize],
+        }
     }
 
     /// The values, as a `Vec` (allocates when there are any).
     pub fn into_vec(self) -> Vec<LocalValueId> {
-        self.ids.into_vec()
+        self.as_slice().to_vec()
+    }
+}
+
+impl Default for AddedValues {
+    fn default() -> Self {
+        AddedValues::from_range(0..0)
+    }
+}
+
+impl PartialEq for AddedValues {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for AddedValues {}
+
+impl std::hash::Hash for AddedValues {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
     }
 }
 
 impl Deref for AddedValues {
     type Target = [LocalValueId];
+    #[inline]
     fn deref(&self) -> &[LocalValueId] {
-        &self.ids
+        self.as_slice()
     }
 }
 
 impl AsRef<[LocalValueId]> for AddedValues {
     fn as_ref(&self) -> &[LocalValueId] {
-        &self.ids
+        self.as_slice()
     }
 }
 
 impl fmt::Debug for AddedValues {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.ids.iter()).finish()
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -94,8 +129,7 @@ impl IntoIterator for AddedValues {
     #[inline]
     fn into_iter(self) -> AddedValuesIter {
         // The values are consecutive (they come from one operation).
-        let first = self.ids.first().map_or(0, |v| v.index());
-        AddedValuesIter { range: first..first + self.ids.len() }
+        AddedValuesIter { next: self.first, end: self.first + self.len }
     }
 }
 
@@ -103,50 +137,65 @@ impl<'a> IntoIterator for &'a AddedValues {
     type Item = &'a LocalValueId;
     type IntoIter = std::slice::Iter<'a, LocalValueId>;
     fn into_iter(self) -> Self::IntoIter {
-        self.ids.iter()
+        self.as_slice().iter()
     }
 }
 
 impl PartialEq<[LocalValueId]> for AddedValues {
     fn eq(&self, other: &[LocalValueId]) -> bool {
-        self.ids[..] == *other
+        self.as_slice() == other
     }
 }
 
 impl<const N: usize> PartialEq<[LocalValueId; N]> for AddedValues {
     fn eq(&self, other: &[LocalValueId; N]) -> bool {
-        self.ids[..] == other[..]
+        self.as_slice() == &other[..]
     }
 }
 
 impl PartialEq<Vec<LocalValueId>> for AddedValues {
     fn eq(&self, other: &Vec<LocalValueId>) -> bool {
-        self.ids[..] == other[..]
+        self.as_slice() == &other[..]
     }
 }
 
 /// The owning iterator of [`AddedValues`].
 #[derive(Clone, Debug)]
 pub struct AddedValuesIter {
-    range: Range<usize>,
+    /// Index of the next value (`u32`, as local value ids are, so `next < end` keeps
+    /// it below `u32::MAX` and making its id needs no check).
+    next: u32,
+    end: u32,
 }
 
 impl Iterator for AddedValuesIter {
     type Item = LocalValueId;
     #[inline]
     fn next(&mut self) -> Option<LocalValueId> {
-        self.range.next().map(LocalValueId::new)
+        if self.next < self.end {
+            let v = LocalValueId::new(self.next as usize);
+            self.next += 1;
+            Some(v)
+        } else {
+            None
+        }
     }
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.range.size_hint()
+        let n = (self.end - self.next) as usize;
+        (n, Some(n))
     }
 }
 
 impl DoubleEndedIterator for AddedValuesIter {
     #[inline]
     fn next_back(&mut self) -> Option<LocalValueId> {
-        self.range.next_back().map(LocalValueId::new)
+        if self.next < self.end {
+            self.end -= 1;
+            Some(LocalValueId::new(self.end as usize))
+        } else {
+            None
+        }
     }
 }
 

@@ -378,32 +378,40 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         // The pending inputs are the tail of `inputs`, which is in id order.
         let mut next_input = g.inputs.partition_point(|v| v.index() < g.value_key.len());
         let mut last_tag = u32::MAX;
-        let mut intern_inputs_below =
-            |g: &mut Graph<Op>, s: &mut InternerState<Op>, touched: &mut Touched, end: usize| {
-                while g.value_key.len() < end {
-                    debug_assert_eq!(g.inputs[next_input].index(), g.value_key.len());
-                    let (k, index) = s.intern_input_at(&g.input_keys[next_input])?;
-                    let tag = crate::key::input_chunk_tag(index);
-                    if tag != last_tag {
-                        touched.push(tag);
-                        last_tag = tag;
-                    }
-                    g.value_key.push(k);
-                    next_input += 1;
+        let mut intern_inputs_below = |g: &mut Graph<Op>,
+                                       s: &mut InternerState<Op>,
+                                       touched: &mut Touched,
+                                       next_input: &mut usize,
+                                       end: usize| {
+            while g.value_key.len() < end {
+                debug_assert_eq!(g.inputs[*next_input].index(), g.value_key.len());
+                let (k, index) = s.intern_input_at(&g.input_keys[*next_input])?;
+                let tag = crate::key::input_chunk_tag(index);
+                if tag != last_tag {
+                    touched.push(tag);
+                    last_tag = tag;
                 }
-                Ok::<(), GraphError>(())
-            };
+                g.value_key.push(k);
+                *next_input += 1;
+            }
+            Ok::<(), GraphError>(())
+        };
+        // The value id of the next pending input (`usize::MAX`: none). Every value before
+        // it is an output of an earlier operation, so it is due exactly when the keyed
+        // values reach it: one comparison per operation, no read of its first output.
+        let input_at = |g: &Graph<Op>, i: usize| g.inputs.get(i).map_or(usize::MAX, |v| v.index());
+        let mut due = input_at(g, next_input);
         while g.op_key.len() < g.ops.len() {
             let op = LocalOperationId::new(g.op_key.len());
-            // Inputs declared before the operation get their keys first (checked here, so
-            // that the common case, none, costs no call).
-            let first_output = g.op_first_output[op].index();
-            if g.value_key.len() < first_output {
-                intern_inputs_below(g, s, touched, first_output)?;
+            if g.value_key.len() == due {
+                // Inputs declared before the operation get their keys first.
+                let first_output = g.op_first_output[op].index();
+                intern_inputs_below(g, s, touched, &mut next_input, first_output)?;
+                due = input_at(g, next_input);
             }
             batch.intern(g, s, touched, op)?;
         }
-        intern_inputs_below(g, s, touched, g.value_op.len())
+        intern_inputs_below(g, s, touched, &mut next_input, g.value_op.len())
     }
 
     /// Finishes the graph.
@@ -651,8 +659,9 @@ impl Batch {
         let ahead = &self.ahead[op.index() % AHEAD];
         let hashed = ahead.op == op.index()
             && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
-        let (keys, hash) = if hashed && ahead.len != NO_KEYS {
-            let keys = &ahead.keys[..ahead.len as usize];
+        // `NO_KEYS` is beyond the keys an entry holds, so one check covers both.
+        let kept = if hashed { ahead.keys.get(..ahead.len as usize) } else { None };
+        let (keys, hash) = if let Some(keys) = kept {
             debug_assert!(keys.iter().copied().eq(g.op_input_refs(op).map(|r| g.input_key_id(r))));
             (keys, ahead.hash)
         } else {

@@ -405,10 +405,21 @@ impl<T> ListPool<T> {
         self.items.push(item);
     }
 
-    /// Appends items to the list being built.
+    /// Appends items to the list being built, one push each for a list of one or two
+    /// (most operand lists: `extend`'s set-up costs more than they do).
     #[inline(always)]
-    pub(crate) fn extend_items(&mut self, items: impl IntoIterator<Item = T>) {
-        self.items.extend(items);
+    pub(crate) fn extend_from_short(&mut self, items: &[T])
+    where
+        T: Copy,
+    {
+        match *items {
+            [a] => self.items.push(a),
+            [a, b] => {
+                self.items.push(a);
+                self.items.push(b);
+            }
+            _ => self.items.extend(items.iter().copied()),
+        }
     }
 
     /// Drops the items of an unfinished list.

@@ -655,7 +655,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.op_chunk_first.push(first);
         }
         let chunk = self.op_chunks.last_mut().and_then(|c| c.as_deref_mut()).expect("the open chunk is live");
-        chunk.inputs.extend_items(inputs.iter().copied());
+        chunk.inputs.extend_from_short(inputs);
         if !chunk.inputs.finish_list() {
             chunk.inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
