@@ -27,9 +27,18 @@ fn ad(c: &mut Criterion) {
         g.throughput(Throughput::Elements(n as u64));
         // Every iteration differentiates a freshly built graph on a fresh interner (setup,
         // not timed): a derivative is made once per function, so the timed cost includes
-        // interning the new tangent keys, as a user pays it.
+        // interning the new tangent keys, as a user pays it. Each routine returns what it
+        // was given with its result, so that dropping them is not timed (criterion drops
+        // the outputs after the measurement).
         g.bench_function(BenchmarkId::new("linearize", n), |b| {
-            b.iter_batched(|| AdWorkload::new(n), |w| black_box(w.linearize()), BatchSize::PerIteration)
+            b.iter_batched(
+                || AdWorkload::new(n),
+                |w| {
+                    let lin = w.linearize();
+                    black_box((w, lin))
+                },
+                BatchSize::PerIteration,
+            )
         });
         g.bench_function(BenchmarkId::new("linear_transpose", n), |b| {
             b.iter_batched(
@@ -38,12 +47,22 @@ fn ad(c: &mut Criterion) {
                     let lin = w.linearize();
                     (w, lin)
                 },
-                |(_w, lin)| black_box(tidu::linear_transpose(&lin)),
+                |(w, lin)| {
+                    let t = tidu::linear_transpose(&lin);
+                    black_box((w, lin, t))
+                },
                 BatchSize::PerIteration,
             )
         });
         g.bench_function(BenchmarkId::new("gradient_end_to_end", n), |b| {
-            b.iter_batched(|| AdWorkload::new(n), |w| black_box(gradient_end_to_end(&w)), BatchSize::PerIteration)
+            b.iter_batched(
+                || AdWorkload::new(n),
+                |w| {
+                    let gradient = gradient_end_to_end(&w);
+                    black_box((w, gradient))
+                },
+                BatchSize::PerIteration,
+            )
         });
         let w = AdWorkload::new(n);
         let hvp = w.hvp_program();
