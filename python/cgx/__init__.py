@@ -22,18 +22,8 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
 See ``docs/guide-python.md`` in the repository.
 """
 
-from . import _core, graph
+from . import _core, _einsum, graph
 from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol, shared_intermediates
 
-__all__ = [
-    "graph",
-    "contract",
-    "contract_path",
-    "contract_expression",
-    "ContractExpression",
-    "PathInfo",
-    "get_symbol",
-    "shared_intermediates",
-    "_core",
-]
+__all__ = ["graph", *_einsum.__all__, "_core"]
 __version__ = "0.1.0"
