@@ -84,7 +84,7 @@ pub const STOP_CHECK_WORK: u64 = 1 << 20;
 struct Work<'a> {
     done: u64,
     max: u64,
-    /// The count at which `tick` next calls `check`.
+    /// The count past which `add` next calls `check`.
     next_check: u64,
     stop: &'a dyn Fn() -> bool,
     /// Whether `stop` ended the search (rather than the budget).
