@@ -116,6 +116,24 @@ impl<'a> Work<'a> {
         true
     }
 
+    /// Takes the next quota of units for a hot loop to count down locally (so the count
+    /// stays in a register): asks `stop` first, and counts the whole quota as done (the
+    /// loop gives back what it did not use, [`Work::give_back`]). `None` once the budget is
+    /// spent or `stop` said so.
+    fn quota(&mut self) -> Option<u64> {
+        if self.done >= self.max || !self.poll() {
+            return None;
+        }
+        let q = STOP_CHECK_WORK.min(self.max - self.done);
+        self.done += q;
+        Some(q)
+    }
+
+    /// Gives back the unused part of a quota.
+    fn give_back(&mut self, unused: u64) {
+        self.done -= unused;
+    }
+
     /// Asks `stop` now (between random-greedy trials).
     fn poll(&mut self) -> bool {
         if !self.stopped && (self.stop)() {
@@ -462,6 +480,8 @@ fn dp_component(sets: &Sets, comp: &[usize], work: &mut Work) -> Option<(Tree, B
     let out_here = Bits(comp_labels.0.iter().zip(&sets.output.0).map(|(a, b)| a & b).collect());
     let mut cap = sets.size(&out_here).max(1.0);
     let step = comp_labels.ones().map(|c| sets.sizes[c]).fold(f64::INFINITY, f64::min).max(2.0);
+    // Pairs this loop may still examine before asking `work` again.
+    let mut quota = 0u64;
     while x[comp.len()].is_empty() {
         for m in 2..=comp.len() {
             let (head, tail) = x.split_at_mut(m);
@@ -470,9 +490,10 @@ fn dp_component(sets: &Sets, comp: &[usize], work: &mut Work) -> Option<(Tree, B
                 let (lo, hi) = (&head[k], &head[m - k]);
                 for &i1 in lo {
                     for &i2 in hi {
-                        if !work.add(1) {
-                            return None;
+                        if quota == 0 {
+                            quota = work.quota()?;
                         }
+                        quota -= 1;
                         let (a, b) = (&nodes[i1], &nodes[i2]);
                         if (k == m - k && i1 >= i2) || a.set.meets(&b.set) {
                             continue;
@@ -505,6 +526,7 @@ fn dp_component(sets: &Sets, comp: &[usize], work: &mut Work) -> Option<(Tree, B
         }
         cap *= step;
     }
+    work.give_back(quota);
     let root = x[comp.len()][0];
     let legs = nodes[root].legs.clone();
     Some(((root, nodes), legs))
