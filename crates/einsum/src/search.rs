@@ -30,7 +30,7 @@
 //!   bound is on work, not on operand count, because the DP is what keeps networks of 84
 //!   to 200 operands (the bundled instances) within 10% of their best known paths.
 //!
-//! [`find_path_until`] runs any of them with a caller's `stop` test, asked every
+//! [`find_path_until`] runs any of them with a caller's `stop` test, asked once per
 //! [`STOP_CHECK_WORK`] units of work (pairs of subsets, splits, or once per random-greedy
 //! trial): a search that `stop` ends returns [`EinsumError::Interrupted`]. That is how
 //! the Python package answers Ctrl-C during a long search.
@@ -75,7 +75,7 @@ const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
 /// the candidate pairs of the first step (a trial rescans them at each step).
 const AUTO_GREEDY_WORK: u64 = 20_000_000;
 
-/// [`find_path_until`] asks its `stop` test after every this many units of search work
+/// [`find_path_until`] asks its `stop` test once per this many units of search work
 /// (about 10 to 50 ms of the DP).
 pub const STOP_CHECK_WORK: u64 = 1 << 20;
 
@@ -743,7 +743,7 @@ pub fn find_path(
     find_path_until(choice, inputs, output, sizes, &never)
 }
 
-/// [`find_path`], asking `stop` every [`STOP_CHECK_WORK`] units of search work (and
+/// [`find_path`], asking `stop` once per [`STOP_CHECK_WORK`] units of search work (and
 /// between random-greedy trials): when it answers `true` the search ends with
 /// [`EinsumError::Interrupted`]. The greedy finder and explicit paths never ask.
 ///
