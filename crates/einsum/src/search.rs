@@ -82,10 +82,9 @@ pub const STOP_CHECK_WORK: u64 = 1 << 20;
 /// The work a search may do: at most `max` units, asking `stop` every
 /// [`STOP_CHECK_WORK`] units.
 struct Work<'a> {
+    /// Units counted so far, whole quotas included.
     done: u64,
     max: u64,
-    /// The count past which `add` next calls `check`.
-    next_check: u64,
     stop: &'a dyn Fn() -> bool,
     /// Whether `stop` ended the search (rather than the budget).
     stopped: bool,
@@ -93,27 +92,7 @@ struct Work<'a> {
 
 impl<'a> Work<'a> {
     fn new(max: u64, stop: &'a dyn Fn() -> bool) -> Self {
-        Work { done: 0, max, next_check: STOP_CHECK_WORK.min(max), stop, stopped: false }
-    }
-
-    /// Counts `units` of work: `false` once the budget is spent or `stop` said so.
-    #[inline]
-    fn add(&mut self, units: u64) -> bool {
-        self.done = self.done.saturating_add(units);
-        self.done <= self.next_check || self.check()
-    }
-
-    #[cold]
-    fn check(&mut self) -> bool {
-        if self.done > self.max {
-            return false;
-        }
-        if (self.stop)() {
-            self.stopped = true;
-            return false;
-        }
-        self.next_check = self.done.saturating_add(STOP_CHECK_WORK).min(self.max);
-        true
+        Work { done: 0, max, stop, stopped: false }
     }
 
     /// Takes the next quota of units for a hot loop to count down locally (so the count
@@ -316,15 +295,19 @@ fn optimal_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], work: &m
         legs[1 << i] = sets.ops[i].clone();
         best[1 << i] = 0.0;
     }
+    // Splits this loop may still try before asking `work` again.
+    let mut quota = 0u64;
     // Subsets in increasing order: every proper subset comes first.
     for m in 1..=full {
         if m.count_ones() < 2 {
             continue;
         }
-        // Its splits, 2^(|m| - 1) - 1 of them.
-        if !work.add(1 << (m.count_ones() - 1)) {
-            return None;
+        // Its splits, 2^(|m| - 1) - 1 of them, counted against the quota.
+        let splits = 1u64 << (m.count_ones() - 1);
+        while quota < splits {
+            quota += work.quota()?;
         }
+        quota -= splits;
         let union = (0..n).filter(|&i| m >> i & 1 == 1).fold(Bits::new(sizes.len()), |u, i| u.or(&sets.ops[i]));
         legs[m as usize] = if m == full { sets.output.clone() } else { sets.kept(&union, &as_bits(m)) };
         let low = m & m.wrapping_neg();
@@ -345,6 +328,7 @@ fn optimal_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], work: &m
             s = (s - 1) & m;
         }
     }
+    work.give_back(quota);
     // Post-order of the tree: children before parents.
     let mut ssa = Vec::with_capacity(n - 1);
     let mut id: FxHashMap<u32, usize> = (0..n).map(|i| (1u32 << i, i)).collect();

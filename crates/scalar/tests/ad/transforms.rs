@@ -72,6 +72,18 @@ fn linear_step() -> impl Strategy<Value = LinearStep> {
     ]
 }
 
+impl LinearStep {
+    /// The step with its positions taken modulo `n`, the values made so far.
+    fn within(self, n: usize) -> Self {
+        match self {
+            LinearStep::Add(a, b) => LinearStep::Add(a % n, b % n),
+            LinearStep::Neg(a) => LinearStep::Neg(a % n),
+            LinearStep::Scale(a, c) => LinearStep::Scale(a % n, c),
+            LinearStep::Again(i) => LinearStep::Again(i),
+        }
+    }
+}
+
 /// Builds `L` from `steps` (on `interner`, which may know some of its keys already) and
 /// its Jacobian: per value, its coefficient on each tangent input.
 fn linear_map(
@@ -92,7 +104,7 @@ fn linear_map(
         rows.push((0..tangents).map(|j| f64::from(u8::from(i == j))).collect());
     }
     let active = |n| OperationRole::Linearized { active_mask: vec![true; n] };
-    // The steps as emitted (an `Again` resolved to the step it repeats).
+    // The steps as emitted: an `Again` resolved to the step it repeats, positions in range.
     let mut emitted: Vec<LinearStep> = Vec::new();
     for step in steps {
         let n = values.len();
@@ -100,10 +112,10 @@ fn linear_map(
             LinearStep::Again(i) if !emitted.is_empty() => emitted[i % emitted.len()].clone(),
             LinearStep::Again(i) => LinearStep::Neg(*i),
             other => other.clone(),
-        };
+        }
+        .within(n);
         let (v, row) = match step {
             LinearStep::Add(a, c) => {
-                let (a, c) = (a % n, c % n);
                 let v = b.add_operation(
                     ScalarOp::Add,
                     vec![ValueRef::Local(values[a]), ValueRef::Local(values[c])],
@@ -112,12 +124,10 @@ fn linear_map(
                 (v, rows[a].iter().zip(&rows[c]).map(|(x, y)| x + y).collect())
             }
             LinearStep::Neg(a) => {
-                let a = a % n;
                 let v = b.add_operation(ScalarOp::Neg, vec![ValueRef::Local(values[a])], active(1))[0];
                 (v, rows[a].iter().map(|x| -x).collect())
             }
             LinearStep::Scale(a, c) => {
-                let a = a % n;
                 let k = b.add_operation(ScalarOp::constant(f64::from(c)), vec![], OperationRole::Primary)[0];
                 let role = OperationRole::Linearized { active_mask: vec![true, false] };
                 let v = b.add_operation(ScalarOp::Mul, vec![ValueRef::Local(values[a]), ValueRef::Local(k)], role)[0];
@@ -125,13 +135,8 @@ fn linear_map(
             }
             LinearStep::Again(_) => unreachable!("resolved above"),
         };
-        // Positions stay those of the steps' own values (a constant is not one).
-        emitted.push(match step {
-            LinearStep::Add(a, c) => LinearStep::Add(a % n, c % n),
-            LinearStep::Neg(a) => LinearStep::Neg(a % n),
-            LinearStep::Scale(a, c) => LinearStep::Scale(a % n, c),
-            LinearStep::Again(_) => unreachable!(),
-        });
+        // Positions are those of the steps' own values (a constant is not one).
+        emitted.push(step);
         values.push(v);
         rows.push(row);
     }
