@@ -59,6 +59,9 @@ pub enum EinsumError {
     Graph(GraphError),
     /// An automatic-differentiation transform failed.
     Ad(ADRuleError),
+    /// A path search's settings are invalid (an unknown objective, a label without a
+    /// size given to [`crate::hyper::hyper_path`]).
+    Search(String),
     /// A path search was ended by its caller's `stop` test
     /// ([`crate::search::find_path_until`]).
     Interrupted,
@@ -76,6 +79,7 @@ impl fmt::Display for EinsumError {
             }
             EinsumError::Path { step: None, message } => write!(f, "invalid contraction path: {message}"),
             EinsumError::Instance(m) => write!(f, "malformed instance: {m}"),
+            EinsumError::Search(m) => write!(f, "path search: {m}"),
             EinsumError::Memory { what, bytes, limit: Some(limit) } => write!(
                 f,
                 "memory limit exceeded: {what} needs {}, over the limit of {}",

@@ -84,6 +84,7 @@ mod ad;
 mod buffer;
 mod elem;
 mod error;
+pub mod hyper;
 mod instance;
 mod kernel;
 #[cfg(test)]

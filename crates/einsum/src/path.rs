@@ -77,6 +77,10 @@ pub enum PathChoice {
     /// work bound, else random-greedy with as many trials as fit a work bound (greedy for
     /// large networks): bounded time for every network (see [`crate::search::auto`]).
     Auto,
+    /// The hyper-optimizer ([`crate::hyper::hyper_path`]): randomized greedy and recursive
+    /// bisection trials with tuned parameters and subtree reconfiguration, within the
+    /// options' time and trial budgets.
+    Hyper(crate::hyper::HyperOptions),
 }
 
 /// A contraction path in opt_einsum's format: `steps[s]` lists the positions contracted

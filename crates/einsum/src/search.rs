@@ -788,6 +788,9 @@ pub fn find_path_until(
             random_greedy_within(inputs, output, sizes, trials.max(1), seed, &mut Work::new(u64::MAX, &stop))
         }
         PathChoice::Auto => auto_until(inputs, output, sizes, AUTO_DP_MAX_PAIRS, &stop),
+        PathChoice::Hyper(opts) => {
+            crate::hyper::hyper_path_until(inputs, output, sizes, &opts, &stop, &mut |_| {})?.path
+        }
     };
     if stopped.get() {
         return Err(EinsumError::Interrupted);

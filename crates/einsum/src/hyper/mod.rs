@@ -1,0 +1,241 @@
+//! The hyper-optimizing path search: many randomized trees from several drivers, their
+//! parameters tuned as the search goes, each promising tree improved by subtree
+//! reconfiguration, trials run in parallel on the rayon pool, the whole bounded by a time
+//! budget, a trial budget and a caller's stop test. The best tree wins by the chosen
+//! [`Objective`].
+//!
+//! Drivers (`Method`):
+//! - randomized greedy (`greedy.rs`): Boltzmann-sampled pairs, the weight of the operands'
+//!   sizes and the temperature as parameters;
+//! - recursive bisection (`partition.rs`): METIS splits the network until groups are small,
+//!   the greedy driver contracts each group; imbalance, cutoff and the groups' greedy
+//!   parameters as parameters.
+//!
+//! Tuning (`tune.rs`): each driver's parameters live in a unit box; the first trials of a
+//! driver sample it uniformly, later ones perturb one of the driver's best few or, now and
+//! then, sample afresh; the driver itself is drawn with a preference for the one with the
+//! best tree so far. Suggestions are made for a whole batch of trials before it runs and
+//! results are read back in trial order, so a seeded search with a trial budget and no time
+//! budget is reproducible whatever the number of threads.
+//!
+//! Networks of at most [`EXACT_OPERANDS`] operands are solved exactly, for any objective,
+//! with no trial at all: a subtree reconfiguration whose frontier is every input.
+//!
+//! Invariant: the path returned is valid for the network's operand count, and its
+//! reported cost is the tree's cost on the network, which is
+//! [`crate::search::path_cost`] of the path less the final reordering step.
+
+mod greedy;
+mod options;
+mod partition;
+mod reconf;
+mod rng;
+mod tree;
+mod tune;
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::error::{EinsumError, EinsumResult};
+use crate::path::ContractionPath;
+
+use self::greedy::{GreedyParams, greedy};
+use self::partition::partition_tree;
+use self::reconf::reconfigure;
+use self::rng::Rng;
+use self::tree::{Net, Tree};
+use self::tune::{Method, Tuner};
+
+/// Networks of at most this many operands are solved exactly (`O(3^n)` subset splits),
+/// whatever the objective, with no trial.
+pub const EXACT_OPERANDS: usize = 12;
+
+pub use self::options::{DEFAULT_MAX_TIME, HyperOptions, Objective, TreeCost};
+
+/// What a search did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HyperReport {
+    /// Trials run (0 when the network was solved exactly).
+    pub trials: u32,
+    /// Wall time of the search.
+    pub seconds: f64,
+    /// The best tree's cost.
+    pub cost: TreeCost,
+    /// The driver that found the best tree (`"greedy"`, `"partition"`, or `"optimal"`).
+    pub method: &'static str,
+    /// Whether the caller's stop test ended the search (the best tree so far is returned).
+    pub interrupted: bool,
+}
+
+/// Progress of a running search, given to the caller's callback after each batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HyperProgress {
+    /// Trials run so far.
+    pub trials: u32,
+    /// Seconds since the search started.
+    pub seconds: f64,
+    /// The best cost so far.
+    pub best: TreeCost,
+}
+
+/// A path and what its search did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HyperPath {
+    /// The best path found.
+    pub path: ContractionPath,
+    /// The search's report.
+    pub report: HyperReport,
+}
+
+/// Searches a path for the numbered network (labels `0..sizes.len()`) with the default
+/// stop test (never) and no progress callback.
+///
+/// ```
+/// use einsum::hyper::{HyperOptions, hyper_path};
+/// use einsum::search::path_cost;
+/// // A ring of 20 matrices with bond 4.
+/// let inputs: Vec<Vec<u32>> = (0..20).map(|i| vec![i, (i + 1) % 20]).collect();
+/// let sizes = vec![4; 20];
+/// let opts = HyperOptions { max_time: None, max_trials: Some(16), ..HyperOptions::default() };
+/// let found = hyper_path(&inputs, &[], &sizes, &opts).unwrap();
+/// assert!(found.path.validate(20).is_ok());
+/// assert_eq!(found.report.trials, 16);
+/// assert_eq!(found.report.cost.multiply_adds, path_cost(&inputs, &[], &sizes, &found.path).unwrap());
+/// ```
+pub fn hyper_path(
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    opts: &HyperOptions,
+) -> EinsumResult<HyperPath> {
+    hyper_path_until(inputs, output, sizes, opts, &|| false, &mut |_| {})
+}
+
+/// [`hyper_path`] asking `stop` between batches of trials (when it answers `true` the
+/// search ends with the best tree so far and `report.interrupted` set) and calling
+/// `progress` after each batch.
+pub fn hyper_path_until(
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    opts: &HyperOptions,
+    stop: &dyn Fn() -> bool,
+    progress: &mut dyn FnMut(&HyperProgress),
+) -> EinsumResult<HyperPath> {
+    let start = Instant::now();
+    let n = inputs.len();
+    if let Some(&c) = inputs.iter().flatten().chain(output).find(|&&c| c as usize >= sizes.len()) {
+        return Err(EinsumError::Search(format!("label {c} has no size (the network has {} labels)", sizes.len())));
+    }
+    let net = Net::new(inputs, output, sizes);
+    let report = |trials, cost, method, interrupted| HyperReport {
+        trials,
+        seconds: start.elapsed().as_secs_f64(),
+        cost,
+        method,
+        interrupted,
+    };
+    if n < 2 {
+        let tree = Tree::from_ssa(n, &[]);
+        return Ok(HyperPath { path: tree.to_path(), report: report(0, TreeCost::default(), "optimal", false) });
+    }
+    if n <= EXACT_OPERANDS {
+        // Reconfiguring the whole tree at once is the exact DP over every subset.
+        let items = (0..n).map(|i| net.leaf_legs(i)).collect();
+        let mut tree = Tree::from_ssa(n, &greedy(&net, items, GreedyParams::PLAIN, &mut Rng::new(0)));
+        reconfigure(&net, &mut tree, n, opts.minimize, 1, None);
+        let cost = tree.cost(&net);
+        return Ok(HyperPath { path: tree.to_path(), report: report(0, cost, "optimal", false) });
+    }
+    let deadline = opts.max_time.map(|t| start + t);
+    let max_trials = opts.max_trials.unwrap_or(u32::MAX).max(1);
+    let batch = (2 * rayon::current_num_threads()).clamp(2, 64) as u32;
+    let mut tuner = Tuner::new(opts.seed);
+    let mut best: Option<(Tree, TreeCost, Method)> = None;
+    let mut trials = 0u32;
+    let mut interrupted = false;
+    while trials < max_trials {
+        // The first batch always runs, so there is a tree to return.
+        if trials > 0 {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            if stop() {
+                interrupted = true;
+                break;
+            }
+        }
+        let count = batch.min(max_trials - trials);
+        let suggestions: Vec<(u32, Method)> = (trials..trials + count).map(|t| (t, tuner.suggest(t))).collect();
+        let threshold = best.as_ref().map(|b| opts.minimize.score(&b.1) * 16.0);
+        let results: Vec<(Tree, TreeCost)> = suggestions
+            .par_iter()
+            .map(|&(t, method)| run_trial(&net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline))
+            .collect();
+        for ((_, method), (tree, cost)) in suggestions.into_iter().zip(results) {
+            tuner.report(method, opts.minimize.score(&cost));
+            if best.as_ref().is_none_or(|b| opts.minimize.better(&cost, &b.1)) {
+                best = Some((tree, cost, method));
+            }
+        }
+        trials += count;
+        progress(&HyperProgress {
+            trials,
+            seconds: start.elapsed().as_secs_f64(),
+            best: best.as_ref().expect("a trial ran").1,
+        });
+    }
+    let (mut tree, mut cost, method) = best.expect("at least one trial runs");
+    // A last, deeper reconfiguration of the winner within what is left of the budget.
+    if opts.reconf_size > 0 && !interrupted {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_none_or(|l| !l.is_zero()) {
+            let mut polished = tree.clone();
+            reconfigure(&net, &mut polished, opts.reconf_size as usize + 2, opts.minimize, 4, deadline);
+            let c = polished.cost(&net);
+            if opts.minimize.better(&c, &cost) {
+                (tree, cost) = (polished, c);
+            }
+        }
+    }
+    Ok(HyperPath { path: tree.to_path(), report: report(trials, cost, method.name(), interrupted) })
+}
+
+/// One trial: a driver's tree, reconfigured when its cost is within `threshold` (none:
+/// always).
+fn run_trial(
+    net: &Net,
+    method: Method,
+    opts: &HyperOptions,
+    mut rng: Rng,
+    threshold: Option<f64>,
+    deadline: Option<Instant>,
+) -> (Tree, TreeCost) {
+    let mut tree = match method {
+        Method::Greedy(params) => {
+            let items = (0..net.n()).map(|i| net.leaf_legs(i)).collect();
+            Tree::from_ssa(net.n(), &greedy(net, items, params, &mut rng))
+        }
+        Method::Partition(params) => partition_tree(net, params, &mut rng),
+    };
+    let mut cost = tree.cost(net);
+    let promising = threshold.is_none_or(|t| opts.minimize.score(&cost) <= t);
+    if opts.reconf_size > 0
+        && promising
+        && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, 2, deadline)
+    {
+        cost = tree.cost(net);
+    }
+    (tree, cost)
+}
+
+/// The plain greedy driver's tree cost (tests compare the search against it).
+#[cfg(test)]
+fn plain_greedy_cost(net: &Net) -> TreeCost {
+    let items = (0..net.n()).map(|i| net.leaf_legs(i)).collect();
+    Tree::from_ssa(net.n(), &greedy(net, items, GreedyParams::PLAIN, &mut Rng::new(0))).cost(net)
+}
+
+#[cfg(test)]
+mod tests;
