@@ -62,8 +62,8 @@ pub enum PathChoice {
     /// path, without an error: not necessarily the cheapest path then.
     Optimal,
     /// Dynamic programming over connected subsets with a growing cost cap
-    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work bound, random-greedy as in
-    /// [`crate::search::auto`].
+    /// ([`crate::search::dp`], opt_einsum's `dp`); past its work or time bound
+    /// ([`crate::search::DP_MAX_TIME`]), the hyper-optimizer with its default budget.
     Dp,
     /// The best of `trials` randomized greedy paths, the greedy path among them
     /// ([`crate::search::random_greedy`]), drawn from `seed`.
@@ -74,8 +74,8 @@ pub enum PathChoice {
         seed: u64,
     },
     /// [`crate::search::optimal`] for small networks, else [`crate::search::dp`] within a
-    /// work bound, else random-greedy with as many trials as fit a work bound (greedy for
-    /// large networks): bounded time for every network (see [`crate::search::auto`]).
+    /// work and a time bound, else the hyper-optimizer with a trial and a time bound:
+    /// bounded time for every network (see [`crate::search::auto`]).
     Auto,
     /// The hyper-optimizer ([`crate::hyper::hyper_path`]): randomized greedy and recursive
     /// bisection trials with tuned parameters and subtree reconfiguration, within the

@@ -17,18 +17,19 @@
 //!   whole network is reached (the method of Kourtis et al., 2019, that opt_einsum's `dp`
 //!   implements). Disconnected parts are joined by outer products at the end, smallest
 //!   first. The work (pairs of subsets examined) is bounded by [`DP_MAX_PAIRS`]: past it
-//!   the search gives up (`None`).
+//!   the search gives up (`None`); [`PathChoice::Dp`] also gives up after [`DP_MAX_TIME`]
+//!   and then runs the hyper-optimizer ([`crate::hyper`]) with its default budget.
 //! - [`random_greedy`]: greedy paths with Boltzmann sampling among the best candidate
 //!   pairs at each step and a randomised weight of the operands' sizes in the score, the
 //!   plain greedy path being trial 0; the cheapest path wins, so it is never worse than
 //!   greedy.
 //! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands, else `dp` within
-//!   2^28 pairs of subsets (about 1 to 3 s at most), else (when `dp` gives up)
-//!   `random_greedy` with as many trials, up to [`RANDOM_GREEDY_TRIALS`], as fit in
-//!   2·10^7 scored pairs (one trial, the plain greedy path, for large
-//!   networks of densely shared labels). Its time is bounded whatever the network: the
-//!   bound is on work, not on operand count, because the DP is what keeps networks of 84
-//!   to 200 operands (the bundled instances) within 10% of their best known paths.
+//!   2^28 pairs of subsets or [`AUTO_DP_MAX_TIME`], else the hyper-optimizer with
+//!   [`AUTO_HYPER_TRIALS`] trials within [`AUTO_MAX_TIME`]. The DP stays first because it
+//!   reaches the best known paths of the bundled instances of 84 to 200 operands, which
+//!   the hyper-optimizer misses by a few percent on one of them; the hyper-optimizer is
+//!   what answers on networks of large width (random regular graphs, 3D lattices), where
+//!   the DP gives up.
 //!
 //! [`find_path_until`] runs any of them with a caller's `stop` test, asked once per
 //! [`STOP_CHECK_WORK`] units of work (pairs of subsets, splits, or once per random-greedy
@@ -41,7 +42,10 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use tidu::testing::CheckRng;
 
+use std::time::{Duration, Instant};
+
 use crate::error::{EinsumError, EinsumResult};
+use crate::hyper::HyperOptions;
 use crate::path::{ContractionPath, FollowedPath, PathChoice, distinct};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
@@ -60,20 +64,26 @@ pub const AUTO_EXACT_OPERANDS: usize = 12;
 /// earlier.
 pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
 
-/// The most trials of the random-greedy fallback of [`PathChoice::Dp`] and [`auto`] (each
-/// runs as many as fit in a fixed amount of work, down to one on large networks of densely
-/// shared labels), and those of the Python package's `'random-greedy'`.
+/// The trials of the Python package's and the command line's `random-greedy`.
 pub const RANDOM_GREEDY_TRIALS: u32 = 64;
 
-/// [`auto`] gives [`dp`] this many pairs of subsets (about 1 to 3 s; the bundled instances
-/// need at most about 1.9·10^8, the 84-operand `lm_batch`); a 300-matrix chain needs more
-/// and falls back to random-greedy.
+/// [`auto`] gives [`dp`] this many pairs of subsets, or [`AUTO_DP_MAX_TIME`], before it
+/// turns to the hyper-optimizer (the bundled instances need at most about 1.9·10^8
+/// pairs, the 84-operand `lm_batch`, whose DP path the hyper-optimizer misses by 4 to 19%).
 const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
 
-/// [`auto`]'s random-greedy fallback runs `AUTO_GREEDY_WORK / w` trials (between 1 and
-/// [`RANDOM_GREEDY_TRIALS`]), `w` being a trial's estimated work: the operand count times
-/// the candidate pairs of the first step (a trial rescans them at each step).
-const AUTO_GREEDY_WORK: u64 = 20_000_000;
+/// [`auto`]'s DP gives up after this long.
+pub const AUTO_DP_MAX_TIME: Duration = Duration::from_secs(4);
+
+/// [`auto`]'s hyper-optimizer runs this many trials (unless [`AUTO_MAX_TIME`] passes first).
+pub const AUTO_HYPER_TRIALS: u32 = 128;
+
+/// [`auto`]'s hyper-optimizer stops starting trials after this long.
+pub const AUTO_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// [`PathChoice::Dp`] gives up after this long (or [`DP_MAX_PAIRS`] pairs, whichever
+/// comes first) and turns to the hyper-optimizer with its default budget.
+pub const DP_MAX_TIME: Duration = Duration::from_secs(5);
 
 /// [`find_path_until`] asks its `stop` test once per this many units of search work
 /// (about 10 to 50 ms of the DP).
@@ -650,12 +660,11 @@ fn sampled_greedy(
     ssa_to_path(n, &ssa)
 }
 
-/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else [`dp`] within 2^28
-/// pairs of subsets (the bundled instances need at most about 1.9·10^8), else
-/// [`random_greedy`] with `2·10^7 / w` trials (between 1, the plain greedy path, and
-/// [`RANDOM_GREEDY_TRIALS`]; `w`, a trial's estimated work, is the operand count times the
-/// pairs sharing a summed label or an output label of at most two operands). Bounded for
-/// every network: about 1 to 3 s of DP at most, then about 2·10^7 scored pairs.
+/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else [`dp`] within
+/// 2^28 pairs of subsets or [`AUTO_DP_MAX_TIME`] (it finishes on networks of small width,
+/// chains and trees), else the hyper-optimizer ([`crate::hyper::hyper_path`]) with
+/// [`AUTO_HYPER_TRIALS`] trials within [`AUTO_MAX_TIME`]. Bounded for every network, and
+/// deterministic unless the time bound cuts the trials short.
 ///
 /// ```
 /// use einsum::search::auto;
@@ -666,8 +675,7 @@ pub fn auto(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Contraction
     auto_within(inputs, output, sizes, AUTO_DP_MAX_PAIRS)
 }
 
-/// [`auto`] with the DP's budget as a parameter (tests give it a small one: a budget's
-/// worth of DP takes minutes in a debug build).
+/// [`auto`] with the DP's budget as a parameter (tests give it a small one).
 fn auto_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], dp_max_pairs: u64) -> ContractionPath {
     auto_until(inputs, output, sizes, dp_max_pairs, &never)
 }
@@ -686,34 +694,35 @@ fn auto_until(
             return p;
         }
     }
-    let mut work = Work::new(dp_max_pairs, stop);
-    match dp_within(inputs, output, sizes, &mut work) {
-        Some(p) => p,
-        None => {
-            let trials = if work.stopped { 1 } else { auto_greedy_trials(inputs, output, sizes.len()) };
-            random_greedy_within(inputs, output, sizes, trials, 0, &mut work)
-        }
+    let deadline = Instant::now() + AUTO_DP_MAX_TIME;
+    let bounded = || stop() || Instant::now() >= deadline;
+    let mut work = Work::new(dp_max_pairs, &bounded);
+    if let Some(p) = dp_within(inputs, output, sizes, &mut work) {
+        return p;
     }
+    let opts =
+        HyperOptions { max_time: Some(AUTO_MAX_TIME), max_trials: Some(AUTO_HYPER_TRIALS), ..HyperOptions::default() };
+    hyper_fallback(inputs, output, sizes, &opts, stop, work.stopped && Instant::now() < deadline)
 }
 
-/// The trials of [`auto`]'s random-greedy fallback (see `AUTO_GREEDY_WORK`): a trial
-/// scores, at each of its `n - 1` steps, the pairs sharing a summed label or an output
-/// label held by at most two operands (`sampled_greedy`'s candidates).
-fn auto_greedy_trials(inputs: &[Vec<u32>], output: &[u32], labels: usize) -> u32 {
-    let mut holders = vec![0u64; labels];
-    for l in inputs {
-        for c in distinct(l) {
-            holders[c as usize] += 1;
-        }
+/// The hyper-optimizer after a DP gave up (`dp` and `auto`), or the greedy path when the
+/// caller already said stop (it reports the stop).
+fn hyper_fallback(
+    inputs: &[Vec<u32>],
+    output: &[u32],
+    sizes: &[usize],
+    opts: &HyperOptions,
+    stop: &dyn Fn() -> bool,
+    stopped: bool,
+) -> ContractionPath {
+    let greedy = || ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
+    if stopped {
+        return greedy();
     }
-    for &c in output {
-        if holders[c as usize] > 2 {
-            holders[c as usize] = 0;
-        }
+    match crate::hyper::hyper_path_until(inputs, output, sizes, opts, stop, &mut |_| {}) {
+        Ok(found) => found.path,
+        Err(_) => greedy(),
     }
-    let pairs: u64 = holders.iter().map(|&k| k * k.saturating_sub(1) / 2).sum();
-    let work = (inputs.len() as u64).saturating_mul(pairs.max(1));
-    (AUTO_GREEDY_WORK / work).clamp(1, RANDOM_GREEDY_TRIALS as u64) as u32
 }
 
 /// The path a [`PathChoice`] gives for a numbered network ([`crate::Einsum::new`] calls
@@ -775,13 +784,14 @@ pub fn find_path_until(
             None => auto_until(inputs, output, sizes, AUTO_DP_MAX_PAIRS, &stop),
         },
         PathChoice::Dp => {
-            let mut work = Work::new(DP_MAX_PAIRS, &stop);
+            // The DP's time bound ends it as a `stop` would, without counting as the
+            // caller's stop.
+            let deadline = Instant::now() + DP_MAX_TIME;
+            let bounded = || stop() || Instant::now() >= deadline;
+            let mut work = Work::new(DP_MAX_PAIRS, &bounded);
             match dp_within(inputs, output, sizes, &mut work) {
                 Some(p) => p,
-                None => {
-                    let trials = auto_greedy_trials(inputs, output, sizes.len());
-                    random_greedy_within(inputs, output, sizes, trials, 0, &mut work)
-                }
+                None => hyper_fallback(inputs, output, sizes, &HyperOptions::default(), &stop, stopped.get()),
             }
         }
         PathChoice::RandomGreedy { trials, seed } => {
@@ -826,9 +836,10 @@ mod tests {
         let sizes: Vec<usize> = (0..150).map(|c| 2 + c % 3).collect();
         let p = auto_within(&random, &[0, 1], &sizes, 1_000_000);
         assert!(p.validate(200).is_ok());
-        // A star of 400 operands on one label: one trial (plain greedy) in the fallback.
+        // A star of 400 operands on one label.
         let star: Vec<Vec<u32>> = (1..=400).map(|i| vec![0, i]).collect();
-        assert_eq!(auto_greedy_trials(&star, &[], 401), 1);
-        assert_eq!(auto_greedy_trials(&chain, &[0, n], n as usize + 1), RANDOM_GREEDY_TRIALS);
+        let sizes: Vec<usize> = (0..=400).map(|i| 2 + i % 3).collect();
+        let p = auto_within(&star, &[], &sizes, 1_000_000);
+        assert!(p.validate(400).is_ok());
     }
 }

@@ -47,6 +47,9 @@ use self::rng::Rng;
 use self::tree::{Net, Tree};
 use self::tune::{Method, Tuner};
 
+/// How many of the best trees the search keeps for its last, deeper reconfiguration.
+const POLISHED: usize = 8;
+
 /// Networks of at most this many operands are solved exactly (`O(3^n)` subset splits),
 /// whatever the objective, with no trial.
 pub const EXACT_OPERANDS: usize = 12;
@@ -152,7 +155,8 @@ pub fn hyper_path_until(
     let max_trials = opts.max_trials.unwrap_or(u32::MAX).max(1);
     let batch = (2 * rayon::current_num_threads()).clamp(2, 64) as u32;
     let mut tuner = Tuner::new(opts.seed);
-    let mut best: Option<(Tree, TreeCost, Method)> = None;
+    // The best few trees, best first, no two of equal cost.
+    let mut elite: Vec<(Tree, TreeCost, Method)> = Vec::new();
     let mut trials = 0u32;
     let mut interrupted = false;
     while trials < max_trials {
@@ -168,37 +172,37 @@ pub fn hyper_path_until(
         }
         let count = batch.min(max_trials - trials);
         let suggestions: Vec<(u32, Method)> = (trials..trials + count).map(|t| (t, tuner.suggest(t))).collect();
-        let threshold = best.as_ref().map(|b| opts.minimize.score(&b.1) * 16.0);
+        let threshold = elite.first().map(|b| opts.minimize.score(&b.1) * 16.0);
         let results: Vec<(Tree, TreeCost)> = suggestions
             .par_iter()
             .map(|&(t, method)| run_trial(&net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline))
             .collect();
         for ((_, method), (tree, cost)) in suggestions.into_iter().zip(results) {
             tuner.report(method, opts.minimize.score(&cost));
-            if best.as_ref().is_none_or(|b| opts.minimize.better(&cost, &b.1)) {
-                best = Some((tree, cost, method));
+            let at = elite.partition_point(|e| !opts.minimize.better(&cost, &e.1));
+            if at < POLISHED && !elite.iter().any(|e| e.1 == cost) {
+                elite.insert(at, (tree, cost, method));
+                elite.truncate(POLISHED);
             }
         }
         trials += count;
-        progress(&HyperProgress {
-            trials,
-            seconds: start.elapsed().as_secs_f64(),
-            best: best.as_ref().expect("a trial ran").1,
+        progress(&HyperProgress { trials, seconds: start.elapsed().as_secs_f64(), best: elite[0].1 });
+    }
+    // A last, deeper reconfiguration of the best few trees within what is left of the
+    // budget: the best raw tree is not always the best once reconfigured.
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    if opts.reconf_size > 0 && !interrupted && left.is_none_or(|l| !l.is_zero()) {
+        let k = opts.reconf_size as usize + 2;
+        elite.par_iter_mut().for_each(|(tree, cost, _)| {
+            if reconfigure(&net, tree, k, opts.minimize, 4, deadline) {
+                *cost = tree.cost(&net);
+            }
         });
     }
-    let (mut tree, mut cost, method) = best.expect("at least one trial runs");
-    // A last, deeper reconfiguration of the winner within what is left of the budget.
-    if opts.reconf_size > 0 && !interrupted {
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left.is_none_or(|l| !l.is_zero()) {
-            let mut polished = tree.clone();
-            reconfigure(&net, &mut polished, opts.reconf_size as usize + 2, opts.minimize, 4, deadline);
-            let c = polished.cost(&net);
-            if opts.minimize.better(&c, &cost) {
-                (tree, cost) = (polished, c);
-            }
-        }
-    }
+    let (tree, cost, method) = elite
+        .into_iter()
+        .reduce(|a, b| if opts.minimize.better(&b.1, &a.1) { b } else { a })
+        .expect("at least one trial runs");
     Ok(HyperPath { path: tree.to_path(), report: report(trials, cost, method.name(), interrupted) })
 }
 
