@@ -24,8 +24,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use einsum::hyper::{HyperOptions, Objective};
 use einsum::{
-    ContractionPath, Dtype, EinsumOptions, Instance, MemoryLimit, PathChoice, SlicedEinsum, Slicing, Tensor, c64,
+    ContractionPath, Dtype, EinsumOptions, Instance, MemoryLimit, PathChoice, SlicedEinsum, Slicing, Subscripts,
+    Tensor, c64,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -62,9 +64,10 @@ pub fn parse_path(s: &str) -> Result<PathArg, String> {
             Ok(PathArg::Search(PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 }))
         }
         "auto" => Ok(PathArg::Search(PathChoice::Auto)),
+        "hyper" => Ok(PathArg::Search(PathChoice::Hyper(HyperOptions::default()))),
         t if t.starts_with('[') => parse_explicit_path(t).map(PathArg::Explicit),
         t => Err(format!(
-            "`{t}` is not a path: use opt-flops, opt-size, greedy, optimal, dp, random-greedy, auto or a list of \
+            "`{t}` is not a path: use opt-flops, opt-size, greedy, optimal, dp, random-greedy, auto, hyper or a list of \
              steps like [(0,1),(0,1)]"
         )),
     }
@@ -170,11 +173,22 @@ pub struct EinsumArgs {
     #[arg(long)]
     pub shapes: Option<String>,
     /// The path: `opt-flops`, `opt-size` (an instance's stored paths), `greedy`, a search
-    /// (`optimal`, `dp`, `random-greedy`, `auto`), or an explicit opt_einsum path as a list of
+    /// (`optimal`, `dp`, `random-greedy`, `auto`, `hyper`: the hyper-optimizer, see
+    /// --max-time), or an explicit opt_einsum path as a list of
     /// steps of positions, `[(0,1),(0,1)]`, `[(0,1,2)]` (instances default to opt-flops,
     /// expressions to greedy).
     #[arg(long, value_parser = parse_path)]
     pub path: Option<PathArg>,
+    /// With `--path hyper`: the search's time budget in seconds (default 1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub max_time: Option<f64>,
+    /// With `--path hyper`: the most trials (default: as many as fit in --max-time).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_trials: Option<u32>,
+    /// With `--path hyper`: what to minimize: `flops`, `size` (the largest intermediate),
+    /// `write` (elements written), or `combo-F` (flops + F × written).
+    #[arg(long, value_name = "OBJECTIVE", value_parser = parse_objective)]
+    pub minimize: Option<Objective>,
     /// Print the path in opt_einsum's format (it is always in the --json output).
     #[arg(long)]
     pub show_path: bool,
@@ -214,6 +228,80 @@ pub struct EinsumArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Parses a positive, finite number of seconds.
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(t),
+        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
+}
+
+/// Parses a search objective (`einsum::hyper::Objective`'s names).
+pub fn parse_objective(s: &str) -> Result<Objective, String> {
+    s.trim().parse::<Objective>().map_err(|e| e.to_string())
+}
+
+/// Runs the hyper-optimizer when `path` asks for it, with the command line's budget and
+/// objective, on `--threads` threads, showing its progress on stderr (when stderr is a
+/// terminal and not `--json`) and its report after; returns the path it found as an
+/// explicit one. Any other choice passes through, and the budget options without
+/// `--path hyper` are an error rather than silently ignored.
+fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> CliResult<PathChoice> {
+    let PathChoice::Hyper(mut opts) = path else {
+        if args.max_time.is_some() || args.max_trials.is_some() || args.minimize.is_some() {
+            return Err(CliError("--max-time, --max-trials and --minimize are for --path hyper".into()));
+        }
+        return Ok(path);
+    };
+    let seconds = args.max_time.map(std::time::Duration::from_secs_f64);
+    if args.max_trials.is_some() {
+        // A trial budget alone is not cut short by the default time budget.
+        (opts.max_trials, opts.max_time) = (args.max_trials, seconds);
+    } else if seconds.is_some() {
+        opts.max_time = seconds;
+    }
+    opts.minimize = args.minimize.unwrap_or(opts.minimize);
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let net = Subscripts::parse(expression)?.resolve(&refs)?.squeeze_broadcast(&refs);
+    let spinner = if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} hyper: {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads as usize)
+        .build()
+        .map_err(|e| CliError(format!("cannot start {} threads: {e}", args.threads)))?;
+    let found = pool.install(|| {
+        einsum::hyper::hyper_path_until(&net.inputs, &net.output, &net.sizes, &opts, &|| false, &mut |p| {
+            spinner.set_message(format!(
+                "{} trials, {:.1} s, best 10^{:.2} multiply-adds",
+                p.trials,
+                p.seconds,
+                p.best.multiply_adds.log10()
+            ));
+            spinner.tick();
+        })
+    })?;
+    spinner.finish_and_clear();
+    if !args.json {
+        let r = &found.report;
+        eprintln!(
+            "hyper: {} trials in {:.2} s, best 10^{:.2} multiply-adds, largest intermediate {:.3e} elements ({})",
+            r.trials,
+            r.seconds,
+            r.cost.multiply_adds.log10(),
+            r.cost.largest_intermediate,
+            r.method
+        );
+    }
+    Ok(PathChoice::Explicit(found.path))
 }
 
 /// Parses `2x3,3x4` (`_` is a scalar).
@@ -287,6 +375,7 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
                 inst.opt_size.clone().ok_or_else(|| CliError(format!("{} has no opt_size path", inst.name)))?,
             ),
         };
+        let path = hyper_search(args, &inst.format_string, &inst.shapes, path)?;
         (inst.name.clone(), inst.format_string.clone(), inst.shapes.clone(), path, inst.dtype, Some(Box::new(inst)))
     } else {
         let shapes = match (&files, &args.shapes) {
@@ -310,6 +399,7 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
                 )));
             }
         };
+        let path = hyper_search(args, &args.input, &shapes, path)?;
         (String::from("expression"), args.input.clone(), shapes, path, Dtype::Float64, None)
     };
     let operands = match files {
@@ -730,6 +820,9 @@ mod tests {
             operands: Vec::new(),
             shapes: None,
             path: None,
+            max_time: None,
+            max_trials: None,
+            minimize: None,
             show_path: false,
             output: None,
             grad: false,
@@ -757,6 +850,10 @@ mod tests {
         assert_eq!(parse_path("optimal"), Ok(PathArg::Search(PathChoice::Optimal)));
         assert_eq!(parse_path("dp"), Ok(PathArg::Search(PathChoice::Dp)));
         assert_eq!(parse_path("auto"), Ok(PathArg::Search(PathChoice::Auto)));
+        assert_eq!(parse_path("hyper"), Ok(PathArg::Search(PathChoice::Hyper(HyperOptions::default()))));
+        assert!(parse_seconds("0.5").is_ok() && parse_seconds("-1").is_err() && parse_seconds("inf").is_err());
+        assert_eq!(parse_objective("combo-8"), Ok(Objective::Combo { factor: 8.0 }));
+        assert!(parse_objective("speed").unwrap_err().contains("speed"));
         assert!(matches!(parse_path("random-greedy"), Ok(PathArg::Search(PathChoice::RandomGreedy { .. }))));
         for (bad, want) in [
             ("[(0,1)", "no enclosing"),

@@ -47,7 +47,7 @@ enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Contract a tensor network: an instance file or an expression, optionally with its gradient.
-    Einsum(einsum_cmd::EinsumArgs),
+    Einsum(Box<einsum_cmd::EinsumArgs>),
     /// Write a pipeline stage of a built-in example as Graphviz DOT.
     Dot(dot::DotArgs),
     /// Print shell completions for `cgx`.
