@@ -97,10 +97,26 @@ def _dims(dims, d_min, d_max):
     return "x".join(map(str, dims)) + " " + bonds
 
 
-# Each entry: (name, family, source, maker). `quick` marks the few small ones of `--quick`.
+# Each entry: (maker, small); `--quick` takes the small ones.
 def _catalogue():
-    import cotengra.utils as cu  # deferred: the tests import this module without cotengra
+    # Imports deferred and optional: the tests import this module where neither is installed.
+    try:
+        import cotengra.utils as cu
+    except ImportError:
+        cu = None
+    try:
+        import einsum_benchmark.generators as eb
+    except ImportError:
+        eb = None
+    entries = []
+    if cu is not None:
+        entries += _cotengra_entries(cu)
+    if eb is not None:
+        entries += _einsum_benchmark_entries(eb)
+    return entries
 
+
+def _cotengra_entries(cu):
     def ctg_regular(n, reg, seed):
         return lambda: _from_contraction(
             f"ctg randreg d={reg} n={n} bond 2", "random regular", "cotengra.utils.randreg_equation",
@@ -117,7 +133,7 @@ def _catalogue():
             "cotengra.utils.rand_equation",
             cu.rand_equation(n, reg, n_out=n_out, n_hyper_in=n_hyper_in, d_min=2, d_max=3, seed=seed))
 
-    entries = [
+    return [
         (ctg_regular(60, 3, 1), True),
         (ctg_regular(120, 3, 1), False),
         (ctg_regular(250, 3, 1), False),
@@ -132,56 +148,54 @@ def _catalogue():
         (ctg_hyper(30, 3, 4, 2, 1), True),
         (ctg_hyper(100, 3, 10, 0, 1), False),
     ]
+
+
+def _einsum_benchmark_entries(eb):
+    def eb_regular(n, reg, seed):
+        return lambda: _from_eq(
+            f"eb regular d={reg} n={n} bond 2", "random regular", "einsum_benchmark.generators.random.regular",
+            *eb.random.regular(n, reg, d_min=2, d_max=2, seed=seed))
+
+    def eb_lattice(dims, d_min, d_max, seed):
+        return lambda: _from_eq(
+            f"eb lattice {_dims(dims, d_min, d_max)}", f"{len(dims)}D lattice",
+            "einsum_benchmark.generators.structured.lattice",
+            *eb.structured.lattice(list(dims), d_min=d_min, d_max=d_max, seed=seed))
+
+    def eb_hyper(n, regularity, max_edge_order, n_out, seed):
+        return lambda: _from_eq(
+            f"eb hypernetwork n={n} reg={regularity} order<={max_edge_order} out={n_out}", "random hypergraph",
+            "einsum_benchmark.generators.random.connected_hypernetwork",
+            *eb.random.connected_hypernetwork(
+                number_of_tensors=n, regularity=regularity, max_edge_order=max_edge_order,
+                number_of_output_indices=n_out, min_axis_size=2, max_axis_size=3, seed=seed))
+
+    def eb_maxcut(n, reg, p, seed):
+        # One amplitude of a QAOA Max-Cut circuit as quimb builds it, unsimplified: the
+        # rank-1 to rank-4 state and gate tensors a circuit simulator starts from.
+        def make():
+            eq, arrays = eb.quantum_computing.maxcut(n=n, reg=reg, p=p, seed=seed)
+            return _from_eq(
+                f"eb QAOA maxcut n={n} d={reg} p={p}", "circuit", "einsum_benchmark.generators.quantum_computing.maxcut",
+                eq, [a.shape for a in arrays])
+        return make
+
+    entries = [
+        (eb_regular(200, 3, 2), False),
+        (eb_lattice((16, 16), 2, 2, 2), False),
+        (eb_hyper(40, 2.5, 3, 0, 2), True),
+        (eb_hyper(150, 3.0, 3, 2, 2), False),
+    ]
     try:
-        import einsum_benchmark.generators as eb
+        import quimb  # noqa: F401  (the circuit generator needs it)
     except ImportError:
-        eb = None
-    if eb is not None:
-        def eb_regular(n, reg, seed):
-            return lambda: _from_eq(
-                f"eb regular d={reg} n={n} bond 2", "random regular", "einsum_benchmark.generators.random.regular",
-                *eb.random.regular(n, reg, d_min=2, d_max=2, seed=seed))
-
-        def eb_lattice(dims, d_min, d_max, seed):
-            return lambda: _from_eq(
-                f"eb lattice {_dims(dims, d_min, d_max)}", f"{len(dims)}D lattice",
-                "einsum_benchmark.generators.structured.lattice",
-                *eb.structured.lattice(list(dims), d_min=d_min, d_max=d_max, seed=seed))
-
-        def eb_hyper(n, regularity, max_edge_order, n_out, seed):
-            return lambda: _from_eq(
-                f"eb hypernetwork n={n} reg={regularity} order<={max_edge_order} out={n_out}", "random hypergraph",
-                "einsum_benchmark.generators.random.connected_hypernetwork",
-                *eb.random.connected_hypernetwork(
-                    number_of_tensors=n, regularity=regularity, max_edge_order=max_edge_order,
-                    number_of_output_indices=n_out, min_axis_size=2, max_axis_size=3, seed=seed))
-
-        def eb_maxcut(n, reg, p, seed):
-            # QAOA's energy-term amplitude circuit, unsimplified (quimb builds it): the rank-1
-            # and rank-2 gate and state tensors a circuit simulator meets.
-            def make():
-                eq, arrays = eb.quantum_computing.maxcut(n=n, reg=reg, p=p, seed=seed)
-                return _from_eq(
-                    f"eb QAOA maxcut n={n} d={reg} p={p}", "circuit", "einsum_benchmark.generators.quantum_computing.maxcut",
-                    eq, [a.shape for a in arrays])
-            return make
-
+        pass
+    else:
         entries += [
-            (eb_regular(200, 3, 2), False),
-            (eb_lattice((16, 16), 2, 2, 2), False),
-            (eb_hyper(40, 2.5, 3, 0, 2), True),
-            (eb_hyper(150, 3.0, 3, 2, 2), False),
+            (eb_maxcut(16, 3, 2, 1), True),
+            (eb_maxcut(24, 3, 3, 1), False),
+            (eb_maxcut(40, 3, 2, 1), False),
         ]
-        try:
-            import quimb  # noqa: F401  (the circuit generator needs it)
-        except ImportError:
-            pass
-        else:
-            entries += [
-                (eb_maxcut(16, 3, 2, 1), True),
-                (eb_maxcut(24, 3, 3, 1), False),
-                (eb_maxcut(40, 3, 2, 1), False),
-            ]
     return entries
 
 
@@ -214,11 +228,7 @@ def families_missing() -> list:
 def networks(quick=False, contains=None) -> list:
     """The benchmark's networks, generated in catalogue order; with `quick` the small ones
     only; with `contains`, those whose name contains it (case-insensitive)."""
-    try:
-        entries = _catalogue()
-    except ImportError:
-        entries = []
-    nets = [make() for make, small in entries if small or not quick]
+    nets = [make() for make, small in _catalogue() if small or not quick]
     instances = shared_instances()
     if quick:
         instances = [n for n in instances if len(n.inputs) <= 30]

@@ -268,9 +268,9 @@ def table(rows, budget, columns) -> list:
     return lines
 
 
-def _ratios(rows, budget, ours, theirs, their_budget=None):
-    """`ours / theirs` flops per network where both have a path."""
-    their_budget = budget if their_budget is None else their_budget
+def _ratios(rows, budget, ours, theirs):
+    """`ours / theirs` flops per network where both have a path (`ours`: a finder, or several
+    of which the best counts)."""
     out = []
     for net in dict.fromkeys(r.network for r in rows):
         def get(name, b):
@@ -281,14 +281,15 @@ def _ratios(rows, budget, ours, theirs, their_budget=None):
 
         mine = [get(n, budget) for n in ([ours] if isinstance(ours, str) else ours)]
         mine = [r for r in mine if r is not None]
-        other = get(theirs, their_budget)
+        other = get(theirs, budget)
         if mine and other:
             out.append(min(r.flops for r in mine) / other.flops)
     return out
 
 
 def _share(ratios, limit):
-    return f"{sum(1 for x in ratios if x <= limit)}/{len(ratios)}"
+    k = sum(1 for x in ratios if x <= limit)
+    return f"{k}/{len(ratios)} ({100 * k / len(ratios):.0f}%)"
 
 
 def summary(rows, budget, has_hyper) -> list:
@@ -298,9 +299,8 @@ def summary(rows, budget, has_hyper) -> list:
         r = _ratios(rows, budget, "cgx hyper T", ctg)
         if r:
             lines.append(f"- cgx hyper ≤ cotengra's flops on {_share(r, 1.0)} networks (target ≥ 80%); worst ratio {max(r):.3g}× (target ≤ 2×)")
-        r10 = [row for row in rows if row.finder == "cgx hyper T/10" and row.budget == budget]
-        r = [x for x in _ratios(rows, budget, "cgx hyper T/10", ctg)]
-        if r and r10:
+        r = _ratios(rows, budget, "cgx hyper T/10", ctg)
+        if r:
             lines.append(f"- cgx hyper at {budget / 10:g} s within 2× of cotengra at {budget:g} s on {_share(r, 2.0)} networks; worst ratio {max(r):.3g}× (target ≤ 2×)")
         tp = _trial_rates(rows, budget, "cgx hyper T", ctg)
         if tp:
@@ -334,13 +334,12 @@ def auto_summary(rows) -> list:
     r = _ratios(rows, None, "cgx auto", "opt_einsum auto")
     if not r:
         return []
-    times = []
-    for net in dict.fromkeys(x.network for x in rows):
-        t = {x.finder: x.seconds for x in rows if x.network == net and x.flops and x.finder in ("cgx auto", "opt_einsum auto")}
-        if len(t) == 2 and t["opt_einsum auto"] > 0:
-            times.append(t["cgx auto"] / t["opt_einsum auto"])
-    return [f"'auto': cgx's flops ≤ opt_einsum's on {_share(r, 1.0)} networks (worst ratio {max(r):.3g}×); "
-            f"search time cgx ÷ opt_einsum median {statistics.median(times):.3g}, range {min(times):.3g} to {max(times):.3g}"]
+    def times(name):
+        t = [x.seconds for x in rows if x.finder == name and x.flops]
+        return f"median {statistics.median(t):.2f} s, longest {max(t):.2f} s"
+
+    return [f"'auto': cgx's flops ≤ opt_einsum's on {_share(r, 1.0)} networks (worst ratio {max(r):.3g}×, best {min(r):.3g}×); "
+            f"search time cgx {times('cgx auto')}, opt_einsum {times('opt_einsum auto')}"]
 
 
 def environment(finders) -> list:

@@ -122,3 +122,21 @@ def test_check_finds_bad_output():
     assert nw.check(net)
     net = nw.Network("t", "t", "t", ["a-", "bc"], "a", {"a": 2, "-": 2, "b": 2, "c": 2})
     assert nw.check(net)
+
+
+@SETTINGS
+@given(pairs=st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 10**6), st.integers(1, 10**6)), min_size=1, max_size=12))
+def test_summary_counts_the_targets(pairs):
+    # Rows as the benchmark makes them, for a cgx hyper-optimizer at T and T/10 and cotengra.
+    rows = []
+    for k, (ours, tenth, theirs) in enumerate(pairs):
+        for finder, flops in [("cgx hyper T", ours), ("cgx hyper T/10", tenth), ("cotengra hyper T", theirs)]:
+            rows.append(ph.Row(f"n{k}", "f", 3, finder, budget=10.0, flops=flops, seconds=1.0))
+    lines = "\n".join(ph.summary(rows, 10.0, True))
+    n = len(pairs)
+    at_most = sum(1 for a, _, c in pairs if a <= c)
+    within = sum(1 for _, b, c in pairs if b <= 2 * c)
+    assert f"on {at_most}/{n} (" in lines
+    assert f"worst ratio {max(a / c for a, _, c in pairs):.3g}×" in lines
+    assert f"at 1 s within 2× of cotengra at 10 s on {within}/{n} (" in lines
+    assert f"worst ratio {max(b / c for _, b, c in pairs):.3g}×" in lines
