@@ -3,6 +3,7 @@ finder on every network of `networks.py` and scores every path with the same cou
 
     python python/bench/paths_hyper.py [--budgets 1,10] [--networks SUBSTRING] [--quick]
                                        [--seed 0] [--json OUT]
+    python python/bench/paths_hyper.py --render OUT     # the tables of a saved run again
 
 Finders: cgx's 'greedy', 'random-greedy' and 'auto', and its hyper-optimizer
 (`cgx.HyperOptimizer(max_time=T, seed=S)` passed as `optimize=`) at the budget T and at T/10
@@ -247,7 +248,12 @@ def _cell(r: Row, best) -> str:
         v = f"**{v}**"
     extra = f"{r.seconds:.2f} s"
     if r.trials is not None:
-        extra += f", {r.trials / r.seconds:.0f} trials/s" if r.seconds > 0 else f", {r.trials} trials"
+        extra += f", {r.trials} trial{'' if r.trials == 1 else 's'}"
+        if r.seconds > 0:
+            extra += f", {r.trials / r.seconds:.2g}/s"
+    if r.trials is not None and r.cpu_seconds is not None and r.seconds > 0:
+        # A search bounded by wall-clock time had this share of one core.
+        extra += f", CPU {100 * r.cpu_seconds / r.seconds:.0f}%"
     return f"{v} [{r.log2_size:.0f}] ({extra})"
 
 
@@ -366,7 +372,15 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="a few small networks, budget 1 s")
     p.add_argument("--seed", type=int, default=0, help="the searches' seed")
     p.add_argument("--json", default=None, help="write every row here")
+    p.add_argument("--render", default=None, metavar="JSON", help="print the tables of a saved --json run, searching nothing")
     a = p.parse_args(argv)
+    if a.render:
+        with open(a.render) as f:
+            saved = json.load(f)
+        rows = [Row(**r) for r in saved["rows"]]
+        budgets = list(dict.fromkeys(r.budget for r in rows if r.budget is not None))
+        print("\n".join(report(rows, budgets, saved["environment"], saved["notes"])))
+        return
     budgets = [1.0] if a.quick else [float(b) for b in a.budgets.split(",")]
 
     finders = Finders()
@@ -398,19 +412,24 @@ def main(argv=None):
                     _progress(done[key])
                 rows.append(dataclasses.replace(done[key], finder=name, budget=budget))
 
+    env = environment(finders)
+    print("\n".join(report(rows, budgets, env, notes)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "environment": env, "notes": notes,
+                       "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+
+
+def report(rows, budgets, env, notes) -> list:
     out = ["# Path search: cgx against cotengra and opt_einsum", ""]
-    out += environment(finders) + [""] + [f"Note: {n}" for n in notes]
-    out += ["", "A cell: log10 multiply-adds [log2 largest intermediate] (search seconds); bold: the row's lowest flops."]
+    out += env + [""] + [f"Note: {n}" for n in notes]
+    out += ["", "A cell: log10 multiply-adds [log2 largest intermediate] (search seconds; for a hyper-optimizer its "
+            "trials, trials per second and its CPU time over its wall time); bold: the row's lowest flops."]
     has_hyper = any(r.finder.startswith("cgx hyper") for r in rows)
     columns = [c for c in COLUMNS if any(r.finder == c for r in rows)]
     for budget in budgets:
         out += ["", f"## Budget {budget:g} s", ""] + table(rows, budget, columns) + [""] + summary(rows, budget, has_hyper)
-    out += [""] + auto_summary(rows)
-    print("\n".join(out))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"command": " ".join(sys.argv), "environment": environment(finders), "notes": notes,
-                       "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+    return out + [""] + auto_summary(rows)
 
 
 def _progress(r: Row):
