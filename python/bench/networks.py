@@ -1,10 +1,9 @@
 """The networks of the path-search benchmark (`paths_hyper.py`): shapes only, no data.
 
 Each network is built, seeded, by a generator of cotengra (`cotengra.utils`) or of the
-`einsum_benchmark` package (`einsum_benchmark.generators`), or read from the shared instances
-(`crates/einsum/tests/data/*.json` and, when it exists, `/work/shared/data/einsum/`; the same
-file name is read once). A family whose generator's package is not installed is left out, and
-the benchmark says so.
+`einsum_benchmark` package (`einsum_benchmark.generators`), or read from the bundled
+instances (`crates/einsum/tests/data/*.json`, fields `format_string` and `shapes`). A family
+whose generator's package is not installed is left out, and the benchmark says so.
 
     python python/bench/networks.py          # the catalogue: name, tensors, labels, source
 """
@@ -16,10 +15,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-INSTANCE_DIRS = [
-    os.path.join(HERE, "..", "..", "crates", "einsum", "tests", "data"),
-    "/work/shared/data/einsum",
-]
+INSTANCE_DIR = os.path.join(HERE, "..", "..", "crates", "einsum", "tests", "data")
 
 
 @dataclasses.dataclass
@@ -200,13 +196,10 @@ def _einsum_benchmark_entries(eb):
 
 
 def shared_instances() -> list:
-    """The bundled instances (`format_string`, `shapes`), each file name once."""
-    found = {}
-    for d in INSTANCE_DIRS:
-        for path in sorted(glob.glob(os.path.join(d, "*.json"))):
-            found.setdefault(os.path.basename(path), path)
+    """The bundled instances, by file name."""
     nets = []
-    for base, path in sorted(found.items()):
+    for path in sorted(glob.glob(os.path.join(INSTANCE_DIR, "*.json"))):
+        base = os.path.basename(path)
         with open(path) as f:
             d = json.load(f)
         nets.append(_from_eq(d.get("name", base[:-5]), "shared instance", base, d["format_string"], d["shapes"]))
