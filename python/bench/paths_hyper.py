@@ -2,7 +2,7 @@
 finder on every network of `networks.py` and scores every path with the same count.
 
     python python/bench/paths_hyper.py [--budgets 1,10] [--networks SUBSTRING] [--quick]
-                                       [--seed 0] [--json OUT]
+                                       [--seed 0] [--repeats 1] [--json OUT]
     python python/bench/paths_hyper.py --render OUT     # the tables of a saved run again
 
 Finders: cgx's 'greedy', 'random-greedy' and 'auto', and its hyper-optimizer
@@ -16,17 +16,20 @@ The count (`score`): the sum over the path's steps of the product of the sizes o
 the step touches (both operands' labels; an input's labels are its own, an intermediate's are
 those of its operands still needed by another remaining operand or the output). That is the
 number of multiply-adds, and cotengra's `contraction_cost` where no operand alone holds a
-label that is summed (cotengra sums such a label first, for free; no network here has one). opt_einsum's `PathInfo.opt_cost`
-counts the same product twice for a step that sums a label away and once for one that sums
-none (`flop_count`'s `op_factor`), so it lies between this count and twice it;
-`python/tests/test_bench_paths.py` checks both relations. The largest intermediate is the
-largest step result (inputs not counted, as in opt_einsum's `largest_intermediate`).
+label that is summed (cotengra sums such a label first, for free; no network here has one).
+opt_einsum's `PathInfo.opt_cost` counts the same product twice for a step that sums a label
+away and once for one that sums none (`flop_count`'s `op_factor`), so it lies between this
+count and twice it; `python/tests/test_bench_paths.py` checks both relations. The largest
+intermediate is the largest step result (inputs not counted, as in opt_einsum's
+`largest_intermediate`).
 
 Output: one markdown table per budget (a cell is `log10 flops [log2 largest intermediate]
-(search seconds)`, the row's lowest flops in bold), then the issue's targets as summary
-lines. Budget-free finders run once per network and appear in every table. `--json` writes
-every row, with the process's CPU seconds beside the wall-clock ones: on a shared machine
-they tell how much of the cores a search had.
+(search seconds)`, the row's lowest flops in bold), then the issue's targets as summary lines.
+Budget-free finders run once per network and appear in every table; `--repeats N` runs each
+budgeted search N times (seeds SEED to SEED+N-1) and reports the run of median flops, with the
+range, since a search bounded by wall-clock time on a shared machine varies. `--json` writes
+every row, with the process's CPU seconds beside the wall-clock ones: on a shared machine they
+tell how much of the cores a search had.
 """
 
 import argparse
@@ -120,6 +123,26 @@ class Row:
     cpu_seconds: float = None
     trials: int = None
     error: str = None
+    run: int = 0  # which of `--repeats` runs of a budgeted search
+    runs: list = None  # set by `collapse`: every run's log10 flops, when there are several
+
+
+def collapse(rows) -> list:
+    """One row per network, finder and budget: where `--repeats` ran a search several times,
+    the run of median flops (the lower of the two middle ones), carrying every run's log10
+    flops; a failed run counts as the worst."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r.network, r.finder, r.budget), []).append(r)
+    out = []
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        ranked = sorted(group, key=lambda r: (r.flops is None, r.flops or 0))
+        median = ranked[(len(ranked) - 1) // 2]
+        out.append(dataclasses.replace(median, runs=[r.log10_flops for r in ranked if r.flops is not None]))
+    return out
 
 
 def _trials(*objs):
@@ -254,6 +277,8 @@ def _cell(r: Row, best) -> str:
     if r.trials is not None and r.cpu_seconds is not None and r.seconds > 0:
         # A search bounded by wall-clock time had this share of one core.
         extra += f", CPU {100 * r.cpu_seconds / r.seconds:.0f}%"
+    if r.runs and len(r.runs) > 1:
+        extra += f"; median of {len(r.runs)} runs, {min(r.runs):.2f} to {max(r.runs):.2f}"
     return f"{v} [{r.log2_size:.0f}] ({extra})"
 
 
@@ -371,6 +396,8 @@ def main(argv=None):
     p.add_argument("--networks", default=None, help="only networks whose name contains this")
     p.add_argument("--quick", action="store_true", help="a few small networks, budget 1 s")
     p.add_argument("--seed", type=int, default=0, help="the searches' seed")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run each budgeted search this many times (seeds SEED, SEED+1, ...) and report the median")
     p.add_argument("--json", default=None, help="write every row here")
     p.add_argument("--render", default=None, metavar="JSON", help="print the tables of a saved --json run, searching nothing")
     a = p.parse_args(argv)
@@ -403,14 +430,15 @@ def main(argv=None):
             rows.append(measure(net, name, run, None, a.seed))
             _progress(rows[-1])
         done = {}
-        for budget in budgets:
-            for name, (factor, run) in finders.budgeted.items():
-                # cgx at T/10 of one budget may be cgx at T of another: searched once.
-                key = (name.startswith("cgx"), budget * factor)
-                if key not in done:
-                    done[key] = measure(net, name, run, budget * factor, a.seed)
-                    _progress(done[key])
-                rows.append(dataclasses.replace(done[key], finder=name, budget=budget))
+        for rep in range(a.repeats):
+            for budget in budgets:
+                for name, (factor, run) in finders.budgeted.items():
+                    # cgx at T/10 of one budget may be cgx at T of another: searched once.
+                    key = (name.startswith("cgx"), budget * factor, rep)
+                    if key not in done:
+                        done[key] = measure(net, name, run, budget * factor, a.seed + rep)
+                        _progress(done[key])
+                    rows.append(dataclasses.replace(done[key], finder=name, budget=budget, run=rep))
 
     env = environment(finders)
     print("\n".join(report(rows, budgets, env, notes)))
@@ -421,6 +449,7 @@ def main(argv=None):
 
 
 def report(rows, budgets, env, notes) -> list:
+    rows = collapse(rows)
     out = ["# Path search: cgx against cotengra and opt_einsum", ""]
     out += env + [""] + [f"Note: {n}" for n in notes]
     out += ["", "A cell: log10 multiply-adds [log2 largest intermediate] (search seconds; for a hyper-optimizer its "

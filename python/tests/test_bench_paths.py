@@ -140,3 +140,17 @@ def test_summary_counts_the_targets(pairs):
     assert f"worst ratio {max(a / c for a, _, c in pairs):.3g}×" in lines
     assert f"at 1 s within 2× of cotengra at 10 s on {within}/{n} (" in lines
     assert f"worst ratio {max(b / c for _, b, c in pairs):.3g}×" in lines
+
+
+@SETTINGS
+@given(flops=st.lists(st.one_of(st.none(), st.integers(1, 10**9)), min_size=1, max_size=7))
+def test_collapse_takes_the_median_run(flops):
+    rows = [ph.Row("n", "f", 3, "cotengra hyper T", budget=1.0, flops=f, log10_flops=None if f is None else float(f),
+                   run=k, error=None if f is not None else "failed") for k, f in enumerate(flops)]
+    (row,) = ph.collapse(rows)
+    ok = sorted(f for f in flops if f is not None)
+    # Failed runs rank last, so they move the median up but are never it while at least half succeed.
+    ranked = ok + [None] * (len(flops) - len(ok))
+    assert row.flops == ranked[(len(flops) - 1) // 2]
+    if len(flops) > 1:
+        assert row.runs == [float(f) for f in ok]
