@@ -30,6 +30,7 @@ mod options;
 mod partition;
 mod reconf;
 mod rng;
+mod slice;
 mod tree;
 mod tune;
 
@@ -44,6 +45,7 @@ use self::greedy::{GreedyParams, greedy};
 use self::partition::partition_tree;
 use self::reconf::reconfigure;
 use self::rng::Rng;
+use self::slice::slice_tree;
 use self::tree::{Net, Tree};
 use self::tune::{Method, Tuner};
 
@@ -63,8 +65,13 @@ pub struct HyperReport {
     pub trials: u32,
     /// Wall time of the search.
     pub seconds: f64,
-    /// The best tree's cost.
+    /// The best tree's cost: of the whole contraction, every slice together, for a sliced
+    /// one (its largest intermediate is one slice's).
     pub cost: TreeCost,
+    /// The labels to slice ([`HyperOptions::slice_target`]); empty when unsliced.
+    pub sliced: Vec<u32>,
+    /// The number of slices (1 when unsliced).
+    pub slices: f64,
     /// The driver that found the best tree (`"greedy"`, `"partition"`, or `"optimal"`).
     pub method: &'static str,
     /// Whether the caller's stop test ended the search (the best tree so far is returned).
@@ -136,6 +143,8 @@ pub fn hyper_path_until(
         trials,
         seconds: start.elapsed().as_secs_f64(),
         cost,
+        sliced: Vec::new(),
+        slices: 1.0,
         method,
         interrupted,
     };
@@ -143,20 +152,65 @@ pub fn hyper_path_until(
         let tree = Tree::from_ssa(n, &[]);
         return Ok(HyperPath { path: tree.to_path(), report: report(0, TreeCost::default(), "optimal", false) });
     }
-    if n <= EXACT_OPERANDS {
+    let (elite, trials, interrupted) = if n <= EXACT_OPERANDS {
         // Reconfiguring the whole tree at once is the exact DP over every subset.
         let items = (0..n).map(|i| net.leaf_legs(i)).collect();
         let mut tree = Tree::from_ssa(n, &greedy(&net, items, GreedyParams::PLAIN, &mut Rng::new(0)));
         reconfigure(&net, &mut tree, n, opts.minimize, 1, None);
         let cost = tree.cost(&net);
-        return Ok(HyperPath { path: tree.to_path(), report: report(0, cost, "optimal", false) });
-    }
+        (vec![(tree, cost, "optimal")], 0, false)
+    } else {
+        run_trials(&net, opts, start, stop, progress)
+    };
+    let deadline = opts.max_time.map(|t| start + t);
+    let Some(target) = opts.slice_target else {
+        let (tree, cost, method) = elite
+            .into_iter()
+            .reduce(|a, b| if opts.minimize.better(&b.1, &a.1) { b } else { a })
+            .expect("at least one trial runs");
+        return Ok(HyperPath { path: tree.to_path(), report: report(trials, cost, method, interrupted) });
+    };
+    // Slice each of the best trees, reconfiguring as labels go, and keep the cheapest
+    // whole contraction.
+    let k = opts.reconf_size as usize;
+    let sliced: Vec<(Tree, Option<slice::Sliced>, &'static str)> = elite
+        .into_par_iter()
+        .map(|(mut tree, _, method)| {
+            let s = slice_tree(&net, &mut tree, target as f64, opts.minimize, k, deadline);
+            (tree, s, method)
+        })
+        .collect();
+    let (tree, s, method) = sliced
+        .into_iter()
+        .filter_map(|(t, s, m)| s.map(|s| (t, s, m)))
+        .reduce(|a, b| if opts.minimize.better(&b.1.total(), &a.1.total()) { b } else { a })
+        .ok_or_else(|| {
+            EinsumError::Search(format!("no slicing brings every intermediate to {target} elements or fewer"))
+        })?;
+    let mut r = report(trials, s.total(), method, interrupted);
+    (r.sliced, r.slices) = (s.labels, s.slices);
+    Ok(HyperPath { path: tree.to_path(), report: r })
+}
+
+/// The best few trees of a search, each with its cost and the name of its driver.
+type Elite = Vec<(Tree, TreeCost, &'static str)>;
+
+/// Runs batches of trials until a budget or `stop` ends them (see the module docs), then
+/// reconfigures the best few once more. Returns them (best first, no two of equal cost),
+/// the trial count, and whether `stop` ended the trials.
+fn run_trials(
+    net: &Net,
+    opts: &HyperOptions,
+    start: Instant,
+    stop: &dyn Fn() -> bool,
+    progress: &mut dyn FnMut(&HyperProgress),
+) -> (Elite, u32, bool) {
     let deadline = opts.max_time.map(|t| start + t);
     let max_trials = opts.max_trials.unwrap_or(u32::MAX).max(1);
     let batch = (2 * rayon::current_num_threads()).clamp(2, 64) as u32;
     let mut tuner = Tuner::new(opts.seed);
     // The best few trees, best first, no two of equal cost.
-    let mut elite: Vec<(Tree, TreeCost, Method)> = Vec::new();
+    let mut elite: Vec<(Tree, TreeCost, &'static str)> = Vec::new();
     let mut trials = 0u32;
     let mut interrupted = false;
     while trials < max_trials {
@@ -175,13 +229,13 @@ pub fn hyper_path_until(
         let threshold = elite.first().map(|b| opts.minimize.score(&b.1) * 16.0);
         let results: Vec<(Tree, TreeCost)> = suggestions
             .par_iter()
-            .map(|&(t, method)| run_trial(&net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline))
+            .map(|&(t, method)| run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline))
             .collect();
         for ((_, method), (tree, cost)) in suggestions.into_iter().zip(results) {
             tuner.report(method, opts.minimize.score(&cost));
             let at = elite.partition_point(|e| !opts.minimize.better(&cost, &e.1));
             if at < POLISHED && !elite.iter().any(|e| e.1 == cost) {
-                elite.insert(at, (tree, cost, method));
+                elite.insert(at, (tree, cost, method.name()));
                 elite.truncate(POLISHED);
             }
         }
@@ -194,16 +248,12 @@ pub fn hyper_path_until(
     if opts.reconf_size > 0 && !interrupted && left.is_none_or(|l| !l.is_zero()) {
         let k = opts.reconf_size as usize + 2;
         elite.par_iter_mut().for_each(|(tree, cost, _)| {
-            if reconfigure(&net, tree, k, opts.minimize, 4, deadline) {
-                *cost = tree.cost(&net);
+            if reconfigure(net, tree, k, opts.minimize, 4, deadline) {
+                *cost = tree.cost(net);
             }
         });
     }
-    let (tree, cost, method) = elite
-        .into_iter()
-        .reduce(|a, b| if opts.minimize.better(&b.1, &a.1) { b } else { a })
-        .expect("at least one trial runs");
-    Ok(HyperPath { path: tree.to_path(), report: report(trials, cost, method.name(), interrupted) })
+    (elite, trials, interrupted)
 }
 
 /// One trial: a driver's tree, reconfigured when its cost is within `threshold` (none:

@@ -122,6 +122,10 @@ pub struct HyperOptions {
     /// Subtree reconfiguration of promising trees, over frontiers of this many tensors
     /// (0: none; 3 to 12, default 8).
     pub reconf_size: u32,
+    /// Slice the best trees until no intermediate of one slice has more than this many
+    /// elements, reconfiguring after each sliced label (cotengra's `target_size`); the
+    /// objective then scores the whole contraction, every slice together.
+    pub slice_target: Option<u64>,
 }
 
 impl Default for HyperOptions {
@@ -132,6 +136,7 @@ impl Default for HyperOptions {
             minimize: Objective::Flops,
             seed: 0,
             reconf_size: 8,
+            slice_target: None,
         }
     }
 }
@@ -145,6 +150,7 @@ impl Hash for HyperOptions {
         self.max_trials.hash(h);
         self.seed.hash(h);
         self.reconf_size.hash(h);
+        self.slice_target.hash(h);
         std::mem::discriminant(&self.minimize).hash(h);
         if let Objective::Combo { factor } = self.minimize {
             factor.to_bits().hash(h);

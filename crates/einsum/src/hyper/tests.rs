@@ -61,7 +61,7 @@ fn trials(k: u32, seed: u64) -> HyperOptions {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
     #[test]
     fn paths_are_valid_and_their_cost_is_the_reference_count(n in 13usize..60, degree in 2usize..5, seed in 0u64..1000) {
@@ -162,4 +162,53 @@ fn objectives_parse_and_print_back() {
     }
     assert!("combo-x".parse::<Objective>().is_err());
     assert!("combo--1".parse::<Objective>().is_err());
+}
+
+#[test]
+fn a_sliced_plan_meets_its_target_and_its_value_and_gradients_equal_the_unsliced_ones() {
+    use crate::{Einsum, EinsumOptions, PathChoice, SlicedEinsum, Slicing, Subscripts, Tensor};
+    // A ring of 14 matrices with two chords, bonds 3: intermediates of up to 3^4 = 81
+    // elements; one slice may hold at most 9.
+    let n = 14u32;
+    let mut edges: Vec<(u32, u32)> = (0..n).map(|i| (i, (i + 1) % n)).collect();
+    edges.extend([(0, 7), (3, 10)]);
+    let letters: Vec<char> = "abcdefghijklmnopqrstuvwxyz".chars().collect();
+    let term = |v: u32| -> String {
+        edges.iter().enumerate().filter(|(_, e)| e.0 == v || e.1 == v).map(|(k, _)| letters[k]).collect()
+    };
+    let expression = format!("{}->a", (0..n).map(term).collect::<Vec<_>>().join(","));
+    let shapes: Vec<Vec<usize>> = (0..n).map(|v| vec![3; term(v).len()]).collect();
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let net = Subscripts::parse(&expression).unwrap().resolve(&refs).unwrap();
+    let opts = HyperOptions { max_time: None, max_trials: Some(8), slice_target: Some(9), ..HyperOptions::default() };
+    let found = hyper_path(&net.inputs, &net.output, &net.sizes, &opts).unwrap();
+    assert!(!found.report.sliced.is_empty());
+    assert!(found.report.cost.largest_intermediate <= 9.0);
+    assert_eq!(found.report.slices, 3f64.powi(found.report.sliced.len() as i32));
+    let names: Vec<char> = found.report.sliced.iter().map(|&c| net.names[c as usize].unwrap()).collect();
+
+    let mut rng = Rng::new(3);
+    let operands: Vec<Tensor<f64>> =
+        shapes.iter().map(|s| Tensor::from_fn(s.clone(), |_| 0.5 + rng.unit()).unwrap()).collect();
+    let ops: Vec<&Tensor<f64>> = operands.iter().collect();
+    let path = PathChoice::Explicit(found.path.clone());
+    let whole = Einsum::<f64>::new(&expression, &shapes, path.clone()).unwrap();
+    let sliced =
+        SlicedEinsum::<f64>::new(&expression, &shapes, path, &EinsumOptions::default(), &Slicing::Labels(names))
+            .unwrap();
+    assert_eq!(sliced.plan().n_slices() as f64, found.report.slices);
+    let close = |a: &Tensor<f64>, b: &Tensor<f64>| {
+        assert_eq!(a.shape(), b.shape());
+        for (x, y) in a.data().iter().zip(b.data()) {
+            assert!((x - y).abs() <= 1e-10 * x.abs().max(1.0), "{x} vs {y}");
+        }
+    };
+    close(&sliced.eval(&ops).unwrap(), &whole.eval(&ops).unwrap());
+    let wrt: Vec<usize> = (0..n as usize).collect();
+    let cotangent = Tensor::from_fn(vec![3], |i| 1.0 + i[0] as f64).unwrap();
+    let g_whole = whole.gradient(&wrt).unwrap().eval(&ops, &cotangent).unwrap();
+    let g_sliced = sliced.gradient(&wrt).unwrap().eval(&ops, &cotangent).unwrap();
+    for (a, b) in g_sliced.iter().zip(&g_whole) {
+        close(a, b);
+    }
 }
