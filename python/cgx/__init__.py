@@ -9,6 +9,8 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
   shapes, call many times, with ``value_and_grad`` and ``hvp``;
 - :func:`shared_intermediates` (``opt_einsum.shared_intermediates``): a context in which
   contractions reuse each other's intermediate results;
+- :class:`HyperOptimizer`: the hyper-optimizing path search, as ``optimize=`` (or
+  ``optimize="hyper"``);
 - :func:`get_symbol` (``opt_einsum.get_symbol``): the label characters that the interleaved
   form ``contract(a, [0, 1], b, [1, 2])`` maps its labels to;
 - :mod:`cgx.graph` (``cgx.graph.Graph``): the scalar graph engine, built in batches,
@@ -23,7 +25,8 @@ See ``docs/guide-python.md`` in the repository.
 """
 
 from . import _core, _einsum, graph
+from ._hyper import HyperOptimizer
 from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol, shared_intermediates
 
-__all__ = ["graph", *_einsum.__all__, "_core"]
+__all__ = ["graph", "HyperOptimizer", *_einsum.__all__, "_core"]
 __version__ = "0.1.0"

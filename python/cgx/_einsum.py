@@ -331,6 +331,10 @@ def _find_path(eq: str, shapes, optimize, memory_limit):
     """``None`` for the engine's greedy finder, else a pairwise path."""
     if optimize is None or optimize is True or (isinstance(optimize, str) and optimize == "greedy"):
         return None
+    if isinstance(optimize, str) and optimize == "hyper":
+        from ._hyper import HyperOptimizer
+
+        optimize = HyperOptimizer()
     if isinstance(optimize, str) and optimize in _SEARCHES:
         return _core.search_path(eq, [list(s) for s in shapes], _SEARCHES[optimize])
     if optimize is False:
@@ -340,7 +344,7 @@ def _find_path(eq: str, shapes, optimize, memory_limit):
             from opt_einsum.paths import get_path_fn
         except ImportError:
             raise ValueError(
-                f"optimize={optimize!r}: the built-in finders are 'greedy', 'optimal', 'dp', 'random-greedy' and 'auto'; other path finders come from opt_einsum, which is not installed"
+                f"optimize={optimize!r}: the built-in finders are 'greedy', 'optimal', 'dp', 'random-greedy', 'auto' and 'hyper'; other path finders come from opt_einsum, which is not installed"
             ) from None
         try:
             optimize = get_path_fn(optimize)
@@ -351,6 +355,14 @@ def _find_path(eq: str, shapes, optimize, memory_limit):
         path = optimize([frozenset(t) for t in inputs], frozenset(output), sizes, memory_limit)
         return _pairwise(path, len(shapes))
     return _pairwise(optimize, len(shapes))
+
+
+def _optimizer_slices(optimize, sliced):
+    """``sliced`` as given, else the labels a path optimizer chose to slice
+    (``HyperOptimizer(slicing_opts=...)``'s ``sliced_inds``), else ``None``."""
+    if sliced is None and getattr(optimize, "sliced_inds", None):
+        return list(optimize.sliced_inds)
+    return sliced
 
 
 def _sliced(sliced_inds):
@@ -412,7 +424,8 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
         return _contract_cast(eq, operands)
     shapes = [_shape_of(x, False) for x in operands]
     limit = _memory_limit(memory_limit, shapes)
-    return _contract_typed(eq, operands, _find_path(eq, shapes, optimize, limit), limit, sliced)
+    path = _find_path(eq, shapes, optimize, limit)
+    return _contract_typed(eq, operands, path, limit, _optimizer_slices(optimize, sliced))
 
 
 def _contract_shared(cache, eq, operands, optimize):
@@ -751,7 +764,8 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
     shape_list = [_shape_of(x, shapes) for x in operands]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)
-    expr = _core.Expression(eq, [list(s) for s in shape_list], path, limit, _sliced(sliced_inds))
+    sliced = _optimizer_slices(optimize, _sliced(sliced_inds))
+    expr = _core.Expression(eq, [list(s) for s in shape_list], path, limit, sliced)
     info = PathInfo(eq, shape_list, expr._plan(), expr.path, expr.sliced_inds, expr.n_slices, expr.slicing_overhead)
     output = float(_prod(expr.output_shape))
     if limit is not None and (output > limit or (not expr.sliced_inds and info.largest_intermediate > limit)):
@@ -976,7 +990,8 @@ def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, 
     shape_list = [_shape_of(s, True) for s in shapes]
     limit = _memory_limit(memory_limit, shape_list)
     path = _find_path(eq, shape_list, optimize, limit)
-    expr = ContractExpression(eq, [list(s) for s in shape_list], path, limit, _sliced(sliced_inds))
+    sliced = _optimizer_slices(optimize, _sliced(sliced_inds))
+    expr = ContractExpression(eq, [list(s) for s in shape_list], path, limit, sliced)
     if constant:
         expr._constants = tuple(constant)
         expr._constant_arrays = tuple(arrays[p] for p in constant)

@@ -9,6 +9,7 @@
 //! - `expression.rs`: `Expression` (compiled once per element type, sliced when
 //!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
 //!   (a bounded cache of expressions);
+//! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`;
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
 //!
@@ -27,6 +28,7 @@
 mod convert;
 mod expression;
 mod graph;
+mod hyper;
 mod plan;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,6 +104,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_memory_ceiling, m)?)?;
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
+    m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;
     m.add_class::<graph::Gradient>()?;

@@ -1,0 +1,82 @@
+//! `hyper_search`: the einsum crate's hyper-optimizer (`einsum::hyper`) on a numbered
+//! network, for `cgx.HyperOptimizer`. The search runs without the GIL; between batches of
+//! trials it takes the GIL back to run Python's signal handlers and the caller's progress
+//! callback. Ctrl-C (a handler that raises) ends the search with the best tree so far,
+//! reported as interrupted, rather than losing the search's work.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use einsum::hyper::{HyperOptions, Objective, hyper_path_until};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::einsum_error;
+
+/// Searches a path (and, with `target_size`, the labels to slice); returns the pairwise
+/// path and a report (a dict: `trials`, `seconds`, `multiply_adds`, `largest_intermediate`,
+/// `written`, `method`, `interrupted`, `sliced` (label numbers), `slices`).
+#[pyfunction]
+#[pyo3(signature = (inputs, output, sizes, max_time=None, max_trials=None, minimize="flops", seed=0, reconf_size=8, target_size=None, progress=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn hyper_search<'py>(
+    py: Python<'py>,
+    inputs: Vec<Vec<u32>>,
+    output: Vec<u32>,
+    sizes: Vec<usize>,
+    max_time: Option<f64>,
+    max_trials: Option<u32>,
+    minimize: &str,
+    seed: u64,
+    reconf_size: u32,
+    target_size: Option<u64>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<(Vec<(usize, usize)>, Bound<'py, PyDict>)> {
+    let minimize: Objective = minimize.parse().map_err(einsum_error)?;
+    let max_time = match max_time {
+        Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
+            return Err(PyValueError::new_err(format!("max_time={t}: expected a positive number of seconds")));
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
+    if max_time.is_none() && max_trials.is_none() {
+        return Err(PyValueError::new_err("give max_time, max_repeats or both: the search needs a bound"));
+    }
+    if max_trials == Some(0) {
+        return Err(PyValueError::new_err("max_repeats=0: at least one trial runs"));
+    }
+    let opts = HyperOptions { max_time, max_trials, minimize, seed, reconf_size, slice_target: target_size };
+    // A progress callback's exception, raised once the search returns.
+    let failed: Mutex<Option<PyErr>> = Mutex::new(None);
+    let found = py.detach(|| {
+        let stop = || Python::attach(|py| py.check_signals()).is_err();
+        let mut report = |p: &einsum::hyper::HyperProgress| {
+            if let Some(f) = &progress {
+                Python::attach(|py| {
+                    if let Err(e) = f.call1(py, (p.trials, p.seconds, p.best.multiply_adds)) {
+                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    }
+                });
+            }
+        };
+        hyper_path_until(&inputs, &output, &sizes, &opts, &stop, &mut report)
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let found = found.map_err(einsum_error)?;
+    let pairs = found.path.pairwise(inputs.len()).map_err(einsum_error)?;
+    let r = &found.report;
+    let report = PyDict::new(py);
+    report.set_item("trials", r.trials)?;
+    report.set_item("seconds", r.seconds)?;
+    report.set_item("multiply_adds", r.cost.multiply_adds)?;
+    report.set_item("largest_intermediate", r.cost.largest_intermediate)?;
+    report.set_item("written", r.cost.written)?;
+    report.set_item("method", r.method)?;
+    report.set_item("interrupted", r.interrupted)?;
+    report.set_item("sliced", r.sliced.clone())?;
+    report.set_item("slices", r.slices)?;
+    Ok((pairs.into_iter().map(|[i, j]| (i, j)).collect(), report))
+}
