@@ -21,6 +21,7 @@
 //!   the best of N, with a progress bar on a terminal.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use clap::Args;
@@ -278,8 +279,11 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
         .num_threads(args.threads as usize)
         .build()
         .map_err(|e| CliError(format!("cannot start {} threads: {e}", args.threads)))?;
+    let interrupted = interrupt_searches();
+    let stop = || interrupted.load(Ordering::Relaxed) == SEARCH_INTERRUPTED;
+    interrupted.store(SEARCHING, Ordering::Relaxed);
     let found = pool.install(|| {
-        einsum::hyper::hyper_path_until(&net.inputs, &net.output, &net.sizes, &opts, &|| false, &mut |p| {
+        einsum::hyper::hyper_path_until(&net.inputs, &net.output, &net.sizes, &opts, &stop, &mut |p| {
             spinner.set_message(format!(
                 "{} trials, {:.1} s, best 10^{:.2} multiply-adds",
                 p.trials,
@@ -289,9 +293,13 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
             spinner.tick();
         })
     })?;
+    interrupted.store(RUNNING, Ordering::Relaxed);
     spinner.finish_and_clear();
     if !args.json {
         let r = &found.report;
+        if r.interrupted {
+            eprintln!("hyper: interrupted (Ctrl-C): going on with the best path found so far");
+        }
         eprintln!(
             "hyper: {} trials in {:.2} s, best 10^{:.2} multiply-adds, largest intermediate {:.3e} elements ({})",
             r.trials,
@@ -302,6 +310,31 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
         );
     }
     Ok(PathChoice::Explicit(found.path))
+}
+
+/// What Ctrl-C does now: end the process (as without a handler), or end the running
+/// path search, which then returns its best path.
+const RUNNING: u8 = 0;
+const SEARCHING: u8 = 1;
+const SEARCH_INTERRUPTED: u8 = 2;
+
+/// The process's Ctrl-C state, its handler installed on first use: during a search Ctrl-C
+/// ends the search; at any other time (or pressed twice) it ends the process with the
+/// shell's code for SIGINT, 130.
+fn interrupt_searches() -> &'static AtomicU8 {
+    static STATE: AtomicU8 = AtomicU8::new(RUNNING);
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            if STATE.compare_exchange(SEARCHING, SEARCH_INTERRUPTED, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+                std::process::exit(130);
+            }
+        });
+        if let Err(e) = installed {
+            eprintln!("cgx: Ctrl-C will not end the path search early ({e})");
+        }
+    });
+    &STATE
 }
 
 /// Parses `2x3,3x4` (`_` is a scalar).
