@@ -190,6 +190,10 @@ pub struct EinsumArgs {
     /// `write` (elements written), or `combo-F` (flops + F × written).
     #[arg(long, value_name = "OBJECTIVE", value_parser = parse_objective)]
     pub minimize: Option<Objective>,
+    /// Draw the contraction tree to this SVG file: each step sized by its multiply-adds and
+    /// colored by the size of its result, sliced labels dashed.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
     /// Print the path in opt_einsum's format (it is always in the --json output).
     #[arg(long)]
     pub show_path: bool,
@@ -337,6 +341,21 @@ fn interrupt_searches() -> &'static AtomicU8 {
     &STATE
 }
 
+/// Draws the plan's contraction tree (`einsum::draw::tree_svg`) to `file`.
+fn plot_tree(file: &Path, plan: &Plan, path: &ContractionPath, sliced: &[char]) -> CliResult {
+    let refs: Vec<&[usize]> = plan.shapes.iter().map(Vec::as_slice).collect();
+    let net = Subscripts::parse(&plan.expression)?.resolve(&refs)?.squeeze_broadcast(&refs);
+    let sliced: Vec<u32> = net
+        .names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.is_some_and(|c| sliced.contains(&c)))
+        .map(|(i, _)| i as u32)
+        .collect();
+    let svg = einsum::draw::tree_svg(&net, path, &sliced)?;
+    std::fs::write(file, svg).map_err(|e| CliError(format!("{}: {e}", file.display())))
+}
+
 /// Parses `2x3,3x4` (`_` is a scalar).
 pub fn parse_shapes(s: &str) -> CliResult<Vec<Vec<usize>>> {
     s.split(',')
@@ -384,6 +403,8 @@ struct Settings {
     grad_out: Option<PathBuf>,
     /// Explicit sliced labels, or `None` to slice only as the memory limit needs.
     sliced_inds: Option<Vec<char>>,
+    /// Where to draw the contraction tree.
+    plot: Option<PathBuf>,
 }
 
 fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
@@ -497,6 +518,7 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         output: None,
         grad_out: None,
         sliced_inds: None,
+        plot: None,
     };
     measure_plan::<f64>(plan, &settings)
 }
@@ -553,6 +575,7 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
         output: args.output.clone(),
         grad_out: args.grad_out.clone(),
         sliced_inds: args.sliced_inds.clone().map(|s| s.0),
+        plot: args.plot.clone(),
     };
     let (title, mut report) = match plan.dtype {
         Dtype::Float64 => measure_plan::<f64>(plan, &settings)?,
@@ -605,6 +628,9 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
     let e = SlicedEinsum::<T>::new(&plan.expression, &plan.shapes, plan.path.clone(), &options, &slicing)?;
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
     phases.push(("build + compile".to_string(), ms(t)));
+    if let Some(file) = &s.plot {
+        plot_tree(file, &plan, e.path(), e.plan().labels())?;
+    }
     let t = Instant::now();
     let operands: Vec<Tensor<T>> = match &plan.operands {
         Operands::Files(infos) => read_as(infos)?,
@@ -856,6 +882,7 @@ mod tests {
             max_time: None,
             max_trials: None,
             minimize: None,
+            plot: None,
             show_path: false,
             output: None,
             grad: false,

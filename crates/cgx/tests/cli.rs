@@ -379,3 +379,52 @@ fn under_ulimit_v_the_default_limit_follows_the_address_space() {
     let e = stderr(&o);
     assert!(e.contains("the output of `i,j->ij`") && e.contains("over the limit of 1.9 GiB"), "{e}");
 }
+
+/// A ring of `n` matrices of bond 3 with a chord, as an expression and its shapes.
+fn ring(n: usize) -> (String, String) {
+    let letters: Vec<char> = ('a'..='z').chain('A'..='Z').collect();
+    let mut terms: Vec<String> = (0..n).map(|i| format!("{}{}", letters[i], letters[(i + 1) % n])).collect();
+    terms[0].push(letters[n]);
+    terms[n / 2].push(letters[n]);
+    let shapes: Vec<String> = terms.iter().map(|t| vec!["3"; t.len()].join("x")).collect();
+    (terms.join(",") + "->", shapes.join(","))
+}
+
+#[test]
+fn einsum_path_hyper_reports_its_search_and_draws_the_tree() {
+    let (eq, shapes) = ring(16);
+    let file = tmp("tree.svg");
+    let o = cgx(&["einsum", &eq, "--shapes", &shapes, "--path", "hyper", "--max-trials", "8", "--plot", &file]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("hyper: 8 trials"), "{e}");
+    let svg = std::fs::read_to_string(&file).unwrap();
+    // One circle per pairwise step, one square per operand.
+    assert_eq!(svg.matches("<circle").count(), 15, "{svg}");
+    assert!(svg.contains("16 operands, 15 steps"));
+    // The budget options belong to --path hyper.
+    let o = cgx(&["einsum", &eq, "--shapes", &shapes, "--max-time", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--path hyper"));
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_ends_a_hyper_search_with_its_best_path_and_the_run_goes_on() {
+    let (eq, shapes) = ring(40);
+    let child = Command::new(env!("CARGO_BIN_EXE_cgx"))
+        .args(["einsum", &eq, "--shapes", &shapes, "--path", "hyper", "--max-time", "120"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cgx runs");
+    // Let the search start, then send SIGINT as a terminal's Ctrl-C would.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+    assert!(sent.success());
+    let o = child.wait_with_output().expect("cgx ends");
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("interrupted (Ctrl-C)"), "{e}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("contraction steps"));
+}

@@ -82,6 +82,7 @@
 
 mod ad;
 mod buffer;
+pub mod draw;
 mod elem;
 mod error;
 pub mod hyper;
