@@ -710,6 +710,22 @@ class PathInfo:
         self.n_slices = n_slices
         self.slicing_overhead = slicing_overhead
 
+    def plot(self, file=None):
+        """Draws the contraction tree as SVG: each step a circle sized by its multiply-adds
+        and colored by the size of its result, sliced labels as dashed edges. Writes it to
+        ``file`` (a path) when given; returns the SVG text.
+
+        >>> import cgx
+        >>> _, info = cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5), shapes=True)
+        >>> info.plot().count("<circle")
+        2
+        """
+        svg = _core.tree_svg(self.eq, [list(s) for s in self.shapes], [list(p) for p in self.path], list(self.sliced_inds))
+        if file is not None:
+            with open(file, "w", encoding="utf-8") as f:
+                f.write(svg)
+        return svg
+
     def __str__(self):
         lines = [
             f"  Complete contraction:  {self.input_subscripts}->{self.output_subscript}",

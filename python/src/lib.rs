@@ -10,6 +10,7 @@
 //!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
 //!   (a bounded cache of expressions);
 //! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`;
+//! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
 //!
@@ -26,6 +27,7 @@
 //! `memory_limit` (elements) bounds the largest intermediate on top of that.
 
 mod convert;
+mod draw;
 mod expression;
 mod graph;
 mod hyper;
@@ -105,6 +107,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;
+    m.add_function(wrap_pyfunction!(draw::tree_svg, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;
     m.add_class::<graph::Gradient>()?;

@@ -122,3 +122,16 @@ def test_slicing_chosen_with_the_path_meets_its_target_and_gives_numpy_s_value_a
     np.testing.assert_allclose(value, want_value, rtol=1e-9)
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+def test_path_info_plot_draws_one_circle_per_step_and_marks_sliced_labels(tmp_path):
+    eq, shapes = ring_and_chords(16, 4)
+    opt = cgx.HyperOptimizer(max_time=None, max_repeats=4, slicing_opts={"target_size": 16})
+    _, info = cgx.contract_path(eq, *shapes, shapes=True, optimize=opt)
+    file = tmp_path / "tree.svg"
+    svg = info.plot(file)
+    assert file.read_text(encoding="utf-8") == svg
+    assert svg.count("<circle") == len(info.path) == 15
+    assert "sliced on" in svg and 'stroke-dasharray="4 3"' in svg
+    _, plain = cgx.contract_path(eq, *shapes, shapes=True, optimize=opt.path)
+    assert "sliced on" not in plain.plot()

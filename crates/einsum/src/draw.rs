@@ -152,7 +152,7 @@ pub fn tree_svg(network: &LabelledNetwork, path: &ContractionPath, sliced: &[u32
     );
     if !sliced.is_empty() {
         let names: Vec<String> = sliced.iter().map(|&c| name(c)).collect();
-        let _ = write!(legend, "; sliced on {} (dashed edges)", names.join(", "));
+        let _ = write!(legend, " (of the unsliced tree); sliced on {} (dashed edges)", names.join(", "));
     }
     doc = doc.add(Text::new(legend).set("x", MARGIN).set("y", HEIGHT + 20.0).set("font-size", 13)).add(
         Text::new(
