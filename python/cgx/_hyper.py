@@ -40,6 +40,10 @@ class HyperOptimizer:
       reproducible.
     - ``reconf_size``: the frontier of subtree reconfiguration (3 to 12; 0 for none).
     - ``progbar``: print the search's progress on stderr.
+    - ``cache_dir``: a directory where found paths are kept, keyed by the network's structure
+      (equation and sizes, labels renamed canonically) and the objective; a later search of
+      the same network takes the path from there and searches nothing
+      (``report["cached"]``).
     - ``slicing_opts``: ``{"target_size": N}`` slices the best trees until no intermediate of
       one slice has more than N elements, reconfiguring after each sliced label; the labels
       are :attr:`sliced_inds`, and :func:`cgx.contract`, :func:`cgx.contract_path` and
@@ -56,6 +60,7 @@ class HyperOptimizer:
         reconf_size: int = 8,
         progbar: bool = False,
         slicing_opts: Optional[Mapping[str, Any]] = None,
+        cache_dir: Optional[str] = None,
     ) -> None:
         if max_time is None and max_repeats is None:
             raise ValueError("HyperOptimizer needs max_time, max_repeats or both")
@@ -80,6 +85,7 @@ class HyperOptimizer:
         self.seed = int(seed)
         self.reconf_size = int(reconf_size)
         self.progbar = bool(progbar)
+        self.cache_dir = None if cache_dir is None else str(cache_dir)
         #: What the last search did: ``trials``, ``seconds``, ``multiply_adds``,
         #: ``largest_intermediate``, ``written``, ``method`` and ``interrupted``.
         self.report: dict[str, Any] = {}
@@ -120,6 +126,7 @@ class HyperOptimizer:
             self.reconf_size,
             self.target_size,
             progress,
+            self.cache_dir,
         )
         names = {i: c for c, i in numbers.items()}
         self.sliced_inds = tuple(names[i] for i in report["sliced"])

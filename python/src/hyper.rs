@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use einsum::hyper::{HyperOptions, Objective, hyper_path_until};
+use einsum::path_cache::{CachedPath, PathCache};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -16,9 +17,11 @@ use crate::einsum_error;
 
 /// Searches a path (and, with `target_size`, the labels to slice); returns the pairwise
 /// path and a report (a dict: `trials`, `seconds`, `multiply_adds`, `largest_intermediate`,
-/// `written`, `method`, `interrupted`, `sliced` (label numbers), `slices`).
+/// `written`, `method`, `interrupted`, `sliced` (label numbers), `slices`, `cached`). With
+/// `cache_dir`, a path found before for the same network and objective is taken from there
+/// (the report then has only `trials` (0), `cached` and `sliced`), and a new one is stored.
 #[pyfunction]
-#[pyo3(signature = (inputs, output, sizes, max_time=None, max_trials=None, minimize="flops", seed=0, reconf_size=8, target_size=None, progress=None))]
+#[pyo3(signature = (inputs, output, sizes, max_time=None, max_trials=None, minimize="flops", seed=0, reconf_size=8, target_size=None, progress=None, cache_dir=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn hyper_search<'py>(
     py: Python<'py>,
@@ -32,6 +35,7 @@ pub fn hyper_search<'py>(
     reconf_size: u32,
     target_size: Option<u64>,
     progress: Option<Py<PyAny>>,
+    cache_dir: Option<std::path::PathBuf>,
 ) -> PyResult<(Vec<(usize, usize)>, Bound<'py, PyDict>)> {
     let minimize: Objective = minimize.parse().map_err(einsum_error)?;
     let max_time = match max_time {
@@ -47,6 +51,22 @@ pub fn hyper_search<'py>(
         return Err(PyValueError::new_err("max_repeats=0: at least one trial runs"));
     }
     let opts = HyperOptions { max_time, max_trials, minimize, seed, reconf_size, slice_target: target_size };
+    let cache = match cache_dir {
+        Some(dir) => {
+            let cache = PathCache::new(dir).map_err(einsum_error)?;
+            let key = PathCache::key(&inputs, &output, &sizes, &opts.cache_tag());
+            if let Some(hit) = cache.get(&key) {
+                let pairs = hit.path.pairwise(inputs.len()).map_err(einsum_error)?;
+                let report = PyDict::new(py);
+                report.set_item("trials", 0)?;
+                report.set_item("cached", true)?;
+                report.set_item("sliced", key.labels(&hit.sliced))?;
+                return Ok((pairs.into_iter().map(|[i, j]| (i, j)).collect(), report));
+            }
+            Some((cache, key))
+        }
+        None => None,
+    };
     // A progress callback's exception, raised once the search returns.
     let failed: Mutex<Option<PyErr>> = Mutex::new(None);
     let found = py.detach(|| {
@@ -66,6 +86,10 @@ pub fn hyper_search<'py>(
         return Err(e);
     }
     let found = found.map_err(einsum_error)?;
+    if let Some((cache, key)) = cache {
+        let entry = CachedPath { path: found.path.clone(), sliced: key.canonical(&found.report.sliced) };
+        cache.put(&key, &entry).map_err(einsum_error)?;
+    }
     let pairs = found.path.pairwise(inputs.len()).map_err(einsum_error)?;
     let r = &found.report;
     let report = PyDict::new(py);
@@ -78,5 +102,6 @@ pub fn hyper_search<'py>(
     report.set_item("interrupted", r.interrupted)?;
     report.set_item("sliced", r.sliced.clone())?;
     report.set_item("slices", r.slices)?;
+    report.set_item("cached", false)?;
     Ok((pairs.into_iter().map(|[i, j]| (i, j)).collect(), report))
 }

@@ -135,3 +135,21 @@ def test_path_info_plot_draws_one_circle_per_step_and_marks_sliced_labels(tmp_pa
     assert "sliced on" in svg and 'stroke-dasharray="4 3"' in svg
     _, plain = cgx.contract_path(eq, *shapes, shapes=True, optimize=opt.path)
     assert "sliced on" not in plain.plot()
+
+
+def test_a_cache_directory_makes_the_second_search_plan_nothing(tmp_path):
+    eq, shapes = ring_and_chords(24, 9)
+    first = cgx.HyperOptimizer(max_time=None, max_repeats=6, slicing_opts={"target_size": 16}, cache_dir=tmp_path)
+    path1, info1 = cgx.contract_path(eq, *shapes, shapes=True, optimize=first)
+    assert first.report["trials"] == 6 and not first.report["cached"]
+    # The same network with its labels renamed: a hit, the same path and slices.
+    renamed = eq.translate({ord(c): ord(cgx.get_symbol(200 + ord(c) % 150)) for c in set(eq) - set(",->")})
+    second = cgx.HyperOptimizer(max_time=None, max_repeats=6, slicing_opts={"target_size": 16}, cache_dir=tmp_path)
+    path2, info2 = cgx.contract_path(renamed, *shapes, shapes=True, optimize=second)
+    assert second.report["cached"] and second.report["trials"] == 0
+    assert path2 == path1 and len(info2.sliced_inds) == len(info1.sliced_inds)
+    assert info2.opt_cost == info1.opt_cost
+    # Another objective is another entry.
+    other = cgx.HyperOptimizer(max_time=None, max_repeats=2, minimize="size", cache_dir=tmp_path)
+    cgx.contract_path(eq, *shapes, shapes=True, optimize=other)
+    assert not other.report["cached"]

@@ -186,6 +186,11 @@ pub struct EinsumArgs {
     /// With `--path hyper`: the most trials (default: as many as fit in --max-time).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_trials: Option<u32>,
+    /// With `--path hyper`: keep the path found in this directory, keyed by the network's
+    /// structure (its equation and sizes, labels renamed canonically) and the objective;
+    /// a later run on the same network takes it from there and searches nothing.
+    #[arg(long, value_name = "DIR")]
+    pub path_cache: Option<PathBuf>,
     /// With `--path hyper`: what to minimize: `flops`, `size` (the largest intermediate),
     /// `write` (elements written), or `combo-F` (flops + F × written).
     #[arg(long, value_name = "OBJECTIVE", value_parser = parse_objective)]
@@ -255,8 +260,9 @@ pub fn parse_objective(s: &str) -> Result<Objective, String> {
 /// `--path hyper` are an error rather than silently ignored.
 fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> CliResult<PathChoice> {
     let PathChoice::Hyper(mut opts) = path else {
-        if args.max_time.is_some() || args.max_trials.is_some() || args.minimize.is_some() {
-            return Err(CliError("--max-time, --max-trials and --minimize are for --path hyper".into()));
+        if args.max_time.is_some() || args.max_trials.is_some() || args.minimize.is_some() || args.path_cache.is_some()
+        {
+            return Err(CliError("--max-time, --max-trials, --minimize and --path-cache are for --path hyper".into()));
         }
         return Ok(path);
     };
@@ -270,6 +276,20 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
     opts.minimize = args.minimize.unwrap_or(opts.minimize);
     let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
     let net = Subscripts::parse(expression)?.resolve(&refs)?.squeeze_broadcast(&refs);
+    let cache = match &args.path_cache {
+        Some(dir) => {
+            let cache = einsum::path_cache::PathCache::new(dir)?;
+            let key = einsum::path_cache::PathCache::key(&net.inputs, &net.output, &net.sizes, &opts.cache_tag());
+            if let Some(hit) = cache.get(&key) {
+                if !args.json {
+                    eprintln!("hyper: the path from {} (no search)", dir.display());
+                }
+                return Ok(PathChoice::Explicit(hit.path));
+            }
+            Some((cache, key))
+        }
+        None => None,
+    };
     let spinner = if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         ProgressBar::hidden()
     } else {
@@ -312,6 +332,11 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
             r.cost.largest_intermediate,
             r.method
         );
+    }
+    if let Some((cache, key)) = cache {
+        let entry =
+            einsum::path_cache::CachedPath { path: found.path.clone(), sliced: key.canonical(&found.report.sliced) };
+        cache.put(&key, &entry)?;
     }
     Ok(PathChoice::Explicit(found.path))
 }
@@ -882,6 +907,7 @@ mod tests {
             max_time: None,
             max_trials: None,
             minimize: None,
+            path_cache: None,
             plot: None,
             show_path: false,
             output: None,

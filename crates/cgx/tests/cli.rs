@@ -428,3 +428,20 @@ fn ctrl_c_ends_a_hyper_search_with_its_best_path_and_the_run_goes_on() {
     assert!(e.contains("interrupted (Ctrl-C)"), "{e}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("contraction steps"));
 }
+
+#[test]
+fn a_path_cache_makes_the_second_run_search_nothing() {
+    let (eq, shapes) = ring(20);
+    let dir = tmp("path-cache");
+    let run = || cgx(&["einsum", &eq, "--shapes", &shapes, "--path", "hyper", "--max-trials", "4", "--path-cache", &dir]);
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stderr(&first).contains("hyper: 4 trials"), "{}", stderr(&first));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let second = run();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(stderr(&second).contains("no search") && !stderr(&second).contains("trials"), "{}", stderr(&second));
+    // The same contraction either way.
+    let checksum = |o: &Output| String::from_utf8_lossy(&o.stdout).lines().find(|l| l.contains("checksum")).map(str::to_owned);
+    assert_eq!(checksum(&first), checksum(&second));
+}

@@ -94,6 +94,7 @@ mod memory;
 mod network;
 mod op;
 mod path;
+pub mod path_cache;
 mod permute;
 mod reference;
 pub mod search;

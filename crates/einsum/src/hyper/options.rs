@@ -141,6 +141,15 @@ impl Default for HyperOptions {
     }
 }
 
+impl HyperOptions {
+    /// What a path cache ([`crate::path_cache`]) keys this search by: the objective and
+    /// the slicing target, not the budgets or the seed, so a later run with any budget
+    /// reuses the path.
+    pub fn cache_tag(&self) -> String {
+        format!("hyper minimize={} slice_target={:?}", self.minimize, self.slice_target)
+    }
+}
+
 // `PathChoice` is hashed and compared as a cache key; a combo factor is compared by bits.
 impl Eq for HyperOptions {}
 
