@@ -292,20 +292,30 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         OperationKey::from_parts(self.interner.id(), self.op_key[op], first, n)
     }
 
-    /// Bytes held by the columns.
+    /// Bytes held by the columns: the sum of [`MaterializedGraph::column_bytes`].
     pub fn heap_bytes(&self) -> usize {
-        self.value_key.heap_bytes()
-            + self.value_def.heap_bytes()
-            + self.ops.heap_bytes()
-            + self.op_key.heap_bytes()
-            + self.op_inputs.heap_bytes()
-            + self.op_role.heap_bytes()
-            + self.op_first_output.heap_bytes()
-            + self.inputs.capacity() * 4
-            + self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
-            + self.externals.capacity() * 4
-            + self.external_keys.capacity() * std::mem::size_of::<ValueKey<Op>>()
-            + self.outputs.capacity() * 4
+        self.column_bytes().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Bytes held by each column, by name (allocated capacity). What
+    /// `docs/ARCHITECTURE.md` states per node, and the memory report of `benches` prints.
+    pub fn column_bytes(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("value_key", self.value_key.heap_bytes()),
+            ("value_def", self.value_def.heap_bytes()),
+            ("ops", self.ops.heap_bytes()),
+            ("op_key", self.op_key.heap_bytes()),
+            ("op_inputs (starts)", self.op_inputs.starts_bytes()),
+            ("op_inputs (operands)", self.op_inputs.items_bytes()),
+            ("op_role", self.op_role.heap_bytes()),
+            ("op_first_output", self.op_first_output.heap_bytes()),
+            (
+                "inputs, externals, outputs",
+                (self.inputs.capacity() + self.externals.capacity() + self.outputs.capacity()) * 4
+                    + self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
+                    + self.external_keys.capacity() * std::mem::size_of::<ValueKey<Op>>(),
+            ),
+        ]
     }
 }
 

@@ -449,3 +449,66 @@ fn no_outputs() {
     assert_eq!((m.operation_count(), m.value_count()), (0, 0));
     assert_eq!(p.eval(&mut (), &[]), Vec::<f64>::new());
 }
+
+/// `column_bytes` of every phase's structure names each column once, sums to its
+/// `heap_bytes`, and gives each large column between its length and twice its length
+/// times its entry size (lengths counted from the spec and the phases' own counts).
+#[test]
+fn column_bytes_cover_every_large_column_once() {
+    let spec = workloads::random_dag(20_000, Operands::Window(1024), 0.3, 7);
+    let (values, operations, operands) = (spec.value_count(), spec.ops.len(), spec.args.len());
+    let interner = fresh();
+    let built = spec.build_single(&interner).unwrap();
+    let graph = &built.graphs[0];
+    let flat = materialize_merge(&resolve(built.graphs.clone()), &built.outputs);
+    let program = compile(&flat);
+    let distinct = interner.live_operation_count();
+    let op = std::mem::size_of::<ScalarOp>();
+    let check = |what: &str, columns: Vec<(&'static str, usize)>, total: usize, expected: &[(&str, usize)]| {
+        let mut names: Vec<&str> = columns.iter().map(|c| c.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), columns.len(), "{what}: a column named twice");
+        assert_eq!(columns.iter().map(|c| c.1).sum::<usize>(), total, "{what}: heap_bytes is not the sum");
+        for &(name, len) in expected {
+            let bytes = columns.iter().find(|c| c.0 == name).unwrap_or_else(|| panic!("{what}: no {name}")).1;
+            assert!((len..=2 * len).contains(&bytes), "{what}: {name} holds {bytes} bytes for {len}");
+        }
+    };
+    check(
+        "fragment",
+        graph.column_bytes(),
+        graph.heap_bytes(),
+        &[
+            ("value_op", 4 * values),
+            ("value_key", 4 * values),
+            ("ops", op * operations),
+            ("op_key", 4 * operations),
+            ("op_inputs (starts)", 4 * operations),
+            ("op_inputs (operands)", 4 * operands),
+            ("op_first_output", 4 * operations),
+        ],
+    );
+    check(
+        "interner",
+        interner.column_bytes(),
+        interner.heap_bytes(),
+        &[
+            ("ops", op * distinct),
+            ("op inputs (starts)", 4 * distinct),
+            ("op first_output", 4 * distinct),
+            ("op_table", 8 * distinct * 4 / 3),
+        ],
+    );
+    let (m_values, m_ops) = (flat.value_count(), flat.operation_count());
+    check(
+        "materialized",
+        flat.column_bytes(),
+        flat.heap_bytes(),
+        &[("value_key", 4 * m_values), ("ops", op * m_ops), ("op_key", 4 * m_ops), ("op_first_output", 4 * m_ops)],
+    );
+    let slots: usize = flat.operations().map(|o| o.inputs().len() + o.outputs().len()).sum();
+    check("program", program.column_bytes(), program.heap_bytes(), &[("instrs", 8 * m_ops), ("args", 4 * slots)]);
+    // Fewer distinct operations than generated: the interner holds the deduplicated set.
+    assert!(distinct < operations && m_ops <= distinct, "{distinct} of {operations}, {m_ops} materialized");
+}
