@@ -101,7 +101,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         let n_values = self.value_def.len();
         if self.value_key.len() != n_values
             || self.op_key.len() != self.ops.len()
-            || self.op_role.len() != self.ops.len()
+            || !(self.op_role.is_empty() || self.op_role.len() == self.ops.len())
             || self.op_first_output.len() != self.ops.len()
             || self.op_inputs.len() != self.ops.len()
             || self.inputs.len() != self.input_keys.len()

@@ -484,6 +484,7 @@ fn column_bytes_cover_every_large_column_once() {
             ("value_key", 4 * values),
             ("ops", op * operations),
             ("op_key", 4 * operations),
+            ("op_role", 0),
             ("op_inputs (starts)", 4 * operations),
             ("op_inputs (operands)", 4 * operands),
             ("op_first_output", 4 * operations),
@@ -505,10 +506,50 @@ fn column_bytes_cover_every_large_column_once() {
         "materialized",
         flat.column_bytes(),
         flat.heap_bytes(),
-        &[("value_key", 4 * m_values), ("ops", op * m_ops), ("op_key", 4 * m_ops), ("op_first_output", 4 * m_ops)],
+        &[
+            ("value_key", 4 * m_values),
+            ("ops", op * m_ops),
+            ("op_key", 4 * m_ops),
+            ("op_role", 0), // every operation is `Primary`
+            ("op_first_output", 4 * m_ops),
+        ],
     );
+    // The value columns are sized to the values, not doubled when two-output operations
+    // (`sincos`) pass a capacity counted in operations.
+    assert!(m_values > m_ops + spec.inputs as usize, "the workload has two-output operations");
+    let bytes = flat.column_bytes().into_iter().find(|c| c.0 == "value_key").unwrap().1;
+    assert!(bytes <= 4 * m_values * 9 / 8, "value_key: {bytes} bytes for {m_values} values");
     let slots: usize = flat.operations().map(|o| o.inputs().len() + o.outputs().len()).sum();
     check("program", program.column_bytes(), program.heap_bytes(), &[("instrs", 8 * m_ops), ("args", 4 * slots)]);
     // Fewer distinct operations than generated: the interner holds the deduplicated set.
     assert!(distinct < operations && m_ops <= distinct, "{distinct} of {operations}, {m_ops} materialized");
+}
+
+/// A materialized graph keeps no role column while its operations are `Primary`, and
+/// starts one at the first that is not: every operation reports the role it was added
+/// with, whichever operation comes first, and the graph verifies.
+#[test]
+fn materialized_roles_survive_the_column_starting_late() {
+    use computegraph::OperationRole::Linearized;
+    let linear = |mask: &[bool]| Linearized { active_mask: mask.to_vec() };
+    for first_linear in 0..4 {
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(fresh());
+        let x = b.add_input(ScalarKey::var(0));
+        let y = b.add_input(ScalarKey::var(1));
+        let mut last = x;
+        let mut expected = Vec::new();
+        for i in 0..4 {
+            let role = if i < first_linear { Primary } else { linear(&[i % 2 == 0, true]) };
+            last = b.add_operation(ScalarOp::Mul, vec![Local(last), Local(y)], role.clone())[0];
+            expected.push(role);
+        }
+        b.set_outputs(vec![last]);
+        let g = Arc::new(b.build());
+        let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(last)]);
+        m.verify().unwrap();
+        let roles: Vec<_> = m.operations().map(|o| o.role().clone()).collect();
+        assert_eq!(roles, expected, "first linear operation: {first_linear}");
+        let bytes = m.column_bytes().into_iter().find(|c| c.0 == "op_role").unwrap().1;
+        assert_eq!(bytes == 0, first_linear == 4, "first linear operation: {first_linear}");
+    }
 }
