@@ -107,6 +107,7 @@ proptest! {
         // Outputs the last fragment does not define are external values at once.
         let m = try_materialize_fragment(&last, &built.outputs).unwrap();
         m.verify().unwrap();
+        check_value_defs(&m);
         prop_assert_eq!(m.output_keys(), built.outputs.clone());
         prop_assert!(m.operation_count() <= last.operation_count());
         let own: std::collections::HashSet<_> =
@@ -461,6 +462,7 @@ fn column_bytes_cover_every_large_column_once() {
     let built = spec.build_single(&interner).unwrap();
     let graph = &built.graphs[0];
     let flat = materialize_merge(&resolve(built.graphs.clone()), &built.outputs);
+    check_value_defs(&flat);
     let program = compile(&flat);
     let distinct = interner.live_operation_count();
     let op = std::mem::size_of::<ScalarOp>();
@@ -552,4 +554,28 @@ fn materialized_roles_survive_the_column_starting_late() {
         let bytes = m.column_bytes().into_iter().find(|c| c.0 == "op_role").unwrap().1;
         assert_eq!(bytes == 0, first_linear == 4, "first linear operation: {first_linear}");
     }
+}
+
+/// Every value's `value_def` agrees with the graph's own lists: an input is at its place in
+/// `inputs` with its key, an external value at its place in `externals` with its key, and
+/// an output is the given output of the given operation; past the last value there is none.
+fn check_value_defs(m: &computegraph::MaterializedGraph<ScalarOp>) {
+    use computegraph::{MaterializedValueDef, ValueId};
+    for v in (0..m.value_count()).map(ValueId::new) {
+        match m.value_def(v).unwrap() {
+            MaterializedValueDef::Input(k) => {
+                let i = m.inputs().iter().position(|&w| w == v).expect("an input value is listed");
+                assert_eq!(&m.input_keys()[i], k, "{v:?}");
+            }
+            MaterializedValueDef::External(k) => {
+                let i = m.externals().iter().position(|&w| w == v).expect("an external value is listed");
+                assert_eq!(&m.external_keys()[i], k, "{v:?}");
+            }
+            MaterializedValueDef::Output { operation, output_slot } => {
+                assert_eq!(m.operation(operation).outputs().nth(output_slot as usize), Some(v));
+            }
+            _ => unreachable!("no other definitions"),
+        }
+    }
+    assert!(m.value_def(ValueId::new(m.value_count())).is_none());
 }
