@@ -257,7 +257,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         CanonicalForm {
             ops: self.ops.raw().to_vec(),
             roles: self.roles.clone(),
-            op_role: self.op_role.raw().to_vec(),
+            op_role: self.ops.ids().map(|o| self.role_id(o)).collect(),
             operands: self.op_inputs.items().iter().map(|v| v.index() as u32).collect(),
             outputs: self.outputs.iter().map(|v| v.index() as u32).collect(),
             input_count: self.inputs.len() as u32,

@@ -43,7 +43,7 @@ use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
-use crate::program::{Instr, Program, SlotProgram, output_moves, runs};
+use crate::program::{Instr, Program, Run, SlotProgram, output_moves, runs};
 use crate::schedule::{Step, VerifiedSchedule, schedule};
 
 /// An immutable, `Sync` slot program. Compile once, evaluate many times (see
@@ -469,16 +469,37 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
         Ok(bound)
     }
 
-    /// Bytes held by the program's columns.
+    /// Bytes held by the program's columns: the sum of [`CompiledProgram::column_bytes`].
     pub fn heap_bytes(&self) -> usize {
+        self.column_bytes().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Bytes held by each of the program's columns, by name (allocated capacity; the
+    /// parallel schedule and the dataflow plan only once an evaluation has built them).
+    /// What `docs/ARCHITECTURE.md` states per node, and the memory report of `benches`
+    /// prints.
+    pub fn column_bytes(&self) -> Vec<(&'static str, usize)> {
         let code = &self.code;
-        code.ops.heap_bytes()
-            + code.instrs.heap_bytes()
-            + code.slots.args.capacity() * size_of::<SlotId>()
-            + code.slots.input_slots.capacity() * size_of::<Option<SlotId>>()
-            + code.slots.output_slots.capacity() * size_of::<SlotId>()
-            + self.source.capacity() * 4
-            + self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, |s| s.heap_bytes())
+        let slots = &code.slots;
+        let keys = (self.external_keys.capacity() + self.output_keys.capacity()) * size_of::<ValueKey<Op>>()
+            + self.input_keys.capacity() * size_of::<Op::InputKey>()
+            + self.input_index.capacity() * (size_of::<(Op::InputKey, usize)>() + 1);
+        vec![
+            ("ops", code.ops.heap_bytes() + code.run_ops.capacity() * size_of::<Op>()),
+            ("instrs", code.instrs.heap_bytes()),
+            ("runs", code.runs.capacity() * size_of::<Run>()),
+            ("args", slots.args.capacity() * size_of::<SlotId>()),
+            (
+                "input and output slots",
+                slots.input_slots.capacity() * size_of::<Option<SlotId>>()
+                    + slots.output_slots.capacity() * size_of::<SlotId>()
+                    + slots.output_move.capacity(),
+            ),
+            ("source", self.source.capacity() * 4),
+            ("input, external and output keys", keys),
+            ("parallel schedule", self.schedule.get().and_then(|s| s.as_ref().ok()).map_or(0, |s| s.heap_bytes())),
+            ("dataflow plan", code.plan_bytes()),
+        ]
     }
 
     /// Instruction `i`'s operand and output slots.

@@ -157,6 +157,18 @@ pub(crate) struct DataflowPlan {
     output_move: Vec<bool>,
 }
 
+impl DataflowPlan {
+    fn heap_bytes(&self) -> usize {
+        (self.arg_value.capacity() + self.output_values.capacity()) * size_of::<ValueNo>()
+            + self.readers.heap_bytes()
+            + self.pending.heap_bytes()
+            + (self.consumer_start.capacity() + self.consumers.capacity() + self.roots.capacity()) * 4
+            + self.cost.heap_bytes()
+            + self.rank.heap_bytes()
+            + self.output_move.capacity()
+    }
+}
+
 /// A verified program and its dataflow plan, built from it on first use: the only way to
 /// a plan, so a plan runs only with the program it describes. It dereferences to the
 /// verified program, which the other evaluators use as they would the program alone.
@@ -187,6 +199,11 @@ impl<Op: GraphOperation> Planned<Op> {
     /// The program's dataflow plan, built from it on first use (a linear pass). The
     /// program never changes, so the plan describes exactly the instructions [`run`]
     /// evaluates: this is what its `unsafe` relies on.
+    /// Bytes held by the plan, 0 until it is built.
+    pub(crate) fn plan_bytes(&self) -> usize {
+        self.plan.get().and_then(|p| p.as_ref().ok()).map_or(0, DataflowPlan::heap_bytes)
+    }
+
     pub(crate) fn plan(&self) -> GraphResult<&DataflowPlan> {
         self.plan
             .get_or_init(|| plan_slots(&self.code.instrs, &self.code.slots, self.code.cost_hints()))

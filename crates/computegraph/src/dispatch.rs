@@ -29,7 +29,7 @@
 
 use std::mem::Discriminant;
 
-use crate::materialize::{MatDef, MaterializedGraph, OperationId};
+use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
 
 /// Operations are regrouped only inside windows of this many consecutive operations.
@@ -84,7 +84,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
                 if *v < window_values {
                     continue;
                 }
-                if let MatDef::Output(producer, _) = graph.value_def[*v] {
+                if let Some(producer) = graph.value_op[*v] {
                     let p = producer.index();
                     if p >= start {
                         d = d.max(depth[p - start] + 1);

@@ -177,7 +177,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         for (&v, k) in self.externals.iter().zip(&self.external_keys) {
             let _ = writeln!(s, "  {v:?} [shape=ellipse, style=dashed, label=\"{}\"];", escape(&format!("{k:?}")));
         }
-        let source = |v: crate::ValueId| match self.value_def[v] {
+        let source = |v: crate::ValueId| match self.def(v) {
             crate::materialize::MatDef::Input(_) | crate::materialize::MatDef::External(_) => (format!("{v:?}"), None),
             crate::materialize::MatDef::Output(op, slot) => {
                 (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))

@@ -576,20 +576,38 @@ impl<Op: GraphOperation> Graph<Op> {
         self.index.get_or_init(|| key_index(|| self.value_key.iter_enumerated().map(|(v, &k)| (k, v))))
     }
 
-    /// Bytes held by this graph's columns (not counting parents or the interner).
+    /// Bytes held by this graph's columns (not counting parents or the interner): the sum
+    /// of [`Graph::column_bytes`].
     pub fn heap_bytes(&self) -> usize {
-        self.value_op.heap_bytes()
-            + self.value_key.heap_bytes()
-            + self.ops.heap_bytes()
-            + self.op_key.heap_bytes()
-            + self.op_inputs.heap_bytes()
-            + self.op_role.heap_bytes()
-            + self.op_first_output.heap_bytes()
-            + self.externals.capacity() * std::mem::size_of::<ValueKey<Op>>()
-            + self.external_key.capacity() * 4
-            + self.inputs.capacity() * 4
-            + self.outputs.capacity() * 4
-            + if self.pins.spilled() { self.pins.capacity() * 4 } else { 0 }
+        self.column_bytes().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Bytes held by each of this graph's columns, by name (allocated capacity; the key
+    /// indexes only once a lookup has built them). What `docs/ARCHITECTURE.md` states per
+    /// node, and the memory report of `benches` prints.
+    pub fn column_bytes(&self) -> Vec<(&'static str, usize)> {
+        let index = |i: &OnceLock<KeyMap<LocalValueId>>| i.get().map_or(0, KeyMap::heap_bytes);
+        vec![
+            ("value_op", self.value_op.heap_bytes()),
+            ("value_key", self.value_key.heap_bytes()),
+            ("ops", self.ops.heap_bytes()),
+            ("op_key", self.op_key.heap_bytes()),
+            ("op_inputs (starts)", self.op_inputs.starts_bytes()),
+            ("op_inputs (operands)", self.op_inputs.items_bytes()),
+            ("op_role", self.op_role.heap_bytes()),
+            ("op_first_output", self.op_first_output.heap_bytes()),
+            (
+                "externals",
+                self.externals.capacity() * std::mem::size_of::<ValueKey<Op>>() + self.external_key.capacity() * 4,
+            ),
+            ("input_keys", self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()),
+            (
+                "inputs, outputs, pins",
+                (self.inputs.capacity() + self.outputs.capacity()) * 4
+                    + if self.pins.spilled() { self.pins.capacity() * 4 } else { 0 },
+            ),
+            ("key indexes", index(&self.output_index) + index(&self.index)),
+        ]
     }
 }
 

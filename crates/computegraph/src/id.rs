@@ -442,8 +442,14 @@ impl<T> ListPool<T> {
         &self.items
     }
 
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.starts.capacity() * 4 + self.items.capacity() * std::mem::size_of::<T>()
+    /// Bytes held by the list starts (4 per list).
+    pub(crate) fn starts_bytes(&self) -> usize {
+        self.starts.capacity() * 4
+    }
+
+    /// Bytes held by the items.
+    pub(crate) fn items_bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<T>()
     }
 
     /// [`shrink_loose`] on both columns.

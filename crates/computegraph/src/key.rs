@@ -370,13 +370,6 @@ impl<Op> OpChunk<Op> {
     fn role_of(&self, j: usize) -> u32 {
         if self.role.is_empty() { 0 } else { self.role[j] }
     }
-
-    fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.ops.capacity() * std::mem::size_of::<Op>()
-            + self.inputs.heap_bytes()
-            + (self.role.capacity() + self.first_output.capacity()) * 4
-    }
 }
 
 /// [`CHUNK`] consecutive input keys.
@@ -866,15 +859,22 @@ impl<Op: GraphOperation> InternerState<Op> {
         self.reclaimed_values - before
     }
 
-    /// Bytes held by the tables and live chunks.
-    fn heap_bytes(&self) -> usize {
+    /// Bytes held by the tables and live chunks, by column ([`KeyInterner::column_bytes`]).
+    fn column_bytes(&self) -> Vec<(&'static str, usize)> {
         let chunks = |n: usize| n * std::mem::size_of::<Option<Box<()>>>() + n * 4;
-        self.input_chunks.iter().flatten().map(|c| c.heap_bytes()).sum::<usize>()
-            + self.op_chunks.iter().flatten().map(|c| c.heap_bytes()).sum::<usize>()
-            + chunks(self.input_chunks.capacity())
-            + chunks(self.op_chunks.capacity())
-            + self.input_table.capacity() * 5
-            + self.op_table.heap_bytes()
+        let sum = |f: &dyn Fn(&OpChunk<Op>) -> usize| self.op_chunks.iter().flatten().map(|c| f(c)).sum::<usize>();
+        let op_headers = sum(&|_| std::mem::size_of::<OpChunk<Op>>());
+        vec![
+            ("ops", sum(&|c| c.ops.capacity() * std::mem::size_of::<Op>())),
+            ("op inputs (starts)", sum(&|c| c.inputs.starts_bytes())),
+            ("op inputs (operand keys)", sum(&|c| c.inputs.items_bytes())),
+            ("op role", sum(&|c| c.role.capacity() * 4)),
+            ("op first_output", sum(&|c| c.first_output.capacity() * 4)),
+            ("op_table", self.op_table.heap_bytes()),
+            ("input keys", self.input_chunks.iter().flatten().map(|c| c.heap_bytes()).sum::<usize>()),
+            ("input_table", self.input_table.capacity() * 5),
+            ("chunk directories", op_headers + chunks(self.input_chunks.capacity() + self.op_chunks.capacity())),
+        ]
     }
 }
 
@@ -973,7 +973,13 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     /// Bytes held by the interner's tables and live chunks (excluding heap data owned by
     /// operations and keys).
     pub fn heap_bytes(&self) -> usize {
-        self.read().heap_bytes()
+        self.column_bytes().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Bytes held by each column and table, by name (allocated capacity, live chunks only;
+    /// heap data owned by operations and keys excluded), as `docs/ARCHITECTURE.md` states.
+    pub fn column_bytes(&self) -> Vec<(&'static str, usize)> {
+        self.read().column_bytes()
     }
 
     /// Interns an input key.

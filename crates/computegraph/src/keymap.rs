@@ -111,6 +111,15 @@ impl<V: Copy> KeyMap<V> {
         }
     }
 
+    /// Bytes held (a hashed map: its entries and one control byte each, as hashbrown
+    /// lays them out).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match &self.repr {
+            Repr::Dense { slots, .. } => slots.capacity() * std::mem::size_of::<Option<V>>(),
+            Repr::Sparse(m) => m.capacity() * (std::mem::size_of::<(KeyId, V)>() + 1),
+        }
+    }
+
     fn make_sparse(&mut self) {
         if let Repr::Dense { base, slots, len } = &self.repr {
             let mut m = FxHashMap::with_capacity_and_hasher(*len * 2, Default::default());

@@ -66,6 +66,8 @@ crate::define_id!(
     pub struct OperationId = "mop"
 );
 
+/// How a value of a [`MaterializedGraph`] is defined, decoded from its `value_op` column
+/// by [`MaterializedGraph::def`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum MatDef {
     Input(u32),
@@ -101,10 +103,17 @@ pub(crate) enum MatDef {
 pub struct MaterializedGraph<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
     pub(crate) value_key: IdVec<ValueId, KeyId>,
-    pub(crate) value_def: IdVec<ValueId, MatDef>,
+    /// The operation defining each value, `None` for an input or an external value: the
+    /// inputs are the first values and the external values the next ones, so the index of
+    /// either is its id, and an output's slot is its id minus its operation's first output
+    /// (4 bytes a value, where the decoded [`MatDef`] takes 8; read it with [`Self::def`]).
+    pub(crate) value_op: IdVec<ValueId, Option<OperationId>>,
     pub(crate) ops: IdVec<OperationId, Op>,
     pub(crate) op_key: IdVec<OperationId, OperationKeyId>,
     pub(crate) op_inputs: ListPool<ValueId>,
+    /// Index into `roles` of each operation's role; empty while every operation is
+    /// `Primary`, as a fragment's (read it with `role_id`): 4 bytes per operation saved
+    /// on every graph the AD transforms did not make.
     pub(crate) op_role: IdVec<OperationId, u32>,
     pub(crate) roles: Vec<OperationRole>,
     pub(crate) op_first_output: IdVec<OperationId, ValueId>,
@@ -195,7 +204,7 @@ impl<'a, Op: GraphOperation> MaterializedOperation<'a, Op> {
     }
     /// Its role.
     pub fn role(&self) -> &'a OperationRole {
-        &self.graph.roles[self.graph.op_role[self.id] as usize]
+        &self.graph.roles[self.graph.role_id(self.id) as usize]
     }
     /// Its interned key.
     pub fn key(&self) -> OperationKey<Op> {
@@ -210,7 +219,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     }
     /// Number of values.
     pub fn value_count(&self) -> usize {
-        self.value_def.len()
+        self.value_op.len()
     }
     /// Number of operations.
     pub fn operation_count(&self) -> usize {
@@ -256,7 +265,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     }
     /// How a value is defined, or `None` if it is out of range.
     pub fn value_def(&self, v: ValueId) -> Option<MaterializedValueDef<'_, Op>> {
-        Some(match *self.value_def.get(v)? {
+        Some(match self.try_def(v)? {
             MatDef::Input(i) => MaterializedValueDef::Input(&self.input_keys[i as usize]),
             MatDef::External(i) => MaterializedValueDef::External(&self.external_keys[i as usize]),
             MatDef::Output(operation, output_slot) => MaterializedValueDef::Output { operation, output_slot },
@@ -267,7 +276,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// # Panics
     /// If `v` is out of range.
     pub fn value_key(&self, v: ValueId) -> ValueKey<Op> {
-        match self.value_def[v] {
+        match self.def(v) {
             MatDef::Input(i) => ValueKey::Input(self.input_keys[i as usize].clone()),
             MatDef::External(i) => self.external_keys[i as usize].clone(),
             MatDef::Output(op, slot) => ValueKey::Derived { operation: self.operation_key(op), output_slot: slot },
@@ -286,33 +295,68 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         (first..first + self.ops[op].output_count()).map(ValueId::new)
     }
 
+    /// How value `v` is defined.
+    ///
+    /// # Panics
+    /// If `v` is out of range.
+    #[inline]
+    pub(crate) fn def(&self, v: ValueId) -> MatDef {
+        self.try_def(v).unwrap_or_else(|| panic!("{v:?} is not a value of this graph"))
+    }
+
+    /// How value `v` is defined, or `None` if it is out of range.
+    #[inline]
+    pub(crate) fn try_def(&self, v: ValueId) -> Option<MatDef> {
+        Some(match *self.value_op.get(v)? {
+            Some(op) => MatDef::Output(op, (v.index() - self.op_first_output[op].index()) as u8),
+            None if v.index() < self.inputs.len() => MatDef::Input(v.index() as u32),
+            None => MatDef::External((v.index() - self.inputs.len()) as u32),
+        })
+    }
+
+    /// The index into `roles` of an operation's role.
+    #[inline]
+    pub(crate) fn role_id(&self, op: OperationId) -> u32 {
+        if self.op_role.is_empty() { 0 } else { self.op_role[op] }
+    }
+
     pub(crate) fn operation_key(&self, op: OperationId) -> OperationKey<Op> {
         let n = self.ops[op].output_count();
         let first = if n > 0 { self.value_key[self.op_first_output[op]] } else { KeyId::new(0) };
         OperationKey::from_parts(self.interner.id(), self.op_key[op], first, n)
     }
 
-    /// Bytes held by the columns.
+    /// Bytes held by the columns: the sum of [`MaterializedGraph::column_bytes`].
     pub fn heap_bytes(&self) -> usize {
-        self.value_key.heap_bytes()
-            + self.value_def.heap_bytes()
-            + self.ops.heap_bytes()
-            + self.op_key.heap_bytes()
-            + self.op_inputs.heap_bytes()
-            + self.op_role.heap_bytes()
-            + self.op_first_output.heap_bytes()
-            + self.inputs.capacity() * 4
-            + self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
-            + self.externals.capacity() * 4
-            + self.external_keys.capacity() * std::mem::size_of::<ValueKey<Op>>()
-            + self.outputs.capacity() * 4
+        self.column_bytes().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Bytes held by each column, by name (allocated capacity). What
+    /// `docs/ARCHITECTURE.md` states per node, and the memory report of `benches` prints.
+    pub fn column_bytes(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("value_key", self.value_key.heap_bytes()),
+            ("value_op", self.value_op.heap_bytes()),
+            ("ops", self.ops.heap_bytes()),
+            ("op_key", self.op_key.heap_bytes()),
+            ("op_inputs (starts)", self.op_inputs.starts_bytes()),
+            ("op_inputs (operands)", self.op_inputs.items_bytes()),
+            ("op_role", self.op_role.heap_bytes()),
+            ("op_first_output", self.op_first_output.heap_bytes()),
+            (
+                "inputs, externals, outputs",
+                (self.inputs.capacity() + self.externals.capacity() + self.outputs.capacity()) * 4
+                    + self.input_keys.capacity() * std::mem::size_of::<Op::InputKey>()
+                    + self.external_keys.capacity() * std::mem::size_of::<ValueKey<Op>>(),
+            ),
+        ]
     }
 }
 
 impl<Op: GraphOperation> fmt::Debug for MaterializedGraph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MaterializedGraph")
-            .field("values", &self.value_def.len())
+            .field("values", &self.value_op.len())
             .field("operations", &self.ops.len())
             .field("inputs", &self.inputs.len())
             .field("externals", &self.externals.len())
@@ -486,6 +530,9 @@ struct Marker<'v, Op: GraphOperation> {
     external_list: Vec<(KeyId, ValueKey<Op>)>,
     /// Key of the first output of each reachable operation → where it is defined.
     defs: KeyMap<(u32, LocalOperationId)>,
+    /// Outputs of the operations in `defs`: emit sizes the value columns with it, which
+    /// otherwise double once operations with two outputs pass their capacity.
+    def_values: usize,
 }
 
 impl<'v, Op: GraphOperation> Marker<'v, Op> {
@@ -505,6 +552,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             undefined,
             external_list: Vec::new(),
             defs: KeyMap::with_range(0..key_space, local_values),
+            def_values: 0,
         }
     }
 
@@ -585,6 +633,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                             Some(_) => {}
                             None => {
                                 self.defs.insert(first, (g as u32, op));
+                                self.def_values += graph.ops[op].output_count();
                             }
                         }
                         for r in graph.op_input_refs(op) {
@@ -620,12 +669,12 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         let n_externals = self.external_list.len();
         let mut out = MaterializedGraph {
             interner: Arc::clone(self.view.interner()),
-            value_key: IdVec::with_capacity(n_ops + self.input_list.len() + n_externals),
-            value_def: IdVec::with_capacity(n_ops + self.input_list.len() + n_externals),
+            value_key: IdVec::with_capacity(self.def_values + self.input_list.len() + n_externals),
+            value_op: IdVec::with_capacity(self.def_values + self.input_list.len() + n_externals),
             ops: IdVec::with_capacity(n_ops),
             op_key: IdVec::with_capacity(n_ops),
             op_inputs: ListPool::with_capacity(n_ops, 2 * n_ops),
-            op_role: IdVec::with_capacity(n_ops),
+            op_role: IdVec::new(),
             roles: vec![OperationRole::Primary],
             op_first_output: IdVec::with_capacity(n_ops),
             inputs: Vec::with_capacity(self.input_list.len()),
@@ -635,11 +684,12 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             outputs: Vec::new(),
         };
         let key_space = self.view.interner().value_count();
-        let mut vid: KeyMap<ValueId> = KeyMap::with_range(0..key_space, n_ops + self.input_list.len() + n_externals);
+        let mut vid: KeyMap<ValueId> =
+            KeyMap::with_range(0..key_space, self.def_values + self.input_list.len() + n_externals);
         let mut input_list = self.input_list;
         input_list.sort_unstable_by_key(|(k, _)| *k);
-        for (i, (key, input)) in input_list.into_iter().enumerate() {
-            let v = out.value_def.push(MatDef::Input(i as u32));
+        for (key, input) in input_list {
+            let v = out.value_op.push(None);
             out.value_key.push(key);
             out.inputs.push(v);
             out.input_keys.push(input);
@@ -647,8 +697,8 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         }
         let mut external_list = self.external_list;
         external_list.sort_unstable_by_key(|(k, _)| *k);
-        for (i, (key, external)) in external_list.into_iter().enumerate() {
-            let v = out.value_def.push(MatDef::External(i as u32));
+        for (key, external) in external_list {
+            let v = out.value_op.push(None);
             out.value_key.push(key);
             out.externals.push(v);
             out.external_keys.push(external);
@@ -658,7 +708,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         role_index.insert(OperationRole::Primary, 0);
         let mut role_map: Vec<Vec<Option<u32>>> = vec![Vec::new(); graphs.len()];
         let entries = self.defs.sorted_entries();
-        let mut far = FarOperands::new(out.value_def.len());
+        let mut far = FarOperands::new(out.value_op.len());
         let mut prefetch = false;
         for (at, &(_, (g, op))) in entries.iter().enumerate() {
             if far.block_full() {
@@ -670,10 +720,10 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             let graph = &*graphs[g as usize];
             let id = out.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
             let n_out = graph.ops[op].output_count();
-            if out.value_def.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
+            if out.value_op.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
-            let reader = out.value_def.len();
+            let reader = out.value_op.len();
             for r in graph.op_input_refs(op) {
                 let v = vid.get(graph.input_key_id(r)).expect("operands precede their users in key order");
                 far.note(v.index(), reader);
@@ -702,11 +752,19 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             };
             out.ops.push(graph.ops[op].clone());
             out.op_key.push(graph.op_key[op]);
-            out.op_role.push(role);
-            out.op_first_output.push(ValueId::new(out.value_def.len()));
+            if !out.op_role.is_empty() {
+                out.op_role.push(role);
+            } else if role != 0 {
+                // The first operation that is not `Primary`: the column starts here,
+                // with every earlier operation's `Primary`.
+                out.op_role.reserve(n_ops);
+                out.op_role.extend(std::iter::repeat_n(0, id.index()));
+                out.op_role.push(role);
+            }
+            out.op_first_output.push(ValueId::new(out.value_op.len()));
             let first_local = graph.op_first_output[op].index();
             for slot in 0..n_out {
-                let v = out.value_def.push(MatDef::Output(id, slot as u8));
+                let v = out.value_op.push(Some(id));
                 let key = graph.value_key[LocalValueId::new(first_local + slot)];
                 out.value_key.push(key);
                 vid.insert(key, v);
@@ -740,7 +798,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub(crate) fn fmt_operation(&self, f: &mut fmt::Formatter<'_>, op: OperationId) -> fmt::Result {
         let outs: Vec<String> = self.op_outputs(op).map(|v| format!("{v:?}")).collect();
         write!(f, "{} = {}", outs.join(", "), Label(&self.ops[op]))?;
-        let role = &self.roles[self.op_role[op] as usize];
+        let role = &self.roles[self.role_id(op) as usize];
         if role.is_linearized() {
             write!(f, " [{role}]")?;
         }

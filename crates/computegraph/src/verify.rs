@@ -17,16 +17,19 @@
 //!
 //! [`MaterializedGraph`] checklist: 2 and 3 with materialized ids, operations' outputs in
 //! operation order (which `dispatch.rs` relies on); no two values share a
-//! key; `inputs` lists exactly the input values, in order, parallel to `input_keys`, and
-//! `externals` the external values after them, in order, parallel to `external_keys`
-//! (derived keys, each interning to its value's key, in increasing key order).
+//! key; the inputs are the first values and the external values the next ones, the only
+//! values with no operation (`value_op`), and every other value is an output of the
+//! operation it names; `inputs` lists exactly the input values, in order, parallel to
+//! `input_keys`, and `externals` the external values after them, in order, parallel to
+//! `external_keys` (derived keys, each interning to its value's key, in increasing key
+//! order).
 
 use rustc_hash::FxHashSet;
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, InputRef};
 use crate::key::ValueKey;
-use crate::materialize::{MatDef, MaterializedGraph, ValueId};
+use crate::materialize::{MaterializedGraph, ValueId};
 use crate::operation::GraphOperation;
 
 impl<Op: GraphOperation> Graph<Op> {
@@ -98,10 +101,10 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// Checks the materialized graph's invariants (see the module doc of `verify.rs`).
     pub fn verify(&self) -> GraphResult<()> {
         let bad = |message: String| GraphError::Invalid { phase: "materialized graph", message };
-        let n_values = self.value_def.len();
+        let n_values = self.value_op.len();
         if self.value_key.len() != n_values
             || self.op_key.len() != self.ops.len()
-            || self.op_role.len() != self.ops.len()
+            || !(self.op_role.is_empty() || self.op_role.len() == self.ops.len())
             || self.op_first_output.len() != self.ops.len()
             || self.op_inputs.len() != self.ops.len()
             || self.inputs.len() != self.input_keys.len()
@@ -122,7 +125,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             }
             let key = op.key();
             for (slot, v) in op.outputs().enumerate() {
-                if v.index() >= n_values || self.value_def[v] != MatDef::Output(o, slot as u8) {
+                if v.index() >= n_values || self.value_op[v] != Some(o) {
                     return Err(bad(format!("output {slot} of {o:?} is not defined by it")));
                 }
                 if key.output_key_id(slot as u8) != Some(self.value_key[v]) {
@@ -131,23 +134,31 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             }
         }
         let mut seen = FxHashSet::default();
-        let (mut inputs, mut externals): (Vec<ValueId>, Vec<ValueId>) = (Vec::new(), Vec::new());
-        for (v, d) in self.value_def.iter_enumerated() {
+        // Inputs are the first values and external values the next ones (that is how
+        // `value_op` names them), and every other value is an output of its operation.
+        let leaves = self.inputs.len() + self.externals.len();
+        if leaves > n_values {
+            return Err(bad(format!("{leaves} inputs and external values, but {n_values} values")));
+        }
+        for (v, d) in self.value_op.iter_enumerated() {
             if !seen.insert(self.value_key[v]) {
                 return Err(bad(format!("{v:?} duplicates the key {:?}", self.value_key[v])));
             }
             match *d {
-                MatDef::Input(i) if i as usize != inputs.len() || !externals.is_empty() => {
-                    return Err(bad(format!("input {v:?} is out of order")));
+                None if v.index() >= leaves => {
+                    return Err(bad(format!("{v:?} is neither an input, an external value nor an output")));
                 }
-                MatDef::Input(_) => inputs.push(v),
-                MatDef::External(i) if i as usize != externals.len() => {
-                    return Err(bad(format!("external value {v:?} is out of order")));
+                Some(_) if v.index() < leaves => {
+                    return Err(bad(format!("input or external value {v:?} is an output")));
                 }
-                MatDef::External(_) => externals.push(v),
-                MatDef::Output(..) => {}
+                Some(o) if o.index() >= self.ops.len() || !self.op_outputs(o).any(|w| w == v) => {
+                    return Err(bad(format!("{v:?} is not an output of {o:?}")));
+                }
+                _ => {}
             }
         }
+        let inputs: Vec<ValueId> = (0..self.inputs.len()).map(ValueId::new).collect();
+        let externals: Vec<ValueId> = (self.inputs.len()..leaves).map(ValueId::new).collect();
         if inputs != self.inputs || externals != self.externals {
             return Err(bad("the input or external list does not match the input and external values".into()));
         }

@@ -107,6 +107,7 @@ proptest! {
         // Outputs the last fragment does not define are external values at once.
         let m = try_materialize_fragment(&last, &built.outputs).unwrap();
         m.verify().unwrap();
+        check_value_defs(&m);
         prop_assert_eq!(m.output_keys(), built.outputs.clone());
         prop_assert!(m.operation_count() <= last.operation_count());
         let own: std::collections::HashSet<_> =
@@ -448,4 +449,133 @@ fn no_outputs() {
     let (m, p) = compile_checked(&resolve(vec![g]), &[]);
     assert_eq!((m.operation_count(), m.value_count()), (0, 0));
     assert_eq!(p.eval(&mut (), &[]), Vec::<f64>::new());
+}
+
+/// `column_bytes` of every phase's structure names each column once, sums to its
+/// `heap_bytes`, and gives each large column between its length and twice its length
+/// times its entry size (lengths counted from the spec and the phases' own counts).
+#[test]
+fn column_bytes_cover_every_large_column_once() {
+    let spec = workloads::random_dag(20_000, Operands::Window(1024), 0.3, 7);
+    let (values, operations, operands) = (spec.value_count(), spec.ops.len(), spec.args.len());
+    let interner = fresh();
+    let built = spec.build_single(&interner).unwrap();
+    let graph = &built.graphs[0];
+    let flat = materialize_merge(&resolve(built.graphs.clone()), &built.outputs);
+    check_value_defs(&flat);
+    let program = compile(&flat);
+    let distinct = interner.live_operation_count();
+    let op = std::mem::size_of::<ScalarOp>();
+    let check = |what: &str, columns: Vec<(&'static str, usize)>, total: usize, expected: &[(&str, usize)]| {
+        let mut names: Vec<&str> = columns.iter().map(|c| c.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), columns.len(), "{what}: a column named twice");
+        assert_eq!(columns.iter().map(|c| c.1).sum::<usize>(), total, "{what}: heap_bytes is not the sum");
+        for &(name, len) in expected {
+            let bytes = columns.iter().find(|c| c.0 == name).unwrap_or_else(|| panic!("{what}: no {name}")).1;
+            assert!((len..=2 * len).contains(&bytes), "{what}: {name} holds {bytes} bytes for {len}");
+        }
+    };
+    check(
+        "fragment",
+        graph.column_bytes(),
+        graph.heap_bytes(),
+        &[
+            ("value_op", 4 * values),
+            ("value_key", 4 * values),
+            ("ops", op * operations),
+            ("op_key", 4 * operations),
+            ("op_role", 0),
+            ("op_inputs (starts)", 4 * operations),
+            ("op_inputs (operands)", 4 * operands),
+            ("op_first_output", 4 * operations),
+        ],
+    );
+    check(
+        "interner",
+        interner.column_bytes(),
+        interner.heap_bytes(),
+        &[
+            ("ops", op * distinct),
+            ("op inputs (starts)", 4 * distinct),
+            ("op first_output", 4 * distinct),
+            ("op_table", 8 * distinct * 4 / 3),
+        ],
+    );
+    let (m_values, m_ops) = (flat.value_count(), flat.operation_count());
+    check(
+        "materialized",
+        flat.column_bytes(),
+        flat.heap_bytes(),
+        &[
+            ("value_key", 4 * m_values),
+            ("ops", op * m_ops),
+            ("op_key", 4 * m_ops),
+            ("op_role", 0), // every operation is `Primary`
+            ("op_first_output", 4 * m_ops),
+        ],
+    );
+    // The value columns are sized to the values, not doubled when two-output operations
+    // (`sincos`) pass a capacity counted in operations.
+    assert!(m_values > m_ops + spec.inputs as usize, "the workload has two-output operations");
+    let bytes = flat.column_bytes().into_iter().find(|c| c.0 == "value_key").unwrap().1;
+    assert!(bytes <= 4 * m_values * 9 / 8, "value_key: {bytes} bytes for {m_values} values");
+    let slots: usize = flat.operations().map(|o| o.inputs().len() + o.outputs().len()).sum();
+    check("program", program.column_bytes(), program.heap_bytes(), &[("instrs", 8 * m_ops), ("args", 4 * slots)]);
+    // Fewer distinct operations than generated: the interner holds the deduplicated set.
+    assert!(distinct < operations && m_ops <= distinct, "{distinct} of {operations}, {m_ops} materialized");
+}
+
+/// A materialized graph keeps no role column while its operations are `Primary`, and
+/// starts one at the first that is not: every operation reports the role it was added
+/// with, whichever operation comes first, and the graph verifies.
+#[test]
+fn materialized_roles_survive_the_column_starting_late() {
+    use computegraph::OperationRole::Linearized;
+    let linear = |mask: &[bool]| Linearized { active_mask: mask.to_vec() };
+    for first_linear in 0..4 {
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(fresh());
+        let x = b.add_input(ScalarKey::var(0));
+        let y = b.add_input(ScalarKey::var(1));
+        let mut last = x;
+        let mut expected = Vec::new();
+        for i in 0..4 {
+            let role = if i < first_linear { Primary } else { linear(&[i % 2 == 0, true]) };
+            last = b.add_operation(ScalarOp::Mul, vec![Local(last), Local(y)], role.clone())[0];
+            expected.push(role);
+        }
+        b.set_outputs(vec![last]);
+        let g = Arc::new(b.build());
+        let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(last)]);
+        m.verify().unwrap();
+        let roles: Vec<_> = m.operations().map(|o| o.role().clone()).collect();
+        assert_eq!(roles, expected, "first linear operation: {first_linear}");
+        let bytes = m.column_bytes().into_iter().find(|c| c.0 == "op_role").unwrap().1;
+        assert_eq!(bytes == 0, first_linear == 4, "first linear operation: {first_linear}");
+    }
+}
+
+/// Every value's `value_def` agrees with the graph's own lists: an input is at its place in
+/// `inputs` with its key, an external value at its place in `externals` with its key, and
+/// an output is the given output of the given operation; past the last value there is none.
+fn check_value_defs(m: &computegraph::MaterializedGraph<ScalarOp>) {
+    use computegraph::{MaterializedValueDef, ValueId};
+    for v in (0..m.value_count()).map(ValueId::new) {
+        match m.value_def(v).unwrap() {
+            MaterializedValueDef::Input(k) => {
+                let i = m.inputs().iter().position(|&w| w == v).expect("an input value is listed");
+                assert_eq!(&m.input_keys()[i], k, "{v:?}");
+            }
+            MaterializedValueDef::External(k) => {
+                let i = m.externals().iter().position(|&w| w == v).expect("an external value is listed");
+                assert_eq!(&m.external_keys()[i], k, "{v:?}");
+            }
+            MaterializedValueDef::Output { operation, output_slot } => {
+                assert_eq!(m.operation(operation).outputs().nth(output_slot as usize), Some(v));
+            }
+            _ => unreachable!("no other definitions"),
+        }
+    }
+    assert!(m.value_def(ValueId::new(m.value_count())).is_none());
 }
