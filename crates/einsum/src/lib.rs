@@ -93,6 +93,7 @@ mod network;
 mod op;
 mod path;
 mod permute;
+mod plan;
 mod reference;
 pub mod search;
 mod slice;
@@ -109,6 +110,7 @@ pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_byte
 pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions};
 pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
+pub use plan::Plan;
 pub use reference::{reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};

@@ -620,10 +620,24 @@ pub struct PairStep {
 pub struct FollowedPath<'a> {
     inputs: &'a [Vec<u32>],
     output: &'a [u32],
+    walk: std::borrow::Cow<'a, Walk>,
+}
+
+/// What following a path produces, without the label lists it was followed over: kept
+/// by [`crate::Plan`] beside its network, and lent to a [`FollowedPath`] view of both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Walk {
     steps: Vec<PairStep>,
     /// The labels of step `s`'s result.
     results: Vec<Vec<u32>>,
     last: PathOperand,
+}
+
+impl Walk {
+    /// The pairwise steps, in order.
+    pub(crate) fn steps(&self) -> &[PairStep] {
+        &self.steps
+    }
 }
 
 impl<'a> FollowedPath<'a> {
@@ -670,19 +684,30 @@ impl<'a> FollowedPath<'a> {
             results.push(result);
         }
         let last = PathOperand::new(live.nth(0));
-        Ok(FollowedPath { inputs, output, steps, results, last })
+        let walk = std::borrow::Cow::Owned(Walk { steps, results, last });
+        Ok(FollowedPath { inputs, output, walk })
+    }
+
+    /// The view of a walk kept beside the network it was followed over (no work).
+    pub(crate) fn from_walk(inputs: &'a [Vec<u32>], output: &'a [u32], walk: &'a Walk) -> Self {
+        FollowedPath { inputs, output, walk: std::borrow::Cow::Borrowed(walk) }
+    }
+
+    /// The walk, to keep apart from the label lists.
+    pub(crate) fn into_walk(self) -> Walk {
+        self.walk.into_owned()
     }
 
     /// The pairwise steps, in order.
     pub fn steps(&self) -> &[PairStep] {
-        &self.steps
+        &self.walk.steps
     }
 
     /// The labels of an operand or result of this path (see the invariants; an operand
     /// of another path may be out of range, which panics).
     pub fn labels(&self, operand: PathOperand) -> &[u32] {
         match self.step_of(operand) {
-            Some(s) => &self.results[s],
+            Some(s) => &self.walk.results[s],
             None => &self.inputs[operand.index()],
         }
     }
@@ -700,14 +725,14 @@ impl<'a> FollowedPath<'a> {
 
     /// The one operand left after the last step (the only operand when there are no steps).
     pub fn last(&self) -> PathOperand {
-        self.last
+        self.walk.last
     }
 
     /// When the operand left does not have the output's labels, a final one-operand step
     /// (reorder or reduce) must follow: its labels and the distinct labels it loops over.
     /// Only a path of no steps can need one.
     pub fn final_reduction(&self) -> Option<(&[u32], Vec<u32>)> {
-        let l = self.labels(self.last);
+        let l = self.labels(self.walk.last);
         (l != self.output).then(|| (l, distinct(l)))
     }
 }

@@ -210,6 +210,19 @@ impl Subscripts {
         })
     }
 
+    /// The same subscripts with the named labels `drop` removed everywhere (what a slice
+    /// of the contraction computes, [`crate::Plan::slice`]); ellipses stay where they were
+    /// among the labels left.
+    pub(crate) fn without(&self, drop: &[char]) -> Subscripts {
+        let cut = |labels: &[char], ellipsis: Option<usize>| {
+            let at = ellipsis.map(|p| labels[..p].iter().filter(|c| !drop.contains(c)).count());
+            (labels.iter().copied().filter(|c| !drop.contains(c)).collect::<Vec<char>>(), at)
+        };
+        let (inputs, ellipses) = self.inputs.iter().zip(&self.ellipses).map(|(l, &e)| cut(l, e)).unzip();
+        let (output, output_ellipsis) = cut(&self.output, self.output_ellipsis);
+        Subscripts { inputs, output, ellipses, output_ellipsis }
+    }
+
     /// One list of named labels per operand (an ellipsis is not in it: see
     /// [`Subscripts::ellipsis`]).
     pub fn inputs(&self) -> &[Vec<char>] {
