@@ -82,6 +82,7 @@
 
 mod ad;
 mod buffer;
+mod cost;
 mod elem;
 mod error;
 mod instance;

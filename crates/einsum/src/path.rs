@@ -551,6 +551,52 @@ impl std::fmt::Display for ContractionPath {
 
 /// The distinct labels of a list, in order (the label lists the path searches, the
 /// network builder and the slice finder follow).
+impl std::str::FromStr for ContractionPath {
+    type Err = EinsumError;
+
+    /// opt_einsum's printed form, the inverse of `Display`: `[(0,1),(0,1)]`,
+    /// `[[0,1,2],[0,1]]` or `[(1,),(0,1)]`, whitespace ignored; `[]` is the empty path (one
+    /// operand). Validated when used, against the operand count.
+    ///
+    /// ```
+    /// use einsum::ContractionPath;
+    /// let p: ContractionPath = "[(1,), (0, 1, 2), (0, 1)]".parse().unwrap();
+    /// assert_eq!(p.to_string(), "[(1,), (0, 1, 2), (0, 1)]");
+    /// assert!("[(0,1]".parse::<ContractionPath>().unwrap_err().to_string().contains("not closed"));
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| EinsumError::Path {
+            step: None,
+            message: format!("`{s}` is not a path like [(0,1),(0,1)]: {why}"),
+        };
+        let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        let mut rest = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).ok_or_else(|| bad("no enclosing [ ]"))?;
+        let mut steps = Vec::new();
+        while !rest.is_empty() {
+            let close = match rest.chars().next() {
+                Some('(') => ')',
+                Some('[') => ']',
+                _ => return Err(bad(&format!("step {} does not start with ( or [", steps.len()))),
+            };
+            let end = rest.find(close).ok_or_else(|| bad(&format!("step {} is not closed", steps.len())))?;
+            let positions = rest[1..end]
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .map(|x| x.parse::<usize>().map_err(|_| bad(&format!("`{x}` is not an operand position"))))
+                .collect::<Result<Vec<usize>, EinsumError>>()?;
+            if positions.is_empty() {
+                return Err(bad(&format!("step {} names no operand", steps.len())));
+            }
+            steps.push(positions);
+            rest = &rest[end + 1..];
+            if !rest.is_empty() {
+                rest = rest.strip_prefix(',').ok_or_else(|| bad("steps must be separated by commas"))?;
+            }
+        }
+        Ok(ContractionPath::from_steps(steps))
+    }
+}
+
 pub(crate) fn distinct(l: &[u32]) -> Vec<u32> {
     let mut out: Vec<u32> = Vec::with_capacity(l.len());
     for &c in l {

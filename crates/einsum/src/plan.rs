@@ -39,7 +39,7 @@
 
 use crate::error::{EinsumError, EinsumResult};
 use crate::memory::MemoryLimit;
-use crate::path::{ContractionPath, FollowedPath, PathChoice, Walk, distinct};
+use crate::path::{ContractionPath, FollowedPath, PathChoice, Walk};
 use crate::subscripts::{LabelledNetwork, Subscripts};
 
 /// A contraction planned for fixed shapes: network, sums done first, path, walk, slicing
@@ -167,7 +167,7 @@ impl Plan {
     ) -> EinsumResult<Self> {
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let network = resolved.clone().squeeze_broadcast(&refs);
-        let (reduced, summed_first) = sums_first(&network.inputs, &network.output, &network.sizes);
+        let (reduced, summed_first) = crate::cost::sums_first(&network.inputs, &network.output, &network.sizes);
         let path = crate::search::find_path_until(path, &reduced, &network.output, &network.sizes, stop)?;
         let walk = FollowedPath::new(&reduced, &network.output, &path)?.into_walk();
         Ok(Plan {
@@ -296,68 +296,65 @@ impl Plan {
     /// Multiply-adds of the plan: the loops of every first sum, of every pairwise step and
     /// of the final reduction (the module docs' cost model).
     pub fn multiply_adds(&self) -> f64 {
-        cost(&self.network.inputs, &self.summed_first, &self.followed(), &self.network.sizes)
+        crate::cost::cost(&self.network.inputs, &self.summed_first, &self.followed(), &self.network.sizes)
     }
 }
 
-/// The labels each operand keeps after the sums done first, and which operands have one
-/// (see the module docs): none for a network of one operand, whose final reduction does
-/// the same in one step.
-pub(crate) fn sums_first(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> (Vec<Vec<u32>>, Vec<bool>) {
-    if inputs.len() < 2 {
-        return (inputs.to_vec(), vec![false; inputs.len()]);
+/// A path finder's name, its aliases and the choice it stands for.
+type Finder = (&'static str, &'static [&'static str], fn() -> PathChoice);
+
+/// The path finders by name, the one table every front end reads: `(name, aliases, the
+/// choice)`. opt_einsum's names for the same searches are aliases (`auto-hq` is `auto`,
+/// `random-greedy-128` is `random-greedy`).
+const FINDERS: &[Finder] = &[
+    ("greedy", &[], || PathChoice::Greedy),
+    ("optimal", &[], || PathChoice::Optimal),
+    ("dp", &[], || PathChoice::Dp),
+    ("random-greedy", &["random_greedy", "random-greedy-128"], || PathChoice::RandomGreedy {
+        trials: crate::search::RANDOM_GREEDY_TRIALS,
+        seed: 0,
+    }),
+    ("auto", &["auto-hq"], || PathChoice::Auto),
+];
+
+impl PathChoice {
+    /// The names [`PathChoice`]'s `FromStr` takes for a finder (aliases aside), in the
+    /// order messages list them.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        FINDERS.iter().map(|(name, _, _)| *name)
     }
-    // Per label: the operands holding it (1, 2 meaning "two or more") and the output.
-    let mut holders = vec![0u8; sizes.len()];
-    for l in inputs {
-        for c in distinct(l) {
-            let h = &mut holders[c as usize];
-            *h = (*h + 1).min(2);
+}
+
+impl std::str::FromStr for PathChoice {
+    type Err = EinsumError;
+
+    /// The one parser of path names (the CLI's `--path`, Python's `optimize=`): a
+    /// finder's name or alias ([`PathChoice::names`]), or an explicit path in
+    /// opt_einsum's printed form ([`ContractionPath`]'s `FromStr`).
+    ///
+    /// ```
+    /// use einsum::{ContractionPath, PathChoice};
+    /// assert_eq!("dp".parse::<PathChoice>().unwrap(), PathChoice::Dp);
+    /// assert_eq!("auto-hq".parse::<PathChoice>().unwrap(), PathChoice::Auto);
+    /// assert!(matches!("random_greedy".parse(), Ok(PathChoice::RandomGreedy { .. })));
+    /// let p = "[(1, 2), (0, 1)]".parse::<PathChoice>().unwrap();
+    /// assert_eq!(p, PathChoice::Explicit(ContractionPath::new(vec![[1, 2], [0, 1]])));
+    /// assert!("fastest".parse::<PathChoice>().unwrap_err().to_string().contains("greedy, optimal"));
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if t.starts_with('[') {
+            return t.parse::<ContractionPath>().map(PathChoice::Explicit);
+        }
+        match FINDERS.iter().find(|(name, aliases, _)| *name == t || aliases.contains(&t)) {
+            Some((_, _, choice)) => Ok(choice()),
+            None => Err(EinsumError::Path {
+                step: None,
+                message: format!(
+                    "`{t}` is not a path finder: use {} or a list of steps like [(0, 1), (0, 1)]",
+                    PathChoice::names().collect::<Vec<_>>().join(", ")
+                ),
+            }),
         }
     }
-    for &c in output {
-        holders[c as usize] = 2;
-    }
-    let own = |c: u32| holders[c as usize] == 1 && sizes[c as usize] > 1;
-    let mut reduced = Vec::with_capacity(inputs.len());
-    let mut summed = Vec::with_capacity(inputs.len());
-    for l in inputs {
-        if l.iter().any(|&c| own(c)) {
-            reduced.push(distinct(l).into_iter().filter(|&c| !own(c)).collect());
-            summed.push(true);
-        } else {
-            reduced.push(l.clone());
-            summed.push(false);
-        }
-    }
-    (reduced, summed)
-}
-
-/// The cost model (module docs) of a walk over the reduced network.
-fn cost(inputs: &[Vec<u32>], summed_first: &[bool], followed: &FollowedPath<'_>, sizes: &[usize]) -> f64 {
-    let size = |l: &[u32]| l.iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
-    let mut total = 0.0;
-    for (l, _) in inputs.iter().zip(summed_first).filter(|(_, s)| **s) {
-        total += size(&distinct(l));
-    }
-    for step in followed.steps() {
-        total += size(&followed.loops(step));
-    }
-    if let Some((_, loops)) = followed.final_reduction() {
-        total += size(&loops);
-    }
-    total
-}
-
-/// [`crate::search::path_cost`]: the sums first, then `path` followed over what they
-/// leave.
-pub(crate) fn path_cost(
-    inputs: &[Vec<u32>],
-    output: &[u32],
-    sizes: &[usize],
-    path: &ContractionPath,
-) -> EinsumResult<f64> {
-    let (reduced, summed) = sums_first(inputs, output, sizes);
-    let followed = FollowedPath::new(&reduced, output, path)?;
-    Ok(cost(inputs, &summed, &followed, sizes))
 }

@@ -182,7 +182,7 @@ impl Bits {
 /// assert_eq!((left, right), (2560.0, 2520.0));
 /// ```
 pub fn path_cost(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], path: &ContractionPath) -> EinsumResult<f64> {
-    crate::plan::path_cost(inputs, output, sizes, path)
+    crate::cost::path_cost(inputs, output, sizes, path)
 }
 
 /// The network as bitsets: each operand's labels, the output's, and each label's holders.
