@@ -192,7 +192,7 @@ enum Operands {
 }
 
 /// The network to run, checked as far as it can be before anything large is allocated.
-struct Plan {
+struct Job {
     name: String,
     expression: String,
     shapes: Vec<Vec<usize>>,
@@ -216,7 +216,7 @@ struct Settings {
     sliced_inds: Option<Vec<char>>,
 }
 
-fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
+fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Job> {
     let files = if args.operands.is_empty() { None } else { Some(npy::read_infos(&args.operands, limit)?) };
     if files.is_some() && args.shapes.is_some() {
         return Err(CliError("--shapes is for random operands; operand files carry their own shapes".into()));
@@ -297,7 +297,7 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
             Some(info)
         }
     };
-    Ok(Plan { name, expression, shapes, path, dtype, operands, cotangent })
+    Ok(Job { name, expression, shapes, path, dtype, operands, cotangent })
 }
 
 /// The instance bundled for the demo: a 100-matrix chain (Einsum Benchmark).
@@ -307,7 +307,7 @@ pub const BUNDLED: &str = include_str!("../../einsum/tests/data/str_matrix_chain
 pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
     let inst = Instance::from_json(BUNDLED)?;
     let path = PathChoice::Explicit(inst.opt_flops.clone().ok_or_else(|| CliError("no opt_flops path".into()))?);
-    let plan = Plan {
+    let plan = Job {
         name: inst.name.clone(),
         expression: inst.format_string.clone(),
         shapes: inst.shapes.clone(),
@@ -422,7 +422,7 @@ fn progress_bar(s: &Settings, n: u64, what: &str) -> ProgressBar {
     bar
 }
 
-fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, EinsumReport)> {
+fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, EinsumReport)> {
     let mut phases = Vec::new();
     let t = Instant::now();
     let options = EinsumOptions::default().memory_limit(s.limit);
@@ -430,7 +430,10 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         Some(labels) => Slicing::Labels(labels.clone()),
         None => Slicing::Memory { gradient: s.grad },
     };
-    let e = SlicedEinsum::<T>::new(&plan.expression, &plan.shapes, plan.path.clone(), &options, &slicing)?;
+    // The one parse of the expression: the einsum crate's plan, which the slicing and the
+    // compiled programs take.
+    let planned = einsum::Plan::new(&plan.expression, &plan.shapes, plan.path.clone(), options.limit())?;
+    let e = SlicedEinsum::<T>::from_plan(planned, &slicing)?;
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
     phases.push(("build + compile".to_string(), ms(t)));
     let t = Instant::now();
