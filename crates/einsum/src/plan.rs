@@ -66,7 +66,19 @@ use crate::subscripts::{LabelledNetwork, Subscripts};
 /// let p = Plan::new("ij,kl->", &[vec![300, 300], vec![300, 300]], PathChoice::Greedy, MemoryLimit::default()).unwrap();
 /// assert_eq!(p.multiply_adds(), 2.0 * 90_000.0 + 1.0);
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+///
+/// It serializes (serde) as its network, shapes, path, sliced labels and budget, and is
+/// rebuilt and checked on the way back in (the walk followed again; no string parsed):
+///
+/// ```
+/// use einsum::{MemoryLimit, PathChoice, Plan};
+/// let p = Plan::new("ab,bc->ac", &[vec![2, 3], vec![3, 4]], PathChoice::Optimal, MemoryLimit::Unlimited).unwrap();
+/// let text = serde_json::to_string(&p).unwrap();
+/// assert_eq!(serde_json::from_str::<Plan>(&text).unwrap(), p);
+/// assert!(serde_json::from_str::<Plan>(&text.replace("\"path\":[[0,1]]", "\"path\":[[0,2]]")).is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "PlanData", into = "PlanData")]
 pub struct Plan {
     /// The parsed expression, when the plan was made from one.
     subscripts: Option<Subscripts>,
@@ -131,26 +143,7 @@ impl Plan {
         path: PathChoice,
         limit: MemoryLimit,
     ) -> EinsumResult<Self> {
-        let mut held = vec![false; sizes.len()];
-        for (i, l) in inputs.iter().enumerate() {
-            for &c in l {
-                let h = held.get_mut(c as usize).ok_or_else(|| {
-                    EinsumError::Shape(format!(
-                        "operand {i} has label {c}, but only {} label sizes are given",
-                        sizes.len()
-                    ))
-                })?;
-                *h = true;
-            }
-        }
-        for (k, &c) in output.iter().enumerate() {
-            if !held.get(c as usize).copied().unwrap_or(false) {
-                return Err(EinsumError::Shape(format!("output label {c} is in no operand")));
-            }
-            if output[..k].contains(&c) {
-                return Err(EinsumError::Shape(format!("output label {c} is repeated")));
-            }
-        }
+        check_network(&inputs, &output, sizes.len())?;
         let shapes = inputs.iter().map(|l| l.iter().map(|&c| sizes[c as usize]).collect()).collect();
         let names = vec![None; sizes.len()];
         let resolved = LabelledNetwork { inputs, output, sizes, names };
@@ -356,5 +349,95 @@ impl std::str::FromStr for PathChoice {
                 ),
             }),
         }
+    }
+}
+
+/// Checks a numbered network: every label below `n_labels`, output labels distinct and
+/// held by an operand.
+fn check_network(inputs: &[Vec<u32>], output: &[u32], n_labels: usize) -> EinsumResult<()> {
+    let mut held = vec![false; n_labels];
+    for (i, l) in inputs.iter().enumerate() {
+        for &c in l {
+            let h = held.get_mut(c as usize).ok_or_else(|| {
+                EinsumError::Shape(format!("operand {i} has label {c}, but only {n_labels} label sizes are given"))
+            })?;
+            *h = true;
+        }
+    }
+    for (k, &c) in output.iter().enumerate() {
+        if !held.get(c as usize).copied().unwrap_or(false) {
+            return Err(EinsumError::Shape(format!("output label {c} is in no operand")));
+        }
+        if output[..k].contains(&c) {
+            return Err(EinsumError::Shape(format!("output label {c} is repeated")));
+        }
+    }
+    Ok(())
+}
+
+/// A [`Plan`] as it serializes: what rebuilds it (the resolved network, its names, the
+/// shapes, the path, the sliced labels, the budget in bytes or `None` for unlimited).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PlanData {
+    subscripts: Option<crate::subscripts::SubscriptsParts>,
+    inputs: Vec<Vec<u32>>,
+    output: Vec<u32>,
+    sizes: Vec<usize>,
+    names: Vec<Option<char>>,
+    shapes: Vec<Vec<usize>>,
+    path: Vec<Vec<usize>>,
+    sliced: Vec<u32>,
+    memory_limit: Option<u64>,
+}
+
+impl From<Plan> for PlanData {
+    fn from(p: Plan) -> PlanData {
+        let LabelledNetwork { inputs, output, sizes, names } = p.resolved;
+        PlanData {
+            subscripts: p.subscripts.as_ref().map(Subscripts::parts),
+            inputs,
+            output,
+            sizes,
+            names,
+            shapes: p.shapes,
+            path: p.path.steps().to_vec(),
+            sliced: p.sliced,
+            memory_limit: match p.memory_limit {
+                MemoryLimit::Bytes(b) => Some(b),
+                MemoryLimit::Unlimited => None,
+            },
+        }
+    }
+}
+
+impl TryFrom<PlanData> for Plan {
+    type Error = EinsumError;
+
+    /// Rebuilds a plan, checking what the constructors check: the network, the shapes
+    /// against it (an axis has its label's size, or 1 broadcast), the path (followed again).
+    fn try_from(d: PlanData) -> EinsumResult<Plan> {
+        check_network(&d.inputs, &d.output, d.sizes.len())?;
+        let bad = |why: String| EinsumError::Shape(format!("a serialized plan: {why}"));
+        if d.names.len() != d.sizes.len() || d.shapes.len() != d.inputs.len() {
+            return Err(bad("as many names as labels and shapes as operands".into()));
+        }
+        for (i, (l, s)) in d.inputs.iter().zip(&d.shapes).enumerate() {
+            if l.len() != s.len() || l.iter().zip(s).any(|(&c, &n)| n != d.sizes[c as usize] && n != 1) {
+                return Err(bad(format!("operand {i} has shape {s:?} but labels {l:?}")));
+            }
+        }
+        if let Some(&c) = d.sliced.iter().find(|&&c| c as usize >= d.sizes.len()) {
+            return Err(bad(format!("sliced label {c} is not a label")));
+        }
+        let subscripts = d.subscripts.map(Subscripts::from_parts).transpose()?;
+        if subscripts.as_ref().is_some_and(|s| s.inputs().len() != d.inputs.len()) {
+            return Err(bad("subscripts for another operand count".into()));
+        }
+        let limit = d.memory_limit.map_or(MemoryLimit::Unlimited, MemoryLimit::Bytes);
+        let resolved = LabelledNetwork { inputs: d.inputs, output: d.output, sizes: d.sizes, names: d.names };
+        let path = PathChoice::Explicit(ContractionPath::from_steps(d.path));
+        let mut plan = Plan::build(subscripts, resolved, d.shapes, path, limit, &|| false)?;
+        plan.sliced = d.sliced;
+        Ok(plan)
     }
 }

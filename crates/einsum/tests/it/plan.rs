@@ -117,3 +117,43 @@ fn a_sliced_plan_drops_labels_and_keeps_the_path() {
     assert_eq!((s.plan().n_slices(), s.slice_einsum().plan().sliced()), (12, &[1, 0][..]));
     assert!(s.eval(&refs).unwrap().max_abs_diff(&whole).unwrap() < 1e-12);
 }
+
+#[test]
+fn a_plan_serializes_and_comes_back_checked() {
+    let plans = [
+        Plan::new("ab,bc,cd->ad", &[vec![3, 4], vec![4, 5], vec![5, 3]], PathChoice::Auto, MemoryLimit::Unlimited),
+        Plan::new("...ij,jk->...ik", &[vec![2, 1, 3], vec![3, 4]], PathChoice::Greedy, MemoryLimit::Bytes(1 << 20)),
+        Plan::new("ij,ij->", &[vec![1, 3], vec![2, 3]], PathChoice::Optimal, MemoryLimit::default()),
+        Plan::from_network(
+            vec![vec![0, 1], vec![1, 2], vec![3]],
+            vec![0],
+            vec![2, 3, 4, 5],
+            PathChoice::Dp,
+            MemoryLimit::Unlimited,
+        ),
+    ];
+    for plan in plans {
+        let plan = plan.unwrap();
+        let back: Plan = serde_json::from_str(&serde_json::to_string(&plan).unwrap()).unwrap();
+        assert_eq!(back, plan);
+        let data = |p: &Plan| serde_json::to_value(p).unwrap();
+        // A sliced plan too, when it has a label to drop.
+        if let Some(&c) = plan.network().output.first() {
+            let sliced = plan.slice(&[c]).unwrap();
+            assert_eq!(serde_json::from_value::<Plan>(data(&sliced)).unwrap(), sliced);
+        }
+        // Tampered data is an error, never a panic.
+        for (field, value) in [
+            ("path", serde_json::json!([[0, 9]])),
+            ("sizes", serde_json::json!([])),
+            ("shapes", serde_json::json!([[7, 7, 7]])),
+            ("sliced", serde_json::json!([99])),
+            ("names", serde_json::json!(["a"])),
+            ("subscripts", serde_json::json!([[["a"]], [], [9], null])),
+        ] {
+            let mut v = data(&plan);
+            v[field] = value;
+            assert!(serde_json::from_value::<Plan>(v).is_err(), "{field}");
+        }
+    }
+}
