@@ -5,9 +5,9 @@
 //! [`crate::search::path_cost`] and [`crate::Einsum::multiply_adds`] all count this way.
 //!
 //! Invariants: [`sums_first`] leaves a network of one operand as it is (its final
-//! reduction does the same in one step), and never sums a label of size 1 (a broadcast
-//! axis: nothing to save); an operand it sums keeps its distinct labels that another
-//! operand or the output holds, in order.
+//! reduction does the same in one step), and sums an operand only for a label of size > 1
+//! that it alone holds (a broadcast axis of size 1 alone saves nothing); an operand it
+//! sums keeps its distinct labels that another operand or the output holds, in order.
 //!
 //! Complexity: linear in the labels, plus the follower's walk for [`path_cost`].
 
@@ -32,11 +32,13 @@ pub(crate) fn sums_first(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -
     for &c in output {
         holders[c as usize] = 2;
     }
-    let own = |c: u32| holders[c as usize] == 1 && sizes[c as usize] > 1;
+    let own = |c: u32| holders[c as usize] == 1;
     let mut reduced = Vec::with_capacity(inputs.len());
     let mut summed = Vec::with_capacity(inputs.len());
     for l in inputs {
-        if l.iter().any(|&c| own(c)) {
+        // Only a label of size > 1 makes the sum worth a step; once it is made, it drops
+        // the operand's own labels of size 1 too.
+        if l.iter().any(|&c| own(c) && sizes[c as usize] > 1) {
             reduced.push(distinct(l).into_iter().filter(|&c| !own(c)).collect());
             summed.push(true);
         } else {

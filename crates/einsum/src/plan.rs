@@ -316,6 +316,18 @@ impl PathChoice {
     pub fn names() -> impl Iterator<Item = &'static str> {
         FINDERS.iter().map(|(name, _, _)| *name)
     }
+
+    /// The finder's name (`"explicit"` for a path given).
+    ///
+    /// ```
+    /// use einsum::PathChoice;
+    /// assert_eq!(PathChoice::RandomGreedy { trials: 3, seed: 9 }.name(), "random-greedy");
+    /// assert_eq!("auto-hq".parse::<PathChoice>().unwrap().name(), "auto");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        let kind = std::mem::discriminant(self);
+        FINDERS.iter().find(|(_, _, f)| std::mem::discriminant(&f()) == kind).map_or("explicit", |(name, _, _)| name)
+    }
 }
 
 impl std::str::FromStr for PathChoice {
