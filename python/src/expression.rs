@@ -139,7 +139,9 @@ impl Inner {
         let slicing = match (sliced_inds, limit) {
             (Some(labels), _) => Slicing::Labels(labels),
             // An output over the limit cannot be sliced away: `check_memory` says so on use.
-            (None, Some(l)) if report.largest_intermediate() > l && output <= l => Slicing::LargestIntermediate(l as u64),
+            (None, Some(l)) if report.largest_intermediate() > l && output <= l => {
+                Slicing::LargestIntermediate(l as u64)
+            }
             _ => Slicing::None,
         };
         let unlimited = plan.clone().with_memory_limit(MemoryLimit::Unlimited);
@@ -619,9 +621,9 @@ fn path_choice(path: Option<PathArg>) -> PyResult<PathChoice> {
     match path {
         None => Ok(PathChoice::Greedy),
         Some(PathArg::Name(name)) => name.parse::<PathChoice>().map_err(einsum_error),
-        Some(PathArg::Pairs(p)) => Ok(PathChoice::Explicit(einsum::ContractionPath::new(
-            p.into_iter().map(|(i, j)| [i, j]).collect(),
-        ))),
+        Some(PathArg::Pairs(p)) => {
+            Ok(PathChoice::Explicit(einsum::ContractionPath::new(p.into_iter().map(|(i, j)| [i, j]).collect())))
+        }
     }
 }
 
