@@ -15,7 +15,8 @@
 //!
 //! Memory: while following the path, the build counts the bytes of every operand, step
 //! result and output, alone and alive together, in checked arithmetic, against the
-//! [`EinsumOptions`]' [`MemoryLimit`] (default 8 GiB); [`Einsum::gradient`] and
+//! [`EinsumOptions`]' [`MemoryLimit`] (by default the one policy of `memory.rs`: half the
+//! machine, at most 8 GiB); [`Einsum::gradient`] and
 //! [`Einsum::hvp`] count the reverse pass. Nothing an evaluation allocates for tensors has
 //! escaped the count (ADR 0011).
 
@@ -60,7 +61,8 @@ pub struct EinsumOptions {
 
 impl EinsumOptions {
     /// The budget for the tensors of the contraction (default [`MemoryLimit::default`],
-    /// 8 GiB), checked when the network is built and again by [`Einsum::gradient`].
+    /// half the machine, at most 8 GiB), checked when the network is built and again by
+    /// [`Einsum::gradient`].
     /// `Einsum` contracts whole tensors and refuses a network over the budget;
     /// [`SlicedEinsum`](crate::SlicedEinsum) with the same options and
     /// `Slicing::Memory` chooses labels to slice so that it fits, and contracts (and
@@ -149,7 +151,7 @@ pub struct Einsum<T: Elem> {
 
 impl<T: Elem> Einsum<T> {
     /// Plans ([`Plan::new`]: parses, checks shapes and path), checks memory (the default
-    /// limit, 8 GiB), builds and compiles.
+    /// limit, [`MemoryLimit::default`]), builds and compiles.
     pub fn new(expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Self> {
         Self::with_options(expression, shapes, path, &EinsumOptions::default())
     }

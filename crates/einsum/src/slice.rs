@@ -1,5 +1,5 @@
 //! Slice finding: which labels to fix, one value at a time, so that a contraction fits a
-//! memory target ([`SlicePlan::find`]).
+//! memory target ([`SlicePlan::for_plan`], on a [`Plan`]'s network, first sums and walk).
 //!
 //! Slicing a label `k` of size `d` splits a contraction into `d` contractions of the same
 //! expression with `k` fixed: every tensor holding `k` shrinks by the factor `d`, and the

@@ -1,8 +1,9 @@
 //! [`SlicedEinsum`]: a contraction evaluated slice by slice within a memory target, and
 //! its gradient ([`SlicedGradient`]) summed over slices.
 //!
-//! Plan once: the path (given or found), the sliced labels ([`SlicePlan::find`]), and one
-//! compiled program for a slice: the same expression with the sliced labels removed, on
+//! Plan once ([`Plan`]): the path (given or found), the sliced labels
+//! ([`SlicePlan::for_plan`]), and one compiled program for a slice: the plan of one slice
+//! ([`Plan::slice`], the network with the sliced labels dropped, no string reparsed), on
 //! shapes without their axes. Evaluate: for each slice index, copy the operands that hold
 //! a sliced label at the slice's values (a copy is reused while its values do not change),
 //! run the program, and add its result into an accumulator of the output's full shape, at
