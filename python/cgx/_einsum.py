@@ -5,7 +5,9 @@ opt_einsum namesakes, with numpy's einsum semantics (ellipses ``...``, size-1
 broadcasting). Paths are opt_einsum's format (a list of tuples of positions in the
 current operand list). ``optimize`` is ``'greedy'`` (the einsum crate's finder, the
 default), one of the einsum crate's searches (``'optimal'``: the exact subset search up to
-16 operands, ``'dp'``: connected subsets with a cost cap, ``'random-greedy'``, ``'auto'``),
+16 operands, ``'dp'``: connected subsets with a cost cap, ``'random-greedy'``, ``'auto'``,
+and opt_einsum's names for them, ``'auto-hq'`` and ``'random-greedy-128'``: the names the
+einsum crate's ``PathChoice`` parser reads),
 an explicit path, any object with opt_einsum's ``PathOptimizer`` call signature
 ``(inputs, output, size_dict, memory_limit=None) -> path`` (opt_einsum's and cotengra's
 optimizers), or the name of another opt_einsum path finder (``'branch-2'``, ...) when
@@ -18,7 +20,9 @@ explicit path is any sequence (lists, tuples, numpy integer arrays, numpy's
 ``['einsum_path', ...]``) of steps of integer positions.
 
 The engine contracts pairwise: a path step naming more than two operands is split into
-pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list.
+pairs, and a one-operand step (opt_einsum's ``(i,)``) only reorders the list. Before the
+pairwise steps, a label that one operand alone holds (and the output does not) is summed
+out of that operand: ``ij,kl->`` is two sums and a product of scalars.
 
 ``memory_limit`` (elements, or ``'max_input'``; ``None`` or ``-1``: no limit) bounds the
 largest intermediate: a contraction whose path exceeds it is sliced (cotengra's greedy slice finding, in the
@@ -27,10 +31,11 @@ output; only an output larger than the limit, which is held whole, raises ``Memo
 (so does a limit that would need an expression with an ellipsis sliced: only named labels
 can be). ``sliced_inds`` (cotengra's name) slices on given labels.
 
-Without ``memory_limit`` there is no limit but the machine: as numpy would, a contraction
-runs as long as its tensors (the operands, and the intermediates alive together) fit in
-the machine's physical memory, and raises ``MemoryError`` before allocating anything when
-they do not. Sizes, path positions, ``wrt`` positions and slice indices are non-negative
+Without ``memory_limit`` the only bound is the einsum crate's one memory policy, shared
+with the library and the ``cgx`` command line: a contraction runs as long as its tensors
+(the operands, and the intermediates alive together) fit in half of the machine's
+physical memory (or of ``ulimit -v``), at most 8 GiB, and raises ``MemoryError`` before
+allocating anything when they do not. Sizes, path positions, ``wrt`` positions and slice indices are non-negative
 integers; anything else raises ``ValueError``.
 """
 
@@ -57,14 +62,6 @@ __all__ = [
 ]
 
 
-def _physical_memory() -> float:
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return float("inf")
-
-
-_core.set_memory_ceiling(_physical_memory())
 
 
 # Sizes, positions and slice indices must fit the engine's 64-bit unsigned integers.
@@ -316,27 +313,14 @@ def _pairwise(path, n: int) -> list[tuple[int, int]]:
     return pairs
 
 
-# The einsum crate's path searches, by the names opt_einsum uses.
-_SEARCHES = {
-    "optimal": "optimal",
-    "dp": "dp",
-    "random-greedy": "random-greedy",
-    "random-greedy-128": "random-greedy",
-    "auto": "auto",
-    "auto-hq": "auto",
-}
-
-
 def _find_path(eq: str, shapes, optimize, memory_limit):
-    """``None`` for the engine's greedy finder, else a pairwise path."""
+    """``None`` for the engine's greedy finder, the name of another of its finders (the
+    einsum crate's one parser of finder names reads it when the expression is planned,
+    so that the expression is parsed once), else a pairwise path."""
     if optimize is None or optimize is True or (isinstance(optimize, str) and optimize == "greedy"):
         return None
-    if isinstance(optimize, str) and optimize == "hyper":
-        from ._hyper import HyperOptimizer
-
-        optimize = HyperOptimizer()
-    if isinstance(optimize, str) and optimize in _SEARCHES:
-        return _core.search_path(eq, [list(s) for s in shapes], _SEARCHES[optimize])
+    if isinstance(optimize, str) and _core.is_path_finder(optimize):
+        return optimize
     if optimize is False:
         return [(0, 1)] * max(len(shapes) - 1, 0)
     if isinstance(optimize, str):
@@ -386,7 +370,7 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     contraction runs. An intermediate over ``memory_limit`` elements makes the contraction
     sliced (see the module docs); ``sliced_inds`` slices on given labels. Bad input raises
     ``ValueError`` (``MemoryError`` when the output exceeds ``memory_limit`` elements, or the
-    tensors of the contraction the machine's memory).
+    tensors of the contraction the memory budget).
 
     numpy's and opt_einsum's keywords are taken too, with ``numpy.einsum``'s meaning:
     ``dtype`` (operands cast to it first, under ``casting``), ``out`` (an array of the
@@ -655,7 +639,8 @@ def _numpy_steps(inputs, output, steps, ops):
 class PathInfo:
     """What a contraction along a path costs: opt_einsum's ``PathInfo``, printed as a report.
 
-    Attributes: ``eq``, ``path``, ``shapes``, ``size_dict``, ``input_subscripts``,
+    Attributes: ``eq``, ``path`` (as the engine runs it: its first sums, one-operand
+    steps, then the pairs), ``shapes``, ``size_dict``, ``input_subscripts``,
     ``output_subscript``, ``indices`` (every label), ``steps`` (per step: positions, the
     labels of both operands and of the result, its size in elements, its multiply-adds),
     ``contraction_list`` (opt_einsum's per-step tuples: positions in decreasing order,
@@ -763,7 +748,10 @@ def _flops(labels, sizes, inner, terms: int) -> float:
 
 
 def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shapes=False, sliced_inds=None):
-    """``(path, info)``: the pairwise path and a :class:`PathInfo` report, without contracting.
+    """``(path, info)``: the pairwise path and a :class:`PathInfo` report, without
+    contracting. ``info.path`` is the path as the engine runs it: one-operand steps
+    ``(i,)`` first, one per operand summed over the labels it alone holds (done before any
+    pair), then the pairs; ``info``'s costs and sizes are those of that path.
 
     Operands are arrays or shapes (a tuple of ints, or any sequence with ``shapes=True``).
     With a ``memory_limit`` below the largest intermediate, or ``sliced_inds``, the report
@@ -775,6 +763,8 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
     [(1, 2), (0, 1)]
     >>> info.opt_cost > cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5), optimize="optimal")[1].opt_cost
     True
+    >>> cgx.contract_path("ij,kl->", (3, 3), (3, 3))[1].path  # two sums, then their product
+    [(0,), (0,), (0, 1)]
     """
     eq, operands = _subscripts(eq, operands)
     shape_list = [_shape_of(x, shapes) for x in operands]
@@ -782,7 +772,11 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
     path = _find_path(eq, shape_list, optimize, limit)
     sliced = _optimizer_slices(optimize, _sliced(sliced_inds))
     expr = _core.Expression(eq, [list(s) for s in shape_list], path, limit, sliced)
-    info = PathInfo(eq, shape_list, expr._plan(), expr.path, expr.sliced_inds, expr.n_slices, expr.slicing_overhead)
+    plan = expr._plan()
+    # The path as the engine runs it, opt_einsum's format: the first sums (one-operand
+    # steps, each moving its result to the end) before the pairs.
+    path = expr.path if len(shape_list) < 2 else [(i,) if i == j else (i, j) for (i, j), *_ in plan[3]]
+    info = PathInfo(eq, shape_list, plan, path, expr.sliced_inds, expr.n_slices, expr.slicing_overhead)
     output = float(_prod(expr.output_shape))
     if limit is not None and (output > limit or (not expr.sliced_inds and info.largest_intermediate > limit)):
         raise MemoryError(

@@ -9,9 +9,13 @@
 //! without it, so that a long search leaves other Python threads (and Ctrl-C's handler,
 //! once it returns) free. Before any allocation, the plan's largest intermediate is
 //! checked against the memory limit (`MemoryError`), and the einsum crate checks every
-//! tensor of the contraction, and those alive together, against the machine's memory
-//! (`crate::machine_limit`, not the crate's fixed 8 GiB default; `MemoryError` with the
-//! crate's message).
+//! tensor of the contraction, and those alive together, against the memory budget
+//! (`crate::budget_limit`, the crate's one policy; `MemoryError` with the crate's
+//! message).
+//!
+//! One parse per expression: [`Inner::new`] makes the einsum crate's [`einsum::Plan`]
+//! (the path searched there, by a name that [`PathChoice`]'s `FromStr` reads, or given),
+//! and the report, the slice finder and the compiled programs all take that plan.
 //!
 //! Slicing: an expression whose largest intermediate exceeds `memory_limit` (elements) is
 //! sliced ([`einsum::SlicedEinsum`], `Slicing::LargestIntermediate`) so that no
@@ -30,8 +34,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumError, EinsumHvp, EinsumOptions, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan,
-    SlicedEinsum, SlicedGradient, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumHvp, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan, SlicedEinsum,
+    SlicedGradient, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -40,7 +44,7 @@ use pyo3::types::PyTuple;
 
 use crate::convert::{self, FromReal, Operands};
 use crate::einsum_error;
-use crate::plan::Plan;
+use crate::plan::Report;
 
 /// Below this many multiply-adds a call keeps the GIL: releasing and taking it back costs
 /// more than such a contraction.
@@ -64,7 +68,14 @@ impl<T: Elem> Compiled<T> {
 
 /// A plan and its compiled programs (shared by [`Expression`] and the cache).
 struct Inner {
-    plan: Plan,
+    /// The einsum crate's plan: the one parse of the expression.
+    plan: einsum::Plan,
+    /// The plan as Python reads it (labels as characters, step sizes).
+    report: Report,
+    /// The operand shapes.
+    shapes: Vec<Vec<usize>>,
+    /// The output's shape.
+    output_shape: Vec<usize>,
     /// The slicing plan (for 8-byte elements; labels and counts do not depend on the
     /// element type).
     slice_plan: SlicePlan,
@@ -110,37 +121,40 @@ fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> R + Send) -> R {
 }
 
 impl Inner {
-    /// Plans the contraction; with `limit` (elements) below its largest intermediate, or
-    /// with `sliced_inds`, plans its slicing too.
+    /// Plans the contraction along `path` (a finder or the pairs given); with `limit`
+    /// (elements) below its largest intermediate, or with `sliced_inds`, plans its slicing
+    /// too. Called without the GIL: a search asks for it back to run signal handlers
+    /// ([`plan_interruptibly`]).
     fn new(
         expression: &str,
         shapes: Vec<Vec<usize>>,
-        path: Option<Vec<[usize; 2]>>,
+        path: PathChoice,
         limit: Option<f64>,
         sliced_inds: Option<Vec<char>>,
     ) -> PyResult<Inner> {
-        let plan = Plan::new(expression, shapes, path).map_err(einsum_error)?;
-        let output: f64 = plan.output_shape.iter().map(|&d| d as f64).product();
+        let plan = plan_interruptibly(expression, &shapes, path)?;
+        let report = Report::new(expression, &plan);
+        let output_shape = plan.output_shape();
+        let output: f64 = output_shape.iter().map(|&d| d as f64).product();
         let slicing = match (sliced_inds, limit) {
             (Some(labels), _) => Slicing::Labels(labels),
             // An output over the limit cannot be sliced away: `check_memory` says so on use.
-            (None, Some(l)) if plan.largest_intermediate() > l && output <= l => Slicing::LargestIntermediate(l as u64),
+            (None, Some(l)) if report.largest_intermediate() > l && output <= l => {
+                Slicing::LargestIntermediate(l as u64)
+            }
             _ => Slicing::None,
         };
-        // `Plan` keeps the resolved labels; the slice finder reads the parsed subscripts.
-        let subscripts = Subscripts::parse(&plan.expression).map_err(einsum_error)?;
-        let slice_plan = SlicePlan::find(&subscripts, &plan.shapes, &plan.path, 8, &slicing, MemoryLimit::Unlimited)
-            .map_err(|e| match (&slicing, &e) {
-                // `memory_limit` asked for slicing that the crate cannot do (an ellipsis):
-                // the limit cannot be met, which is a memory error, not bad input.
-                (Slicing::LargestIntermediate(l), EinsumError::Slice(_)) => PyMemoryError::new_err(format!(
-                    "`{}`: the largest intermediate has {:.0} elements, more than memory_limit={l}, and it cannot be sliced: {e}",
-                    plan.expression,
-                    plan.largest_intermediate()
-                )),
-                _ => einsum_error(e),
-            })?;
-        Ok(Inner { plan, slice_plan, real: Compiled::new(), complex: Compiled::new() })
+        let unlimited = plan.clone().with_memory_limit(MemoryLimit::Unlimited);
+        let slice_plan = SlicePlan::for_plan(&unlimited, 8, &slicing).map_err(|e| match (&slicing, &e) {
+            // `memory_limit` asked for slicing that the crate cannot do (an ellipsis):
+            // the limit cannot be met, which is a memory error, not bad input.
+            (Slicing::LargestIntermediate(l), EinsumError::Slice(_)) => PyMemoryError::new_err(format!(
+                "`{expression}`: the largest intermediate has {:.0} elements, more than memory_limit={l}, and it cannot be sliced: {e}",
+                report.largest_intermediate()
+            )),
+            _ => einsum_error(e),
+        })?;
+        Ok(Inner { plan, report, shapes, output_shape, slice_plan, real: Compiled::new(), complex: Compiled::new() })
     }
 
     fn is_sliced(&self) -> bool {
@@ -151,17 +165,17 @@ impl Inner {
     /// limit, the memory ceiling.
     fn check_memory<T: Elem>(&self, limit: Option<f64>) -> PyResult<()> {
         let largest =
-            if self.is_sliced() { self.slice_plan.largest_intermediate() } else { self.plan.largest_intermediate() };
+            if self.is_sliced() { self.slice_plan.largest_intermediate() } else { self.report.largest_intermediate() };
         let bytes = largest * std::mem::size_of::<T>() as f64;
-        let ceiling = crate::memory_ceiling();
+        let ceiling = crate::memory_budget();
         match limit {
             Some(l) if largest > l => Err(PyMemoryError::new_err(format!(
                 "`{}`: the largest intermediate has {largest:.0} elements, more than memory_limit={l:.0}",
-                self.plan.expression
+                self.report.expression
             ))),
             None if bytes > ceiling => Err(PyMemoryError::new_err(format!(
-                "`{}`: the largest intermediate needs {:.3e} bytes, more than this machine's memory ({:.3e} bytes)",
-                self.plan.expression, bytes, ceiling
+                "`{}`: the largest intermediate needs {:.3e} bytes, more than the memory budget ({:.3e} bytes)",
+                self.report.expression, bytes, ceiling
             ))),
             _ => Ok(()),
         }
@@ -172,13 +186,11 @@ impl Inner {
         if let Some(e) = cell.get() {
             return Ok(e);
         }
-        let p = &self.plan;
-        let path = PathChoice::Explicit(p.path.clone());
         // The labels found for 8-byte elements serve every element type.
         let slicing = if self.is_sliced() { Slicing::Labels(self.slice_plan.labels().to_vec()) } else { Slicing::None };
-        // The machine's memory as the budget, not the crate's fixed default (module docs).
-        let options = EinsumOptions::default().memory_limit(crate::machine_limit());
-        let e = SlicedEinsum::new(&p.expression, &p.shapes, path, &options, &slicing).map_err(einsum_error)?;
+        // The memory budget of the module docs, checked by the crate.
+        let plan = self.plan.clone().with_memory_limit(crate::budget_limit());
+        let e = SlicedEinsum::from_plan(plan, &slicing).map_err(einsum_error)?;
         Ok(cell.get_or_init(|| Arc::new(e)))
     }
 
@@ -192,11 +204,11 @@ impl Inner {
     /// element type).
     fn operands(&self, items: &Bound<'_, PyTuple>) -> PyResult<Operands> {
         let (operands, shapes) = convert::operands(items)?;
-        let want = &self.plan.shapes;
+        let want = &self.shapes;
         if shapes.len() != want.len() {
             return Err(PyValueError::new_err(format!(
                 "shape error: `{}` takes {} operands but {} were given",
-                self.plan.expression,
+                self.report.expression,
                 want.len(),
                 shapes.len()
             )));
@@ -204,7 +216,7 @@ impl Inner {
         match shapes.iter().zip(want).position(|(s, w)| s != w) {
             Some(i) => Err(PyValueError::new_err(format!(
                 "shape error: operand {i} of `{}` has shape {:?} but the expression was built for {:?}",
-                self.plan.expression, shapes[i], want[i]
+                self.report.expression, shapes[i], want[i]
             ))),
             None => Ok(operands),
         }
@@ -245,10 +257,10 @@ impl Inner {
     fn cotangent<T: Dtype>(&self, cotangent: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor<T>> {
         match cotangent {
             Some(c) => Ok(convert::tensors_like::<T>(std::slice::from_ref(c), "cotangent")?.remove(0)),
-            None if self.plan.output_shape.is_empty() => Ok(Tensor::scalar(T::from_f64(1.0))),
+            None if self.output_shape.is_empty() => Ok(Tensor::scalar(T::from_f64(1.0))),
             None => Err(PyValueError::new_err(format!(
                 "`{}` has a non-scalar output of shape {:?}: pass a cotangent of that shape",
-                self.plan.expression, self.plan.output_shape
+                self.report.expression, self.output_shape
             ))),
         }
     }
@@ -283,7 +295,7 @@ impl Inner {
         if self.is_sliced() {
             return Err(PyValueError::new_err(format!(
                 "`{}` is sliced (on {:?}): Hessian-vector products of sliced contractions are not supported",
-                self.plan.expression,
+                self.report.expression,
                 self.slice_plan.labels()
             )));
         }
@@ -293,7 +305,7 @@ impl Inner {
         let h = cached(&T::compiled(self).hvps, &d.wrt, |w| e.slice_einsum().hvp(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
-        let out = run(py, 4.0 * self.plan.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(einsum_error)?;
+        let out = run(py, 4.0 * self.report.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(einsum_error)?;
         to_tuple(py, out)
     }
 }
@@ -400,7 +412,7 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<&'a Bound<'py, PyAny>>,
     ) -> Derivative<'a, 'py> {
-        let wrt = wrt.unwrap_or_else(|| (0..self.inner.plan.shapes.len()).collect());
+        let wrt = wrt.unwrap_or_else(|| (0..self.inner.shapes.len()).collect());
         Derivative { wrt, cotangent, limit: self.memory_limit }
     }
 }
@@ -408,7 +420,8 @@ impl Expression {
 #[pymethods]
 impl Expression {
     /// `Expression(eq, shapes, path=None, memory_limit=None, sliced_inds=None)`: `path` is
-    /// a list of pairs (opt_einsum's format) or `None` for the greedy path; a
+    /// a list of pairs (opt_einsum's format), the name of one of the einsum crate's path
+    /// finders (`PathChoice`'s `FromStr`) or `None` for the greedy path; a
     /// `memory_limit` (elements) below the largest intermediate slices the contraction, as
     /// do explicit `sliced_inds` (one-character labels).
     #[new]
@@ -417,12 +430,12 @@ impl Expression {
         py: Python<'_>,
         eq: &str,
         shapes: Vec<Vec<usize>>,
-        path: Option<Vec<(usize, usize)>>,
+        path: Option<PathArg>,
         memory_limit: Option<f64>,
         sliced_inds: Option<Vec<char>>,
     ) -> PyResult<Self> {
-        let path = path.map(|p| p.into_iter().map(|(i, j)| [i, j]).collect());
-        // Planning (the greedy path of a large network, the slicing) runs without the GIL.
+        let path = path_choice(path)?;
+        // Planning (the path search, the slicing) runs without the GIL.
         let inner = py.detach(|| Inner::new(eq, shapes, path, memory_limit, sliced_inds))?;
         Ok(Expression { inner: Arc::new(inner), memory_limit })
     }
@@ -538,25 +551,27 @@ impl Expression {
     /// The subscripts as given.
     #[getter]
     fn eq(&self) -> &str {
-        &self.inner.plan.expression
+        &self.inner.report.expression
     }
 
     /// The operand shapes.
     #[getter]
     fn shapes(&self) -> Vec<Vec<usize>> {
-        self.inner.plan.shapes.clone()
+        self.inner.shapes.clone()
     }
 
     /// The output shape.
     #[getter]
     fn output_shape(&self) -> Vec<usize> {
-        self.inner.plan.output_shape.clone()
+        self.inner.output_shape.clone()
     }
 
     /// The pairwise path, opt_einsum's format.
     #[getter]
     fn path(&self) -> Vec<(usize, usize)> {
-        self.inner.plan.path.steps().iter().map(|s| (s[0], s[1])).collect()
+        let n = self.inner.shapes.len();
+        // A found path is pairwise already; a given one was given as pairs.
+        self.inner.plan.path().pairwise(n).unwrap_or_default().into_iter().map(|[i, j]| (i, j)).collect()
     }
 
     /// The memory limit in elements, if any.
@@ -568,7 +583,7 @@ impl Expression {
     /// `(inputs, output, size_dict, steps)`: the parsed subscripts, the label sizes and per
     /// step `(positions, (a, b, result), size, multiply_adds)`, labels as strings.
     fn _plan(&self) -> PlanTuple {
-        let p = &self.inner.plan;
+        let p = &self.inner.report;
         let s = |l: &[char]| l.iter().collect::<String>();
         (
             p.inputs.iter().map(|l| s(l)).collect(),
@@ -592,33 +607,54 @@ impl Expression {
 /// What [`Expression::_plan`] returns.
 type PlanTuple = (Vec<String>, String, HashMap<char, usize>, Vec<((usize, usize), (String, String, String), f64, f64)>);
 
+/// A path from Python: a finder's name or pairs (opt_einsum's format).
+#[derive(FromPyObject, Clone, PartialEq, Eq, Hash)]
+pub enum PathArg {
+    /// A finder's name, read by [`PathChoice`]'s `FromStr`.
+    Name(String),
+    /// Pairs of positions.
+    Pairs(Vec<(usize, usize)>),
+}
+
+/// The choice a path argument makes (`None`: greedy).
+fn path_choice(path: Option<PathArg>) -> PyResult<PathChoice> {
+    match path {
+        None => Ok(PathChoice::Greedy),
+        Some(PathArg::Name(name)) => name.parse::<PathChoice>().map_err(einsum_error),
+        Some(PathArg::Pairs(p)) => {
+            Ok(PathChoice::Explicit(einsum::ContractionPath::new(p.into_iter().map(|(i, j)| [i, j]).collect())))
+        }
+    }
+}
+
 /// The cache key of [`contract`]: expression, shapes, path, memory limit (bits), sliced labels.
-type Key = (String, Vec<Vec<usize>>, Option<Vec<[usize; 2]>>, Option<u64>, Option<Vec<char>>);
+type Key = (String, Vec<Vec<usize>>, Option<PathArg>, Option<u64>, Option<Vec<char>>);
 
 static CACHE: LazyLock<Mutex<HashMap<Key, Arc<Inner>>>> = LazyLock::new(Mutex::default);
 
 /// `contract(eq, operands, path=None, memory_limit=None, sliced_inds=None)`: contracts a
-/// tuple of operands along `path` (pairs, opt_einsum's format) or the greedy path, sliced
-/// as `memory_limit` (elements) or `sliced_inds` need; a new numpy array.
+/// tuple of operands along `path` (pairs, opt_einsum's format, or a finder's name) or the
+/// greedy path, sliced as `memory_limit` (elements) or `sliced_inds` need; a new numpy
+/// array.
 #[pyfunction]
 #[pyo3(signature = (eq, operands, path=None, memory_limit=None, sliced_inds=None))]
 pub fn contract<'py>(
     py: Python<'py>,
     eq: &str,
     operands: &Bound<'py, PyTuple>,
-    path: Option<Vec<(usize, usize)>>,
+    path: Option<PathArg>,
     memory_limit: Option<f64>,
     sliced_inds: Option<Vec<char>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (ops, shapes) = convert::operands(operands)?;
-    let path = path.map(|p| p.into_iter().map(|(i, j)| [i, j]).collect());
     let key: Key = (eq.to_string(), shapes, path, memory_limit.map(f64::to_bits), sliced_inds);
     let found = lock(&CACHE).get(&key).cloned();
     let inner = match found {
         Some(i) => i,
         None => {
             let (eq, shapes, path, _, sliced) = key.clone();
-            let i = Arc::new(py.detach(|| Inner::new(&eq, shapes, path, memory_limit, sliced))?);
+            let choice = path_choice(path)?;
+            let i = Arc::new(py.detach(|| Inner::new(&eq, shapes, choice, memory_limit, sliced))?);
             let mut c = lock(&CACHE);
             if c.len() >= CACHE_CAPACITY {
                 c.clear();
@@ -630,51 +666,55 @@ pub fn contract<'py>(
     by_dtype!(ops, t => inner.eval(py, &t, memory_limit))
 }
 
-/// `search_path(eq, shapes, method)`: the einsum crate's path search `method` (`"optimal"`,
-/// `"dp"`, `"random-greedy"`, `"auto"`) on the expression; a pairwise path.
-/// The search runs without the GIL. It takes the GIL back every
-/// `einsum::search::STOP_CHECK_WORK` units of work to run Python's signal handlers, so
-/// Ctrl-C ends a long search: the handler's exception (`KeyboardInterrupt`) is raised, with
-/// a note (Python 3.11 and later) saying which search it ended.
+/// Whether `name` names one of the einsum crate's path finders (`PathChoice`'s `FromStr`,
+/// the one parser of those names; an explicit path written as text is not a name).
+#[pyfunction]
+pub fn is_path_finder(name: &str) -> bool {
+    !name.trim_start().starts_with('[') && name.parse::<PathChoice>().is_ok()
+}
+
+/// The plan of `eq` on `shapes` along `choice`, made without the GIL: the search takes it
+/// back every `einsum::search::STOP_CHECK_WORK` units of work to run Python's signal
+/// handlers, so Ctrl-C ends a long search: the handler's exception (`KeyboardInterrupt`)
+/// is raised, with a note (Python 3.11 and later) saying which search it ended.
+fn plan_interruptibly(eq: &str, shapes: &[Vec<usize>], choice: PathChoice) -> PyResult<einsum::Plan> {
+    let subscripts = Subscripts::parse(eq).map_err(einsum_error)?;
+    let what = choice.name();
+    // What a signal handler raised, which ends the search.
+    let raised: RefCell<Option<PyErr>> = RefCell::new(None);
+    let stop = || match Python::attach(|py| py.check_signals()) {
+        Ok(()) => false,
+        Err(e) => {
+            *raised.borrow_mut() = Some(e);
+            true
+        }
+    };
+    match einsum::Plan::until(subscripts, shapes, choice, MemoryLimit::Unlimited, &stop) {
+        Err(EinsumError::Interrupted) => {
+            let e = raised.into_inner().expect("the search stops only when a handler raised");
+            Err(Python::attach(|py| {
+                // `add_note` exists from Python 3.11 on; without it the exception is as raised.
+                let _ = e.value(py).call_method1(
+                    "add_note",
+                    (format!("raised during the `{what}` path search of `{eq}`, which it ended"),),
+                );
+                e
+            }))
+        }
+        other => other.map_err(einsum_error),
+    }
+}
+
+/// `search_path(eq, shapes, method)`: the einsum crate's path search `method` (a name
+/// [`PathChoice`]'s `FromStr` reads: `"optimal"`, `"dp"`, `"random-greedy"`, `"auto"`, …)
+/// on the expression; a pairwise path. The search runs without the GIL, and Ctrl-C ends it
+/// ([`plan_interruptibly`]).
 #[pyfunction]
 pub fn search_path(py: Python<'_>, eq: &str, shapes: Vec<Vec<usize>>, method: &str) -> PyResult<Vec<(usize, usize)>> {
-    let choice = match method {
-        "optimal" => PathChoice::Optimal,
-        "dp" => PathChoice::Dp,
-        "random-greedy" => PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 },
-        "auto" => PathChoice::Auto,
-        m => return Err(PyValueError::new_err(format!("`{m}` is not a built-in path search"))),
-    };
+    let choice = method.parse::<PathChoice>().map_err(einsum_error)?;
     let search = || -> PyResult<Vec<(usize, usize)>> {
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let net = einsum::Subscripts::parse(eq)
-            .and_then(|s| s.resolve(&refs))
-            .map_err(einsum_error)?
-            .squeeze_broadcast(&refs);
-        // What a signal handler raised, which ends the search.
-        let raised: RefCell<Option<PyErr>> = RefCell::new(None);
-        let stop = || match Python::attach(|py| py.check_signals()) {
-            Ok(()) => false,
-            Err(e) => {
-                *raised.borrow_mut() = Some(e);
-                true
-            }
-        };
-        let path = match einsum::search::find_path_until(choice, &net.inputs, &net.output, &net.sizes, &stop) {
-            Err(EinsumError::Interrupted) => {
-                let e = raised.into_inner().expect("the search stops only when a handler raised");
-                return Err(Python::attach(|py| {
-                    // `add_note` exists from Python 3.11 on; without it the exception is as raised.
-                    let _ = e.value(py).call_method1(
-                        "add_note",
-                        (format!("raised during the `{method}` path search of `{eq}`, which it ended"),),
-                    );
-                    e
-                }));
-            }
-            other => other.map_err(einsum_error)?,
-        };
-        let pairs = path.pairwise(net.inputs.len()).map_err(einsum_error)?;
+        let plan = plan_interruptibly(eq, &shapes, choice)?;
+        let pairs = plan.path().pairwise(shapes.len()).map_err(einsum_error)?;
         Ok(pairs.into_iter().map(|[i, j]| (i, j)).collect())
     };
     py.detach(search)

@@ -127,7 +127,7 @@ impl State {
     }
 
     /// `ValueError` if `n` more values would make more than [`MAX_VALUES`], `MemoryError`
-    /// if the graph would then need more than the machine's memory; else the new count.
+    /// if the graph would then need more than the memory budget; else the new count.
     fn check_growth(&self, n: u64) -> PyResult<u64> {
         let have = self.values();
         let total = have.checked_add(n).filter(|&t| t <= MAX_VALUES).ok_or_else(|| {
@@ -136,10 +136,10 @@ impl State {
             ))
         })?;
         let bytes = total as f64 * BYTES_PER_VALUE as f64;
-        let ceiling = crate::memory_ceiling();
+        let ceiling = crate::memory_budget();
         if bytes > ceiling {
             return Err(PyMemoryError::new_err(format!(
-                "a graph of {total} values needs about {bytes:.3e} bytes ({BYTES_PER_VALUE} per value), more than this machine's memory ({ceiling:.3e} bytes)"
+                "a graph of {total} values needs about {bytes:.3e} bytes ({BYTES_PER_VALUE} per value), more than the memory budget ({ceiling:.3e} bytes)"
             )));
         }
         Ok(total)

@@ -3,8 +3,8 @@
 //! (the Rust crates know nothing of Python). The pure-Python package `cgx` re-exports it with opt_einsum's
 //! surface (`contract`, `contract_path`, `contract_expression`).
 //!
-//! - `plan.rs`: [`plan::Plan`], a checked contraction and its step sizes (reports, memory
-//!   checks);
+//! - `plan.rs`: [`plan::Report`], the einsum crate's `Plan` as characters and step sizes
+//!   (reports, memory checks);
 //! - `convert.rs`: numpy arrays to `einsum::Tensor` and back;
 //! - `expression.rs`: `Expression` (compiled once per element type, sliced when
 //!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
@@ -21,10 +21,10 @@
 //! from user input (batches, copies of operands) are computed in checked arithmetic and
 //! allocated with `try_reserve`, so they raise instead of aborting.
 //!
-//! Memory budget: the einsum crate's own default (a fixed 8 GiB) is not used. Every
-//! contraction is built with the machine's physical memory as its budget ([`machine_limit`],
-//! set from Python at import), as numpy would run it until the machine runs out; a
-//! `memory_limit` (elements) bounds the largest intermediate on top of that.
+//! Memory budget: the einsum crate's one policy, [`einsum::MemoryLimit::default`] (half of
+//! the physical memory or of `ulimit -v`, at most 8 GiB), as for the library and `cgx`;
+//! a `memory_limit` (elements) bounds the largest intermediate on top of that. Tests may
+//! set another budget ([`set_memory_budget`]).
 
 mod convert;
 mod draw;
@@ -48,39 +48,49 @@ pub(crate) fn einsum_error(e: EinsumError) -> PyErr {
     }
 }
 
-/// The machine's memory in bytes as `f64` bits, set from Python at import (infinite until
-/// then, or when Python cannot tell). Read on every call, so an atomic rather than a lock.
-static MEMORY_CEILING: AtomicU64 = AtomicU64::new(f64::INFINITY.to_bits());
+/// A budget in bytes set from Python (`f64` bits; NaN: none set, the policy's). Read on
+/// every call, so an atomic rather than a lock.
+static MEMORY_BUDGET: AtomicU64 = AtomicU64::new(f64::NAN.to_bits());
 
-/// Sets the machine's memory in bytes ([`memory_ceiling`]).
+/// Sets the byte budget of every contraction built from now on (`None`: back to the
+/// einsum crate's policy); for tests that pretend a machine of another size.
 #[pyfunction]
-fn set_memory_ceiling(bytes: f64) {
-    MEMORY_CEILING.store(bytes.to_bits(), Ordering::Relaxed);
+#[pyo3(signature = (bytes=None))]
+fn set_memory_budget(bytes: Option<f64>) {
+    MEMORY_BUDGET.store(bytes.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
 }
 
-/// The machine's memory in bytes (`f64::INFINITY` if unknown).
-pub(crate) fn memory_ceiling() -> f64 {
-    f64::from_bits(MEMORY_CEILING.load(Ordering::Relaxed))
+/// The byte budget in bytes (`f64::INFINITY` when unlimited).
+#[pyfunction]
+pub(crate) fn memory_budget() -> f64 {
+    let set = f64::from_bits(MEMORY_BUDGET.load(Ordering::Relaxed));
+    if !set.is_nan() {
+        return set;
+    }
+    match MemoryLimit::default() {
+        MemoryLimit::Bytes(b) => b as f64,
+        MemoryLimit::Unlimited => f64::INFINITY,
+    }
 }
 
-/// The machine's memory as the einsum crate's byte budget (unlimited if unknown).
-pub(crate) fn machine_limit() -> MemoryLimit {
-    let c = memory_ceiling();
+/// The budget as the einsum crate's limit.
+pub(crate) fn budget_limit() -> MemoryLimit {
+    let c = memory_budget();
     if c.is_finite() && c >= 0.0 { MemoryLimit::Bytes(c as u64) } else { MemoryLimit::Unlimited }
 }
 
-/// A `MemoryError` unless `elems` elements of `elem_bytes` bytes each fit in the machine's
-/// memory and the allocator gives them: `what` names the tensor in the message. Returns
+/// A `MemoryError` unless `elems` elements of `elem_bytes` bytes each fit in the memory
+/// budget and the allocator gives them: `what` names the tensor in the message. Returns
 /// an empty vector with that capacity.
 pub(crate) fn try_alloc<T>(elems: Option<usize>, what: impl Fn() -> String) -> PyResult<Vec<T>> {
     let size = std::mem::size_of::<T>();
     let bytes = elems.and_then(|n| n.checked_mul(size));
     let too_big = |bytes: Option<usize>| {
         let shown = bytes.map_or("more than 2^64 bytes".to_string(), |b| format!("{b} bytes"));
-        PyMemoryError::new_err(format!("{} needs {shown}, more than this machine's memory", what()))
+        PyMemoryError::new_err(format!("{} needs {shown}, more than the memory budget", what()))
     };
     match (elems, bytes) {
-        (Some(n), Some(b)) if (b as f64) <= memory_ceiling() => {
+        (Some(n), Some(b)) if (b as f64) <= memory_budget() => {
             let mut v = Vec::new();
             v.try_reserve_exact(n).map_err(|_| {
                 PyMemoryError::new_err(format!("{} needs {b} bytes, which the allocator refused", what()))
@@ -103,7 +113,9 @@ fn release_buffers() {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<expression::Expression>()?;
     m.add_function(wrap_pyfunction!(expression::contract, m)?)?;
-    m.add_function(wrap_pyfunction!(set_memory_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(set_memory_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(expression::is_path_finder, m)?)?;
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;

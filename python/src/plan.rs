@@ -1,29 +1,32 @@
-//! [`Plan`]: what a contraction will do before any data exists: the parsed subscripts,
-//! the size of every label, the pairwise path (given, or the einsum crate's greedy
-//! finder) and, per step, the labels and sizes of the operands and of the result.
+//! [`Report`]: the einsum crate's [`einsum::Plan`] as Python reads it: labels as
+//! characters, and per step the positions, the labels and sizes of the operands and of
+//! the result, for `contract_path`'s report, the numpy fallback, shared intermediates and
+//! the memory check that turns an intermediate too large to allocate into a
+//! `MemoryError`. Sizes are `f64` so that no product of label sizes overflows.
 //!
-//! The path is followed by the einsum crate's one follower (`einsum::FollowedPath`, as
-//! `einsum::Einsum::new` follows it): at each step the labels still needed by a remaining
-//! operand or the output. This module turns its steps into sizes and multiply-adds for
-//! `contract_path`'s report and for the memory check that turns an intermediate too large
-//! to allocate into a `MemoryError` instead of an aborted process. Sizes are `f64` so that
-//! no product of label sizes overflows.
+//! Nothing is parsed, numbered or followed here: the plan did it once. Its labels are
+//! shown as their characters, or private-use characters for the unnamed ones (ellipsis
+//! dimensions, broadcast axes).
 //!
-//! Labels: the crate's numbered network (`Subscripts::resolve`, ellipses expanded, broadcast
-//! axes given labels of their own), each number shown as its character, or a private-use
-//! character for the unnamed ones.
+//! Steps, all in opt_einsum's format (the operands removed from the list, the result
+//! appended): first the plan's first sums (labels held by one operand alone summed out of
+//! it), each a one-operand step `(i, i)`; then the pairwise steps, their positions taken in
+//! the list those moves left; then, for one operand, a final one-operand step `(0, 0)`
+//! when it needs reordering or reducing.
 //!
-//! Complexity: the follower's (`O(n log n)` for `n` operands, plus the labels per step).
+//! Complexity: linear in the plan's steps and labels; with first sums, the pairwise
+//! positions are found again in the moved list, `O(n)` per step for `n` operands.
 
 use std::collections::HashMap;
 
-use einsum::{ContractionPath, EinsumResult, FollowedPath, Subscripts};
+use einsum::Plan;
 
-/// One pairwise step: positions in the current operand list and the labels involved.
+/// One step: positions in the current operand list and the labels involved.
 pub struct Step {
-    /// The two positions contracted (opt_einsum's format).
+    /// The two positions contracted (opt_einsum's format); equal for a one-operand step.
     pub positions: [usize; 2],
-    /// Labels of the two operands and of the result.
+    /// Labels of the two operands (the second empty for a one-operand step) and of the
+    /// result.
     pub labels: [Vec<char>; 3],
     /// Elements of the result.
     pub size: f64,
@@ -31,60 +34,78 @@ pub struct Step {
     pub multiply_adds: f64,
 }
 
-/// A checked contraction: subscripts, label sizes, path and steps.
-pub struct Plan {
+/// A plan as characters and step sizes.
+pub struct Report {
     /// The subscripts as given.
     pub expression: String,
-    /// Each operand's labels, one per axis (ellipsis axes and broadcast axes of size 1 get
-    /// private-use characters).
+    /// Each operand's labels, one per axis.
     pub inputs: Vec<Vec<char>>,
     /// The output's labels.
     pub output: Vec<char>,
-    /// The operand shapes.
-    pub shapes: Vec<Vec<usize>>,
     /// The size of every label.
     pub sizes: HashMap<char, usize>,
-    /// The path (pairwise: the Python side lowers longer steps).
-    pub path: ContractionPath,
-    /// One entry per path step, plus a final one-operand step when the last result still
-    /// needs reordering or reducing (its positions are `[0, 0]`).
+    /// The steps (module docs).
     pub steps: Vec<Step>,
-    /// The output's shape.
-    pub output_shape: Vec<usize>,
 }
 
-impl Plan {
-    /// Parses, checks shapes, finds or checks the path and follows it.
-    pub fn new(expression: &str, shapes: Vec<Vec<usize>>, path: Option<Vec<[usize; 2]>>) -> EinsumResult<Plan> {
-        let subscripts = Subscripts::parse(expression)?;
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        // Numbered as `einsum::Einsum::new` numbers them, so the greedy path is the same.
-        let net = subscripts.resolve(&refs)?.squeeze_broadcast(&refs);
+impl Report {
+    /// The report of `plan`, made for `expression`.
+    pub fn new(expression: &str, plan: &Plan) -> Report {
+        let net = plan.network();
         let names = label_chars(&net.names);
         let sizes: HashMap<char, usize> = names.iter().copied().zip(net.sizes.iter().copied()).collect();
-        let path = match path {
-            Some(steps) => ContractionPath::new(steps),
-            None => ContractionPath::greedy(&net.inputs, &net.output, |c| net.sizes[c as usize]),
-        };
-        let followed = FollowedPath::new(&net.inputs, &net.output, &path)?;
         let chars = |l: &[u32]| l.iter().map(|&c| names[c as usize]).collect::<Vec<char>>();
         let size = |labels: &[u32]| labels.iter().map(|&c| net.sizes[c as usize] as f64).product::<f64>();
+        let distinct_size = |labels: &[u32]| {
+            let mut d = labels.to_vec();
+            d.sort_unstable();
+            d.dedup();
+            size(&d)
+        };
         let output = chars(&net.output);
-        let inputs: Vec<Vec<char>> = net.inputs.iter().map(|l| chars(l)).collect();
-        let mut steps: Vec<Step> = followed
-            .steps()
-            .iter()
-            .map(|step| {
-                let [a, b] = step.operands.map(|o| followed.labels(o));
-                let result = followed.labels(step.result);
-                Step {
-                    positions: step.positions,
-                    multiply_adds: size(&followed.loops(step)),
-                    size: size(result),
-                    labels: [chars(a), chars(b), chars(result)],
-                }
-            })
-            .collect();
+        let mut steps: Vec<Step> = Vec::new();
+        for (i, kept) in plan.reduced_inputs().iter().enumerate().filter(|&(i, _)| plan.summed_first(i)) {
+            steps.push(Step {
+                positions: [i, i],
+                multiply_adds: distinct_size(&net.inputs[i]),
+                size: size(kept),
+                labels: [chars(&net.inputs[i]), Vec::new(), chars(kept)],
+            });
+        }
+        // The operand list after the sums moved their results to the end (operand and
+        // step ids, `PathOperand` indices), when any did.
+        let moved = !steps.is_empty();
+        let mut list: Vec<usize> = Vec::new();
+        if moved {
+            list = (0..net.inputs.len()).filter(|&i| !plan.summed_first(i)).collect();
+            list.extend((0..net.inputs.len()).filter(|&i| plan.summed_first(i)));
+            for (before, s) in steps.iter_mut().enumerate() {
+                // Earlier sums moved operands from before this one to the end.
+                let i = s.positions[0];
+                s.positions = [i - before, i - before];
+            }
+        }
+        let followed = plan.followed();
+        for step in followed.steps() {
+            let [a, b] = step.operands.map(|o| followed.labels(o));
+            let result = followed.labels(step.result);
+            let positions = if moved {
+                let at = |o: einsum::PathOperand| list.iter().position(|&x| x == o.index()).expect("a live operand");
+                let p = step.operands.map(at);
+                list.remove(p[0].max(p[1]));
+                list.remove(p[0].min(p[1]));
+                list.push(step.result.index());
+                p
+            } else {
+                step.positions
+            };
+            steps.push(Step {
+                positions,
+                multiply_adds: size(&followed.loops(step)),
+                size: size(result),
+                labels: [chars(a), chars(b), chars(result)],
+            });
+        }
         if let Some((last, loops)) = followed.final_reduction() {
             steps.push(Step {
                 positions: [0, 0],
@@ -93,8 +114,8 @@ impl Plan {
                 labels: [chars(last), Vec::new(), output.clone()],
             });
         }
-        let output_shape = output.iter().map(|c| sizes[c]).collect();
-        Ok(Plan { expression: expression.to_string(), inputs, output, shapes, sizes, path, steps, output_shape })
+        let inputs = net.inputs.iter().map(|l| chars(l)).collect();
+        Report { expression: expression.to_string(), inputs, output, sizes, steps }
     }
 
     /// Elements of the largest step result (the output included), 0 without steps.

@@ -338,12 +338,12 @@ def test_a_gradient_batch_over_memory_raises_memory_error():
     points = np.zeros((1024, 1024))
     value, dx = grad.eval(points)
     assert dx.shape == (1024, 1024) and (dx[:, 0] == 1).all() and (dx[:, 1:] == 0).all()
-    _core.set_memory_ceiling(4 << 20)  # a machine of 4 MiB
+    _core.set_memory_budget(4 << 20)  # a budget of 4 MiB
     try:
         with pytest.raises(MemoryError, match="the gradients of 1024 points .1024 per point. needs 8388608 bytes"):
             grad.eval(points)
     finally:
-        _core.set_memory_ceiling(cgx._einsum._physical_memory())
+        _core.set_memory_budget(None)
 
 
 def test_wrt_must_be_an_input():

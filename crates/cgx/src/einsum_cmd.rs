@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use clap::Args;
-use einsum::hyper::{HyperOptions, Objective};
+use einsum::hyper::Objective;
 use einsum::{
     ContractionPath, Dtype, EinsumOptions, Instance, MemoryLimit, PathChoice, SlicedEinsum, Slicing, Subscripts,
     Tensor, c64,
@@ -51,58 +51,21 @@ pub enum PathArg {
     Explicit(ContractionPath),
 }
 
-/// Parses `--path`: `opt-flops`, `opt-size`, `greedy`, `optimal`, `dp`, `random-greedy`,
-/// `auto`, or an explicit opt_einsum path written as a list of steps, `[(0,1),(0,1)]`,
-/// `[[0,1,2],[0,1]]` or `[(1,),(0,1)]` (whitespace ignored).
+/// Parses `--path`: `opt-flops`, `opt-size` (an instance's stored paths), or what
+/// [`PathChoice`]'s `FromStr` takes (the einsum crate's one parser of path names: `greedy`,
+/// `optimal`, `dp`, `random-greedy`, `auto` and their aliases, or an explicit opt_einsum
+/// path written as a list of steps, `[(0,1),(0,1)]`, `[[0,1,2],[0,1]]` or `[(1,),(0,1)]`).
 pub fn parse_path(s: &str) -> Result<PathArg, String> {
     match s.trim() {
         "opt-flops" | "opt_flops" => Ok(PathArg::OptFlops),
         "opt-size" | "opt_size" => Ok(PathArg::OptSize),
-        "greedy" => Ok(PathArg::Greedy),
-        "optimal" => Ok(PathArg::Search(PathChoice::Optimal)),
-        "dp" => Ok(PathArg::Search(PathChoice::Dp)),
-        "random-greedy" | "random_greedy" => {
-            Ok(PathArg::Search(PathChoice::RandomGreedy { trials: einsum::search::RANDOM_GREEDY_TRIALS, seed: 0 }))
-        }
-        "auto" => Ok(PathArg::Search(PathChoice::Auto)),
-        "hyper" => Ok(PathArg::Search(PathChoice::Hyper(HyperOptions::default()))),
-        t if t.starts_with('[') => parse_explicit_path(t).map(PathArg::Explicit),
-        t => Err(format!(
-            "`{t}` is not a path: use opt-flops, opt-size, greedy, optimal, dp, random-greedy, auto, hyper or a list of \
-             steps like [(0,1),(0,1)]"
-        )),
+        t => match t.parse::<PathChoice>() {
+            Ok(PathChoice::Greedy) => Ok(PathArg::Greedy),
+            Ok(PathChoice::Explicit(p)) => Ok(PathArg::Explicit(p)),
+            Ok(choice) => Ok(PathArg::Search(choice)),
+            Err(e) => Err(format!("{e} (or opt-flops, opt-size for an instance's stored paths)")),
+        },
     }
-}
-
-/// `[(0,1),(0,1)]`, `[[0,1,2],[0,1]]` or `[(1,),(0,1)]` → the path; `[]` is the empty
-/// path (one operand).
-fn parse_explicit_path(s: &str) -> Result<ContractionPath, String> {
-    let bad = |why: &str| format!("`{s}` is not a path like [(0,1),(0,1)]: {why}");
-    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    let mut rest = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).ok_or_else(|| bad("no enclosing [ ]"))?;
-    let mut steps = Vec::new();
-    while !rest.is_empty() {
-        let close = match rest.chars().next() {
-            Some('(') => ')',
-            Some('[') => ']',
-            _ => return Err(bad(&format!("step {} does not start with ( or [", steps.len()))),
-        };
-        let end = rest.find(close).ok_or_else(|| bad(&format!("step {} is not closed", steps.len())))?;
-        let positions = rest[1..end]
-            .split(',')
-            .filter(|x| !x.is_empty())
-            .map(|x| x.parse::<usize>().map_err(|_| bad(&format!("`{x}` is not an operand position"))))
-            .collect::<Result<Vec<usize>, String>>()?;
-        if positions.is_empty() {
-            return Err(bad(&format!("step {} names no operand", steps.len())));
-        }
-        steps.push(positions);
-        rest = &rest[end + 1..];
-        if !rest.is_empty() {
-            rest = rest.strip_prefix(',').ok_or_else(|| bad("steps must be separated by commas"))?;
-        }
-    }
-    Ok(ContractionPath::from_steps(steps))
 }
 
 /// opt_einsum's printed form of a path: `[(0, 1), (0, 1)]` (`(0,)` for a one-operand step).
@@ -137,23 +100,10 @@ fn parse_memory_limit(s: &str) -> Result<MemoryLimit, String> {
     s.parse::<MemoryLimit>().map_err(|e| e.to_string())
 }
 
-/// The default memory limit of the command line: half of the physical memory (from
-/// `/proc/meminfo`) or of the address-space limit (`ulimit -v`, from `/proc/self/limits`),
-/// whichever is smaller, and at most the library's 8 GiB ([`einsum::DEFAULT_MEMORY_LIMIT`]);
-/// the 8 GiB where neither is known.
+/// The default memory limit of the command line: the library's one policy
+/// ([`MemoryLimit::default`]: half of the physical memory or of `ulimit -v`, at most 8 GiB).
 pub fn default_memory_limit() -> MemoryLimit {
-    let physical = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        kib.checked_mul(1024)
-    });
-    // "Max address space   <soft> <hard> bytes"; `unlimited` does not parse and is no bound.
-    let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
-        let line = l.lines().find(|l| l.starts_with("Max address space"))?;
-        line.trim_start_matches("Max address space").split_whitespace().next()?.parse::<u64>().ok()
-    });
-    let half = [physical, address_space].into_iter().flatten().map(|b| b / 2).min();
-    MemoryLimit::Bytes(half.map_or(einsum::DEFAULT_MEMORY_LIMIT, |b| b.min(einsum::DEFAULT_MEMORY_LIMIT)))
+    MemoryLimit::default()
 }
 
 /// Options of `cgx einsum`.
@@ -367,7 +317,7 @@ fn interrupt_searches() -> &'static AtomicU8 {
 }
 
 /// Draws the plan's contraction tree (`einsum::draw::tree_svg`) to `file`.
-fn plot_tree(file: &Path, plan: &Plan, path: &ContractionPath, sliced: &[char]) -> CliResult {
+fn plot_tree(file: &Path, plan: &Job, path: &ContractionPath, sliced: &[char]) -> CliResult {
     let refs: Vec<&[usize]> = plan.shapes.iter().map(Vec::as_slice).collect();
     let net = Subscripts::parse(&plan.expression)?.resolve(&refs)?.squeeze_broadcast(&refs);
     let sliced: Vec<u32> = net
@@ -406,7 +356,7 @@ enum Operands {
 }
 
 /// The network to run, checked as far as it can be before anything large is allocated.
-struct Plan {
+struct Job {
     name: String,
     expression: String,
     shapes: Vec<Vec<usize>>,
@@ -432,7 +382,7 @@ struct Settings {
     plot: Option<PathBuf>,
 }
 
-fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
+fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Job> {
     let files = if args.operands.is_empty() { None } else { Some(npy::read_infos(&args.operands, limit)?) };
     if files.is_some() && args.shapes.is_some() {
         return Err(CliError("--shapes is for random operands; operand files carry their own shapes".into()));
@@ -515,7 +465,7 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Plan> {
             Some(info)
         }
     };
-    Ok(Plan { name, expression, shapes, path, dtype, operands, cotangent })
+    Ok(Job { name, expression, shapes, path, dtype, operands, cotangent })
 }
 
 /// The instance bundled for the demo: a 100-matrix chain (Einsum Benchmark).
@@ -525,7 +475,7 @@ pub const BUNDLED: &str = include_str!("../../einsum/tests/data/str_matrix_chain
 pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
     let inst = Instance::from_json(BUNDLED)?;
     let path = PathChoice::Explicit(inst.opt_flops.clone().ok_or_else(|| CliError("no opt_flops path".into()))?);
-    let plan = Plan {
+    let plan = Job {
         name: inst.name.clone(),
         expression: inst.format_string.clone(),
         shapes: inst.shapes.clone(),
@@ -642,7 +592,7 @@ fn progress_bar(s: &Settings, n: u64, what: &str) -> ProgressBar {
     bar
 }
 
-fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, EinsumReport)> {
+fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, EinsumReport)> {
     let mut phases = Vec::new();
     let t = Instant::now();
     let options = EinsumOptions::default().memory_limit(s.limit);
@@ -650,7 +600,10 @@ fn measure_plan<T: NpyElem>(plan: Plan, s: &Settings) -> CliResult<(String, Eins
         Some(labels) => Slicing::Labels(labels.clone()),
         None => Slicing::Memory { gradient: s.grad },
     };
-    let e = SlicedEinsum::<T>::new(&plan.expression, &plan.shapes, plan.path.clone(), &options, &slicing)?;
+    // The one parse of the expression: the einsum crate's plan, which the slicing and the
+    // compiled programs take.
+    let planned = einsum::Plan::new(&plan.expression, &plan.shapes, plan.path.clone(), options.limit())?;
+    let e = SlicedEinsum::<T>::from_plan(planned, &slicing)?;
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
     phases.push(("build + compile".to_string(), ms(t)));
     if let Some(file) = &s.plot {
@@ -936,7 +889,7 @@ mod tests {
         assert_eq!(parse_path("optimal"), Ok(PathArg::Search(PathChoice::Optimal)));
         assert_eq!(parse_path("dp"), Ok(PathArg::Search(PathChoice::Dp)));
         assert_eq!(parse_path("auto"), Ok(PathArg::Search(PathChoice::Auto)));
-        assert_eq!(parse_path("hyper"), Ok(PathArg::Search(PathChoice::Hyper(HyperOptions::default()))));
+        assert_eq!(parse_path("hyper"), Ok(PathArg::Search(PathChoice::Hyper(einsum::hyper::HyperOptions::default()))));
         assert!(parse_seconds("0.5").is_ok() && parse_seconds("-1").is_err() && parse_seconds("inf").is_err());
         assert_eq!(parse_objective("combo-8"), Ok(Objective::Combo { factor: 8.0 }));
         assert!(parse_objective("speed").unwrap_err().contains("speed"));

@@ -433,7 +433,8 @@ fn ctrl_c_ends_a_hyper_search_with_its_best_path_and_the_run_goes_on() {
 fn a_path_cache_makes_the_second_run_search_nothing() {
     let (eq, shapes) = ring(20);
     let dir = tmp("path-cache");
-    let run = || cgx(&["einsum", &eq, "--shapes", &shapes, "--path", "hyper", "--max-trials", "4", "--path-cache", &dir]);
+    let run =
+        || cgx(&["einsum", &eq, "--shapes", &shapes, "--path", "hyper", "--max-trials", "4", "--path-cache", &dir]);
     let first = run();
     assert!(first.status.success(), "{}", stderr(&first));
     assert!(stderr(&first).contains("hyper: 4 trials"), "{}", stderr(&first));
@@ -442,6 +443,7 @@ fn a_path_cache_makes_the_second_run_search_nothing() {
     assert!(second.status.success(), "{}", stderr(&second));
     assert!(stderr(&second).contains("no search") && !stderr(&second).contains("trials"), "{}", stderr(&second));
     // The same contraction either way.
-    let checksum = |o: &Output| String::from_utf8_lossy(&o.stdout).lines().find(|l| l.contains("checksum")).map(str::to_owned);
+    let checksum =
+        |o: &Output| String::from_utf8_lossy(&o.stdout).lines().find(|l| l.contains("checksum")).map(str::to_owned);
     assert_eq!(checksum(&first), checksum(&second));
 }

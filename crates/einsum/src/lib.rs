@@ -19,6 +19,11 @@
 //!   into a graph, compiled once (resolve → materialize_merge → compile) and evaluated any
 //!   number of times; [`EinsumCache`] shares compiled programs. [`Einsum::gradient`] and
 //!   [`Einsum::hvp`] compile derivative programs (linearize + linear_transpose).
+//! - [`Plan`]: what [`Einsum`] and [`SlicedEinsum`] build from, made once per expression
+//!   (or numbered network): the resolved network, labels held by one operand alone summed
+//!   first, the path (given, or any [`search`] finder; [`PathChoice`]'s `FromStr` reads
+//!   their names), its followed steps, the sliced labels and the memory budget; a slice's
+//!   plan drops labels ([`Plan::slice`]); it serializes.
 //! - [`SlicedEinsum`]: a contraction sliced to fit a memory target ([`Slicing`]: greedy,
 //!   in the manner of cotengra's slice finder, or cotengra's `sliced_inds`) and evaluated
 //!   slice by slice, any range of slices on its own, with gradients summed over slices.
@@ -28,7 +33,7 @@
 //!
 //! User input (expressions, shapes, paths, JSON, operands) is rejected with an
 //! [`EinsumError`] that says what is wrong; it never panics. Sizes too: every tensor a
-//! contraction holds is checked against a [`MemoryLimit`] (8 GiB by default, see
+//! contraction holds is checked against a [`MemoryLimit`] (by default half the machine, at most 8 GiB, see
 //! [`EinsumOptions`]) before anything is allocated, so a mistyped dimension is an
 //! [`EinsumError::Memory`] naming the tensor and its bytes, not an aborted process.
 //!
@@ -82,6 +87,7 @@
 
 mod ad;
 mod buffer;
+mod cost;
 pub mod draw;
 mod elem;
 mod error;
@@ -96,6 +102,7 @@ mod op;
 mod path;
 pub mod path_cache;
 mod permute;
+mod plan;
 mod reference;
 pub mod search;
 mod slice;
@@ -112,6 +119,7 @@ pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_byte
 pub use network::{Einsum, EinsumCache, EinsumGradient, EinsumHvp, EinsumOptions};
 pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
+pub use plan::Plan;
 pub use reference::{reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};

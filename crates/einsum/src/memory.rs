@@ -10,13 +10,19 @@
 //!   seen. Kernel scratch (a packed copy of an operand, at most the size of the largest
 //!   operand of a step) is not counted: the limit is a budget for tensors, not an RSS cap.
 //!
-//! The default, [`DEFAULT_MEMORY_LIMIT`], is a fixed 8 GiB: large enough for every shared
-//! benchmark instance with its gradient (MERA open 26 peaks at 2.09 GB), small enough
-//! that a mistyped dimension fails at once instead of paging a workstation to death.
+//! The default, [`MemoryLimit::default`], is the one memory policy of the library, the
+//! `cgx` command line and the Python package: half of the physical memory or half of the
+//! address-space limit (`ulimit -v`), whichever is smaller, and at most
+//! [`DEFAULT_MEMORY_LIMIT`] (8 GiB); 8 GiB where neither is known. 8 GiB is large enough
+//! for every shared benchmark instance with its gradient (MERA open 26 peaks at 2.09 GB),
+//! small enough that a mistyped dimension fails at once instead of paging a workstation
+//! to death; half of the machine leaves the other half to the operands' owner and the
+//! rest of the system. The machine is read once per process (`/proc/meminfo` and
+//! `/proc/self/limits`; elsewhere neither is known).
 
 use std::fmt;
 
-/// The default memory limit of [`crate::Einsum`]: 8 GiB.
+/// The most the default memory limit ([`MemoryLimit::default`]) allows: 8 GiB.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 8 << 30;
 
 /// A budget in bytes for the tensors of a contraction, or no budget at all.
@@ -30,9 +36,10 @@ pub const DEFAULT_MEMORY_LIMIT: u64 = 8 << 30;
 /// assert_eq!("4096".parse::<MemoryLimit>().unwrap(), MemoryLimit::Bytes(4096));
 /// assert_eq!("none".parse::<MemoryLimit>().unwrap(), MemoryLimit::Unlimited);
 /// assert!("2 parsecs".parse::<MemoryLimit>().is_err());
-/// assert_eq!(MemoryLimit::default().to_string(), "8 GiB");
+/// // The machine's policy (module docs): at most 8 GiB.
+/// assert!(MemoryLimit::default() <= MemoryLimit::Bytes(8 << 30));
 /// ```
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MemoryLimit {
     /// At most this many bytes.
     Bytes(u64),
@@ -41,12 +48,46 @@ pub enum MemoryLimit {
 }
 
 impl Default for MemoryLimit {
+    /// The policy of the module docs for this machine (read once per process).
     fn default() -> Self {
-        MemoryLimit::Bytes(DEFAULT_MEMORY_LIMIT)
+        static MACHINE: std::sync::OnceLock<MemoryLimit> = std::sync::OnceLock::new();
+        *MACHINE.get_or_init(|| MemoryLimit::policy(physical_memory(), address_space_limit()))
     }
 }
 
+/// The machine's physical memory in bytes (`MemTotal` of `/proc/meminfo`), if known.
+fn physical_memory() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The process's address-space limit in bytes (`ulimit -v`), if there is one.
+fn address_space_limit() -> Option<u64> {
+    // "Max address space   <soft> <hard> bytes"; `unlimited` does not parse and is no bound.
+    let l = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+    line.trim_start_matches("Max address space").split_whitespace().next()?.parse::<u64>().ok()
+}
+
 impl MemoryLimit {
+    /// The default policy (module docs) for a machine of `physical` bytes of memory and an
+    /// address-space limit of `address_space` bytes, each `None` when unknown or absent.
+    ///
+    /// ```
+    /// use einsum::MemoryLimit;
+    /// let gib = |g: u64| g << 30;
+    /// assert_eq!(MemoryLimit::policy(Some(gib(64)), None), MemoryLimit::Bytes(gib(8)));
+    /// assert_eq!(MemoryLimit::policy(Some(gib(6)), None), MemoryLimit::Bytes(gib(3)));
+    /// assert_eq!(MemoryLimit::policy(Some(gib(64)), Some(gib(4))), MemoryLimit::Bytes(gib(2)));
+    /// assert_eq!(MemoryLimit::policy(None, None), MemoryLimit::Bytes(gib(8)));
+    /// ```
+    pub fn policy(physical: Option<u64>, address_space: Option<u64>) -> MemoryLimit {
+        let half = [physical, address_space].into_iter().flatten().map(|b| b / 2).min();
+        MemoryLimit::Bytes(half.map_or(DEFAULT_MEMORY_LIMIT, |b| b.min(DEFAULT_MEMORY_LIMIT)))
+    }
+
     /// Whether `bytes` (`None`: more than 2^64) fits.
     pub fn allows(self, bytes: Option<u64>) -> bool {
         match (self, bytes) {

@@ -15,7 +15,8 @@
 //!
 //! Memory: while following the path, the build counts the bytes of every operand, step
 //! result and output, alone and alive together, in checked arithmetic, against the
-//! [`EinsumOptions`]' [`MemoryLimit`] (default 8 GiB); [`Einsum::gradient`] and
+//! [`EinsumOptions`]' [`MemoryLimit`] (by default the one policy of `memory.rs`: half the
+//! machine, at most 8 GiB); [`Einsum::gradient`] and
 //! [`Einsum::hvp`] count the reverse pass. Nothing an evaluation allocates for tensors has
 //! escaped the count (ADR 0011).
 
@@ -30,7 +31,8 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
 use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
-use crate::path::{ContractionPath, FollowedPath, PathChoice};
+use crate::path::{ContractionPath, PathChoice};
+use crate::plan::Plan;
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 
@@ -59,7 +61,8 @@ pub struct EinsumOptions {
 
 impl EinsumOptions {
     /// The budget for the tensors of the contraction (default [`MemoryLimit::default`],
-    /// 8 GiB), checked when the network is built and again by [`Einsum::gradient`].
+    /// half the machine, at most 8 GiB), checked when the network is built and again by
+    /// [`Einsum::gradient`].
     /// `Einsum` contracts whole tensors and refuses a network over the budget;
     /// [`SlicedEinsum`](crate::SlicedEinsum) with the same options and
     /// `Slicing::Memory` chooses labels to slice so that it fits, and contracts (and
@@ -133,9 +136,7 @@ impl Budget {
 /// assert!(e.eval(&[&a, &b]).is_err());
 /// ```
 pub struct Einsum<T: Elem> {
-    subscripts: Subscripts,
-    shapes: Vec<Vec<usize>>,
-    path: ContractionPath,
+    plan: Plan,
     graph: Arc<Graph<TensorOp<T>>>,
     output: ValueKey<TensorOp<T>>,
     output_shape: Vec<usize>,
@@ -149,10 +150,10 @@ pub struct Einsum<T: Elem> {
 }
 
 impl<T: Elem> Einsum<T> {
-    /// Parses, checks shapes, path and memory (the default limit, 8 GiB), builds and
-    /// compiles.
+    /// Plans ([`Plan::new`]: parses, checks shapes and path), checks memory (the default
+    /// limit, [`MemoryLimit::default`]), builds and compiles.
     pub fn new(expression: &str, shapes: &[Vec<usize>], path: PathChoice) -> EinsumResult<Self> {
-        Self::build(expression, shapes, path, None, &EinsumOptions::default())
+        Self::with_options(expression, shapes, path, &EinsumOptions::default())
     }
 
     /// As [`Einsum::new`], with options (a memory limit).
@@ -162,7 +163,7 @@ impl<T: Elem> Einsum<T> {
         path: PathChoice,
         options: &EinsumOptions,
     ) -> EinsumResult<Self> {
-        Self::build(expression, shapes, path, None, options)
+        Self::build(Plan::new(expression, shapes, path, options.memory_limit)?, None)
     }
 
     /// As [`Einsum::new`], compiling through `cache` (equal graphs share one program).
@@ -172,31 +173,30 @@ impl<T: Elem> Einsum<T> {
         path: PathChoice,
         cache: &CompileCache<TensorOp<T>>,
     ) -> EinsumResult<Self> {
-        Self::build(expression, shapes, path, Some(cache), &EinsumOptions::default())
+        Self::build(Plan::new(expression, shapes, path, MemoryLimit::default())?, Some(cache))
     }
 
-    fn build(
-        expression: &str,
-        shapes: &[Vec<usize>],
-        path: PathChoice,
-        cache: Option<&CompileCache<TensorOp<T>>>,
-        options: &EinsumOptions,
-    ) -> EinsumResult<Self> {
-        let subscripts = Subscripts::parse(expression)?;
-        let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        // Numbered labels; broadcast axes (size 1 against a larger size) get labels of
-        // their own, summed over their single entry.
-        let crate::subscripts::LabelledNetwork { inputs, output, sizes, .. } =
-            subscripts.resolve(&shape_refs)?.squeeze_broadcast(&shape_refs);
+    /// Builds and compiles a plan, checking its tensors against the plan's memory budget.
+    pub fn from_plan(plan: Plan) -> EinsumResult<Self> {
+        Self::build(plan, None)
+    }
+
+    /// [`Einsum::from_plan`], compiling through `cache`.
+    pub fn from_plan_with_cache(plan: Plan, cache: &CompileCache<TensorOp<T>>) -> EinsumResult<Self> {
+        Self::build(plan, Some(cache))
+    }
+
+    fn build(plan: Plan, cache: Option<&CompileCache<TensorOp<T>>>) -> EinsumResult<Self> {
+        let options = EinsumOptions::default().memory_limit(plan.memory_limit());
+        let net = plan.network();
+        let (inputs, output, sizes) = (&net.inputs, &net.output, &net.sizes);
         let mut budget = Budget::new(options.memory_limit, std::mem::size_of::<T>());
-        for (i, s) in shapes.iter().enumerate() {
+        for (i, s) in plan.shapes().iter().enumerate() {
             budget.alloc(s, || format!("operand {i}"))?;
         }
-        let path = crate::search::find_path(path, &inputs, &output, &sizes)?;
-        let followed = FollowedPath::new(&inputs, &output, &path)?;
+        let followed = plan.followed();
         let n_inputs = inputs.len();
         let mut intermediate_bytes = Some(0u64);
-
         let mut b = GraphBuilder::<TensorOp<T>>::new();
         // Per path operand (inputs, then step results): its value and its labels in the
         // graph's layout (the follower's labels, ordered batch, left, right).
@@ -205,6 +205,21 @@ impl<T: Elem> Einsum<T> {
             values.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
         }
         let mut multiply_adds = 0.0;
+        // The sums done first (a one-operand einsum each), before any pairwise step; their
+        // results stay alive until a step consumes them.
+        let mut summed_bytes: Vec<Option<u64>> = vec![Some(0); n_inputs];
+        for (i, kept) in plan.reduced_inputs().iter().enumerate().filter(|&(i, _)| plan.summed_first(i)) {
+            let shape: Vec<usize> = kept.iter().map(|&c| sizes[c as usize]).collect();
+            let bytes = budget.alloc(&shape, || format!("operand {i} summed over the labels only it holds"))?;
+            intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
+            summed_bytes[i] = bytes;
+            let spec = UnarySpec::new(&inputs[i], kept, sizes)?;
+            multiply_adds += spec.multiply_adds() as f64;
+            let v =
+                b.try_add_operation(TensorOp::unary(spec), vec![ValueRef::Local(values[i].0)], OperationRole::Primary)?
+                    [0];
+            values[i] = (v, kept.clone());
+        }
         // Bytes of each step's result.
         let mut result_bytes: Vec<Option<u64>> = Vec::with_capacity(n_inputs);
         let steps = followed.steps();
@@ -226,12 +241,13 @@ impl<T: Elem> Einsum<T> {
             })?;
             intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
             for operand in step.operands {
-                if let Some(r) = followed.step_of(operand) {
-                    budget.free(result_bytes[r]);
+                match followed.step_of(operand) {
+                    Some(r) => budget.free(result_bytes[r]),
+                    None => budget.free(summed_bytes[operand.index()]),
                 }
             }
             result_bytes.push(bytes);
-            let spec = ContractSpec::new(&la, &lb, &kept, &sizes)?;
+            let spec = ContractSpec::new(&la, &lb, &kept, sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
             let v = b.try_add_operation(
                 TensorOp::contract(spec),
@@ -246,7 +262,7 @@ impl<T: Elem> Einsum<T> {
             let shape: Vec<usize> = output.iter().map(|&c| sizes[c as usize]).collect();
             let bytes = budget.alloc(&shape, || "the output (a reordering or reduction of one operand)".to_string())?;
             intermediate_bytes = intermediate_bytes.zip(bytes).and_then(|(a, b)| a.checked_add(b));
-            let spec = UnarySpec::new(&labels, &output, &sizes)?;
+            let spec = UnarySpec::new(&labels, output, sizes)?;
             multiply_adds += spec.multiply_adds() as f64;
             result =
                 b.try_add_operation(TensorOp::unary(spec), vec![ValueRef::Local(result)], OperationRole::Primary)?[0];
@@ -260,17 +276,16 @@ impl<T: Elem> Einsum<T> {
             Some(c) => c.get_or_compile(&view, outputs)?,
             None => Arc::new(computegraph::try_compile(&computegraph::try_materialize_merge(&view, outputs)?)?),
         };
-        let output_shape = output.iter().map(|&c| sizes[c as usize]).collect();
+        let output_shape = plan.output_shape();
+        drop(followed);
         Ok(Einsum {
-            subscripts,
-            shapes: shapes.to_vec(),
-            path,
+            plan,
             graph,
             output: output_key,
             output_shape,
             program,
             multiply_adds,
-            options: options.clone(),
+            options,
             // Both are below the limit (or the limit is off) when the checks passed.
             peak_bytes: budget.peak.unwrap_or(u64::MAX),
             intermediate_bytes: intermediate_bytes.unwrap_or(u64::MAX),
@@ -322,22 +337,26 @@ impl<T: Elem> Einsum<T> {
     }
 
     fn check_operands(&self, operands: &[&Tensor<T>]) -> EinsumResult<()> {
-        check_operand_shapes(&self.subscripts, &self.shapes, operands)
+        check_operand_shapes(&self.plan.name(), self.plan.shapes(), operands)
     }
 
-    /// The parsed subscripts.
-    pub fn subscripts(&self) -> &Subscripts {
-        &self.subscripts
+    /// The plan it was built from.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+    /// The parsed subscripts (`None` for a plan made from a numbered network).
+    pub fn subscripts(&self) -> Option<&Subscripts> {
+        self.plan.subscripts()
     }
     /// The operand shapes.
     pub fn shapes(&self) -> &[Vec<usize>] {
-        &self.shapes
+        self.plan.shapes()
     }
     /// The path used: the explicit one as given (steps of any length), or the one a search
     /// found. The graph follows its pairwise lowering ([`ContractionPath::pairwise`]), whose
     /// step numbers memory errors name.
     pub fn path(&self) -> &ContractionPath {
-        &self.path
+        self.plan.path()
     }
     /// The graph (one fragment; inputs `TensorKey::Var(i)`).
     pub fn graph(&self) -> &Arc<Graph<TensorOp<T>>> {
@@ -380,19 +399,19 @@ impl<T: Elem> Einsum<T> {
         if !budget.limit.allows(twice.and_then(|b| b.checked_add(self.peak_bytes))) {
             let all = twice.and_then(|b| b.checked_add(self.peak_bytes));
             return Err(budget.error(
-                format!("{what} of `{}` (the forward intermediates and their cotangents)", short(&self.subscripts)),
+                format!("{what} of `{}` (the forward intermediates and their cotangents)", short(&self.plan.name())),
                 all,
             ));
         }
         budget.live = twice.and_then(|b| b.checked_add(self.peak_bytes));
         for &i in wrt {
-            budget.alloc(&self.shapes[i], || format!("{what}: the gradient of operand {i}"))?;
+            budget.alloc(&self.plan.shapes()[i], || format!("{what}: the gradient of operand {i}"))?;
         }
         Ok(())
     }
 
     fn wrt_keys(&self, wrt: &[usize]) -> EinsumResult<Vec<TensorKey>> {
-        let mut seen = vec![false; self.shapes.len()];
+        let mut seen = vec![false; self.plan.shapes().len()];
         wrt.iter()
             .map(|&i| match seen.get_mut(i) {
                 Some(s) if !*s => {
@@ -402,7 +421,7 @@ impl<T: Elem> Einsum<T> {
                 Some(_) => Err(EinsumError::Shape(format!("operand {i} is listed twice in `wrt`"))),
                 None => Err(EinsumError::Shape(format!(
                     "cannot differentiate with respect to operand {i}: there are {}",
-                    self.shapes.len()
+                    self.plan.shapes().len()
                 ))),
             })
             .collect()
@@ -461,14 +480,13 @@ impl<T: Elem> Einsum<T> {
     }
 
     fn meta(&self) -> Meta {
-        Meta { shapes: self.shapes.clone(), output_shape: self.output_shape.clone(), name: self.subscripts.to_string() }
+        Meta { shapes: self.plan.shapes().to_vec(), output_shape: self.output_shape.clone(), name: self.plan.name() }
     }
 }
 
 /// An expression for a message: at most 60 characters.
-fn short(s: &Subscripts) -> String {
-    let s = s.to_string();
-    if s.chars().count() <= 60 { s } else { format!("{}…", s.chars().take(60).collect::<String>()) }
+fn short(s: &str) -> String {
+    if s.chars().count() <= 60 { s.to_string() } else { format!("{}…", s.chars().take(60).collect::<String>()) }
 }
 
 /// What derivative programs need to check and shape their arguments.

@@ -555,6 +555,52 @@ impl std::fmt::Display for ContractionPath {
 
 /// The distinct labels of a list, in order (the label lists the path searches, the
 /// network builder and the slice finder follow).
+impl std::str::FromStr for ContractionPath {
+    type Err = EinsumError;
+
+    /// opt_einsum's printed form, the inverse of `Display`: `[(0,1),(0,1)]`,
+    /// `[[0,1,2],[0,1]]` or `[(1,),(0,1)]`, whitespace ignored; `[]` is the empty path (one
+    /// operand). Validated when used, against the operand count.
+    ///
+    /// ```
+    /// use einsum::ContractionPath;
+    /// let p: ContractionPath = "[(1,), (0, 1, 2), (0, 1)]".parse().unwrap();
+    /// assert_eq!(p.to_string(), "[(1,), (0, 1, 2), (0, 1)]");
+    /// assert!("[(0,1]".parse::<ContractionPath>().unwrap_err().to_string().contains("not closed"));
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| EinsumError::Path {
+            step: None,
+            message: format!("`{s}` is not a path like [(0,1),(0,1)]: {why}"),
+        };
+        let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        let mut rest = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).ok_or_else(|| bad("no enclosing [ ]"))?;
+        let mut steps = Vec::new();
+        while !rest.is_empty() {
+            let close = match rest.chars().next() {
+                Some('(') => ')',
+                Some('[') => ']',
+                _ => return Err(bad(&format!("step {} does not start with ( or [", steps.len()))),
+            };
+            let end = rest.find(close).ok_or_else(|| bad(&format!("step {} is not closed", steps.len())))?;
+            let positions = rest[1..end]
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .map(|x| x.parse::<usize>().map_err(|_| bad(&format!("`{x}` is not an operand position"))))
+                .collect::<Result<Vec<usize>, EinsumError>>()?;
+            if positions.is_empty() {
+                return Err(bad(&format!("step {} names no operand", steps.len())));
+            }
+            steps.push(positions);
+            rest = &rest[end + 1..];
+            if !rest.is_empty() {
+                rest = rest.strip_prefix(',').ok_or_else(|| bad("steps must be separated by commas"))?;
+            }
+        }
+        Ok(ContractionPath::from_steps(steps))
+    }
+}
+
 pub(crate) fn distinct(l: &[u32]) -> Vec<u32> {
     let mut out: Vec<u32> = Vec::with_capacity(l.len());
     for &c in l {
@@ -624,10 +670,24 @@ pub struct PairStep {
 pub struct FollowedPath<'a> {
     inputs: &'a [Vec<u32>],
     output: &'a [u32],
+    walk: std::borrow::Cow<'a, Walk>,
+}
+
+/// What following a path produces, without the label lists it was followed over: kept
+/// by [`crate::Plan`] beside its network, and lent to a [`FollowedPath`] view of both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Walk {
     steps: Vec<PairStep>,
     /// The labels of step `s`'s result.
     results: Vec<Vec<u32>>,
     last: PathOperand,
+}
+
+impl Walk {
+    /// The pairwise steps, in order.
+    pub(crate) fn steps(&self) -> &[PairStep] {
+        &self.steps
+    }
 }
 
 impl<'a> FollowedPath<'a> {
@@ -674,19 +734,30 @@ impl<'a> FollowedPath<'a> {
             results.push(result);
         }
         let last = PathOperand::new(live.nth(0));
-        Ok(FollowedPath { inputs, output, steps, results, last })
+        let walk = std::borrow::Cow::Owned(Walk { steps, results, last });
+        Ok(FollowedPath { inputs, output, walk })
+    }
+
+    /// The view of a walk kept beside the network it was followed over (no work).
+    pub(crate) fn from_walk(inputs: &'a [Vec<u32>], output: &'a [u32], walk: &'a Walk) -> Self {
+        FollowedPath { inputs, output, walk: std::borrow::Cow::Borrowed(walk) }
+    }
+
+    /// The walk, to keep apart from the label lists.
+    pub(crate) fn into_walk(self) -> Walk {
+        self.walk.into_owned()
     }
 
     /// The pairwise steps, in order.
     pub fn steps(&self) -> &[PairStep] {
-        &self.steps
+        &self.walk.steps
     }
 
     /// The labels of an operand or result of this path (see the invariants; an operand
     /// of another path may be out of range, which panics).
     pub fn labels(&self, operand: PathOperand) -> &[u32] {
         match self.step_of(operand) {
-            Some(s) => &self.results[s],
+            Some(s) => &self.walk.results[s],
             None => &self.inputs[operand.index()],
         }
     }
@@ -704,14 +775,14 @@ impl<'a> FollowedPath<'a> {
 
     /// The one operand left after the last step (the only operand when there are no steps).
     pub fn last(&self) -> PathOperand {
-        self.last
+        self.walk.last
     }
 
     /// When the operand left does not have the output's labels, a final one-operand step
     /// (reorder or reduce) must follow: its labels and the distinct labels it loops over.
     /// Only a path of no steps can need one.
     pub fn final_reduction(&self) -> Option<(&[u32], Vec<u32>)> {
-        let l = self.labels(self.last);
+        let l = self.labels(self.walk.last);
         (l != self.output).then(|| (l, distinct(l)))
     }
 }

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{EinsumError, EinsumResult};
 use crate::hyper::HyperOptions;
-use crate::path::{ContractionPath, FollowedPath, PathChoice, distinct};
+use crate::path::{ContractionPath, PathChoice, distinct};
 
 /// [`optimal`] searches networks of at most this many operands (3^16 ≈ 4·10^7 splits).
 pub const OPTIMAL_MAX_OPERANDS: usize = 16;
@@ -192,16 +192,7 @@ impl Bits {
 /// assert_eq!((left, right), (2560.0, 2520.0));
 /// ```
 pub fn path_cost(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], path: &ContractionPath) -> EinsumResult<f64> {
-    let followed = FollowedPath::new(inputs, output, path)?;
-    let size = |l: &[u32]| l.iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
-    let mut cost = 0.0;
-    for step in followed.steps() {
-        cost += size(&followed.loops(step));
-    }
-    if let Some((_, loops)) = followed.final_reduction() {
-        cost += size(&loops);
-    }
-    Ok(cost)
+    crate::cost::path_cost(inputs, output, sizes, path)
 }
 
 /// The network as bitsets: each operand's labels, the output's, and each label's holders.

@@ -1,5 +1,5 @@
 //! Slice finding: which labels to fix, one value at a time, so that a contraction fits a
-//! memory target ([`SlicePlan::find`]).
+//! memory target ([`SlicePlan::for_plan`], on a [`Plan`]'s network, first sums and walk).
 //!
 //! Slicing a label `k` of size `d` splits a contraction into `d` contractions of the same
 //! expression with `k` fixed: every tensor holding `k` shrinks by the factor `d`, and the
@@ -34,11 +34,10 @@
 //! Complexity: following the path is `O(Σ labels per step)`; the greedy finder evaluates
 //! `O(L)` candidates per added label, `O(L² · Σ labels per step)` in all for `L` labels.
 
-use rustc_hash::FxHashMap;
-
 use crate::error::{EinsumError, EinsumResult};
 use crate::memory::MemoryLimit;
-use crate::path::{ContractionPath, FollowedPath};
+use crate::path::{ContractionPath, PathChoice, distinct};
+use crate::plan::Plan;
 use crate::subscripts::Subscripts;
 
 /// How to slice a contraction ([`crate::SlicedEinsum::new`]).
@@ -82,6 +81,8 @@ pub enum Slicing {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlicePlan {
     labels: Vec<char>,
+    /// The sliced labels as numbered in the plan's network.
+    ids: Vec<u32>,
     sizes: Vec<usize>,
     n_slices: u64,
     unsliced_multiply_adds: f64,
@@ -95,6 +96,11 @@ impl SlicePlan {
     /// The sliced labels, in slice-index order (the last varies fastest).
     pub fn labels(&self) -> &[char] {
         &self.labels
+    }
+    /// The sliced labels as the plan's network numbers them ([`Plan::network`]), in the
+    /// same order: what [`Plan::slice`] drops.
+    pub fn label_ids(&self) -> &[u32] {
+        &self.ids
     }
     /// The size of each sliced label.
     pub fn sizes(&self) -> &[usize] {
@@ -147,7 +153,8 @@ impl SlicePlan {
     }
 
     /// Chooses the labels to slice for `subscripts` with operand `shapes` along `path`,
-    /// elements of `elem_bytes` bytes, within `limit` (see [`Slicing`]).
+    /// elements of `elem_bytes` bytes, within `limit` (see [`Slicing`]): a [`Plan`] of
+    /// them, then [`SlicePlan::for_plan`].
     pub fn find(
         subscripts: &Subscripts,
         shapes: &[Vec<usize>],
@@ -156,8 +163,26 @@ impl SlicePlan {
         slicing: &Slicing,
         limit: MemoryLimit,
     ) -> EinsumResult<SlicePlan> {
-        let net = Network::new(subscripts, shapes, path, elem_bytes)?;
-        let limit_f = match limit {
+        let plan = Plan::from_subscripts(subscripts.clone(), shapes, PathChoice::Explicit(path.clone()), limit)?;
+        SlicePlan::for_plan(&plan, elem_bytes, slicing)
+    }
+
+    /// Chooses the labels to slice for `plan` (its network, its first sums and its path),
+    /// elements of `elem_bytes` bytes, within the plan's memory budget (see [`Slicing`]).
+    ///
+    /// ```
+    /// use einsum::{MemoryLimit, PathChoice, Plan, SlicePlan, Slicing};
+    ///
+    /// let plan = Plan::new("ab,bc->ac", &[vec![3, 5], vec![5, 7]], PathChoice::Greedy, MemoryLimit::Unlimited).unwrap();
+    /// let s = SlicePlan::for_plan(&plan, 8, &Slicing::Labels(vec!['b'])).unwrap();
+    /// assert_eq!((s.n_slices(), s.label_ids()), (5, &[1][..]));
+    /// // The plan of one slice drops the label.
+    /// assert_eq!(plan.slice(s.label_ids()).unwrap().shapes(), &[vec![3], vec![7]]);
+    /// ```
+    pub fn for_plan(plan: &Plan, elem_bytes: usize, slicing: &Slicing) -> EinsumResult<SlicePlan> {
+        let net = Network::new(plan, elem_bytes);
+        let name = plan.name();
+        let limit_f = match plan.memory_limit() {
             MemoryLimit::Bytes(b) => b as f64,
             MemoryLimit::Unlimited => f64::INFINITY,
         };
@@ -168,8 +193,8 @@ impl SlicePlan {
                 for &c in labels {
                     let id = net.id(c).ok_or_else(|| {
                         EinsumError::Slice(format!(
-                            "cannot slice label `{c}`: `{subscripts}` has no such label (its labels are {})",
-                            net.labels.iter().collect::<String>()
+                            "cannot slice label `{c}`: `{name}` has no such label (its labels are {})",
+                            net.labels.iter().flatten().collect::<String>()
                         ))
                     })?;
                     if ids.contains(&id) {
@@ -182,18 +207,18 @@ impl SlicePlan {
             Slicing::Memory { gradient } => {
                 let measure = |c: &Costs| if *gradient { c.gradient_peak } else { c.peak };
                 let unit = if *gradient { "gradient bytes" } else { "bytes" };
-                net.greedy(measure, limit_f, unit, subscripts)?
+                net.greedy(measure, limit_f, unit, &name)?
             }
             Slicing::LargestIntermediate(t) => {
-                net.greedy(|c| c.largest.max(c.output_if_sliced), *t as f64, "elements", subscripts)?
+                net.greedy(|c| c.largest.max(c.output_if_sliced), *t as f64, "elements", &name)?
             }
         };
-        // The network above names only labelled axes: an ellipsis's axes are not in its
-        // estimates, so such an expression runs unsliced (its `Einsum` checks the memory
-        // limit exactly) and cannot be sliced yet.
-        if subscripts.has_ellipsis() && !chosen.is_empty() {
+        // Sliced labels are named by their characters: an ellipsis's axes have none, so
+        // such an expression runs unsliced (its `Einsum` checks the memory limit exactly)
+        // and cannot be sliced yet.
+        if plan.subscripts().is_none_or(Subscripts::has_ellipsis) && !chosen.is_empty() {
             return Err(EinsumError::Slice(format!(
-                "`{subscripts}` has an ellipsis: only expressions with named labels can be sliced (for now)"
+                "`{name}` has an ellipsis or unnamed labels: only expressions with named labels can be sliced (for now)"
             )));
         }
         let c = net.costs(&chosen);
@@ -202,8 +227,9 @@ impl SlicePlan {
             .try_fold(1u64, |acc, &l| acc.checked_mul(net.sizes[l as usize] as u64))
             .ok_or_else(|| EinsumError::Slice("the sliced labels make more than 2^64 slices".into()))?;
         Ok(SlicePlan {
-            labels: chosen.iter().map(|&l| net.labels[l as usize]).collect(),
+            labels: chosen.iter().map(|&l| net.labels[l as usize].expect("a sliced label is named")).collect(),
             sizes: chosen.iter().map(|&l| net.sizes[l as usize]).collect(),
+            ids: chosen,
             n_slices,
             unsliced_multiply_adds: net.costs(&[]).madds,
             slice_multiply_adds: c.madds,
@@ -228,7 +254,8 @@ struct Step {
 
 /// The network as label ids, followed along the path once.
 struct Network {
-    labels: Vec<char>,
+    /// Each label's character (`None` for an ellipsis dimension or a broadcast axis).
+    labels: Vec<Option<char>>,
     sizes: Vec<usize>,
     operands: Vec<Vec<u32>>,
     output: Vec<u32>,
@@ -258,42 +285,48 @@ struct Costs {
 }
 
 impl Network {
-    fn new(subscripts: &Subscripts, shapes: &[Vec<usize>], path: &ContractionPath, elem: usize) -> EinsumResult<Self> {
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let by_char = subscripts.label_sizes(&refs)?;
-        // Numbered as `Einsum` numbers them: first appearance in the operands, then the output.
-        let mut ids: FxHashMap<char, u32> = FxHashMap::default();
-        let (mut labels, mut sizes) = (Vec::new(), Vec::new());
-        let mut id = |c: char| {
-            *ids.entry(c).or_insert_with(|| {
-                labels.push(c);
-                sizes.push(by_char[&c]);
-                labels.len() as u32 - 1
-            })
-        };
-        let operands: Vec<Vec<u32>> = subscripts.inputs().iter().map(|l| l.iter().map(|&c| id(c)).collect()).collect();
-        let output: Vec<u32> = subscripts.output().iter().map(|&c| id(c)).collect();
+    fn new(plan: &Plan, elem: usize) -> Self {
+        let net = plan.network();
+        // The first sums are steps of their own (a tensor alive until a pairwise step
+        // consumes it), as `Einsum` runs them; then the pairwise steps, whose operands of
+        // index `i < n` are the first sum of operand `i` when it has one.
+        let mut first: Vec<Option<usize>> = vec![None; net.inputs.len()];
+        let mut steps: Vec<Step> = Vec::new();
+        for (i, kept) in plan.reduced_inputs().iter().enumerate().filter(|&(i, _)| plan.summed_first(i)) {
+            first[i] = Some(steps.len());
+            steps.push(Step { all: distinct(&net.inputs[i]), result: kept.clone(), consumes: Vec::new() });
+        }
+        let offset = steps.len();
         // Steps of more than two operands run as pairwise contractions in the order listed
         // (as `Einsum` runs them), so the slices follow that lowering.
-        let followed = FollowedPath::new(&operands, &output, path)?;
-        let mut steps: Vec<Step> = followed
-            .steps()
-            .iter()
-            .map(|step| Step {
-                all: followed.loops(step),
-                result: followed.labels(step.result).to_vec(),
-                consumes: step.operands.iter().filter_map(|&o| followed.step_of(o)).collect(),
-            })
-            .collect();
+        let followed = plan.followed();
+        for step in followed.steps() {
+            let consumes = step
+                .operands
+                .iter()
+                .filter_map(|&o| match followed.step_of(o) {
+                    Some(s) => Some(offset + s),
+                    None => first[o.index()],
+                })
+                .collect();
+            steps.push(Step { all: followed.loops(step), result: followed.labels(step.result).to_vec(), consumes });
+        }
         if let Some((_, loops)) = followed.final_reduction() {
             // One operand reordered or reduced (as `Einsum` adds a final one-operand step).
-            steps.push(Step { all: loops, result: output.clone(), consumes: Vec::new() });
+            steps.push(Step { all: loops, result: net.output.clone(), consumes: Vec::new() });
         }
-        Ok(Network { labels, sizes, operands, output, steps, elem: elem as f64 })
+        Network {
+            labels: net.names.clone(),
+            sizes: net.sizes.clone(),
+            operands: net.inputs.clone(),
+            output: net.output.clone(),
+            steps,
+            elem: elem as f64,
+        }
     }
 
     fn id(&self, c: char) -> Option<u32> {
-        self.labels.iter().position(|&l| l == c).map(|p| p as u32)
+        self.labels.iter().position(|&l| l == Some(c)).map(|p| p as u32)
     }
 
     /// The costs of one slice with `sliced` labels fixed.
@@ -348,13 +381,7 @@ impl Network {
     }
 
     /// The greedy finder (module docs): labels until `measure ≤ target`.
-    fn greedy(
-        &self,
-        measure: impl Fn(&Costs) -> f64,
-        target: f64,
-        unit: &str,
-        subscripts: &Subscripts,
-    ) -> EinsumResult<Vec<u32>> {
+    fn greedy(&self, measure: impl Fn(&Costs) -> f64, target: f64, unit: &str, name: &str) -> EinsumResult<Vec<u32>> {
         let mut chosen: Vec<u32> = Vec::new();
         if measure(&self.costs(&chosen)) <= target {
             return Ok(chosen);
@@ -362,7 +389,7 @@ impl Network {
         let candidates: Vec<u32> = (0..self.labels.len() as u32).filter(|&c| self.sizes[c as usize] > 1).collect();
         let every = self.costs(&candidates);
         if measure(&every) > target {
-            return Err(self.impossible(&every, measure(&every), target, unit, subscripts));
+            return Err(self.impossible(&every, measure(&every), target, unit, name));
         }
         // What no slicing removes (the tensors held whole, roughly): the measure with
         // every label sliced.
@@ -401,15 +428,8 @@ impl Network {
 impl Network {
     /// Why no slicing meets the target: the tensors held whole (the operands, the output,
     /// the gradients) or, if they fit, one slice with every label sliced.
-    fn impossible(
-        &self,
-        every: &Costs,
-        measured: f64,
-        target: f64,
-        unit: &str,
-        subscripts: &Subscripts,
-    ) -> EinsumError {
-        let expr = short(subscripts);
+    fn impossible(&self, every: &Costs, measured: f64, target: f64, unit: &str, name: &str) -> EinsumError {
+        let expr = short(name);
         let shape: Vec<usize> = self.output.iter().map(|&c| self.sizes[c as usize]).collect();
         let e = self.elem;
         if unit == "elements" {
@@ -443,9 +463,8 @@ impl Network {
 }
 
 /// An expression for a message: at most 60 characters.
-fn short(s: &Subscripts) -> String {
-    let s = s.to_string();
-    if s.chars().count() <= 60 { s } else { format!("{}…", s.chars().take(60).collect::<String>()) }
+fn short(s: &str) -> String {
+    if s.chars().count() <= 60 { s.to_string() } else { format!("{}…", s.chars().take(60).collect::<String>()) }
 }
 
 #[cfg(test)]

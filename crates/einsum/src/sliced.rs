@@ -1,8 +1,9 @@
 //! [`SlicedEinsum`]: a contraction evaluated slice by slice within a memory target, and
 //! its gradient ([`SlicedGradient`]) summed over slices.
 //!
-//! Plan once: the path (given or found), the sliced labels ([`SlicePlan::find`]), and one
-//! compiled program for a slice: the same expression with the sliced labels removed, on
+//! Plan once ([`Plan`]): the path (given or found), the sliced labels
+//! ([`SlicePlan::for_plan`]), and one compiled program for a slice: the plan of one slice
+//! ([`Plan::slice`], the network with the sliced labels dropped, no string reparsed), on
 //! shapes without their axes. Evaluate: for each slice index, copy the operands that hold
 //! a sliced label at the slice's values (a copy is reused while its values do not change),
 //! run the program, and add its result into an accumulator of the output's full shape, at
@@ -39,8 +40,8 @@ use crate::memory::MemoryLimit;
 use crate::network::{Einsum, EinsumGradient, EinsumOptions, check_operand_shapes};
 use crate::path::ContractionPath;
 use crate::path::PathChoice;
+use crate::plan::Plan;
 use crate::slice::{SlicePlan, Slicing};
-use crate::subscripts::Subscripts;
 use crate::tensor::{Tensor, row_major_strides};
 
 /// Where the sliced labels sit: for every axis of every operand and of the output, the
@@ -340,7 +341,8 @@ impl<T: Elem> OutputBlocks<T> {
 pub struct SlicedEinsum<T: Elem> {
     layout: Arc<Layout>,
     einsum: Einsum<T>,
-    path: ContractionPath,
+    /// The whole contraction's plan (the slice program's is `einsum.plan()`).
+    plan: Plan,
 }
 
 impl<T: Elem> SlicedEinsum<T> {
@@ -355,15 +357,19 @@ impl<T: Elem> SlicedEinsum<T> {
         options: &EinsumOptions,
         slicing: &Slicing,
     ) -> EinsumResult<Self> {
-        let elem = std::mem::size_of::<T>();
-        let limit_bytes = match options.limit() {
+        Self::check_operands_fit(shapes, options.limit())?;
+        Self::from_plan(Plan::new(expression, shapes, path, options.limit())?, slicing)
+    }
+
+    /// An operand over the limit alone is named as the plain contraction names it.
+    fn check_operands_fit(shapes: &[Vec<usize>], limit: MemoryLimit) -> EinsumResult<()> {
+        let limit_bytes = match limit {
             MemoryLimit::Bytes(b) => Some(b),
             MemoryLimit::Unlimited => None,
         };
-        // An operand over the limit alone is named as the plain contraction names it.
         for (i, s) in shapes.iter().enumerate() {
-            let bytes = crate::memory::tensor_bytes(s, elem);
-            if !options.limit().allows(bytes) {
+            let bytes = crate::memory::tensor_bytes(s, std::mem::size_of::<T>());
+            if !limit.allows(bytes) {
                 return Err(EinsumError::Memory {
                     what: format!("operand {i} of shape {s:?}"),
                     bytes,
@@ -371,81 +377,55 @@ impl<T: Elem> SlicedEinsum<T> {
                 });
             }
         }
-        // Without slicing, the contraction built with the options is the program; otherwise
-        // a build without a limit gives the path and the labels (it allocates no tensor).
-        let (subscripts, path, whole) = match slicing {
-            Slicing::None => {
-                let e = Einsum::<T>::with_options(expression, shapes, path, options)?;
-                (e.subscripts().clone(), e.path().clone(), Some(e))
-            }
-            _ => {
-                let unlimited = EinsumOptions::default().memory_limit(MemoryLimit::Unlimited);
-                let e = Einsum::<T>::with_options(expression, shapes, path, &unlimited)?;
-                (e.subscripts().clone(), e.path().clone(), None)
-            }
-        };
-        let plan = SlicePlan::find(&subscripts, shapes, &path, elem, slicing, options.limit())?;
-        let sliced = |c: &char| plan.labels().contains(c);
-        let position = |c: &char| plan.labels().iter().position(|l| l == c);
-        if plan.n_slices() > 1 || !plan.labels().is_empty() {
-            let bytes = Some(plan.peak_bytes());
-            if !options.limit().allows(bytes) {
+        Ok(())
+    }
+
+    /// Slices a plan (its memory budget is the target of [`Slicing::Memory`]) and compiles
+    /// the plan of one slice ([`Plan::slice`]), or the plan itself when nothing is sliced.
+    pub fn from_plan(plan: Plan, slicing: &Slicing) -> EinsumResult<Self> {
+        let limit = plan.memory_limit();
+        Self::check_operands_fit(plan.shapes(), limit)?;
+        let slices = SlicePlan::for_plan(&plan, std::mem::size_of::<T>(), slicing)?;
+        let ids = slices.label_ids().to_vec();
+        if slices.n_slices() > 1 || !ids.is_empty() {
+            let bytes = Some(slices.peak_bytes());
+            if !limit.allows(bytes) {
                 return Err(EinsumError::Memory {
                     what: format!(
-                        "one slice of `{subscripts}` sliced on `{}` ({} slices; the operands and the output held whole)",
-                        plan.labels().iter().collect::<String>(),
-                        plan.n_slices()
+                        "one slice of `{}` sliced on `{}` ({} slices; the operands and the output held whole)",
+                        plan.name(),
+                        slices.labels().iter().collect::<String>(),
+                        slices.n_slices()
                     ),
                     bytes,
-                    limit: limit_bytes,
+                    limit: match limit {
+                        MemoryLimit::Bytes(b) => Some(b),
+                        MemoryLimit::Unlimited => None,
+                    },
                 });
             }
         }
-        let inputs: Vec<Vec<char>> =
-            subscripts.inputs().iter().map(|l| l.iter().copied().filter(|c| !sliced(c)).collect()).collect();
-        let output: Vec<char> = subscripts.output().iter().copied().filter(|c| !sliced(c)).collect();
-        let reduced = Subscripts::from_labels(inputs, output)?.to_string();
-        let reduced_shapes: Vec<Vec<usize>> = shapes
-            .iter()
-            .zip(subscripts.inputs())
-            .map(|(s, l)| s.iter().zip(l).filter(|(_, c)| !sliced(c)).map(|(&d, _)| d).collect())
-            .collect();
-        // Nothing sliced: the whole contraction, built from the expression as given (an
-        // ellipsis included, which the named labels above do not cover).
-        let not_sliced = plan.labels().is_empty();
-        let einsum = match whole {
-            Some(e) => e,
-            None if not_sliced => {
-                Einsum::<T>::with_options(expression, shapes, PathChoice::Explicit(path.clone()), options)?
-            }
-            None => Einsum::<T>::with_options(&reduced, &reduced_shapes, PathChoice::Explicit(path.clone()), options)?,
-        };
-        let output_shape = if not_sliced {
-            einsum.output_shape().to_vec()
-        } else {
-            let by_char = subscripts.label_sizes(&shapes.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
-            subscripts.output().iter().map(|c| by_char[c]).collect()
-        };
-        let output_axes: Vec<Option<usize>> = subscripts.output().iter().map(position).collect();
-        let block_shape = if not_sliced {
-            output_shape.clone()
-        } else {
-            output_shape.iter().zip(&output_axes).filter(|(_, a)| a.is_none()).map(|(&d, _)| d).collect()
-        };
-        let block_labels =
-            (0..plan.labels().len()).filter(|&j| subscripts.output().contains(&plan.labels()[j])).collect();
+        let not_sliced = ids.is_empty();
+        // Nothing sliced: the whole contraction, an ellipsis included.
+        let einsum = if not_sliced { Einsum::from_plan(plan.clone())? } else { Einsum::from_plan(plan.slice(&ids)?)? };
+        let position = |c: &u32| ids.iter().position(|l| l == c);
+        let output_shape = plan.output_shape();
+        let resolved = plan.resolved();
+        let output_axes: Vec<Option<usize>> = resolved.output.iter().map(position).collect();
+        let block_shape = output_shape.iter().zip(&output_axes).filter(|(_, a)| a.is_none()).map(|(&d, _)| d).collect();
+        let block_labels = (0..ids.len()).filter(|&j| resolved.output.contains(&ids[j])).collect();
         let layout = Layout {
-            expression: subscripts.to_string(),
-            shapes: shapes.to_vec(),
+            expression: plan.name(),
+            shapes: plan.shapes().to_vec(),
             output_shape,
-            operand_axes: subscripts.inputs().iter().map(|l| l.iter().map(position).collect()).collect(),
+            operand_axes: resolved.inputs.iter().map(|l| l.iter().map(position).collect()).collect(),
             output_axes,
             block_labels,
             block_shape,
-            plan,
-            limit: options.limit(),
+            plan: slices,
+            limit,
         };
-        Ok(SlicedEinsum { layout: Arc::new(layout), einsum, path })
+        Ok(SlicedEinsum { layout: Arc::new(layout), einsum, plan })
     }
 
     /// The slicing plan: labels, slice count, overhead, estimated peaks.
@@ -454,7 +434,11 @@ impl<T: Elem> SlicedEinsum<T> {
     }
     /// The path of the whole contraction (and of each slice).
     pub fn path(&self) -> &ContractionPath {
-        &self.path
+        self.plan.path()
+    }
+    /// The whole contraction's plan (each slice runs [`Plan::slice`] of it).
+    pub fn contraction_plan(&self) -> &Plan {
+        &self.plan
     }
     /// The compiled contraction of one slice (the whole contraction when nothing is sliced).
     pub fn slice_einsum(&self) -> &Einsum<T> {

@@ -51,6 +51,9 @@ pub struct Subscripts {
     output_ellipsis: Option<usize>,
 }
 
+/// The fields of [`Subscripts`]: labels per operand, output labels, ellipsis positions.
+pub(crate) type SubscriptsParts = (Vec<Vec<char>>, Vec<char>, Vec<Option<usize>>, Option<usize>);
+
 /// Subscripts numbered for given shapes ([`Subscripts::resolve`]): labels are `0..sizes.len()`,
 /// named labels and ellipsis dimensions in order of first appearance (operands, then output).
 ///
@@ -208,6 +211,42 @@ impl Subscripts {
                 "labels must not be syntax, whitespace or controls; output labels unique and present in an operand"
                     .into(),
         })
+    }
+
+    /// The fields, for [`crate::Plan`]'s serialized form.
+    pub(crate) fn parts(&self) -> SubscriptsParts {
+        (self.inputs.clone(), self.output.clone(), self.ellipses.clone(), self.output_ellipsis)
+    }
+
+    /// Subscripts from [`Subscripts::parts`], checked: one ellipsis entry per operand,
+    /// each within its labels, and labels that the parser would accept.
+    pub(crate) fn from_parts(parts: SubscriptsParts) -> EinsumResult<Self> {
+        let (inputs, output, ellipses, output_ellipsis) = parts;
+        let bad = |why: &str| EinsumError::Parse { expression: String::new(), position: 0, message: why.to_string() };
+        if ellipses.len() != inputs.len() {
+            return Err(bad("one ellipsis entry per operand"));
+        }
+        let fits = |labels: &[char], e: Option<usize>| e.is_none_or(|p| p <= labels.len());
+        if !inputs.iter().zip(&ellipses).all(|(l, &e)| fits(l, e)) || !fits(&output, output_ellipsis) {
+            return Err(bad("an ellipsis past its labels"));
+        }
+        if !inputs.iter().flatten().chain(&output).all(|&c| is_label(c)) {
+            return Err(bad("labels must not be syntax, whitespace or controls"));
+        }
+        Ok(Subscripts { inputs, output, ellipses, output_ellipsis })
+    }
+
+    /// The same subscripts with the named labels `drop` removed everywhere (what a slice
+    /// of the contraction computes, [`crate::Plan::slice`]); ellipses stay where they were
+    /// among the labels left.
+    pub(crate) fn without(&self, drop: &[char]) -> Subscripts {
+        let cut = |labels: &[char], ellipsis: Option<usize>| {
+            let at = ellipsis.map(|p| labels[..p].iter().filter(|c| !drop.contains(c)).count());
+            (labels.iter().copied().filter(|c| !drop.contains(c)).collect::<Vec<char>>(), at)
+        };
+        let (inputs, ellipses) = self.inputs.iter().zip(&self.ellipses).map(|(l, &e)| cut(l, e)).unzip();
+        let (output, output_ellipsis) = cut(&self.output, self.output_ellipsis);
+        Subscripts { inputs, output, ellipses, output_ellipsis }
     }
 
     /// One list of named labels per operand (an ellipsis is not in it: see

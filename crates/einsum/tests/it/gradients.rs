@@ -14,6 +14,9 @@ const NETWORKS: &[(&str, &[&[usize]])] = &[
     ("abc,cd,db->a", &[&[2, 3, 2], &[2, 3], &[3, 3]]),
     ("ab,bc,cd,da->", &[&[2, 3], &[3, 2], &[2, 3], &[3, 2]]),
     ("ii,ij,jk->k", &[&[3, 3], &[3, 2], &[2, 2]]),
+    // Labels held by one operand alone, summed out of it first (`b`, `e`, `f`; all four).
+    ("abc,cd,ef->ad", &[&[2, 3, 2], &[2, 3], &[2, 3]]),
+    ("ij,kl->", &[&[3, 2], &[2, 3]]),
 ];
 
 fn setup<T: Elem>(expr: &str, shapes: &[&[usize]]) -> (Einsum<T>, Vec<Tensor<T>>) {

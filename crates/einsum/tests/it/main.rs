@@ -3,6 +3,7 @@
 mod gradients;
 mod instances;
 mod network;
+mod plan;
 mod robustness;
 mod rules;
 mod search;
