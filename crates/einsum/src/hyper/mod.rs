@@ -7,9 +7,9 @@
 //! Drivers (`Method`):
 //! - randomized greedy (`greedy.rs`): Boltzmann-sampled pairs, the weight of the operands'
 //!   sizes and the temperature as parameters;
-//! - recursive bisection (`partition.rs`): METIS splits the network until groups are small,
-//!   the greedy driver contracts each group; imbalance, cutoff and the groups' greedy
-//!   parameters as parameters.
+//! - recursive partitioning (`partition.rs`): METIS splits the network until groups are small,
+//!   the greedy driver contracts each group and joins its parts; imbalance, cutoff, parts
+//!   and the greedy parameters as parameters.
 //!
 //! Tuning (`tune.rs`): each driver's parameters live in a unit box; the first trials of a
 //! driver sample it uniformly, later ones perturb one of the driver's best few or, now and

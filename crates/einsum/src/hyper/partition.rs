@@ -1,13 +1,13 @@
-//! The recursive-bisection driver: split the network's inputs in two groups that share
-//! as little as possible (METIS's multilevel bisection of the graph whose vertices are the
-//! inputs and whose edges are their shared summed labels, each weighted by the log of its
-//! size), split each group again, and so on down to groups of at most `cutoff` inputs,
-//! which the greedy driver contracts; then each pair of sibling groups is one contraction.
-//! A cut label is one that stays open until the siblings meet, so a bisection with a small
-//! cut keeps the intermediates small, and balanced halves keep the tree shallow.
+//! The recursive-partition driver: split the network's inputs into `parts` groups that
+//! share as little as possible (METIS's multilevel partitioning of the graph whose vertices
+//! are the inputs and whose edges are their shared summed labels, each weighted by the log
+//! of its size), split each group again, and so on down to groups of at most `cutoff`
+//! inputs, which the greedy driver contracts; then the greedy driver also joins each
+//! group's parts. A cut label is one that stays open until its parts meet, so a split with
+//! a small cut keeps the intermediates small, and balanced parts keep the tree shallow.
 //!
-//! Parameters: the imbalance METIS may allow, the cutoff, the greedy parameters of the
-//! small groups, and METIS's seed (drawn per trial).
+//! Parameters: the imbalance METIS may allow, the cutoff, the number of parts (2 to 6), the
+//! greedy parameters of the small groups, and METIS's seed (drawn per trial).
 //!
 //! Why METIS (the `metis` crate, its C source vendored and built by `cc`): a multilevel
 //! partitioner (coarsen, bisect, refine back up) finds far smaller cuts than a flat
@@ -24,34 +24,39 @@ use smallvec::SmallVec;
 
 use super::greedy::{GreedyParams, greedy};
 use super::rng::Rng;
-use super::tree::{NONE, Net, Tree};
+use super::tree::{Legs, NONE, Net, Tree};
+
+/// Held while METIS runs (see `split`).
+static METIS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Labels held by more than this many inputs of a group join them by a chain of edges,
 /// not a clique (a clique of `k` vertices has `k(k − 1)/2` edges).
 const CLIQUE_MAX: usize = 16;
 
-/// The bisection driver's parameters.
+/// The partition driver's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct PartitionParams {
     /// The load imbalance METIS may allow, as a fraction (0.01 to 0.9).
     pub(crate) imbalance: f64,
     /// Groups of at most this many inputs are contracted by the greedy driver.
     pub(crate) cutoff: usize,
-    /// The greedy driver's parameters within small groups.
+    /// How many parts each group is split into (2: bisection).
+    pub(crate) parts: usize,
+    /// The greedy driver's parameters within small groups and across a group's parts.
     pub(crate) greedy: GreedyParams,
 }
 
-/// A group of inputs: its members, or the two groups it was split into.
+/// A group of inputs: its members, or the groups it was split into.
 struct Group {
     members: Vec<u32>,
-    halves: Option<[usize; 2]>,
+    parts: Option<Vec<usize>>,
 }
 
-/// A tree by recursive bisection (see the module docs).
+/// A tree by recursive partitioning (see the module docs).
 pub(crate) fn partition_tree(net: &Net, params: PartitionParams, rng: &mut Rng) -> Tree {
     let n = net.n();
     let cutoff = params.cutoff.max(2);
-    let mut groups = vec![Group { members: (0..n as u32).collect(), halves: None }];
+    let mut groups = vec![Group { members: (0..n as u32).collect(), parts: None }];
     let mut stack = vec![0usize];
     while let Some(g) = stack.pop() {
         if groups[g].members.len() <= cutoff {
@@ -59,46 +64,46 @@ pub(crate) fn partition_tree(net: &Net, params: PartitionParams, rng: &mut Rng) 
         }
         let members = std::mem::take(&mut groups[g].members);
         let seed = rng.next_u64();
-        match bisect(net, &members, params.imbalance, seed) {
-            Some((a, b)) => {
+        let k = params.parts.clamp(2, members.len());
+        match split(net, &members, k, params.imbalance, seed) {
+            Some(parts) => {
                 let first = groups.len();
-                groups.push(Group { members: a, halves: None });
-                groups.push(Group { members: b, halves: None });
-                groups[g].halves = Some([first, first + 1]);
-                stack.push(first);
-                stack.push(first + 1);
+                let count = parts.len();
+                groups.extend(parts.into_iter().map(|members| Group { members, parts: None }));
+                groups[g].parts = Some((first..first + count).collect());
+                stack.extend(first..first + count);
             }
             None => groups[g].members = members,
         }
     }
-    // Children come after their parent: assemble in reverse creation order.
+    // Children come after their parent: assemble in reverse creation order. Each node's
+    // legs are kept as it is made, for the greedy merge of a group's parts.
     let mut kids: Vec<[u32; 2]> = vec![[NONE, NONE]; n];
     kids.reserve(n.saturating_sub(1));
+    let mut legs: Vec<Legs> = (0..n).map(|i| net.leaf_legs(i)).collect();
     let mut root_of = vec![NONE; groups.len()];
     for g in (0..groups.len()).rev() {
-        root_of[g] = match groups[g].halves {
-            Some([a, b]) => {
-                kids.push([root_of[a], root_of[b]]);
-                (kids.len() - 1) as u32
-            }
-            None => {
-                let members = &groups[g].members;
-                let items = members.iter().map(|&i| net.leaf_legs(i as usize)).collect();
-                let mut ids: Vec<u32> = members.clone();
-                for [a, b] in greedy(net, items, params.greedy, rng) {
-                    kids.push([ids[a as usize], ids[b as usize]]);
-                    ids.push((kids.len() - 1) as u32);
-                }
-                *ids.last().unwrap_or(&NONE)
-            }
+        let mut ids: Vec<u32> = match &groups[g].parts {
+            Some(parts) => parts.iter().map(|&p| root_of[p]).collect(),
+            None => groups[g].members.clone(),
         };
+        let items = ids.iter().map(|&x| legs[x as usize].clone()).collect();
+        for [a, b] in greedy(net, items, params.greedy, rng) {
+            let (x, y) = (ids[a as usize], ids[b as usize]);
+            let mut out = Legs::new();
+            net.merge(&legs[x as usize], &legs[y as usize], &mut out);
+            kids.push([x, y]);
+            legs.push(out);
+            ids.push((kids.len() - 1) as u32);
+        }
+        root_of[g] = *ids.last().unwrap_or(&NONE);
     }
     Tree::from_kids(n, kids, root_of[0])
 }
 
-/// Splits `members` in two non-empty groups, or `None` when METIS cannot (then the group
-/// is contracted greedily as a whole).
-fn bisect(net: &Net, members: &[u32], imbalance: f64, seed: u64) -> Option<(Vec<u32>, Vec<u32>)> {
+/// Splits `members` in `k` groups, dropping empty ones, or `None` when METIS cannot or
+/// leaves fewer than two (then the group is contracted greedily as a whole).
+fn split(net: &Net, members: &[u32], k: usize, imbalance: f64, seed: u64) -> Option<Vec<Vec<u32>>> {
     let m = members.len();
     let mut holders: FxHashMap<u32, SmallVec<[u32; 4]>> = FxHashMap::default();
     for (local, &i) in members.iter().enumerate() {
@@ -140,18 +145,22 @@ fn bisect(net: &Net, members: &[u32], imbalance: f64, seed: u64) -> Option<(Vec<
     let adjwgt: Vec<metis::Idx> = adj.iter().map(|&(_, _, w)| w as metis::Idx).collect();
     let mut part = vec![0 as metis::Idx; m];
     let ufactor = (imbalance * 1000.0).round().clamp(1.0, 999.0) as metis::Idx;
-    let graph = metis::Graph::new(1, 2, &xadj, &adjncy).ok()?;
+    let graph = metis::Graph::new(1, k as metis::Idx, &xadj, &adjncy).ok()?;
+    // METIS draws from one process-wide random state (GKlib's), seeded per call: two calls
+    // at once would race on it, and the seeded trials would not be reproducible.
+    let _only_one = METIS.lock().unwrap_or_else(|p| p.into_inner());
     graph
         .set_adjwgt(&adjwgt)
         .set_option(metis::option::Seed((seed >> 33) as metis::Idx))
         .set_option(metis::option::UFactor(ufactor))
         .part_recursive(&mut part)
         .ok()?;
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let mut parts = vec![Vec::new(); k];
     for (local, &p) in part.iter().enumerate() {
-        if p == 0 { a.push(members[local]) } else { b.push(members[local]) }
+        parts.get_mut(p as usize)?.push(members[local]);
     }
-    (!a.is_empty() && !b.is_empty()).then_some((a, b))
+    parts.retain(|p| !p.is_empty());
+    (parts.len() >= 2).then_some(parts)
 }
 
 #[cfg(test)]
@@ -164,7 +173,7 @@ mod tests {
         let n = 16u32;
         let inputs: Vec<Vec<u32>> = (0..n).map(|i| vec![i, (i + 1) % n]).collect();
         let net = Net::new(&inputs, &[], &[4; 16]);
-        let params = PartitionParams { imbalance: 0.05, cutoff: 4, greedy: GreedyParams::PLAIN };
+        let params = PartitionParams { imbalance: 0.05, cutoff: 4, parts: 2, greedy: GreedyParams::PLAIN };
         let tree = partition_tree(&net, params, &mut Rng::new(3));
         assert_eq!(tree.post_order().len(), 15);
         let mut leaves = vec![0u32; 16];

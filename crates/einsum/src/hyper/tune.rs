@@ -50,15 +50,16 @@ impl Method {
         match d {
             0 => Method::Greedy(greedy(u[0], u[1])),
             _ => Method::Partition(PartitionParams {
-                imbalance: 0.01 + 0.69 * u[0],
+                imbalance: 0.01 + 0.98 * u[0],
                 cutoff: 2 + (u[1] * 14.0).round() as usize,
+                parts: 2 + (u[4] * 4.0).round() as usize,
                 greedy: greedy(u[2], u[3]),
             }),
         }
     }
 
     fn dims(d: usize) -> usize {
-        if d == 0 { 2 } else { 4 }
+        if d == 0 { 2 } else { 5 }
     }
 }
 
@@ -80,7 +81,7 @@ impl Tuner {
     pub(crate) fn suggest(&mut self, t: u32) -> Method {
         let (d, u) = match t {
             0 => return self.remember(0, vec![0.5, 0.0], Method::Greedy(GreedyParams::PLAIN)),
-            1 => (1, vec![0.1, 0.3, 0.5, 0.3]),
+            1 => (1, vec![0.1, 0.3, 0.5, 0.3, 0.0]),
             _ => {
                 let d = self.driver();
                 (d, self.point(d))
