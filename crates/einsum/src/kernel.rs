@@ -8,6 +8,9 @@
 //! form: permute, sum over axes, broadcast, take or embed a diagonal.
 //!
 //! Kernels ([`contract`], [`unary`]):
+//! - **element-wise** (`elementwise.rs`): a contraction that sums nothing and repeats no
+//!   label in a tensor (products, broadcasts, outer products) writes each output element
+//!   once, with no zeroing, no copy and no temporary.
 //! - **direct**: one strided loop over every label (output labels outside, summed labels
 //!   inside, a register accumulator when the innermost label is summed; a short innermost
 //!   label gives its place to the longest one). Handles every case; used for small work
@@ -25,7 +28,8 @@
 //!   computed contiguously and permuted or expanded afterwards. faer runs one sequential GEMM
 //!   per loop entry, accumulating (a looped contracted label adds into the same output).
 //!
-//! [`contract`] plans once per spec (cached in it) and chooses GEMM when the planned
+//! [`contract`] plans once per spec (cached in it), takes the element-wise kernel whenever
+//! it applies, and otherwise chooses GEMM when the planned
 //! `m·n·k` reaches [`GEMM_MIN_WORK`], or [`BATCHED_GEMM_MIN_WORK`] for a batch of GEMMs.
 //!
 //! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
@@ -38,6 +42,7 @@ use smallvec::SmallVec;
 
 use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::{Elem, Strided, StridedMut};
+use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
 use crate::permute::{Group, loop_strides, permute, shape_of};
 use crate::tensor::{Tensor, checked_len, row_major_strides};
@@ -753,6 +758,8 @@ enum KernelPlan {
         strides: [SmallVec<[usize; 8]>; 3],
         out_len: usize,
     },
+    /// Each output element one product: no sum, no diagonal (`elementwise.rs`).
+    Elementwise(ElementwisePlan),
     Gemm(GemmPlan),
 }
 
@@ -775,6 +782,13 @@ impl KernelPlan {
             let [_, m, n, k] = p.dims(spec.sizes());
             m.saturating_mul(n).saturating_mul(k)
         };
+        // A contraction that sums nothing is element-wise, however large: a GEMM of `k = 1`
+        // per loop entry or the accumulating direct loop would only add memory traffic.
+        if choice == KernelChoice::Auto
+            && let Some(p) = ElementwisePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
+        {
+            return KernelPlan::Elementwise(p);
+        }
         match choice {
             KernelChoice::Direct => KernelPlan::direct(spec),
             KernelChoice::Gemm => KernelPlan::Gemm(plan(spec, a_len, b_len, true)),
@@ -801,6 +815,7 @@ impl KernelPlan {
                 direct_loop(sizes, &da, sa, &db, sb, &mut out, so);
                 Tensor::from_parts(&spec.out_shape(), out)
             }
+            KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
         }
     }
@@ -810,8 +825,9 @@ impl KernelPlan {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(not(test), allow(dead_code, reason = "the forced kernels are chosen only by the kernel tests"))]
 pub enum KernelChoice {
-    /// GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`] (or [`BATCHED_GEMM_MIN_WORK`] for a batch),
-    /// the direct loop otherwise.
+    /// The element-wise kernel when nothing is summed and no label repeats in a tensor;
+    /// else GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`] (or [`BATCHED_GEMM_MIN_WORK`] for a
+    /// batch), the direct loop otherwise.
     Auto,
     /// Always the direct loop.
     Direct,

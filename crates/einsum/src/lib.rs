@@ -83,6 +83,7 @@
 mod ad;
 mod buffer;
 mod elem;
+mod elementwise;
 mod error;
 mod instance;
 mod kernel;
