@@ -151,3 +151,28 @@ fn large_elementwise_products_in_chunks_match_one_thread() {
     let want = reference_labels(&[(&a, &[0, 1, 2]), (&b, &[2, 1])], &[0, 2, 1], &sizes).unwrap();
     close(&one, &want).unwrap();
 }
+
+/// Loops of GEMMs too small to split each (`bij,bjk->bik` of 64 products of 32³, and the
+/// same with the batch label inside the output or two batch labels) spread their leading
+/// label over a pool's threads where it leads the output; every GEMM still runs whole on
+/// one thread, so the result equals the one-thread one bit for bit.
+#[test]
+fn batches_of_gemms_in_a_pool_match_one_thread() {
+    let sizes = [64, 32, 32, 32, 3];
+    let cases: [(&[u32], &[u32], &[u32]); 4] = [
+        (&[0, 1, 2], &[0, 2, 3], &[0, 1, 3]),
+        (&[0, 1, 2], &[0, 2, 3], &[1, 0, 3]),
+        (&[4, 0, 1, 2], &[4, 0, 2, 3], &[4, 0, 1, 3]),
+        (&[0, 4, 1, 2], &[0, 2, 3], &[0, 1, 3]),
+    ];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    for (la, lb, lo) in cases {
+        let spec = ContractSpec::new(la, lb, lo, &sizes).unwrap();
+        let (a, b) = (tensor::<f64>(spec.a_shape(), 1), tensor::<f64>(spec.b_shape(), 2));
+        let one = contract_using(&spec, &a, &b, KernelChoice::Auto);
+        let many = pool.install(|| contract_using(&spec, &a, &b, KernelChoice::Auto));
+        assert_eq!(one, many, "{spec:?}");
+        let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).unwrap();
+        close(&one, &want).unwrap();
+    }
+}
