@@ -145,7 +145,15 @@ impl ElementwisePlan {
                 (1, 1) => row.iter_mut().zip(&a[pa..pa + n]).zip(&b[pb..pb + n]).for_each(|((o, &x), &y)| *o = f(x, y)),
                 (0, 1) => row.iter_mut().zip(&b[pb..pb + n]).for_each(|(o, &y)| *o = f(a[pa], y)),
                 (1, 0) => row.iter_mut().zip(&a[pa..pa + n]).for_each(|(o, &x)| *o = f(x, b[pb])),
-                _ => row.iter_mut().enumerate().for_each(|(i, o)| *o = f(a[pa + i * ia], b[pb + i * ib])),
+                (0, 0) => row.fill(f(a[pa], b[pb])),
+                // Strided reads as iterators: no bounds check per element.
+                (0, _) => row.iter_mut().zip(b[pb..].iter().step_by(ib)).for_each(|(o, &y)| *o = f(a[pa], y)),
+                (_, 0) => row.iter_mut().zip(a[pa..].iter().step_by(ia)).for_each(|(o, &x)| *o = f(x, b[pb])),
+                _ => row
+                    .iter_mut()
+                    .zip(a[pa..].iter().step_by(ia))
+                    .zip(b[pb..].iter().step_by(ib))
+                    .for_each(|((o, &x), &y)| *o = f(x, y)),
             }
             for k in (0..last).rev() {
                 idx[k] += 1;
