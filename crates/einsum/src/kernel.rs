@@ -8,6 +8,9 @@
 //! form: permute, sum over axes, broadcast, take or embed a diagonal.
 //!
 //! Kernels ([`contract`], [`unary`]):
+//! - **element-wise** (`elementwise.rs`): a contraction that sums nothing and repeats no
+//!   label in a tensor (products, broadcasts, outer products) writes each output element
+//!   once, with no zeroing, no copy and no temporary.
 //! - **direct**: one strided loop over every label (output labels outside, summed labels
 //!   inside, a register accumulator when the innermost label is summed; a short innermost
 //!   label gives its place to the longest one). Handles every case; used for small work
@@ -25,7 +28,8 @@
 //!   computed contiguously and permuted or expanded afterwards. faer runs one sequential GEMM
 //!   per loop entry, accumulating (a looped contracted label adds into the same output).
 //!
-//! [`contract`] plans once per spec (cached in it) and chooses GEMM when the planned
+//! [`contract`] plans once per spec (cached in it), takes the element-wise kernel whenever
+//! it applies, and otherwise chooses GEMM when the planned
 //! `m·n·k` reaches [`GEMM_MIN_WORK`], or [`BATCHED_GEMM_MIN_WORK`] for a batch of GEMMs.
 //!
 //! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
@@ -37,7 +41,8 @@ use std::sync::{Arc, OnceLock};
 use smallvec::SmallVec;
 
 use crate::buffer::{overwritten, recycle, zeroed};
-use crate::elem::{Elem, Strided, StridedMut};
+use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut};
+use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
 use crate::permute::{Group, loop_strides, permute, shape_of};
 use crate::tensor::{Tensor, checked_len, row_major_strides};
@@ -683,8 +688,73 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     // moves on.
     let mut c = overwritten(c_len);
     let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
-    let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, p.looped.len());
-    let (mut pa, mut pb, mut pc) = (0usize, 0usize, 0usize);
+    let operands = [(&a_data[..], &a_view), (&b_data[..], &b_view)];
+    match batch_chunks(&loop_sizes, &c_view, c_len, [m, n, k]) {
+        Some(per) => {
+            use rayon::prelude::*;
+            // Chunks of the leading looped label, which leads `c` too: disjoint blocks of
+            // `c`, each a loop of its own over the GEMMs of its values.
+            let step = c_view.looped[0];
+            c.par_chunks_mut(per * step).enumerate().for_each(|(j, block)| {
+                let first = j * per;
+                let mut ls = loop_sizes.clone();
+                ls[0] = per.min(loop_sizes[0] - first);
+                let at = [first * a_view.looped[0], first * b_view.looped[0]];
+                gemm_loop(spec.conj, [m, n, k], &ls, operands, at, block, &c_view);
+            });
+        }
+        None => gemm_loop(spec.conj, [m, n, k], &loop_sizes, operands, [0, 0], &mut c, &c_view),
+    }
+    for data in [a_data, b_data] {
+        if let Cow::Owned(v) = data {
+            recycle(v);
+        }
+    }
+    if in_place {
+        Tensor::from_parts(&out_shape, c)
+    } else {
+        let out = direct(sizes, (&c, &core), None, &spec.out);
+        recycle(c);
+        Tensor::from_parts(&out_shape, out)
+    }
+}
+
+/// Values of the leading looped label per chunk when the loop of GEMMs is spread over the
+/// current pool's threads, or `None` to run it on this thread.
+///
+/// Cost decides between splitting each GEMM and splitting the loop: a GEMM of at least
+/// `PAR_GEMM_MIN_MACS` multiply-adds splits by itself (`elem.rs`); a loop of smaller ones
+/// (a batch of `d = 12` or `64³` products) would otherwise run on one thread however many
+/// there are, so it is cut into chunks of its leading label once the whole loop holds that
+/// much work. Only when that label is also `c`'s leading axis, so that chunks write
+/// disjoint, contiguous blocks of `c` (and a looped contracted label, which adds into the
+/// same block, can never be split).
+fn batch_chunks(loop_sizes: &[usize], c_view: &MatrixView, c_len: usize, [m, n, k]: [usize; 3]) -> Option<usize> {
+    let per_call = m.saturating_mul(n).saturating_mul(k);
+    let &lead = loop_sizes.first()?;
+    let calls: usize = loop_sizes.iter().product();
+    let leads_c = c_view.looped[0] > 0 && c_view.looped[0].saturating_mul(lead) == c_len;
+    if !leads_c || lead < 2 || per_call >= PAR_GEMM_MIN_MACS || calls.saturating_mul(per_call) < PAR_GEMM_MIN_MACS {
+        return None;
+    }
+    let threads = if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 };
+    (threads > 1).then(|| lead.div_ceil(4 * threads))
+}
+
+/// Runs the GEMMs of the loop over `loop_sizes`, `a` and `b` read from offsets `at`, into
+/// `c` (the block of the loop's first entry).
+fn gemm_loop<T: Elem>(
+    conj: [bool; 2],
+    [m, n, k]: [usize; 3],
+    loop_sizes: &[usize],
+    [(a_data, a_view), (b_data, b_view)]: [(&[T], &MatrixView); 2],
+    [mut pa, mut pb]: [usize; 2],
+    c: &mut [T],
+    c_view: &MatrixView,
+) {
+    let nl: usize = loop_sizes.iter().product();
+    let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, loop_sizes.len());
+    let mut pc = 0usize;
     // How many looped labels absent from `c` are past their first index.
     let mut revisits = 0usize;
     for _ in 0..nl {
@@ -693,10 +763,10 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
             Strided(&a_data[pa..], a_view.strides),
             Strided(&b_data[pb..], b_view.strides),
             StridedMut(&mut c[pc..], c_view.strides),
-            spec.conj,
+            conj,
             revisits > 0,
         );
-        for x in (0..p.looped.len()).rev() {
+        for x in (0..loop_sizes.len()).rev() {
             if c_view.looped[x] == 0 && idx[x] == 0 {
                 revisits += 1;
             }
@@ -715,18 +785,6 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
                 revisits -= 1;
             }
         }
-    }
-    for data in [a_data, b_data] {
-        if let Cow::Owned(v) = data {
-            recycle(v);
-        }
-    }
-    if in_place {
-        Tensor::from_parts(&out_shape, c)
-    } else {
-        let out = direct(sizes, (&c, &core), None, &spec.out);
-        recycle(c);
-        Tensor::from_parts(&out_shape, out)
     }
 }
 
@@ -753,6 +811,8 @@ enum KernelPlan {
         strides: [SmallVec<[usize; 8]>; 3],
         out_len: usize,
     },
+    /// Each output element one product: no sum, no diagonal (`elementwise.rs`).
+    Elementwise(ElementwisePlan),
     Gemm(GemmPlan),
 }
 
@@ -775,6 +835,13 @@ impl KernelPlan {
             let [_, m, n, k] = p.dims(spec.sizes());
             m.saturating_mul(n).saturating_mul(k)
         };
+        // A contraction that sums nothing is element-wise, however large: a GEMM of `k = 1`
+        // per loop entry or the accumulating direct loop would only add memory traffic.
+        if choice == KernelChoice::Auto
+            && let Some(p) = ElementwisePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
+        {
+            return KernelPlan::Elementwise(p);
+        }
         match choice {
             KernelChoice::Direct => KernelPlan::direct(spec),
             KernelChoice::Gemm => KernelPlan::Gemm(plan(spec, a_len, b_len, true)),
@@ -801,6 +868,7 @@ impl KernelPlan {
                 direct_loop(sizes, &da, sa, &db, sb, &mut out, so);
                 Tensor::from_parts(&spec.out_shape(), out)
             }
+            KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
         }
     }
@@ -810,8 +878,9 @@ impl KernelPlan {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(not(test), allow(dead_code, reason = "the forced kernels are chosen only by the kernel tests"))]
 pub enum KernelChoice {
-    /// GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`] (or [`BATCHED_GEMM_MIN_WORK`] for a batch),
-    /// the direct loop otherwise.
+    /// The element-wise kernel when nothing is summed and no label repeats in a tensor;
+    /// else GEMM when `m·n·k ≥` [`GEMM_MIN_WORK`] (or [`BATCHED_GEMM_MIN_WORK`] for a
+    /// batch), the direct loop otherwise.
     Auto,
     /// Always the direct loop.
     Direct,

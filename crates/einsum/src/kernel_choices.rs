@@ -99,3 +99,80 @@ fn gemm_sizes_match_reference() {
     check_contract_conj::<c64>(&[3, 1, 0], &[3, 2, 1], &[3, 0, 2], &sizes, [true, false]).unwrap();
     check_contract_conj::<c64>(&[1, 0], &[2, 1], &[2, 0], &sizes, [false, true]).unwrap();
 }
+
+/// Distinct labels: the first `n` of a shuffle of `0..6` given by sort keys.
+fn distinct(keys: &[u32], n: usize) -> Vec<u32> {
+    let mut l: Vec<u32> = (0..keys.len() as u32).collect();
+    l.sort_by_key(|&c| keys[c as usize]);
+    l.truncate(n);
+    l
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Contractions that sum nothing (products, broadcasts, outer products, permuted
+    /// outputs) take the element-wise kernel, and equal the reference, conjugated or not;
+    /// outputs of a million elements or more split over a pool's threads the same way.
+    #[test]
+    fn elementwise_contractions_match_reference(
+        out_keys in proptest::collection::vec(0u32..1000, 6),
+        a_keys in proptest::collection::vec(0u32..1000, 6),
+        b_keys in proptest::collection::vec(0u32..1000, 6),
+        n_out in 0usize..=6, n_a in 0usize..=6, n_b in 0usize..=6,
+        sizes in proptest::collection::vec(0usize..5, 6),
+        ca in proptest::bool::ANY, cb in proptest::bool::ANY,
+    ) {
+        let out = distinct(&out_keys, n_out);
+        // `a` and `b`: distinct labels of the output, each in an order of its own.
+        let pick = |keys: &[u32], n: usize| -> Vec<u32> {
+            distinct(keys, 6).into_iter().filter(|c| out.contains(c)).take(n).collect()
+        };
+        let (a, b) = (pick(&a_keys, n_a), pick(&b_keys, n_b));
+        let spec = ContractSpec::new(&a, &b, &out, &sizes).unwrap();
+        prop_assert!(crate::elementwise::ElementwisePlan::new(spec.a_labels(), spec.b_labels(), spec.out_labels(), spec.sizes()).is_some());
+        check_contract_conj::<c64>(&a, &b, &out, &sizes, [ca, cb])?;
+        check_contract_conj::<f64>(&a, &b, &out, &sizes, [ca, cb])?;
+    }
+}
+
+/// A large element-wise product (over [`crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS`])
+/// in a pool of three threads, cut into chunks, equals the one-thread result bit for bit.
+#[test]
+fn large_elementwise_products_in_chunks_match_one_thread() {
+    // `ijk,kj->ikj`: `b` broadcast along `i` and permuted.
+    let sizes = [130, 91, 97];
+    let spec = ContractSpec::new(&[0, 1, 2], &[2, 1], &[0, 2, 1], &sizes).unwrap();
+    let (a, b) = (tensor::<f64>(spec.a_shape(), 1), tensor::<f64>(spec.b_shape(), 2));
+    let one = contract_using(&spec, &a, &b, KernelChoice::Auto);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let many = pool.install(|| contract_using(&spec, &a, &b, KernelChoice::Auto));
+    assert_eq!(one, many);
+    let want = reference_labels(&[(&a, &[0, 1, 2]), (&b, &[2, 1])], &[0, 2, 1], &sizes).unwrap();
+    close(&one, &want).unwrap();
+}
+
+/// Loops of GEMMs too small to split each (`bij,bjk->bik` of 64 products of 32³, and the
+/// same with the batch label inside the output or two batch labels) spread their leading
+/// label over a pool's threads where it leads the output; every GEMM still runs whole on
+/// one thread, so the result equals the one-thread one bit for bit.
+#[test]
+fn batches_of_gemms_in_a_pool_match_one_thread() {
+    let sizes = [64, 32, 32, 32, 3];
+    let cases: [(&[u32], &[u32], &[u32]); 4] = [
+        (&[0, 1, 2], &[0, 2, 3], &[0, 1, 3]),
+        (&[0, 1, 2], &[0, 2, 3], &[1, 0, 3]),
+        (&[4, 0, 1, 2], &[4, 0, 2, 3], &[4, 0, 1, 3]),
+        (&[0, 4, 1, 2], &[0, 2, 3], &[0, 1, 3]),
+    ];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    for (la, lb, lo) in cases {
+        let spec = ContractSpec::new(la, lb, lo, &sizes).unwrap();
+        let (a, b) = (tensor::<f64>(spec.a_shape(), 1), tensor::<f64>(spec.b_shape(), 2));
+        let one = contract_using(&spec, &a, &b, KernelChoice::Auto);
+        let many = pool.install(|| contract_using(&spec, &a, &b, KernelChoice::Auto));
+        assert_eq!(one, many, "{spec:?}");
+        let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).unwrap();
+        close(&one, &want).unwrap();
+    }
+}

@@ -90,6 +90,7 @@ mod buffer;
 mod cost;
 pub mod draw;
 mod elem;
+mod elementwise;
 mod error;
 pub mod hyper;
 mod instance;

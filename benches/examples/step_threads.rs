@@ -1,0 +1,76 @@
+//! Where a second thread goes: each contraction step of an instance run alone on its
+//! recorded inputs, outside any pool (one thread) and inside a pool of two threads (where
+//! a step's GEMM and permutations may split), beside whole evaluations on one thread and
+//! two (`Einsum::eval_parallel`), interleaved.
+//!
+//! `cargo run --release -p benches --example step_threads -- FILE.json [ROUNDS]`
+
+use std::time::Instant;
+
+use computegraph::ValueRef;
+use einsum::{Einsum, Instance, PathChoice, Tensor, TensorOp};
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let file = args.first().expect("an instance file");
+    let rounds: usize = args.get(1).map_or(3, |r| r.parse().expect("a number of rounds"));
+    let inst = Instance::from_json(&std::fs::read_to_string(file).expect("readable")).expect("an instance");
+    let path = inst.opt_flops.clone().expect("an opt_flops path");
+    let e = Einsum::<f64>::new(&inst.format_string, &inst.shapes, PathChoice::Explicit(path)).expect("builds");
+    let operands = inst.random_operands::<f64>(42).expect("operands");
+    let refs: Vec<&Tensor<f64>> = operands.iter().collect();
+    // Each operation with its recorded inputs, in program order.
+    let g = e.graph();
+    let mut vals: Vec<Option<Tensor<f64>>> = vec![None; g.value_count()];
+    for (i, &v) in g.inputs().iter().enumerate() {
+        vals[v.index()] = Some(operands[i].clone());
+    }
+    let mut steps: Vec<(TensorOp<f64>, Vec<Tensor<f64>>)> = Vec::new();
+    for op in g.operations() {
+        let ins: Vec<Tensor<f64>> = op
+            .inputs()
+            .map(|r| match r {
+                ValueRef::Local(v) => vals[v.index()].clone().expect("topological order"),
+                ValueRef::External(_) => unreachable!("one fragment"),
+            })
+            .collect();
+        let r: Vec<&Tensor<f64>> = ins.iter().collect();
+        vals[op.outputs().next().expect("one output").index()] = Some(op.operation().apply(&r));
+        steps.push((op.operation().clone(), ins));
+    }
+    drop(vals);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+    let n = steps.len();
+    let (mut one, mut two) = (vec![f64::INFINITY; n], vec![f64::INFINITY; n]);
+    let (mut e1, mut e2) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..rounds {
+        for (i, (op, ins)) in steps.iter().enumerate() {
+            let r: Vec<&Tensor<f64>> = ins.iter().collect();
+            let t = Instant::now();
+            std::hint::black_box(op.apply(&r));
+            one[i] = one[i].min(ms(t));
+            let t = Instant::now();
+            pool.install(|| std::hint::black_box(op.apply(&r)));
+            two[i] = two[i].min(ms(t));
+        }
+        let t = Instant::now();
+        std::hint::black_box(e.eval(&refs).expect("evaluates"));
+        e1 = e1.min(ms(t));
+        let t = Instant::now();
+        std::hint::black_box(e.eval_parallel(Some(&pool), &refs).expect("evaluates"));
+        e2 = e2.min(ms(t));
+    }
+    let (s1, s2): (f64, f64) = (one.iter().sum(), two.iter().sum());
+    println!("{}: {n} steps; steps alone: {s1:.1} ms on one thread, {s2:.1} ms in a pool of two", inst.name);
+    println!("whole evaluation (best of {rounds}): {e1:.1} ms on one thread, {e2:.1} ms on two");
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| one[b].total_cmp(&one[a]));
+    println!("{:>5} {:>9} {:>9} {:>6}  step", "#", "1 thr ms", "2 thr ms", "ratio");
+    for &i in order.iter().take(15) {
+        println!("{i:>5} {:>9.2} {:>9.2} {:>6.2}  {:?}", one[i], two[i], two[i] / one[i], steps[i].0);
+    }
+}

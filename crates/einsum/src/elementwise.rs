@@ -1,0 +1,189 @@
+//! The element-wise kernel: binary contractions that sum nothing (`ij,ij->ij`, broadcasts
+//! such as `ij,j->ij`, outer products, any permutation of the output), where each output
+//! element is one product `op(a)·op(b)`.
+//!
+//! Why a kernel of its own: the direct loop zeroes its output and then accumulates into it
+//! (a zeroing pass and a read of the output besides the write), and the GEMM path would
+//! run one `m × 1 × 1` GEMM per loop entry. Here the output comes unzeroed from the buffer
+//! pool and every element is written once, so the memory traffic is the two operands read
+//! and the output written, nothing else: no permutation copy, no temporary (conjugation is
+//! applied in the loop).
+//!
+//! Input invariants ([`ElementwisePlan::new`] checks them): no tensor repeats a label, and
+//! every label of `a` and `b` is an output label. The loop runs over the output's labels
+//! in its order (row-major, so the output is written contiguously); axes of size 1 are
+//! dropped and neighbouring axes fused wherever all three tensors step over them as over
+//! one, so `ij,ij->ij` is one loop over all elements, which the compiler vectorizes.
+//! Outputs of [`PAR_ELEMENTWISE_MIN_ELEMENTS`] or more are cut into row-aligned chunks
+//! over the current rayon pool's threads (inside a pool of more than one thread).
+//!
+//! Cost: `O(|out|)` multiplications, `|a| + |b| + |out|` elements of memory traffic.
+
+use smallvec::SmallVec;
+
+use crate::buffer::overwritten;
+use crate::elem::Elem;
+
+/// Outputs of at least this many elements are written by the threads of the current
+/// rayon pool, as permutation copies are (`permute.rs`): below it a chunk's work (a few
+/// hundred microseconds) is not much more than forking and joining.
+pub(crate) const PAR_ELEMENTWISE_MIN_ELEMENTS: usize = 1 << 20;
+
+/// The fused loop of an element-wise contraction: per loop axis its size and the strides
+/// of `a`, `b` and the output (0 where a tensor lacks the axis).
+#[derive(Debug)]
+pub(crate) struct ElementwisePlan {
+    sizes: SmallVec<[usize; 8]>,
+    strides: [SmallVec<[usize; 8]>; 3],
+    out_len: usize,
+}
+
+/// Row-major strides of `labels` (distinct) with sizes `sizes[label]`, per label of `order`.
+fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
+    let mut own: SmallVec<[usize; 8]> = SmallVec::from_elem(0, labels.len());
+    let mut s = 1usize;
+    for (i, &c) in labels.iter().enumerate().rev() {
+        own[i] = s;
+        s *= sizes[c as usize];
+    }
+    order.iter().map(|c| labels.iter().position(|l| l == c).map_or(0, |p| own[p])).collect()
+}
+
+impl ElementwisePlan {
+    /// The plan for `a, b -> out` if it sums nothing and no tensor repeats a label.
+    pub(crate) fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
+        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+        if !distinct(a) || !distinct(b) || !distinct(out) || a.iter().chain(b).any(|c| !out.contains(c)) {
+            return None;
+        }
+        let order: SmallVec<[u32; 8]> = out.iter().copied().filter(|&c| sizes[c as usize] != 1).collect();
+        let raw = [strides_along(a, sizes, &order), strides_along(b, sizes, &order), strides_along(out, sizes, &order)];
+        let mut plan = ElementwisePlan {
+            sizes: SmallVec::new(),
+            strides: Default::default(),
+            out_len: out.iter().map(|&c| sizes[c as usize]).product(),
+        };
+        for (i, &c) in order.iter().enumerate() {
+            let d = sizes[c as usize];
+            // Axis `i` joins the previous one when every tensor steps over the previous
+            // axis exactly as over `d` steps of this one.
+            let fuses =
+                !plan.sizes.is_empty() && (0..3).all(|t| *plan.strides[t].last().expect("an axis") == raw[t][i] * d);
+            if fuses {
+                *plan.sizes.last_mut().expect("an axis") *= d;
+                for (s, r) in plan.strides.iter_mut().zip(&raw) {
+                    *s.last_mut().expect("an axis") = r[i];
+                }
+            } else {
+                plan.sizes.push(d);
+                for (s, r) in plan.strides.iter_mut().zip(&raw) {
+                    s.push(r[i]);
+                }
+            }
+        }
+        Some(plan)
+    }
+
+    /// `out = op(a)·op(b)` element by element, `op` conjugating where `conj` says so.
+    pub(crate) fn run<T: Elem>(&self, a: &[T], b: &[T], conj: [bool; 2]) -> Vec<T> {
+        match (conj[0] && T::IS_COMPLEX, conj[1] && T::IS_COMPLEX) {
+            (false, false) => self.run_with(a, b, |x: T, y: T| x * y),
+            (true, false) => self.run_with(a, b, |x: T, y: T| x.conj() * y),
+            (false, true) => self.run_with(a, b, |x: T, y: T| x * y.conj()),
+            (true, true) => self.run_with(a, b, |x: T, y: T| x.conj() * y.conj()),
+        }
+    }
+
+    fn run_with<T: Elem, F: Fn(T, T) -> T + Sync>(&self, a: &[T], b: &[T], f: F) -> Vec<T> {
+        // Every element is written once.
+        let mut out = overwritten(self.out_len);
+        if self.out_len == 0 {
+            return out;
+        }
+        let inner = self.sizes.last().copied().unwrap_or(1);
+        let rows = self.out_len / inner;
+        let threads = if self.out_len >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        if threads > 1 && rows > 1 {
+            use rayon::prelude::*;
+            let per_chunk = rows.div_ceil(4 * threads);
+            out.par_chunks_mut(per_chunk * inner)
+                .enumerate()
+                .for_each(|(i, chunk)| self.rows(i * per_chunk, chunk, a, b, &f));
+        } else {
+            self.rows(0, &mut out, a, b, &f);
+        }
+        out
+    }
+
+    /// Writes the rows (runs of the innermost axis) from `first` on into `dst`, which
+    /// holds a whole number of them.
+    fn rows<T: Elem, F: Fn(T, T) -> T>(&self, first: usize, dst: &mut [T], a: &[T], b: &[T], f: &F) {
+        let Some(last) = self.sizes.len().checked_sub(1) else {
+            dst[0] = f(a[0], b[0]);
+            return;
+        };
+        let n = self.sizes[last];
+        let [sa, sb, so] = &self.strides;
+        let (ia, ib) = (sa[last], sb[last]);
+        // The outer axes' index of row `first`, and the offsets it gives.
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+        let (mut pa, mut pb) = (0usize, 0usize);
+        let mut r = first;
+        for k in (0..last).rev() {
+            idx[k] = r % self.sizes[k];
+            r /= self.sizes[k];
+            pa += idx[k] * sa[k];
+            pb += idx[k] * sb[k];
+        }
+        debug_assert!(last == 0 || so[last - 1] == n, "output rows are contiguous");
+        for row in dst.chunks_exact_mut(n) {
+            match (ia, ib) {
+                (1, 1) => row.iter_mut().zip(&a[pa..pa + n]).zip(&b[pb..pb + n]).for_each(|((o, &x), &y)| *o = f(x, y)),
+                (0, 1) => row.iter_mut().zip(&b[pb..pb + n]).for_each(|(o, &y)| *o = f(a[pa], y)),
+                (1, 0) => row.iter_mut().zip(&a[pa..pa + n]).for_each(|(o, &x)| *o = f(x, b[pb])),
+                (0, 0) => row.fill(f(a[pa], b[pb])),
+                // Strided reads as iterators: no bounds check per element.
+                (0, _) => row.iter_mut().zip(b[pb..].iter().step_by(ib)).for_each(|(o, &y)| *o = f(a[pa], y)),
+                (_, 0) => row.iter_mut().zip(a[pa..].iter().step_by(ia)).for_each(|(o, &x)| *o = f(x, b[pb])),
+                _ => row
+                    .iter_mut()
+                    .zip(a[pa..].iter().step_by(ia))
+                    .zip(b[pb..].iter().step_by(ib))
+                    .for_each(|((o, &x), &y)| *o = f(x, y)),
+            }
+            for k in (0..last).rev() {
+                idx[k] += 1;
+                pa += sa[k];
+                pb += sb[k];
+                if idx[k] < self.sizes[k] {
+                    break;
+                }
+                pa -= sa[k] * self.sizes[k];
+                pb -= sb[k] * self.sizes[k];
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_fuse_axes_and_refuse_sums_and_diagonals() {
+        // `ij,ij->ij`: one loop over all elements.
+        let p = ElementwisePlan::new(&[0, 1], &[0, 1], &[0, 1], &[20, 30]).unwrap();
+        assert_eq!((&p.sizes[..], &p.strides[0][..], &p.strides[1][..]), (&[600][..], &[1][..], &[1][..]));
+        // `ij,j->ij`: `b` broadcast along `i`, so two axes.
+        let p = ElementwisePlan::new(&[0, 1], &[1], &[0, 1], &[20, 30]).unwrap();
+        assert_eq!((&p.sizes[..], &p.strides[1][..]), (&[20, 30][..], &[0, 1][..]));
+        // A summed label, a diagonal: not element-wise.
+        assert!(ElementwisePlan::new(&[0, 1], &[1], &[0], &[2, 3]).is_none());
+        assert!(ElementwisePlan::new(&[0, 0], &[0], &[0], &[2]).is_none());
+    }
+}
