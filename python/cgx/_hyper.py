@@ -4,7 +4,7 @@ path optimizer.
 Use it as ``optimize=`` in :func:`cgx.contract`, :func:`cgx.contract_path` and
 :func:`cgx.contract_expression` (``optimize="hyper"`` is one with the default budget), or
 call it as opt_einsum calls a ``PathOptimizer``. The search itself runs in Rust without the
-GIL: randomized greedy and recursive-bisection trials whose parameters are tuned as the
+GIL: randomized greedy and recursive-partitioning (METIS) trials whose parameters are tuned as the
 search goes, subtree reconfiguration of the promising trees, trials in parallel on every
 core, within ``max_time`` seconds and ``max_repeats`` trials. Ctrl-C ends it with the best
 path found so far. After a search, :attr:`HyperOptimizer.report` says what it did.
@@ -87,7 +87,9 @@ class HyperOptimizer:
         self.progbar = bool(progbar)
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         #: What the last search did: ``trials``, ``seconds``, ``multiply_adds``,
-        #: ``largest_intermediate``, ``written``, ``method`` and ``interrupted``.
+        #: ``largest_intermediate``, ``written``, ``method``, ``interrupted``, ``sliced``,
+        #: ``slices`` and ``cached`` (a path taken from ``cache_dir`` reports only
+        #: ``trials`` (0), ``cached`` and ``sliced``).
         self.report: dict[str, Any] = {}
         #: The last path found.
         self.path: list[tuple[int, int]] = []

@@ -70,7 +70,11 @@ pub fn hyper_search<'py>(
     // A progress callback's exception, raised once the search returns.
     let failed: Mutex<Option<PyErr>> = Mutex::new(None);
     let found = py.detach(|| {
-        let stop = || Python::attach(|py| py.check_signals()).is_err();
+        // A signal handler's exception may be raised inside the progress callback rather
+        // than here; either way the search ends with its best path so far.
+        let stop = || {
+            failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() || Python::attach(|py| py.check_signals()).is_err()
+        };
         let mut report = |p: &einsum::hyper::HyperProgress| {
             if let Some(f) = &progress {
                 Python::attach(|py| {
@@ -82,11 +86,13 @@ pub fn hyper_search<'py>(
         };
         hyper_path_until(&inputs, &output, &sizes, &opts, &stop, &mut report)
     });
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    let failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = failed.filter(|e| !e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py)) {
         return Err(e);
     }
     let found = found.map_err(einsum_error)?;
-    if let Some((cache, key)) = cache {
+    // A search cut short is not kept: a later run would take it and search nothing.
+    if let Some((cache, key)) = cache.filter(|_| !found.report.interrupted) {
         let entry = CachedPath { path: found.path.clone(), sliced: key.canonical(&found.report.sliced) };
         cache.put(&key, &entry).map_err(einsum_error)?;
     }

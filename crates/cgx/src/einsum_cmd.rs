@@ -266,8 +266,10 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
             ));
             spinner.tick();
         })
-    })?;
+    });
+    // Back to ending the process on Ctrl-C, whether the search succeeded or not.
     interrupted.store(RUNNING, Ordering::Relaxed);
+    let found = found?;
     spinner.finish_and_clear();
     if !args.json {
         let r = &found.report;
@@ -283,7 +285,8 @@ fn hyper_search(args: &EinsumArgs, expression: &str, shapes: &[Vec<usize>], path
             r.method
         );
     }
-    if let Some((cache, key)) = cache {
+    // A search cut short is not kept: a later run would take it and search nothing.
+    if let Some((cache, key)) = cache.filter(|_| !found.report.interrupted) {
         let entry =
             einsum::path_cache::CachedPath { path: found.path.clone(), sliced: key.canonical(&found.report.sliced) };
         cache.put(&key, &entry)?;

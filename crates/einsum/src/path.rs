@@ -78,8 +78,10 @@ pub enum PathChoice {
     /// bounded time for every network (see [`crate::search::auto`]).
     Auto,
     /// The hyper-optimizer ([`crate::hyper::hyper_path`]): randomized greedy and recursive
-    /// bisection trials with tuned parameters and subtree reconfiguration, within the
-    /// options' time and trial budgets.
+    /// partitioning trials with tuned parameters and subtree reconfiguration, within the
+    /// options' time and trial budgets. Only the path is taken: sliced labels that
+    /// [`crate::hyper::HyperOptions::slice_target`] chooses reach a contraction through
+    /// [`crate::hyper::hyper_path`]'s report (as the command line and Python pass them).
     Hyper(crate::hyper::HyperOptions),
 }
 

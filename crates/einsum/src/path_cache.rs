@@ -143,7 +143,10 @@ impl PathCache {
     pub fn put(&self, key: &CacheKey, entry: &CachedPath) -> EinsumResult<()> {
         let file = self.file(key);
         let text = json!({ "key": key.text, "path": entry.path.steps(), "sliced": entry.sliced }).to_string();
-        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        // A temporary name no other writer, thread or process, uses at the same time.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = file.with_extension(format!("tmp{}-{n}", std::process::id()));
         let io = |e: std::io::Error| EinsumError::Search(format!("path cache {}: {e}", file.display()));
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, &file).map_err(io)

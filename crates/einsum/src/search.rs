@@ -27,7 +27,7 @@
 //!   2^28 pairs of subsets or [`AUTO_DP_MAX_TIME`], else the hyper-optimizer with
 //!   [`AUTO_HYPER_TRIALS`] trials within [`AUTO_MAX_TIME`]. The DP stays first because it
 //!   reaches the best known paths of the bundled instances of 84 to 200 operands, which
-//!   the hyper-optimizer misses by a few percent on one of them; the hyper-optimizer is
+//!   the hyper-optimizer does not always reach on one of them; the hyper-optimizer is
 //!   what answers on networks of large width (random regular graphs, 3D lattices), where
 //!   the DP gives up.
 //!
@@ -68,8 +68,8 @@ pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
 pub const RANDOM_GREEDY_TRIALS: u32 = 64;
 
 /// [`auto`] gives [`dp`] this many pairs of subsets, or [`AUTO_DP_MAX_TIME`], before it
-/// turns to the hyper-optimizer (the bundled instances need at most about 1.9·10^8
-/// pairs, the 84-operand `lm_batch`, whose DP path the hyper-optimizer misses by 4 to 19%).
+/// turns to the hyper-optimizer: enough for the bundled instances' DP paths (the 84-operand
+/// `lm_batch` needs the most), which the hyper-optimizer does not always reach.
 const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
 
 /// [`auto`]'s DP gives up after this long.

@@ -10,8 +10,9 @@
 //! (disconnected parts) are joined at the end, smallest first, by outer products.
 //!
 //! Complexity: `O(p log p)` for `p` candidate pairs scored, `p` being the pairs sharing a
-//! label at the start plus the new tensor's neighbours at each merge (`O(n)` pairs for
-//! networks of bounded degree).
+//! label at the start plus the new tensor's neighbours at each merge: `O(n)` pairs for
+//! networks of bounded degree, and at most `WIDE_LABEL` per tensor and label for labels
+//! held widely (output labels of more than two tensors make none).
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -84,12 +85,10 @@ pub(crate) fn greedy(net: &Net, items: Vec<Legs>, params: GreedyParams, rng: &mu
     }
     let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
     let mut pairs = Vec::new();
-    for h in state.holders.values() {
-        for (x, &a) in h.iter().enumerate() {
-            for &b in &h[x + 1..] {
-                if seen.insert((a.min(b), a.max(b))) {
-                    pairs.push((a.min(b), a.max(b)));
-                }
+    for (&c, h) in &state.holders {
+        for (a, b) in candidate_pairs(net, c, h) {
+            if seen.insert((a.min(b), a.max(b))) {
+                pairs.push((a.min(b), a.max(b)));
             }
         }
     }
@@ -109,7 +108,9 @@ pub(crate) fn greedy(net: &Net, items: Vec<Legs>, params: GreedyParams, rng: &mu
         let mut neighbours: Vec<u32> = Vec::new();
         for &(l, _) in &state.legs[r as usize] {
             if let Some(h) = state.holders.get(&l) {
-                neighbours.extend(h.iter().copied().filter(|&x| x != r));
+                if pairs_on(net, l, h.len()) {
+                    neighbours.extend(h.iter().copied().filter(|&x| x != r).take(WIDE_LABEL));
+                }
             }
         }
         neighbours.sort_unstable();
@@ -132,6 +133,30 @@ pub(crate) fn greedy(net: &Net, items: Vec<Legs>, params: GreedyParams, rng: &mu
         live -= 1;
     }
     merges
+}
+
+/// A label held by more than this many tensors makes no more than this many candidate
+/// pairs per tensor (a chain of its holders at the start, the new tensor with the first of
+/// them after a merge): pairing all of them would be quadratic in the holders, and a
+/// label so widely held is summed last anyway.
+const WIDE_LABEL: usize = 32;
+
+/// Whether a label held by `holders` tensors makes candidate pairs: a summed label always,
+/// an output label only between two tensors (it is never summed, so pairing every holder of
+/// a batch label would score every pair of the network at every step).
+fn pairs_on(net: &Net, label: u32, holders: usize) -> bool {
+    !net.is_out[label as usize] || holders <= 2
+}
+
+/// The candidate pairs a label makes among its holders at the start.
+fn candidate_pairs<'a>(net: &Net, label: u32, h: &'a [u32]) -> Box<dyn Iterator<Item = (u32, u32)> + 'a> {
+    if !pairs_on(net, label, h.len()) {
+        Box::new(std::iter::empty())
+    } else if h.len() > WIDE_LABEL {
+        Box::new(h.windows(2).map(|w| (w[0], w[1])))
+    } else {
+        Box::new(h.iter().enumerate().flat_map(move |(x, &a)| h[x + 1..].iter().map(move |&b| (a, b))))
+    }
 }
 
 /// The greedy loop's columns: each tensor's legs, size and liveness (by SSA id), each

@@ -49,6 +49,9 @@ use self::slice::slice_tree;
 use self::tree::{Net, Tree};
 use self::tune::{Method, Tuner};
 
+/// Trials suggested together and run in parallel; more threads than this are not used.
+const BATCH: u32 = 16;
+
 /// How many of the best trees the search keeps for its last, deeper reconfiguration.
 const POLISHED: usize = 8;
 
@@ -156,27 +159,49 @@ pub fn hyper_path_until(
         // Reconfiguring the whole tree at once is the exact DP over every subset.
         let items = (0..n).map(|i| net.leaf_legs(i)).collect();
         let mut tree = Tree::from_ssa(n, &greedy(&net, items, GreedyParams::PLAIN, &mut Rng::new(0)));
-        reconfigure(&net, &mut tree, n, opts.minimize, 1, None);
+        reconfigure(&net, &mut tree, n, opts.minimize, 1, &|| false);
         let cost = tree.cost(&net);
         (vec![(tree, cost, "optimal")], 0, false)
     } else {
         run_trials(&net, opts, start, stop, progress)
     };
     let deadline = opts.max_time.map(|t| start + t);
+    // What ends the work after the trials (polish, slicing): the budget, or the caller's
+    // stop test, asked on this thread only, so that work runs here, one tree at a time.
+    let stopped = std::cell::Cell::new(interrupted);
+    let give_up = || {
+        let s = stopped.get() || stop();
+        stopped.set(s);
+        s || deadline.is_some_and(|d| Instant::now() >= d)
+    };
+    // A last, deeper reconfiguration of the best few trees within what is left of the
+    // budget: the best raw tree is not always the best once reconfigured.
+    let mut elite = elite;
+    if opts.reconf_size > 0 && trials > 0 {
+        let k = opts.reconf_size as usize + 2;
+        for (tree, cost, _) in &mut elite {
+            if give_up() {
+                break;
+            }
+            if reconfigure(&net, tree, k, opts.minimize, 4, &give_up) {
+                *cost = tree.cost(&net);
+            }
+        }
+    }
     let Some(target) = opts.slice_target else {
         let (tree, cost, method) = elite
             .into_iter()
             .reduce(|a, b| if opts.minimize.better(&b.1, &a.1) { b } else { a })
             .expect("at least one trial runs");
-        return Ok(HyperPath { path: tree.to_path(), report: report(trials, cost, method, interrupted) });
+        return Ok(HyperPath { path: tree.to_path(), report: report(trials, cost, method, stopped.get()) });
     };
     // Slice each of the best trees, reconfiguring as labels go, and keep the cheapest
     // whole contraction.
     let k = opts.reconf_size as usize;
     let sliced: Vec<(Tree, Option<slice::Sliced>, &'static str)> = elite
-        .into_par_iter()
+        .into_iter()
         .map(|(mut tree, _, method)| {
-            let s = slice_tree(&net, &mut tree, target as f64, opts.minimize, k, deadline);
+            let s = slice_tree(&net, &mut tree, target as f64, opts.minimize, k, &give_up);
             (tree, s, method)
         })
         .collect();
@@ -187,7 +212,7 @@ pub fn hyper_path_until(
         .ok_or_else(|| {
             EinsumError::Search(format!("no slicing brings every intermediate to {target} elements or fewer"))
         })?;
-    let mut r = report(trials, s.total(), method, interrupted);
+    let mut r = report(trials, s.total(), method, stopped.get());
     (r.sliced, r.slices) = (s.labels, s.slices);
     Ok(HyperPath { path: tree.to_path(), report: r })
 }
@@ -195,9 +220,9 @@ pub fn hyper_path_until(
 /// The best few trees of a search, each with its cost and the name of its driver.
 type Elite = Vec<(Tree, TreeCost, &'static str)>;
 
-/// Runs batches of trials until a budget or `stop` ends them (see the module docs), then
-/// reconfigures the best few once more. Returns them (best first, no two of equal cost),
-/// the trial count, and whether `stop` ended the trials.
+/// Runs batches of trials until a budget or `stop` ends them (see the module docs).
+/// Returns the best few trees (best first, no two of equal cost), the trial count, and
+/// whether `stop` ended the trials.
 fn run_trials(
     net: &Net,
     opts: &HyperOptions,
@@ -207,7 +232,10 @@ fn run_trials(
 ) -> (Elite, u32, bool) {
     let deadline = opts.max_time.map(|t| start + t);
     let max_trials = opts.max_trials.unwrap_or(u32::MAX).max(1);
-    let batch = (2 * rayon::current_num_threads()).clamp(2, 64) as u32;
+    // Batches of fixed sizes, so the tuner sees the same results before each suggestion
+    // whatever the number of threads (a seeded search with a trial budget is reproducible
+    // anywhere); they start small, since a first batch always runs whole.
+    let mut batch = 2u32;
     let mut tuner = Tuner::new(opts.seed);
     // The best few trees, best first, no two of equal cost.
     let mut elite: Vec<(Tree, TreeCost, &'static str)> = Vec::new();
@@ -240,18 +268,8 @@ fn run_trials(
             }
         }
         trials += count;
+        batch = (2 * batch).min(BATCH);
         progress(&HyperProgress { trials, seconds: start.elapsed().as_secs_f64(), best: elite[0].1 });
-    }
-    // A last, deeper reconfiguration of the best few trees within what is left of the
-    // budget: the best raw tree is not always the best once reconfigured.
-    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    if opts.reconf_size > 0 && !interrupted && left.is_none_or(|l| !l.is_zero()) {
-        let k = opts.reconf_size as usize + 2;
-        elite.par_iter_mut().for_each(|(tree, cost, _)| {
-            if reconfigure(net, tree, k, opts.minimize, 4, deadline) {
-                *cost = tree.cost(net);
-            }
-        });
     }
     (elite, trials, interrupted)
 }
@@ -277,7 +295,9 @@ fn run_trial(
     let promising = threshold.is_none_or(|t| opts.minimize.score(&cost) <= t);
     if opts.reconf_size > 0
         && promising
-        && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, 2, deadline)
+        && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, 2, &|| {
+            deadline.is_some_and(|d| Instant::now() >= d)
+        })
     {
         cost = tree.cost(net);
     }

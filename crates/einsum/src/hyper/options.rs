@@ -14,8 +14,9 @@ use crate::error::{EinsumError, EinsumResult};
 /// integers long before they overflow `f64`).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct TreeCost {
-    /// The sum over pairwise steps of the product of the sizes of every label the step
-    /// touches ([`crate::search::path_cost`] without the final reordering).
+    /// The sums done first (labels one input alone holds) plus, over pairwise steps, the
+    /// product of the sizes of every label the step touches ([`crate::search::path_cost`]
+    /// without the final reordering).
     pub multiply_adds: f64,
     /// The elements of the largest intermediate.
     pub largest_intermediate: f64,
@@ -79,7 +80,8 @@ impl FromStr for Objective {
             "write" => Objective::Write,
             "combo" => Objective::Combo { factor: 64.0 },
             _ => match s.strip_prefix("combo-").map(str::parse::<f64>) {
-                Some(Ok(factor)) if factor.is_finite() && factor >= 0.0 => Objective::Combo { factor },
+                // `+ 0.0` turns -0 into 0, so equal factors hash alike.
+                Some(Ok(factor)) if factor.is_finite() && factor >= 0.0 => Objective::Combo { factor: factor + 0.0 },
                 _ => return Err(bad()),
             },
         })
@@ -111,7 +113,9 @@ pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug, PartialEq)]
 pub struct HyperOptions {
     /// Stop starting trials after this long ([`DEFAULT_MAX_TIME`] by default). The search
-    /// returns within this plus about one trial's time (the first trial always runs).
+    /// returns within this plus the time of the batch of trials under way (the first batch,
+    /// two trials, always runs; later ones are of up to 16 trials on the pool's threads);
+    /// the last reconfiguration and the slicing stop at the budget.
     pub max_time: Option<Duration>,
     /// Stop after this many trials.
     pub max_trials: Option<u32>,

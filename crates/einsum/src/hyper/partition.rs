@@ -36,7 +36,7 @@ const CLIQUE_MAX: usize = 16;
 /// The partition driver's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct PartitionParams {
-    /// The load imbalance METIS may allow, as a fraction (0.01 to 0.9).
+    /// The load imbalance METIS may allow, as a fraction (0.01 to 0.99).
     pub(crate) imbalance: f64,
     /// Groups of at most this many inputs are contracted by the greedy driver.
     pub(crate) cutoff: usize,

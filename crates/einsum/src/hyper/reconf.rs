@@ -13,8 +13,6 @@
 //! Complexity: `O(3^k)` subset splits per node, each a union of two label sets and its
 //! size; `k = 8` (6 561 splits) is the default, as in the literature's reconfiguration.
 
-use std::time::Instant;
-
 use super::options::Objective;
 use super::tree::{Legs, Net, Tree};
 
@@ -55,15 +53,15 @@ impl Score {
 }
 
 /// Reconfigures `tree` in place (see the module docs), at most `passes` sweeps over its
-/// nodes or until a sweep improves nothing or `deadline` passes. Returns whether anything
-/// changed.
+/// nodes or until a sweep improves nothing or `give_up` says so (asked every 64 nodes).
+/// Returns whether anything changed.
 pub(crate) fn reconfigure(
     net: &Net,
     tree: &mut Tree,
     k: usize,
     objective: Objective,
     passes: usize,
-    deadline: Option<Instant>,
+    give_up: &dyn Fn() -> bool,
 ) -> bool {
     let k = k.clamp(3, 12);
     let mut legs = tree.legs(net);
@@ -72,7 +70,7 @@ pub(crate) fn reconfigure(
     for _ in 0..passes {
         let mut improved = false;
         for (i, node) in tree.post_order().into_iter().enumerate() {
-            if i % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            if i % 64 == 0 && give_up() {
                 return changed;
             }
             improved |= reconfigure_node(net, tree, &mut legs, node, k, objective, &mut dp);
@@ -272,7 +270,7 @@ mod tests {
         let net = Net::new(&inputs, &[0, 4], &[2, 10, 10, 10, 2]);
         let mut tree = Tree::from_ssa(4, &[[0, 2], [4, 1], [5, 3]]);
         let before = tree.cost(&net).multiply_adds;
-        assert!(reconfigure(&net, &mut tree, 8, Objective::Flops, 4, None));
+        assert!(reconfigure(&net, &mut tree, 8, Objective::Flops, 4, &|| false));
         let after = tree.cost(&net).multiply_adds;
         assert!(after < before, "{after} !< {before}");
         // The best order: A·B (2·10·10), then ·C (2·10·10), then ·D (2·10·2).

@@ -10,8 +10,6 @@
 //! costs one tree evaluation per candidate, and the candidates are capped at
 //! [`CANDIDATES`], the most frequent among the oversized intermediates first.
 
-use std::time::Instant;
-
 use super::options::{Objective, TreeCost};
 use super::reconf::reconfigure;
 use super::tree::{Net, Tree};
@@ -49,7 +47,7 @@ pub(crate) fn slice_tree(
     target: f64,
     objective: Objective,
     reconf_size: usize,
-    deadline: Option<Instant>,
+    give_up: &dyn Fn() -> bool,
 ) -> Option<Sliced> {
     let mut sliced_net = net.clone();
     let mut labels = Vec::new();
@@ -99,7 +97,7 @@ pub(crate) fn slice_tree(
         slices *= size;
         labels.push(c);
         if reconf_size > 0 {
-            reconfigure(&sliced_net, tree, reconf_size, objective, 2, deadline);
+            reconfigure(&sliced_net, tree, reconf_size, objective, 2, give_up);
         }
     }
 }
@@ -119,7 +117,7 @@ mod tests {
         let items = (0..12).map(|i| net.leaf_legs(i)).collect();
         let mut tree = Tree::from_ssa(12, &greedy(&net, items, GreedyParams::PLAIN, &mut Rng::new(0)));
         let whole = tree.cost(&net);
-        let sliced = slice_tree(&net, &mut tree, 8.0, Objective::Flops, 8, None).expect("a ring can be sliced");
+        let sliced = slice_tree(&net, &mut tree, 8.0, Objective::Flops, 8, &|| false).expect("a ring can be sliced");
         assert!(sliced.per_slice.largest_intermediate <= 8.0);
         assert_eq!(sliced.slices, 8f64.powi(sliced.labels.len() as i32));
         // Slicing never lowers the total work below the unsliced tree's.
@@ -135,6 +133,6 @@ mod tests {
         // The scalar result has one element whatever is sliced: a target below it is never met.
         let net = Net::new(&[vec![0, 1], vec![1, 2]], &[], &[8, 8, 8]);
         let mut tree = Tree::from_ssa(2, &[[0, 1]]);
-        assert!(slice_tree(&net, &mut tree, 0.5, Objective::Flops, 8, None).is_none());
+        assert!(slice_tree(&net, &mut tree, 0.5, Objective::Flops, 8, &|| false).is_none());
     }
 }

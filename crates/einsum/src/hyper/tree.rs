@@ -42,12 +42,25 @@ pub(crate) struct Net {
     pub(crate) count: Vec<u32>,
     /// Whether the output holds each label.
     pub(crate) is_out: Vec<bool>,
+    /// The multiply-adds of the sums done first (labels one input alone holds, summed out
+    /// of it before any pairwise step, as the plan runs them): every tree pays them.
+    pub(crate) first_sums: f64,
 }
 
 impl Net {
+    /// The network as the drivers read it: the inputs after the sums done first
+    /// (`crate::cost::sums_first`, the one cost model), so a tree's cost is
+    /// [`crate::search::path_cost`] of its path less the final reordering.
     pub(crate) fn new(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize]) -> Net {
+        let (reduced, summed) = crate::cost::sums_first(inputs, output, sizes);
+        let first_sums = inputs
+            .iter()
+            .zip(&summed)
+            .filter(|(_, s)| **s)
+            .map(|(l, _)| crate::path::distinct(l).iter().map(|&c| sizes[c as usize] as f64).product::<f64>())
+            .sum();
         let mut count = vec![0u32; sizes.len()];
-        let inputs: Vec<Vec<u32>> = inputs
+        let inputs: Vec<Vec<u32>> = reduced
             .iter()
             .map(|l| {
                 let mut l = l.clone();
@@ -59,7 +72,7 @@ impl Net {
             .collect();
         let mut is_out = vec![false; sizes.len()];
         output.iter().for_each(|&c| is_out[c as usize] = true);
-        Net { inputs, sizes: sizes.iter().map(|&s| s as f64).collect(), count, is_out }
+        Net { inputs, sizes: sizes.iter().map(|&s| s as f64).collect(), count, is_out, first_sums }
     }
 
     pub(crate) fn n(&self) -> usize {
@@ -193,7 +206,7 @@ impl Tree {
 
     /// The tree's cost given every node's legs.
     pub(crate) fn cost_with_legs(&self, net: &Net, legs: &[Legs]) -> TreeCost {
-        let mut cost = TreeCost::default();
+        let mut cost = TreeCost { multiply_adds: net.first_sums, ..TreeCost::default() };
         let mut union = Legs::new();
         for node in self.post_order() {
             let [a, b] = self.kids(node);
