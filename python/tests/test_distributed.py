@@ -249,10 +249,9 @@ def test_contract_by_memory_limit_complex(client):
 def test_memory_limit_slices_are_planned_again_output_first(client):
     # Here memory_limit slices d (contracted) before a (the output's): _prepare plans again
     # on the same path with a first, so a range of slices touches one block of the output
-    # rather than all of them; value and gradients are unchanged. The path is given: on
-    # this one (not the greedy finder's, which contracts bcd with bd first) d and a are
-    # both sliced.
-    eq, shapes, limit, path = "abd,bcd,bd->a", [(4, 2, 5), (2, 6, 5), (2, 5)], 4, [(0, 1), (0, 1)]
+    # rather than all of them; value and gradients are unchanged. The path is given, and c
+    # is held by two operands, so no sum done first changes which labels are sliced.
+    eq, shapes, limit, path = "abd,bcd,cd->a", [(4, 3, 5), (3, 2, 5), (2, 5)], 4, [(0, 1), (0, 1)]
     first = cgx.contract_expression(eq, *shapes, optimize=path, memory_limit=limit)
     assert list(first.sliced_inds) == ["d", "a"]  # the case under test
     *arrays, g = matrices(12, *shapes, (4,))
