@@ -7,8 +7,8 @@
 //! [`BUNDLED_DIR`] is one, [`Instance::bundled_names`] lists them (sorted by name) for
 //! the tests, examples and benches, and the Python scripts glob the same directory.
 
+use crate::rng::Rng;
 use serde_json::Value;
-use tidu::testing::CheckRng;
 
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
@@ -254,7 +254,7 @@ impl Instance {
                 *holders.entry(c).or_default() += 1;
             }
         }
-        let mut rng = CheckRng::new(seed);
+        let mut rng = Rng::new(seed);
         s.inputs()
             .iter()
             .zip(&self.shapes)

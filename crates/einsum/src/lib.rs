@@ -105,6 +105,7 @@ pub mod path_cache;
 mod permute;
 mod plan;
 mod reference;
+mod rng;
 pub mod search;
 mod slice;
 mod sliced;

@@ -38,9 +38,9 @@
 //!
 //! Invariant: every path returned is valid for the network's operand count.
 
+use crate::rng::Rng;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
-use tidu::testing::CheckRng;
 
 use std::time::{Duration, Instant};
 
@@ -547,7 +547,7 @@ fn random_greedy_within(
     let greedy = ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
     let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
     let mut best = (cost(&greedy), greedy);
-    let mut rng = CheckRng::new(seed);
+    let mut rng = Rng::new(seed);
     for _ in 1..trials {
         if !work.poll() {
             break;
@@ -570,7 +570,7 @@ fn sampled_greedy(
     sizes: &[usize],
     alpha: f64,
     temperature: f64,
-    rng: &mut CheckRng,
+    rng: &mut Rng,
 ) -> ContractionPath {
     let n = inputs.len();
     let is_out: Vec<bool> = {
@@ -820,7 +820,7 @@ mod tests {
                     .unwrap()
         );
         // 200 operands of two to four labels among 150, drawn from a fixed stream.
-        let mut rng = CheckRng::new(7);
+        let mut rng = Rng::new(7);
         let random: Vec<Vec<u32>> = (0..200)
             .map(|_| (0..2 + (rng.unit() * 3.0) as usize).map(|_| (rng.unit() * 150.0) as u32).collect())
             .collect();

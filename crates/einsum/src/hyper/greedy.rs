@@ -20,8 +20,8 @@ use std::collections::BinaryHeap;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
-use super::rng::Rng;
 use super::tree::{Legs, Net};
+use crate::rng::Rng;
 
 /// The greedy driver's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -29,7 +29,6 @@ mod greedy;
 mod options;
 mod partition;
 mod reconf;
-mod rng;
 mod slice;
 mod tree;
 mod tune;
@@ -44,10 +43,10 @@ use crate::path::ContractionPath;
 use self::greedy::{GreedyParams, greedy};
 use self::partition::partition_tree;
 use self::reconf::reconfigure;
-use self::rng::Rng;
 use self::slice::slice_tree;
 use self::tree::{Net, Tree};
 use self::tune::{Method, Tuner};
+use crate::rng::Rng;
 
 /// Trials suggested together and run in parallel; more threads than this are not used.
 const BATCH: u32 = 16;

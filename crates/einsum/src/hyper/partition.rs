@@ -23,8 +23,8 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::greedy::{GreedyParams, greedy};
-use super::rng::Rng;
 use super::tree::{Legs, NONE, Net, Tree};
+use crate::rng::Rng;
 
 /// Held while METIS runs (see `split`).
 static METIS: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -106,7 +106,7 @@ pub(crate) fn slice_tree(
 mod tests {
     use super::*;
     use crate::hyper::greedy::{GreedyParams, greedy};
-    use crate::hyper::rng::Rng;
+    use crate::rng::Rng;
 
     #[test]
     fn a_ring_is_sliced_to_its_target_and_the_slices_add_up() {

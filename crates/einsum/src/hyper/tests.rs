@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::rng::Rng;
 use super::*;
 use crate::path::FollowedPath;
+use crate::rng::Rng;
 use crate::search::path_cost;
 
 /// A random network: `n` operands, each edge of a random graph of degree about `degree` a

@@ -14,7 +14,7 @@
 
 use super::greedy::GreedyParams;
 use super::partition::PartitionParams;
-use super::rng::Rng;
+use crate::rng::Rng;
 
 /// Trials of a driver sampled uniformly before its best points are refined.
 const EXPLORE: usize = 8;

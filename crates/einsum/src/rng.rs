@@ -1,7 +1,9 @@
-//! The search's random stream: `rand_xoshiro`'s SplitMix64 behind the three draws the
-//! drivers need. The einsum crate keeps its own so that production code takes nothing from
-//! a testing module; every trial derives its stream from the search's seed and its index,
-//! so a seeded search is reproducible whatever the number of threads.
+//! The crate's one seeded random stream: `rand_xoshiro`'s SplitMix64 behind the draws the
+//! path searches and the instances' operands need (the same stream as the workspace's
+//! `tidu::testing::CheckRng`, seeded the same way). The einsum crate keeps its own so that
+//! production code takes nothing from a testing module; every hyper-optimizer trial
+//! derives its stream from the search's seed and its index, so a seeded search is
+//! reproducible whatever the number of threads.
 
 use rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
