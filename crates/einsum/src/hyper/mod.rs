@@ -1,5 +1,5 @@
 //! The hyper-optimizing path search: many randomized trees from several drivers, their
-//! parameters tuned as the search goes, each promising tree improved by subtree
+//! parameters tuned as the search goes, each tree improved by subtree
 //! reconfiguration, trials run in parallel on the rayon pool, the whole bounded by a time
 //! budget, a trial budget and a caller's stop test. The best tree wins by the chosen
 //! [`Objective`].
@@ -158,7 +158,7 @@ pub fn hyper_path_until(
         // Reconfiguring the whole tree at once is the exact DP over every subset.
         let items = (0..n).map(|i| net.leaf_legs(i)).collect();
         let mut tree = Tree::from_ssa(n, &greedy(&net, items, GreedyParams::PLAIN, &mut Rng::new(0)));
-        reconfigure(&net, &mut tree, n, opts.minimize, 1, &|| false);
+        reconfigure(&net, &mut tree, n, opts.minimize, 4 * n, &|| false);
         let cost = tree.cost(&net);
         (vec![(tree, cost, "optimal")], 0, false)
     } else {
@@ -182,7 +182,7 @@ pub fn hyper_path_until(
             if give_up() {
                 break;
             }
-            if reconfigure(&net, tree, k, opts.minimize, 4, &give_up) {
+            if reconfigure(&net, tree, k, opts.minimize, 2 * n, &give_up) {
                 *cost = tree.cost(&net);
             }
         }
@@ -215,6 +215,12 @@ pub fn hyper_path_until(
     (r.sliced, r.slices) = (s.labels, s.slices);
     Ok(HyperPath { path: tree.to_path(), report: r })
 }
+
+/// Subtrees a trial's reconfiguration solves, at most: one per node of the tree up to
+/// this many. Every trial is reconfigured, however poor its raw tree: raw trees that
+/// differ by 10^3 in flops often swap places once reconfigured, so the tuner must see the
+/// reconfigured costs.
+pub(super) const RECONF_TRIES: usize = 1024;
 
 /// The best few trees of a search, each with its cost and the name of its driver.
 type Elite = Vec<(Tree, TreeCost, &'static str)>;
@@ -253,10 +259,9 @@ fn run_trials(
         }
         let count = batch.min(max_trials - trials);
         let suggestions: Vec<(u32, Method)> = (trials..trials + count).map(|t| (t, tuner.suggest(t))).collect();
-        let threshold = elite.first().map(|b| opts.minimize.score(&b.1) * 16.0);
         let results: Vec<(Tree, TreeCost)> = suggestions
             .par_iter()
-            .map(|&(t, method)| run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline))
+            .map(|&(t, method)| run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), deadline))
             .collect();
         for ((_, method), (tree, cost)) in suggestions.into_iter().zip(results) {
             tuner.report(method, opts.minimize.score(&cost));
@@ -273,14 +278,12 @@ fn run_trials(
     (elite, trials, interrupted)
 }
 
-/// One trial: a driver's tree, reconfigured when its cost is within `threshold` (none:
-/// always).
+/// One trial: a driver's tree, reconfigured (until the deadline at most).
 fn run_trial(
     net: &Net,
     method: Method,
     opts: &HyperOptions,
     mut rng: Rng,
-    threshold: Option<f64>,
     deadline: Option<Instant>,
 ) -> (Tree, TreeCost) {
     let mut tree = match method {
@@ -291,10 +294,8 @@ fn run_trial(
         Method::Partition(params) => partition_tree(net, params, &mut rng),
     };
     let mut cost = tree.cost(net);
-    let promising = threshold.is_none_or(|t| opts.minimize.score(&cost) <= t);
     if opts.reconf_size > 0
-        && promising
-        && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, 2, &|| {
+        && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, net.n().min(RECONF_TRIES), &|| {
             deadline.is_some_and(|d| Instant::now() >= d)
         })
     {

@@ -1,7 +1,9 @@
-//! Subtree reconfiguration: for each internal node of a tree, take the subtree below it
-//! down to a frontier of at most `k` tensors (grown by opening the most expensive node
-//! first), find the best way to contract that frontier into the node by dynamic
-//! programming over its subsets, and rebuild the subtree that way when it is cheaper.
+//! Subtree reconfiguration: take an internal node of a tree and the subtree below it down
+//! to a frontier of at most `k` tensors (opened breadth first), find the best way to
+//! contract that frontier into the node by dynamic programming over its subsets, and
+//! rebuild the subtree that way when it is cheaper. Nodes are taken most expensive step
+//! first, again and again as rebuilds change the tree, since a tree's cost is dominated by
+//! its few most expensive steps; a frontier already solved is not solved twice.
 //! The node's legs depend only on its leaves (`tree.rs`), so nothing above it changes,
 //! and a rebuild is never accepted unless it lowers the objective: reconfiguration never
 //! makes a tree worse.
@@ -52,35 +54,104 @@ impl Score {
     }
 }
 
-/// Reconfigures `tree` in place (see the module docs), at most `passes` sweeps over its
-/// nodes or until a sweep improves nothing or `give_up` says so (asked every 64 nodes).
-/// Returns whether anything changed.
+/// The objective's share of one step: what ranks nodes for [`reconfigure`].
+fn local_cost(objective: Objective, touched: f64, result: f64) -> f64 {
+    match objective {
+        Objective::Flops => touched,
+        Objective::Size | Objective::Write => result,
+        Objective::Combo { factor } => touched + factor * result,
+    }
+}
+
+/// Reconfigures the most expensive nodes first: pops the node whose step costs most,
+/// rebuilds its subtree when a better order exists, and puts the rebuilt nodes and the
+/// ancestors whose subtrees may now differ back in line; a frontier already optimized is
+/// not solved again. At most `max_tries` subtrees are solved.
 pub(crate) fn reconfigure(
     net: &Net,
     tree: &mut Tree,
     k: usize,
     objective: Objective,
-    passes: usize,
+    max_tries: usize,
     give_up: &dyn Fn() -> bool,
 ) -> bool {
+    use std::hash::{Hash, Hasher};
     let k = k.clamp(3, 12);
     let mut legs = tree.legs(net);
-    let mut changed = false;
-    let mut dp = Dp::default();
-    for _ in 0..passes {
-        let mut improved = false;
-        for (i, node) in tree.post_order().into_iter().enumerate() {
-            if i % 64 == 0 && give_up() {
-                return changed;
-            }
-            improved |= reconfigure_node(net, tree, &mut legs, node, k, objective, &mut dp);
+    let total = legs.len();
+    let mut parent = vec![super::tree::NONE; total];
+    let order = tree.post_order();
+    for &x in &order {
+        for c in tree.kids(x) {
+            parent[c as usize] = x;
         }
-        changed |= improved;
-        if !improved {
+    }
+    let mut scratch = Legs::new();
+    let cost_of = |tree: &Tree, legs: &[Legs], x: u32, scratch: &mut Legs| {
+        let [a, b] = tree.kids(x);
+        let t = net.merge(&legs[a as usize], &legs[b as usize], scratch);
+        local_cost(objective, t, net.size(&legs[x as usize]))
+    };
+    let mut heap: std::collections::BinaryHeap<(Key, u32)> =
+        order.iter().map(|&x| (Key(cost_of(tree, &legs, x, &mut scratch)), x)).collect();
+    let mut seen: rustc_hash::FxHashSet<u64> = rustc_hash::FxHashSet::default();
+    let mut dp = Dp::default();
+    let mut tries = 0;
+    let mut changed = false;
+    while let Some((Key(c), node)) = heap.pop() {
+        if tries >= max_tries || (tries % 32 == 31 && give_up()) {
             break;
+        }
+        if cost_of(tree, &legs, node, &mut scratch) != c {
+            continue; // stale: the node was rebuilt and queued again
+        }
+        let (frontier, inner) = frontier_of(tree, node, k);
+        let mut key = frontier.clone();
+        key.sort_unstable();
+        let mut h = rustc_hash::FxHasher::default();
+        key.hash(&mut h);
+        if !seen.insert(h.finish()) {
+            continue;
+        }
+        tries += 1;
+        let Some(built) = optimize_subtree(net, tree, &mut legs, node, frontier, inner, objective, &mut dp) else {
+            continue;
+        };
+        changed = true;
+        for &x in &built {
+            for c in tree.kids(x) {
+                parent[c as usize] = x;
+            }
+        }
+        for &x in &built {
+            heap.push((Key(cost_of(tree, &legs, x, &mut scratch)), x));
+        }
+        // Ancestors within reach: their frontiers may now open the rebuilt nodes.
+        let mut up = parent[node as usize];
+        for _ in 0..k {
+            if up == super::tree::NONE {
+                break;
+            }
+            heap.push((Key(cost_of(tree, &legs, up, &mut scratch)), up));
+            up = parent[up as usize];
         }
     }
     changed
+}
+
+/// An `f64` ordered for the heap (costs are never NaN).
+#[derive(Clone, Copy, PartialEq)]
+struct Key(f64);
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
 }
 
 /// The DP's tables, kept between nodes.
@@ -91,39 +162,51 @@ struct Dp {
     split: Vec<u32>,
 }
 
-/// One node's reconfiguration; whether it rebuilt the subtree.
-fn reconfigure_node(
+/// The frontier below `node`: internal nodes opened breadth first (their children join the
+/// end of the line, tensors of the network stay) until it holds `k` nodes or only tensors.
+/// Returns the frontier and the opened nodes (`node` first). Breadth first gives balanced
+/// subtrees: opening the most expensive node instead dives down one branch, and the
+/// reconfigured orders improve far less (32.6 → 27.8 against 26.0 log10 flops on a random
+/// 4-regular network of 250 tensors).
+fn frontier_of(tree: &Tree, node: u32, k: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut frontier = vec![node];
+    let mut inner: Vec<u32> = Vec::new();
+    let mut next = 0;
+    while frontier.len() < k {
+        while next < frontier.len() && tree.is_leaf(frontier[next]) {
+            next += 1;
+        }
+        if next == frontier.len() {
+            break;
+        }
+        let x = frontier.remove(next);
+        inner.push(x);
+        frontier.extend(tree.kids(x));
+    }
+    (frontier, inner)
+}
+
+/// Rebuilds the subtree of `node` over `frontier` (its opened nodes `inner`) in the best
+/// order, when that beats the current one; returns the rebuilt nodes.
+#[allow(clippy::too_many_arguments)]
+fn optimize_subtree(
     net: &Net,
     tree: &mut Tree,
     legs: &mut [Legs],
     node: u32,
-    k: usize,
+    frontier: Vec<u32>,
+    inner: Vec<u32>,
     objective: Objective,
     dp: &mut Dp,
-) -> bool {
-    // The frontier: open the most expensive internal node until k tensors.
-    let mut frontier = vec![node];
-    let mut inner: Vec<u32> = Vec::new();
+) -> Option<Vec<u32>> {
     let mut scratch = Legs::new();
     let touched = |x: u32, scratch: &mut Legs| {
         let [a, b] = tree.kids(x);
         net.merge(&legs[a as usize], &legs[b as usize], scratch)
     };
-    while frontier.len() < k {
-        let open = frontier
-            .iter()
-            .enumerate()
-            .filter(|&(_, &x)| !tree.is_leaf(x))
-            .map(|(i, &x)| (i, touched(x, &mut scratch)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((i, _)) = open else { break };
-        let x = frontier.swap_remove(i);
-        inner.push(x);
-        frontier.extend(tree.kids(x));
-    }
     let m = frontier.len();
     if m < 3 {
-        return false;
+        return None;
     }
     // The current subtree's score, children before parents (reverse of opening order).
     let mut current: Vec<(u32, Score)> = frontier.iter().map(|&x| (x, Score::ZERO)).collect();
@@ -140,7 +223,7 @@ fn reconfigure_node(
     local.sort_unstable();
     local.dedup();
     if local.len() > 256 {
-        return false;
+        return None;
     }
     let index = |c: u32| local.binary_search(&c).expect("a frontier label");
     let mut holders = vec![0u32; local.len()];
@@ -225,7 +308,7 @@ fn reconfigure_node(
     }
     let best = dp.best[full as usize];
     if !(best.key < now.key * (1.0 - 1e-12) || (best.key <= now.key && best.flops < now.flops * (1.0 - 1e-12))) {
-        return false;
+        return None;
     }
     // Rebuild: the node keeps its id, the other opened nodes' ids are reused.
     let mut spare = inner;
@@ -255,7 +338,7 @@ fn reconfigure_node(
         net.merge(&legs[a as usize], &legs[b as usize], &mut scratch);
         legs[x as usize] = std::mem::take(&mut scratch);
     }
-    true
+    Some(built)
 }
 
 #[cfg(test)]
@@ -270,7 +353,7 @@ mod tests {
         let net = Net::new(&inputs, &[0, 4], &[2, 10, 10, 10, 2]);
         let mut tree = Tree::from_ssa(4, &[[0, 2], [4, 1], [5, 3]]);
         let before = tree.cost(&net).multiply_adds;
-        assert!(reconfigure(&net, &mut tree, 8, Objective::Flops, 4, &|| false));
+        assert!(reconfigure(&net, &mut tree, 8, Objective::Flops, 16, &|| false));
         let after = tree.cost(&net).multiply_adds;
         assert!(after < before, "{after} !< {before}");
         // The best order: A·B (2·10·10), then ·C (2·10·10), then ·D (2·10·2).

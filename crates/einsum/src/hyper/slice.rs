@@ -97,7 +97,7 @@ pub(crate) fn slice_tree(
         slices *= size;
         labels.push(c);
         if reconf_size > 0 {
-            reconfigure(&sliced_net, tree, reconf_size, objective, 2, give_up);
+            reconfigure(&sliced_net, tree, reconf_size, objective, sliced_net.n().min(super::RECONF_TRIES), give_up);
         }
     }
 }

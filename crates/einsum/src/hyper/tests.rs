@@ -93,7 +93,7 @@ proptest! {
         let mut tree = Tree::from_ssa(n, &merges);
         let objective = [Objective::Flops, Objective::Size, Objective::Write, Objective::Combo { factor: 64.0 }][objective];
         let before = tree.cost(&net);
-        reconfigure(&net, &mut tree, k, objective, 3, &|| false);
+        reconfigure(&net, &mut tree, k, objective, 3 * net.n(), &|| false);
         let after = tree.cost(&net);
         prop_assert!(objective.score(&after) <= objective.score(&before) * (1.0 + 1e-12), "{after:?} vs {before:?}");
         // Still a full tree over every input: a valid path with the reported cost.
