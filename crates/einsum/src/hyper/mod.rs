@@ -9,7 +9,10 @@
 //!   sizes and the temperature as parameters;
 //! - recursive partitioning (`partition.rs`): METIS splits the network until groups are small,
 //!   the greedy driver contracts each group and joins its parts; imbalance, cutoff, parts
-//!   and the greedy parameters as parameters.
+//!   and the greedy parameters as parameters;
+//! - simulated annealing over trees (`anneal.rs`): rotations of a randomized greedy tree
+//!   accepted by the Metropolis rule; the inverse temperatures, the sweeps and the greedy
+//!   parameters as parameters.
 //!
 //! Tuning (`tune.rs`): each driver's parameters live in a unit box; the first trials of a
 //! driver sample it uniformly, later ones perturb one of the driver's best few or, now and
@@ -25,6 +28,7 @@
 //! reported cost is the tree's cost on the network, which is
 //! [`crate::search::path_cost`] of the path less the final reordering step.
 
+mod anneal;
 mod greedy;
 mod options;
 mod partition;
@@ -40,6 +44,7 @@ use rayon::prelude::*;
 use crate::error::{EinsumError, EinsumResult};
 use crate::path::ContractionPath;
 
+use self::anneal::anneal_tree;
 use self::greedy::{GreedyParams, greedy};
 use self::partition::partition_tree;
 use self::reconf::reconfigure;
@@ -74,7 +79,8 @@ pub struct HyperReport {
     pub sliced: Vec<u32>,
     /// The number of slices (1 when unsliced).
     pub slices: f64,
-    /// The driver that found the best tree (`"greedy"`, `"partition"`, or `"optimal"`).
+    /// The driver that found the best tree (`"greedy"`, `"partition"`, `"anneal"`, or
+    /// `"optimal"`).
     pub method: &'static str,
     /// Whether the caller's stop test ended the search (the best tree so far is returned).
     pub interrupted: bool,
@@ -292,6 +298,7 @@ fn run_trial(
             Tree::from_ssa(net.n(), &greedy(net, items, params, &mut rng))
         }
         Method::Partition(params) => partition_tree(net, params, &mut rng),
+        Method::Anneal(params) => anneal_tree(net, params, opts.minimize, &mut rng, deadline),
     };
     let mut cost = tree.cost(net);
     if opts.reconf_size > 0

@@ -64,6 +64,16 @@ impl Objective {
         let (x, y) = (self.score(a), self.score(b));
         x < y || (x == y && a.multiply_adds < b.multiply_adds)
     }
+
+    /// This objective's share of one step touching `touched` elements with a result of
+    /// `result` elements: how reconfiguration ranks nodes and annealing judges a move.
+    pub(crate) fn step_cost(&self, touched: f64, result: f64) -> f64 {
+        match *self {
+            Objective::Flops => touched,
+            Objective::Size | Objective::Write => result,
+            Objective::Combo { factor } => touched + factor * result,
+        }
+    }
 }
 
 impl FromStr for Objective {

@@ -54,15 +54,6 @@ impl Score {
     }
 }
 
-/// The objective's share of one step: what ranks nodes for [`reconfigure`].
-fn local_cost(objective: Objective, touched: f64, result: f64) -> f64 {
-    match objective {
-        Objective::Flops => touched,
-        Objective::Size | Objective::Write => result,
-        Objective::Combo { factor } => touched + factor * result,
-    }
-}
-
 /// Reconfigures the most expensive nodes first: pops the node whose step costs most,
 /// rebuilds its subtree when a better order exists, and puts the rebuilt nodes and the
 /// ancestors whose subtrees may now differ back in line; a frontier already optimized is
@@ -90,7 +81,7 @@ pub(crate) fn reconfigure(
     let cost_of = |tree: &Tree, legs: &[Legs], x: u32, scratch: &mut Legs| {
         let [a, b] = tree.kids(x);
         let t = net.merge(&legs[a as usize], &legs[b as usize], scratch);
-        local_cost(objective, t, net.size(&legs[x as usize]))
+        objective.step_cost(t, net.size(&legs[x as usize]))
     };
     let mut heap: std::collections::BinaryHeap<(Key, u32)> =
         order.iter().map(|&x| (Key(cost_of(tree, &legs, x, &mut scratch)), x)).collect();
@@ -160,6 +151,10 @@ struct Dp {
     legs: Vec<Set>,
     best: Vec<Score>,
     split: Vec<u32>,
+    /// Per byte of a label set, the product of the sizes of each byte value's labels: a
+    /// set's size is one lookup per byte in use, not one multiplication per label (the
+    /// size of a split's labels is the DP's innermost work).
+    bytes: Vec<[f64; 256]>,
 }
 
 /// The frontier below `node`: internal nodes opened breadth first (their children join the
@@ -240,19 +235,26 @@ fn optimize_subtree(
         let l = index(c);
         keep[l / 64] |= 1 << (l % 64);
     }
-    let sizes: Vec<f64> = local.iter().map(|&c| net.sizes[c as usize]).collect();
+    let used = local.len().div_ceil(8);
+    dp.bytes.clear();
+    dp.bytes.resize(used, [1.0; 256]);
+    for (i, table) in dp.bytes.iter_mut().enumerate() {
+        for v in 1..256usize {
+            let low = v.trailing_zeros() as usize;
+            let size = local.get(8 * i + low).map_or(1.0, |&c| net.sizes[c as usize]);
+            table[v] = table[v & (v - 1)] * size;
+        }
+    }
+    let bytes = std::mem::take(&mut dp.bytes);
     let size = |s: &Set| -> f64 {
         let mut p = 1.0;
-        for (w, &word) in s.iter().enumerate() {
-            let mut x = word;
-            while x != 0 {
-                p *= sizes[w * 64 + x.trailing_zeros() as usize];
-                x &= x - 1;
-            }
+        for (i, table) in bytes.iter().enumerate() {
+            p *= table[(s[i / 8] >> (8 * (i % 8))) as usize & 0xff];
         }
         p
     };
     let full = (1u32 << m) - 1;
+    let exhaustive = m == net.n();
     dp.legs.clear();
     dp.legs.resize(1 << m, [0; 4]);
     dp.best.clear();
@@ -283,29 +285,49 @@ fn optimize_subtree(
         }
         dp.legs[s as usize] = kept;
         let result = size(&kept);
-        // Splits whose first part holds the lowest member, so each pair is seen once.
+        // Splits whose first part holds the lowest member, so each pair is seen once,
+        // and whose parts share a label: a subset that cannot be split so stays
+        // infeasible. Outer products are rarely best, and skipping them spares about a
+        // third of the DP's time on a random regular network. They are allowed when the
+        // frontier is the whole network, where the answer must be exact, and for the
+        // whole frontier when it has no other split.
         let rest = s ^ low;
-        let mut sub = rest;
-        loop {
-            let a = sub | low;
-            let b = s ^ a;
-            if b != 0 {
-                let (sa, sb) = (dp.best[a as usize], dp.best[b as usize]);
-                if sa.key.is_finite() && sb.key.is_finite() {
-                    let t = size(&or(&dp.legs[a as usize], &dp.legs[b as usize]));
-                    let cand = Score::join(objective, sa, sb, t, result);
-                    if cand.better(&dp.best[s as usize]) {
-                        dp.best[s as usize] = cand;
-                        dp.split[s as usize] = a;
+        for outer in [exhaustive, true] {
+            let mut sub = rest;
+            loop {
+                let a = sub | low;
+                let b = s ^ a;
+                if b != 0 {
+                    let (sa, sb) = (dp.best[a as usize], dp.best[b as usize]);
+                    let (la, lb) = (&dp.legs[a as usize], &dp.legs[b as usize]);
+                    let shared = (la[0] & lb[0]) | (la[1] & lb[1]) | (la[2] & lb[2]) | (la[3] & lb[3]) != 0;
+                    // A step touches at least its result's labels: a bound that spares
+                    // the size of the split's labels when it cannot win (exact, ties kept).
+                    let bound = Score::join(objective, sa, sb, result, result);
+                    if (shared || outer)
+                        && sa.key.is_finite()
+                        && sb.key.is_finite()
+                        && bound.key <= dp.best[s as usize].key
+                    {
+                        let t = size(&or(la, lb));
+                        let cand = Score::join(objective, sa, sb, t, result);
+                        if cand.better(&dp.best[s as usize]) {
+                            dp.best[s as usize] = cand;
+                            dp.split[s as usize] = a;
+                        }
                     }
                 }
+                if sub == 0 {
+                    break;
+                }
+                sub = (sub - 1) & rest;
             }
-            if sub == 0 {
+            if outer || s != full || dp.best[s as usize].key.is_finite() {
                 break;
             }
-            sub = (sub - 1) & rest;
         }
     }
+    dp.bytes = bytes;
     let best = dp.best[full as usize];
     if !(best.key < now.key * (1.0 - 1e-12) || (best.key <= now.key && best.flops < now.flops * (1.0 - 1e-12))) {
         return None;

@@ -102,6 +102,31 @@ proptest! {
         let reference = reference_cost(&inputs, &output, &sizes, &path);
         prop_assert!((after.multiply_adds - reference).abs() <= 1e-9 * reference);
     }
+
+    #[test]
+    fn annealing_gives_full_trees_and_cold_annealing_never_loses_to_its_start(n in 4usize..40, degree in 2usize..5, seed in 0u64..1000, hot in 0.01f64..1.0) {
+        let (inputs, output, sizes) = network(n, degree, seed);
+        let net = Net::new(&inputs, &output, &sizes);
+        let greedy_params = GreedyParams { alpha: 1.0, temperature: 0.3 };
+        let start = {
+            let items = (0..n).map(|i| net.leaf_legs(i)).collect();
+            Tree::from_ssa(n, &greedy(&net, items, greedy_params, &mut Rng::new(seed))).cost(&net)
+        };
+        for (beta_start, beta_end) in [(hot, 20.0), (f64::INFINITY, f64::INFINITY)] {
+            let params = anneal::AnnealParams { beta_start, beta_end, sweeps: 30, greedy: greedy_params };
+            // The same stream as `start`'s greedy, so the walk starts from that tree.
+            let tree = anneal_tree(&net, params, Objective::Flops, &mut Rng::new(seed), None);
+            let path = tree.to_path();
+            prop_assert!(path.validate(n).is_ok());
+            let cost = tree.cost(&net);
+            let reference = reference_cost(&inputs, &output, &sizes, &path);
+            prop_assert!((cost.multiply_adds - reference).abs() <= 1e-9 * reference);
+            if beta_start.is_infinite() {
+                // Only moves that lower the two steps' sum are taken: the total only falls.
+                prop_assert!(cost.multiply_adds <= start.multiply_adds * (1.0 + 1e-12), "{cost:?} vs {start:?}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -5,13 +5,14 @@
 //! what works on this network while it keeps looking elsewhere. The driver is drawn with a
 //! preference (three times in four) for the one whose best tree is best so far.
 //!
-//! Trial 0 is the plain greedy path and trial 1 a bisection with middling parameters, so
-//! even a one-trial search is never worse than greedy.
+//! Trial 0 is the plain greedy path, trial 1 a bisection and trial 2 an annealing with
+//! middling parameters, so even a one-trial search is never worse than greedy.
 //!
 //! The tuner is sequential: the search asks it for a whole batch before running the batch
 //! and reports the results in trial order, so its choices depend only on the seed and the
 //! results, never on thread timing.
 
+use super::anneal::AnnealParams;
 use super::greedy::GreedyParams;
 use super::partition::PartitionParams;
 use crate::rng::Rng;
@@ -30,16 +31,27 @@ const STEP: f64 = 0.12;
 pub(crate) enum Method {
     Greedy(GreedyParams),
     Partition(PartitionParams),
+    Anneal(AnnealParams),
 }
 
 /// The drivers, in the order of `Tuner::history`.
-const DRIVERS: usize = 2;
+const DRIVERS: usize = 3;
 
 impl Method {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Method::Greedy(_) => "greedy",
             Method::Partition(_) => "partition",
+            Method::Anneal(_) => "anneal",
+        }
+    }
+
+    /// The driver's index in `Tuner::history`.
+    fn driver(&self) -> usize {
+        match self {
+            Method::Greedy(_) => 0,
+            Method::Partition(_) => 1,
+            Method::Anneal(_) => 2,
         }
     }
 
@@ -49,11 +61,18 @@ impl Method {
         let greedy = |a: f64, t: f64| GreedyParams { alpha: 2.0 * a, temperature: 10f64.powf(-3.0 + 3.0 * t) };
         match d {
             0 => Method::Greedy(greedy(u[0], u[1])),
-            _ => Method::Partition(PartitionParams {
+            1 => Method::Partition(PartitionParams {
                 imbalance: 0.01 + 0.98 * u[0],
                 cutoff: 2 + (u[1] * 14.0).round() as usize,
                 parts: 2 + (u[4] * 4.0).round() as usize,
                 greedy: greedy(u[2], u[3]),
+            }),
+            // β from 0.05–2 to 2–50 per bit, log-uniform; 10 to 500 sweeps, log-uniform.
+            _ => Method::Anneal(AnnealParams {
+                beta_start: 0.05 * 40f64.powf(u[0]),
+                beta_end: 2.0 * 25f64.powf(u[1]),
+                sweeps: (10.0 * 50f64.powf(u[2])).round() as usize,
+                greedy: greedy(u[3], u[4]),
             }),
         }
     }
@@ -74,7 +93,7 @@ pub(crate) struct Tuner {
 
 impl Tuner {
     pub(crate) fn new(seed: u64) -> Tuner {
-        Tuner { rng: Rng::new(seed ^ 0x7475_6e65), history: [Vec::new(), Vec::new()], pending: Vec::new() }
+        Tuner { rng: Rng::new(seed ^ 0x7475_6e65), history: [Vec::new(), Vec::new(), Vec::new()], pending: Vec::new() }
     }
 
     /// The method of trial `t`.
@@ -82,6 +101,7 @@ impl Tuner {
         let (d, u) = match t {
             0 => return self.remember(0, vec![0.5, 0.0], Method::Greedy(GreedyParams::PLAIN)),
             1 => (1, vec![0.1, 0.3, 0.5, 0.3, 0.0]),
+            2 => (2, vec![0.3, 0.5, 0.5, 0.5, 0.3]),
             _ => {
                 let d = self.driver();
                 (d, self.point(d))
@@ -99,7 +119,7 @@ impl Tuner {
     /// Reports the score of the oldest suggestion not yet reported.
     pub(crate) fn report(&mut self, method: Method, score: f64) {
         let (d, u) = self.pending.remove(0);
-        debug_assert_eq!(d, matches!(method, Method::Partition(_)) as usize);
+        debug_assert_eq!(d, method.driver());
         self.history[d].push((u, score.max(f64::MIN_POSITIVE).log2()));
     }
 
