@@ -47,6 +47,16 @@ for eq, shapes, sliced in NETWORKS:
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
     else:
         assert got is None and value_grads is None
+# The hyper-optimizer's slicing: the root plans with it and the ranks run its slices.
+n = 10
+labels = [cgx.get_symbol(i) for i in range(n)]
+eq = ",".join(labels[i] + labels[(i + 1) % n] for i in range(n)) + "->" + labels[0]
+ops = [rng.standard_normal((3, 3)) for _ in range(n)]
+opt = cgx.HyperOptimizer(max_time=None, max_repeats=8, seed=1, slicing_opts={"target_size": 3})
+got = cgx.mpi.contract(eq, *ops, optimize=opt)
+if comm.rank == 0:
+    assert opt.sliced_inds  # the root plans, the other ranks take its plan
+    np.testing.assert_allclose(got, np.einsum(eq, *ops), rtol=1e-10, atol=1e-12)
 a, b = np.ones((3, 4)), np.ones((5, 2))
 try:
     cgx.mpi.contract("ij,jk->ik", a, b)

@@ -92,3 +92,23 @@ def test_bad_input_raises_like_the_local_api(local_ray):
     with pytest.raises(ValueError) as got:
         cr.value_and_grad("ij,jk->ik", a, a.T, cotangent=np.ones((2, 3)))
     assert str(got.value) == str(want.value)
+
+
+def test_the_hyper_optimizers_slicing_runs_on_ray(local_ray):
+    # The plan of `cgx.HyperOptimizer(slicing_opts=...)`, sliced labels included, as the
+    # local expression runs it (a ring of 10 matrices of bond 3, one open label, a target
+    # of 3 elements where unsliced the least is 9).
+    n, d = 10, 3
+    labels = [cgx.get_symbol(i) for i in range(n)]
+    eq = ",".join(labels[i] + labels[(i + 1) % n] for i in range(n)) + "->" + labels[0]
+    *arrays, cot = operands(5, *[(d, d)] * n, (d,))
+    opt = cgx.HyperOptimizer(max_time=None, max_repeats=8, seed=1, slicing_opts={"target_size": 3})
+    expr = cgx.contract_expression(eq, *[a.shape for a in arrays], optimize=opt)
+    assert expr.sliced_inds and list(expr.sliced_inds) == list(opt.sliced_inds)
+    got = cr.contract(eq, *arrays, optimize=opt, n_tasks=2)
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+    value, grads = cr.value_and_grad(eq, *arrays, wrt=[0, 4], cotangent=cot, optimize=opt, n_tasks=2)
+    local_value, local_grads = expr.value_and_grad(*arrays, wrt=[0, 4], cotangent=cot)
+    np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)
+    for g, w in zip(grads, local_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
