@@ -4,9 +4,9 @@ path optimizer.
 Use it as ``optimize=`` in :func:`cgx.contract`, :func:`cgx.contract_path` and
 :func:`cgx.contract_expression` (``optimize="hyper"`` is one with the default budget), or
 call it as opt_einsum calls a ``PathOptimizer``. The search itself runs in Rust without the
-GIL: randomized greedy and recursive-partitioning (METIS) trials whose parameters are tuned as the
-search goes, subtree reconfiguration of the promising trees, trials in parallel on every
-core, within ``max_time`` seconds and ``max_repeats`` trials. Ctrl-C ends it with the best
+GIL: randomized greedy, recursive-partitioning (METIS) and simulated-annealing trials whose
+parameters are tuned as the search goes, subtree reconfiguration of every tree, trials in
+parallel on every core, within ``max_time`` seconds and ``max_repeats`` trials. Ctrl-C ends it with the best
 path found so far. After a search, :attr:`HyperOptimizer.report` says what it did.
 
 >>> import cgx
@@ -25,9 +25,6 @@ from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 from . import _core
 
 __all__ = ["HyperOptimizer"]
-
-_OBJECTIVES = ("flops", "size", "write", "combo")
-
 
 class HyperOptimizer:
     """The hyper-optimizer (cotengra's ``HyperOptimizer`` arguments where they mean the same).
@@ -62,22 +59,23 @@ class HyperOptimizer:
         slicing_opts: Optional[Mapping[str, Any]] = None,
         cache_dir: Optional[str] = None,
     ) -> None:
-        if max_time is None and max_repeats is None:
-            raise ValueError("HyperOptimizer needs max_time, max_repeats or both")
-        if max_time is not None and not (0 < float(max_time) < 1e9):
-            raise ValueError(f"max_time={max_time!r}: expected a positive number of seconds")
-        if max_repeats is not None and int(max_repeats) < 1:
-            raise ValueError(f"max_repeats={max_repeats!r}: expected at least 1")
-        if not isinstance(minimize, str) or not minimize.startswith(_OBJECTIVES):
-            raise ValueError(f"minimize={minimize!r}: expected 'flops', 'size', 'write' or 'combo-F'")
         target = None
         if slicing_opts is not None:
             unknown = set(slicing_opts) - {"target_size"}
             if unknown:
                 raise ValueError(f"slicing_opts: {sorted(unknown)} not supported; only 'target_size' is")
             target = int(slicing_opts["target_size"])
-            if target < 1:
-                raise ValueError(f"slicing_opts: target_size={target} must be at least 1")
+        if not isinstance(minimize, str):
+            raise ValueError(f"minimize={minimize!r}: expected 'flops', 'size', 'write' or 'combo-F'")
+        # The crate checks the rest, as it will when searching (one check for every entry
+        # point): a ValueError naming what is wrong.
+        try:
+            _core.check_hyper_options(max_time, max_repeats, minimize, int(reconf_size), target)
+        except OverflowError:
+            raise ValueError(
+                f"max_repeats={max_repeats!r}, reconf_size={reconf_size!r}, target_size={target!r}: "
+                "expected non-negative integers of at most 64 bits (max_repeats: 32)"
+            ) from None
         self.target_size: Optional[int] = target
         self.max_time = None if max_time is None else float(max_time)
         self.max_repeats = None if max_repeats is None else int(max_repeats)

@@ -7,13 +7,44 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use einsum::hyper::{HyperOptions, Objective, hyper_path_until};
+use einsum::hyper::{HyperOptions, Objective, budget, hyper_path_until};
 use einsum::path_cache::{CachedPath, PathCache};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::einsum_error;
+
+/// The search's options from `cgx.HyperOptimizer`'s arguments, checked by the crate (one
+/// check for the library, the CLI and Python).
+fn options(
+    max_time: Option<f64>,
+    max_trials: Option<u32>,
+    minimize: &str,
+    seed: u64,
+    reconf_size: u32,
+    target_size: Option<u64>,
+) -> PyResult<HyperOptions> {
+    let minimize: Objective = minimize.parse().map_err(einsum_error)?;
+    let max_time = max_time.map(budget).transpose().map_err(einsum_error)?;
+    let opts = HyperOptions { max_time, max_trials, minimize, seed, reconf_size, slice_target: target_size };
+    opts.check().map_err(einsum_error)?;
+    Ok(opts)
+}
+
+/// Checks `cgx.HyperOptimizer`'s arguments when it is made, as `hyper_search` will (a
+/// `ValueError` naming the bad one).
+#[pyfunction]
+#[pyo3(signature = (max_time, max_trials, minimize, reconf_size, target_size))]
+pub fn check_hyper_options(
+    max_time: Option<f64>,
+    max_trials: Option<u32>,
+    minimize: &str,
+    reconf_size: u32,
+    target_size: Option<u64>,
+) -> PyResult<()> {
+    options(max_time, max_trials, minimize, 0, reconf_size, target_size).map(|_| ())
+}
 
 /// Searches a path (and, with `target_size`, the labels to slice); returns the pairwise
 /// path and a report (a dict: `trials`, `seconds`, `multiply_adds`, `largest_intermediate`,
@@ -37,20 +68,7 @@ pub fn hyper_search<'py>(
     progress: Option<Py<PyAny>>,
     cache_dir: Option<std::path::PathBuf>,
 ) -> PyResult<(Vec<(usize, usize)>, Bound<'py, PyDict>)> {
-    let minimize: Objective = minimize.parse().map_err(einsum_error)?;
-    let max_time = match max_time {
-        Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
-            return Err(PyValueError::new_err(format!("max_time={t}: expected a positive number of seconds")));
-        }
-        t => t.map(Duration::from_secs_f64),
-    };
-    if max_time.is_none() && max_trials.is_none() {
-        return Err(PyValueError::new_err("give max_time, max_repeats or both: the search needs a bound"));
-    }
-    if max_trials == Some(0) {
-        return Err(PyValueError::new_err("max_repeats=0: at least one trial runs"));
-    }
-    let opts = HyperOptions { max_time, max_trials, minimize, seed, reconf_size, slice_target: target_size };
+    let opts = options(max_time, max_trials, minimize, seed, reconf_size, target_size)?;
     let cache = match cache_dir {
         Some(dir) => {
             let cache = PathCache::new(dir).map_err(einsum_error)?;

@@ -9,7 +9,8 @@
 //! - `expression.rs`: `Expression` (compiled once per element type, sliced when
 //!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
 //!   (a bounded cache of expressions);
-//! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`;
+//! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`, and
+//!   `check_hyper_options`, its arguments checked when it is made;
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
@@ -119,6 +120,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;
+    m.add_function(wrap_pyfunction!(hyper::check_hyper_options, m)?)?;
     m.add_function(wrap_pyfunction!(draw::tree_svg, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;

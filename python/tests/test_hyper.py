@@ -86,11 +86,16 @@ def test_the_protocol_takes_sets_as_opt_einsum_passes_them():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_time": None, "max_repeats": None}, "needs max_time"),
+        ({"max_time": None, "max_repeats": None}, "needs a bound"),
         ({"max_time": -1}, "max_time"),
-        ({"max_repeats": 0}, "max_repeats"),
-        ({"minimize": "speed"}, "minimize"),
-        ({"slicing_opts": {"target_size": 0}}, "slicing_opts"),
+        ({"max_time": float("nan")}, "max_time"),
+        ({"max_repeats": 0}, "at least one trial"),
+        ({"max_repeats": -2}, "max_repeats"),
+        ({"minimize": "speed"}, "unknown objective"),
+        ({"minimize": "flopsy"}, "unknown objective"),
+        ({"minimize": "combo-x"}, "unknown objective"),
+        ({"reconf_size": 20}, "reconfiguration frontier"),
+        ({"slicing_opts": {"target_size": 0}}, "slicing target"),
         ({"slicing_opts": {"target_slices": 4}}, "slicing_opts"),
     ],
 )

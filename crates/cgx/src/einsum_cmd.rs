@@ -192,9 +192,9 @@ pub struct EinsumArgs {
 
 /// Parses a positive, finite number of seconds.
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(t),
-        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    match s.trim().parse::<f64>().ok().filter(|&t| einsum::hyper::budget(t).is_ok()) {
+        Some(t) => Ok(t),
+        None => Err(format!("`{s}` is not a positive number of seconds")),
     }
 }
 

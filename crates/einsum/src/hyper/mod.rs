@@ -63,7 +63,7 @@ const POLISHED: usize = 8;
 /// whatever the objective, with no trial.
 pub const EXACT_OPERANDS: usize = 12;
 
-pub use self::options::{DEFAULT_MAX_TIME, HyperOptions, Objective, TreeCost};
+pub use self::options::{DEFAULT_MAX_TIME, HyperOptions, Objective, TreeCost, budget};
 
 /// What a search did.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,6 +142,7 @@ pub fn hyper_path_until(
     progress: &mut dyn FnMut(&HyperProgress),
 ) -> EinsumResult<HyperPath> {
     let start = Instant::now();
+    opts.check()?;
     let n = inputs.len();
     if let Some(&c) = inputs.iter().flatten().chain(output).find(|&&c| c as usize >= sizes.len()) {
         return Err(EinsumError::Search(format!("label {c} has no size (the network has {} labels)", sizes.len())));

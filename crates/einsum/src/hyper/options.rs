@@ -112,6 +112,22 @@ impl fmt::Display for Objective {
 /// The default time budget of [`HyperOptions`].
 pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(1);
 
+/// A time budget given in seconds, checked: positive, finite and under 10^9 s (every
+/// entry point, the CLI's `--max-time` and Python's `max_time`, reads seconds through this).
+///
+/// ```
+/// use einsum::hyper::budget;
+/// assert_eq!(budget(0.5).unwrap().as_millis(), 500);
+/// assert!(budget(-1.0).is_err() && budget(f64::NAN).is_err() && budget(1e300).is_err());
+/// ```
+pub fn budget(seconds: f64) -> EinsumResult<Duration> {
+    if seconds.is_finite() && seconds > 0.0 && seconds < 1e9 {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(EinsumError::Search(format!("max_time={seconds}: expected a positive number of seconds")))
+    }
+}
+
 /// The hyper-optimizer's settings.
 ///
 /// ```
@@ -122,10 +138,10 @@ pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(1);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct HyperOptions {
-    /// Stop starting trials after this long ([`DEFAULT_MAX_TIME`] by default). The search
-    /// returns within this plus the time of the batch of trials under way (the first batch,
-    /// two trials, always runs; later ones are of up to 16 trials on the pool's threads);
-    /// the last reconfiguration and the slicing stop at the budget.
+    /// Stop starting trials after this long ([`DEFAULT_MAX_TIME`] by default). A trial
+    /// under way stops reconfiguring and annealing at the budget, as do the last
+    /// reconfiguration and the slicing; the first batch of trials always builds its trees,
+    /// so there is a path to return.
     pub max_time: Option<Duration>,
     /// Stop after this many trials.
     pub max_trials: Option<u32>,
@@ -133,8 +149,8 @@ pub struct HyperOptions {
     pub minimize: Objective,
     /// The random stream's seed.
     pub seed: u64,
-    /// Subtree reconfiguration of promising trees, over frontiers of this many tensors
-    /// (0: none; 3 to 12, default 8).
+    /// Subtree reconfiguration of every tree, over frontiers of this many tensors (0:
+    /// none; 3 to 12, default 8).
     pub reconf_size: u32,
     /// Slice the best trees until no intermediate of one slice has more than this many
     /// elements, reconfiguring after each sliced label (cotengra's `target_size`); the
@@ -156,6 +172,36 @@ impl Default for HyperOptions {
 }
 
 impl HyperOptions {
+    /// Checks what [`crate::hyper::hyper_path`] needs: a bound (a time budget, a trial
+    /// budget or both), at least one trial, and a reconfiguration frontier of 0 (none) or
+    /// 3 to 12 tensors.
+    ///
+    /// ```
+    /// use einsum::hyper::HyperOptions;
+    /// assert!(HyperOptions::default().check().is_ok());
+    /// assert!(HyperOptions { max_time: None, ..HyperOptions::default() }.check().is_err());
+    /// assert!(HyperOptions { reconf_size: 20, ..HyperOptions::default() }.check().is_err());
+    /// ```
+    pub fn check(&self) -> EinsumResult<()> {
+        let bad = |m: String| Err(EinsumError::Search(m));
+        if self.max_time.is_none() && self.max_trials.is_none() {
+            return bad("no time budget and no trial budget: the search needs a bound".into());
+        }
+        if self.max_trials == Some(0) {
+            return bad("a trial budget of 0: at least one trial runs".into());
+        }
+        if self.reconf_size != 0 && !(3..=12).contains(&self.reconf_size) {
+            return bad(format!(
+                "a reconfiguration frontier of {} tensors: expected 0 (none) or 3 to 12",
+                self.reconf_size
+            ));
+        }
+        if self.slice_target == Some(0) {
+            return bad("a slicing target of 0 elements: expected at least 1".into());
+        }
+        Ok(())
+    }
+
     /// What a path cache ([`crate::path_cache`]) keys this search by: the objective and
     /// the slicing target, not the budgets or the seed, so a later run with any budget
     /// reuses the path.
