@@ -47,7 +47,7 @@ use crate::path::ContractionPath;
 use self::anneal::anneal_tree;
 use self::greedy::{GreedyParams, greedy};
 use self::partition::partition_tree;
-use self::reconf::reconfigure;
+use self::reconf::{RECONF_TRIES, reconfigure};
 use self::slice::slice_tree;
 use self::tree::{Net, Tree};
 use self::tune::{Method, Tuner};
@@ -222,12 +222,6 @@ pub fn hyper_path_until(
     (r.sliced, r.slices) = (s.labels, s.slices);
     Ok(HyperPath { path: tree.to_path(), report: r })
 }
-
-/// Subtrees a trial's reconfiguration solves, at most: one per node of the tree up to
-/// this many. Every trial is reconfigured, however poor its raw tree: raw trees that
-/// differ by 10^3 in flops often swap places once reconfigured, so the tuner must see the
-/// reconfigured costs.
-pub(super) const RECONF_TRIES: usize = 1024;
 
 /// The best few trees of a search, each with its cost and the name of its driver.
 type Elite = Vec<(Tree, TreeCost, &'static str)>;

@@ -18,6 +18,12 @@
 use super::options::Objective;
 use super::tree::{Legs, Net, Tree};
 
+/// Subtrees a trial's reconfiguration solves, at most: one per node of the tree up to
+/// this many. Every trial is reconfigured, however poor its raw tree: raw trees that
+/// differ by 10^3 in flops often swap places once reconfigured, so the tuner must see the
+/// reconfigured costs.
+pub(crate) const RECONF_TRIES: usize = 1024;
+
 /// A set of up to 256 local labels.
 type Set = [u64; 4];
 

@@ -11,7 +11,7 @@
 //! [`CANDIDATES`], the most frequent among the oversized intermediates first.
 
 use super::options::{Objective, TreeCost};
-use super::reconf::reconfigure;
+use super::reconf::{RECONF_TRIES, reconfigure};
 use super::tree::{Net, Tree};
 
 /// The most labels scored per choice.
@@ -97,7 +97,7 @@ pub(crate) fn slice_tree(
         slices *= size;
         labels.push(c);
         if reconf_size > 0 {
-            reconfigure(&sliced_net, tree, reconf_size, objective, sliced_net.n().min(super::RECONF_TRIES), give_up);
+            reconfigure(&sliced_net, tree, reconf_size, objective, sliced_net.n().min(RECONF_TRIES), give_up);
         }
     }
 }
