@@ -90,6 +90,31 @@ proptest! {
         sliced_hvp_matches::<f64>(&expr, &shapes, PathChoice::Greedy, labels.clone(), split);
         sliced_hvp_matches::<c64>(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path)), labels, split);
     }
+
+    #[test]
+    fn plans_for_the_hvp_fit_the_limit_or_say_why((expr, shapes, _) in network(), fraction in 0.0f64..1.5) {
+        let unlimited = EinsumOptions::default().memory_limit(MemoryLimit::Unlimited);
+        let whole = SlicedEinsum::<f64>::new(&expr, &shapes, PathChoice::Greedy, &unlimited, &Slicing::None).unwrap();
+        let limit = (whole.plan().hvp_peak_bytes() as f64 * fraction) as u64;
+        let options = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(limit));
+        match SlicedEinsum::<f64>::new(&expr, &shapes, PathChoice::Greedy, &options, &Slicing::MemoryHvp) {
+            Ok(s) => {
+                let p = s.plan();
+                prop_assert!(p.hvp_peak_bytes() <= limit, "{:?} over {}", p, limit);
+                prop_assert!(p.peak_bytes() <= p.hvp_peak_bytes() && p.gradient_peak_bytes() <= p.hvp_peak_bytes());
+                let x: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), 3 + i as u64)).collect();
+                let all: Vec<usize> = (0..shapes.len()).collect();
+                let c = tensor::<f64>(s.output_shape().to_vec(), 7);
+                let got = s.hvp(&all).unwrap().eval(&refs(&x), &c, &refs(&x)).unwrap();
+                let want = whole.hvp(&all).unwrap().eval(&refs(&x), &c, &refs(&x)).unwrap();
+                for (g, w) in got.iter().zip(&want) {
+                    assert_close(g, w, &expr);
+                }
+            }
+            Err(EinsumError::Memory { .. }) => {}
+            Err(e) => prop_assert!(false, "{}: {}", expr, e),
+        }
+    }
 }
 
 #[test]
