@@ -760,16 +760,13 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let mut hvp_check = None;
     if let (true, Some(seed)) = (s.hvp, &seed) {
         let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "hvp slices");
-        let outcome = crate::hvp_run::run(&e, &operands, seed, &s.directions, s.limit, s.seed.wrapping_add(1), |k| {
-            bar.set_position(k)
-        })?;
+        let files = crate::hvp_run::HvpFiles { directions: &s.directions, out: s.hvp_out.as_deref() };
+        let outcome =
+            crate::hvp_run::run(&e, &operands, seed, &files, s.limit, s.seed.wrapping_add(1), |k| bar.set_position(k))?;
         bar.finish_and_clear();
         phases.extend(outcome.phases);
         hvp_check = outcome.check;
-        if let Some(out) = &s.hvp_out {
-            npy::write_npz(out, &outcome.products)?;
-            written.push(out.clone());
-        }
+        written.extend(s.hvp_out.clone());
     }
     let report = EinsumReport {
         phases,

@@ -7,14 +7,18 @@
 //!   data is read), or seeded random numbers in `[-1, 1)`.
 //! - The check: the network is linear in each operand, so moving operand `j` alone by
 //!   `v_j` moves every other operand's gradient by exactly the HVP along `v_j` (and its
-//!   own not at all). With `j` the middle operand and `v_j = x_j / 2`, the HVP is compared
-//!   with the difference of two gradients (relative to the larger of the two), so the
-//!   check holds to rounding on any network. It runs one more HVP and two gradients.
+//!   own not at all). With `j` the middle operand, `v_j = x_j / 2` and `i` the next one,
+//!   the HVP with respect to `i` and `j` (direction zero for `i`) is compared with the
+//!   difference of `i`'s gradients at the two points (relative to the larger of the two),
+//!   so the check holds to rounding on any network. It runs one more HVP and two
+//!   gradients, with respect to those operands only, after the products are written and
+//!   dropped: it holds a few tensors of those two operands' shapes beside what the HVP
+//!   held.
 //!
 //! Nothing here knows of the command line's arguments: [`crate::einsum_cmd`] reads them
 //! and calls [`run`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use einsum::{MemoryLimit, SlicedEinsum, Tensor};
@@ -23,9 +27,7 @@ use crate::cli::{CliError, CliResult};
 use crate::npy::{self, NpyElem};
 
 /// What an HVP run gives.
-pub struct HvpOutcome<T: NpyElem> {
-    /// One product per operand.
-    pub products: Vec<Tensor<T>>,
+pub struct HvpOutcome {
     /// Rows of (phase, milliseconds).
     pub phases: Vec<(String, f64)>,
     /// The exact-difference check (relative error), when there is an operand.
@@ -75,24 +77,33 @@ fn directions<T: NpyElem>(
         .collect()
 }
 
+/// Where the directions come from and where the products go.
+pub struct HvpFiles<'a> {
+    /// One array per operand (none: seeded directions).
+    pub directions: &'a [PathBuf],
+    /// The `.npz` to write the products to.
+    pub out: Option<&'a Path>,
+}
+
 /// The products of `e` at `operands` for the cotangent `seed` along the directions of
-/// `files` (or seeded by `seed_directions`), calling `progress(k)` after each slice; then
-/// the check of the module docs.
+/// `files` (or seeded by `seed_directions`), calling `progress(k)` after each slice,
+/// written to `files.out`; then the check of the module docs.
 pub fn run<T: NpyElem>(
     e: &SlicedEinsum<T>,
     operands: &[Tensor<T>],
     seed: &Tensor<T>,
-    files: &[PathBuf],
+    files: &HvpFiles<'_>,
     limit: MemoryLimit,
     seed_directions: u64,
     progress: impl FnMut(u64),
-) -> CliResult<HvpOutcome<T>> {
+) -> CliResult<HvpOutcome> {
     let mut phases = Vec::new();
     let refs: Vec<&Tensor<T>> = operands.iter().collect();
     let all: Vec<usize> = (0..refs.len()).collect();
     let t = Instant::now();
-    let v = directions(files, operands, limit, seed_directions)?;
-    phases.push((if files.is_empty() { "random directions" } else { "read directions" }.to_string(), ms(t)));
+    let v = directions(files.directions, operands, limit, seed_directions)?;
+    let what = if files.directions.is_empty() { "random directions" } else { "read directions" };
+    phases.push((what.to_string(), ms(t)));
     let t = Instant::now();
     let h = e.hvp(&all)?;
     phases.push(("hvp build + compile".to_string(), ms(t)));
@@ -100,31 +111,35 @@ pub fn run<T: NpyElem>(
     let vrefs: Vec<&Tensor<T>> = v.iter().collect();
     let products = h.eval_with_progress(&refs, seed, &vrefs, progress)?;
     phases.push(("hvp eval (all operands)".to_string(), ms(t)));
-    drop(v);
+    drop((v, h));
+    if let Some(out) = files.out {
+        npy::write_npz(out, &products)?;
+    }
+    drop(products);
     if refs.is_empty() {
-        return Ok(HvpOutcome { products, phases, check: None });
+        return Ok(HvpOutcome { phases, check: None });
     }
     let t = Instant::now();
     let j = refs.len() / 2;
+    let i = (j + 1) % refs.len();
     let half = T::from_f64(0.5);
     let moved_by = operands[j].map(|&x| half * x);
-    let mut along_j: Vec<Tensor<T>> =
-        operands.iter().map(|o| Tensor::zeros(o.shape().to_vec())).collect::<Result<_, _>>()?;
-    along_j[j] = moved_by.clone();
-    let h_j = h.eval(&refs, seed, &along_j.iter().collect::<Vec<_>>())?;
-    drop(along_j);
-    let g = e.gradient(&all)?;
-    let before = g.eval(&refs, seed)?;
+    // With respect to `i` and `j` (once when they are one operand), direction zero for `i`.
+    let (wrt, h_i) = if i == j {
+        let h = e.hvp(&[j])?.eval(&refs, seed, &[&moved_by])?;
+        (vec![j], h)
+    } else {
+        let zero = Tensor::zeros(operands[i].shape().to_vec())?;
+        (vec![i], e.hvp(&[i, j])?.eval(&refs, seed, &[&zero, &moved_by])?)
+    };
+    let g = e.gradient(&wrt)?;
+    let before = g.eval(&refs, seed)?.remove(0);
     let moved = operands[j].zip_with(&moved_by, |a, b| a + b)?;
     let mut shifted = refs.clone();
     shifted[j] = &moved;
-    let after = g.eval(&shifted, seed)?;
-    let (mut err, mut scale) = (0.0f64, f64::MIN_POSITIVE);
-    for ((a, b), hj) in after.iter().zip(&before).zip(&h_j) {
-        let diff = a.zip_with(b, |x, y| x - y)?;
-        err = err.max(diff.max_abs_diff(hj).unwrap_or(f64::NAN));
-        scale = scale.max(diff.max_abs()).max(hj.max_abs());
-    }
+    let diff = g.eval(&shifted, seed)?.remove(0).zip_with(&before, |x, y| x - y)?;
+    let err = diff.max_abs_diff(&h_i[0]).unwrap_or(f64::NAN);
+    let scale = diff.max_abs().max(h_i[0].max_abs()).max(f64::MIN_POSITIVE);
     phases.push(("hvp check".to_string(), ms(t)));
-    Ok(HvpOutcome { products, phases, check: Some(err / scale) })
+    Ok(HvpOutcome { phases, check: Some(err / scale) })
 }
