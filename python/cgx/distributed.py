@@ -1,8 +1,9 @@
-"""Sliced contractions and their gradients on a Dask cluster (``dask.distributed``).
+"""Sliced contractions, their gradients and Hessian-vector products on a Dask cluster
+(``dask.distributed``).
 
-:func:`contract` and :func:`value_and_grad` take what :func:`cgx.contract` and
-``ContractExpression.value_and_grad`` take, plus a ``client``, and return the same
-numpy arrays. The work is split along the expression's slices:
+:func:`contract`, :func:`value_and_grad` and :func:`hvp` take what :func:`cgx.contract`,
+``ContractExpression.value_and_grad`` and ``ContractExpression.hvp`` take, plus a
+``client``, and return the same numpy arrays. The work is split along the expression's slices:
 
 1. the driver plans once (:func:`cgx.contract_expression`: path, slices for
    ``memory_limit`` or the given ``sliced_inds``, the output's sliced labels put first)
