@@ -797,8 +797,10 @@ class ContractExpression(_core.Expression):
     A sliced expression (``sliced_inds``, ``n_slices``, ``slicing_overhead``) evaluates
     any range of its slices alone: ``eval_slices`` and ``grad_slices`` return sums over
     ``range(start, stop)`` that add up, over disjoint ranges covering every slice, to the
-    value and the gradients; ``value_and_grad_slices`` gives both in one pass, and
-    ``eval_blocks`` gives the value by output blocks (see there). It pickles as its plan (equation, shapes, path, limit and
+    value and the gradients; ``value_and_grad_slices`` gives both in one pass,
+    ``hvp_slices`` the Hessian-vector products, and ``eval_blocks`` gives the value by
+    output blocks (see there). ``hvp`` of a sliced expression is the sum of its slices'
+    Hessian-vector products, computed slice by slice. It pickles as its plan (equation, shapes, path, limit and
     sliced labels) and is rebuilt, with the same slices, where it is unpickled.
 
     Built with ``constants`` (opt_einsum's argument), it holds those operands' arrays and
@@ -944,8 +946,16 @@ class ContractExpression(_core.Expression):
 
     def hvp(self, *arrays, directions, wrt=None, cotangent=None):
         """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one
-        direction per ``wrt`` operand in, one array per ``wrt`` operand out."""
+        direction per ``wrt`` operand in, one array per ``wrt`` operand out. A sliced
+        expression sums its slices' products, one slice at a time, so its memory is that
+        of a slice (the operands, directions and products held whole)."""
         return self._hvp(self._full(arrays), list(directions), self._full_wrt(wrt), cotangent)
+
+    def hvp_slices(self, *arrays, directions, start=0, stop=None, wrt=None, cotangent=None):
+        """The Hessian-vector products (as ``hvp``) summed over slices ``start..stop`` (to the
+        last if ``None``): over disjoint ranges covering every slice, they add up to ``hvp``."""
+        start, stop = self._range(start, stop)
+        return self._hvp_slices(self._full(arrays), list(directions), start, stop, self._full_wrt(wrt), cotangent)
 
     def __repr__(self):
         sliced = f", sliced_inds={self.sliced_inds}" if self.sliced_inds else ""

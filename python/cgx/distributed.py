@@ -1,8 +1,9 @@
-"""Sliced contractions and their gradients on a Dask cluster (``dask.distributed``).
+"""Sliced contractions, their gradients and Hessian-vector products on a Dask cluster
+(``dask.distributed``).
 
-:func:`contract` and :func:`value_and_grad` take what :func:`cgx.contract` and
-``ContractExpression.value_and_grad`` take, plus a ``client``, and return the same
-numpy arrays. The work is split along the expression's slices:
+:func:`contract`, :func:`value_and_grad` and :func:`hvp` take what :func:`cgx.contract`,
+``ContractExpression.value_and_grad`` and ``ContractExpression.hvp`` take, plus a
+``client``, and return the same numpy arrays. The work is split along the expression's slices:
 
 1. the driver plans once (:func:`cgx.contract_expression`: path, slices for
    ``memory_limit`` or the given ``sliced_inds``, the output's sliced labels put first)
@@ -37,7 +38,11 @@ What a task returns and how two are combined depends on where the sliced labels 
   holds the output once plus one range's blocks.
 
 Gradients have the operands' shapes, whatever is sliced: they are always added on the
-workers.
+workers. So do Hessian-vector products (:func:`hvp`): each task sums its range's
+products (``hvp_slices``: per slice, the slice's product on the slices of the operands,
+the directions and the cotangent), and the ranges' sums are added pairwise on the
+workers; the directions are scattered as the operands are, and the cotangent whole to
+every worker (an HVP's cotangent is usually the scalar 1).
 
 Invariants: every task is pure (its result depends only on its arguments, which are the
 plan, the scattered operands and a slice range), so Dask may rerun it anywhere, for
@@ -68,7 +73,16 @@ try:
 except ImportError:  # pragma: no cover - exercised only without dask
     _dd = None
 
-__all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad", "plan_ranges", "Assembly"]
+__all__ = [
+    "contract",
+    "value_and_grad",
+    "hvp",
+    "submit_contract",
+    "submit_value_and_grad",
+    "submit_hvp",
+    "plan_ranges",
+    "Assembly",
+]
 
 MIN_TASK_FLOPS = 2e8
 """The least work per task, in flops (two per multiply-add), so that Dask's per-task
@@ -239,6 +253,33 @@ def _grad_range(plan, start, stop, blocked, wrt, cotangent, *arrays):
     del value, grads
     _einsum._core.release_buffers()
     return owned
+
+
+def _hvp_range(plan, start, stop, wrt, cotangent, n_operands, *arrays):
+    """The range's Hessian-vector products (one per ``wrt`` operand): ``arrays`` holds the
+    ``n_operands`` operands, then one direction per ``wrt`` operand."""
+    ops, directions = arrays[:n_operands], arrays[n_operands:]
+    products = _expression(plan).hvp_slices(
+        *ops, directions=directions, start=start, stop=stop, wrt=wrt, cotangent=cotangent
+    )
+    owned = tuple(np.array(h) for h in products)
+    del products
+    _einsum._core.release_buffers()
+    return owned
+
+
+HVP_WORK = 5
+"""A Hessian-vector product's flops over the value's, for sizing ranges: the forward
+steps, their tangents, the reverse pass and its tangent (a gradient range counts 3)."""
+
+
+def _check_hvp(expr, arrays, directions, wrt, cotangent):
+    """``(wrt, directions)`` checked on the driver with the local API's exceptions (an
+    empty range does no work), ``wrt`` as positions and the directions as arrays."""
+    wrt = _einsum._wrt(wrt)
+    directions = [np.asarray(d) for d in directions]
+    expr.hvp_slices(*arrays, directions=directions, start=0, stop=0, wrt=wrt, cotangent=cotangent)
+    return wrt, directions
 
 
 def _combine(a, b):
@@ -487,6 +528,56 @@ def submit_value_and_grad(
     """Like :func:`value_and_grad`, but returns at once the Dask future of ``(value, grads)``,
     or an :class:`Assembly` of them where a sliced label is in the output."""
     return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks), (wrt, cotangent))
+
+
+def submit_hvp(
+    eq,
+    *arrays,
+    directions,
+    wrt=None,
+    cotangent=None,
+    optimize="greedy",
+    memory_limit=None,
+    sliced_inds=None,
+    client=None,
+    n_tasks=None,
+):
+    """Like :func:`hvp`, but returns at once the Dask future of the products."""
+    client = _require_client(client)
+    expr = _prepare(eq, arrays, optimize, memory_limit, sliced_inds)
+    wrt, directions = _check_hvp(expr, arrays, directions, wrt, cotangent)
+    arrays = [np.asarray(x) for x in arrays]
+    scattered = client.scatter(arrays + directions, broadcast=True, hash=False)
+    cot = None if cotangent is None else client.scatter(np.asarray(cotangent), broadcast=True, hash=False)
+    ranges = plan_ranges(expr.n_slices, HVP_WORK * _slice_flops(expr), _threads(client), n_tasks)
+    plan, n = _plan_key(expr), len(arrays)
+    parts = [client.submit(_hvp_range, plan, start, stop, wrt, cot, n, *scattered) for start, stop in ranges]
+    return _tree_sum(client, parts, _add_grads)
+
+
+def hvp(
+    eq,
+    *arrays,
+    directions,
+    wrt=None,
+    cotangent=None,
+    optimize="greedy",
+    memory_limit=None,
+    sliced_inds=None,
+    client=None,
+    n_tasks=None,
+):
+    """``ContractExpression.hvp`` over a Dask cluster: the Hessian-vector products of
+    ``x ↦ <cotangent, f(x)>`` in the operands ``wrt`` (all if ``None``), one direction per
+    ``wrt`` operand, as a tuple of numpy arrays.
+
+    Each task sums the products of its slice range; the sums are added pairwise on the
+    workers. The keywords are those of :func:`value_and_grad`.
+    """
+    options = dict(optimize=optimize, memory_limit=memory_limit, sliced_inds=sliced_inds, client=client)
+    return _with_retries(
+        lambda: submit_hvp(eq, *arrays, directions=directions, wrt=wrt, cotangent=cotangent, n_tasks=n_tasks, **options)
+    )
 
 
 RUNS = 3

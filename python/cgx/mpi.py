@@ -2,7 +2,8 @@
 plan and range functions, run by the ranks of a communicator.
 
 MPI programs are SPMD: every rank runs the same script (``mpiexec -n 4 python run.py``)
-and calls :func:`contract` or :func:`value_and_grad` together (collective calls). The
+and calls :func:`contract`, :func:`value_and_grad` or :func:`hvp` together (collective
+calls). The
 arguments are read on ``root`` only (the others may pass the same or placeholders); the
 result comes back on ``root``, the other ranks get ``None``:
 
@@ -32,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without mpi4py
     _MPI = None
 
-__all__ = ["contract", "value_and_grad"]
+__all__ = ["contract", "value_and_grad", "hvp"]
 
 _TAG = 0x6367  # "cg": the tag of the combination's messages
 
@@ -64,8 +65,9 @@ def _my_range(comm, n_slices):
     return n_slices * comm.rank // comm.size, n_slices * (comm.rank + 1) // comm.size
 
 
-def _combine_to_root(comm, root, part):
-    """Combines every rank's part along a binomial tree; the total on ``root``, else ``None``."""
+def _combine_to_root(comm, root, part, add=_d._add_pair):
+    """Combines every rank's part along a binomial tree (two parts by ``add``); the total
+    on ``root``, else ``None``."""
     rel = (comm.rank - root) % comm.size
     step = 1
     while step < comm.size:
@@ -73,7 +75,7 @@ def _combine_to_root(comm, root, part):
             comm.send(part, dest=(rel - step + root) % comm.size, tag=_TAG)
             return None
         if rel + step < comm.size:
-            part = _d._add_pair(part, comm.recv(source=(rel + step + root) % comm.size, tag=_TAG))
+            part = add(part, comm.recv(source=(rel + step + root) % comm.size, tag=_TAG))
         step *= 2
     return part
 
@@ -126,3 +128,33 @@ def value_and_grad(
     part = _d._grad_range(plan, start, stop, layout is not None, w, cot, *ops)
     total = _combine_to_root(comm, root, part)
     return None if total is None else _d._finish(layout, total)
+
+
+def hvp(
+    eq,
+    *arrays,
+    directions,
+    wrt=None,
+    cotangent=None,
+    optimize="greedy",
+    memory_limit=None,
+    sliced_inds=None,
+    comm=None,
+    root=0,
+):
+    """Hessian-vector products of ``ContractExpression.hvp`` over the ranks of ``comm``, a
+    collective call: each rank sums the products of its slice range, and the sums are
+    added along the binomial tree; the tuple of products on ``root``, ``None`` on the
+    other ranks."""
+    comm = _comm(comm)
+
+    def make():
+        expr, plan, _ = _plan(eq, arrays, optimize, memory_limit, sliced_inds)
+        w, dirs = _d._check_hvp(expr, arrays, directions, wrt, cotangent)
+        cot = None if cotangent is None else np.asarray(cotangent)
+        return plan, expr.n_slices, w, cot, [np.asarray(x) for x in arrays], dirs
+
+    plan, n_slices, w, cot, ops, dirs = _broadcast(comm, root, make)
+    start, stop = _my_range(comm, n_slices)
+    part = _d._hvp_range(plan, start, stop, w, cot, len(ops), *ops, *dirs)
+    return _combine_to_root(comm, root, part, _d._add_grads)

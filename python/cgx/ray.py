@@ -1,8 +1,8 @@
 """Sliced contractions and their gradients on Ray: :mod:`cgx.distributed`'s interface, run as
 Ray tasks instead of Dask futures.
 
-:func:`contract` and :func:`value_and_grad` take what their :mod:`cgx.distributed`
-namesakes take, without ``client``: they run on the Ray instance this process is
+:func:`contract`, :func:`value_and_grad` and :func:`hvp` take what their
+:mod:`cgx.distributed` namesakes take, without ``client``: they run on the Ray instance this process is
 connected to (``ray.init()`` first: a local one, or ``ray.init(address="auto")`` on a
 cluster). The plan, the slice ranges, the work of a range and the combination of two
 ranges are :mod:`cgx.distributed`'s own functions; only the engine differs:
@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without ray
     _ray = None
 
-__all__ = ["contract", "value_and_grad", "submit_contract", "submit_value_and_grad"]
+__all__ = ["contract", "value_and_grad", "hvp", "submit_contract", "submit_value_and_grad", "submit_hvp"]
 
 _REMOTE = {}
 
@@ -103,6 +103,35 @@ def submit_value_and_grad(
     return _run(expr, _d._grad_range, ranges, wrt, cot, *refs)
 
 
+def submit_hvp(
+    eq,
+    *arrays,
+    directions,
+    wrt=None,
+    cotangent=None,
+    optimize="greedy",
+    memory_limit=None,
+    sliced_inds=None,
+    n_tasks=None,
+):
+    """Like :func:`hvp`, but returns the Ray object reference of the products at once."""
+    _require()
+    expr = _d._prepare(eq, arrays, optimize, memory_limit, sliced_inds)
+    wrt, directions = _d._check_hvp(expr, arrays, directions, wrt, cotangent)
+    refs = [_ray.put(np.asarray(x)) for x in list(arrays) + directions]
+    cot = None if cotangent is None else _ray.put(np.asarray(cotangent))
+    ranges = _d.plan_ranges(expr.n_slices, _d.HVP_WORK * _d._slice_flops(expr), _threads(), n_tasks)
+    plan, n = _d._plan_key(expr), len(arrays)
+    parts = [_remote(_d._hvp_range).remote(plan, start, stop, wrt, cot, n, *refs) for start, stop in ranges]
+    add = _remote(_d._add_grads)
+    while len(parts) > 1:
+        paired = [add.remote(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+        if len(parts) % 2:
+            paired.append(parts[-1])
+        parts = paired
+    return parts[0]
+
+
 def _writable(x):
     """Arrays fetched from the object store are read-only views of it: a private copy."""
     return x if x.flags.writeable else np.array(x)
@@ -132,3 +161,30 @@ def value_and_grad(
     )
     value, grads = _ray.get(ref)
     return _writable(value), tuple(_writable(g) for g in grads)
+
+
+def hvp(
+    eq,
+    *arrays,
+    directions,
+    wrt=None,
+    cotangent=None,
+    optimize="greedy",
+    memory_limit=None,
+    sliced_inds=None,
+    n_tasks=None,
+):
+    """Hessian-vector products on Ray, as :func:`cgx.distributed.hvp` on Dask; a tuple of
+    numpy arrays."""
+    ref = submit_hvp(
+        eq,
+        *arrays,
+        directions=directions,
+        wrt=wrt,
+        cotangent=cotangent,
+        optimize=optimize,
+        memory_limit=memory_limit,
+        sliced_inds=sliced_inds,
+        n_tasks=n_tasks,
+    )
+    return tuple(_writable(h) for h in _ray.get(ref))

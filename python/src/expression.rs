@@ -25,17 +25,19 @@
 //! labels (cotengra's). The
 //! compiled form is always a `SlicedEinsum` (one slice when nothing is sliced); slices can
 //! be evaluated by index range (`_eval_slices`, `_grad_slices`, and `_value_and_grad_slices`
-//! for both in one pass) for distributed use, the value as a sum of the output's shape or
-//! by output blocks (`blocks=True`: only the blocks of the sliced output labels that the
-//! range touches). `_value_and_grad` runs the forward steps once for value and gradients.
+//! for both in one pass, `_hvp_slices` for Hessian-vector products) for distributed use,
+//! the value as a sum of the output's shape or by output blocks (`blocks=True`: only the
+//! blocks of the sliced output labels that the range touches). `_value_and_grad` runs the
+//! forward steps once for value and gradients; `_hvp` of a sliced expression sums the
+//! slices' Hessian-vector products ([`SlicedHvp`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumError, EinsumHvp, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan, SlicedEinsum,
-    SlicedGradient, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan, SlicedEinsum, SlicedGradient,
+    SlicedHvp, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -57,7 +59,7 @@ const CACHE_CAPACITY: usize = 512;
 struct Compiled<T: Elem> {
     einsum: OnceLock<Arc<SlicedEinsum<T>>>,
     gradients: Mutex<HashMap<Vec<usize>, Arc<SlicedGradient<T>>>>,
-    hvps: Mutex<HashMap<Vec<usize>, Arc<EinsumHvp<T>>>>,
+    hvps: Mutex<HashMap<Vec<usize>, Arc<SlicedHvp<T>>>>,
 }
 
 impl<T: Elem> Compiled<T> {
@@ -284,28 +286,26 @@ impl Inner {
         self.value_and_grad_slices(py, operands, d, self.range(0, None), false, None)
     }
 
-    fn hvp<'py, T: Dtype>(
+    /// Hessian-vector products summed over the slices in `range` (all of them for
+    /// `hvp`): each slice's product on the slices of the operands, the directions and the
+    /// cotangent, added at the slice's place.
+    fn hvp_slices<'py, T: Dtype>(
         &self,
         py: Python<'py>,
         operands: &[Tensor<T>],
         directions: &[Bound<'py, PyAny>],
         d: &Derivative<'_, 'py>,
+        range: std::ops::Range<u64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         self.check_memory::<T>(d.limit)?;
-        if self.is_sliced() {
-            return Err(PyValueError::new_err(format!(
-                "`{}` is sliced (on {:?}): Hessian-vector products of sliced contractions are not supported",
-                self.report.expression,
-                self.slice_plan.labels()
-            )));
-        }
         let e = self.einsum::<T>()?;
         let c = self.cotangent::<T>(d.cotangent)?;
         let v = convert::tensors_like::<T>(directions, "direction")?;
-        let h = cached(&T::compiled(self).hvps, &d.wrt, |w| e.slice_einsum().hvp(w))?;
+        let h = cached(&T::compiled(self).hvps, &d.wrt, |w| e.hvp(w))?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
-        let out = run(py, 4.0 * self.report.multiply_adds(), || h.eval(&refs, &c, &vrefs)).map_err(einsum_error)?;
+        let work = 4.0 * self.slice_plan.multiply_adds();
+        let out = run(py, work, || h.eval_slices(&refs, &c, &vrefs, range)).map_err(einsum_error)?;
         to_tuple(py, out)
     }
 }
@@ -544,8 +544,26 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
-        by_dtype!(inner.operands(operands)?, t => inner.hvp(py, &t, &directions, &d))
+        let (inner, d, range) = (&self.inner, self.derivative(wrt, cotangent.as_ref()), self.inner.range(0, None));
+        by_dtype!(inner.operands(operands)?, t => inner.hvp_slices(py, &t, &directions, &d, range))
+    }
+
+    /// Hessian-vector products summed over the slices `start..stop` (to the last if
+    /// `None`): results of disjoint ranges covering every slice add up to `_hvp`'s.
+    #[pyo3(signature = (operands, directions, start=0, stop=None, wrt=None, cotangent=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _hvp_slices<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+        directions: Vec<Bound<'py, PyAny>>,
+        start: u64,
+        stop: Option<u64>,
+        wrt: Option<Vec<usize>>,
+        cotangent: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (inner, d, range) = (&self.inner, self.derivative(wrt, cotangent.as_ref()), self.inner.range(start, stop));
+        by_dtype!(inner.operands(operands)?, t => inner.hvp_slices(py, &t, &directions, &d, range))
     }
 
     /// The subscripts as given.

@@ -1,6 +1,7 @@
-"""cgx.mpi under ``mpiexec -n 3`` on this machine: value and gradient on the root against the
-single-process expression and numpy, with sliced labels in the output, not in it and both,
-more ranks than slices, and a bad input raising the local API's exception on every rank.
+"""cgx.mpi under ``mpiexec -n 3`` on this machine: value, gradient and Hessian-vector
+products on the root against the single-process expression and numpy, with sliced labels
+in the output, not in it and both, more ranks than slices, and a bad input raising the
+local API's exception on every rank.
 Skipped only when mpi4py or ``mpiexec`` is missing."""
 
 import os
@@ -45,8 +46,15 @@ for eq, shapes, sliced in NETWORKS:
         assert len(grads) == 2
         for g, w in zip(grads, want_grads):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    dirs = [rng.standard_normal(s) for s in shapes]
+    products = cgx.mpi.hvp(eq, *ops, directions=dirs, cotangent=cot, sliced_inds=sliced)
+    if comm.rank == 0:
+        want = cgx.contract_expression(eq, *shapes).hvp(*ops, directions=dirs, cotangent=cot)
+        assert len(products) == len(want)
+        for h, w in zip(products, want):
+            np.testing.assert_allclose(h, w, rtol=1e-10, atol=1e-12)
     else:
-        assert got is None and value_grads is None
+        assert got is None and value_grads is None and products is None
 # The hyper-optimizer's slicing: the root plans with it and the ranks run its slices.
 n = 10
 labels = [cgx.get_symbol(i) for i in range(n)]

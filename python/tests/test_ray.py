@@ -1,6 +1,7 @@
 """cgx.ray on a local Ray instance of two CPUs (127.0.0.1, no dashboard): value and gradient
 against the single-process expression and numpy, with sliced labels in the output, not in
-it and both; bad input raises like the local API; no Ray instance is a clear error.
+it and both, and Hessian-vector products; bad input raises like the local API; no Ray
+instance is a clear error.
 Skipped only when Ray is not importable."""
 
 import warnings
@@ -112,3 +113,19 @@ def test_the_hyper_optimizers_slicing_runs_on_ray(local_ray):
     np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)
     for g, w in zip(grads, local_grads):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("network", NETWORKS, ids=["summed", "in-output", "both"])
+@pytest.mark.parametrize("n_tasks", [None, 3])
+def test_hvp_matches_single_process(local_ray, network, n_tasks):
+    eq, shapes, sliced = network
+    arrays = operands(4, *shapes)
+    directions = operands(5, *shapes)
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    cot = operands(6, tuple(expr.output_shape))[0]
+    got = cr.hvp(eq, *arrays, directions=directions, cotangent=cot, sliced_inds=sliced, n_tasks=n_tasks)
+    want = cgx.contract_expression(eq, *shapes).hvp(*arrays, directions=directions, cotangent=cot)
+    assert len(got) == len(arrays)
+    for g, w in zip(got, want):
+        assert g.flags.writeable
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

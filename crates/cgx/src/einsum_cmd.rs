@@ -12,11 +12,14 @@
 //!   file headers before their data is read and by [`SlicedEinsum::new`] (which builds
 //!   through [`einsum::Einsum::with_options`]) on every tensor of the path before anything
 //!   is evaluated.
-//! - Slicing: when the tensors of the run (with `--grad`, of its reverse pass) exceed the
-//!   memory limit, the network is sliced ([`SlicedEinsum`], the greedy slice finder) and
+//! - Slicing: when the tensors of the run (with `--grad`, of its reverse pass; with
+//!   `--hvp`, of its Hessian-vector product) exceed the memory limit, the network is sliced ([`SlicedEinsum`], the greedy slice finder) and
 //!   contracted slice by slice, or on the labels `--sliced-inds` names; the report gives
 //!   the sliced labels, the slice count and the overhead (flops of all slices over the
 //!   unsliced flops). Slices run one after another, on one thread.
+//! - `--hvp`: Hessian-vector products with respect to every operand, summed over the
+//!   slices when sliced, along `--directions` or seeded ones, checked by an exact
+//!   difference of gradients ([`crate::hvp_run`]).
 //! - Timing: one evaluation by default; `--repeat N` (N > 1) runs a warm-up and reports
 //!   the best of N, with a progress bar on a terminal.
 
@@ -163,9 +166,21 @@ pub struct EinsumArgs {
     #[arg(long, value_name = "FILE.npz", requires = "grad")]
     pub grad_out: Option<PathBuf>,
     /// The cotangent seeding the reverse pass (an `.npy` of the output's shape); default: ones,
-    /// the gradient of sum(output).
-    #[arg(long, value_name = "FILE.npy", requires = "grad")]
+    /// the gradient of sum(output). For --grad and --hvp.
+    #[arg(long, value_name = "FILE.npy")]
     pub cotangent: Option<PathBuf>,
+    /// Also build and run the Hessian-vector product of ⟨cotangent, output⟩ with respect to
+    /// every operand (forward over reverse; summed over the slices when sliced, and sliced
+    /// for it when the memory limit needs it), checked by an exact difference of gradients.
+    #[arg(long)]
+    pub hvp: bool,
+    /// The directions of --hvp: one array per operand, of its shape (an `.npz`, or `.npy`
+    /// files given as the value of this option once each); default: seeded random numbers.
+    #[arg(long, value_name = "FILE", requires = "hvp")]
+    pub directions: Vec<PathBuf>,
+    /// Write the Hessian-vector products (one per operand, `arr_0`, `arr_1`, …) to this `.npz` file.
+    #[arg(long, value_name = "FILE.npz", requires = "hvp")]
+    pub hvp_out: Option<PathBuf>,
     /// Evaluations: 1 runs once; N > 1 runs a warm-up, then N timed runs, and reports the best.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
@@ -383,6 +398,12 @@ struct Settings {
     sliced_inds: Option<Vec<char>>,
     /// Where to draw the contraction tree.
     plot: Option<PathBuf>,
+    /// Run the Hessian-vector product (`--hvp`), along these directions (seeded if none).
+    hvp: bool,
+    directions: Vec<PathBuf>,
+    hvp_out: Option<PathBuf>,
+    /// The seed of random operands (the directions' is the next).
+    seed: u64,
 }
 
 fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Job> {
@@ -497,6 +518,10 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         grad_out: None,
         sliced_inds: None,
         plot: None,
+        hvp: false,
+        directions: Vec::new(),
+        hvp_out: None,
+        seed: 42,
     };
     measure_plan::<f64>(plan, &settings)
 }
@@ -534,6 +559,10 @@ pub struct EinsumReport {
     pub memory_limit: MemoryLimit,
     /// The exact-difference check of the gradient (relative error), if run.
     pub gradient_check: Option<f64>,
+    /// With `--hvp`: estimated peak bytes of the Hessian-vector product.
+    pub hvp_peak_bytes: Option<u64>,
+    /// The exact-difference check of the Hessian-vector product (relative error), if run.
+    pub hvp_check: Option<f64>,
     /// Files written.
     pub written: Vec<PathBuf>,
     /// Whether to print the path in text output.
@@ -543,6 +572,9 @@ pub struct EinsumReport {
 /// Runs `args`' network.
 pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
     let limit = args.memory_limit.unwrap_or_else(default_memory_limit);
+    if args.cotangent.is_some() && !args.grad && !args.hvp {
+        return Err(CliError("--cotangent seeds --grad or --hvp; give one of them".into()));
+    }
     let plan = plan(args, limit)?;
     let settings = Settings {
         quiet: args.json,
@@ -554,6 +586,10 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
         grad_out: args.grad_out.clone(),
         sliced_inds: args.sliced_inds.clone().map(|s| s.0),
         plot: args.plot.clone(),
+        hvp: args.hvp,
+        directions: args.directions.clone(),
+        hvp_out: args.hvp_out.clone(),
+        seed: args.seed,
     };
     let (title, mut report) = match plan.dtype {
         Dtype::Float64 => measure_plan::<f64>(plan, &settings)?,
@@ -601,6 +637,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let options = EinsumOptions::default().memory_limit(s.limit);
     let slicing = match &s.sliced_inds {
         Some(labels) => Slicing::Labels(labels.clone()),
+        None if s.hvp => Slicing::MemoryHvp,
         None => Slicing::Memory { gradient: s.grad },
     };
     // The one parse of the expression: the einsum crate's plan, which the slicing and the
@@ -669,12 +706,8 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let shape = result.shape().to_vec();
 
     let mut gradient_check = None;
-    if s.grad {
-        let all: Vec<usize> = (0..refs.len()).collect();
-        let t = Instant::now();
-        let g = e.gradient(&all)?;
-        phases.push(("gradient build + compile".to_string(), ms(t)));
-        let seed = match &plan.cotangent {
+    let seed = if s.grad || s.hvp {
+        Some(match &plan.cotangent {
             Some(info) => {
                 let c = read_as::<T>(std::slice::from_ref(info))?.remove(0);
                 if c.shape() != shape {
@@ -687,14 +720,22 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
                 c
             }
             None => Tensor::ones(shape.clone())?,
-        };
-        // ⟨c, f(x)⟩ for the check below, taken now: the forward result is not held through
-        // the reverse pass, whose memory estimate counts the operands and the cotangent.
-        let at_x = seed.inner(&result).unwrap_or(f64::NAN);
-        drop(result);
+        })
+    } else {
+        None
+    };
+    // ⟨c, f(x)⟩ for the gradient's check, taken now: the forward result is not held through
+    // the reverse pass, whose memory estimate counts the operands and the cotangent.
+    let at_x = seed.as_ref().map_or(f64::NAN, |c| c.inner(&result).unwrap_or(f64::NAN));
+    drop(result);
+    if let (true, Some(seed)) = (s.grad, &seed) {
+        let all: Vec<usize> = (0..refs.len()).collect();
+        let t = Instant::now();
+        let g = e.gradient(&all)?;
+        phases.push(("gradient build + compile".to_string(), ms(t)));
         let t = Instant::now();
         let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
-        let grads = g.eval_with_progress(&refs, &seed, |k| bar.set_position(k))?;
+        let grads = g.eval_with_progress(&refs, seed, |k| bar.set_position(k))?;
         bar.finish_and_clear();
         phases.push(("gradient eval (all operands)".to_string(), ms(t)));
         if !refs.is_empty() {
@@ -716,6 +757,17 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
             written.push(out.clone());
         }
     }
+    let mut hvp_check = None;
+    if let (true, Some(seed)) = (s.hvp, &seed) {
+        let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "hvp slices");
+        let files = crate::hvp_run::HvpFiles { directions: &s.directions, out: s.hvp_out.as_deref() };
+        let outcome =
+            crate::hvp_run::run(&e, &operands, seed, &files, s.limit, s.seed.wrapping_add(1), |k| bar.set_position(k))?;
+        bar.finish_and_clear();
+        phases.extend(outcome.phases);
+        hvp_check = outcome.check;
+        written.extend(s.hvp_out.clone());
+    }
     let report = EinsumReport {
         phases,
         flops: 2.0 * e.multiply_adds(),
@@ -732,6 +784,8 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         slicing_overhead: e.plan().overhead(),
         memory_limit: s.limit,
         gradient_check,
+        hvp_peak_bytes: s.hvp.then(|| e.plan().hvp_peak_bytes()),
+        hvp_check,
         written,
         show_path: false,
     };
@@ -760,10 +814,13 @@ pub fn print(title: &str, r: &EinsumReport) {
     if r.show_path {
         println!("path: {}", format_path(&r.path));
     }
-    let gradient = match r.gradient_peak_bytes {
+    let mut gradient = match r.gradient_peak_bytes {
         Some(b) => format!(", {} with the gradient", einsum::format_bytes(Some(b))),
         None => String::new(),
     };
+    if let Some(b) = r.hvp_peak_bytes {
+        gradient += &format!(", {} with the Hessian-vector product", einsum::format_bytes(Some(b)));
+    }
     println!(
         "memory: estimated peak {} of tensors{gradient}, limit {}",
         einsum::format_bytes(Some(r.peak_bytes)),
@@ -789,6 +846,9 @@ pub fn print(title: &str, r: &EinsumReport) {
     if let Some(c) = r.gradient_check {
         println!("gradient: exact-difference check on the middle operand, relative error {c:.1e}");
     }
+    if let Some(c) = r.hvp_check {
+        println!("hvp: exact-difference check along the middle operand, relative error {c:.1e}");
+    }
     for w in &r.written {
         println!("wrote {}", w.display());
     }
@@ -807,7 +867,7 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     let sliced: Vec<String> = r.sliced.iter().map(|c| json_string(&c.to_string())).collect();
     format!(
-        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"written\":[{}]}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}]}}",
         json_string(title),
         r.dtype,
         r.path.steps().len(),
@@ -830,6 +890,8 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
         },
         phases.join(","),
         r.gradient_check.map_or("null".into(), json_number),
+        r.hvp_peak_bytes.map_or("null".into(), |b| b.to_string()),
+        r.hvp_check.map_or("null".into(), json_number),
         written.join(","),
     )
 }
@@ -842,9 +904,12 @@ pub fn run(args: &EinsumArgs) -> CliResult {
     } else {
         print(&title, &report);
     }
-    match report.gradient_check {
-        Some(c) if c.is_nan() || c > 1e-8 => {
+    match (report.gradient_check, report.hvp_check) {
+        (Some(c), _) if c.is_nan() || c > 1e-8 => {
             Err(CliError(format!("the gradient check failed (relative error {c:.1e})")))
+        }
+        (_, Some(c)) if c.is_nan() || c > 1e-8 => {
+            Err(CliError(format!("the Hessian-vector product check failed (relative error {c:.1e})")))
         }
         _ => Ok(()),
     }
@@ -870,6 +935,9 @@ mod tests {
             grad: false,
             grad_out: None,
             cotangent: None,
+            hvp: false,
+            directions: Vec::new(),
+            hvp_out: None,
             repeat: 1,
             memory_limit: None,
             sliced_inds: None,
@@ -927,6 +995,46 @@ mod tests {
         assert_eq!(r.path.steps(), &[[0, 1]]);
         assert_eq!(r.flops, 2.0 * 2.0 * 3.0 * 4.0);
         assert!(r.gradient_check.unwrap() < 1e-12);
+    }
+
+    #[test]
+    fn hessian_vector_products_run_sliced_and_unsliced_with_the_same_products() {
+        let dir = std::env::temp_dir().join(format!("cgx-hvp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut products = Vec::new();
+        for (name, sliced) in [("plain", None), ("sliced", Some(vec!['b', 'a']))] {
+            let out = dir.join(format!("{name}.npz"));
+            let a = EinsumArgs {
+                shapes: Some("2x3,3x4,4x2".into()),
+                hvp: true,
+                hvp_out: Some(out.clone()),
+                sliced_inds: sliced.map(SlicedInds),
+                ..args("ab,bc,ca->")
+            };
+            let (_, r) = measure(&a).unwrap();
+            assert!(r.hvp_check.unwrap() < 1e-12, "{name}: {:?}", r.hvp_check);
+            assert!(r.hvp_peak_bytes.is_some() && r.gradient_check.is_none());
+            let infos = npy::read_infos(&[out], MemoryLimit::Unlimited).unwrap();
+            products.push(read_as::<f64>(&infos).unwrap());
+        }
+        assert_eq!(products[1].len(), 3);
+        for (s, p) in products[1].iter().zip(&products[0]) {
+            assert!(s.max_abs_diff(p).unwrap() <= 1e-12 * (1.0 + p.max_abs()));
+        }
+        // A memory limit the unsliced product exceeds slices it.
+        let big = EinsumArgs {
+            shapes: Some("256x2,2x256,256x2,2x256".into()),
+            path: Some(PathArg::Explicit(ContractionPath::new(vec![[0, 1], [0, 1], [0, 1]]))),
+            hvp: true,
+            memory_limit: Some(MemoryLimit::Bytes(400 << 10)),
+            ..args("ai,ib,bj,ja->")
+        };
+        let (_, r) = measure(&big).unwrap();
+        assert!(r.n_slices > 1 && r.hvp_peak_bytes.unwrap() <= 400 << 10, "{:?}", (r.n_slices, r.hvp_peak_bytes));
+        assert!(r.hvp_check.unwrap() < 1e-10);
+        let e = measure(&EinsumArgs { cotangent: Some(dir.join("c.npy")), ..args("ab,bc->ac") }).err().unwrap();
+        assert!(e.0.contains("--grad or --hvp"), "{}", e.0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! - `cgx bench mps`: µs per contraction step of an MPS inner product (einsum,
 //!   `docs/SPEC.md` §8.2), beside its kernels alone, with a table or `--json`.
 //! - `cgx einsum`: a tensor-network contraction (instance file or expression), with flops,
-//!   GFLOP/s and optionally its gradient.
+//!   GFLOP/s and optionally its gradient and Hessian-vector products.
 //! - `cgx dot`: DOT export of a pipeline stage of a built-in example.
 //! - `cgx completions SHELL`: shell completions.
 //!
@@ -21,6 +21,7 @@ mod dag;
 mod demo;
 mod dot;
 mod einsum_cmd;
+mod hvp_run;
 mod mps;
 mod npy;
 mod table;

@@ -145,6 +145,34 @@ fn einsum_on_npy_files_matches_numpy_result_and_gradients() {
 }
 
 #[test]
+fn hessian_vector_products_sliced_and_not_match_numpy() {
+    // f(A, B) = A·B is bilinear: along the directions (A, B) themselves, the HVP of ⟨C, f⟩
+    // is (C·Bᵀ, Aᵀ·C), the gradient for the cotangent C, which numpy gave.
+    let (a, b, c) = (data("mm_a.npy"), data("mm_b.npy"), data("mm_cot.npy"));
+    let want = load_npz(&data("mm_grads_cot.npz"));
+    for (i, sliced) in [None, Some("j,i"), Some("k")].into_iter().enumerate() {
+        let out = tmp(&format!("mm_hvp_{i}.npz"));
+        let mut args = vec!["einsum", "ij,jk->ik", &a, &b, "--hvp", "--cotangent", &c, "--hvp-out", &out, "--json"];
+        args.extend(["--directions", &a, "--directions", &b]);
+        if let Some(labels) = sliced {
+            args.extend(["--sliced-inds", labels]);
+        }
+        let o = cgx(&args);
+        assert!(o.status.success(), "{sliced:?}: {}", stderr(&o));
+        let json = String::from_utf8(o.stdout).unwrap();
+        assert!(json.contains("\"hvp_check\":") && !json.contains("\"hvp_check\":null"), "{json}");
+        let got = load_npz(&out);
+        assert_eq!(got.len(), 2);
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, w, &format!("{sliced:?}: product {k}"));
+        }
+    }
+    let o = cgx(&["einsum", "ij,jk->ik", &a, &b, "--hvp", "--cotangent", &c, "--directions", &a]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--directions gives 1 arrays but the network has 2 operands"), "{}", stderr(&o));
+}
+
+#[test]
 fn ellipses_broadcast_as_numpy_does_with_their_gradients() {
     let (out, grads) = (tmp("bc_out.npy"), tmp("bc_grads.npz"));
     let (a, b) = (data("bc_a.npy"), data("bc_b.npy"));

@@ -26,7 +26,8 @@
 //!   plan drops labels ([`Plan::slice`]); it serializes.
 //! - [`SlicedEinsum`]: a contraction sliced to fit a memory target ([`Slicing`]: greedy,
 //!   in the manner of cotengra's slice finder, or cotengra's `sliced_inds`) and evaluated
-//!   slice by slice, any range of slices on its own, with gradients summed over slices.
+//!   slice by slice, any range of slices on its own, with gradients and Hessian-vector
+//!   products ([`SlicedHvp`]) summed over slices.
 //! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands, and the
 //!   ones bundled in the crate's sources ([`BUNDLED_DIR`]).
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
@@ -109,6 +110,7 @@ mod rng;
 pub mod search;
 mod slice;
 mod sliced;
+mod sliced_hvp;
 mod subscripts;
 mod tensor;
 
@@ -125,5 +127,6 @@ pub use plan::Plan;
 pub use reference::{reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
+pub use sliced_hvp::SlicedHvp;
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;

@@ -30,6 +30,9 @@
 //!   cotangents, the gradients of every operand and their accumulators (not the value's
 //!   accumulator of `eval_slices_with_value` and the like, one more tensor of the
 //!   output's shape).
+//!   For a Hessian-vector product ([`SlicePlan::hvp_peak_bytes`]), also the directions
+//!   and their slice copies, and the tangents of the forward intermediates and of their
+//!   cotangents.
 //!
 //! Complexity: following the path is `O(Σ labels per step)`; the greedy finder evaluates
 //! `O(L)` candidates per added label, `O(L² · Σ labels per step)` in all for `L` labels.
@@ -65,6 +68,10 @@ pub enum Slicing {
         /// Whether the reverse pass must fit too.
         gradient: bool,
     },
+    /// Slice greedily until one slice's Hessian-vector product (forward over reverse,
+    /// with respect to every operand) fits the options' memory limit
+    /// ([`crate::SlicedEinsum::hvp`]).
+    MemoryHvp,
     /// Slice greedily until the largest intermediate of a slice has at most this many
     /// elements (cotengra's `target_size`, opt_einsum's `memory_limit`). The output, held
     /// whole, must fit it too.
@@ -89,6 +96,7 @@ pub struct SlicePlan {
     slice_multiply_adds: f64,
     peak_bytes: f64,
     gradient_peak_bytes: f64,
+    hvp_peak_bytes: f64,
     largest_intermediate: f64,
 }
 
@@ -134,6 +142,11 @@ impl SlicePlan {
     /// Estimated peak bytes of a sliced reverse pass with respect to every operand.
     pub fn gradient_peak_bytes(&self) -> u64 {
         to_bytes(self.gradient_peak_bytes)
+    }
+    /// Estimated peak bytes of a sliced Hessian-vector product with respect to every
+    /// operand (see the module docs).
+    pub fn hvp_peak_bytes(&self) -> u64 {
+        to_bytes(self.hvp_peak_bytes)
     }
     /// Elements of the largest intermediate of one slice (its result included).
     pub fn largest_intermediate(&self) -> f64 {
@@ -209,6 +222,7 @@ impl SlicePlan {
                 let unit = if *gradient { "gradient bytes" } else { "bytes" };
                 net.greedy(measure, limit_f, unit, &name)?
             }
+            Slicing::MemoryHvp => net.greedy(|c| c.hvp_peak, limit_f, "hvp bytes", &name)?,
             Slicing::LargestIntermediate(t) => {
                 net.greedy(|c| c.largest.max(c.output_if_sliced), *t as f64, "elements", &name)?
             }
@@ -235,6 +249,7 @@ impl SlicePlan {
             slice_multiply_adds: c.madds,
             peak_bytes: c.peak,
             gradient_peak_bytes: c.gradient_peak,
+            hvp_peak_bytes: c.hvp_peak,
             largest_intermediate: c.largest,
         })
     }
@@ -269,6 +284,8 @@ struct Costs {
     peak: f64,
     /// Estimated peak bytes of the reverse pass (all operands).
     gradient_peak: f64,
+    /// Estimated peak bytes of a Hessian-vector product (all operands).
+    hvp_peak: f64,
     /// Elements of the largest intermediate of one slice.
     largest: f64,
     /// Elements of the full output when anything is sliced (it is held whole), else 0.
@@ -367,9 +384,17 @@ impl Network {
         } else {
             (operands + peak, operands + peak + 2.0 * sum + operands)
         };
+        // A Hessian-vector product (forward over reverse) holds what the reverse pass
+        // holds, plus the directions (one per operand, as large as the operands) and their
+        // slice copies, the tangents of the forward intermediates and of their cotangents,
+        // and beside the slice's gradients their tangents (the products) and the kernels'
+        // copies of both (counted once more: the test `peak` measures a slice's HVP above
+        // the count without them).
+        let hvp = rev + operands + copies + 2.0 * sum + 2.0 * reduced_operands;
         Costs {
             peak: fwd * e,
             gradient_peak: rev * e,
+            hvp_peak: hvp * e,
             largest,
             output_if_sliced: if is_sliced { output } else { 0.0 },
             sum,
@@ -443,7 +468,14 @@ impl Network {
             };
             return EinsumError::Slice(format!("{what}: more than the target of {target} elements"));
         }
-        let (bytes, what) = if unit == "gradient bytes" && 2.0 * every.operands * e > target {
+        let (bytes, what) = if unit == "hvp bytes" && 3.0 * every.operands * e > target {
+            (
+                3.0 * every.operands * e,
+                format!(
+                    "the Hessian-vector product of `{expr}`: the operands, the directions and the products, held whole whatever is sliced,"
+                ),
+            )
+        } else if unit == "gradient bytes" && 2.0 * every.operands * e > target {
             (
                 2.0 * every.operands * e,
                 format!("the gradient of `{expr}`: the operands and their gradients, held whole whatever is sliced,"),

@@ -46,23 +46,23 @@ use crate::tensor::{Tensor, row_major_strides};
 
 /// Where the sliced labels sit: for every axis of every operand and of the output, the
 /// position of its label in the plan's labels, if sliced.
-struct Layout {
-    plan: SlicePlan,
-    expression: String,
-    shapes: Vec<Vec<usize>>,
-    output_shape: Vec<usize>,
-    operand_axes: Vec<Vec<Option<usize>>>,
-    output_axes: Vec<Option<usize>>,
+pub(crate) struct Layout {
+    pub(crate) plan: SlicePlan,
+    pub(crate) expression: String,
+    pub(crate) shapes: Vec<Vec<usize>>,
+    pub(crate) output_shape: Vec<usize>,
+    pub(crate) operand_axes: Vec<Vec<Option<usize>>>,
+    pub(crate) output_axes: Vec<Option<usize>>,
     /// The plan positions of the sliced labels that are in the output, in plan order: a
     /// block's index counts over their values, the last fastest.
     block_labels: Vec<usize>,
     /// The output's shape without its sliced axes: the shape of a slice's result.
     block_shape: Vec<usize>,
-    limit: MemoryLimit,
+    pub(crate) limit: MemoryLimit,
 }
 
 impl Layout {
-    fn is_sliced(&self) -> bool {
+    pub(crate) fn is_sliced(&self) -> bool {
         !self.plan.labels().is_empty()
     }
 
@@ -86,11 +86,11 @@ impl Layout {
         values
     }
 
-    fn check(&self, operands: &[&Tensor<impl Elem>]) -> EinsumResult<()> {
+    pub(crate) fn check(&self, operands: &[&Tensor<impl Elem>]) -> EinsumResult<()> {
         check_operand_shapes(&self.expression, &self.shapes, operands)
     }
 
-    fn check_range(&self, range: &Range<u64>) -> EinsumResult<()> {
+    pub(crate) fn check_range(&self, range: &Range<u64>) -> EinsumResult<()> {
         let n = self.plan.n_slices();
         if range.start > range.end || range.end > n {
             return Err(EinsumError::Slice(format!(
@@ -104,17 +104,22 @@ impl Layout {
 
 /// The operands of one slice: the copies of operands holding sliced labels, kept while
 /// their labels' values stay the same.
-struct SliceOperands<T: Elem> {
+pub(crate) struct SliceOperands<T: Elem> {
     copies: Vec<Option<(Vec<usize>, Tensor<T>)>>,
 }
 
 impl<T: Elem> SliceOperands<T> {
-    fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         SliceOperands { copies: (0..n).map(|_| None).collect() }
     }
 
     /// The operands of the slice with `values`, as references.
-    fn refs<'a>(&'a mut self, layout: &Layout, operands: &[&'a Tensor<T>], values: &[usize]) -> Vec<&'a Tensor<T>> {
+    pub(crate) fn refs<'a>(
+        &'a mut self,
+        layout: &Layout,
+        operands: &[&'a Tensor<T>],
+        values: &[usize],
+    ) -> Vec<&'a Tensor<T>> {
         for (i, axes) in layout.operand_axes.iter().enumerate() {
             if axes.iter().all(Option::is_none) {
                 continue;
@@ -169,7 +174,7 @@ fn runs(shape: &[usize], axes: &[Option<usize>], values: &[usize], mut f: impl F
 }
 
 /// The slice of `t` with the sliced axes fixed at `values` (a copy).
-fn gather<T: Elem>(t: &Tensor<T>, axes: &[Option<usize>], values: &[usize]) -> Tensor<T> {
+pub(crate) fn gather<T: Elem>(t: &Tensor<T>, axes: &[Option<usize>], values: &[usize]) -> Tensor<T> {
     let shape: Vec<usize> = t.shape().iter().zip(axes).filter(|(_, a)| a.is_none()).map(|(&d, _)| d).collect();
     let data = t.data();
     // From the pool: one slice's copy is dropped before the next slice's is made.
@@ -185,7 +190,7 @@ fn gather<T: Elem>(t: &Tensor<T>, axes: &[Option<usize>], values: &[usize]) -> T
 }
 
 /// Adds `p` (the data of a slice with `values`) into `acc`, a tensor of `shape`.
-fn scatter_add<T: Elem>(acc: &mut [T], shape: &[usize], axes: &[Option<usize>], values: &[usize], p: &[T]) {
+pub(crate) fn scatter_add<T: Elem>(acc: &mut [T], shape: &[usize], axes: &[Option<usize>], values: &[usize], p: &[T]) {
     runs(shape, axes, values, |off, len, stride, s| {
         for j in 0..len {
             acc[off + j * stride] += p[s + j];
@@ -194,7 +199,7 @@ fn scatter_add<T: Elem>(acc: &mut [T], shape: &[usize], axes: &[Option<usize>], 
 }
 
 /// A zeroed buffer of `shape`'s length (its bytes are counted by the plan's estimate).
-fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
+pub(crate) fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
     let n = crate::tensor::checked_len(shape)
         .ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
     let mut v = Vec::new();
@@ -339,8 +344,8 @@ impl<T: Elem> OutputBlocks<T> {
 /// assert!(s.eval_slices(&[&a, &b], 0..65).is_err());
 /// ```
 pub struct SlicedEinsum<T: Elem> {
-    layout: Arc<Layout>,
-    einsum: Einsum<T>,
+    pub(crate) layout: Arc<Layout>,
+    pub(crate) einsum: Einsum<T>,
     /// The whole contraction's plan (the slice program's is `einsum.plan()`).
     plan: Plan,
 }

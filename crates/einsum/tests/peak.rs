@@ -5,8 +5,8 @@
 //! measurement is on, and their peak. A measurement covers one evaluation on the test's
 //! thread (evaluation is sequential) and starts with the thread's buffer pool emptied, so
 //! buffers the pool keeps count as allocated, as they are. The instance's unsliced peak is
-//! far above the target; sliced, the measured peak of the value and of the gradient stays
-//! under it, and the results equal the unsliced ones.
+//! far above the target; sliced, the measured peak of the value, of the gradient and of a
+//! Hessian-vector product stays under it, and the results equal the unsliced ones.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -64,10 +64,17 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// Held by each measurement ([`measured`]).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `f`'s result and the peak bytes it allocated on this thread beyond what was live when
 /// it started (the pool emptied first). The caller adds what was live before (the
 /// operands).
 fn measured<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    // One measurement at a time in the process: the buffer pool is shared, and a buffer
+    // this thread allocated but another thread took from the pool and freed would stay
+    // counted here.
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     einsum::release_buffers();
     LIVE.with(|l| l.set(0));
     PEAK.with(|p| p.set(0));
@@ -125,6 +132,52 @@ fn sliced_runs_stay_under_the_target_with_the_unsliced_values() {
     println!(
         "target {target}: forward {peak} (unsliced {unsliced_peak}), gradient {grad_peak} (unsliced \
          {unsliced_grad_peak}) bytes; {} slices on {:?}, overhead {:.3}",
+        p.n_slices(),
+        p.labels(),
+        p.overhead()
+    );
+}
+
+#[test]
+fn a_sliced_hvp_stays_under_the_target_with_the_unsliced_products() {
+    // The network of the test above: the unsliced HVP holds the 8 MiB intermediate A·Bᵀ,
+    // its tangent, and their cotangents.
+    let expr = "ai,bi,aj,bj->";
+    let shapes = vec![vec![1024, 4]; 4];
+    let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 1], [0, 1]]));
+    let make =
+        |k: usize| Tensor::from_fn(vec![1024, 4], |i| ((i[0] * 7 + i[1] * 3 + k) % 11) as f64 / 11.0 - 0.4).unwrap();
+    let ops: Vec<Tensor<f64>> = (0..4).map(make).collect();
+    let dirs: Vec<Tensor<f64>> = (4..8).map(make).collect();
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let drefs: Vec<&Tensor<f64>> = dirs.iter().collect();
+    // The operands and the directions are allocated before any measurement.
+    let held: u64 = ops.iter().chain(&dirs).map(|t| 8 * t.len() as u64).sum();
+    let wrt = [0, 1, 2, 3];
+    let one = Tensor::scalar(1.0);
+    let plain = Einsum::<f64>::new(expr, &shapes, path.clone()).unwrap().hvp(&wrt).unwrap();
+    let (want, unsliced_peak) = measured(|| plain.eval(&refs, &one, &drefs).unwrap());
+    let unsliced_peak = unsliced_peak + held;
+
+    // Sliced on `a` alone under this target (1024 slices); under 640 KiB, `b` too (2^20).
+    let target: u64 = 700 << 10;
+    assert!(unsliced_peak > 16 * target, "the instance is not large enough: {unsliced_peak} bytes");
+    let options = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(target));
+    let s = SlicedEinsum::<f64>::new(expr, &shapes, path, &options, &Slicing::MemoryHvp).unwrap();
+    let p = s.plan();
+    assert!(p.n_slices() > 1 && p.hvp_peak_bytes() <= target, "{p:?}");
+    let h = s.hvp(&wrt).unwrap();
+    let (got, peak) = measured(|| h.eval(&refs, &one, &drefs).unwrap());
+    let peak = peak + held;
+    // The products themselves (4 x 32 KiB) are the result and count in the peak.
+    assert!(peak <= target, "HVP: measured {peak} bytes over {target} (unsliced {unsliced_peak})");
+    for (a, b) in got.iter().zip(&want) {
+        assert!(a.max_abs_diff(b).unwrap() <= 1e-9 * (1.0 + b.max_abs()));
+    }
+    println!(
+        "target {target}: HVP measured {peak} bytes, estimated {} (unsliced {unsliced_peak}); {} slices on {:?}, \
+         overhead {:.3}",
+        p.hvp_peak_bytes(),
         p.n_slices(),
         p.labels(),
         p.overhead()

@@ -8,4 +8,5 @@ mod robustness;
 mod rules;
 mod search;
 mod semantics;
+mod sliced_hvp;
 mod slicing;
