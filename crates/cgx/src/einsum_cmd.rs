@@ -334,18 +334,10 @@ fn interrupt_searches() -> &'static AtomicU8 {
     &STATE
 }
 
-/// Draws the plan's contraction tree (`einsum::draw::tree_svg`) to `file`.
-fn plot_tree(file: &Path, plan: &Job, path: &ContractionPath, sliced: &[char]) -> CliResult {
-    let refs: Vec<&[usize]> = plan.shapes.iter().map(Vec::as_slice).collect();
-    let net = Subscripts::parse(&plan.expression)?.resolve(&refs)?.squeeze_broadcast(&refs);
-    let sliced: Vec<u32> = net
-        .names
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is_some_and(|c| sliced.contains(&c)))
-        .map(|(i, _)| i as u32)
-        .collect();
-    let svg = einsum::draw::tree_svg(&net, path, &sliced)?;
+/// Draws the plan's contraction tree (`einsum::draw::tree_svg`) to `file`, from the plan's
+/// own network (the expression is parsed once, by the plan).
+fn plot_tree(file: &Path, plan: &einsum::Plan, path: &ContractionPath, sliced: &[u32]) -> CliResult {
+    let svg = einsum::draw::tree_svg(plan.network(), path, sliced)?;
     std::fs::write(file, svg).map_err(|e| CliError(format!("{}: {e}", file.display())))
 }
 
@@ -647,7 +639,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
     phases.push(("build + compile".to_string(), ms(t)));
     if let Some(file) = &s.plot {
-        plot_tree(file, &plan, e.path(), e.plan().labels())?;
+        plot_tree(file, e.contraction_plan(), e.path(), e.plan().label_ids())?;
     }
     let t = Instant::now();
     let operands: Vec<Tensor<T>> = match &plan.operands {
