@@ -192,7 +192,8 @@ pub struct EinsumArgs {
     /// a power of two beside them, and the result is reported as a mantissa and a base-10
     /// exponent, finite where the plain one overflows. `-o` then writes the mantissa;
     /// with `--grad` the gradients are scaled too (`--grad-out`: their mantissas, then one
-    /// array of their exponents).
+    /// array of their exponents). Without it, a plain result that left the range (from
+    /// finite operands) makes the scaled run happen anyway (`-o` keeps the plain result).
     #[arg(long)]
     pub strip_exponent: bool,
 }
@@ -683,11 +684,17 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
 
     let mut gradient_check = None;
     let mut scaled = None;
-    if s.strip_exponent {
+    // The plain result left the range from finite operands (an intermediate overflowed or
+    // underflowed): the scaled contraction runs too, as if asked for, but `-o` keeps the
+    // plain result.
+    let auto = !s.strip_exponent
+        && !einsum::ScaledTensor::fits(&result)
+        && operands.iter().all(|t| t.data().iter().all(|x| x.modulus().is_finite()));
+    if s.strip_exponent || auto {
         let seed = if s.grad { Some(cotangent_seed::<T>(&plan, &shape)?) } else { None };
         drop(result);
         let out = crate::scaled_cmd::Outputs {
-            output: s.output.as_deref(),
+            output: s.output.as_deref().filter(|_| s.strip_exponent),
             grad_out: s.grad_out.as_deref(),
             phases: &mut phases,
             written: &mut written,

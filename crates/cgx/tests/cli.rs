@@ -494,4 +494,12 @@ fn strip_exponent_reports_a_result_past_the_range_of_f64() {
     let e = json_field(&text, "exponent").unwrap();
     assert!(e > 308.0, "{e}");
     assert!(json_field(&text, "gradient_check").unwrap() < 1e-12, "{text}");
+    // Without the flag the plain result left the range, so the scaled run happens anyway.
+    let o = cgx(&["einsum", &expr, "--shapes", &shapes, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plain = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(json_field(&plain, "exponent"), Some(e), "{plain}");
+    // A result in range reports no scaled run.
+    let o = cgx(&["einsum", "ab,bc->ac", "--shapes", "2x3,3x4", "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"scaled\":null"));
 }

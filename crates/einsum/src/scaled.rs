@@ -4,7 +4,9 @@
 //! instead of `inf`, `NaN` or `0` (cotengra's `strip_exponent`).
 //!
 //! Input: an [`Einsum`] or a [`SlicedEinsum`] (so the plan, its shapes and its memory
-//! checks are theirs) and operands. Output: a [`ScaledTensor`], `mantissa · 2^exponent`,
+//! checks are theirs) and operands. On request (`eval_scaled`, `value_and_grad_scaled`),
+//! or automatically (`eval_auto`: the plain contraction, run again scaled when its result
+//! has left the range from finite operands). Output: a [`ScaledTensor`], `mantissa · 2^exponent`,
 //! the mantissa's largest modulus in `[1/2, 1)` (or all zero, exponent 0); with
 //! gradients, one [`ScaledTensor`] per operand differentiated.
 //!
@@ -78,6 +80,21 @@ impl<T: Elem> ScaledTensor<T> {
     pub fn from_tensor(t: Tensor<T>) -> Self {
         let (mantissa, exponent) = rescale(t, 0.0, true);
         ScaledTensor { mantissa, exponent }
+    }
+
+    /// Whether a plain tensor is in range: every entry finite and the largest modulus zero
+    /// or a normal `f64`. A contraction whose result is not, from finite operands, had an
+    /// intermediate leave the range ([`Einsum::eval_auto`] then runs it scaled).
+    ///
+    /// ```
+    /// use einsum::{ScaledTensor, Tensor};
+    /// assert!(ScaledTensor::fits(&Tensor::new(vec![2], vec![0.0, 1e300]).unwrap()));
+    /// assert!(!ScaledTensor::fits(&Tensor::new(vec![2], vec![f64::INFINITY, 1.0]).unwrap()));
+    /// assert!(!ScaledTensor::fits(&Tensor::new(vec![1], vec![1e-310]).unwrap()));
+    /// ```
+    pub fn fits(t: &Tensor<T>) -> bool {
+        let m = max_modulus(t.data());
+        m.is_finite() && (m == 0.0 || m >= f64::MIN_POSITIVE)
     }
 
     /// The mantissa.
@@ -309,8 +326,8 @@ impl Steps {
         let grads = wrt
             .iter()
             .map(|&i| {
-                // An operand that is the output itself (no step) has the cotangent as is.
-                let (t, e) = cot[i].take().unwrap_or_else(|| (cotangent.clone(), 0.0));
+                // Every operand reaches the output (a path is a tree over all of them).
+                let (t, e) = cot[i].take().expect("an operand in `wrt` gets a cotangent");
                 let (mantissa, exponent) = rescale(t, e, true);
                 ScaledTensor { mantissa, exponent }
             })
@@ -363,6 +380,29 @@ impl<T: Elem> Einsum<T> {
         let steps = Steps::new(self.plan())?;
         let _evaluation = crate::buffer::begin_evaluation();
         Ok(steps.eval(operands))
+    }
+
+    /// The automatic form: [`Einsum::eval`], and when its result does not
+    /// [fit](ScaledTensor::fits) although every operand is finite (an intermediate
+    /// overflowed or underflowed), [`Einsum::eval_scaled`]. The plain result comes back as
+    /// a mantissa with exponent 0 (not normalized); [`ScaledTensor::to_tensor`] gives a
+    /// plain tensor whenever the value fits.
+    ///
+    /// ```
+    /// use einsum::{Einsum, PathChoice, Tensor};
+    ///
+    /// let e = Einsum::<f64>::new("i,i->", &[vec![2], vec![2]], PathChoice::Greedy).unwrap();
+    /// let (small, big) = (Tensor::filled(vec![2], 3.0).unwrap(), Tensor::filled(vec![2], 1e300).unwrap());
+    /// assert_eq!(e.eval_auto(&[&small, &small]).unwrap().to_tensor(), Some(Tensor::scalar(18.0)));
+    /// let s = e.eval_auto(&[&big, &big]).unwrap();
+    /// assert!(s.to_tensor().is_none() && (s.mantissa().data()[0].log10() + s.exponent10() - 600.30103).abs() < 1e-5);
+    /// ```
+    pub fn eval_auto(&self, operands: &[&Tensor<T>]) -> EinsumResult<ScaledTensor<T>> {
+        let plain = self.eval(operands)?;
+        if ScaledTensor::fits(&plain) || !operands.iter().all(|t| max_modulus(t.data()).is_finite()) {
+            return Ok(ScaledTensor::new(plain, 0.0));
+        }
+        self.eval_scaled(operands)
     }
 
     /// The scaled value and the scaled gradients (vector-Jacobian products for
@@ -482,6 +522,16 @@ impl<T: Elem> SlicedEinsum<T> {
             Ok(())
         })?;
         Ok(acc.finish())
+    }
+
+    /// [`Einsum::eval_auto`] for a sliced contraction: [`SlicedEinsum::eval`], run again
+    /// scaled when its result does not fit although every operand is finite.
+    pub fn eval_auto(&self, operands: &[&Tensor<T>]) -> EinsumResult<ScaledTensor<T>> {
+        let plain = self.eval(operands)?;
+        if ScaledTensor::fits(&plain) || !operands.iter().all(|t| max_modulus(t.data()).is_finite()) {
+            return Ok(ScaledTensor::new(plain, 0.0));
+        }
+        self.eval_scaled(operands)
     }
 
     /// The scaled value and gradients ([`Einsum::value_and_grad_scaled`]) summed over the
