@@ -11,6 +11,8 @@
 //!   (a bounded cache of expressions);
 //! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`;
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
+//! - `scaled.rs`: `left_range`, whether a result left float64's range (the test behind
+//!   `strip_exponent=None`; the scaled contraction itself is `Expression._scaled`);
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
 //!
@@ -32,6 +34,7 @@ mod expression;
 mod graph;
 mod hyper;
 mod plan;
+mod scaled;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -120,6 +123,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;
     m.add_function(wrap_pyfunction!(draw::tree_svg, m)?)?;
+    m.add_function(wrap_pyfunction!(scaled::left_range, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;
     m.add_class::<graph::Gradient>()?;
