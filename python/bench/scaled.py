@@ -8,7 +8,7 @@ Operands: uniform in [0.5, 1.5) times, per operand, the product over its summed 
 size^(-1/holders), so the results stay near 1 and the plain contraction is finite (the
 comparison is of time, on the same data).
 
-    python python/bench/scaled.py [--repeat 7] [DIR]
+    python python/bench/scaled.py [--repeat 7] [--max-log10-flops 9] [DIR]
 """
 
 import argparse
@@ -52,12 +52,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir", nargs="?", default=str(pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "einsum"))
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--max-log10-flops", type=float, default=9.0, help="skip larger instances")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     print("| instance | plain forward ms | scaled forward ms | ratio (min..max) | plain value+grad ms | scaled value+grad ms | ratio (min..max) |")
     print("|---|---|---|---|---|---|---|")
     for f in sorted(pathlib.Path(args.dir).glob("*.json")):
         inst = json.loads(f.read_text())
+        if inst["paths"]["opt_flops"]["log10_flops"] > args.max_log10_flops:
+            continue
         eq, ops = operands(inst, rng)
         path = [tuple(p) for p in inst["paths"]["opt_flops"]["path"]]
         expr = cgx.contract_expression(eq, *[o.shape for o in ops], optimize=path)

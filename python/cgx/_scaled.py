@@ -2,9 +2,10 @@
 the value being ``mantissa * 10**exponent``.
 
 The engine runs the contraction's steps with every intermediate rescaled by a power of two
-when its largest modulus leaves ``[2**-64, 2**64]`` (exact: a power of two changes no
+when its largest magnitude (``abs``; for complex numbers the larger of the parts'
+``abs``) leaves ``[2**-64, 2**64]`` (exact: a power of two changes no
 digit), the powers summed in an exponent beside it; gradients come the same way, each with
-its own exponent. The mantissa's largest modulus is in ``[0.5, 1)`` (or it is all zero,
+its own exponent. The mantissa's largest magnitude is in ``[0.5, 1)`` (or it is all zero,
 exponent 0); the exponent is a multiple of ``log10(2)``.
 
 ``strip_exponent`` in :func:`cgx.contract`, ``ContractExpression.__call__`` and

@@ -402,7 +402,7 @@ impl Inner {
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = self.slice_plan.multiply_adds();
         let to_py = |s: ScaledTensor<T>| -> PyResult<Bound<'py, PyAny>> {
-            if let Some(t) = s.to_tensor().filter(|_| fit) {
+            if let Some(t) = if fit { s.to_tensor() } else { None } {
                 return Ok(convert::to_numpy(py, t)?.into_any());
             }
             let e10 = s.exponent10();

@@ -7,17 +7,20 @@
 //! checks are theirs) and operands. On request (`eval_scaled`, `value_and_grad_scaled`),
 //! or automatically (`eval_auto`: the plain contraction, run again scaled when its result
 //! has left the range from finite operands). Output: a [`ScaledTensor`], `mantissa · 2^exponent`,
-//! the mantissa's largest modulus in `[1/2, 1)` (or all zero, exponent 0); with
+//! the mantissa's largest magnitude in `[1/2, 1)` (the larger of `|re|` and `|im|` for a
+//! complex entry; or all zero, exponent 0); with
 //! gradients, one [`ScaledTensor`] per operand differentiated.
 //!
 //! How: the plan's steps (the sums done first, the pairwise steps, the final reduction),
 //! the same kernels and the same specs as the compiled program, are run one by one; after
-//! each, a tensor whose largest modulus has left `[2^-64, 2^64]` is multiplied by the
+//! each, a tensor whose largest magnitude has left `[2^-64, 2^64]` is multiplied by the
 //! power of two that brings it to `[1/2, 1)` and the power is added to its exponent. An
-//! operand is treated alike before the first step. A power of two is exact, so where the
+//! operand is read as given (no pass over it) unless the step reading it loses range (a
+//! result not finite, or of largest magnitude below `2^-894`): then it is rescaled alike
+//! and the step runs again. A power of two is exact, so where the
 //! plain contraction stays in the normal range the mantissa times `2^exponent` is the
 //! plain result bit for bit (same kernels, same order of sums); the scaling only moves
-//! where rounding to zero and overflow happen. A step's operands are then bounded by
+//! where rounding to zero and overflow happen. A step's rescaled operands are bounded by
 //! `2^64` each, so a step cannot overflow unless it sums more than `2^(1023-128)` terms.
 //!
 //! The reverse pass runs the transposed specs (those of the AD rules in `ad.rs`) on the
@@ -30,11 +33,11 @@
 //! alike.
 //!
 //! Invariants: an exponent is an integer (held in an `f64`, exact below 2^53); a
-//! `ScaledTensor` from this module has a mantissa of largest modulus in `[1/2, 1)`, or
+//! `ScaledTensor` from this module has a mantissa of largest magnitude in `[1/2, 1)`, or
 //! zero, or a non-finite entry (an operand was not finite).
 //!
 //! Complexity: the plain contraction's steps, plus one read of every intermediate (its
-//! largest modulus) and a rare rescaling pass; the forward intermediates are kept for the
+//! largest magnitude) and a rare rescaling pass; the forward intermediates are kept for the
 //! reverse pass (counted by [`Einsum::gradient`]'s memory check).
 
 use crate::elem::Elem;
@@ -45,7 +48,7 @@ use crate::plan::Plan;
 use crate::sliced::SlicedEinsum;
 use crate::tensor::Tensor;
 
-/// An intermediate whose largest modulus has a binary exponent within `±KEEP_EXPONENT` is
+/// An intermediate whose largest magnitude has a binary exponent within `±KEEP_EXPONENT` is
 /// left as it is (no pass over it): the product of two such tensors cannot overflow.
 const KEEP_EXPONENT: i32 = 64;
 
@@ -75,15 +78,16 @@ impl<T: Elem> ScaledTensor<T> {
         ScaledTensor { mantissa, exponent }
     }
 
-    /// `t` with its largest modulus moved to `[1/2, 1)` and the power of two moved to the
-    /// exponent (exponent 0 for a zero or non-finite tensor).
+    /// `t` with its largest magnitude (`|x|`; for complex entries the larger of `|re|` and
+    /// `|im|`) moved to `[1/2, 1)` and the power of two moved to the exponent (exponent 0
+    /// for a zero or non-finite tensor).
     pub fn from_tensor(t: Tensor<T>) -> Self {
         let (mantissa, exponent) = rescale(t, 0.0, true);
         ScaledTensor { mantissa, exponent }
     }
 
-    /// Whether a plain tensor is in range: every entry finite and the largest modulus zero
-    /// or a normal `f64`. A contraction whose result is not, from finite operands, had an
+    /// Whether a plain tensor is in range: every entry finite and the largest magnitude
+    /// zero or a normal `f64`. A contraction whose result is not, from finite operands, had an
     /// intermediate leave the range ([`Einsum::eval_auto`] then runs it scaled).
     ///
     /// ```
@@ -118,7 +122,7 @@ impl<T: Elem> ScaledTensor<T> {
     }
 
     /// The value as a plain tensor when it fits: every entry finite and the largest
-    /// modulus, unless zero, a normal `f64` (entries far below the largest may still round
+    /// magnitude, unless zero, a normal `f64` (entries far below the largest may still round
     /// to zero, as they would in any `f64` result). `None` otherwise.
     pub fn to_tensor(&self) -> Option<Tensor<T>> {
         let m = max_modulus(self.mantissa.data());
@@ -139,9 +143,41 @@ impl<T: Elem> ScaledTensor<T> {
     }
 }
 
-/// The largest modulus of `data`, `NaN` if any entry is `NaN`, 0 for no entries.
+/// The magnitude the scaling goes by: `|x|` for a real, the larger of `|re|` and `|im|`
+/// for a complex number (within a factor √2 of the modulus, without `hypot`'s cost);
+/// `NaN` if a part is `NaN`.
+fn magnitude<T: Elem>(x: T) -> f64 {
+    let [re, im] = x.to_bits().map(|b| f64::from_bits(b).abs());
+    if re >= im {
+        re
+    } else if im > re {
+        im
+    } else {
+        re + im // a NaN
+    }
+}
+
+/// The largest [`magnitude`] in `data`, `NaN` if an entry is `NaN`, 0 for no entries. In
+/// eight lanes, so that the loop vectorizes (a scalar running maximum with a `NaN` test
+/// cost more than a small contraction's GEMM).
 fn max_modulus<T: Elem>(data: &[T]) -> f64 {
-    data.iter().map(|x| x.modulus()).fold(0.0, |m, x| if x > m || x.is_nan() { x } else { m })
+    let mut lanes = [0.0f64; 8];
+    let mut nan = false;
+    let chunks = data.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            let v = magnitude(x);
+            nan |= v.is_nan();
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    for &x in rest {
+        let v = magnitude(x);
+        nan |= v.is_nan();
+        lanes[0] = if v > lanes[0] { v } else { lanes[0] };
+    }
+    if nan { f64::NAN } else { lanes.into_iter().fold(0.0, f64::max) }
 }
 
 /// `k` with `m = f · 2^k`, `f` in `[1/2, 1)`, for a finite `m > 0`.
@@ -175,12 +211,17 @@ fn scale<T: Elem>(data: &mut [T], mut k: i32) {
     }
 }
 
-/// `t · 2^exponent` rescaled: when `always`, or when its largest modulus has left
+/// `t · 2^exponent` rescaled: when `always`, or when its largest magnitude has left
 /// `[2^-KEEP_EXPONENT, 2^KEEP_EXPONENT]`, divided by the power of two that brings that to
 /// `[1/2, 1)`, which is added to the exponent. A zero or non-finite tensor is left as is
 /// (with exponent 0 when `always`: a zero has no scale).
 fn rescale<T: Elem>(t: Tensor<T>, exponent: f64, always: bool) -> (Tensor<T>, f64) {
     let m = max_modulus(t.data());
+    rescale_known(t, exponent, always, m)
+}
+
+/// [`rescale`] of a tensor whose largest magnitude `m` is known.
+fn rescale_known<T: Elem>(t: Tensor<T>, exponent: f64, always: bool, m: f64) -> (Tensor<T>, f64) {
     if !m.is_finite() || m == 0.0 {
         return (t, if always && m == 0.0 { 0.0 } else { exponent });
     }
@@ -192,6 +233,54 @@ fn rescale<T: Elem>(t: Tensor<T>, exponent: f64, always: bool) -> (Tensor<T>, f6
     let mut data = t.into_vec();
     scale(&mut data, -k);
     (Tensor::from_parts(&shape, data), exponent + k as f64)
+}
+
+/// Whether a step's result of largest magnitude `m` may have lost products to overflow or
+/// underflow. Only a step that read an operand as the caller gave it can: every other
+/// operand is within `2^±KEEP_EXPONENT`.
+fn lost_range(m: f64) -> bool {
+    !m.is_finite() || m < pow2(-(1022 - 2 * KEEP_EXPONENT))
+}
+
+/// A value as the steps read it: `tensor · 2^exponent`; `raw` while it is an operand as
+/// given, not yet rescaled (operands are read as they are, without a pass over them,
+/// unless a step that reads one loses range: [`lost_range`]).
+struct Value<T: Elem> {
+    tensor: Tensor<T>,
+    exponent: f64,
+    raw: bool,
+}
+
+impl<T: Elem> Value<T> {
+    /// Rescales a raw value (into `[2^-KEEP_EXPONENT, 2^KEEP_EXPONENT]`, if outside).
+    fn settle(&mut self) {
+        if self.raw {
+            let t = std::mem::replace(&mut self.tensor, Tensor::scalar(T::zero()));
+            (self.tensor, self.exponent) = rescale(t, self.exponent, false);
+            self.raw = false;
+        }
+    }
+}
+
+/// `f(a, b)`, the kernel of a step on two values; when its result lost range and a value
+/// was raw, the raw ones are rescaled and `f` runs again. The result and its largest
+/// magnitude.
+fn guarded<T: Elem>(
+    a: &mut Value<T>,
+    b: &mut Value<T>,
+    f: impl Fn(&Tensor<T>, &Tensor<T>) -> Tensor<T>,
+) -> (Tensor<T>, f64) {
+    let r = f(&a.tensor, &b.tensor);
+    let m = max_modulus(r.data());
+    if !(a.raw || b.raw) || !lost_range(m) {
+        return (r, m);
+    }
+    drop(r);
+    a.settle();
+    b.settle();
+    let r = f(&a.tensor, &b.tensor);
+    let m = max_modulus(r.data());
+    (r, m)
 }
 
 /// One step of a plan: which values it reads (operands `0..n`, then step results in order)
@@ -248,26 +337,36 @@ impl Steps {
 
     /// Every value, scaled: operands first, then each step's result. Values a later step
     /// reads are dropped after it unless `keep` (the reverse pass reads them all).
-    fn forward<T: Elem>(&self, operands: &[&Tensor<T>], keep: bool) -> Vec<Option<(Tensor<T>, f64)>> {
-        let mut values: Vec<Option<(Tensor<T>, f64)>> =
-            operands.iter().map(|&t| Some(rescale(t.clone(), 0.0, false))).collect();
-        let read = |values: &mut Vec<Option<(Tensor<T>, f64)>>, v: usize| {
-            let x = if keep { values[v].clone() } else { values[v].take() };
-            x.expect("a path reads each value once, after it is made")
+    fn forward<T: Elem>(&self, operands: &[&Tensor<T>], keep: bool) -> Vec<Option<Value<T>>> {
+        let mut values: Vec<Option<Value<T>>> =
+            operands.iter().map(|&t| Some(Value { tensor: t.clone(), exponent: 0.0, raw: true })).collect();
+        let read = |values: &mut Vec<Option<Value<T>>>, v: usize| {
+            values[v].take().expect("a path reads each value once, after it is made")
         };
         for step in &self.steps {
-            let next = match step {
+            let (r, e, m) = match step {
                 Step::Unary { a, spec } => {
-                    let (ta, ea) = read(&mut values, *a);
-                    (kernel::unary(spec, &ta), ea)
+                    let mut va = read(&mut values, *a);
+                    let mut none = Value { tensor: Tensor::scalar(T::zero()), exponent: 0.0, raw: false };
+                    let (r, m) = guarded(&mut va, &mut none, |t, _| kernel::unary(spec, t));
+                    let e = va.exponent;
+                    if keep {
+                        values[*a] = Some(va);
+                    }
+                    (r, e, m)
                 }
                 Step::Contract { a, b, spec } => {
-                    let (ta, ea) = read(&mut values, *a);
-                    let (tb, eb) = read(&mut values, *b);
-                    (kernel::contract(spec, &ta, &tb), ea + eb)
+                    let (mut va, mut vb) = (read(&mut values, *a), read(&mut values, *b));
+                    let (r, m) = guarded(&mut va, &mut vb, |x, y| kernel::contract(spec, x, y));
+                    let e = va.exponent + vb.exponent;
+                    if keep {
+                        (values[*a], values[*b]) = (Some(va), Some(vb));
+                    }
+                    (r, e, m)
                 }
             };
-            values.push(Some(rescale(next.0, next.1, false)));
+            let (tensor, exponent) = rescale_known(r, e, false, m);
+            values.push(Some(Value { tensor, exponent, raw: false }));
         }
         values
     }
@@ -275,8 +374,8 @@ impl Steps {
     /// The scaled output of `operands` (of the plan's shapes, checked by the caller).
     fn eval<T: Elem>(&self, operands: &[&Tensor<T>]) -> ScaledTensor<T> {
         let mut values = self.forward(operands, false);
-        let (t, e) = values[self.out].take().expect("the output is made");
-        let (mantissa, exponent) = rescale(t, e, true);
+        let v = values[self.out].take().expect("the output is made");
+        let (mantissa, exponent) = rescale(v.tensor, v.exponent, true);
         ScaledTensor { mantissa, exponent }
     }
 
@@ -288,9 +387,9 @@ impl Steps {
         wrt: &[usize],
         cotangent: &Tensor<T>,
     ) -> (ScaledTensor<T>, Vec<ScaledTensor<T>>) {
-        let values = self.forward(operands, true);
-        let (t, e) = values[self.out].clone().expect("the output is made");
-        let (mantissa, exponent) = rescale(t, e, true);
+        let mut values = self.forward(operands, true);
+        let out = values[self.out].take().expect("the output is made");
+        let (mantissa, exponent) = rescale(out.tensor, out.exponent, true);
         // Which values lead to an operand in `wrt` (their cotangents are needed).
         let mut needed = vec![false; values.len()];
         wrt.iter().for_each(|&i| needed[i] = true);
@@ -300,24 +399,36 @@ impl Steps {
                 Step::Contract { a, b, .. } => needed[*a] || needed[*b],
             };
         }
-        let mut cot: Vec<Option<(Tensor<T>, f64)>> = vec![None; values.len()];
-        cot[self.out] = Some(rescale(cotangent.clone(), 0.0, false));
-        let value = |v: usize| values[v].as_ref().expect("kept for the reverse pass");
+        let settled = |r: Tensor<T>, e: f64, m: f64| {
+            let (tensor, exponent) = rescale_known(r, e, false, m);
+            Some(Value { tensor, exponent, raw: false })
+        };
+        let mut cot: Vec<Option<Value<T>>> = (0..values.len()).map(|_| None).collect();
+        cot[self.out] = Some(Value { tensor: cotangent.clone(), exponent: 0.0, raw: true });
         for (s, step) in self.steps.iter().enumerate().rev() {
-            let Some((c, g)) = cot[self.n + s].take() else { continue };
+            let Some(mut c) = cot[self.n + s].take() else { continue };
             match step {
                 Step::Unary { a, spec } if needed[*a] => {
-                    cot[*a] = Some(rescale(kernel::unary(&spec.transpose(), &c), g, false));
+                    let t = spec.transpose();
+                    let mut none = Value { tensor: Tensor::scalar(T::zero()), exponent: 0.0, raw: false };
+                    let (r, m) = guarded(&mut c, &mut none, |x, _| kernel::unary(&t, x));
+                    cot[*a] = settled(r, c.exponent, m);
                 }
                 Step::Contract { a, b, spec } => {
-                    let ((ta, ea), (tb, eb)) = (value(*a), value(*b));
+                    // Each value is read by one step: this one's operands are done with after it.
+                    let take = |values: &mut Vec<Option<Value<T>>>, v: usize| {
+                        values[v].take().expect("kept for the reverse pass")
+                    };
+                    let (mut va, mut vb) = (take(&mut values, *a), take(&mut values, *b));
                     if needed[*a] {
-                        let ca = kernel::contract(&adjoint::<T>(spec.transpose_a()), &c, tb);
-                        cot[*a] = Some(rescale(ca, g + eb, false));
+                        let t = adjoint::<T>(spec.transpose_a());
+                        let (r, m) = guarded(&mut c, &mut vb, |x, y| kernel::contract(&t, x, y));
+                        cot[*a] = settled(r, c.exponent + vb.exponent, m);
                     }
                     if needed[*b] {
-                        let cb = kernel::contract(&adjoint::<T>(spec.transpose_b()), ta, &c);
-                        cot[*b] = Some(rescale(cb, ea + g, false));
+                        let t = adjoint::<T>(spec.transpose_b());
+                        let (r, m) = guarded(&mut va, &mut c, |x, y| kernel::contract(&t, x, y));
+                        cot[*b] = settled(r, va.exponent + c.exponent, m);
                     }
                 }
                 Step::Unary { .. } => {}
@@ -327,8 +438,8 @@ impl Steps {
             .iter()
             .map(|&i| {
                 // Every operand reaches the output (a path is a tree over all of them).
-                let (t, e) = cot[i].take().expect("an operand in `wrt` gets a cotangent");
-                let (mantissa, exponent) = rescale(t, e, true);
+                let c = cot[i].take().expect("an operand in `wrt` gets a cotangent");
+                let (mantissa, exponent) = rescale(c.tensor, c.exponent, true);
                 ScaledTensor { mantissa, exponent }
             })
             .collect();
