@@ -217,22 +217,26 @@ fn scale<T: Elem>(data: &mut [T], mut k: i32) {
 /// (with exponent 0 when `always`: a zero has no scale).
 fn rescale<T: Elem>(t: Tensor<T>, exponent: f64, always: bool) -> (Tensor<T>, f64) {
     let m = max_modulus(t.data());
-    rescale_known(t, exponent, always, m)
+    let (t, e, _) = rescale_known(t, exponent, always, m);
+    (t, e)
 }
 
-/// [`rescale`] of a tensor whose largest magnitude `m` is known.
-fn rescale_known<T: Elem>(t: Tensor<T>, exponent: f64, always: bool, m: f64) -> (Tensor<T>, f64) {
+/// [`rescale`] of a tensor whose largest magnitude `m` is known; also gives the largest
+/// magnitude after (a power of two moves it exactly), so that no later pass recomputes it.
+fn rescale_known<T: Elem>(t: Tensor<T>, exponent: f64, always: bool, m: f64) -> (Tensor<T>, f64, f64) {
     if !m.is_finite() || m == 0.0 {
-        return (t, if always && m == 0.0 { 0.0 } else { exponent });
+        return (t, if always && m == 0.0 { 0.0 } else { exponent }, m);
     }
     let k = binary_exponent(m);
     if k == 0 || (!always && k.abs() <= KEEP_EXPONENT) {
-        return (t, exponent);
+        return (t, exponent, m);
     }
     let shape = t.shape().to_vec();
     let mut data = t.into_vec();
     scale(&mut data, -k);
-    (Tensor::from_parts(&shape, data), exponent + k as f64)
+    let mut after = [m];
+    scale(&mut after, -k);
+    (Tensor::from_parts(&shape, data), exponent + k as f64, after[0])
 }
 
 /// Whether a step's result of largest magnitude `m` may have lost products to overflow or
@@ -249,16 +253,36 @@ struct Value<T: Elem> {
     tensor: Tensor<T>,
     exponent: f64,
     raw: bool,
+    /// The tensor's largest magnitude (unknown, `NaN`, while raw).
+    magnitude: f64,
 }
 
 impl<T: Elem> Value<T> {
+    /// An operand (or a cotangent) as the caller gave it.
+    fn raw(tensor: Tensor<T>) -> Self {
+        Value { tensor, exponent: 0.0, raw: true, magnitude: f64::NAN }
+    }
+
+    /// A step's result `r · 2^e` of largest magnitude `m`, rescaled if out of bounds.
+    fn result(r: Tensor<T>, e: f64, m: f64) -> Self {
+        let (tensor, exponent, magnitude) = rescale_known(r, e, false, m);
+        Value { tensor, exponent, raw: false, magnitude }
+    }
+
     /// Rescales a raw value (into `[2^-KEEP_EXPONENT, 2^KEEP_EXPONENT]`, if outside).
     fn settle(&mut self) {
         if self.raw {
             let t = std::mem::replace(&mut self.tensor, Tensor::scalar(T::zero()));
-            (self.tensor, self.exponent) = rescale(t, self.exponent, false);
-            self.raw = false;
+            let m = max_modulus(t.data());
+            *self = Value::result(t, self.exponent, m);
         }
+    }
+
+    /// The value normalized: the largest magnitude in `[1/2, 1)`.
+    fn finish(self) -> ScaledTensor<T> {
+        let m = if self.raw { max_modulus(self.tensor.data()) } else { self.magnitude };
+        let (mantissa, exponent, _) = rescale_known(self.tensor, self.exponent, true, m);
+        ScaledTensor { mantissa, exponent }
     }
 }
 
@@ -338,8 +362,7 @@ impl Steps {
     /// Every value, scaled: operands first, then each step's result. Values a later step
     /// reads are dropped after it unless `keep` (the reverse pass reads them all).
     fn forward<T: Elem>(&self, operands: &[&Tensor<T>], keep: bool) -> Vec<Option<Value<T>>> {
-        let mut values: Vec<Option<Value<T>>> =
-            operands.iter().map(|&t| Some(Value { tensor: t.clone(), exponent: 0.0, raw: true })).collect();
+        let mut values: Vec<Option<Value<T>>> = operands.iter().map(|&t| Some(Value::raw(t.clone()))).collect();
         let read = |values: &mut Vec<Option<Value<T>>>, v: usize| {
             values[v].take().expect("a path reads each value once, after it is made")
         };
@@ -347,7 +370,7 @@ impl Steps {
             let (r, e, m) = match step {
                 Step::Unary { a, spec } => {
                     let mut va = read(&mut values, *a);
-                    let mut none = Value { tensor: Tensor::scalar(T::zero()), exponent: 0.0, raw: false };
+                    let mut none = Value::result(Tensor::scalar(T::zero()), 0.0, 0.0);
                     let (r, m) = guarded(&mut va, &mut none, |t, _| kernel::unary(spec, t));
                     let e = va.exponent;
                     if keep {
@@ -365,8 +388,7 @@ impl Steps {
                     (r, e, m)
                 }
             };
-            let (tensor, exponent) = rescale_known(r, e, false, m);
-            values.push(Some(Value { tensor, exponent, raw: false }));
+            values.push(Some(Value::result(r, e, m)));
         }
         values
     }
@@ -374,9 +396,7 @@ impl Steps {
     /// The scaled output of `operands` (of the plan's shapes, checked by the caller).
     fn eval<T: Elem>(&self, operands: &[&Tensor<T>]) -> ScaledTensor<T> {
         let mut values = self.forward(operands, false);
-        let v = values[self.out].take().expect("the output is made");
-        let (mantissa, exponent) = rescale(v.tensor, v.exponent, true);
-        ScaledTensor { mantissa, exponent }
+        values[self.out].take().expect("the output is made").finish()
     }
 
     /// The scaled output and the scaled cotangents of the operands `wrt` for `cotangent`
@@ -388,8 +408,7 @@ impl Steps {
         cotangent: &Tensor<T>,
     ) -> (ScaledTensor<T>, Vec<ScaledTensor<T>>) {
         let mut values = self.forward(operands, true);
-        let out = values[self.out].take().expect("the output is made");
-        let (mantissa, exponent) = rescale(out.tensor, out.exponent, true);
+        let value = values[self.out].take().expect("the output is made").finish();
         // Which values lead to an operand in `wrt` (their cotangents are needed).
         let mut needed = vec![false; values.len()];
         wrt.iter().for_each(|&i| needed[i] = true);
@@ -399,18 +418,15 @@ impl Steps {
                 Step::Contract { a, b, .. } => needed[*a] || needed[*b],
             };
         }
-        let settled = |r: Tensor<T>, e: f64, m: f64| {
-            let (tensor, exponent) = rescale_known(r, e, false, m);
-            Some(Value { tensor, exponent, raw: false })
-        };
+        let settled = |r: Tensor<T>, e: f64, m: f64| Some(Value::result(r, e, m));
         let mut cot: Vec<Option<Value<T>>> = (0..values.len()).map(|_| None).collect();
-        cot[self.out] = Some(Value { tensor: cotangent.clone(), exponent: 0.0, raw: true });
+        cot[self.out] = Some(Value::raw(cotangent.clone()));
         for (s, step) in self.steps.iter().enumerate().rev() {
             let Some(mut c) = cot[self.n + s].take() else { continue };
             match step {
                 Step::Unary { a, spec } if needed[*a] => {
                     let t = spec.transpose();
-                    let mut none = Value { tensor: Tensor::scalar(T::zero()), exponent: 0.0, raw: false };
+                    let mut none = Value::result(Tensor::scalar(T::zero()), 0.0, 0.0);
                     let (r, m) = guarded(&mut c, &mut none, |x, _| kernel::unary(&t, x));
                     cot[*a] = settled(r, c.exponent, m);
                 }
@@ -438,12 +454,10 @@ impl Steps {
             .iter()
             .map(|&i| {
                 // Every operand reaches the output (a path is a tree over all of them).
-                let c = cot[i].take().expect("an operand in `wrt` gets a cotangent");
-                let (mantissa, exponent) = rescale(c.tensor, c.exponent, true);
-                ScaledTensor { mantissa, exponent }
+                cot[i].take().expect("an operand in `wrt` gets a cotangent").finish()
             })
             .collect();
-        (ScaledTensor { mantissa, exponent }, grads)
+        (value, grads)
     }
 }
 
