@@ -6,10 +6,10 @@
 //! Input: an [`Einsum`] or a [`SlicedEinsum`] (so the plan, its shapes and its memory
 //! checks are theirs) and operands. On request (`eval_scaled`, `value_and_grad_scaled`),
 //! or automatically (`eval_auto`: the plain contraction, run again scaled when its result
-//! has left the range from finite operands). Output: a [`ScaledTensor`], `mantissa · 2^exponent`,
-//! the mantissa's largest magnitude in `[1/2, 1)` (the larger of `|re|` and `|im|` for a
-//! complex entry; or all zero, exponent 0); with
-//! gradients, one [`ScaledTensor`] per operand differentiated.
+//! has left the range from finite operands). Output: a [`ScaledTensor`],
+//! `mantissa · 2^exponent`, the mantissa's largest magnitude in `[1/2, 1)` (the larger of
+//! `|re|` and `|im|` for a complex entry; or all zero, exponent 0); with gradients, one
+//! [`ScaledTensor`] per operand differentiated.
 //!
 //! How: the plan's steps (the sums done first, the pairwise steps, the final reduction),
 //! the same kernels and the same specs as the compiled program, are run one by one; after
@@ -17,10 +17,10 @@
 //! power of two that brings it to `[1/2, 1)` and the power is added to its exponent. An
 //! operand is read as given (no pass over it) unless the step reading it loses range (a
 //! result not finite, or of largest magnitude below `2^-894`): then it is rescaled alike
-//! and the step runs again. A power of two is exact, so where the
-//! plain contraction stays in the normal range the mantissa times `2^exponent` is the
-//! plain result bit for bit (same kernels, same order of sums); the scaling only moves
-//! where rounding to zero and overflow happen. A step's rescaled operands are bounded by
+//! and the step runs again. A power of two is exact, so where the plain contraction stays
+//! in the normal range the mantissa times `2^exponent` is the plain result bit for bit
+//! (same kernels, same order of sums); the scaling only moves where rounding to zero and
+//! overflow happen. A step's rescaled operands are bounded by
 //! `2^64` each, so a step cannot overflow unless it sums more than `2^(1023-128)` terms.
 //!
 //! The reverse pass runs the transposed specs (those of the AD rules in `ad.rs`) on the
