@@ -48,7 +48,7 @@ import operator
 import os
 from collections.abc import Sequence
 
-from . import _core, _sharing
+from . import _core, _scaled, _sharing
 from ._sharing import shared_intermediates
 
 __all__ = [
@@ -360,7 +360,7 @@ def _sliced(sliced_inds):
     return labels
 
 
-def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None, **kwargs):
+def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_inds=None, strip_exponent=None, **kwargs):
     """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
 
     The result has numpy's result dtype of the operands: floats and complex numbers up to
@@ -389,10 +389,45 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     >>> out = np.zeros((2, 2), dtype=np.float32)
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.ones((2, 2)), dtype=np.float32, casting="same_kind", out=out) is out
     True
+
+    ``strip_exponent`` (cotengra's name): with ``True`` the result is ``(mantissa,
+    exponent)``, the value being ``mantissa * 10**exponent``, from a contraction whose
+    intermediates carry a power of two beside them, so it is finite where the plain one
+    overflows; by default (``None``) a plain result that left the finite range from finite
+    operands is computed again that way, and comes back as an array if it then fits, else as
+    the pair; ``False`` never does (see ``cgx._scaled``).
+
+    >>> m, e = cgx.contract("i,i->", np.full(2, 1e200), np.full(2, 1e200), strip_exponent=True)
+    >>> round(float(np.log10(m)) + e, 6)
+    400.30103
     """
+    _scaled.check_mode(strip_exponent)
     if not isinstance(eq, str):
         eq, operands = _subscripts(eq, operands)
     sliced = _sliced(sliced_inds)
+    if strip_exponent:
+        if kwargs:
+            raise TypeError(f"strip_exponent=True does not combine with numpy's keywords ({', '.join(kwargs)})")
+        return _contract_scaled(eq, operands, optimize, memory_limit, sliced, False)
+    out = _contract(eq, operands, optimize, memory_limit, sliced, kwargs)
+    if strip_exponent is None and not kwargs and _scaled.left_range(out) and _scaled.finite(operands):
+        return _contract_scaled(eq, operands, optimize, memory_limit, sliced, True)
+    return out
+
+
+def _contract_scaled(eq, operands, optimize, memory_limit, sliced, fit):
+    """The scaled contraction of ``operands`` (see ``cgx._scaled``): ``(mantissa,
+    exponent)``, or with ``fit`` a plain array when the value fits."""
+    arrays = _scaled.engine_arrays(operands)
+    shapes = [a.shape for a in arrays]
+    limit = _memory_limit(memory_limit, shapes)
+    path = _find_path(eq, shapes, optimize, limit)
+    expr = _core.Expression(eq, [list(s) for s in shapes], path, limit, _optimizer_slices(optimize, sliced))
+    return expr._scaled(arrays, fit=fit)
+
+
+def _contract(eq, operands, optimize, memory_limit, sliced, kwargs):
+    """:func:`contract` after its arguments are read, without ``strip_exponent``."""
     if kwargs:
         for name in kwargs:
             if name not in _NUMPY_KWARGS:
@@ -837,13 +872,26 @@ class ContractExpression(_core.Expression):
                 raise ValueError(f"shape error: cannot differentiate with respect to operand {w}: there are {len(variables)}")
         return [variables[w] for w in wrt]
 
-    def __call__(self, *arrays, out=None, backend="auto"):
+    def __call__(self, *arrays, out=None, backend="auto", strip_exponent=None):
         """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
         :func:`contract` gives it; with ``out`` (an array of the result's shape), computed
         in the result dtype of the arrays and ``out``, written there under numpy's
         ``'safe'`` casting and returned. ``backend`` is ``'auto'`` or ``'numpy'``, as in
-        :func:`contract`."""
+        :func:`contract`. ``strip_exponent`` as in :func:`contract`: ``(mantissa,
+        exponent)`` with ``True``."""
+        _scaled.check_mode(strip_exponent)
         arrays = self._full(arrays)
+        if strip_exponent:
+            if out is not None:
+                raise TypeError("strip_exponent=True does not combine with out=")
+            return self._scaled(_scaled.engine_arrays(arrays))
+        result = self._plain_call(arrays, out, backend)
+        if strip_exponent is None and out is None and _scaled.left_range(result) and _scaled.finite(arrays):
+            return self._scaled(_scaled.engine_arrays(arrays), fit=True)
+        return result
+
+    def _plain_call(self, arrays, out, backend):
+        """``__call__`` without ``strip_exponent``, on the whole contraction's operands."""
         if out is not None or backend != "auto":
             _check_numpy_kwargs("K", "safe", backend)
             if hasattr(out, "dtype"):
@@ -938,11 +986,21 @@ class ContractExpression(_core.Expression):
         constants = (self._constants, self._constant_arrays) if self._constants else None
         return (_rebuild, (type(self), self._build_args(), constants))
 
-    def value_and_grad(self, *arrays, wrt=None, cotangent=None):
+    def value_and_grad(self, *arrays, wrt=None, cotangent=None, strip_exponent=None):
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
         ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
-        means 1 and needs a scalar output)."""
-        return self._value_and_grad(self._full(arrays), self._full_wrt(wrt), cotangent)
+        means 1 and needs a scalar output). ``strip_exponent`` as in :func:`contract`, for
+        the value and each gradient: with ``True`` each is ``(mantissa, exponent)``; by
+        default, when one has left the finite range, all are computed again scaled and each
+        comes as an array if it fits, else as the pair."""
+        _scaled.check_mode(strip_exponent)
+        arrays, wrt = self._full(arrays), self._full_wrt(wrt)
+        if strip_exponent:
+            return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent)
+        value, grads = self._value_and_grad(arrays, wrt, cotangent)
+        if strip_exponent is None and _scaled.any_left_range(value, grads) and _scaled.finite(arrays):
+            return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent, fit=True)
+        return value, grads
 
     def hvp(self, *arrays, directions, wrt=None, cotangent=None):
         """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one

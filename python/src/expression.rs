@@ -29,15 +29,17 @@
 //! the value as a sum of the output's shape or by output blocks (`blocks=True`: only the
 //! blocks of the sliced output labels that the range touches). `_value_and_grad` runs the
 //! forward steps once for value and gradients; `_hvp` of a sliced expression sums the
-//! slices' Hessian-vector products ([`SlicedHvp`]).
+//! slices' Hessian-vector products ([`SlicedHvp`]). `_scaled` runs the einsum crate's
+//! scaled contraction (value, and gradients on request) and gives each result as
+//! `(mantissa, exponent)` in base 10, cotengra's form.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumError, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, SlicePlan, SlicedEinsum, SlicedGradient,
-    SlicedHvp, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, ScaledTensor, SlicePlan, SlicedEinsum,
+    SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -382,6 +384,42 @@ fn blocks_to_py<'py, T: Dtype>(py: Python<'py>, b: OutputBlocks<T>) -> PyResult<
     Ok(PyTuple::new(py, [first.into_pyobject(py)?.into_any(), convert::to_numpy(py, blocks)?.into_any()])?.into_any())
 }
 
+impl Inner {
+    /// The scaled contraction (the einsum crate's `ScaledTensor`): the value, and with `d`
+    /// the gradients too, each as `(mantissa, exponent)` with the value
+    /// `mantissa * 10**exponent`; with `fit`, a plain array instead for each one that fits
+    /// in the element type.
+    fn scaled<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        limit: Option<f64>,
+        d: Option<&Derivative<'_, 'py>>,
+        fit: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.check_memory::<T>(limit)?;
+        let e = self.einsum::<T>()?;
+        let refs: Vec<&Tensor<T>> = operands.iter().collect();
+        let work = self.slice_plan.multiply_adds();
+        let to_py = |s: ScaledTensor<T>| -> PyResult<Bound<'py, PyAny>> {
+            if let Some(t) = if fit { s.to_tensor() } else { None } {
+                return Ok(convert::to_numpy(py, t)?.into_any());
+            }
+            let e10 = s.exponent10();
+            let m = convert::to_numpy(py, s.into_parts().0)?.into_any();
+            Ok(PyTuple::new(py, [m, e10.into_pyobject(py)?.into_any()])?.into_any())
+        };
+        let Some(d) = d else {
+            return to_py(run(py, work, || e.eval_scaled(&refs)).map_err(einsum_error)?);
+        };
+        let c = self.cotangent::<T>(d.cotangent)?;
+        let wrt = &d.wrt;
+        let (v, grads) = run(py, 3.0 * work, || e.value_and_grad_scaled(&refs, wrt, &c)).map_err(einsum_error)?;
+        let grads = PyTuple::new(py, grads.into_iter().map(to_py).collect::<PyResult<Vec<_>>>()?)?;
+        Ok(PyTuple::new(py, [to_py(v)?, grads.into_any()])?.into_any())
+    }
+}
+
 /// A derivative program from `map`, built and inserted on first use.
 fn cached<P>(
     map: &Mutex<HashMap<Vec<usize>, Arc<P>>>,
@@ -531,6 +569,26 @@ impl Expression {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
         by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d))
+    }
+
+    /// The scaled contraction: `(mantissa, exponent)`, the value being
+    /// `mantissa * 10**exponent` (intermediates rescaled by powers of two, so it is finite
+    /// where the plain value overflows or underflows); with `grads`, `(value, grads)` with
+    /// one such pair per operand in `wrt` (all if `None`) for `cotangent`. With `fit`, each
+    /// result that fits the element type comes as a plain array instead.
+    #[pyo3(signature = (operands, grads=false, wrt=None, cotangent=None, fit=false))]
+    fn _scaled<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+        grads: bool,
+        wrt: Option<Vec<usize>>,
+        cotangent: Option<Bound<'py, PyAny>>,
+        fit: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
+        let d = grads.then_some(&d);
+        by_dtype!(inner.operands(operands)?, t => inner.scaled(py, &t, self.memory_limit, d, fit))
     }
 
     /// Hessian-vector products of `x ↦ ⟨cotangent, f(x)⟩` in the operands `wrt`, one

@@ -5,15 +5,16 @@
 //! reported as interrupted, rather than losing the search's work.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use einsum::hyper::{HyperOptions, Objective, budget, hyper_path_until};
 use einsum::path_cache::{CachedPath, PathCache};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::einsum_error;
+
+/// A pairwise path as opt_einsum writes it.
+type PairPath = Vec<(usize, usize)>;
 
 /// The search's options from `cgx.HyperOptimizer`'s arguments, checked by the crate (one
 /// check for the library, the CLI and Python).
@@ -67,7 +68,7 @@ pub fn hyper_search<'py>(
     target_size: Option<u64>,
     progress: Option<Py<PyAny>>,
     cache_dir: Option<std::path::PathBuf>,
-) -> PyResult<(Vec<(usize, usize)>, Bound<'py, PyDict>)> {
+) -> PyResult<(PairPath, Bound<'py, PyDict>)> {
     let opts = options(max_time, max_trials, minimize, seed, reconf_size, target_size)?;
     let cache = match cache_dir {
         Some(dir) => {

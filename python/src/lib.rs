@@ -12,6 +12,8 @@
 //! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`, and
 //!   `check_hyper_options`, its arguments checked when it is made;
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
+//! - `scaled.rs`: `left_range`, whether a result left float64's range (the test behind
+//!   `strip_exponent=None`; the scaled contraction itself is `Expression._scaled`);
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set.
 //!
@@ -33,6 +35,7 @@ mod expression;
 mod graph;
 mod hyper;
 mod plan;
+mod scaled;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -122,6 +125,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::check_hyper_options, m)?)?;
     m.add_function(wrap_pyfunction!(draw::tree_svg, m)?)?;
+    m.add_function(wrap_pyfunction!(scaled::left_range, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;
     m.add_class::<graph::Gradient>()?;

@@ -122,11 +122,6 @@ impl Report {
     pub fn largest_intermediate(&self) -> f64 {
         self.steps.iter().map(|s| s.size).fold(0.0, f64::max)
     }
-
-    /// Multiply-adds of all steps.
-    pub fn multiply_adds(&self) -> f64 {
-        self.steps.iter().map(|s| s.multiply_adds).sum()
-    }
 }
 
 /// A character per label: its own for a named label, else (ellipsis dimensions, broadcast

@@ -203,6 +203,14 @@ pub struct EinsumArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also run the scaled contraction (cotengra's `strip_exponent`): intermediates carry
+    /// a power of two beside them, and the result is reported as a mantissa and a base-10
+    /// exponent, finite where the plain one overflows. `-o` then writes the mantissa;
+    /// with `--grad` the gradients are scaled too (`--grad-out`: their mantissas, then one
+    /// array of their exponents). Without it, a plain result that left the range (from
+    /// finite operands) makes the scaled run happen anyway (`-o` keeps the plain result).
+    #[arg(long)]
+    pub strip_exponent: bool,
 }
 
 /// Parses a positive, finite number of seconds.
@@ -396,6 +404,8 @@ struct Settings {
     hvp_out: Option<PathBuf>,
     /// The seed of random operands (the directions' is the next).
     seed: u64,
+    /// Run the scaled contraction (and gradients) as well.
+    strip_exponent: bool,
 }
 
 fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Job> {
@@ -514,6 +524,7 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         directions: Vec::new(),
         hvp_out: None,
         seed: 42,
+        strip_exponent: false,
     };
     measure_plan::<f64>(plan, &settings)
 }
@@ -559,6 +570,8 @@ pub struct EinsumReport {
     pub written: Vec<PathBuf>,
     /// Whether to print the path in text output.
     pub show_path: bool,
+    /// With `--strip-exponent`: the scaled result (and gradients).
+    pub scaled: Option<crate::scaled_cmd::ScaledReport>,
 }
 
 /// Runs `args`' network.
@@ -582,6 +595,7 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
         directions: args.directions.clone(),
         hvp_out: args.hvp_out.clone(),
         seed: args.seed,
+        strip_exponent: args.strip_exponent,
     };
     let (title, mut report) = match plan.dtype {
         Dtype::Float64 => measure_plan::<f64>(plan, &settings)?,
@@ -690,7 +704,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         (result, best)
     };
     let mut written = Vec::new();
-    if let Some(out) = &s.output {
+    if let Some(out) = s.output.as_ref().filter(|_| !s.strip_exponent) {
         npy::write_npy(out, &result)?;
         written.push(out.clone());
     }
@@ -698,29 +712,29 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let shape = result.shape().to_vec();
 
     let mut gradient_check = None;
-    let seed = if s.grad || s.hvp {
-        Some(match &plan.cotangent {
-            Some(info) => {
-                let c = read_as::<T>(std::slice::from_ref(info))?.remove(0);
-                if c.shape() != shape {
-                    return Err(CliError(format!(
-                        "{}: the cotangent has shape {:?} but the output has shape {shape:?}",
-                        info.source,
-                        c.shape(),
-                    )));
-                }
-                c
-            }
-            None => Tensor::ones(shape.clone())?,
-        })
-    } else {
-        None
-    };
+    let mut scaled = None;
+    // The plain result left the range from finite operands (an intermediate overflowed or
+    // underflowed): the scaled contraction runs too, as if asked for, but `-o` keeps the
+    // plain result.
+    let auto = !s.strip_exponent
+        && !einsum::ScaledTensor::fits(&result)
+        && operands.iter().all(|t| t.data().iter().all(|x| x.modulus().is_finite()));
+    let seed = if s.grad || s.hvp { Some(cotangent_seed::<T>(&plan, &shape)?) } else { None };
     // ⟨c, f(x)⟩ for the gradient's check, taken now: the forward result is not held through
     // the reverse pass, whose memory estimate counts the operands and the cotangent.
     let at_x = seed.as_ref().map_or(f64::NAN, |c| c.inner(&result).unwrap_or(f64::NAN));
     drop(result);
-    if let (true, Some(seed)) = (s.grad, &seed) {
+    if s.strip_exponent || auto {
+        let out = crate::scaled_cmd::Outputs {
+            output: s.output.as_deref().filter(|_| s.strip_exponent),
+            grad_out: s.grad_out.as_deref(),
+            phases: &mut phases,
+            written: &mut written,
+        };
+        let r = crate::scaled_cmd::run(&e, &refs, seed.as_ref().filter(|_| s.grad), out)?;
+        gradient_check = r.gradient_check;
+        scaled = Some(r);
+    } else if let (true, Some(seed)) = (s.grad, &seed) {
         let all: Vec<usize> = (0..refs.len()).collect();
         let t = Instant::now();
         let g = e.gradient(&all)?;
@@ -780,8 +794,28 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         hvp_check,
         written,
         show_path: false,
+        scaled,
     };
     Ok((format!("{}: {}", plan.name, shorten(&plan.expression)), report))
+}
+
+/// The cotangent seeding a reverse pass: the `--cotangent` file (of the output's shape), or
+/// ones.
+fn cotangent_seed<T: NpyElem>(plan: &Job, shape: &[usize]) -> CliResult<Tensor<T>> {
+    Ok(match &plan.cotangent {
+        Some(info) => {
+            let c = read_as::<T>(std::slice::from_ref(info))?.remove(0);
+            if c.shape() != shape {
+                return Err(CliError(format!(
+                    "{}: the cotangent has shape {:?} but the output has shape {shape:?}",
+                    info.source,
+                    c.shape(),
+                )));
+            }
+            c
+        }
+        None => Tensor::ones(shape.to_vec())?,
+    })
 }
 
 fn shorten(s: &str) -> String {
@@ -835,8 +869,24 @@ pub fn print(title: &str, r: &EinsumReport) {
     }
     print!("{}", t.render());
     println!("achieved {:.2} GFLOP/s", r.flops / (r.eval_ms * 1e6));
+    if let Some(sc) = &r.scaled {
+        let mantissa = if r.dtype == Dtype::Complex128 {
+            format!("{:.12e}{:+.12e}i", sc.mantissa_checksum[0], sc.mantissa_checksum[1])
+        } else {
+            format!("{:.12e}", sc.mantissa_checksum[0])
+        };
+        println!(
+            "scaled: mantissa checksum {mantissa}, exponent {:.9} (the value is mantissa · 10^exponent)",
+            sc.exponent
+        );
+        if let Some(first) = sc.gradient_exponents.first() {
+            let (lo, hi) = sc.gradient_exponents.iter().fold((*first, *first), |(l, h), &x| (l.min(x), h.max(x)));
+            println!("scaled gradients: {} exponents from {lo:.3} to {hi:.3}", sc.gradient_exponents.len());
+        }
+    }
     if let Some(c) = r.gradient_check {
-        println!("gradient: exact-difference check on the middle operand, relative error {c:.1e}");
+        let how = if r.scaled.is_some() { "Euler's identity (scaled)" } else { "exact-difference check" };
+        println!("gradient: {how} on the middle operand, relative error {c:.1e}");
     }
     if let Some(c) = r.hvp_check {
         println!("hvp: exact-difference check along the middle operand, relative error {c:.1e}");
@@ -859,7 +909,7 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     let sliced: Vec<String> = r.sliced.iter().map(|c| json_string(&c.to_string())).collect();
     format!(
-        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}]}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}],\"scaled\":{}}}",
         json_string(title),
         r.dtype,
         r.path.steps().len(),
@@ -885,6 +935,13 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
         r.hvp_peak_bytes.map_or("null".into(), |b| b.to_string()),
         r.hvp_check.map_or("null".into(), json_number),
         written.join(","),
+        r.scaled.as_ref().map_or("null".into(), |sc| format!(
+            "{{\"mantissa_checksum\":{},\"mantissa_checksum_imag\":{},\"exponent\":{},\"gradient_exponents\":[{}]}}",
+            json_number(sc.mantissa_checksum[0]),
+            json_number(sc.mantissa_checksum[1]),
+            json_number(sc.exponent),
+            sc.gradient_exponents.iter().map(|&x| json_number(x)).collect::<Vec<_>>().join(",")
+        )),
     )
 }
 
@@ -936,6 +993,7 @@ mod tests {
             threads: 1,
             seed: 42,
             json: false,
+            strip_exponent: false,
         }
     }
 

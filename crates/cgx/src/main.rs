@@ -7,7 +7,8 @@
 //! - `cgx bench mps`: µs per contraction step of an MPS inner product (einsum,
 //!   `docs/SPEC.md` §8.2), beside its kernels alone, with a table or `--json`.
 //! - `cgx einsum`: a tensor-network contraction (instance file or expression), with flops,
-//!   GFLOP/s and optionally its gradient and Hessian-vector products.
+//!   GFLOP/s and optionally its gradient and Hessian-vector products; `--strip-exponent`
+//!   adds the scaled contraction (mantissa and exponent, `scaled_cmd.rs`).
 //! - `cgx dot`: DOT export of a pipeline stage of a built-in example.
 //! - `cgx completions SHELL`: shell completions.
 //!
@@ -24,6 +25,7 @@ mod einsum_cmd;
 mod hvp_run;
 mod mps;
 mod npy;
+mod scaled_cmd;
 mod table;
 
 use std::process::ExitCode;

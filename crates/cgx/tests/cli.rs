@@ -475,3 +475,59 @@ fn a_path_cache_makes_the_second_run_search_nothing() {
         |o: &Output| String::from_utf8_lossy(&o.stdout).lines().find(|l| l.contains("checksum")).map(str::to_owned);
     assert_eq!(checksum(&first), checksum(&second));
 }
+
+/// The number after `"key":` in a JSON text.
+fn json_field(text: &str, key: &str) -> Option<f64> {
+    let at = text.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let end = text[at..].find([',', '}']).map_or(text.len(), |e| at + e);
+    text[at..end].parse().ok()
+}
+
+#[test]
+fn strip_exponent_gives_the_mantissa_and_exponent_of_numpys_result_and_gradients() {
+    let (out, grads) = (tmp("se_out.npy"), tmp("se_grads.npz"));
+    let (a, b) = (data("mm_a.npy"), data("mm_b.npy"));
+    let args =
+        ["einsum", "ij,jk->ik", &a, &b, "-o", &out, "--grad", "--grad-out", &grads, "--strip-exponent", "--json"];
+    let o = cgx(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let e = json_field(&text, "exponent").unwrap_or_else(|| panic!("{text}"));
+    let (shape, m) = load(&out);
+    let value = (shape, m.iter().map(|[re, im]| [re * 10f64.powf(e), im * 10f64.powf(e)]).collect());
+    assert_close(&value, &load(&data("mm_out.npy")), "scaled result");
+    // The gradients' mantissas, then their exponents.
+    let got = load_npz(&grads);
+    let want = load_npz(&data("mm_grads.npz"));
+    assert_eq!(got.len(), want.len() + 1);
+    let exponents = &got[want.len()].1;
+    for (i, w) in want.iter().enumerate() {
+        let s = 10f64.powf(exponents[i][0]);
+        let g = (got[i].0.clone(), got[i].1.iter().map(|[re, im]| [re * s, im * s]).collect());
+        assert_close(&g, w, &format!("scaled gradient {i}"));
+    }
+}
+
+#[test]
+fn strip_exponent_reports_a_result_past_the_range_of_f64() {
+    // A chain of 400 random 8x8 matrices with entries in [0.5, 1.5): about 10^360.
+    let labels: Vec<char> = (0..401).map(|i| char::from_u32(0x100 + i).unwrap()).collect();
+    let terms: Vec<String> = (0..400).map(|i| format!("{}{}", labels[i], labels[i + 1])).collect();
+    let expr = format!("{}->{}{}", terms.join(","), labels[0], labels[400]);
+    let shapes = vec!["8x8"; 400].join(",");
+    let o = cgx(&["einsum", &expr, "--shapes", &shapes, "--grad", "--strip-exponent", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("\"checksum\":null"), "the plain result overflows: {text}");
+    let e = json_field(&text, "exponent").unwrap();
+    assert!(e > 308.0, "{e}");
+    assert!(json_field(&text, "gradient_check").unwrap() < 1e-12, "{text}");
+    // Without the flag the plain result left the range, so the scaled run happens anyway.
+    let o = cgx(&["einsum", &expr, "--shapes", &shapes, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plain = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(json_field(&plain, "exponent"), Some(e), "{plain}");
+    // A result in range reports no scaled run.
+    let o = cgx(&["einsum", "ab,bc->ac", "--shapes", "2x3,3x4", "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"scaled\":null"));
+}

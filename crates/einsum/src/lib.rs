@@ -30,6 +30,10 @@
 //!   products ([`SlicedHvp`]) summed over slices.
 //! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands, and the
 //!   ones bundled in the crate's sources ([`BUNDLED_DIR`]).
+//! - [`ScaledTensor`]: a contraction's result as a mantissa and a binary exponent
+//!   ([`Einsum::eval_scaled`], [`Einsum::value_and_grad_scaled`], and the same on
+//!   [`SlicedEinsum`]), for results and intermediates beyond `f64`'s range (cotengra's
+//!   `strip_exponent`).
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
 //!
 //! User input (expressions, shapes, paths, JSON, operands) is rejected with an
@@ -107,6 +111,7 @@ mod permute;
 mod plan;
 mod reference;
 mod rng;
+mod scaled;
 pub mod search;
 mod slice;
 mod sliced;
@@ -125,6 +130,7 @@ pub use op::{TensorKey, TensorOp};
 pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
 pub use plan::Plan;
 pub use reference::{reference_einsum, reference_labels};
+pub use scaled::ScaledTensor;
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
 pub use sliced_hvp::SlicedHvp;

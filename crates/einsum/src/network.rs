@@ -392,7 +392,7 @@ impl<T: Elem> Einsum<T> {
     /// Checks the tensors of a reverse pass against the limit: the forward intermediates
     /// (kept for the backward pass), the cotangent of each, the operands and one gradient
     /// per `wrt` operand, all counted alive together (an upper bound).
-    fn check_reverse(&self, what: &str, wrt: &[usize]) -> EinsumResult<()> {
+    pub(crate) fn check_reverse(&self, what: &str, wrt: &[usize]) -> EinsumResult<()> {
         let mut budget = Budget::new(self.options.memory_limit, std::mem::size_of::<T>());
         budget.live = Some(self.peak_bytes);
         let twice = self.intermediate_bytes.checked_mul(2);
@@ -522,7 +522,7 @@ impl Meta {
 /// Labels of the result of contracting `a` and `b` that are still `needed` (by a remaining
 /// operand or the output). Ordered batch (in both, `a`'s order), left (`a` only), right
 /// (`b` only), so the GEMM kernel can write the result in place.
-fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
+pub(crate) fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
     let mut out: Vec<u32> = Vec::new();
     let mut push = |c: u32| {
         if needed(c) && !out.contains(&c) {

@@ -212,6 +212,10 @@ pub(crate) fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
     Ok(v)
 }
 
+/// What [`SlicedEinsum::for_each_slice`] calls per slice: the values of the sliced labels,
+/// the slice's operands and its cotangent.
+type SliceVisitor<'a, T> = dyn FnMut(&[usize], &[&Tensor<T>], Option<&Tensor<T>>) -> EinsumResult<()> + 'a;
+
 /// The cotangent a reverse pass reads: of the output's full shape, or by output blocks.
 enum Cotangent<'a, T: Elem> {
     Full(&'a Tensor<T>),
@@ -539,6 +543,84 @@ impl<T: Elem> SlicedEinsum<T> {
             let r = self.einsum.eval_with(&mut state, &refs)?;
             sink.add(l, &values, &r);
             done(n as u64 + 1);
+        }
+        Ok(())
+    }
+
+    /// Whether any label is sliced (the scaled contraction of `scaled.rs` runs the slice
+    /// program directly when none is).
+    pub(crate) fn is_sliced(&self) -> bool {
+        self.layout.is_sliced()
+    }
+
+    /// Calls `f(values, slice operands, slice cotangent)` for every slice in order, after
+    /// checking the operands (and the cotangent, of the output's shape): the loop of
+    /// [`SlicedEinsum::eval`] and of the gradient, for `scaled.rs`, which combines the
+    /// slices' results itself (each with its own exponent).
+    pub(crate) fn for_each_slice(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: Option<&Tensor<T>>,
+        f: &mut SliceVisitor<'_, T>,
+    ) -> EinsumResult<()> {
+        let l = &*self.layout;
+        l.check(operands)?;
+        if let Some(c) = cotangent.filter(|c| c.shape() != l.output_shape.as_slice()) {
+            return Err(EinsumError::Shape(format!(
+                "cotangent 0 of `{}` has shape {:?}, expected {:?}",
+                l.expression,
+                c.shape(),
+                l.output_shape
+            )));
+        }
+        let _evaluation = crate::buffer::begin_evaluation();
+        let mut copies = SliceOperands::new(operands.len());
+        let out_sliced = l.output_axes.iter().any(Option::is_some);
+        for k in 0..l.plan.n_slices() {
+            let values = l.plan.slice_values(k);
+            let refs = copies.refs(l, operands, &values);
+            let part = cotangent.filter(|_| out_sliced).map(|c| gather(c, &l.output_axes, &values));
+            f(&values, &refs, part.as_ref().or(cotangent))?;
+        }
+        Ok(())
+    }
+
+    /// Adds `part`, a slice's result at `values`, into `acc` (the output's full shape), at
+    /// the slice's place.
+    pub(crate) fn add_output_slice(&self, acc: &mut [T], values: &[usize], part: &[T]) {
+        let l = &*self.layout;
+        scatter_add(acc, &l.output_shape, &l.output_axes, values, part);
+    }
+
+    /// Adds `part`, a slice's gradient of operand `i` at `values`, into `acc` (the
+    /// operand's full shape), at the slice's place.
+    pub(crate) fn add_operand_slice(&self, i: usize, acc: &mut [T], values: &[usize], part: &[T]) {
+        let l = &*self.layout;
+        scatter_add(acc, &l.shapes[i], &l.operand_axes[i], values, part);
+    }
+
+    /// The operand shapes.
+    pub(crate) fn shapes(&self) -> &[Vec<usize>] {
+        &self.layout.shapes
+    }
+
+    /// The memory check of [`SlicedEinsum::gradient`] for a sliced contraction: the
+    /// estimated peak of one slice's reverse pass against the limit.
+    pub(crate) fn check_gradient_fits(&self) -> EinsumResult<()> {
+        let l = &*self.layout;
+        if l.is_sliced() && !l.limit.allows(Some(l.plan.gradient_peak_bytes())) {
+            return Err(EinsumError::Memory {
+                what: format!(
+                    "the gradient of one slice of `{}` (sliced on `{}`; plan it with Slicing::Memory {{ gradient: true }})",
+                    l.expression,
+                    l.plan.labels().iter().collect::<String>()
+                ),
+                bytes: Some(l.plan.gradient_peak_bytes()),
+                limit: match l.limit {
+                    MemoryLimit::Bytes(b) => Some(b),
+                    MemoryLimit::Unlimited => None,
+                },
+            });
         }
         Ok(())
     }

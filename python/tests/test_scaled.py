@@ -1,0 +1,220 @@
+"""Scaled contraction (``strip_exponent``): equal to the plain one where both are finite
+(hypothesis, real and complex, sliced), equal to exact rational references where the plain
+one overflows (an MPS inner product of 200 sites with entries in [0.5, 1), products of
+10^300-scale numbers), the 200-site MPS instance against numpy in long double, the
+automatic rerun of a plain result that left the range, and gradients by finite
+differences in log space."""
+
+import json
+import math
+import pathlib
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cgx
+from strategies import arrays, expressions
+
+SETTINGS = settings(max_examples=60, deadline=None)
+DATA = pathlib.Path(__file__).resolve().parents[2] / "crates" / "einsum" / "tests" / "data"
+
+
+def log10_of(pair):
+    """log10 |value| of a ``(mantissa, exponent)`` scalar pair."""
+    m, e = pair
+    return math.log10(abs(complex(m))) + e
+
+
+def log10_fraction(x: Fraction) -> float:
+    """log10 |x| of an exact rational of any size (Python's log10 takes big integers)."""
+    return math.log10(abs(x.numerator)) - math.log10(x.denominator)
+
+
+def value(pair):
+    m, e = pair
+    return m * 10.0**e
+
+
+@SETTINGS
+@given(case=expressions(explicit=True), complex_=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_scaled_equals_plain_where_both_are_finite(case, complex_, seed):
+    eq, shapes = case
+    ops = arrays(np.random.default_rng(seed), shapes, complex_)
+    plain = cgx.contract(eq, *ops)
+    m, e = cgx.contract(eq, *ops, strip_exponent=True)
+    assert m.shape == plain.shape
+    big = max(np.abs(m.real).max(), np.abs(m.imag).max()) if m.size else 0
+    assert big == 0 or 0.5 <= big < 1
+    np.testing.assert_allclose(value((m, e)), plain, rtol=1e-12, atol=1e-12 * (1 + np.abs(plain).max(initial=0)))
+    # The default leaves a finite result alone.
+    np.testing.assert_array_equal(cgx.contract(eq, *ops, strip_exponent=None), plain)
+    expr = cgx.contract_expression(eq, *shapes)
+    if plain.shape == ():
+        (mv, ev), grads = expr.value_and_grad(*ops, strip_exponent=True)
+        _, want = expr.value_and_grad(*ops)
+        assert abs(value((mv, ev)) - plain) <= 1e-12 * (1 + abs(plain))
+        for g, w in zip(grads, want):
+            np.testing.assert_allclose(value(g), w, rtol=1e-10, atol=1e-12 * (1 + np.abs(w).max(initial=0)))
+
+
+def test_sliced_scaled_equals_unsliced():
+    rng = np.random.default_rng(3)
+    a, b, c = rng.random((4, 5)) * 1e150, rng.random((5, 6)) * 1e150, rng.random((6, 4)) * 1e150
+    assert np.isinf(cgx.contract("ij,jk,ki->", a, b, c, strip_exponent=False))
+    assert isinstance(cgx.contract("ij,jk,ki->", a, b, c), tuple)
+    whole = cgx.contract("ij,jk,ki->", a, b, c, strip_exponent=True)
+    sliced = cgx.contract("ij,jk,ki->", a, b, c, sliced_inds="jk", strip_exponent=True)
+    assert abs(log10_of(sliced) - log10_of(whole)) < 1e-12
+    expr = cgx.contract_expression("ij,jk,ki->", a.shape, b.shape, c.shape, sliced_inds="j")
+    value_, grads = expr.value_and_grad(a, b, c, strip_exponent=True)
+    assert abs(log10_of(value_) - log10_of(whole)) < 1e-12
+    # The gradient of a trilinear product dotted with its operand is the value (Euler).
+    for g, x in zip(grads, (a, b, c)):
+        gm, ge = g
+        assert abs(math.log10(np.sum(gm * x)) + ge - log10_of(whole)) < 1e-12
+
+
+def mps_inner_product(n, d, chi, rng):
+    """A ``n``-site MPS inner product ``<bra|ket>`` in the interleaved form, with entries
+    ``k/64`` (k in 32..63: in [0.5, 1), exact in binary) and, beside it, the operands as
+    integers (64 times the entries)."""
+    ints, args = [], []
+    bond = lambda side, k: ("b" if side == 0 else "k", k)  # noqa: E731
+    labels = {}
+
+    def label(key):
+        return labels.setdefault(key, len(labels))
+
+    for side in (0, 1):
+        for k in range(n):
+            shape = [d] + ([chi] if k > 0 else []) + ([chi] if k < n - 1 else [])
+            t = rng.integers(32, 64, size=shape)
+            ls = [label(("s", k))] + ([label(bond(side, k - 1))] if k > 0 else []) + ([label(bond(side, k))] if k < n - 1 else [])
+            ints.append(t)
+            args += [t / 64.0, ls]
+    return ints, args + [[]]
+
+
+def exact_mps(ints, n):
+    """The inner product in exact integers, site by site: an environment over the two bonds."""
+    bra, ket = ints[:n], ints[n:]
+    env = np.einsum("sa,sb->ab", bra[0].astype(object), ket[0].astype(object))
+    for k in range(1, n - 1):
+        env = np.einsum("ab,sac,sbd->cd", env, bra[k].astype(object), ket[k].astype(object), optimize=False)
+    total = np.einsum("ab,sa,sb->", env, bra[n - 1].astype(object), ket[n - 1].astype(object), optimize=False)
+    return Fraction(int(total), 64 ** (2 * n))
+
+
+def test_an_mps_of_200_sites_matches_exact_integers():
+    n = 200
+    ints, args = mps_inner_product(n, 10, 3, np.random.default_rng(0))
+    plain = cgx.contract(*args, strip_exponent=False)
+    assert np.isinf(plain)
+    exact = exact_mps(ints, n)
+    assert log10_fraction(exact) > 308
+    got = cgx.contract(*args, strip_exponent=True)
+    assert abs(log10_of(got) - log10_fraction(exact)) < 1e-12 * log10_fraction(exact)
+    # The default reruns scaled and gives the pair, since the value does not fit.
+    auto = cgx.contract(*args)
+    assert isinstance(auto, tuple) and abs(log10_of(auto) - log10_of(got)) < 1e-13 * log10_of(got)
+
+
+def test_the_mps_200_instance_matches_long_double():
+    inst = json.loads((DATA / "str_mps_varying_inner_product_200.json").read_text())
+    eq, shapes = inst["format_string"], inst["shapes"]
+    path = [tuple(p) for p in inst["paths"]["opt_size"]["path"]]
+    rng = np.random.default_rng(5)
+    ops = [0.5 + 0.5 * rng.random(s) for s in shapes]
+    assert np.isinf(cgx.contract(eq, *ops, optimize=path, strip_exponent=False))
+    got = cgx.contract(eq, *ops, optimize=path, strip_exponent=True)
+    if np.finfo(np.longdouble).maxexp < 16384:
+        pytest.skip("numpy's long double has no wider range here")
+    # numpy along the same path in long double (range to 10^4932): another arithmetic.
+    want = cgx.contract(eq, *[o.astype(np.longdouble) for o in ops], optimize=path)
+    assert np.isfinite(want)
+    assert abs(log10_of(got) - float(np.log10(want))) < 1e-11 * float(np.log10(want))
+
+
+def test_products_of_1e300_numbers_match_fractions():
+    x = np.array([3e300, -1e300, 2.5e300])
+    y = np.array([1e300, 4e300, 1e300])
+    exact = sum(Fraction(a) * Fraction(b) for a, b in zip(x, y))
+    assert not np.isfinite(cgx.contract("i,i->", x, y, strip_exponent=False))
+    got = cgx.contract("i,i->", x, y, strip_exponent=True)
+    assert abs(log10_of(got) - log10_fraction(exact)) < 1e-14 * 600 and got[0] > 0
+    # An intermediate of 10^600 and a result of 10^300 that fits: the default gives the
+    # array, which the plain contraction cannot.
+    a = np.full((2, 2), 1e300)
+    c = np.full((2, 2), 1e-300)
+    path = [(0, 1), (0, 1)]
+    assert np.isinf(cgx.contract("ab,bc,cd->ad", a, a, c, optimize=path, strip_exponent=False)).all()
+    auto = cgx.contract("ab,bc,cd->ad", a, a, c, optimize=path)
+    want = Fraction(1e300) ** 2 * Fraction(1e-300) * 4
+    assert isinstance(auto, np.ndarray) and np.all(np.abs(auto / float(want) - 1) < 1e-14)
+    # A product that underflows: 10^-600, zero in plain arithmetic.
+    tiny = np.array([1e-300, 2e-300])
+    assert cgx.contract("i,i->", tiny, tiny, strip_exponent=False) == 0
+    t = cgx.contract("i,i->", tiny, tiny, strip_exponent=True)
+    assert abs(log10_of(t) - log10_fraction(Fraction(1e-300) ** 2 + Fraction(2e-300) ** 2)) < 1e-12 * 600
+
+
+def log_f(expr, ops):
+    """ln |f| of a scaled scalar contraction."""
+    return log10_of(expr(*ops, strip_exponent=True)) * math.log(10)
+
+
+def test_gradients_match_finite_differences_in_log_space():
+    n = 200
+    ints, args = mps_inner_product(n, 10, 3, np.random.default_rng(9))
+    ops, labels = args[0:-1:2], args[1:-1:2]
+    letters = {}
+    eq = ",".join("".join(letters.setdefault(l, cgx.get_symbol(len(letters))) for l in ls) for ls in labels) + "->"
+    expr = cgx.contract_expression(eq, *[o.shape for o in ops])
+    value_, grads = expr.value_and_grad(*ops, strip_exponent=True)
+    assert log10_of(value_) > 308
+    rng = np.random.default_rng(1)
+    for i in (0, 57, n - 1, n + 3, 2 * n - 1):
+        v = rng.standard_normal(ops[i].shape)
+        # d ln f along v = <grad_i, v> / f: scaled numbers divided, so finite.
+        gm, ge = grads[i]
+        m, e = value_
+        want = float(np.sum(gm * v)) / float(m) * 10.0 ** (ge - e)
+        h = 1e-4
+        plus = [o + h * v if k == i else o for k, o in enumerate(ops)]
+        minus = [o - h * v if k == i else o for k, o in enumerate(ops)]
+        fd = (log_f(expr, plus) - log_f(expr, minus)) / (2 * h)
+        assert abs(fd - want) < 1e-6 * (1 + abs(want)), (i, fd, want)
+
+
+def test_value_and_grad_reruns_scaled_when_a_gradient_overflows():
+    x = np.full(3, 1e200)
+    expr = cgx.contract_expression("i,i,i->", (3,), (3,), (3,))
+    plain_value, plain_grads = expr.value_and_grad(x, x, x, strip_exponent=False)
+    assert np.isinf(plain_value) and np.isinf(plain_grads[0]).all()
+    value_, grads = expr.value_and_grad(x, x, x)
+    assert isinstance(value_, tuple) and all(isinstance(g, tuple) for g in grads)
+    assert abs(log10_of(value_) - (600 + math.log10(3))) < 1e-12
+    # 10^400 per entry: still a pair; with smaller operands the gradients fit as arrays.
+    y = np.full(3, 1e-200)
+    value_, grads = expr.value_and_grad(x, x, y)
+    assert isinstance(value_, np.ndarray) and abs(value_ / 3e200 - 1) < 1e-14
+    assert isinstance(grads[2], tuple) and isinstance(grads[0], np.ndarray)
+    np.testing.assert_allclose(grads[0], np.full(3, 1.0), rtol=1e-14)
+
+
+def test_bad_strip_exponent_arguments_are_errors():
+    x = np.ones(2)
+    with pytest.raises(TypeError, match="strip_exponent"):
+        cgx.contract("i,i->", x, x, strip_exponent="yes")
+    with pytest.raises(TypeError, match="numpy"):
+        cgx.contract("i,i->", x, x, strip_exponent=True, dtype=np.float64)
+    expr = cgx.contract_expression("i,i->", (2,), (2,))
+    with pytest.raises(TypeError, match="out="):
+        expr(x, x, out=np.zeros(()), strip_exponent=True)
+    with pytest.raises(ValueError, match="shape"):
+        expr(x, np.ones(3), strip_exponent=True)
+    # Non-finite operands give the plain non-finite result, not a rerun.
+    assert np.isnan(cgx.contract("i,i->", np.array([np.nan, 1.0]), x))
