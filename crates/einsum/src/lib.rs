@@ -30,6 +30,8 @@
 //! - [`Instance`]: the Einsum Benchmark's JSON instances, with seeded operands, and the
 //!   ones bundled in the crate's sources ([`BUNDLED_DIR`]).
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
+//! - [`with_stop`]: a flag that another thread raises to end a running evaluation
+//!   ([`EinsumError::Interrupted`]); how Ctrl-C ends a contraction in Python.
 //!
 //! User input (expressions, shapes, paths, JSON, operands) is rejected with an
 //! [`EinsumError`] that says what is wrong; it never panics. Sizes too: every tensor a
@@ -109,6 +111,7 @@ mod rng;
 pub mod search;
 mod slice;
 mod sliced;
+mod stop;
 mod subscripts;
 mod tensor;
 
@@ -125,5 +128,6 @@ pub use plan::Plan;
 pub use reference::{reference_einsum, reference_labels};
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
+pub use stop::with_stop;
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;
