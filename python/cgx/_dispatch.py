@@ -41,7 +41,9 @@ _NATIVE_TYPES = frozenset((np.ndarray, float, int, complex, list, tuple))
 
 def foreign(operands):
     """The backend name of the first operand that is not a numpy array or a Python number
-    (``'jax'`` for ``jaxlib``'s and JAX tracers' types), or ``None`` if there is none."""
+    and whose library has an ``einsum`` (``'jax'`` for ``jaxlib``'s and JAX tracers'
+    types), or ``None`` if there is none: other objects (a pandas frame, say) go to the
+    engine through ``numpy.asarray``, as before."""
     for x in operands:
         t = type(x)
         if t in _NATIVE_TYPES:
@@ -49,8 +51,25 @@ def foreign(operands):
         top = t.__module__.partition(".")[0]
         if top in _NATIVE:
             continue
-        return _ALIASES.get(top, top)
+        name = _ALIASES.get(top, top)
+        if _has_einsum(name):
+            return name
     return None
+
+
+# Whether a library has an `einsum`, by backend name (looked up once per name).
+_EINSUM: dict = {}
+
+
+def _has_einsum(name: str) -> bool:
+    known = _EINSUM.get(name)
+    if known is None:
+        try:
+            known = hasattr(importlib.import_module(_MODULES.get(name, name)), "einsum")
+        except ImportError:
+            known = False
+        _EINSUM[name] = known
+    return known
 
 
 class Backend:

@@ -119,3 +119,21 @@ def test_jax_along_the_path_matches_the_engine(case, seed):
     with jax.enable_x64(True):
         got = cgx.contract(eq, *[jax.numpy.asarray(x) for x in ops])
         np.testing.assert_allclose(np.asarray(got), cgx.contract(eq, *ops), rtol=1e-9, atol=1e-9)
+
+
+def test_objects_of_libraries_without_einsum_go_to_the_engine():
+    class Wrapped:
+        """An array-like of a module without einsum (this test module's)."""
+
+        def __init__(self, a):
+            self.a = a
+            self.shape = a.shape
+            self.dtype = a.dtype
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+
+    a, b = operands(5, [(2, 3), (3, 4)])
+    out = cgx.contract("ij,jk->ik", Wrapped(a), Wrapped(b))
+    assert type(out) is np.ndarray
+    np.testing.assert_allclose(out, a @ b)
