@@ -403,8 +403,11 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     (``'C'`` or ``'F'`` for the result's layout; ``'K'`` and ``'A'`` keep the engine's C
     order unless every operand is Fortran-ordered, then ``'A'`` gives F), ``casting``
     (``'safe'`` by default), and opt_einsum's ``use_blas`` (accepted; the engine always uses
-    its own matrix kernels) and ``backend`` (``'auto'`` or ``'numpy'``: other array
-    libraries have their own entry points, ``cgx.jax.contract`` and ``cgx.torch.contract``).
+    its own matrix kernels) and ``backend``: with ``'auto'``, arrays of another library
+    (JAX, PyTorch, Dask, ...) are contracted by that library's ``einsum`` along the
+    engine's path and the result is of their type (``_dispatch``); a library's name
+    converts numpy operands to its arrays and the result back; ``'object'`` contracts
+    object arrays with Python arithmetic; ``'numpy'`` is the engine.
 
     >>> import numpy as np, cgx
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
@@ -933,8 +936,9 @@ class ContractExpression(_core.Expression):
         """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
         :func:`contract` gives it; with ``out`` (an array of the result's shape), computed
         in the result dtype of the arrays and ``out``, written there under numpy's
-        ``'safe'`` casting and returned. ``backend`` is ``'auto'`` or ``'numpy'``, as in
-        :func:`contract`."""
+        ``'safe'`` casting and returned. ``backend`` as in :func:`contract` (arrays of
+        another library are contracted by it along this expression's path; ``out`` then
+        receives the result by ``out[...] = result``)."""
         library = _library(arrays, backend)
         if library == "object":
             import numpy as np

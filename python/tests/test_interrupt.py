@@ -100,3 +100,22 @@ def test_a_stopped_contraction_leaves_the_engine_usable(big):
     np.testing.assert_allclose(cgx.contract("ij,jk->ik", x, y), x @ y, rtol=1e-10, atol=1e-10)
     value, (dx, dy) = cgx.contract_expression("ij,jk->ik", x.shape, y.shape).value_and_grad(x, y, cotangent=x)
     np.testing.assert_allclose(dx, x @ y.T, rtol=1e-10, atol=1e-10)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc (Linux)")
+def test_nothing_stays_allocated_after_ctrl_c(big):
+    a, b = big
+    chain = lambda: cgx.contract("ij,jk,kl->il", a, b, a)  # noqa: E731
+    cgx._core.release_buffers()
+    before = rss_bytes()
+    for _ in range(3):
+        assert seconds_to_interrupt(chain) < BOUND
+    # The intermediates (72 MB each) go back to the buffer pool, which is then emptied.
+    cgx._core.release_buffers()
+    grown = rss_bytes() - before
+    assert grown < 30e6, f"{grown / 1e6:.0f} MB more resident after three interrupted contractions"

@@ -25,9 +25,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::error::{EinsumError, EinsumResult};
 
 /// The multiply-adds of one GEMM block between two reads of the flag: a GEMM with more
-/// is run in row blocks of about this much work (a fraction of a second even on one
-/// slow core, and enough for faer to run at full speed within each block).
-pub(crate) const GEMM_BLOCK_MACS: usize = 1 << 28;
+/// is run in row blocks of about this much work. Each block packs the right operand
+/// again (`n·k` elements against the block's `rows·n·k` multiply-adds), so blocks are
+/// large: at 2^28 a 3000³ product ran in 29-row blocks, and noticeably slower. At 2^29, a
+/// block is a fifth of a second at 3·10^9 multiply-adds per second (one core of a loaded
+/// machine), which keeps Ctrl-C's answer well under a second, and the repacking is a few
+/// percent of the work (`docs/PERFORMANCE.md`, issue 39).
+pub(crate) const GEMM_BLOCK_MACS: usize = 1 << 29;
 
 thread_local! {
     /// The flag installed by [`with_stop`] on this thread, if any.
