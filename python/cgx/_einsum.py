@@ -48,7 +48,7 @@ import operator
 import os
 from collections.abc import Sequence
 
-from . import _core, _scaled, _sharing
+from . import _core, _dispatch, _scaled, _sharing
 from ._sharing import shared_intermediates
 
 __all__ = [
@@ -150,12 +150,13 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _symbols():
-    """Label characters in ``get_symbol`` order, without those the subscript parser skips
-    (whitespace) or that no string passed to the engine can hold (surrogates)."""
+    """Label characters in ``get_symbol`` order, without those that no string passed to
+    the engine can hold (surrogates). (Every other one is a label to the subscript parser,
+    Unicode spaces such as U+1680 included: it skips ASCII whitespace only.)"""
     i = 0
     while True:
         c = get_symbol(i)
-        if not c.isspace() and not 0xD800 <= ord(c) <= 0xDFFF:
+        if not 0xD800 <= ord(c) <= 0xDFFF:
             yield c
         i += 1
 
@@ -313,6 +314,37 @@ def _pairwise(path, n: int) -> list[tuple[int, int]]:
     return pairs
 
 
+class UnknownOptimizerError(KeyError, ValueError):
+    """An ``optimize`` name that no path finder has. A ``KeyError``, as
+    ``opt_einsum.paths.get_path_fn`` raises, and a ``ValueError``, as cgx raised before
+    (and raises for every other bad argument), so either ``except`` catches it."""
+
+    def __str__(self):
+        # KeyError's `str` is the repr of its argument, quotes included; this is a sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+def _check_finder_name(name: str):
+    """``UnknownOptimizerError`` unless ``name`` names one of the engine's finders or, with
+    opt_einsum installed, one of its."""
+    if not _core.is_path_finder(name):
+        _opt_einsum_finder(name)
+
+
+def _opt_einsum_finder(name: str):
+    """opt_einsum's path finder ``name``, or ``UnknownOptimizerError``."""
+    try:
+        from opt_einsum.paths import get_path_fn
+    except ImportError:
+        raise UnknownOptimizerError(
+            f"optimize={name!r}: the built-in finders are 'greedy', 'optimal', 'dp', 'random-greedy', 'auto' and 'hyper'; other path finders come from opt_einsum, which is not installed"
+        ) from None
+    try:
+        return get_path_fn(name)
+    except KeyError as e:
+        raise UnknownOptimizerError(f"optimize={name!r}: {e.args[0] if e.args else e}") from None
+
+
 def _find_path(eq: str, shapes, optimize, memory_limit):
     """``None`` for the engine's greedy finder, the name of another of its finders (the
     einsum crate's one parser of finder names reads it when the expression is planned,
@@ -324,16 +356,7 @@ def _find_path(eq: str, shapes, optimize, memory_limit):
     if optimize is False:
         return [(0, 1)] * max(len(shapes) - 1, 0)
     if isinstance(optimize, str):
-        try:
-            from opt_einsum.paths import get_path_fn
-        except ImportError:
-            raise ValueError(
-                f"optimize={optimize!r}: the built-in finders are 'greedy', 'optimal', 'dp', 'random-greedy', 'auto' and 'hyper'; other path finders come from opt_einsum, which is not installed"
-            ) from None
-        try:
-            optimize = get_path_fn(optimize)
-        except KeyError as e:
-            raise ValueError(f"optimize={optimize!r}: {e}") from None
+        optimize = _opt_einsum_finder(optimize)
     if callable(optimize):
         inputs, output, sizes, _ = _core.Expression(eq, [list(s) for s in shapes])._plan()
         path = optimize([frozenset(t) for t in inputs], frozenset(output), sizes, memory_limit)
@@ -380,8 +403,11 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     (``'C'`` or ``'F'`` for the result's layout; ``'K'`` and ``'A'`` keep the engine's C
     order unless every operand is Fortran-ordered, then ``'A'`` gives F), ``casting``
     (``'safe'`` by default), and opt_einsum's ``use_blas`` (accepted; the engine always uses
-    its own matrix kernels) and ``backend`` (``'auto'`` or ``'numpy'``: other array
-    libraries have their own entry points, ``cgx.jax.contract`` and ``cgx.torch.contract``).
+    its own matrix kernels) and ``backend``: with ``'auto'``, arrays of another library
+    (JAX, PyTorch, Dask, ...) are contracted by that library's ``einsum`` along the
+    engine's path and the result is of their type (``_dispatch``); a library's name
+    converts numpy operands to its arrays and the result back; ``'object'`` contracts
+    object arrays with Python arithmetic; ``'numpy'`` is the engine.
 
     >>> import numpy as np, cgx
     >>> cgx.contract("ij,jk->ik", np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
@@ -404,10 +430,15 @@ def contract(eq: str, *operands, optimize="greedy", memory_limit=None, sliced_in
     _scaled.check_mode(strip_exponent)
     if not isinstance(eq, str):
         eq, operands = _subscripts(eq, operands)
+    if isinstance(optimize, str) and optimize != "greedy":
+        _check_finder_name(optimize)  # before any other argument, as opt_einsum does
     sliced = _sliced(sliced_inds)
     if strip_exponent:
         if kwargs:
             raise TypeError(f"strip_exponent=True does not combine with numpy's keywords ({', '.join(kwargs)})")
+        library = _dispatch.foreign(operands)
+        if library not in (None, "object"):
+            raise TypeError(f"strip_exponent=True takes numpy operands, not {library}'s arrays")
         return _contract_scaled(eq, operands, optimize, memory_limit, sliced, False)
     out = _contract(eq, operands, optimize, memory_limit, sliced, kwargs)
     if strip_exponent is None and not kwargs and _scaled.left_range(out) and _scaled.finite(operands):
@@ -429,6 +460,19 @@ def _contract_scaled(eq, operands, optimize, memory_limit, sliced, fit):
 def _contract(eq, operands, optimize, memory_limit, sliced, kwargs):
     """:func:`contract` after its arguments are read, without ``strip_exponent``."""
     if kwargs:
+        backend = kwargs.get("backend", "auto")
+        library = _library(operands, backend)
+    else:  # the common case: one pass over the operands' types
+        backend, library = "auto", _dispatch.foreign(operands)
+    if library is not None:
+        if library == "object":
+            import numpy as np
+
+            operands = tuple(np.asarray(x, dtype=object) for x in operands)
+            kwargs = {k: v for k, v in kwargs.items() if k != "backend"}
+        else:
+            return _contract_foreign(eq, operands, optimize, memory_limit, library, backend != "auto", kwargs)
+    if kwargs:
         for name in kwargs:
             if name not in _NUMPY_KWARGS:
                 raise TypeError(f"contract() got an unexpected keyword argument {name!r}")
@@ -445,6 +489,59 @@ def _contract(eq, operands, optimize, memory_limit, sliced, kwargs):
     limit = _memory_limit(memory_limit, shapes)
     path = _find_path(eq, shapes, optimize, limit)
     return _contract_typed(eq, operands, path, limit, _optimizer_slices(optimize, sliced))
+
+
+def _library(operands, backend):
+    """The array library that contracts ``operands``: ``None`` for the engine (numpy
+    arrays, Python numbers, ``backend='numpy'``), ``'object'`` for numpy's object arrays
+    with Python arithmetic, else the library ``backend`` names, or with ``'auto'`` the
+    library of the first operand that is not numpy's (``_dispatch``)."""
+    if not isinstance(backend, str):
+        raise ValueError(f"backend must be a library's name, such as 'numpy', 'jax', 'torch' or 'object', not {backend!r}")
+    if backend == "auto":
+        return _dispatch.foreign(operands)
+    return None if backend == "numpy" else backend
+
+
+# Plans of contractions done by other libraries, by (eq, shapes, optimize): a jitted JAX
+# function traces the same call many times.
+_FOREIGN_PLANS: dict = {}
+
+
+def _foreign_plan(eq, shapes, optimize, memory_limit):
+    """The engine's plan (``Expression._plan``) for another library's operands: the path
+    only, never sliced (the library holds the intermediates, and a lazy library, Dask,
+    chunks them)."""
+    try:
+        key = (eq, tuple(shapes), optimize, memory_limit)
+        hash(key)
+    except TypeError:  # a path as lists, or an optimizer object without a hash
+        key = None
+    plan = _FOREIGN_PLANS.get(key) if key is not None else None
+    if plan is None:
+        limit = _memory_limit(memory_limit, shapes)
+        path = _find_path(eq, shapes, optimize, limit)
+        plan = _core.Expression(eq, [list(s) for s in shapes], path)._plan()
+        if key is not None:
+            if len(_FOREIGN_PLANS) >= 512:
+                _FOREIGN_PLANS.clear()
+            _FOREIGN_PLANS[key] = plan
+    return plan
+
+
+def _contract_foreign(eq, operands, optimize, memory_limit, library, convert, kwargs):
+    """``contract`` by another library (``_dispatch``): its ``einsum`` along the engine's
+    path, the result of its type (or, with ``convert``, numpy operands converted to it and
+    the result back)."""
+    # numpy's keywords at their defaults say nothing; others would be silently dropped.
+    defaults = {"out": None, "dtype": None, "order": "K", "casting": "safe"}
+    for name, value in kwargs.items():
+        if name not in _NUMPY_KWARGS:
+            raise TypeError(f"contract() got an unexpected keyword argument {name!r}")
+        if name in defaults and (value is not None if defaults[name] is None else value != defaults[name]):
+            raise ValueError(f"{name}={value!r} applies to numpy arrays; these operands are contracted by {library!r}")
+    shapes = [tuple(int(d) for d in _shape_of(x, False)) for x in operands]
+    return _dispatch.run(_foreign_plan(eq, shapes, optimize, memory_limit), operands, library, convert)
 
 
 def _contract_shared(cache, eq, operands, optimize):
@@ -502,10 +599,7 @@ def _check_numpy_kwargs(order, casting, backend):
     if order not in _ORDERS:
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     if backend not in _BACKENDS:
-        raise ValueError(
-            f"backend={backend!r}: cgx.contract computes on numpy arrays ('auto' or 'numpy'); "
-            "for JAX use cgx.jax.contract, for PyTorch cgx.torch.contract"
-        )
+        raise ValueError(f"backend={backend!r}: numpy's keywords apply to numpy arrays ('auto' or 'numpy')")
 
 
 def _finish(result, operands, out, order, casting):
@@ -705,7 +799,8 @@ class PathInfo:
         # opt_einsum's naive loop adds once more when a label is shared by operands.
         shared = sum(len(set(t)) for t in inputs) > len(self.indices)
         self.naive_cost = _flops(self.size_dict, self.size_dict, shared, len(inputs))
-        self.largest_intermediate = max((s[2] for s in steps), default=0.0)
+        # Without steps, 1 as in opt_einsum (the default of its maximum over no sizes).
+        self.largest_intermediate = max((s[2] for s in steps), default=1.0)
         self.size_list = [s[2] for s in steps]
         self.scale_list, self.contraction_list, costs = [], [], []
         remaining = list(inputs)
@@ -810,7 +905,12 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
     plan = expr._plan()
     # The path as the engine runs it, opt_einsum's format: the first sums (one-operand
     # steps, each moving its result to the end) before the pairs.
-    path = expr.path if len(shape_list) < 2 else [(i,) if i == j else (i, j) for (i, j), *_ in plan[3]]
+    # Pairs in increasing order, as opt_einsum writes a step (a set of positions; the
+    # engine's order of the two only says which operand its kernel reads first), unless the
+    # path was given: then as given, as opt_einsum returns it.
+    given = _is_sequence(optimize)
+    pair = (lambda i, j: (i, j)) if given else (lambda i, j: (min(i, j), max(i, j)))
+    path = expr.path if len(shape_list) < 2 else [(i,) if i == j else pair(i, j) for (i, j), *_ in plan[3]]
     info = PathInfo(eq, shape_list, plan, path, expr.sliced_inds, expr.n_slices, expr.slicing_overhead)
     output = float(_prod(expr.output_shape))
     if limit is not None and (output > limit or (not expr.sliced_inds and info.largest_intermediate > limit)):
@@ -818,7 +918,7 @@ def contract_path(eq: str, *operands, optimize="greedy", memory_limit=None, shap
             f"`{eq}`: the largest intermediate has {max(output, info.largest_intermediate):.0f} elements, "
             f"more than memory_limit={limit:.0f}"
         )
-    return expr.path, info
+    return [pair(i, j) for i, j in expr.path], info
 
 
 class ContractExpression(_core.Expression):
@@ -876,10 +976,25 @@ class ContractExpression(_core.Expression):
         """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
         :func:`contract` gives it; with ``out`` (an array of the result's shape), computed
         in the result dtype of the arrays and ``out``, written there under numpy's
-        ``'safe'`` casting and returned. ``backend`` is ``'auto'`` or ``'numpy'``, as in
-        :func:`contract`. ``strip_exponent`` as in :func:`contract`: ``(mantissa,
-        exponent)`` with ``True``."""
+        ``'safe'`` casting and returned. ``backend`` as in :func:`contract` (arrays of
+        another library are contracted by it along this expression's path; ``out`` then
+        receives the result by ``out[...] = result``). ``strip_exponent`` as in
+        :func:`contract`: ``(mantissa, exponent)`` with ``True``, for numpy operands."""
         _scaled.check_mode(strip_exponent)
+        library = _library(arrays, backend)
+        if library == "object":
+            import numpy as np
+
+            arrays, backend = tuple(np.asarray(x, dtype=object) for x in arrays), "auto"
+        elif library is not None:
+            if strip_exponent:
+                raise TypeError(f"strip_exponent=True takes numpy operands, not {library}'s arrays")
+            self._check_shapes(self._full(arrays))
+            result = _dispatch.run(self._plan(), self._full(arrays), library, backend != "auto")
+            if out is not None:
+                out[...] = result
+                return out
+            return result
         arrays = self._full(arrays)
         if strip_exponent:
             if out is not None:
@@ -892,7 +1007,7 @@ class ContractExpression(_core.Expression):
 
     def _plain_call(self, arrays, out, backend):
         """``__call__`` without ``strip_exponent``, on the whole contraction's operands."""
-        if out is not None or backend != "auto":
+        if out is not None or backend not in ("auto", "numpy"):
             _check_numpy_kwargs("K", "safe", backend)
             if hasattr(out, "dtype"):
                 # As `contract` does: computed in the result dtype of the arrays and `out`.
@@ -1045,12 +1160,20 @@ def _wrt(wrt, n=None):
     return [_index(w) for w in wrt]
 
 
-def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, sliced_inds=None, constants=None):
+def contract_expression(
+    eq: str, *shapes, optimize="greedy", memory_limit=None, sliced_inds=None, constants=None, use_blas=True, **kwargs
+):
     """A :class:`ContractExpression` for operands of ``shapes`` (tuples of ints).
 
     ``constants`` (opt_einsum's argument) lists positions whose entry is an array instead of
     a shape: the expression keeps those arrays and is called with the other operands only.
     (They are contracted on each call, not folded ahead as opt_einsum does.)
+
+    As in opt_einsum: ``use_blas`` is accepted (and, as in :func:`contract`, has no effect);
+    ``optimize=False`` (no path: one loop over every label) is a ``ValueError``, since an
+    expression is compiled along a path; ``out`` and ``backend`` belong to the call, so
+    giving them here is a ``ValueError``. An output larger than ``memory_limit`` is a
+    ``MemoryError`` here, as in :func:`contract_path`, not on the first call.
 
     >>> import numpy as np, cgx
     >>> expr = cgx.contract_expression("ij,j->", (2, 2), (2,))
@@ -1058,6 +1181,14 @@ def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, 
     >>> float(value), dx.tolist()
     (3.0, [1.0, 1.0])
     """
+    if optimize is False:
+        raise ValueError("contract_expression: optimize=False asks for no path, but an expression is compiled along one")
+    for name, value in kwargs.items():
+        if name in ("out", "backend"):
+            if value is not None:
+                raise ValueError(f"contract_expression: {name!r} is given when calling the expression, not when building it")
+        else:
+            raise TypeError(f"contract_expression() got an unexpected keyword argument {name!r}")
     eq, shapes = _subscripts(eq, shapes)
     constant = _constant_positions(constants, len(shapes))
     if constant:
@@ -1070,10 +1201,20 @@ def contract_expression(eq: str, *shapes, optimize="greedy", memory_limit=None, 
     path = _find_path(eq, shape_list, optimize, limit)
     sliced = _optimizer_slices(optimize, _sliced(sliced_inds))
     expr = ContractExpression(eq, [list(s) for s in shape_list], path, limit, sliced)
+    _check_output_limit(expr, limit)
     if constant:
         expr._constants = tuple(constant)
         expr._constant_arrays = tuple(arrays[p] for p in constant)
     return expr
+
+
+def _check_output_limit(expr, limit):
+    """``MemoryError`` if ``expr``'s output has more than ``limit`` elements: the output is
+    held whole, so no slicing brings it under the limit."""
+    output = float(_prod(expr.output_shape))
+    if limit is not None and output > limit:
+        # The words of `contract`'s error (the engine's check on a call), for the same case.
+        raise MemoryError(f"`{expr.eq}`: the largest intermediate has {output:.0f} elements, more than memory_limit={limit:.0f}")
 
 
 def _constant_positions(constants, n: int) -> list[int]:

@@ -35,16 +35,15 @@ def left_range(x) -> bool:
     intermediate overflowed or underflowed returns). float64 and complex128 arrays, what
     the engine returns, are read by ``_core.left_range`` in one pass (numpy's ``abs`` and
     ``max`` would cost more than a small contraction)."""
-    try:
-        char = x.dtype.char
-    except AttributeError:
+    import numpy as np
+
+    if not isinstance(x, (np.ndarray, np.generic)):  # another library's array (dispatched)
         return False
+    char = x.dtype.char
     if char in "dD":  # float64, complex128
         return _core.left_range(x)
     if char not in "efgFG" or x.size == 0:  # other floats and complex numbers
         return False
-    import numpy as np
-
     m = np.abs(x).max()
     return not np.isfinite(m) or 0 < m < np.finfo(x.dtype).tiny
 

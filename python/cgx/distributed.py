@@ -398,8 +398,10 @@ class Assembly:
         return all(f.done() for f in self.futures())
 
     def cancel(self):
-        for f in self.futures():
-            f.cancel()
+        futures = self.futures()
+        if futures:
+            # One message for all of them: after Ctrl-C, the run should end at once.
+            futures[0].client.cancel(futures)
 
     def result(self, timeout=None):
         """The output (with gradients, ``(value, grads)``) as numpy arrays, once every range
@@ -585,10 +587,25 @@ RUNS = 3
 lost with every worker holding them cancel the run, which is then submitted again."""
 
 
+def _cancel(run):
+    """Cancels a run: an :class:`Assembly`'s futures, or the root of a tree of sums (the
+    ranges below it, which nothing else holds, are then released and never run)."""
+    if isinstance(run, Assembly):
+        run.cancel()
+    else:
+        run.client.cancel([run])
+
+
 def _with_retries(submit):
     for attempt in range(RUNS):
+        run = submit()
         try:
-            return submit().result()
+            return run.result()
+        except KeyboardInterrupt:
+            # Ctrl-C while waiting: the run's tasks are cancelled (those not started never
+            # run; a running one ends with its range, its result dropped), then it is raised.
+            _cancel(run)
+            raise
         except _dd.client.FutureCancelledError:
             if attempt + 1 == RUNS:
                 raise

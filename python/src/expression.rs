@@ -7,7 +7,11 @@
 //! (built on first use). Work runs with the GIL released unless it is too small for that
 //! to pay (`DETACH_MIN_WORK`); planning (parsing, the path search, the slicing) always runs
 //! without it, so that a long search leaves other Python threads (and Ctrl-C's handler,
-//! once it returns) free. Before any allocation, the plan's largest intermediate is
+//! once it returns) free. Work of `INTERRUPTIBLE_MIN_WORK` or more (contractions, sliced
+//! or not, gradients, HVPs, slice ranges) runs on a thread of its own while the calling
+//! thread runs Python's signal handlers every `SIGNAL_POLL`: Ctrl-C raises
+//! `KeyboardInterrupt` within a fraction of a second, the evaluation being stopped by
+//! `einsum::with_stop`'s flag. Before any allocation, the plan's largest intermediate is
 //! checked against the memory limit (`MemoryError`), and the einsum crate checks every
 //! tensor of the contraction, and those alive together, against the memory budget
 //! (`crate::budget_limit`, the crate's one policy; `MemoryError` with the crate's
@@ -53,6 +57,13 @@ use crate::plan::Report;
 /// Below this many multiply-adds a call keeps the GIL: releasing and taking it back costs
 /// more than such a contraction.
 const DETACH_MIN_WORK: f64 = 32_768.0;
+
+/// From this many multiply-adds on (tens of milliseconds), a call runs where Ctrl-C can
+/// end it ([`interruptibly`]): the thread it starts costs microseconds, nothing beside it.
+const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
+
+/// How often a waiting call runs Python's signal handlers.
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
 const CACHE_CAPACITY: usize = 512;
@@ -119,9 +130,58 @@ macro_rules! by_dtype {
     };
 }
 
-/// Runs `f` without the GIL when the work is large enough for that to pay.
-fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> R + Send) -> R {
-    if work >= DETACH_MIN_WORK { py.detach(f) } else { f() }
+/// Runs `f` without the GIL when the work is large enough for that to pay, and from
+/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly`]).
+fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> EinsumResult<R> + Send) -> PyResult<R> {
+    if work < DETACH_MIN_WORK {
+        f().map_err(einsum_error)
+    } else if work < INTERRUPTIBLE_MIN_WORK {
+        py.detach(f).map_err(einsum_error)
+    } else {
+        interruptibly(py, f)
+    }
+}
+
+/// `f` on a thread of its own, with a stop flag installed ([`einsum::with_stop`]), while
+/// this thread waits without the GIL and takes it back every [`SIGNAL_POLL`] to run
+/// Python's signal handlers (which run on the main thread only, so the work cannot stay
+/// here). When a handler raises (Ctrl-C: `KeyboardInterrupt`), the flag goes up, the
+/// evaluation ends at its next check (`einsum`'s `stop.rs`: a fraction of a second) and
+/// frees what it held, and the handler's exception is raised.
+fn interruptibly<R: Send>(py: Python<'_>, f: impl FnOnce() -> EinsumResult<R> + Send) -> PyResult<R> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::{RecvTimeoutError, channel};
+    let flag = Arc::new(AtomicBool::new(false));
+    py.detach(|| {
+        std::thread::scope(|s| {
+            let (done, finished) = channel::<()>();
+            let worker_flag = flag.clone();
+            let worker = s.spawn(move || {
+                let r = einsum::with_stop(worker_flag, f);
+                let _ = done.send(());
+                r
+            });
+            let mut raised: Option<PyErr> = None;
+            loop {
+                match finished.recv_timeout(SIGNAL_POLL) {
+                    // Disconnected: the worker ended without sending (it panicked).
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                    Err(RecvTimeoutError::Timeout) if raised.is_none() => {
+                        if let Err(e) = Python::attach(|py| py.check_signals()) {
+                            raised = Some(e);
+                            flag.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+            }
+            let result = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            match raised {
+                Some(e) => Err(e),
+                None => result.map_err(einsum_error),
+            }
+        })
+    })
 }
 
 impl Inner {
@@ -250,10 +310,10 @@ impl Inner {
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = self.slice_plan.multiply_adds();
         if blocks {
-            let out = run(py, work, || e.eval_blocks(&refs, range)).map_err(einsum_error)?;
+            let out = run(py, work, || e.eval_blocks(&refs, range))?;
             return blocks_to_py(py, out);
         }
-        let out = run(py, work, || e.eval_slices(&refs, range)).map_err(einsum_error)?;
+        let out = run(py, work, || e.eval_slices(&refs, range))?;
         Ok(convert::to_numpy(py, out)?.into_any())
     }
 
@@ -307,7 +367,7 @@ impl Inner {
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let vrefs: Vec<&Tensor<T>> = v.iter().collect();
         let work = 4.0 * self.slice_plan.multiply_adds();
-        let out = run(py, work, || h.eval_slices(&refs, &c, &vrefs, range)).map_err(einsum_error)?;
+        let out = run(py, work, || h.eval_slices(&refs, &c, &vrefs, range))?;
         to_tuple(py, out)
     }
 }
@@ -323,8 +383,7 @@ impl Inner {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let grads =
-            run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range)).map_err(einsum_error)?;
+        let grads = run(py, 2.0 * self.slice_plan.multiply_adds(), || g.eval_slices(&refs, &c, range))?;
         to_tuple(py, grads)
     }
 }
@@ -364,14 +423,13 @@ impl Inner {
         let work = 3.0 * self.slice_plan.multiply_adds();
         let (value, grads) = if let Some(first) = cotangent_first {
             let c = OutputBlocks::new(first, c);
-            let (v, grads) =
-                run(py, work, || g.eval_blocks_with_value_by_blocks(&refs, &c, range)).map_err(einsum_error)?;
+            let (v, grads) = run(py, work, || g.eval_blocks_with_value_by_blocks(&refs, &c, range))?;
             (blocks_to_py(py, v)?, grads)
         } else if blocks {
-            let (v, grads) = run(py, work, || g.eval_blocks_with_value(&refs, &c, range)).map_err(einsum_error)?;
+            let (v, grads) = run(py, work, || g.eval_blocks_with_value(&refs, &c, range))?;
             (blocks_to_py(py, v)?, grads)
         } else {
-            let (v, grads) = run(py, work, || g.eval_slices_with_value(&refs, &c, range)).map_err(einsum_error)?;
+            let (v, grads) = run(py, work, || g.eval_slices_with_value(&refs, &c, range))?;
             (convert::to_numpy(py, v)?.into_any(), grads)
         };
         PyTuple::new(py, [value, to_tuple(py, grads)?.into_any()])
@@ -410,11 +468,11 @@ impl Inner {
             Ok(PyTuple::new(py, [m, e10.into_pyobject(py)?.into_any()])?.into_any())
         };
         let Some(d) = d else {
-            return to_py(run(py, work, || e.eval_scaled(&refs)).map_err(einsum_error)?);
+            return to_py(run(py, work, || e.eval_scaled(&refs))?);
         };
         let c = self.cotangent::<T>(d.cotangent)?;
         let wrt = &d.wrt;
-        let (v, grads) = run(py, 3.0 * work, || e.value_and_grad_scaled(&refs, wrt, &c)).map_err(einsum_error)?;
+        let (v, grads) = run(py, 3.0 * work, || e.value_and_grad_scaled(&refs, wrt, &c))?;
         let grads = PyTuple::new(py, grads.into_iter().map(to_py).collect::<PyResult<Vec<_>>>()?)?;
         Ok(PyTuple::new(py, [to_py(v)?, grads.into_any()])?.into_any())
     }

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("distributed", reason="cgx.distributed needs dask.distributed: pip install dask distributed")
 
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
@@ -619,3 +619,34 @@ def test_the_hyper_optimizers_slicing_runs_distributed_with_gradients(client):
     for got, local in zip(grads, local_grads):
         np.testing.assert_allclose(got, local, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(cd.contract(eq, *arrays, optimize=opt, client=client), local_value, rtol=1e-12)
+
+
+def test_ctrl_c_ends_a_distributed_run_within_a_second_and_cancels_its_futures(client, monkeypatch):
+    from test_interrupt import BOUND, seconds_to_interrupt
+
+    cancelled = []
+    original = cd._cancel
+
+    def spy(run):
+        cancelled.extend(run.futures() if isinstance(run, cd.Assembly) else [run])
+        original(run)
+
+    monkeypatch.setattr(cd, "_cancel", spy)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2000, 2000)), rng.standard_normal((2000, 2000))
+    # 2000 slices of a 2000 x 2000 outer product: tens of seconds of work per worker.
+    # Summed slices (a tree of sums), then output blocks (an Assembly, `i` sliced in the
+    # output). The signal comes once the run is submitted (planning and scattering take
+    # up to 2.5 s here) and waited for.
+    for sliced in ("j", "ij"):
+        cancelled.clear()
+        call = lambda: cd.contract("ij,jk->ik", a, b, sliced_inds=sliced, client=client, n_tasks=8)  # noqa: E731
+        assert seconds_to_interrupt(call, delay=3.0) < BOUND
+        assert cancelled, "the run's futures were not cancelled"
+        deadline = time.monotonic() + 30
+        while not all(f.status == "cancelled" for f in cancelled) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [f.status for f in cancelled] == ["cancelled"] * len(cancelled)
+    # The cluster still works.
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(cd.contract("ij,jk->ik", x, x.T, sliced_inds="j", client=client), x @ x.T)

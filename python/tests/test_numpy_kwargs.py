@@ -79,8 +79,8 @@ def test_bad_keywords_are_errors_that_name_them():
         cgx.contract("ij,jk->ik", a, a, order="X")
     with pytest.raises(ValueError, match="casting must be one of"):
         cgx.contract("ij,jk->ik", a, a, casting="bad")
-    with pytest.raises(ValueError, match="cgx.jax.contract"):
-        cgx.contract("ij,jk->ik", a, a, backend="jax")
+    with pytest.raises(ValueError, match="no_such_library"):
+        cgx.contract("ij,jk->ik", a, a, backend="no_such_library")
     with pytest.raises(ValueError, match="out has shape"):
         cgx.contract("ij,jk->ik", a, a, out=np.zeros((3, 2)))
     with pytest.raises(TypeError, match="out must be an array"):
@@ -96,8 +96,8 @@ def test_an_expression_writes_into_out():
     np.testing.assert_allclose(out, a @ b, rtol=1e-12)
     with pytest.raises(TypeError):  # float64 into float32 is not a 'safe' cast
         expr(a, b, out=np.zeros((3, 2), np.float32))
-    with pytest.raises(ValueError, match="cgx.torch.contract"):
-        expr(a, b, backend="torch")
+    with pytest.raises(ValueError, match="no_such_library"):
+        expr(a, b, backend="no_such_library")
     # int8 operands into an int64 `out`: computed in int64, as numpy.einsum does (no wrap).
     i8 = np.full((3, 4), 100, np.int8), np.full((4, 2), 100, np.int8)
     out, want = np.zeros((3, 2), np.int64), np.zeros((3, 2), np.int64)

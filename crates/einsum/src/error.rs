@@ -63,7 +63,8 @@ pub enum EinsumError {
     /// size given to [`crate::hyper::hyper_path`]).
     Search(String),
     /// A path search was ended by its caller's `stop` test
-    /// ([`crate::search::find_path_until`]).
+    /// ([`crate::search::find_path_until`]), or an evaluation by its thread's stop flag
+    /// ([`crate::with_stop`]).
     Interrupted,
 }
 
@@ -96,7 +97,7 @@ impl fmt::Display for EinsumError {
             EinsumError::Slice(m) => write!(f, "slicing error: {m}"),
             EinsumError::Graph(e) => write!(f, "graph error: {e}"),
             EinsumError::Ad(e) => write!(f, "differentiation error: {e}"),
-            EinsumError::Interrupted => write!(f, "the path search was interrupted"),
+            EinsumError::Interrupted => write!(f, "interrupted by the caller's stop test"),
         }
     }
 }

@@ -380,6 +380,10 @@ fn direct_order(out: &[u32], rest: &[&[u32]], sizes: &[usize]) -> SmallVec<[u32;
 /// Innermost loops shorter than this make [`direct_order`] move the longest label inside.
 const DIRECT_SHORT_LOOP: usize = 16;
 
+/// Multiply-adds of the direct loop between two reads of the stop flag (`stop.rs`): a
+/// few milliseconds of work, so that the read costs nothing measurable.
+const DIRECT_STOP_CHECK: usize = 1 << 22;
+
 /// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
 #[allow(clippy::too_many_arguments)]
 fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usize], out: &mut [T], so: &[usize]) {
@@ -393,7 +397,16 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
     let (m, ia, ib, io) = (sizes[last], sa[last], sb[last], so[last]);
     let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
     let (mut pa, mut pb, mut po) = (0usize, 0usize, 0usize);
+    // Multiply-adds since the stop flag was last read.
+    let mut unchecked = 0usize;
     loop {
+        unchecked += m;
+        if unchecked >= DIRECT_STOP_CHECK {
+            unchecked = 0;
+            if crate::stop::requested() {
+                return; // the evaluation is ending with an error; the output is discarded
+            }
+        }
         if io == 0 {
             let mut acc = T::zero();
             for i in 0..m {
@@ -757,15 +770,25 @@ fn gemm_loop<T: Elem>(
     let mut pc = 0usize;
     // How many looped labels absent from `c` are past their first index.
     let mut revisits = 0usize;
+    // One large GEMM runs in row blocks, so that the stop flag is read between them.
+    let block_rows = (crate::stop::GEMM_BLOCK_MACS / n.saturating_mul(k).max(1)).max(1);
     for _ in 0..nl {
-        T::gemm(
-            [m, n, k],
-            Strided(&a_data[pa..], a_view.strides),
-            Strided(&b_data[pb..], b_view.strides),
-            StridedMut(&mut c[pc..], c_view.strides),
-            conj,
-            revisits > 0,
-        );
+        let mut row = 0;
+        while row < m {
+            if crate::stop::requested() {
+                return; // the evaluation is ending with an error; `c` is discarded
+            }
+            let rows = block_rows.min(m - row);
+            T::gemm(
+                [rows, n, k],
+                Strided(&a_data[pa + row * a_view.strides[0]..], a_view.strides),
+                Strided(&b_data[pb..], b_view.strides),
+                StridedMut(&mut c[pc + row * c_view.strides[0]..], c_view.strides),
+                conj,
+                revisits > 0,
+            );
+            row += rows;
+        }
         for x in (0..loop_sizes.len()).rev() {
             if c_view.looped[x] == 0 && idx[x] == 0 {
                 revisits += 1;
@@ -968,6 +991,30 @@ mod tests {
     }
 
     /// A short innermost loop gives its place to the longest label; a long one stays.
+    #[test]
+    fn a_raised_stop_flag_ends_the_direct_loop_and_the_gemm_loop_early() {
+        use std::sync::atomic::AtomicBool;
+        // Σ_ij a_ij b_ij over 2^23 terms: the direct loop reads the flag every 2^22.
+        let n = 1 << 23;
+        let (a, b) = (vec![1.0f64; n], vec![1.0f64; n]);
+        let run = |stop: bool| {
+            let mut out = [0.0];
+            crate::stop::with_stop(Arc::new(AtomicBool::new(stop)), || {
+                direct_loop(&[n / 16, 16], &a, &[16, 1], &b, &[16, 1], &mut out, &[0, 0])
+            });
+            out[0]
+        };
+        assert_eq!(run(false), n as f64);
+        assert!(run(true) < n as f64, "the loop ignored the raised flag");
+        // A GEMM loop writes nothing once the flag is up.
+        let spec = ContractSpec::new(&[0, 1], &[1, 2], &[0, 2], &[64, 64, 64]).unwrap();
+        let (x, y) = (ramp(vec![64, 64]), ramp(vec![64, 64]));
+        let p = plan(&spec, 64 * 64, 64 * 64, true);
+        let full = gemm_path(&spec, &x, &y, &p);
+        let stopped = crate::stop::with_stop(Arc::new(AtomicBool::new(true)), || gemm_path(&spec, &x, &y, &p));
+        assert_ne!(stopped.data(), full.data());
+    }
+
     #[test]
     fn direct_order_moves_the_longest_label_inside_a_short_loop() {
         // `ab,cdba->acd` with a = 1996, b = 7: the summed b (7) would be innermost.

@@ -35,6 +35,8 @@
 //!   [`SlicedEinsum`]), for results and intermediates beyond `f64`'s range (cotengra's
 //!   `strip_exponent`).
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
+//! - [`with_stop`]: a flag that another thread raises to end a running evaluation
+//!   ([`EinsumError::Interrupted`]); how Ctrl-C ends a contraction in Python.
 //!
 //! User input (expressions, shapes, paths, JSON, operands) is rejected with an
 //! [`EinsumError`] that says what is wrong; it never panics. Sizes too: every tensor a
@@ -116,6 +118,7 @@ pub mod search;
 mod slice;
 mod sliced;
 mod sliced_hvp;
+mod stop;
 mod subscripts;
 mod tensor;
 
@@ -134,5 +137,6 @@ pub use scaled::ScaledTensor;
 pub use slice::{SlicePlan, Slicing};
 pub use sliced::{OutputBlocks, SlicedEinsum, SlicedGradient};
 pub use sliced_hvp::SlicedHvp;
+pub use stop::with_stop;
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;

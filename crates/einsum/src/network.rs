@@ -306,6 +306,8 @@ impl<T: Elem> Einsum<T> {
             TensorKey::Tangent(_) => None,
         })?;
         let mut out = self.program.eval_with(state, &mut (), &inputs)?;
+        // A stopped run holds placeholders (`stop.rs`).
+        crate::stop::check()?;
         Ok(out.pop().expect("one output"))
     }
 
@@ -333,6 +335,7 @@ impl<T: Elem> Einsum<T> {
             None if rayon::current_thread_index().is_some() => run(),
             None => rayon::scope(|_| run()),
         }?;
+        crate::stop::check()?;
         Ok(out.pop().expect("one output"))
     }
 
@@ -588,6 +591,7 @@ impl<T: Elem> EinsumGradient<T> {
             k if Some(k) == self.seed.as_ref() => Some(cotangent),
             TensorKey::Tangent(_) => None,
         })?;
+        crate::stop::check()?;
         out.into_iter().zip(&self.wrt).map(|(g, &i)| g.map_or_else(|| zeros_like(&m.shapes[i]), Ok)).collect()
     }
 
@@ -613,6 +617,7 @@ impl<T: Elem> EinsumGradient<T> {
             .into_iter()
             .map(Some)
             .collect();
+        crate::stop::check()?;
         let value = out[0].take().expect("the value is output 0");
         let grads = self
             .value_positions
@@ -672,6 +677,7 @@ impl<T: Elem> EinsumHvp<T> {
             k if Some(k) == self.seed.as_ref() => Some(cotangent),
             k => self.directions.iter().position(|d| d == k).map(|p| directions[p]),
         })?;
+        crate::stop::check()?;
         let mut out: Vec<Option<Tensor<T>>> = out;
         self.positions
             .iter()

@@ -70,6 +70,20 @@ impl<T: Elem> TensorOp<T> {
             TensorOp::Scale(s) => x[0].map(|&a| *s * a),
         }
     }
+
+    /// A tensor of the output's shape with unspecified values, made without computing:
+    /// what a stopped evaluation's remaining operations produce (`stop.rs`).
+    fn placeholder(&self, x: &[&Tensor<T>]) -> Tensor<T> {
+        let shaped = |shape: Vec<usize>| {
+            let n = shape.iter().product();
+            Tensor::from_parts(&shape, crate::buffer::overwritten(n))
+        };
+        match self {
+            TensorOp::Contract(s) => shaped(s.out_shape()),
+            TensorOp::Unary(s) => shaped(s.out_shape()),
+            TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => x[0].clone(),
+        }
+    }
 }
 
 impl<T: Elem> PartialEq for TensorOp<T> {
@@ -183,6 +197,12 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
 
 impl<T: Elem> EvaluableGraphOperation for TensorOp<T> {
     fn eval_into(&self, _: &mut (), x: &[&Tensor<T>], out: &mut Outputs<'_, Tensor<T>>) {
+        if crate::stop::requested() {
+            // The evaluation was stopped and will return an error (`stop.rs`): the rest of
+            // the program runs on placeholders of the right shapes, doing no work.
+            out.push(self.placeholder(x));
+            return;
+        }
         out.push(self.apply(x));
     }
 }

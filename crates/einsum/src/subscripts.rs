@@ -16,9 +16,11 @@ use crate::error::{EinsumError, EinsumResult};
 /// Parsed einsum subscripts: one label list per operand and the output labels, each with
 /// the position of its ellipsis, if any.
 ///
-/// A label is any character but `,`, `-`, `>`, `.`, whitespace and control characters:
-/// letters, and also `é`, `Ç`, `×` or `0`, which opt_einsum's generated symbols use.
-/// Whitespace is ignored. Without `->` the output is the ellipsis (if an operand has one)
+/// A label is any character but `,`, `-`, `>`, `.`, ASCII whitespace and control characters:
+/// letters, and also `é`, `Ç`, `×`, `0` or U+1680 (Ogham space mark), which opt_einsum's
+/// generated symbols (`get_symbol`) use. ASCII whitespace is ignored; other Unicode
+/// whitespace is a label, since `get_symbol` hands some out (opt_einsum itself strips only
+/// the ASCII space). Without `->` the output is the ellipsis (if an operand has one)
 /// followed by the labels that appear exactly once, sorted (the numpy convention). An
 /// output label must appear in some operand and at most once.
 ///
@@ -122,7 +124,8 @@ impl Subscripts {
         let mut chars = expression.chars().enumerate().peekable();
         while let Some((i, c)) = chars.next() {
             match c {
-                c if c.is_whitespace() => {}
+                // ASCII only: Unicode spaces such as U+1680 are labels (see the type's docs).
+                c if c.is_ascii_whitespace() => {}
                 ',' if output.is_none() => {
                     inputs.push(Vec::new());
                     ellipses.push(None);
@@ -166,7 +169,7 @@ impl Subscripts {
                     return Err(err(
                         i,
                         format!(
-                            "`{c}` is not a label (labels are characters other than `,`, `-`, `>`, `.`, whitespace and controls)"
+                            "`{c}` is not a label (labels are characters other than `,`, `-`, `>`, `.`, ASCII whitespace and controls)"
                         ),
                     ));
                 }
@@ -421,7 +424,7 @@ impl Subscripts {
 
 /// Whether `c` can be a label.
 fn is_label(c: char) -> bool {
-    !c.is_whitespace() && !c.is_control() && !matches!(c, ',' | '-' | '>' | '.')
+    !c.is_ascii_whitespace() && !c.is_control() && !matches!(c, ',' | '-' | '>' | '.')
 }
 
 /// Writes `labels` with `...` at `ellipsis`.
@@ -532,5 +535,42 @@ mod tests {
         assert!(e.contains("label `i` is repeated in operand 0 (shape [1, 3]) on axes 0 and 1"), "{e}");
         let e = err("ab...c", &[&[2, 3]]);
         assert!(e.contains("3 named labels besides its ellipsis but shape [2, 3]"), "{e}");
+    }
+    /// opt_einsum's `get_symbol(i)`, written from its documented formula: the 52 ASCII
+    /// letters, then `i + 140` below 55296 and `i + 2048` from there (`None` where that is
+    /// a surrogate, which no `str` can hold).
+    fn get_symbol(i: u32) -> Option<char> {
+        const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        match i {
+            0..52 => Some(LETTERS[i as usize] as char),
+            52..55296 => char::from_u32(i + 140),
+            _ => char::from_u32(i + 2048),
+        }
+    }
+
+    #[test]
+    fn unicode_spaces_that_get_symbol_hands_out_are_labels() {
+        // U+1680 (get_symbol(5620)) and U+3000 are whitespace to Unicode.
+        for (i, c) in [(5620, '\u{1680}'), (12148, '\u{3000}')] {
+            assert_eq!(get_symbol(i), Some(c));
+            let s = Subscripts::parse(&format!("a{c},{c}b->ab")).unwrap();
+            assert_eq!(s.inputs(), &[vec!['a', c], vec![c, 'b']]);
+        }
+        // ASCII whitespace is still skipped.
+        assert_eq!(Subscripts::parse("a b,\tb\n->a").unwrap().to_string(), "ab,b->a");
+    }
+
+    proptest::proptest! {
+        /// Every symbol `get_symbol` gives below 200000 parses as a label, wherever it sits.
+        #[test]
+        fn every_get_symbol_is_a_label(i in 0u32..200_000, j in 0u32..200_000) {
+            let (Some(x), Some(y)) = (get_symbol(i), get_symbol(j)) else { return Ok(()) };
+            proptest::prop_assume!(x != y);
+            let s = Subscripts::parse(&format!("{x}{y},{y}->{x}")).unwrap();
+            proptest::prop_assert_eq!(s.inputs(), &[vec![x, y], vec![y]]);
+            proptest::prop_assert_eq!(s.output(), &[x]);
+            let n = s.resolve(&[&[2, 3], &[3]]).unwrap();
+            proptest::prop_assert_eq!(n.sizes, vec![2, 3]);
+        }
     }
 }

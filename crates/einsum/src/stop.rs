@@ -1,0 +1,100 @@
+//! Stopping an evaluation from outside: [`with_stop`] installs a flag for the evaluations
+//! that the calling thread runs, and raising the flag (from any thread) makes them end
+//! with [`EinsumError::Interrupted`] soon after, instead of when the contraction is done.
+//!
+//! Where the flag is read: before each operation of a compiled program (an operation that
+//! starts after the flag is up produces a placeholder of its output's shape and does no
+//! work), between the GEMMs of a loop of GEMMs and between the row blocks of one large
+//! GEMM, every few million multiply-adds of the direct loop, between slices of a sliced
+//! contraction, and once a program has run (where the placeholders' result is turned into
+//! the error). The longest stretch without a read is one block: a permutation copy, or
+//! about [`GEMM_BLOCK_MACS`] multiply-adds of GEMM.
+//!
+//! Invariants: a stopped evaluation never returns `Ok` (its result could hold
+//! placeholders); without an installed flag, or with the flag down, nothing changes. The
+//! flag is the installing thread's: work that the evaluation hands to other threads
+//! (`Einsum::eval_parallel`'s pool) reads it only where the installing thread does, so a
+//! parallel evaluation stops at the next operation or GEMM block of that thread.
+//!
+//! Cost: one thread-local read per check, a few per operation and per GEMM block.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{EinsumError, EinsumResult};
+
+/// The multiply-adds of one GEMM block between two reads of the flag: a GEMM with more
+/// is run in row blocks of about this much work. Each block packs the right operand
+/// again (`n·k` elements against the block's `rows·n·k` multiply-adds), so blocks are
+/// large: at 2^28 a 3000³ product ran in 29-row blocks, and noticeably slower. At 2^29, a
+/// block is a fifth of a second at 3·10^9 multiply-adds per second (one core of a loaded
+/// machine), which keeps Ctrl-C's answer well under a second, and the repacking is a few
+/// percent of the work (`docs/PERFORMANCE.md`, issue 39).
+pub(crate) const GEMM_BLOCK_MACS: usize = 1 << 29;
+
+thread_local! {
+    /// The flag installed by [`with_stop`] on this thread, if any.
+    static FLAG: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `flag` installed for this thread's evaluations: once the flag is up,
+/// they end with [`EinsumError::Interrupted`]. The previous flag (if any) is back when
+/// `f` returns or unwinds.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::AtomicBool;
+/// use einsum::{Einsum, EinsumError, PathChoice, Tensor};
+///
+/// let e = Einsum::<f64>::new("ij,jk->ik", &[vec![2, 3], vec![3, 4]], PathChoice::Greedy).unwrap();
+/// let (a, b) = (Tensor::ones(vec![2, 3]).unwrap(), Tensor::ones(vec![3, 4]).unwrap());
+/// let flag = Arc::new(AtomicBool::new(false));
+/// assert!(einsum::with_stop(flag.clone(), || e.eval(&[&a, &b])).is_ok());
+/// flag.store(true, std::sync::atomic::Ordering::Relaxed);
+/// let stopped = einsum::with_stop(flag, || e.eval(&[&a, &b]));
+/// assert_eq!(stopped.unwrap_err(), EinsumError::Interrupted);
+/// ```
+pub fn with_stop<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
+    /// Puts the previous flag back, on return and on unwinding alike.
+    struct Restore(Option<Arc<AtomicBool>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            FLAG.with_borrow_mut(|f| *f = previous);
+        }
+    }
+    let _restore = Restore(FLAG.with_borrow_mut(|f| f.replace(flag)));
+    f()
+}
+
+/// Whether this thread's installed flag is up.
+pub(crate) fn requested() -> bool {
+    FLAG.with_borrow(|f| f.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)))
+}
+
+/// [`EinsumError::Interrupted`] if this thread's installed flag is up.
+pub(crate) fn check() -> EinsumResult<()> {
+    if requested() { Err(EinsumError::Interrupted) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_nest_and_are_restored() {
+        let (outer, inner) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(true)));
+        assert!(!requested());
+        with_stop(outer.clone(), || {
+            assert!(!requested());
+            with_stop(inner, || assert_eq!(check(), Err(EinsumError::Interrupted)));
+            assert!(!requested());
+            outer.store(true, Ordering::Relaxed);
+            assert!(requested());
+        });
+        assert!(!requested());
+        // Another thread does not see this thread's flag.
+        with_stop(outer, || std::thread::scope(|s| assert!(!s.spawn(requested).join().unwrap())));
+    }
+}

@@ -1,0 +1,121 @@
+"""Ctrl-C ends every long call within a second: a SIGINT sent from a timer thread while a
+contraction, a sliced contraction, a gradient or an HVP runs raises ``KeyboardInterrupt``,
+and the time from the signal to the exception is measured. (Path searches: see
+test_opt_einsum_args.py; distributed runs: test_distributed.py.)
+
+Each call is sized to run for several seconds uninterrupted on the CI machine, so a call
+that ignored the signal would return normally (failing ``pytest.raises``) or take longer
+than the bound."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import cgx
+
+# Seconds from the signal to the KeyboardInterrupt (the issue's bound).
+BOUND = 1.0
+# When the signal is sent: long enough for the call to be deep in its work.
+DELAY = 0.7
+
+
+def seconds_to_interrupt(call, delay=DELAY):
+    """Runs ``call`` with a SIGINT sent ``delay`` seconds in; the seconds from the signal
+    to the ``KeyboardInterrupt`` (which must come)."""
+    sent = []
+
+    def fire():
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(delay, fire)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+        caught = time.perf_counter()
+    finally:
+        timer.cancel()
+        timer.join()
+    assert sent, "the call ended before the signal was sent"
+    return caught - sent[0]
+
+
+@pytest.fixture(scope="module")
+def big():
+    rng = np.random.default_rng(0)
+    # 3000³ = 2.7·10^10 multiply-adds per GEMM: several seconds on one core.
+    n = 3000
+    return rng.standard_normal((n, n)), rng.standard_normal((n, n))
+
+
+def test_contract_stops_on_ctrl_c(big):
+    a, b = big
+    assert seconds_to_interrupt(lambda: cgx.contract("ij,jk->ik", a, b)) < BOUND
+
+
+def test_a_chain_of_gemms_stops_between_and_inside_them(big):
+    a, b = big
+    assert seconds_to_interrupt(lambda: cgx.contract("ij,jk,kl,lm->im", a, b, a, b)) < BOUND
+
+
+def test_sliced_contract_stops_on_ctrl_c(big):
+    a, b = big
+    call = lambda: cgx.contract("ij,jk->ik", a, b, sliced_inds=["j"])  # noqa: E731
+    assert seconds_to_interrupt(call) < BOUND
+
+
+def test_value_and_grad_stops_on_ctrl_c(big):
+    a, b = big
+    expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape)
+    call = lambda: expr.value_and_grad(a, b, cotangent=a)  # noqa: E731
+    assert seconds_to_interrupt(call) < BOUND
+
+
+def test_sliced_value_and_grad_stops_on_ctrl_c(big):
+    a, b = big
+    expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape, sliced_inds=["k"])
+    call = lambda: expr.value_and_grad(a, b, cotangent=a)  # noqa: E731
+    assert seconds_to_interrupt(call) < BOUND
+
+
+def test_hvp_stops_on_ctrl_c(big):
+    a, b = big
+    expr = cgx.contract_expression("ij,jk,kl->il", a.shape, b.shape, a.shape)
+    call = lambda: expr.hvp(a, b, a, directions=[a, b, a], cotangent=b)  # noqa: E731
+    assert seconds_to_interrupt(call) < BOUND
+
+
+def test_a_stopped_contraction_leaves_the_engine_usable(big):
+    a, b = big
+    expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape)
+    assert seconds_to_interrupt(lambda: expr(a, b)) < BOUND
+    # Afterwards, calls of the size that runs on a thread of its own (where Ctrl-C is
+    # watched for) give whole, correct results.
+    x, y = a[:700, :700].copy(), b[:700, :700].copy()
+    np.testing.assert_allclose(cgx.contract("ij,jk->ik", x, y), x @ y, rtol=1e-10, atol=1e-10)
+    value, (dx, dy) = cgx.contract_expression("ij,jk->ik", x.shape, y.shape).value_and_grad(x, y, cotangent=x)
+    np.testing.assert_allclose(dx, x @ y.T, rtol=1e-10, atol=1e-10)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc (Linux)")
+def test_nothing_stays_allocated_after_ctrl_c(big):
+    a, b = big
+    chain = lambda: cgx.contract("ij,jk,kl->il", a, b, a)  # noqa: E731
+    cgx._core.release_buffers()
+    before = rss_bytes()
+    for _ in range(3):
+        assert seconds_to_interrupt(chain) < BOUND
+    # The intermediates (72 MB each) go back to the buffer pool, which is then emptied.
+    cgx._core.release_buffers()
+    grown = rss_bytes() - before
+    assert grown < 30e6, f"{grown / 1e6:.0f} MB more resident after three interrupted contractions"
