@@ -18,6 +18,12 @@
 //! results are read back in trial order, so a seeded search with a trial budget and no time
 //! budget is reproducible whatever the number of threads.
 //!
+//! Large networks (`LARGE_NETWORK`, 4096 operands, and more) are searched within the
+//! budget: a first batch of one trial (the plain greedy tree), no reconfiguration inside
+//! trials, partitioning that stops splitting when the trials' share of the budget (60%)
+//! ends, and the rest of the budget for reconfiguring the best trees, most expensive
+//! nodes first.
+//!
 //! Networks of at most [`EXACT_OPERANDS`] operands are solved exactly, for any objective,
 //! with no trial at all: a subtree reconfiguration whose frontier is every input.
 //!
@@ -50,6 +56,11 @@ use crate::rng::Rng;
 
 /// Trials suggested together and run in parallel; more threads than this are not used.
 const BATCH: u32 = 16;
+
+/// Networks of at least this many operands start with a batch of one trial, so that the
+/// first batch, which always runs whole, is the quickest tree there is (10^4 tensors and
+/// more: a partition trial takes seconds there).
+const LARGE_NETWORK: usize = 4096;
 
 /// How many of the best trees the search keeps for its last, deeper reconfiguration.
 const POLISHED: usize = 8;
@@ -229,12 +240,18 @@ fn run_trials(
     stop: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(&HyperProgress),
 ) -> (Elite, u32, bool) {
-    let deadline = opts.max_time.map(|t| start + t);
+    // On a large network the trials leave the last 40% of the budget to the
+    // reconfiguration of the best trees, which trials skip there (see `run_trial`).
+    let share = if net.n() >= LARGE_NETWORK { 0.6 } else { 1.0 };
+    let deadline = opts.max_time.map(|t| start + t.mul_f64(share));
     let max_trials = opts.max_trials.unwrap_or(u32::MAX).max(1);
     // Batches of fixed sizes, so the tuner sees the same results before each suggestion
     // whatever the number of threads (a seeded search with a trial budget is reproducible
-    // anywhere); they start small, since a first batch always runs whole.
-    let mut batch = 2u32;
+    // anywhere); they start small, since a first batch always runs whole: of one trial
+    // (the plain greedy tree, the quickest) on a large network, two otherwise.
+    let mut batch = if net.n() >= LARGE_NETWORK { 1 } else { 2u32 };
+    // The quickest trial so far: a batch is not started when less than that is left.
+    let mut quickest = std::time::Duration::MAX;
     let mut tuner = Tuner::new(opts.seed);
     // The best few trees, best first, no two of equal cost.
     let mut elite: Vec<(Tree, TreeCost, &'static str)> = Vec::new();
@@ -243,7 +260,7 @@ fn run_trials(
     while trials < max_trials {
         // The first batch always runs, so there is a tree to return.
         if trials > 0 {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| Instant::now().checked_add(quickest).is_none_or(|end| end >= d)) {
                 break;
             }
             if stop() {
@@ -254,11 +271,17 @@ fn run_trials(
         let count = batch.min(max_trials - trials);
         let suggestions: Vec<(u32, Method)> = (trials..trials + count).map(|t| (t, tuner.suggest(t))).collect();
         let threshold = elite.first().map(|b| opts.minimize.score(&b.1) * 16.0);
-        let results: Vec<(Tree, TreeCost)> = suggestions
+        let results: Vec<(Tree, TreeCost, std::time::Duration)> = suggestions
             .par_iter()
-            .map(|&(t, method)| run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline))
+            .map(|&(t, method)| {
+                let began = Instant::now();
+                let (tree, cost) =
+                    run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline);
+                (tree, cost, began.elapsed())
+            })
             .collect();
-        for ((_, method), (tree, cost)) in suggestions.into_iter().zip(results) {
+        for ((_, method), (tree, cost, took)) in suggestions.into_iter().zip(results) {
+            quickest = quickest.min(took);
             tuner.report(method, opts.minimize.score(&cost));
             let at = elite.partition_point(|e| !opts.minimize.better(&cost, &e.1));
             if at < POLISHED && !elite.iter().any(|e| e.1 == cost) {
@@ -274,7 +297,8 @@ fn run_trials(
 }
 
 /// One trial: a driver's tree, reconfigured when its cost is within `threshold` (none:
-/// always).
+/// always) and the network is not large (there a pass over every node would take the
+/// whole budget; the best trees are reconfigured after the trials instead).
 fn run_trial(
     net: &Net,
     method: Method,
@@ -288,12 +312,13 @@ fn run_trial(
             let items = (0..net.n()).map(|i| net.leaf_legs(i)).collect();
             Tree::from_ssa(net.n(), &greedy(net, items, params, &mut rng))
         }
-        Method::Partition(params) => partition_tree(net, params, &mut rng),
+        Method::Partition(params) => partition_tree(net, params, &mut rng, deadline),
     };
     let mut cost = tree.cost(net);
     let promising = threshold.is_none_or(|t| opts.minimize.score(&cost) <= t);
     if opts.reconf_size > 0
         && promising
+        && net.n() < LARGE_NETWORK
         && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, 2, &|| {
             deadline.is_some_and(|d| Instant::now() >= d)
         })

@@ -114,8 +114,12 @@ pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(1);
 pub struct HyperOptions {
     /// Stop starting trials after this long ([`DEFAULT_MAX_TIME`] by default). The search
     /// returns within this plus the time of the batch of trials under way (the first batch,
-    /// two trials, always runs; later ones are of up to 16 trials on the pool's threads);
-    /// the last reconfiguration and the slicing stop at the budget.
+    /// two trials, or one, the plain greedy tree, on networks of 4096 operands or more,
+    /// always runs; later ones are of up to 16 trials on the pool's threads, and none
+    /// starts with less time left than the quickest trial took); the last reconfiguration
+    /// and the slicing stop at the budget. On networks of 4096 operands or more the trials
+    /// take 60% of it, skip their own reconfiguration, and stop partitioning when their
+    /// share ends; the rest goes to reconfiguring the best trees.
     pub max_time: Option<Duration>,
     /// Stop after this many trials.
     pub max_trials: Option<u32>,
