@@ -731,6 +731,22 @@ mod tests {
         let (p, scored) = greedy_path(&chain, &[0, n as u32], |c| 2 + c as usize % 5);
         assert!(p.validate(n).is_ok());
         assert!(scored <= 4 * n, "{scored} pairs scored");
+        // A 100×100 lattice: each step scores the result against its few neighbours.
+        let side = 100u32;
+        let mut lattice = vec![Vec::new(); (side * side) as usize];
+        let mut label = 0;
+        for v in 0..side * side {
+            for (w, ok) in [(v + 1, v % side + 1 < side), (v + side, v + side < side * side)] {
+                if ok {
+                    lattice[v as usize].push(label);
+                    lattice[w as usize].push(label);
+                    label += 1;
+                }
+            }
+        }
+        let (p, scored) = greedy_path(&lattice, &[], |_| 2);
+        assert!(p.validate(lattice.len()).is_ok());
+        assert!(scored <= 8 * lattice.len(), "{scored} pairs scored");
     }
 
     /// opt_einsum's list as a plain vector of (operand, labels), needed labels found by
