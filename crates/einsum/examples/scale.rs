@@ -6,9 +6,10 @@
 //!
 //! `cargo run --release -p einsum --example scale [-- BUDGET_SECONDS ...]` (default 1)
 //!
-//! The peak is the kernel's high-water mark (`VmHWM`), reset before each search by writing
-//! 5 to `/proc/self/clear_refs` (Linux); elsewhere the column reads `n/a`. It includes
-//! the network itself, which is built before the reset. CPU seconds are the process's
+//! Each row runs in a process of its own (the example runs itself with `--row NETWORK
+//! BUDGET`, budget 0 for greedy). The peak is the kernel's high-water mark (`VmHWM`),
+//! reset before the search by writing 5 to `/proc/self/clear_refs` (Linux); elsewhere the
+//! column reads `n/a`. It includes the network itself, which is built before the reset. CPU seconds are the process's
 //! (every thread's) user and system time from `/proc/self/stat`, in 10 ms ticks: on a
 //! machine shared with other work they are steadier than the wall time. Multiply-adds are
 //! summed in the log domain (greedy paths on random regular graphs overflow `f64`).
@@ -114,44 +115,65 @@ fn log10_cost(inputs: &[Vec<u32>], sizes: &[usize], path: &ContractionPath) -> R
     Ok(top + logs.iter().map(|l| 10f64.powf(l - top)).sum::<f64>().log10())
 }
 
+/// The network of index `i` of the table.
+fn network(i: usize) -> Option<Network> {
+    Some(match i {
+        0 => lattice(32),
+        1 => random_regular(1000, 1),
+        2 => lattice(100),
+        3 => random_regular(10_000, 2),
+        4 => lattice(300),
+        5 => random_regular(100_000, 3),
+        _ => return None,
+    })
+}
+
+/// One row, in this process: network `i`, greedy (`budget` 0) or the hyper-optimizer.
+fn row(i: usize, budget: f64) -> Result<(), Box<dyn std::error::Error>> {
+    let (name, inputs, sizes) = network(i).ok_or("no such network")?;
+    let measured = reset_peak();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    let (path, finder, note) = if budget == 0.0 {
+        (einsum::search::find_path(PathChoice::Greedy, &inputs, &[], &sizes)?, "greedy".to_string(), String::new())
+    } else {
+        let opts = HyperOptions { max_time: Some(Duration::from_secs_f64(budget)), ..HyperOptions::default() };
+        let found = hyper_path(&inputs, &[], &sizes, &opts)?;
+        let note = format!("{} ({})", found.report.trials, found.report.method);
+        (found.path, format!("hyper {budget} s"), note)
+    };
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = match (cpu, cpu_seconds()) {
+        (Some(a), Some(b)) => format!("{:.2}", b - a),
+        _ => "n/a".to_string(),
+    };
+    let peak = peak_mib().filter(|_| measured).map_or("n/a".to_string(), |m| format!("{m:.0}"));
+    let cost = log10_cost(&inputs, &sizes, &path)?;
+    println!("| {name} | {} | {finder} | {secs:.2} | {cpu} | {peak} | {cost:.2} | {note} |", inputs.len());
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let budgets: Vec<f64> = std::env::args().skip(1).map(|a| a.parse()).collect::<Result<_, _>>()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, i, budget] = args.as_slice() {
+        if flag == "--row" {
+            return row(i.parse()?, budget.parse()?);
+        }
+    }
+    let budgets: Vec<f64> = args.iter().map(|a| a.parse()).collect::<Result<_, _>>()?;
     let budgets = if budgets.is_empty() { vec![1.0] } else { budgets };
-    let networks = [
-        lattice(32),
-        random_regular(1000, 1),
-        lattice(100),
-        random_regular(10_000, 2),
-        lattice(300),
-        random_regular(100_000, 3),
-    ];
     println!(
         "| network | tensors | finder | seconds | CPU seconds | peak MiB | log10 multiply-adds | trials (driver) |"
     );
     println!("|---|---:|---|---:|---:|---:|---:|---|");
-    for (name, inputs, sizes) in &networks {
-        let row = |finder: &str, run: &dyn Fn() -> Result<(ContractionPath, String), einsum::EinsumError>| {
-            let measured = reset_peak();
-            let (t, cpu) = (Instant::now(), cpu_seconds());
-            let found = run();
-            let secs = t.elapsed().as_secs_f64();
-            let cpu = match (cpu, cpu_seconds()) {
-                (Some(a), Some(b)) => format!("{:.2}", b - a),
-                _ => "n/a".to_string(),
-            };
-            let peak = peak_mib().filter(|_| measured).map_or("n/a".to_string(), |m| format!("{m:.0}"));
-            let (path, note) = found?;
-            let cost = log10_cost(inputs, sizes, &path)?;
-            println!("| {name} | {} | {finder} | {secs:.2} | {cpu} | {peak} | {cost:.2} | {note} |", inputs.len());
-            Ok::<(), einsum::EinsumError>(())
-        };
-        row("greedy", &|| Ok((einsum::search::find_path(PathChoice::Greedy, inputs, &[], sizes)?, String::new())))?;
-        for &b in &budgets {
-            row(&format!("hyper {b} s"), &|| {
-                let opts = HyperOptions { max_time: Some(Duration::from_secs_f64(b)), ..HyperOptions::default() };
-                let found = hyper_path(inputs, &[], sizes, &opts)?;
-                Ok((found.path, format!("{} ({})", found.report.trials, found.report.method)))
-            })?;
+    // Each row in a process of its own, so that its peak memory is its own.
+    let exe = std::env::current_exe()?;
+    for i in 0..6 {
+        for budget in std::iter::once(0.0).chain(budgets.iter().copied()) {
+            let out = std::process::Command::new(&exe).args(["--row", &i.to_string(), &budget.to_string()]).output()?;
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+            }
+            print!("{}", String::from_utf8_lossy(&out.stdout));
         }
     }
     Ok(())

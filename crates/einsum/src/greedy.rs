@@ -485,7 +485,9 @@ impl Greedy {
         };
         for x in [i, j] {
             self.alive[x as usize] = false;
-            for &c in &self.labels[x as usize] {
+            // A consumed operand's labels are read no more: dropped, so the memory is that
+            // of the live operands.
+            for &c in &std::mem::take(&mut self.labels[x as usize]) {
                 self.count[c as usize] -= 1;
             }
             let k = self.class[x as usize];
@@ -497,7 +499,11 @@ impl Greedy {
                 None => unreachable!("a live operand is in its class"),
             }
             if members.is_empty() {
+                // An emptied class is done with (an operand with its labels later starts a
+                // new one): its labels are dropped with it.
                 self.unindex(k);
+                let labels = std::mem::take(&mut self.classes[k as usize].labels);
+                self.class_of.remove(&labels);
             }
         }
         r.iter().for_each(|&c| self.count[c as usize] += 1);

@@ -329,7 +329,9 @@ impl State {
         net.merge(&self.legs[a as usize], &self.legs[b as usize], &mut out);
         for x in [a, b] {
             self.alive[x as usize] = false;
-            for &(l, _) in &self.legs[x as usize] {
+            // A consumed tensor's legs are read no more: dropped, so the memory is that of
+            // the live tensors.
+            for &(l, _) in &std::mem::take(&mut self.legs[x as usize]) {
                 let h = &mut self.holders[self.local.of(l)];
                 // In order: a wide label pairs the new tensor with its first holders.
                 if let Some(p) = h.iter().position(|&(y, _)| y == x) {

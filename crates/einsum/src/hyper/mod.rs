@@ -271,16 +271,29 @@ fn run_trials(
         let count = batch.min(max_trials - trials);
         let suggestions: Vec<(u32, Method)> = (trials..trials + count).map(|t| (t, tuner.suggest(t))).collect();
         let threshold = elite.first().map(|b| opts.minimize.score(&b.1) * 16.0);
-        let results: Vec<(Tree, TreeCost, std::time::Duration)> = suggestions
+        // A trial of a later batch that would start past the deadline does not run: on a
+        // large network a batch has more trials than threads, and each takes a while.
+        let first = trials == 0;
+        let results: Vec<Option<(Tree, TreeCost, std::time::Duration)>> = suggestions
             .par_iter()
             .map(|&(t, method)| {
                 let began = Instant::now();
+                if !first && deadline.is_some_and(|d| began >= d) {
+                    return None;
+                }
                 let (tree, cost) =
                     run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), threshold, deadline);
-                (tree, cost, began.elapsed())
+                Some((tree, cost, began.elapsed()))
             })
             .collect();
-        for ((_, method), (tree, cost, took)) in suggestions.into_iter().zip(results) {
+        let skipped = results.iter().any(Option::is_none);
+        for ((_, method), result) in suggestions.into_iter().zip(results) {
+            let Some((tree, cost, took)) = result else {
+                // The tuner hears of every suggestion, in order.
+                tuner.report(method, f64::INFINITY);
+                continue;
+            };
+            trials += 1;
             quickest = quickest.min(took);
             tuner.report(method, opts.minimize.score(&cost));
             let at = elite.partition_point(|e| !opts.minimize.better(&cost, &e.1));
@@ -289,7 +302,11 @@ fn run_trials(
                 elite.truncate(POLISHED);
             }
         }
-        trials += count;
+        if skipped {
+            // Trials were skipped: the deadline has passed.
+            progress(&HyperProgress { trials, seconds: start.elapsed().as_secs_f64(), best: elite[0].1 });
+            break;
+        }
         batch = (2 * batch).min(BATCH);
         progress(&HyperProgress { trials, seconds: start.elapsed().as_secs_f64(), best: elite[0].1 });
     }

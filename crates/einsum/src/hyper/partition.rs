@@ -96,6 +96,10 @@ pub(crate) fn partition_tree(net: &Net, params: PartitionParams, rng: &mut Rng, 
             let (x, y) = (ids[a as usize], ids[b as usize]);
             let mut out = Legs::new();
             net.merge(&legs[x as usize], &legs[y as usize], &mut out);
+            // Each node is merged once: its legs are not needed again (on a wide tree,
+            // keeping every node's would take memory far beyond the network's).
+            legs[x as usize] = Legs::new();
+            legs[y as usize] = Legs::new();
             kids.push([x, y]);
             legs.push(out);
             ids.push((kids.len() - 1) as u32);
