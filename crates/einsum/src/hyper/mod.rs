@@ -250,8 +250,12 @@ fn run_trials(
     // anywhere); they start small, since a first batch always runs whole: of one trial
     // (the plain greedy tree, the quickest) on a large network, two otherwise.
     let mut batch = if net.n() >= LARGE_NETWORK { 1 } else { 2u32 };
-    // The quickest trial so far: a batch is not started when less than that is left.
-    let mut quickest = std::time::Duration::MAX;
+    // The slowest trial so far: no batch starts unless three times that is left of the
+    // whole budget (a trial cannot be cut short, on a large network one takes a while, and
+    // the first, the plain greedy tree, is the quickest: a partition trial's first split
+    // of 10^5 tensors alone takes longer).
+    let mut slowest = std::time::Duration::ZERO;
+    let budget_end = opts.max_time.map(|t| start + t);
     let mut tuner = Tuner::new(opts.seed);
     // The best few trees, best first, no two of equal cost.
     let mut elite: Vec<(Tree, TreeCost, &'static str)> = Vec::new();
@@ -260,7 +264,10 @@ fn run_trials(
     while trials < max_trials {
         // The first batch always runs, so there is a tree to return.
         if trials > 0 {
-            if deadline.is_some_and(|d| Instant::now().checked_add(quickest).is_none_or(|end| end >= d)) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d)
+                || budget_end.is_some_and(|d| now.checked_add(3 * slowest).is_none_or(|end| end >= d))
+            {
                 break;
             }
             if stop() {
@@ -294,7 +301,7 @@ fn run_trials(
                 continue;
             };
             trials += 1;
-            quickest = quickest.min(took);
+            slowest = slowest.max(took);
             tuner.report(method, opts.minimize.score(&cost));
             let at = elite.partition_point(|e| !opts.minimize.better(&cost, &e.1));
             if at < POLISHED && !elite.iter().any(|e| e.1 == cost) {

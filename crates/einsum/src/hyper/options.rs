@@ -116,7 +116,7 @@ pub struct HyperOptions {
     /// returns within this plus the time of the batch of trials under way (the first batch,
     /// two trials, or one, the plain greedy tree, on networks of 4096 operands or more,
     /// always runs; later ones are of up to 16 trials on the pool's threads, and none
-    /// starts with less time left than the quickest trial took); the last reconfiguration
+    /// starts with less of the budget left than three times the slowest trial so far); the last reconfiguration
     /// and the slicing stop at the budget. On networks of 4096 operands or more the trials
     /// take 60% of it, skip their own reconfiguration, and stop partitioning when their
     /// share ends; the rest goes to reconfiguring the best trees.

@@ -71,7 +71,13 @@ fn the_hyper_optimizer_keeps_its_budget_on_ten_thousand_tensors() {
         assert!(took < budget + MARGIN, "{took:?} for a budget of {budget:?}");
         assert!(found.report.trials >= 1);
         assert!(found.path.validate(inputs.len()).is_ok());
-        assert_eq!(found.report.cost.multiply_adds, path_cost(&inputs, &[], &sizes, &found.path).unwrap());
+        // The same count, summed over 10^4 steps in another order: equal to rounding.
+        let counted = path_cost(&inputs, &[], &sizes, &found.path).unwrap();
+        assert!(
+            (found.report.cost.multiply_adds - counted).abs() <= 1e-9 * counted,
+            "{:?} against {counted}",
+            found.report
+        );
         // Never worse than the first trial, the plain greedy tree, nor far from the greedy
         // finder's path (the two greedy finders break ties differently).
         let greedy = ContractionPath::greedy(&inputs, &[], |c| sizes[c as usize]);
