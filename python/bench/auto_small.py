@@ -4,8 +4,8 @@ multiply-adds, counted as the crate counts them (the sum over pairwise steps of 
 product of the sizes of every label the step touches, after labels one operand alone
 holds are summed out of it).
 
-    cargo run --release -p einsum --example auto_small -- --export /tmp/small.json
-    python python/bench/auto_small.py /tmp/small.json
+    cargo run --release -p einsum --example auto_small -- --export small.json
+    python python/bench/auto_small.py small.json
 """
 
 import json
