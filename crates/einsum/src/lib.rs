@@ -99,6 +99,7 @@ pub mod draw;
 mod elem;
 mod elementwise;
 mod error;
+mod greedy;
 pub mod hyper;
 mod instance;
 mod kernel;

@@ -14,26 +14,11 @@
 //! a one-operand step only moves its operand (its labels are summed by its next contraction,
 //! or by the final reduction to the output).
 //!
-//! The greedy finder repeatedly contracts the pair of operands sharing a summed label whose
-//! result removes the most memory (`|result| - |a| - |b|`, smallest first; ties broken by
-//! fewer multiply-adds, then by position; sizes are exact `f64` products, so equal keys
-//! tie exactly), like opt_einsum's `greedy`; when no remaining
-//! pair shares a label it takes the outer product of the two smallest operands.
-//! Candidate pairs wait in a priority queue, invalidated lazily (a pair naming a consumed
-//! operand is skipped), and after each step only the result is scored against the
-//! operands it shares a label with, found through an index from label to live operands;
-//! operands with equal label sets form one class of which only the first two members can
-//! win a tie, so only they are paired (the invariants are on `Greedy`).
-//! Complexity: `O(Σ_c k_c²)` pairs scored at first (`k_c` operands holding label `c`,
-//! counted once per class), then per step the result's neighbours, each pushed in
-//! `O(log q)` for a queue of `q` pairs: `O(n log n)` for `n` operands of bounded degree,
-//! `O(n)` pairs for `n` equal operands, `O(n²)` for a star of `n` distinct operands on
-//! one label (the rescan of every pair at every step was `O(n³)` there).
+//! The greedy finder (`crate::greedy`, which has its algorithm and complexity) gives its
+//! path as merges of operand ids; [`ContractionPath::greedy`] turns them into positions
+//! through a Fenwick tree of the live list, in `O(n log n)`.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
-
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::error::{EinsumError, EinsumResult};
 
@@ -220,333 +205,25 @@ impl ContractionPath {
     /// label sizes `size(label)`: repeatedly the pair sharing a summed label that removes the most
     /// memory, else the outer product of the two smallest operands (see the module docs).
     pub fn greedy(inputs: &[Vec<u32>], output: &[u32], size: impl Fn(u32) -> usize) -> ContractionPath {
-        Greedy::run(inputs, output, size).0
+        greedy_path(inputs, output, size).0
     }
 }
 
-/// A candidate pair of the greedy finder, ordered so that a [`BinaryHeap`] pops the
-/// smallest key first: memory removed (`|result| - |a| - |b|`), then multiply-adds, then
-/// the operands' ids `i < j` (the order of their positions in the list). The outer-product
-/// phase reuses it with `removed` the operand's size, `flops` 0 and `j` 0.
-#[derive(Clone, Copy, Debug)]
-struct Candidate {
-    removed: f64,
-    flops: f64,
-    i: usize,
-    j: usize,
-}
-
-impl Candidate {
-    fn key_cmp(&self, o: &Self) -> Ordering {
-        self.removed
-            .total_cmp(&o.removed)
-            .then(self.flops.total_cmp(&o.flops))
-            .then(self.i.cmp(&o.i))
-            .then(self.j.cmp(&o.j))
+/// The greedy path as opt_einsum's positions (each merge's two ids looked up in the live
+/// list), and the pairs the finder scored.
+fn greedy_path(inputs: &[Vec<u32>], output: &[u32], size: impl Fn(u32) -> usize) -> (ContractionPath, usize) {
+    let n = inputs.len();
+    let (merges, scored) = crate::greedy::greedy_merges(inputs, output, size);
+    let mut list = LiveList::new(n, n + merges.len());
+    let mut steps = Vec::with_capacity(merges.len());
+    for (k, &[i, j]) in merges.iter().enumerate() {
+        let (i, j) = (i as usize, j as usize);
+        steps.push([list.prefix(i) - 1, list.prefix(j) - 1]);
+        list.remove(i);
+        list.remove(j);
+        list.push(n + k);
     }
-}
-
-impl PartialEq for Candidate {
-    fn eq(&self, o: &Self) -> bool {
-        self.key_cmp(o) == Ordering::Equal
-    }
-}
-
-impl Eq for Candidate {}
-
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-impl Ord for Candidate {
-    /// Reversed: the max-heap's top is the smallest key.
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.key_cmp(self)
-    }
-}
-
-/// The size of a sorted label set as an `f64` product (each label at least 1), in label
-/// order, so that equal sets give bit-equal sizes and the finder's ties are exact.
-fn footprint(labels: &[u32], size: &impl Fn(u32) -> usize) -> f64 {
-    labels.iter().map(|&c| size(c).max(1) as f64).product()
-}
-
-/// Operands with the same label set: their live members in id order (the front two are
-/// the only ones the finder pairs, see [`Greedy`]).
-struct Class {
-    labels: Vec<u32>,
-    members: VecDeque<usize>,
-}
-
-/// The greedy finder's state. Operands are numbered like [`PathOperand`]s (inputs, then
-/// results in order), so comparing ids compares positions in the list.
-///
-/// Invariants, between steps:
-/// - `count[c]` is the number of live operands holding label `c`;
-/// - `holders[c]`, for each label `c` of the phase (summed labels in the first phase, all
-///   labels in the second), holds exactly the classes with live members that have `c`;
-/// - every pair the old all-pairs rescan would consider *and could pick* is in `heap`
-///   with its current key: among operands with equal label sets, only the lowest ids can
-///   win a tie, so the candidates are, per class, its two first members and, per pair of
-///   classes sharing a phase label, their first members. A key depends on the two label
-///   sets and on whether each of their labels is held elsewhere; that changes only when a
-///   contraction leaves a label to exactly two operands, and one of them is the new result,
-///   whose pairs are scored after the step. Entries naming a consumed operand are stale and
-///   skipped when popped.
-struct Greedy<F> {
-    size: F,
-    out: FxHashSet<u32>,
-    /// Per operand id: sorted distinct labels, size, class, whether live.
-    labels: Vec<Vec<u32>>,
-    foot: Vec<f64>,
-    class: Vec<usize>,
-    alive: Vec<bool>,
-    classes: Vec<Class>,
-    class_of: FxHashMap<Vec<u32>, usize>,
-    count: FxHashMap<u32, usize>,
-    holders: FxHashMap<u32, FxHashSet<usize>>,
-    /// First phase: only summed labels make candidates.
-    summed_only: bool,
-    heap: BinaryHeap<Candidate>,
-    list: LiveList,
-    steps: Vec<[usize; 2]>,
-    /// Pairs scored (for tests of the finder's complexity).
-    scored: usize,
-}
-
-impl<F: Fn(u32) -> usize> Greedy<F> {
-    /// The greedy path and the number of pairs scored.
-    fn run(inputs: &[Vec<u32>], output: &[u32], size: F) -> (ContractionPath, usize) {
-        let n = inputs.len();
-        let mut g = Greedy {
-            size,
-            out: output.iter().copied().collect(),
-            labels: Vec::with_capacity(2 * n),
-            foot: Vec::with_capacity(2 * n),
-            class: Vec::with_capacity(2 * n),
-            alive: Vec::with_capacity(2 * n),
-            classes: Vec::new(),
-            class_of: FxHashMap::default(),
-            count: FxHashMap::default(),
-            holders: FxHashMap::default(),
-            summed_only: true,
-            heap: BinaryHeap::new(),
-            list: LiveList::new(0, 2 * n),
-            steps: Vec::with_capacity(n.saturating_sub(1)),
-            scored: 0,
-        };
-        for l in inputs {
-            let mut l = l.clone();
-            l.sort_unstable();
-            l.dedup();
-            for &c in &l {
-                *g.count.entry(c).or_default() += 1;
-            }
-            g.add(l);
-        }
-        // Phase 1: pairs sharing a summed label; phase 2: pairs sharing any label. Once a
-        // phase has no candidate it never gets one again (a label held by one operand only
-        // is summed away or is an output label), as in the all-pairs rescan.
-        for summed_only in [true, false] {
-            g.summed_only = summed_only;
-            g.holders.clear();
-            for k in 0..g.classes.len() {
-                if !g.classes[k].members.is_empty() {
-                    g.index(k);
-                }
-            }
-            for k in 0..g.classes.len() {
-                g.push_pairs(k, true);
-            }
-            while let Some(c) = g.pop_live() {
-                let (a, b) = (g.class[c.i], g.class[c.j]);
-                let r = g.contract(c.i, c.j);
-                for k in if a == b { vec![a] } else { vec![a, b] } {
-                    if !g.classes[k].members.is_empty() {
-                        g.push_pairs(k, false);
-                    }
-                }
-                let k = g.class[r];
-                match g.classes[k].members.iter().position(|&m| m == r) {
-                    Some(0) => g.push_pairs(k, false),
-                    Some(1) => g.push_pairs_within(k),
-                    _ => {}
-                }
-            }
-        }
-        // Phase 3: no shared label left; outer products of the two smallest operands.
-        let mut by_size: BinaryHeap<Candidate> = (0..g.labels.len())
-            .filter(|&i| g.alive[i])
-            .map(|i| Candidate { removed: g.foot[i], flops: 0.0, i, j: 0 })
-            .collect();
-        while by_size.len() > 1 {
-            let (x, y) = (by_size.pop().expect("two left").i, by_size.pop().expect("two left").i);
-            let r = g.contract(x.min(y), x.max(y));
-            by_size.push(Candidate { removed: g.foot[r], flops: 0.0, i: r, j: 0 });
-        }
-        (ContractionPath::new(g.steps), g.scored)
-    }
-
-    /// Adds a live operand with sorted distinct labels `l` (already counted); its id.
-    fn add(&mut self, l: Vec<u32>) -> usize {
-        let id = self.labels.len();
-        let k = match self.class_of.get(&l) {
-            Some(&k) => k,
-            None => {
-                self.class_of.insert(l.clone(), self.classes.len());
-                self.classes.push(Class { labels: l.clone(), members: VecDeque::new() });
-                self.classes.len() - 1
-            }
-        };
-        self.foot.push(footprint(&l, &self.size));
-        self.labels.push(l);
-        self.class.push(k);
-        self.alive.push(true);
-        self.list.push(id);
-        self.classes[k].members.push_back(id);
-        if self.classes[k].members.len() == 1 {
-            self.index(k);
-        }
-        id
-    }
-
-    /// Whether label `c` makes candidates in the current phase.
-    fn of_phase(&self, c: u32) -> bool {
-        !self.summed_only || !self.out.contains(&c)
-    }
-
-    /// Enters class `k` (which just got live members) in `holders`.
-    fn index(&mut self, k: usize) {
-        for x in 0..self.classes[k].labels.len() {
-            let c = self.classes[k].labels[x];
-            if self.of_phase(c) {
-                self.holders.entry(c).or_default().insert(k);
-            }
-        }
-    }
-
-    /// Removes class `k` (which just lost its last live member) from `holders`.
-    fn unindex(&mut self, k: usize) {
-        for &c in &self.classes[k].labels {
-            if let Some(h) = self.holders.get_mut(&c) {
-                h.remove(&k);
-            }
-        }
-    }
-
-    /// The labels of the result of contracting `i` and `j`, sorted, each with whether it
-    /// is kept (needed by the output or by another live operand).
-    fn merged(&self, i: usize, j: usize) -> impl Iterator<Item = (u32, bool)> + '_ {
-        let (a, b) = (&self.labels[i], &self.labels[j]);
-        let (mut x, mut y) = (0, 0);
-        std::iter::from_fn(move || {
-            let (c, inside) = match (a.get(x), b.get(y)) {
-                (Some(&p), Some(&q)) if p == q => {
-                    (x, y) = (x + 1, y + 1);
-                    (p, 2)
-                }
-                (Some(&p), Some(&q)) if p < q => {
-                    x += 1;
-                    (p, 1)
-                }
-                (_, Some(&q)) => {
-                    y += 1;
-                    (q, 1)
-                }
-                (Some(&p), None) => {
-                    x += 1;
-                    (p, 1)
-                }
-                (None, None) => return None,
-            };
-            Some((c, self.out.contains(&c) || self.count[&c] > inside))
-        })
-    }
-
-    /// Scores the pair `i < j` and queues it.
-    fn push(&mut self, i: usize, j: usize) {
-        let (i, j) = (i.min(j), i.max(j));
-        let (mut result, mut all) = (1.0, 1.0);
-        for (c, kept) in self.merged(i, j) {
-            let s = (self.size)(c).max(1) as f64;
-            all *= s;
-            if kept {
-                result *= s;
-            }
-        }
-        self.scored += 1;
-        self.heap.push(Candidate { removed: result - self.foot[i] - self.foot[j], flops: all, i, j });
-    }
-
-    /// Queues the pair of class `k`'s first two members, if they share a phase label.
-    fn push_pairs_within(&mut self, k: usize) {
-        let cl = &self.classes[k];
-        if cl.members.len() >= 2 && cl.labels.iter().any(|&c| self.of_phase(c)) {
-            let (i, j) = (cl.members[0], cl.members[1]);
-            self.push(i, j);
-        }
-    }
-
-    /// Queues class `k`'s candidate pairs: its first two members, and its first member
-    /// with the first member of each class sharing a phase label (only classes numbered
-    /// below `k` if `lower_only`, for the initial fill).
-    fn push_pairs(&mut self, k: usize, lower_only: bool) {
-        let Some(&f) = self.classes[k].members.front() else { return };
-        self.push_pairs_within(k);
-        let mut others: Vec<usize> = Vec::new();
-        for &c in &self.classes[k].labels {
-            if let Some(h) = self.holders.get(&c).filter(|_| self.of_phase(c)) {
-                others.extend(h.iter().copied().filter(|&d| d != k && (!lower_only || d < k)));
-            }
-        }
-        others.sort_unstable();
-        others.dedup();
-        for d in others {
-            let g = self.classes[d].members[0];
-            self.push(f, g);
-        }
-    }
-
-    /// The queued pair with the smallest key whose operands are both live.
-    fn pop_live(&mut self) -> Option<Candidate> {
-        while let Some(c) = self.heap.pop() {
-            if self.alive[c.i] && self.alive[c.j] {
-                return Some(c);
-            }
-        }
-        None
-    }
-
-    /// Contracts the live operands `i < j`: records the step (their positions), retires
-    /// them and adds the result; its id.
-    fn contract(&mut self, i: usize, j: usize) -> usize {
-        self.steps.push([self.list.prefix(i) - 1, self.list.prefix(j) - 1]);
-        let r: Vec<u32> = self.merged(i, j).filter(|&(_, kept)| kept).map(|(c, _)| c).collect();
-        for x in [i, j] {
-            self.alive[x] = false;
-            self.list.remove(x);
-            for &c in &self.labels[x] {
-                *self.count.get_mut(&c).expect("a live operand's label is counted") -= 1;
-            }
-            let k = self.class[x];
-            let members = &mut self.classes[k].members;
-            match members.iter().position(|&m| m == x) {
-                Some(p) => {
-                    members.remove(p);
-                }
-                None => unreachable!("a live operand is in its class"),
-            }
-            if members.is_empty() {
-                self.unindex(k);
-            }
-        }
-        for &c in &r {
-            *self.count.entry(c).or_default() += 1;
-        }
-        self.add(r)
-    }
+    (ContractionPath::new(steps), scored)
 }
 
 impl std::fmt::Display for ContractionPath {
@@ -555,8 +232,6 @@ impl std::fmt::Display for ContractionPath {
     }
 }
 
-/// The distinct labels of a list, in order (the label lists the path searches, the
-/// network builder and the slice finder follow).
 impl std::str::FromStr for ContractionPath {
     type Err = EinsumError;
 
@@ -603,12 +278,21 @@ impl std::str::FromStr for ContractionPath {
     }
 }
 
+/// The distinct labels of a list, in order (the label lists the path searches, the
+/// network builder and the slice finder follow).
 pub(crate) fn distinct(l: &[u32]) -> Vec<u32> {
     let mut out: Vec<u32> = Vec::with_capacity(l.len());
-    for &c in l {
-        if !out.contains(&c) {
-            out.push(c);
+    if l.len() <= 32 {
+        for &c in l {
+            if !out.contains(&c) {
+                out.push(c);
+            }
         }
+    } else {
+        // Long lists (intermediates of networks of 10^4 tensors and more): a scan per
+        // label would be quadratic.
+        let mut seen = rustc_hash::FxHashSet::default();
+        out.extend(l.iter().copied().filter(|&c| seen.insert(c)));
     }
     out
 }
@@ -869,6 +553,7 @@ impl LiveList {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustc_hash::FxHashSet;
 
     #[test]
     fn validation_errors() {
@@ -902,14 +587,14 @@ mod tests {
 
     /// The greedy finder as it was before the candidate queue: every candidate pair rescored
     /// at every step (`O(n³)` when many operands share a label). Sizes are exact products
-    /// ([`footprint`]) as in the queue version, instead of `exp` of summed logarithms.
+    /// (each label at least 1) as in the queue version, instead of `exp` of summed logarithms.
     fn all_pairs_greedy(inputs: &[Vec<u32>], output: &[u32], size: impl Fn(u32) -> usize) -> ContractionPath {
         let mut ops: Vec<FxHashSet<u32>> = inputs.iter().map(|l| l.iter().copied().collect()).collect();
         let out: FxHashSet<u32> = output.iter().copied().collect();
         let fp = |s: &FxHashSet<u32>| {
             let mut l: Vec<u32> = s.iter().copied().collect();
             l.sort_unstable();
-            footprint(&l, &size)
+            l.iter().map(|&c| size(c).max(1) as f64).product::<f64>()
         };
         let mut steps = Vec::with_capacity(ops.len().saturating_sub(1));
         while ops.len() > 1 {
@@ -1030,7 +715,7 @@ mod tests {
     fn greedy_scores_few_pairs_when_many_operands_share_a_label() {
         // 1000 operands `a` (`a,a,...->a`): equal label sets, so one candidate per step.
         let n = 1000;
-        let (p, scored) = Greedy::run(&vec![vec![0]; n], &[0], |_| 3);
+        let (p, scored) = greedy_path(&vec![vec![0]; n], &[0], |_| 3);
         assert!(p.validate(n).is_ok());
         assert!(scored <= 2 * n, "{scored} pairs scored");
         assert_eq!(&p.steps()[..2], &[vec![0, 1], vec![0, 1]]);
@@ -1038,14 +723,30 @@ mod tests {
         // z, then each step only the result's pairs (the all-pairs rescan: n³/6).
         let n = 400;
         let star: Vec<Vec<u32>> = (1..=n as u32).map(|i| vec![0, i]).collect();
-        let (p, scored) = Greedy::run(&star, &[], |c| 2 + c as usize % 3);
+        let (p, scored) = greedy_path(&star, &[], |c| 2 + c as usize % 3);
         assert!(p.validate(n).is_ok());
         assert!(scored <= n * n, "{scored} pairs scored");
         // A chain: each step scores the result against its two neighbours.
         let chain: Vec<Vec<u32>> = (0..n as u32).map(|i| vec![i, i + 1]).collect();
-        let (p, scored) = Greedy::run(&chain, &[0, n as u32], |c| 2 + c as usize % 5);
+        let (p, scored) = greedy_path(&chain, &[0, n as u32], |c| 2 + c as usize % 5);
         assert!(p.validate(n).is_ok());
         assert!(scored <= 4 * n, "{scored} pairs scored");
+        // A 100×100 lattice: each step scores the result against its few neighbours.
+        let side = 100u32;
+        let mut lattice = vec![Vec::new(); (side * side) as usize];
+        let mut label = 0;
+        for v in 0..side * side {
+            for (w, ok) in [(v + 1, v % side + 1 < side), (v + side, v + side < side * side)] {
+                if ok {
+                    lattice[v as usize].push(label);
+                    lattice[w as usize].push(label);
+                    label += 1;
+                }
+            }
+        }
+        let (p, scored) = greedy_path(&lattice, &[], |_| 2);
+        assert!(p.validate(lattice.len()).is_ok());
+        assert!(scored <= 8 * lattice.len(), "{scored} pairs scored");
     }
 
     /// opt_einsum's list as a plain vector of (operand, labels), needed labels found by

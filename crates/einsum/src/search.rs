@@ -17,19 +17,23 @@
 //!   whole network is reached (the method of Kourtis et al., 2019, that opt_einsum's `dp`
 //!   implements). Disconnected parts are joined by outer products at the end, smallest
 //!   first. The work (pairs of subsets examined) is bounded by [`DP_MAX_PAIRS`]: past it
-//!   the search gives up (`None`); [`PathChoice::Dp`] also gives up after [`DP_MAX_TIME`]
+//!   the search gives up (`None`), as it does at once past [`DP_MAX_TABLE_BITS`]; [`PathChoice::Dp`] also gives up after [`DP_MAX_TIME`]
 //!   and then runs the hyper-optimizer ([`crate::hyper`]) with its default budget.
 //! - [`random_greedy`]: greedy paths with Boltzmann sampling among the best candidate
 //!   pairs at each step and a randomised weight of the operands' sizes in the score, the
 //!   plain greedy path being trial 0; the cheapest path wins, so it is never worse than
 //!   greedy.
-//! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands, else `dp` within
-//!   2^28 pairs of subsets or [`AUTO_DP_MAX_TIME`], else the hyper-optimizer with
-//!   [`AUTO_HYPER_TRIALS`] trials within [`AUTO_MAX_TIME`]. The DP stays first because it
-//!   reaches the best known paths of the bundled instances of 84 to 200 operands, which
-//!   the hyper-optimizer does not always reach on one of them; the hyper-optimizer is
-//!   what answers on networks of large width (random regular graphs, 3D lattices), where
-//!   the DP gives up.
+//! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands; else `dp` within
+//!   2^18 pairs of subsets (milliseconds: chains, trees and other narrow networks end
+//!   there, with the best connected path); else the hyper-optimizer for 0.5 ms per
+//!   operand (2 ms to [`AUTO_MAX_TIME`], at most [`AUTO_HYPER_TRIALS`] trials), then,
+//!   up to 1024 operands, `dp` again, told the hyper-optimizer's cost, within `n^5/4` pairs (at most 2^28) and
+//!   [`AUTO_DP_MAX_TIME`]: it gives up as soon as its cost cap passes that cost, or when
+//!   the growth of its rounds predicts it cannot get there within the pairs left; the
+//!   cheaper of the two paths wins. The DP stays because it reaches the best known paths
+//!   of bundled instances (the 84-operand `lm_batch`, the 26-operand MERA) that the
+//!   hyper-optimizer misses; the hyper-optimizer is what answers on networks of large
+//!   width (random regular graphs, lattices), where the DP would run for minutes.
 //!
 //! [`find_path_until`] runs any of them with a caller's `stop` test, asked once per
 //! [`STOP_CHECK_WORK`] units of work (pairs of subsets, splits, or once per random-greedy
@@ -64,21 +68,30 @@ pub const AUTO_EXACT_OPERANDS: usize = 12;
 /// earlier.
 pub const DP_MAX_PAIRS: u64 = 4_000_000_000;
 
+/// [`dp`] gives up at once (`None`) on networks whose operand count times label count
+/// passes this (its bitset tables would pass 64 MiB): 10^4 tensors of a graph of degree 3
+/// and more.
+pub const DP_MAX_TABLE_BITS: u64 = 1 << 28;
+
+/// [`auto`] runs no DP on networks of more operands than this (its tables grow as the
+/// square of the network, and on networks this large it does not finish in its budget).
+const AUTO_DP_MAX_OPERANDS: usize = 1024;
+
 /// The trials of the Python package's and the command line's `random-greedy`.
 pub const RANDOM_GREEDY_TRIALS: u32 = 64;
 
-/// [`auto`] gives [`dp`] this many pairs of subsets, or [`AUTO_DP_MAX_TIME`], before it
-/// turns to the hyper-optimizer: enough for the bundled instances' DP paths (the 84-operand
+/// [`auto`]'s DP, after the hyper-optimizer, gets at most this many pairs of subsets (or
+/// [`AUTO_DP_MAX_TIME`]): enough for the bundled instances' DP paths (the 84-operand
 /// `lm_batch` needs the most), which the hyper-optimizer does not always reach.
 const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
 
 /// [`auto`]'s DP gives up after this long.
 pub const AUTO_DP_MAX_TIME: Duration = Duration::from_secs(4);
 
-/// [`auto`]'s hyper-optimizer runs this many trials (unless [`AUTO_MAX_TIME`] passes first).
+/// [`auto`]'s hyper-optimizer runs at most this many trials.
 pub const AUTO_HYPER_TRIALS: u32 = 128;
 
-/// [`auto`]'s hyper-optimizer stops starting trials after this long.
+/// [`auto`]'s hyper-optimizer gets at most this long (0.5 ms per operand below it).
 pub const AUTO_MAX_TIME: Duration = Duration::from_secs(2);
 
 /// [`PathChoice::Dp`] gives up after this long (or [`DP_MAX_PAIRS`] pairs, whichever
@@ -98,11 +111,14 @@ struct Work<'a> {
     stop: &'a dyn Fn() -> bool,
     /// Whether `stop` ended the search (rather than the budget).
     stopped: bool,
+    /// The cost of a path already known ([`auto`]'s hyper-optimizer's; infinite if none):
+    /// the DP stops when it cannot do better (see `dp_component`).
+    known: f64,
 }
 
 impl<'a> Work<'a> {
     fn new(max: u64, stop: &'a dyn Fn() -> bool) -> Self {
-        Work { done: 0, max, stop, stopped: false }
+        Work { done: 0, max, stop, stopped: false, known: f64::INFINITY }
     }
 
     /// Takes the next quota of units for a hot loop to count down locally (so the count
@@ -360,7 +376,8 @@ struct Node {
 
 /// The cheapest path among those that contract only operands sharing a summed label
 /// (connected subsets), by dynamic programming with a growing cost cap (see the module
-/// docs); `None` when the search examines more than `max_pairs` pairs of subsets.
+/// docs); `None` when the search examines more than `max_pairs` pairs of subsets, or when
+/// its tables would pass [`DP_MAX_TABLE_BITS`].
 ///
 /// ```
 /// use einsum::search::{dp, path_cost, DP_MAX_PAIRS};
@@ -381,6 +398,11 @@ fn dp_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], work: &mut Wo
     let n = inputs.len();
     if n <= 1 {
         return Some(ContractionPath::new(vec![]));
+    }
+    // Its tables hold a bitset of the labels per operand and of the operands per label:
+    // quadratic, so a network of 10^5 tensors would need gigabytes before any search.
+    if (n as u64).saturating_mul(sizes.len() as u64) > DP_MAX_TABLE_BITS {
+        return None;
     }
     let sets = Sets::new(inputs, output, sizes);
     // Connected components through summed labels.
@@ -467,6 +489,8 @@ fn dp_component(sets: &Sets, comp: &[usize], work: &mut Work) -> Option<(Tree, B
     let step = comp_labels.ones().map(|c| sets.sizes[c]).fold(f64::INFINITY, f64::min).max(2.0);
     // Pairs this loop may still examine before asking `work` again.
     let mut quota = 0u64;
+    // Where the work stood when this round and the one before it began.
+    let (mut previous_start, mut round_start) = (work.done, work.done);
     while x[comp.len()].is_empty() {
         for m in 2..=comp.len() {
             let (head, tail) = x.split_at_mut(m);
@@ -508,6 +532,34 @@ fn dp_component(sets: &Sets, comp: &[usize], work: &mut Work) -> Option<(Tree, B
                     }
                 }
             }
+        }
+        if x[comp.len()].is_empty() && work.known.is_finite() {
+            // A path of cost `known` is already in hand (auto's hyper-optimizer): past that
+            // cap the DP cannot do better, and a round costs several times the one before
+            // it, so when the rounds left to reach it would take more than twice the work
+            // left, it gives up now rather than at the end of its budget.
+            let done = work.done - quota;
+            let (round, before) = (done - round_start, round_start - previous_start);
+            if cap >= work.known {
+                return None;
+            }
+            if round >= STOP_CHECK_WORK {
+                // The growth of a round over the last, within what rounds were seen to grow
+                // by (2 to 8 times on the bundled instances, lattices and random regular
+                // graphs; a round after a tiny one would otherwise predict hundreds).
+                let growth = (round as f64 / before.max(1) as f64).clamp(2.0, 8.0);
+                // The rounds left raise the cap by `step` each, the last only up to `known`:
+                // a round's work grows with the cap's ratio, `growth` per `step`.
+                let exponent = (work.known / cap).ln() / step.ln();
+                let rounds = exponent.ceil().max(1.0) as i32;
+                let predicted: f64 = (1..=rounds).map(|r| round as f64 * growth.powf(exponent.min(r as f64))).sum();
+                if predicted > 2.0 * work.max.saturating_sub(done) as f64 {
+                    return None;
+                }
+            }
+            (previous_start, round_start) = (round_start, done);
+            cap = (cap * step).min(work.known);
+            continue;
         }
         cap *= step;
     }
@@ -651,11 +703,12 @@ fn sampled_greedy(
     ssa_to_path(n, &ssa)
 }
 
-/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else [`dp`] within
-/// 2^28 pairs of subsets or [`AUTO_DP_MAX_TIME`] (it finishes on networks of small width,
-/// chains and trees), else the hyper-optimizer ([`crate::hyper::hyper_path`]) with
-/// [`AUTO_HYPER_TRIALS`] trials within [`AUTO_MAX_TIME`]. Bounded for every network, and
-/// deterministic unless the time bound cuts the trials short.
+/// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else a quick [`dp`], else
+/// the hyper-optimizer ([`crate::hyper::hyper_path`]) for a time that grows with the
+/// network, then [`dp`] bounded by the hyper-optimizer's cost (see the module docs).
+/// Bounded for every network: at most [`AUTO_MAX_TIME`] plus [`AUTO_DP_MAX_TIME`] (the
+/// hyper-optimizer's batch under way aside); milliseconds to a few tenths of a second on
+/// networks of up to a few hundred tensors.
 ///
 /// ```
 /// use einsum::search::auto;
@@ -685,16 +738,57 @@ fn auto_until(
             return p;
         }
     }
+    // A quick DP first: on chains, trees and other narrow networks it finishes at once,
+    // with the best connected path.
+    let small = inputs.len() <= AUTO_DP_MAX_OPERANDS;
+    if small {
+        if let Some(p) = dp_within(inputs, output, sizes, &mut Work::new(AUTO_DP_FIRST_PAIRS.min(dp_max_pairs), stop)) {
+            return p;
+        }
+    }
+    // Then the hyper-optimizer, for a time that grows with the network: its path bounds
+    // what the DP must beat, which lets the DP give up early where it cannot finish.
+    let opts = HyperOptions {
+        max_time: Some(auto_hyper_time(inputs.len())),
+        max_trials: Some(AUTO_HYPER_TRIALS),
+        ..HyperOptions::default()
+    };
+    let hyper = hyper_fallback(inputs, output, sizes, &opts, stop, false);
+    let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
+    let known = cost(&hyper);
+    if stop() || !small {
+        return hyper;
+    }
     let deadline = Instant::now() + AUTO_DP_MAX_TIME;
     let bounded = || stop() || Instant::now() >= deadline;
-    let mut work = Work::new(dp_max_pairs, &bounded);
-    if let Some(p) = dp_within(inputs, output, sizes, &mut work) {
-        return p;
+    let mut work = Work::new(auto_dp_pairs(inputs.len(), dp_max_pairs), &bounded);
+    work.known = known;
+    match dp_within(inputs, output, sizes, &mut work) {
+        Some(p) if cost(&p) < known => p,
+        _ => hyper,
     }
-    let opts =
-        HyperOptions { max_time: Some(AUTO_MAX_TIME), max_trials: Some(AUTO_HYPER_TRIALS), ..HyperOptions::default() };
-    hyper_fallback(inputs, output, sizes, &opts, stop, work.stopped && Instant::now() < deadline)
 }
+
+/// [`auto`]'s hyper-optimizer budget for `n` operands: 0.5 ms per operand, from 2 ms to
+/// [`AUTO_MAX_TIME`].
+fn auto_hyper_time(n: usize) -> Duration {
+    (Duration::from_micros(500) * n.min(1 << 20) as u32).clamp(Duration::from_millis(2), AUTO_MAX_TIME)
+}
+
+/// [`auto`]'s DP budget in pairs of subsets for `n` operands, after the hyper-optimizer:
+/// `n^5 / 4`, at most `max`. Steep, so that small networks stay within milliseconds (the
+/// hyper-optimizer reaches the DP's paths on the random regular graphs and lattices of 14
+/// to 40 tensors measured, where the DP would take 10^7 to 10^9 pairs) while the 84-operand
+/// `lm_batch` and the 26-operand MERA, whose DP paths the hyper-optimizer misses, get the
+/// 1.5·10^8 and 2·10^6 they need.
+fn auto_dp_pairs(n: usize, max: u64) -> u64 {
+    let n = n.min(1 << 12) as u64;
+    (n.pow(5) / 4).min(max)
+}
+
+/// [`auto`] first gives the DP this many pairs of subsets (a few milliseconds): enough for
+/// chains, trees and the other networks of small width it solves exactly.
+const AUTO_DP_FIRST_PAIRS: u64 = 1 << 18;
 
 /// The hyper-optimizer after a DP gave up (`dp` and `auto`), or the greedy path when the
 /// caller already said stop (it reports the stop).

@@ -21,6 +21,12 @@
 //! results are read back in trial order, so a seeded search with a trial budget and no time
 //! budget is reproducible whatever the number of threads.
 //!
+//! Large networks (`LARGE_NETWORK`, 4096 operands, and more) are searched within the
+//! budget: a first batch of one trial (the plain greedy tree), no reconfiguration inside
+//! trials, partitioning that stops splitting when the trials' share of the budget (60%)
+//! ends, and the rest of the budget for reconfiguring the best trees, most expensive
+//! step first.
+//!
 //! Networks of at most [`EXACT_OPERANDS`] operands are solved exactly, for any objective,
 //! with no trial at all: a subtree reconfiguration whose frontier is every input.
 //!
@@ -55,6 +61,11 @@ use crate::rng::Rng;
 
 /// Trials suggested together and run in parallel; more threads than this are not used.
 const BATCH: u32 = 16;
+
+/// Networks of at least this many operands start with a batch of one trial, so that the
+/// first batch, which always runs whole, is the quickest tree there is (10^4 tensors and
+/// more: a partition trial takes seconds there).
+const LARGE_NETWORK: usize = 4096;
 
 /// How many of the best trees the search keeps for its last, deeper reconfiguration.
 const POLISHED: usize = 8;
@@ -236,12 +247,22 @@ fn run_trials(
     stop: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(&HyperProgress),
 ) -> (Elite, u32, bool) {
-    let deadline = opts.max_time.map(|t| start + t);
+    // On a large network the trials leave the last 40% of the budget to the
+    // reconfiguration of the best trees, which trials skip there (see `run_trial`).
+    let share = if net.n() >= LARGE_NETWORK { 0.6 } else { 1.0 };
+    let deadline = opts.max_time.map(|t| start + t.mul_f64(share));
     let max_trials = opts.max_trials.unwrap_or(u32::MAX).max(1);
     // Batches of fixed sizes, so the tuner sees the same results before each suggestion
     // whatever the number of threads (a seeded search with a trial budget is reproducible
-    // anywhere); they start small, since a first batch always runs whole.
-    let mut batch = 2u32;
+    // anywhere); they start small, since a first batch always runs whole: of one trial
+    // (the plain greedy tree, the quickest) on a large network, two otherwise.
+    let mut batch = if net.n() >= LARGE_NETWORK { 1 } else { 2u32 };
+    // The slowest trial so far: no batch starts unless three times that is left of the
+    // whole budget (a trial cannot be cut short, on a large network one takes a while, and
+    // the first, the plain greedy tree, is the quickest: a partition trial's first split
+    // of 10^5 tensors alone takes longer).
+    let mut slowest = std::time::Duration::ZERO;
+    let budget_end = opts.max_time.map(|t| start + t);
     let mut tuner = Tuner::new(opts.seed);
     // The best few trees, best first, no two of equal cost.
     let mut elite: Vec<(Tree, TreeCost, &'static str)> = Vec::new();
@@ -250,7 +271,10 @@ fn run_trials(
     while trials < max_trials {
         // The first batch always runs, so there is a tree to return.
         if trials > 0 {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d)
+                || budget_end.is_some_and(|d| now.checked_add(3 * slowest).is_none_or(|end| end >= d))
+            {
                 break;
             }
             if stop() {
@@ -260,11 +284,29 @@ fn run_trials(
         }
         let count = batch.min(max_trials - trials);
         let suggestions: Vec<(u32, Method)> = (trials..trials + count).map(|t| (t, tuner.suggest(t))).collect();
-        let results: Vec<(Tree, TreeCost)> = suggestions
+        // A trial of a later batch that would start past the deadline does not run: on a
+        // large network a batch has more trials than threads, and each takes a while.
+        let first = trials == 0;
+        let results: Vec<Option<(Tree, TreeCost, std::time::Duration)>> = suggestions
             .par_iter()
-            .map(|&(t, method)| run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), deadline))
+            .map(|&(t, method)| {
+                let began = Instant::now();
+                if !first && deadline.is_some_and(|d| began >= d) {
+                    return None;
+                }
+                let (tree, cost) = run_trial(net, method, opts, Rng::for_trial(opts.seed, t as u64), deadline);
+                Some((tree, cost, began.elapsed()))
+            })
             .collect();
-        for ((_, method), (tree, cost)) in suggestions.into_iter().zip(results) {
+        let skipped = results.iter().any(Option::is_none);
+        for ((_, method), result) in suggestions.into_iter().zip(results) {
+            let Some((tree, cost, took)) = result else {
+                // The tuner hears of every suggestion, in order.
+                tuner.report(method, f64::INFINITY);
+                continue;
+            };
+            trials += 1;
+            slowest = slowest.max(took);
             tuner.report(method, opts.minimize.score(&cost));
             let at = elite.partition_point(|e| !opts.minimize.better(&cost, &e.1));
             if at < POLISHED && !elite.iter().any(|e| e.1 == cost) {
@@ -272,14 +314,20 @@ fn run_trials(
                 elite.truncate(POLISHED);
             }
         }
-        trials += count;
+        if skipped {
+            // Trials were skipped: the deadline has passed.
+            progress(&HyperProgress { trials, seconds: start.elapsed().as_secs_f64(), best: elite[0].1 });
+            break;
+        }
         batch = (2 * batch).min(BATCH);
         progress(&HyperProgress { trials, seconds: start.elapsed().as_secs_f64(), best: elite[0].1 });
     }
     (elite, trials, interrupted)
 }
 
-/// One trial: a driver's tree, reconfigured (until the deadline at most).
+/// One trial: a driver's tree, reconfigured (until the deadline at most) unless the
+/// network is large (there reconfiguring every trial would take the whole budget; the best
+/// trees are reconfigured after the trials instead).
 fn run_trial(
     net: &Net,
     method: Method,
@@ -292,11 +340,12 @@ fn run_trial(
             let items = (0..net.n()).map(|i| net.leaf_legs(i)).collect();
             Tree::from_ssa(net.n(), &greedy(net, items, params, &mut rng))
         }
-        Method::Partition(params) => partition_tree(net, params, &mut rng),
+        Method::Partition(params) => partition_tree(net, params, &mut rng, deadline),
         Method::Anneal(params) => anneal_tree(net, params, opts.minimize, &mut rng, deadline),
     };
     let mut cost = tree.cost(net);
     if opts.reconf_size > 0
+        && net.n() < LARGE_NETWORK
         && reconfigure(net, &mut tree, opts.reconf_size as usize, opts.minimize, net.n().min(RECONF_TRIES), &|| {
             deadline.is_some_and(|d| Instant::now() >= d)
         })

@@ -139,9 +139,12 @@ pub fn budget(seconds: f64) -> EinsumResult<Duration> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct HyperOptions {
     /// Stop starting trials after this long ([`DEFAULT_MAX_TIME`] by default). A trial
-    /// under way stops reconfiguring and annealing at the budget, as do the last
-    /// reconfiguration and the slicing; the first batch of trials always builds its trees,
-    /// so there is a path to return.
+    /// under way stops reconfiguring, annealing and partitioning at the budget, as do the
+    /// last reconfiguration and the slicing; no batch starts with less of the budget left
+    /// than three times the slowest trial so far. The first batch always builds its trees,
+    /// so there is a path to return: two trials, or one, the plain greedy tree, on
+    /// networks of 4096 operands or more, where the trials take 60% of the budget and skip
+    /// their own reconfiguration, and the rest goes to reconfiguring the best trees.
     pub max_time: Option<Duration>,
     /// Stop after this many trials.
     pub max_trials: Option<u32>,

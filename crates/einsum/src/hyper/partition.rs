@@ -19,6 +19,8 @@
 //! Groups wait on an explicit stack, and the tree is assembled bottom-up over the groups
 //! in reverse creation order, so nothing recurses.
 
+use std::time::Instant;
+
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
@@ -52,14 +54,16 @@ struct Group {
     parts: Option<Vec<usize>>,
 }
 
-/// A tree by recursive partitioning (see the module docs).
-pub(crate) fn partition_tree(net: &Net, params: PartitionParams, rng: &mut Rng) -> Tree {
+/// A tree by recursive partitioning (see the module docs). Once `deadline` passes, no
+/// group is split further: the groups still waiting are contracted greedily as they are,
+/// so a trial on a network of 10^5 tensors ends soon after its search's budget.
+pub(crate) fn partition_tree(net: &Net, params: PartitionParams, rng: &mut Rng, deadline: Option<Instant>) -> Tree {
     let n = net.n();
     let cutoff = params.cutoff.max(2);
     let mut groups = vec![Group { members: (0..n as u32).collect(), parts: None }];
     let mut stack = vec![0usize];
     while let Some(g) = stack.pop() {
-        if groups[g].members.len() <= cutoff {
+        if groups[g].members.len() <= cutoff || deadline.is_some_and(|d| Instant::now() >= d) {
             continue;
         }
         let members = std::mem::take(&mut groups[g].members);
@@ -92,6 +96,10 @@ pub(crate) fn partition_tree(net: &Net, params: PartitionParams, rng: &mut Rng) 
             let (x, y) = (ids[a as usize], ids[b as usize]);
             let mut out = Legs::new();
             net.merge(&legs[x as usize], &legs[y as usize], &mut out);
+            // Each node is merged once: its legs are not needed again (on a wide tree,
+            // keeping every node's would take memory far beyond the network's).
+            legs[x as usize] = Legs::new();
+            legs[y as usize] = Legs::new();
             kids.push([x, y]);
             legs.push(out);
             ids.push((kids.len() - 1) as u32);
@@ -174,7 +182,7 @@ mod tests {
         let inputs: Vec<Vec<u32>> = (0..n).map(|i| vec![i, (i + 1) % n]).collect();
         let net = Net::new(&inputs, &[], &[4; 16]);
         let params = PartitionParams { imbalance: 0.05, cutoff: 4, parts: 2, greedy: GreedyParams::PLAIN };
-        let tree = partition_tree(&net, params, &mut Rng::new(3));
+        let tree = partition_tree(&net, params, &mut Rng::new(3), None);
         assert_eq!(tree.post_order().len(), 15);
         let mut leaves = vec![0u32; 16];
         let mut stack = vec![tree.root()];

@@ -199,9 +199,25 @@ impl Tree {
         legs
     }
 
-    /// The tree's cost on `net`.
+    /// The tree's cost on `net`. Each node's legs are dropped once its parent is made, so
+    /// the memory is that of the tensors alive at once, not of every node's legs (which on
+    /// a wide tree of 10^4 leaves is hundreds of megabytes).
     pub(crate) fn cost(&self, net: &Net) -> TreeCost {
-        self.cost_with_legs(net, &self.legs(net))
+        let mut legs: Vec<Legs> =
+            (0..self.kids.len()).map(|i| if i < self.n { net.leaf_legs(i) } else { Vec::new() }).collect();
+        let mut cost = TreeCost { multiply_adds: net.first_sums, ..TreeCost::default() };
+        let mut out = Legs::new();
+        for node in self.post_order() {
+            let [a, b] = self.kids(node);
+            cost.multiply_adds += net.merge(&legs[a as usize], &legs[b as usize], &mut out);
+            let size = net.size(&out);
+            cost.largest_intermediate = cost.largest_intermediate.max(size);
+            cost.written += size;
+            legs[a as usize] = Vec::new();
+            legs[b as usize] = Vec::new();
+            legs[node as usize] = std::mem::take(&mut out);
+        }
+        cost
     }
 
     /// The tree's cost given every node's legs.

@@ -6,6 +6,7 @@ mod network;
 mod plan;
 mod robustness;
 mod rules;
+mod scale;
 mod scaled;
 mod search;
 mod semantics;
