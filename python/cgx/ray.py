@@ -13,7 +13,8 @@ ranges are :mod:`cgx.distributed`'s own functions; only the engine differs:
 3. one task per slice range (``plan_ranges``, with the cluster's CPUs as threads), the
    ranges' results combined pairwise by tasks (summed, or stacked by output blocks where
    a sliced label is in the output, then laid out by a last task), and only the root is
-   fetched.
+   fetched; Ctrl-C while waiting for it cancels every task of the run, then raises
+   ``KeyboardInterrupt``.
 
 Invariants: as in :mod:`cgx.distributed`, every task is pure, so Ray may rerun it (a task
 whose worker died is retried, ``max_retries``, 3 by default) without changing the answer;
@@ -61,26 +62,62 @@ def _threads():
     return max(1, int(_ray.cluster_resources().get("CPU", 1)))
 
 
-def _tree(refs):
-    """Combines the ranges' results pairwise as tasks; the root's reference."""
-    add = _remote(_d._add_pair)
-    while len(refs) > 1:
-        paired = [add.remote(refs[i], refs[i + 1]) for i in range(0, len(refs) - 1, 2)]
-        if len(refs) % 2:
-            paired.append(refs[-1])
-        refs = paired
-    return refs[0]
+class _Run:
+    """The tasks of one run: ``root``, the reference of its result, and ``tasks``, every
+    task it submitted (the ranges and the sums over them), which Ctrl-C cancels."""
+
+    def __init__(self):
+        self.tasks = []
+        self.root = None
+
+    def submit(self, fn, *args):
+        ref = _remote(fn).remote(*args)
+        self.tasks.append(ref)
+        return ref
+
+    def tree(self, refs, add):
+        """Combines ``refs`` pairwise by ``add`` tasks; the root's reference."""
+        while len(refs) > 1:
+            paired = [self.submit(add, refs[i], refs[i + 1]) for i in range(0, len(refs) - 1, 2)]
+            if len(refs) % 2:
+                paired.append(refs[-1])
+            refs = paired
+        return refs[0]
+
+    def get(self):
+        """The result; on Ctrl-C (``KeyboardInterrupt`` while waiting) every task of the
+        run is cancelled (those not started never run, running ones are interrupted),
+        then the interrupt is raised."""
+        try:
+            return _ray.get(self.root)
+        except KeyboardInterrupt:
+            _cancel(self)
+            raise
+
+
+def _cancel(run):
+    for ref in run.tasks:
+        try:
+            _ray.cancel(ref)
+        except Exception:  # noqa: BLE001 - a task already finished or gone: nothing to cancel
+            pass
 
 
 def _run(expr, task, ranges, *args):
+    run = _Run()
     layout = _d._block_layout(expr)
-    parts = [_remote(task).remote(_d._plan_key(expr), start, stop, layout is not None, *args) for start, stop in ranges]
-    root = _tree(parts)
-    return root if layout is None else _remote(_d._finish).remote(layout, root)
+    parts = [run.submit(task, _d._plan_key(expr), start, stop, layout is not None, *args) for start, stop in ranges]
+    root = run.tree(parts, _d._add_pair)
+    run.root = root if layout is None else run.submit(_d._finish, layout, root)
+    return run
 
 
 def submit_contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None):
     """Like :func:`contract`, but returns the Ray object reference of the result at once."""
+    return _contract_run(eq, arrays, optimize, memory_limit, sliced_inds, n_tasks).root
+
+
+def _contract_run(eq, arrays, optimize, memory_limit, sliced_inds, n_tasks):
     _require()
     expr = _d._prepare(eq, arrays, optimize, memory_limit, sliced_inds)
     expr.eval_slices(*arrays, start=0, stop=0)  # checks the operands, with the local API's exceptions
@@ -93,6 +130,10 @@ def submit_value_and_grad(
     eq, *arrays, wrt=None, cotangent=None, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None
 ):
     """Like :func:`value_and_grad`, but returns the Ray object reference of ``(value, grads)``."""
+    return _grad_run(eq, arrays, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks).root
+
+
+def _grad_run(eq, arrays, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks):
     _require()
     expr = _d._prepare(eq, arrays, optimize, memory_limit, sliced_inds)
     wrt = _einsum._wrt(wrt)
@@ -115,6 +156,10 @@ def submit_hvp(
     n_tasks=None,
 ):
     """Like :func:`hvp`, but returns the Ray object reference of the products at once."""
+    return _hvp_run(eq, arrays, directions, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks).root
+
+
+def _hvp_run(eq, arrays, directions, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks):
     _require()
     expr = _d._prepare(eq, arrays, optimize, memory_limit, sliced_inds)
     wrt, directions = _d._check_hvp(expr, arrays, directions, wrt, cotangent)
@@ -122,14 +167,10 @@ def submit_hvp(
     cot = None if cotangent is None else _ray.put(np.asarray(cotangent))
     ranges = _d.plan_ranges(expr.n_slices, _d.HVP_WORK * _d._slice_flops(expr), _threads(), n_tasks)
     plan, n = _d._plan_key(expr), len(arrays)
-    parts = [_remote(_d._hvp_range).remote(plan, start, stop, wrt, cot, n, *refs) for start, stop in ranges]
-    add = _remote(_d._add_grads)
-    while len(parts) > 1:
-        paired = [add.remote(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
-        if len(parts) % 2:
-            paired.append(parts[-1])
-        parts = paired
-    return parts[0]
+    run = _Run()
+    parts = [run.submit(_d._hvp_range, plan, start, stop, wrt, cot, n, *refs) for start, stop in ranges]
+    run.root = run.tree(parts, _d._add_grads)
+    return run
 
 
 def _writable(x):
@@ -139,27 +180,16 @@ def _writable(x):
 
 def contract(eq, *arrays, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None):
     """:func:`cgx.contract` on Ray, as :func:`cgx.distributed.contract` on Dask; a numpy array."""
-    ref = submit_contract(
-        eq, *arrays, optimize=optimize, memory_limit=memory_limit, sliced_inds=sliced_inds, n_tasks=n_tasks
-    )
-    return _writable(_ray.get(ref))
+    run = _contract_run(eq, arrays, optimize, memory_limit, sliced_inds, n_tasks)
+    return _writable(run.get())
 
 
 def value_and_grad(
     eq, *arrays, wrt=None, cotangent=None, optimize="greedy", memory_limit=None, sliced_inds=None, n_tasks=None
 ):
     """``(value, grads)`` on Ray, as :func:`cgx.distributed.value_and_grad` on Dask."""
-    ref = submit_value_and_grad(
-        eq,
-        *arrays,
-        wrt=wrt,
-        cotangent=cotangent,
-        optimize=optimize,
-        memory_limit=memory_limit,
-        sliced_inds=sliced_inds,
-        n_tasks=n_tasks,
-    )
-    value, grads = _ray.get(ref)
+    run = _grad_run(eq, arrays, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks)
+    value, grads = run.get()
     return _writable(value), tuple(_writable(g) for g in grads)
 
 
@@ -176,15 +206,5 @@ def hvp(
 ):
     """Hessian-vector products on Ray, as :func:`cgx.distributed.hvp` on Dask; a tuple of
     numpy arrays."""
-    ref = submit_hvp(
-        eq,
-        *arrays,
-        directions=directions,
-        wrt=wrt,
-        cotangent=cotangent,
-        optimize=optimize,
-        memory_limit=memory_limit,
-        sliced_inds=sliced_inds,
-        n_tasks=n_tasks,
-    )
-    return tuple(_writable(h) for h in _ray.get(ref))
+    run = _hvp_run(eq, arrays, directions, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks)
+    return tuple(_writable(h) for h in run.get())

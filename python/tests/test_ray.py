@@ -129,3 +129,32 @@ def test_hvp_matches_single_process(local_ray, network, n_tasks):
     for g, w in zip(got, want):
         assert g.flags.writeable
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_ctrl_c_ends_a_ray_run_within_a_second_and_cancels_its_tasks(local_ray, monkeypatch):
+    from test_interrupt import BOUND, seconds_to_interrupt
+
+    cancelled = []
+    original = cr._cancel
+
+    def spy(run):
+        cancelled.extend(run.tasks)
+        original(run)
+
+    monkeypatch.setattr(cr, "_cancel", spy)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((3000, 3000)), rng.standard_normal((3000, 3000))
+    # 3000 slices of a 3000 x 3000 outer product, in 8 ranges and a tree of sums: tens of
+    # seconds of work. The signal comes once the run is submitted and waited for.
+    call = lambda: cr.contract("ij,jk->ik", a, b, sliced_inds="j", n_tasks=8)  # noqa: E731
+    assert seconds_to_interrupt(call, delay=3.0) < BOUND
+    assert len(cancelled) == 8 + 7, "every range and every sum is cancelled"
+    # Cancelled tasks end (with an error) instead of running on: all done well before the
+    # run's own time.
+    ready, pending = ray.wait(cancelled, num_returns=len(cancelled), timeout=60)
+    assert not pending, f"{len(pending)} cancelled tasks still running a minute later"
+    with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError)):
+        ray.get(cancelled[-1])
+    # Ray still works.
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(cr.contract("ij,jk->ik", x, x.T, sliced_inds="j"), x @ x.T)
