@@ -89,8 +89,14 @@ pub(crate) fn reconfigure(
         let t = net.merge(&legs[a as usize], &legs[b as usize], scratch);
         objective.step_cost(t, net.size(&legs[x as usize]))
     };
+    // Each internal node's step cost, kept as rebuilds change it: a popped entry whose key
+    // differs is stale (the node was rebuilt and queued again), found without a merge.
+    let mut cost = vec![0.0; legs.len()];
+    for &x in &order {
+        cost[x as usize] = cost_of(tree, &legs, x, &mut scratch);
+    }
     let mut heap: std::collections::BinaryHeap<(Key, u32)> =
-        order.iter().map(|&x| (Key(cost_of(tree, &legs, x, &mut scratch)), x)).collect();
+        order.iter().map(|&x| (Key(cost[x as usize]), x)).collect();
     let mut seen: rustc_hash::FxHashSet<u64> = rustc_hash::FxHashSet::default();
     let mut dp = Dp::default();
     let mut tries = 0;
@@ -99,8 +105,8 @@ pub(crate) fn reconfigure(
         if tries >= max_tries || (tries % 32 == 31 && give_up()) {
             break;
         }
-        if cost_of(tree, &legs, node, &mut scratch) != c {
-            continue; // stale: the node was rebuilt and queued again
+        if cost[node as usize] != c {
+            continue;
         }
         let (frontier, inner) = frontier_of(tree, node, k);
         let mut key = frontier.clone();
@@ -121,15 +127,17 @@ pub(crate) fn reconfigure(
             }
         }
         for &x in &built {
-            heap.push((Key(cost_of(tree, &legs, x, &mut scratch)), x));
+            cost[x as usize] = cost_of(tree, &legs, x, &mut scratch);
+            heap.push((Key(cost[x as usize]), x));
         }
-        // Ancestors within reach: their frontiers may now open the rebuilt nodes.
+        // Ancestors within reach: their frontiers may now open the rebuilt nodes (their
+        // own steps, over the same leaves, cost what they did).
         let mut up = parent[node as usize];
         for _ in 0..k {
             if up == super::tree::NONE {
                 break;
             }
-            heap.push((Key(cost_of(tree, &legs, up, &mut scratch)), up));
+            heap.push((Key(cost[up as usize]), up));
             up = parent[up as usize];
         }
     }
