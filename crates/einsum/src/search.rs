@@ -25,15 +25,19 @@
 //!   greedy.
 //! - [`auto`]: `optimal` for at most [`AUTO_EXACT_OPERANDS`] operands; else `dp` within
 //!   2^18 pairs of subsets (milliseconds: chains, trees and other narrow networks end
-//!   there, with the best connected path); else the hyper-optimizer for 0.5 ms per
-//!   operand (2 ms to [`AUTO_MAX_TIME`], at most [`AUTO_HYPER_TRIALS`] trials), then,
-//!   up to 1024 operands, `dp` again, told the hyper-optimizer's cost, within `n^5/4` pairs (at most 2^28) and
-//!   [`AUTO_DP_MAX_TIME`]: it gives up as soon as its cost cap passes that cost, or when
-//!   the growth of its rounds predicts it cannot get there within the pairs left; the
-//!   cheaper of the two paths wins. The DP stays because it reaches the best known paths
-//!   of bundled instances (the 84-operand `lm_batch`, the 26-operand MERA) that the
-//!   hyper-optimizer misses; the hyper-optimizer is what answers on networks of large
-//!   width (random regular graphs, lattices), where the DP would run for minutes.
+//!   there, with the best connected path); else the hyper-optimizer (at most
+//!   [`AUTO_HYPER_TRIALS`] trials), then, up to 1024 operands, `dp` again, told the
+//!   hyper-optimizer's cost, within `n^5/4` pairs (at most 2^28): it gives up as soon as
+//!   its cost cap passes that cost, or when the growth of its rounds predicts it cannot
+//!   get there within the pairs left; the cheaper of the two paths wins. Each stage also
+//!   ends once the search has taken as long as the best path found so far would take to
+//!   contract at [`AUTO_RATE`] ([`auto_allowance`], from [`AUTO_MIN_TIME`] to
+//!   [`AUTO_MAX_TIME`]): a network of 10^7 multiply-adds is planned in about a
+//!   millisecond, as opt_einsum plans it, while one of 10^13 may take seconds that its
+//!   contraction repays. The DP stays because it reaches the best known paths of bundled
+//!   instances (the 84-operand `lm_batch`, the 26-operand MERA) that the hyper-optimizer
+//!   misses; the hyper-optimizer is what answers on networks of large width (random
+//!   regular graphs, lattices), where the DP would run for minutes.
 //!
 //! [`find_path_until`] runs any of them with a caller's `stop` test, asked once per
 //! [`STOP_CHECK_WORK`] units of work (pairs of subsets, splits, or once per random-greedy
@@ -80,27 +84,33 @@ const AUTO_DP_MAX_OPERANDS: usize = 1024;
 /// The trials of the Python package's and the command line's `random-greedy`.
 pub const RANDOM_GREEDY_TRIALS: u32 = 64;
 
-/// [`auto`]'s DP, after the hyper-optimizer, gets at most this many pairs of subsets (or
-/// [`AUTO_DP_MAX_TIME`]): enough for the bundled instances' DP paths (the 84-operand
+/// [`auto`]'s DP, after the hyper-optimizer, gets at most this many pairs of subsets (and
+/// at most [`auto_allowance`]): enough for the bundled instances' DP paths (the 84-operand
 /// `lm_batch` needs the most), which the hyper-optimizer does not always reach.
 const AUTO_DP_MAX_PAIRS: u64 = 1 << 28;
-
-/// [`auto`]'s DP gives up after this long.
-pub const AUTO_DP_MAX_TIME: Duration = Duration::from_secs(4);
 
 /// [`auto`]'s hyper-optimizer runs at most this many trials.
 pub const AUTO_HYPER_TRIALS: u32 = 128;
 
-/// [`auto`]'s hyper-optimizer gets at most this long (0.5 ms per operand below it).
+/// [`auto`] searches at most this long (see [`auto_allowance`]).
 pub const AUTO_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// [`auto`] may always search this long (see [`auto_allowance`]): about what opt_einsum's
+/// `auto` takes on networks of 10 to 40 tensors.
+pub const AUTO_MIN_TIME: Duration = Duration::from_millis(1);
+
+/// The contraction speed, in multiply-adds per second, by which [`auto_allowance`] turns a
+/// path's cost into time: about one core's float64 rate on the bundled instances (5·10^9
+/// to 1.5·10^10 measured).
+pub const AUTO_RATE: f64 = 1e10;
 
 /// [`PathChoice::Dp`] gives up after this long (or [`DP_MAX_PAIRS`] pairs, whichever
 /// comes first) and turns to the hyper-optimizer with its default budget.
 pub const DP_MAX_TIME: Duration = Duration::from_secs(5);
 
 /// [`find_path_until`] asks its `stop` test once per this many units of search work
-/// (about 10 to 50 ms of the DP).
-pub const STOP_CHECK_WORK: u64 = 1 << 20;
+/// (about 0.2 to 1 ms of the DP).
+pub const STOP_CHECK_WORK: u64 = 1 << 14;
 
 /// The work a search may do: at most `max` units, asking `stop` every
 /// [`STOP_CHECK_WORK`] units.
@@ -704,11 +714,11 @@ fn sampled_greedy(
 }
 
 /// [`optimal`] for at most [`AUTO_EXACT_OPERANDS`] operands, else a quick [`dp`], else
-/// the hyper-optimizer ([`crate::hyper::hyper_path`]) for a time that grows with the
-/// network, then [`dp`] bounded by the hyper-optimizer's cost (see the module docs).
-/// Bounded for every network: at most [`AUTO_MAX_TIME`] plus [`AUTO_DP_MAX_TIME`] (the
-/// hyper-optimizer's batch under way aside); milliseconds to a few tenths of a second on
-/// networks of up to a few hundred tensors.
+/// the hyper-optimizer ([`crate::hyper::hyper_path`]), then [`dp`] bounded by the
+/// hyper-optimizer's cost (see the module docs). Every stage ends once the search has
+/// taken as long as the best path so far would take to contract ([`auto_allowance`]):
+/// a cheap network is planned in about a millisecond, a costly one gets up to
+/// [`AUTO_MAX_TIME`] (the hyper-optimizer's batch under way aside).
 ///
 /// ```
 /// use einsum::search::auto;
@@ -724,6 +734,27 @@ fn auto_within(inputs: &[Vec<u32>], output: &[u32], sizes: &[usize], dp_max_pair
     auto_until(inputs, output, sizes, dp_max_pairs, &never)
 }
 
+/// How long [`auto`] may search once its best path costs `multiply_adds`: as long as that
+/// path would take to contract at [`AUTO_RATE`], from [`AUTO_MIN_TIME`] to
+/// [`AUTO_MAX_TIME`]. A search longer than the contraction it could save cannot pay for
+/// itself.
+///
+/// ```
+/// use einsum::search::{auto_allowance, AUTO_MAX_TIME, AUTO_MIN_TIME};
+/// use std::time::Duration;
+/// assert_eq!(auto_allowance(1e3), AUTO_MIN_TIME);
+/// assert_eq!(auto_allowance(5e7), Duration::from_millis(5));
+/// assert_eq!(auto_allowance(1e30), AUTO_MAX_TIME);
+/// assert_eq!(auto_allowance(f64::INFINITY), AUTO_MAX_TIME);
+/// ```
+pub fn auto_allowance(multiply_adds: f64) -> Duration {
+    let seconds = multiply_adds / AUTO_RATE;
+    if seconds.is_nan() || seconds >= AUTO_MAX_TIME.as_secs_f64() {
+        return AUTO_MAX_TIME;
+    }
+    Duration::from_secs_f64(seconds).max(AUTO_MIN_TIME)
+}
+
 /// [`auto_within`] with a `stop` test: the path found so far when it stops (the caller
 /// reports the stop).
 fn auto_until(
@@ -733,46 +764,66 @@ fn auto_until(
     dp_max_pairs: u64,
     stop: &dyn Fn() -> bool,
 ) -> ContractionPath {
+    let start = Instant::now();
+    let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
+    // The best cost so far sets how long the search may go on; until a path is known, the
+    // longest allowance.
+    let best = std::cell::Cell::new(f64::INFINITY);
+    let out_of_time = || stop() || start.elapsed() >= auto_allowance(best.get());
+    let greedy = || ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
+    let small = inputs.len() <= AUTO_DP_MAX_OPERANDS;
+    if small {
+        // The greedy path's cost, in microseconds, sets the first allowance (the
+        // hyper-optimizer's first trial is the same path; on a large network the longest
+        // allowance holds until its first batch).
+        best.set(cost(&greedy()));
+    }
     if inputs.len() <= AUTO_EXACT_OPERANDS {
-        if let Some(p) = optimal_within(inputs, output, sizes, &mut Work::new(u64::MAX, stop)) {
+        if let Some(p) = optimal_within(inputs, output, sizes, &mut Work::new(u64::MAX, &out_of_time)) {
             return p;
         }
     }
     // A quick DP first: on chains, trees and other narrow networks it finishes at once,
     // with the best connected path.
-    let small = inputs.len() <= AUTO_DP_MAX_OPERANDS;
-    if small {
-        if let Some(p) = dp_within(inputs, output, sizes, &mut Work::new(AUTO_DP_FIRST_PAIRS.min(dp_max_pairs), stop)) {
+    if small && !out_of_time() {
+        // Within half the allowance, leaving the rest to the hyper-optimizer.
+        let first_half = || stop() || start.elapsed() >= auto_allowance(best.get()) / 2;
+        let mut work = Work::new(AUTO_DP_FIRST_PAIRS.min(dp_max_pairs), &first_half);
+        if let Some(p) = dp_within(inputs, output, sizes, &mut work) {
             return p;
         }
     }
-    // Then the hyper-optimizer, for a time that grows with the network: its path bounds
-    // what the DP must beat, which lets the DP give up early where it cannot finish.
-    let opts = HyperOptions {
-        max_time: Some(auto_hyper_time(inputs.len())),
-        max_trials: Some(AUTO_HYPER_TRIALS),
-        ..HyperOptions::default()
+    // Then the hyper-optimizer. It reports its best cost after each batch of trials, so
+    // the allowance shrinks as it finds cheaper paths, and its path bounds what the DP
+    // must beat, which lets the DP give up early where it cannot finish.
+    let hyper = if stop() {
+        greedy()
+    } else {
+        // Its budget is what the allowance leaves (a trial's reconfiguration stops at the
+        // deadline), but at least a first short batch.
+        let left = auto_allowance(best.get()).saturating_sub(start.elapsed());
+        let opts = HyperOptions {
+            max_time: Some(left.max(AUTO_MIN_TIME / 2)),
+            max_trials: Some(AUTO_HYPER_TRIALS),
+            ..HyperOptions::default()
+        };
+        let mut report = |p: &crate::hyper::HyperProgress| best.set(p.best.multiply_adds);
+        match crate::hyper::hyper_path_until(inputs, output, sizes, &opts, &out_of_time, &mut report) {
+            Ok(found) => found.path,
+            Err(_) => greedy(),
+        }
     };
-    let hyper = hyper_fallback(inputs, output, sizes, &opts, stop, false);
-    let cost = |p: &ContractionPath| path_cost(inputs, output, sizes, p).unwrap_or(f64::INFINITY);
     let known = cost(&hyper);
-    if stop() || !small {
+    best.set(known);
+    if !small || out_of_time() {
         return hyper;
     }
-    let deadline = Instant::now() + AUTO_DP_MAX_TIME;
-    let bounded = || stop() || Instant::now() >= deadline;
-    let mut work = Work::new(auto_dp_pairs(inputs.len(), dp_max_pairs), &bounded);
+    let mut work = Work::new(auto_dp_pairs(inputs.len(), dp_max_pairs), &out_of_time);
     work.known = known;
     match dp_within(inputs, output, sizes, &mut work) {
         Some(p) if cost(&p) < known => p,
         _ => hyper,
     }
-}
-
-/// [`auto`]'s hyper-optimizer budget for `n` operands: 0.5 ms per operand, from 2 ms to
-/// [`AUTO_MAX_TIME`].
-fn auto_hyper_time(n: usize) -> Duration {
-    (Duration::from_micros(500) * n.min(1 << 20) as u32).clamp(Duration::from_millis(2), AUTO_MAX_TIME)
 }
 
 /// [`auto`]'s DP budget in pairs of subsets for `n` operands, after the hyper-optimizer:
