@@ -17,65 +17,18 @@
 use std::time::{Duration, Instant};
 
 use einsum::hyper::{HyperOptions, hyper_path};
-use einsum::{ContractionPath, FollowedPath, PathChoice};
-
-/// SplitMix64: the networks' seeded stream.
-struct Stream(u64);
-
-impl Stream {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        ((self.next() as u128 * n as u128) >> 64) as usize
-    }
-}
+use einsum::{ContractionPath, FollowedPath, PathChoice, generate};
 
 type Network = (String, Vec<Vec<u32>>, Vec<usize>);
 
-/// A random 3-regular graph on `n` vertices (pairing model, redrawn until simple), one
-/// label of size 2 per edge.
-fn random_regular(n: usize, seed: u64) -> Network {
-    let d = 3;
-    let mut s = Stream(seed);
-    loop {
-        let mut stubs: Vec<u32> = (0..n as u32).flat_map(|v| std::iter::repeat_n(v, d)).collect();
-        for i in (1..stubs.len()).rev() {
-            stubs.swap(i, s.below(i + 1));
-        }
-        let mut edges: Vec<(u32, u32)> = stubs.chunks(2).map(|p| (p[0].min(p[1]), p[0].max(p[1]))).collect();
-        edges.sort_unstable();
-        if edges.windows(2).any(|w| w[0] == w[1]) || edges.iter().any(|e| e.0 == e.1) {
-            continue;
-        }
-        let mut inputs = vec![Vec::new(); n];
-        for (c, &(a, b)) in edges.iter().enumerate() {
-            inputs[a as usize].push(c as u32);
-            inputs[b as usize].push(c as u32);
-        }
-        return (format!("random 3-regular, {n}"), inputs, vec![2; edges.len()]);
-    }
+fn random_regular(n: usize, seed: u64) -> Result<Network, einsum::EinsumError> {
+    let net = generate::random_regular(n, 3, seed)?;
+    Ok((format!("random 3-regular, {n}"), net.inputs, net.sizes))
 }
 
-/// A `side × side` lattice, one label of size 2 per edge.
-fn lattice(side: usize) -> Network {
-    let n = side * side;
-    let mut inputs = vec![Vec::new(); n];
-    let mut labels = 0u32;
-    for v in 0..n {
-        for (w, ok) in [(v + 1, (v % side) + 1 < side), (v + side, v + side < n)] {
-            if ok {
-                inputs[v].push(labels);
-                inputs[w].push(labels);
-                labels += 1;
-            }
-        }
-    }
-    (format!("{side}×{side} lattice"), inputs, vec![2; labels as usize])
+fn lattice(side: usize) -> Result<Network, einsum::EinsumError> {
+    let net = generate::lattice(&[side, side], 2..=2, 0)?;
+    Ok((format!("{side}×{side} lattice"), net.inputs, net.sizes))
 }
 
 /// Resets the peak resident memory to the current one; whether it could.
@@ -116,21 +69,21 @@ fn log10_cost(inputs: &[Vec<u32>], sizes: &[usize], path: &ContractionPath) -> R
 }
 
 /// The network of index `i` of the table.
-fn network(i: usize) -> Option<Network> {
-    Some(match i {
+fn network(i: usize) -> Result<Network, Box<dyn std::error::Error>> {
+    Ok(match i {
         0 => lattice(32),
         1 => random_regular(1000, 1),
         2 => lattice(100),
         3 => random_regular(10_000, 2),
         4 => lattice(300),
         5 => random_regular(100_000, 3),
-        _ => return None,
-    })
+        _ => return Err("no such network".into()),
+    }?)
 }
 
 /// One row, in this process: network `i`, greedy (`budget` 0) or the hyper-optimizer.
 fn row(i: usize, budget: f64) -> Result<(), Box<dyn std::error::Error>> {
-    let (name, inputs, sizes) = network(i).ok_or("no such network")?;
+    let (name, inputs, sizes) = network(i)?;
     let measured = reset_peak();
     let (t, cpu) = (Instant::now(), cpu_seconds());
     let (path, finder, note) = if budget == 0.0 {

@@ -99,6 +99,7 @@ pub mod draw;
 mod elem;
 mod elementwise;
 mod error;
+pub mod generate;
 mod greedy;
 pub mod hyper;
 mod instance;
