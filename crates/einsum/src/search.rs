@@ -97,7 +97,7 @@ pub const AUTO_MAX_TIME: Duration = Duration::from_secs(2);
 
 /// [`auto`] may always search this long (see [`auto_allowance`]): about what opt_einsum's
 /// `auto` takes on networks of 10 to 40 tensors.
-pub const AUTO_MIN_TIME: Duration = Duration::from_millis(1);
+pub const AUTO_MIN_TIME: Duration = Duration::from_micros(500);
 
 /// The contraction speed, in multiply-adds per second, by which [`auto_allowance`] turns a
 /// path's cost into time: about one core's float64 rate on the bundled instances (5·10^9
