@@ -15,7 +15,7 @@ opt_einsum is installed.
 
 Each function also takes numpy's and opt_einsum's interleaved form, operands each followed
 by its list of labels and, last, the output's (``contract(a, [0, 1], b, [1, 2], [0, 2])``;
-:func:`contract_expression` with shapes in place of operands): see ``_subscripts``. An
+:func:`contract_expression` with shapes in place of operands): see ``_parser.subscripts``. An
 explicit path is any sequence (lists, tuples, numpy integer arrays, numpy's
 ``['einsum_path', ...]``) of steps of integer positions.
 
