@@ -5,15 +5,37 @@ changes this file, and ``mypy --strict`` over the package checks the callers.
 
 Arguments the Rust side reads as ``Vec`` take any sequence but a string; ``Vec<char>``
 takes one-character strings; numpy arrays read in place (``PyReadonlyArray``) must
-already have the element type shown.
+already have the element type shown. ``python -m mypy.stubtest cgx._core --allowlist
+python/tests/stubtest_allowlist.txt`` (CI) checks this file against the built module.
 """
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 from numpy.typing import NDArray
+from typing_extensions import Self, disjoint_base
+
+__all__ = [
+    "Expression",
+    "contract",
+    "set_memory_budget",
+    "memory_budget",
+    "is_path_finder",
+    "release_buffers",
+    "search_path",
+    "hyper_search",
+    "check_hyper_options",
+    "tree_svg",
+    "left_range",
+    "Graph",
+    "Program",
+    "Gradient",
+    "graph_op_codes",
+    "graph_workload",
+    "GRAPH_OPS",
+]
 
 # Types for annotations only (the module has no such names at run time).
 # A path argument: the name of one of the einsum crate's finders (``PathChoice``'s
@@ -27,17 +49,18 @@ PlanTuple = tuple[list[str], str, dict[str, int], list[Step]]
 
 GRAPH_OPS: list[str]
 
+@disjoint_base
 class Expression:
     """A contraction compiled once for fixed shapes (``python/src/expression.rs``)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         eq: str,
         shapes: Sequence[Sequence[int]],
         path: PathArg | None = None,
         memory_limit: float | None = None,
         sliced_inds: Sequence[str] | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def __call__(self, *operands: Any) -> NDArray[Any]: ...
     def _eval_slices(
         self, operands: tuple[Any, ...], start: int = 0, stop: int | None = None, blocks: bool = False
@@ -132,6 +155,7 @@ def check_hyper_options(
 def tree_svg(eq: str, shapes: Sequence[Sequence[int]], path: Sequence[Sequence[int]], sliced: Sequence[str]) -> str: ...
 def left_range(x: object) -> bool: ...
 
+@final
 class Graph:
     """A scalar DAG built in batches (``python/src/graph.rs``)."""
 
@@ -148,6 +172,7 @@ class Graph:
     def compile(self, outputs: Sequence[int]) -> Program: ...
     def gradient(self, output: int, wrt: Sequence[int] | None = None) -> Gradient: ...
 
+@final
 class Program:
     """A compiled program (``Graph.compile``)."""
 
@@ -157,6 +182,7 @@ class Program:
     @property
     def instruction_count(self) -> int: ...
 
+@final
 class Gradient:
     """A compiled value and gradient (``Graph.gradient``): a float value at one point, an
     array of values for a batch."""
