@@ -13,13 +13,15 @@ gradients there are ``cgx.jax.contract`` and ``cgx.torch.contract``.
 ``'tensorflow'``, ``'cupy'``, ...): numpy operands are converted to its arrays, contracted
 there and converted back to numpy (opt_einsum's behaviour for numpy input); ``'object'``
 contracts numpy object arrays with Python's ``+`` and ``*`` (numpy along the path, in
-``_einsum``). This module knows nothing of the engine: it takes the plan's steps, as
+``_numpy``). This module knows nothing of the engine: it takes the plan's steps, as
 ``Expression._plan`` gives them.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +41,7 @@ _MODULES = {"jax": "jax.numpy", "dask": "dask.array", "autograd": "autograd.nump
 _NATIVE_TYPES = frozenset((np.ndarray, float, int, complex, list, tuple))
 
 
-def foreign(operands):
+def foreign(operands: Iterable[Any]) -> str | None:
     """The backend name of the first operand that is not a numpy array or a Python number
     and whose library has an ``einsum`` (``'jax'`` for ``jaxlib``'s and JAX tracers'
     types), or ``None`` if there is none: other objects (a pandas frame, say) go to the
@@ -58,7 +60,7 @@ def foreign(operands):
 
 
 # Whether a library has an `einsum`, by backend name (looked up once per name).
-_EINSUM: dict = {}
+_EINSUM: dict[str, bool] = {}
 
 
 def _has_einsum(name: str) -> bool:
@@ -72,10 +74,22 @@ def _has_einsum(name: str) -> bool:
     return known
 
 
+def library(operands: Iterable[Any], backend: Any) -> str | None:
+    """The array library that contracts ``operands``: ``None`` for the engine (numpy
+    arrays, Python numbers, ``backend='numpy'``), ``'object'`` for numpy's object arrays
+    with Python arithmetic, else the library ``backend`` names, or with ``'auto'`` the
+    library of the first operand that is not numpy's (``_dispatch``)."""
+    if not isinstance(backend, str):
+        raise ValueError(f"backend must be a library's name, such as 'numpy', 'jax', 'torch' or 'object', not {backend!r}")
+    if backend == "auto":
+        return foreign(operands)
+    return None if backend == "numpy" else backend
+
+
 class Backend:
     """A library's ``einsum`` and its conversions from and to numpy."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self.name = name
         try:
             self.module = importlib.import_module(_MODULES.get(name, name))
@@ -84,7 +98,7 @@ class Backend:
         if not hasattr(self.module, "einsum"):
             raise ValueError(f"backend={name!r}: the module {self.module.__name__!r} has no einsum")
 
-    def to(self, x):
+    def to(self, x: Any) -> Any:
         """``x`` as this library's array (a numpy operand, or a constant of an expression)."""
         if self.name == "torch":
             import numpy as np
@@ -92,7 +106,7 @@ class Backend:
             return self.module.as_tensor(np.asarray(x)) if not isinstance(x, self.module.Tensor) else x
         return self.module.asarray(x)
 
-    def back(self, x):
+    def back(self, x: Any) -> Any:
         """This library's array as a numpy array."""
         import numpy as np
 
@@ -102,7 +116,7 @@ class Backend:
             return np.asarray(x.compute())
         return np.asarray(x)
 
-    def along(self, plan, arrays):
+    def along(self, plan: Any, arrays: Iterable[Any]) -> Any:
         """``arrays`` contracted with this library's ``einsum`` along ``plan``
         (``(inputs, output, sizes, steps)`` of ``Expression._plan``); one operand without
         steps is copied by ``einsum`` as it stands."""
@@ -124,9 +138,9 @@ class Backend:
         return ops[0]
 
 
-def _letters(labels: str):
+def _letters(labels: str) -> Callable[[str], str]:
     """A renaming of a step's labels to ASCII letters, which every library's einsum reads."""
-    names = {}
+    names: dict[str, str] = {}
     for c in labels:
         if c not in names:
             k = len(names)
@@ -136,7 +150,7 @@ def _letters(labels: str):
     return lambda t: "".join(names[c] for c in t)
 
 
-_CACHE: dict = {}
+_CACHE: dict[str, Backend] = {}
 
 
 def backend(name: str) -> Backend:
@@ -147,7 +161,7 @@ def backend(name: str) -> Backend:
     return b
 
 
-def run(plan, operands, name: str, convert: bool):
+def run(plan: Any, operands: Sequence[Any], name: str, convert: bool) -> Any:
     """``operands`` contracted by library ``name`` along ``plan``. With ``convert`` (the
     operands are numpy's, the library was asked for by ``backend=``), they are converted
     to its arrays first and the result back to numpy; otherwise numpy operands among

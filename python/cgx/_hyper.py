@@ -132,7 +132,7 @@ class HyperOptimizer:
         self.sliced_inds = tuple(names[i] for i in report["sliced"])
         if self.progbar:
             sys.stderr.write("\n")
-        self.path, self.report = [tuple(p) for p in path], report
+        self.path, self.report = [(p[0], p[1]) for p in path], report
         return list(self.path)
 
     @property

@@ -21,15 +21,18 @@ exponent 0); the exponent is a multiple of ``log10(2)``.
 An intermediate that underflows to exactly zero leaves no trace in a plain result, so only
 ``strip_exponent=True`` guards against it.
 
-This module holds the checks; ``_einsum.py`` calls the engine.
+This module holds the checks; ``_einsum.py`` and ``_expression.py`` call the engine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from . import _core
 
 
-def left_range(x) -> bool:
+def left_range(x: Any) -> bool:
     """Whether ``x``, a numpy float or complex array, has an entry that is not finite or a
     largest modulus that is not zero but below the normal range (what a contraction whose
     intermediate overflowed or underflowed returns). float64 and complex128 arrays, what
@@ -48,12 +51,12 @@ def left_range(x) -> bool:
     return not np.isfinite(m) or 0 < m < np.finfo(x.dtype).tiny
 
 
-def any_left_range(value, grads) -> bool:
+def any_left_range(value: Any, grads: Iterable[Any]) -> bool:
     """``left_range`` of the value or of any gradient."""
     return left_range(value) or any(left_range(g) for g in grads)
 
 
-def finite(arrays) -> bool:
+def finite(arrays: Iterable[Any]) -> bool:
     """Whether every entry of every operand is finite (otherwise a non-finite result is the
     operands', and scaling would not change it)."""
     import numpy as np
@@ -65,7 +68,7 @@ def finite(arrays) -> bool:
     return True
 
 
-def engine_arrays(arrays) -> tuple:
+def engine_arrays(arrays: Iterable[Any]) -> tuple[Any, ...]:
     """The operands as the engine's types: complex128 for complex ones, float64 for the
     others (so integers and float32 are contracted scaled in double precision)."""
     import numpy as np
@@ -77,7 +80,7 @@ def engine_arrays(arrays) -> tuple:
     return tuple(out)
 
 
-def check_mode(strip_exponent) -> None:
+def check_mode(strip_exponent: Any) -> None:
     """``TypeError`` unless ``strip_exponent`` is ``None``, ``True`` or ``False``."""
     if strip_exponent is not None and not isinstance(strip_exponent, bool):
         raise TypeError(f"strip_exponent must be None, True or False, not {strip_exponent!r}")

@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Optional
 
 # How many contexts are open, over all threads: when none is, `contract` pays one test.
 ACTIVE = 0
 _LOCK = threading.Lock()
 # The open caches of each thread, innermost last.
-_STACKS: dict[int, list] = {}
+_STACKS: dict[int, list[dict[Any, Any]]] = {}
 
 
 @contextlib.contextmanager
-def shared_intermediates(cache=None):
+def shared_intermediates(cache: Optional[dict[Any, Any]] = None) -> Iterator[dict[Any, Any]]:
     """Within this context, contractions reuse the intermediates of earlier ones
     (opt_einsum's ``shared_intermediates``); yields the cache, a ``dict`` (``cache`` if given,
     which may come from an earlier context, else a new one).
@@ -70,7 +72,7 @@ def shared_intermediates(cache=None):
             ACTIVE -= 1
 
 
-def current():
+def current() -> Optional[dict[Any, Any]]:
     """The innermost open cache of this thread, or ``None``."""
     stack = _STACKS.get(threading.get_ident())
     return stack[-1] if stack else None
@@ -82,7 +84,7 @@ def _symbol(k: int) -> str:
     return letters[k] if k < 52 else chr(k + 140)
 
 
-def step_key(terms, result, args):
+def step_key(terms: Sequence[str], result: str, args: Sequence[Any]) -> tuple[tuple[Any, ...], str, list[Any]]:
     """The cache key of one step (``terms`` the operands' labels, ``result`` the result's),
     the step's subscripts as renamed, and its operands in the order the key lists them."""
     order = sorted(range(len(args)), key=lambda k: id(args[k]))
@@ -96,7 +98,7 @@ def step_key(terms, result, args):
     return ("einsum", spec, *(id(a) for a in args)), spec, args
 
 
-def run(cache, expr, operands, contract_step):
+def run(cache: dict[Any, Any], expr: Any, operands: Sequence[Any], contract_step: Callable[[str, tuple[Any, ...]], Any]) -> Any:
     """``expr`` (an unsliced ``_core.Expression``) contracted over ``operands`` step by step
     along its plan, each step's result taken from ``cache`` or computed by
     ``contract_step(spec, args)`` and kept; returns a copy of the result."""

@@ -27,17 +27,20 @@ raise ``MemoryError`` before anything is allocated.
 
 from __future__ import annotations
 
+from typing import Any, Union
+
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from . import _core
 
 __all__ = ["Graph", "Program", "Gradient", "OPS"]
 
 #: The operation names, in the order of their integer codes.
-OPS: tuple = tuple(_core.GRAPH_OPS)
+OPS: tuple[str, ...] = tuple(_core.GRAPH_OPS)
 
 
-def _ids(a, what: str) -> np.ndarray:
+def _ids(a: ArrayLike, what: str) -> NDArray[np.int64]:
     a = np.asarray(a)
     if a.ndim == 0:
         a = a.reshape(1)
@@ -46,7 +49,7 @@ def _ids(a, what: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _codes(ops, n: int) -> np.ndarray:
+def _codes(ops: Union[str, ArrayLike], n: int) -> NDArray[np.int64]:
     if isinstance(ops, str):
         return np.full(n, _core.graph_op_codes([ops])[0], dtype=np.int64)
     a = np.asarray(ops)
@@ -61,7 +64,7 @@ def _codes(ops, n: int) -> np.ndarray:
     raise ValueError(f"ops must be operation names or integer codes, not {a.dtype}")
 
 
-def _points(inputs) -> np.ndarray:
+def _points(inputs: ArrayLike) -> NDArray[np.float64]:
     return np.ascontiguousarray(inputs, dtype=np.float64)
 
 
@@ -71,10 +74,10 @@ class _Compiled:
 
     __slots__ = ("_p",)
 
-    def __init__(self, p):
+    def __init__(self, p: Any) -> None:
         self._p = p
 
-    def eval(self, inputs):
+    def eval(self, inputs: ArrayLike) -> Any:
         return self._p.eval(_points(inputs))
 
     __call__ = eval
@@ -82,12 +85,14 @@ class _Compiled:
     @property
     def num_inputs(self) -> int:
         """Values ``eval`` takes per point."""
-        return self._p.num_inputs
+        n: int = self._p.num_inputs
+        return n
 
     @property
     def instruction_count(self) -> int:
         """Instructions of the compiled program, after the engine merged equal operations."""
-        return self._p.instruction_count
+        n: int = self._p.instruction_count
+        return n
 
 
 class Program(_Compiled):
@@ -114,7 +119,7 @@ class Graph:
 
     __slots__ = ("_g",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._g = _core.Graph()
 
     @property
@@ -127,7 +132,7 @@ class Graph:
         """Inputs added so far."""
         return self._g.num_inputs
 
-    def inputs(self, n: int) -> np.ndarray:
+    def inputs(self, n: int) -> NDArray[np.int64]:
         """Adds ``n`` inputs (numbered after the existing ones); returns their ids."""
         n = int(n)
         if n < 0:
@@ -136,12 +141,12 @@ class Graph:
         # u64 holds would be an OverflowError on the way there.
         return self._g.inputs(min(n, 2**64 - 1))
 
-    def constants(self, values) -> np.ndarray:
+    def constants(self, values: ArrayLike) -> NDArray[np.int64]:
         """Adds one constant per entry of ``values``; returns their ids."""
         v = np.ascontiguousarray(values, dtype=np.float64)
         return self._g.constants(v.reshape(-1))
 
-    def add(self, ops, lhs, rhs=None) -> np.ndarray:
+    def add(self, ops: Union[str, ArrayLike], lhs: ArrayLike, rhs: ArrayLike | None = None) -> NDArray[np.int64]:
         """Adds one operation per entry: ``ops`` (names, integer codes, or one name for
         all), operands ``lhs`` and, for binary operations, ``rhs`` (ids of earlier values,
         earlier operations of the same batch included). Returns each operation's id."""
@@ -149,11 +154,11 @@ class Graph:
         rhs = None if rhs is None else _ids(rhs, "rhs")
         return self._g.add(_codes(ops, len(lhs)), lhs, rhs)
 
-    def compile(self, outputs) -> Program:
+    def compile(self, outputs: ArrayLike) -> Program:
         """Compiles the program computing ``outputs`` (ids) from the inputs."""
         return Program(self._g.compile(_ids(outputs, "outputs").tolist()))
 
-    def gradient(self, output, wrt=None) -> Gradient:
+    def gradient(self, output: ArrayLike, wrt: ArrayLike | None = None) -> Gradient:
         """Compiles the value of ``output`` (one id) and its gradient with respect to the
         inputs ``wrt`` (ids; all inputs by default)."""
         w = None if wrt is None else _ids(wrt, "wrt").tolist()

@@ -13,24 +13,29 @@ operand of a complex contraction gets the real part of its cotangent, as in JAX.
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._einsum import ContractExpression, _find_path, _memory_limit
+from ._expression import ContractExpression
+from ._parser import memory_limit_of
+from ._paths import find_path
 
 __all__ = ["contract"]
 
 
 @functools.lru_cache(maxsize=256)
-def _expression(eq: str, shapes: tuple, optimize) -> ContractExpression:
-    path = _find_path(eq, shapes, optimize, None)
-    return ContractExpression(eq, [list(s) for s in shapes], path, _memory_limit(None, shapes))
+def _expression(eq: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> ContractExpression:
+    path = find_path(eq, shapes, optimize, None)
+    return ContractExpression(eq, [list(s) for s in shapes], path, memory_limit_of(None, shapes))
 
 
 @functools.lru_cache(maxsize=256)
-def _function(eq: str, shapes: tuple, dtypes: tuple, optimize, x64: bool):
+def _function(
+    eq: str, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[np.dtype[Any], ...], optimize: Any, x64: bool
+) -> Callable[..., Any]:
     expr = _expression(eq, shapes, optimize)
     # JAX's result dtype of the operands: float32 for float32 operands, and for any float
     # operands with x64 off (the engine computes in double; the callbacks cast back).
@@ -42,10 +47,10 @@ def _function(eq: str, shapes: tuple, dtypes: tuple, optimize, x64: bool):
     wrt = [i for i, yes in enumerate(inexact) if yes]
     grads = tuple(jax.ShapeDtypeStruct(shapes[i], dtypes[i]) for i in wrt)
 
-    def value(*xs):
+    def value(*xs: Any) -> Any:
         return np.asarray(expr(*[np.asarray(x) for x in xs]), dtype=out_dtype)
 
-    def grad(c, *xs):
+    def grad(c: Any, *xs: Any) -> tuple[Any, ...]:
         c = np.conj(np.asarray(c))
         _, gs = expr.value_and_grad(*[np.asarray(x) for x in xs], wrt=wrt, cotangent=c)
         out = []
@@ -55,22 +60,23 @@ def _function(eq: str, shapes: tuple, dtypes: tuple, optimize, x64: bool):
             out.append(np.asarray(g if np.issubdtype(d, np.complexfloating) else np.real(g), dtype=d))
         return tuple(out)
 
-    @jax.custom_vjp
-    def f(*xs):
+    @jax.custom_vjp  # type: ignore[untyped-decorator]  # JAX is read as untyped
+    def f(*xs: Any) -> Any:
         return jax.pure_callback(value, out, *xs, vmap_method="sequential")
 
-    def fwd(*xs):
+    def fwd(*xs: Any) -> tuple[Any, tuple[Any, ...]]:
         return f(*xs), xs
 
-    def bwd(xs, c):
+    def bwd(xs: tuple[Any, ...], c: Any) -> tuple[Any, ...]:
         gs = iter(jax.pure_callback(grad, grads, c, *xs, vmap_method="sequential") if wrt else ())
         return tuple(next(gs) if yes else np.zeros(s, jax.dtypes.float0) for yes, s in zip(inexact, shapes))
 
     f.defvjp(fwd, bwd)
-    return f
+    function: Callable[..., Any] = f
+    return function
 
 
-def contract(eq: str, *operands, optimize="greedy"):
+def contract(eq: str, *operands: Any, optimize: Any = "greedy") -> Any:
     """``opt_einsum.contract`` for JAX arrays, differentiable (reverse mode) by the engine.
 
     ``optimize`` as in :func:`cgx.contract`, but hashable (a path as a tuple of tuples).

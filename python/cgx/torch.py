@@ -16,37 +16,41 @@ a complex contraction gets the real part of its gradient.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 import torch
 
-from ._einsum import ContractExpression, _find_path, _memory_limit
+from ._expression import ContractExpression
+from ._parser import memory_limit_of
+from ._paths import find_path
 
 __all__ = ["contract"]
 
 
 @functools.lru_cache(maxsize=256)
-def _expression(eq: str, shapes: tuple, optimize) -> ContractExpression:
-    path = _find_path(eq, shapes, optimize, None)
-    return ContractExpression(eq, [list(s) for s in shapes], path, _memory_limit(None, shapes))
+def _expression(eq: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> ContractExpression:
+    path = find_path(eq, shapes, optimize, None)
+    return ContractExpression(eq, [list(s) for s in shapes], path, memory_limit_of(None, shapes))
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
     # resolve_conj: a lazily conjugated complex tensor holds unconjugated data.
-    return t.detach().resolve_conj().resolve_neg().cpu().numpy()
+    host: np.ndarray = t.detach().resolve_conj().resolve_neg().cpu().numpy()
+    return host
 
 
-class _Contract(torch.autograd.Function):
+class _Contract(torch.autograd.Function):  # type: ignore[misc]  # torch is read as untyped
     @staticmethod
-    def forward(ctx, expr, *tensors):
+    def forward(ctx: Any, expr: ContractExpression, *tensors: torch.Tensor) -> torch.Tensor:
         out = np.asarray(expr(*[_host(t) for t in tensors]))
         ctx.expr = expr
         ctx.save_for_backward(*tensors)
         return torch.from_numpy(out).to(tensors[0].device if tensors else "cpu")
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
+    @torch.autograd.function.once_differentiable  # type: ignore[untyped-decorator]  # torch is read as untyped
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
         wrt = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[i + 1]]
         result = [None] * (1 + len(tensors))
@@ -62,7 +66,7 @@ class _Contract(torch.autograd.Function):
         return tuple(result)
 
 
-def contract(eq: str, *operands: torch.Tensor, optimize="greedy") -> torch.Tensor:
+def contract(eq: str, *operands: torch.Tensor, optimize: Any = "greedy") -> torch.Tensor:
     """``opt_einsum.contract`` for PyTorch tensors, differentiable (backward) by the engine.
 
     ``optimize`` as in :func:`cgx.contract`, hashable (a path as a tuple of tuples).

@@ -18,6 +18,7 @@ distributed = pytest.importorskip("distributed", reason="cgx.distributed needs d
 
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
+from cgx.distributed import blocks as dblocks, combine as dcombine, dask as cdask, plan as dplan, ranges as dranges  # noqa: E402
 from strategies import arrays, expressions, split  # noqa: E402
 
 
@@ -89,14 +90,14 @@ def test_each_task_returns_its_share_of_the_output(network, n_tasks):
     # ranges): with a sliced label in the output, only the blocks of its own slices.
     eq, shapes, sliced = network
     arrays = matrices(9, *shapes)
-    expr = cd._prepare(eq, arrays, "greedy", None, sliced)
-    layout = cd._block_layout(expr)
+    expr = dplan.prepare(eq, arrays, "greedy", None, sliced)
+    layout = dblocks.block_layout(expr)
     assert (layout is None) == (network is SUMMED)
-    plan = cd._plan_key(expr)
+    plan = dplan.plan_key(expr)
     ranges = cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks)
-    parts = [cd._eval_range(plan, start, stop, layout is not None, *arrays) for start, stop in ranges]
+    parts = [dranges.eval_range(plan, start, stop, layout is not None, *arrays) for start, stop in ranges]
     out_size = np.einsum(eq, *arrays).size
-    # Arrays numpy owns, not the engine's pooled buffers (see cd._owned).
+    # Arrays numpy owns, not the engine's pooled buffers (see cgx.distributed.ranges).
     assert all(getattr(p, "rows", p).base is None for p in parts)
     if layout is None:
         assert all(p.shape == tuple(expr.output_shape) for p in parts)
@@ -110,8 +111,8 @@ def test_each_task_returns_its_share_of_the_output(network, n_tasks):
     assert sum(p.rows.size for p in parts) <= out_size + (len(parts) - 1) * out_size // n_blocks
     total = parts[0]
     for p in parts[1:]:
-        total = cd._combine(total, p)
-    np.testing.assert_allclose(cd._finish(layout, total), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
+        total = dcombine.combine(total, p)
+    np.testing.assert_allclose(dcombine.finish(layout, total), np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
 
 
 def task_results(stream):
@@ -144,10 +145,10 @@ def test_no_worker_holds_an_output_sized_result_where_a_sliced_label_is_in_it(cl
                     np.testing.assert_allclose(x, w, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(value, want, rtol=1e-10, atol=1e-12)
         sizes[sliced] = task_results(stream)
-    range_task = "_eval_range" if form == "value" else "_grad_range"
+    range_task = "eval_range" if form == "value" else "grad_range"
     assert sum(name == range_task for name, _ in sizes["a"]) == 4, sizes
     assert max(n for _, n in sizes["a"]) < want.nbytes / 2, sizes["a"]
-    assert {name for name, _ in sizes["a"]} <= {range_task, "_part", "_add_grads"}
+    assert {name for name, _ in sizes["a"]} <= {range_task, "_part", "add_grads"}
     assert max(n for name, n in sizes["b"] if name == range_task) >= want.nbytes, sizes["b"]
 
 
@@ -179,27 +180,27 @@ def test_each_gradient_task_reads_only_its_cotangent_blocks(network, n_tasks):
     # those eval_blocks gives it; the cotangent cut to them gives the value and gradients
     # of the whole cotangent, and holds no more than the range's blocks.
     eq, shapes, sliced = network
-    expr = cd._prepare(eq, [np.empty(s) for s in shapes], "greedy", None, sliced)
+    expr = dplan.prepare(eq, [np.empty(s) for s in shapes], "greedy", None, sliced)
     *arrays, g = matrices(15, *shapes, tuple(expr.output_shape))
-    layout = cd._block_layout(expr)
+    layout = dblocks.block_layout(expr)
     n_blocks, sizes, _ = layout
     k = sum(c in eq.split("->")[1] for c in expr.sliced_inds)
-    plan = cd._plan_key(expr)
+    plan = dplan.plan_key(expr)
     for start, stop in cd.plan_ranges(expr.n_slices, 1.0, 1, n_tasks):
-        first, n = cd._range_blocks(layout, expr.n_slices, start, stop)
-        value = cd._eval_range(plan, start, stop, True, *arrays)
+        first, n = dblocks.range_blocks(layout, expr.n_slices, start, stop)
+        value = dranges.eval_range(plan, start, stop, True, *arrays)
         assert (first, n) == (value.first, len(value.rows))
-        cot = cd._cotangent_blocks(g, layout, k, expr.n_slices, start, stop)
+        cot = dblocks.cotangent_blocks(g, layout, k, expr.n_slices, start, stop)
         assert cot.first == first and cot.rows.shape == (n,) + tuple(sizes[k:])
-        by_blocks = cd._grad_range(plan, start, stop, True, None, cot, *arrays)
-        whole = cd._grad_range(plan, start, stop, True, None, g, *arrays)
+        by_blocks = dranges.grad_range(plan, start, stop, True, None, cot, *arrays)
+        whole = dranges.grad_range(plan, start, stop, True, None, g, *arrays)
         assert by_blocks[0].rows.base is None and all(x.base is None for x in by_blocks[1])
         assert by_blocks[0].first == whole[0].first
         np.testing.assert_allclose(by_blocks[0].rows, whole[0].rows, rtol=1e-12, atol=1e-12)
         for x, y in zip(by_blocks[1], whole[1]):
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="cotangent blocks"):
-        cd._grad_range(plan, 0, expr.n_slices, True, None, cd.Blocks(0, cot.rows[:0]), *arrays)
+        dranges.grad_range(plan, 0, expr.n_slices, True, None, cd.Blocks(0, cot.rows[:0]), *arrays)
 
 
 class RangeInputs(distributed.WorkerPlugin):
@@ -210,7 +211,7 @@ class RangeInputs(distributed.WorkerPlugin):
         self.worker, self.seen = worker, []
 
     def transition(self, key, start, finish, **kwargs):
-        if finish == "executing" and str(key).startswith("_grad_range-"):
+        if finish == "executing" and str(key).startswith("grad_range-"):
             deps = self.worker.state.tasks[key].dependencies
             data = [self.worker.data[d.key] for d in deps]
             self.seen.append([(type(x).__name__, np.shape(getattr(x, "rows", x))) for x in data])
@@ -255,12 +256,12 @@ def test_memory_limit_slices_are_planned_again_output_first(client):
     first = cgx.contract_expression(eq, *shapes, optimize=path, memory_limit=limit)
     assert list(first.sliced_inds) == ["d", "a"]  # the case under test
     *arrays, g = matrices(12, *shapes, (4,))
-    expr = cd._prepare(eq, arrays, path, limit, None)
+    expr = dplan.prepare(eq, arrays, path, limit, None)
     assert list(expr.sliced_inds) == ["a", "d"]
     assert list(expr.path) == list(first.path) and expr.n_slices == first.n_slices == 20
-    n_blocks, _, _ = cd._block_layout(expr)
+    n_blocks, _, _ = dblocks.block_layout(expr)
     assert n_blocks == 4
-    one_block = cd._eval_range(cd._plan_key(expr), 0, expr.n_slices // n_blocks, True, *arrays)
+    one_block = dranges.eval_range(dplan.plan_key(expr), 0, expr.n_slices // n_blocks, True, *arrays)
     assert one_block.first == 0 and len(one_block.rows) == 1
     got = cd.contract(eq, *arrays, optimize=path, memory_limit=limit, client=client, n_tasks=3)
     value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, optimize=path, memory_limit=limit, client=client, n_tasks=3)
@@ -460,7 +461,7 @@ def test_ranges_hold_a_share_of_the_memory_limit_in_output_blocks(client):
     with distributed.get_task_stream(client) as stream:
         got = cd.contract(eq, a, b, sliced_inds="a", memory_limit=limit, client=client)
     np.testing.assert_allclose(got, a @ b, rtol=1e-10, atol=1e-12)
-    ranges = [n for name, n in task_results(stream) if name == "_eval_range"]
+    ranges = [n for name, n in task_results(stream) if name == "eval_range"]
     assert len(ranges) == cd.BLOCK_SHARE, ranges
     # Result sizes are dask.sizeof's: the rows' bytes and the Blocks object's own.
     assert max(ranges) <= limit * 8 / cd.BLOCK_SHARE + 1024, ranges
@@ -518,7 +519,7 @@ class RangeStarts(distributed.WorkerPlugin):
 
     def transition(self, key, start, finish, **kwargs):
         name = key if isinstance(key, str) else str(key)
-        if finish == "executing" and name.startswith(("_eval_range-", "_grad_range-")):
+        if finish == "executing" and name.startswith(("eval_range-", "grad_range-")):
             with open(self.path, "a") as f:
                 f.write(f"{os.getpid()} {name}\n")
 
@@ -625,13 +626,13 @@ def test_ctrl_c_ends_a_distributed_run_within_a_second_and_cancels_its_futures(c
     from test_interrupt import BOUND, seconds_to_interrupt
 
     cancelled = []
-    original = cd._cancel
+    original = cdask._cancel
 
     def spy(run):
         cancelled.extend(run.futures() if isinstance(run, cd.Assembly) else [run])
         original(run)
 
-    monkeypatch.setattr(cd, "_cancel", spy)
+    monkeypatch.setattr(cdask, "_cancel", spy)
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2000, 2000)), rng.standard_normal((2000, 2000))
     # 2000 slices of a 2000 x 2000 outer product: tens of seconds of work per worker.

@@ -5,7 +5,20 @@ import importlib
 
 import pytest
 
-MODULES = ["cgx", "cgx._einsum", "cgx._sharing", "cgx.graph", "cgx.distributed", "cgx.jax", "cgx.ray", "cgx.mpi"]
+MODULES = [
+    "cgx",
+    "cgx._einsum",
+    "cgx._parser",
+    "cgx._paths",
+    "cgx._expression",
+    "cgx._sharing",
+    "cgx.graph",
+    "cgx.distributed",
+    "cgx.distributed.plan",
+    "cgx.jax",
+    "cgx.ray",
+    "cgx.mpi",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

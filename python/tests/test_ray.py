@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray")
 
 import cgx  # noqa: E402
 import cgx.ray as cr  # noqa: E402
+import cgx.distributed.ray as cray  # noqa: E402
 
 # As in test_distributed: sums, stacked output blocks, and both.
 NETWORKS = [
@@ -135,13 +136,13 @@ def test_ctrl_c_ends_a_ray_run_within_a_second_and_cancels_its_tasks(local_ray, 
     from test_interrupt import BOUND, seconds_to_interrupt
 
     cancelled = []
-    original = cr._cancel
+    original = cray._cancel
 
     def spy(run):
         cancelled.extend(run.tasks)
         original(run)
 
-    monkeypatch.setattr(cr, "_cancel", spy)
+    monkeypatch.setattr(cray, "_cancel", spy)
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((3000, 3000)), rng.standard_normal((3000, 3000))
     # 3000 slices of a 3000 x 3000 outer product, in 8 ranges and a tree of sums: tens of

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import cgx
 from cgx import distributed as cd
+from cgx.distributed import blocks as dblocks, combine as dcombine
 from strategies import arrays, expressions, split
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -90,9 +91,9 @@ def test_sliced_values_ranges_and_gradients_match_unsliced(case, complex_, seed,
         np.testing.assert_allclose(g_rest_one[i], g_rest[i], rtol=1e-12, atol=1e-12)
     # Blocks of the two ranges, combined and laid out as cgx.distributed does, give the value.
     parts = [cd.Blocks(*expr.eval_blocks(*ops, stop=m)), cd.Blocks(first, rows)]
-    total = cd._combine(*parts)
-    layout = cd._block_layout(expr)
-    got = total.rows[0] if layout is None else cd._finish(layout, total)
+    total = dcombine.combine(*parts)
+    layout = dblocks.block_layout(expr)
+    got = total.rows[0] if layout is None else dcombine.finish(layout, total)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
