@@ -20,7 +20,6 @@ use crate::graph::LocalValueId;
 ///
 /// ```
 /// use computegraph::{GraphBuilder, LocalValueId, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();

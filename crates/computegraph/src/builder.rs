@@ -39,7 +39,6 @@ use crate::prefetch::FarOperands;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// // Two builders on one interner (they may run on different threads).
@@ -167,7 +166,6 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     ///
     /// ```
     /// use computegraph::{GraphBuilder, LocalValueId, ValueRef::Local, OperationRole::Primary};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarOp, ScalarKey};
     ///
     /// let mut b = GraphBuilder::<ScalarOp>::new();

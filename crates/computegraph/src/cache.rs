@@ -41,7 +41,6 @@ new_key_type! {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, KeyInterner, OperationRole::Primary, StructuralKey, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let interner = KeyInterner::new();
@@ -88,7 +87,6 @@ struct Inner<Op: GraphOperation, K> {
 ///
 /// ```
 /// use computegraph::{CacheStats, CompileCache};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::ScalarOp;
 ///
 /// let cache = CompileCache::<ScalarOp>::new(4);
@@ -109,7 +107,6 @@ pub struct CacheStats {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, CompileCache, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let cache = CompileCache::<ScalarOp>::new(16);
@@ -228,7 +225,6 @@ impl<Op: GraphOperation> CompileCache<Op, StructuralKey> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let form_of = |input: u32| {

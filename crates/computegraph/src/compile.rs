@@ -52,7 +52,6 @@ use crate::schedule::{Step, VerifiedSchedule, schedule};
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// // f(x, y) = x·y + sin(x)
@@ -107,7 +106,6 @@ pub struct CompiledProgram<Op: GraphOperation> {
 /// ```
 /// use std::sync::{Arc, OnceLock};
 /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -131,7 +129,6 @@ pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledPro
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, try_compile, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -422,7 +419,6 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     /// ```
     /// # use std::{collections::HashMap, sync::Arc};
     /// # use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// # use scalar::{ScalarOp, ScalarKey};
     /// # let mut b = GraphBuilder::<ScalarOp>::new();
     /// # let x = b.add_input(ScalarKey::var(0));

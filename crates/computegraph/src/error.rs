@@ -10,7 +10,6 @@ use std::fmt;
 ///
 /// ```
 /// use computegraph::{GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -171,7 +170,6 @@ impl std::error::Error for GraphError {}
 ///
 /// ```
 /// use computegraph::{GraphBuilder, GraphResult, LocalValueId};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// fn inputs(b: &mut GraphBuilder<ScalarOp>, n: u32) -> GraphResult<Vec<LocalValueId>> {

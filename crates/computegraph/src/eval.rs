@@ -97,7 +97,6 @@ const PAR_PREFETCH_AHEAD: usize = 32;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -181,7 +180,6 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
     /// ```
     /// # use std::sync::Arc;
     /// # use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// # use scalar::{ScalarOp, ScalarKey};
     /// # let mut b = GraphBuilder::<ScalarOp>::new();
     /// # let x = b.add_input(ScalarKey::var(0));
@@ -417,7 +415,6 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarOp, ScalarKey};
     ///
     /// let mut b = GraphBuilder::<ScalarOp>::new();

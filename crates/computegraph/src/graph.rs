@@ -50,7 +50,6 @@ crate::define_id!(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -159,7 +158,6 @@ pub(crate) enum LocalDef {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, LocalValueDef, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -186,7 +184,6 @@ pub enum LocalValueDef<'a, Op: GraphOperation> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, ValueRef::Local, OperationRole::Primary};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -238,7 +235,6 @@ pub struct Graph<Op: GraphOperation> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -453,7 +449,6 @@ impl<Op: GraphOperation> Graph<Op> {
     ///
     /// ```
     /// use computegraph::{GraphBuilder, KeyInterner, OperationRole::Primary, ValueRef::Local};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarKey, ScalarOp};
     ///
     /// let sines = |n: usize| {

@@ -56,7 +56,6 @@ use crate::operation::{GraphOperation, Label, OperationRole};
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole, ValueKey};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let interner = KeyInterner::<ScalarOp>::new();
@@ -143,7 +142,6 @@ impl<Op> fmt::Debug for OperationKey<Op> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, ValueKey, ValueRef, OperationRole};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -262,7 +260,6 @@ static NEXT_INTERNER_ID: AtomicU32 = AtomicU32::new(1);
 ///
 /// ```
 /// use computegraph::{KeyInterner, OperationRole};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let interner = KeyInterner::<ScalarOp>::new();
@@ -900,7 +897,6 @@ impl<Op: GraphOperation> KeyInterner<Op> {
     ///
     /// ```
     /// use computegraph::{GraphBuilder, GraphError, KeyInterner};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarOp, ScalarKey};
     ///
     /// let interner = KeyInterner::<ScalarOp>::try_with_value_limit(1).unwrap();

@@ -16,7 +16,6 @@
 //! ```
 //! use std::sync::Arc;
 //! use computegraph::{compile, materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-//! # #[path = "../doc/scalar.rs"] mod scalar;
 //! use scalar::{ScalarOp, ScalarKey};
 //!
 //! // f(x) = (x + x) * x

@@ -81,7 +81,6 @@ pub(crate) enum MatDef {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// // sin(x) built twice, and an operation nobody asks for.
@@ -130,7 +129,6 @@ pub struct MaterializedGraph<Op: GraphOperation> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, MaterializedValueDef, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -165,7 +163,6 @@ pub enum MaterializedValueDef<'a, Op: GraphOperation> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -373,7 +370,6 @@ impl<Op: GraphOperation> fmt::Debug for MaterializedGraph<Op> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -399,7 +395,6 @@ pub fn materialize_merge<Op: GraphOperation>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, try_materialize_merge, GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -439,7 +434,6 @@ pub fn try_materialize_merge<Op: GraphOperation>(
 ///     compile, try_materialize_fragment, GraphBuilder, OperationRole::Primary,
 ///     ValueRef::{External, Local},
 /// };
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// // `s = sin x` in one graph; `y = s · t` in another, which reads `s` by key.

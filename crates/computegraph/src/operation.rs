@@ -254,7 +254,6 @@ impl<T> Drop for Outputs<'_, T> {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, OperationRole, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();

@@ -61,7 +61,6 @@ const SCAN_GRAPHS: usize = 8;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -109,7 +108,6 @@ pub struct ResolvedView<Op: GraphOperation> {
 ///     compile, materialize_merge, resolve, resolve_with, try_materialize_merge, Graph, GraphBuilder,
 ///     LocalValueId, OperationRole::Primary, Resolver, ValueDef, ValueKey, ValueRef::{External, Local},
 /// };
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// /// Fragments, by the keys of their declared outputs.
@@ -193,7 +191,6 @@ impl<Op: GraphOperation, R: Resolver<Op> + ?Sized> Resolver<Op> for Arc<R> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueDef, ValueKey, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -233,7 +230,6 @@ impl<'a, Op: GraphOperation> ValueDef<'a, Op> {
     /// ```
     /// use std::sync::Arc;
     /// use computegraph::{GraphBuilder, LocalValueId, OperationRole::Primary, ValueDef, ValueRef::Local};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarKey, ScalarOp};
     ///
     /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -271,7 +267,6 @@ impl<Op: GraphOperation> std::fmt::Debug for ValueDef<'_, Op> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, ValueRef, OperationRole::Primary, ValueDef};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -299,7 +294,6 @@ pub fn resolve<Op: GraphOperation>(roots: Vec<Arc<Graph<Op>>>) -> ResolvedView<O
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{try_resolve, GraphBuilder, GraphError, KeyInterner};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let graph_on = |interner| {
@@ -327,7 +321,6 @@ pub fn try_resolve<Op: GraphOperation>(roots: Vec<Arc<Graph<Op>>>) -> GraphResul
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, resolve_with, GraphBuilder, OperationRole::Primary, ValueRef::{External, Local}};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();
@@ -371,7 +364,6 @@ pub fn resolve_with<Op: GraphOperation, R: Resolver<Op> + ?Sized>(
 ///     resolve, try_materialize_merge, try_resolve_with, GraphBuilder, GraphError, OperationRole::Primary,
 ///     ValueRef::{External, Local},
 /// };
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 ///
 /// let mut a = GraphBuilder::<ScalarOp>::new();

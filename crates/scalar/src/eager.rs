@@ -10,8 +10,7 @@
 //!   graph as one tape node. Used by tests and benches to check eager gradients against
 //!   graph mode.
 //!
-//! These three live in `crates/tidu/doc/eager/tape.rs`, declared here as `tape` and by
-//! tidu's eager doc examples too (ADR 0012 decision 11); this file adds
+//! These three live in the `tape` submodule (`eager/tape.rs`); this file adds
 //! [`Tape::run_spec`] and [`SpecTape`].
 //! - [`SpecTape`]: a frontend written the way `docs/SPEC.md` §6 describes one, which records every
 //!   operation as a fresh one-operation graph built with `GraphBuilder::new()` (the
@@ -30,7 +29,6 @@ use tidu::{ADRuleError, ADRuleResult};
 use crate::spec::GraphSpec;
 use crate::{ScalarKey, ScalarOp};
 
-#[path = "../../tidu/doc/eager/tape.rs"]
 mod tape;
 
 use tape::{FIRST_USER_KEY, backward_from, new_recorder, next_user_key};

@@ -15,17 +15,12 @@ pub mod eager;
 pub mod spec;
 pub mod workloads;
 
-// The types live beside the engine and their AD rules beside `tidu`, whose doc examples
-// declare the same files (see their module docs): one source for all three.
-#[path = "../../tidu/doc/scalar.rs"]
-mod set;
+// The set's engine-level half (`ops.rs`: the types, `GraphOperation`, evaluation) and its
+// AD rules (`ad.rs`: `Primitive`, `ADKey`), each in its own file.
+mod ad;
+mod ops;
 
-pub use set::{ScalarKey, ScalarOp};
-
-/// The eager guide's program (a frontend over this set), run as a doc test.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/guide-eager.md")]
-pub struct GuideEager;
+pub use ops::{ScalarKey, ScalarOp};
 
 #[cfg(test)]
 mod tests {

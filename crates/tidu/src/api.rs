@@ -20,7 +20,6 @@ use crate::transpose::try_linear_transpose;
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();
@@ -56,7 +55,6 @@ pub fn jvp<Op: Primitive>(
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();
@@ -89,7 +87,6 @@ pub fn vjp<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 /// use tidu::{grad, DerivativeProgram};
 ///
@@ -123,7 +120,6 @@ pub fn grad<Op: Primitive>(
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();
@@ -168,7 +164,6 @@ pub fn hvp<Op: Primitive>(
 /// // f(x, y) = x·y + sin(x), with `f` its graph and `f_out` its output key.
 /// # use std::sync::Arc;
 /// # use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// # use scalar::{ScalarKey, ScalarOp};
 /// # let (x, y) = (ScalarKey::var(0), ScalarKey::var(1));
 /// # let mut b = GraphBuilder::<ScalarOp>::new();

@@ -15,7 +15,6 @@
 //!
 //! ```
 //! use computegraph::{GraphBuilder, KeyInterner, ValueKey, ValueRef::Local};
-//! # #[path = "../doc/scalar.rs"] mod scalar;
 //! use scalar::{ScalarKey, ScalarOp};
 //! use tidu::emit;
 //!

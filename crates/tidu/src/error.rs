@@ -121,7 +121,6 @@ impl From<GraphError> for ADRuleError {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{try_linear_transpose, try_linearize, ADRuleResult, LinearizedGraph};
 ///
@@ -139,7 +138,6 @@ pub type ADRuleResult<T> = Result<T, ADRuleError>;
 /// [`ADRuleError::Eager`].
 ///
 /// ```
-/// # #[path = "../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::Tape, ScalarOp};
 /// use tidu::{eager::EagerError, ADRuleError};
 ///

@@ -54,12 +54,16 @@ pub mod __private {
 #[doc = include_str!("../../../docs/guide-primitives.md")]
 pub struct GuidePrimitives;
 
-// The eager guide's program uses the reference set (`scalar`), so it runs as a doc test
-// of that crate, which tidu's tests cannot depend on.
+/// The eager guide's program, over the reference set (`scalar`, a dev-dependency).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide-eager.md")]
+pub struct GuideEager;
 
-/// The reference set's graph-level types for unit tests (`transpose.rs`'s and
-/// `linearized.rs`'s), from the engine's doc file: the `scalar` crate is above this one.
+/// The reference set's graph-level types for unit tests (`linearized.rs`'s), declared
+/// from their file in `scalar`: a unit test cannot use the `scalar` crate itself, which is
+/// built against tidu's library, not this test build, so its types would implement another
+/// tidu's traits (ADR 0012, *Tests beside their crates*).
 #[cfg(test)]
-#[path = "../../computegraph/doc/scalar.rs"]
+#[path = "../../scalar/src/ops.rs"]
 #[allow(dead_code)]
-mod doc_scalar;
+mod scalar_ops;

@@ -33,7 +33,6 @@ use crate::primitive::{ADKey, DiffPassId, Primitive, fresh_pass_id};
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarOp, ScalarKey};
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -58,7 +57,6 @@ pub fn linearize<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, GraphError, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{try_linearize, ADRuleError};
 ///
@@ -91,7 +89,6 @@ pub fn try_linearize<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{fresh_pass_id, linearize_with};
 ///
@@ -124,7 +121,6 @@ pub fn linearize_with<Op: Primitive>(
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{fresh_pass_id, try_linearize_with};
 ///

@@ -28,7 +28,6 @@ use crate::primitive::DiffPassId;
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{linear_transpose, linearize};
 ///
@@ -185,7 +184,6 @@ impl<Op: EvaluableGraphOperation> LinearizedGraph<Op> {
     /// ```
     /// use std::sync::Arc;
     /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-    /// # #[path = "../doc/scalar.rs"] mod scalar;
     /// use scalar::{ScalarKey, ScalarOp};
     /// use tidu::{linear_transpose, linearize};
     ///
@@ -375,7 +373,7 @@ mod tests {
     use computegraph::{GraphBuilder, KeyInterner, OperationRole, ValueRef::Local};
 
     use super::*;
-    use crate::doc_scalar::{ScalarKey, ScalarOp};
+    use crate::scalar_ops::{ScalarKey, ScalarOp};
 
     /// `t·p` with the tangent input `t`, the primal input `p` and the given mask; checked
     /// with `t` as the map's input and the product as its output.

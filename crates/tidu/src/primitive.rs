@@ -66,7 +66,6 @@ pub trait ADKey: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static {
 /// ```
 /// use tidu::PrimitiveValue::{External, Local};
 /// # use computegraph::{LocalValueId, Id, ValueKey};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// let v: tidu::PrimitiveValue<scalar::ScalarOp> = Local(LocalValueId::new(0));
 /// assert!(matches!(v, Local(_)));
 /// assert!(!matches!(v, External(ValueKey::Input(_))));
@@ -154,7 +153,6 @@ impl<Op: GraphOperation> PrimitiveBuilder<Op> for GraphBuilder<Op> {
 /// ```
 /// use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
 /// use tidu::{ADRuleError, ADRuleResult, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 ///
 /// #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 /// struct Opaque;
@@ -217,7 +215,6 @@ macro_rules! rules_from_try_forms {
 ///
 /// ```
 /// use computegraph::{GraphBuilder, OperationRole};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::ScalarOp;
 ///
 /// let mut b = GraphBuilder::<ScalarOp>::new();
@@ -269,7 +266,6 @@ pub fn unknown_operand<Op: GraphOperation>() -> PrimitiveValue<Op> {
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{GraphBuilder, GraphOperation, LocalValueId, OperationRole, ValueKey, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::ScalarKey;
 /// use tidu::{linear_transpose, linearize, Primitive, PrimitiveBuilder, PrimitiveValue};
 ///

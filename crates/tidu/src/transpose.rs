@@ -59,7 +59,6 @@ pub fn linear_transpose<Op: Primitive>(linear: &LinearizedGraph<Op>) -> Lineariz
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{resolve, GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::{try_linear_transpose, try_linearize, DerivativeProgram};
 ///

@@ -14,19 +14,24 @@
 //!   repository (the specification's files, the guide's, a sibling `../shared` folder);
 //!   `docs/SPEC.md` summarizes what the code uses;
 //! - [`public_items`] and [`api_listing_mismatches`]: `docs/API.md` lists every public
-//!   item of each library crate, and nothing else.
+//!   item of each library crate, and nothing else;
+//! - [`parse_manifest`] and [`layer_violations`]: every dependency between the
+//!   repository's packages points to a lower tier of `docs/ARCHITECTURE.md`'s *Layers*
+//!   (dev-dependencies may point up, not to the top tier; see the `layers` module).
 //!
 //! Complexity: linear in the bytes read; the cycle search is Tarjan's algorithm, iterative.
 
 #![forbid(unsafe_code)]
 
 mod cycles;
+mod layers;
 mod surface;
 mod text;
 
 use std::path::{Path, PathBuf};
 
 pub use cycles::file_cycles;
+pub use layers::{DepKind, Manifest, layer_violations, parse_manifest};
 pub use surface::{PublicItem, api_listing_mismatches, public_items};
 
 /// Most lines a library source file may have; a longer one is split by concern.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tidy::{
-    api_listing_mismatches, dead_links, file_cycles, files_under, missing_module_doc, outside_references, over_budget,
-    public_items,
+    api_listing_mismatches, dead_links, file_cycles, files_under, layer_violations, missing_module_doc,
+    outside_references, over_budget, parse_manifest, public_items,
 };
 
 fn root() -> PathBuf {
@@ -66,6 +66,45 @@ fn no_cycles_between_the_files_of_a_crate() {
         }
     }
     assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+/// The tiers of `docs/ARCHITECTURE.md` (*Layers*), by package name: 0 the engine, 4 the
+/// programs nothing builds on.
+const TIERS: &[(&str, u8)] = &[
+    ("computegraph", 0),
+    ("tidu", 1),
+    ("scalar", 2),
+    ("einsum", 2),
+    ("spec-user", 2),
+    ("workloads", 3),
+    ("cgx", 4),
+    ("benches", 4),
+    ("examples", 4),
+    ("computegraph-fuzz", 4),
+    ("cgx-python", 4),
+    ("tidy", 4),
+];
+
+/// Every manifest of the repository (the workspace's, `fuzz/` and `python/`): normal and
+/// build dependencies point to a lower tier; dev-dependencies (computegraph's and tidu's on
+/// `scalar`, for their integration and doc tests) anywhere below the top tier.
+#[test]
+fn dependencies_point_down_the_layers() {
+    let root = root();
+    let mut findings = Vec::new();
+    let mut packages = 0;
+    for toml in files_under(&root, "Cargo.toml") {
+        let manifest = parse_manifest(&read(&toml));
+        if manifest.package.is_empty() {
+            continue; // the workspace's root manifest
+        }
+        packages += 1;
+        let path = toml.strip_prefix(&root).unwrap_or(&toml).display().to_string();
+        findings.extend(layer_violations(&path, &manifest, TIERS));
+    }
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+    // Every tier's package was read (a moved manifest would otherwise go unchecked).
+    assert_eq!(packages, TIERS.len());
 }
 
 /// `docs/API.md` lists every public item of each library crate (a `crates/NAME` folder

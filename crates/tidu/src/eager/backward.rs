@@ -44,7 +44,6 @@ use crate::primitive::Primitive;
 /// `try_backward` with the value's key and trace; see also [`Recorder`](crate::eager::Recorder).
 ///
 /// ```
-/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::{ScalarExecutor, Tape}, ScalarOp};
 ///
 /// // y = sin(x)·w; dy/dx = cos(x)·w, dy/dw = sin(x)

@@ -25,7 +25,6 @@ use crate::primitive::Primitive;
 /// the widest recorded graph has inputs. Any `FnMut() -> Op::InputKey` is a key source.
 ///
 /// ```
-/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::eager::Recorder;
 ///
@@ -180,7 +179,6 @@ fn take_traces<Op: Primitive>(inputs: &mut [EagerInput<Op>]) -> impl Iterator<It
 /// holds its trace.
 ///
 /// ```
-/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::Tape, ScalarOp};
 ///
 /// let mut tape = Tape::new();
@@ -222,7 +220,6 @@ impl<Op: Primitive> fmt::Debug for Trace<Op> {
 /// Counters of a recorder ([`Recorder::stats`]).
 ///
 /// ```
-/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::{ScalarExecutor, Tape}, ScalarOp};
 ///
 /// let mut tape = Tape::new();
@@ -257,7 +254,6 @@ pub struct RecorderStats {
 /// use std::collections::HashMap;
 /// use std::sync::Arc;
 /// use computegraph::{GraphBuilder, OperationRole::Primary, ValueKey, ValueRef::Local};
-/// # #[path = "../../doc/scalar_eager.rs"] mod scalar;
 /// use scalar::{eager::ScalarExecutor, ScalarKey, ScalarOp};
 /// use tidu::eager::{try_backward, EagerInput, Recorder};
 ///

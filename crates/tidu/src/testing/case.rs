@@ -232,7 +232,6 @@ impl std::error::Error for CheckFailure {}
 /// What passed: counts, and the worst error per check as a fraction of what was allowed.
 ///
 /// ```
-/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::testing::{check_rules, CheckKind, CheckReport, RuleCase, Tolerance};
 ///
@@ -291,7 +290,6 @@ impl fmt::Display for CheckReport {
 /// says otherwise.
 ///
 /// ```
-/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::testing::{check_rules, RuleCase, Tolerance};
 ///

@@ -43,7 +43,6 @@
 //! adjoints with respect to that real inner product.
 //!
 //! ```
-//! # #[path = "../../doc/scalar.rs"] mod scalar;
 //! use scalar::{ScalarKey, ScalarOp};
 //! use tidu::testing::{check_rules, RuleCase, Tolerance};
 //!
@@ -82,7 +81,6 @@ use run::Run;
 /// default [`Checker`] settings; stops at the first failure.
 ///
 /// ```
-/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::testing::{check_rules, CheckKind, RuleCase, Tolerance};
 ///
@@ -105,7 +103,6 @@ where
 /// ```
 /// use std::sync::Arc;
 /// use computegraph::{GraphBuilder, OperationRole::Primary, ValueRef::Local};
-/// # #[path = "../../doc/scalar.rs"] mod scalar;
 /// use scalar::{ScalarKey, ScalarOp};
 /// use tidu::testing::{check_graph, GraphCase, Tolerance};
 ///

@@ -3,12 +3,11 @@
 //! (inputs `var(i)` and the tangent keys of AD passes), with their `GraphOperation` and
 //! `EvaluableGraphOperation` implementations.
 //!
-//! It is the `scalar` crate's own source: `crates/tidu/doc/scalar.rs` (the set with its AD
-//! rules) declares it as a module, and `crates/scalar/src/lib.rs` declares that file and
-//! re-exports both types. It lives beside the engine so that the engine's doc examples can
-//! declare it too, on a hidden line (`#[path = "../doc/scalar.rs"] mod scalar;`), without a
-//! dev-dependency on the crates above the engine. It names the engine by its crate path
-//! (`computegraph::…`) only.
+//! The AD rules are `ad.rs`. This file names the engine by its crate path
+//! (`computegraph::…`) and nothing of its own crate, because tidu's unit tests declare it
+//! too (`#[path]`, under `#[cfg(test)]`): a unit test of tidu cannot use the `scalar`
+//! crate, which is built against tidu's library, not its test build (ADR 0012, *Tests
+//! beside their crates*).
 
 use std::fmt;
 use std::sync::Arc;

@@ -14,7 +14,7 @@ use scalar::{ScalarKey, ScalarOp};
 use crate::support::{assert_same, eval_vars, fresh};
 
 /// Chain depth: 10^6, or `CG_DEEP_CHAIN` (`CG_DEEP_CHAIN=10000000 cargo test --release -p
-/// scalar --test engine deep` runs 10^7).
+/// computegraph --test it deep` runs 10^7).
 fn depth() -> usize {
     std::env::var("CG_DEEP_CHAIN").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
 }

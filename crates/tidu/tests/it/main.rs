@@ -1,7 +1,8 @@
 //! Integration tests of `tidu` with the reference set: one test binary, one module per
-//! concern. They live here rather than in `tidu`, because they use this crate (its
-//! operations and their rules, the complex set, `GraphSpec`, the eager frontend), which
-//! depends on `tidu`: the AD crate has no dev-dependency on a crate above it.
+//! concern. They use `scalar` (its operations and their rules, the complex set,
+//! `GraphSpec`, the eager frontend), a crate above tidu, through a dev-dependency: Cargo
+//! builds it against tidu's library, which is what this binary links too (ADR 0012,
+//! "Tests beside their crates").
 //!
 //! - `worked_example`: f(x) = (x+x)·x of `docs/SPEC.md` §4.4;
 //! - `pipelines`: JVP, VJP, FoF, HVP, RoR end to end, against closed forms;

@@ -5,7 +5,7 @@
 //!
 //! Depth: 10^6 in optimized builds; 10^5 in debug builds, where 10^6 takes about 35 s
 //! (build 3 s, linearize 8 s, transpose 6 s, compile and evaluate the JVP and the VJP
-//! 17 s). `TIDU_DEEP_CHAIN=1000000 cargo test -p scalar --test ad deep` runs any depth.
+//! 17 s). `TIDU_DEEP_CHAIN=1000000 cargo test -p tidu --test it deep` runs any depth.
 
 use std::collections::HashMap;
 use std::sync::Arc;

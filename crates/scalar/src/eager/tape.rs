@@ -1,11 +1,10 @@
 //! The reference set's eager frontend and executor: [`Tape`], [`Var`] and
 //! [`ScalarExecutor`], the core of `scalar::eager`.
 //!
-//! One source, declared twice (ADR 0012 decision 11): `scalar/src/eager.rs` declares it
-//! as its `tape` module and re-exports it, and tidu's eager doc examples declare it through
-//! `crates/tidu/doc/scalar_eager.rs`, so they run this very code without a dev-dependency
-//! on `scalar`. Hence the paths: the operation set is `super::super` (the crate root in
-//! `scalar`, the doc examples' `scalar` module in tidu), and nothing here names `scalar`.
+//! `eager.rs` re-exports them and adds what needs the rest of the crate ([`GraphSpec`]
+//! replay, `SpecTape`); tidu's eager doc examples use them through `scalar::eager`.
+//!
+//! [`GraphSpec`]: crate::spec::GraphSpec
 //!
 //! - [`ScalarExecutor`] replays recorded graphs with compiled programs (cached by
 //!   structure) and runs transposed graphs with the engine too
@@ -26,7 +25,7 @@ use smallvec::SmallVec;
 use tidu::eager::{BackwardExecutor, EagerError, EagerInput, PrimitiveGraph, Recorder, Trace, try_backward};
 use tidu::{ADRuleError, ADRuleResult, LinearizedGraph};
 
-use super::super::{ScalarKey, ScalarOp};
+use crate::{ScalarKey, ScalarOp};
 
 /// Cotangents by user-visible key, as [`try_backward`] returns them.
 pub type Gradients = HashMap<ValueKey<ScalarOp>, Arc<f64>>;

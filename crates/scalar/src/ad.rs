@@ -1,12 +1,5 @@
-//! The workspace's reference operation set with its AD rules: [`ScalarOp`] and
-//! [`ScalarKey`] (declared from the engine's `crates/computegraph/doc/scalar.rs`) and
-//! their [`tidu::Primitive`] and [`tidu::ADKey`] implementations.
-//!
-//! It is the `scalar` crate's own source (`crates/scalar/src/lib.rs` declares it as a
-//! module and re-exports both types). It lives beside `tidu` so that tidu's doc examples
-//! can declare it too, on a hidden line (`#[path = "../doc/scalar.rs"] mod scalar;`, with
-//! one `../` more from a file in a folder), without a dev-dependency on the crate above
-//! `tidu`. It names `tidu` and the engine by their crate paths only.
+//! The reference operation set's AD rules: the [`tidu::Primitive`] and [`tidu::ADKey`]
+//! implementations of [`ScalarOp`] and [`ScalarKey`] (defined in `ops.rs`).
 //!
 //! JVP rules (tangents `da`, `db`; `None` is a symbolic zero and emits nothing):
 //! - `add(a, b)`: `da + db` (just `da` or `db` when the other is zero; no operation);
@@ -25,10 +18,7 @@
 use computegraph::{GraphOperation, LocalValueId, OperationRole, ValueKey};
 use tidu::{ADKey, ADRuleError, ADRuleResult, DiffPassId, Primitive, PrimitiveBuilder, PrimitiveValue, RuleKind, emit};
 
-#[path = "../../computegraph/doc/scalar.rs"]
-mod ops;
-
-pub use ops::{ScalarKey, ScalarOp};
+use crate::ops::{ScalarKey, ScalarOp};
 
 impl ADKey for ScalarKey {
     fn tangent_of(&self, pass: DiffPassId) -> Self {

@@ -1,7 +1,8 @@
 //! Integration tests of `computegraph` with the reference set: one test binary, one module
-//! per concern. They live here rather than in `computegraph`, because they use this crate
-//! (its operations, `GraphSpec` and its reference evaluator, the workloads), which depends
-//! on the engine: the engine has no dev-dependency on a crate above it.
+//! per concern. They use `scalar` (its operations, `GraphSpec` and its reference
+//! evaluator, the workloads), a crate above the engine, through a dev-dependency: Cargo
+//! builds it against the engine's library, which is what this binary links too (ADR 0012,
+//! "Tests beside their crates").
 //!
 //! - `pipeline`: build → resolve → materialize → compile → eval against the scalar
 //!   reference (`GraphSpec::eval_reference`), CSE exactness, verifiers, edge cases;
@@ -19,6 +20,10 @@
 //! Expected values always come from an independent reference (the spec evaluator, a
 //! model, or hand derivation from the documented semantics), never from running the
 //! code under test.
+
+// The engine's library has documented `unsafe` blocks; its tests have none (the workspace's
+// `forbid`, which this crate does not take as a whole).
+#![forbid(unsafe_code)]
 
 mod cache;
 mod deep;
