@@ -190,6 +190,23 @@ fn value_and_gradients_on<T: Elem>(expr: &str, shapes: &[Vec<usize>], path: Path
         let (_, gi) = one.eval_with_value(&refs(&x), &c).unwrap();
         crate::network::assert_close(&gi[0], &grads[i], &format!("{expr}: gradient {i} alone"));
     }
+    // tidu's VJP of the same graph, the reverse pass the crate used before its own.
+    let view = computegraph::resolve(vec![e.graph().clone()]);
+    let keys: Vec<TensorKey> = (0..n as u32).map(TensorKey::var).collect();
+    let vjp = tidu::vjp(&view, std::slice::from_ref(e.output_key()), &keys).unwrap();
+    let seed = vjp.tangent_inputs()[0].0.clone();
+    let program = tidu::DerivativeProgram::new(&vjp).unwrap();
+    let want = program
+        .eval(&mut (), |k| match k {
+            TensorKey::Var(i) => Some(&x[*i as usize]),
+            k if *k == seed => Some(&c),
+            _ => None,
+        })
+        .unwrap();
+    for (i, w) in want.iter().enumerate() {
+        let w = w.clone().unwrap_or_else(|| Tensor::zeros(x[i].shape().to_vec()).unwrap());
+        crate::network::assert_close(&grads[i], &w, &format!("{expr}: gradient {i} against tidu's"));
+    }
 }
 
 proptest! {
