@@ -445,13 +445,16 @@ impl<T: Elem> Einsum<T> {
         let mut keys = vec![self.output.clone()];
         keys.extend(grad_keys.iter().flatten().cloned());
         let both = computegraph::try_resolve(vec![self.graph.clone(), g.graph().clone()])?;
-        let with_value = computegraph::try_compile(&computegraph::try_materialize_merge(&both, &keys)?)?;
+        let merged = computegraph::try_materialize_merge(&both, &keys)?;
+        let multiply_adds = merged.operations().map(|op| op_multiply_adds(op.operation())).sum();
+        let with_value = computegraph::try_compile(&merged)?;
         let mut next = 1..;
         let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
         Ok(EinsumGradient {
             program: DerivativeProgram::new(&g)?,
             with_value,
             value_positions,
+            multiply_adds,
             seed,
             wrt: wrt.to_vec(),
             einsum: self.meta(),
@@ -484,6 +487,17 @@ impl<T: Elem> Einsum<T> {
 
     fn meta(&self) -> Meta {
         Meta { shapes: self.plan.shapes().to_vec(), output_shape: self.output_shape.clone(), name: self.plan.name() }
+    }
+}
+
+/// The multiply-adds of one operation as [`Einsum::multiply_adds`] counts them: a
+/// contraction's or one-operand einsum's loop; element-wise operations (the cotangents'
+/// sums) are not counted.
+fn op_multiply_adds<T: Elem>(op: &TensorOp<T>) -> f64 {
+    match op {
+        TensorOp::Contract(s) => s.multiply_adds() as f64,
+        TensorOp::Unary(s) => s.multiply_adds() as f64,
+        TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => 0.0,
     }
 }
 
@@ -568,6 +582,8 @@ pub struct EinsumGradient<T: Elem> {
     /// For each `wrt` operand, its gradient's position among `with_value`'s outputs
     /// (`None`: a symbolic zero).
     value_positions: Vec<Option<usize>>,
+    /// Multiply-adds of `with_value`.
+    multiply_adds: f64,
     seed: Option<TensorKey>,
     wrt: Vec<usize>,
     einsum: Meta,
@@ -577,6 +593,12 @@ impl<T: Elem> EinsumGradient<T> {
     /// The compiled derivative program (its text dump lists every instruction).
     pub fn program(&self) -> &CompiledProgram<TensorOp<T>> {
         self.program.program()
+    }
+
+    /// Multiply-adds of one [`Self::eval_with_value`] (value and gradients), counted as
+    /// [`Einsum::multiply_adds`] counts the forward pass.
+    pub fn multiply_adds(&self) -> f64 {
+        self.multiply_adds
     }
 
     /// `Jᵀ c`: one tensor per `wrt` operand (zeros where the output does not depend on it).

@@ -1,9 +1,13 @@
 //! Derivatives of contraction networks (`docs/SPEC.md` §7): gradients against exact
 //! one-operand differences (a network is linear in each operand) through the dot-product
 //! identity, JVPs against VJPs, Hessian-vector products against central differences of the
-//! gradient and for symmetry, and tidu's whole-graph checker; real and complex.
+//! gradient and for symmetry, and tidu's whole-graph checker; real and complex. On random
+//! networks and paths: value and gradients of one run against exact differences of the
+//! plain reference, and the reverse pass's multiply-adds (two transposes per step for every
+//! operand, one per step on the way to a single operand).
 
-use einsum::{Einsum, Elem, PathChoice, Tensor, TensorKey, c64};
+use einsum::{ContractionPath, Einsum, Elem, PathChoice, Tensor, TensorKey, c64, reference_einsum};
+use proptest::prelude::*;
 use tidu::testing::{Checker, GraphCase, Tolerance};
 
 use crate::network::tensor;
@@ -147,4 +151,70 @@ fn derivative_errors_are_values() {
     let h = e.hvp(&[0]).unwrap();
     let c = Tensor::<f64>::zeros(vec![2, 4]).unwrap();
     assert!(h.eval(&refs(&x), &c, &[]).unwrap_err().to_string().contains("direction"));
+}
+
+/// Value and gradients from one run ([`einsum::EinsumGradient::eval_with_value`]) on a
+/// random network and path: the value equals the forward run, each gradient satisfies
+/// `⟨c, f(x + t eᵢ) - f(x)⟩ = ⟨∇ᵢ, t⟩` with `f` the plain reference (exact: `f` is linear
+/// in each operand), and the run's multiply-adds are those of the forward pass plus, per
+/// step, one transpose for each operand that needs a cotangent: at most three times the
+/// forward pass for every operand, at most twice for one (no cotangent of a branch that
+/// leads to no `wrt` operand).
+fn value_and_gradients_on<T: Elem>(expr: &str, shapes: &[Vec<usize>], path: PathChoice) {
+    let e = Einsum::<T>::new(expr, shapes, path).unwrap_or_else(|e| panic!("{expr}: {e}"));
+    let x: Vec<Tensor<T>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), 30 + i as u64)).collect();
+    let n = x.len();
+    let f0 = reference_einsum(expr, &refs(&x)).unwrap();
+    let c = tensor::<T>(f0.shape().to_vec(), 97);
+    let all: Vec<usize> = (0..n).collect();
+    let g = e.gradient(&all).unwrap();
+    let (value, grads) = g.eval_with_value(&refs(&x), &c).unwrap();
+    crate::network::assert_close(&value, &f0, &format!("{expr}: value"));
+    let forward = e.multiply_adds();
+    // At most: equal transposes of equal operands are one operation after merging.
+    assert!(g.multiply_adds() <= 3.0 * forward, "{expr}: value and all gradients: {} > 3·{forward}", g.multiply_adds());
+    for i in 0..n {
+        let t = tensor::<T>(x[i].shape().to_vec(), 60 + i as u64);
+        let mut xp = x.clone();
+        xp[i] = add(&x[i], &t, 1.0);
+        let df = add(&reference_einsum(expr, &refs(&xp)).unwrap(), &f0, -1.0);
+        let (lhs, rhs) = (c.inner(&df).unwrap(), grads[i].inner(&t).unwrap());
+        let scale = c.norm() * df.norm() + grads[i].norm() * t.norm();
+        assert!((lhs - rhs).abs() <= 1e-10 * (1.0 + scale), "{expr}: gradient {i}: {lhs:e} vs {rhs:e}");
+        let one = e.gradient(&[i]).unwrap();
+        assert!(
+            one.multiply_adds() <= 2.0 * forward,
+            "{expr}: operand {i} alone: {} > 2·{forward}",
+            one.multiply_adds()
+        );
+        let (_, gi) = one.eval_with_value(&refs(&x), &c).unwrap();
+        crate::network::assert_close(&gi[0], &grads[i], &format!("{expr}: gradient {i} alone"));
+    }
+    // tidu's VJP of the same graph, the reverse pass the crate used before its own.
+    let view = computegraph::resolve(vec![e.graph().clone()]);
+    let keys: Vec<TensorKey> = (0..n as u32).map(TensorKey::var).collect();
+    let vjp = tidu::vjp(&view, std::slice::from_ref(e.output_key()), &keys).unwrap();
+    let seed = vjp.tangent_inputs()[0].0.clone();
+    let program = tidu::DerivativeProgram::new(&vjp).unwrap();
+    let want = program
+        .eval(&mut (), |k| match k {
+            TensorKey::Var(i) => Some(&x[*i as usize]),
+            k if *k == seed => Some(&c),
+            _ => None,
+        })
+        .unwrap();
+    for (i, w) in want.iter().enumerate() {
+        let w = w.clone().unwrap_or_else(|| Tensor::zeros(x[i].shape().to_vec()).unwrap());
+        crate::network::assert_close(&grads[i], &w, &format!("{expr}: gradient {i} against tidu's"));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn value_and_gradients_of_random_networks((expr, shapes, path) in crate::network::network()) {
+        value_and_gradients_on::<f64>(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path)));
+        value_and_gradients_on::<c64>(&expr, &shapes, PathChoice::Greedy);
+    }
 }
