@@ -26,8 +26,10 @@ on all of them alike. Cells are the median over the rounds in milliseconds with 
 smallest and largest run beside (``median [min–max]``); ``v+g/fwd`` is cgx's
 value+gradient median over its forward median.
 
-Threads: one worker process per thread count (``--threads 1,2``), since JAX reads its
-thread count when it starts. In a worker of N threads, numpy's BLAS has N threads
+Threads: one worker process per thread count and instance (``--threads 1,2``), since JAX
+reads its thread count when it starts; a worker whose resident memory passes
+``--max-rss-gib`` (3.8 GiB by default, the budget of a process on the shared machine) ends,
+and its instance is reported as over the budget. In a worker of N threads, numpy's BLAS has N threads
 (``OMP_NUM_THREADS`` and the like), XLA's CPU client ``intra_op_parallelism_threads=N``
 (with Eigen's thread pool on only for N > 1), ``torch.set_num_threads(N)`` (idle OpenMP
 threads sleep, ``OMP_WAIT_POLICY=PASSIVE``, rather than spin into the next call), and cgx runs on
@@ -36,10 +38,16 @@ N threads if its Python package takes a thread count (a ``threads`` argument of
 thread, and its cells at N > 1 say so (``1 thread``).
 
     pip install ./python numpy opt_einsum jax torch
-    python3 python/bench/peers.py [--threads 1,2] [--repeat 5] [--only SUBSTRING] [--json OUT] [FILE.json ...]
+    python3 python/bench/peers.py [--threads 1,2] [--repeat 5] [--clock wall|cpu] [--only SUBSTRING]
+                                  [--json OUT] [FILE.json ...]
+
+``--clock cpu`` times each call by the process's CPU time (all its threads) instead of the
+wall clock: on a machine loaded by other work, a one-thread call's CPU time is its own work,
+while its wall time grows with the load.
 
 The seeded networks (``--no-seeded`` leaves them out): the queens graphical model of
-``benches/scripts/gm_queens.py`` conditioned on cells 0, 6, 12 and 18; a random
+``benches/scripts/gm_queens.py`` conditioned on cells 0, 6, 12, 18 and 24 (with 24 free,
+the peers' value+gradient passes 4 GiB); a random
 3-regular graph of 24 tensors with bonds of 4 (seed 0); the language-model network
 ``lm_batch_likelihood_brackets_4_4d`` with hidden size 12 instead of 4 and a batch of 8
 (its own path); and the element-wise product of two 2048×2048 matrices.
@@ -116,9 +124,9 @@ def lm_hidden(hidden, batch):
 
 def seeded_networks():
     gm = load_script("gm_queens", ROOT / "benches" / "scripts" / "gm_queens.py")
-    eq, shapes = gm.network(5, {0, 6, 12, 18})
+    eq, shapes = gm.network(5, {0, 6, 12, 18, 24})
     return [
-        instance("gm_queens_5x5_3_fix0_6_12_18", eq, shapes),
+        instance("gm_queens_5x5_3_fix0_6_12_18_24", eq, shapes),
         random_regular(24, 3, 4, 0),
         lm_hidden(12, 8),
         instance("elementwise_2048x2048", "ij,ij->ij", [[2048, 2048], [2048, 2048]]),
@@ -149,9 +157,35 @@ def rel_err(got, want):
     return float(np.max(np.abs(got - want), initial=0.0) / max(np.max(np.abs(want), initial=0.0), 1e-300))
 
 
+# What the worker is running, for the memory watchdog's message.
+_NOW = {"name": "", "what": "setup"}
+
+
+def watch_memory(limit_bytes):
+    """Ends the worker when its resident memory passes `limit_bytes` (the shared machine's
+    budget per process), saying which call did it; the driver reports the instance as over
+    the budget and goes on with the next."""
+    import threading
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def loop():
+        while True:
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            if rss > limit_bytes:
+                print(json.dumps({"over_memory": _NOW["name"], "what": _NOW["what"], "rss": rss}), flush=True)
+                os._exit(3)
+            time.sleep(0.05)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
 def worker(args):
     threads = args.worker
     set_thread_env(threads)
+    if os.path.exists("/proc/self/statm"):
+        watch_memory(int(args.max_rss_gib * 2**30))
     import numpy as np
     import opt_einsum as oe
 
@@ -181,10 +215,14 @@ def worker(args):
         cgx.set_num_threads(threads)
         cgx_threads = threads
 
+    # `cpu`: the process's CPU time (every thread's), which a loaded machine does not
+    # inflate the way it does wall time; meaningful for one thread only.
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+
     def ms(f):
-        t = time.perf_counter()
+        t = clock()
         f()
-        return (time.perf_counter() - t) * 1e3
+        return (clock() - t) * 1e3
 
     versions = {"cgx": cgx.__version__, "numpy": np.__version__, "opt_einsum": oe.__version__,
                 "jax": jax.__version__ if jax else "not installed",
@@ -194,11 +232,14 @@ def worker(args):
     for f in args.files:
         inst = json.loads(pathlib.Path(f).read_text())
         name = inst.get("name") or pathlib.Path(f).stem
+        _NOW["name"] = name
         eq, shapes = inst["format_string"], [tuple(s) for s in inst["shapes"]]
         path = [tuple(p) for p in inst["paths"]["opt_flops"]["path"]]
-        ops = operands(eq, shapes, rng)
+        # (`np.asarray`: a scalar operand comes back as a numpy scalar, which torch refuses.)
+        ops = [np.asarray(x) for x in operands(eq, shapes, rng)]
         n = len(ops)
 
+        _NOW["what"] = "checking the results"
         # cgx
         t = time.perf_counter()
         expr = cgx.contract_expression(eq, *shapes, optimize=path, **expr_kw)
@@ -263,15 +304,17 @@ def worker(args):
         for r in range(args.repeat):
             for lib in libs[r % len(libs):] + libs[: r % len(libs)]:
                 fwd, vg = calls[lib]
+                _NOW["what"] = f"{lib} forward"
                 times[lib][0].append(ms(fwd))
                 if vg is not None:
+                    _NOW["what"] = f"{lib} value+gradient"
                     times[lib][1].append(ms(vg))
         row = {"name": name, "steps": len(path), "threads": threads, "cgx_threads": cgx_threads,
                "jax_compile_ms": jax_compile, "cgx_setup_ms": cgx_setup, "max_rel_diff": err,
                "times": times}
         print(json.dumps(row), flush=True)
         del expr, oe_expr, calls
-    if threads == 1:
+    if args.overhead:
         overhead(cgx, oe, np, torch)
 
 
@@ -327,7 +370,12 @@ def main():
     parser.add_argument("--only", default="", help="run the instances whose name contains this")
     parser.add_argument("--no-seeded", action="store_true", help="leave out the seeded networks")
     parser.add_argument("--json", type=pathlib.Path, help="also write every row, with its runs, here")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="wall time, or the process's CPU time (for one thread on a loaded machine)")
+    parser.add_argument("--max-rss-gib", type=float, default=3.8,
+                        help="end an instance whose worker's resident memory passes this (default 3.8)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--overhead", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("files", nargs="*")
     args = parser.parse_args()
     if args.worker:
@@ -342,23 +390,35 @@ def main():
         files = [f for f in files if args.only in pathlib.Path(f).stem]
         all_rows = []
         for threads in [int(x) for x in args.threads.split(",")]:
-            cmd = [sys.executable, __file__, "--worker", str(threads), "--repeat", str(args.repeat), *files]
             rows = []
-            with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
-                for line in proc.stdout:
-                    msg = json.loads(line)
-                    if "overhead_us" in msg:
-                        print("per call on a 2×2 @ 2×2 product, µs: "
-                              + ", ".join(f"{k} {v:.2f}" for k, v in msg["overhead_us"].items()))
-                    elif "versions" in msg:
-                        v = msg["versions"]
-                        print(f"\n{threads} thread(s): " + ", ".join(f"{k} {x}" for k, x in v.items())
-                              + f"; float64, ms, median [min–max] of {args.repeat} interleaved rounds", flush=True)
-                    else:
-                        rows.append(msg)
-                        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
-            if proc.returncode:
-                sys.exit(f"the worker of {threads} thread(s) failed (exit {proc.returncode})")
+            # One worker per instance: an instance over the memory budget ends its own worker only.
+            for i, f in enumerate(files):
+                cmd = [sys.executable, __file__, "--worker", str(threads), "--repeat", str(args.repeat),
+                       "--clock", args.clock, "--max-rss-gib", str(args.max_rss_gib), f]
+                if threads == 1 and i == len(files) - 1:
+                    cmd.append("--overhead")
+                over = None
+                with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+                    for line in proc.stdout:
+                        msg = json.loads(line)
+                        if "overhead_us" in msg:
+                            print("per call on a 2×2 @ 2×2 product, µs: "
+                                  + ", ".join(f"{k} {v:.2f}" for k, v in msg["overhead_us"].items()))
+                        elif "versions" in msg:
+                            if i == 0:
+                                print(f"\n{threads} thread(s): " + ", ".join(f"{k} {x}" for k, x in msg["versions"].items())
+                                      + f"; float64, ms ({args.clock} clock), median [min–max] of {args.repeat}"
+                                      " interleaved rounds", flush=True)
+                        elif "over_memory" in msg:
+                            over = msg
+                        else:
+                            rows.append(msg)
+                            print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+                if over:
+                    print(f"`{over['over_memory'] or pathlib.Path(f).stem}`: over the {args.max_rss_gib} GiB budget per process"
+                          f" ({over['rss'] / 2**30:.1f} GiB during {over['what']}), left out", flush=True)
+                elif proc.returncode:
+                    sys.exit(f"the worker of {threads} thread(s) failed on {f} (exit {proc.returncode})")
             print(table(rows), flush=True)
             all_rows += rows
     if args.json:
