@@ -122,6 +122,7 @@ mod sliced_hvp;
 mod stop;
 mod subscripts;
 mod tensor;
+mod threads;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};
