@@ -1,7 +1,8 @@
 //! Where a second thread goes: each contraction step of an instance run alone on its
 //! recorded inputs, outside any pool (one thread) and inside a pool of two threads (where
 //! a step's GEMM and permutations may split), beside whole evaluations on one thread and
-//! two (`Einsum::eval_parallel`), interleaved.
+//! two (`Einsum::eval_parallel`), interleaved, and value with gradients of every operand
+//! (`EinsumGradient::eval_with_value_parallel`).
 //!
 //! `cargo run --release -p benches --example step_threads -- FILE.json [ROUNDS]`
 
@@ -64,9 +65,24 @@ fn main() {
         std::hint::black_box(e.eval_parallel(Some(&pool), &refs).expect("evaluates"));
         e2 = e2.min(ms(t));
     }
+    // Value and gradients of every operand, one thread and two (`eval_with_value_parallel`,
+    // which stays on one thread where the estimate says two would not pay).
+    let all: Vec<usize> = (0..operands.len()).collect();
+    let g = e.gradient(&all).expect("a gradient");
+    let seed = Tensor::from_fn(e.output_shape().to_vec(), |_| 1.0).expect("a seed");
+    let (mut g1, mut g2) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        std::hint::black_box(g.eval_with_value(&refs, &seed).expect("evaluates"));
+        g1 = g1.min(ms(t));
+        let t = Instant::now();
+        std::hint::black_box(g.eval_with_value_parallel(Some(&pool), &refs, &seed).expect("evaluates"));
+        g2 = g2.min(ms(t));
+    }
     let (s1, s2): (f64, f64) = (one.iter().sum(), two.iter().sum());
     println!("{}: {n} steps; steps alone: {s1:.1} ms on one thread, {s2:.1} ms in a pool of two", inst.name);
     println!("whole evaluation (best of {rounds}): {e1:.1} ms on one thread, {e2:.1} ms on two");
+    println!("value and gradients (best of {rounds}): {g1:.1} ms on one thread, {g2:.1} ms on two");
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| one[b].total_cmp(&one[a]));
     println!("{:>5} {:>9} {:>9} {:>6}  step", "#", "1 thr ms", "2 thr ms", "ratio");

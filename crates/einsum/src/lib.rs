@@ -123,6 +123,9 @@ mod sliced_hvp;
 mod stop;
 mod subscripts;
 mod tensor;
+mod threads;
+#[cfg(test)]
+mod threads_tests;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use elem::{Elem, Strided, StridedMut, c64};

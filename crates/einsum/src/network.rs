@@ -35,6 +35,7 @@ use crate::path::{ContractionPath, PathChoice};
 use crate::plan::Plan;
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
+use crate::threads::{PoolUse, Step};
 
 /// Options of [`Einsum::with_options`]; `EinsumOptions::default()` is what [`Einsum::new`]
 /// uses.
@@ -147,6 +148,8 @@ pub struct Einsum<T: Elem> {
     peak_bytes: u64,
     /// Bytes of every intermediate of the path, the output included.
     intermediate_bytes: u64,
+    /// The program's steps as [`Einsum::eval_parallel`] weighs them (`threads.rs`).
+    steps: Box<[Step]>,
 }
 
 impl<T: Elem> Einsum<T> {
@@ -278,6 +281,7 @@ impl<T: Elem> Einsum<T> {
         };
         let output_shape = plan.output_shape();
         drop(followed);
+        let steps = crate::threads::graph_steps(&graph);
         Ok(Einsum {
             plan,
             graph,
@@ -289,6 +293,7 @@ impl<T: Elem> Einsum<T> {
             // Both are below the limit (or the limit is off) when the checks passed.
             peak_bytes: budget.peak.unwrap_or(u64::MAX),
             intermediate_bytes: intermediate_bytes.unwrap_or(u64::MAX),
+            steps,
         })
     }
 
@@ -312,15 +317,37 @@ impl<T: Elem> Einsum<T> {
     }
 
     /// [`Einsum::eval`] on every thread of `pool` (or of the current rayon pool, the
-    /// global one outside any pool), with two kinds of parallelism chosen by cost:
-    /// independent steps run in parallel (computegraph's evaluator, driven by the
-    /// operations' cost hints: by dependency when the steps are costly, a step starting
-    /// when its operands are ready), and a step whose GEMM has at least `2^20`
-    /// multiply-adds splits that GEMM (and permutations of `2^20` elements or more their
+    /// global one outside any pool), with two kinds of parallelism: independent steps run
+    /// in parallel (computegraph's evaluator, driven by the operations' cost hints: by
+    /// dependency when the steps are costly, a step starting when its operands are
+    /// ready), and a step whose GEMM has at least `2^20` multiply-adds splits that GEMM
+    /// (and permutations and element-wise products of `2^20` elements or more their
     /// copies) over the pool's threads, which an idle thread then helps with. Smaller
-    /// steps stay on one thread, so they do not pay for forking. [`Einsum::eval`] always
-    /// uses one thread.
+    /// steps stay on one thread, so they do not pay for forking.
+    ///
+    /// Cost decides whether the pool is entered at all (`threads.rs`): a program of less
+    /// than about 2 ms of work, or whose steps form a chain with no step large enough to
+    /// split, runs exactly as [`Einsum::eval`] does, on the calling thread, so it is never
+    /// slower for the pool. The result is the one-thread result bit for bit wherever the
+    /// kernels keep the order of sums (every kernel does; see `docs/PERFORMANCE.md`).
     pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+        if self.pool_use(pool_threads(pool)) == PoolUse::OneThread {
+            return self.eval(operands);
+        }
+        self.eval_in_pool(pool, operands)
+    }
+
+    /// How [`Self::eval_parallel`] uses a pool of `threads` threads.
+    pub(crate) fn pool_use(&self, threads: usize) -> PoolUse {
+        crate::threads::choose(&self.steps, threads)
+    }
+
+    /// [`Einsum::eval_parallel`] without the choice: always in the pool.
+    pub(crate) fn eval_in_pool(
+        &self,
+        pool: Option<&rayon::ThreadPool>,
+        operands: &[&Tensor<T>],
+    ) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
         let _evaluation = crate::buffer::begin_evaluation();
         let inputs = self.program.bind_inputs(|k| match k {
@@ -330,11 +357,7 @@ impl<T: Elem> Einsum<T> {
         // Inside the pool, so that the kernels see its threads even when the evaluator
         // finds no level worth splitting and runs in order.
         let run = || self.program.try_eval_parallel(pool, &mut (), &inputs);
-        let mut out = match pool {
-            Some(pool) => pool.install(run),
-            None if rayon::current_thread_index().is_some() => run(),
-            None => rayon::scope(|_| run()),
-        }?;
+        let mut out = in_pool(pool, run)?;
         crate::stop::check()?;
         Ok(out.pop().expect("one output"))
     }
@@ -448,6 +471,7 @@ impl<T: Elem> Einsum<T> {
         let merged = computegraph::try_materialize_merge(&both, &keys)?;
         let multiply_adds = merged.operations().map(|op| op_multiply_adds(op.operation())).sum();
         let with_value = computegraph::try_compile(&merged)?;
+        let steps = crate::threads::materialized_steps(&merged);
         let mut next = 1..;
         let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
         Ok(EinsumGradient {
@@ -458,6 +482,7 @@ impl<T: Elem> Einsum<T> {
             seed,
             wrt: wrt.to_vec(),
             einsum: self.meta(),
+            steps,
         })
     }
 
@@ -587,6 +612,8 @@ pub struct EinsumGradient<T: Elem> {
     seed: Option<TensorKey>,
     wrt: Vec<usize>,
     einsum: Meta,
+    /// `with_value`'s steps as [`Self::eval_with_value_parallel`] weighs them (`threads.rs`).
+    steps: Box<[Step]>,
 }
 
 impl<T: Elem> EinsumGradient<T> {
@@ -624,21 +651,61 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+        self.value_and_grads(operands, cotangent, |inputs| self.with_value.try_eval(&mut (), inputs))
+    }
+
+    /// [`Self::eval_with_value`] on every thread of `pool` (or of the current rayon pool),
+    /// as [`Einsum::eval_parallel`] runs the forward pass: independent steps at once and
+    /// large kernels split, when the estimated cost says the pool pays (`threads.rs`), on
+    /// the calling thread as [`Self::eval_with_value`] otherwise.
+    pub fn eval_with_value_parallel(
+        &self,
+        pool: Option<&rayon::ThreadPool>,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+        if self.pool_use(pool_threads(pool)) == PoolUse::OneThread {
+            return self.eval_with_value(operands, cotangent);
+        }
+        self.eval_with_value_in_pool(pool, operands, cotangent)
+    }
+
+    /// [`Self::eval_with_value_parallel`] without the choice: always in the pool.
+    pub(crate) fn eval_with_value_in_pool(
+        &self,
+        pool: Option<&rayon::ThreadPool>,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+        self.value_and_grads(operands, cotangent, |inputs| {
+            in_pool(pool, || self.with_value.try_eval_parallel(pool, &mut (), inputs))
+        })
+    }
+
+    /// How [`Self::eval_with_value_parallel`] uses a pool of `threads` threads.
+    pub(crate) fn pool_use(&self, threads: usize) -> PoolUse {
+        crate::threads::choose(&self.steps, threads)
+    }
+
+    /// Checks the arguments, runs `with_value` on them by `run`, and splits its outputs
+    /// into the value and one gradient per `wrt` operand.
+    fn value_and_grads(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        run: impl FnOnce(&[&Tensor<T>]) -> computegraph::GraphResult<Vec<Tensor<T>>>,
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
         let m = &self.einsum;
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
         m.check("cotangent", &[cotangent], &[&m.output_shape])?;
         let _evaluation = crate::buffer::begin_evaluation();
-        let mut out: Vec<Option<Tensor<T>>> = self
-            .with_value
-            .try_eval_by_key(&mut (), |k| match k {
-                TensorKey::Var(i) => operands.get(*i as usize).copied(),
-                k if Some(k) == self.seed.as_ref() => Some(cotangent),
-                TensorKey::Tangent(_) => None,
-            })?
-            .into_iter()
-            .map(Some)
-            .collect();
+        let inputs = self.with_value.bind_inputs(|k| match k {
+            TensorKey::Var(i) => operands.get(*i as usize).copied(),
+            k if Some(k) == self.seed.as_ref() => Some(cotangent),
+            TensorKey::Tangent(_) => None,
+        })?;
+        let mut out: Vec<Option<Tensor<T>>> = run(&inputs)?.into_iter().map(Some).collect();
         crate::stop::check()?;
         let value = out[0].take().expect("the value is output 0");
         let grads = self
@@ -648,6 +715,21 @@ impl<T: Elem> EinsumGradient<T> {
             .map(|(p, &i)| p.and_then(|p| out[p].take()).map_or_else(|| zeros_like(&m.shapes[i]), Ok))
             .collect::<EinsumResult<_>>()?;
         Ok((value, grads))
+    }
+}
+
+/// The number of threads `pool` (or, without one, the current rayon pool) has.
+fn pool_threads(pool: Option<&rayon::ThreadPool>) -> usize {
+    pool.map_or_else(rayon::current_num_threads, rayon::ThreadPool::current_num_threads)
+}
+
+/// `run` inside `pool`, or inside the current rayon pool (the global one outside any), so
+/// that the kernels see its threads.
+fn in_pool<R: Send>(pool: Option<&rayon::ThreadPool>, run: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(pool) => pool.install(run),
+        None if rayon::current_thread_index().is_some() => run(),
+        None => rayon::scope(|_| run()),
     }
 }
 

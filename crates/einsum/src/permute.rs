@@ -81,7 +81,7 @@ const MAX_GATHERED_ROW: usize = 4 * BLOCK;
 /// Outputs of at least this many elements are permuted by the threads of the current
 /// rayon pool, when called inside one of more than one thread (outside any pool, as in
 /// [`crate::Einsum::eval`], one thread).
-const PAR_PERMUTE_MIN_ELEMENTS: usize = 1 << 20;
+pub(crate) const PAR_PERMUTE_MIN_ELEMENTS: usize = 1 << 20;
 
 /// A permutation copy of `src` (distinct labels `labels`) to labels `out` (a permutation of
 /// them). Axes are fused first ([`fuse_axes`]), so small axes that move together become one

@@ -1,0 +1,187 @@
+//! `threads`: whether an evaluation given a pool of several threads enters it, decided by
+//! estimated cost ([`PoolUse`]), for [`Einsum::eval_parallel`](crate::Einsum::eval_parallel)
+//! and [`EinsumGradient::eval_with_value_parallel`](crate::EinsumGradient::eval_with_value_parallel).
+//!
+//! Why: a second thread helps in two ways, by running independent steps at once (the
+//! evaluator's levels or dataflow) and by splitting one large step's kernel (its GEMM, its
+//! permutation copies, its element-wise chunks). Both have fixed costs (waking a sleeping
+//! worker, forking and joining, a step's operands moving to the other core's cache), and a
+//! program that offers neither kind of parallelism pays them for nothing: one lone GEMM of
+//! `2^24` multiply-adds, a batch of 32 products of `64³` and a chain of 199 small steps (an
+//! MPS inner product) each ran slower on two threads than on one. Such programs run as on
+//! one thread, outside the pool, so they cannot be slower there.
+//!
+//! Input: the program's operations in program order (a topological order), each with its
+//! [`GraphOperation::cost_hint`] and the operations that make its operands
+//! ([`Step`]). Output: [`PoolUse::Pool`] when the program's summed cost reaches
+//! [`POOL_MIN_COST`] and the estimated time on the pool's threads is at most
+//! `1 / MIN_GAIN` of the one-thread time, [`PoolUse::OneThread`] otherwise.
+//!
+//! The estimate on `t` threads is the better of two bounds: independent steps at once,
+//! `max(critical path, total / t)`, no step split; and the steps in order with each step
+//! that its kernel would split ([`splits_in_pool`]) taking `1 / (SPLIT_EFFICIENCY · t)` of
+//! its time. Inside a run, which of the two happens is left to the evaluator and to rayon's
+//! work stealing (an idle thread steals a ready step or the blocks of a running step's
+//! kernel, whichever appears first).
+//!
+//! Complexity: `O(operations + operands)`, once per program (the choice is kept).
+
+use computegraph::{Graph, GraphOperation, LocalValueDef, MaterializedGraph, MaterializedValueDef};
+use smallvec::SmallVec;
+
+use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
+use crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS;
+use crate::op::TensorOp;
+use crate::permute::PAR_PERMUTE_MIN_ELEMENTS;
+
+/// Programs whose summed cost hint is below this run on one thread whatever the pool: about
+/// 2 ms of one core's work (a cost hint is about a quarter of the multiply-adds plus the
+/// output's elements). A lone `256³` GEMM (cost `2^22`) lost to its fork and join on two
+/// threads (0.59 → 0.64 ms, an idle machine), the 100-matrix chain (about 10 ms) gained.
+pub(crate) const POOL_MIN_COST: u64 = 1 << 24;
+
+/// The estimated speed-up below which the pool is not entered: the estimate ignores the
+/// fixed costs of threads, so a small predicted gain is none.
+const MIN_GAIN: f64 = 1.25;
+
+/// The share of `t` threads' speed-up that a split kernel reaches (large GEMMs of MERA:
+/// 1.86× on two threads).
+const SPLIT_EFFICIENCY: f64 = 0.9;
+
+/// How an evaluation given a pool of several threads runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PoolUse {
+    /// Outside the pool, as [`Einsum::eval`](crate::Einsum::eval): the pool would not pay
+    /// for its costs.
+    OneThread,
+    /// In the pool: independent steps at once and large kernels split.
+    Pool,
+}
+
+/// One operation of a program: its cost hint, whether its kernel splits over a pool's
+/// threads, and the operations (by position in the program) that make its operands.
+#[derive(Debug)]
+pub(crate) struct Step {
+    pub(crate) cost: u64,
+    pub(crate) splits: bool,
+    pub(crate) after: SmallVec<[usize; 2]>,
+}
+
+impl Step {
+    /// The step of `op`, made after the operations `after`.
+    pub(crate) fn of<T: Elem>(op: &TensorOp<T>, after: SmallVec<[usize; 2]>) -> Self {
+        Step { cost: op.cost_hint(), splits: splits_in_pool(op), after }
+    }
+}
+
+/// Whether `op`'s kernel spreads over the threads of a pool it runs in: a contraction of at
+/// least `PAR_GEMM_MIN_MACS` multiply-adds (one GEMM split, or a loop of smaller ones cut
+/// into chunks), an element-wise product or a permutation of at least `2^20` elements.
+/// Approximate (a looped GEMM whose leading label is not the output's is not cut), which
+/// is what an estimate needs.
+pub(crate) fn splits_in_pool<T: Elem>(op: &TensorOp<T>) -> bool {
+    match op {
+        TensorOp::Contract(s) => {
+            let out: usize = s.out_shape().iter().product();
+            let summed = s.multiply_adds() > out as u64;
+            s.multiply_adds() >= PAR_GEMM_MIN_MACS as u64 || (!summed && out >= PAR_ELEMENTWISE_MIN_ELEMENTS)
+        }
+        TensorOp::Unary(s) => s.multiply_adds() >= PAR_PERMUTE_MIN_ELEMENTS as u64,
+        _ => false,
+    }
+}
+
+/// The steps of an einsum's graph (one fragment, operations in program order).
+pub(crate) fn graph_steps<T: Elem>(graph: &Graph<TensorOp<T>>) -> Box<[Step]> {
+    graph
+        .operations()
+        .map(|op| {
+            let after = op
+                .local_inputs()
+                .filter_map(|v| match graph.value_def(v?) {
+                    Some(LocalValueDef::Output { operation, .. }) => Some(operation.index()),
+                    _ => None,
+                })
+                .collect();
+            Step::of(op.operation(), after)
+        })
+        .collect()
+}
+
+/// The steps of a materialized graph (a derivative's, its operations in program order).
+pub(crate) fn materialized_steps<T: Elem>(graph: &MaterializedGraph<TensorOp<T>>) -> Box<[Step]> {
+    graph
+        .operations()
+        .map(|op| {
+            let after = op
+                .inputs()
+                .iter()
+                .filter_map(|&v| match graph.value_def(v) {
+                    Some(MaterializedValueDef::Output { operation, .. }) => Some(operation.index()),
+                    _ => None,
+                })
+                .collect();
+            Step::of(op.operation(), after)
+        })
+        .collect()
+}
+
+/// Whether a program of `steps` (in program order) enters a pool of `threads` threads.
+pub(crate) fn choose(steps: &[Step], threads: usize) -> PoolUse {
+    let total: u64 = steps.iter().map(|s| s.cost).fold(0, u64::saturating_add);
+    if threads < 2 || total < POOL_MIN_COST {
+        return PoolUse::OneThread;
+    }
+    let t = threads as f64;
+    // The longest chain of dependent steps, in program order (operands come first).
+    let mut finish: Vec<f64> = Vec::with_capacity(steps.len());
+    let mut split_time = 0.0;
+    for s in steps {
+        let start = s.after.iter().map(|&p| finish[p]).fold(0.0, f64::max);
+        finish.push(start + s.cost as f64);
+        split_time += if s.splits { s.cost as f64 / (SPLIT_EFFICIENCY * t).max(1.0) } else { s.cost as f64 };
+    }
+    let critical = finish.iter().copied().fold(0.0, f64::max);
+    let by_steps = critical.max(total as f64 / t);
+    let best = by_steps.min(split_time);
+    if total as f64 >= MIN_GAIN * best { PoolUse::Pool } else { PoolUse::OneThread }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(cost: u64, splits: bool, after: &[usize]) -> Step {
+        Step { cost, splits, after: after.iter().copied().collect() }
+    }
+
+    #[test]
+    fn small_programs_stay_on_one_thread() {
+        assert_eq!(choose(&[step(POOL_MIN_COST - 1, true, &[])], 2), PoolUse::OneThread);
+        assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 2), PoolUse::Pool);
+        assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 1), PoolUse::OneThread);
+    }
+
+    /// `n` steps of cost `c`, each after the one before, the first at position `first`.
+    fn chain(n: usize, first: usize, c: u64, splits: bool) -> Vec<Step> {
+        (first..first + n).map(|i| Step { cost: c, splits, after: (first..i).last().into_iter().collect() }).collect()
+    }
+
+    #[test]
+    fn chains_need_a_split_and_independent_steps_need_none() {
+        let c = POOL_MIN_COST;
+        // A chain of unsplit steps: nothing for a second thread; split steps: their kernels.
+        assert_eq!(choose(&chain(8, 0, c, false), 2), PoolUse::OneThread);
+        assert_eq!(choose(&chain(8, 0, c, true), 2), PoolUse::Pool);
+        // Two independent halves joined at the end.
+        let mut two = chain(4, 0, c, false);
+        two.extend(chain(4, 4, c, false));
+        two.push(step(1, false, &[3, 7]));
+        assert_eq!(choose(&two, 2), PoolUse::Pool);
+        // A long chain beside one short branch: too little to share.
+        let mut lopsided = chain(8, 0, c, false);
+        lopsided.push(step(c, false, &[]));
+        lopsided.push(step(1, false, &[7, 8]));
+        assert_eq!(choose(&lopsided, 2), PoolUse::OneThread);
+    }
+}

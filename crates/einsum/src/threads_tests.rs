@@ -1,0 +1,110 @@
+//! Tests of `threads.rs` on whole programs: two threads against one, bit for bit (or to
+//! rounding where a kernel splits a sum), forward and value with gradients, and the pool's
+//! choice on the bundled instances. A unit-test module beside `threads.rs`, because they
+//! bypass the choice through the crate's own `eval_in_pool` (and reading `Einsum` from
+//! `threads.rs` would make the two files point at each other).
+
+use crate::Elem;
+use crate::threads::PoolUse;
+use crate::{Einsum, Instance, PathChoice, Tensor, c64};
+
+fn operands<T: Elem>(shapes: &[Vec<usize>], seed: u64) -> Vec<Tensor<T>> {
+    let mut x = seed as f64;
+    let mut next = move || {
+        x += 1.0;
+        T::from_parts((x * 0.731).sin(), (x * 0.377).cos())
+    };
+    shapes.iter().map(|s| Tensor::from_fn(s.clone(), |_| next()).unwrap()).collect()
+}
+
+/// `e` on one thread and in a pool of two, forward and value with gradients (with the
+/// choice of `threads.rs` bypassed, so that the pool is used): bit for bit, or the
+/// gradients to rounding unless `fixed_order`.
+fn check_pool_matches_one_thread<T: Elem>(e: &Einsum<T>, shapes: &[Vec<usize>], fixed_order: bool, what: &str) {
+    let ops = operands::<T>(shapes, 3);
+    let refs: Vec<&Tensor<T>> = ops.iter().collect();
+    let threads = 2;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    let one = e.eval(&refs).unwrap();
+    assert_eq!(e.eval_in_pool(Some(&pool), &refs).unwrap(), one, "{what}, {threads} threads");
+    assert_eq!(e.eval_parallel(Some(&pool), &refs).unwrap(), one, "{what}, {threads} threads");
+    let all: Vec<usize> = (0..shapes.len()).collect();
+    let g = e.gradient(&all).unwrap();
+    let c = operands::<T>(&[one.shape().to_vec()], 5).pop().unwrap();
+    let (v1, g1) = g.eval_with_value(&refs, &c).unwrap();
+    let (v2, g2) = g.eval_with_value_in_pool(Some(&pool), &refs, &c).unwrap();
+    assert_eq!(v1, one, "{what}");
+    assert_eq!(v2, v1, "{what}, value, {threads} threads");
+    for (x, y) in g2.iter().zip(&g1) {
+        let err = x.max_abs_diff(y).unwrap();
+        let bound = if fixed_order { 0.0 } else { 1e-13 * (1.0 + y.max_abs()) * shapes.len() as f64 };
+        assert!(err <= bound, "{what}, gradients, {threads} threads: {err:e} off");
+    }
+    if fixed_order {
+        assert_eq!(g.eval_with_value_parallel(Some(&pool), &refs, &c).unwrap().1, g1, "{what}");
+    }
+}
+
+/// Programs whose kernels split in a pool (one large GEMM, a loop of small ones cut by
+/// its batch label, an element-wise product and a permuted broadcast of `2^20`
+/// elements) and programs of independent steps: the kernels keep their order of sums
+/// whatever the threads, so two threads equal one bit for bit, real and complex. The
+/// exception: faer splits the sum of a large matrix-vector product over a column-major
+/// matrix between the threads (the gradient of the outer product of two matrix
+/// products, below, has one), so there the gradients agree to rounding.
+#[test]
+fn a_pool_equals_one_thread_bit_for_bit() {
+    let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];
+    let cases: [(&str, Vec<Vec<usize>>, bool); 6] = [
+        ("ij,jk->ik", vec![vec![160, 96], vec![96, 128]], true),
+        ("bij,bjk->bik", vec![vec![64, 32, 24], vec![64, 24, 32]], true),
+        ("ij,ij->ij", vec![vec![1024, 1024], vec![1024, 1024]], true),
+        ("abc,c->cba", vec![vec![128, 128, 64], vec![64]], true),
+        ("ab,bc,cd,de,ef->af", chain, true),
+        ("ab,bc,de,ef->acdf", vec![vec![40, 50], vec![50, 60], vec![30, 70], vec![70, 20]], false),
+    ];
+    for (expr, shapes, fixed_order) in cases {
+        let e = Einsum::<f64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+        check_pool_matches_one_thread(&e, &shapes, fixed_order, expr);
+        let e = Einsum::<c64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+        check_pool_matches_one_thread(&e, &shapes, fixed_order, expr);
+    }
+    // The bundled instances' structure, every dimension capped at 3.
+    for name in Instance::bundled_names().unwrap() {
+        let mut inst = Instance::bundled(&name).unwrap();
+        for s in &mut inst.shapes {
+            for d in s.iter_mut() {
+                *d = (*d).min(3);
+            }
+        }
+        let e = inst.einsum::<f64>(PathChoice::Explicit(inst.opt_flops.clone().unwrap())).unwrap();
+        check_pool_matches_one_thread(&e, &inst.shapes, true, &name);
+    }
+}
+
+/// The choice on the bundled instances at full size: the lone GEMM, the batch of 32
+/// small ones and the MPS chain (slower on two threads on an idle machine before the
+/// choice) stay on one thread; the matrix chain, the language model and MERA use the
+/// pool. Value with gradients: the MPS's reverse pass has a leaf gradient beside each
+/// step of its cotangent chain, which the pool runs at once. A pool of one thread is
+/// never entered.
+#[test]
+fn the_pool_is_entered_where_it_pays() {
+    use PoolUse::{OneThread, Pool};
+    let expect = [
+        ("bin_matmul_256", OneThread, OneThread),
+        ("bin_batched_matmul_b32_m64_n64_k64", OneThread, OneThread),
+        ("str_mps_varying_inner_product_200", OneThread, Pool),
+        ("str_matrix_chain_multiplication_100", Pool, Pool),
+        ("lm_batch_likelihood_brackets_4_4d", Pool, Pool),
+        ("str_nw_mera_open_26", Pool, Pool),
+    ];
+    for (name, want, want_grad) in expect {
+        let inst = Instance::bundled(name).unwrap();
+        let e = inst.einsum::<f64>(PathChoice::Explicit(inst.opt_flops.clone().unwrap())).unwrap();
+        assert_eq!(e.pool_use(2), want, "{name}");
+        assert_eq!(e.pool_use(1), PoolUse::OneThread, "{name}");
+        let all: Vec<usize> = (0..inst.shapes.len()).collect();
+        assert_eq!(e.gradient(&all).unwrap().pool_use(2), want_grad, "{name}, value and gradient");
+    }
+}
