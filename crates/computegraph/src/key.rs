@@ -517,7 +517,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     /// after [`Self::reserve`] made room for one more operation: its key if it is
     /// interned, or the table slot that [`Self::append_op`] fills for it. One probe, which
     /// compares the store's own columns.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn probe_op(
         &self,
         op: &Op,
@@ -543,6 +543,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     /// `slot`, which that probe returned with no other append in between. Its outputs get
     /// the next key ids. Errors, with nothing appended: more than 256 outputs, or an
     /// exhausted id space.
+    #[inline(always)]
     pub(crate) fn append_op(
         &mut self,
         op: &Op,
