@@ -452,6 +452,13 @@ impl<T> ListPool<T> {
         self.items.capacity() * std::mem::size_of::<T>()
     }
 
+    /// Frees the items' unused capacity.
+    pub(crate) fn shrink_items(&mut self) {
+        if self.items.capacity() > self.items.len() {
+            self.items.shrink_to_fit();
+        }
+    }
+
     /// [`shrink_loose`] on both columns.
     pub(crate) fn shrink_loose(&mut self) {
         shrink_loose(&mut self.starts);

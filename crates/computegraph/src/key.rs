@@ -33,7 +33,7 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -41,11 +41,18 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use hashbrown::HashTable;
 use smallvec::SmallVec;
 
+use crate::chunk::{
+    CHUNK, CHUNK_BITS, CHUNK_MASK, ChunkLife, INPUT_CHUNK, InputChunk, OpChunk, OpSlot, OperandsPerOp, hash_input,
+    hash_op,
+};
+pub(crate) use crate::chunk::{
+    Garbage, RECLAIM_MIN_VALUES, Touched, input_chunk_tag, op_chunk_tag, op_hash, op_hash_raw,
+};
 use crate::optable::{OpTable, Probe};
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
-use crate::id::{KeyId, ListPool, OperationKeyId};
+use crate::id::{KeyId, OperationKeyId};
 use crate::operation::{GraphOperation, Label, OperationRole};
 
 /// The structural identity of an operation application: operation, input keys and role,
@@ -304,6 +311,8 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     reclaimed_ops: usize,
     /// The operation count at which the current `flush` means to stop (sizes new chunks).
     pending_end: usize,
+    /// The current batch's operands per operation (sizes new chunks' operand pools).
+    pending_arity: OperandsPerOp,
     /// Scratch for the operand keys of the operation a builder interns, lent to each
     /// `flush` so that it allocates none.
     pub(crate) key_scratch: Vec<KeyId>,
@@ -311,128 +320,6 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     idle: Vec<u32>,
     /// Value keys in idle chunks (counted live until reclaimed).
     idle_values: usize,
-}
-
-/// Operations per chunk of the interner's operation columns, and input keys per chunk of
-/// its input columns: the unit in which entries are reclaimed.
-const CHUNK_BITS: u32 = 10;
-const CHUNK: usize = 1 << CHUNK_BITS;
-const CHUNK_MASK: usize = CHUNK - 1;
-/// Marks an input chunk in a pin list (operation chunks are unmarked).
-const INPUT_CHUNK: u32 = 1 << 31;
-/// Idle chunks are reclaimed once they hold at least this many value keys (and as many as
-/// the chunks in use): below it, reclaiming would only change the keys of rebuilt graphs.
-pub(crate) const RECLAIM_MIN_VALUES: usize = 1 << 16;
-
-/// The interner chunks a builder's `flush` touched (tags, see [`KeyInterner`]'s pins).
-pub(crate) type Touched = SmallVec<[u32; 4]>;
-
-/// [`CHUNK`] consecutive operations' columns.
-struct OpChunk<Op> {
-    ops: Vec<Op>,
-    inputs: ListPool<KeyId>,
-    /// Role id of each operation; empty while every operation of the chunk is `Primary`.
-    role: Vec<u32>,
-    /// Key id of each operation's first output; non-decreasing.
-    first_output: Vec<KeyId>,
-    /// Output keys of the chunk's operations.
-    values: usize,
-    life: ChunkLife,
-}
-
-/// Whether a chunk may be reclaimed.
-#[derive(Default)]
-struct ChunkLife {
-    /// Graphs holding a key of the chunk.
-    pins: usize,
-    /// Holds keys handed out by the interner's own methods: never reclaimed.
-    sticky: bool,
-    /// Full, unpinned and not sticky: in the interner's idle list, to be reclaimed.
-    idle: bool,
-}
-
-impl<Op> OpChunk<Op> {
-    fn with_capacity(n: usize) -> Self {
-        OpChunk {
-            ops: Vec::with_capacity(n),
-            inputs: ListPool::with_capacity(n, 2 * n),
-            role: Vec::new(),
-            first_output: Vec::with_capacity(n),
-            values: 0,
-            life: ChunkLife::default(),
-        }
-    }
-
-    #[inline]
-    fn role_of(&self, j: usize) -> u32 {
-        if self.role.is_empty() { 0 } else { self.role[j] }
-    }
-}
-
-/// [`CHUNK`] consecutive input keys.
-struct InputChunk<K> {
-    keys: Vec<K>,
-    /// Key id of each input; increasing.
-    values: Vec<KeyId>,
-    life: ChunkLife,
-}
-
-impl<K> InputChunk<K> {
-    fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.keys.capacity() * std::mem::size_of::<K>() + self.values.capacity() * 4
-    }
-}
-
-/// Reclaimed chunks, dropped once the interner's lock is released: dropping operations
-/// and keys runs their `Drop`, user code that must not run under the lock.
-pub(crate) struct Garbage<Op: GraphOperation> {
-    ops: Vec<OpChunk<Op>>,
-    inputs: Vec<InputChunk<Op::InputKey>>,
-}
-
-impl<Op: GraphOperation> Default for Garbage<Op> {
-    fn default() -> Self {
-        Garbage { ops: Vec::new(), inputs: Vec::new() }
-    }
-}
-
-/// The pin tag of the chunk holding operation `id`.
-#[inline]
-pub(crate) fn op_chunk_tag(id: OperationKeyId) -> u32 {
-    (id.index() >> CHUNK_BITS) as u32
-}
-
-/// The pin tag of the chunk holding input key `index`.
-#[inline]
-pub(crate) fn input_chunk_tag(index: u32) -> u32 {
-    INPUT_CHUNK | (index >> CHUNK_BITS)
-}
-
-fn hash_input<K: Hash>(k: &K) -> u64 {
-    FxBuildHasher.hash_one(k)
-}
-
-/// A 32-bit structural hash of an operation application (kept in the operation table).
-pub(crate) fn op_hash<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
-    hash_op(op, inputs, role)
-}
-
-/// [`op_hash`] of input keys given by their indices (equal for equal indices).
-#[inline]
-pub(crate) fn op_hash_raw<Op: Hash>(op: &Op, inputs: impl Iterator<Item = u32>, role: u32) -> u32 {
-    let mut h = FxBuildHasher.build_hasher();
-    op.hash(&mut h);
-    for k in inputs {
-        h.write_u32(k);
-    }
-    h.write_u32(role);
-    let x = h.finish();
-    (x ^ (x >> 32)) as u32
-}
-
-#[inline]
-fn hash_op<Op: Hash>(op: &Op, inputs: &[KeyId], role: u32) -> u32 {
-    op_hash_raw(op, inputs.iter().map(|k| k.index() as u32), role)
 }
 
 impl<Op: GraphOperation> InternerState<Op> {
@@ -455,6 +342,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             reclaimed_values: 0,
             reclaimed_ops: 0,
             pending_end: 0,
+            pending_arity: OperandsPerOp::TWO,
             key_scratch: Vec::new(),
             idle: Vec::new(),
             idle_values: 0,
@@ -530,6 +418,9 @@ impl<Op: GraphOperation> InternerState<Op> {
     pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
         self.op_table.reserve(ops);
         self.pending_end = self.op_count.saturating_add(ops);
+        // New chunks' operand pools are sized by the batch's mean operands per operation
+        // (and trimmed when full), not a fixed two per operation.
+        self.pending_arity = OperandsPerOp::of(ops, operands);
         let room = CHUNK - (self.op_count & CHUNK_MASK);
         if self.op_count & CHUNK_MASK != 0
             && let Some(Some(c)) = self.op_chunks.last_mut()
@@ -537,7 +428,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             let n = ops.min(room);
             c.ops.reserve(n);
             c.first_output.reserve(n);
-            c.inputs.reserve(n, operands.min(2 * n));
+            c.inputs.reserve(n, operands.min(self.pending_arity.operands(n)));
         }
     }
 
@@ -602,7 +493,8 @@ impl<Op: GraphOperation> InternerState<Op> {
     }
 
     /// [`Self::intern_op`] with the structural hash already computed (see [`op_hash`]),
-    /// after [`Self::reserve`] made room for the operation.
+    /// after [`Self::reserve`] made room for the operation: [`Self::probe_op`], then
+    /// [`Self::append_op`] if the operation is new.
     #[inline]
     pub(crate) fn intern_op_hashed(
         &mut self,
@@ -612,17 +504,52 @@ impl<Op: GraphOperation> InternerState<Op> {
         h32: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
+        match self.probe_op(op, inputs, role, h32, interner) {
+            Ok(key) => Ok(key),
+            Err(slot) => self.append_op(op, inputs, role, h32, slot, interner),
+        }
+    }
+
+    /// Looks `op(inputs)` in role `role` up by its structural hash (see [`op_hash`]),
+    /// after [`Self::reserve`] made room for one more operation: its key if it is
+    /// interned, or the table slot that [`Self::append_op`] fills for it. One probe, which
+    /// compares the store's own columns.
+    #[inline(always)]
+    pub(crate) fn probe_op(
+        &self,
+        op: &Op,
+        inputs: &[KeyId],
+        role: u32,
+        h32: u32,
+        interner: u32,
+    ) -> Result<OperationKey<Op>, OpSlot> {
         debug_assert_eq!(h32, hash_op(op, inputs, role));
-        // One probe finds the key or the slot for it.
         let chunks = &self.op_chunks;
-        let slot = match self.op_table.probe_reserved(h32, |id| {
+        match self.op_table.probe_reserved(h32, |id| {
             let chunk = chunks[id.index() >> CHUNK_BITS].as_deref().expect("the table holds live operations only");
             let j = id.index() & CHUNK_MASK;
             chunk.role_of(j) == role && chunk.ops[j] == *op && chunk.inputs.get(j) == inputs
         }) {
-            Probe::Found(id) => return Ok(self.op_key(id, interner)),
-            Probe::Vacant(slot) => slot,
-        };
+            Probe::Found(id) => Ok(self.op_key(id, interner)),
+            Probe::Vacant(slot) => Err(OpSlot(slot)),
+        }
+    }
+
+    /// Appends an operation that [`Self::probe_op`] did not find to the store's columns
+    /// (operation, exactly its operand keys, role, first output) and fills its table slot
+    /// `slot`, which that probe returned with no other append in between. Its outputs get
+    /// the next key ids. Errors, with nothing appended: more than 256 outputs, or an
+    /// exhausted id space.
+    #[inline(always)]
+    pub(crate) fn append_op(
+        &mut self,
+        op: &Op,
+        inputs: &[KeyId],
+        role: u32,
+        h32: u32,
+        slot: OpSlot,
+        interner: u32,
+    ) -> GraphResult<OperationKey<Op>> {
         let n_out = op.output_count();
         if n_out > 256 {
             return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs: n_out });
@@ -638,10 +565,13 @@ impl<Op: GraphOperation> InternerState<Op> {
         let first = KeyId::new(first);
         if self.op_count & CHUNK_MASK == 0 {
             if let Some(c) = self.op_chunks.len().checked_sub(1) {
+                if let Some(full) = self.op_chunks[c].as_deref_mut() {
+                    full.close();
+                }
                 self.note_if_idle(c as u32);
             }
             let n = self.pending_end.saturating_sub(self.op_count).clamp(16, CHUNK);
-            self.op_chunks.push(Some(Box::new(OpChunk::with_capacity(n))));
+            self.op_chunks.push(Some(Box::new(OpChunk::with_capacity(n, self.pending_arity))));
             self.op_chunk_first.push(first);
         }
         let chunk = self.op_chunks.last_mut().and_then(|c| c.as_deref_mut()).expect("the open chunk is live");
@@ -650,7 +580,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             chunk.inputs.abandon_list();
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
         }
-        self.op_table.fill(slot, h32, id);
+        self.op_table.fill(slot.0, h32, id);
         let j = chunk.ops.len();
         chunk.ops.push(op.clone());
         if role != 0 && chunk.role.is_empty() {
@@ -1140,6 +1070,34 @@ mod tests {
             assert!(!interner.describe(KeyId::new(i)).contains("unknown"));
         }
         assert!(interner.describe(KeyId::new(expected.len())).contains("unknown"));
+    }
+
+    /// The store keeps one operand key per operand: a chunk's operand pool is sized by
+    /// the batch's operands per operation (here one), not two per operation, and trimmed
+    /// when the chunk is full; operations read back with their operands.
+    #[test]
+    fn the_store_holds_exactly_the_operands() {
+        let interner = KeyInterner::<Outputs>::new();
+        let mut b = crate::GraphBuilder::with_interner(Arc::clone(&interner));
+        let mut last = b.add_input(0);
+        let n = 3 * CHUNK + 100;
+        for _ in 0..n {
+            last = crate::LocalValueId::new(
+                b.add_operation_from(Outputs(1), &[crate::ValueRef::Local(last)], &OperationRole::Primary).start,
+            );
+        }
+        b.set_outputs(vec![last]);
+        let g = b.build();
+        let bytes = interner.column_bytes();
+        let operand_bytes = bytes.iter().find(|(name, _)| *name == "op inputs (operand keys)").unwrap().1;
+        // Exact for the three full chunks; the open one has a sixteenth of slack.
+        assert!(operand_bytes <= 4 * n + 4 * (CHUNK / 16 + 1), "{operand_bytes} bytes for {n} operands");
+        assert!(operand_bytes >= 4 * n);
+        for op in g.operations() {
+            let (_, inputs, _) = interner.operation_parts(&op.key()).unwrap();
+            let expected: Vec<_> = op.local_inputs().map(|v| g.global_key(v.unwrap())).collect();
+            assert_eq!(inputs, expected);
+        }
     }
 
     /// An input key that notes, when dropped, whether its interner's lock was held.

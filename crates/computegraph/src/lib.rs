@@ -47,6 +47,7 @@
 mod added;
 mod builder;
 mod cache;
+mod chunk;
 mod compile;
 mod dataflow;
 mod dispatch;
