@@ -178,19 +178,30 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
         table
     };
     let (src_o, src_s, dst_s) = (offsets(&o_axes, &ss), offsets(&s_axes, &ss), offsets(&s_axes, &so));
-    // Odometer over the axes in no block and not split.
-    let outer: SmallVec<[usize; 8]> =
+    // Odometer over the axes in no block and not split. When rows are copied or gathered
+    // (no transpose block), the innermost of them runs in a plain loop inside each step of
+    // the odometer: a row of a dozen elements (a network's typical shared innermost axis)
+    // costs little more than its copy, and a step of the odometer per row cost as much again.
+    let mut outer: SmallVec<[usize; 8]> =
         (lead..out.len()).filter(|c| !s_axes.contains(c) && !o_axes.contains(c)).collect();
+    let rows_axis = if s_axes.is_empty() { outer.pop() } else { None };
+    let (n_rows, [rows_so, rows_ss]) = rows_axis.map_or((1, [0, 0]), |c| (sizes[c], [so[c], ss[c]]));
     let chunk = |dst: &mut [T], mut ps: usize| {
         let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
         let mut po = 0usize;
         loop {
             if o_axes.len() == 1 && s_axes.is_empty() {
-                dst[po..po + no].copy_from_slice(&src[ps..ps + no]);
+                for r in 0..n_rows {
+                    let (d, s) = (po + r * rows_so, ps + r * rows_ss);
+                    dst[d..d + no].copy_from_slice(&src[s..s + no]);
+                }
             } else if s_axes.is_empty() {
                 // Runs of the shared innermost axis, gathered into one output row.
-                for (x, &off) in dst[po..po + no].iter_mut().zip(&src_o) {
-                    *x = src[ps + off];
+                for r in 0..n_rows {
+                    let (d, s) = (po + r * rows_so, ps + r * rows_ss);
+                    for (x, &off) in dst[d..d + no].iter_mut().zip(&src_o) {
+                        *x = src[s + off];
+                    }
                 }
             } else {
                 for sb in (0..ns).step_by(TILE) {
