@@ -770,13 +770,12 @@ fn auto_until(
     // longest allowance.
     let best = std::cell::Cell::new(f64::INFINITY);
     let out_of_time = || stop() || start.elapsed() >= auto_allowance(best.get());
-    let greedy = || ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
     let small = inputs.len() <= AUTO_DP_MAX_OPERANDS;
     if small {
-        // The greedy path's cost, in microseconds, sets the first allowance (the
-        // hyper-optimizer's first trial is the same path; on a large network the longest
-        // allowance holds until its first batch).
-        best.set(cost(&greedy()));
+        // The greedy path (microseconds to find) sets the first allowance. On a large
+        // network the longest allowance holds until the hyper-optimizer's first batch,
+        // whose first trial is that same path.
+        best.set(cost(&ContractionPath::greedy(inputs, output, |c| sizes[c as usize])));
     }
     if inputs.len() <= AUTO_EXACT_OPERANDS {
         if let Some(p) = optimal_within(inputs, output, sizes, &mut Work::new(u64::MAX, &out_of_time)) {
@@ -796,23 +795,16 @@ fn auto_until(
     // Then the hyper-optimizer. It reports its best cost after each batch of trials, so
     // the allowance shrinks as it finds cheaper paths, and its path bounds what the DP
     // must beat, which lets the DP give up early where it cannot finish.
-    let hyper = if stop() {
-        greedy()
-    } else {
-        // Its budget is what the allowance leaves (a trial's reconfiguration stops at the
-        // deadline), but at least a first short batch.
-        let left = auto_allowance(best.get()).saturating_sub(start.elapsed());
-        let opts = HyperOptions {
-            max_time: Some(left.max(AUTO_MIN_TIME / 2)),
-            max_trials: Some(AUTO_HYPER_TRIALS),
-            ..HyperOptions::default()
-        };
-        let mut report = |p: &crate::hyper::HyperProgress| best.set(p.best.multiply_adds);
-        match crate::hyper::hyper_path_until(inputs, output, sizes, &opts, &out_of_time, &mut report) {
-            Ok(found) => found.path,
-            Err(_) => greedy(),
-        }
+    // Its budget is what the allowance leaves (a trial's reconfiguration stops at the
+    // deadline), but at least a first short batch.
+    let left = auto_allowance(best.get()).saturating_sub(start.elapsed());
+    let opts = HyperOptions {
+        max_time: Some(left.max(AUTO_MIN_TIME / 2)),
+        max_trials: Some(AUTO_HYPER_TRIALS),
+        ..HyperOptions::default()
     };
+    let mut report = |p: &crate::hyper::HyperProgress| best.set(p.best.multiply_adds);
+    let hyper = hyper_fallback(inputs, output, sizes, &opts, &out_of_time, stop(), &mut report);
     let known = cost(&hyper);
     best.set(known);
     if !small || out_of_time() {
@@ -841,8 +833,8 @@ fn auto_dp_pairs(n: usize, max: u64) -> u64 {
 /// chains, trees and the other networks of small width it solves exactly.
 const AUTO_DP_FIRST_PAIRS: u64 = 1 << 18;
 
-/// The hyper-optimizer after a DP gave up (`dp` and `auto`), or the greedy path when the
-/// caller already said stop (it reports the stop).
+/// The hyper-optimizer after a DP gave up (`dp` and `auto`), calling `progress` after each
+/// batch, or the greedy path when the caller already said stop (it reports the stop).
 fn hyper_fallback(
     inputs: &[Vec<u32>],
     output: &[u32],
@@ -850,12 +842,13 @@ fn hyper_fallback(
     opts: &HyperOptions,
     stop: &dyn Fn() -> bool,
     stopped: bool,
+    progress: &mut dyn FnMut(&crate::hyper::HyperProgress),
 ) -> ContractionPath {
     let greedy = || ContractionPath::greedy(inputs, output, |c| sizes[c as usize]);
     if stopped {
         return greedy();
     }
-    match crate::hyper::hyper_path_until(inputs, output, sizes, opts, stop, &mut |_| {}) {
+    match crate::hyper::hyper_path_until(inputs, output, sizes, opts, stop, progress) {
         Ok(found) => found.path,
         Err(_) => greedy(),
     }
@@ -927,7 +920,9 @@ pub fn find_path_until(
             let mut work = Work::new(DP_MAX_PAIRS, &bounded);
             match dp_within(inputs, output, sizes, &mut work) {
                 Some(p) => p,
-                None => hyper_fallback(inputs, output, sizes, &HyperOptions::default(), &stop, stopped.get()),
+                None => {
+                    hyper_fallback(inputs, output, sizes, &HyperOptions::default(), &stop, stopped.get(), &mut |_| {})
+                }
             }
         }
         PathChoice::RandomGreedy { trials, seed } => {

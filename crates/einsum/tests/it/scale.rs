@@ -14,20 +14,9 @@ use einsum::{ContractionPath, PathChoice};
 const MARGIN: Duration = Duration::from_secs(20);
 
 /// A `side × side` lattice, one label of size 2 per edge, scalar output.
-fn lattice(side: u32) -> (Vec<Vec<u32>>, Vec<usize>) {
-    let n = side * side;
-    let mut inputs = vec![Vec::new(); n as usize];
-    let mut labels = 0u32;
-    for v in 0..n {
-        for (w, ok) in [(v + 1, v % side + 1 < side), (v + side, v + side < n)] {
-            if ok {
-                inputs[v as usize].push(labels);
-                inputs[w as usize].push(labels);
-                labels += 1;
-            }
-        }
-    }
-    (inputs, vec![2; labels as usize])
+fn lattice(side: usize) -> (Vec<Vec<u32>>, Vec<usize>) {
+    let net = einsum::generate::lattice(&[side, side], 2..=2, 0).expect("a valid lattice");
+    (net.inputs, net.sizes)
 }
 
 /// A random graph of degree 3 on `n` vertices (a random perfect matching of three stubs
