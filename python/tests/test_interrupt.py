@@ -1,7 +1,8 @@
 """Ctrl-C ends every long call within a second: a SIGINT sent from a timer thread while a
 contraction, a sliced contraction, a gradient or an HVP runs raises ``KeyboardInterrupt``,
 and the time from the signal to the exception is measured. (Path searches: see
-test_opt_einsum_args.py; distributed runs: test_distributed.py.)
+test_opt_einsum_args.py; distributed runs: test_distributed.py, test_ray.py and
+test_mpi.py.)
 
 Each call is sized to run for several seconds uninterrupted on the CI machine, so a call
 that ignored the signal would return normally (failing ``pytest.raises``) or take longer

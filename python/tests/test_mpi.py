@@ -1,8 +1,8 @@
 """cgx.mpi under ``mpiexec -n 3`` on this machine: value, gradient and Hessian-vector
 products on the root against the single-process expression and numpy, with sliced labels
 in the output, not in it and both, more ranks than slices, and a bad input raising the
-local API's exception on every rank.
-Skipped only when mpi4py or ``mpiexec`` is missing."""
+local API's exception on every rank; and Ctrl-C on mpiexec interrupting every rank's long
+call within a second. Skipped only when mpi4py or ``mpiexec`` is missing."""
 
 import os
 import pathlib
@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -146,3 +147,73 @@ def test_ranks_match_single_process_and_numpy(tmp_path):
     assert code == 0, out + err
     # The ranks' lines may interleave: each rank's "ok" once.
     assert sorted(re.findall(r"ok (\d+)", out)) == ["0", "1", "2"], out + err
+
+
+# Run by every rank: one long sliced call; a file per rank says when it started and when
+# its KeyboardInterrupt came (wall-clock seconds, comparable across the ranks).
+INTERRUPT_SCRIPT = r'''
+import pathlib, sys, time
+import numpy as np
+from mpi4py import MPI
+import cgx, cgx.mpi
+
+comm = MPI.COMM_WORLD
+out, call = pathlib.Path(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+# 3000 slices of a 3000 x 3000 outer product: several seconds per rank uninterrupted.
+a, b = rng.standard_normal((3000, 3000)), rng.standard_normal((3000, 3000))
+cot = np.ones((3000, 3000))
+run = {
+    "contract": lambda: cgx.mpi.contract("ij,jk->ik", a, b, sliced_inds="j"),
+    "value_and_grad": lambda: cgx.mpi.value_and_grad("ij,jk->ik", a, b, cotangent=cot, sliced_inds="j"),
+    "hvp": lambda: cgx.mpi.hvp("ij,jk->ik", a, b, directions=[b.T, a.T], cotangent=cot, sliced_inds="j"),
+}[call]
+comm.Barrier()
+(out / f"ready{comm.rank}").write_text(repr(time.time()))
+try:
+    run()
+    (out / f"done{comm.rank}").write_text(repr(time.time()))
+except KeyboardInterrupt:
+    (out / f"interrupted{comm.rank}").write_text(repr(time.time()))
+'''
+
+
+@pytest.mark.parametrize("call", ["contract", "value_and_grad", "hvp"])
+def test_ctrl_c_on_mpiexec_interrupts_every_rank_within_a_second(tmp_path, call):
+    # Ctrl-C in the terminal reaches mpiexec, which sends SIGINT on to every rank (Hydra
+    # and Open MPI both do); each rank's long call must raise KeyboardInterrupt within the
+    # bound of test_interrupt.py, measured from the signal, and the job must end.
+    from test_interrupt import BOUND
+
+    launcher = mpiexec()
+    if launcher is None:
+        pytest.skip("no mpiexec (pip install mpich, or an MPI library)")
+    script = tmp_path / "interrupt.py"
+    script.write_text(INTERRUPT_SCRIPT)
+    token = uuid.uuid4().hex
+    env = dict(os.environ, OMP_NUM_THREADS="1", CGX_TEST_MPI_RUN=token)
+    command = [launcher, "-n", "2", sys.executable, str(script), str(tmp_path), call]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + LIMIT
+        while len(list(tmp_path.glob("ready*"))) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.05)
+        time.sleep(1.5)  # deep in the work
+        sent = time.time()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # the job ends (the ranks return)
+        assert not list(tmp_path.glob("done*")), "a rank finished before the signal: make the work longer"
+        caught = sorted(float((tmp_path / f"interrupted{rank}").read_text()) - sent for rank in range(2))
+        assert caught[-1] < BOUND, (caught, out, err)
+    finally:
+        if proc.poll() is None:
+            for pid in set(processes_with(token)) | {proc.pid}:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            proc.communicate()
