@@ -164,7 +164,9 @@ class PathInfo:
     one per operand beyond the first, at least one, plus one for an inner product),
     ``speedup``, ``largest_intermediate`` (elements) and ``scale_list`` (labels per step);
     and the slicing: ``sliced_inds``, ``n_slices``, ``slicing_overhead`` (flops of all
-    slices over the unsliced flops).
+    slices over the unsliced flops) and ``largest_per_slice`` (elements of the largest
+    intermediate of one slice, what ``memory_limit`` bounds; ``largest_intermediate`` is
+    the unsliced figure, as opt_einsum reports it).
     """
 
     def __init__(
@@ -218,6 +220,9 @@ class PathInfo:
         self.sliced_inds = list(sliced_inds)
         self.n_slices = n_slices
         self.slicing_overhead = slicing_overhead
+        # A slice fixes each sliced label, so its steps' results lack those axes.
+        kept = [[self.size_dict[c] for c in s[1][2] if c not in self.sliced_inds] for s in steps]
+        self.largest_per_slice = max((float_prod(k) for k in kept), default=1.0)
 
     def plot(self, file: str | os.PathLike[str] | None = None) -> str:
         """Draws the contraction tree as SVG: each step a circle sized by its multiply-adds
@@ -248,7 +253,7 @@ class PathInfo:
         if self.sliced_inds:
             lines.append(
                 f"                Sliced:  {','.join(self.sliced_inds)} ({self.n_slices} slices, "
-                f"overhead {self.slicing_overhead:.3f})"
+                f"overhead {self.slicing_overhead:.3f}, largest {self.largest_per_slice:.3e} per slice)"
             )
         lines += [
             "-" * 80,

@@ -58,6 +58,42 @@ def test_an_output_over_memory_limit_raises_when_the_expression_is_built():
     assert expr(np.ones((2, 3)), np.ones((2, 3))).shape == (2, 3, 2, 3)
 
 
+@pytest.mark.parametrize("optimize", ["optimal", "greedy", "branch-2", "dp", "auto"])
+def test_memory_limit_differs_from_opt_einsum_only_as_the_guide_says(optimize):
+    # "Coming from opt_einsum", memory_limit: where the intermediates exceed the limit but
+    # the output meets it, opt_einsum ends its path in one step over every label (its
+    # `dp` raises); cgx slices, keeps every intermediate of a slice within the limit and
+    # gives numpy's value.
+    eq, shapes, limit = "ab,bc,cd,de->ae", [(4, 8), (8, 8), (8, 8), (8, 4)], 20
+    rng = np.random.default_rng(4)
+    ops = [rng.standard_normal(s) for s in shapes]
+    if optimize == "dp":
+        with pytest.raises(RuntimeError):
+            oe.contract_path(eq, *shapes, shapes=True, optimize=optimize, memory_limit=limit)
+    else:
+        path, _ = oe.contract_path(eq, *shapes, shapes=True, optimize=optimize, memory_limit=limit)
+        assert path == [(0, 1, 2, 3)]
+    _, info = cgx.contract_path(eq, *shapes, shapes=True, optimize=optimize, memory_limit=limit)
+    assert info.sliced_inds and info.largest_intermediate > limit >= info.largest_per_slice
+    got = cgx.contract(eq, *ops, optimize=optimize, memory_limit=limit)
+    np.testing.assert_allclose(got, np.einsum(eq, *ops), rtol=1e-12, atol=1e-12)
+    # An output over the limit: opt_einsum returns its one-step path, cgx raises at once.
+    assert oe.contract_path("ab,cd->abcd", (4, 4), (4, 4), shapes=True, optimize=optimize, memory_limit=5)[0] == [(0, 1)]
+    with pytest.raises(MemoryError, match="more than memory_limit=5"):
+        cgx.contract_path("ab,cd->abcd", (4, 4), (4, 4), shapes=True, optimize=optimize, memory_limit=5)
+
+
+def test_max_input_slices_where_opt_einsum_takes_one_large_step():
+    eq, shapes = "ab,ac,ad->bcd", [(10, 2), (10, 2), (10, 2)]
+    path, _ = oe.contract_path(eq, *shapes, shapes=True, memory_limit="max_input")
+    assert path == [(0, 1, 2)]
+    _, info = cgx.contract_path(eq, *shapes, shapes=True, memory_limit="max_input")
+    assert info.sliced_inds and info.largest_per_slice <= max(a * b for a, b in shapes)
+    ops = [np.random.default_rng(5).standard_normal(s) for s in shapes]
+    got = cgx.contract(eq, *ops, memory_limit="max_input")
+    np.testing.assert_allclose(got, np.einsum(eq, *ops), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "eq, shapes",
     [("->", [()]), ("ab->ab", [(2, 3)]), ("a,b->ab", [(2,), (3,)]), ("abc->", [(2, 3, 4)])],
