@@ -219,11 +219,52 @@ def _steps(inputs: Sequence[str], output: str, steps: Sequence[tuple[Any, ...]],
             return "".join(names[c] for c in t)
 
         if i == j:
-            args, spec = [ops[i]], f"{term(a)}->{term(r)}"
+            args, terms = [ops[i]], [term(a)]
         else:
-            args, spec = [ops[i], ops[j]], f"{term(a)},{term(b)}->{term(r)}"
+            args, terms = [ops[i], ops[j]], [term(a), term(b)]
         for p in sorted({i, j}, reverse=True):
             del ops[p]
-        ops.append(np.asarray(np.einsum(spec, *args, optimize=len(args) == 2)))
+        ops.append(_step(terms, term(r), args))
     result: NDArray[Any] = ops[0]
+    return result
+
+
+CHUNK_WORK = 1 << 26
+"""Multiply-adds of one ``numpy.einsum`` call of the fallback engine: about a tenth of a
+second in integers. Python sees a Ctrl-C only between two calls into numpy, so a longer
+step runs as chunks of this size (see :func:`_step`)."""
+
+
+def _step(terms: Sequence[str], out: str, args: Sequence[NDArray[Any]]) -> NDArray[Any]:
+    """One step, ``terms -> out``, by ``numpy.einsum``; over :data:`CHUNK_WORK`
+    multiply-adds it is cut along its largest label into ranges, each range's result placed
+    in the output (a kept label) or summed (a summed one)."""
+    import numpy as np
+
+    spec = ",".join(terms) + "->" + out
+    sizes = {c: d for t, x in zip(terms, args) for c, d in zip(t, x.shape)}
+    work = prod(sizes.values())
+    if work <= CHUNK_WORK:
+        return np.asarray(np.einsum(spec, *args, optimize=len(args) == 2))
+    cut = max(sizes, key=lambda c: sizes[c])
+    n = sizes[cut]
+    k = min(n, -(-work // CHUNK_WORK))
+
+    def part(lo: int, hi: int) -> NDArray[Any]:
+        # A label repeated in a term is cut on each of its axes: the block of a diagonal.
+        pieces = [x[tuple(slice(lo, hi) if c == cut else slice(None) for c in t)] for t, x in zip(terms, args)]
+        return np.asarray(np.einsum(spec, *pieces, optimize=len(args) == 2))
+
+    bounds = [n * q // k for q in range(k + 1)]
+    first = part(bounds[0], bounds[1])
+    if cut not in out:
+        total = first.copy()
+        for lo, hi in zip(bounds[1:], bounds[2:]):
+            total += part(lo, hi)
+        return total
+    axis = out.index(cut)
+    result = np.empty(tuple(sizes[c] for c in out), dtype=first.dtype)
+    for lo, hi in zip(bounds, bounds[1:]):
+        block = first if lo == 0 else part(lo, hi)
+        result[(slice(None),) * axis + (slice(lo, hi),)] = block
     return result

@@ -88,6 +88,30 @@ def test_integers_sliced_exactly(case, dtype, seed):
         check(eq, ops, cgx.contract(eq, *ops, sliced_inds=sliced))
 
 
+@settings(max_examples=80, deadline=None)
+@given(expressions(max_operands=3, min_size=2), st.sampled_from([np.int64, np.uint8, np.bool_, object]), st.integers(0, 2**32 - 1))
+def test_the_fallbacks_steps_cut_in_chunks_are_exact(case, dtype, seed):
+    # The fallback engine cuts a step over CHUNK_WORK multiply-adds along its largest
+    # label (so that Ctrl-C is seen between the chunks); with a tiny CHUNK_WORK every step
+    # is cut, along kept, summed and repeated labels alike.
+    from cgx import _numpy
+
+    eq, shapes = case
+    rng = np.random.default_rng(seed)
+    ops = [operand(rng, s, np.int64 if dtype is object else dtype) for s in shapes]
+    if dtype is object:
+        ops = [o.astype(object) * (2**40) for o in ops]  # beyond int64 once multiplied
+    saved = _numpy.CHUNK_WORK
+    _numpy.CHUNK_WORK = 1
+    try:
+        got = cgx.contract(eq, *ops)
+    finally:
+        _numpy.CHUNK_WORK = saved
+    want = np.asarray(np.einsum(eq, *ops))
+    assert np.asarray(got).dtype == want.dtype
+    assert np.array_equal(got, want)
+
+
 def test_integers_beyond_double_precision():
     got = cgx.contract("i,i->", np.array([2**53 + 1]), np.array([1]))
     assert got.dtype == np.int64 and int(got) == 9007199254740993

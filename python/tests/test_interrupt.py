@@ -64,6 +64,13 @@ def test_a_chain_of_gemms_stops_between_and_inside_them(big):
     assert seconds_to_interrupt(lambda: cgx.contract("ij,jk,kl,lm->im", a, b, a, b)) < BOUND
 
 
+def test_an_integer_contraction_stops_on_ctrl_c():
+    # Integers are contracted by numpy (exactly, in their dtype), which does not look at
+    # signals inside a call: the fallback engine cuts the 3000³ product into chunks.
+    a = np.ones((3000, 3000), dtype=np.int64)
+    assert seconds_to_interrupt(lambda: cgx.contract("ij,jk->ik", a, a)) < BOUND
+
+
 def test_sliced_contract_stops_on_ctrl_c(big):
     a, b = big
     call = lambda: cgx.contract("ij,jk->ik", a, b, sliced_inds=["j"])  # noqa: E731
