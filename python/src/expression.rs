@@ -9,7 +9,7 @@
 //! without it, so that a long search leaves other Python threads (and Ctrl-C's handler,
 //! once it returns) free. Work of `INTERRUPTIBLE_MIN_WORK` or more (contractions, sliced
 //! or not, gradients, HVPs, slice ranges) runs on a thread of its own while the calling
-//! thread runs Python's signal handlers every `SIGNAL_POLL`: Ctrl-C raises
+//! thread runs Python's signal handlers (`crate::interrupt`): Ctrl-C raises
 //! `KeyboardInterrupt` within a fraction of a second, the evaluation being stopped by
 //! `einsum::with_stop`'s flag. Before any allocation, the plan's largest intermediate is
 //! checked against the memory limit (`MemoryError`), and the einsum crate checks every
@@ -52,6 +52,7 @@ use pyo3::types::PyTuple;
 
 use crate::convert::{self, FromReal, Operands};
 use crate::einsum_error;
+use crate::interrupt::interruptibly;
 use crate::plan::Report;
 
 /// Below this many multiply-adds a call keeps the GIL: releasing and taking it back costs
@@ -61,9 +62,6 @@ const DETACH_MIN_WORK: f64 = 32_768.0;
 /// From this many multiply-adds on (tens of milliseconds), a call runs where Ctrl-C can
 /// end it ([`interruptibly`]): the thread it starts costs microseconds, nothing beside it.
 const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
-
-/// How often a waiting call runs Python's signal handlers.
-const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
 const CACHE_CAPACITY: usize = 512;
@@ -138,50 +136,8 @@ fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> EinsumResult<R> +
     } else if work < INTERRUPTIBLE_MIN_WORK {
         py.detach(f).map_err(einsum_error)
     } else {
-        interruptibly(py, f)
+        interruptibly(py, |flag| einsum::with_stop(flag, f).map_err(einsum_error))
     }
-}
-
-/// `f` on a thread of its own, with a stop flag installed ([`einsum::with_stop`]), while
-/// this thread waits without the GIL and takes it back every [`SIGNAL_POLL`] to run
-/// Python's signal handlers (which run on the main thread only, so the work cannot stay
-/// here). When a handler raises (Ctrl-C: `KeyboardInterrupt`), the flag goes up, the
-/// evaluation ends at its next check (`einsum`'s `stop.rs`: a fraction of a second) and
-/// frees what it held, and the handler's exception is raised.
-fn interruptibly<R: Send>(py: Python<'_>, f: impl FnOnce() -> EinsumResult<R> + Send) -> PyResult<R> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::mpsc::{RecvTimeoutError, channel};
-    let flag = Arc::new(AtomicBool::new(false));
-    py.detach(|| {
-        std::thread::scope(|s| {
-            let (done, finished) = channel::<()>();
-            let worker_flag = flag.clone();
-            let worker = s.spawn(move || {
-                let r = einsum::with_stop(worker_flag, f);
-                let _ = done.send(());
-                r
-            });
-            let mut raised: Option<PyErr> = None;
-            loop {
-                match finished.recv_timeout(SIGNAL_POLL) {
-                    // Disconnected: the worker ended without sending (it panicked).
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-                    Err(RecvTimeoutError::Timeout) if raised.is_none() => {
-                        if let Err(e) = Python::attach(|py| py.check_signals()) {
-                            raised = Some(e);
-                            flag.store(true, Ordering::Relaxed);
-                        }
-                    }
-                    Err(RecvTimeoutError::Timeout) => {}
-                }
-            }
-            let result = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            match raised {
-                Some(e) => Err(e),
-                None => result.map_err(einsum_error),
-            }
-        })
-    })
 }
 
 impl Inner {

@@ -29,6 +29,7 @@
 //! outputs and copies of inputs are allocated with `try_reserve` after a check against the
 //! machine's memory (`MemoryError`, see `crate::try_alloc`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use computegraph::{
@@ -42,6 +43,8 @@ use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use scalar::{ScalarKey, ScalarOp};
 
+use crate::interrupt::interruptibly;
+
 /// At most this many values in one graph (the engine's local value ids are 31 bits).
 const MAX_VALUES: u64 = 1 << 31;
 
@@ -53,6 +56,11 @@ const BYTES_PER_VALUE: u64 = 128;
 
 /// Programs whose work (instructions times rows) is below this keep the GIL.
 const DETACH_MIN_WORK: usize = 4096;
+
+/// From this much work on (tens of milliseconds) an evaluation runs where Ctrl-C can end
+/// it, between two rows ([`interruptibly`]; one row of a 10^8-node program takes under a
+/// second).
+const INTERRUPTIBLE_MIN_WORK: usize = 1 << 23;
 
 /// The operation names, indexed by their code.
 pub const OP_NAMES: [&str; 8] = ["add", "sub", "mul", "neg", "exp", "sin", "cos", "sincos"];
@@ -234,7 +242,8 @@ impl Runner {
 
     /// Evaluates every row of `x` (row-major, `inputs` columns); returns the outputs row
     /// after row.
-    fn eval_rows(&self, x: &[f64], rows: usize) -> PyResult<Vec<f64>> {
+    /// Between two rows it looks at `stop` (when given) and ends when it is up.
+    fn eval_rows(&self, x: &[f64], rows: usize, stop: Option<&AtomicBool>) -> PyResult<Vec<f64>> {
         let outputs = self.program.output_keys().len();
         let mut out = crate::try_alloc(rows.checked_mul(outputs), || {
             format!("the outputs of {rows} points ({outputs} per point)")
@@ -250,6 +259,11 @@ impl Runner {
         };
         let mut refs: Vec<&f64> = Vec::with_capacity(self.binds.len());
         for r in 0..rows {
+            if stop.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                // The caller raises the signal handler's exception instead.
+                state.clear();
+                return Err(PyValueError::new_err("the evaluation was stopped"));
+            }
             let row = &x[r * self.inputs..(r + 1) * self.inputs];
             refs.clear();
             refs.extend(self.binds.iter().map(|b| match *b {
@@ -289,8 +303,13 @@ impl Runner {
             }
         };
         let work = rows.saturating_mul(self.program.instruction_count());
-        let out =
-            if work >= DETACH_MIN_WORK { py.detach(|| self.eval_rows(data, rows)) } else { self.eval_rows(data, rows) };
+        let out = if work >= INTERRUPTIBLE_MIN_WORK {
+            interruptibly(py, |stop| self.eval_rows(data, rows, Some(&stop)))
+        } else if work >= DETACH_MIN_WORK {
+            py.detach(|| self.eval_rows(data, rows, None))
+        } else {
+            self.eval_rows(data, rows, None)
+        };
         Ok((out?, batch))
     }
 }

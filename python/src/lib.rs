@@ -34,6 +34,7 @@ mod draw;
 mod expression;
 mod graph;
 mod hyper;
+mod interrupt;
 mod plan;
 mod scaled;
 

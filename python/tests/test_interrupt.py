@@ -71,6 +71,22 @@ def test_an_integer_contraction_stops_on_ctrl_c():
     assert seconds_to_interrupt(lambda: cgx.contract("ij,jk->ik", a, a)) < BOUND
 
 
+def test_a_graph_evaluation_over_many_points_stops_on_ctrl_c():
+    import cgx.graph
+
+    # A chain of 2·10^5 sines evaluated at 2000 points: seconds uninterrupted.
+    g = cgx.graph.Graph()
+    x = g.inputs(1)
+    n, base = 200_000, g.num_values
+    chain = g.add("sin", np.concatenate([x, np.arange(base, base + n - 1)]))
+    program = g.compile(chain[-1:])
+    points = np.linspace(0.0, 1.0, 2000).reshape(-1, 1)
+    assert seconds_to_interrupt(lambda: program.eval(points)) < BOUND
+    # The program still works after the interrupt, a batch as row by row.
+    rows = program.eval(points[:3])
+    np.testing.assert_allclose(rows, np.stack([program.eval(p) for p in points[:3]]))
+
+
 def test_sliced_contract_stops_on_ctrl_c(big):
     a, b = big
     call = lambda: cgx.contract("ij,jk->ik", a, b, sliced_inds=["j"])  # noqa: E731
