@@ -633,16 +633,26 @@ def test_ctrl_c_ends_a_distributed_run_within_a_second_and_cancels_its_futures(c
         original(run)
 
     monkeypatch.setattr(cdask, "_cancel", spy)
+    submitted = threading.Event()
+    submit = cdask._submit
+
+    def submit_then_say(*args):
+        run = submit(*args)
+        submitted.set()
+        return run
+
+    monkeypatch.setattr(cdask, "_submit", submit_then_say)
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2000, 2000)), rng.standard_normal((2000, 2000))
     # 2000 slices of a 2000 x 2000 outer product: tens of seconds of work per worker.
     # Summed slices (a tree of sums), then output blocks (an Assembly, `i` sliced in the
-    # output). The signal comes once the run is submitted (planning and scattering take
-    # up to 2.5 s here) and waited for.
+    # output). The signal comes a second after the run is submitted (planning and
+    # scattering take seconds under load), while it is waited for.
     for sliced in ("j", "ij"):
         cancelled.clear()
+        submitted.clear()
         call = lambda: cd.contract("ij,jk->ik", a, b, sliced_inds=sliced, client=client, n_tasks=8)  # noqa: E731
-        assert seconds_to_interrupt(call, delay=3.0) < BOUND
+        assert seconds_to_interrupt(call, delay=1.0, after=submitted) < BOUND
         assert cancelled, "the run's futures were not cancelled"
         deadline = time.monotonic() + 30
         while not all(f.status == "cancelled" for f in cancelled) and time.monotonic() < deadline:

@@ -24,23 +24,30 @@ BOUND = 1.0
 DELAY = 0.7
 
 
-def seconds_to_interrupt(call, delay=DELAY):
-    """Runs ``call`` with a SIGINT sent ``delay`` seconds in; the seconds from the signal
-    to the ``KeyboardInterrupt`` (which must come)."""
+def seconds_to_interrupt(call, delay=DELAY, after=None):
+    """Runs ``call`` with a SIGINT sent ``delay`` seconds in (counted from the moment the
+    event ``after`` is set, when given: a distributed run's submission, whose time varies
+    with the load); the seconds from the signal to the ``KeyboardInterrupt`` (which must
+    come)."""
     sent = []
+    done = threading.Event()
 
     def fire():
-        sent.append(time.perf_counter())
-        os.kill(os.getpid(), signal.SIGINT)
+        while after is not None and not after.wait(0.05):
+            if done.is_set():
+                return
+        if not done.wait(delay):
+            sent.append(time.perf_counter())
+            os.kill(os.getpid(), signal.SIGINT)
 
-    timer = threading.Timer(delay, fire)
+    timer = threading.Thread(target=fire)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             call()
         caught = time.perf_counter()
     finally:
-        timer.cancel()
+        done.set()
         timer.join()
     assert sent, "the call ended before the signal was sent"
     return caught - sent[0]
