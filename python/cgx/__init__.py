@@ -28,5 +28,19 @@ from . import _core, _einsum, graph
 from ._hyper import HyperOptimizer
 from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol, shared_intermediates
 
-__all__ = ["graph", "HyperOptimizer", *_einsum.__all__, "_core"]
+# Written out, not built from `_einsum.__all__`: a type checker reads only a literal list,
+# and without one `mypy --strict` refuses `cgx.contract` in user code (no implicit
+# re-export). `tests/test_docstrings.py` checks that it names `_einsum.__all__`.
+__all__ = [
+    "graph",
+    "HyperOptimizer",
+    "contract",
+    "contract_path",
+    "contract_expression",
+    "ContractExpression",
+    "PathInfo",
+    "get_symbol",
+    "shared_intermediates",
+    "_core",
+]
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ Each call is sized to run for several seconds uninterrupted on the CI machine, s
 that ignored the signal would return normally (failing ``pytest.raises``) or take longer
 than the bound."""
 
+from collections.abc import Callable
 import os
 import signal
 import threading
@@ -23,7 +24,7 @@ BOUND = 1.0
 DELAY = 0.7
 
 
-def seconds_to_interrupt(call, delay=DELAY):
+def seconds_to_interrupt(call: Callable[[], object], delay: float = DELAY) -> float:
     """Runs ``call`` with a SIGINT sent ``delay`` seconds in; the seconds from the signal
     to the ``KeyboardInterrupt`` (which must come)."""
     sent = []
