@@ -187,24 +187,20 @@ pub(crate) fn plan<Op: GraphOperation>(code: &VerifiedProgram<Op>) -> GraphResul
 
 /// Which program a plan was made from: its argument pool's address and length and its
 /// instruction count. A verified program is immutable, so its pool never moves while it
-/// lives, and no two live programs share one.
+/// lives, and no two live programs share one. (The address is kept as a number: it is
+/// only compared.)
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct ProgramMark {
-    args: *const SlotId,
+    args: usize,
     n_args: usize,
     n_instrs: usize,
 }
-
-// SAFETY: the pointer is only compared, never read through.
-unsafe impl Send for ProgramMark {}
-// SAFETY: as above.
-unsafe impl Sync for ProgramMark {}
 
 impl ProgramMark {
     fn of<Op>(code: &VerifiedProgram<Op>) -> Self {
         let program = code.program();
         ProgramMark {
-            args: program.slots.args.as_ptr(),
+            args: program.slots.args.as_ptr() as usize,
             n_args: program.slots.args.len(),
             n_instrs: program.instrs.len(),
         }
