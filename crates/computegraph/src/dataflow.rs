@@ -645,3 +645,61 @@ where
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, compile, materialize_merge, resolve};
+
+    /// `x + k`, with a cost hint high enough for dataflow.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct AddK(u64);
+
+    impl GraphOperation for AddK {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+        fn cost_hint(&self) -> u64 {
+            1 << 20
+        }
+    }
+
+    impl EvaluableGraphOperation for AddK {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut crate::Outputs<'_, u64>) {
+            out.push(inputs[0] + self.0);
+        }
+    }
+
+    fn chain(ks: &[u64]) -> crate::CompiledProgram<AddK> {
+        let mut b = GraphBuilder::<AddK>::with_interner(KeyInterner::new());
+        let mut v = b.add_input(0);
+        for &k in ks {
+            v = b.add_operation(AddK(k), vec![ValueRef::Local(v)], OperationRole::Primary)[0];
+        }
+        b.set_outputs(vec![v]);
+        let g = std::sync::Arc::new(b.build());
+        let key = g.global_key(v);
+        compile(&materialize_merge(&resolve(vec![g]), &[key]))
+    }
+
+    /// A plan runs with the program it was made from, and is refused with another, even
+    /// one of the same shape: the run's `unsafe` rests on that pairing.
+    #[test]
+    fn a_plan_runs_only_with_its_own_program() {
+        let (a, b) = (chain(&[1, 2, 3]), chain(&[10, 20, 30]));
+        let plan_a = plan(a.code()).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let got = pool.install(|| run(a.code(), &plan_a, &mut (), &[&5])).unwrap();
+        assert_eq!(got, vec![11]);
+        match pool.install(|| run(b.code(), &plan_a, &mut (), &[&5])) {
+            Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "dataflow plan"),
+            other => panic!("a plan ran with another program: {other:?}"),
+        }
+    }
+}
