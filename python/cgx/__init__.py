@@ -25,8 +25,18 @@ See ``docs/guide-python.md`` in the repository.
 """
 
 from . import _core, _einsum, graph
-from ._hyper import HyperOptimizer
-from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol, shared_intermediates
+from ._hyper import HyperOptimizer as HyperOptimizer
+
+# `name as name`: an explicit re-export, which a type checker reads (it cannot evaluate the
+# `__all__` below, built from `_einsum.__all__`); without it `mypy --strict` refuses
+# `cgx.contract` in user code.
+from ._einsum import ContractExpression as ContractExpression
+from ._einsum import PathInfo as PathInfo
+from ._einsum import contract as contract
+from ._einsum import contract_expression as contract_expression
+from ._einsum import contract_path as contract_path
+from ._einsum import get_symbol as get_symbol
+from ._einsum import shared_intermediates as shared_intermediates
 
 __all__ = ["graph", "HyperOptimizer", *_einsum.__all__, "_core"]
 __version__ = "0.1.0"

@@ -1,6 +1,8 @@
 """Hypothesis strategies shared by the tests: random einsum expressions with shapes and
 operands, and helpers."""
 
+from collections.abc import Sequence
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -35,7 +37,7 @@ def expressions(draw, max_operands=4, max_rank=3, max_size=3, min_size=1, repeat
     return eq, shapes
 
 
-def arrays(rng, shapes, complex_=False):
+def arrays(rng: np.random.Generator, shapes: Sequence[Sequence[int]], complex_: bool = False) -> list[np.ndarray]:
     """Random operands of ``shapes``, float64 or complex128."""
     out = []
     for s in shapes:
@@ -46,7 +48,7 @@ def arrays(rng, shapes, complex_=False):
     return out
 
 
-def split(eq):
+def split(eq: str) -> tuple[list[str], str]:
     """(input terms, output term) of an explicit expression."""
     lhs, out = eq.split("->")
     return lhs.split(","), out

@@ -22,7 +22,8 @@ SETTINGS = settings(max_examples=200, deadline=None)
 def paths(draw, n, singles=True):
     """A random complete path over `n` operands in opt_einsum's linear form: pairs until one
     operand is left, with single-operand steps between them when `singles`."""
-    path, m = [], n
+    path: list[tuple[int, ...]] = []
+    m = n
     while True:
         if singles and draw(st.integers(0, 3)) == 0:
             path.append((draw(st.integers(0, m - 1)),))
@@ -71,7 +72,7 @@ def test_count_is_cotengras_contraction_cost(case):
     assert s.largest == int(tree.max_size())
 
 
-def test_count_by_hand():
+def test_count_by_hand() -> None:
     # ab,bc,cd->ad: (ab,bc) touches a,b,c: 2*3*4; then (ad... ) touches a,c,d: 2*4*5.
     s = ph.score(["ab", "bc", "cd"], "ad", {"a": 2, "b": 3, "c": 4, "d": 5}, [(0, 1), (0, 1)])
     assert s.flops == 2 * 3 * 4 + 2 * 4 * 5
@@ -85,7 +86,7 @@ def test_count_rejects_what_is_not_a_path(path):
         ph.score(["ab", "bc", "cd"], "ad", {"a": 2, "b": 3, "c": 4, "d": 5}, path)
 
 
-def test_every_generated_network_is_valid():
+def test_every_generated_network_is_valid() -> None:
     nets = nw.networks()
     assert nets, "no network at all: the shared instances are missing"
     names = [n.name for n in nets]
@@ -113,7 +114,7 @@ def test_a_label_with_two_sizes_is_found(case, data):
         nw._from_eq("t", "t", "t", eq, bad)
 
 
-def test_check_finds_bad_output():
+def test_check_finds_bad_output() -> None:
     net = nw.Network("t", "t", "t", ["ab", "bc"], "aa", {"a": 2, "b": 2, "c": 2})
     assert nw.check(net)
     net = nw.Network("t", "t", "t", ["ab", "bc"], "d", {"a": 2, "b": 2, "c": 2, "d": 2})

@@ -47,7 +47,7 @@ def test_every_explicit_path_gives_the_same_result(case, seed, data):
     np.testing.assert_allclose(expr(*ops), np.einsum(eq, *ops), rtol=1e-10, atol=1e-10)
 
 
-def test_expression_is_compiled_once_and_called_many_times():
+def test_expression_is_compiled_once_and_called_many_times() -> None:
     rng = np.random.default_rng(0)
     expr = cgx.contract_expression("ij,jk,kl->il", (3, 4), (4, 5), (5, 2))
     assert expr.output_shape == [3, 2]
@@ -57,7 +57,7 @@ def test_expression_is_compiled_once_and_called_many_times():
     assert "ContractExpression('ij,jk,kl->il'" in repr(expr)
 
 
-def test_path_formats_and_optimizers():
+def test_path_formats_and_optimizers() -> None:
     oe = pytest.importorskip("opt_einsum")
     rng = np.random.default_rng(1)
     eq = "ab,bc,cd,de->ae"
@@ -83,8 +83,8 @@ def test_path_formats_and_optimizers():
         np.testing.assert_allclose(cgx.contract(eq, *ops, optimize=optimize), want, rtol=1e-12, err_msg=str(optimize))
 
 
-def test_an_optimizer_object_gets_opt_einsums_arguments():
-    seen = {}
+def test_an_optimizer_object_gets_opt_einsums_arguments() -> None:
+    seen: dict[str, object] = {}
 
     def optimizer(inputs, output, size_dict, memory_limit=None):
         seen.update(inputs=inputs, output=output, size_dict=size_dict, memory_limit=memory_limit)
@@ -100,7 +100,7 @@ def test_an_optimizer_object_gets_opt_einsums_arguments():
     }
 
 
-def test_contract_path_reports_the_path():
+def test_contract_path_reports_the_path() -> None:
     path, info = cgx.contract_path("ij,jk,kl->il", (2, 30), (30, 40), (40, 2))
     assert path == [(1, 2), (0, 1)] or path == [(0, 1), (0, 1)]
     assert info.path == path
@@ -119,7 +119,7 @@ def test_contract_path_reports_the_path():
     assert cgx.contract_path("ij,jk,kl->il", [2, 30], [30, 40], [40, 2], shapes=True)[0] == path
 
 
-def test_the_report_shows_scalar_operands_and_final_reductions():
+def test_the_report_shows_scalar_operands_and_final_reductions() -> None:
     _, info = cgx.contract_path("ij,->ji", (2, 3), ())
     assert [s[0] for s in info.steps] == [(0, 1)]
     assert "(0, 1)" in str(info) and "ij,->ji" in str(info)
@@ -129,7 +129,7 @@ def test_the_report_shows_scalar_operands_and_final_reductions():
     assert cgx.contract_path("ij->ij", (2, 3))[1].steps == []
 
 
-def test_contract_path_matches_opt_einsum_costs_on_its_path():
+def test_contract_path_matches_opt_einsum_costs_on_its_path() -> None:
     oe = pytest.importorskip("opt_einsum")
     eq, shapes = "ab,bc,cd->ad", [(3, 4), (4, 5), (5, 6)]
     path, theirs = oe.contract_path(eq, *shapes, shapes=True, optimize="optimal")
@@ -138,7 +138,7 @@ def test_contract_path_matches_opt_einsum_costs_on_its_path():
     assert ours.largest_intermediate == theirs.largest_intermediate
 
 
-def test_layouts_and_dtypes():
+def test_layouts_and_dtypes() -> None:
     rng = np.random.default_rng(2)
     a = rng.standard_normal((4, 6))
     b = rng.standard_normal((6, 5))
@@ -160,14 +160,14 @@ def test_layouts_and_dtypes():
     np.testing.assert_array_equal(a, a0)
 
 
-def test_implicit_output_and_unicode_labels():
+def test_implicit_output_and_unicode_labels() -> None:
     a, b = np.ones((2, 3)), np.ones((3, 4))
     assert cgx.contract("ba,ac", a, b).shape == (2, 4)
     assert cgx.contract("éa,aÇ->éÇ", a, b).shape == (2, 4)
     assert cgx.contract(" i j , j k -> i k ", a, b).shape == (2, 4)
 
 
-def test_the_gil_is_released_during_large_contractions():
+def test_the_gil_is_released_during_large_contractions() -> None:
     import threading
     import time
 
@@ -190,7 +190,7 @@ def test_the_gil_is_released_during_large_contractions():
     assert inside and inside[-1] - inside[0] > 0.5 * (span["end"] - span["start"]), (len(inside), span)
 
 
-def test_contract_path_reports_a_network_whose_naive_cost_overflows_an_integer_to_float():
+def test_contract_path_reports_a_network_whose_naive_cost_overflows_an_integer_to_float() -> None:
     # 200 labels of size 64: the loop over all labels has 64**200 iterations, more than a
     # float holds; the report says inf instead of raising.
     n = 200

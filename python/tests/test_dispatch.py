@@ -5,6 +5,9 @@ through ``cgx.contract``), PyTorch tensors by ``torch.einsum``, Dask arrays by
 and back, and ``'object'`` contracts object arrays with Python arithmetic. Each library's
 tests skip, saying so, when it is not installed."""
 
+from typing import Any
+
+from collections.abc import Sequence
 import fractions
 
 import numpy as np
@@ -19,17 +22,17 @@ EQ = "ij,jk,kl->il"
 SHAPES = [(2, 3), (3, 4), (4, 5)]
 
 
-def operands(seed=0, shapes=SHAPES):
+def operands(seed: int = 0, shapes: Sequence[tuple[int, ...]] = SHAPES) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(s) for s in shapes]
 
 
-def library(name):
+def library(name: str) -> Any:
     # CI installs JAX and Dask; PyTorch is optional (a large download).
     return pytest.importorskip(name, reason=f"{name} is not installed (pip install {name.partition('.')[0]})")
 
 
-def test_jax_arrays_stay_jax_arrays_and_trace():
+def test_jax_arrays_stay_jax_arrays_and_trace() -> None:
     jax = library("jax")
     jnp = jax.numpy
     ops = operands()
@@ -51,7 +54,7 @@ def test_jax_arrays_stay_jax_arrays_and_trace():
     np.testing.assert_allclose(np.asarray(jax.jit(expr)(*xs)), np.einsum(EQ, *ops), rtol=1e-5)
 
 
-def test_jax_value_and_grad_of_an_expression_with_constants():
+def test_jax_value_and_grad_of_an_expression_with_constants() -> None:
     jax = library("jax")
     ops = operands(1)
     expr = cgx.contract_expression("ij,jk,kl->", ops[0], SHAPES[1], ops[2], constants=[0, 2])
@@ -73,7 +76,7 @@ def test_backend_names_convert_numpy_operands_and_back(name):
     np.testing.assert_allclose(got, np.einsum(EQ, *ops), rtol=1e-5)
 
 
-def test_torch_tensors_stay_torch_tensors_with_gradients():
+def test_torch_tensors_stay_torch_tensors_with_gradients() -> None:
     torch = library("torch")
     ops = operands(3)
     ts = [torch.tensor(x, requires_grad=True) for x in ops]
@@ -83,7 +86,7 @@ def test_torch_tensors_stay_torch_tensors_with_gradients():
     np.testing.assert_allclose(ts[1].grad.numpy(), np.einsum("ij,kl->jk", ops[0], ops[2]), rtol=1e-10)
 
 
-def test_dask_arrays_stay_lazy():
+def test_dask_arrays_stay_lazy() -> None:
     da = library("dask.array")
     ops = operands(4, [(20, 30), (30, 40), (40, 50)])
     xs = [da.from_array(x, chunks=10) for x in ops]
@@ -96,7 +99,7 @@ def test_dask_arrays_stay_lazy():
     np.testing.assert_allclose(lazy.compute(), np.einsum(EQ, *ops), rtol=1e-10)
 
 
-def test_backend_object_uses_python_arithmetic():
+def test_backend_object_uses_python_arithmetic() -> None:
     f = fractions.Fraction
     a = np.array([[f(1, 2), f(1, 3)], [f(1, 5), f(1, 7)]], dtype=object)
     b = np.array([f(2, 3), f(5, 11)], dtype=object)
@@ -105,7 +108,7 @@ def test_backend_object_uses_python_arithmetic():
         assert list(out) == [f(1, 2) * f(2, 3) + f(1, 3) * f(5, 11), f(1, 5) * f(2, 3) + f(1, 7) * f(5, 11)]
 
 
-def test_an_unknown_backend_says_so():
+def test_an_unknown_backend_says_so() -> None:
     with pytest.raises(ValueError, match="no_such_library"):
         cgx.contract("ij,jk->ik", np.ones((2, 2)), np.ones((2, 2)), backend="no_such_library")
 
@@ -121,7 +124,7 @@ def test_jax_along_the_path_matches_the_engine(case, seed):
         np.testing.assert_allclose(np.asarray(got), cgx.contract(eq, *ops), rtol=1e-9, atol=1e-9)
 
 
-def test_objects_of_libraries_without_einsum_go_to_the_engine():
+def test_objects_of_libraries_without_einsum_go_to_the_engine() -> None:
     class Wrapped:
         """An array-like of a module without einsum (this test module's)."""
 

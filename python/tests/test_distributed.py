@@ -3,11 +3,13 @@ the single-process expression, numpy and JAX, with sliced labels in the output (
 blocks), not in it (sums) and both, on fixed and random networks; what each task returns;
 a worker killed mid-run; bad input."""
 
+from collections.abc import Callable
 import concurrent.futures
 import os
 import signal
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,7 +39,7 @@ def client():
         cluster.close()
 
 
-def test_no_client_is_a_clear_error():
+def test_no_client_is_a_clear_error() -> None:
     a = np.ones((2, 2))
     # First in the file: the module's client, once started, is the default one.
     try:
@@ -49,7 +51,7 @@ def test_no_client_is_a_clear_error():
         pytest.skip("a default Dask client exists in this process")
 
 
-def matrices(seed, *shapes, complex_=False):
+def matrices(seed: int, *shapes: tuple[int, ...], complex_: bool = False) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
     for s in shapes:
@@ -141,7 +143,7 @@ def test_no_worker_holds_an_output_sized_result_where_a_sliced_label_is_in_it(cl
                 value = cd.contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=4)
             else:
                 value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=4)
-                for x, w in zip(grads, product_grads(*arrays, g)):
+                for x, w in zip(grads, product_grads(*arrays, g)):  # type: ignore[call-arg]  # mypy counts a starred list as too many
                     np.testing.assert_allclose(x, w, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(value, want, rtol=1e-10, atol=1e-12)
         sizes[sliced] = task_results(stream)
@@ -165,7 +167,7 @@ def test_submit_forms_return_a_future(client):
     f = cd.submit_value_and_grad(eq, *arrays, cotangent=g, sliced_inds=sliced, client=client, n_tasks=3)
     value, grads = f.result(timeout=120)
     np.testing.assert_allclose(value, got, rtol=1e-12, atol=1e-12)
-    for x, want in zip(grads, chain_grads(*arrays, g)):
+    for x, want in zip(grads, chain_grads(*arrays, g)):  # type: ignore[call-arg]  # mypy counts a starred list as too many
         np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
     eq, shapes, sliced = SUMMED
     f = cd.submit_contract(eq, *arrays, sliced_inds=sliced, client=client, n_tasks=3)
@@ -183,6 +185,7 @@ def test_each_gradient_task_reads_only_its_cotangent_blocks(network, n_tasks):
     expr = dplan.prepare(eq, [np.empty(s) for s in shapes], "greedy", None, sliced)
     *arrays, g = matrices(15, *shapes, tuple(expr.output_shape))
     layout = dblocks.block_layout(expr)
+    assert layout is not None
     n_blocks, sizes, _ = layout
     k = sum(c in eq.split("->")[1] for c in expr.sliced_inds)
     plan = dplan.plan_key(expr)
@@ -226,11 +229,11 @@ def test_gradient_tasks_receive_their_cotangent_blocks_not_the_whole(client):
     client.register_plugin(RangeInputs(), name=name)
     try:
         value, grads = cd.value_and_grad(eq, *arrays, cotangent=g, sliced_inds="a", client=client, n_tasks=4)
-        seen = sum(client.run(lambda dask_worker: dask_worker.plugins[name].seen).values(), [])
+        seen: list[Any] = sum(client.run(lambda dask_worker: dask_worker.plugins[name].seen).values(), [])
     finally:
         client.unregister_worker_plugin(name)
     np.testing.assert_allclose(value, np.einsum(eq, *arrays), rtol=1e-10, atol=1e-12)
-    for x, want in zip(grads, product_grads(*arrays, g)):
+    for x, want in zip(grads, product_grads(*arrays, g)):  # type: ignore[call-arg]  # mypy counts a starred list as too many
         np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
     assert len(seen) == 4
     for inputs in seen:
@@ -259,7 +262,9 @@ def test_memory_limit_slices_are_planned_again_output_first(client):
     expr = dplan.prepare(eq, arrays, path, limit, None)
     assert list(expr.sliced_inds) == ["a", "d"]
     assert list(expr.path) == list(first.path) and expr.n_slices == first.n_slices == 20
-    n_blocks, _, _ = dblocks.block_layout(expr)
+    layout = dblocks.block_layout(expr)
+    assert layout is not None
+    n_blocks, _, _ = layout
     assert n_blocks == 4
     one_block = dranges.eval_range(dplan.plan_key(expr), 0, expr.n_slices // n_blocks, True, *arrays)
     assert one_block.first == 0 and len(one_block.rows) == 1
@@ -403,7 +408,7 @@ def test_unsliced_runs_as_one_task(client):
     np.testing.assert_allclose(cd.contract("ij,jk->ik", a, b, client=client), a @ b, rtol=1e-12)
 
 
-def test_plan_ranges_cover_every_slice():
+def test_plan_ranges_cover_every_slice() -> None:
     for n in [1, 2, 7, 64, 1000]:
         for threads in [1, 2, 5]:
             for flops in [1.0, 1e6, 1e9]:
@@ -415,7 +420,7 @@ def test_plan_ranges_cover_every_slice():
                     assert len(ranges) <= max(1, cd.TASKS_PER_THREAD * threads) or forced is not None
 
 
-def test_plan_ranges_give_every_task_the_least_work():
+def test_plan_ranges_give_every_task_the_least_work() -> None:
     # Without a forced count, every range does at least MIN_TASK_FLOPS (one range when the
     # whole run does less), the per-thread cap only lengthens ranges, and there are as many
     # ranges as those two rules allow (one more would break one of them).
@@ -436,7 +441,7 @@ def test_plan_ranges_give_every_task_the_least_work():
                 assert len(ranges) in (cap, n) or (n // more) * flops < least, (n, flops, threads)
 
 
-def test_plan_ranges_keep_the_least_count_memory_asks_for():
+def test_plan_ranges_keep_the_least_count_memory_asks_for() -> None:
     # min_tasks raises the count up to the slice count, even past the per-thread cap and
     # the least work per task (a memory bound comes first); 1 changes nothing.
     for n in [1, 5, 27, 1000]:
@@ -467,7 +472,7 @@ def test_ranges_hold_a_share_of_the_memory_limit_in_output_blocks(client):
     assert max(ranges) <= limit * 8 / cd.BLOCK_SHARE + 1024, ranges
 
 
-def same_exception(local, remote):
+def same_exception(local: Callable[[], object], remote: Callable[[], object]) -> None:
     with pytest.raises(Exception) as want:
         local()
     with pytest.raises(type(want.value)) as got:
@@ -536,7 +541,7 @@ def starts(path):
 def in_background(call, *args, **kwargs):
     """``call`` in a daemon thread (a run that never ends cannot keep the test process
     alive); its ``concurrent.futures.Future``."""
-    future = concurrent.futures.Future()
+    future: concurrent.futures.Future[object] = concurrent.futures.Future()
 
     def run():
         try:

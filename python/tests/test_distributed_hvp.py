@@ -3,6 +3,8 @@ Hessian-vector products of sliced contractions, each task summing its slice rang
 products, against the single-process expression (sliced and unsliced) and JAX's ``jvp``
 of ``grad``; bad input raises like the local API."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -111,11 +113,12 @@ def test_bad_input_raises_like_the_local_api(client):
     a, b = np.ones((3, 4)), np.ones((4, 5))
     expr = cgx.contract_expression("ij,jk->ik", (3, 4), (4, 5), sliced_inds="j")
     c = np.ones((3, 5))
-    for kwargs in [
+    cases: list[dict[str, Any]] = [
         dict(directions=[a]),  # one direction for two operands
         dict(directions=[a, a]),  # direction 1 of the wrong shape
         dict(directions=[a, b], wrt=[0, 7]),
-    ]:
+    ]
+    for kwargs in cases:
         with pytest.raises(ValueError) as want:
             expr.hvp(a, b, cotangent=c, **kwargs)
         with pytest.raises(ValueError) as got:

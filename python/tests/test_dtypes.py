@@ -2,6 +2,9 @@
 dtype of the operands, against ``numpy.einsum`` and ``opt_einsum.contract``; integers and
 bools exactly, floats to their precision. And ``cgx.jax.contract`` with x64 off and on."""
 
+from typing import Any
+
+from collections.abc import Sequence
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,7 +18,7 @@ oe = pytest.importorskip("opt_einsum")
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int64, np.uint8, np.bool_]
 
 
-def operand(rng, shape, dtype):
+def operand(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
@@ -30,7 +33,7 @@ def operand(rng, shape, dtype):
     return a.astype(dtype)
 
 
-def check(eq, ops, got):
+def check(eq: str, ops: Sequence[np.ndarray], got: np.ndarray) -> None:
     """``got`` against ``numpy.einsum``: the same dtype, the same integers, or floats within
     their precision of a float64 (complex128) reference."""
     want = np.einsum(eq, *ops)
@@ -112,7 +115,7 @@ def test_the_fallbacks_steps_cut_in_chunks_are_exact(case, dtype, seed):
     assert np.array_equal(got, want)
 
 
-def test_integers_beyond_double_precision():
+def test_integers_beyond_double_precision() -> None:
     got = cgx.contract("i,i->", np.array([2**53 + 1]), np.array([1]))
     assert got.dtype == np.int64 and int(got) == 9007199254740993
     # Python integers of any size, as numpy's object arrays hold them.
@@ -120,14 +123,14 @@ def test_integers_beyond_double_precision():
     assert cgx.contract("i,i->", big, big) == (2**70 + 1) ** 2 + 9
 
 
-def test_bool_matmul_is_boolean():
+def test_bool_matmul_is_boolean() -> None:
     a = np.array([[True, False], [False, False]])
     got = cgx.contract("ij,jk->ik", a, a)
     want = oe.contract("ij,jk->ik", a, a)
     assert got.dtype == want.dtype == np.bool_ and np.array_equal(got, want)
 
 
-def test_float16_and_longdouble():
+def test_float16_and_longdouble() -> None:
     h = np.array([1.0, 2.0], dtype=np.float16)
     got = cgx.contract("i,i->", h, h)
     assert got.dtype == np.float16 and got == 5.0
@@ -138,14 +141,14 @@ def test_float16_and_longdouble():
         assert got != 1.0  # the engine's double would have lost it
 
 
-def test_scalar_outputs_are_0d_arrays_as_in_opt_einsum():
+def test_scalar_outputs_are_0d_arrays_as_in_opt_einsum() -> None:
     for a in (np.array([1.0, 2.0], dtype=np.float32), np.array([1, 2])):
         got, theirs = cgx.contract("i,i->", a, a), oe.contract("i,i->", a, a)
         assert type(got) is type(theirs) is np.ndarray
         assert got.shape == theirs.shape == () and got.dtype == theirs.dtype
 
 
-def test_errors_and_gradients_keep_their_types():
+def test_errors_and_gradients_keep_their_types() -> None:
     a = np.arange(6).reshape(2, 3)
     with pytest.raises(MemoryError):
         cgx.contract("ij,jk->ik", a, a.T, memory_limit=3)

@@ -56,14 +56,14 @@ def test_bad_inputs_raise_value_error_everywhere(eq, shapes, optimize, message):
     assert message in str(e.value)
 
 
-def test_no_operands():
+def test_no_operands() -> None:
     with pytest.raises(ValueError, match="0 shapes"):
         cgx.contract("ab")
     with pytest.raises(ValueError, match="2 operands but 1 shapes"):
         cgx.contract_expression("a,a", (2,), optimize=[])
 
 
-def test_expression_calls_check_their_operands():
+def test_expression_calls_check_their_operands() -> None:
     expr = cgx.contract_expression("ij,jk->ik", (2, 3), (3, 4))
     with pytest.raises(ValueError, match="takes 2 operands but 1 were given"):
         expr(A23)
@@ -87,14 +87,14 @@ def test_expression_calls_check_their_operands():
         expr.hvp(A23, A34, directions=[A23], cotangent=np.ones((2, 4)))
 
 
-def test_dtypes_that_are_not_numbers_raise_type_error():
+def test_dtypes_that_are_not_numbers_raise_type_error() -> None:
     with pytest.raises(TypeError, match="operand 1 has dtype <U1"):
         cgx.contract("i,i->", np.ones(2), np.array(["a", "b"]))
     with pytest.raises(TypeError, match="dtype object"):
         cgx.contract("i->", np.array([None, 1], dtype=object))
 
 
-def test_memory_limit_raises_memory_error():
+def test_memory_limit_raises_memory_error() -> None:
     a = np.ones((10, 10))
     with pytest.raises(MemoryError, match="more than memory_limit=99"):
         cgx.contract("ab,cd->abcd", a, a, memory_limit=99)
@@ -110,7 +110,7 @@ def test_memory_limit_raises_memory_error():
         cgx.contract("ab->ab", a, memory_limit="lots")
 
 
-def test_an_intermediate_larger_than_the_machine_is_a_memory_error_not_an_abort():
+def test_an_intermediate_larger_than_the_machine_is_a_memory_error_not_an_abort() -> None:
     # 10^20 elements: without the check, the allocation would abort the process.
     v = np.ones(10**5)
     with pytest.raises(MemoryError, match="more than the memory budget"):
@@ -151,7 +151,7 @@ def machine_memory(nbytes):
         _core.set_memory_budget(None)
 
 
-def test_without_memory_limit_the_budget_is_the_one_policy():
+def test_without_memory_limit_the_budget_is_the_one_policy() -> None:
     # The einsum crate's policy, shared with the library and the command line: half of
     # the machine, at most 8 GiB.
     assert 0 < _core.memory_budget() <= 8 * 2**30
@@ -171,7 +171,7 @@ def test_without_memory_limit_the_budget_is_the_one_policy():
         cgx.contract_expression("ab,bc,cd->ad", *shapes, optimize=[(0, 2), (0, 1)])(*ops)
 
 
-def test_the_crates_memory_error_is_a_memory_error():
+def test_the_crates_memory_error_is_a_memory_error() -> None:
     v = np.ones(1000)
     # An operand alone over the machine's memory (the crate's check of each operand).
     with machine_memory(4096), pytest.raises(MemoryError, match=r"memory limit exceeded: operand 0 of shape \[1000\]"):
@@ -181,7 +181,7 @@ def test_the_crates_memory_error_is_a_memory_error():
         cgx.contract_expression("i,i->", (1000,), (1000,))(v, v)
 
 
-def test_a_gradient_or_hvp_over_the_memory_when_the_forward_fits_is_a_memory_error():
+def test_a_gradient_or_hvp_over_the_memory_when_the_forward_fits_is_a_memory_error() -> None:
     # memory_limit (elements) bounds intermediates, which a reverse pass does not exceed;
     # the byte budget of the reverse pass is the machine's memory, so lower that.
     a = np.ones((100, 100))
@@ -195,7 +195,7 @@ def test_a_gradient_or_hvp_over_the_memory_when_the_forward_fits_is_a_memory_err
             expr.hvp(a, a, directions=[a, a], cotangent=c)
 
 
-def test_an_ellipsis_over_memory_limit_is_a_memory_error():
+def test_an_ellipsis_over_memory_limit_is_a_memory_error() -> None:
     # `...i,...j` first makes 200 elements, over the limit of 50; the output (2) fits, so
     # the limit asks for slicing, which an expression with an ellipsis cannot have yet.
     x, y, m = np.ones((2, 10)), np.ones((2, 10)), np.ones((10, 10))
@@ -226,7 +226,7 @@ def test_operands_of_2_40_elements_are_memory_errors(shape, message):
     assert info.size_dict["i"] == shape[0]
 
 
-def test_an_outer_product_of_2_20_vectors_is_a_memory_error():
+def test_an_outer_product_of_2_20_vectors_is_a_memory_error() -> None:
     v = np.ones(2**20)
     expr = cgx.contract_expression("i,j->ij", (2**20,), (2**20,))
     with pytest.raises(MemoryError, match="more than the memory budget"):
@@ -235,7 +235,7 @@ def test_an_outer_product_of_2_20_vectors_is_a_memory_error():
         cgx.contract("i,j->ij", v, v, memory_limit=2**20)
 
 
-def test_negative_or_huge_sizes_positions_and_indices_are_value_errors():
+def test_negative_or_huge_sizes_positions_and_indices_are_value_errors() -> None:
     a = np.ones((2, 2))
     for call in [
         lambda: cgx.contract_expression("i->", (-1,)),
@@ -256,7 +256,7 @@ def test_negative_or_huge_sizes_positions_and_indices_are_value_errors():
         expr.value_and_grad_slices(a, a, stop=-2, cotangent=a)
 
 
-def test_bad_slicing_input_raises_its_exception():
+def test_bad_slicing_input_raises_its_exception() -> None:
     a, b = np.ones((4, 4)), np.ones((4, 5))
     expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape, sliced_inds="j")
     assert expr.n_slices == 4

@@ -69,7 +69,7 @@ def test_gradients_match_the_einsum_formula(case, complex_, seed):
         np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, err_msg=eq_i)
 
 
-def test_matrix_product_gradients_in_closed_form():
+def test_matrix_product_gradients_in_closed_form() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
     c = rng.standard_normal((3, 5))
@@ -82,7 +82,7 @@ def test_matrix_product_gradients_in_closed_form():
     np.testing.assert_allclose(only_b, db, rtol=1e-12)
 
 
-def test_trace_and_scalar_gradients():
+def test_trace_and_scalar_gradients() -> None:
     rng = np.random.default_rng(1)
     m = rng.standard_normal((4, 4))
     value, (dm,) = cgx.contract_expression("ii->", (4, 4)).value_and_grad(m)
@@ -96,7 +96,7 @@ def test_trace_and_scalar_gradients():
     np.testing.assert_allclose(db, a.T, rtol=1e-12)
 
 
-def test_complex_gradient_convention():
+def test_complex_gradient_convention() -> None:
     # f(z, w) = sum(z * w): the gradient with respect to z for cotangent 1 is conj(w).
     z = np.array([1 + 2j, -1j])
     w = np.array([0.5 - 1j, 2 + 0j])
@@ -128,7 +128,7 @@ def test_hvp_matches_finite_differences_of_gradients(case, seed):
         np.testing.assert_allclose(got, (p - m) / (2 * h), rtol=1e-5, atol=1e-6)
 
 
-def test_gradients_of_a_network_are_compiled_once_and_reused():
+def test_gradients_of_a_network_are_compiled_once_and_reused() -> None:
     rng = np.random.default_rng(4)
     shapes = [(2, 3), (3, 4), (4, 2)]
     expr = cgx.contract_expression("ij,jk,ki->", *shapes)

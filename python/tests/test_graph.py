@@ -186,7 +186,7 @@ def test_gradients_match_jax(dag, seed):
     np.testing.assert_allclose(grad[finite], want[finite], rtol=1e-10, atol=1e-12)
 
 
-def test_a_batch_of_points_is_row_by_row():
+def test_a_batch_of_points_is_row_by_row() -> None:
     g = Graph()
     x = g.inputs(3)
     p = g.add(["mul", "add"], [x[0], x[1]], [x[1], x[2]])
@@ -206,7 +206,7 @@ def test_a_batch_of_points_is_row_by_row():
         np.testing.assert_allclose(gr, [-math.sin(a * b) * b, -math.sin(a * b) * a - 1, -1], rtol=1e-13)
 
 
-def test_batches_of_no_points_keep_their_columns():
+def test_batches_of_no_points_keep_their_columns() -> None:
     g = Graph()
     x = g.inputs(2)
     y = g.add("mul", x[:1], x[1:])
@@ -216,7 +216,7 @@ def test_batches_of_no_points_keep_their_columns():
     assert values.shape == (0,) and grads.shape == (0, 2)
 
 
-def test_constants_inputs_and_symbolic_zeros():
+def test_constants_inputs_and_symbolic_zeros() -> None:
     g = Graph()
     x = g.inputs(2)
     c = g.constants([1.5, -2.0])
@@ -232,7 +232,7 @@ def test_constants_inputs_and_symbolic_zeros():
     np.testing.assert_array_equal(g.compile(c).eval([0.0, 0.0]), [1.5, -2.0])
 
 
-def test_the_graph_grows_after_compiling():
+def test_the_graph_grows_after_compiling() -> None:
     g = Graph()
     x = g.inputs(1)
     y = g.add("sin", x)
@@ -248,13 +248,13 @@ def test_the_graph_grows_after_compiling():
     assert g.compile([again[0], y[0]]).instruction_count == 1
 
 
-def test_an_empty_batch_adds_nothing():
+def test_an_empty_batch_adds_nothing() -> None:
     g = Graph()
     g.inputs(1)
     assert g.add([], [], []).tolist() == [] and g.num_values == 1
 
 
-def test_integer_codes_and_names_agree():
+def test_integer_codes_and_names_agree() -> None:
     g = Graph()
     x = g.inputs(2)
     by_name = g.add(["add", "mul", "sub"], [x[0]] * 3, [x[1]] * 3)
@@ -303,7 +303,7 @@ def test_bad_input_raises_value_error(call, message):
     assert g.num_values == 2  # a failed batch adds nothing
 
 
-def test_sizes_beyond_memory_raise_memory_error_not_abort():
+def test_sizes_beyond_memory_raise_memory_error_not_abort() -> None:
     # 2^31 inputs: the most a graph holds, but more memory than any test machine has.
     g = Graph()
     with pytest.raises(MemoryError, match="a graph of 2147483648 values needs about"):
@@ -329,7 +329,7 @@ def test_sizes_beyond_memory_raise_memory_error_not_abort():
     assert g.num_values == 3
 
 
-def test_a_gradient_batch_over_memory_raises_memory_error():
+def test_a_gradient_batch_over_memory_raises_memory_error() -> None:
     # Gradients with respect to 1024 inputs of which 1023 are zero: 1024 points give 8 MiB
     # of gradients but only 8 KiB of program outputs.
     g = Graph()
@@ -346,7 +346,7 @@ def test_a_gradient_batch_over_memory_raises_memory_error():
         _core.set_memory_budget(None)
 
 
-def test_wrt_must_be_an_input():
+def test_wrt_must_be_an_input() -> None:
     g = Graph()
     x = g.inputs(1)
     y = g.add("sin", x)
@@ -354,7 +354,7 @@ def test_wrt_must_be_an_input():
         g.gradient(y[0], wrt=y)
 
 
-def test_a_failed_batch_adds_nothing_midway():
+def test_a_failed_batch_adds_nothing_midway() -> None:
     g = Graph()
     x = g.inputs(1)
     with pytest.raises(ValueError):
@@ -363,7 +363,7 @@ def test_a_failed_batch_adds_nothing_midway():
     assert g.add("cos", x).tolist() == [1]
 
 
-def test_the_bench_workload_is_the_rust_one():
+def test_the_bench_workload_is_the_rust_one() -> None:
     inputs, ops, lhs, rhs, outputs, values = cgx._core.graph_workload("window", 2000)
     g = Graph()
     g.inputs(inputs)

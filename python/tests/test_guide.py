@@ -14,10 +14,10 @@ def blocks():
 
 
 @pytest.mark.skipif(not GUIDE.exists(), reason="run from the repository: the guide is not packaged")
-def test_the_guide_runs():
+def test_the_guide_runs() -> None:
     code = blocks()
     assert len(code) >= 4
-    namespace = {}
+    namespace: dict[str, object] = {}
     for i, block in enumerate(code):
         if "import cgx.jax" in block:
             pytest.importorskip("jax")

@@ -12,13 +12,13 @@ import cgx
 opt_einsum = pytest.importorskip("opt_einsum")
 
 
-def ring_and_chords(n, seed):
+def ring_and_chords(n: int, seed: int) -> tuple[str, list[tuple[int, ...]]]:
     """A ring of n tensors with random chords, bonds of size 2 or 3: an equation and shapes."""
     rng = np.random.default_rng(seed)
     edges = [(i, (i + 1) % n) for i in range(n)] + [tuple(sorted(rng.choice(n, 2, replace=False))) for _ in range(n // 3)]
     edges = sorted(set(edges))
     sizes = {e: int(rng.integers(2, 4)) for e in edges}
-    terms = [[] for _ in range(n)]
+    terms: list[list[int]] = [[] for _ in range(n)]
     for k, (a, b) in enumerate(edges):
         terms[a].append(k)
         terms[b].append(k)
@@ -59,7 +59,7 @@ def test_hyper_paths_contract_to_numpy_and_count_as_opt_einsum_does(n, seed):
     assert opt.report["trials"] == 6 and not opt.report["interrupted"]
 
 
-def test_hyper_is_never_worse_than_greedy_and_hyper_by_name_works():
+def test_hyper_is_never_worse_than_greedy_and_hyper_by_name_works() -> None:
     eq, shapes = ring_and_chords(40, 3)
     _, greedy = cgx.contract_path(eq, *shapes, shapes=True, optimize="greedy")
     _, hyper = cgx.contract_path(eq, *shapes, shapes=True, optimize=cgx.HyperOptimizer(max_time=None, max_repeats=16))
@@ -68,13 +68,13 @@ def test_hyper_is_never_worse_than_greedy_and_hyper_by_name_works():
     assert named.opt_cost <= greedy.opt_cost
 
 
-def test_a_seeded_search_is_reproducible():
+def test_a_seeded_search_is_reproducible() -> None:
     eq, shapes = ring_and_chords(50, 7)
     paths = [cgx.contract_path(eq, *shapes, shapes=True, optimize=cgx.HyperOptimizer(max_time=None, max_repeats=12, seed=5))[0] for _ in range(2)]
     assert paths[0] == paths[1]
 
 
-def test_the_protocol_takes_sets_as_opt_einsum_passes_them():
+def test_the_protocol_takes_sets_as_opt_einsum_passes_them() -> None:
     opt = cgx.HyperOptimizer(max_time=None, max_repeats=4)
     inputs = [set("ab"), set("bc"), set("cd")]
     path = opt(inputs, set("ad"), {"a": 2, "b": 30, "c": 40, "d": 2})
@@ -110,7 +110,7 @@ def test_progress_is_shown_on_request(capsys):
     assert "trials" in capsys.readouterr().err
 
 
-def test_slicing_chosen_with_the_path_meets_its_target_and_gives_numpy_s_value_and_gradients():
+def test_slicing_chosen_with_the_path_meets_its_target_and_gives_numpy_s_value_and_gradients() -> None:
     eq, shapes = ring_and_chords(16, 11)
     opt = cgx.HyperOptimizer(max_time=None, max_repeats=8, slicing_opts={"target_size": 8})
     rng = np.random.default_rng(2)

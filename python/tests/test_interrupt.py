@@ -8,10 +8,12 @@ Each call is sized to run for several seconds uninterrupted on the CI machine, s
 that ignored the signal would return normally (failing ``pytest.raises``) or take longer
 than the bound."""
 
+from collections.abc import Callable
 import os
 import signal
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -24,15 +26,17 @@ BOUND = 1.0
 DELAY = 0.7
 
 
-def seconds_to_interrupt(call, delay=DELAY, after=None):
+def seconds_to_interrupt(
+    call: Callable[[], object], delay: float = DELAY, after: Optional[threading.Event] = None
+) -> float:
     """Runs ``call`` with a SIGINT sent ``delay`` seconds in (counted from the moment the
     event ``after`` is set, when given: a distributed run's submission, whose time varies
     with the load); the seconds from the signal to the ``KeyboardInterrupt`` (which must
     come)."""
-    sent = []
+    sent: list[float] = []
     done = threading.Event()
 
-    def fire():
+    def fire() -> None:
         while after is not None and not after.wait(0.05):
             if done.is_set():
                 return
@@ -71,14 +75,14 @@ def test_a_chain_of_gemms_stops_between_and_inside_them(big):
     assert seconds_to_interrupt(lambda: cgx.contract("ij,jk,kl,lm->im", a, b, a, b)) < BOUND
 
 
-def test_an_integer_contraction_stops_on_ctrl_c():
+def test_an_integer_contraction_stops_on_ctrl_c() -> None:
     # Integers are contracted by numpy (exactly, in their dtype), which does not look at
     # signals inside a call: the fallback engine cuts the 3000³ product into chunks.
     a = np.ones((3000, 3000), dtype=np.int64)
     assert seconds_to_interrupt(lambda: cgx.contract("ij,jk->ik", a, a)) < BOUND
 
 
-def test_a_graph_evaluation_over_many_points_stops_on_ctrl_c():
+def test_a_graph_evaluation_over_many_points_stops_on_ctrl_c() -> None:
     import cgx.graph
 
     # A chain of 2·10^5 sines evaluated at 2000 points: seconds uninterrupted.

@@ -49,7 +49,7 @@ def test_complex_gradients_are_the_conjugate_of_jax_vjp(case, seed):
         np.testing.assert_allclose(g, np.conj(np.asarray(w)), rtol=1e-10, atol=1e-10)
 
 
-def test_hvp_matches_jax_forward_over_reverse():
+def test_hvp_matches_jax_forward_over_reverse() -> None:
     rng = np.random.default_rng(0)
     eq, shapes = "ij,jk,ki->", [(3, 4), (4, 5), (5, 3)]
     ops = arrays(rng, shapes)

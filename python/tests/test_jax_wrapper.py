@@ -31,7 +31,7 @@ def test_values_and_vjps_match_jnp_einsum(case, complex_, seed):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
-def test_grad_under_jit_and_a_real_operand_of_a_complex_contraction():
+def test_grad_under_jit_and_a_real_operand_of_a_complex_contraction() -> None:
     rng = np.random.default_rng(0)
     a = jnp.asarray(rng.standard_normal((3, 4)))
     b = jnp.asarray(rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3)))
@@ -46,7 +46,7 @@ def test_grad_under_jit_and_a_real_operand_of_a_complex_contraction():
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
-def test_vmap_and_explicit_paths():
+def test_vmap_and_explicit_paths() -> None:
     rng = np.random.default_rng(1)
     xs = jnp.asarray(rng.standard_normal((5, 3, 4)))
     m = jnp.asarray(rng.standard_normal((4, 2)))

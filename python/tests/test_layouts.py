@@ -46,7 +46,7 @@ def test_every_layout_gives_numpys_answer(complex_):
             np.testing.assert_array_equal(y, before[1])
 
 
-def test_results_never_alias_operands():
+def test_results_never_alias_operands() -> None:
     a = np.arange(6.0).reshape(2, 3)
     for eq in ["ij->ij", "ij", "ij->ji"]:
         out = cgx.contract(eq, a)
@@ -60,7 +60,7 @@ def test_results_never_alias_operands():
         assert not np.shares_memory(g, a) and not np.shares_memory(g, eye)
 
 
-def test_an_operand_outlives_nothing():
+def test_an_operand_outlives_nothing() -> None:
     # The engine's tensors over an operand's memory die with the call: the operand can be
     # resized afterwards (numpy refuses while another reference holds it).
     a = np.ones((4, 4))
@@ -69,7 +69,7 @@ def test_an_operand_outlives_nothing():
     assert a.shape == (2, 2)
 
 
-def test_large_results_hand_their_memory_back_to_the_pool():
+def test_large_results_hand_their_memory_back_to_the_pool() -> None:
     # A result of at least the pool's minimum size is held by the einsum crate's pooled
     # allocation: writable, correct, and reused by the next call once it is dropped.
     a = np.random.default_rng(0).random((128, 128))
@@ -128,7 +128,7 @@ def _peak_growth(order, eq):
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads VmHWM of /proc/self/status")
-def test_c_contiguous_operands_are_read_in_place_and_results_are_not_copied_out():
+def test_c_contiguous_operands_are_read_in_place_and_results_are_not_copied_out() -> None:
     mib = 32  # the operand: 2048 x 2048 float64
     # A reduction of a C-contiguous operand: nothing as large as the operand is allocated.
     grew, base, shares = _peak_growth("C", "ij->i")

@@ -2,6 +2,9 @@
 opt_einsum's ``use_blas`` and ``backend``, against ``numpy.einsum``: the same values, the
 same result dtype and layout, and an error where numpy raises one."""
 
+from typing import Any
+
+from collections.abc import Callable
 import numpy as np
 import pytest
 from hypothesis import assume, event, given, settings
@@ -15,12 +18,12 @@ DTYPES = [np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int6
 CASTINGS = ["no", "equiv", "safe", "same_kind", "unsafe"]
 
 
-def operand(rng, shape, dtype):
+def operand(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     a = rng.integers(-3, 4, size=shape)  # small integers: every dtype holds them exactly
     return a.astype(dtype) if dtype is not np.bool_ else a > 0
 
 
-def outcome(f):
+def outcome(f: Callable[[], Any]) -> tuple[str, Any]:
     """``("ok", result)`` or ``("error", exception type)``."""
     try:
         return "ok", f()
@@ -71,7 +74,7 @@ def test_keywords_match_numpy_einsum(case, operand_dtypes, dtype, casting, order
         assert got.flags[f"{order}_CONTIGUOUS"]
 
 
-def test_bad_keywords_are_errors_that_name_them():
+def test_bad_keywords_are_errors_that_name_them() -> None:
     a = np.ones((2, 2))
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         cgx.contract("ij,jk->ik", a, a, bogus=1)
@@ -87,7 +90,7 @@ def test_bad_keywords_are_errors_that_name_them():
         cgx.contract("ij,jk->ik", a, a, out=[[0.0, 0.0], [0.0, 0.0]])
 
 
-def test_an_expression_writes_into_out():
+def test_an_expression_writes_into_out() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
     expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape)

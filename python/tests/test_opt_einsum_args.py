@@ -75,7 +75,7 @@ def test_interleaved_matches_the_string_form(case):
     np.testing.assert_allclose(expr(*operands), want, rtol=1e-12, atol=1e-12)
 
 
-def test_interleaved_with_ellipses_matches_numpy():
+def test_interleaved_with_ellipses_matches_numpy() -> None:
     rng = np.random.default_rng(0)
     a, b, m = rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 3)), rng.standard_normal((5, 1, 3, 2))
     sq = rng.standard_normal((4, 3, 3))
@@ -86,10 +86,11 @@ def test_interleaved_with_ellipses_matches_numpy():
         (m, [..., 3, 2], b, [2, 3], [..., 2]),
         (sq, (Ellipsis, np.int64(7), 7)),  # numpy integers, tuples, a repeated label
     ]:
-        np.testing.assert_allclose(cgx.contract(*args), np.einsum(*args), rtol=1e-12, err_msg=repr(args[1::2]))
+        # numpy's stubs type `einsum` by the form of its first argument, not by this list.
+        np.testing.assert_allclose(cgx.contract(*args), np.einsum(*args), rtol=1e-12, err_msg=repr(args[1::2]))  # type: ignore[arg-type]
 
 
-def test_interleaved_beyond_52_labels_and_string_labels():
+def test_interleaved_beyond_52_labels_and_string_labels() -> None:
     """60 matrices in a chain: 61 labels, more than letters; opt_einsum's string labels."""
     rng = np.random.default_rng(1)
     ops = [rng.standard_normal((2, 2)) / 2 for _ in range(60)]
@@ -101,7 +102,7 @@ def test_interleaved_beyond_52_labels_and_string_labels():
     np.testing.assert_allclose(cgx.contract(a, ["x", "y"], b, ["y", "z"]), oe.contract(a, ["x", "y"], b, ["y", "z"]))
 
 
-def test_interleaved_errors_say_what_is_wrong():
+def test_interleaved_errors_say_what_is_wrong() -> None:
     a = np.ones((2, 2))
     with pytest.raises(TypeError, match="subscripts string first"):
         cgx.contract(a)
@@ -120,17 +121,17 @@ def test_interleaved_errors_say_what_is_wrong():
         cgx.contract(a, [0, 1, 2])
 
 
-def test_get_symbol_is_opt_einsums():
+def test_get_symbol_is_opt_einsums() -> None:
     for i in [*range(0, 300000, 7), 55155, 55156, 55295, 55296, 299999]:
         assert cgx.get_symbol(i) == oe.get_symbol(i), i
-    assert cgx.get_symbol(np.int64(3)) == "d"
+    assert cgx.get_symbol(np.int64(3)) == "d"  # type: ignore[arg-type]  # numpy integers are accepted too
     with pytest.raises(ValueError):
         cgx.get_symbol(-1)
     with pytest.raises(TypeError):
-        cgx.get_symbol(1.0)
+        cgx.get_symbol(1.0)  # type: ignore[arg-type]  # the wrong type, on purpose
 
 
-def test_memory_limit_minus_one_and_none_mean_no_limit():
+def test_memory_limit_minus_one_and_none_mean_no_limit() -> None:
     a = np.random.default_rng(2).standard_normal((10, 10))
     want = np.einsum("ab,cd->abcd", a, a)
     with pytest.raises(MemoryError):
@@ -288,7 +289,7 @@ GRID_SHAPES = [(2,) * len(term) for term in GRID[:-2].split(",")]
 def grid(side):
     """A side × side grid of operands, one label of size 2 per edge, scalar output."""
     n = side * side
-    edges = {}
+    edges: dict[tuple[int, int], int] = {}
     terms = []
     for v in range(n):
         near = [w for w in (v - side, v + side, v - 1, v + 1) if 0 <= w < n and (w // side == v // side or w % side == v % side)]
@@ -349,7 +350,7 @@ def test_constants_match_opt_einsum_and_the_whole_expression(case, data):
         expr(*operands, operands[0])
 
 
-def test_constants_that_are_not_positions_are_rejected():
+def test_constants_that_are_not_positions_are_rejected() -> None:
     a = np.ones((2, 2))
     for bad in ([2], [-1], ["0"], [0.5]):
         with pytest.raises(ValueError, match="constants"):

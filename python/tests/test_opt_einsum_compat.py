@@ -13,14 +13,14 @@ import cgx
 oe = pytest.importorskip("opt_einsum")
 
 
-def test_contract_expression_takes_use_blas():
+def test_contract_expression_takes_use_blas() -> None:
     a, b = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
     for use_blas in (True, False):
         expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape, use_blas=use_blas)
         np.testing.assert_allclose(expr(a, b), oe.contract("ij,jk->ik", a, b, use_blas=use_blas))
 
 
-def test_an_unknown_optimizer_is_a_key_error_and_a_value_error():
+def test_an_unknown_optimizer_is_a_key_error_and_a_value_error() -> None:
     for call in (
         lambda o: cgx.contract("ij,jk->ik", np.ones((2, 3)), np.ones((3, 4)), optimize=o),
         lambda o: cgx.contract_path("ij,jk,kl->il", (2, 3), (3, 4), (4, 5), optimize=o),
@@ -35,7 +35,7 @@ def test_an_unknown_optimizer_is_a_key_error_and_a_value_error():
         oe.contract_path("ij,jk,kl->il", np.ones((2, 3)), np.ones((3, 4)), np.ones((4, 5)), optimize="no-such-optimizer")
 
 
-def test_contract_expression_refuses_what_opt_einsum_refuses():
+def test_contract_expression_refuses_what_opt_einsum_refuses() -> None:
     with pytest.raises(ValueError):
         oe.contract_expression("ij,jk->ik", (2, 3), (3, 4), optimize=False)
     with pytest.raises(ValueError, match="optimize=False"):
@@ -50,7 +50,7 @@ def test_contract_expression_refuses_what_opt_einsum_refuses():
         cgx.contract_expression("ij,jk->ik", (2, 3), (3, 4), colour="red")
 
 
-def test_an_output_over_memory_limit_raises_when_the_expression_is_built():
+def test_an_output_over_memory_limit_raises_when_the_expression_is_built() -> None:
     with pytest.raises(MemoryError, match="more than memory_limit=10"):
         cgx.contract_expression("ab,cd->abcd", (2, 3), (2, 3), memory_limit=10)
     # At the limit it builds and runs.
@@ -106,14 +106,14 @@ def test_the_report_of_an_empty_or_short_path_matches_opt_einsum(eq, shapes):
     assert float(ours.largest_intermediate) == float(theirs.largest_intermediate)
 
 
-def test_the_report_of_a_scalar_without_steps_is_opt_einsums():
+def test_the_report_of_a_scalar_without_steps_is_opt_einsums() -> None:
     _, theirs = oe.contract_path("->", 1.0, optimize=[])
     _, ours = cgx.contract_path("->", 1.0, optimize=[])
     assert float(theirs.largest_intermediate) == 1
     assert ours.largest_intermediate == 1
 
 
-def test_get_symbol_is_opt_einsums():
+def test_get_symbol_is_opt_einsums() -> None:
     for i in [0, 25, 26, 51, 52, 5620, 55155, 55296, 100000, 199999]:
         assert cgx.get_symbol(i) == oe.get_symbol(i)
 
@@ -136,7 +136,7 @@ def test_every_symbol_of_get_symbol_parses_as_a_label(i, j):
     assert cgx.contract_path(f"{x}{y},{y}->{x}", a.shape, b.shape, shapes=True)[1].size_dict == {x: 2, y: 3}
 
 
-def test_a_unicode_space_from_get_symbol_contracts_as_in_opt_einsum():
+def test_a_unicode_space_from_get_symbol_contracts_as_in_opt_einsum() -> None:
     # get_symbol(5620) is U+1680, which Unicode calls whitespace.
     s = cgx.get_symbol(5620)
     assert s == "\u1680" and s.isspace()
@@ -145,10 +145,10 @@ def test_a_unicode_space_from_get_symbol_contracts_as_in_opt_einsum():
     np.testing.assert_allclose(cgx.contract(eq, a, b), oe.contract(eq, a, b))
 
 
-def test_a_lattice_of_more_than_5600_labels_written_with_get_symbol():
+def test_a_lattice_of_more_than_5600_labels_written_with_get_symbol() -> None:
     # A 60 x 60 square lattice of scalars-by-bond (7080 bonds): every bond a label.
     n = 60
-    bond = {}
+    bond: dict[tuple[int, int], str] = {}
 
     def label(u, v):
         key = (min(u, v), max(u, v))
@@ -169,7 +169,7 @@ def test_a_lattice_of_more_than_5600_labels_written_with_get_symbol():
     assert len(info.size_dict) == len(bond)
 
 
-def test_every_deselected_test_of_opt_einsums_suite_is_listed_with_its_reason():
+def test_every_deselected_test_of_opt_einsums_suite_is_listed_with_its_reason() -> None:
     import ast
     import pathlib
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import cgx
 
 
-def test_an_outer_product_summed_away_takes_milliseconds():
+def test_an_outer_product_summed_away_takes_milliseconds() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((300, 300)), rng.standard_normal((300, 300))
     start = time.perf_counter()
@@ -28,7 +28,7 @@ def test_an_outer_product_summed_away_takes_milliseconds():
     assert info.largest_intermediate == 1.0
 
 
-def test_three_disconnected_operands_reduced_to_one_label_finish_in_a_second():
+def test_three_disconnected_operands_reduced_to_one_label_finish_in_a_second() -> None:
     labs = [cgx.get_symbol(k) for k in range(60)]
     eq = "".join(labs[:20]) + "," + "".join(labs[20:40]) + "," + "".join(labs[40:60]) + "->" + labs[0]
     rng = np.random.default_rng(1)
@@ -76,7 +76,7 @@ def test_gradients_through_the_sums_first_equal_numpys(eq, seed):
         np.testing.assert_allclose(grads[i], want, rtol=1e-10, atol=1e-12)
 
 
-def test_path_names_are_read_by_one_parser():
+def test_path_names_are_read_by_one_parser() -> None:
     a = np.ones((2, 3))
     b = np.ones((3, 4))
     want = a @ b

@@ -24,7 +24,7 @@ NETWORKS = [
 ]
 
 
-def test_no_ray_instance_is_a_clear_error():
+def test_no_ray_instance_is_a_clear_error() -> None:
     if ray.is_initialized():
         pytest.skip("a Ray instance exists in this process")
     with pytest.raises(ValueError, match="Ray is not initialized"):
@@ -49,7 +49,7 @@ def local_ray():
         ray.shutdown()
 
 
-def operands(seed, *shapes):
+def operands(seed: int, *shapes: tuple[int, ...]) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(s) for s in shapes]
 

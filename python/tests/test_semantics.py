@@ -55,7 +55,7 @@ def test_broadcast_gradients_by_exact_differences(case, seed):
         np.testing.assert_allclose(lhs, np.sum(g * t), rtol=1e-9, atol=1e-9)
 
 
-def test_documented_cases():
+def test_documented_cases() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 1, 3, 4)), rng.standard_normal((5, 4, 2))
     np.testing.assert_allclose(cgx.contract("...ij,...jk->...ik", a, b), np.einsum("...ij,...jk->...ik", a, b))
@@ -69,7 +69,7 @@ def test_documented_cases():
     np.testing.assert_allclose(cgx.contract("ij,jk,kl,li->", *ops, optimize=path), np.einsum("ij,jk,kl,li->", *ops))
 
 
-def test_searches_beat_greedy_on_a_matrix_chain():
+def test_searches_beat_greedy_on_a_matrix_chain() -> None:
     dims = [10, 100, 5, 80, 3, 60, 2, 90, 4]
     shapes = [(dims[i], dims[i + 1]) for i in range(8)]
     eq = ",".join("abcdefghi"[i : i + 2] for i in range(8)) + "->ai"

@@ -105,7 +105,7 @@ def test_an_expression_shares_with_contract(steps):
         expr(a, b, np.ones(4))
 
 
-def test_changing_a_result_in_place_leaves_the_cache_as_it_was():
+def test_changing_a_result_in_place_leaves_the_cache_as_it_was() -> None:
     a, b = np.arange(6.0).reshape(2, 3), np.arange(3.0)
     with cgx.shared_intermediates():
         r = cgx.contract("ij,j->i", a, b)
@@ -113,7 +113,7 @@ def test_changing_a_result_in_place_leaves_the_cache_as_it_was():
         np.testing.assert_array_equal(cgx.contract("ij,j->i", a, b), a @ b)
 
 
-def test_integer_operands_are_exact_when_shared():
+def test_integer_operands_are_exact_when_shared() -> None:
     a = np.array([[2**40, 3], [5, 7]], dtype=np.int64)
     b = np.array([[11, 13], [17, 2**20]], dtype=np.int64)
     with cgx.shared_intermediates():

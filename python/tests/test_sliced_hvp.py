@@ -78,7 +78,7 @@ def test_sliced_hvps_match_jax_forward_over_reverse(case, seed, pick):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-10, atol=1e-10)
 
 
-def test_a_budget_the_unsliced_hvp_exceeds_is_met_by_slicing():
+def test_a_budget_the_unsliced_hvp_exceeds_is_met_by_slicing() -> None:
     # Σ_ab (A·Bᵀ)_ab (C·Dᵀ)_ab: unsliced, the HVP holds A·Bᵀ (512x512 doubles, 2 MiB), its
     # tangent and their cotangents; sliced on `a`, a slice holds rows of 512.
     eq, shapes, path = "ai,bi,aj,bj->", [(512, 4)] * 4, [(0, 1), (0, 1), (0, 1)]
@@ -97,7 +97,7 @@ def test_a_budget_the_unsliced_hvp_exceeds_is_met_by_slicing():
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
-def test_bad_hvp_input_is_an_error():
+def test_bad_hvp_input_is_an_error() -> None:
     a = np.ones((4, 4))
     expr = cgx.contract_expression("ij,jk->ik", (4, 4), (4, 4), sliced_inds="j")
     with pytest.raises(ValueError, match="not within 0..4"):

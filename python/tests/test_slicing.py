@@ -22,7 +22,7 @@ SHAPES = [(64, 2)] * 4
 PATH = [(0, 1), (0, 1), (0, 1)]
 
 
-def test_a_memory_limit_slices_instead_of_failing():
+def test_a_memory_limit_slices_instead_of_failing() -> None:
     rng = np.random.default_rng(0)
     ops = arrays(rng, SHAPES)
     want = np.einsum(EQ, *ops)
@@ -37,7 +37,7 @@ def test_a_memory_limit_slices_instead_of_failing():
     assert cgx.contract_expression(EQ, *SHAPES, optimize=PATH).n_slices == 1
 
 
-def test_slices_of_an_output_label_are_stacked():
+def test_slices_of_an_output_label_are_stacked() -> None:
     rng = np.random.default_rng(1)
     a, b = arrays(rng, [(5, 3), (3, 4)], complex_=True)
     expr = cgx.contract_expression("ij,jk->ik", (5, 3), (3, 4), sliced_inds="ij")
@@ -97,7 +97,7 @@ def test_sliced_values_ranges_and_gradients_match_unsliced(case, complex_, seed,
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
-def test_a_sliced_expression_pickles_as_its_plan():
+def test_a_sliced_expression_pickles_as_its_plan() -> None:
     rng = np.random.default_rng(2)
     ops = arrays(rng, SHAPES)
     expr = cgx.contract_expression(EQ, *SHAPES, optimize=PATH, memory_limit=256)
@@ -107,7 +107,7 @@ def test_a_sliced_expression_pickles_as_its_plan():
     np.testing.assert_allclose(back.eval_slices(*ops, start=3, stop=9), expr.eval_slices(*ops, start=3, stop=9))
 
 
-def test_bad_slicing_input_is_an_error():
+def test_bad_slicing_input_is_an_error() -> None:
     a = np.ones((4, 4))
     with pytest.raises(ValueError, match="cannot slice label `z`"):
         cgx.contract("ij,jk->ik", a, a, sliced_inds="z")

@@ -45,7 +45,7 @@ def test_values_and_gradients_match_torch_einsum(case, complex_, seed):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-9, atol=1e-10)
 
 
-def test_only_the_operands_that_need_a_gradient_get_one():
+def test_only_the_operands_that_need_a_gradient_get_one() -> None:
     rng = np.random.default_rng(0)
     a = torch.tensor(rng.standard_normal((3, 4)), requires_grad=True)
     b = torch.tensor(rng.standard_normal((4, 5)))  # no gradient
@@ -55,7 +55,7 @@ def test_only_the_operands_that_need_a_gradient_get_one():
     np.testing.assert_allclose(a.grad.numpy(), np.ones((3, 5)) @ b.numpy().T, rtol=1e-12)
 
 
-def test_a_real_operand_of_a_complex_contraction_gets_a_real_gradient():
+def test_a_real_operand_of_a_complex_contraction_gets_a_real_gradient() -> None:
     rng = np.random.default_rng(1)
     a = torch.tensor(rng.standard_normal((2, 3)), requires_grad=True)
     z = torch.tensor(rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2)), requires_grad=True)
@@ -69,7 +69,7 @@ def test_a_real_operand_of_a_complex_contraction_gets_a_real_gradient():
     np.testing.assert_allclose(z.grad.numpy(), z2.grad.numpy(), rtol=1e-12)
 
 
-def test_gradcheck():
+def test_gradcheck() -> None:
     rng = np.random.default_rng(2)
     xs = tensors(rng, [(2, 3), (3, 4), (4, 2)], False)
     assert torch.autograd.gradcheck(lambda *t: cgx.torch.contract("ij,jk,kl->il", *t), xs)
@@ -77,7 +77,7 @@ def test_gradcheck():
     assert torch.autograd.gradcheck(lambda *t: cgx.torch.contract("ij,jk->ik", *t), zs)
 
 
-def test_errors_are_value_errors():
+def test_errors_are_value_errors() -> None:
     a = torch.ones((2, 3))
     with pytest.raises(ValueError, match="label `j` has size"):
         cgx.torch.contract("ij,jk->ik", a, torch.ones((2, 2)))

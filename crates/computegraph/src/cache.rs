@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 use slotmap::{SlotMap, new_key_type};
 
-use crate::compile::{CompiledProgram, try_compile};
+use crate::compile::try_compile;
+use crate::compiled::CompiledProgram;
 use crate::error::GraphResult;
 use crate::id::KeyId;
 use crate::key::ValueKey;

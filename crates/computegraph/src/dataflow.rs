@@ -1,14 +1,14 @@
 //! `dataflow`: dependency-driven parallel evaluation, for programs of costly instructions.
 //!
-//! Input: a [`VerifiedProgram`] (`program.rs`) and its cost per instruction
-//! ([`GraphOperation::cost_hint`]). [`Planned::plan`] numbers the values by simulating
+//! Input: a [`VerifiedProgram`] (`verify.rs`) and its cost per instruction
+//! ([`GraphOperation::cost_hint`]). [`plan`] numbers the values by simulating
 //! the program (inputs `0..n_inputs`, then each instruction's outputs in program order,
 //! as `schedule.rs` does), and records per instruction how many operands other
 //! instructions produce (`pending`), which instructions read its outputs (`consumers`,
 //! once per operand), and its *rank*: its cost plus the largest rank of its consumers,
-//! the cost of the longest path from it to the end. Output: a [`DataflowPlan`], which a [`Planned`]
-//! program keeps beside the verified program it was built from, and by which [`run`]
-//! evaluates that program on the current rayon pool.
+//! the cost of the longest path from it to the end. Output: a [`DataflowPlan`], which the
+//! compiled program keeps beside the verified program it was built from, and by which
+//! [`run`] evaluates that program on the current rayon pool.
 //!
 //! Why: the level evaluator (`eval.rs`) waits for a whole level before the next begins,
 //! and its helper threads spin between levels. That suits many cheap operations; for a
@@ -35,10 +35,11 @@
 //! lists hold `InstrId`s. No column holds a sentinel: an input has no cell
 //! (`ValueNo::cell` is `None`), and while planning a slot not yet written holds `None`.
 //!
-//! Invariants of the plan: it is built only from a [`VerifiedProgram`], by
-//! [`Planned::plan`], which keeps it beside that program (both private fields of the
-//! [`Planned`] that owns the program) and builds it from nothing else, and [`run`] takes
-//! the [`Planned`] program alone and reads the plan from it. So a plan is only ever run
+//! Invariants of the plan: it is built only from a [`VerifiedProgram`], by [`plan`], which
+//! marks it with the program it came from (its argument pool's address and length, its
+//! instruction count: an immutable program's pool never moves); the compiled program
+//! keeps it beside that program (both private fields, `compiled.rs`), and [`run`] refuses
+//! a plan whose mark is not the program's it is given. So a plan is only ever run
 //! with the program it was made for: its value numbering, counts and consumers describe
 //! exactly the instructions [`run`] executes. Because the
 //! program is verified, every operand names a value written before it (by an input or an
@@ -66,22 +67,23 @@
 //! dropped. Peak memory may exceed the sequential order's: independent steps run
 //! together, each with its inputs and output alive.
 //!
-//! Complexity: [`Planned::plan`] `O(instructions + arguments + slots)`, one sort of the
+//! Complexity: [`plan`] `O(instructions + arguments + slots)`, one sort of the
 //! roots; [`run`] `O(instructions + arguments)` atomic operations, one spawn per costly ready
 //! instruction beyond the first.
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
-use std::sync::{Mutex, OnceLock};
 
 use smallvec::SmallVec;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{Id, IdVec, InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, GraphOperation, Label, Outputs};
-use crate::program::{Instr, SlotProgram, VerifiedProgram};
+use crate::program::{Instr, SlotProgram};
+use crate::verify::VerifiedProgram;
 
 /// Programs whose mean cost hint per instruction is at least this are evaluated in
 /// parallel by dependency rather than by levels
@@ -130,7 +132,7 @@ impl CellId {
 }
 
 /// The dependency structure of a verified program, built once on first use and kept
-/// beside it by [`Planned`] (see the module doc).
+/// beside it by the compiled program (see the module doc).
 #[derive(Debug)]
 pub(crate) struct DataflowPlan {
     n_inputs: usize,
@@ -155,10 +157,13 @@ pub(crate) struct DataflowPlan {
     /// (the last position naming an instruction-made value) or clones it.
     output_values: Vec<ValueNo>,
     output_move: Vec<bool>,
+    /// The program the plan was made from ([`plan`]), which [`run`] checks.
+    made_from: Option<ProgramMark>,
 }
 
 impl DataflowPlan {
-    fn heap_bytes(&self) -> usize {
+    /// Bytes held by the plan's columns.
+    pub(crate) fn heap_bytes(&self) -> usize {
         (self.arg_value.capacity() + self.output_values.capacity()) * size_of::<ValueNo>()
             + self.readers.heap_bytes()
             + self.pending.heap_bytes()
@@ -169,46 +174,36 @@ impl DataflowPlan {
     }
 }
 
-/// A verified program and its dataflow plan, built from it on first use: the only way to
-/// a plan, so a plan runs only with the program it describes. It dereferences to the
-/// verified program, which the other evaluators use as they would the program alone.
-#[derive(Debug)]
-pub(crate) struct Planned<Op> {
-    code: VerifiedProgram<Op>,
-    /// Built from `code` on the first run that chooses dataflow ([`Planned::plan`]);
-    /// nothing else ever sets it.
-    plan: OnceLock<GraphResult<DataflowPlan>>,
+/// The dataflow plan of `code` (a linear pass): the only way to a plan. The compiled
+/// program builds it on the first run that chooses dataflow and keeps it beside `code`,
+/// which never changes, so the plan describes exactly the instructions [`run`]
+/// evaluates; [`run`] checks that it is given the program the plan was made from.
+pub(crate) fn plan<Op: GraphOperation>(code: &VerifiedProgram<Op>) -> GraphResult<DataflowPlan> {
+    let program = code.program();
+    let mut plan = plan_slots(&program.instrs, &program.slots, program.cost_hints())?;
+    plan.made_from = Some(ProgramMark::of(code));
+    Ok(plan)
 }
 
-impl<Op> Planned<Op> {
-    /// `code`, its plan not built yet.
-    pub(crate) fn new(code: VerifiedProgram<Op>) -> Self {
-        Planned { code, plan: OnceLock::new() }
-    }
+/// Which program a plan was made from: its argument pool's address and length and its
+/// instruction count. A verified program is immutable, so its pool never moves while it
+/// lives, and no two live programs share one. (The address is kept as a number: it is
+/// only compared.)
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct ProgramMark {
+    args: usize,
+    n_args: usize,
+    n_instrs: usize,
 }
 
-impl<Op> std::ops::Deref for Planned<Op> {
-    type Target = VerifiedProgram<Op>;
-    #[inline(always)]
-    fn deref(&self) -> &VerifiedProgram<Op> {
-        &self.code
-    }
-}
-
-impl<Op: GraphOperation> Planned<Op> {
-    /// The program's dataflow plan, built from it on first use (a linear pass). The
-    /// program never changes, so the plan describes exactly the instructions [`run`]
-    /// evaluates: this is what its `unsafe` relies on.
-    /// Bytes held by the plan, 0 until it is built.
-    pub(crate) fn plan_bytes(&self) -> usize {
-        self.plan.get().and_then(|p| p.as_ref().ok()).map_or(0, DataflowPlan::heap_bytes)
-    }
-
-    pub(crate) fn plan(&self) -> GraphResult<&DataflowPlan> {
-        self.plan
-            .get_or_init(|| plan_slots(&self.code.instrs, &self.code.slots, self.code.cost_hints()))
-            .as_ref()
-            .map_err(Clone::clone)
+impl ProgramMark {
+    fn of<Op>(code: &VerifiedProgram<Op>) -> Self {
+        let program = code.program();
+        ProgramMark {
+            args: program.slots.args.as_ptr() as usize,
+            n_args: program.slots.args.len(),
+            n_instrs: program.instrs.len(),
+        }
     }
 }
 
@@ -322,6 +317,7 @@ fn plan_slots(instrs: &IdVec<InstrId, Instr>, slots: &SlotProgram, cost: Vec<u64
         rank,
         output_values,
         output_move,
+        made_from: None,
     })
 }
 
@@ -388,7 +384,7 @@ impl<T> Drop for Values<T> {
     }
 }
 
-/// The shared state of one run. `plan` is `program`'s own (read from it by [`run`]).
+/// The shared state of one run. `plan` is `program`'s own (checked by [`run`]).
 struct Run<'a, Op: EvaluableGraphOperation> {
     program: &'a VerifiedProgram<Op>,
     plan: &'a DataflowPlan,
@@ -437,11 +433,13 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
-/// Evaluates `program` by its dataflow plan (built on first use, [`Planned::plan`]) on
-/// the current rayon pool (the caller enters it), with one input per program input. It
-/// takes no plan: the one it runs by is the program's own. See the module doc.
+/// Evaluates `program` by `plan` on the current rayon pool (the caller enters it), with
+/// one input per program input. `plan` must be the one [`plan`] made from `program`: a
+/// plan of another program is refused (an internal error), since the run's `unsafe`
+/// rests on the plan describing exactly these instructions. See the module doc.
 pub(crate) fn run<Op>(
-    program: &Planned<Op>,
+    program: &VerifiedProgram<Op>,
+    plan: &DataflowPlan,
     ctx: &mut Op::Context,
     inputs: &[&Op::Operand],
 ) -> GraphResult<Vec<Op::Operand>>
@@ -449,7 +447,12 @@ where
     Op: EvaluableGraphOperation,
     Op::Context: Clone + Send,
 {
-    let plan = program.plan()?;
+    if plan.made_from != Some(ProgramMark::of(program)) {
+        return Err(GraphError::Invalid {
+            phase: "dataflow plan",
+            message: "the plan was made from another program".into(),
+        });
+    }
     if inputs.len() != plan.n_inputs {
         return Err(GraphError::InputCountMismatch { expected: plan.n_inputs, found: inputs.len() });
     }
@@ -580,8 +583,9 @@ where
     fn step(&self, i: InstrId, cx: &mut Op::Context, ready: &mut SmallVec<[InstrId; 8]>) -> GraphResult<()> {
         let _inside = InStep::enter();
         let (plan, n_inputs) = (self.plan, self.plan.n_inputs);
-        let op = &self.program.ops[i];
-        let (ins, outs) = self.program.instrs[i].slots(&plan.arg_value);
+        let program = self.program.program();
+        let op = &program.ops[i];
+        let (ins, outs) = program.instrs[i].slots(&plan.arg_value);
         let mut made: SmallVec<[MaybeUninit<Op::Operand>; 2]> = outs.iter().map(|_| MaybeUninit::uninit()).collect();
         {
             let args: SmallVec<[&Op::Operand; 8]> = ins
@@ -639,5 +643,63 @@ where
         }
         self.left.fetch_sub(1, Release);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, compile, materialize_merge, resolve};
+
+    /// `x + k`, with a cost hint high enough for dataflow.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct AddK(u64);
+
+    impl GraphOperation for AddK {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+        fn cost_hint(&self) -> u64 {
+            1 << 20
+        }
+    }
+
+    impl EvaluableGraphOperation for AddK {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut crate::Outputs<'_, u64>) {
+            out.push(inputs[0] + self.0);
+        }
+    }
+
+    fn chain(ks: &[u64]) -> crate::CompiledProgram<AddK> {
+        let mut b = GraphBuilder::<AddK>::with_interner(KeyInterner::new());
+        let mut v = b.add_input(0);
+        for &k in ks {
+            v = b.add_operation(AddK(k), vec![ValueRef::Local(v)], OperationRole::Primary)[0];
+        }
+        b.set_outputs(vec![v]);
+        let g = std::sync::Arc::new(b.build());
+        let key = g.global_key(v);
+        compile(&materialize_merge(&resolve(vec![g]), &[key]))
+    }
+
+    /// A plan runs with the program it was made from, and is refused with another, even
+    /// one of the same shape: the run's `unsafe` rests on that pairing.
+    #[test]
+    fn a_plan_runs_only_with_its_own_program() {
+        let (a, b) = (chain(&[1, 2, 3]), chain(&[10, 20, 30]));
+        let plan_a = plan(a.code()).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let got = pool.install(|| run(a.code(), &plan_a, &mut (), &[&5])).unwrap();
+        assert_eq!(got, vec![11]);
+        match pool.install(|| run(b.code(), &plan_a, &mut (), &[&5])) {
+            Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "dataflow plan"),
+            other => panic!("a plan ran with another program: {other:?}"),
+        }
     }
 }

@@ -29,6 +29,7 @@
 
 use std::mem::Discriminant;
 
+use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
 
@@ -107,6 +108,14 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     }
     let moved = order.iter().enumerate().any(|(pos, &i)| pos != i as usize);
     moved.then_some(order)
+}
+
+/// The materialized operation that instruction `i` computes, given the order
+/// [`dispatch_order`] returned (`source[i]`), or `i` itself when it returned none (an
+/// empty `source`).
+#[inline]
+pub(crate) fn source_of(source: &[u32], i: InstrId) -> OperationId {
+    OperationId::new(if source.is_empty() { i.index() } else { source[i.index()] as usize })
 }
 
 /// A stable counting sort of the items `0..keys.len()` by their key: calls

@@ -4,16 +4,15 @@
 //! - [`Graph`]: `v0 = input Var(0)`, `v2 = mul v0, @ok1.0` (`@` marks an external key),
 //!   linear operations carry their mask: `v3 = mul [linear[fa]] @ok0.0, v1`;
 //! - [`MaterializedGraph`]: the same with materialized ids;
-//! - [`CompiledProgram`]: `s2 = mul s0, s1` over slots.
+//! - [`CompiledProgram`](crate::CompiledProgram): `s2 = mul s0, s1` over slots (its dumps
+//!   are in `compiled.rs`, beside the type).
 //!
 //! DOT: one node per input and operation, one edge per operand, labelled with the operand
 //! position; an edge leaving an operation with several outputs is labelled `slot→position`.
 
 use std::fmt::{self, Write};
 
-use crate::compile::CompiledProgram;
 use crate::graph::{Graph, InputRef};
-use crate::id::{IdVec, SlotId};
 use crate::materialize::MaterializedGraph;
 use crate::operation::{GraphOperation, Label};
 
@@ -72,37 +71,6 @@ impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
     }
 }
 
-impl<Op: GraphOperation> fmt::Display for CompiledProgram<Op> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let code = &self.code;
-        writeln!(f, "program: {} instructions, {} slots", code.instrs.len(), code.slots.slot_count)?;
-        let (inputs, externals) = code.slots.input_slots.split_at(self.input_keys.len());
-        for (s, k) in inputs.iter().zip(&self.input_keys) {
-            match s {
-                None => writeln!(f, "  _ = input {k:?}")?,
-                Some(s) => writeln!(f, "  {s:?} = input {k:?}")?,
-            }
-        }
-        for (s, k) in externals.iter().zip(&self.external_keys) {
-            match s {
-                None => writeln!(f, "  _ = external {k:?}")?,
-                Some(s) => writeln!(f, "  {s:?} = external {k:?}")?,
-            }
-        }
-        for (i, op) in code.ops.iter_enumerated() {
-            let (ins, outs) = self.instr_args(i);
-            let outs: Vec<String> = outs.iter().map(|s| format!("{s:?}")).collect();
-            write!(f, "  {} = {}", outs.join(", "), Label(op))?;
-            for (j, s) in ins.iter().enumerate() {
-                write!(f, "{}{s:?}", if j == 0 { " " } else { ", " })?;
-            }
-            writeln!(f)?;
-        }
-        let outs: Vec<String> = code.slots.output_slots.iter().map(|s| format!("{s:?}")).collect();
-        writeln!(f, "  outputs: {}", outs.join(", "))
-    }
-}
-
 /// An operand edge's label: the operand position, preceded by the producer's output slot
 /// when the producer has several outputs.
 fn edge_label(slot: Option<u8>, operand: usize) -> String {
@@ -112,7 +80,7 @@ fn edge_label(slot: Option<u8>, operand: usize) -> String {
     }
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
@@ -195,41 +163,6 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             let (src, slot) = source(v);
             let label = slot.map_or(String::new(), |s| format!(" [label=\"{s}\"]"));
             let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {src} -> out{i}{label};");
-        }
-        s.push_str("}\n");
-        s
-    }
-}
-
-impl<Op: GraphOperation> CompiledProgram<Op> {
-    /// This program in Graphviz DOT: one node per instruction, edges through slots.
-    pub fn to_dot(&self) -> String {
-        let mut s = String::from("digraph program {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
-        // Which node last wrote each slot.
-        let code = &self.code;
-        let mut writer: IdVec<SlotId, String> = IdVec::from_elem(String::new(), code.slots.slot_count);
-        let keys =
-            self.input_keys.iter().map(|k| format!("{k:?}")).chain(self.external_keys.iter().map(|k| format!("{k:?}")));
-        for (i, (slot, k)) in code.slots.input_slots.iter().zip(keys).enumerate() {
-            let style = if i < self.input_keys.len() { "" } else { ", style=dashed" };
-            let _ = writeln!(s, "  in{i} [shape=ellipse{style}, label=\"{}\"];", escape(&k));
-            if let &Some(slot) = slot {
-                writer[slot] = format!("in{i}");
-            }
-        }
-        for (id, op) in code.ops.iter_enumerated() {
-            let i = id.index();
-            let (ins, outs) = self.instr_args(id);
-            let _ = writeln!(s, "  i{i} [shape=box, label=\"{}\"];", escape(&format!("{}", Label(op))));
-            for &slot in ins {
-                let _ = writeln!(s, "  {} -> i{i} [label=\"{slot:?}\"];", writer[slot]);
-            }
-            for &slot in outs {
-                writer[slot] = format!("i{i}");
-            }
-        }
-        for (i, &slot) in code.slots.output_slots.iter().enumerate() {
-            let _ = writeln!(s, "  out{i} [shape=plaintext, label=\"out {i}\"];\n  {} -> out{i};", writer[slot]);
         }
         s.push_str("}\n");
         s

@@ -1,10 +1,10 @@
-//! Evaluation of a [`CompiledProgram`], sequential or level-parallel.
+//! Evaluation of a [`CompiledProgram`](crate::CompiledProgram), sequential or level-parallel.
 //!
-//! Input: a program and one operand per input, in [`CompiledProgram::input_keys`] order,
-//! then one per external value, in [`CompiledProgram::external_keys`] order (a program
+//! Input: a program and one operand per input, in [`CompiledProgram::input_keys`](crate::CompiledProgram::input_keys) order,
+//! then one per external value, in [`CompiledProgram::external_keys`](crate::CompiledProgram::external_keys) order (a program
 //! compiled from a fragment materialized alone). Output: one operand per output. Slots live
 //! in an [`EvalState`] that can be kept and reused across runs, so repeated evaluation
-//! allocates only its result vector ([`CompiledProgram::eval_with_each`] not even that).
+//! allocates only its result vector ([`CompiledProgram::eval_with_each`](crate::CompiledProgram::eval_with_each) not even that).
 //! Operands are gathered on the stack (no per-node allocation for up to two inputs, a
 //! `SmallVec` of eight beyond); [`EvaluableGraphOperation::eval_into`] pushes a one-output
 //! instruction's value into an [`Outputs`] over a local (which the compiler keeps in a
@@ -34,7 +34,7 @@
 //! [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST) are evaluated in parallel by
 //! dependency instead (`dataflow.rs`, ADR 0015); what follows is the level evaluator.
 //!
-//! Parallel evaluation ([`CompiledProgram::eval_parallel`]) runs the level schedule of
+//! Parallel evaluation ([`CompiledProgram::eval_parallel`](crate::CompiledProgram::eval_parallel)) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
 //! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
 //! below [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST), runs on the calling thread,
@@ -59,18 +59,15 @@
 
 use std::mem::MaybeUninit;
 
-use rayon::ThreadPool;
 use smallvec::SmallVec;
 
-use crate::compile::CompiledProgram;
-use crate::dataflow;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
-use crate::program::VerifiedProgram;
-use crate::schedule::{PAR_CHUNK_MIN_COST, Step, VerifiedSchedule};
+use crate::schedule::{PAR_CHUNK_MIN_COST, Step};
 use crate::slots::{SlotFile, SlotPtr};
 use crate::team::{StopOnDrop, Team};
+use crate::verify::{VerifiedProgram, VerifiedSchedule};
 
 /// At most this many chunks per thread in one level: more than one, so that a thread
 /// slowed down by other work on the machine is balanced by the others claiming more.
@@ -91,7 +88,7 @@ const PAR_PREFETCH_AHEAD: usize = 32;
 
 /// Reusable evaluation scratch: the slot vector and the output buffer.
 ///
-/// Keep one per thread and pass it to [`CompiledProgram::eval_with`] (or
+/// Keep one per thread and pass it to [`CompiledProgram::eval_with`](crate::CompiledProgram::eval_with) (or
 /// `eval_parallel_with`): repeated evaluations then allocate only their result vector.
 ///
 /// ```
@@ -110,7 +107,7 @@ const PAR_PREFETCH_AHEAD: usize = 32;
 /// assert_eq!(total, -4950.0);
 /// ```
 pub struct EvalState<T> {
-    slots: SlotFile<T>,
+    pub(crate) slots: SlotFile<T>,
     out: Vec<T>,
 }
 
@@ -132,101 +129,6 @@ impl<T> EvalState<T> {
     }
 }
 
-impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
-    /// Evaluates the program on `inputs`, one per program input, in the order of
-    /// [`Self::input_keys`] (the same as the materialized graph's
-    /// [`input_keys`](crate::MaterializedGraph::input_keys)). That order is the order in
-    /// which the inputs' keys were first interned, which is not always the order in which
-    /// a graph added them: bind by key ([`Self::bind_inputs`], [`Self::try_eval_by_key`])
-    /// rather than by position when in doubt.
-    ///
-    /// # Panics
-    /// On a wrong number of inputs or an operation that returns the wrong number of
-    /// outputs; see [`Self::try_eval`].
-    pub fn eval(&self, ctx: &mut Op::Context, inputs: &[&Op::Operand]) -> Vec<Op::Operand> {
-        self.try_eval(ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Evaluates the program, or reports a wrong input count or a misbehaving operation.
-    pub fn try_eval(&self, ctx: &mut Op::Context, inputs: &[&Op::Operand]) -> GraphResult<Vec<Op::Operand>> {
-        self.eval_with(&mut EvalState::new(), ctx, inputs)
-    }
-
-    /// Evaluates the program with inputs looked up by key.
-    pub fn try_eval_by_key<'a, F>(&self, ctx: &mut Op::Context, lookup: F) -> GraphResult<Vec<Op::Operand>>
-    where
-        F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
-    {
-        let inputs = self.bind_inputs(lookup)?;
-        self.try_eval(ctx, &inputs)
-    }
-
-    /// Evaluates the program reusing `state`'s allocations.
-    pub fn eval_with(
-        &self,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<Vec<Op::Operand>> {
-        let mut outputs = Vec::with_capacity(self.code.slots.output_slots.len());
-        self.eval_with_each(state, ctx, inputs, |x| outputs.push(x))?;
-        Ok(outputs)
-    }
-
-    /// [`Self::eval_with`] handing each output, in order, to `each` instead of returning
-    /// a vector: a caller that evaluates a small program many times and keeps its
-    /// outputs in its own form allocates nothing here.
-    ///
-    /// ```
-    /// # use std::sync::Arc;
-    /// # use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// # use scalar::{ScalarOp, ScalarKey};
-    /// # let mut b = GraphBuilder::<ScalarOp>::new();
-    /// # let x = b.add_input(ScalarKey::var(0));
-    /// # let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
-    /// # let g = Arc::new(b.build());
-    /// # let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(sc[0]), g.global_key(sc[1])]));
-    /// let (mut state, mut sum) = (EvalState::new(), 0.0);
-    /// program.eval_with_each(&mut state, &mut (), &[&0.5], |y| sum += y).unwrap();
-    /// assert_eq!(sum, 0.5f64.sin() + 0.5f64.cos());
-    /// ```
-    pub fn eval_with_each<F>(
-        &self,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-        each: F,
-    ) -> GraphResult<()>
-    where
-        F: FnMut(Op::Operand),
-    {
-        self.run_to_slots(state, ctx, inputs)?;
-        let slots = &self.code.slots;
-        // SAFETY: the run completed, so every output slot of the verified program holds
-        // its value, and verification checked that each is moved out once, at its last
-        // mention.
-        unsafe { take_outputs(&mut state.slots, &slots.output_slots, &slots.output_move, each) };
-        Ok(())
-    }
-
-    /// Runs the program, leaving the outputs in `state`'s slots (the part of evaluation
-    /// that does not depend on what the caller does with the outputs).
-    ///
-    /// It only forwards, but it stays: calling `run` directly from `eval_with_each` gives
-    /// the same instructions and a different placement of the evaluation loop, and
-    /// `eval_arithmetic/window/ours` at 10^6 took 1.74–1.79 ms instead of 0.88–0.90 ms in
-    /// the `pipeline` bench binary (ADR 0016).
-    #[inline(always)]
-    fn run_to_slots(
-        &self,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<()> {
-        self.code.run(state, ctx, inputs, self.prefetch_slots)
-    }
-}
-
 impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
     /// Sequential evaluation: sizes the slots, stores the inputs, runs every instruction in
     /// program order through a [`VerifiedSlots`] view, leaving the outputs in the slots. With
@@ -234,19 +136,23 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
     /// [`SLOT_AHEAD`]), otherwise run by run. Everything the unchecked accesses rely on is
     /// either proven by the program's verification (the receiver's type) or done here.
     #[inline(always)]
-    fn run(
+    pub(crate) fn run(
         &self,
         state: &mut EvalState<Op::Operand>,
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
         prefetch: bool,
     ) -> GraphResult<()> {
-        if inputs.len() != self.slots.input_slots.len() {
-            return Err(GraphError::InputCountMismatch { expected: self.slots.input_slots.len(), found: inputs.len() });
+        let program = self.program();
+        if inputs.len() != program.slots.input_slots.len() {
+            return Err(GraphError::InputCountMismatch {
+                expected: program.slots.input_slots.len(),
+                found: inputs.len(),
+            });
         }
         let EvalState { slots, out } = state;
-        slots.reset(self.slots.slot_count);
-        for (s, &x) in self.slots.input_slots.iter().zip(inputs) {
+        slots.reset(program.slots.slot_count);
+        for (s, &x) in program.slots.input_slots.iter().zip(inputs) {
             if let &Some(s) = s {
                 slots.set(s, x.clone());
             }
@@ -271,9 +177,10 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
         ctx: &mut Op::Context,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        let args = &self.slots.args[..];
-        let instrs = self.instrs.raw();
-        for (i, (op, &instr)) in self.ops.raw().iter().zip(instrs).enumerate() {
+        let program = self.program();
+        let args = &program.slots.args[..];
+        let instrs = program.instrs.raw();
+        for (i, (op, &instr)) in program.ops.raw().iter().zip(instrs).enumerate() {
             if PREFETCH {
                 if let Some(&ahead) = instrs.get(i + SLOT_AHEAD) {
                     // SAFETY: `ahead` is an instruction of this verified program, and
@@ -306,11 +213,12 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
         ctx: &mut Op::Context,
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
-        let args = &self.slots.args[..];
-        let (ops, instrs) = (self.ops.raw(), self.instrs.raw());
+        let program = self.program();
+        let args = &program.slots.args[..];
+        let (ops, instrs) = (program.ops.raw(), program.instrs.raw());
         let mut i = 0usize;
         let mut uniform = 0usize;
-        for run in &self.runs {
+        for run in &program.runs {
             let end = run.end as usize;
             // What the unsafe blocks of this loop rely on: the program is verified (the
             // receiver's type), and verification checks that the runs cover the
@@ -326,14 +234,14 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
                 2 => unsafe {
                     let start = run.start as usize;
                     let stretch = args.get_unchecked(start..start + 3 * (end - i));
-                    run_uniform::<Op, 2, 3>(self.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
+                    run_uniform::<Op, 2, 3>(program.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
                     uniform += 1;
                 },
                 // SAFETY: as stated above the `match`.
                 1 => unsafe {
                     let start = run.start as usize;
                     let stretch = args.get_unchecked(start..start + 2 * (end - i));
-                    run_uniform::<Op, 1, 2>(self.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
+                    run_uniform::<Op, 1, 2>(program.run_ops.get_unchecked(uniform), ctx, file, stretch)?;
                     uniform += 1;
                 },
                 _ => {
@@ -379,7 +287,7 @@ unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usiz
 
 /// How many instructions ahead sequential evaluation prefetches operand slots, when
 /// compile found the operands far from their readers and the slot file large
-/// ([`CompiledProgram::prefetches_operand_slots`]). Its operands are then spread over
+/// ([`CompiledProgram::prefetches_operand_slots`](crate::CompiledProgram::prefetches_operand_slots)). Its operands are then spread over
 /// many MiB, and each read waits on memory: a random DAG of 10^7 cheap operations (15 MiB
 /// of slots) took 2.8 to 8.6 ns per node without the hints, 3.3 to 4.6 with 16
 /// ahead, 3.1 to 4.2 with 32 and 3.0 to 3.4 with 64 (five runs each, `phasebench 10000000
@@ -387,103 +295,13 @@ unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usiz
 /// only cost.
 const SLOT_AHEAD: usize = 64;
 
-impl<Op: EvaluableGraphOperation> CompiledProgram<Op>
+impl<Op: EvaluableGraphOperation> VerifiedProgram<Op>
 where
     Op::Context: Clone + Send,
 {
-    /// Evaluates the program level by level on a rayon pool; the result is the one of
-    /// [`Self::eval`].
-    ///
-    /// `pool` is the user's pool, or `None` for the current one (the global pool outside
-    /// any pool). The pool is entered once per call. A program of costly instructions
-    /// (mean cost hint at least [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST),
-    /// see [`Self::parallel_by_dependency`]) runs by dependency: an instruction starts as
-    /// soon as its operands are ready, and idle threads steal costly ones. Otherwise it
-    /// runs level by level: with one thread, or when less than
-    /// half of the program's cost is in levels costly enough to split (see
-    /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
-    /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
-    /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
-    /// per thread per call, on the calling thread), and what a clone records is dropped.
-    /// Operations that need one shared context should keep it behind their own lock.
-    /// Between parallel levels the pool's other threads spin, then yield, rather than
-    /// sleep, for the duration of the call.
-    ///
-    /// # Panics
-    /// As [`Self::eval`]; see [`Self::try_eval_parallel`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// use scalar::{ScalarOp, ScalarKey};
-    ///
-    /// let mut b = GraphBuilder::<ScalarOp>::new();
-    /// let x = b.add_input(ScalarKey::var(0));
-    /// let s = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
-    /// let c = b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary)[0];
-    /// let y = b.add_operation(ScalarOp::Mul, vec![Local(s), Local(c)], Primary)[0];
-    /// let g = Arc::new(b.build());
-    /// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]));
-    /// assert_eq!(program.level_count(), 2);
-    /// let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-    /// assert_eq!(program.eval_parallel(Some(&pool), &mut (), &[&0.5]), program.eval(&mut (), &[&0.5]));
-    /// ```
-    pub fn eval_parallel(
-        &self,
-        pool: Option<&ThreadPool>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> Vec<Op::Operand> {
-        self.try_eval_parallel(pool, ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Evaluates the program in parallel, or reports a wrong input count or a misbehaving
-    /// operation.
-    pub fn try_eval_parallel(
-        &self,
-        pool: Option<&ThreadPool>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<Vec<Op::Operand>> {
-        self.eval_parallel_with(pool, &mut EvalState::new(), ctx, inputs)
-    }
-
-    /// Evaluates the program in parallel reusing `state`'s allocations.
-    pub fn eval_parallel_with(
-        &self,
-        pool: Option<&ThreadPool>,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<Vec<Op::Operand>> {
-        let threads = pool.map_or_else(rayon::current_num_threads, ThreadPool::current_num_threads);
-        if threads <= 1 || inputs.len() != self.code.slots.input_slots.len() {
-            return self.eval_with(state, ctx, inputs);
-        }
-        let sched = self.schedule()?;
-        if self.parallel_by_dependency() {
-            // Few costly instructions: by dependency, not by level (`dataflow.rs`), in
-            // cells of its own; what an earlier run left in `state` is dropped, as a
-            // reset would.
-            state.clear();
-            let code = &self.code;
-            return match pool {
-                Some(pool) => pool.install(|| dataflow::run(code, ctx, inputs)),
-                None => rayon::scope(|_| dataflow::run(code, ctx, inputs)),
-            };
-        }
-        if !sched.worth_parallel {
-            return self.eval_with(state, ctx, inputs);
-        }
-        match pool {
-            Some(pool) => pool.install(|| self.run_levels(sched, threads, state, ctx, inputs)),
-            None => rayon::scope(|_| self.run_levels(sched, threads, state, ctx, inputs)),
-        }
-    }
-
     /// The level loop, inside the pool: the calling thread and `threads - 1` helpers
     /// spawned once for the whole run form a team (see [`Team`]).
-    fn run_levels(
+    pub(crate) fn run_levels(
         &self,
         sched: &VerifiedSchedule,
         threads: usize,
@@ -492,8 +310,8 @@ where
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
         let EvalState { slots, out } = state;
-        slots.reset(sched.slots.slot_count);
-        for (s, &x) in sched.slots.input_slots.iter().zip(inputs) {
+        slots.reset(sched.schedule().slots.slot_count);
+        for (s, &x) in sched.schedule().slots.input_slots.iter().zip(inputs) {
             if let &Some(s) = s {
                 slots.set(s, x.clone());
             }
@@ -511,11 +329,15 @@ where
             self.lead(sched, &team, &view, ctx, out, max_chunks)
         });
         result?;
-        let mut outputs = Vec::with_capacity(sched.slots.output_slots.len());
+        let mut outputs = Vec::with_capacity(sched.schedule().slots.output_slots.len());
         // SAFETY: every level ran, so every output slot of the schedule holds its value
         // (`check_levels` checked that one is written, and that each is moved out once,
         // at its last mention).
-        unsafe { take_outputs(slots, &sched.slots.output_slots, &sched.slots.output_move, |x| outputs.push(x)) };
+        unsafe {
+            take_outputs(slots, &sched.schedule().slots.output_slots, &sched.schedule().slots.output_move, |x| {
+                outputs.push(x)
+            })
+        };
         Ok(outputs)
     }
 
@@ -532,19 +354,19 @@ where
     ) -> GraphResult<()> {
         // Chunks of split levels get a clone of the context on every thread, this one too.
         let mut chunk_ctx: Option<Op::Context> = None;
-        for l in 0..sched.level_count() {
-            let range = sched.level(l);
-            if !sched.is_split(&range) {
+        for l in 0..sched.schedule().level_count() {
+            let range = sched.schedule().level(l);
+            if !sched.schedule().is_split(&range) {
                 // Alone: every helper is between levels (`team.wait_done` returned after the
                 // last chunk of the previous split level), so no other thread touches a slot.
                 self.eval_chunk(sched, range, ctx, view, out)?;
                 continue;
             }
             // Chunk boundaries at about equal cost.
-            let cost = sched.cost(&range);
+            let cost = sched.schedule().cost(&range);
             let chunks = ((cost / PAR_CHUNK_MIN_COST) as usize).clamp(2, max_chunks).min(range.len());
-            let prefix = &sched.cost_prefix[range.start..range.end];
-            let base = sched.cost_prefix[range.start];
+            let prefix = &sched.schedule().cost_prefix[range.start..range.end];
+            let base = sched.schedule().cost_prefix[range.start];
             let mut prev = range.start;
             team.set_bound(0, prev);
             for c in 1..chunks {
@@ -592,7 +414,7 @@ where
         out: &mut Vec<Op::Operand>,
     ) -> GraphResult<()> {
         let first = chunk.start;
-        let steps = &sched.steps[chunk];
+        let steps = &sched.schedule().steps[chunk];
         for (k, step) in steps.iter().enumerate() {
             if let Some(ahead) = steps.get(k + PAR_PREFETCH_AHEAD) {
                 slots.prefetch(ahead.a);
@@ -609,15 +431,15 @@ where
             // another level meanwhile (see `Team`). So no thread writes the operand slots
             // while their references live, and this thread alone touches the output slot.
             if step.op == Step::GENERAL {
-                let (op, ins, outs) = self.par_instr(sched, sched.order[first + k]);
+                let (op, ins, outs) = self.par_instr(sched, sched.schedule().order[first + k]);
                 // SAFETY: as stated above.
                 unsafe { eval_instruction(op, ctx, slots, ins, outs, out)? };
                 continue;
             }
             // SAFETY: as stated above.
             let op = unsafe {
-                let rep = *sched.op_rep.get_unchecked((step.op & !Step::UNARY) as usize);
-                self.code.ops.get_unchecked(rep)
+                let rep = *sched.schedule().op_rep.get_unchecked((step.op & !Step::UNARY) as usize);
+                self.program().ops.get_unchecked(rep)
             };
             let n = 2 - (step.op >> 31) as usize;
             // SAFETY: as stated above.
@@ -654,7 +476,7 @@ impl<'a, T> LevelSlots<'a, T> {
     /// # Panics
     /// If `file` does not have the schedule's slot count.
     fn new(sched: &VerifiedSchedule, file: &'a mut SlotFile<T>) -> Self {
-        assert_eq!(file.len(), sched.slots.slot_count, "slot file sized for another schedule");
+        assert_eq!(file.len(), sched.schedule().slots.slot_count, "slot file sized for another schedule");
         LevelSlots(file.ptr())
     }
 
@@ -665,7 +487,7 @@ impl<'a, T> LevelSlots<'a, T> {
     }
 }
 
-impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
+impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
     /// Instruction `i` with its operand and output slots in the parallel schedule.
     #[inline]
     fn par_instr<'a>(&'a self, sched: &'a VerifiedSchedule, i: InstrId) -> (&'a Op, &'a [SlotId], &'a [SlotId]) {
@@ -673,8 +495,9 @@ impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
         // that every instruction it names and its argument range are in bounds), built
         // from this program's instructions, which verification keeps as long as `ops`.
         unsafe {
-            let (ins, outs) = self.code.instrs.get_unchecked(i).slots_unchecked(&sched.slots.args);
-            (self.code.ops.get_unchecked(i), ins, outs)
+            let program = self.program();
+            let (ins, outs) = program.instrs.get_unchecked(i).slots_unchecked(&sched.schedule().slots.args);
+            (program.ops.get_unchecked(i), ins, outs)
         }
     }
 }
@@ -722,7 +545,7 @@ impl<'a, T> VerifiedSlots<'a, T> {
     /// If `file` does not have the program's slot count.
     #[inline(always)]
     fn new<Op>(program: &VerifiedProgram<Op>, file: &'a mut SlotFile<T>) -> Self {
-        assert_eq!(file.len(), program.slots.slot_count, "slot file sized for another program");
+        assert_eq!(file.len(), program.program().slots.slot_count, "slot file sized for another program");
         VerifiedSlots(file.ptr())
     }
 }
@@ -877,7 +700,7 @@ unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[SlotId]) -> Small
 ///
 /// # Safety
 /// Every slot of `output_slots` is in range and holds a value.
-unsafe fn take_outputs<T: Clone>(
+pub(crate) unsafe fn take_outputs<T: Clone>(
     slots: &mut SlotFile<T>,
     output_slots: &[SlotId],
     output_move: &[bool],
@@ -948,7 +771,7 @@ mod tests {
             let plain = compile(&flat);
             let mut hinted = compile(&flat);
             assert!(!plain.prefetches_operand_slots());
-            hinted.prefetch_slots = true;
+            hinted.force_prefetch();
             let inputs = [&3_u64, &0xDEAD_BEEF_u64];
             assert_eq!(hinted.eval(&mut (), &inputs), plain.eval(&mut (), &inputs), "{n_ops} operations");
         }
@@ -1029,20 +852,22 @@ mod tests {
             let by_runs = compile(&flat);
             assert!(
                 run_len == 1
-                    || by_runs.code.runs.iter().any(|r| r.arity == 2) && by_runs.code.runs.iter().any(|r| r.arity == 1),
+                    || by_runs.code().program().runs.iter().any(|r| r.arity == 2)
+                        && by_runs.code().program().runs.iter().any(|r| r.arity == 1),
                 "runs of {run_len} equal operations make uniform runs of both arities"
             );
             let mut by_instruction = compile(&flat);
-            by_instruction.prefetch_slots = true; // the instruction-by-instruction loop
+            by_instruction.force_prefetch(); // the instruction-by-instruction loop
             let inputs = [&3_u64, &0xDEAD_BEEF_u64];
             let got = by_runs.eval(&mut (), &inputs);
             assert_eq!(got, by_instruction.eval(&mut (), &inputs), "runs of {run_len}");
             assert_eq!(got, expected[expected.len() - 5..].to_vec(), "runs of {run_len}");
             // The verifier catches a uniform run whose stretch of arguments is off.
-            let mut bad = (**compile(&flat).code).clone();
-            if let Some(r) = bad.runs.iter_mut().find(|r| r.arity != 0) {
+            let mut bad = compile(&flat).code().program().clone();
+            if let Some((k, r)) = bad.runs.iter_mut().enumerate().find(|(_, r)| r.arity != 0) {
                 r.start += 1;
-                assert!(bad.verify().is_err(), "a shifted run passes verification");
+                let fault = crate::verify::verify_program(bad).map(|_| ()).map_err(|e| e.fault);
+                assert_eq!(fault, Err(crate::verify::Fault::RunStart { run: k }), "a shifted run passes verification");
             }
         }
     }

@@ -3,23 +3,19 @@
 //! [`SlotId`]s, the input slots (`None` for an input no instruction reads), and which
 //! output reads move their value out. It also cuts the instructions into [`Run`]s for the
 //! sequential evaluator: stretches of equal one-output operations that one loop evaluates
-//! with a fixed stride. And it holds the sequential program's verifier: a [`Program`]
-//! becomes a [`VerifiedProgram`] only through [`Program::verify`], the one constructor of
-//! that type, and the evaluators' unchecked paths take a `&VerifiedProgram` (`eval.rs`,
-//! `dataflow.rs`).
+//! with a fixed stride.
 //!
 //! Invariants: an [`Instr`] names `n_in` operand slots followed by `n_out` output slots,
 //! contiguous in its pool from `start`; the output move flags mark exactly the last
-//! mention of each output slot ([`SlotProgram::check_output_moves`]); the runs cover the
-//! instructions in order, and a uniform run's instructions have its arity, one output,
-//! equal operations and their arguments one after another ([`check_runs`]). A
-//! [`VerifiedProgram`] passed every check of [`Program::verify`] and is immutable: no
-//! `&mut` to its program is ever handed out. Nothing here allocates slots or orders
+//! mention of each output slot; the runs cover the instructions in order, and a uniform
+//! run's instructions have its arity, one output, equal operations and their arguments
+//! one after another. This module states them and builds data that keeps them; the
+//! checks are `verify.rs`'s, whose `verify_program` is the only maker of the
+//! `VerifiedProgram` the evaluators take. Nothing here allocates slots or orders
 //! instructions: that is `compile.rs` and `schedule.rs`.
 
 use std::fmt;
 
-use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, InstrId, SlotId};
 use crate::operation::GraphOperation;
 
@@ -48,8 +44,8 @@ impl SlotProgram {
 
 /// A sequential slot program: per instruction its operation and its packed argument range,
 /// the runs the sequential evaluator goes by, and the slots. [`compile`](crate::compile)
-/// builds one; only [`Program::verify`] turns it into a [`VerifiedProgram`], which is what
-/// evaluation reads.
+/// builds one; only `verify::verify_program` turns it into a `VerifiedProgram`, which is
+/// what evaluation reads.
 #[derive(Clone, Debug)]
 pub(crate) struct Program<Op> {
     pub(crate) ops: IdVec<InstrId, Op>,
@@ -62,95 +58,11 @@ pub(crate) struct Program<Op> {
     pub(crate) slots: SlotProgram,
 }
 
-/// A [`Program`] that passed [`Program::verify`]. The field is private and this module
-/// builds the type only in `verify`, and hands out only `&Program`, so what the checks
-/// proved stays true for as long as the value lives: the sequential evaluator's unchecked
-/// slot and argument accesses (`eval.rs`) take a `&VerifiedProgram` as their receiver,
-/// the parallel schedule (`schedule.rs`) is built from and checked against one, and
-/// dataflow evaluation (`dataflow.rs`) owns one beside the plan it builds from it.
-#[derive(Clone, Debug)]
-pub(crate) struct VerifiedProgram<Op>(Program<Op>);
-
-impl<Op> std::ops::Deref for VerifiedProgram<Op> {
-    type Target = Program<Op>;
-    #[inline(always)]
-    fn deref(&self) -> &Program<Op> {
-        &self.0
-    }
-}
-
-/// An instruction's position, printed as its [`InstrId`] (`i12`): the verifier's loop
-/// counts positions and builds no id unless it reports one.
-struct Index(usize);
-
-impl fmt::Debug for Index {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&InstrId::new(self.0), f)
-    }
-}
-
 impl<Op: GraphOperation> Program<Op> {
-    /// Checks what the sequential evaluator's unchecked accesses rely on and returns the
-    /// program as a [`VerifiedProgram`]: one operation per instruction, every argument
-    /// range inside the pool, arities that match the operations, every slot below
-    /// `slot_count`, every read slot written before (by an input or an earlier
-    /// instruction), no output slot aliasing an operand of its instruction, every output
-    /// slot written, the runs ([`check_runs`]) and the output move flags
-    /// ([`SlotProgram::check_output_moves`]). `O(instructions + arguments + slots)`.
-    pub(crate) fn verify(self) -> GraphResult<VerifiedProgram<Op>> {
-        self.check()?;
-        Ok(VerifiedProgram(self))
-    }
-
     /// Each instruction's [`cost_hint`](GraphOperation::cost_hint), the input of both
     /// parallel plans (`schedule.rs`, `dataflow.rs`).
     pub(crate) fn cost_hints(&self) -> Vec<u64> {
         self.ops.raw().iter().map(GraphOperation::cost_hint).collect()
-    }
-
-    /// The checks of [`Self::verify`], on a borrowed program.
-    pub(crate) fn check(&self) -> GraphResult<()> {
-        let bad = |message: String| GraphError::Invalid { phase: "compiled program", message };
-        let slots = &self.slots;
-        let mut written: IdVec<SlotId, bool> = IdVec::from_elem(false, slots.slot_count);
-        for &s in slots.input_slots.iter().flatten() {
-            let Some(w) = written.get_mut(s) else {
-                return Err(bad(format!("input slot {s:?} out of range")));
-            };
-            *w = true;
-        }
-        if self.ops.len() != self.instrs.len() {
-            return Err(bad("operation and instruction counts differ".into()));
-        }
-        for (k, (op, &instr)) in self.ops.raw().iter().zip(self.instrs.raw()).enumerate() {
-            let i = Index(k); // printed as an instruction id in messages only
-            if instr.end() > slots.args.len() {
-                return Err(bad(format!("instruction {i:?}'s arguments run past the argument pool")));
-            }
-            let (ins, outs) = instr.slots(&slots.args);
-            if ins.len() != op.input_count() || outs.len() != op.output_count() {
-                return Err(bad(format!("instruction {i:?} arity differs from its operation")));
-            }
-            // `written` has one entry per slot: `get` is `None` exactly out of range.
-            if let Some(s) = ins.iter().find(|&&s| written.get(s) != Some(&true)) {
-                return Err(bad(format!("instruction {i:?} reads slot {s:?} before any write")));
-            }
-            for &s in outs {
-                match written.get_mut(s) {
-                    Some(w) if !ins.contains(&s) => *w = true,
-                    _ => {
-                        return Err(bad(format!(
-                            "instruction {i:?} writes slot {s:?} out of range or aliasing an operand"
-                        )));
-                    }
-                }
-            }
-        }
-        if let Some(s) = slots.output_slots.iter().find(|&&s| written.get(s) != Some(&true)) {
-            return Err(bad(format!("output slot {s:?} is never written")));
-        }
-        check_runs(&self.runs, &self.run_ops, self.ops.raw(), self.instrs.raw()).map_err(&bad)?;
-        slots.check_output_moves().map_err(bad)
     }
 }
 
@@ -207,8 +119,8 @@ impl Instr {
     /// [`Self::slots`] without bounds checks, for the evaluators' loops.
     ///
     /// # Safety
-    /// The range lies in `args`: [`Program::verify`] checks it for the program's pool,
-    /// `Schedule::check_levels` for a schedule's.
+    /// The range lies in `args`: `verify::verify_program` checks it for the program's pool,
+    /// `verify::verify_schedule` for a schedule's.
     #[inline(always)]
     pub(crate) unsafe fn slots_unchecked(self, args: &[SlotId]) -> (&[SlotId], &[SlotId]) {
         let (start, mid) = (self.start(), self.start() + self.n_in());
@@ -236,30 +148,6 @@ pub(crate) fn output_moves(output_slots: &[SlotId]) -> Vec<bool> {
         output_move[i] = seen.insert(*s);
     }
     output_move
-}
-
-impl SlotProgram {
-    /// Checks that `output_move` marks exactly the last mention of each output slot, so
-    /// that taking the outputs moves each value out once and clones it before (the
-    /// evaluators rely on it), and that every output slot is below `slot_count`.
-    /// `O(outputs + slots)`.
-    pub(crate) fn check_output_moves(&self) -> Result<(), String> {
-        let (output_slots, output_move) = (&self.output_slots, &self.output_move);
-        if output_move.len() != output_slots.len() {
-            return Err("output move flags and output slots differ in length".into());
-        }
-        let mut seen: IdVec<SlotId, bool> = IdVec::from_elem(false, self.slot_count);
-        for (i, (&s, &mv)) in output_slots.iter().zip(output_move).enumerate().rev() {
-            let Some(&seen_s) = seen.get(s) else {
-                return Err(format!("output {i}'s slot {s:?} is out of range"));
-            };
-            if mv == seen_s {
-                return Err(format!("output {i} (slot {s:?}) is not moved out exactly at its slot's last mention"));
-            }
-            seen[s] = true;
-        }
-        Ok(())
-    }
 }
 
 /// Consecutive instructions that the sequential evaluator runs with one loop: either a
@@ -328,49 +216,4 @@ pub(crate) fn runs<Op: PartialEq + Clone>(ops: &[Op], instrs: &[Instr]) -> (Vec<
         i = end;
     }
     (runs, run_ops)
-}
-
-/// Checks that `runs` cover the instructions in order, that every uniform run's
-/// instructions have its arity, one output, arguments laid out one after another and
-/// operations equal to the run's entry of `run_ops`, and that `run_ops` has one entry per
-/// uniform run: what the sequential evaluator's run loop relies on.
-pub(crate) fn check_runs<Op: PartialEq>(
-    runs: &[Run],
-    run_ops: &[Op],
-    ops: &[Op],
-    instrs: &[Instr],
-) -> Result<(), String> {
-    let mut i = 0usize;
-    let mut uniform = 0usize;
-    for (r, run) in runs.iter().enumerate() {
-        let end = run.end as usize;
-        if end <= i || end > instrs.len() {
-            return Err(format!("run {r} ends at instruction {end}, not after {i} and within the program"));
-        }
-        if run.start as usize != instrs[i].start() {
-            return Err(format!("run {r} does not start at its first instruction's arguments"));
-        }
-        if run.arity != 0 {
-            let k = run.arity as usize;
-            let base = instrs[i].start();
-            let Some(op) = run_ops.get(uniform) else {
-                return Err(format!("uniform run {r} has no operation"));
-            };
-            uniform += 1;
-            for j in i..end {
-                let ins = instrs[j];
-                if ins.n_in() != k || ins.n_out() != 1 || ops[j] != *op || ins.start() != base + (j - i) * (k + 1) {
-                    return Err(format!("instruction {j} does not fit uniform run {r}"));
-                }
-            }
-        }
-        i = end;
-    }
-    if i != instrs.len() {
-        return Err(format!("runs cover {i} of {} instructions", instrs.len()));
-    }
-    if uniform != run_ops.len() {
-        return Err(format!("{} run operations for {uniform} uniform runs", run_ops.len()));
-    }
-    Ok(())
 }

@@ -6,7 +6,8 @@
 //! is only read; its slot reuse is not safe for level order, so this pass assigns its own
 //! slots. Output: a [`Schedule`], run by [`CompiledProgram::eval_parallel`](crate::CompiledProgram::eval_parallel).
 //!
-//! Invariants of the output (checked by `CompiledProgram::verify_parallel_against`):
+//! Invariants of the output (checked against the graph by `verify::check_schedule_against`
+//! in debug builds and tests):
 //! - an instruction's level is 1 + the largest level of the producers of its operands
 //!   (inputs are level 0, so an instruction without operands is level 1); `order` lists the
 //!   instructions by increasing level, in program order within a level (a counting sort),
@@ -33,11 +34,11 @@
 //! in the level is read in it; every slot is below `slot_count`. The parallel evaluator
 //! lets the chunks of a level write their output slots concurrently through a raw
 //! pointer (`eval.rs`, ADR 0005), which is data-race free exactly when this holds. It is
-//! not left to the correctness of the slot assignment alone: [`Schedule::check_levels`],
+//! not left to the correctness of the slot assignment alone: `verify::verify_schedule`,
 //! a direct check of the invariant (and of the steps against the instructions), runs on
-//! every schedule when it is built, in release builds too, and a schedule that fails it
-//! is an error, never evaluated. What passed is a [`VerifiedSchedule`], which only
-//! [`Schedule::verify`] makes and which hands out no `&mut`: the evaluator's parallel
+//! every schedule when the compiled program builds it, in release builds too, and a
+//! schedule that fails it is an error, never evaluated. What passed is a
+//! `VerifiedSchedule` (`verify.rs`), which hands out no `&mut`: the evaluator's parallel
 //! chunks and its `LevelSlots` view take one.
 //!
 //! Slots are [`SlotId`]s (`None` for an input no instruction reads), instructions
@@ -123,23 +124,6 @@ pub(crate) struct Schedule {
     pub(crate) worth_parallel: bool,
 }
 
-/// A [`Schedule`] that passed [`Schedule::check_levels`] against the instructions of a
-/// verified program. The field is private and this module builds the type only in
-/// [`Schedule::verify`], and hands out only `&Schedule`, so the level invariant holds for
-/// as long as the value lives: the parallel evaluator's unchecked, concurrent slot
-/// accesses (`eval.rs`) take a `&VerifiedSchedule`. (The program keeps the one it built
-/// from its own immutable code, so the instructions checked are the instructions run.)
-#[derive(Clone, Debug)]
-pub(crate) struct VerifiedSchedule(Schedule);
-
-impl std::ops::Deref for VerifiedSchedule {
-    type Target = Schedule;
-    #[inline(always)]
-    fn deref(&self) -> &Schedule {
-        &self.0
-    }
-}
-
 impl Schedule {
     /// Number of levels.
     pub(crate) fn level_count(&self) -> usize {
@@ -171,135 +155,6 @@ impl Schedule {
         self.cost_prefix[range.end] - self.cost_prefix[range.start]
     }
 
-    /// Checks the level invariant of the module doc against the program's instruction
-    /// records: level boundaries within `order`, instructions and argument ranges in
-    /// bounds, every slot below `slot_count`, within each level every written slot
-    /// written once and not read, and every read slot written before (an input, or an
-    /// output of an earlier level); one input slot per program input (`n_inputs`), every
-    /// output slot written by the end, and each output moved out only at its slot's last
-    /// mention. This is the guarantee behind the evaluator's concurrent, unchecked slot
-    /// accesses and its unchecked output takes, so it runs whenever a schedule is built.
-    /// `O(levels + arguments + slots + outputs)`, one allocation.
-    pub(crate) fn check_levels(&self, instrs: &[Instr], n_inputs: usize) -> GraphResult<()> {
-        let bad = |message: String| GraphError::Invalid { phase: "parallel schedule", message };
-        let n = instrs.len();
-        if self.slots.input_slots.len() != n_inputs {
-            return Err(bad(format!("{} input slots for {n_inputs} inputs", self.slots.input_slots.len())));
-        }
-        if self.order.len() != n
-            || self.cost_prefix.len() != n + 1
-            || self.level_start.first().is_some_and(|&s| s != 0)
-            || self.level_start.last().is_some_and(|&e| e as usize != n)
-            || (self.level_start.is_empty() && n != 0)
-            || self.level_start.windows(2).any(|w| w[0] > w[1])
-        {
-            return Err(bad("level boundaries do not cover the instructions in order".into()));
-        }
-        self.check_steps(instrs)?;
-        let in_range = |s: SlotId| self.slots.in_range(s);
-        if let Some(s) =
-            self.slots.input_slots.iter().flatten().chain(&self.slots.output_slots).find(|&&s| !in_range(s))
-        {
-            return Err(bad(format!("input or output slot {s:?} out of range")));
-        }
-        // `stamp[s]`: the last write of slot `s` so far.
-        #[derive(Copy, Clone, PartialEq, Eq)]
-        enum Stamp {
-            Never,
-            Input,
-            Level(u32),
-        }
-        let mut stamp: IdVec<SlotId, Stamp> = IdVec::from_elem(Stamp::Never, self.slots.slot_count);
-        for &s in self.slots.input_slots.iter().flatten() {
-            stamp[s] = Stamp::Input;
-        }
-        for l in 0..self.level_count() {
-            let mark = Stamp::Level(l as u32 + 1);
-            let level = &self.order[self.level(l)];
-            for &i in level {
-                let Some(&instr) = instrs.get(i.index()) else {
-                    return Err(bad(format!("order names instruction {i:?}, out of range")));
-                };
-                let mid = instr.start() + instr.n_in();
-                let Some(outs) = self.slots.args.get(mid..mid + instr.n_out()) else {
-                    return Err(bad(format!("instruction {i:?}'s arguments are out of range")));
-                };
-                for &s in outs {
-                    if !in_range(s) || stamp[s] == mark {
-                        return Err(bad(format!("level {} writes slot {s:?} twice, or it is out of range", l + 1)));
-                    }
-                    stamp[s] = mark;
-                }
-            }
-            for &i in level {
-                for &s in instrs[i.index()].slots(&self.slots.args).0 {
-                    if !in_range(s) || stamp[s] == mark || stamp[s] == Stamp::Never {
-                        return Err(bad(format!(
-                            "level {} reads slot {s:?}, which it writes, which nothing wrote before, \
-                             or which is out of range",
-                            l + 1
-                        )));
-                    }
-                }
-            }
-        }
-        if let Some(s) = self.slots.output_slots.iter().find(|&&s| stamp[s] == Stamp::Never) {
-            return Err(bad(format!("output slot {s:?} is never written")));
-        }
-        self.slots.check_output_moves().map_err(bad)
-    }
-
-    /// Runs [`Self::check_levels`] and returns the schedule as a [`VerifiedSchedule`], the
-    /// only way to make one.
-    pub(crate) fn verify(self, instrs: &[Instr], n_inputs: usize) -> GraphResult<VerifiedSchedule> {
-        self.check_levels(instrs, n_inputs)?;
-        Ok(VerifiedSchedule(self))
-    }
-
-    /// Checks that `steps` is `order` in compact form: one step per position, a compact
-    /// step only for an instruction of one output and one or two operands, naming that
-    /// instruction's slots (so the level invariant checked on `args` holds for the steps)
-    /// and an entry of `op_rep` that names an instruction. Whether the representative's
-    /// operation equals the instruction's is checked by
-    /// `CompiledProgram::verify_parallel_against` (debug builds and tests; it catches only
-    /// an `Eq` that is not symmetric, since the table was built with that `Eq`): the
-    /// evaluator's memory safety does not depend on it.
-    fn check_steps(&self, instrs: &[Instr]) -> GraphResult<()> {
-        let bad = |k: usize| GraphError::Invalid {
-            phase: "parallel schedule",
-            message: format!("step {k} does not match instruction {:?}", self.order[k]),
-        };
-        if self.steps.len() != self.order.len() {
-            return Err(GraphError::Invalid { phase: "parallel schedule", message: "one step per instruction".into() });
-        }
-        if let Some(&i) = self.op_rep.iter().find(|&&i| i.index() >= instrs.len()) {
-            return Err(GraphError::Invalid {
-                phase: "parallel schedule",
-                message: format!("operation table names instruction {i:?}, out of range"),
-            });
-        }
-        for (k, (step, &i)) in self.steps.iter().zip(&self.order).enumerate() {
-            let Some(&instr) = instrs.get(i.index()) else { return Err(bad(k)) };
-            if step.op == Step::GENERAL {
-                continue;
-            }
-            let Some((ins, outs)) = (instr.end() <= self.slots.args.len()).then(|| instr.slots(&self.slots.args))
-            else {
-                return Err(bad(k));
-            };
-            let unary = step.op & Step::UNARY != 0;
-            let matches = match (ins, outs) {
-                ([a], [out]) => unary && (step.a, step.b, step.out) == (*a, *a, *out),
-                ([a, b], [out]) => !unary && (step.a, step.b, step.out) == (*a, *b, *out),
-                _ => false,
-            };
-            if !matches || (step.op & !Step::UNARY) as usize >= self.op_rep.len() {
-                return Err(bad(k));
-            }
-        }
-        Ok(())
-    }
-
     /// Bytes held by the schedule's columns.
     pub(crate) fn heap_bytes(&self) -> usize {
         (self.order.capacity() + self.op_rep.capacity()) * size_of::<InstrId>()
@@ -312,8 +167,8 @@ impl Schedule {
     }
 }
 
-/// Computes the level schedule of a sequential program and verifies it
-/// ([`Schedule::verify`]). `cost[i]` is instruction `i`'s cost.
+/// Computes the level schedule of a sequential program. `cost[i]` is instruction `i`'s
+/// cost. The caller verifies it (`verify::verify_schedule`) before any evaluation.
 pub(crate) fn schedule<Op: Hash + Eq>(
     ops: &[Op],
     instrs: &[Instr],
@@ -322,7 +177,7 @@ pub(crate) fn schedule<Op: Hash + Eq>(
     output_slots: &[SlotId],
     slot_count: usize,
     cost: &[u64],
-) -> GraphResult<VerifiedSchedule> {
+) -> GraphResult<Schedule> {
     let exhausted = |space| GraphError::IdSpaceExhausted { space };
     let unverified = || GraphError::Invalid {
         phase: "parallel schedule",
@@ -479,7 +334,7 @@ pub(crate) fn schedule<Op: Hash + Eq>(
         .map(|r| sched.cost(&r))
         .fold(0u64, u64::saturating_add);
     sched.worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
-    sched.verify(instrs, input_slots.len())
+    Ok(sched)
 }
 
 /// The compact steps of the instructions in `order` (slots from `args`) and the table of
@@ -552,6 +407,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::{Fault, check_levels};
 
     fn instr(start: u32, n_in: u16, n_out: u16) -> Instr {
         Instr::new(start, n_in, n_out)
@@ -577,8 +433,7 @@ mod tests {
         cost: &[u64],
     ) -> Schedule {
         let inputs: Vec<Option<SlotId>> = slots(inputs).into_iter().map(Some).collect();
-        let s = schedule(ops, instrs, &slots(args), &inputs, &slots(outputs), slot_count, cost).unwrap();
-        (*s).clone()
+        schedule(ops, instrs, &slots(args), &inputs, &slots(outputs), slot_count, cost).unwrap()
     }
 
     /// `a` in s0, `b` in s1; i0 = f(a) -> s2 (frees s0); i1 = g(b) -> s0, reusing s0 in
@@ -604,7 +459,7 @@ mod tests {
     fn check_levels_rejects_conflicting_slots() {
         let instrs = [instr(0, 1, 1), instr(2, 1, 1), instr(4, 2, 1)];
         let good = build(&[0u8, 1, 0], &instrs, &[0, 2, 1, 0, 2, 0, 1], &[0, 1], &[1], 3, &[1, 2, 3]);
-        assert!(good.check_levels(&instrs, good.slots.input_slots.len()).is_ok());
+        assert_eq!(check_levels(&good, &instrs, good.slots.input_slots.len()), Ok(()));
         // Level 1 is i0 (s0 -> s2) and i1 (s1 -> s3).
         let mut twice = good.clone();
         twice.slots.args[3] = SlotId::new(2); // i1 writes s2 too
@@ -614,11 +469,18 @@ mod tests {
         out_of_range.slots.args[1] = SlotId::new(9);
         let mut unwritten = good.clone();
         unwritten.slots.input_slots[1] = None; // i1 reads s1, which no input fills now
-        for bad in [twice, read_written, out_of_range, unwritten] {
-            match bad.check_levels(&instrs, bad.slots.input_slots.len()) {
-                Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
-                other => panic!("expected Invalid, got {other:?}"),
-            }
+        let s = |k| SlotId::new(k);
+        let cases = [
+            (twice, Fault::LevelWritesTwice { level: 1, slot: s(2) }),
+            (read_written, Fault::LevelRead { level: 1, slot: s(2) }),
+            (out_of_range, Fault::LevelWritesTwice { level: 1, slot: s(9) }),
+            (unwritten, Fault::LevelRead { level: 1, slot: s(1) }),
+        ];
+        for (mut bad, fault) in cases {
+            // General steps, so that the step check (which compares compact steps with the
+            // altered arguments) passes and the level check is what fails.
+            bad.steps.iter_mut().for_each(|step| step.op = Step::GENERAL);
+            assert_eq!(check_levels(&bad, &instrs, bad.slots.input_slots.len()), Err(fault));
         }
         // What the evaluator's output takes rely on: one input slot per input, output slots
         // written, each moved out once at its last mention.
@@ -635,25 +497,20 @@ mod tests {
         let mut short_moves = good.clone();
         short_moves.slots.output_move.clear();
         let cases = [
-            (out_of_range_output, 2),
-            (unwritten_output, 2),
-            (moved_twice, 2),
-            (never_moved, 2),
-            (short_moves, 2),
-            (good.clone(), 3), // one input slot too few
+            (out_of_range_output, 2, Fault::OutputSlotOutOfRange { output: 0, slot: s(4) }),
+            (unwritten_output, 2, Fault::OutputNeverWritten { slot: s(4) }),
+            (moved_twice, 2, Fault::OutputMove { output: 0, slot: s(1) }),
+            (never_moved, 2, Fault::OutputMove { output: 0, slot: s(1) }),
+            (short_moves, 2, Fault::OutputMoveCount { flags: 0, outputs: 1 }),
+            (good.clone(), 3, Fault::InputSlotCount { slots: 2, inputs: 3 }), // one input slot too few
         ];
-        for (bad, inputs) in cases {
-            match bad.check_levels(&instrs, inputs) {
-                Err(GraphError::Invalid { phase, message }) => {
-                    assert_eq!(phase, "parallel schedule", "{message}")
-                }
-                other => panic!("expected Invalid, got {other:?} for {bad:?}"),
-            }
+        for (bad, inputs, fault) in cases {
+            assert_eq!(check_levels(&bad, &instrs, inputs), Err(fault), "{bad:?}");
         }
         let mut moved_at_last = good.clone();
         moved_at_last.slots.output_slots.push(good.slots.output_slots[0]);
         moved_at_last.slots.output_move = vec![false, true];
-        assert!(moved_at_last.verify(&instrs, 2).is_ok(), "clone first, move at the last mention");
+        assert_eq!(check_levels(&moved_at_last, &instrs, 2), Ok(()), "clone first, move at the last mention");
     }
 
     /// Steps are the level order in compact form: equal operations share one table entry,
@@ -672,7 +529,7 @@ mod tests {
         assert_eq!((i1.op, i1.a, i1.b), (1 | Step::UNARY, x, x));
         assert_eq!(i3.op, Step::GENERAL);
         assert_eq!((i2.op, i2.a, i2.b), (0, i0.out, i1.out));
-        assert!(s.check_levels(&instrs, 2).is_ok());
+        assert_eq!(check_levels(&s, &instrs, 2), Ok(()));
         // Steps that do not match their instructions are refused.
         let mut wrong_slot = s.clone();
         wrong_slot.steps[0].b = x;
@@ -691,9 +548,9 @@ mod tests {
         (step.a, step.b) = (step.b, step.a);
         let cases = [wrong_slot, wrong_arity, no_such_op, bad_table, short, compact_without_operands, swapped];
         for bad in cases {
-            match bad.check_levels(&instrs, 2) {
-                Err(GraphError::Invalid { phase, .. }) => assert_eq!(phase, "parallel schedule"),
-                other => panic!("expected Invalid, got {other:?} for {:?}", bad.steps),
+            match check_levels(&bad, &instrs, 2) {
+                Err(Fault::Step { .. } | Fault::OperationTable { .. } | Fault::StepCount { .. }) => {}
+                other => panic!("expected a step fault, got {other:?} for {:?}", bad.steps),
             }
         }
     }
