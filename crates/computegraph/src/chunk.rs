@@ -4,8 +4,11 @@
 //!
 //! An operation chunk's columns are the one store of ADR 0017: every distinct operation,
 //! its operand keys (exactly as many as it has) and its first output key live here once.
+//! A full chunk's operations never change again, so built fragments share them
+//! ([`StoreOps`]) instead of keeping a copy, and read them without the interner's lock.
 
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
 
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
@@ -29,7 +32,9 @@ pub(crate) type Touched = SmallVec<[u32; 4]>;
 
 /// [`CHUNK`] consecutive operations' columns.
 pub(crate) struct OpChunk<Op> {
-    pub(crate) ops: Vec<Op>,
+    /// The operations. Shared with built fragments ([`StoreOps`]) once the chunk is full,
+    /// never while it is open, so appends find it unshared ([`OpChunk::ops_mut`]).
+    pub(crate) ops: Arc<Vec<Op>>,
     pub(crate) inputs: ListPool<KeyId>,
     /// Role id of each operation; empty while every operation of the chunk is `Primary`.
     pub(crate) role: Vec<u32>,
@@ -79,7 +84,7 @@ impl<Op> OpChunk<Op> {
     /// An empty chunk with room for `n` operations and their operands at `arity`.
     pub(crate) fn with_capacity(n: usize, arity: OperandsPerOp) -> Self {
         OpChunk {
-            ops: Vec::with_capacity(n),
+            ops: Arc::new(Vec::with_capacity(n)),
             inputs: ListPool::with_capacity(n, arity.operands(n)),
             role: Vec::new(),
             first_output: Vec::with_capacity(n),
@@ -94,9 +99,71 @@ impl<Op> OpChunk<Op> {
         self.inputs.shrink_items();
     }
 
+    /// The operations of the open chunk, to append to.
+    #[inline(always)]
+    pub(crate) fn ops_mut(&mut self) -> &mut Vec<Op> {
+        Arc::get_mut(&mut self.ops).expect("an open chunk's operations are not shared")
+    }
+
     #[inline]
     pub(crate) fn role_of(&self, j: usize) -> u32 {
         if self.role.is_empty() { 0 } else { self.role[j] }
+    }
+}
+
+/// A built fragment's operations, read from the store: the `ops` columns of the full
+/// chunks that hold its operations' keys, shared, and a copy of the chunk that was still
+/// open when it was built (at most [`CHUNK`] operations; its column still grows, so it
+/// cannot be shared). The fragment pins these chunks, so the interner keeps them too
+/// (ADR 0017, step 3).
+pub(crate) struct StoreOps<Op> {
+    /// Chunk index of `chunks[0]`.
+    first_chunk: usize,
+    /// The operations of chunks `first_chunk..`, `None` for a chunk the fragment holds no
+    /// key of, and for the open one.
+    chunks: Vec<Option<Arc<Vec<Op>>>>,
+    /// Operation id of `open[0]`: the first operation of the chunk open at build.
+    open_first: usize,
+    /// A copy of the open chunk's operations, as far as it went at build.
+    open: Vec<Op>,
+}
+
+impl<Op: Clone> StoreOps<Op> {
+    /// The operations of `chunks` (index, chunk; increasing indices), of which only the
+    /// last may be open (`op_count` operations interned in all).
+    pub(crate) fn new<'a>(chunks: impl Iterator<Item = (usize, &'a OpChunk<Op>)> + Clone, op_count: usize) -> Self
+    where
+        Op: 'a,
+    {
+        let first_chunk = chunks.clone().next().map_or(0, |(c, _)| c);
+        let (mut shared, mut open_first, mut open) = (Vec::new(), 0, Vec::new());
+        for (c, chunk) in chunks {
+            if (c + 1) << CHUNK_BITS <= op_count {
+                shared.resize(c - first_chunk + 1, None);
+                shared[c - first_chunk] = Some(Arc::clone(&chunk.ops));
+            } else {
+                open_first = c << CHUNK_BITS;
+                open = chunk.ops.as_ref().clone();
+            }
+        }
+        StoreOps { first_chunk, chunks: shared, open_first, open }
+    }
+
+    /// Operation `id`, which the fragment holds.
+    #[inline]
+    pub(crate) fn get(&self, id: OperationKeyId) -> &Op {
+        let k = id.index();
+        match self.chunks.get((k >> CHUNK_BITS).wrapping_sub(self.first_chunk)) {
+            Some(Some(ops)) => &ops[k & CHUNK_MASK],
+            _ => &self.open[k - self.open_first],
+        }
+    }
+
+    /// Bytes this view holds of its own (the open chunk's copy and the chunk list; the
+    /// shared columns are the interner's).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.chunks.capacity() * std::mem::size_of::<Option<Arc<Vec<Op>>>>()
+            + self.open.capacity() * std::mem::size_of::<Op>()
     }
 }
 

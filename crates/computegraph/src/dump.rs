@@ -23,7 +23,7 @@ impl<Op: GraphOperation> fmt::Display for Graph<Op> {
             f,
             "graph: {} inputs, {} operations, {} parents",
             self.inputs.len(),
-            self.ops.len(),
+            self.operation_count(),
             self.parents.len()
         )?;
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
@@ -161,7 +161,7 @@ impl<Op: GraphOperation> Graph<Op> {
         match self.local_def(v) {
             crate::graph::LocalDef::Input(_) => (format!("{v:?}"), None),
             crate::graph::LocalDef::Output(op, slot) => {
-                (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
+                (format!("{op:?}"), (self.op(op).output_count() > 1).then_some(slot))
             }
         }
     }

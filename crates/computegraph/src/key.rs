@@ -42,8 +42,8 @@ use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::chunk::{
-    CHUNK, CHUNK_BITS, CHUNK_MASK, ChunkLife, INPUT_CHUNK, InputChunk, OpChunk, OpSlot, OperandsPerOp, hash_input,
-    hash_op,
+    CHUNK, CHUNK_BITS, CHUNK_MASK, ChunkLife, INPUT_CHUNK, InputChunk, OpChunk, OpSlot, OperandsPerOp, StoreOps,
+    hash_input, hash_op,
 };
 pub(crate) use crate::chunk::{
     Garbage, RECLAIM_MIN_VALUES, Touched, input_chunk_tag, op_chunk_tag, op_hash, op_hash_raw,
@@ -426,7 +426,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             && let Some(Some(c)) = self.op_chunks.last_mut()
         {
             let n = ops.min(room);
-            c.ops.reserve(n);
+            c.ops_mut().reserve(n);
             c.first_output.reserve(n);
             c.inputs.reserve(n, operands.min(self.pending_arity.operands(n)));
         }
@@ -582,7 +582,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
         self.op_table.fill(slot.0, h32, id);
         let j = chunk.ops.len();
-        chunk.ops.push(op.clone());
+        chunk.ops_mut().push(op.clone());
         if role != 0 && chunk.role.is_empty() {
             // The chunk's first operation in another role: its column starts to be kept.
             chunk.role = vec![0; j];
@@ -685,6 +685,16 @@ impl<Op: GraphOperation> InternerState<Op> {
             pins.sort_unstable();
         }
         touched.clear();
+    }
+
+    /// The operations of the chunks among `pins` (a graph's sorted pin list), read in place
+    /// by a built fragment (see [`StoreOps`]).
+    pub(crate) fn store_ops(&self, pins: &[u32]) -> StoreOps<Op> {
+        let op_chunks = pins.iter().take_while(|&&tag| tag & INPUT_CHUNK == 0).map(|&tag| {
+            let c = tag as usize;
+            (c, self.op_chunks[c].as_deref().expect("pinned chunks are live"))
+        });
+        StoreOps::new(op_chunks, self.op_count)
     }
 
     /// Releases a graph's pins. Full chunks that no graph pins any more become idle, and

@@ -627,7 +627,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                             Some(_) => {}
                             None => {
                                 self.defs.insert(first, (g as u32, op));
-                                self.def_values += graph.ops[op].output_count();
+                                self.def_values += graph.op(op).output_count();
                             }
                         }
                         for r in graph.op_input_refs(op) {
@@ -713,7 +713,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             }
             let graph = &*graphs[g as usize];
             let id = out.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
-            let n_out = graph.ops[op].output_count();
+            let n_out = graph.op(op).output_count();
             if out.value_op.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
@@ -744,7 +744,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                     r
                 }
             };
-            out.ops.push(graph.ops[op].clone());
+            out.ops.push(graph.op(op).clone());
             out.op_key.push(graph.op_key[op]);
             if !out.op_role.is_empty() {
                 out.op_role.push(role);

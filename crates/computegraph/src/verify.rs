@@ -38,10 +38,10 @@ impl<Op: GraphOperation> Graph<Op> {
         let bad = |message: String| GraphError::Invalid { phase: "graph", message };
         let n_values = self.value_op.len();
         if self.value_key.len() != n_values
-            || self.op_key.len() != self.ops.len()
+            || self.op_key.len() != self.operation_count()
             || !self.role_column_ok()
-            || self.op_first_output.len() != self.ops.len()
-            || self.op_input_lists() != self.ops.len()
+            || self.op_first_output.len() != self.operation_count()
+            || self.op_input_lists() != self.operation_count()
             || self.external_key.len() != self.externals.len()
         {
             return Err(bad("column lengths disagree".into()));
@@ -77,7 +77,7 @@ impl<Op: GraphOperation> Graph<Op> {
             }
         }
         // Every operation's outputs point back at it (above); no other value claims one.
-        let outputs: usize = self.ops.raw().iter().map(|op| op.output_count()).sum();
+        let outputs: usize = self.operations().map(|op| op.operation().output_count()).sum();
         let mut expected_inputs = Vec::new();
         for (v, d) in self.value_op.iter_enumerated() {
             if d.is_none() {
@@ -103,9 +103,9 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         let bad = |message: String| GraphError::Invalid { phase: "materialized graph", message };
         let n_values = self.value_op.len();
         if self.value_key.len() != n_values
-            || self.op_key.len() != self.ops.len()
+            || self.op_key.len() != self.operation_count()
             || !(self.op_role.is_empty() || self.op_role.len() == self.ops.len())
-            || self.op_first_output.len() != self.ops.len()
+            || self.op_first_output.len() != self.operation_count()
             || self.op_inputs.len() != self.ops.len()
             || self.inputs.len() != self.input_keys.len()
             || self.externals.len() != self.external_keys.len()
