@@ -32,9 +32,11 @@ pub(crate) type Touched = SmallVec<[u32; 4]>;
 
 /// [`CHUNK`] consecutive operations' columns.
 pub(crate) struct OpChunk<Op> {
-    /// The operations. Shared with built fragments ([`StoreOps`]) once the chunk is full,
-    /// never while it is open, so appends find it unshared ([`OpChunk::ops_mut`]).
-    pub(crate) ops: Arc<Vec<Op>>,
+    /// The operations while the chunk is open (read them with [`OpChunk::ops`]); moved to
+    /// `frozen` when it is closed.
+    open_ops: Vec<Op>,
+    /// The operations of a closed (full) chunk, shared with built graphs ([`StoreOps`]).
+    frozen: Option<Arc<[Op]>>,
     pub(crate) inputs: ListPool<KeyId>,
     /// Role id of each operation; empty while every operation of the chunk is `Primary`.
     pub(crate) role: Vec<u32>,
@@ -84,7 +86,8 @@ impl<Op> OpChunk<Op> {
     /// An empty chunk with room for `n` operations and their operands at `arity`.
     pub(crate) fn with_capacity(n: usize, arity: OperandsPerOp) -> Self {
         OpChunk {
-            ops: Arc::new(Vec::with_capacity(n)),
+            open_ops: Vec::with_capacity(n),
+            frozen: None,
             inputs: ListPool::with_capacity(n, arity.operands(n)),
             role: Vec::new(),
             first_output: Vec::with_capacity(n),
@@ -94,15 +97,39 @@ impl<Op> OpChunk<Op> {
     }
 
     /// Trims the operand pool of a full chunk to its operands: the store keeps exactly
-    /// one operand key per operand (a `realloc` that shrinks in place).
+    /// one operand key per operand (a `realloc` that shrinks in place), and freezes its
+    /// operations, which graphs may then share.
     pub(crate) fn close(&mut self) {
         self.inputs.shrink_items();
+        if self.frozen.is_none() {
+            self.frozen = Some(Arc::from(std::mem::take(&mut self.open_ops)));
+        }
     }
 
-    /// The operations of the open chunk, to append to.
+    /// The chunk's operations.
     #[inline(always)]
-    pub(crate) fn ops_mut(&mut self) -> &mut Vec<Op> {
-        Arc::get_mut(&mut self.ops).expect("an open chunk's operations are not shared")
+    pub(crate) fn ops(&self) -> &[Op] {
+        match &self.frozen {
+            Some(ops) => ops,
+            None => &self.open_ops,
+        }
+    }
+
+    /// Appends an operation to the open chunk.
+    #[inline(always)]
+    pub(crate) fn push_op(&mut self, op: Op) {
+        debug_assert!(self.frozen.is_none());
+        self.open_ops.push(op);
+    }
+
+    /// Makes room for `n` more operations in the open chunk.
+    pub(crate) fn reserve_ops(&mut self, n: usize) {
+        self.open_ops.reserve(n);
+    }
+
+    /// Bytes of the operations column.
+    pub(crate) fn ops_bytes(&self) -> usize {
+        std::mem::size_of::<Op>() * self.frozen.as_ref().map_or(self.open_ops.capacity(), |f| f.len())
     }
 
     #[inline]
@@ -111,59 +138,53 @@ impl<Op> OpChunk<Op> {
     }
 }
 
-/// A built fragment's operations, read from the store: the `ops` columns of the full
-/// chunks that hold its operations' keys, shared, and a copy of the chunk that was still
-/// open when it was built (at most [`CHUNK`] operations; its column still grows, so it
-/// cannot be shared). The fragment pins these chunks, so the interner keeps them too
-/// (ADR 0017, step 3).
+/// A built graph's operations, read from the store: the frozen operations of the closed
+/// chunks that hold its operations' keys, shared, and a copy of a chunk that was not closed
+/// yet when the graph was made (at most [`CHUNK`] operations). The `Arc`s keep what they
+/// share alive even once the interner reclaims the chunk (ADR 0017, steps 3 and 4).
 pub(crate) struct StoreOps<Op> {
     /// Chunk index of `chunks[0]`.
     first_chunk: usize,
-    /// The operations of chunks `first_chunk..`, `None` for a chunk the fragment holds no
-    /// key of, and for the open one.
-    chunks: Vec<Option<Arc<Vec<Op>>>>,
-    /// Operation id of `open[0]`: the first operation of the chunk open at build.
-    open_first: usize,
-    /// A copy of the open chunk's operations, as far as it went at build.
-    open: Vec<Op>,
+    /// The operations of chunks `first_chunk..`; empty for a chunk the graph holds no
+    /// operation of.
+    chunks: Vec<Arc<[Op]>>,
+    /// Operations copied (not shared) into `chunks`.
+    copied: usize,
 }
 
 impl<Op: Clone> StoreOps<Op> {
-    /// The operations of `chunks` (index, chunk; increasing indices), of which only the
-    /// last may be open (`op_count` operations interned in all).
-    pub(crate) fn new<'a>(chunks: impl Iterator<Item = (usize, &'a OpChunk<Op>)> + Clone, op_count: usize) -> Self
+    /// The operations of `chunks` (index and chunk, increasing indices).
+    pub(crate) fn new<'a>(chunks: impl Iterator<Item = (usize, &'a OpChunk<Op>)> + Clone) -> Self
     where
         Op: 'a,
     {
         let first_chunk = chunks.clone().next().map_or(0, |(c, _)| c);
-        let (mut shared, mut open_first, mut open) = (Vec::new(), 0, Vec::new());
+        let empty: Arc<[Op]> = Arc::from(Vec::new());
+        let (mut shared, mut copied) = (Vec::new(), 0);
         for (c, chunk) in chunks {
-            if (c + 1) << CHUNK_BITS <= op_count {
-                shared.resize(c - first_chunk + 1, None);
-                shared[c - first_chunk] = Some(Arc::clone(&chunk.ops));
-            } else {
-                open_first = c << CHUNK_BITS;
-                open = chunk.ops.as_ref().clone();
-            }
+            shared.resize(c - first_chunk + 1, Arc::clone(&empty));
+            shared[c - first_chunk] = match &chunk.frozen {
+                Some(ops) => Arc::clone(ops),
+                None => {
+                    copied += chunk.open_ops.len();
+                    Arc::from(chunk.open_ops.as_slice())
+                }
+            };
         }
-        StoreOps { first_chunk, chunks: shared, open_first, open }
+        StoreOps { first_chunk, chunks: shared, copied }
     }
 
-    /// Operation `id`, which the fragment holds.
-    #[inline]
+    /// Operation `id`, which the graph holds.
+    #[inline(always)]
     pub(crate) fn get(&self, id: OperationKeyId) -> &Op {
         let k = id.index();
-        match self.chunks.get((k >> CHUNK_BITS).wrapping_sub(self.first_chunk)) {
-            Some(Some(ops)) => &ops[k & CHUNK_MASK],
-            _ => &self.open[k - self.open_first],
-        }
+        &self.chunks[(k >> CHUNK_BITS) - self.first_chunk][k & CHUNK_MASK]
     }
 
-    /// Bytes this view holds of its own (the open chunk's copy and the chunk list; the
-    /// shared columns are the interner's).
+    /// Bytes this view holds of its own (the copied operations and the chunk list; the
+    /// shared ones are the interner's).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.chunks.capacity() * std::mem::size_of::<Option<Arc<Vec<Op>>>>()
-            + self.open.capacity() * std::mem::size_of::<Op>()
+        self.chunks.capacity() * std::mem::size_of::<Arc<[Op]>>() + self.copied * std::mem::size_of::<Op>()
     }
 }
 

@@ -55,14 +55,14 @@ impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
         if !self.externals.is_empty() {
             write!(f, "{} external values, ", self.externals.len())?;
         }
-        writeln!(f, "{} operations", self.ops.len())?;
+        writeln!(f, "{} operations", self.operation_count())?;
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
             writeln!(f, "  {v:?} = input {k:?}")?;
         }
         for (&v, k) in self.externals.iter().zip(&self.external_keys) {
             writeln!(f, "  {v:?} = external {k:?}")?;
         }
-        for op in self.ops.ids() {
+        for op in self.op_key.ids() {
             f.write_str("  ")?;
             self.fmt_operation(f, op)?;
             writeln!(f)?;
@@ -180,7 +180,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         let source = |v: crate::ValueId| match self.def(v) {
             crate::materialize::MatDef::Input(_) | crate::materialize::MatDef::External(_) => (format!("{v:?}"), None),
             crate::materialize::MatDef::Output(op, slot) => {
-                (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
+                (format!("{op:?}"), (self.op(op).output_count() > 1).then_some(slot))
             }
         };
         for op in self.operations() {

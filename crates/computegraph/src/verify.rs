@@ -104,9 +104,9 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         let n_values = self.value_op.len();
         if self.value_key.len() != n_values
             || self.op_key.len() != self.operation_count()
-            || !(self.op_role.is_empty() || self.op_role.len() == self.ops.len())
+            || !(self.op_role.is_empty() || self.op_role.len() == self.operation_count())
             || self.op_first_output.len() != self.operation_count()
-            || self.op_inputs.len() != self.ops.len()
+            || self.op_inputs.len() != self.operation_count()
             || self.inputs.len() != self.input_keys.len()
             || self.externals.len() != self.external_keys.len()
         {
@@ -151,7 +151,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
                 Some(_) if v.index() < leaves => {
                     return Err(bad(format!("input or external value {v:?} is an output")));
                 }
-                Some(o) if o.index() >= self.ops.len() || !self.op_outputs(o).any(|w| w == v) => {
+                Some(o) if o.index() >= self.operation_count() || !self.op_outputs(o).any(|w| w == v) => {
                     return Err(bad(format!("{v:?} is not an output of {o:?}")));
                 }
                 _ => {}
