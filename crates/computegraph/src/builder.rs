@@ -89,7 +89,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let g = &mut self.graph;
         g.value_op.reserve(values);
         g.value_key.reserve(values);
-        g.ops.reserve(operations);
+        g.own_ops.reserve(operations);
         g.op_key.reserve(operations);
         g.op_first_output.reserve(operations);
         g.op_inputs.reserve(operations, operands);
@@ -110,7 +110,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Number of operations added so far.
     pub fn operation_count(&self) -> usize {
-        self.graph.ops.len()
+        self.graph.operation_count()
     }
 
     /// Declares a graph input named `key` and returns its local value.
@@ -196,7 +196,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
         }
-        let op_id = g.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
+        let op_id = g.own_ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
         // Store the operands, checking each; a failure takes back what was stored, so a
         // failed call adds nothing.
         let externals = g.externals.len();
@@ -231,7 +231,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if role_id != 0 || !g.op_role.is_empty() {
             g.op_role.push_value(role_id);
         }
-        g.ops.push_value(op);
+        g.own_ops.push_value(op);
         g.op_first_output.push_value(LocalValueId::new(first));
         if n_out == 1 {
             g.value_op.push_value(Some(op_id));
@@ -323,9 +323,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         interner_id: u32,
     ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
-        s.reserve(g.ops.len() - g.op_key.len(), pending_operands);
+        s.reserve(g.own_ops.len() - g.op_key.len(), pending_operands);
         // Room for the pending keys at once: the key columns are not copied as they grow.
-        g.op_key.reserve(g.ops.len() - g.op_key.len());
+        g.op_key.reserve(g.own_ops.len() - g.op_key.len());
         g.value_key.reserve(g.value_op.len() - g.value_key.len());
         // External operands read the same few chunks over and over (one entry per
         // operand): a tag seen recently is not noted again, so `pin` sorts a short list.
@@ -399,7 +399,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         // values reach it: one comparison per operation, no read of its first output.
         let input_at = |g: &Graph<Op>, i: usize| g.inputs.get(i).map_or(usize::MAX, |v| v.index());
         let mut due = input_at(g, next_input);
-        while g.op_key.len() < g.ops.len() {
+        while g.op_key.len() < g.own_ops.len() {
             let op = LocalOperationId::new(g.op_key.len());
             if g.value_key.len() == due {
                 // Inputs declared before the operation get their keys first.
@@ -424,10 +424,13 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     pub fn try_build(mut self) -> GraphResult<Graph<Op>> {
         self.flush()?;
         let mut g = self.graph;
-        debug_assert_eq!(g.op_key.len(), g.ops.len());
+        debug_assert_eq!(g.op_key.len(), g.own_ops.len());
+        // First, so that a graph that reads its operations from the store does not trim the
+        // column it is about to free.
+        g.read_ops_from_store();
         g.value_op.shrink_loose();
         g.value_key.shrink_loose();
-        g.ops.shrink_loose();
+        g.own_ops.shrink_loose();
         g.op_key.shrink_loose();
         g.op_inputs.shrink_loose();
         g.op_role.shrink_loose();
@@ -604,7 +607,7 @@ impl Batch {
     #[cold]
     #[inline(never)]
     fn sample_far<Op: GraphOperation>(&mut self, g: &Graph<Op>, op: LocalOperationId) {
-        for i in op.index()..(op.index() + FAR_SAMPLE).min(g.ops.len()) {
+        for i in op.index()..(op.index() + FAR_SAMPLE).min(g.own_ops.len()) {
             let op = LocalOperationId::new(i);
             let reader = g.op_first_output[op].index();
             for r in g.op_input_refs(op) {
@@ -653,7 +656,7 @@ impl Batch {
             self.sample_far(g, op);
         }
         let role = self.role(g, s, op)?;
-        let operation = &g.ops[op];
+        let operation = &g.own_ops[op];
         let ahead = &self.ahead[op.index() % AHEAD];
         let hashed = ahead.op == op.index()
             && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
@@ -683,8 +686,8 @@ impl Batch {
         }
         // Now that `op` is interned, its entry of the ring takes `op + AHEAD`.
         let next = op.index() + AHEAD;
-        if next < g.ops.len() {
-            if self.prefetch_keys && next + AHEAD < g.ops.len() {
+        if next < g.own_ops.len() {
+            if self.prefetch_keys && next + AHEAD < g.own_ops.len() {
                 // For `hash_ahead` to find them cached `AHEAD` operations later.
                 g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
             }
@@ -728,7 +731,7 @@ impl Batch {
             j += 1;
             k.index() as u32
         });
-        entry.hash = crate::key::op_hash_raw(&g.ops[op], keys, role);
+        entry.hash = crate::key::op_hash_raw(&g.own_ops[op], keys, role);
         entry.op = op.index();
         entry.predicted = predicted;
         entry.offset = next_key.wrapping_sub(known);
@@ -836,6 +839,75 @@ mod tests {
                 assert_eq!(g.global_key(v), ValueKey::Derived { operation: op.key(), output_slot: slot as u8 });
             }
         }
+    }
+
+    /// A built graph of at least `STORE_OPS_MIN` operations keeps no copy of them: it reads
+    /// them from the store (full chunks shared, the open one copied), and each reads back
+    /// as it was added: repeats, operations another graph interned first, zero to two
+    /// outputs, and after that other graph is dropped. A smaller graph keeps its own.
+    #[test]
+    fn large_graphs_read_their_operations_from_the_store() {
+        let interner = KeyInterner::<Shape>::new();
+        let mut x = 0x2545_F491_4F6C_DD1D_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Operations as (shape, operands as indices into the values so far).
+        let mut script: Vec<(Shape, Vec<usize>)> = Vec::new();
+        let mut values = 1;
+        for _ in 0..3 * crate::chunk::CHUNK + 40 {
+            let r = next();
+            let op = Shape { inputs: 1 + (r >> 4) as u8 % 3, outputs: (r >> 8) as u8 % 3, tag: (r >> 12) as u8 };
+            let operands = (0..op.inputs).map(|_| values - 1 - next() as usize % values.min(5)).collect();
+            values += op.output_count();
+            script.push((op, operands));
+        }
+        let run = |script: &[(Shape, Vec<usize>)]| {
+            let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+            b.add_input(7);
+            for (op, operands) in script {
+                let operands: Vec<_> = operands.iter().map(|&v| ValueRef::Local(LocalValueId::new(v))).collect();
+                b.add_operation(op.clone(), operands, OperationRole::Primary);
+            }
+            b.build()
+        };
+        let small = run(&script);
+        assert!(small.store_ops.is_none() && small.operation_count() == script.len());
+        // The large graph repeats the small one's operations, then adds its own and repeats
+        // some of those.
+        for _ in 0..3 * crate::chunk::CHUNK {
+            let r = next() as usize;
+            let (op, operands) = if r % 4 == 0 {
+                script[script.len() - 1 - r % 50].clone()
+            } else {
+                let op = Shape { inputs: 1 + (r >> 4) as u8 % 3, outputs: 1, tag: (r >> 12) as u8 };
+                let operands = (0..op.inputs).map(|_| values - 1 - next() as usize % values.min(9)).collect();
+                (op, operands)
+            };
+            values += op.output_count();
+            script.push((op, operands));
+        }
+        let large = run(&script);
+        assert!(large.operation_count() >= crate::graph::STORE_OPS_MIN);
+        assert!(large.store_ops.is_some() && large.own_ops.is_empty());
+        let ops_bytes = large.column_bytes().iter().find(|(name, _)| *name == "ops").unwrap().1;
+        assert!(ops_bytes < large.operation_count() * std::mem::size_of::<Shape>() / 2, "{ops_bytes}");
+        let check = |g: &Graph<Shape>| {
+            g.verify().unwrap();
+            assert_eq!(g.operation_count(), script.len());
+            for (op, (expected, operands)) in g.operations().zip(&script) {
+                assert_eq!(op.operation(), expected);
+                let locals: Vec<_> = op.local_inputs().map(|v| v.unwrap().index()).collect();
+                assert_eq!(&locals, operands);
+                assert_eq!(interner.operation_parts(&op.key()).unwrap().0, *expected);
+            }
+        };
+        check(&large);
+        drop(small);
+        check(&large);
     }
 
     #[test]

@@ -252,9 +252,9 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// The [`CanonicalForm`] of this graph, for cache keys that ignore input identity.
     pub fn canonical_form(&self) -> CanonicalForm<Op> {
         CanonicalForm {
-            ops: self.ops.raw().to_vec(),
+            ops: self.operations().map(|o| o.operation().clone()).collect(),
             roles: self.roles.clone(),
-            op_role: self.ops.ids().map(|o| self.role_id(o)).collect(),
+            op_role: self.op_key.ids().map(|o| self.role_id(o)).collect(),
             operands: self.op_inputs.items().iter().map(|v| v.index() as u32).collect(),
             outputs: self.outputs.iter().map(|v| v.index() as u32).collect(),
             input_count: self.inputs.len() as u32,

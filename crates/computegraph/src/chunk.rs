@@ -4,8 +4,11 @@
 //!
 //! An operation chunk's columns are the one store of ADR 0017: every distinct operation,
 //! its operand keys (exactly as many as it has) and its first output key live here once.
+//! A full chunk's operations never change again, so built fragments share them
+//! ([`StoreOps`]) instead of keeping a copy, and read them without the interner's lock.
 
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
 
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
@@ -29,7 +32,11 @@ pub(crate) type Touched = SmallVec<[u32; 4]>;
 
 /// [`CHUNK`] consecutive operations' columns.
 pub(crate) struct OpChunk<Op> {
-    pub(crate) ops: Vec<Op>,
+    /// The operations while the chunk is open (read them with [`OpChunk::ops`]); moved to
+    /// `frozen` when it is closed.
+    open_ops: Vec<Op>,
+    /// The operations of a closed (full) chunk, shared with built graphs ([`StoreOps`]).
+    frozen: Option<Arc<[Op]>>,
     pub(crate) inputs: ListPool<KeyId>,
     /// Role id of each operation; empty while every operation of the chunk is `Primary`.
     pub(crate) role: Vec<u32>,
@@ -79,7 +86,8 @@ impl<Op> OpChunk<Op> {
     /// An empty chunk with room for `n` operations and their operands at `arity`.
     pub(crate) fn with_capacity(n: usize, arity: OperandsPerOp) -> Self {
         OpChunk {
-            ops: Vec::with_capacity(n),
+            open_ops: Vec::with_capacity(n),
+            frozen: None,
             inputs: ListPool::with_capacity(n, arity.operands(n)),
             role: Vec::new(),
             first_output: Vec::with_capacity(n),
@@ -89,14 +97,94 @@ impl<Op> OpChunk<Op> {
     }
 
     /// Trims the operand pool of a full chunk to its operands: the store keeps exactly
-    /// one operand key per operand (a `realloc` that shrinks in place).
+    /// one operand key per operand (a `realloc` that shrinks in place), and freezes its
+    /// operations, which graphs may then share.
     pub(crate) fn close(&mut self) {
         self.inputs.shrink_items();
+        if self.frozen.is_none() {
+            self.frozen = Some(Arc::from(std::mem::take(&mut self.open_ops)));
+        }
+    }
+
+    /// The chunk's operations.
+    #[inline(always)]
+    pub(crate) fn ops(&self) -> &[Op] {
+        match &self.frozen {
+            Some(ops) => ops,
+            None => &self.open_ops,
+        }
+    }
+
+    /// Appends an operation to the open chunk.
+    #[inline(always)]
+    pub(crate) fn push_op(&mut self, op: Op) {
+        debug_assert!(self.frozen.is_none());
+        self.open_ops.push(op);
+    }
+
+    /// Makes room for `n` more operations in the open chunk.
+    pub(crate) fn reserve_ops(&mut self, n: usize) {
+        self.open_ops.reserve(n);
+    }
+
+    /// Bytes of the operations column.
+    pub(crate) fn ops_bytes(&self) -> usize {
+        std::mem::size_of::<Op>() * self.frozen.as_ref().map_or(self.open_ops.capacity(), |f| f.len())
     }
 
     #[inline]
     pub(crate) fn role_of(&self, j: usize) -> u32 {
         if self.role.is_empty() { 0 } else { self.role[j] }
+    }
+}
+
+/// A built graph's operations, read from the store: the frozen operations of the closed
+/// chunks that hold its operations' keys, shared, and a copy of a chunk that was not closed
+/// yet when the graph was made (at most [`CHUNK`] operations). The `Arc`s keep what they
+/// share alive even once the interner reclaims the chunk (ADR 0017, steps 3 and 4).
+pub(crate) struct StoreOps<Op> {
+    /// Chunk index of `chunks[0]`.
+    first_chunk: usize,
+    /// The operations of chunks `first_chunk..`; empty for a chunk the graph holds no
+    /// operation of.
+    chunks: Vec<Arc<[Op]>>,
+    /// Operations copied (not shared) into `chunks`.
+    copied: usize,
+}
+
+impl<Op: Clone> StoreOps<Op> {
+    /// The operations of `chunks` (index and chunk, increasing indices).
+    pub(crate) fn new<'a>(chunks: impl Iterator<Item = (usize, &'a OpChunk<Op>)> + Clone) -> Self
+    where
+        Op: 'a,
+    {
+        let first_chunk = chunks.clone().next().map_or(0, |(c, _)| c);
+        let empty: Arc<[Op]> = Arc::from(Vec::new());
+        let (mut shared, mut copied) = (Vec::new(), 0);
+        for (c, chunk) in chunks {
+            shared.resize(c - first_chunk + 1, Arc::clone(&empty));
+            shared[c - first_chunk] = match &chunk.frozen {
+                Some(ops) => Arc::clone(ops),
+                None => {
+                    copied += chunk.open_ops.len();
+                    Arc::from(chunk.open_ops.as_slice())
+                }
+            };
+        }
+        StoreOps { first_chunk, chunks: shared, copied }
+    }
+
+    /// Operation `id`, which the graph holds.
+    #[inline(always)]
+    pub(crate) fn get(&self, id: OperationKeyId) -> &Op {
+        let k = id.index();
+        &self.chunks[(k >> CHUNK_BITS) - self.first_chunk][k & CHUNK_MASK]
+    }
+
+    /// Bytes this view holds of its own (the copied operations and the chunk list; the
+    /// shared ones are the interner's).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.chunks.capacity() * std::mem::size_of::<Arc<[Op]>>() + self.copied * std::mem::size_of::<Op>()
     }
 }
 

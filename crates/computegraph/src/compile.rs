@@ -84,7 +84,7 @@ pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledPro
 /// assert_eq!(program.eval(&mut (), &[&0.0]), vec![1.0]);
 /// ```
 pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<CompiledProgram<Op>> {
-    let n_ops = graph.ops.len();
+    let n_ops = graph.operation_count();
     // Instruction `n_ops` stands for the reads of the outputs after the last instruction
     // (`Live::last_use`), so it must be an id too.
     let Some(after_last) = InstrId::try_new(n_ops) else {
@@ -139,7 +139,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         }
         let here = Some(InstrId::new(pos));
         let op_id = op_at(pos);
-        let op = &graph.ops[op_id];
+        let op = graph.op(op_id);
         let inputs = graph.op_inputs.get(op_id.index());
         let start = u32::try_from(args.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "argument" })?;
         for &v in inputs {

@@ -43,11 +43,11 @@ const MAX_VARIANTS: usize = 255;
 /// The dispatch-friendly evaluation order of `graph`'s operations, or `None` to keep the
 /// materialized order.
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Option<Vec<u32>> {
-    let n = graph.ops.len();
+    let n = graph.operation_count();
     // One variant id per operation, from a small table of the variants seen so far.
     let mut variants: Vec<Discriminant<Op>> = Vec::new();
     let mut variant: Vec<u8> = Vec::with_capacity(n);
-    for op in graph.ops.raw() {
+    for op in graph.operations().map(|o| o.operation()) {
         let d = std::mem::discriminant(op);
         let id = match variants.iter().position(|&v| v == d) {
             Some(id) => id,

@@ -22,7 +22,7 @@ impl<Op: GraphOperation> fmt::Display for Graph<Op> {
             f,
             "graph: {} inputs, {} operations, {} parents",
             self.inputs.len(),
-            self.ops.len(),
+            self.operation_count(),
             self.parents.len()
         )?;
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
@@ -54,14 +54,14 @@ impl<Op: GraphOperation> fmt::Display for MaterializedGraph<Op> {
         if !self.externals.is_empty() {
             write!(f, "{} external values, ", self.externals.len())?;
         }
-        writeln!(f, "{} operations", self.ops.len())?;
+        writeln!(f, "{} operations", self.operation_count())?;
         for (&v, k) in self.inputs.iter().zip(&self.input_keys) {
             writeln!(f, "  {v:?} = input {k:?}")?;
         }
         for (&v, k) in self.externals.iter().zip(&self.external_keys) {
             writeln!(f, "  {v:?} = external {k:?}")?;
         }
-        for op in self.ops.ids() {
+        for op in self.op_key.ids() {
             f.write_str("  ")?;
             self.fmt_operation(f, op)?;
             writeln!(f)?;
@@ -129,7 +129,7 @@ impl<Op: GraphOperation> Graph<Op> {
         match self.local_def(v) {
             crate::graph::LocalDef::Input(_) => (format!("{v:?}"), None),
             crate::graph::LocalDef::Output(op, slot) => {
-                (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
+                (format!("{op:?}"), (self.op(op).output_count() > 1).then_some(slot))
             }
         }
     }
@@ -148,7 +148,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         let source = |v: crate::ValueId| match self.def(v) {
             crate::materialize::MatDef::Input(_) | crate::materialize::MatDef::External(_) => (format!("{v:?}"), None),
             crate::materialize::MatDef::Output(op, slot) => {
-                (format!("{op:?}"), (self.ops[op].output_count() > 1).then_some(slot))
+                (format!("{op:?}"), (self.op(op).output_count() > 1).then_some(slot))
             }
         };
         for op in self.operations() {

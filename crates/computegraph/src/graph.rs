@@ -28,6 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
+use crate::chunk::StoreOps;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{IdVec, ListPool};
 use crate::id::{KeyId, OperationKeyId};
@@ -116,6 +117,12 @@ pub(crate) struct PackedInputRef(u32);
 /// Tags an external index in a [`PackedInputRef`].
 const EXTERNAL_BIT: u32 = 1 << 31;
 
+/// Built graphs with at least this many operations read them from the interner's store
+/// instead of keeping a copy ([`Graph::read_ops_from_store`]); smaller ones keep their own,
+/// since sharing copies the operations of the store's open chunk (up to
+/// [`CHUNK`](crate::chunk::CHUNK) of them).
+pub(crate) const STORE_OPS_MIN: usize = 4 * crate::chunk::CHUNK;
+
 /// Most local values a graph may hold, and most external references: a packed operand
 /// spends one bit on which of the two it names.
 pub(crate) const MAX_LOCAL_VALUES: usize = EXTERNAL_BIT as usize;
@@ -203,7 +210,11 @@ pub struct Graph<Op: GraphOperation> {
     pub(crate) value_op: IdVec<LocalValueId, Option<LocalOperationId>>,
     /// Interned key of each value; shorter than `value_op` only inside a builder.
     pub(crate) value_key: IdVec<LocalValueId, KeyId>,
-    pub(crate) ops: IdVec<LocalOperationId, Op>,
+    /// The operations, while the graph is being built (and after, for a small graph);
+    /// empty once `store_ops` reads them from the store (read them with [`Graph::op`]).
+    pub(crate) own_ops: IdVec<LocalOperationId, Op>,
+    /// A built graph's operations, read in place from the interner's store (ADR 0017).
+    pub(crate) store_ops: Option<StoreOps<Op>>,
     /// Interned key of each operation; shorter than `ops` only inside a builder.
     pub(crate) op_key: IdVec<LocalOperationId, OperationKeyId>,
     pub(crate) op_inputs: ListPool<PackedInputRef>,
@@ -259,7 +270,7 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
     }
     /// The operation.
     pub fn operation(&self) -> &'a Op {
-        &self.graph.ops[self.id]
+        self.graph.op(self.id)
     }
     /// The operands, in order.
     pub fn inputs(&self) -> impl ExactSizeIterator<Item = ValueRef<Op>> + 'a {
@@ -323,7 +334,8 @@ impl<Op: GraphOperation> Graph<Op> {
             interner,
             value_op: IdVec::new(),
             value_key: IdVec::new(),
-            ops: IdVec::new(),
+            own_ops: IdVec::new(),
+            store_ops: None,
             op_key: IdVec::new(),
             op_inputs: ListPool::default(),
             op_role: IdVec::new(),
@@ -351,7 +363,33 @@ impl<Op: GraphOperation> Graph<Op> {
     }
     /// Number of operations.
     pub fn operation_count(&self) -> usize {
-        self.ops.len()
+        if self.store_ops.is_some() { self.op_key.len() } else { self.own_ops.len() }
+    }
+
+    /// Operation `op`, from the graph's own column or the store.
+    ///
+    /// # Panics
+    /// If `op` is not an operation of this graph.
+    #[inline]
+    pub(crate) fn op(&self, op: LocalOperationId) -> &Op {
+        match &self.store_ops {
+            None => &self.own_ops[op],
+            Some(store) => store.get(self.op_key[op]),
+        }
+    }
+
+    /// Stops keeping the operations of a built graph of at least [`STORE_OPS_MIN`]
+    /// operations: they are read from the interner's store, which holds each distinct
+    /// operation once (ADR 0017, step 3). Every operation must have its key, and `pins`
+    /// must be final.
+    pub(crate) fn read_ops_from_store(&mut self) {
+        if self.store_ops.is_some() || self.own_ops.len() < STORE_OPS_MIN {
+            return;
+        }
+        debug_assert_eq!(self.op_key.len(), self.own_ops.len());
+        let store = self.interner.read().store_ops(&self.pins);
+        self.store_ops = Some(store);
+        self.own_ops = IdVec::new();
     }
     /// The declared inputs, in declaration order.
     pub fn inputs(&self) -> &[LocalValueId] {
@@ -372,7 +410,7 @@ impl<Op: GraphOperation> Graph<Op> {
 
     /// The operations, in topological (creation) order.
     pub fn operations(&self) -> impl DoubleEndedIterator<Item = OperationView<'_, Op>> + ExactSizeIterator {
-        self.ops.ids().map(move |id| OperationView { graph: self, id })
+        (0..self.operation_count()).map(move |i| OperationView { graph: self, id: LocalOperationId::new(i) })
     }
 
     /// One operation.
@@ -380,7 +418,7 @@ impl<Op: GraphOperation> Graph<Op> {
     /// # Panics
     /// If `id` is not an operation of this graph.
     pub fn operation(&self, id: LocalOperationId) -> OperationView<'_, Op> {
-        assert!(id.index() < self.ops.len(), "{id:?} is not an operation of this graph");
+        assert!(id.index() < self.operation_count(), "{id:?} is not an operation of this graph");
         OperationView { graph: self, id }
     }
 
@@ -416,7 +454,7 @@ impl<Op: GraphOperation> Graph<Op> {
                     self.interner.id(),
                     self.op_key[op],
                     first_output,
-                    self.ops[op].output_count(),
+                    self.op(op).output_count(),
                 );
                 ValueKey::Derived { operation, output_slot: slot }
             }
@@ -474,7 +512,7 @@ impl<Op: GraphOperation> Graph<Op> {
     }
 
     pub(crate) fn operation_key(&self, op: LocalOperationId) -> OperationKey<Op> {
-        let output_count = self.ops[op].output_count();
+        let output_count = self.op(op).output_count();
         // An operation without outputs has no first output key; any id serves, since
         // `OperationKey::output_key_id` never yields one for it.
         let first_output = if output_count > 0 { self.value_key[self.op_first_output[op]] } else { KeyId::new(0) };
@@ -483,7 +521,7 @@ impl<Op: GraphOperation> Graph<Op> {
 
     pub(crate) fn op_outputs(&self, op: LocalOperationId) -> impl ExactSizeIterator<Item = LocalValueId> + use<Op> {
         let first = self.op_first_output[op].index();
-        (first..first + self.ops[op].output_count()).map(LocalValueId::new)
+        (first..first + self.op(op).output_count()).map(LocalValueId::new)
     }
 
     /// What defines `value`.
@@ -509,7 +547,7 @@ impl<Op: GraphOperation> Graph<Op> {
 
     /// Whether the role column is empty or has one entry per operation.
     pub(crate) fn role_column_ok(&self) -> bool {
-        self.op_role.is_empty() || self.op_role.len() == self.ops.len()
+        self.op_role.is_empty() || self.op_role.len() == self.operation_count()
     }
 
     /// An operation's operands, in order.
@@ -585,7 +623,7 @@ impl<Op: GraphOperation> Graph<Op> {
         vec![
             ("value_op", self.value_op.heap_bytes()),
             ("value_key", self.value_key.heap_bytes()),
-            ("ops", self.ops.heap_bytes()),
+            ("ops", self.own_ops.heap_bytes() + self.store_ops.as_ref().map_or(0, StoreOps::heap_bytes)),
             ("op_key", self.op_key.heap_bytes()),
             ("op_inputs (starts)", self.op_inputs.starts_bytes()),
             ("op_inputs (operands)", self.op_inputs.items_bytes()),
@@ -648,7 +686,7 @@ impl<Op: GraphOperation> fmt::Debug for Graph<Op> {
         f.debug_struct("Graph")
             .field("interner", &self.interner.id())
             .field("values", &self.value_op.len())
-            .field("operations", &self.ops.len())
+            .field("operations", &self.operation_count())
             .field("inputs", &self.inputs)
             .field("outputs", &self.outputs)
             .field("parents", &self.parents.len())

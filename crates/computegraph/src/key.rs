@@ -42,8 +42,8 @@ use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::chunk::{
-    CHUNK, CHUNK_BITS, CHUNK_MASK, ChunkLife, INPUT_CHUNK, InputChunk, OpChunk, OpSlot, OperandsPerOp, hash_input,
-    hash_op,
+    CHUNK, CHUNK_BITS, CHUNK_MASK, ChunkLife, INPUT_CHUNK, InputChunk, OpChunk, OpSlot, OperandsPerOp, StoreOps,
+    hash_input, hash_op,
 };
 pub(crate) use crate::chunk::{
     Garbage, RECLAIM_MIN_VALUES, Touched, input_chunk_tag, op_chunk_tag, op_hash, op_hash_raw,
@@ -426,7 +426,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             && let Some(Some(c)) = self.op_chunks.last_mut()
         {
             let n = ops.min(room);
-            c.ops.reserve(n);
+            c.reserve_ops(n);
             c.first_output.reserve(n);
             c.inputs.reserve(n, operands.min(self.pending_arity.operands(n)));
         }
@@ -458,7 +458,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         let chunk = self.op_chunks[c].as_deref()?;
         let j = chunk.first_output.partition_point(|&f| f <= id).checked_sub(1)?;
         let slot = id.index() - chunk.first_output[j].index();
-        (slot < chunk.ops[j].output_count())
+        (slot < chunk.ops()[j].output_count())
             .then(|| KeyDef::Derived(OperationKeyId::new((c << CHUNK_BITS) + j), slot as u8))
     }
 
@@ -528,7 +528,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         match self.op_table.probe_reserved(h32, |id| {
             let chunk = chunks[id.index() >> CHUNK_BITS].as_deref().expect("the table holds live operations only");
             let j = id.index() & CHUNK_MASK;
-            chunk.role_of(j) == role && chunk.ops[j] == *op && chunk.inputs.get(j) == inputs
+            chunk.role_of(j) == role && chunk.ops()[j] == *op && chunk.inputs.get(j) == inputs
         }) {
             Probe::Found(id) => Ok(self.op_key(id, interner)),
             Probe::Vacant(slot) => Err(OpSlot(slot)),
@@ -581,8 +581,8 @@ impl<Op: GraphOperation> InternerState<Op> {
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
         }
         self.op_table.fill(slot.0, h32, id);
-        let j = chunk.ops.len();
-        chunk.ops.push(op.clone());
+        let j = chunk.ops().len();
+        chunk.push_op(op.clone());
         if role != 0 && chunk.role.is_empty() {
             // The chunk's first operation in another role: its column starts to be kept.
             chunk.role = vec![0; j];
@@ -611,7 +611,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             interner,
             id,
             first_output: chunk.first_output[j],
-            output_count: chunk.ops[j].output_count() as u16,
+            output_count: chunk.ops()[j].output_count() as u16,
             _op: PhantomData,
         }
     }
@@ -620,7 +620,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     fn op_parts(&self, id: OperationKeyId) -> Option<(&Op, &[KeyId], u32)> {
         let chunk = self.op_chunk(id)?;
         let j = id.index() & CHUNK_MASK;
-        Some((&chunk.ops[j], chunk.inputs.get(j), chunk.role_of(j)))
+        Some((&chunk.ops()[j], chunk.inputs.get(j), chunk.role_of(j)))
     }
 
     pub(crate) fn value_key(&self, id: KeyId, interner: u32) -> Option<ValueKey<Op>> {
@@ -685,6 +685,23 @@ impl<Op: GraphOperation> InternerState<Op> {
             pins.sort_unstable();
         }
         touched.clear();
+    }
+
+    /// The operations of the chunks among `pins` (a graph's sorted pin list), read in place
+    /// by a built fragment (see [`StoreOps`]).
+    pub(crate) fn store_ops(&self, pins: &[u32]) -> StoreOps<Op> {
+        let op_chunks = pins.iter().take_while(|&&tag| tag & INPUT_CHUNK == 0).map(|&tag| tag as usize);
+        self.store_ops_of(op_chunks).expect("pinned chunks are live")
+    }
+
+    /// The operations of chunks `chunks` (increasing indices), or `None` if one of them
+    /// was reclaimed.
+    pub(crate) fn store_ops_of(&self, chunks: impl Iterator<Item = usize> + Clone) -> Option<StoreOps<Op>> {
+        if !chunks.clone().all(|c| matches!(self.op_chunks.get(c), Some(Some(_)))) {
+            return None;
+        }
+        let op_chunks = chunks.map(|c| (c, self.op_chunks[c].as_deref().expect("checked live")));
+        Some(StoreOps::new(op_chunks))
     }
 
     /// Releases a graph's pins. Full chunks that no graph pins any more become idle, and
@@ -764,13 +781,13 @@ impl<Op: GraphOperation> InternerState<Op> {
                     continue;
                 }
                 let chunk = self.op_chunks[c].take().expect("checked live");
-                for (j, op) in chunk.ops.iter().enumerate() {
+                for (j, op) in chunk.ops().iter().enumerate() {
                     let id = OperationKeyId::new((c << CHUNK_BITS) + j);
                     let removed = self.op_table.remove(hash_op(op, chunk.inputs.get(j), chunk.role_of(j)), id);
                     debug_assert!(removed, "{id:?} was in the operation table");
                 }
                 self.reclaimed_values += chunk.values;
-                self.reclaimed_ops += chunk.ops.len();
+                self.reclaimed_ops += chunk.ops().len();
                 garbage.ops.push(*chunk);
             }
         }
@@ -792,7 +809,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         let sum = |f: &dyn Fn(&OpChunk<Op>) -> usize| self.op_chunks.iter().flatten().map(|c| f(c)).sum::<usize>();
         let op_headers = sum(&|_| std::mem::size_of::<OpChunk<Op>>());
         vec![
-            ("ops", sum(&|c| c.ops.capacity() * std::mem::size_of::<Op>())),
+            ("ops", sum(&|c| c.ops_bytes())),
             ("op inputs (starts)", sum(&|c| c.inputs.starts_bytes())),
             ("op inputs (operand keys)", sum(&|c| c.inputs.items_bytes())),
             ("op role", sum(&|c| c.role.capacity() * 4)),

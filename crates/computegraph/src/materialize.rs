@@ -28,7 +28,8 @@
 //!    columns in increasing order.
 //! 2. *Emit*: inputs first, in key order, then the recorded operations in increasing key
 //!    order, which is a topological order (an operation's input keys are interned before
-//!    its outputs').
+//!    its outputs'). A result of at least 4096 operations copies no operation: it reads
+//!    them from the interner's store, whose closed chunks it shares (`StoreOps`, ADR 0017).
 //!
 //! Both phases walk columns mostly sequentially. Key-indexed tables are dense arrays when
 //! the view's keys are compact, hash maps otherwise ([`KeyMap`]). Emit's operand lookups
@@ -48,7 +49,8 @@ use rustc_hash::FxHashMap;
 use crate::error::{GraphError, GraphResult};
 use bitvec::vec::BitVec;
 
-use crate::graph::{Graph, InputRef, LocalDef, LocalOperationId, LocalValueId};
+use crate::chunk::{CHUNK_BITS, StoreOps};
+use crate::graph::{Graph, InputRef, LocalDef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
 use crate::id::{IdVec, ListPool};
 use crate::id::{KeyId, OperationKeyId};
 use crate::key::{KeyInterner, OperationKey, ValueKey};
@@ -107,7 +109,12 @@ pub struct MaterializedGraph<Op: GraphOperation> {
     /// either is its id, and an output's slot is its id minus its operation's first output
     /// (4 bytes a value, where the decoded [`MatDef`] takes 8; read it with [`Self::def`]).
     pub(crate) value_op: IdVec<ValueId, Option<OperationId>>,
-    pub(crate) ops: IdVec<OperationId, Op>,
+    /// The operations, unless `store_ops` reads them from the interner's store (read them
+    /// with [`Self::op`]).
+    pub(crate) own_ops: IdVec<OperationId, Op>,
+    /// The operations of a large graph, read in place from the interner's store, which
+    /// holds each distinct operation once (ADR 0017, step 4).
+    pub(crate) store_ops: Option<StoreOps<Op>>,
     pub(crate) op_key: IdVec<OperationId, OperationKeyId>,
     pub(crate) op_inputs: ListPool<ValueId>,
     /// Index into `roles` of each operation's role; empty while every operation is
@@ -189,7 +196,7 @@ impl<'a, Op: GraphOperation> MaterializedOperation<'a, Op> {
     }
     /// The operation.
     pub fn operation(&self) -> &'a Op {
-        &self.graph.ops[self.id]
+        self.graph.op(self.id)
     }
     /// Its operands.
     pub fn inputs(&self) -> &'a [ValueId] {
@@ -220,7 +227,19 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     }
     /// Number of operations.
     pub fn operation_count(&self) -> usize {
-        self.ops.len()
+        self.op_key.len()
+    }
+
+    /// Operation `op`, from the graph's own column or the store.
+    ///
+    /// # Panics
+    /// If `op` is out of range.
+    #[inline]
+    pub(crate) fn op(&self, op: OperationId) -> &Op {
+        match &self.store_ops {
+            None => &self.own_ops[op],
+            Some(store) => store.get(self.op_key[op]),
+        }
     }
     /// Input values, in the order `eval` expects them.
     pub fn inputs(&self) -> &[ValueId] {
@@ -250,14 +269,14 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     }
     /// The operations in topological order.
     pub fn operations(&self) -> impl DoubleEndedIterator<Item = MaterializedOperation<'_, Op>> + ExactSizeIterator {
-        self.ops.ids().map(move |id| MaterializedOperation { graph: self, id })
+        self.op_key.ids().map(move |id| MaterializedOperation { graph: self, id })
     }
     /// One operation.
     ///
     /// # Panics
     /// If `id` is out of range.
     pub fn operation(&self, id: OperationId) -> MaterializedOperation<'_, Op> {
-        assert!(id.index() < self.ops.len(), "{id:?} is not an operation of this graph");
+        assert!(id.index() < self.operation_count(), "{id:?} is not an operation of this graph");
         MaterializedOperation { graph: self, id }
     }
     /// How a value is defined, or `None` if it is out of range.
@@ -289,7 +308,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
 
     pub(crate) fn op_outputs(&self, op: OperationId) -> impl ExactSizeIterator<Item = ValueId> + use<Op> {
         let first = self.op_first_output[op].index();
-        (first..first + self.ops[op].output_count()).map(ValueId::new)
+        (first..first + self.op(op).output_count()).map(ValueId::new)
     }
 
     /// How value `v` is defined.
@@ -318,7 +337,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     }
 
     pub(crate) fn operation_key(&self, op: OperationId) -> OperationKey<Op> {
-        let n = self.ops[op].output_count();
+        let n = self.op(op).output_count();
         let first = if n > 0 { self.value_key[self.op_first_output[op]] } else { KeyId::new(0) };
         OperationKey::from_parts(self.interner.id(), self.op_key[op], first, n)
     }
@@ -334,7 +353,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         vec![
             ("value_key", self.value_key.heap_bytes()),
             ("value_op", self.value_op.heap_bytes()),
-            ("ops", self.ops.heap_bytes()),
+            ("ops", self.own_ops.heap_bytes() + self.store_ops.as_ref().map_or(0, StoreOps::heap_bytes)),
             ("op_key", self.op_key.heap_bytes()),
             ("op_inputs (starts)", self.op_inputs.starts_bytes()),
             ("op_inputs (operands)", self.op_inputs.items_bytes()),
@@ -354,7 +373,7 @@ impl<Op: GraphOperation> fmt::Debug for MaterializedGraph<Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MaterializedGraph")
             .field("values", &self.value_op.len())
-            .field("operations", &self.ops.len())
+            .field("operations", &self.operation_count())
             .field("inputs", &self.inputs.len())
             .field("externals", &self.externals.len())
             .field("outputs", &self.outputs)
@@ -627,7 +646,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                             Some(_) => {}
                             None => {
                                 self.defs.insert(first, (g as u32, op));
-                                self.def_values += graph.ops[op].output_count();
+                                self.def_values += graph.op(op).output_count();
                             }
                         }
                         for r in graph.op_input_refs(op) {
@@ -665,7 +684,8 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             interner: Arc::clone(self.view.interner()),
             value_key: IdVec::with_capacity(self.def_values + self.input_list.len() + n_externals),
             value_op: IdVec::with_capacity(self.def_values + self.input_list.len() + n_externals),
-            ops: IdVec::with_capacity(n_ops),
+            own_ops: IdVec::new(),
+            store_ops: None,
             op_key: IdVec::with_capacity(n_ops),
             op_inputs: ListPool::with_capacity(n_ops, 2 * n_ops),
             op_role: IdVec::new(),
@@ -702,6 +722,19 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         role_index.insert(OperationRole::Primary, 0);
         let mut role_map: Vec<Vec<Option<u32>>> = vec![Vec::new(); graphs.len()];
         let entries = self.defs.sorted_entries();
+        // A large graph reads its operations from the store: the chunks of its operation
+        // keys, which `entries` lists in increasing order (an operation's id increases with
+        // its first output key). Only if every such chunk is live, as it is while the
+        // fragments that define them are.
+        if n_ops >= STORE_OPS_MIN {
+            let chunks = entries.iter().map(|&(_, (g, op))| graphs[g as usize].op_key[op].index() >> CHUNK_BITS);
+            let mut last = usize::MAX;
+            let distinct = chunks.filter(move |&c| std::mem::replace(&mut last, c) != c);
+            out.store_ops = out.interner.read().store_ops_of(distinct);
+        }
+        if out.store_ops.is_none() {
+            out.own_ops.reserve(n_ops);
+        }
         let mut far = FarOperands::new(out.value_op.len());
         let mut prefetch = false;
         for (at, &(_, (g, op))) in entries.iter().enumerate() {
@@ -712,8 +745,8 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                 prefetch_operands(graphs, &entries, at, &vid);
             }
             let graph = &*graphs[g as usize];
-            let id = out.ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
-            let n_out = graph.ops[op].output_count();
+            let id = out.op_key.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
+            let n_out = graph.op(op).output_count();
             if out.value_op.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
@@ -744,7 +777,9 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                     r
                 }
             };
-            out.ops.push(graph.ops[op].clone());
+            if out.store_ops.is_none() {
+                out.own_ops.push(graph.op(op).clone());
+            }
             out.op_key.push(graph.op_key[op]);
             if !out.op_role.is_empty() {
                 out.op_role.push(role);
@@ -791,7 +826,7 @@ fn prefetch_operands<Op: GraphOperation>(
 impl<Op: GraphOperation> MaterializedGraph<Op> {
     pub(crate) fn fmt_operation(&self, f: &mut fmt::Formatter<'_>, op: OperationId) -> fmt::Result {
         let outs: Vec<String> = self.op_outputs(op).map(|v| format!("{v:?}")).collect();
-        write!(f, "{} = {}", outs.join(", "), Label(&self.ops[op]))?;
+        write!(f, "{} = {}", outs.join(", "), Label(self.op(op)))?;
         let role = &self.roles[self.role_id(op) as usize];
         if role.is_linearized() {
             write!(f, " [{role}]")?;

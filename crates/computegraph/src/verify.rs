@@ -740,10 +740,10 @@ impl<Op: GraphOperation> Graph<Op> {
         let bad = |message: String| GraphError::Invalid { phase: "graph", message };
         let n_values = self.value_op.len();
         if self.value_key.len() != n_values
-            || self.op_key.len() != self.ops.len()
+            || self.op_key.len() != self.operation_count()
             || !self.role_column_ok()
-            || self.op_first_output.len() != self.ops.len()
-            || self.op_input_lists() != self.ops.len()
+            || self.op_first_output.len() != self.operation_count()
+            || self.op_input_lists() != self.operation_count()
             || self.external_key.len() != self.externals.len()
         {
             return Err(bad("column lengths disagree".into()));
@@ -779,7 +779,7 @@ impl<Op: GraphOperation> Graph<Op> {
             }
         }
         // Every operation's outputs point back at it (above); no other value claims one.
-        let outputs: usize = self.ops.raw().iter().map(|op| op.output_count()).sum();
+        let outputs: usize = self.operations().map(|op| op.operation().output_count()).sum();
         let mut expected_inputs = Vec::new();
         for (v, d) in self.value_op.iter_enumerated() {
             if d.is_none() {
@@ -805,10 +805,10 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         let bad = |message: String| GraphError::Invalid { phase: "materialized graph", message };
         let n_values = self.value_op.len();
         if self.value_key.len() != n_values
-            || self.op_key.len() != self.ops.len()
-            || !(self.op_role.is_empty() || self.op_role.len() == self.ops.len())
-            || self.op_first_output.len() != self.ops.len()
-            || self.op_inputs.len() != self.ops.len()
+            || self.op_key.len() != self.operation_count()
+            || !(self.op_role.is_empty() || self.op_role.len() == self.operation_count())
+            || self.op_first_output.len() != self.operation_count()
+            || self.op_inputs.len() != self.operation_count()
             || self.inputs.len() != self.input_keys.len()
             || self.externals.len() != self.external_keys.len()
         {
@@ -853,7 +853,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
                 Some(_) if v.index() < leaves => {
                     return Err(bad(format!("input or external value {v:?} is an output")));
                 }
-                Some(o) if o.index() >= self.ops.len() || !self.op_outputs(o).any(|w| w == v) => {
+                Some(o) if o.index() >= self.operation_count() || !self.op_outputs(o).any(|w| w == v) => {
                     return Err(bad(format!("{v:?} is not an output of {o:?}")));
                 }
                 _ => {}

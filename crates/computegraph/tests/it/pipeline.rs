@@ -228,6 +228,28 @@ fn far_operands_compile_and_evaluate_correctly() {
     }
 }
 
+/// A large materialized graph reads its operations from the interner's store and owns
+/// what it reads: once every fragment is dropped and the interner has reclaimed their
+/// chunks, it still verifies, compiles and evaluates as the reference does, keeping no
+/// copy of its operations beyond the chunk that was open.
+#[test]
+fn a_large_materialized_graph_outlives_its_fragments() {
+    let spec = workloads::random_dag(150_000, Operands::Window(1024), 0.3, 11);
+    let inputs = workloads::inputs_for(&spec, 3);
+    let expected = spec.eval_reference(&inputs);
+    let interner = fresh();
+    let built = spec.build_single(&interner).unwrap();
+    let flat = materialize_merge(&resolve(built.graphs.clone()), &built.outputs);
+    let live = interner.live_operation_count();
+    drop(built);
+    assert!(interner.live_operation_count() < live / 2, "the fragments' chunks were reclaimed");
+    let own = flat.column_bytes().into_iter().find(|c| c.0 == "ops").unwrap().1;
+    let n_ops = flat.operation_count();
+    assert!(own <= std::mem::size_of::<ScalarOp>() * 1024 + 8 * (n_ops / 1024 + 2), "ops: {own} bytes for {n_ops}");
+    flat.verify().unwrap();
+    assert_same(&eval_vars(&compile(&flat), &inputs), &expected);
+}
+
 /// Operands of 128 bytes, drawn from the whole of a 200k-operation graph: the slot file
 /// is large enough and the operands far enough that sequential evaluation prefetches
 /// operand slots ahead; the values are still those of a direct evaluation.
@@ -484,13 +506,19 @@ fn column_bytes_cover_every_large_column_once() {
         &[
             ("value_op", 4 * values),
             ("value_key", 4 * values),
-            ("ops", op * operations),
             ("op_key", 4 * operations),
             ("op_role", 0),
             ("op_inputs (starts)", 4 * operations),
             ("op_inputs (operands)", 4 * operands),
             ("op_first_output", 4 * operations),
         ],
+    );
+    // A graph this large reads its operations from the interner's store (ADR 0017): its
+    // own `ops` are the copy of the chunk still open at build and the list of shared chunks.
+    let own = graph.column_bytes().into_iter().find(|c| c.0 == "ops").unwrap().1;
+    assert!(
+        own <= op * 1024 + 8 * (operations / 1024 + 2),
+        "fragment: ops holds {own} bytes for {operations} operations"
     );
     check(
         "interner",
@@ -510,12 +538,14 @@ fn column_bytes_cover_every_large_column_once() {
         flat.heap_bytes(),
         &[
             ("value_key", 4 * m_values),
-            ("ops", op * m_ops),
             ("op_key", 4 * m_ops),
             ("op_role", 0), // every operation is `Primary`
             ("op_first_output", 4 * m_ops),
         ],
     );
+    // So does a materialized graph this large (ADR 0017, step 4).
+    let own = flat.column_bytes().into_iter().find(|c| c.0 == "ops").unwrap().1;
+    assert!(own <= op * 1024 + 8 * (m_ops / 1024 + 2), "materialized: ops holds {own} bytes for {m_ops} operations");
     // The value columns are sized to the values, not doubled when two-output operations
     // (`sincos`) pass a capacity counted in operations.
     assert!(m_values > m_ops + spec.inputs as usize, "the workload has two-output operations");
