@@ -1,5 +1,5 @@
-//! `CompiledProgram`: the compiled program, its accessors and every way to evaluate it, in
-//! one type and one file.
+//! `CompiledProgram`: the compiled program, its accessors, its checks and its dumps; every
+//! way to evaluate it is in one other file, `eval.rs`.
 //!
 //! A compiled program owns its verified slot code (`VerifiedProgram`, `verify.rs`) and the
 //! two structures parallel evaluation builds from that code on first use: the level
@@ -7,11 +7,11 @@
 //! `VerifiedSchedule`) and the dataflow plan (`dataflow.rs`). All three are private
 //! fields, set once and never changed, so the schedule and the plan describe exactly the
 //! instructions that run: **Architecture Invariant:** no code outside this file can pair a
-//! schedule or a plan with another program's code. The evaluators themselves are in
-//! `eval.rs` (the sequential loop, a method of `VerifiedProgram`; the level evaluator, a
-//! method of `VerifiedProgram` taking a `VerifiedSchedule`) and `dataflow.rs` (by
-//! dependency); the public entry points that choose among them, [`CompiledProgram::eval`]
-//! and its forms and [`CompiledProgram::eval_parallel`] and its forms, are here. The
+//! schedule or a plan with another program's code (the evaluators read them through
+//! `code()`, `schedule()` and `dataflow_plan()`, which build them from that code). Every
+//! evaluation method, [`CompiledProgram::eval`] and [`CompiledProgram::eval_parallel`] and
+//! their forms, is `eval.rs`'s, beside the loops they run (the sequential loop and the level
+//! evaluator, methods of `VerifiedProgram`); evaluation by dependency is `dataflow.rs`. The
 //! program's verifiers are `verify.rs`'s; the public `verify*` methods here forward to
 //! them. The text and DOT dumps of the program are here too (the graphs' are `dump.rs`).
 //!
@@ -21,18 +21,16 @@
 use std::fmt::{self, Write};
 use std::sync::{Arc, OnceLock};
 
-use rayon::ThreadPool;
 use rustc_hash::FxHashMap;
 
 use crate::dataflow::{self, DataflowPlan};
 use crate::dispatch::source_of;
 use crate::dump::escape;
 use crate::error::{GraphError, GraphResult};
-use crate::eval::{EvalState, take_outputs};
 use crate::id::{IdVec, InstrId, SlotId};
 use crate::key::{KeyInterner, ValueKey};
 use crate::materialize::{MaterializedGraph, OperationId};
-use crate::operation::{EvaluableGraphOperation, GraphOperation, Label};
+use crate::operation::{GraphOperation, Label};
 use crate::program::Run;
 use crate::schedule::schedule;
 use crate::verify::{
@@ -124,12 +122,12 @@ impl<Op: GraphOperation> CompiledProgram<Op> {
     }
 
     /// The dataflow plan, built from this program's code on first use (`dataflow::plan`).
-    fn dataflow_plan(&self) -> GraphResult<&DataflowPlan> {
+    pub(crate) fn dataflow_plan(&self) -> GraphResult<&DataflowPlan> {
         self.dataflow.get_or_init(|| dataflow::plan(&self.code)).as_ref().map_err(Clone::clone)
     }
 
-    /// The verified code (for the evaluators' tests).
-    #[cfg(test)]
+    /// The verified code, which the evaluators (`eval.rs`) run.
+    #[inline(always)]
     pub(crate) fn code(&self) -> &VerifiedProgram<Op> {
         &self.code
     }
@@ -370,196 +368,6 @@ impl<Op: GraphOperation> fmt::Debug for CompiledProgram<Op> {
             .field("inputs", &self.code.program().slots.input_slots.len())
             .field("outputs", &self.code.program().slots.output_slots.len())
             .finish()
-    }
-}
-
-impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
-    /// Evaluates the program on `inputs`, one per program input, in the order of
-    /// [`Self::input_keys`] (the same as the materialized graph's
-    /// [`input_keys`](crate::MaterializedGraph::input_keys)). That order is the order in
-    /// which the inputs' keys were first interned, which is not always the order in which
-    /// a graph added them: bind by key ([`Self::bind_inputs`], [`Self::try_eval_by_key`])
-    /// rather than by position when in doubt.
-    ///
-    /// # Panics
-    /// On a wrong number of inputs or an operation that returns the wrong number of
-    /// outputs; see [`Self::try_eval`].
-    pub fn eval(&self, ctx: &mut Op::Context, inputs: &[&Op::Operand]) -> Vec<Op::Operand> {
-        self.try_eval(ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Evaluates the program, or reports a wrong input count or a misbehaving operation.
-    pub fn try_eval(&self, ctx: &mut Op::Context, inputs: &[&Op::Operand]) -> GraphResult<Vec<Op::Operand>> {
-        self.eval_with(&mut EvalState::new(), ctx, inputs)
-    }
-
-    /// Evaluates the program with inputs looked up by key.
-    pub fn try_eval_by_key<'a, F>(&self, ctx: &mut Op::Context, lookup: F) -> GraphResult<Vec<Op::Operand>>
-    where
-        F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
-    {
-        let inputs = self.bind_inputs(lookup)?;
-        self.try_eval(ctx, &inputs)
-    }
-
-    /// Evaluates the program reusing `state`'s allocations.
-    pub fn eval_with(
-        &self,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<Vec<Op::Operand>> {
-        let mut outputs = Vec::with_capacity(self.code.program().slots.output_slots.len());
-        self.eval_with_each(state, ctx, inputs, |x| outputs.push(x))?;
-        Ok(outputs)
-    }
-
-    /// [`Self::eval_with`] handing each output, in order, to `each` instead of returning
-    /// a vector: a caller that evaluates a small program many times and keeps its
-    /// outputs in its own form allocates nothing here.
-    ///
-    /// ```
-    /// # use std::sync::Arc;
-    /// # use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// # use scalar::{ScalarOp, ScalarKey};
-    /// # let mut b = GraphBuilder::<ScalarOp>::new();
-    /// # let x = b.add_input(ScalarKey::var(0));
-    /// # let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
-    /// # let g = Arc::new(b.build());
-    /// # let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(sc[0]), g.global_key(sc[1])]));
-    /// let (mut state, mut sum) = (EvalState::new(), 0.0);
-    /// program.eval_with_each(&mut state, &mut (), &[&0.5], |y| sum += y).unwrap();
-    /// assert_eq!(sum, 0.5f64.sin() + 0.5f64.cos());
-    /// ```
-    pub fn eval_with_each<F>(
-        &self,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-        each: F,
-    ) -> GraphResult<()>
-    where
-        F: FnMut(Op::Operand),
-    {
-        self.run_to_slots(state, ctx, inputs)?;
-        let slots = &self.code.program().slots;
-        // SAFETY: the run completed, so every output slot of the verified program holds
-        // its value, and verification checked that each is moved out once, at its last
-        // mention.
-        unsafe { take_outputs(&mut state.slots, &slots.output_slots, &slots.output_move, each) };
-        Ok(())
-    }
-
-    /// Runs the program, leaving the outputs in `state`'s slots (the part of evaluation
-    /// that does not depend on what the caller does with the outputs).
-    ///
-    /// It only forwards, but it stays: calling `run` directly from `eval_with_each` gives
-    /// the same instructions and a different placement of the evaluation loop, and
-    /// `eval_arithmetic/window/ours` at 10^6 took 1.74–1.79 ms instead of 0.88–0.90 ms in
-    /// the `pipeline` bench binary (ADR 0016).
-    #[inline(always)]
-    fn run_to_slots(
-        &self,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<()> {
-        self.code.run(state, ctx, inputs, self.prefetch_slots)
-    }
-}
-
-impl<Op: EvaluableGraphOperation> CompiledProgram<Op>
-where
-    Op::Context: Clone + Send,
-{
-    /// Evaluates the program level by level on a rayon pool; the result is the one of
-    /// [`Self::eval`].
-    ///
-    /// `pool` is the user's pool, or `None` for the current one (the global pool outside
-    /// any pool). The pool is entered once per call. A program of costly instructions
-    /// (mean cost hint at least [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST),
-    /// see [`Self::parallel_by_dependency`]) runs by dependency: an instruction starts as
-    /// soon as its operands are ready, and idle threads steal costly ones. Otherwise it
-    /// runs level by level: with one thread, or when less than
-    /// half of the program's cost is in levels costly enough to split (see
-    /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
-    /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
-    /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
-    /// per thread per call, on the calling thread), and what a clone records is dropped.
-    /// Operations that need one shared context should keep it behind their own lock.
-    /// Between parallel levels the pool's other threads spin, then yield, rather than
-    /// sleep, for the duration of the call.
-    ///
-    /// # Panics
-    /// As [`Self::eval`]; see [`Self::try_eval_parallel`].
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
-    /// use scalar::{ScalarOp, ScalarKey};
-    ///
-    /// let mut b = GraphBuilder::<ScalarOp>::new();
-    /// let x = b.add_input(ScalarKey::var(0));
-    /// let s = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
-    /// let c = b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary)[0];
-    /// let y = b.add_operation(ScalarOp::Mul, vec![Local(s), Local(c)], Primary)[0];
-    /// let g = Arc::new(b.build());
-    /// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]));
-    /// assert_eq!(program.level_count(), 2);
-    /// let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-    /// assert_eq!(program.eval_parallel(Some(&pool), &mut (), &[&0.5]), program.eval(&mut (), &[&0.5]));
-    /// ```
-    pub fn eval_parallel(
-        &self,
-        pool: Option<&ThreadPool>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> Vec<Op::Operand> {
-        self.try_eval_parallel(pool, ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Evaluates the program in parallel, or reports a wrong input count or a misbehaving
-    /// operation.
-    pub fn try_eval_parallel(
-        &self,
-        pool: Option<&ThreadPool>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<Vec<Op::Operand>> {
-        self.eval_parallel_with(pool, &mut EvalState::new(), ctx, inputs)
-    }
-
-    /// Evaluates the program in parallel reusing `state`'s allocations.
-    pub fn eval_parallel_with(
-        &self,
-        pool: Option<&ThreadPool>,
-        state: &mut EvalState<Op::Operand>,
-        ctx: &mut Op::Context,
-        inputs: &[&Op::Operand],
-    ) -> GraphResult<Vec<Op::Operand>> {
-        let threads = pool.map_or_else(rayon::current_num_threads, ThreadPool::current_num_threads);
-        if threads <= 1 || inputs.len() != self.code.program().slots.input_slots.len() {
-            return self.eval_with(state, ctx, inputs);
-        }
-        let sched = self.schedule()?;
-        if self.parallel_by_dependency() {
-            // Few costly instructions: by dependency, not by level (`dataflow.rs`), in
-            // cells of its own; what an earlier run left in `state` is dropped, as a
-            // reset would.
-            state.clear();
-            let (code, plan) = (&self.code, self.dataflow_plan()?);
-            return match pool {
-                Some(pool) => pool.install(|| dataflow::run(code, plan, ctx, inputs)),
-                None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
-            };
-        }
-        if !sched.schedule().worth_parallel {
-            return self.eval_with(state, ctx, inputs);
-        }
-        match pool {
-            Some(pool) => pool.install(|| self.code.run_levels(sched, threads, state, ctx, inputs)),
-            None => rayon::scope(|_| self.code.run_levels(sched, threads, state, ctx, inputs)),
-        }
     }
 }
 

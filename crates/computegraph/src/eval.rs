@@ -61,6 +61,10 @@ use std::mem::MaybeUninit;
 
 use smallvec::SmallVec;
 
+use rayon::ThreadPool;
+
+use crate::compiled::CompiledProgram;
+use crate::dataflow;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
@@ -126,6 +130,196 @@ impl<T> EvalState<T> {
     pub fn clear(&mut self) {
         self.slots.clear();
         self.out.clear();
+    }
+}
+
+impl<Op: EvaluableGraphOperation> CompiledProgram<Op> {
+    /// Evaluates the program on `inputs`, one per program input, in the order of
+    /// [`Self::input_keys`] (the same as the materialized graph's
+    /// [`input_keys`](crate::MaterializedGraph::input_keys)). That order is the order in
+    /// which the inputs' keys were first interned, which is not always the order in which
+    /// a graph added them: bind by key ([`Self::bind_inputs`], [`Self::try_eval_by_key`])
+    /// rather than by position when in doubt.
+    ///
+    /// # Panics
+    /// On a wrong number of inputs or an operation that returns the wrong number of
+    /// outputs; see [`Self::try_eval`].
+    pub fn eval(&self, ctx: &mut Op::Context, inputs: &[&Op::Operand]) -> Vec<Op::Operand> {
+        self.try_eval(ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Evaluates the program, or reports a wrong input count or a misbehaving operation.
+    pub fn try_eval(&self, ctx: &mut Op::Context, inputs: &[&Op::Operand]) -> GraphResult<Vec<Op::Operand>> {
+        self.eval_with(&mut EvalState::new(), ctx, inputs)
+    }
+
+    /// Evaluates the program with inputs looked up by key.
+    pub fn try_eval_by_key<'a, F>(&self, ctx: &mut Op::Context, lookup: F) -> GraphResult<Vec<Op::Operand>>
+    where
+        F: FnMut(&Op::InputKey) -> Option<&'a Op::Operand>,
+    {
+        let inputs = self.bind_inputs(lookup)?;
+        self.try_eval(ctx, &inputs)
+    }
+
+    /// Evaluates the program reusing `state`'s allocations.
+    pub fn eval_with(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<Vec<Op::Operand>> {
+        let mut outputs = Vec::with_capacity(self.code().program().slots.output_slots.len());
+        self.eval_with_each(state, ctx, inputs, |x| outputs.push(x))?;
+        Ok(outputs)
+    }
+
+    /// [`Self::eval_with`] handing each output, in order, to `each` instead of returning
+    /// a vector: a caller that evaluates a small program many times and keeps its
+    /// outputs in its own form allocates nothing here.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use computegraph::{compile, materialize_merge, resolve, EvalState, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+    /// # use scalar::{ScalarOp, ScalarKey};
+    /// # let mut b = GraphBuilder::<ScalarOp>::new();
+    /// # let x = b.add_input(ScalarKey::var(0));
+    /// # let sc = b.add_operation(ScalarOp::SinCos, vec![Local(x)], Primary);
+    /// # let g = Arc::new(b.build());
+    /// # let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(sc[0]), g.global_key(sc[1])]));
+    /// let (mut state, mut sum) = (EvalState::new(), 0.0);
+    /// program.eval_with_each(&mut state, &mut (), &[&0.5], |y| sum += y).unwrap();
+    /// assert_eq!(sum, 0.5f64.sin() + 0.5f64.cos());
+    /// ```
+    pub fn eval_with_each<F>(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+        each: F,
+    ) -> GraphResult<()>
+    where
+        F: FnMut(Op::Operand),
+    {
+        self.run_to_slots(state, ctx, inputs)?;
+        let slots = &self.code().program().slots;
+        // SAFETY: the run completed, so every output slot of the verified program holds
+        // its value, and verification checked that each is moved out once, at its last
+        // mention.
+        unsafe { take_outputs(&mut state.slots, &slots.output_slots, &slots.output_move, each) };
+        Ok(())
+    }
+
+    /// Runs the program, leaving the outputs in `state`'s slots (the part of evaluation
+    /// that does not depend on what the caller does with the outputs).
+    ///
+    /// It only forwards, but it stays: calling `run` directly from `eval_with_each` gives
+    /// the same instructions and a different placement of the evaluation loop, and
+    /// `eval_arithmetic/window/ours` at 10^6 took 1.74–1.79 ms instead of 0.88–0.90 ms in
+    /// the `pipeline` bench binary (ADR 0016).
+    #[inline(always)]
+    fn run_to_slots(
+        &self,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<()> {
+        self.code().run(state, ctx, inputs, self.prefetches_operand_slots())
+    }
+}
+
+impl<Op: EvaluableGraphOperation> CompiledProgram<Op>
+where
+    Op::Context: Clone + Send,
+{
+    /// Evaluates the program level by level on a rayon pool; the result is the one of
+    /// [`Self::eval`].
+    ///
+    /// `pool` is the user's pool, or `None` for the current one (the global pool outside
+    /// any pool). The pool is entered once per call. A program of costly instructions
+    /// (mean cost hint at least [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST),
+    /// see [`Self::parallel_by_dependency`]) runs by dependency: an instruction starts as
+    /// soon as its operands are ready, and idle threads steal costly ones. Otherwise it
+    /// runs level by level: with one thread, or when less than
+    /// half of the program's cost is in levels costly enough to split (see
+    /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
+    /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
+    /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
+    /// per thread per call, on the calling thread), and what a clone records is dropped.
+    /// Operations that need one shared context should keep it behind their own lock.
+    /// Between parallel levels the pool's other threads spin, then yield, rather than
+    /// sleep, for the duration of the call.
+    ///
+    /// # Panics
+    /// As [`Self::eval`]; see [`Self::try_eval_parallel`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use computegraph::{compile, materialize_merge, resolve, GraphBuilder, ValueRef::Local, OperationRole::Primary};
+    /// use scalar::{ScalarOp, ScalarKey};
+    ///
+    /// let mut b = GraphBuilder::<ScalarOp>::new();
+    /// let x = b.add_input(ScalarKey::var(0));
+    /// let s = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+    /// let c = b.add_operation(ScalarOp::Cos, vec![Local(x)], Primary)[0];
+    /// let y = b.add_operation(ScalarOp::Mul, vec![Local(s), Local(c)], Primary)[0];
+    /// let g = Arc::new(b.build());
+    /// let program = compile(&materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(y)]));
+    /// assert_eq!(program.level_count(), 2);
+    /// let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// assert_eq!(program.eval_parallel(Some(&pool), &mut (), &[&0.5]), program.eval(&mut (), &[&0.5]));
+    /// ```
+    pub fn eval_parallel(
+        &self,
+        pool: Option<&ThreadPool>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> Vec<Op::Operand> {
+        self.try_eval_parallel(pool, ctx, inputs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Evaluates the program in parallel, or reports a wrong input count or a misbehaving
+    /// operation.
+    pub fn try_eval_parallel(
+        &self,
+        pool: Option<&ThreadPool>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<Vec<Op::Operand>> {
+        self.eval_parallel_with(pool, &mut EvalState::new(), ctx, inputs)
+    }
+
+    /// Evaluates the program in parallel reusing `state`'s allocations.
+    pub fn eval_parallel_with(
+        &self,
+        pool: Option<&ThreadPool>,
+        state: &mut EvalState<Op::Operand>,
+        ctx: &mut Op::Context,
+        inputs: &[&Op::Operand],
+    ) -> GraphResult<Vec<Op::Operand>> {
+        let threads = pool.map_or_else(rayon::current_num_threads, ThreadPool::current_num_threads);
+        if threads <= 1 || inputs.len() != self.code().program().slots.input_slots.len() {
+            return self.eval_with(state, ctx, inputs);
+        }
+        let sched = self.schedule()?;
+        if self.parallel_by_dependency() {
+            // Few costly instructions: by dependency, not by level (`dataflow.rs`), in
+            // cells of its own; what an earlier run left in `state` is dropped, as a
+            // reset would.
+            state.clear();
+            let (code, plan) = (self.code(), self.dataflow_plan()?);
+            return match pool {
+                Some(pool) => pool.install(|| dataflow::run(code, plan, ctx, inputs)),
+                None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
+            };
+        }
+        if !sched.schedule().worth_parallel {
+            return self.eval_with(state, ctx, inputs);
+        }
+        match pool {
+            Some(pool) => pool.install(|| self.code().run_levels(sched, threads, state, ctx, inputs)),
+            None => rayon::scope(|_| self.code().run_levels(sched, threads, state, ctx, inputs)),
+        }
     }
 }
 
@@ -700,7 +894,7 @@ unsafe fn gather<'s, T, S: SlotAccess<T>>(slots: &'s S, ins: &[SlotId]) -> Small
 ///
 /// # Safety
 /// Every slot of `output_slots` is in range and holds a value.
-pub(crate) unsafe fn take_outputs<T: Clone>(
+unsafe fn take_outputs<T: Clone>(
     slots: &mut SlotFile<T>,
     output_slots: &[SlotId],
     output_move: &[bool],
