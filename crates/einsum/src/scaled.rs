@@ -311,23 +311,23 @@ fn guarded<T: Elem>(
 
 /// One step of a plan: which values it reads (operands `0..n`, then step results in order)
 /// and its kernel.
-enum Step {
+pub(crate) enum Step {
     Unary { a: usize, spec: UnarySpec },
     Contract { a: usize, b: usize, spec: ContractSpec },
 }
 
 /// The steps of a plan as `network.rs` builds them into a graph: the sums done first, the
 /// pairwise steps (labels kept batch, left, right), the final reduction; step `s` writes
-/// value `n + s`.
-struct Steps {
-    n: usize,
-    steps: Vec<Step>,
+/// value `n + s`. `checkpoint.rs` runs the same steps unscaled.
+pub(crate) struct Steps {
+    pub(crate) n: usize,
+    pub(crate) steps: Vec<Step>,
     /// The value that is the output.
-    out: usize,
+    pub(crate) out: usize,
 }
 
 impl Steps {
-    fn new(plan: &Plan) -> EinsumResult<Steps> {
+    pub(crate) fn new(plan: &Plan) -> EinsumResult<Steps> {
         let net = plan.network();
         let (inputs, output, sizes) = (&net.inputs, &net.output, &net.sizes);
         let n = inputs.len();
@@ -464,12 +464,12 @@ impl Steps {
 }
 
 /// A transposed spec as the AD rules make it: conjugation flags on complex values only.
-fn adjoint<T: Elem>(spec: ContractSpec) -> ContractSpec {
+pub(crate) fn adjoint<T: Elem>(spec: ContractSpec) -> ContractSpec {
     if T::IS_COMPLEX { spec } else { spec.with_conj([false; 2]) }
 }
 
 /// `wrt` checked: operand positions below `n`, none twice.
-fn check_wrt(name: &str, wrt: &[usize], n: usize) -> EinsumResult<()> {
+pub(crate) fn check_wrt(name: &str, wrt: &[usize], n: usize) -> EinsumResult<()> {
     for (k, &i) in wrt.iter().enumerate() {
         if i >= n {
             return Err(EinsumError::Shape(format!(
