@@ -93,6 +93,8 @@ class Expression:
         wrt: Sequence[int] | None = None,
         cotangent: Any = None,
         fit: bool = False,
+        start: int = 0,
+        stop: int | None = None,
     ) -> Any: ...
     def _hvp(
         self, operands: tuple[Any, ...], directions: Sequence[Any], wrt: Sequence[int] | None = None, cotangent: Any = None

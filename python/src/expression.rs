@@ -410,6 +410,7 @@ impl Inner {
         limit: Option<f64>,
         d: Option<&Derivative<'_, 'py>>,
         fit: bool,
+        range: std::ops::Range<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.check_memory::<T>(limit)?;
         let e = self.einsum::<T>()?;
@@ -424,11 +425,11 @@ impl Inner {
             Ok(PyTuple::new(py, [m, e10.into_pyobject(py)?.into_any()])?.into_any())
         };
         let Some(d) = d else {
-            return to_py(run(py, work, || e.eval_scaled(&refs))?);
+            return to_py(run(py, work, || e.eval_slices_scaled(&refs, range))?);
         };
         let c = self.cotangent::<T>(d.cotangent)?;
         let wrt = &d.wrt;
-        let (v, grads) = run(py, 3.0 * work, || e.value_and_grad_scaled(&refs, wrt, &c))?;
+        let (v, grads) = run(py, 3.0 * work, || e.value_and_grad_slices_scaled(&refs, wrt, &c, range))?;
         let grads = PyTuple::new(py, grads.into_iter().map(to_py).collect::<PyResult<Vec<_>>>()?)?;
         Ok(PyTuple::new(py, [to_py(v)?, grads.into_any()])?.into_any())
     }
@@ -589,8 +590,10 @@ impl Expression {
     /// `mantissa * 10**exponent` (intermediates rescaled by powers of two, so it is finite
     /// where the plain value overflows or underflows); with `grads`, `(value, grads)` with
     /// one such pair per operand in `wrt` (all if `None`) for `cotangent`. With `fit`, each
-    /// result that fits the element type comes as a plain array instead.
-    #[pyo3(signature = (operands, grads=false, wrt=None, cotangent=None, fit=false))]
+    /// result that fits the element type comes as a plain array instead. Over the slices
+    /// `start..stop` only (all by default), for the distributed executors.
+    #[pyo3(signature = (operands, grads=false, wrt=None, cotangent=None, fit=false, start=0, stop=None))]
+    #[allow(clippy::too_many_arguments)]
     fn _scaled<'py>(
         &self,
         py: Python<'py>,
@@ -599,10 +602,12 @@ impl Expression {
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
         fit: bool,
+        start: u64,
+        stop: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
+        let (inner, d, range) = (&self.inner, self.derivative(wrt, cotangent.as_ref()), self.inner.range(start, stop));
         let d = grads.then_some(&d);
-        by_dtype!(inner.operands(operands)?, t => inner.scaled(py, &t, self.memory_limit, d, fit))
+        by_dtype!(inner.operands(operands)?, t => inner.scaled(py, &t, self.memory_limit, d, fit, range))
     }
 
     /// Hessian-vector products of `x ↦ ⟨cotangent, f(x)⟩` in the operands `wrt`, one

@@ -1,5 +1,6 @@
 """cgx.mpi under ``mpiexec -n 3`` on this machine: value, gradient and Hessian-vector
-products on the root against the single-process expression and numpy, with sliced labels
+products (and ``strip_exponent``'s scaled ones) on the root against the single-process
+expression and numpy, with sliced labels
 in the output, not in it and both, more ranks than slices, and a bad input raising the
 local API's exception on every rank; and Ctrl-C on mpiexec interrupting every rank's long
 call within a second. Skipped only when mpi4py or ``mpiexec`` is missing."""
@@ -56,6 +57,22 @@ for eq, shapes, sliced in NETWORKS:
             np.testing.assert_allclose(h, w, rtol=1e-10, atol=1e-12)
     else:
         assert got is None and value_grads is None and products is None
+    # strip_exponent: operands of 10^200, so every product of two overflows.
+    big = [rng.random(s) * 1e200 for s in shapes]
+    scaled = cgx.mpi.contract(eq, *big, sliced_inds=sliced, strip_exponent=True)
+    auto = cgx.mpi.contract(eq, *big, sliced_inds=sliced)
+    scaled_grads = cgx.mpi.value_and_grad(eq, *big, wrt=[0, 1], cotangent=cot, sliced_inds=sliced, strip_exponent=True)
+    if comm.rank == 0:
+        wm, we = expr(*big, strip_exponent=True)
+        for m, e in (scaled, auto):
+            np.testing.assert_allclose(m * 10.0 ** (e - we), wm, rtol=1e-13)
+        (m, e), grads = scaled_grads
+        (wm, we), want_grads = expr.value_and_grad(*big, wrt=[0, 1], cotangent=cot, strip_exponent=True)
+        np.testing.assert_allclose(m * 10.0 ** (e - we), wm, rtol=1e-13)
+        for (gm, ge), (hm, he) in zip(grads, want_grads):
+            np.testing.assert_allclose(gm * 10.0 ** (ge - he), hm, rtol=1e-13)
+    else:
+        assert scaled is None and auto is None and scaled_grads is None
 # The hyper-optimizer's slicing: the root plans with it and the ranks run its slices.
 n = 10
 labels = [cgx.get_symbol(i) for i in range(n)]

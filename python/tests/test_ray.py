@@ -170,3 +170,24 @@ def test_ctrl_c_ends_a_ray_run_within_a_second_and_cancels_its_tasks(local_ray, 
     # Ray still works.
     x = np.arange(6.0).reshape(2, 3)
     np.testing.assert_allclose(cr.contract("ij,jk->ik", x, x.T, sliced_inds="j"), x @ x.T)
+
+
+@pytest.mark.parametrize("network", NETWORKS, ids=["summed", "in-output", "both"])
+def test_strip_exponent_matches_single_process(local_ray, network):
+    eq, shapes, sliced = network
+    rng = np.random.default_rng(4)
+    ops = [rng.random(s) * 1e200 for s in shapes]  # every product of two overflows
+    expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
+    wm, we = expr(*ops, strip_exponent=True)
+    for mode in (True, None):  # None: the plain result is infinite, so it is rerun
+        m, e = cr.contract(eq, *ops, sliced_inds=sliced, n_tasks=3, strip_exponent=mode)
+        np.testing.assert_allclose(m * 10.0 ** (e - we), wm, rtol=1e-13)
+    assert np.isinf(cr.contract(eq, *ops, sliced_inds=sliced, strip_exponent=False)).all()
+    cot = rng.standard_normal(expr.output_shape)
+    (m, e), grads = cr.value_and_grad(eq, *ops, wrt=[0, 1], cotangent=cot, sliced_inds=sliced, strip_exponent=True)
+    (wm, we), want = expr.value_and_grad(*ops, wrt=[0, 1], cotangent=cot, strip_exponent=True)
+    np.testing.assert_allclose(m * 10.0 ** (e - we), wm, rtol=1e-13)
+    for (gm, ge), (hm, he) in zip(grads, want):
+        np.testing.assert_allclose(gm * 10.0 ** (ge - he), hm, rtol=1e-13)
+    (m, e), _ = ray.get(cr.submit_value_and_grad(eq, *ops, wrt=[0], cotangent=cot, sliced_inds=sliced, strip_exponent=True))
+    np.testing.assert_allclose(m * 10.0 ** (e - we), wm, rtol=1e-13)

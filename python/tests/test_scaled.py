@@ -1,7 +1,8 @@
 """Scaled contraction (``strip_exponent``): equal to the plain one where both are finite
 (hypothesis, real and complex, sliced), equal to exact rational references where the plain
 one overflows (an MPS inner product of 200 sites with entries in [0.5, 1), products of
-10^300-scale numbers), the 200-site MPS instance against numpy in long double, the
+10^300-scale numbers, the 200-site MPS instance with factored operands, value and
+gradients), the 200-site MPS instance against numpy in long double, the
 automatic rerun of a plain result that left the range, and gradients by finite
 differences in log space."""
 
@@ -220,3 +221,55 @@ def test_bad_strip_exponent_arguments_are_errors() -> None:
         expr(x, np.ones(3), strip_exponent=True)
     # Non-finite operands give the plain non-finite result, not a rerun.
     assert np.isnan(cgx.contract("i,i->", np.array([np.nan, 1.0]), x))
+
+
+def test_the_mps_200_instance_matches_exact_rationals():
+    # The instance with operands that are outer products of per-axis factors k/256 (k in
+    # 205..255, so entries are in [0.5, 1) and exact in binary): the network then factors
+    # into one sum per label, Σ_i Π f(i) over the two operands holding it, whose exact
+    # rational product is the value (about 10^400), and each gradient is the product of
+    # the other labels' sums times the outer product of the partners' factors.
+    inst = json.loads((DATA / "str_mps_varying_inner_product_200.json").read_text())
+    eq, shapes = inst["format_string"], inst["shapes"]
+    path = [tuple(p) for p in inst["paths"]["opt_size"]["path"]]
+    terms = eq.split("->")[0].split(",")
+    rng = np.random.default_rng(8)
+    ints = [[rng.integers(205, 256, size=d) for d in s] for s in shapes]
+    ops = []
+    for fs in ints:
+        t = np.ones(())
+        for f in fs:
+            t = np.multiply.outer(t, f / 256.0)
+        ops.append(t)
+    assert min(o.min() for o in ops) >= 0.5 and max(o.max() for o in ops) < 1
+    holders = {}
+    for t, term in enumerate(terms):
+        for pos, label in enumerate(term):
+            holders.setdefault(label, []).append((t, pos))
+    assert all(len(h) == 2 for h in holders.values())
+    sums = {}
+    for label, ((t, p), (u, q)) in holders.items():
+        sums[label] = Fraction(int(np.dot(ints[t][p].astype(object), ints[u][q].astype(object))), 256**2)
+    want = math.prod(sums.values(), start=Fraction(1))
+    assert log10_fraction(want) > 308
+    assert np.isinf(cgx.contract(eq, *ops, optimize=path, strip_exponent=False))
+    got = cgx.contract(eq, *ops, optimize=path, strip_exponent=True)
+    k = round(got[1] / math.log10(2))
+    assert abs(float(Fraction(float(got[0])) * Fraction(2) ** k / want) - 1) < 1e-12
+    expr = cgx.contract_expression(eq, *shapes, optimize=path)
+    picks = (0, 1, 57, 198, 199)
+    value_, grads = expr.value_and_grad(*ops, wrt=list(picks), strip_exponent=True)
+    assert value_[1] == got[1] and abs(value_[0] / got[0] - 1) < 1e-14
+    for t, (gm, ge) in zip(picks, grads):
+        partners = []
+        rest = Fraction(1)
+        for label, s in sums.items():
+            if label not in terms[t]:
+                rest *= s
+        outer = np.ones(())
+        for p, label in enumerate(terms[t]):
+            (u, q), = [h for h in holders[label] if h != (t, p)]
+            partners.append(ints[u][q] / 256.0)
+            outer = np.multiply.outer(outer, partners[-1])
+        scale = float(Fraction(2) ** round(ge / math.log10(2)) / rest)
+        np.testing.assert_allclose(gm * scale, outer, rtol=1e-12)

@@ -34,6 +34,9 @@
 //!   ([`Einsum::eval_scaled`], [`Einsum::value_and_grad_scaled`], and the same on
 //!   [`SlicedEinsum`]), for results and intermediates beyond `f64`'s range (cotengra's
 //!   `strip_exponent`).
+//! - [`CheckpointedGradient`]: the gradient under a memory target
+//!   ([`Einsum::gradient_within`]): forward intermediates kept for the reverse pass while
+//!   they fit, recomputed otherwise.
 //! - [`reference_einsum`]: the plain nested-loop reference the tests compare against.
 //! - [`with_stop`]: a flag that another thread raises to end a running evaluation
 //!   ([`EinsumError::Interrupted`]); how Ctrl-C ends a contraction in Python.
@@ -94,6 +97,7 @@
 
 mod ad;
 mod buffer;
+mod checkpoint;
 mod cost;
 pub mod draw;
 mod elem;
@@ -128,6 +132,7 @@ mod threads;
 mod threads_tests;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
+pub use checkpoint::CheckpointedGradient;
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use instance::{BUNDLED_DIR, Dtype, Instance};

@@ -40,6 +40,8 @@
 //! largest magnitude) and a rare rescaling pass; the forward intermediates are kept for the
 //! reverse pass (counted by [`Einsum::gradient`]'s memory check).
 
+use std::ops::Range;
+
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{self, ContractSpec, UnarySpec};
@@ -309,23 +311,23 @@ fn guarded<T: Elem>(
 
 /// One step of a plan: which values it reads (operands `0..n`, then step results in order)
 /// and its kernel.
-enum Step {
+pub(crate) enum Step {
     Unary { a: usize, spec: UnarySpec },
     Contract { a: usize, b: usize, spec: ContractSpec },
 }
 
 /// The steps of a plan as `network.rs` builds them into a graph: the sums done first, the
 /// pairwise steps (labels kept batch, left, right), the final reduction; step `s` writes
-/// value `n + s`.
-struct Steps {
-    n: usize,
-    steps: Vec<Step>,
+/// value `n + s`. `checkpoint.rs` runs the same steps unscaled.
+pub(crate) struct Steps {
+    pub(crate) n: usize,
+    pub(crate) steps: Vec<Step>,
     /// The value that is the output.
-    out: usize,
+    pub(crate) out: usize,
 }
 
 impl Steps {
-    fn new(plan: &Plan) -> EinsumResult<Steps> {
+    pub(crate) fn new(plan: &Plan) -> EinsumResult<Steps> {
         let net = plan.network();
         let (inputs, output, sizes) = (&net.inputs, &net.output, &net.sizes);
         let n = inputs.len();
@@ -462,12 +464,12 @@ impl Steps {
 }
 
 /// A transposed spec as the AD rules make it: conjugation flags on complex values only.
-fn adjoint<T: Elem>(spec: ContractSpec) -> ContractSpec {
+pub(crate) fn adjoint<T: Elem>(spec: ContractSpec) -> ContractSpec {
     if T::IS_COMPLEX { spec } else { spec.with_conj([false; 2]) }
 }
 
 /// `wrt` checked: operand positions below `n`, none twice.
-fn check_wrt(name: &str, wrt: &[usize], n: usize) -> EinsumResult<()> {
+pub(crate) fn check_wrt(name: &str, wrt: &[usize], n: usize) -> EinsumResult<()> {
     for (k, &i) in wrt.iter().enumerate() {
         if i >= n {
             return Err(EinsumError::Shape(format!(
@@ -637,12 +639,33 @@ impl<T: Elem> SlicedEinsum<T> {
     /// assert!((got - (400.0 + 20f64.log10())).abs() < 1e-10);
     /// ```
     pub fn eval_scaled(&self, operands: &[&Tensor<T>]) -> EinsumResult<ScaledTensor<T>> {
-        if !self.is_sliced() {
+        self.eval_slices_scaled(operands, 0..self.plan().n_slices())
+    }
+
+    /// The scaled sum of the slices in `range` (of `0..n_slices`), of the output's full
+    /// shape, as [`SlicedEinsum::eval_slices`] gives it plain: the scaled results of
+    /// disjoint ranges, brought to one exponent and added, are [`SlicedEinsum::eval_scaled`]
+    /// (what the distributed executors do with their ranges).
+    ///
+    /// ```
+    /// use einsum::{EinsumOptions, PathChoice, SlicedEinsum, Slicing, Tensor};
+    ///
+    /// let s = SlicedEinsum::<f64>::new("i,i->", &[vec![4], vec![4]], PathChoice::Greedy,
+    ///     &EinsumOptions::default(), &Slicing::Labels(vec!['i'])).unwrap();
+    /// let x = Tensor::new(vec![4], vec![1e200, 2e200, 3e200, 4e200]).unwrap();
+    /// let (a, b) = (s.eval_slices_scaled(&[&x, &x], 0..2).unwrap(), s.eval_slices_scaled(&[&x, &x], 2..4).unwrap());
+    /// let log10 = |t: &einsum::ScaledTensor<f64>| t.mantissa().data()[0].log10() + t.exponent10();
+    /// // (1² + 2²)·10^400 and (3² + 4²)·10^400, each past f64's range.
+    /// assert!((log10(&a) - (400.0 + 5f64.log10())).abs() < 1e-12);
+    /// assert!((log10(&b) - (400.0 + 25f64.log10())).abs() < 1e-12);
+    /// ```
+    pub fn eval_slices_scaled(&self, operands: &[&Tensor<T>], range: Range<u64>) -> EinsumResult<ScaledTensor<T>> {
+        if !self.is_sliced() && range == (0..1) {
             return self.slice_einsum().eval_scaled(operands);
         }
         let steps = Steps::new(self.slice_einsum().plan())?;
         let mut acc = Accumulator::new(self.output_shape())?;
-        self.for_each_slice(operands, None, &mut |values, refs, _| {
+        self.for_each_slice(operands, None, range, &mut |values, refs, _| {
             acc.add(steps.eval(refs), |a, p| self.add_output_slice(a, values, p));
             Ok(())
         })?;
@@ -668,7 +691,21 @@ impl<T: Elem> SlicedEinsum<T> {
         wrt: &[usize],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(ScaledTensor<T>, Vec<ScaledTensor<T>>)> {
-        if !self.is_sliced() {
+        self.value_and_grad_slices_scaled(operands, wrt, cotangent, 0..self.plan().n_slices())
+    }
+
+    /// [`SlicedEinsum::value_and_grad_scaled`] over the slices in `range` (of
+    /// `0..n_slices`): the value as [`SlicedEinsum::eval_slices_scaled`] gives it and the
+    /// gradients summed over the range; disjoint ranges' results, brought to one exponent
+    /// each and added, are those of every slice.
+    pub fn value_and_grad_slices_scaled(
+        &self,
+        operands: &[&Tensor<T>],
+        wrt: &[usize],
+        cotangent: &Tensor<T>,
+        range: Range<u64>,
+    ) -> EinsumResult<(ScaledTensor<T>, Vec<ScaledTensor<T>>)> {
+        if !self.is_sliced() && range == (0..1) {
             return self.slice_einsum().value_and_grad_scaled(operands, wrt, cotangent);
         }
         let name = self.contraction_plan().name();
@@ -678,7 +715,7 @@ impl<T: Elem> SlicedEinsum<T> {
         let mut value = Accumulator::new(self.output_shape())?;
         let mut grads: Vec<Accumulator<T>> =
             wrt.iter().map(|&i| Accumulator::new(&self.shapes()[i])).collect::<EinsumResult<_>>()?;
-        self.for_each_slice(operands, Some(cotangent), &mut |values, refs, c| {
+        self.for_each_slice(operands, Some(cotangent), range, &mut |values, refs, c| {
             let (v, gs) = steps.value_and_grad(refs, wrt, c.expect("a cotangent was given"));
             value.add(v, |a, p| self.add_output_slice(a, values, p));
             for ((acc, g), &i) in grads.iter_mut().zip(gs).zip(wrt) {

@@ -553,18 +553,20 @@ impl<T: Elem> SlicedEinsum<T> {
         self.layout.is_sliced()
     }
 
-    /// Calls `f(values, slice operands, slice cotangent)` for every slice in order, after
-    /// checking the operands (and the cotangent, of the output's shape): the loop of
-    /// [`SlicedEinsum::eval`] and of the gradient, for `scaled.rs`, which combines the
-    /// slices' results itself (each with its own exponent).
+    /// Calls `f(values, slice operands, slice cotangent)` for every slice of `range` in
+    /// order, after checking the operands, the range (and the cotangent, of the output's
+    /// shape): the loop of [`SlicedEinsum::eval`] and of the gradient, for `scaled.rs`,
+    /// which combines the slices' results itself (each with its own exponent).
     pub(crate) fn for_each_slice(
         &self,
         operands: &[&Tensor<T>],
         cotangent: Option<&Tensor<T>>,
+        range: Range<u64>,
         f: &mut SliceVisitor<'_, T>,
     ) -> EinsumResult<()> {
         let l = &*self.layout;
         l.check(operands)?;
+        l.check_range(&range)?;
         if let Some(c) = cotangent.filter(|c| c.shape() != l.output_shape.as_slice()) {
             return Err(EinsumError::Shape(format!(
                 "cotangent 0 of `{}` has shape {:?}, expected {:?}",
@@ -576,7 +578,7 @@ impl<T: Elem> SlicedEinsum<T> {
         let _evaluation = crate::buffer::begin_evaluation();
         let mut copies = SliceOperands::new(operands.len());
         let out_sliced = l.output_axes.iter().any(Option::is_some);
-        for k in 0..l.plan.n_slices() {
+        for k in range {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
             let part = cotangent.filter(|_| out_sliced).map(|c| gather(c, &l.output_axes, &values));

@@ -6,7 +6,9 @@
 //! thread (evaluation is sequential) and starts with the thread's buffer pool emptied, so
 //! buffers the pool keeps count as allocated, as they are. The instance's unsliced peak is
 //! far above the target; sliced, the measured peak of the value, of the gradient and of a
-//! Hessian-vector product stays under it, and the results equal the unsliced ones.
+//! Hessian-vector product stays under it, and the results equal the unsliced ones. A
+//! gradient planned within a target (`Einsum::gradient_within`, recomputing intermediates)
+//! stays under it too, with the gradients of `Einsum::gradient`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -181,5 +183,71 @@ fn a_sliced_hvp_stays_under_the_target_with_the_unsliced_products() {
         p.n_slices(),
         p.labels(),
         p.overhead()
+    );
+}
+
+/// A chain `U0·V0·U1·V1·…·W·Z` whose every other intermediate is `n x n` (`Uk` is
+/// `x_k i_k`, `Vk` is `x_{k+1} i_k`, `n x 4`), contracted left to right: the plain reverse
+/// pass keeps every `n x n` intermediate, `m` of them.
+fn chain(m: usize, n: usize) -> (String, Vec<Vec<usize>>, Vec<[usize; 2]>) {
+    let x = |k: usize| char::from(b'a' + k as u8);
+    let i = |k: usize| char::from(b'A' + k as u8);
+    let mut terms = Vec::new();
+    let mut shapes = Vec::new();
+    for k in 0..m {
+        terms.push(format!("{}{}", x(k), i(k)));
+        terms.push(format!("{}{}", x(k + 1), i(k)));
+        shapes.extend([vec![n, 4], vec![n, 4]]);
+    }
+    terms.push(x(m).to_string());
+    terms.push(x(0).to_string());
+    shapes.extend([vec![n], vec![n]]);
+    let mut path = vec![[0, 1]];
+    path.extend((2..terms.len()).rev().map(|len| [0, len - 1]));
+    (terms.join(",") + "->", shapes, path)
+}
+
+#[test]
+fn a_checkpointed_gradient_stays_under_the_target_with_the_plain_gradients() {
+    let (expr, shapes, path) = chain(8, 256);
+    let e = Einsum::<f64>::new(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path))).unwrap();
+    let ops: Vec<Tensor<f64>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            Tensor::from_fn(s.clone(), |i| ((i[0] * 7 + i.get(1).unwrap_or(&0) * 3 + k) % 11) as f64 / 11.0 - 0.4)
+                .unwrap()
+        })
+        .collect();
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let one = Tensor::scalar(1.0);
+    // The operands and the cotangent are allocated before any measurement.
+    let held: u64 = ops.iter().map(|t| 8 * t.len() as u64).sum::<u64>() + 8;
+    let wrt: Vec<usize> = (0..shapes.len()).collect();
+    let plain = e.gradient(&wrt).unwrap();
+    let ((want_v, want), plain_peak) = measured(|| plain.eval_with_value(&refs, &one).unwrap());
+    let plain_peak = plain_peak + held;
+
+    let target: u64 = 3 << 20;
+    assert!(plain_peak > target + (target >> 2), "the chain is not large enough: {plain_peak} bytes");
+    let g = e.gradient_within(&wrt, MemoryLimit::Bytes(target)).unwrap();
+    assert!(g.peak_bytes() <= target, "simulated {}", g.peak_bytes());
+    let ((v, got), peak) = measured(|| g.eval_with_value(&refs, &one).unwrap());
+    let peak = peak + held;
+    assert!(peak <= target, "checkpointed: measured {peak} bytes over {target} (plain {plain_peak})");
+    assert!((v.data()[0] - want_v.data()[0]).abs() <= 1e-12 * (1.0 + want_v.data()[0].abs()));
+    for (a, b) in got.iter().zip(&want) {
+        assert!(a.max_abs_diff(b).unwrap() <= 1e-12 * (1.0 + b.max_abs()));
+    }
+    let all = e.gradient_within(&wrt, MemoryLimit::Unlimited).unwrap();
+    println!(
+        "target {target}: checkpointed gradient measured {peak} bytes, simulated {} (plain measured {plain_peak}, \
+         simulated {}); kept {} of {} intermediates; multiply-adds {:.3e} against {:.3e} with all kept",
+        g.peak_bytes(),
+        all.peak_bytes(),
+        g.kept(),
+        all.kept(),
+        g.multiply_adds(),
+        all.multiply_adds()
     );
 }

@@ -44,6 +44,15 @@ the directions and the cotangent), and the ranges' sums are added pairwise on th
 workers; the directions are scattered as the operands are, and the cotangent whole to
 every worker (an HVP's cotangent is usually the scalar 1).
 
+``strip_exponent`` (:func:`contract`, :func:`value_and_grad`) is the local API's
+(``cgx._scaled``): each task runs its range scaled (``scaled_range``: a
+``(mantissa, exponent)`` pair of the output's full shape, and one per gradient), the
+pairs are added pairwise on the workers at the larger exponent (``add_scaled``, by exact
+powers of two), and the client gets the root; by default a plain run whose value or
+gradients left the finite range from finite operands is run again so. A scaled range
+holds the output whole, even where a sliced label is in the output (no blocks), and gets
+the cotangent whole.
+
 Invariants: every task is pure (its result depends only on its arguments, which are the
 plan, the scattered operands and a slice range), so Dask may rerun it anywhere, for
 instance when a worker dies mid-run: that costs time, not the answer. (A range's
@@ -73,9 +82,19 @@ from numpy.typing import NDArray
 
 from .._parser import wrt_positions
 from .blocks import Blocks, Layout, block_layout, cotangent_blocks, place
-from .combine import add_grads, add_pair
-from .plan import HVP_WORK, check_hvp, min_ranges, plan_key, plan_ranges, prepare, slice_flops
-from .ranges import eval_range, grad_range, hvp_range
+from .combine import add_grads, add_pair, add_scaled, add_scaled_grads, finish_scaled
+from .plan import (
+    HVP_WORK,
+    check_hvp,
+    check_scaled,
+    min_ranges,
+    plan_key,
+    plan_ranges,
+    prepare,
+    slice_flops,
+    strip_exponent_mode,
+)
+from .ranges import eval_range, grad_range, hvp_range, scaled_range
 
 try:
     import distributed as _dd
@@ -237,6 +256,30 @@ def _submit(eq: str, arrays: Any, options: _Options, grad: Any = None) -> Any:
     return Assembly(layout, shape, blocks, grads)
 
 
+def _submit_scaled(eq: str, arrays: Any, options: _Options, grad: Any = None) -> Any:
+    """The future of the scaled sum's root: ``(mantissa, exponent)``, or with ``grad =
+    (wrt, cotangent)`` the scaled ``(value, grads)`` (see the module docs)."""
+    client = _require_client(options.client)
+    expr = prepare(eq, arrays, options.optimize, options.memory_limit, options.sliced_inds)
+    ops, wrt = check_scaled(expr, arrays, grad)
+    scattered = client.scatter(list(ops), broadcast=True, hash=False)
+    args: tuple[Any, ...]
+    if grad is None:
+        args, flops, add = (False, None, None), slice_flops(expr), add_scaled
+    else:
+        cot = None if grad[1] is None else client.scatter(np.asarray(grad[1]), broadcast=True, hash=False)
+        args, flops, add = (True, wrt, cot), 3 * slice_flops(expr), add_scaled_grads
+    ranges = plan_ranges(expr.n_slices, flops, _threads(client), options.n_tasks)
+    plan = plan_key(expr)
+    parts = [client.submit(scaled_range, plan, start, stop, *args, *scattered) for start, stop in ranges]
+    return _tree_sum(client, parts, add)
+
+
+def _check_bool(strip_exponent: Any) -> None:
+    if not isinstance(strip_exponent, bool):
+        raise TypeError(f"strip_exponent of a submit_* form must be True or False, not {strip_exponent!r}")
+
+
 def submit_contract(
     eq: str,
     *arrays: Any,
@@ -245,11 +288,18 @@ def submit_contract(
     sliced_inds: Any = None,
     client: Any = None,
     n_tasks: Optional[int] = None,
+    strip_exponent: bool = False,
 ) -> Any:
     """Like :func:`contract`, but returns at once: the Dask future of the result where the
     slices are summed, an :class:`Assembly` (``result()``, ``done()``, ``cancel()``) where
-    a sliced label is in the output."""
-    return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks))
+    a sliced label is in the output. With ``strip_exponent=True``, the future of the
+    ``(mantissa, exponent)`` pair (the automatic form needs the plain result first: it is
+    :func:`contract`'s)."""
+    _check_bool(strip_exponent)
+    options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
+    if strip_exponent:
+        return _submit_scaled(eq, arrays, options)
+    return _submit(eq, arrays, options)
 
 
 def submit_value_and_grad(
@@ -262,10 +312,16 @@ def submit_value_and_grad(
     sliced_inds: Any = None,
     client: Any = None,
     n_tasks: Optional[int] = None,
+    strip_exponent: bool = False,
 ) -> Any:
     """Like :func:`value_and_grad`, but returns at once the Dask future of ``(value, grads)``,
-    or an :class:`Assembly` of them where a sliced label is in the output."""
-    return _submit(eq, arrays, _Options(optimize, memory_limit, sliced_inds, client, n_tasks), (wrt, cotangent))
+    or an :class:`Assembly` of them where a sliced label is in the output; with
+    ``strip_exponent=True``, the future of the scaled ``(value, grads)``, each a pair."""
+    _check_bool(strip_exponent)
+    options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
+    if strip_exponent:
+        return _submit_scaled(eq, arrays, options, (wrt, cotangent))
+    return _submit(eq, arrays, options, (wrt, cotangent))
 
 
 def submit_hvp(
@@ -358,7 +414,8 @@ def contract(
     sliced_inds: Any = None,
     client: Any = None,
     n_tasks: Optional[int] = None,
-) -> NDArray[Any]:
+    strip_exponent: Optional[bool] = None,
+) -> Any:
     """:func:`cgx.contract` over a Dask cluster: the slices summed (or stacked where a sliced
     label is in the output), as a numpy array.
 
@@ -366,9 +423,17 @@ def contract(
     ``client`` is a ``dask.distributed.Client`` (the current one if ``None``); ``n_tasks``
     overrides the number of slice ranges (see :func:`plan_ranges`). Bad input raises what
     :func:`cgx.contract` raises, before anything is sent to the cluster.
+    ``strip_exponent`` is :func:`cgx.contract`'s: ``True`` gives ``(mantissa, exponent)``,
+    the default reruns scaled a result that left the finite range (see the module docs).
     """
     options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
-    return cast("NDArray[Any]", _with_retries(lambda: _submit(eq, arrays, options)))
+    return strip_exponent_mode(
+        strip_exponent,
+        arrays,
+        False,
+        lambda: _with_retries(lambda: _submit(eq, arrays, options)),
+        lambda fit: finish_scaled(_with_retries(lambda: _submit_scaled(eq, arrays, options)), False, fit),
+    )
 
 
 def value_and_grad(
@@ -381,7 +446,8 @@ def value_and_grad(
     sliced_inds: Any = None,
     client: Any = None,
     n_tasks: Optional[int] = None,
-) -> tuple[NDArray[Any], tuple[NDArray[Any], ...]]:
+    strip_exponent: Optional[bool] = None,
+) -> Any:
     """``(value, grads)`` of ``ContractExpression.value_and_grad`` over a Dask cluster.
 
     One gradient per operand in ``wrt`` (all if ``None``; an int for one), for
@@ -389,6 +455,14 @@ def value_and_grad(
     its slice range's value and gradients from one pass over its slices; gradients are
     added pairwise on the workers, and so is the value, unless a sliced label is in the
     output: then the client places each range's value blocks into the output.
+    ``strip_exponent`` as in :func:`contract`, for the value and each gradient.
     """
     options = _Options(optimize, memory_limit, sliced_inds, client, n_tasks)
-    return cast("tuple[NDArray[Any], tuple[NDArray[Any], ...]]", _with_retries(lambda: _submit(eq, arrays, options, (wrt, cotangent))))
+    grad = (wrt, cotangent)
+    return strip_exponent_mode(
+        strip_exponent,
+        arrays,
+        True,
+        lambda: _with_retries(lambda: _submit(eq, arrays, options, grad)),
+        lambda fit: finish_scaled(_with_retries(lambda: _submit_scaled(eq, arrays, options, grad)), True, fit),
+    )

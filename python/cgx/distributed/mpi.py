@@ -18,6 +18,12 @@ result comes back on ``root``, the other ranks get ``None``:
    the rank count steps, point to point): sums added, output blocks placed side by side,
    gradients added; ``root`` lays the blocks out as the output.
 
+``strip_exponent`` (:func:`contract`, :func:`value_and_grad`) is the local API's: each
+rank runs its range scaled and the ``(mantissa, exponent)`` pairs are added along the
+tree at the larger exponent; by default, ``root`` decides after the plain run whether
+its result left the finite range and broadcasts the decision, so every rank reruns
+scaled together.
+
 Unlike Dask and Ray, MPI has no fault tolerance: a rank that dies ends the job.
 
 >>> from mpi4py import MPI                                         # doctest: +SKIP
@@ -36,9 +42,9 @@ from numpy.typing import NDArray
 from .._expression import ContractExpression
 from .._parser import wrt_positions
 from .blocks import Layout, block_layout
-from .combine import add_grads, add_pair, finish
-from .plan import Plan, check_hvp, plan_key, prepare
-from .ranges import eval_range, grad_range, hvp_range
+from .combine import add_grads, add_pair, add_scaled, add_scaled_grads, finish, finish_scaled
+from .plan import Plan, check_hvp, check_mode, check_scaled, needs_rerun, plan_key, prepare
+from .ranges import eval_range, grad_range, hvp_range, scaled_range
 
 try:
     from mpi4py import MPI as _MPI
@@ -103,6 +109,57 @@ def _plan(
     return expr, plan_key(expr), block_layout(expr)
 
 
+def _scaled_total(
+    comm: Any,
+    root: int,
+    eq: str,
+    arrays: Any,
+    grad: Any,
+    options: tuple[Any, Any, Any],
+    fit: bool,
+) -> Any:
+    """The scaled run (``grad = (wrt, cotangent)`` for gradients too): the result on
+    ``root`` as the local API gives it, ``None`` on the other ranks."""
+
+    def make() -> Any:
+        expr, plan, _ = _plan(eq, arrays, *options)
+        ops, w = check_scaled(expr, arrays, grad)
+        cot = None if grad is None or grad[1] is None else np.asarray(grad[1])
+        return plan, expr.n_slices, w, cot, list(ops)
+
+    plan, n_slices, w, cot, ops = _broadcast(comm, root, make)
+    start, stop = _my_range(comm, n_slices)
+    part = scaled_range(plan, start, stop, grad is not None, w, cot, *ops)
+    total = _combine_to_root(comm, root, part, add_scaled if grad is None else add_scaled_grads)
+    return None if total is None else finish_scaled(total, grad is not None, fit)
+
+
+def _with_mode(
+    comm: Any,
+    root: int,
+    strip_exponent: Any,
+    arrays: Any,
+    grads: bool,
+    plain: Callable[[], Any],
+    scaled: Callable[[bool], Any],
+) -> Any:
+    """``strip_exponent`` read on ``root`` and run collectively (``plan.strip_exponent_mode``
+    on every rank, the decision to rerun taken on ``root`` and broadcast)."""
+
+    def mode() -> Any:
+        check_mode(strip_exponent)
+        return strip_exponent
+
+    strip = _broadcast(comm, root, mode)
+    if strip:
+        return scaled(False)
+    result = plain()
+    rerun = needs_rerun(strip, result, arrays, grads) if comm.rank == root else None
+    if comm.bcast(rerun, root=root):
+        return scaled(True)
+    return result
+
+
 def contract(
     eq: str,
     *arrays: Any,
@@ -111,10 +168,26 @@ def contract(
     sliced_inds: Any = None,
     comm: Any = None,
     root: int = 0,
-) -> Optional[NDArray[Any]]:
+    strip_exponent: Optional[bool] = None,
+) -> Any:
     """:func:`cgx.contract` over the ranks of ``comm`` (``MPI.COMM_WORLD`` if ``None``), a
-    collective call: the numpy array on ``root``, ``None`` on the other ranks."""
+    collective call: the numpy array on ``root``, ``None`` on the other ranks
+    (``strip_exponent`` as in :func:`cgx.contract`)."""
     comm = _comm(comm)
+    options = (optimize, memory_limit, sliced_inds)
+    return _with_mode(
+        comm,
+        root,
+        strip_exponent,
+        arrays,
+        False,
+        lambda: _contract(comm, root, eq, arrays, options),
+        lambda fit: _scaled_total(comm, root, eq, arrays, None, options, fit),
+    )
+
+
+def _contract(comm: Any, root: int, eq: str, arrays: Any, options: tuple[Any, Any, Any]) -> Any:
+    optimize, memory_limit, sliced_inds = options
 
     def make() -> Any:
         expr, plan, layout = _plan(eq, arrays, optimize, memory_limit, sliced_inds)
@@ -137,10 +210,28 @@ def value_and_grad(
     sliced_inds: Any = None,
     comm: Any = None,
     root: int = 0,
-) -> Optional[tuple[NDArray[Any], tuple[NDArray[Any], ...]]]:
+    strip_exponent: Optional[bool] = None,
+) -> Any:
     """``(value, grads)`` of ``ContractExpression.value_and_grad`` over the ranks of
-    ``comm``, a collective call: the pair on ``root``, ``None`` on the other ranks."""
+    ``comm``, a collective call: the pair on ``root``, ``None`` on the other ranks
+    (``strip_exponent`` as in :func:`contract`)."""
     comm = _comm(comm)
+    options = (optimize, memory_limit, sliced_inds)
+    return _with_mode(
+        comm,
+        root,
+        strip_exponent,
+        arrays,
+        True,
+        lambda: _value_and_grad(comm, root, eq, arrays, wrt, cotangent, options),
+        lambda fit: _scaled_total(comm, root, eq, arrays, (wrt, cotangent), options, fit),
+    )
+
+
+def _value_and_grad(
+    comm: Any, root: int, eq: str, arrays: Any, wrt: Any, cotangent: Any, options: tuple[Any, Any, Any]
+) -> Any:
+    optimize, memory_limit, sliced_inds = options
 
     def make() -> Any:
         expr, plan, layout = _plan(eq, arrays, optimize, memory_limit, sliced_inds)

@@ -4,18 +4,20 @@ checks that raise the local API's exceptions before anything is sent.
 
 The plan (:func:`plan_key`: equation, shapes, path, limit, sliced labels) is what travels
 to the workers; :mod:`cgx.distributed.ranges` rebuilds the expression from it there.
-This module knows no engine (Dask, Ray, MPI).
+:func:`check_scaled`, :func:`strip_exponent_mode` and :func:`needs_rerun` are ``strip_exponent``'s part on the
+driver. This module knows no engine (Dask, Ray, MPI).
 """
 
 from __future__ import annotations
 
 import math
-
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
 from numpy.typing import NDArray
 
+from .. import _scaled
 from .._expression import ContractExpression, contract_expression
 from .._parser import float_prod, shape_of, wrt_positions
 
@@ -148,3 +150,58 @@ def check_hvp(
     directions = [np.asarray(d) for d in directions]
     expr.hvp_slices(*arrays, directions=directions, start=0, stop=0, wrt=wrt, cotangent=cotangent)
     return wrt, directions
+
+
+def check_scaled(
+    expr: ContractExpression, arrays: Any, grad: Optional[tuple[Any, Any]]
+) -> tuple[tuple[NDArray[Any], ...], Optional[list[int]]]:
+    """The operands as the scaled contraction takes them (float64 or complex128) and
+    ``wrt`` as positions (``grad = (wrt, cotangent)``, ``None`` for the value alone),
+    checked on the driver with the local API's exceptions (an empty range does no work)."""
+    ops = _scaled.engine_arrays(arrays)
+    if grad is None:
+        expr._scaled(ops, start=0, stop=0)
+        return ops, None
+    wrt = wrt_positions(grad[0])
+    expr._scaled(ops, grads=True, wrt=wrt, cotangent=grad[1], start=0, stop=0)
+    return ops, wrt
+
+
+def strip_exponent_mode(
+    strip_exponent: Any,
+    arrays: Any,
+    grads: bool,
+    plain: Callable[[], Any],
+    scaled: Callable[[bool], Any],
+) -> Any:
+    """``strip_exponent`` as :func:`cgx.contract` reads it, for an engine's run: ``True``
+    runs ``scaled(False)`` (pairs always); ``None`` runs ``plain()`` and, when its value (or,
+    with ``grads``, a gradient) has left the finite range from finite operands, runs
+    ``scaled(True)`` (each result a plain array where it fits); ``False`` runs ``plain()``
+    only."""
+    check_mode(strip_exponent)
+    if strip_exponent:
+        return scaled(False)
+    result = plain()
+    if needs_rerun(strip_exponent, result, arrays, grads):
+        return scaled(True)
+    return result
+
+
+def check_mode(strip_exponent: Any) -> None:
+    """``TypeError`` unless ``strip_exponent`` is ``None``, ``True`` or ``False``."""
+    _scaled.check_mode(strip_exponent)
+
+
+def needs_rerun(strip_exponent: Any, result: Any, arrays: Any, grads: bool) -> bool:
+    """Whether the default ``strip_exponent=None`` runs scaled again after the plain
+    ``result`` (``(value, grads)`` with ``grads``): it left the finite range although every
+    operand is finite."""
+    if strip_exponent is not None or result is None:
+        return False
+    # As arrays: a sum of 0-d arrays added on a worker comes back as a numpy scalar.
+    if grads:
+        left = _scaled.any_left_range(np.asarray(result[0]), [np.asarray(g) for g in result[1]])
+    else:
+        left = _scaled.left_range(np.asarray(result))
+    return left and _scaled.finite(arrays)

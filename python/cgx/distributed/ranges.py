@@ -110,3 +110,28 @@ def hvp_range(
     del products
     _core.release_buffers()
     return owned
+
+
+def scaled_range(
+    plan: Plan,
+    start: int,
+    stop: int,
+    grads: bool,
+    wrt: Any,
+    cotangent: Any,
+    *arrays: Any,
+) -> Any:
+    """The range's scaled sum ``(mantissa, exponent)`` of the output's full shape (the
+    engine's ``eval_slices_scaled``), or with ``grads`` its scaled ``(value, grads)``:
+    ``strip_exponent``'s work; :func:`cgx.distributed.combine.add_scaled` adds two
+    ranges'. ``arrays`` are float64 or complex128 (the driver converts them)."""
+    result = _expression(plan)._scaled(tuple(arrays), grads=grads, wrt=wrt, cotangent=cotangent, start=start, stop=stop)
+    owned: Any
+    if grads:
+        (m, e), gs = result
+        owned = (np.array(m), e), tuple((np.array(gm), ge) for gm, ge in gs)
+    else:
+        owned = (np.array(result[0]), result[1])
+    del result
+    _core.release_buffers()
+    return owned

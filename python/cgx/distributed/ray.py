@@ -17,6 +17,11 @@ ranges are the engine-neutral core's (:mod:`cgx.distributed.plan`, ``ranges``,
    fetched; Ctrl-C while waiting for it cancels every task of the run, then raises
    ``KeyboardInterrupt``.
 
+``strip_exponent`` (:func:`contract`, :func:`value_and_grad`) is the local API's, run as
+on Dask: each task's range scaled, the ``(mantissa, exponent)`` pairs added pairwise by
+tasks at the larger exponent; ``True`` always gives pairs, the default reruns scaled a
+plain result that left the finite range.
+
 Invariants: as in :mod:`cgx.distributed`, every task is pure, so Ray may rerun it (a task
 whose worker died is retried, ``max_retries``, 3 by default) without changing the answer;
 the operands belong to the driver, so they outlive any worker.
@@ -37,9 +42,18 @@ from numpy.typing import NDArray
 from .._expression import ContractExpression
 from .._parser import wrt_positions
 from .blocks import block_layout
-from .combine import add_grads, add_pair, finish
-from .plan import HVP_WORK, check_hvp, plan_key, plan_ranges, prepare, slice_flops
-from .ranges import eval_range, grad_range, hvp_range
+from .combine import add_grads, add_pair, add_scaled, add_scaled_grads, finish, finish_scaled
+from .plan import (
+    HVP_WORK,
+    check_hvp,
+    check_scaled,
+    plan_key,
+    plan_ranges,
+    prepare,
+    slice_flops,
+    strip_exponent_mode,
+)
+from .ranges import eval_range, grad_range, hvp_range, scaled_range
 
 try:
     import ray as _ray
@@ -123,6 +137,39 @@ def _run(expr: ContractExpression, task: Callable[..., Any], ranges: list[tuple[
     return run
 
 
+def _scaled_run(
+    eq: str,
+    arrays: Any,
+    grad: Any,
+    optimize: Any,
+    memory_limit: Any,
+    sliced_inds: Any,
+    n_tasks: Optional[int],
+) -> _Run:
+    """The scaled run: value alone, or with ``grad = (wrt, cotangent)`` value and gradients,
+    each range's pairs combined by ``add_scaled`` tasks."""
+    _require()
+    expr = prepare(eq, arrays, optimize, memory_limit, sliced_inds)
+    ops, wrt = check_scaled(expr, arrays, grad)
+    refs = [_ray.put(x) for x in ops]
+    args: tuple[Any, ...]
+    if grad is None:
+        args, flops, add = (False, None, None), slice_flops(expr), add_scaled
+    else:
+        cot = None if grad[1] is None else _ray.put(np.asarray(grad[1]))
+        args, flops, add = (True, wrt, cot), 3 * slice_flops(expr), add_scaled_grads
+    ranges = plan_ranges(expr.n_slices, flops, _threads(), n_tasks)
+    run, plan = _Run(), plan_key(expr)
+    parts = [run.submit(scaled_range, plan, start, stop, *args, *refs) for start, stop in ranges]
+    run.root = run.tree(parts, add)
+    return run
+
+
+def _check_bool(strip_exponent: Any) -> None:
+    if not isinstance(strip_exponent, bool):
+        raise TypeError(f"strip_exponent of a submit_* form must be True or False, not {strip_exponent!r}")
+
+
 def submit_contract(
     eq: str,
     *arrays: Any,
@@ -130,8 +177,13 @@ def submit_contract(
     memory_limit: Any = None,
     sliced_inds: Any = None,
     n_tasks: Optional[int] = None,
+    strip_exponent: bool = False,
 ) -> Any:
-    """Like :func:`contract`, but returns the Ray object reference of the result at once."""
+    """Like :func:`contract`, but returns the Ray object reference of the result at once;
+    with ``strip_exponent=True``, of the ``(mantissa, exponent)`` pair."""
+    _check_bool(strip_exponent)
+    if strip_exponent:
+        return _scaled_run(eq, arrays, None, optimize, memory_limit, sliced_inds, n_tasks).root
     return _contract_run(eq, arrays, optimize, memory_limit, sliced_inds, n_tasks).root
 
 
@@ -160,8 +212,13 @@ def submit_value_and_grad(
     memory_limit: Any = None,
     sliced_inds: Any = None,
     n_tasks: Optional[int] = None,
+    strip_exponent: bool = False,
 ) -> Any:
-    """Like :func:`value_and_grad`, but returns the Ray object reference of ``(value, grads)``."""
+    """Like :func:`value_and_grad`, but returns the Ray object reference of ``(value, grads)``
+    (with ``strip_exponent=True``, each a ``(mantissa, exponent)`` pair)."""
+    _check_bool(strip_exponent)
+    if strip_exponent:
+        return _scaled_run(eq, arrays, (wrt, cotangent), optimize, memory_limit, sliced_inds, n_tasks).root
     return _grad_run(eq, arrays, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks).root
 
 
@@ -236,10 +293,19 @@ def contract(
     memory_limit: Any = None,
     sliced_inds: Any = None,
     n_tasks: Optional[int] = None,
-) -> NDArray[Any]:
-    """:func:`cgx.contract` on Ray, as :func:`cgx.distributed.contract` on Dask; a numpy array."""
-    run = _contract_run(eq, arrays, optimize, memory_limit, sliced_inds, n_tasks)
-    return _writable(run.get())
+    strip_exponent: Optional[bool] = None,
+) -> Any:
+    """:func:`cgx.contract` on Ray, as :func:`cgx.distributed.contract` on Dask; a numpy array
+    (``strip_exponent`` as there)."""
+
+    def plain() -> Any:
+        return _writable(_contract_run(eq, arrays, optimize, memory_limit, sliced_inds, n_tasks).get())
+
+    def scaled(fit: bool) -> Any:
+        m, e = _scaled_run(eq, arrays, None, optimize, memory_limit, sliced_inds, n_tasks).get()
+        return finish_scaled((_writable(m), e), False, fit)
+
+    return strip_exponent_mode(strip_exponent, arrays, False, plain, scaled)
 
 
 def value_and_grad(
@@ -251,11 +317,21 @@ def value_and_grad(
     memory_limit: Any = None,
     sliced_inds: Any = None,
     n_tasks: Optional[int] = None,
-) -> tuple[NDArray[Any], tuple[NDArray[Any], ...]]:
-    """``(value, grads)`` on Ray, as :func:`cgx.distributed.value_and_grad` on Dask."""
-    run = _grad_run(eq, arrays, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks)
-    value, grads = run.get()
-    return _writable(value), tuple(_writable(g) for g in grads)
+    strip_exponent: Optional[bool] = None,
+) -> Any:
+    """``(value, grads)`` on Ray, as :func:`cgx.distributed.value_and_grad` on Dask
+    (``strip_exponent`` as there)."""
+
+    def plain() -> Any:
+        value, grads = _grad_run(eq, arrays, wrt, cotangent, optimize, memory_limit, sliced_inds, n_tasks).get()
+        return _writable(value), tuple(_writable(g) for g in grads)
+
+    def scaled(fit: bool) -> Any:
+        run = _scaled_run(eq, arrays, (wrt, cotangent), optimize, memory_limit, sliced_inds, n_tasks)
+        (m, e), grads = run.get()
+        return finish_scaled(((_writable(m), e), tuple((_writable(g), x) for g, x in grads)), True, fit)
+
+    return strip_exponent_mode(strip_exponent, arrays, True, plain, scaled)
 
 
 def hvp(

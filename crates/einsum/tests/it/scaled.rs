@@ -92,6 +92,25 @@ fn check_sliced<T: Elem>(expr: &str, shapes: &[Vec<usize>], labels: Vec<char>, k
     for (i, (g, w)) in g.iter().zip(&want).enumerate() {
         assert_close(&value(g, expr), w, &format!("{expr}: sliced gradient {i}"));
     }
+    // Two ranges, each scaled, add up to the whole (the distributed executors' sum).
+    let n = s.plan().n_slices();
+    let cut = n / 2;
+    let (v0, g0) = s.value_and_grad_slices_scaled(&refs, &wrt, &c, 0..cut).unwrap();
+    let (v1, g1) = s.value_and_grad_slices_scaled(&refs, &wrt, &c, cut..n).unwrap();
+    let sum = |a: &ScaledTensor<T>, b: &ScaledTensor<T>| {
+        let (a, b) = (value(a, expr), value(b, expr));
+        Tensor::new(a.shape().to_vec(), a.data().iter().zip(b.data()).map(|(x, y)| *x + *y).collect()).unwrap()
+    };
+    assert_close(&sum(&v0, &v1), &e.eval(&refs).unwrap(), expr);
+    assert_close(
+        &sum(&s.eval_slices_scaled(&refs, 0..cut).unwrap(), &s.eval_slices_scaled(&refs, cut..n).unwrap()),
+        &e.eval(&refs).unwrap(),
+        expr,
+    );
+    for (i, ((a, b), w)) in g0.iter().zip(&g1).zip(&want).enumerate() {
+        assert_close(&sum(a, b), w, &format!("{expr}: ranges' gradient {i}"));
+    }
+    assert!(s.eval_slices_scaled(&refs, 0..n + 1).is_err());
     let far: Vec<Tensor<T>> = ops.iter().zip(ks).map(|(t, &k)| times_pow2(t, k)).collect();
     let far_refs: Vec<&Tensor<T>> = far.iter().collect();
     let (sv, _) = s.value_and_grad_scaled(&far_refs, &wrt, &c).unwrap();
