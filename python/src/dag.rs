@@ -16,7 +16,9 @@
 use std::sync::Mutex;
 
 use computegraph::EvalState;
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use workloads::Shape;
@@ -81,7 +83,9 @@ impl DagPartition {
         let dag = counter_dag(shape, nodes, seed)?;
         let cut = cuts(&dag, parts).map_err(dag_error)?;
         if index >= parts {
-            return Err(PyValueError::new_err(format!("partition {index} of {parts}: the index must be below {parts}")));
+            return Err(PyValueError::new_err(format!(
+                "partition {index} of {parts}: the index must be below {parts}"
+            )));
         }
         let len = cut[index + 1] - cut[index];
         let bytes = len.saturating_mul(BYTES_PER_NODE);
@@ -176,7 +180,8 @@ impl DagPartition {
         py.detach(|| -> Result<(), DagError> {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             for r in 0..rows {
-                let (out, kept) = self.part.evaluate_with(&mut state, &x[r * n..(r + 1) * n], &y[r * b..(r + 1) * b])?;
+                let (out, kept) =
+                    self.part.evaluate_with(&mut state, &x[r * n..(r + 1) * n], &y[r * b..(r + 1) * b])?;
                 exports.extend(out);
                 held.extend(kept);
             }
