@@ -15,7 +15,10 @@
 //! - `scaled.rs`: `left_range`, whether a result left float64's range (the test behind
 //!   `strip_exponent=None`; the scaled contraction itself is `Expression._scaled`);
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
-//!   `computegraph`, `tidu` and the `scalar` operation set.
+//!   `computegraph`, `tidu` and the `scalar` operation set;
+//! - `dag.rs`: partitions of the counter-based benchmark DAGs (`DagPartition`,
+//!   `dag_gather`, `dag_inputs`, `dag_size`) over `workloads::partition`, for
+//!   `cgx.distributed.dag`.
 //!
 //! Errors: every `einsum::EinsumError` becomes a Python exception carrying its message:
 //! `MemoryError` for `EinsumError::Memory` (a tensor over the memory budget, or memory the
@@ -30,6 +33,7 @@
 //! set another budget ([`set_memory_budget`]).
 
 mod convert;
+mod dag;
 mod draw;
 mod expression;
 mod graph;
@@ -133,5 +137,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::graph_op_codes, m)?)?;
     m.add_function(wrap_pyfunction!(graph::graph_workload, m)?)?;
     m.add("GRAPH_OPS", graph::OP_NAMES.to_vec())?;
+    m.add_class::<dag::DagPartition>()?;
+    m.add_function(wrap_pyfunction!(dag::dag_gather, m)?)?;
+    m.add_function(wrap_pyfunction!(dag::dag_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(dag::dag_size, m)?)?;
     Ok(())
 }

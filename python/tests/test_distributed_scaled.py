@@ -128,7 +128,7 @@ def test_an_mps_inner_product_over_slices_matches_exact_integers(client):
         for k in range(n):
             lab = [f"s{k}"] + ([f"{side}.{k - 1}"] if k else []) + ([f"{side}.{k}"] if k < n - 1 else [])
             terms.append(lab)
-    names = {}
+    names: dict[str, str] = {}
     eq = ",".join("".join(names.setdefault(l, cgx.get_symbol(len(names))) for l in t) for t in terms) + "->"
     ops = [b / 64.0 for b in bra] + [k / 64.0 for k in ket]
     env = np.einsum("sa,sb->ab", bra[0].astype(object), ket[0].astype(object))
@@ -167,9 +167,9 @@ def test_random_networks_scaled_equal_plain(client, case, complex_, seed, pick, 
 def test_bad_arguments_raise_like_the_local_api(client):
     x = np.ones(3)
     with pytest.raises(TypeError, match="strip_exponent"):
-        cd.contract("i,i->", x, x, client=client, strip_exponent="yes")
+        cd.contract("i,i->", x, x, client=client, strip_exponent="yes")  # type: ignore[arg-type]  # on purpose
     with pytest.raises(TypeError, match="submit"):
-        cd.submit_contract("i,i->", x, x, client=client, strip_exponent=None)
+        cd.submit_contract("i,i->", x, x, client=client, strip_exponent=None)  # type: ignore[arg-type]  # on purpose
     with pytest.raises(ValueError, match="shape"):
         cd.contract("i,i->", x, np.ones(4), client=client, strip_exponent=True)
     with pytest.raises(ValueError, match="operand 2"):

@@ -242,14 +242,14 @@ def test_the_mps_200_instance_matches_exact_rationals():
             t = np.multiply.outer(t, f / 256.0)
         ops.append(t)
     assert min(o.min() for o in ops) >= 0.5 and max(o.max() for o in ops) < 1
-    holders = {}
-    for t, term in enumerate(terms):
+    holders: dict[str, list[tuple[int, int]]] = {}
+    for at, term in enumerate(terms):
         for pos, label in enumerate(term):
-            holders.setdefault(label, []).append((t, pos))
+            holders.setdefault(label, []).append((at, pos))
     assert all(len(h) == 2 for h in holders.values())
     sums = {}
-    for label, ((t, p), (u, q)) in holders.items():
-        sums[label] = Fraction(int(np.dot(ints[t][p].astype(object), ints[u][q].astype(object))), 256**2)
+    for label, ((at, p), (u, q)) in holders.items():
+        sums[label] = Fraction(int(np.dot(ints[at][p].astype(object), ints[u][q].astype(object))), 256**2)
     want = math.prod(sums.values(), start=Fraction(1))
     assert log10_fraction(want) > 308
     assert np.isinf(cgx.contract(eq, *ops, optimize=path, strip_exponent=False))
@@ -260,15 +260,15 @@ def test_the_mps_200_instance_matches_exact_rationals():
     picks = (0, 1, 57, 198, 199)
     value_, grads = expr.value_and_grad(*ops, wrt=list(picks), strip_exponent=True)
     assert value_[1] == got[1] and abs(value_[0] / got[0] - 1) < 1e-14
-    for t, (gm, ge) in zip(picks, grads):
+    for pick, (gm, ge) in zip(picks, grads):
         partners = []
         rest = Fraction(1)
         for label, s in sums.items():
-            if label not in terms[t]:
+            if label not in terms[pick]:
                 rest *= s
         outer = np.ones(())
-        for p, label in enumerate(terms[t]):
-            (u, q), = [h for h in holders[label] if h != (t, p)]
+        for p, label in enumerate(terms[pick]):
+            (u, q), = [h for h in holders[label] if h != (pick, p)]
             partners.append(ints[u][q] / 256.0)
             outer = np.multiply.outer(outer, partners[-1])
         scale = float(Fraction(2) ** round(ge / math.log10(2)) / rest)

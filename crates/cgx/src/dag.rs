@@ -28,7 +28,7 @@ pub enum ShapeArg {
 }
 
 impl ShapeArg {
-    fn shape(self) -> Shape {
+    pub(crate) fn shape(self) -> Shape {
         match self {
             ShapeArg::Window => Shape::Window,
             ShapeArg::Uniform => Shape::Uniform,
@@ -59,6 +59,11 @@ pub struct DagArgs {
     /// half the physical memory (or of `ulimit -v`), at most 8 GiB.
     #[arg(long, value_parser = |s: &str| s.parse::<MemoryLimit>().map_err(|e| e.to_string()))]
     pub memory_limit: Option<MemoryLimit>,
+    /// Cut the counter-based DAG of the shape into this many node blocks (level bands for
+    /// layered shapes), prepare and evaluate each alone, time each, and check the result
+    /// against the same DAG run whole.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub partitions: Option<u32>,
 }
 
 pub use workloads::parse_count;
@@ -271,6 +276,9 @@ pub fn default_threads() -> usize {
 pub fn run(args: &DagArgs) -> CliResult {
     let threads = args.threads.map_or_else(default_threads, usize::from);
     check_size(args.nodes, args.memory_limit.unwrap_or_else(crate::einsum_cmd::default_memory_limit))?;
+    if let Some(parts) = args.partitions {
+        return crate::dag_parts::run(args.shape.shape(), args.nodes, parts as usize, args.json);
+    }
     let report = measure(args.shape, args.nodes, threads, args.json)?;
     if args.json {
         println!("{}", report.json());

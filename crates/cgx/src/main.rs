@@ -3,7 +3,9 @@
 //! - `cgx demo` (the default): the worked example (`docs/SPEC.md` §4.4) end to end
 //!   (graphs as text and Graphviz DOT, derivatives of first and second order, four ways)
 //!   and a 10^6-node DAG through the pipeline, sequentially and in parallel.
-//! - `cgx bench dag`: the large-DAG benchmark, with a summary table or `--json`.
+//! - `cgx bench dag`: the large-DAG benchmark, with a summary table or `--json`;
+//!   `--partitions P` cuts the counter-based DAG into node blocks, each prepared and
+//!   evaluated alone, timed per partition and checked against the whole graph.
 //! - `cgx bench mps`: µs per contraction step of an MPS inner product (einsum,
 //!   `docs/SPEC.md` §8.2), beside its kernels alone, with a table or `--json`.
 //! - `cgx einsum`: a tensor-network contraction (instance file or expression), with flops,
@@ -19,6 +21,7 @@
 
 mod cli;
 mod dag;
+mod dag_parts;
 mod demo;
 mod dot;
 mod einsum_cmd;
@@ -107,6 +110,9 @@ mod tests {
         let e = Cli::try_parse_from(["cgx", "bench", "dag", "--shape", "star"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
         assert!(Cli::try_parse_from(["cgx", "bench", "dag", "--shape", "chain", "--nodes", "1_000"]).is_ok());
+        assert!(Cli::try_parse_from(["cgx", "bench", "dag", "--partitions", "4"]).is_ok());
+        let e = Cli::try_parse_from(["cgx", "bench", "dag", "--partitions", "0"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
         let e = Cli::try_parse_from(["cgx", "bench", "mps", "--sites", "1"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
         assert!(Cli::try_parse_from(["cgx", "bench", "mps", "--sites", "1000", "--chi", "8", "--json"]).is_ok());

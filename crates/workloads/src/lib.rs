@@ -11,7 +11,9 @@
 use scalar::spec::GraphSpec;
 use scalar::workloads::{self, Operands};
 
+pub mod counter;
 pub mod einsum;
+pub mod partition;
 
 /// Seed of every generated spec.
 pub const SPEC_SEED: u64 = 1;

@@ -14,17 +14,26 @@ The package is split by concern, as each engine does the same work in its own wa
   :mod:`~cgx.distributed.ray` and :mod:`~cgx.distributed.mpi`, each using the core's
   public names only, none another engine's.
 
+Partitioned scalar DAGs (the benchmark shapes, cut into node blocks that each worker
+generates and prepares alone) follow the same split: :mod:`~cgx.distributed.dag` is the
+core (a partition's recipe, its preparation and evaluation on a worker, the
+single-process run), and :func:`evaluate_dag` / :func:`submit_dag` schedule it on Dask.
+
 Importing this package needs no engine: each engine's functions say what to install
 when it is missing.
 """
 
+from . import dag
 from .blocks import Blocks
 from .dask import (
     RUNS,
     Assembly,
+    DagRun,
     contract,
+    evaluate_dag,
     hvp,
     submit_contract,
+    submit_dag,
     submit_hvp,
     submit_value_and_grad,
     value_and_grad,
@@ -46,4 +55,8 @@ __all__ = [
     "BLOCK_SHARE",
     "HVP_WORK",
     "RUNS",
+    "dag",
+    "DagRun",
+    "evaluate_dag",
+    "submit_dag",
 ]

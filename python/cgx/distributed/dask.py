@@ -73,7 +73,9 @@ same ones on Ray, :mod:`cgx.mpi` over MPI. This module is Dask's part alone; the
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, cast
 
@@ -95,6 +97,7 @@ from .plan import (
     strip_exponent_mode,
 )
 from .ranges import eval_range, grad_range, hvp_range, scaled_range
+from . import dag as _dag
 
 try:
     import distributed as _dd
@@ -111,6 +114,9 @@ __all__ = [
     "submit_hvp",
     "plan_ranges",
     "Assembly",
+    "DagRun",
+    "submit_dag",
+    "evaluate_dag",
 ]
 
 
@@ -466,3 +472,127 @@ def value_and_grad(
         lambda: _with_retries(lambda: _submit(eq, arrays, options, grad)),
         lambda fit: finish_scaled(_with_retries(lambda: _submit_scaled(eq, arrays, options, grad)), True, fit),
     )
+
+
+# --- Partitioned scalar DAGs (the core is cgx.distributed.dag) ---------------------------
+
+
+def _brief(info: _dag.PartitionInfo) -> _dag.PartitionInfo:
+    """``info`` without its exports: what the client needs, not the values' list."""
+    return dataclasses.replace(info, exports=np.zeros(0, dtype=np.uint64))
+
+
+def _batch(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """A batch of inputs, as a task's result."""
+    return x
+
+
+def _held(*results: tuple[NDArray[np.float64], NDArray[np.float64]]) -> NDArray[np.float64]:
+    """A batch's DAG outputs: the held outputs of every partition, in partition order."""
+    return np.concatenate([held for _, held in results], axis=1)
+
+
+class DagRun:
+    """A partitioned DAG evaluated on a Dask cluster (:func:`submit_dag`): one future of
+    outputs per batch, the partitions' infos, and the partitions to release."""
+
+    def __init__(self, client: Any, parts: list[_dag.Partition], infos: list[_dag.PartitionInfo], outputs: list[Any]) -> None:
+        self.client, self.parts, self.infos, self.outputs = client, parts, infos, outputs
+
+    def result(self, timeout: Optional[float] = None) -> list[NDArray[np.float64]]:
+        """The outputs of every batch (one row per row of inputs), in batch order."""
+        try:
+            return cast("list[NDArray[np.float64]]", self.client.gather(self.outputs, asynchronous=False))
+        except BaseException:
+            self.client.cancel(self.outputs)
+            raise
+
+    def release(self) -> None:
+        """Drops the run's futures and its prepared partitions from every worker's cache."""
+        self.client.cancel(self.outputs)
+        # A worker that fails to answer (say, one starting after another died) holds
+        # nothing of the run: its errors are ignored.
+        self.client.run(_dag.forget, [p.recipe() for p in self.parts], on_error="ignore")
+
+
+def submit_dag(
+    shape: str,
+    nodes: int,
+    batches: Sequence[Any],
+    *,
+    parts: Optional[int] = None,
+    seed: int = _dag.SPEC_SEED,
+    client: Any = None,
+) -> DagRun:
+    """Submits the DAG of ``shape`` with about ``nodes`` nodes, cut into ``parts`` node
+    blocks (default: two per worker), on each batch of ``batches`` (arrays of one row per
+    evaluation and one column per DAG input).
+
+    Each partition is prepared by a task on its own worker (partitions ``k·W/P`` spread
+    contiguously over the ``W`` workers), then evaluated per batch by a task that reads
+    the results of the partitions it reads, in partition order; every batch is submitted
+    at once, so batch ``b + 1`` enters partition ``k`` while batch ``b`` is in partition
+    ``k + 1``: a pipeline. Tasks prefer their partition's worker but may run on any other
+    (then the partition is prepared again there from its recipe): a worker lost mid-run
+    costs time, not the answer. The client waits for the preparations (to learn which
+    partitions each one reads) and returns a :class:`DagRun`.
+    """
+    client = _require_client(client)
+    xs = [_dag.check_batch(shape, nodes, b) for b in batches]
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise ValueError("cgx.distributed: the Dask cluster has no worker")
+    if parts is None:
+        parts = max(1, min(2 * len(workers), _dag.most_parts(shape, nodes)))
+    recipes = _dag.partitions(shape, nodes, parts, seed)
+    token = uuid.uuid4().hex[:12]
+    home = [[workers[k * len(workers) // parts]] for k in range(parts)]
+    place = dict(allow_other_workers=True, pure=False)
+    infos = [
+        client.submit(_dag.prepare, r, key=f"dag-prepare-{token}-{k}", workers=home[k], **place)
+        for k, r in enumerate(recipes)
+    ]
+    try:
+        briefs = client.gather([client.submit(_brief, f, key=f"dag-brief-{token}-{k}", pure=False) for k, f in enumerate(infos)])
+        outputs = []
+        for b, x in enumerate(xs):
+            # A task that returns the batch, not a scattered copy: a result has lineage, so
+            # one lost with its worker is made again (scattered data would be lost for
+            # good, and a broadcast waits for a worker that is starting).
+            xf = client.submit(_batch, x, key=f"dag-batch-{token}-{b}", pure=False)
+            results: list[Any] = []
+            for k, r in enumerate(recipes):
+                args: list[Any] = []
+                for s in briefs[k].sources:
+                    args += [infos[s], results[s]]
+                results.append(
+                    client.submit(_dag.evaluate, r, xf, *args, key=f"dag-eval-{token}-{b}-{k}", workers=home[k], **place)
+                )
+            outputs.append(client.submit(_held, *results, key=f"dag-outputs-{token}-{b}", pure=False))
+    except BaseException:
+        client.cancel(infos)
+        raise
+    return DagRun(client, recipes, briefs, outputs)
+
+
+def evaluate_dag(
+    shape: str,
+    nodes: int,
+    batches: Any,
+    *,
+    parts: Optional[int] = None,
+    seed: int = _dag.SPEC_SEED,
+    client: Any = None,
+) -> Any:
+    """The outputs of the partitioned DAG on a Dask cluster (:func:`submit_dag`): for one
+    array of inputs (one row per evaluation, or a 1-d row), one array of outputs; for a
+    list of batches, a list, one array per batch. Equal, bit for bit, to
+    :func:`cgx.distributed.dag.evaluate_local` in one process. The workers' prepared
+    partitions are released at the end."""
+    single = isinstance(batches, np.ndarray)
+    run = submit_dag(shape, nodes, [batches] if single else list(batches), parts=parts, seed=seed, client=client)
+    try:
+        out = run.result()
+    finally:
+        run.release()
+    return out[0] if single else out
