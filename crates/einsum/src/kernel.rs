@@ -429,12 +429,9 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
     }
 }
 
-/// One pass of the direct loop's innermost label: `out[i·io] += a[i·ia]·b[i·ib]` for `i`
-/// in `0..m`, a sum kept in a register when `io` is 0. Strided slice iterators rather
-/// than computed indices: the indexed loop paid a bounds check per element and kept a
-/// strided batch loop (a label of thousands moved inside by [`direct_order`]) several
-/// times slower than its memory traffic. `step_by` takes no stride 0, so a broadcast
-/// operand is read once.
+/// The direct loop's innermost pass, `out[i·io] += a[i·ia]·b[i·ib]` for `i < m` (a sum in a
+/// register when `io` is 0), over strided iterators: indexing paid a bounds check per
+/// element. `step_by` takes no stride 0, so a broadcast operand is read once.
 fn direct_run<T: Elem>(m: usize, (a, ia): (&[T], usize), (b, ib): (&[T], usize), (out, io): (&mut [T], usize)) {
     fn strided<T>(x: &[T], s: usize, m: usize) -> std::iter::Take<std::iter::StepBy<std::slice::Iter<'_, T>>> {
         x.iter().step_by(s.max(1)).take(m)
@@ -450,10 +447,7 @@ fn direct_run<T: Elem>(m: usize, (a, ia): (&[T], usize), (b, ib): (&[T], usize),
             }
             out[0] += acc;
         }
-        (_, 0, 0) => {
-            let p = a[0] * b[0];
-            out.iter_mut().step_by(io).take(m).for_each(|o| *o += p);
-        }
+        (_, 0, 0) => out.iter_mut().step_by(io).take(m).for_each(|o| *o += a[0] * b[0]),
         (_, 0, _) => out.iter_mut().step_by(io).zip(strided(b, ib, m)).for_each(|(o, &y)| *o += a[0] * y),
         (_, _, 0) => out.iter_mut().step_by(io).zip(strided(a, ia, m)).for_each(|(o, &x)| *o += x * b[0]),
         _ => out
