@@ -273,3 +273,29 @@ def test_the_mps_200_instance_matches_exact_rationals():
             outer = np.multiply.outer(outer, partners[-1])
         scale = float(Fraction(2) ** round(ge / math.log10(2)) / rest)
         np.testing.assert_allclose(gm * scale, outer, rtol=1e-12)
+
+
+@SETTINGS
+@given(
+    n=st.integers(0, 70),
+    specials=st.lists(
+        st.tuples(st.integers(0, 69), st.sampled_from([np.inf, -np.inf, np.nan, 5e-310, -1e-320, 1.0])),
+        max_size=3,
+    ),
+    scale=st.sampled_from([1.0, 1e-300, 0.0]),
+    step=st.sampled_from([1, 2]),
+)
+def test_left_range_equals_numpy(n, specials, scale, step):
+    """``_core.left_range``'s lane loop over contiguous float64 arrays (and the plain loop
+    over strided ones) against numpy's ``abs`` and ``max``: special values anywhere,
+    tails shorter than a lane, results all below the normal range."""
+    from cgx import _core
+
+    x = np.linspace(-1.0, 1.0, n) * scale * 1e-10
+    for i, v in specials:
+        if i < n:
+            x[i] = v
+    view = x[::step]
+    m = np.abs(view).max() if view.size else 0.0
+    want = bool(not np.isfinite(m) or 0 < m < np.finfo(np.float64).tiny)
+    assert _core.left_range(view) == want

@@ -407,17 +407,7 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
                 return; // the evaluation is ending with an error; the output is discarded
             }
         }
-        if io == 0 {
-            let mut acc = T::zero();
-            for i in 0..m {
-                acc += a[pa + i * ia] * b[pb + i * ib];
-            }
-            out[po] += acc;
-        } else {
-            for i in 0..m {
-                out[po + i * io] += a[pa + i * ia] * b[pb + i * ib];
-            }
-        }
+        direct_run(m, (&a[pa..], ia), (&b[pb..], ib), (&mut out[po..], io));
         let mut k = last;
         loop {
             if k == 0 {
@@ -436,6 +426,36 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
             po -= so[k] * sizes[k];
             idx[k] = 0;
         }
+    }
+}
+
+/// The direct loop's innermost pass, `out[i·io] += a[i·ia]·b[i·ib]` for `i < m` (a sum in a
+/// register when `io` is 0), over strided iterators: indexing paid a bounds check per
+/// element. `step_by` takes no stride 0, so a broadcast operand is read once.
+fn direct_run<T: Elem>(m: usize, (a, ia): (&[T], usize), (b, ib): (&[T], usize), (out, io): (&mut [T], usize)) {
+    fn strided<T>(x: &[T], s: usize, m: usize) -> std::iter::Take<std::iter::StepBy<std::slice::Iter<'_, T>>> {
+        x.iter().step_by(s.max(1)).take(m)
+    }
+    match (io, ia, ib) {
+        (0, _, _) => {
+            let mut acc = T::zero();
+            match (ia, ib) {
+                (0, 0) => (0..m).for_each(|_| acc += a[0] * b[0]),
+                (0, _) => strided(b, ib, m).for_each(|&y| acc += a[0] * y),
+                (_, 0) => strided(a, ia, m).for_each(|&x| acc += x * b[0]),
+                _ => strided(a, ia, m).zip(strided(b, ib, m)).for_each(|(&x, &y)| acc += x * y),
+            }
+            out[0] += acc;
+        }
+        (_, 0, 0) => out.iter_mut().step_by(io).take(m).for_each(|o| *o += a[0] * b[0]),
+        (_, 0, _) => out.iter_mut().step_by(io).zip(strided(b, ib, m)).for_each(|(o, &y)| *o += a[0] * y),
+        (_, _, 0) => out.iter_mut().step_by(io).zip(strided(a, ia, m)).for_each(|(o, &x)| *o += x * b[0]),
+        _ => out
+            .iter_mut()
+            .step_by(io)
+            .zip(strided(a, ia, m))
+            .zip(strided(b, ib, m))
+            .for_each(|((o, &x), &y)| *o += x * y),
     }
 }
 

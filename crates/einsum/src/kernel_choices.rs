@@ -87,6 +87,37 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// The direct loop's strided innermost passes (`direct_run`), each form of it: label 0
+    /// is long (16 to 40), so it is moved inside and read at strides beside short labels;
+    /// sums kept in a register (`ab,ab->b`, `b,ab->b`), an output written at a stride from
+    /// both operands, one or none (`ab,cdba->acd` with `b` summed around it, `b,ab->ab`,
+    /// `ab,b->ab`, `b,b->ab`).
+    #[test]
+    fn direct_loops_with_a_long_label_match_reference(
+        long in 16usize..40, short in proptest::collection::vec(1usize..5, 3),
+    ) {
+        let sizes: Vec<usize> = std::iter::once(long).chain(short).collect();
+        let forms: [(&[u32], &[u32], &[u32]); 6] = [
+            (&[0, 1], &[2, 3, 1, 0], &[0, 2, 3]),
+            (&[0, 1], &[0, 1], &[1]),
+            (&[1], &[0, 1], &[1]),
+            (&[1], &[0, 1], &[0, 1]),
+            (&[0, 1], &[1], &[0, 1]),
+            (&[1], &[1], &[0, 1]),
+        ];
+        for (a, b, out) in forms {
+            let spec = ContractSpec::new(a, b, out, &sizes).unwrap();
+            let (ta, tb) = (tensor::<f64>(shape(a, &sizes), 1), tensor::<f64>(shape(b, &sizes), 2));
+            let want = reference_labels(&[(&ta, a), (&tb, b)], out, &sizes).unwrap();
+            close(&contract_using(&spec, &ta, &tb, KernelChoice::Direct), &want)
+                .map_err(|e| TestCaseError::fail(format!("{spec:?}: {e}")))?;
+        }
+    }
+}
+
 #[test]
 fn gemm_sizes_match_reference() {
     // Large enough for the automatic choice to take the GEMM path, with batch, permuted
