@@ -9,6 +9,10 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
   shapes, call many times, with ``value_and_grad`` and ``hvp``;
 - :func:`shared_intermediates` (``opt_einsum.shared_intermediates``): a context in which
   contractions reuse each other's intermediate results;
+- :func:`set_num_threads`, :func:`get_num_threads` and the context :func:`threads` (and
+  the ``threads=`` keyword of ``contract`` and of an expression's calls): the threads
+  contractions and their gradients run on, every core by default, a second thread used
+  only where a contraction's estimated cost says it pays;
 - :class:`HyperOptimizer`: the hyper-optimizing path search, as ``optimize=`` (or
   ``optimize="hyper"``);
 - :func:`get_symbol` (``opt_einsum.get_symbol``): the label characters that the interleaved
@@ -26,7 +30,18 @@ See ``docs/guide-python.md`` in the repository.
 
 from . import _core, _einsum, graph
 from ._hyper import HyperOptimizer
-from ._einsum import ContractExpression, PathInfo, contract, contract_expression, contract_path, get_symbol, shared_intermediates
+from ._einsum import (
+    ContractExpression,
+    PathInfo,
+    contract,
+    contract_expression,
+    contract_path,
+    get_num_threads,
+    get_symbol,
+    set_num_threads,
+    shared_intermediates,
+    threads,
+)
 
 __all__ = ["graph", "HyperOptimizer", *_einsum.__all__, "_core"]
 __version__ = "0.1.0"

@@ -62,6 +62,11 @@ const DETACH_MIN_WORK: f64 = 32_768.0;
 /// end it ([`interruptibly`]): the thread it starts costs microseconds, nothing beside it.
 const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 
+/// Below this many multiply-adds a call stays on the calling thread whatever threads it
+/// asks for: no kernel of the einsum crate splits below `2^20` multiply-adds or elements,
+/// and entering a pool costs microseconds.
+const POOL_MIN_WORK: f64 = 1_048_576.0;
+
 /// How often a waiting call runs Python's signal handlers.
 const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -131,14 +136,19 @@ macro_rules! by_dtype {
 }
 
 /// Runs `f` without the GIL when the work is large enough for that to pay, and from
-/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly`]).
+/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly`]); on the
+/// threads this call asks for (`threads.rs`) unless the work is too small to leave the
+/// calling thread (inside the pool, the einsum crate weighs each program's cost before
+/// using more than one of its threads).
 fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> EinsumResult<R> + Send) -> PyResult<R> {
     if work < DETACH_MIN_WORK {
-        f().map_err(einsum_error)
-    } else if work < INTERRUPTIBLE_MIN_WORK {
-        py.detach(f).map_err(einsum_error)
+        return f().map_err(einsum_error);
+    }
+    let pool = if work >= POOL_MIN_WORK { crate::threads::call_pool()? } else { None };
+    if work < INTERRUPTIBLE_MIN_WORK {
+        py.detach(|| crate::threads::on(pool.as_deref(), f)).map_err(einsum_error)
     } else {
-        interruptibly(py, f)
+        interruptibly(py, pool.as_deref(), f)
     }
 }
 
@@ -148,7 +158,14 @@ fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> EinsumResult<R> +
 /// here). When a handler raises (Ctrl-C: `KeyboardInterrupt`), the flag goes up, the
 /// evaluation ends at its next check (`einsum`'s `stop.rs`: a fraction of a second) and
 /// frees what it held, and the handler's exception is raised.
-fn interruptibly<R: Send>(py: Python<'_>, f: impl FnOnce() -> EinsumResult<R> + Send) -> PyResult<R> {
+///
+/// With a `pool`, `f` runs inside it with the flag installed on the pool thread that
+/// leads the evaluation (the flag is per thread).
+fn interruptibly<R: Send>(
+    py: Python<'_>,
+    pool: Option<&rayon::ThreadPool>,
+    f: impl FnOnce() -> EinsumResult<R> + Send,
+) -> PyResult<R> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc::{RecvTimeoutError, channel};
     let flag = Arc::new(AtomicBool::new(false));
@@ -157,7 +174,7 @@ fn interruptibly<R: Send>(py: Python<'_>, f: impl FnOnce() -> EinsumResult<R> + 
             let (done, finished) = channel::<()>();
             let worker_flag = flag.clone();
             let worker = s.spawn(move || {
-                let r = einsum::with_stop(worker_flag, f);
+                let r = crate::threads::on(pool, move || einsum::with_stop(worker_flag, f));
                 let _ = done.send(());
                 r
             });
