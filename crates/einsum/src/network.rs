@@ -766,11 +766,12 @@ fn caller_pool_threads() -> usize {
 /// `run` inside `pool`, or inside the current rayon pool (the global one outside any), so
 /// that the kernels see its threads.
 fn in_pool<R: Send>(pool: Option<&rayon::ThreadPool>, run: impl FnOnce() -> R + Send) -> R {
-    match pool {
+    // The caller's stop flag reaches the pool's threads (`stop.rs`).
+    crate::stop::shared_with_pool(|| match pool {
         Some(pool) => pool.install(run),
         None if rayon::current_thread_index().is_some() => run(),
         None => rayon::scope(|_| run()),
-    }
+    })
 }
 
 /// A compiled Hessian-vector product of an [`Einsum`] ([`Einsum::hvp`]).

@@ -12,11 +12,11 @@
 //!
 //! Invariants: a stopped evaluation never returns `Ok` (its result could hold
 //! placeholders); without an installed flag, or with the flag down, nothing changes. The
-//! flag is the installing thread's; a thread with none of its own (a pool's worker running
-//! part of an evaluation, `Einsum::eval_parallel`'s steps at once) reads every flag
-//! installed anywhere at that moment, so a parallel evaluation stops at the next
-//! operation or GEMM block of any of its threads (and a flag raised stops the pool work of
-//! every evaluation running then, which is what Ctrl-C asks).
+//! flag is the installing thread's; a pool's thread with none of its own (a worker running
+//! part of an evaluation, `Einsum::eval_parallel`'s steps at once) reads the flags of
+//! every evaluation running in a pool at that moment, so a parallel evaluation stops at
+//! the next operation or GEMM block of any of its threads (and a flag raised stops the
+//! pool work of every evaluation running in a pool then, which is what Ctrl-C asks).
 //!
 //! Cost: one thread-local read per check, a few per operation and per GEMM block.
 
@@ -40,8 +40,8 @@ thread_local! {
     static FLAG: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
 }
 
-/// Every flag installed by a running [`with_stop`], for threads with none of their own
-/// (pool workers), and how many there are (read without the lock first: none is the
+/// The flags of the evaluations running in pools ([`shared_with_pool`]), for the pools'
+/// threads with none of their own, and how many there are (read without the lock first: none is the
 /// common case).
 static INSTALLED: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
 static INSTALLED_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -65,34 +65,48 @@ static INSTALLED_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// ```
 pub fn with_stop<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
     /// Puts the previous flag back, on return and on unwinding alike.
-    struct Restore(Option<Arc<AtomicBool>>, Arc<AtomicBool>);
+    struct Restore(Option<Arc<AtomicBool>>);
     impl Drop for Restore {
         fn drop(&mut self) {
             let previous = self.0.take();
             FLAG.with_borrow_mut(|f| *f = previous);
+        }
+    }
+    let _restore = Restore(FLAG.with_borrow_mut(|f| f.replace(flag)));
+    f()
+}
+
+/// Runs `f`, an evaluation that hands work to a rayon pool's threads, with this thread's
+/// flag (if any) read by those of the pool's threads that have none of their own.
+pub(crate) fn shared_with_pool<R>(f: impl FnOnce() -> R) -> R {
+    /// Takes the flag off the shared list, on return and on unwinding alike.
+    struct Unshare(Arc<AtomicBool>);
+    impl Drop for Unshare {
+        fn drop(&mut self) {
             let mut all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = all.iter().position(|x| Arc::ptr_eq(x, &self.1)) {
+            if let Some(i) = all.iter().position(|x| Arc::ptr_eq(x, &self.0)) {
                 all.swap_remove(i);
                 INSTALLED_COUNT.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
-    {
-        let mut all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-        all.push(flag.clone());
-        INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
-    }
-    let _restore = Restore(FLAG.with_borrow_mut(|f| f.replace(flag.clone())), flag);
+    let Some(flag) = FLAG.with_borrow(Clone::clone) else {
+        return f();
+    };
+    INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).push(flag.clone());
+    INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
+    let _unshare = Unshare(flag);
     f()
 }
 
-/// Whether this thread's installed flag is up, or, on a thread with none, any installed
-/// flag.
+/// Whether this thread's installed flag is up, or, on a pool's thread with none, any
+/// flag shared with the pools ([`shared_with_pool`]).
 pub(crate) fn requested() -> bool {
     FLAG.with_borrow(|f| match f {
         Some(f) => f.load(Ordering::Relaxed),
         None => {
             INSTALLED_COUNT.load(Ordering::Relaxed) > 0
+                && rayon::current_thread_index().is_some()
                 && INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|f| f.load(Ordering::Relaxed))
         }
     })
