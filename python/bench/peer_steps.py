@@ -48,6 +48,7 @@ def main():
     parser.add_argument("--top", type=int, default=12, help="how many steps to list")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    cgx.set_num_threads(1)
     inst = json.loads(open(args.file).read())
     eq, shapes = inst["format_string"], inst["shapes"]
     path = [tuple(p) for p in inst["paths"]["opt_flops"]["path"]]

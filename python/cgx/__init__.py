@@ -9,6 +9,10 @@ the ``tidu`` AD library), reached through the extension module ``cgx._core``:
   shapes, call many times, with ``value_and_grad`` and ``hvp``;
 - :func:`shared_intermediates` (``opt_einsum.shared_intermediates``): a context in which
   contractions reuse each other's intermediate results;
+- :func:`set_num_threads`, :func:`get_num_threads` and the context :func:`threads` (and
+  the ``threads=`` keyword of ``contract`` and of an expression's calls): the threads
+  contractions and their gradients run on, every core by default, a second thread used
+  only where a contraction's estimated cost says it pays;
 - :class:`HyperOptimizer`: the hyper-optimizing path search, as ``optimize=`` (or
   ``optimize="hyper"``);
 - :func:`get_symbol` (``opt_einsum.get_symbol``): the label characters that the interleaved
@@ -35,8 +39,11 @@ from ._einsum import PathInfo as PathInfo
 from ._einsum import contract as contract
 from ._einsum import contract_expression as contract_expression
 from ._einsum import contract_path as contract_path
+from ._einsum import get_num_threads as get_num_threads
 from ._einsum import get_symbol as get_symbol
+from ._einsum import set_num_threads as set_num_threads
 from ._einsum import shared_intermediates as shared_intermediates
+from ._einsum import threads as threads
 
 __all__ = ["graph", "HyperOptimizer", *_einsum.__all__, "_core"]
 __version__ = "0.1.0"

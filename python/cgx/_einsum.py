@@ -51,11 +51,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _core, _dispatch, _numpy, _scaled, _sharing
+from . import _core, _dispatch, _numpy, _scaled, _sharing, _threads
 from ._expression import ContractExpression, contract_expression
 from ._numpy import NUMPY_KWARGS, check_keywords, contract_cast, dtype_of, engine_dtypes, finish
 from ._parser import get_symbol, is_sequence, memory_limit_of, prod, shape_of, sliced_labels, subscripts
 from ._paths import PathInfo, check_finder_name, find_path, optimizer_slices
+from ._threads import get_num_threads, set_num_threads, threads
 from ._sharing import shared_intermediates
 
 __all__ = [
@@ -66,6 +67,9 @@ __all__ = [
     "PathInfo",
     "get_symbol",
     "shared_intermediates",
+    "threads",
+    "set_num_threads",
+    "get_num_threads",
 ]
 
 
@@ -76,6 +80,7 @@ def contract(
     memory_limit: Any = None,
     sliced_inds: Any = None,
     strip_exponent: Optional[bool] = None,
+    threads: Optional[int] = None,
     **kwargs: Any,
 ) -> Any:
     """Contracts ``operands`` as the einsum expression ``eq`` says; a new numpy array.
@@ -120,7 +125,26 @@ def contract(
     >>> m, e = cgx.contract("i,i->", np.full(2, 1e200), np.full(2, 1e200), strip_exponent=True)
     >>> round(float(np.log10(m)) + e, 6)
     400.30103
+
+    ``threads`` (at least 1) runs this call on that many threads, ``None`` on the
+    process's setting (:func:`cgx.set_num_threads`, every core by default); the engine
+    uses a second thread only where the contraction's estimated cost says it pays (see
+    ``cgx._threads``).
     """
+    with _threads.threads(threads):
+        return _contract_call(eq, operands, optimize, memory_limit, sliced_inds, strip_exponent, kwargs)
+
+
+def _contract_call(
+    eq: Any,
+    operands: tuple[Any, ...],
+    optimize: Any,
+    memory_limit: Any,
+    sliced_inds: Any,
+    strip_exponent: Optional[bool],
+    kwargs: dict[str, Any],
+) -> Any:
+    """:func:`contract` on the threads it chose."""
     _scaled.check_mode(strip_exponent)
     if not isinstance(eq, str):
         eq, operands = subscripts(eq, operands)

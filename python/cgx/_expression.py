@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from numpy.typing import NDArray
 
-from . import _core, _dispatch, _numpy, _scaled, _sharing
+from . import _core, _dispatch, _numpy, _scaled, _sharing, _threads
 from ._numpy import along, by_numpy, cast_result, check_keywords, dtype_of, engine_dtypes, finish, result_dtype
 from ._parser import constant_positions, index, memory_limit_of, prod, shape_of, sliced_labels, subscripts, wrt_positions
 from ._paths import find_path, optimizer_slices
@@ -74,14 +74,22 @@ class ContractExpression(_core.Expression):
                 raise ValueError(f"shape error: cannot differentiate with respect to operand {w}: there are {len(variables)}")
         return [variables[w] for w in wrt]
 
-    def __call__(self, *arrays: Any, out: Any = None, backend: Any = "auto", strip_exponent: Optional[bool] = None) -> Any:
+    def __call__(
+        self, *arrays: Any, out: Any = None, backend: Any = "auto", strip_exponent: Optional[bool] = None, threads: Optional[int] = None
+    ) -> Any:
         """The contraction of ``arrays`` in numpy's result dtype of their dtypes, as
         :func:`contract` gives it; with ``out`` (an array of the result's shape), computed
         in the result dtype of the arrays and ``out``, written there under numpy's
         ``'safe'`` casting and returned. ``backend`` as in :func:`contract` (arrays of
         another library are contracted by it along this expression's path; ``out`` then
         receives the result by ``out[...] = result``). ``strip_exponent`` as in
-        :func:`contract`: ``(mantissa, exponent)`` with ``True``, for numpy operands."""
+        :func:`contract`: ``(mantissa, exponent)`` with ``True``, for numpy operands.
+        ``threads`` as in :func:`contract`, and so for every method of an expression."""
+        with _threads.threads(threads):
+            return self._call_on_threads(arrays, out, backend, strip_exponent)
+
+    def _call_on_threads(self, arrays: tuple[Any, ...], out: Any, backend: Any, strip_exponent: Optional[bool]) -> Any:
+        """``__call__`` on the threads it chose."""
         _scaled.check_mode(strip_exponent)
         library = _dispatch.library(arrays, backend)
         if library == "object":
@@ -166,12 +174,15 @@ class ContractExpression(_core.Expression):
             raise ValueError(f"slicing error: slice range {start}..{shown} is not within 0..{n} ({n} slices)")
         return first, last
 
-    def eval_slices(self, *arrays: Any, start: int = 0, stop: Optional[int] = None) -> NDArray[Any]:
+    def eval_slices(self, *arrays: Any, start: int = 0, stop: Optional[int] = None, threads: Optional[int] = None) -> NDArray[Any]:
         """The sum of slices ``start..stop`` (to the last if ``None``), of the output's shape."""
-        value: NDArray[Any] = self._eval_slices(self._full(arrays), *self._range(start, stop))
+        with _threads.threads(threads):
+            value: NDArray[Any] = self._eval_slices(self._full(arrays), *self._range(start, stop))
         return value
 
-    def eval_blocks(self, *arrays: Any, start: int = 0, stop: Optional[int] = None) -> tuple[int, NDArray[Any]]:
+    def eval_blocks(
+        self, *arrays: Any, start: int = 0, stop: Optional[int] = None, threads: Optional[int] = None
+    ) -> tuple[int, NDArray[Any]]:
         """``(first, blocks)``: slices ``start..stop`` by output blocks, never of the output's
         full shape. A block is the output at one value of each sliced label of the output
         (counted over those labels in ``sliced_inds`` order, the last fastest; one block if
@@ -179,14 +190,22 @@ class ContractExpression(_core.Expression):
         ``blocks[i]`` is block ``first + i``, of the output's shape without its sliced axes.
         With the output's sliced labels first in ``sliced_inds``, a range holds about its
         share of the blocks."""
-        blocks: tuple[int, NDArray[Any]] = self._eval_slices(self._full(arrays), *self._range(start, stop), True)
+        with _threads.threads(threads):
+            blocks: tuple[int, NDArray[Any]] = self._eval_slices(self._full(arrays), *self._range(start, stop), True)
         return blocks
 
     def grad_slices(
-        self, *arrays: Any, start: int = 0, stop: Optional[int] = None, wrt: Any = None, cotangent: Any = None
+        self,
+        *arrays: Any,
+        start: int = 0,
+        stop: Optional[int] = None,
+        wrt: Any = None,
+        cotangent: Any = None,
+        threads: Optional[int] = None,
     ) -> tuple[NDArray[Any], ...]:
         """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
-        return self._grad_slices(self._full(arrays), *self._range(start, stop), self._full_wrt(wrt), cotangent)
+        with _threads.threads(threads):
+            return self._grad_slices(self._full(arrays), *self._range(start, stop), self._full_wrt(wrt), cotangent)
 
     def value_and_grad_slices(
         self,
@@ -197,6 +216,7 @@ class ContractExpression(_core.Expression):
         cotangent: Any = None,
         blocks: bool = False,
         cotangent_first: Optional[int] = None,
+        threads: Optional[int] = None,
     ) -> tuple[Any, tuple[NDArray[Any], ...]]:
         """``(value, grads)`` of slices ``start..stop`` in one pass (each slice's forward runs
         once): ``value`` as ``eval_slices`` gives it, or as ``eval_blocks`` with ``blocks``;
@@ -206,7 +226,8 @@ class ContractExpression(_core.Expression):
         blocks."""
         start, stop = self._range(start, stop)
         positions = self._full_wrt(wrt)
-        return self._value_and_grad_slices(self._full(arrays), start, stop, positions, cotangent, blocks, cotangent_first)
+        with _threads.threads(threads):
+            return self._value_and_grad_slices(self._full(arrays), start, stop, positions, cotangent, blocks, cotangent_first)
 
     def _build_args(self) -> tuple[str, list[list[int]], list[tuple[int, int]], Optional[float], Optional[list[str]]]:
         """The plan this expression is built from: the arguments of its constructor."""
@@ -216,13 +237,26 @@ class ContractExpression(_core.Expression):
         constants = (self._constants, self._constant_arrays) if self._constants else None
         return (_rebuild, (type(self), self._build_args(), constants))
 
-    def value_and_grad(self, *arrays: Any, wrt: Any = None, cotangent: Any = None, strip_exponent: Optional[bool] = None) -> Any:
+    def value_and_grad(
+        self,
+        *arrays: Any,
+        wrt: Any = None,
+        cotangent: Any = None,
+        strip_exponent: Optional[bool] = None,
+        threads: Optional[int] = None,
+    ) -> Any:
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
         ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
         means 1 and needs a scalar output). ``strip_exponent`` as in :func:`contract`, for
         the value and each gradient: with ``True`` each is ``(mantissa, exponent)``; by
         default, when one has left the finite range, all are computed again scaled and each
-        comes as an array if it fits, else as the pair."""
+        comes as an array if it fits, else as the pair. ``threads`` as in
+        :func:`contract`: the forward and reverse steps run on them."""
+        with _threads.threads(threads):
+            return self._value_and_grad_on_threads(arrays, wrt, cotangent, strip_exponent)
+
+    def _value_and_grad_on_threads(self, arrays: tuple[Any, ...], wrt: Any, cotangent: Any, strip_exponent: Optional[bool]) -> Any:
+        """``value_and_grad`` on the threads it chose."""
         _scaled.check_mode(strip_exponent)
         arrays, wrt = self._full(arrays), self._full_wrt(wrt)
         if strip_exponent:
@@ -232,12 +266,15 @@ class ContractExpression(_core.Expression):
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent, fit=True)
         return value, grads
 
-    def hvp(self, *arrays: Any, directions: Sequence[Any], wrt: Any = None, cotangent: Any = None) -> tuple[NDArray[Any], ...]:
+    def hvp(
+        self, *arrays: Any, directions: Sequence[Any], wrt: Any = None, cotangent: Any = None, threads: Optional[int] = None
+    ) -> tuple[NDArray[Any], ...]:
         """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one
         direction per ``wrt`` operand in, one array per ``wrt`` operand out. A sliced
         expression sums its slices' products, one slice at a time, so its memory is that
         of a slice (the operands, directions and products held whole)."""
-        return self._hvp(self._full(arrays), list(directions), self._full_wrt(wrt), cotangent)
+        with _threads.threads(threads):
+            return self._hvp(self._full(arrays), list(directions), self._full_wrt(wrt), cotangent)
 
     def hvp_slices(
         self,
@@ -247,11 +284,13 @@ class ContractExpression(_core.Expression):
         stop: Optional[int] = None,
         wrt: Any = None,
         cotangent: Any = None,
+        threads: Optional[int] = None,
     ) -> tuple[NDArray[Any], ...]:
         """The Hessian-vector products (as ``hvp``) summed over slices ``start..stop`` (to the
         last if ``None``): over disjoint ranges covering every slice, they add up to ``hvp``."""
         start, stop = self._range(start, stop)
-        return self._hvp_slices(self._full(arrays), list(directions), start, stop, self._full_wrt(wrt), cotangent)
+        with _threads.threads(threads):
+            return self._hvp_slices(self._full(arrays), list(directions), start, stop, self._full_wrt(wrt), cotangent)
 
     def __repr__(self) -> str:
         sliced = f", sliced_inds={self.sliced_inds}" if self.sliced_inds else ""

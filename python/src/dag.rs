@@ -66,6 +66,9 @@ fn to_rows<'py>(py: Python<'py>, v: Vec<f64>, rows: usize, columns: usize) -> Py
 }
 
 /// One prepared partition of a counter-based DAG.
+/// A 2-d float64 numpy array: one row per evaluation.
+type Rows<'py> = Bound<'py, PyArray2<f64>>;
+
 #[pyclass(module = "cgx._core", frozen)]
 pub struct DagPartition {
     part: Partition,
@@ -168,7 +171,7 @@ impl DagPartition {
         py: Python<'py>,
         inputs: PyReadonlyArray2<'py, f64>,
         boundary: PyReadonlyArray2<'py, f64>,
-    ) -> PyResult<(Bound<'py, PyArray2<f64>>, Bound<'py, PyArray2<f64>>)> {
+    ) -> PyResult<(Rows<'py>, Rows<'py>)> {
         let n = self.part.dag().input_count() as usize;
         let rows = inputs.shape()[0];
         let x = rows_of(&inputs, None, n, "inputs")?;

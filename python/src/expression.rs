@@ -63,6 +63,11 @@ const DETACH_MIN_WORK: f64 = 32_768.0;
 /// end it ([`interruptibly`]): the thread it starts costs microseconds, nothing beside it.
 const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 
+/// Below this many multiply-adds a call stays on the calling thread whatever threads it
+/// asks for: no kernel of the einsum crate splits below `2^20` multiply-adds or elements,
+/// and entering a pool costs microseconds.
+const POOL_MIN_WORK: f64 = 1_048_576.0;
+
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
 const CACHE_CAPACITY: usize = 512;
 
@@ -129,14 +134,24 @@ macro_rules! by_dtype {
 }
 
 /// Runs `f` without the GIL when the work is large enough for that to pay, and from
-/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly`]).
+/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly`]); on the
+/// threads this call asks for (`threads.rs`) unless the work is too small to leave the
+/// calling thread (inside the pool, the einsum crate weighs each program's cost before
+/// using more than one of its threads).
 fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> EinsumResult<R> + Send) -> PyResult<R> {
     if work < DETACH_MIN_WORK {
-        f().map_err(einsum_error)
-    } else if work < INTERRUPTIBLE_MIN_WORK {
-        py.detach(f).map_err(einsum_error)
+        return f().map_err(einsum_error);
+    }
+    let pool = if work >= POOL_MIN_WORK { crate::threads::call_pool()? } else { None };
+    if work < INTERRUPTIBLE_MIN_WORK {
+        py.detach(|| crate::threads::on(pool.as_deref(), f)).map_err(einsum_error)
     } else {
-        interruptibly(py, |flag| einsum::with_stop(flag, f).map_err(einsum_error))
+        // With a pool, the flag is installed on the pool thread that leads the evaluation
+        // (the flag is per thread; `stop.rs` shares it with the pool's other workers).
+        let pool = pool.as_deref();
+        interruptibly(py, move |flag| {
+            crate::threads::on(pool, move || einsum::with_stop(flag, f)).map_err(einsum_error)
+        })
     }
 }
 

@@ -14,6 +14,8 @@
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
 //! - `scaled.rs`: `left_range`, whether a result left float64's range (the test behind
 //!   `strip_exponent=None`; the scaled contraction itself is `Expression._scaled`);
+//! - `threads.rs`: `set_num_threads`, `get_num_threads` and `_swap_call_threads`, the
+//!   threads of the contraction calls (process-wide, per Python thread), and their pools;
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
 //!   `computegraph`, `tidu` and the `scalar` operation set;
 //! - `dag.rs`: partitions of the counter-based benchmark DAGs (`DagPartition`,
@@ -41,6 +43,7 @@ mod hyper;
 mod interrupt;
 mod plan;
 mod scaled;
+mod threads;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -126,6 +129,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_budget, m)?)?;
     m.add_function(wrap_pyfunction!(expression::is_path_finder, m)?)?;
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(threads::set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(threads::get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(threads::_swap_call_threads, m)?)?;
     m.add_function(wrap_pyfunction!(expression::search_path, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::hyper_search, m)?)?;
     m.add_function(wrap_pyfunction!(hyper::check_hyper_options, m)?)?;

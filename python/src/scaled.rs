@@ -23,7 +23,7 @@ fn outside(m: impl Iterator<Item = f64>) -> bool {
 
 /// [`outside`] of a contiguous float64 slice, in lanes the compiler vectorizes: the
 /// early return and `f64::max` of the plain loop keep it scalar, and the test of a large
-/// result then cost more than the element-wise product that made it. A lane's `x - x` sum
+/// result then cost more than the element-wise product that made it. A lane's `x · 0` sum
 /// turns NaN at the first entry that is not finite and stays NaN; its largest modulus is
 /// kept by a comparison, which NaN entries skip (the sum has caught them).
 fn outside_slice(s: &[f64]) -> bool {
@@ -36,7 +36,7 @@ fn outside_slice(s: &[f64]) -> bool {
         for i in 0..LANES {
             let x = c[i].abs();
             largest[i] = if x > largest[i] { x } else { largest[i] };
-            nan[i] += c[i] - c[i];
+            nan[i] += c[i] * 0.0;
         }
     }
     if nan.iter().any(|v| v.is_nan()) {

@@ -194,7 +194,8 @@ pub struct EinsumArgs {
     /// greedy slice finder picks when the memory limit needs it.
     #[arg(long, value_name = "LABELS", value_parser = parse_sliced_inds)]
     pub sliced_inds: Option<SlicedInds>,
-    /// Threads for the graph-level parallel evaluation (1: sequential).
+    /// Threads for the evaluations, forward and --grad (1: sequential): independent steps
+    /// at once and large kernels split, where the estimated cost says the threads pay.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
     /// Seed of the random operands.
@@ -497,6 +498,14 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Job> {
 /// The instance bundled for the demo: a 100-matrix chain (Einsum Benchmark).
 pub const BUNDLED: &str = include_str!("../../einsum/tests/data/str_matrix_chain_multiplication_100.json");
 
+/// `f` inside `pool`, or on the calling thread without one.
+fn on<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
 /// Runs the bundled instance on its `opt_flops` path, with its gradient (best of 5 runs).
 pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
     let inst = Instance::from_json(BUNDLED)?;
@@ -537,6 +546,9 @@ pub struct EinsumReport {
     pub flops: f64,
     /// The evaluation time, ms: of the one run, or the best of `repeat` after a warm-up.
     pub eval_ms: f64,
+    /// With `--grad` and `--repeat` over 1: milliseconds of value and gradients of every
+    /// operand in one pass, best of the runs, on the same threads.
+    pub grad_ms: Option<f64>,
     /// Evaluations timed.
     pub repeat: u32,
     /// Sum of the result's entries: real and imaginary parts.
@@ -668,17 +680,18 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let what = if matches!(plan.operands, Operands::Files(_)) { "read operands" } else { "random operands" };
     phases.push((what.to_string(), ms(t)));
     let refs: Vec<&Tensor<T>> = operands.iter().collect();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(s.threads.into()).build()?;
-    let run = || {
-        if s.threads > 1 && !sliced { e.slice_einsum().eval_parallel(Some(&pool), &refs) } else { e.eval(&refs) }
-    };
+    let built = rayon::ThreadPoolBuilder::new().num_threads(s.threads.into()).build()?;
+    // One thread runs outside any pool; inside the pool, every evaluation (each slice's,
+    // the gradient's) runs on its threads where the estimated cost says they pay.
+    let pool = (s.threads > 1).then_some(&built);
+    let run = || on(pool, || e.eval(&refs));
     let threads = format!("{} thread{}", s.threads, if s.threads > 1 { "s" } else { "" });
     let (result, eval_ms) = if s.repeat <= 1 {
         let t = Instant::now();
         let r = if sliced {
             // One run over many slices: a bar over the slices.
             let bar = progress_bar(s, e.plan().n_slices(), "slices");
-            let r = e.eval_with_progress(&refs, |k| bar.set_position(k))?;
+            let r = on(pool, || e.eval_with_progress(&refs, |k| bar.set_position(k)))?;
             bar.finish_and_clear();
             r
         } else {
@@ -712,6 +725,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let shape = result.shape().to_vec();
 
     let mut gradient_check = None;
+    let mut grad_ms = None;
     let mut scaled = None;
     // The plain result left the range from finite operands (an intermediate overflowed or
     // underflowed): the scaled contraction runs too, as if asked for, but `-o` keeps the
@@ -739,11 +753,29 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         let t = Instant::now();
         let g = e.gradient(&all)?;
         phases.push(("gradient build + compile".to_string(), ms(t)));
-        let t = Instant::now();
-        let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
-        let grads = g.eval_with_progress(&refs, seed, |k| bar.set_position(k))?;
-        bar.finish_and_clear();
-        phases.push(("gradient eval (all operands)".to_string(), ms(t)));
+        let grads = if s.repeat <= 1 {
+            let t = Instant::now();
+            let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
+            let grads = on(pool, || g.eval_with_progress(&refs, seed, |k| bar.set_position(k)))?;
+            bar.finish_and_clear();
+            phases.push((format!("gradient eval (all operands, {threads})"), ms(t)));
+            grads
+        } else {
+            // Value and gradients in one pass, timed as the forward evaluation is: the
+            // best of the runs after a warm-up.
+            let all_slices = 0..e.plan().n_slices();
+            let run = || on(pool, || g.eval_slices_with_value(&refs, seed, all_slices.clone()));
+            let mut grads = run()?.1;
+            let mut best = f64::INFINITY;
+            for _ in 0..s.repeat {
+                let t = Instant::now();
+                grads = run()?.1;
+                best = best.min(ms(t));
+            }
+            phases.push((format!("value and gradient eval (all operands, best of {}, {threads})", s.repeat), best));
+            grad_ms = Some(best);
+            grads
+        };
         if !refs.is_empty() {
             // The network is linear in each operand, so ⟨c, f(x + t e_i)⟩ − ⟨c, f(x)⟩ =
             // ⟨∇_i, t⟩ exactly; with t = x_i / 2 the difference is half of ⟨c, f(x)⟩ (no
@@ -778,6 +810,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         phases,
         flops: 2.0 * e.multiply_adds(),
         eval_ms,
+        grad_ms,
         repeat: s.repeat,
         checksum: [sum.inner(T::one()), sum.inner(T::from_parts(0.0, 1.0))],
         shape,
@@ -909,13 +942,14 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     let sliced: Vec<String> = r.sliced.iter().map(|c| json_string(&c.to_string())).collect();
     format!(
-        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}],\"scaled\":{}}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"grad_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}],\"scaled\":{}}}",
         json_string(title),
         r.dtype,
         r.path.steps().len(),
         path.join(","),
         json_number(r.flops),
         json_number(r.eval_ms),
+        r.grad_ms.map_or("null".into(), json_number),
         r.repeat,
         json_number(r.flops / (r.eval_ms * 1e6)),
         json_number(r.checksum[0]),

@@ -297,13 +297,26 @@ impl<T: Elem> Einsum<T> {
         })
     }
 
-    /// Evaluates on operands of the shapes given at construction.
+    /// Evaluates on operands of the shapes given at construction: on the calling thread,
+    /// or, when called inside a rayon pool of several threads (`pool.install(|| e.eval(..))`,
+    /// as a sliced contraction's slices are when their caller runs in one), on that pool's
+    /// threads as [`Einsum::eval_parallel`] runs, where the estimated cost says they pay.
     pub fn eval(&self, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.eval_with(&mut EvalState::new(), operands)
     }
 
-    /// [`Einsum::eval`] reusing `state`'s allocations.
+    /// [`Einsum::eval`] reusing `state`'s allocations (on one thread; in the caller's pool,
+    /// when that pays, without them).
     pub fn eval_with(&self, state: &mut EvalState<Tensor<T>>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
+        if self.pool_use(caller_pool_threads()) == PoolUse::Pool {
+            return self.eval_in_pool(None, operands);
+        }
+        self.eval_here(state, operands)
+    }
+
+    /// [`Einsum::eval_with`] on the calling thread, whatever pool it runs in (its kernels
+    /// still split there).
+    fn eval_here(&self, state: &mut EvalState<Tensor<T>>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.check_operands(operands)?;
         let _evaluation = crate::buffer::begin_evaluation();
         let inputs = self.program.bind_inputs(|k| match k {
@@ -331,10 +344,11 @@ impl<T: Elem> Einsum<T> {
     /// slower for the pool. The result is the one-thread result bit for bit wherever the
     /// kernels keep the order of sums (every kernel does; see `docs/PERFORMANCE.md`).
     pub fn eval_parallel(&self, pool: Option<&rayon::ThreadPool>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
-        if self.pool_use(pool_threads(pool)) == PoolUse::OneThread {
-            return self.eval(operands);
+        match self.pool_use(pool_threads(pool)) {
+            PoolUse::OneThread => self.eval_here(&mut EvalState::new(), operands),
+            PoolUse::Kernels => in_pool(pool, || self.eval_here(&mut EvalState::new(), operands)),
+            PoolUse::Pool => self.eval_in_pool(pool, operands),
         }
-        self.eval_in_pool(pool, operands)
     }
 
     /// How [`Self::eval_parallel`] uses a pool of `threads` threads.
@@ -629,7 +643,13 @@ impl<T: Elem> EinsumGradient<T> {
     }
 
     /// `Jᵀ c`: one tensor per `wrt` operand (zeros where the output does not depend on it).
+    /// Inside a rayon pool of several threads, on its threads as
+    /// [`Self::eval_with_value_parallel`] runs (the value, which the reverse pass computes
+    /// anyway, is dropped), where the estimated cost says they pay.
     pub fn eval(&self, operands: &[&Tensor<T>], cotangent: &Tensor<T>) -> EinsumResult<Vec<Tensor<T>>> {
+        if self.pool_use(caller_pool_threads()) == PoolUse::Pool {
+            return Ok(self.eval_with_value_in_pool(None, operands, cotangent)?.1);
+        }
         let m = &self.einsum;
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
@@ -645,8 +665,21 @@ impl<T: Elem> EinsumGradient<T> {
     }
 
     /// `(f(x), Jᵀ c)` in one run: the forward steps run once for both, where
-    /// [`Einsum::eval`] then [`Self::eval`] would run them twice.
+    /// [`Einsum::eval`] then [`Self::eval`] would run them twice. On the calling thread,
+    /// or inside a rayon pool of several threads on its threads, as [`Einsum::eval`].
     pub fn eval_with_value(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+        if self.pool_use(caller_pool_threads()) == PoolUse::Pool {
+            return self.eval_with_value_in_pool(None, operands, cotangent);
+        }
+        self.eval_with_value_here(operands, cotangent)
+    }
+
+    /// [`Self::eval_with_value`] on the calling thread, whatever pool it runs in.
+    fn eval_with_value_here(
         &self,
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
@@ -664,10 +697,11 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
-        if self.pool_use(pool_threads(pool)) == PoolUse::OneThread {
-            return self.eval_with_value(operands, cotangent);
+        match self.pool_use(pool_threads(pool)) {
+            PoolUse::OneThread => self.eval_with_value_here(operands, cotangent),
+            PoolUse::Kernels => in_pool(pool, || self.eval_with_value_here(operands, cotangent)),
+            PoolUse::Pool => self.eval_with_value_in_pool(pool, operands, cotangent),
         }
-        self.eval_with_value_in_pool(pool, operands, cotangent)
     }
 
     /// [`Self::eval_with_value_parallel`] without the choice: always in the pool.
@@ -723,14 +757,21 @@ fn pool_threads(pool: Option<&rayon::ThreadPool>) -> usize {
     pool.map_or_else(rayon::current_num_threads, rayon::ThreadPool::current_num_threads)
 }
 
+/// The threads of the rayon pool the caller runs in (`pool.install`, a pool's task), or 1
+/// outside any: [`Einsum::eval`] stays on one thread unless its caller chose a pool.
+fn caller_pool_threads() -> usize {
+    if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 }
+}
+
 /// `run` inside `pool`, or inside the current rayon pool (the global one outside any), so
 /// that the kernels see its threads.
 fn in_pool<R: Send>(pool: Option<&rayon::ThreadPool>, run: impl FnOnce() -> R + Send) -> R {
-    match pool {
+    // The caller's stop flag reaches the pool's threads (`stop.rs`).
+    crate::stop::shared_with_pool(|| match pool {
         Some(pool) => pool.install(run),
         None if rayon::current_thread_index().is_some() => run(),
         None => rayon::scope(|_| run()),
-    }
+    })
 }
 
 /// A compiled Hessian-vector product of an [`Einsum`] ([`Einsum::hvp`]).

@@ -12,15 +12,17 @@
 //!
 //! Invariants: a stopped evaluation never returns `Ok` (its result could hold
 //! placeholders); without an installed flag, or with the flag down, nothing changes. The
-//! flag is the installing thread's: work that the evaluation hands to other threads
-//! (`Einsum::eval_parallel`'s pool) reads it only where the installing thread does, so a
-//! parallel evaluation stops at the next operation or GEMM block of that thread.
+//! flag is the installing thread's; a pool's thread with none of its own (a worker running
+//! part of an evaluation, `Einsum::eval_parallel`'s steps at once) reads the flags of
+//! every evaluation running in a pool at that moment, so a parallel evaluation stops at
+//! the next operation or GEMM block of any of its threads (and a flag raised stops the
+//! pool work of every evaluation running in a pool then, which is what Ctrl-C asks).
 //!
 //! Cost: one thread-local read per check, a few per operation and per GEMM block.
 
 use std::cell::RefCell;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{EinsumError, EinsumResult};
 
@@ -37,6 +39,12 @@ thread_local! {
     /// The flag installed by [`with_stop`] on this thread, if any.
     static FLAG: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
 }
+
+/// The flags of the evaluations running in pools ([`shared_with_pool`]), for the pools'
+/// threads with none of their own, and how many there are (read without the lock first: none is the
+/// common case).
+static INSTALLED: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
+static INSTALLED_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` with `flag` installed for this thread's evaluations: once the flag is up,
 /// they end with [`EinsumError::Interrupted`]. The previous flag (if any) is back when
@@ -68,9 +76,40 @@ pub fn with_stop<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Whether this thread's installed flag is up.
+/// Runs `f`, an evaluation that hands work to a rayon pool's threads, with this thread's
+/// flag (if any) read by those of the pool's threads that have none of their own.
+pub(crate) fn shared_with_pool<R>(f: impl FnOnce() -> R) -> R {
+    /// Takes the flag off the shared list, on return and on unwinding alike.
+    struct Unshare(Arc<AtomicBool>);
+    impl Drop for Unshare {
+        fn drop(&mut self) {
+            let mut all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = all.iter().position(|x| Arc::ptr_eq(x, &self.0)) {
+                all.swap_remove(i);
+                INSTALLED_COUNT.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let Some(flag) = FLAG.with_borrow(Clone::clone) else {
+        return f();
+    };
+    INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).push(flag.clone());
+    INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
+    let _unshare = Unshare(flag);
+    f()
+}
+
+/// Whether this thread's installed flag is up, or, on a pool's thread with none, any
+/// flag shared with the pools ([`shared_with_pool`]).
 pub(crate) fn requested() -> bool {
-    FLAG.with_borrow(|f| f.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)))
+    FLAG.with_borrow(|f| match f {
+        Some(f) => f.load(Ordering::Relaxed),
+        None => {
+            INSTALLED_COUNT.load(Ordering::Relaxed) > 0
+                && rayon::current_thread_index().is_some()
+                && INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|f| f.load(Ordering::Relaxed))
+        }
+    })
 }
 
 /// [`EinsumError::Interrupted`] if this thread's installed flag is up.

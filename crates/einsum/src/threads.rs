@@ -1,30 +1,33 @@
-//! `threads`: whether an evaluation given a pool of several threads enters it, decided by
-//! estimated cost ([`PoolUse`]), for [`Einsum::eval_parallel`](crate::Einsum::eval_parallel)
-//! and [`EinsumGradient::eval_with_value_parallel`](crate::EinsumGradient::eval_with_value_parallel).
+//! `threads`: how an evaluation given a pool of several threads uses it, decided by
+//! estimated cost ([`PoolUse`]), for [`Einsum::eval_parallel`](crate::Einsum::eval_parallel),
+//! [`EinsumGradient::eval_with_value_parallel`](crate::EinsumGradient::eval_with_value_parallel)
+//! and the plain evaluations called inside a pool.
 //!
 //! Why: a second thread helps in two ways, by running independent steps at once (the
 //! evaluator's levels or dataflow) and by splitting one large step's kernel (its GEMM, its
 //! permutation copies, its element-wise chunks). Both have fixed costs (waking a sleeping
-//! worker, forking and joining, a step's operands moving to the other core's cache), and a
-//! program that offers neither kind of parallelism pays them for nothing: one lone GEMM of
-//! `2^24` multiply-adds, a batch of 32 products of `64³` and a chain of 199 small steps (an
-//! MPS inner product) each ran slower on two threads than on one. Such programs run as on
-//! one thread, outside the pool, so they cannot be slower there.
+//! worker, forking and joining, a step's operands moving to the other core's cache), the
+//! parallel evaluator's the larger: a program that offers neither kind of parallelism
+//! pays them for nothing (a chain of 199 small steps, an MPS inner product, ran slower on
+//! two threads than on one), and one that offers only split kernels (one lone GEMM, a
+//! batch of 32 products of `64³`) ran slower through the parallel evaluator and faster as
+//! its steps in order inside the pool.
 //!
 //! Input: the program's operations in program order (a topological order), each with its
 //! [`GraphOperation::cost_hint`] and the operations that make its operands
 //! ([`Step`]). Output: [`PoolUse::Pool`] when the program's summed cost reaches
-//! [`POOL_MIN_COST`] and the estimated time on the pool's threads is at most
-//! `1 / MIN_GAIN` of the one-thread time, [`PoolUse::OneThread`] otherwise.
+//! [`POOL_MIN_COST`], some steps are independent, and the estimated time on the pool's
+//! threads is at most `1 / MIN_GAIN` of the one-thread time; else [`PoolUse::Kernels`]
+//! when its splitting kernels alone promise that gain; else [`PoolUse::OneThread`].
 //!
 //! The estimate on `t` threads is the better of two bounds: independent steps at once,
 //! `max(critical path, total / t)`, no step split; and the steps in order with each step
 //! that its kernel would split ([`splits_in_pool`]) taking `1 / (SPLIT_EFFICIENCY · t)` of
-//! its time. Inside a run, which of the two happens is left to the evaluator and to rayon's
-//! work stealing (an idle thread steals a ready step or the blocks of a running step's
-//! kernel, whichever appears first).
+//! its time. Inside the parallel evaluator, which of the two happens is left to it and to
+//! rayon's work stealing (an idle thread steals a ready step or the blocks of a running
+//! step's kernel, whichever appears first).
 //!
-//! Complexity: `O(operations + operands)`, once per program (the choice is kept).
+//! Complexity: `O(operations + operands)`, once per call.
 
 use computegraph::{Graph, GraphOperation, LocalValueDef, MaterializedGraph, MaterializedValueDef};
 use smallvec::SmallVec;
@@ -51,13 +54,17 @@ const SPLIT_EFFICIENCY: f64 = 0.9;
 /// How an evaluation given a pool of several threads runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PoolUse {
-    /// Outside the pool, as [`Einsum::eval`](crate::Einsum::eval): the pool would not pay
-    /// for its costs.
+    /// Outside the pool, as [`Einsum::eval`](crate::Einsum::eval) outside any: no kernel
+    /// would split and no steps would run at once.
     OneThread,
-    /// In the pool: independent steps at once and large kernels split.
+    /// The steps in program order on the calling thread, inside the pool, so that each
+    /// large kernel splits over its threads: a chain of large steps, where running steps
+    /// at once has nothing to add and its evaluator's fork and join cost.
+    Kernels,
+    /// The parallel evaluator in the pool: independent steps at once and large kernels
+    /// split.
     Pool,
 }
-
 /// One operation of a program: its cost hint, whether its kernel splits over a pool's
 /// threads, and the operations (by position in the program) that make its operands.
 #[derive(Debug)]
@@ -126,14 +133,15 @@ pub(crate) fn materialized_steps<T: Elem>(graph: &MaterializedGraph<TensorOp<T>>
         .collect()
 }
 
-/// Whether a program of `steps` (in program order) enters a pool of `threads` threads.
+/// How a program of `steps` (in program order) uses a pool of `threads` threads.
 pub(crate) fn choose(steps: &[Step], threads: usize) -> PoolUse {
     let total: u64 = steps.iter().map(|s| s.cost).fold(0, u64::saturating_add);
-    if threads < 2 || total < POOL_MIN_COST {
+    if threads < 2 {
         return PoolUse::OneThread;
     }
     let t = threads as f64;
-    // The longest chain of dependent steps, in program order (operands come first).
+    // The longest chain of dependent steps, in program order (operands come first), and
+    // the steps in order with each one that splits taking its split time.
     let mut finish: Vec<f64> = Vec::with_capacity(steps.len());
     let mut split_time = 0.0;
     for s in steps {
@@ -143,8 +151,16 @@ pub(crate) fn choose(steps: &[Step], threads: usize) -> PoolUse {
     }
     let critical = finish.iter().copied().fold(0.0, f64::max);
     let by_steps = critical.max(total as f64 / t);
-    let best = by_steps.min(split_time);
-    if total as f64 >= MIN_GAIN * best { PoolUse::Pool } else { PoolUse::OneThread }
+    let total = total as f64;
+    if total >= POOL_MIN_COST as f64 && total >= MIN_GAIN * by_steps.min(split_time) && critical < total {
+        // Steps at once (the parallel evaluator, whose kernels split too) wherever there
+        // are independent steps to run at once.
+        PoolUse::Pool
+    } else if total >= MIN_GAIN * split_time {
+        PoolUse::Kernels
+    } else {
+        PoolUse::OneThread
+    }
 }
 
 #[cfg(test)]
@@ -157,9 +173,17 @@ mod tests {
 
     #[test]
     fn small_programs_stay_on_one_thread() {
-        assert_eq!(choose(&[step(POOL_MIN_COST - 1, true, &[])], 2), PoolUse::OneThread);
-        assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 2), PoolUse::Pool);
+        // Independent steps: the evaluator's pool from POOL_MIN_COST on.
+        let pair = |c: u64| [step(c / 2, false, &[]), step(c / 2, false, &[]), step(1, false, &[0, 1])];
+        assert_eq!(choose(&pair(POOL_MIN_COST - 4), 2), PoolUse::OneThread);
+        assert_eq!(choose(&pair(POOL_MIN_COST), 2), PoolUse::Pool);
+        // A lone step: its kernel if it splits (past the kernel's own threshold), else
+        // nothing; one thread never enters a pool.
+        assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 2), PoolUse::Kernels);
+        assert_eq!(choose(&[step(1000, true, &[])], 2), PoolUse::Kernels);
+        assert_eq!(choose(&[step(POOL_MIN_COST, false, &[])], 2), PoolUse::OneThread);
         assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 1), PoolUse::OneThread);
+        assert_eq!(choose(&pair(POOL_MIN_COST), 1), PoolUse::OneThread);
     }
 
     /// `n` steps of cost `c`, each after the one before, the first at position `first`.
@@ -170,9 +194,10 @@ mod tests {
     #[test]
     fn chains_need_a_split_and_independent_steps_need_none() {
         let c = POOL_MIN_COST;
-        // A chain of unsplit steps: nothing for a second thread; split steps: their kernels.
+        // A chain of unsplit steps: nothing for a second thread; split steps: their
+        // kernels, the steps in order (no evaluator's fork and join).
         assert_eq!(choose(&chain(8, 0, c, false), 2), PoolUse::OneThread);
-        assert_eq!(choose(&chain(8, 0, c, true), 2), PoolUse::Pool);
+        assert_eq!(choose(&chain(8, 0, c, true), 2), PoolUse::Kernels);
         // Two independent halves joined at the end.
         let mut two = chain(4, 0, c, false);
         two.extend(chain(4, 4, c, false));

@@ -40,9 +40,50 @@ fn check_pool_matches_one_thread<T: Elem>(e: &Einsum<T>, shapes: &[Vec<usize>], 
         let bound = if fixed_order { 0.0 } else { 1e-13 * (1.0 + y.max_abs()) * shapes.len() as f64 };
         assert!(err <= bound, "{what}, gradients, {threads} threads: {err:e} off");
     }
+    // Called inside the pool (as Python and `cgx` call it), plain `eval` and the
+    // gradient's evaluations run on its threads, with the same results.
+    assert_eq!(pool.install(|| e.eval(&refs)).unwrap(), one, "{what}, eval inside the pool");
+    let (v3, g3) = pool.install(|| g.eval_with_value(&refs, &c)).unwrap();
+    let g4 = pool.install(|| g.eval(&refs, &c)).unwrap();
+    assert_eq!(v3, v1, "{what}, value inside the pool");
+    for (x, y) in g3.iter().chain(&g4).zip(g1.iter().chain(&g1)) {
+        let err = x.max_abs_diff(y).unwrap();
+        let bound = if fixed_order { 0.0 } else { 1e-13 * (1.0 + y.max_abs()) * shapes.len() as f64 };
+        assert!(err <= bound, "{what}, gradients inside the pool: {err:e} off");
+    }
     if fixed_order {
         assert_eq!(g.eval_with_value_parallel(Some(&pool), &refs, &c).unwrap().1, g1, "{what}");
     }
+}
+
+/// A sliced contraction and its value with gradients inside a pool of two threads (each
+/// slice's program on the pool's threads) against the same outside any pool: bit for bit.
+#[test]
+fn sliced_evaluations_inside_a_pool_equal_one_thread() {
+    use crate::{EinsumOptions, SlicedEinsum, Slicing};
+    // Each slice's GEMMs (160³ multiply-adds) split over the pool.
+    let shapes = vec![vec![2, 160, 160], vec![160, 160], vec![160, 160]];
+    let s = SlicedEinsum::<f64>::new(
+        "xab,bc,cd->ad",
+        &shapes,
+        PathChoice::Greedy,
+        &EinsumOptions::default(),
+        &Slicing::Labels(vec!['x']),
+    )
+    .unwrap();
+    assert!(s.plan().n_slices() > 1);
+    let ops = operands::<f64>(&shapes, 7);
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let one = s.eval(&refs).unwrap();
+    assert_eq!(pool.install(|| s.eval(&refs)).unwrap(), one);
+    let g = s.gradient(&[0, 1, 2]).unwrap();
+    let c = operands::<f64>(&[one.shape().to_vec()], 5).pop().unwrap();
+    let n = s.plan().n_slices();
+    let (v1, g1) = g.eval_slices_with_value(&refs, &c, 0..n).unwrap();
+    let (v2, g2) = pool.install(|| g.eval_slices_with_value(&refs, &c, 0..n)).unwrap();
+    assert_eq!(v2, v1);
+    assert_eq!(g2, g1);
 }
 
 /// Programs whose kernels split in a pool (one large GEMM, a loop of small ones cut by
@@ -82,18 +123,18 @@ fn a_pool_equals_one_thread_bit_for_bit() {
     }
 }
 
-/// The choice on the bundled instances at full size: the lone GEMM, the batch of 32
-/// small ones and the MPS chain (slower on two threads on an idle machine before the
-/// choice) stay on one thread; the matrix chain, the language model and MERA use the
-/// pool. Value with gradients: the MPS's reverse pass has a leaf gradient beside each
-/// step of its cotangent chain, which the pool runs at once. A pool of one thread is
-/// never entered.
+/// The choice on the bundled instances at full size: the lone GEMM and the batch of 32
+/// small ones split their kernel, the steps in order (no evaluator's fork and join); the
+/// MPS chain's small steps stay on one thread (each was slower on two threads); the
+/// matrix chain, the language model and MERA run steps at once. Value with gradients: the
+/// MPS's reverse pass has a leaf gradient beside each step of its cotangent chain, which
+/// the pool runs at once. A pool of one thread is never entered.
 #[test]
 fn the_pool_is_entered_where_it_pays() {
-    use PoolUse::{OneThread, Pool};
+    use PoolUse::{Kernels, OneThread, Pool};
     let expect = [
-        ("bin_matmul_256", OneThread, OneThread),
-        ("bin_batched_matmul_b32_m64_n64_k64", OneThread, OneThread),
+        ("bin_matmul_256", Kernels, Kernels),
+        ("bin_batched_matmul_b32_m64_n64_k64", Kernels, Kernels),
         ("str_mps_varying_inner_product_200", OneThread, Pool),
         ("str_matrix_chain_multiplication_100", Pool, Pool),
         ("lm_batch_likelihood_brackets_4_4d", Pool, Pool),

@@ -1,0 +1,155 @@
+"""Threads: ``cgx.set_num_threads``, ``cgx.threads`` and the ``threads=`` keywords.
+
+Two threads against one: bit for bit where every kernel keeps its order of sums (matrix
+products, element-wise products, permutations, programs of independent steps), to
+rounding otherwise; forward, value and gradients, sliced and not, HVPs. The settings: per
+call, per Python thread (other threads keep theirs), process-wide, bad counts.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cgx
+
+
+@pytest.fixture(autouse=True)
+def default_threads():
+    cgx.set_num_threads(None)
+    yield
+    cgx.set_num_threads(None)
+
+
+def arrays(shapes, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s) for s in shapes]
+
+
+# Large enough that kernels split (2^20 multiply-adds or elements) and that independent
+# steps run at once.
+CASES = [
+    ("ij,jk->ik", [(160, 112), (112, 128)]),
+    ("bij,bjk->bik", [(64, 32, 24), (64, 24, 32)]),
+    ("ij,ij->ij", [(1024, 1024), (1024, 1024)]),
+    ("abc,c->cba", [(128, 128, 64), (64,)]),
+    ("ab,bc,cd,de,ef->af", [(96, 80), (80, 96), (96, 80), (80, 96), (96, 80)]),
+    ("ab,bc,cd,de,ef,fg,gh,hi->ai", [(200, 200)] * 8),
+]
+
+
+@pytest.mark.parametrize("eq,shapes", CASES)
+def test_two_threads_equal_one_bit_for_bit(eq, shapes):
+    ops = arrays(shapes, 1)
+    expr = cgx.contract_expression(eq, *shapes)
+    one = expr(*ops, threads=1)
+    assert np.array_equal(expr(*ops, threads=2), one)
+    assert np.array_equal(cgx.contract(eq, *ops, threads=2), cgx.contract(eq, *ops, threads=1))
+    cot = np.random.default_rng(2).standard_normal(one.shape)
+    v1, g1 = expr.value_and_grad(*ops, cotangent=cot, threads=1)
+    v2, g2 = expr.value_and_grad(*ops, cotangent=cot, threads=2)
+    assert np.array_equal(v1, v2) and np.array_equal(v1, one)
+    for a, b in zip(g1, g2):
+        assert np.array_equal(a, b)
+    # Against numpy too: two threads compute the contraction, not something else.
+    np.testing.assert_allclose(expr(*ops, threads=2), np.einsum(eq, *ops, optimize=True), rtol=1e-10, atol=1e-10)
+
+
+def test_a_matrix_vector_gradient_agrees_to_rounding():
+    # The gradient of an outer product of two matrix products has large matrix-vector
+    # products, whose sum faer splits between the threads.
+    shapes = [(60, 70), (70, 50), (40, 80), (80, 30)]
+    ops = arrays(shapes, 3)
+    expr = cgx.contract_expression("ab,bc,de,ef->acdf", *shapes)
+    cot = np.random.default_rng(4).standard_normal(expr.output_shape)
+    v1, g1 = expr.value_and_grad(*ops, cotangent=cot, threads=1)
+    v2, g2 = expr.value_and_grad(*ops, cotangent=cot, threads=2)
+    np.testing.assert_allclose(v2, v1, rtol=1e-12, atol=1e-12)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-9 * np.abs(a).max())
+
+
+def test_sliced_value_gradients_and_hvp_on_two_threads():
+    shapes = [(2, 160, 160), (160, 160), (160, 160)]
+    ops = arrays(shapes, 5)
+    expr = cgx.contract_expression("xab,bc,cd->ad", *shapes, sliced_inds=["x"])
+    assert expr.n_slices == 2
+    cot = np.random.default_rng(6).standard_normal(expr.output_shape)
+    one = expr(*ops, threads=1)
+    assert np.array_equal(expr(*ops, threads=2), one)
+    v1, g1 = expr.value_and_grad(*ops, cotangent=cot, threads=1)
+    v2, g2 = expr.value_and_grad(*ops, cotangent=cot, threads=2)
+    assert np.array_equal(v1, v2)
+    for a, b in zip(g1, g2):
+        assert np.array_equal(a, b)
+    dirs = arrays(shapes, 7)
+    h1 = expr.hvp(*ops, directions=dirs, cotangent=cot, threads=1)
+    h2 = expr.hvp(*ops, directions=dirs, cotangent=cot, threads=2)
+    for a, b in zip(h1, h2):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * np.abs(a).max())
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(2, 6), size=st.integers(1, 90), seed=st.integers(0, 2**16))
+def test_random_chains_on_two_threads_equal_one(n, size, seed):
+    rng = np.random.default_rng(seed)
+    dims = [int(d) for d in rng.integers(1, size + 1, n + 1)]
+    letters = "abcdefgh"
+    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
+    ops = [rng.standard_normal((dims[i], dims[i + 1])) for i in range(n)]
+    expr = cgx.contract_expression(eq, *[o.shape for o in ops])
+    one = expr(*ops, threads=1)
+    assert np.array_equal(expr(*ops, threads=2), one)
+    cot = rng.standard_normal(one.shape)
+    _, g1 = expr.value_and_grad(*ops, cotangent=cot, threads=1)
+    _, g2 = expr.value_and_grad(*ops, cotangent=cot, threads=2)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * (1 + np.abs(a).max()))
+
+
+def test_settings_per_call_per_thread_and_process():
+    assert cgx.get_num_threads() >= 1
+    cgx.set_num_threads(3)
+    assert cgx.get_num_threads() == 3
+    with cgx.threads(1):
+        assert cgx.get_num_threads() == 1
+        with cgx.threads(2):
+            assert cgx.get_num_threads() == 2
+        with cgx.threads(None):  # None leaves the setting as it is
+            assert cgx.get_num_threads() == 1
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(cgx.get_num_threads()))
+        other.start()
+        other.join()
+        assert seen == [3]  # another Python thread keeps the process's setting
+    assert cgx.get_num_threads() == 3
+    cgx.set_num_threads(None)
+    assert cgx.get_num_threads() >= 1
+
+
+def test_the_context_is_restored_when_the_call_raises():
+    cgx.set_num_threads(2)
+    with pytest.raises(ValueError):
+        cgx.contract("ij,jk->ik", np.ones((2, 3)), np.ones((4, 2)), threads=1)
+    assert cgx.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_counts_below_one_are_errors(bad):
+    with pytest.raises(ValueError, match="at least 1"):
+        cgx.set_num_threads(bad)
+    with pytest.raises(ValueError, match="at least 1"):
+        with cgx.threads(bad):
+            pass
+    with pytest.raises(ValueError, match="at least 1"):
+        cgx.contract("ij->", np.ones((2, 2)), threads=bad)
+
+
+@pytest.mark.parametrize("bad", [1.5, "2", True])
+def test_counts_that_are_not_ints_are_type_errors(bad):
+    with pytest.raises(TypeError):
+        cgx.set_num_threads(bad)
+    with pytest.raises(TypeError):
+        cgx.contract("ij->", np.ones((2, 2)), threads=bad)
