@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 distributed = pytest.importorskip("distributed", reason="cgx.distributed needs dask.distributed: pip install dask distributed")
 
+from clusters import local_client  # noqa: E402
+
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
 from cgx.distributed import blocks as dblocks, combine as dcombine, dask as cdask, plan as dplan, ranges as dranges  # noqa: E402
@@ -26,17 +28,8 @@ from strategies import arrays, expressions, split  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    # Bounded starts: a worker process not up within death_timeout, or a client not
-    # connected within timeout, is an error, not a wait without end.
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, death_timeout=120
-    )
-    c = distributed.Client(cluster, timeout=120)
-    try:
+    with local_client(distributed) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 def test_no_client_is_a_clear_error() -> None:
@@ -628,7 +621,7 @@ def test_the_hyper_optimizers_slicing_runs_distributed_with_gradients(client):
 
 
 def test_ctrl_c_ends_a_distributed_run_within_a_second_and_cancels_its_futures(client, monkeypatch):
-    from test_interrupt import BOUND, seconds_to_interrupt
+    from test_interrupt import BOUND, announcing, seconds_to_interrupt
 
     cancelled = []
     original = cdask._cancel
@@ -639,14 +632,7 @@ def test_ctrl_c_ends_a_distributed_run_within_a_second_and_cancels_its_futures(c
 
     monkeypatch.setattr(cdask, "_cancel", spy)
     submitted = threading.Event()
-    submit = cdask._submit
-
-    def submit_then_say(*args):
-        run = submit(*args)
-        submitted.set()
-        return run
-
-    monkeypatch.setattr(cdask, "_submit", submit_then_say)
+    monkeypatch.setattr(cdask, "_submit", announcing(cdask._submit, submitted))
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2000, 2000)), rng.standard_normal((2000, 2000))
     # 2000 slices of a 2000 x 2000 outer product: tens of seconds of work per worker.

@@ -14,6 +14,8 @@ import pytest
 
 distributed = pytest.importorskip("distributed", reason="cgx.distributed needs dask.distributed: pip install dask distributed")
 
+from clusters import local_client  # noqa: E402
+
 from cgx import distributed as cd  # noqa: E402
 from cgx.distributed import dag  # noqa: E402
 from test_distributed import in_background  # noqa: E402
@@ -21,15 +23,8 @@ from test_distributed import in_background  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, death_timeout=120
-    )
-    c = distributed.Client(cluster, timeout=120)
-    try:
+    with local_client(distributed) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 def same(a, b):

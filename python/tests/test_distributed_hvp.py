@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 distributed = pytest.importorskip("distributed")
 
+from clusters import local_client  # noqa: E402
+
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
 from strategies import arrays, expressions, split  # noqa: E402
@@ -19,15 +21,8 @@ from strategies import arrays, expressions, split  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
-    )
-    c = distributed.Client(cluster, timeout=120)
-    try:
+    with local_client(distributed, processes=False) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 # As in test_distributed: slices summed, placed in the output, and both.

@@ -17,6 +17,8 @@ from cgx.distributed.combine import add_scaled, fit_scaled
 
 distributed = pytest.importorskip("distributed")
 
+from clusters import local_client  # noqa: E402
+
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
 from strategies import arrays, expressions, split  # noqa: E402
@@ -26,15 +28,8 @@ LOG10_2 = math.log10(2)
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
-    )
-    c = distributed.Client(cluster, timeout=120)
-    try:
+    with local_client(distributed, processes=False) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 def exact(pair):

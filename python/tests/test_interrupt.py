@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -55,6 +55,19 @@ def seconds_to_interrupt(
         timer.join()
     assert sent, "the call ended before the signal was sent"
     return caught - sent[0]
+
+
+def announcing(work: Callable[..., Any], event: threading.Event) -> Callable[..., Any]:
+    """``work`` that sets ``event`` once it has returned: wrapped around a distributed
+    run's submission, it tells :func:`seconds_to_interrupt` (``after``) when to start
+    timing the signal."""
+
+    def run(*args: Any) -> Any:
+        out = work(*args)
+        event.set()
+        return out
+
+    return run
 
 
 @pytest.fixture(scope="module")

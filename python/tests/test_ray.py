@@ -134,7 +134,7 @@ def test_hvp_matches_single_process(local_ray, network, n_tasks):
 
 
 def test_ctrl_c_ends_a_ray_run_within_a_second_and_cancels_its_tasks(local_ray, monkeypatch):
-    from test_interrupt import BOUND, seconds_to_interrupt
+    from test_interrupt import BOUND, announcing, seconds_to_interrupt
 
     cancelled = []
     original = cray._cancel
@@ -145,14 +145,7 @@ def test_ctrl_c_ends_a_ray_run_within_a_second_and_cancels_its_tasks(local_ray, 
 
     monkeypatch.setattr(cray, "_cancel", spy)
     submitted = threading.Event()
-    run = cray._run
-
-    def run_then_say(*args):
-        tasks = run(*args)
-        submitted.set()
-        return tasks
-
-    monkeypatch.setattr(cray, "_run", run_then_say)
+    monkeypatch.setattr(cray, "_run", announcing(cray._run, submitted))
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((3000, 3000)), rng.standard_normal((3000, 3000))
     # 3000 slices of a 3000 x 3000 outer product, in 8 ranges and a tree of sums: tens of

@@ -32,7 +32,21 @@ pub type Rng = tidu::testing::CheckRng;
 /// assert!((4_000..5_000).contains(&adds));
 /// ```
 pub fn pick_op(rng: &mut Rng) -> ScalarOp {
-    match rng.below(100) {
+    op_at_percent(rng.below(100))
+}
+
+/// The operation of [`pick_op`]'s mix at percentile `p` (0 to 99, as a uniform draw below
+/// 100 gives it): the one table of the mix, which generators of other random streams
+/// (`workloads`' counter-based one) share.
+///
+/// ```
+/// use scalar::{workloads::op_at_percent, ScalarOp};
+///
+/// assert_eq!(op_at_percent(0), ScalarOp::Add);
+/// assert_eq!(op_at_percent(99), ScalarOp::SinCos);
+/// ```
+pub fn op_at_percent(p: u64) -> ScalarOp {
+    match p {
         0..45 => ScalarOp::Add,
         45..85 => ScalarOp::Mul,
         85..95 => ScalarOp::Neg,

@@ -169,14 +169,7 @@ fn unit(h: u64) -> f64 {
 /// cos 2%, sincos 1%.
 #[inline]
 fn pick_op(h: u64) -> ScalarOp {
-    match below(h, 100) {
-        0..45 => ScalarOp::Add,
-        45..85 => ScalarOp::Mul,
-        85..95 => ScalarOp::Neg,
-        95..97 => ScalarOp::Sin,
-        97..99 => ScalarOp::Cos,
-        _ => ScalarOp::SinCos,
-    }
+    scalar::workloads::op_at_percent(below(h, 100))
 }
 
 impl CounterDag {
