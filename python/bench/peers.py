@@ -30,7 +30,8 @@ Threads: one worker process per thread count and instance (``--threads 1,2``), s
 reads its thread count when it starts; a worker whose resident memory passes
 ``--max-rss-gib`` (3.8 GiB by default, the budget of a process on the shared machine) ends,
 and its instance is reported as over the budget. In a worker of N threads, numpy's BLAS has N threads
-(``OMP_NUM_THREADS`` and the like), XLA's CPU client ``intra_op_parallelism_threads=N``
+(``OMP_NUM_THREADS`` and the like), the worker runs on N cores (its affinity: XLA has
+threads of its own beside its pool), XLA's CPU client ``intra_op_parallelism_threads=N``
 (with Eigen's thread pool on only for N > 1), ``torch.set_num_threads(N)`` (idle OpenMP
 threads sleep, ``OMP_WAIT_POLICY=PASSIVE``, rather than spin into the next call), and cgx runs on
 N threads if its Python package takes a thread count (a ``threads`` argument of
@@ -148,6 +149,14 @@ def set_thread_env(threads):
     eigen = "true" if threads > 1 else "false"
     os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
     os.environ["JAX_PLATFORMS"] = "cpu"
+    # XLA runs threads of its own beside intra_op_parallelism_threads, which the flags do
+    # not bound: on this machine JAX's one-thread MERA took 742 ms with the second core
+    # free and 1460 ms pinned to one. So a worker of N threads runs on N cores (the last
+    # ones), set before any library starts a thread (threads inherit it).
+    if hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) > threads:
+            os.sched_setaffinity(0, cores[-threads:])
 
 
 def rel_err(got, want):
