@@ -114,6 +114,11 @@ class _Run:
         run is cancelled (those not started never run, running ones are interrupted),
         then the interrupt is raised."""
         try:
+            # `ray.get` looks at signals once a second (Ray's
+            # `get_check_signal_interval_milliseconds`); waiting in slices of a tenth lets
+            # Python run its handlers between them.
+            while not _ray.wait([self.root], timeout=0.1)[0]:
+                pass
             return _ray.get(self.root)
         except KeyboardInterrupt:
             _cancel(self)
