@@ -509,15 +509,17 @@ def test_bad_input_raises_like_the_local_api(client):
 
 
 class RangeStarts(distributed.WorkerPlugin):
-    """Appends ``pid key`` to a file each time a worker starts a slice-range task: a file,
-    so that the starts on a killed worker are kept."""
+    """Appends ``pid key`` to a file each time a worker starts a task whose name begins
+    with one of ``prefixes`` (slice ranges by default): a file, so that the starts on a
+    killed worker are kept."""
 
-    def __init__(self, path):
+    def __init__(self, path, prefixes=("eval_range-", "grad_range-")):
         self.path = str(path)
+        self.prefixes = tuple(prefixes)
 
     def transition(self, key, start, finish, **kwargs):
         name = key if isinstance(key, str) else str(key)
-        if finish == "executing" and name.startswith(("eval_range-", "grad_range-")):
+        if finish == "executing" and name.startswith(self.prefixes):
             with open(self.path, "a") as f:
                 f.write(f"{os.getpid()} {name}\n")
 

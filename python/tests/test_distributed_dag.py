@@ -18,7 +18,7 @@ from clusters import local_client  # noqa: E402
 
 from cgx import distributed as cd  # noqa: E402
 from cgx.distributed import dag  # noqa: E402
-from test_distributed import in_background  # noqa: E402
+from test_distributed import RangeStarts, in_background, starts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -60,27 +60,6 @@ def _node_count(shape, nodes):
     return _core.dag_size(shape, nodes)[1]
 
 
-class EvalStarts(distributed.WorkerPlugin):
-    """Appends ``pid key`` to a file each time a worker starts a partition's evaluation."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def transition(self, key, start, finish, **kwargs):
-        name = key if isinstance(key, str) else str(key)
-        if finish == "executing" and name.startswith("dag-eval-"):
-            with open(self.path, "a") as f:
-                f.write(f"{os.getpid()} {name}\n")
-
-
-def starts(path):
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [(int(pid), key) for pid, key in (line.split() for line in text.splitlines() if line.count(" ") == 1)]
-
-
 def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path):
     # 3·10^6 nodes in 6 partitions, 4 batches of 32 rows: evaluation tasks of about 0.1 s.
     # The victim is killed as soon as it starts its first evaluation; the partitions it
@@ -89,7 +68,7 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path):
     batches = [dag.inputs(shape, nodes, rows=32, seed=s) for s in range(4)]
     want = dag.evaluate_local(shape, nodes, np.concatenate(batches))
     log = tmp_path / "starts"
-    client.register_plugin(EvalStarts(log), name="dag-eval-starts")
+    client.register_plugin(RangeStarts(log, ("dag-eval-",)), name="dag-eval-starts")
     try:
         victim = sorted(client.run(os.getpid).items())[0][1]
         run = in_background(cd.evaluate_dag, shape, nodes, batches, parts=parts, client=client)
