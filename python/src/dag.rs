@@ -25,6 +25,8 @@ use workloads::Shape;
 use workloads::counter::{CounterDag, DagError};
 use workloads::partition::{Partition, cuts, gather};
 
+use crate::interrupt::interruptibly;
+
 /// What one node of a block costs at most while it is prepared, in bytes (the estimate of
 /// `cgx bench dag`, which rounds up the measured peaks).
 const BYTES_PER_NODE: u64 = 256;
@@ -97,7 +99,11 @@ impl DagPartition {
                 "a partition of {len} nodes needs about {bytes} bytes ({BYTES_PER_NODE} per node), more than the memory budget: use more partitions"
             )));
         }
-        let part = py.detach(|| Partition::prepare(&dag, parts, index)).map_err(dag_error)?;
+        // Seconds at 10^7 nodes: Ctrl-C ends it (generation, build, materialize and compile
+        // read the flag as they go).
+        let part = interruptibly(py, |stop| {
+            computegraph::stop::with_stop(stop, || Partition::prepare(&dag, parts, index)).map_err(dag_error)
+        })?;
         Ok(DagPartition { part, parts, state: Mutex::new(EvalState::new()) })
     }
 
@@ -180,17 +186,22 @@ impl DagPartition {
         let (e, h) = (self.part.exports().len(), self.part.held().len());
         let mut exports = crate::try_alloc(rows.checked_mul(e), || format!("the exports of {rows} rows"))?;
         let mut held = crate::try_alloc(rows.checked_mul(h), || format!("the outputs of {rows} rows"))?;
-        py.detach(|| -> Result<(), DagError> {
+        interruptibly(py, |stop| {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             for r in 0..rows {
-                let (out, kept) =
-                    self.part.evaluate_with(&mut state, &x[r * n..(r + 1) * n], &y[r * b..(r + 1) * b])?;
+                // One row is one evaluation of the partition: Ctrl-C ends the batch between two.
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(dag_error(DagError::Interrupted));
+                }
+                let (out, kept) = self
+                    .part
+                    .evaluate_with(&mut state, &x[r * n..(r + 1) * n], &y[r * b..(r + 1) * b])
+                    .map_err(dag_error)?;
                 exports.extend(out);
                 held.extend(kept);
             }
             Ok(())
-        })
-        .map_err(dag_error)?;
+        })?;
         Ok((to_rows(py, exports, rows, e)?, to_rows(py, held, rows, h)?))
     }
 }

@@ -481,24 +481,28 @@ impl Graph {
         Ok(ids.into_pyarray(py))
     }
 
-    /// Compiles the program computing `outputs` (ids) from the graph's inputs.
+    /// Compiles the program computing `outputs` (ids) from the graph's inputs. Ctrl-C
+    /// ends it within a fraction of a second ([`interruptibly`]: the engine's passes read
+    /// the flag every few thousand operations, `computegraph::stop`).
     fn compile(&mut self, py: Python<'_>, outputs: Vec<i64>) -> PyResult<Program> {
         let outputs = self.state.check_ids(&outputs, "output")?;
         let s = &mut self.state;
         let inputs = s.inputs.len();
-        let runner = py.detach(|| -> PyResult<Runner> {
-            let roots: Vec<_> = s.close()?.into_iter().collect();
-            let keys = outputs.iter().map(|&v| s.key(v)).collect::<PyResult<Vec<_>>>()?;
-            let view = try_resolve(roots).map_err(graph_error)?;
-            let program =
-                try_compile(&try_materialize_merge(&view, &keys).map_err(graph_error)?).map_err(graph_error)?;
-            Runner::new(program, None, inputs)
+        let runner = interruptibly(py, |stop| {
+            computegraph::stop::with_stop(stop, || -> PyResult<Runner> {
+                let roots: Vec<_> = s.close()?.into_iter().collect();
+                let keys = outputs.iter().map(|&v| s.key(v)).collect::<PyResult<Vec<_>>>()?;
+                let view = try_resolve(roots).map_err(graph_error)?;
+                let program =
+                    try_compile(&try_materialize_merge(&view, &keys).map_err(graph_error)?).map_err(graph_error)?;
+                Runner::new(program, None, inputs)
+            })
         })?;
         Ok(Program { runner })
     }
 
     /// Compiles the value and gradient of `output` with respect to the inputs `wrt` (ids;
-    /// every input when `None`).
+    /// every input when `None`). Ctrl-C ends it as it ends `compile`.
     #[pyo3(signature = (output, wrt=None))]
     fn gradient(&mut self, py: Python<'_>, output: i64, wrt: Option<Vec<i64>>) -> PyResult<Gradient> {
         let output = self.state.check_ids(&[output], "output")?[0];
@@ -508,33 +512,35 @@ impl Graph {
         };
         let s = &mut self.state;
         let inputs = s.inputs.len();
-        py.detach(|| -> PyResult<Gradient> {
-            let last = s.close()?.ok_or_else(|| PyValueError::new_err("the graph is empty"))?;
-            let wrt_keys = wrt
-                .iter()
-                .map(|&v| match s.key(v)? {
-                    ValueKey::Input(k) => Ok(k),
-                    ValueKey::Derived { .. } => {
-                        Err(PyValueError::new_err(format!("wrt value {v} is not an input of the graph")))
-                    }
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            let key = s.key(output)?;
-            let view = try_resolve(vec![Arc::clone(&last)]).map_err(graph_error)?;
-            let lin = tidu::grad(&view, &key, &wrt_keys).map_err(|e| PyValueError::new_err(e.to_string()))?;
-            let mut keys = vec![key];
-            let mut positions = Vec::with_capacity(wrt.len());
-            for k in lin.tangent_output_keys() {
-                positions.push(k.map(|k| {
-                    keys.push(k);
-                    keys.len() - 1
-                }));
-            }
-            let view = try_resolve(vec![lin.graph().clone(), last]).map_err(graph_error)?;
-            let program =
-                try_compile(&try_materialize_merge(&view, &keys).map_err(graph_error)?).map_err(graph_error)?;
-            let seed = lin.tangent_inputs().first().map(|(k, _)| k.clone());
-            Ok(Gradient { runner: Runner::new(program, seed.as_ref(), inputs)?, positions })
+        interruptibly(py, |stop| {
+            computegraph::stop::with_stop(stop, || -> PyResult<Gradient> {
+                let last = s.close()?.ok_or_else(|| PyValueError::new_err("the graph is empty"))?;
+                let wrt_keys = wrt
+                    .iter()
+                    .map(|&v| match s.key(v)? {
+                        ValueKey::Input(k) => Ok(k),
+                        ValueKey::Derived { .. } => {
+                            Err(PyValueError::new_err(format!("wrt value {v} is not an input of the graph")))
+                        }
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                let key = s.key(output)?;
+                let view = try_resolve(vec![Arc::clone(&last)]).map_err(graph_error)?;
+                let lin = tidu::grad(&view, &key, &wrt_keys).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                let mut keys = vec![key];
+                let mut positions = Vec::with_capacity(wrt.len());
+                for k in lin.tangent_output_keys() {
+                    positions.push(k.map(|k| {
+                        keys.push(k);
+                        keys.len() - 1
+                    }));
+                }
+                let view = try_resolve(vec![lin.graph().clone(), last]).map_err(graph_error)?;
+                let program =
+                    try_compile(&try_materialize_merge(&view, &keys).map_err(graph_error)?).map_err(graph_error)?;
+                let seed = lin.tangent_inputs().first().map(|(k, _)| k.clone());
+                Ok(Gradient { runner: Runner::new(program, seed.as_ref(), inputs)?, positions })
+            })
         })
     }
 }

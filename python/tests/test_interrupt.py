@@ -111,6 +111,51 @@ def test_a_graph_evaluation_over_many_points_stops_on_ctrl_c() -> None:
     np.testing.assert_allclose(rows, np.stack([program.eval(p) for p in points[:3]]))
 
 
+@pytest.fixture(scope="module")
+def long_chain():
+    import cgx.graph
+
+    # A chain of 10^7 sines: compiling it takes seconds, its gradient tens of seconds.
+    g = cgx.graph.Graph()
+    x = g.inputs(1)
+    n, base = 10**7, g.num_values
+    chain = g.add("sin", np.concatenate([x, np.arange(base, base + n - 1)]))
+    # Compiling a small output builds the fragment: the timed calls below are the passes.
+    g.compile(chain[:1])
+    return g, chain
+
+
+def sines(x: float, n: int) -> float:
+    for _ in range(n):
+        x = np.sin(x)
+    return x
+
+
+@pytest.mark.parametrize("what", ["compile", "gradient"])
+def test_compiling_a_graph_stops_on_ctrl_c(long_chain, what: str) -> None:
+    g, chain = long_chain
+    call = (lambda: g.compile(chain[-1:])) if what == "compile" else (lambda: g.gradient(chain[-1]))
+    assert seconds_to_interrupt(call, delay=0.3) < BOUND
+    # The graph still works: a short prefix compiles and evaluates.
+    program = g.compile(chain[9:10])
+    np.testing.assert_allclose(program.eval([0.5]), [sines(0.5, 10)], rtol=1e-15)
+
+
+def test_a_dag_evaluation_stops_on_ctrl_c() -> None:
+    from cgx.distributed import dag
+
+    # Two partitions of a 10^7-node DAG prepared and run in this process: seconds.
+    n = 10**7
+    x = dag.inputs("window", n)
+    assert seconds_to_interrupt(lambda: dag.evaluate_local("window", n, x, parts=2)) < BOUND
+    # Nothing of the stopped run is kept, and a small DAG still evaluates.
+    assert dag.forget([p.recipe() for p in dag.partitions("window", n, 2)]) == 0
+    small = dag.inputs("window", 1000)
+    np.testing.assert_array_equal(
+        dag.evaluate_local("window", 1000, small, parts=2), dag.evaluate_local("window", 1000, small)
+    )
+
+
 def test_sliced_contract_stops_on_ctrl_c(big):
     a, b = big
     call = lambda: cgx.contract("ij,jk->ik", a, b, sliced_inds=["j"])  # noqa: E731

@@ -41,6 +41,7 @@ use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
 use crate::program::{Instr, Program, SlotProgram, output_moves, runs};
+use crate::stop::Poll;
 use crate::verify::verify_program;
 
 /// Compiles a materialized graph.
@@ -97,7 +98,9 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
     let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
+    let mut poll = Poll::new();
     for pos in 0..n_ops {
+        poll.tick()?;
         let op = op_at(pos);
         let here = Some(InstrId::new(pos));
         let reader = graph.op_first_output[op].index();
@@ -134,6 +137,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut instrs = Vec::with_capacity(n_ops);
     let mut args: Vec<SlotId> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
     for pos in 0..n_ops {
+        poll.tick()?;
         if prefetch {
             prefetch_operands(&live, pos + AHEAD);
         }

@@ -71,6 +71,11 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     let mut variant_start: Vec<u32> = vec![0; variants.len() + 1];
     let mut depth_start: Vec<u32> = vec![0; WINDOW + 1];
     for start in (0..n).step_by(WINDOW) {
+        // Stopped (`stop.rs`): the materialized order will do, and compile's next read of
+        // the flag ends the pass.
+        if crate::stop::requested() {
+            return None;
+        }
         let end = (start + WINDOW).min(n);
         let window = &variant[start..end];
         depth.clear();

@@ -119,6 +119,9 @@ pub enum GraphError {
         /// What is wrong.
         message: String,
     },
+    /// A pass stopped because the flag installed by [`stop::with_stop`](crate::stop::with_stop)
+    /// was raised (Ctrl-C, a deadline); what it had built is dropped.
+    Interrupted,
 }
 
 impl fmt::Display for GraphError {
@@ -160,6 +163,7 @@ impl fmt::Display for GraphError {
                 write!(f, "operation `{operation}` declares {expected} output(s) but produced {found}")
             }
             GraphError::Invalid { phase, message } => write!(f, "invalid {phase}: {message}"),
+            GraphError::Interrupted => write!(f, "interrupted: the stop flag was raised before the pass was done"),
         }
     }
 }

@@ -68,6 +68,7 @@ mod program;
 mod resolve;
 mod schedule;
 mod slots;
+pub mod stop;
 mod team;
 mod verify;
 

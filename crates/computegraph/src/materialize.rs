@@ -58,6 +58,7 @@ use crate::keymap::KeyMap;
 use crate::operation::{GraphOperation, Label, OperationRole};
 use crate::prefetch::FarOperands;
 use crate::resolve::ResolvedView;
+use crate::stop::Poll;
 
 crate::define_id!(
     /// A value of a [`MaterializedGraph`].
@@ -613,6 +614,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
 
     fn sweep(&mut self) -> GraphResult<()> {
         let graphs = self.graphs;
+        let mut poll = Poll::new();
         while let Some(g) = self.queue.pop() {
             let Some((mut lo, hi)) = self.pending[g].take() else { continue };
             let graph = &*graphs[g];
@@ -634,6 +636,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                             continue;
                         }
                         self.expanded[g].set(op.index(), true);
+                        poll.tick()?;
                         let first = graph.value_key[graph.op_first_output[op]];
                         // A key defined twice in one fragment (a repeated operation) keeps
                         // its earliest definer, which this descending sweep reaches last:
@@ -737,7 +740,9 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         }
         let mut far = FarOperands::new(out.value_op.len());
         let mut prefetch = false;
+        let mut poll = Poll::new();
         for (at, &(_, (g, op))) in entries.iter().enumerate() {
+            poll.tick()?;
             if far.block_full() {
                 prefetch = far.decide();
             }

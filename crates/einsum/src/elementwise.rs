@@ -140,7 +140,16 @@ impl ElementwisePlan {
             pb += idx[k] * sb[k];
         }
         debug_assert!(last == 0 || so[last - 1] == n, "output rows are contiguous");
+        // Elements written since the stop flag was last read.
+        let mut unchecked = 0usize;
         for row in dst.chunks_exact_mut(n) {
+            unchecked += n;
+            if unchecked >= crate::stop::COPY_CHECK_ELEMENTS {
+                unchecked = 0;
+                if crate::stop::requested() {
+                    return; // the evaluation is ending with an error; the output is discarded
+                }
+            }
             match (ia, ib) {
                 (1, 1) => row.iter_mut().zip(&a[pa..pa + n]).zip(&b[pb..pb + n]).for_each(|((o, &x), &y)| *o = f(x, y)),
                 (0, 1) => row.iter_mut().zip(&b[pb..pb + n]).for_each(|(o, &y)| *o = f(a[pa], y)),
@@ -185,5 +194,21 @@ mod tests {
         // A summed label, a diagonal: not element-wise.
         assert!(ElementwisePlan::new(&[0, 1], &[1], &[0], &[2, 3]).is_none());
         assert!(ElementwisePlan::new(&[0, 0], &[0], &[0], &[2]).is_none());
+    }
+
+    /// A product of more than `COPY_CHECK_ELEMENTS` elements ends early once the stop flag
+    /// is up, and is whole with the flag down.
+    #[test]
+    fn a_long_product_stops_inside_its_rows() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let n = 4 * crate::stop::COPY_CHECK_ELEMENTS;
+        let (a, b): (Vec<f64>, Vec<f64>) = ((0..n).map(|x| x as f64 + 1.0).collect(), vec![2.0; n]);
+        let plan = ElementwisePlan::new(&[0, 1], &[0, 1], &[0, 1], &[n / 1024, 1024]).unwrap();
+        let run = |up: bool| crate::stop::with_stop(Arc::new(AtomicBool::new(up)), || plan.run(&a, &b, [false; 2]));
+        let whole = run(false);
+        assert!(whole.iter().zip(&a).all(|(&o, &x)| o == 2.0 * x));
+        let written = run(true).iter().filter(|&&x| x != 0.0).count();
+        assert!(written < n / 2, "{written} of {n} elements written after the stop");
     }
 }

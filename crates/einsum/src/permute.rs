@@ -186,10 +186,21 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
         (lead..out.len()).filter(|c| !s_axes.contains(c) && !o_axes.contains(c)).collect();
     let rows_axis = if s_axes.is_empty() { outer.pop() } else { None };
     let (n_rows, [rows_so, rows_ss]) = rows_axis.map_or((1, [0, 0]), |c| (sizes[c], [so[c], ss[c]]));
+    // Elements one step of the odometer below writes.
+    let per_step = if s_axes.is_empty() { n_rows * no } else { ns * no };
     let chunk = |dst: &mut [T], mut ps: usize| {
         let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
         let mut po = 0usize;
+        // Elements written since the stop flag was last read.
+        let mut unchecked = 0usize;
         loop {
+            unchecked += per_step;
+            if unchecked >= crate::stop::COPY_CHECK_ELEMENTS {
+                unchecked = 0;
+                if crate::stop::requested() {
+                    return; // the evaluation is ending with an error; the output is discarded
+                }
+            }
             if o_axes.len() == 1 && s_axes.is_empty() {
                 for r in 0..n_rows {
                     let (d, s) = (po + r * rows_so, ps + r * rows_ss);
@@ -251,4 +262,40 @@ pub(crate) fn permute_on<T: Elem>(sizes: &[usize], src: &[T], labels: &[u32], ou
         dst.par_chunks_mut(so[lead - 1]).enumerate().for_each(|(i, d)| chunk(d, base(i)));
     }
     dst
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// A permutation copy of more than `COPY_CHECK_ELEMENTS` elements ends early once the
+    /// stop flag is up (the rest of its output is left as allocated), and is whole with
+    /// the flag down. Both layouts are tried: rows copied, and a transpose in tiles.
+    #[test]
+    fn a_long_permutation_stops_inside_the_copy() {
+        let n = 4 * crate::stop::COPY_CHECK_ELEMENTS;
+        let src: Vec<f64> = (1..=n).map(|x| x as f64).collect();
+        // `abc->bac`: rows of `c` copied; `ab->ba`: a transpose.
+        for (sizes, labels, out) in [
+            (&[64, 64, n / 4096][..], &[0, 1, 2][..], &[1, 0, 2][..]),
+            (&[2048, n / 2048][..], &[0, 1][..], &[1, 0][..]),
+        ] {
+            let run = |up: bool| {
+                crate::stop::with_stop(Arc::new(AtomicBool::new(up)), || permute_on(sizes, &src, labels, out, 1))
+            };
+            let whole = run(false);
+            // Every element of `src` is non-zero, so a whole copy has no zero; and the sum
+            // of the copy is the sum of the source (exact: integers below 2^53).
+            assert!(whole.iter().all(|&x| x != 0.0));
+            assert_eq!(whole.iter().sum::<f64>(), src.iter().sum::<f64>());
+            // Stopped: the first check comes after `COPY_CHECK_ELEMENTS` elements, so most
+            // of the output is never written (a fresh buffer is zeros).
+            let stopped = run(true);
+            let written = stopped.iter().filter(|&&x| x != 0.0).count();
+            assert!(written < n / 2, "{written} of {n} elements written after the stop");
+        }
+    }
 }

@@ -5,10 +5,11 @@
 //! Where the flag is read: before each operation of a compiled program (an operation that
 //! starts after the flag is up produces a placeholder of its output's shape and does no
 //! work), between the GEMMs of a loop of GEMMs and between the row blocks of one large
-//! GEMM, every few million multiply-adds of the direct loop, between slices of a sliced
-//! contraction, and once a program has run (where the placeholders' result is turned into
-//! the error). The longest stretch without a read is one block: a permutation copy, or
-//! about [`GEMM_BLOCK_MACS`] multiply-adds of GEMM.
+//! GEMM, every few million multiply-adds of the direct loop, every [`COPY_CHECK_ELEMENTS`]
+//! elements of a permutation copy or an element-wise product (a kernel that stops leaves
+//! the rest of its output as it was), between slices of a sliced contraction, and once a
+//! program has run (where the placeholders' result is turned into the error). The longest
+//! stretch without a read is about [`GEMM_BLOCK_MACS`] multiply-adds of GEMM.
 //!
 //! Invariants: a stopped evaluation never returns `Ok` (its result could hold
 //! placeholders); without an installed flag, or with the flag down, nothing changes. The
@@ -34,6 +35,11 @@ use crate::error::{EinsumError, EinsumResult};
 /// machine), which keeps Ctrl-C's answer well under a second, and the repacking is a few
 /// percent of the work (`docs/PERFORMANCE.md`, issue 39).
 pub(crate) const GEMM_BLOCK_MACS: usize = 1 << 29;
+
+/// The elements a permutation copy or an element-wise product writes between two reads of
+/// the flag: 32 MiB of `f64`, a few milliseconds of memory traffic, against a read that
+/// costs nanoseconds.
+pub(crate) const COPY_CHECK_ELEMENTS: usize = 1 << 22;
 
 thread_local! {
     /// The flag installed by [`with_stop`] on this thread, if any.

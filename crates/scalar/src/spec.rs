@@ -203,7 +203,10 @@ impl GraphSpec {
         }
         let local = |x: u32| ValueRef::Local(LocalValueId::new(x as usize));
         let mut a = 0;
+        // A long build stops when the caller's stop flag is raised (`computegraph::stop`).
+        let mut poll = computegraph::stop::Poll::new();
         for op in &self.ops {
+            poll.tick()?;
             let arity = op.input_count();
             let args = &self.args[a..a + arity];
             a += arity;

@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use computegraph::stop::Poll;
 use computegraph::{GraphBuilder, LocalValueId, ResolvedView, ValueKey, try_materialize_merge};
 use rustc_hash::FxHashMap;
 
@@ -167,7 +168,9 @@ pub fn try_linearize_with<Op: Primitive>(
     let mut primal_outputs: Vec<ValueKey<Op>> = Vec::new();
     let mut tangent_in: Vec<Option<LocalValueId>> = Vec::new();
     let mut result: Vec<Option<LocalValueId>> = Vec::new();
+    let mut poll = Poll::new();
     for op in primal.operations() {
+        poll.tick()?;
         tangent_in.clear();
         tangent_in.extend(op.inputs().iter().map(|v| tangent[v.index()]));
         if tangent_in.iter().all(Option::is_none) {

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
+use computegraph::stop::Poll;
 use computegraph::{
     CompiledProgram, EvalState, EvaluableGraphOperation, Graph, GraphError, GraphOperation, GraphResult, LocalValueDef,
     LocalValueId, ValueKey, try_compile, try_materialize_fragment,
@@ -317,7 +318,9 @@ pub(crate) fn check_linear<Op: GraphOperation>(
     for v in inputs {
         linear[v.index()] = true;
     }
+    let mut poll = Poll::new();
     for op in graph.operations() {
+        poll.tick()?;
         let name = || format!("{:?}", op.operation());
         // External operands are primal (fixed) values.
         let reads_linear = |input: Option<LocalValueId>| input.is_some_and(|v| linear[v.index()]);

@@ -34,6 +34,7 @@
 
 use std::sync::Arc;
 
+use computegraph::stop::Poll;
 use computegraph::{
     DistinctKeys, GraphBuilder, Id, LocalValueId, MaterializedGraph, MaterializedOperation, OperationRole,
     OperationView, ValueId, ValueKey, ValueRef, try_materialize_fragment,
@@ -143,7 +144,9 @@ fn walk<Op: Primitive, W: OneValuePerKey<Op>>(
     // The walked value of each active operand, `None` for the others.
     let mut active_values: Vec<Option<W::Value>> = Vec::new();
     let mut result: Vec<Option<LocalValueId>> = Vec::new();
+    let mut poll = Poll::new();
     for op in walked.operations_rev() {
+        poll.tick()?;
         ct_out.clear();
         let mut any = false;
         // A loop, not `extend` over a mapped iterator (which compiled to an out-of-line

@@ -82,6 +82,9 @@ pub enum DagError {
         /// The value.
         value: GlobalValue,
     },
+    /// The stop flag of `computegraph::stop::with_stop` was raised while a partition was
+    /// generated or prepared.
+    Interrupted,
 }
 
 impl fmt::Display for DagError {
@@ -93,6 +96,9 @@ impl fmt::Display for DagError {
             DagError::Missing { value } => {
                 write!(f, "value {value} is read by a partition but no earlier partition exported it")
             }
+            DagError::Interrupted => {
+                f.write_str("interrupted: the stop flag was raised while a partition was prepared")
+            }
         }
     }
 }
@@ -101,7 +107,10 @@ impl std::error::Error for DagError {}
 
 impl From<computegraph::GraphError> for DagError {
     fn from(e: computegraph::GraphError) -> Self {
-        DagError::Graph(e.to_string())
+        match e {
+            computegraph::GraphError::Interrupted => DagError::Interrupted,
+            e => DagError::Graph(e.to_string()),
+        }
     }
 }
 

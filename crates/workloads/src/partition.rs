@@ -28,6 +28,7 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use computegraph::stop::Poll;
 use computegraph::{CompiledProgram, EvalState, KeyInterner, try_compile, try_materialize_merge, try_resolve};
 use scalar::spec::GraphSpec;
 use scalar::{ScalarKey, ScalarOp};
@@ -154,7 +155,10 @@ impl Block {
         // Pass 1: the boundary values, and which of the block's values the block reads.
         let mut read = Bits::new(2 * len)?;
         let mut boundary: Vec<GlobalValue> = Vec::new();
+        // Each pass over the nodes reads the stop flag (`computegraph::stop`) as it goes.
+        let mut poll = Poll::new();
         for i in lo..hi {
+            poll.tick()?;
             for &a in dag.node(i).operands() {
                 if a >= first_value {
                     read.set(local_of(a));
@@ -171,6 +175,7 @@ impl Block {
         let mut exported = Bits::new(2 * len)?;
         let last_reader = hi.saturating_add(dag.reader_reach()).min(dag.node_count());
         for i in hi..last_reader {
+            poll.tick()?;
             for &a in dag.node(i).operands() {
                 if a >= first_value && a < 2 * (inputs + hi) {
                     exported.set(local_of(a));
@@ -186,6 +191,7 @@ impl Block {
         let mut first_local: Vec<u32> = try_with_capacity(len)?;
         let mut local = [0u32; 2];
         for i in lo..hi {
+            poll.tick()?;
             let node = dag.node(i);
             let operands = node.operands();
             for (slot, &a) in local.iter_mut().zip(operands) {

@@ -15,6 +15,7 @@
 //! - `standalone`: linear maps compiled on their own, primal values bound by key;
 //! - `deep`: a long chain on a 256 KiB stack (`TIDU_DEEP_CHAIN` sets its depth);
 //! - `eager`: `tidu::eager` through `scalar::eager::Tape`, against graph mode;
+//! - `stop`: the transforms end on a raised stop flag (Ctrl-C);
 
 mod checker;
 mod complex;
@@ -24,6 +25,7 @@ mod pipelines;
 mod properties;
 mod resolver;
 mod standalone;
+mod stop;
 mod support;
 mod transforms;
 mod worked_example;
