@@ -2,6 +2,7 @@
 operands, and helpers."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
@@ -94,3 +95,38 @@ def numpy_expressions(draw, max_operands=4):
         path.append(step)
         live -= k - 1
     return eq, shapes, path
+
+
+@dataclass(frozen=True)
+class SlicedNetwork:
+    """A random network (:func:`expressions`, explicit output, sizes 2 and 3) with some of
+    its labels sliced, its operands' seed and dtype, and how many tasks to cut its slices
+    into: the case the distributed executors are tested on."""
+
+    eq: str
+    shapes: list[tuple[int, ...]]
+    sliced: list[str]
+    complex_: bool
+    seed: int
+    n_tasks: int
+
+    def operands(self) -> tuple[np.random.Generator, list[np.ndarray]]:
+        """The seeded generator and the operands drawn from it (draw more from it)."""
+        rng = np.random.default_rng(self.seed)
+        return rng, arrays(rng, self.shapes, self.complex_)
+
+
+@st.composite
+def sliced_networks(draw, max_operands=3):
+    """A :class:`SlicedNetwork`: any subset of the labels sliced, 1 to 5 tasks."""
+    eq, shapes = draw(expressions(explicit=True, max_operands=max_operands, min_size=2))
+    labels = sorted(set("".join(split(eq)[0])))
+    pick = draw(st.lists(st.booleans(), min_size=len(labels), max_size=len(labels)))
+    return SlicedNetwork(
+        eq=eq,
+        shapes=shapes,
+        sliced=[c for c, p in zip(labels, pick) if p],
+        complex_=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        n_tasks=draw(st.integers(1, 5)),
+    )

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 distributed = pytest.importorskip("distributed", reason="cgx.distributed needs dask.distributed: pip install dask distributed")
 
@@ -23,7 +22,7 @@ from clusters import local_client  # noqa: E402
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
 from cgx.distributed import blocks as dblocks, combine as dcombine, dask as cdask, plan as dplan, ranges as dranges  # noqa: E402
-from strategies import arrays, expressions, split  # noqa: E402
+from strategies import arrays, sliced_networks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -322,26 +321,16 @@ def test_gradient_sliced_in_output(client, n_tasks):
 
 
 @settings(max_examples=12, deadline=None)
-@given(
-    case=expressions(explicit=True, max_operands=3, min_size=2),
-    complex_=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-    pick=st.lists(st.booleans(), min_size=6, max_size=6),
-    n_tasks=st.integers(1, 5),
-)
-def test_random_networks_against_single_process_and_numpy(client, case, complex_, seed, pick, n_tasks):
-    eq, shapes = case
-    terms, out = split(eq)
-    labels = sorted(set("".join(terms)))
-    sliced = [c for c, p in zip(labels, pick) if p]
-    rng = np.random.default_rng(seed)
-    ops = arrays(rng, shapes, complex_)
+@given(case=sliced_networks())
+def test_random_networks_against_single_process_and_numpy(client, case):
+    eq, shapes, sliced, n_tasks = case.eq, case.shapes, case.sliced, case.n_tasks
+    rng, ops = case.operands()
     expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
     want = np.einsum(eq, *ops)
     got = cd.contract(eq, *ops, sliced_inds=sliced, client=client, n_tasks=n_tasks)
     np.testing.assert_allclose(got, expr(*ops), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
-    c = arrays(rng, [np.shape(want)], complex_)[0]
+    c = arrays(rng, [np.shape(want)], case.complex_)[0]
     value, grads = cd.value_and_grad(eq, *ops, cotangent=c, sliced_inds=sliced, client=client, n_tasks=n_tasks)
     local_value, local_grads = expr.value_and_grad(*ops, cotangent=c)
     np.testing.assert_allclose(value, local_value, rtol=1e-12, atol=1e-12)

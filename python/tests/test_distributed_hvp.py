@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 distributed = pytest.importorskip("distributed")
 
@@ -16,7 +15,7 @@ from clusters import local_client  # noqa: E402
 
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
-from strategies import arrays, expressions, split  # noqa: E402
+from strategies import arrays, sliced_networks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -54,21 +53,13 @@ def test_hvp_matches_single_process(client, network, n_tasks, wrt):
 
 
 @settings(max_examples=10, deadline=None)
-@given(
-    case=expressions(explicit=True, max_operands=3, min_size=2),
-    complex_=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-    pick=st.lists(st.booleans(), min_size=6, max_size=6),
-    n_tasks=st.integers(1, 5),
-)
-def test_random_networks_against_single_process(client, case, complex_, seed, pick, n_tasks):
-    eq, shapes = case
-    labels = sorted(set("".join(split(eq)[0])))
-    sliced = [c for c, p in zip(labels, pick) if p]
-    rng = np.random.default_rng(seed)
-    ops, v = arrays(rng, shapes, complex_), arrays(rng, shapes, complex_)
+@given(case=sliced_networks())
+def test_random_networks_against_single_process(client, case):
+    eq, shapes, sliced, n_tasks = case.eq, case.shapes, case.sliced, case.n_tasks
+    rng, ops = case.operands()
+    v = arrays(rng, shapes, case.complex_)
     expr = cgx.contract_expression(eq, *shapes, sliced_inds=sliced)
-    c = arrays(rng, [tuple(expr.output_shape)], complex_)[0]
+    c = arrays(rng, [tuple(expr.output_shape)], case.complex_)[0]
     got = cd.hvp(eq, *ops, directions=v, cotangent=c, sliced_inds=sliced, client=client, n_tasks=n_tasks)
     for g, w in zip(got, expr.hvp(*ops, directions=v, cotangent=c)):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)

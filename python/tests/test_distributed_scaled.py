@@ -21,7 +21,7 @@ from clusters import local_client  # noqa: E402
 
 import cgx  # noqa: E402
 from cgx import distributed as cd  # noqa: E402
-from strategies import arrays, expressions, split  # noqa: E402
+from strategies import sliced_networks  # noqa: E402
 
 LOG10_2 = math.log10(2)
 
@@ -139,19 +139,10 @@ def test_an_mps_inner_product_over_slices_matches_exact_integers(client):
 
 
 @settings(max_examples=10, deadline=None)
-@given(
-    case=expressions(explicit=True, max_operands=3, min_size=2),
-    complex_=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-    pick=st.lists(st.booleans(), min_size=6, max_size=6),
-    n_tasks=st.integers(1, 5),
-)
-def test_random_networks_scaled_equal_plain(client, case, complex_, seed, pick, n_tasks):
-    eq, shapes = case
-    labels = sorted(set("".join(split(eq)[0])))
-    sliced = [c for c, p in zip(labels, pick) if p]
-    rng = np.random.default_rng(seed)
-    ops = arrays(rng, shapes, complex_)
+@given(case=sliced_networks())
+def test_random_networks_scaled_equal_plain(client, case):
+    eq, sliced, n_tasks = case.eq, case.sliced, case.n_tasks
+    _, ops = case.operands()
     plain = cgx.contract(eq, *ops)
     m, e = cd.contract(eq, *ops, sliced_inds=sliced, client=client, n_tasks=n_tasks, strip_exponent=True)
     big = max(np.abs(m.real).max(), np.abs(m.imag).max()) if m.size else 0
