@@ -2,7 +2,10 @@
 """Seconds from Ctrl-C (SIGINT) to the KeyboardInterrupt, for each long call of cgx.
 
 For each call (a 3000³ matrix product, the same sliced on ``j``, its ``value_and_grad``,
-the HVP of a three-matrix chain, all on 3000 x 3000 operands), a timer thread sends SIGINT
+the HVP of a three-matrix chain, all on 3000 x 3000 operands; a permutation copy and an
+element-wise product of 110^4-element tensors, single kernels of seconds; compiling a
+chain of 10^7 sines with ``cgx.graph`` and taking its gradient; a 10^7-node DAG prepared
+and run in this process in two partitions), a timer thread sends SIGINT
 to the process ``--delay`` seconds in, and the time from the signal to the exception is
 printed for ``--runs`` runs. Then, interleaved, the multiply-add rate of a 1200³ and a
 3000³ product (the latter runs in row blocks so that Ctrl-C is seen between them; the
@@ -21,6 +24,8 @@ import time
 import numpy as np
 
 import cgx
+import cgx.graph
+from cgx.distributed import dag
 
 
 def seconds_to_interrupt(call, delay):
@@ -52,11 +57,23 @@ def main():
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
     pair = cgx.contract_expression("ij,jk->ik", a.shape, b.shape)
     chain = cgx.contract_expression("ij,jk,kl->il", a.shape, b.shape, a.shape)
+    t4 = rng.standard_normal((110,) * 4)
+    u4 = rng.standard_normal((110,) * 4)
+    g = cgx.graph.Graph()
+    x0 = g.inputs(1)
+    sines = g.add("sin", np.concatenate([x0, np.arange(1, 10**7)]))
+    g.compile(sines[:1])  # builds the fragment: the calls below time the passes
+    dag_inputs = dag.inputs("window", 10**7)
     calls = {
         "contract": lambda: cgx.contract("ij,jk->ik", a, b),
         "sliced contract": lambda: cgx.contract("ij,jk->ik", a, b, sliced_inds=["j"]),
         "value_and_grad": lambda: pair.value_and_grad(a, b, cotangent=a),
         "hvp": lambda: chain.hvp(a, b, a, directions=[a, b, a], cotangent=b),
+        "permutation": lambda: cgx.contract("abcd->dbca", t4),
+        "element-wise": lambda: cgx.contract("abcd,dbca->abcd", t4, u4),
+        "graph compile": lambda: g.compile(sines[-1:]),
+        "graph gradient": lambda: g.gradient(sines[-1]),
+        "DAG, local": lambda: dag.evaluate_local("window", 10**7, dag_inputs, parts=2),
     }
     for name, call in calls.items():
         times = [seconds_to_interrupt(call, args.delay) for _ in range(args.runs)]
