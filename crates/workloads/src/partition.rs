@@ -568,10 +568,12 @@ mod tests {
 
     #[test]
     fn a_deep_chain_cut_in_four_passes_on_a_small_stack() {
-        // Iterative throughout: 3·10^5 deep on a 256 KiB stack (the 10^7 run is the CLI's,
-        // in release).
-        let run = || {
-            let dag = CounterDag::new(Shape::Chain, 300_000, 3).unwrap();
+        // Iterative throughout: 3·10^5 deep on a 256 KiB stack, or `WORKLOADS_DEEP_CHAIN`
+        // deep (CI runs 10^7 in release: `WORKLOADS_DEEP_CHAIN=10000000 cargo test
+        // --release -p workloads deep_chain`).
+        let depth = std::env::var("WORKLOADS_DEEP_CHAIN").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000);
+        let run = move || {
+            let dag = CounterDag::new(Shape::Chain, depth, 3).unwrap();
             let inputs = [0.999];
             let parts: Vec<Partition> = (0..4).map(|k| Partition::prepare(&dag, 4, k).unwrap()).collect();
             let got = evaluate_partitioned(&parts, &inputs).unwrap();
