@@ -21,10 +21,8 @@ fn an_outer_product_summed_away_is_two_sums() {
     // n² + n² for the sums, 1 for the product of two scalars (the outer product was n⁴).
     assert_eq!(e.multiply_adds(), (2 * n * n + 1) as f64);
     let (a, b) = (tensor::<f64>(shapes[0].clone(), 1), tensor::<f64>(shapes[1].clone(), 2));
-    let start = std::time::Instant::now();
+    // The work bound above is the test (the n⁴ loop would be 8.1·10^9 multiply-adds).
     let got = e.eval(&[&a, &b]).unwrap();
-    // Generous for a debug build on a loaded machine: the n⁴ loop took seconds.
-    assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
     let want = sum(&a) * sum(&b);
     assert!((got.data()[0] - want).abs() <= 1e-9 * want.abs().max(1.0), "{} vs {want}", got.data()[0]);
 }
@@ -40,9 +38,9 @@ fn disconnected_operands_are_summed_before_they_meet() {
     // Three sums of 2^20 loops; the two scalars first (1), then with the 2-vector (2).
     assert_eq!(e.multiply_adds(), (3 * (1 << 20) + 1 + 2) as f64);
     let ops: Vec<Tensor<f64>> = (0..3).map(|i| tensor(shapes[i].clone(), 7 + i as u64)).collect();
-    let start = std::time::Instant::now();
+    // The work bound above is the test of the order (a timing bound would fail on a loaded
+    // machine, not on a wrong plan).
     let got = e.eval(&[&ops[0], &ops[1], &ops[2]]).unwrap();
-    assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
     // The first operand's halves by its first axis, times the sums of the others.
     let half = 1 << 19;
     let (d0, others) = (ops[0].data(), sum(&ops[1]) * sum(&ops[2]));
