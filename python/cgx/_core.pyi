@@ -91,7 +91,11 @@ class Expression:
         cotangent: Any = None,
     ) -> tuple[NDArray[Any], ...]: ...
     def _value_and_grad(
-        self, operands: tuple[Any, ...], wrt: Sequence[int] | None = None, cotangent: Any = None
+        self,
+        operands: tuple[Any, ...],
+        wrt: Sequence[int] | None = None,
+        cotangent: Any = None,
+        checkpoint: str | None = None,
     ) -> tuple[NDArray[Any], tuple[NDArray[Any], ...]]: ...
     def _scaled(
         self,

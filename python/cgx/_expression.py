@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from numpy.typing import NDArray
 
@@ -244,6 +244,7 @@ class ContractExpression(_core.Expression):
         cotangent: Any = None,
         strip_exponent: Optional[bool] = None,
         threads: Optional[int] = None,
+        checkpoint: Union[int, str, None] = None,
     ) -> Any:
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
         ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
@@ -251,17 +252,28 @@ class ContractExpression(_core.Expression):
         the value and each gradient: with ``True`` each is ``(mantissa, exponent)``; by
         default, when one has left the finite range, all are computed again scaled and each
         comes as an array if it fits, else as the pair. ``threads`` as in
-        :func:`contract`: the forward and reverse steps run on them."""
+        :func:`contract`: the forward and reverse steps run on them. ``checkpoint`` (bytes,
+        or a string such as ``"64MiB"``) bounds the tensors of value and gradients: the
+        reverse pass keeps the forward intermediates that fit and recomputes the others
+        (a ``MemoryError`` if even recomputing every one does not fit; unsliced expressions
+        only, on the calling thread)."""
         with _threads.threads(threads):
-            return self._value_and_grad_on_threads(arrays, wrt, cotangent, strip_exponent)
+            return self._value_and_grad_on_threads(arrays, wrt, cotangent, strip_exponent, checkpoint)
 
-    def _value_and_grad_on_threads(self, arrays: tuple[Any, ...], wrt: Any, cotangent: Any, strip_exponent: Optional[bool]) -> Any:
+    def _value_and_grad_on_threads(
+        self, arrays: tuple[Any, ...], wrt: Any, cotangent: Any, strip_exponent: Optional[bool], checkpoint: Union[int, str, None] = None
+    ) -> Any:
         """``value_and_grad`` on the threads it chose."""
         _scaled.check_mode(strip_exponent)
         arrays, wrt = self._full(arrays), self._full_wrt(wrt)
+        if checkpoint is not None and strip_exponent:
+            raise ValueError("checkpoint and strip_exponent=True cannot be combined: the scaled gradient keeps every intermediate")
         if strip_exponent:
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent)
-        value, grads = self._value_and_grad(arrays, wrt, cotangent)
+        if checkpoint is None:
+            value, grads = self._value_and_grad(arrays, wrt, cotangent)
+        else:
+            value, grads = self._value_and_grad(arrays, wrt, cotangent, _checkpoint_target(checkpoint))
         if strip_exponent is None and _scaled.any_left_range(value, grads) and _scaled.finite(arrays):
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent, fit=True)
         return value, grads
@@ -370,3 +382,13 @@ def _check_output_limit(expr: ContractExpression, limit: Optional[float]) -> Non
     if limit is not None and output > limit:
         # The words of `contract`'s error (the engine's check on a call), for the same case.
         raise MemoryError(f"`{expr.eq}`: the largest intermediate has {output:.0f} elements, more than memory_limit={limit:.0f}")
+
+
+def _checkpoint_target(checkpoint: Union[int, str]) -> str:
+    """``value_and_grad``'s ``checkpoint`` as the engine reads it: a string of bytes (the
+    engine parses units, as the command line's ``--memory-limit``)."""
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, (int, str)):
+        raise TypeError(f"checkpoint must be a number of bytes or a string such as '64MiB', not {checkpoint!r}")
+    if isinstance(checkpoint, int) and checkpoint < 0:
+        raise ValueError(f"checkpoint: {checkpoint} is not a number of bytes")
+    return str(checkpoint)

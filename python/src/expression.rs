@@ -344,6 +344,32 @@ impl Inner {
 }
 
 impl Inner {
+    /// `(value, grads)` with the reverse pass planned within `target` bytes: forward
+    /// intermediates kept while they fit, recomputed otherwise (unsliced expressions only:
+    /// a sliced one bounds its memory by its slices).
+    fn value_and_grad_checkpointed<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        d: &Derivative<'_, 'py>,
+        target: MemoryLimit,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        if self.is_sliced() {
+            return Err(PyValueError::new_err(format!(
+                "`{}` is sliced: checkpoint applies to an unsliced expression (its slices bound its memory)",
+                self.report.expression
+            )));
+        }
+        self.check_memory::<T>(d.limit)?;
+        let e = self.einsum::<T>()?;
+        let c = self.cotangent::<T>(d.cotangent)?;
+        // Planned per call: the plan weighs sizes only, no tensor.
+        let g = e.slice_einsum().gradient_within(&d.wrt, target).map_err(einsum_error)?;
+        let refs: Vec<&Tensor<T>> = operands.iter().collect();
+        let (v, grads) = run(py, g.multiply_adds(), || g.eval_with_value(&refs, &c))?;
+        PyTuple::new(py, [convert::to_numpy(py, v)?.into_any(), to_tuple(py, grads)?.into_any()])
+    }
+
     /// The gradients' sum over the slices in `range` (no value).
     fn grad_slices<'py, T: Dtype>(
         &self,
@@ -589,16 +615,26 @@ impl Expression {
 
     /// `(value, grads)`: the contraction and the vector-Jacobian products with respect to
     /// the operands `wrt` (all if `None`) for `cotangent` (1 for a scalar output if `None`).
-    #[pyo3(signature = (operands, wrt=None, cotangent=None))]
+    /// With `checkpoint` (a byte target, `"64MiB"` or a number of bytes, read by
+    /// [`MemoryLimit`]'s `FromStr`), the reverse pass keeps the forward intermediates that
+    /// fit the target and recomputes the others (`Einsum::gradient_within`).
+    #[pyo3(signature = (operands, wrt=None, cotangent=None, checkpoint=None))]
     fn _value_and_grad<'py>(
         &self,
         py: Python<'py>,
         operands: &Bound<'py, PyTuple>,
         wrt: Option<Vec<usize>>,
         cotangent: Option<Bound<'py, PyAny>>,
+        checkpoint: Option<&str>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
-        by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d))
+        let Some(target) = checkpoint else {
+            return by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d));
+        };
+        let target: MemoryLimit = target.parse().map_err(|e: einsum::ParseBytesError| {
+            PyValueError::new_err(format!("checkpoint: {e} (a byte target such as 64MiB or 1000000)"))
+        })?;
+        by_dtype!(inner.operands(operands)?, t => inner.value_and_grad_checkpointed(py, &t, &d, target))
     }
 
     /// The scaled contraction: `(mantissa, exponent)`, the value being

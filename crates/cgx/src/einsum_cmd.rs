@@ -17,6 +17,9 @@
 //!   contracted slice by slice, or on the labels `--sliced-inds` names; the report gives
 //!   the sliced labels, the slice count and the overhead (flops of all slices over the
 //!   unsliced flops). Slices run one after another, on one thread.
+//! - `--checkpoint` (with `--grad`): the reverse pass fits the memory limit by recomputing
+//!   forward intermediates instead of slicing ([`crate::checkpoint_cmd`]); the forward pass
+//!   is sliced for nothing, and one that does not fit unsliced is an error.
 //! - `--hvp`: Hessian-vector products with respect to every operand, summed over the
 //!   slices when sliced, along `--directions` or seeded ones, checked by an exact
 //!   difference of gradients ([`crate::hvp_run`]).
@@ -165,6 +168,10 @@ pub struct EinsumArgs {
     /// Write the gradients (one per operand, `arr_0`, `arr_1`, …) to this `.npz` file.
     #[arg(long, value_name = "FILE.npz", requires = "grad")]
     pub grad_out: Option<PathBuf>,
+    /// With --grad: keep the reverse pass within --memory-limit by recomputing forward
+    /// intermediates (checkpointing) instead of slicing; the forward pass must fit unsliced.
+    #[arg(long, requires = "grad", conflicts_with_all = ["sliced_inds", "strip_exponent", "hvp"])]
+    pub checkpoint: bool,
     /// The cotangent seeding the reverse pass (an `.npy` of the output's shape); default: ones,
     /// the gradient of sum(output). For --grad and --hvp.
     #[arg(long, value_name = "FILE.npy")]
@@ -390,6 +397,8 @@ struct Settings {
     /// No progress bar (`--json`).
     quiet: bool,
     grad: bool,
+    /// Checkpoint the gradient instead of slicing it (`--checkpoint`).
+    checkpoint: bool,
     threads: u16,
     repeat: u32,
     limit: MemoryLimit,
@@ -534,6 +543,7 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         hvp_out: None,
         seed: 42,
         strip_exponent: false,
+        checkpoint: false,
     };
     measure_plan::<f64>(plan, &settings)
 }
@@ -564,6 +574,10 @@ pub struct EinsumReport {
     /// With `--grad`: estimated peak bytes of the reverse pass (forward intermediates,
     /// cotangents, the gradients and their accumulators).
     pub gradient_peak_bytes: Option<u64>,
+    /// With `--checkpoint`: the forward intermediates kept for the reverse pass, and how
+    /// many it reads (the others are recomputed); `gradient_peak_bytes` is then the
+    /// checkpointed plan's simulated peak.
+    pub checkpoint_kept: Option<[usize; 2]>,
     /// The sliced labels (empty: not sliced).
     pub sliced: Vec<char>,
     /// The number of slices.
@@ -596,6 +610,7 @@ pub fn measure(args: &EinsumArgs) -> CliResult<(String, EinsumReport)> {
     let settings = Settings {
         quiet: args.json,
         grad: args.grad,
+        checkpoint: args.checkpoint,
         threads: args.threads,
         repeat: args.repeat,
         limit,
@@ -656,13 +671,23 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     let slicing = match &s.sliced_inds {
         Some(labels) => Slicing::Labels(labels.clone()),
         None if s.hvp => Slicing::MemoryHvp,
-        None => Slicing::Memory { gradient: s.grad },
+        // The reverse pass recomputes to fit: slice for the forward pass only.
+        None => Slicing::Memory { gradient: s.grad && !s.checkpoint },
     };
     // The one parse of the expression: the einsum crate's plan, which the slicing and the
     // compiled programs take.
     let planned = einsum::Plan::new(&plan.expression, &plan.shapes, plan.path.clone(), options.limit())?;
     let e = SlicedEinsum::<T>::from_plan(planned, &slicing)?;
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
+    if s.checkpoint && sliced {
+        return Err(CliError(format!(
+            "--checkpoint: the forward pass of `{}` does not fit the memory limit of {} unsliced ({} slices); \
+             drop --checkpoint to slice the gradient too",
+            shorten(&plan.expression),
+            s.limit,
+            e.plan().n_slices()
+        )));
+    }
     phases.push(("build + compile".to_string(), ms(t)));
     if let Some(file) = &s.plot {
         plot_tree(file, e.contraction_plan(), e.path(), e.plan().label_ids())?;
@@ -726,6 +751,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
 
     let mut gradient_check = None;
     let mut grad_ms = None;
+    let mut checkpointed = None;
     let mut scaled = None;
     // The plain result left the range from finite operands (an intermediate overflowed or
     // underflowed): the scaled contraction runs too, as if asked for, but `-o` keeps the
@@ -750,31 +776,38 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         scaled = Some(r);
     } else if let (true, Some(seed)) = (s.grad, &seed) {
         let all: Vec<usize> = (0..refs.len()).collect();
-        let t = Instant::now();
-        let g = e.gradient(&all)?;
-        phases.push(("gradient build + compile".to_string(), ms(t)));
-        let grads = if s.repeat <= 1 {
-            let t = Instant::now();
-            let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
-            let grads = on(pool, || g.eval_with_progress(&refs, seed, |k| bar.set_position(k)))?;
-            bar.finish_and_clear();
-            phases.push((format!("gradient eval (all operands, {threads})"), ms(t)));
-            grads
+        let grads = if s.checkpoint {
+            let c = crate::checkpoint_cmd::run(e.slice_einsum(), &refs, seed, s.limit, s.repeat, &mut phases)?;
+            grad_ms = c.best_ms;
+            checkpointed = Some((c.peak_bytes, c.kept));
+            c.grads
         } else {
-            // Value and gradients in one pass, timed as the forward evaluation is: the
-            // best of the runs after a warm-up.
-            let all_slices = 0..e.plan().n_slices();
-            let run = || on(pool, || g.eval_slices_with_value(&refs, seed, all_slices.clone()));
-            let mut grads = run()?.1;
-            let mut best = f64::INFINITY;
-            for _ in 0..s.repeat {
+            let t = Instant::now();
+            let g = e.gradient(&all)?;
+            phases.push(("gradient build + compile".to_string(), ms(t)));
+            if s.repeat <= 1 {
                 let t = Instant::now();
-                grads = run()?.1;
-                best = best.min(ms(t));
+                let bar = progress_bar(s, if sliced { e.plan().n_slices() } else { 0 }, "gradient slices");
+                let grads = on(pool, || g.eval_with_progress(&refs, seed, |k| bar.set_position(k)))?;
+                bar.finish_and_clear();
+                phases.push((format!("gradient eval (all operands, {threads})"), ms(t)));
+                grads
+            } else {
+                // Value and gradients in one pass, timed as the forward evaluation is: the
+                // best of the runs after a warm-up.
+                let all_slices = 0..e.plan().n_slices();
+                let run = || on(pool, || g.eval_slices_with_value(&refs, seed, all_slices.clone()));
+                let mut grads = run()?.1;
+                let mut best = f64::INFINITY;
+                for _ in 0..s.repeat {
+                    let t = Instant::now();
+                    grads = run()?.1;
+                    best = best.min(ms(t));
+                }
+                phases.push((format!("value and gradient eval (all operands, best of {}, {threads})", s.repeat), best));
+                grad_ms = Some(best);
+                grads
             }
-            phases.push((format!("value and gradient eval (all operands, best of {}, {threads})", s.repeat), best));
-            grad_ms = Some(best);
-            grads
         };
         if !refs.is_empty() {
             // The network is linear in each operand, so ⟨c, f(x + t e_i)⟩ − ⟨c, f(x)⟩ =
@@ -817,7 +850,8 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
         dtype: T::DTYPE,
         path: e.path().clone(),
         peak_bytes: e.plan().peak_bytes(),
-        gradient_peak_bytes: s.grad.then(|| e.plan().gradient_peak_bytes()),
+        gradient_peak_bytes: s.grad.then(|| checkpointed.map_or_else(|| e.plan().gradient_peak_bytes(), |c| c.0)),
+        checkpoint_kept: checkpointed.map(|c| c.1),
         sliced: e.plan().labels().to_vec(),
         n_slices: e.plan().n_slices(),
         slicing_overhead: e.plan().overhead(),
@@ -873,9 +907,13 @@ pub fn print(title: &str, r: &EinsumReport) {
     if r.show_path {
         println!("path: {}", format_path(&r.path));
     }
-    let mut gradient = match r.gradient_peak_bytes {
-        Some(b) => format!(", {} with the gradient", einsum::format_bytes(Some(b))),
-        None => String::new(),
+    let mut gradient = match (r.gradient_peak_bytes, r.checkpoint_kept) {
+        (Some(b), Some([k, n])) => format!(
+            ", {} with the gradient (checkpointed: {k} of {n} intermediates kept, the others recomputed)",
+            einsum::format_bytes(Some(b))
+        ),
+        (Some(b), None) => format!(", {} with the gradient", einsum::format_bytes(Some(b))),
+        (None, _) => String::new(),
     };
     if let Some(b) = r.hvp_peak_bytes {
         gradient += &format!(", {} with the Hessian-vector product", einsum::format_bytes(Some(b)));
@@ -942,7 +980,7 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
     let written: Vec<String> = r.written.iter().map(|w| json_string(&w.display().to_string())).collect();
     let sliced: Vec<String> = r.sliced.iter().map(|c| json_string(&c.to_string())).collect();
     format!(
-        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"grad_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}],\"scaled\":{}}}",
+        "{{\"title\":{},\"dtype\":\"{}\",\"steps\":{},\"path\":[{}],\"flops\":{},\"eval_ms\":{},\"grad_ms\":{},\"repeat\":{},\"gflops\":{},\"checksum\":{},\"checksum_imag\":{},\"shape\":{:?},\"peak_bytes\":{},\"gradient_peak_bytes\":{},\"checkpoint_kept\":{},\"sliced_inds\":[{}],\"n_slices\":{},\"slicing_overhead\":{},\"memory_limit\":{},\"phases\":[{}],\"gradient_check\":{},\"hvp_peak_bytes\":{},\"hvp_check\":{},\"written\":[{}],\"scaled\":{}}}",
         json_string(title),
         r.dtype,
         r.path.steps().len(),
@@ -957,6 +995,7 @@ pub fn json(title: &str, r: &EinsumReport) -> String {
         r.shape,
         r.peak_bytes,
         r.gradient_peak_bytes.map_or("null".into(), |b| b.to_string()),
+        r.checkpoint_kept.map_or("null".into(), |[k, n]| format!("[{k},{n}]")),
         sliced.join(","),
         r.n_slices,
         json_number(r.slicing_overhead),
@@ -1017,6 +1056,7 @@ mod tests {
             output: None,
             grad: false,
             grad_out: None,
+            checkpoint: false,
             cotangent: None,
             hvp: false,
             directions: Vec::new(),

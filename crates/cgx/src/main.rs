@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+mod checkpoint_cmd;
 mod cli;
 mod dag;
 mod dag_parts;

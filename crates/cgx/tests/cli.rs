@@ -302,6 +302,61 @@ fn over_the_memory_limit_the_network_is_sliced_with_the_same_result() {
 }
 
 #[test]
+fn a_checkpointed_gradient_fits_the_limit_unsliced_with_the_plain_gradients() {
+    // A chain whose four 128x128 intermediates (128 KiB each) sit between 128x4 operands:
+    // the forward pass holds one at a time, the plain reverse pass all of them.
+    let shapes = [
+        "aA,bA,bB,cB,cC,dC,dD,eD,e,a->",
+        "--shapes",
+        "128x4,128x4,128x4,128x4,128x4,128x4,128x4,128x4,128,128",
+        "--path",
+        "[(0,1),(0,8),(0,7),(0,6),(0,5),(0,4),(0,3),(0,2),(0,1)]",
+        "--grad",
+        "--json",
+    ];
+    let run = |extra: &[&str]| cgx(&[&["einsum"][..], &shapes, extra].concat());
+    let (plain, checkpointed) = (tmp("plain_grads.npz"), tmp("checkpointed_grads.npz"));
+    let o = run(&["--memory-limit", "none", "--grad-out", &plain]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["--checkpoint", "--memory-limit", "600KiB", "--grad-out", &checkpointed]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    // Unsliced, some intermediates recomputed, the plan's peak within the limit.
+    assert_eq!(json_field(&out, "n_slices"), Some(1.0), "{out}");
+    let [k, n] = kept_of(&out);
+    assert!(k < n, "nothing recomputed: {out}");
+    let peak = json_field(&out, "gradient_peak_bytes").unwrap_or_else(|| panic!("{out}"));
+    assert!(peak > 0.0 && peak <= f64::from(600 << 10), "{out}");
+    let check = json_field(&out, "gradient_check").unwrap_or_else(|| panic!("{out}"));
+    assert!(check <= 1e-12, "{out}");
+    let (want, got) = (load_npz(&plain), load_npz(&checkpointed));
+    assert_eq!(want.len(), 10);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(g, w, &format!("gradient {i}"));
+    }
+    // A limit the recomputation cannot meet, one the forward pass alone cannot meet, and
+    // --checkpoint without --grad.
+    for (extra, code, want) in [
+        (&["--checkpoint", "--memory-limit", "400KiB"][..], 1, "with every intermediate recomputed needs"),
+        (&["--checkpoint", "--memory-limit", "64KiB"], 1, "does not fit the memory limit of 64 KiB unsliced"),
+    ] {
+        let o = run(extra);
+        assert_eq!(o.status.code(), Some(code), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    }
+    let o = cgx(&["einsum", "ij,jk->ik", "--shapes", "2x2,2x2", "--checkpoint"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// The report's `"checkpoint_kept":[k,n]`.
+fn kept_of(out: &str) -> [usize; 2] {
+    let pair = out.split("\"checkpoint_kept\":[").nth(1).and_then(|r| r.split(']').next());
+    let v: Vec<usize> = pair.unwrap_or_else(|| panic!("{out}")).split(',').filter_map(|x| x.parse().ok()).collect();
+    assert_eq!(v.len(), 2, "{out}");
+    [v[0], v[1]]
+}
+
+#[test]
 fn paths_are_shown_and_taken_explicitly() {
     let o = cgx(&["einsum", "ij,jk,kl->il", "--shapes", "2x3,3x4,4x5", "--path", "[(1, 2), (0, 1)]", "--show-path"]);
     assert!(o.status.success(), "{}", stderr(&o));
