@@ -415,28 +415,27 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
             }
             k -= 1;
             idx[k] += 1;
-            pa += sa[k];
-            pb += sb[k];
-            po += so[k];
+            (pa, pb, po) = (pa + sa[k], pb + sb[k], po + so[k]);
             if idx[k] < sizes[k] {
                 break;
             }
-            pa -= sa[k] * sizes[k];
-            pb -= sb[k] * sizes[k];
-            po -= so[k] * sizes[k];
+            (pa, pb, po) = (pa - sa[k] * sizes[k], pb - sb[k] * sizes[k], po - so[k] * sizes[k]);
             idx[k] = 0;
         }
     }
 }
 
 /// The direct loop's innermost pass, `out[i·io] += a[i·ia]·b[i·ib]` for `i < m` (a sum in a
-/// register when `io` is 0), over strided iterators: indexing paid a bounds check per
-/// element. `step_by` takes no stride 0, so a broadcast operand is read once.
+/// register when `io` is 0), over strided iterators: indexing paid a bounds check per element.
+/// `step_by` takes no stride 0, so a broadcast operand is read once. Passes of up to 8 index:
+/// there the iterators' setup cost more than the checks (small MPS steps run passes of 2 to 8).
 fn direct_run<T: Elem>(m: usize, (a, ia): (&[T], usize), (b, ib): (&[T], usize), (out, io): (&mut [T], usize)) {
     fn strided<T>(x: &[T], s: usize, m: usize) -> std::iter::Take<std::iter::StepBy<std::slice::Iter<'_, T>>> {
         x.iter().step_by(s.max(1)).take(m)
     }
     match (io, ia, ib) {
+        (0, _, _) if m <= 8 => out[0] += (0..m).fold(T::zero(), |acc, i| acc + a[i * ia] * b[i * ib]),
+        _ if m <= 8 => (0..m).for_each(|i| out[i * io] += a[i * ia] * b[i * ib]),
         (0, _, _) => {
             let mut acc = T::zero();
             match (ia, ib) {

@@ -68,6 +68,17 @@ proptest! {
         check_contract::<c64>(&a, &b, &out, &sizes)?;
     }
 
+    /// Labels of up to 11: the direct loop's innermost passes on both sides of its short
+    /// form (passes of up to 8 index, longer ones run on strided iterators).
+    #[test]
+    fn contractions_with_long_passes_match_reference(
+        a in labels(3), b in labels(3), out in labels(2),
+        sizes in proptest::collection::vec(1usize..12, 5),
+    ) {
+        check_contract::<f64>(&a, &b, &out, &sizes)?;
+        check_contract::<c64>(&a, &b, &out, &sizes)?;
+    }
+
     #[test]
     fn conjugated_contractions_match_reference(
         a in labels(4), b in labels(4), out in labels(3),

@@ -377,7 +377,7 @@ impl<T: Elem> Einsum<T> {
     }
 
     fn check_operands(&self, operands: &[&Tensor<T>]) -> EinsumResult<()> {
-        check_operand_shapes(&self.plan.name(), self.plan.shapes(), operands)
+        check_operand_shapes(&self.plan.name_display(), self.plan.shapes(), operands)
     }
 
     /// The plan it was built from.

@@ -227,10 +227,23 @@ impl Plan {
     }
     /// The expression for messages: as given, or a description of a numbered network.
     pub fn name(&self) -> String {
-        match &self.subscripts {
-            Some(s) => s.to_string(),
-            None => format!("a network of {} operands", self.shapes.len()),
+        self.name_display().to_string()
+    }
+    /// [`Plan::name`] written only when displayed: the operand checks of every evaluation
+    /// take it, and formatting the expression there cost a fifth of a small network's
+    /// evaluation, for a message that only a failed check prints.
+    pub(crate) fn name_display(&self) -> impl std::fmt::Display + '_ {
+        /// Displays a plan's name.
+        struct Name<'a>(&'a Plan);
+        impl std::fmt::Display for Name<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match &self.0.subscripts {
+                    Some(s) => s.fmt(f),
+                    None => write!(f, "a network of {} operands", self.0.shapes.len()),
+                }
+            }
         }
+        Name(self)
     }
     /// The operand shapes.
     pub fn shapes(&self) -> &[Vec<usize>] {

@@ -503,7 +503,7 @@ impl<T: Elem> Einsum<T> {
     /// assert!((log10 - (400.0 + 2f64.log10())).abs() < 1e-10);
     /// ```
     pub fn eval_scaled(&self, operands: &[&Tensor<T>]) -> EinsumResult<ScaledTensor<T>> {
-        check_operand_shapes(&self.plan().name(), self.shapes(), operands)?;
+        check_operand_shapes(&self.plan().name_display(), self.shapes(), operands)?;
         let steps = Steps::new(self.plan())?;
         let _evaluation = crate::buffer::begin_evaluation();
         Ok(steps.eval(operands))

@@ -19,10 +19,13 @@
 //! the next operation or GEMM block of any of its threads (and a flag raised stops the
 //! pool work of every evaluation running in a pool then, which is what Ctrl-C asks).
 //!
-//! Cost: one thread-local read per check, a few per operation and per GEMM block.
+//! Cost: one atomic load per check while no [`with_stop`] scope is open anywhere; with one
+//! open, one thread-local read per check, a few per operation and per GEMM block; on a
+//! pool's thread with no flag of its own while flags are shared, a second thread-local read
+//! and one atomic load per shared flag, with no lock unless the shared list changed.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{EinsumError, EinsumResult};
@@ -51,6 +54,19 @@ thread_local! {
 /// common case).
 static INSTALLED: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
 static INSTALLED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Bumped under [`INSTALLED`]'s lock at every change of the list, so that a pool's thread
+/// reads the flags from its own copy ([`SEEN`]) and takes the lock only when the list
+/// changed, that is when an evaluation enters or leaves a pool, not at every check: the
+/// checks run before every operation and GEMM block, on every thread of the pool.
+static INSTALLED_VERSION: AtomicU64 = AtomicU64::new(0);
+/// How many [`with_stop`] scopes are open on all threads: while none is, no flag can be
+/// up for anyone, and a check is one atomic load (no thread-local access).
+static OPEN_SCOPES: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's copy of [`INSTALLED`], and the version it was copied at.
+    static SEEN: RefCell<(u64, Vec<Arc<AtomicBool>>)> = const { RefCell::new((0, Vec::new())) };
+}
 
 /// Runs `f` with `flag` installed for this thread's evaluations: once the flag is up,
 /// they end with [`EinsumError::Interrupted`]. The previous flag (if any) is back when
@@ -76,8 +92,12 @@ pub fn with_stop<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
         fn drop(&mut self) {
             let previous = self.0.take();
             FLAG.with_borrow_mut(|f| *f = previous);
+            OPEN_SCOPES.fetch_sub(1, Ordering::Relaxed);
         }
     }
+    // Counted before the flag is installed: an evaluation that reads the flag (on this
+    // thread, or on a pool's thread it hands work to, which rayon orders after) sees it.
+    OPEN_SCOPES.fetch_add(1, Ordering::Relaxed);
     let _restore = Restore(FLAG.with_borrow_mut(|f| f.replace(flag)));
     f()
 }
@@ -93,14 +113,19 @@ pub(crate) fn shared_with_pool<R>(f: impl FnOnce() -> R) -> R {
             if let Some(i) = all.iter().position(|x| Arc::ptr_eq(x, &self.0)) {
                 all.swap_remove(i);
                 INSTALLED_COUNT.fetch_sub(1, Ordering::Relaxed);
+                INSTALLED_VERSION.fetch_add(1, Ordering::Release);
             }
         }
     }
     let Some(flag) = FLAG.with_borrow(Clone::clone) else {
         return f();
     };
-    INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).push(flag.clone());
-    INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+        all.push(flag.clone());
+        INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
+        INSTALLED_VERSION.fetch_add(1, Ordering::Release);
+    }
     let _unshare = Unshare(flag);
     f()
 }
@@ -108,13 +133,31 @@ pub(crate) fn shared_with_pool<R>(f: impl FnOnce() -> R) -> R {
 /// Whether this thread's installed flag is up, or, on a pool's thread with none, any
 /// flag shared with the pools ([`shared_with_pool`]).
 pub(crate) fn requested() -> bool {
+    if OPEN_SCOPES.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
     FLAG.with_borrow(|f| match f {
         Some(f) => f.load(Ordering::Relaxed),
         None => {
-            INSTALLED_COUNT.load(Ordering::Relaxed) > 0
-                && rayon::current_thread_index().is_some()
-                && INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|f| f.load(Ordering::Relaxed))
+            INSTALLED_COUNT.load(Ordering::Relaxed) > 0 && rayon::current_thread_index().is_some() && shared_requested()
         }
+    })
+}
+
+/// Whether any flag shared with the pools is up, read from this thread's copy of the list,
+/// which is renewed (under the lock) only when the list's version moved since the copy.
+/// An evaluation shares its flag before handing work to the pool, and rayon's hand-over
+/// orders that before the pool's threads run it, so they see the new version.
+fn shared_requested() -> bool {
+    let version = INSTALLED_VERSION.load(Ordering::Acquire);
+    SEEN.with_borrow_mut(|(seen, flags)| {
+        if *seen != version {
+            let all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+            flags.clone_from(&all);
+            // Read under the lock, so that it is the version of the list just copied.
+            *seen = INSTALLED_VERSION.load(Ordering::Relaxed);
+        }
+        flags.iter().any(|f| f.load(Ordering::Relaxed))
     })
 }
 
@@ -141,5 +184,33 @@ mod tests {
         assert!(!requested());
         // Another thread does not see this thread's flag.
         with_stop(outer, || std::thread::scope(|s| assert!(!s.spawn(requested).join().unwrap())));
+    }
+
+    /// A pool's thread reads the shared flags through its copy of the list: it must see a
+    /// flag raised after the copy was made, stop seeing a flag once it is unshared, and see
+    /// a flag shared later (each change of the list renews the copy).
+    #[test]
+    fn pool_threads_follow_the_shared_flags() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // Several tasks, so that both of the pool's threads make and use their copies.
+        let on_pool = || pool.install(|| rayon::broadcast(|_| requested()));
+        assert_eq!(on_pool(), [false, false]);
+        let first = Arc::new(AtomicBool::new(false));
+        with_stop(first.clone(), || {
+            shared_with_pool(|| {
+                assert_eq!(on_pool(), [false, false]);
+                first.store(true, Ordering::Relaxed);
+                assert_eq!(on_pool(), [true, true]);
+            })
+        });
+        assert_eq!(on_pool(), [false, false], "an unshared flag is still read");
+        let second = Arc::new(AtomicBool::new(false));
+        with_stop(second.clone(), || {
+            shared_with_pool(|| {
+                second.store(true, Ordering::Relaxed);
+                assert_eq!(on_pool(), [true, true]);
+            })
+        });
+        assert_eq!(on_pool(), [false, false]);
     }
 }

@@ -135,10 +135,11 @@ pub(crate) fn materialized_steps<T: Elem>(graph: &MaterializedGraph<TensorOp<T>>
 
 /// How a program of `steps` (in program order) uses a pool of `threads` threads.
 pub(crate) fn choose(steps: &[Step], threads: usize) -> PoolUse {
-    let total: u64 = steps.iter().map(|s| s.cost).fold(0, u64::saturating_add);
+    // Before the sum over the steps: every one-thread evaluation asks.
     if threads < 2 {
         return PoolUse::OneThread;
     }
+    let total: u64 = steps.iter().map(|s| s.cost).fold(0, u64::saturating_add);
     let t = threads as f64;
     // The longest chain of dependent steps, in program order (operands come first), and
     // the steps in order with each one that splits taking its split time.
