@@ -25,12 +25,16 @@
 //!   candidates (each of `a`, `b`, output as the anchor, or batch labels only) by an
 //!   estimated cost. The others are packed by tiled permutation copies (labels of one
 //!   operand alone are summed and diagonals taken while packing), or, for the output,
-//!   computed contiguously and permuted or expanded afterwards. faer runs one sequential GEMM
-//!   per loop entry, accumulating (a looped contracted label adds into the same output).
+//!   computed contiguously and permuted or expanded afterwards. One sequential GEMM runs
+//!   per loop entry, accumulating (a looped contracted label adds into the same output):
+//!   inline (`small_gemm.rs`) when it is tiny, faer otherwise.
+//! - **lanes** (`lanes.rs`): the direct loop with the largest operand's long innermost
+//!   label made innermost in every tensor, when the copies that takes are small.
 //!
 //! [`contract`] plans once per spec (cached in it), takes the element-wise kernel whenever
 //! it applies, and otherwise chooses GEMM when the planned
-//! `m·n·k` reaches [`GEMM_MIN_WORK`], or [`BATCHED_GEMM_MIN_WORK`] for a batch of GEMMs.
+//! `m·n·k` reaches [`GEMM_MIN_WORK`], or [`BATCHED_GEMM_MIN_WORK`] for a batch of GEMMs,
+//! and else the lanes when they apply, the direct loop otherwise.
 //!
 //! Costs: the direct loop is `O(Π sizes)`; the GEMM path adds `O(|a| + |b| + |out|)` of
 //! packing.
@@ -44,7 +48,9 @@ use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut};
 use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
+use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
+use crate::small_gemm::small_gemm;
 use crate::tensor::{Tensor, checked_len, row_major_strides};
 
 /// Below this `m·n·k` (per GEMM call) the direct loop is used instead of GEMM. Tuned with
@@ -798,14 +804,13 @@ fn gemm_loop<T: Elem>(
                 return; // the evaluation is ending with an error; `c` is discarded
             }
             let rows = block_rows.min(m - row);
-            T::gemm(
-                [rows, n, k],
-                Strided(&a_data[pa + row * a_view.strides[0]..], a_view.strides),
-                Strided(&b_data[pb..], b_view.strides),
-                StridedMut(&mut c[pc + row * c_view.strides[0]..], c_view.strides),
-                conj,
-                revisits > 0,
-            );
+            let a = Strided(&a_data[pa + row * a_view.strides[0]..], a_view.strides);
+            let b = Strided(&b_data[pb..], b_view.strides);
+            let (at, ct) = (pc + row * c_view.strides[0], c_view.strides);
+            // Tiny products run inline; faer's dispatch would cost more than they do.
+            if !small_gemm([rows, n, k], a, b, StridedMut(&mut c[at..], ct), conj, revisits > 0) {
+                T::gemm([rows, n, k], a, b, StridedMut(&mut c[at..], ct), conj, revisits > 0);
+            }
             row += rows;
         }
         for x in (0..loop_sizes.len()).rev() {
@@ -856,6 +861,8 @@ enum KernelPlan {
     /// Each output element one product: no sum, no diagonal (`elementwise.rs`).
     Elementwise(ElementwisePlan),
     Gemm(GemmPlan),
+    /// The direct loop over contiguous lanes of a long label (`lanes.rs`).
+    Lanes(LanesPlan),
 }
 
 impl KernelPlan {
@@ -898,7 +905,13 @@ impl KernelPlan {
                         batched || work(p) >= GEMM_MIN_WORK
                     })
                 })
-                .map_or_else(|| KernelPlan::direct(spec), KernelPlan::Gemm),
+                .map_or_else(
+                    || {
+                        LanesPlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
+                            .map_or_else(|| KernelPlan::direct(spec), KernelPlan::Lanes)
+                    },
+                    KernelPlan::Gemm,
+                ),
         }
     }
 
@@ -912,6 +925,10 @@ impl KernelPlan {
             }
             KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
+            KernelPlan::Lanes(p) => {
+                let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
+                Tensor::from_parts(&spec.out_shape(), p.run(&spec.sizes, (&da, &spec.a), (&db, &spec.b), &spec.out))
+            }
         }
     }
 }
@@ -967,7 +984,6 @@ pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permute::{fuse_axes, permute_on};
     use crate::reference::reference_labels;
 
     fn ramp(shape: Vec<usize>) -> Tensor<f64> {
@@ -1107,80 +1123,6 @@ mod tests {
         let p = plan(&spec, 3 * 64 * 64, 3 * 64 * 64, true);
         assert_eq!(p.looped.as_slice(), &[0], "the second case loops its contracted label");
         crate::buffer::release_buffers();
-    }
-
-    #[test]
-    fn permutes_fuse_axes_and_match_the_reference() {
-        // Runs that move together (fused), axes of size 1 (dropped), short and long rows.
-        let cases: [(&[usize], &[usize]); 9] = [
-            (&[50, 4, 4, 4], &[0, 3, 1, 2]),
-            // A short innermost axis shared by both sides, gathered into rows with the
-            // output's next axes (a GEMM operand packed in `lm_batch`).
-            (&[4, 4, 50, 4, 4], &[2, 0, 3, 1, 4]),
-            // The same with a long axis next in the output: the gathered row stops short.
-            (&[3000, 2, 4], &[1, 0, 2]),
-            (&[4, 4, 4, 50], &[3, 0, 1, 2]),
-            (&[30, 1, 40], &[2, 1, 0]),
-            (&[1, 1], &[1, 0]),
-            (&[20, 3, 70, 2], &[2, 0, 1, 3]),
-            (&[9, 65, 3], &[1, 2, 0]),
-            // Short axes in another order on both sides (a MERA step's output).
-            (&[4, 3, 4, 5, 4, 4, 4, 3, 4], &[7, 1, 6, 5, 4, 8, 3, 2, 0]),
-        ];
-        for (shape, perm) in cases {
-            let spec = UnarySpec::permute(shape, perm).unwrap();
-            let t = ramp(shape.to_vec());
-            let got = unary(&spec, &t);
-            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
-            assert_eq!(got, want, "{spec:?}");
-        }
-        let (sizes, src, out) = fuse_axes(&[50, 4, 4, 4], &[0, 1, 2, 3], &[0, 3, 1, 2]);
-        assert_eq!((&sizes[..], &src[..], &out[..]), (&[50, 4, 16][..], &[0, 2, 1][..], &[0, 1, 2][..]));
-    }
-
-    proptest::proptest! {
-        /// Any permutation of any shape (short axes, as in networks, and axes of size 1)
-        /// equals the reference, whatever blocks `permute` groups, on one thread or cut into
-        /// chunks for three.
-        #[test]
-        fn permutes_match_the_reference(
-            shape in proptest::collection::vec(1usize..12, 0..7),
-            keys in proptest::collection::vec(0u32..1000, 7),
-        ) {
-            let mut perm: Vec<usize> = (0..shape.len()).collect();
-            perm.sort_by_key(|&i| keys[i]);
-            let spec = UnarySpec::permute(&shape, &perm).unwrap();
-            let t = ramp(shape.clone());
-            let got = unary(&spec, &t);
-            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
-            let chunked = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), 3);
-            proptest::prop_assert_eq!(&chunked[..], want.data(), "{:?} in chunks", spec);
-            proptest::prop_assert_eq!(got, want, "{:?}", spec);
-        }
-    }
-
-    /// Cut into chunks for several threads (run on rayon's global pool), a permutation
-    /// equals the one-thread copy, whichever side's innermost axis leads.
-    #[test]
-    fn permutes_in_chunks_match_one_thread() {
-        let cases: [(&[usize], &[usize]); 5] = [
-            (&[4, 3, 4, 5, 4, 4, 4, 3, 4], &[7, 1, 6, 5, 4, 8, 3, 2, 0]),
-            (&[3, 50, 7], &[2, 0, 1]),
-            (&[5, 6, 7], &[1, 2, 0]),
-            (&[2, 3, 4, 5], &[0, 1, 3, 2]),
-            (&[6, 1, 9], &[2, 1, 0]),
-        ];
-        for (shape, perm) in cases {
-            let spec = UnarySpec::permute(shape, perm).unwrap();
-            let t = ramp(shape.to_vec());
-            let one = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), 1);
-            for threads in [2, 3, 8] {
-                let many = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), threads);
-                assert_eq!(many, one, "{spec:?} on {threads} threads");
-            }
-            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
-            assert_eq!(one, want.data(), "{spec:?}");
-        }
     }
 
     #[test]

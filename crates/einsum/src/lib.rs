@@ -110,6 +110,7 @@ mod instance;
 mod kernel;
 #[cfg(test)]
 mod kernel_choices;
+mod lanes;
 mod memory;
 mod network;
 mod op;
@@ -124,6 +125,7 @@ pub mod search;
 mod slice;
 mod sliced;
 mod sliced_hvp;
+mod small_gemm;
 mod stop;
 mod subscripts;
 mod tensor;

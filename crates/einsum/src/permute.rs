@@ -270,6 +270,92 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     use super::*;
+    use crate::kernel::{UnarySpec, unary};
+    use crate::reference::reference_labels;
+    use crate::tensor::Tensor;
+
+    fn ramp(shape: Vec<usize>) -> Tensor<f64> {
+        let mut x = 0.0;
+        Tensor::from_fn(shape, |_| {
+            x += 1.0;
+            (x * 0.37f64).sin()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn permutes_fuse_axes_and_match_the_reference() {
+        // Runs that move together (fused), axes of size 1 (dropped), short and long rows.
+        let cases: [(&[usize], &[usize]); 9] = [
+            (&[50, 4, 4, 4], &[0, 3, 1, 2]),
+            // A short innermost axis shared by both sides, gathered into rows with the
+            // output's next axes (a GEMM operand packed in `lm_batch`).
+            (&[4, 4, 50, 4, 4], &[2, 0, 3, 1, 4]),
+            // The same with a long axis next in the output: the gathered row stops short.
+            (&[3000, 2, 4], &[1, 0, 2]),
+            (&[4, 4, 4, 50], &[3, 0, 1, 2]),
+            (&[30, 1, 40], &[2, 1, 0]),
+            (&[1, 1], &[1, 0]),
+            (&[20, 3, 70, 2], &[2, 0, 1, 3]),
+            (&[9, 65, 3], &[1, 2, 0]),
+            // Short axes in another order on both sides (a MERA step's output).
+            (&[4, 3, 4, 5, 4, 4, 4, 3, 4], &[7, 1, 6, 5, 4, 8, 3, 2, 0]),
+        ];
+        for (shape, perm) in cases {
+            let spec = UnarySpec::permute(shape, perm).unwrap();
+            let t = ramp(shape.to_vec());
+            let got = unary(&spec, &t);
+            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            assert_eq!(got, want, "{spec:?}");
+        }
+        let (sizes, src, out) = fuse_axes(&[50, 4, 4, 4], &[0, 1, 2, 3], &[0, 3, 1, 2]);
+        assert_eq!((&sizes[..], &src[..], &out[..]), (&[50, 4, 16][..], &[0, 2, 1][..], &[0, 1, 2][..]));
+    }
+
+    proptest::proptest! {
+        /// Any permutation of any shape (short axes, as in networks, and axes of size 1)
+        /// equals the reference, whatever blocks `permute` groups, on one thread or cut into
+        /// chunks for three.
+        #[test]
+        fn permutes_match_the_reference(
+            shape in proptest::collection::vec(1usize..12, 0..7),
+            keys in proptest::collection::vec(0u32..1000, 7),
+        ) {
+            let mut perm: Vec<usize> = (0..shape.len()).collect();
+            perm.sort_by_key(|&i| keys[i]);
+            let spec = UnarySpec::permute(&shape, &perm).unwrap();
+            let t = ramp(shape.clone());
+            let got = unary(&spec, &t);
+            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            let chunked = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), 3);
+            proptest::prop_assert_eq!(&chunked[..], want.data(), "{:?} in chunks", spec);
+            proptest::prop_assert_eq!(got, want, "{:?}", spec);
+        }
+    }
+
+    /// Cut into chunks for several threads (run on rayon's global pool), a permutation
+    /// equals the one-thread copy, whichever side's innermost axis leads.
+    #[test]
+    fn permutes_in_chunks_match_one_thread() {
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[4, 3, 4, 5, 4, 4, 4, 3, 4], &[7, 1, 6, 5, 4, 8, 3, 2, 0]),
+            (&[3, 50, 7], &[2, 0, 1]),
+            (&[5, 6, 7], &[1, 2, 0]),
+            (&[2, 3, 4, 5], &[0, 1, 3, 2]),
+            (&[6, 1, 9], &[2, 1, 0]),
+        ];
+        for (shape, perm) in cases {
+            let spec = UnarySpec::permute(shape, perm).unwrap();
+            let t = ramp(shape.to_vec());
+            let one = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), 1);
+            for threads in [2, 3, 8] {
+                let many = permute_on(spec.sizes(), t.data(), spec.a_labels(), spec.out_labels(), threads);
+                assert_eq!(many, one, "{spec:?} on {threads} threads");
+            }
+            let want = reference_labels(&[(&t, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            assert_eq!(one, want.data(), "{spec:?}");
+        }
+    }
 
     /// A permutation copy of more than `COPY_CHECK_ELEMENTS` elements ends early once the
     /// stop flag is up (the rest of its output is left as allocated), and is whole with
