@@ -18,7 +18,9 @@
 //! the next operation or GEMM block of any of its threads (and a flag raised stops the
 //! pool work of every evaluation running in a pool then, which is what Ctrl-C asks).
 //!
-//! Cost: one thread-local read per check, a few per operation and per GEMM block.
+//! Cost: one thread-local read per check, a few per operation and per GEMM block; on a
+//! pool's thread with no flag of its own while flags are shared, one atomic read more and
+//! its copy of the shared flags (the list is locked only when it has changed).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,6 +47,15 @@ thread_local! {
 /// common case).
 static INSTALLED: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
 static INSTALLED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Changed (under `INSTALLED`'s lock) whenever `INSTALLED` changes, so that a pool's
+/// thread rereads the list only then: reading it under the lock at every check (each GEMM
+/// of a loop, each operation) made the threads of an evaluation take turns at the lock.
+static INSTALLED_GENERATION: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's copy of `INSTALLED` and the generation it was taken at.
+    static SEEN: RefCell<(usize, Vec<Arc<AtomicBool>>)> = const { RefCell::new((usize::MAX, Vec::new())) };
+}
 
 /// Runs `f` with `flag` installed for this thread's evaluations: once the flag is up,
 /// they end with [`EinsumError::Interrupted`]. The previous flag (if any) is back when
@@ -87,14 +98,19 @@ pub(crate) fn shared_with_pool<R>(f: impl FnOnce() -> R) -> R {
             if let Some(i) = all.iter().position(|x| Arc::ptr_eq(x, &self.0)) {
                 all.swap_remove(i);
                 INSTALLED_COUNT.fetch_sub(1, Ordering::Relaxed);
+                INSTALLED_GENERATION.fetch_add(1, Ordering::Release);
             }
         }
     }
     let Some(flag) = FLAG.with_borrow(Clone::clone) else {
         return f();
     };
-    INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).push(flag.clone());
-    INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+        all.push(flag.clone());
+        INSTALLED_COUNT.fetch_add(1, Ordering::Relaxed);
+        INSTALLED_GENERATION.fetch_add(1, Ordering::Release);
+    }
     let _unshare = Unshare(flag);
     f()
 }
@@ -105,10 +121,22 @@ pub(crate) fn requested() -> bool {
     FLAG.with_borrow(|f| match f {
         Some(f) => f.load(Ordering::Relaxed),
         None => {
-            INSTALLED_COUNT.load(Ordering::Relaxed) > 0
-                && rayon::current_thread_index().is_some()
-                && INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|f| f.load(Ordering::Relaxed))
+            INSTALLED_COUNT.load(Ordering::Relaxed) > 0 && rayon::current_thread_index().is_some() && shared_requested()
         }
+    })
+}
+
+/// Whether a flag shared with the pools is up, read from this thread's copy of the list,
+/// which is taken again (under the lock) only when the list has changed since.
+fn shared_requested() -> bool {
+    SEEN.with_borrow_mut(|(generation, flags)| {
+        if *generation != INSTALLED_GENERATION.load(Ordering::Acquire) {
+            let all = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+            // Read under the lock, which every change of the list holds: the pair matches.
+            *generation = INSTALLED_GENERATION.load(Ordering::Relaxed);
+            flags.clone_from(&all);
+        }
+        flags.iter().any(|f| f.load(Ordering::Relaxed))
     })
 }
 
@@ -120,6 +148,26 @@ pub(crate) fn check() -> EinsumResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool's thread keeps a copy of the shared flags: it sees a shared flag raised, and
+    /// after the list changes (one flag taken off, another shared) it sees the new one.
+    /// (Only raised flags are asserted: other tests may share flags at the same time.)
+    #[test]
+    fn pool_threads_follow_the_shared_flags() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let on_pool = || pool.install(|| rayon::join(requested, requested));
+        let first = Arc::new(AtomicBool::new(false));
+        with_stop(first.clone(), || {
+            shared_with_pool(|| {
+                on_pool();
+                first.store(true, Ordering::Relaxed);
+                assert_eq!(on_pool(), (true, true));
+                first.store(false, Ordering::Relaxed);
+            })
+        });
+        let second = Arc::new(AtomicBool::new(true));
+        with_stop(second, || shared_with_pool(|| assert_eq!(on_pool(), (true, true))));
+    }
 
     #[test]
     fn flags_nest_and_are_restored() {
