@@ -31,7 +31,21 @@ fn main() {
         vals[v.index()] = Some(operands[i].clone());
     }
     let mut steps: Vec<(TensorOp<f64>, Vec<Tensor<f64>>)> = Vec::new();
+    // The step that makes each value (`None` for an operand), and each step's producers.
+    let mut made_by: Vec<Option<usize>> = vec![None; g.value_count()];
+    let mut after: Vec<Vec<usize>> = Vec::new();
     for op in g.operations() {
+        after.push(
+            op.inputs()
+                .filter_map(|r| match r {
+                    ValueRef::Local(v) => made_by[v.index()],
+                    ValueRef::External(_) => None,
+                })
+                .collect(),
+        );
+        for v in op.outputs() {
+            made_by[v.index()] = Some(steps.len());
+        }
         let ins: Vec<Tensor<f64>> = op
             .inputs()
             .map(|r| match r {
@@ -83,6 +97,17 @@ fn main() {
     println!("{}: {n} steps; steps alone: {s1:.1} ms on one thread, {s2:.1} ms in a pool of two", inst.name);
     println!("whole evaluation (best of {rounds}): {e1:.1} ms on one thread, {e2:.1} ms on two");
     println!("value and gradients (best of {rounds}): {g1:.1} ms on one thread, {g2:.1} ms on two");
+    // The longest chain of dependent steps, by their one-thread times: no schedule of
+    // unsplit steps beats it, whatever the threads.
+    let mut finish = vec![0.0f64; n];
+    for i in 0..n {
+        finish[i] = after[i].iter().map(|&p| finish[p]).fold(0.0, f64::max) + one[i];
+    }
+    let critical = finish.iter().copied().fold(0.0, f64::max);
+    println!(
+        "critical path of unsplit steps: {critical:.1} ms ({:.2}x below their sum at best)",
+        s1 / critical.max(s1 / 2.0)
+    );
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| one[b].total_cmp(&one[a]));
     println!("{:>5} {:>9} {:>9} {:>6}  step", "#", "1 thr ms", "2 thr ms", "ratio");

@@ -86,7 +86,7 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
     assert_eq!(g2, g1);
 }
 
-/// Programs whose kernels split in a pool (one large GEMM, a loop of small ones cut by
+/// Programs whose kernels split in a pool (large GEMMs cut into blocks, a loop of small ones cut by
 /// its batch label, an element-wise product and a permuted broadcast of `2^20`
 /// elements) and programs of independent steps: the kernels keep their order of sums
 /// whatever the threads, so two threads equal one bit for bit, real and complex. The
@@ -96,8 +96,12 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 #[test]
 fn a_pool_equals_one_thread_bit_for_bit() {
     let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];
-    let cases: [(&str, Vec<Vec<usize>>, bool); 6] = [
+    let cases: [(&str, Vec<Vec<usize>>, bool); 8] = [
         ("ij,jk->ik", vec![vec![160, 96], vec![96, 128]], true),
+        // GEMMs cut into one block per thread across rows (`m > n`) and across columns,
+        // with sides that are no multiple of the blocks' alignment.
+        ("ij,jk->ik", vec![vec![301, 97], vec![97, 45]], true),
+        ("ij,jk->ki", vec![vec![45, 83], vec![83, 299]], true),
         ("bij,bjk->bik", vec![vec![64, 32, 24], vec![64, 24, 32]], true),
         ("ij,ij->ij", vec![vec![1024, 1024], vec![1024, 1024]], true),
         ("abc,c->cba", vec![vec![128, 128, 64], vec![64]], true),
