@@ -1,8 +1,8 @@
 //! Instruction order for predictable dispatch: the first step of [`compile`](crate::compile).
 //!
 //! Input: a verified [`MaterializedGraph`] (topologically ordered). Output: an evaluation
-//! order of its operations, as a permutation `order[instruction] = operation index`, or
-//! `None` when the materialized order is kept.
+//! order of its operations, as a permutation `order[instruction] = operation index` (empty
+//! when the materialized order is kept), and the operations copied out in that order.
 //!
 //! Evaluating a graph of cheap operations costs little more than the branch that selects
 //! each operation's code: when consecutive instructions are different operations in an
@@ -19,7 +19,7 @@
 //! The variant of an operation is its [`std::mem::discriminant`]: for an enum, operations
 //! of one variant run the same arm of `eval_into`'s `match`. Operation types that are not
 //! enums, or graphs with a single variant, keep the materialized order (the pass returns
-//! `None` and costs one scan). Invariants of the output:
+//! an empty order and costs one scan and the copy). Invariants of the output:
 //! - it is a permutation of the operations and a topological order;
 //! - every operation stays inside its window, so live ranges (and the slot count) grow by
 //!   at most about one window.
@@ -29,6 +29,7 @@
 
 use std::mem::Discriminant;
 
+use crate::hugepages::huge_vec;
 use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
@@ -40,15 +41,36 @@ pub(crate) const WINDOW: usize = 256;
 /// grouping stays correct, only coarser).
 const MAX_VARIANTS: usize = 255;
 
-/// The dispatch-friendly evaluation order of `graph`'s operations, or `None` to keep the
-/// materialized order.
-pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Option<Vec<u32>> {
+/// The operations of a program in evaluation order, and that order.
+pub(crate) struct Dispatch<Op> {
+    /// `source[instruction]` = operation index, or empty when the materialized order is kept.
+    pub(crate) source: Vec<u32>,
+    /// The operations in that order: what the program keeps (`ops[instruction]`).
+    pub(crate) ops: Vec<Op>,
+}
+
+/// The dispatch-friendly evaluation order of `graph`'s operations, with the operations
+/// copied out in that order.
+///
+/// Compile reads each operation once more, in evaluation order; copying them here, where
+/// they are read in materialized order and a window at a time, spares it a read through
+/// the store (`op_key` → chunk → operation) per instruction (ADR 0017, step 5).
+pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Dispatch<Op> {
     let n = graph.operation_count();
+    let mut ops: Vec<Op> = huge_vec(n);
     // One variant id per operation, from a small table of the variants seen so far.
     let mut variants: Vec<Discriminant<Op>> = Vec::new();
     let mut variant: Vec<u8> = Vec::with_capacity(n);
+    let mut last: Option<(Discriminant<Op>, u8)> = None;
     for op in graph.operations().map(|o| o.operation()) {
         let d = std::mem::discriminant(op);
+        // Runs of one variant are common (chains, layers): the previous variant first.
+        if let Some((ld, lid)) = last
+            && ld == d
+        {
+            variant.push(lid);
+            continue;
+        }
         let id = match variants.iter().position(|&v| v == d) {
             Some(id) => id,
             None if variants.len() < MAX_VARIANTS => {
@@ -58,12 +80,14 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             None => MAX_VARIANTS - 1,
         };
         variant.push(id as u8);
+        last = Some((d, id as u8));
     }
     if variants.len() < 2 {
-        return None;
+        ops.extend(graph.operations().map(|o| o.operation().clone()));
+        return Dispatch { source: Vec::new(), ops };
     }
 
-    let mut order: Vec<u32> = Vec::with_capacity(n);
+    let mut order: Vec<u32> = huge_vec(n);
     // Scratch of one window, indexed by an operation's offset in it: its depth, and the
     // offsets sorted by variant (the first pass of a two-pass stable counting sort).
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
@@ -105,9 +129,14 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             &mut depth_start[..max_depth + 2],
             |k, at| sorted[at] = (start as u32) + by_variant[k],
         );
+        // The window's operations, in its new order: reads stay inside the window.
+        ops.extend(sorted.iter().map(|&i| graph.op(OperationId::new(i as usize)).clone()));
     }
     let moved = order.iter().enumerate().any(|(pos, &i)| pos != i as usize);
-    moved.then_some(order)
+    if !moved {
+        order = Vec::new();
+    }
+    Dispatch { source: order, ops }
 }
 
 /// The materialized operation that instruction `i` computes, given the order
