@@ -52,9 +52,14 @@ pub(crate) struct Dispatch<Op> {
 /// The dispatch-friendly evaluation order of `graph`'s operations, with the operations
 /// copied out in that order.
 ///
-/// Compile reads each operation once more, in evaluation order; copying them here, where
-/// they are read in materialized order and a window at a time, spares it a read through
-/// the store (`op_key` → chunk → operation) per instruction (ADR 0017, step 5).
+/// The operations are read once, in materialized order (through the store, `op_key` →
+/// chunk → operation, whose chunks that order reads in sequence), and permuted a window at
+/// a time; compile then reads `ops` in place instead of the store in evaluation order
+/// (ADR 0017, step 5).
+///
+/// `visit(first, window)` is called once per window, in order, with the operation indices
+/// of instructions `first..first + window.len()`: compile computes liveness there, while
+/// the window's operand lists are still cached.
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Dispatch<Op> {
     let n = graph.operation_count();
     let mut ops: Vec<Op> = huge_vec(n);
@@ -63,6 +68,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     let mut variant: Vec<u8> = Vec::with_capacity(n);
     let mut last: Option<(Discriminant<Op>, u8)> = None;
     for op in graph.operations().map(|o| o.operation()) {
+        ops.push(op.clone());
         let d = std::mem::discriminant(op);
         // Runs of one variant are common (chains, layers): the previous variant first.
         if let Some((ld, lid)) = last
@@ -83,7 +89,6 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         last = Some((d, id as u8));
     }
     if variants.len() < 2 {
-        ops.extend(graph.operations().map(|o| o.operation().clone()));
         return Dispatch { source: Vec::new(), ops };
     }
 
@@ -94,6 +99,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut variant_start: Vec<u32> = vec![0; variants.len() + 1];
     let mut depth_start: Vec<u32> = vec![0; WINDOW + 1];
+    let mut scratch: Vec<Op> = Vec::with_capacity(WINDOW);
     for start in (0..n).step_by(WINDOW) {
         let end = (start + WINDOW).min(n);
         let window = &variant[start..end];
@@ -129,8 +135,13 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             &mut depth_start[..max_depth + 2],
             |k, at| sorted[at] = (start as u32) + by_variant[k],
         );
-        // The window's operations, in its new order: reads stay inside the window.
-        ops.extend(sorted.iter().map(|&i| graph.op(OperationId::new(i as usize)).clone()));
+        // The window's operations, in its new order (from a copy of the window in
+        // materialized order).
+        scratch.clear();
+        scratch.extend_from_slice(&ops[start..end]);
+        for (to, &from) in ops[start..end].iter_mut().zip(sorted.iter()) {
+            *to = scratch[from as usize - start].clone();
+        }
     }
     let moved = order.iter().enumerate().any(|(pos, &i)| pos != i as usize);
     if !moved {

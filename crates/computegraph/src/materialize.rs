@@ -687,7 +687,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                             Some(_) => {}
                             None => {
                                 self.defs.insert(first, (g as u32, op));
-                                self.def_values += graph.op(op).output_count();
+                                self.def_values += output_count(graph, op);
                             }
                         }
                         for r in graph.op_input_refs(op) {
@@ -785,7 +785,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             }
             let graph = &*graphs[g as usize];
             let id = out.op_key.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
-            let n_out = graph.op(op).output_count();
+            let n_out = output_count(graph, op);
             if out.value_op.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
@@ -841,6 +841,20 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         out.outputs = out_ids.iter().map(|&k| vid.get(k).expect("every output was marked")).collect();
         Ok(out)
     }
+}
+
+/// The number of outputs of `graph`'s operation `op`, from the fragment's value columns:
+/// its outputs are the consecutive values from its first output that it defines. Marking
+/// and emit read this instead of `op.output_count()`, which would read the operation
+/// through the store (`op_key` → chunk → operation), a cache miss per operation on a large
+/// graph; `value_op` is read where emit reads `value_key` anyway.
+#[inline]
+fn output_count<Op: GraphOperation>(graph: &Graph<Op>, op: LocalOperationId) -> usize {
+    let first = graph.op_first_output[op].index();
+    let defined = graph.value_op.raw().get(first..).unwrap_or_default();
+    let n = defined.iter().take_while(|&&d| d == Some(op)).count();
+    debug_assert_eq!(n, graph.op(op).output_count());
+    n
 }
 
 /// Prefetches for emit, in two stages: the operands' keys of the operation `2 * AHEAD`
