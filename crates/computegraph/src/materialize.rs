@@ -804,7 +804,9 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             if roles.is_empty() {
                 roles.resize(graph.roles.len(), None);
             }
+            // `Primary` is role 0 of every graph and of the result: no lookup for it.
             let role = match roles[local_role] {
+                _ if local_role == 0 => 0,
                 Some(r) => r,
                 None => {
                     let role = &graph.roles[local_role];
