@@ -56,10 +56,6 @@ pub(crate) struct Dispatch<Op> {
 /// chunk → operation, whose chunks that order reads in sequence), and permuted a window at
 /// a time; compile then reads `ops` in place instead of the store in evaluation order
 /// (ADR 0017, step 5).
-///
-/// `visit(first, window)` is called once per window, in order, with the operation indices
-/// of instructions `first..first + window.len()`: compile computes liveness there, while
-/// the window's operand lists are still cached.
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Dispatch<Op> {
     let n = graph.operation_count();
     let mut ops: Vec<Op> = huge_vec(n);
