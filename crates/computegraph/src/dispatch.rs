@@ -29,7 +29,6 @@
 
 use std::mem::Discriminant;
 
-use crate::hugepages::huge_vec;
 use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
@@ -58,7 +57,7 @@ pub(crate) struct Dispatch<Op> {
 /// (ADR 0017, step 5).
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Dispatch<Op> {
     let n = graph.operation_count();
-    let mut ops: Vec<Op> = huge_vec(n);
+    let mut ops: Vec<Op> = Vec::with_capacity(n);
     // One variant id per operation, from a small table of the variants seen so far.
     let mut variants: Vec<Discriminant<Op>> = Vec::new();
     let mut variant: Vec<u8> = Vec::with_capacity(n);
@@ -88,7 +87,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         return Dispatch { source: Vec::new(), ops };
     }
 
-    let mut order: Vec<u32> = huge_vec(n);
+    let mut order: Vec<u32> = Vec::with_capacity(n);
     // Scratch of one window, indexed by an operation's offset in it: its depth, and the
     // offsets sorted by variant (the first pass of a two-pass stable counting sort).
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
