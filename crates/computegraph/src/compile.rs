@@ -34,8 +34,9 @@
 use std::sync::Arc;
 
 use crate::compiled::CompiledProgram;
-use crate::dispatch::dispatch_order;
+use crate::dispatch::{Dispatch, dispatch_order};
 use crate::error::{GraphError, GraphResult};
+use crate::hugepages::huge_vec_of;
 use crate::id::{Id, IdVec, InstrId, SlotId};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
@@ -91,10 +92,11 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let Some(after_last) = InstrId::try_new(n_ops) else {
         return Err(GraphError::IdSpaceExhausted { space: "instruction" });
     };
-    let source = dispatch_order(graph).unwrap_or_default();
+    let Dispatch { source, ops } = dispatch_order(graph)?;
     let op_at = |pos: usize| OperationId::new(if source.is_empty() { pos } else { source[pos] as usize });
     // Per value: the last instruction that reads it, then its slot.
-    let mut live: IdVec<ValueId, Live> = IdVec::from_elem(Live { last_use: None, slot: None }, graph.value_count());
+    let mut live: IdVec<ValueId, Live> =
+        IdVec::from_raw(huge_vec_of(Live { last_use: None, slot: None }, graph.value_count()));
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
     let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
@@ -133,25 +135,26 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
 
     // Plain vectors while filling (an `IdVec` push checks the id space, which `after_last`
     // already did), made columns at the end without a copy.
-    let mut ops = Vec::with_capacity(n_ops);
     let mut instrs = Vec::with_capacity(n_ops);
     let mut args: Vec<SlotId> = Vec::with_capacity(graph.op_inputs.items().len() + graph.value_count());
-    for pos in 0..n_ops {
+    for (pos, op) in ops.iter().enumerate() {
         poll.tick()?;
         if prefetch {
             prefetch_operands(&live, pos + AHEAD);
         }
         let here = Some(InstrId::new(pos));
         let op_id = op_at(pos);
-        let op = graph.op(op_id);
         let inputs = graph.op_inputs.get(op_id.index());
         let start = u32::try_from(args.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "argument" })?;
         for &v in inputs {
             args.push(live[v].slot.expect("an operand is defined, so it has a slot, before its readers"));
         }
-        let outputs = graph.op_outputs(op_id);
-        let n_out = outputs.len();
-        for v in graph.op_outputs(op_id) {
+        // The operation comes from `ops` (dispatch order, copied once): no read
+        // through the store here.
+        let n_out = op.output_count();
+        let first_out = graph.op_first_output[op_id].index();
+        let outputs = (first_out..first_out + n_out).map(ValueId::new);
+        for v in outputs.clone() {
             let s = alloc.take()?;
             live[v].slot = Some(s);
             args.push(s);
@@ -172,7 +175,6 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
                 alloc.free(l.slot);
             }
         }
-        ops.push(op.clone());
         let n_in = u16::try_from(inputs.len())
             .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
         // At most 256 outputs: the interner refuses more.

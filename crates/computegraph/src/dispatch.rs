@@ -1,8 +1,8 @@
 //! Instruction order for predictable dispatch: the first step of [`compile`](crate::compile).
 //!
 //! Input: a verified [`MaterializedGraph`] (topologically ordered). Output: an evaluation
-//! order of its operations, as a permutation `order[instruction] = operation index`, or
-//! `None` when the materialized order is kept.
+//! order of its operations, as a permutation `order[instruction] = operation index` (empty
+//! when the materialized order is kept), and the operations copied out in that order.
 //!
 //! Evaluating a graph of cheap operations costs little more than the branch that selects
 //! each operation's code: when consecutive instructions are different operations in an
@@ -19,7 +19,7 @@
 //! The variant of an operation is its [`std::mem::discriminant`]: for an enum, operations
 //! of one variant run the same arm of `eval_into`'s `match`. Operation types that are not
 //! enums, or graphs with a single variant, keep the materialized order (the pass returns
-//! `None` and costs one scan). Invariants of the output:
+//! an empty order and costs one scan and the copy). Invariants of the output:
 //! - it is a permutation of the operations and a topological order;
 //! - every operation stays inside its window, so live ranges (and the slot count) grow by
 //!   at most about one window.
@@ -29,6 +29,7 @@
 
 use std::mem::Discriminant;
 
+use crate::error::GraphResult;
 use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
@@ -40,15 +41,39 @@ pub(crate) const WINDOW: usize = 256;
 /// grouping stays correct, only coarser).
 const MAX_VARIANTS: usize = 255;
 
-/// The dispatch-friendly evaluation order of `graph`'s operations, or `None` to keep the
-/// materialized order.
-pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> Option<Vec<u32>> {
+/// The operations of a program in evaluation order, and that order.
+pub(crate) struct Dispatch<Op> {
+    /// `source[instruction]` = operation index, or empty when the materialized order is kept.
+    pub(crate) source: Vec<u32>,
+    /// The operations in that order: what the program keeps (`ops[instruction]`).
+    pub(crate) ops: Vec<Op>,
+}
+
+/// The dispatch-friendly evaluation order of `graph`'s operations, with the operations
+/// copied out in that order.
+///
+/// The operations are read once, in materialized order (through the store, `op_key` →
+/// chunk → operation, whose chunks that order reads in sequence), and permuted a window at
+/// a time; compile then reads `ops` in place instead of the store in evaluation order
+/// (ADR 0017, step 5). [`GraphError::Interrupted`](crate::GraphError::Interrupted) when the
+/// thread's stop flag is raised (`stop.rs`; read once per window).
+pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<Dispatch<Op>> {
     let n = graph.operation_count();
+    let mut ops: Vec<Op> = Vec::with_capacity(n);
     // One variant id per operation, from a small table of the variants seen so far.
     let mut variants: Vec<Discriminant<Op>> = Vec::new();
     let mut variant: Vec<u8> = Vec::with_capacity(n);
+    let mut last: Option<(Discriminant<Op>, u8)> = None;
     for op in graph.operations().map(|o| o.operation()) {
+        ops.push(op.clone());
         let d = std::mem::discriminant(op);
+        // Runs of one variant are common (chains, layers): the previous variant first.
+        if let Some((ld, lid)) = last
+            && ld == d
+        {
+            variant.push(lid);
+            continue;
+        }
         let id = match variants.iter().position(|&v| v == d) {
             Some(id) => id,
             None if variants.len() < MAX_VARIANTS => {
@@ -58,9 +83,10 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             None => MAX_VARIANTS - 1,
         };
         variant.push(id as u8);
+        last = Some((d, id as u8));
     }
     if variants.len() < 2 {
-        return None;
+        return Ok(Dispatch { source: Vec::new(), ops });
     }
 
     let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -70,12 +96,9 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut variant_start: Vec<u32> = vec![0; variants.len() + 1];
     let mut depth_start: Vec<u32> = vec![0; WINDOW + 1];
+    let mut scratch: Vec<Op> = Vec::with_capacity(WINDOW);
     for start in (0..n).step_by(WINDOW) {
-        // Stopped (`stop.rs`): the materialized order will do, and compile's next read of
-        // the flag ends the pass.
-        if crate::stop::requested() {
-            return None;
-        }
+        crate::stop::check()?;
         let end = (start + WINDOW).min(n);
         let window = &variant[start..end];
         depth.clear();
@@ -110,9 +133,19 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             &mut depth_start[..max_depth + 2],
             |k, at| sorted[at] = (start as u32) + by_variant[k],
         );
+        // The window's operations, in its new order (from a copy of the window in
+        // materialized order).
+        scratch.clear();
+        scratch.extend_from_slice(&ops[start..end]);
+        for (to, &from) in ops[start..end].iter_mut().zip(sorted.iter()) {
+            *to = scratch[from as usize - start].clone();
+        }
     }
     let moved = order.iter().enumerate().any(|(pos, &i)| pos != i as usize);
-    moved.then_some(order)
+    if !moved {
+        order = Vec::new();
+    }
+    Ok(Dispatch { source: order, ops })
 }
 
 /// The materialized operation that instruction `i` computes, given the order

@@ -15,6 +15,23 @@
 /// few of them gains little.
 pub(crate) const HUGE_MIN_BYTES: usize = 4 << 20;
 
+/// An empty vector with room for `n` values, advised as [`advise_huge`] does: for the
+/// columns a pass writes once, front to back (materialize's and compile's), whose first
+/// writes would otherwise take one page fault per 4 KiB.
+pub(crate) fn huge_vec<T>(n: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    advise_huge(&mut v);
+    v
+}
+
+/// `n` copies of `value` in a vector advised as [`advise_huge`] does (before the copies
+/// are written).
+pub(crate) fn huge_vec_of<T: Clone>(value: T, n: usize) -> Vec<T> {
+    let mut v = huge_vec(n);
+    v.resize(n, value);
+    v
+}
+
 /// Asks the kernel to back the not yet written capacity of `buffer` with transparent huge
 /// pages (Linux, buffers of at least [`HUGE_MIN_BYTES`]).
 pub(crate) fn advise_huge<T>(buffer: &mut Vec<T>) {

@@ -180,6 +180,15 @@ impl<I: Id, T> IdVec<I, T> {
         IdVec { raw: Vec::with_capacity(n), _id: PhantomData }
     }
 
+    /// A column over `raw` (entry `i` has id `i`).
+    ///
+    /// # Panics
+    /// When `raw` exceeds the id space.
+    pub(crate) fn from_raw(raw: Vec<T>) -> Self {
+        assert!(raw.len() <= I::MAX_INDEX + 1, "column exceeds the u32 id space");
+        IdVec { raw, _id: PhantomData }
+    }
+
     /// Appends `value` and returns its id.
     ///
     /// # Panics
@@ -373,6 +382,14 @@ impl<T> ListPool<T> {
         let mut starts = Vec::with_capacity(lists + 1);
         starts.push(0);
         ListPool { starts, items: Vec::with_capacity(items) }
+    }
+
+    /// [`Self::with_capacity`] with both columns advised for huge pages
+    /// (`hugepages.rs`): for a pool a pass fills once, front to back.
+    pub(crate) fn with_capacity_huge(lists: usize, items: usize) -> Self {
+        let mut starts = crate::hugepages::huge_vec(lists + 1);
+        starts.push(0);
+        ListPool { starts, items: crate::hugepages::huge_vec(items) }
     }
 
     /// Makes room for `lists` more lists holding `items` more items.

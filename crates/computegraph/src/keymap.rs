@@ -8,6 +8,7 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::hugepages::{huge_vec, huge_vec_of};
 use crate::id::KeyId;
 
 /// A map from [`KeyId`] to `V`: dense over a key range, or hashed.
@@ -28,7 +29,7 @@ impl<V: Copy> KeyMap<V> {
     pub(crate) fn with_range(range: std::ops::Range<usize>, count: usize) -> Self {
         let span = range.end.saturating_sub(range.start);
         if span <= count.saturating_mul(4).saturating_add(4096) {
-            KeyMap { repr: Repr::Dense { base: range.start, slots: vec![None; span], len: 0 } }
+            KeyMap { repr: Repr::Dense { base: range.start, slots: huge_vec_of(None, span), len: 0 } }
         } else {
             Self::hashed(count)
         }
@@ -100,8 +101,10 @@ impl<V: Copy> KeyMap<V> {
     /// The entries in increasing key order.
     pub(crate) fn sorted_entries(&self) -> Vec<(KeyId, V)> {
         match &self.repr {
-            Repr::Dense { base, slots, .. } => {
-                slots.iter().enumerate().filter_map(|(i, v)| v.map(|v| (KeyId::new(base + i), v))).collect()
+            Repr::Dense { base, slots, len } => {
+                let mut e = huge_vec(*len);
+                e.extend(slots.iter().enumerate().filter_map(|(i, v)| v.map(|v| (KeyId::new(base + i), v))));
+                e
             }
             Repr::Sparse(m) => {
                 let mut e: Vec<(KeyId, V)> = m.iter().map(|(k, v)| (*k, *v)).collect();

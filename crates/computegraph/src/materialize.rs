@@ -47,10 +47,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
-use bitvec::vec::BitVec;
 
 use crate::chunk::{CHUNK_BITS, StoreOps};
 use crate::graph::{Graph, InputRef, LocalDef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
+use crate::hugepages::huge_vec;
 use crate::id::{IdVec, ListPool};
 use crate::id::{KeyId, OperationKeyId};
 use crate::key::{KeyInterner, OperationKey, ValueKey};
@@ -517,6 +517,49 @@ fn materialize<Op: GraphOperation>(
 /// How many operations ahead emit prefetches operand entries (in two stages, see `emit`).
 const AHEAD: usize = 8;
 
+/// A fixed-size bit set: marking's per-graph sets, tested and set once per operand (a
+/// plain word column; `bitvec`'s general indexing cost several times the instructions).
+#[derive(Default)]
+struct Bits {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Bits {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Makes the set `n` bits long, all clear (called once, on an empty set).
+    fn resize(&mut self, n: usize) {
+        self.words = vec![0; n.div_ceil(64)];
+        self.len = n;
+    }
+
+    /// Bit `i`.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    #[inline(always)]
+    fn get(&self, i: usize) -> bool {
+        assert!(i < self.len, "bit {i} of {}", self.len);
+        self.words[i >> 6] >> (i & 63) & 1 != 0
+    }
+
+    /// Sets bit `i`; returns whether it was set before.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    #[inline(always)]
+    fn test_and_set(&mut self, i: usize) -> bool {
+        assert!(i < self.len, "bit {i} of {}", self.len);
+        let (w, bit) = (&mut self.words[i >> 6], 1u64 << (i & 63));
+        let was = *w & bit != 0;
+        *w |= bit;
+        was
+    }
+}
+
 /// Phase one state: which local values and operations are reachable.
 ///
 /// Marking sweeps each fragment's values in reverse local order from the highest newly
@@ -526,9 +569,9 @@ struct Marker<'v, Op: GraphOperation> {
     view: &'v ResolvedView<Op>,
     graphs: &'v [Arc<Graph<Op>>],
     /// Per graph: reachable local values (allocated on first use).
-    needed: Vec<BitVec>,
+    needed: Vec<Bits>,
     /// Per graph: operations already expanded.
-    expanded: Vec<BitVec>,
+    expanded: Vec<Bits>,
     /// Per graph: the range of marked values not yet swept (`lo..=hi`).
     pending: Vec<Option<(usize, usize)>>,
     queue: Vec<usize>,
@@ -556,8 +599,8 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         Marker {
             view,
             graphs,
-            needed: vec![BitVec::new(); graphs.len()],
-            expanded: vec![BitVec::new(); graphs.len()],
+            needed: (0..graphs.len()).map(|_| Bits::default()).collect(),
+            expanded: (0..graphs.len()).map(|_| Bits::default()).collect(),
             pending: vec![None; graphs.len()],
             queue: Vec::new(),
             external_seen: KeyMap::with_range(0..key_space, local_values),
@@ -594,12 +637,11 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
     fn mark(&mut self, g: usize, v: usize) {
         let needed = &mut self.needed[g];
         if needed.is_empty() {
-            needed.resize(self.graphs[g].value_count(), false);
+            needed.resize(self.graphs[g].value_count());
         }
-        if needed[v] {
+        if needed.test_and_set(v) {
             return;
         }
-        needed.set(v, true);
         match &mut self.pending[g] {
             Some((lo, hi)) => {
                 *lo = (*lo).min(v);
@@ -619,12 +661,12 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             let Some((mut lo, hi)) = self.pending[g].take() else { continue };
             let graph = &*graphs[g];
             if self.expanded[g].is_empty() {
-                self.expanded[g].resize(graph.operation_count(), false);
+                self.expanded[g].resize(graph.operation_count());
             }
             let mut v = hi + 1;
             while v > lo {
                 v -= 1;
-                if !self.needed[g][v] {
+                if !self.needed[g].get(v) {
                     continue;
                 }
                 match graph.local_def(LocalValueId::new(v)) {
@@ -632,10 +674,9 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                         self.need_input(graph.value_key[LocalValueId::new(v)], &graph.input_keys[i as usize])
                     }
                     LocalDef::Output(op, _) => {
-                        if self.expanded[g][op.index()] {
+                        if self.expanded[g].test_and_set(op.index()) {
                             continue;
                         }
-                        self.expanded[g].set(op.index(), true);
                         poll.tick()?;
                         let first = graph.value_key[graph.op_first_output[op]];
                         // A key defined twice in one fragment (a repeated operation) keeps
@@ -649,7 +690,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                             Some(_) => {}
                             None => {
                                 self.defs.insert(first, (g as u32, op));
-                                self.def_values += graph.op(op).output_count();
+                                self.def_values += output_count(graph, op);
                             }
                         }
                         for r in graph.op_input_refs(op) {
@@ -657,9 +698,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
                                 InputRef::Local(u) => {
                                     // Operands come earlier: this sweep reaches them.
                                     let u = u.index();
-                                    let needed = &mut self.needed[g];
-                                    if !needed[u] {
-                                        needed.set(u, true);
+                                    if !self.needed[g].test_and_set(u) {
                                         lo = lo.min(u);
                                     }
                                 }
@@ -685,15 +724,15 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         let n_externals = self.external_list.len();
         let mut out = MaterializedGraph {
             interner: Arc::clone(self.view.interner()),
-            value_key: IdVec::with_capacity(self.def_values + self.input_list.len() + n_externals),
-            value_op: IdVec::with_capacity(self.def_values + self.input_list.len() + n_externals),
+            value_key: IdVec::from_raw(huge_vec(self.def_values + self.input_list.len() + n_externals)),
+            value_op: IdVec::from_raw(huge_vec(self.def_values + self.input_list.len() + n_externals)),
             own_ops: IdVec::new(),
             store_ops: None,
-            op_key: IdVec::with_capacity(n_ops),
-            op_inputs: ListPool::with_capacity(n_ops, 2 * n_ops),
+            op_key: IdVec::from_raw(huge_vec(n_ops)),
+            op_inputs: ListPool::with_capacity_huge(n_ops, 2 * n_ops),
             op_role: IdVec::new(),
             roles: vec![OperationRole::Primary],
-            op_first_output: IdVec::with_capacity(n_ops),
+            op_first_output: IdVec::from_raw(huge_vec(n_ops)),
             inputs: Vec::with_capacity(self.input_list.len()),
             input_keys: Vec::with_capacity(self.input_list.len()),
             externals: Vec::with_capacity(n_externals),
@@ -751,7 +790,7 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             }
             let graph = &*graphs[g as usize];
             let id = out.op_key.next_id().ok_or(GraphError::IdSpaceExhausted { space: "materialized operation" })?;
-            let n_out = graph.op(op).output_count();
+            let n_out = output_count(graph, op);
             if out.value_op.len() + n_out > <ValueId as crate::Id>::MAX_INDEX {
                 return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
             }
@@ -770,7 +809,9 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
             if roles.is_empty() {
                 roles.resize(graph.roles.len(), None);
             }
+            // `Primary` is role 0 of every graph and of the result: no lookup for it.
             let role = match roles[local_role] {
+                _ if local_role == 0 => 0,
                 Some(r) => r,
                 None => {
                     let role = &graph.roles[local_role];
@@ -807,6 +848,20 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         out.outputs = out_ids.iter().map(|&k| vid.get(k).expect("every output was marked")).collect();
         Ok(out)
     }
+}
+
+/// The number of outputs of `graph`'s operation `op`, from the fragment's value columns:
+/// its outputs are the consecutive values from its first output that it defines. Marking
+/// and emit read this instead of `op.output_count()`, which would read the operation
+/// through the store (`op_key` → chunk → operation), a cache miss per operation on a large
+/// graph; `value_op` is read where emit reads `value_key` anyway.
+#[inline]
+fn output_count<Op: GraphOperation>(graph: &Graph<Op>, op: LocalOperationId) -> usize {
+    let first = graph.op_first_output[op].index();
+    let defined = graph.value_op.raw().get(first..).unwrap_or_default();
+    let n = defined.iter().take_while(|&&d| d == Some(op)).count();
+    debug_assert_eq!(n, graph.op(op).output_count());
+    n
 }
 
 /// Prefetches for emit, in two stages: the operands' keys of the operation `2 * AHEAD`
