@@ -1,8 +1,13 @@
 //! Graph building against the `fx_hashcons` floor, interleaved, for a shared machine.
 //!
 //! ```text
-//! cargo run --release -p benches --bin build_report -- [--shape S] [--nodes N] [--rounds R] [--only ours|fx|none]
+//! cargo run --release -p benches --bin build_report -- [--shape S] [--nodes N] [--rounds R] [--only ours|fx|none] [--set scalar|spec_user]
 //! ```
+//!
+//! `--set spec_user` builds the same DAG in the `spec-user` operation set, written as the
+//! docs' first example shows (`add_operation` with a `Vec` per node, no `reserve`; see
+//! [`benches::spec_user`]), instead of the project's own `scalar` set through
+//! `build_single`; the baseline is the same `fx_hashcons`.
 //!
 //! Each round builds the workload of shape `S` (default `window`) and `N` nodes (default
 //! 10^6) once with [`benches::build`] (a fresh interner, as the criterion group `build`
@@ -23,12 +28,12 @@
 
 use std::time::Instant;
 
-use benches::{Shape, Workload, build, hashcons};
+use benches::{Shape, Workload, build, hashcons, spec_user};
 
 fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: build_report [--shape S] [--nodes N] [--rounds R] [--only ours|fx|none] \
-         (N accepts `_` and `1e6`)"
+         [--set scalar|spec_user] (N accepts `_` and `1e6`)"
     );
     std::process::exit(2)
 }
@@ -39,6 +44,7 @@ fn parse_count(s: &str) -> usize {
 
 fn main() {
     let (mut shape, mut nodes, mut rounds, mut only) = (Shape::Window, 1_000_000, 15, None);
+    let mut spec_user_set = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let v = it.next().unwrap_or_else(|| usage(&format!("`{a}` needs a value")));
@@ -47,26 +53,35 @@ fn main() {
             "--nodes" => nodes = parse_count(&v),
             "--rounds" => rounds = parse_count(&v).max(1),
             "--only" if ["ours", "fx", "none"].contains(&v.as_str()) => only = Some(v),
+            "--set" if ["scalar", "spec_user"].contains(&v.as_str()) => spec_user_set = v == "spec_user",
             _ => usage(&format!("unexpected `{a} {v}`")),
         }
     }
     let w = Workload::new(shape, nodes);
+    // The spec-user DAG is made outside the timed region (and by `--only none` too).
+    let dag = spec_user_set.then(|| spec_user::to_dag(&w.spec));
+    let ours = || -> Box<dyn std::any::Any> {
+        match &dag {
+            Some(dag) => Box::new(spec_user::build(dag)),
+            None => Box::new(build(&w.spec)),
+        }
+    };
     let per_node = |t: Instant| t.elapsed().as_secs_f64() * 1e9 / w.nodes() as f64;
     if let Some(only) = only {
         for _ in 0..rounds {
             match only.as_str() {
-                "ours" => drop(std::hint::black_box(build(&w.spec))),
+                "ours" => drop(std::hint::black_box(ours())),
                 "fx" => drop(std::hint::black_box(hashcons(&w.spec))),
                 _ => {}
             }
         }
         return;
     }
-    let (mut ours, mut fx) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    let (mut ours_t, mut fx) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     for _ in 0..rounds {
         let t = Instant::now();
-        let built = build(&w.spec);
-        ours.push(per_node(t));
+        let built = ours();
+        ours_t.push(per_node(t));
         drop(built);
         let t = Instant::now();
         let consed = hashcons(&w.spec);
@@ -77,12 +92,13 @@ fn main() {
         t.sort_by(f64::total_cmp);
         (t[t.len() / 2], t[0])
     };
-    let ((om, omin), (fm, fmin)) = (stats(&mut ours), stats(&mut fx));
+    let ((om, omin), (fm, fmin)) = (stats(&mut ours_t), stats(&mut fx));
     println!(
-        "build {} {} nodes, {rounds} rounds, ns/node: ours median {om:.1} min {omin:.1}; fx_hashcons median {fm:.1} \
+        "build {} {} nodes, {} set, {rounds} rounds, ns/node: ours median {om:.1} min {omin:.1}; fx_hashcons median {fm:.1} \
          min {fmin:.1}; ours ÷ fx_hashcons: median {:.2}, min {:.2}",
         shape.name(),
         w.nodes(),
+        if spec_user_set { "spec_user" } else { "scalar" },
         om / fm,
         omin / fmin
     );

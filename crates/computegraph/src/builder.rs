@@ -1,9 +1,13 @@
 //! [`GraphBuilder`]: appends a fragment's values and operations, then interns them.
 //!
-//! Appends are lock-free: [`GraphBuilder::add_operation`] checks the operation and its
-//! operands and pushes to the [`Graph`]'s columns. Interning is batched: the pending tail
-//! is interned in one write lock on [`GraphBuilder::build`] (or when a key is asked for),
-//! in local id order, so fresh keys follow local ids.
+//! [`GraphBuilder::add_operation`] checks the operation and its operands and pushes to the
+//! [`Graph`]'s columns without locking. Interning is batched, in local id order (so fresh
+//! keys follow local ids): the pending tail is interned in one write lock on
+//! [`GraphBuilder::build`] (or when a key is asked for) and, past `STORE_OPS_MIN`
+//! operations, each time that many are pending, inside the `add_operation` call that
+//! fills the batch (ADR 0017, step 3: no lock is held between calls). A large fragment
+//! then keeps no operations of its own: they are in the interner's store, and the
+//! builder keeps only the pending batch.
 //!
 //! Invariants: a call that fails adds nothing and takes no id; after `build`, every local
 //! value and operation has its interned key and the graph pins the interner chunks of
@@ -19,13 +23,16 @@ use smallvec::SmallVec;
 
 use crate::added::AddedValues;
 use crate::error::{GraphError, GraphResult};
-use crate::graph::{Graph, InputRef, LocalOperationId, LocalValueId, MAX_LOCAL_VALUES, PackedInputRef, ValueRef};
+use crate::graph::{
+    Graph, InputRef, LocalOperationId, LocalValueId, MAX_LOCAL_VALUES, PackedInputRef, STORE_OPS_MIN, ValueRef,
+};
 use crate::id::{IdVec, KeyId};
 use crate::key::{InternerState, KeyInterner, Touched, ValueKey};
 use crate::operation::{GraphOperation, OperationRole, check_operation};
 use crate::prefetch::FarOperands;
 
-/// Builds a [`Graph`]. Appends are lock-free; interning happens in batches.
+/// Builds a [`Graph`]. Appends take no lock; interning happens in batches, each under one
+/// write lock taken and released inside a call.
 ///
 /// Local values are numbered densely in the order they are added: inputs and operation
 /// outputs alike, the value added after `n` others is `LocalValueId::new(n)` (so
@@ -58,6 +65,9 @@ pub struct GraphBuilder<Op: GraphOperation> {
     role_index: FxHashMap<OperationRole, u32>,
     /// Recently used roles by address: `(address, index into graph.roles)`.
     role_cache: [(usize, u32); ROLE_CACHE],
+    /// The number of pending operations at which [`GraphBuilder::intern_batch`] interns
+    /// them: [`STORE_OPS_MIN`], or `usize::MAX` after it failed.
+    flush_at: usize,
 }
 
 /// Entries of [`GraphBuilder`]'s role cache.
@@ -81,6 +91,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             graph: Graph::empty(interner),
             role_index: FxHashMap::default(),
             role_cache: [(0, 0); ROLE_CACHE],
+            flush_at: STORE_OPS_MIN,
         }
     }
 
@@ -89,12 +100,18 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let g = &mut self.graph;
         g.value_op.reserve(values);
         g.value_key.reserve(values);
-        g.own_ops.reserve(operations);
+        // Past `STORE_OPS_MIN` operations the builder keeps only a batch of them.
+        g.own_ops.reserve(operations.min(STORE_OPS_MIN));
         g.op_key.reserve(operations);
         g.op_first_output.reserve(operations);
         g.op_inputs.reserve(operations, operands);
         if !g.op_role.is_empty() {
             g.op_role.reserve(operations);
+        }
+        // The builder interns a batch at a time: room in the store's table for every
+        // operation now, so that it is not rehashed as it grows batch by batch.
+        if operations >= STORE_OPS_MIN {
+            g.interner.write().reserve(operations, operands);
         }
     }
 
@@ -190,13 +207,13 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         role: &OperationRole,
     ) -> GraphResult<Range<usize>> {
         check_operation(&op, inputs.len(), role)?;
-        let GraphBuilder { graph: g, role_index, role_cache } = self;
+        let GraphBuilder { graph: g, role_index, role_cache, flush_at } = self;
         let first = g.value_op.len();
         let n_out = op.output_count();
         if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
         }
-        let op_id = g.own_ops.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
+        let op_id = g.op_first_output.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
         // Store the operands, checking each; a failure takes back what was stored, so a
         // failed call adds nothing.
         let externals = g.externals.len();
@@ -231,14 +248,37 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if role_id != 0 || !g.op_role.is_empty() {
             g.op_role.push_value(role_id);
         }
-        g.own_ops.push_value(op);
+        g.own_ops.push(op);
         g.op_first_output.push_value(LocalValueId::new(first));
         if n_out == 1 {
             g.value_op.push_value(Some(op_id));
         } else {
             g.value_op.extend(std::iter::repeat_n(Some(op_id), n_out));
         }
+        if g.own_ops.len() >= *flush_at {
+            self.intern_batch();
+        }
         Ok(first..first + n_out)
+    }
+
+    /// Interns the pending operations (a full batch) under one write lock, taken and
+    /// released here, and drops them from the builder: past [`STORE_OPS_MIN`] operations
+    /// the fragment reads its operations from the store (ADR 0017, step 3), so it never
+    /// writes a column of them, only a batch that stays in cache. A graph that stays
+    /// smaller keeps its own column, since sharing the store copies its open chunk.
+    ///
+    /// An error (an exhausted id space) leaves the operations pending, for `build` or
+    /// `global_key` to report, and stops interning as the builder appends.
+    #[cold]
+    #[inline(never)]
+    fn intern_batch(&mut self) {
+        if self.flush().is_err() {
+            self.flush_at = usize::MAX;
+            return;
+        }
+        let g = &mut self.graph;
+        g.ops_base = g.op_key.len();
+        g.own_ops.clear();
     }
 
     /// Sets the graph's outputs.
@@ -323,9 +363,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         interner_id: u32,
     ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
-        s.reserve(g.own_ops.len() - g.op_key.len(), pending_operands);
+        s.reserve(g.operation_count() - g.op_key.len(), pending_operands);
         // Room for the pending keys at once: the key columns are not copied as they grow.
-        g.op_key.reserve(g.own_ops.len() - g.op_key.len());
+        g.op_key.reserve(g.operation_count() - g.op_key.len());
         g.value_key.reserve(g.value_op.len() - g.value_key.len());
         // External operands read the same few chunks over and over (one entry per
         // operand): a tag seen recently is not noted again, so `pin` sorts a short list.
@@ -399,7 +439,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         // values reach it: one comparison per operation, no read of its first output.
         let input_at = |g: &Graph<Op>, i: usize| g.inputs.get(i).map_or(usize::MAX, |v| v.index());
         let mut due = input_at(g, next_input);
-        while g.op_key.len() < g.own_ops.len() {
+        while g.op_key.len() < g.operation_count() {
             let op = LocalOperationId::new(g.op_key.len());
             if g.value_key.len() == due {
                 // Inputs declared before the operation get their keys first.
@@ -424,13 +464,13 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     pub fn try_build(mut self) -> GraphResult<Graph<Op>> {
         self.flush()?;
         let mut g = self.graph;
-        debug_assert_eq!(g.op_key.len(), g.own_ops.len());
+        debug_assert_eq!(g.op_key.len(), g.operation_count());
         // First, so that a graph that reads its operations from the store does not trim the
         // column it is about to free.
         g.read_ops_from_store();
         g.value_op.shrink_loose();
         g.value_key.shrink_loose();
-        g.own_ops.shrink_loose();
+        crate::id::shrink_loose(&mut g.own_ops);
         g.op_key.shrink_loose();
         g.op_inputs.shrink_loose();
         g.op_role.shrink_loose();
@@ -607,7 +647,7 @@ impl Batch {
     #[cold]
     #[inline(never)]
     fn sample_far<Op: GraphOperation>(&mut self, g: &Graph<Op>, op: LocalOperationId) {
-        for i in op.index()..(op.index() + FAR_SAMPLE).min(g.own_ops.len()) {
+        for i in op.index()..(op.index() + FAR_SAMPLE).min(g.operation_count()) {
             let op = LocalOperationId::new(i);
             let reader = g.op_first_output[op].index();
             for r in g.op_input_refs(op) {
@@ -656,7 +696,7 @@ impl Batch {
             self.sample_far(g, op);
         }
         let role = self.role(g, s, op)?;
-        let operation = &g.own_ops[op];
+        let operation = g.op(op);
         let ahead = &self.ahead[op.index() % AHEAD];
         let hashed = ahead.op == op.index()
             && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
@@ -686,8 +726,8 @@ impl Batch {
         }
         // Now that `op` is interned, its entry of the ring takes `op + AHEAD`.
         let next = op.index() + AHEAD;
-        if next < g.own_ops.len() {
-            if self.prefetch_keys && next + AHEAD < g.own_ops.len() {
+        if next < g.operation_count() {
+            if self.prefetch_keys && next + AHEAD < g.operation_count() {
                 // For `hash_ahead` to find them cached `AHEAD` operations later.
                 g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
             }
@@ -731,7 +771,7 @@ impl Batch {
             j += 1;
             k.index() as u32
         });
-        entry.hash = crate::key::op_hash_raw(&g.own_ops[op], keys, role);
+        entry.hash = crate::key::op_hash_raw(g.op(op), keys, role);
         entry.op = op.index();
         entry.predicted = predicted;
         entry.offset = next_key.wrapping_sub(known);
@@ -804,13 +844,14 @@ mod tests {
             x
         };
         let mut added: Vec<(Shape, Vec<ValueRef<Shape>>)> = Vec::new();
-        for step in 0..3000 {
+        // Past `STORE_OPS_MIN` operations, so that batches are interned as they are added.
+        for step in 0..3 * STORE_OPS_MIN {
             let r = next();
             if r % 13 == 0 {
                 values.push(b.add_input((r >> 8) as u32 % 50));
                 continue;
             }
-            if step == 1500 {
+            if step == 1500 || step == 5000 {
                 b.global_key(values[values.len() - 1]);
             }
             let (op, operands) = if r % 5 == 0 && !added.is_empty() {
@@ -908,6 +949,64 @@ mod tests {
         check(&large);
         drop(small);
         check(&large);
+    }
+
+    /// Past [`STORE_OPS_MIN`] operations the builder interns each batch as it fills and
+    /// keeps no more than one batch of operations, and two builders on one interner,
+    /// appending in turn (so their batches interleave in the store), give equal
+    /// operations equal keys.
+    #[test]
+    fn builders_intern_as_they_append() {
+        let interner = KeyInterner::<Shape>::new();
+        let mut builders: Vec<_> = (0..2).map(|_| GraphBuilder::with_interner(Arc::clone(&interner))).collect();
+        for b in &mut builders {
+            b.add_input(0);
+        }
+        let n = 2 * STORE_OPS_MIN + 100;
+        for i in 0..n {
+            // Each graph's own operations (`tag` tells them apart) and shared ones.
+            for (t, b) in builders.iter_mut().enumerate() {
+                let tag = if i % 3 == 0 { 9 } else { t as u8 };
+                let operand = ValueRef::Local(LocalValueId::new(i / 2));
+                b.add_operation(Shape { inputs: 1, outputs: 1, tag }, vec![operand], OperationRole::Primary);
+                assert!(b.graph.own_ops.len() < STORE_OPS_MIN);
+            }
+        }
+        assert!(interner.operation_count() >= STORE_OPS_MIN, "{}", interner.operation_count());
+        let graphs: Vec<_> = builders.into_iter().map(GraphBuilder::build).collect();
+        for g in &graphs {
+            g.verify().unwrap();
+            assert_eq!(g.operation_count(), n);
+            assert!(g.store_ops.is_some() && g.own_ops.is_empty());
+        }
+        // Whether value `v` is the same structure in both graphs (the input is).
+        let mut same = vec![true];
+        for i in 0..n {
+            let op = LocalOperationId::new(i);
+            let ops: Vec<_> = graphs.iter().map(|g| g.operation(op).operation().tag).collect();
+            assert_eq!(ops, if i % 3 == 0 { [9, 9] } else { [0, 1] });
+            // Equal operations of equal operands: equal keys, whichever builder came first.
+            same.push(i % 3 == 0 && same[i / 2]);
+            assert_eq!(graphs[0].op_key[op] == graphs[1].op_key[op], same[i + 1], "{op:?}");
+        }
+    }
+
+    /// An id space that runs out while a batch is interned during `add_operation` fails
+    /// nothing there: the operations stay pending and `build` reports the error.
+    #[test]
+    fn an_exhausted_id_space_while_appending_is_reported_by_build() {
+        let limit = STORE_OPS_MIN + 10;
+        let interner = KeyInterner::<Shape>::try_with_value_limit(limit).unwrap();
+        let mut b = GraphBuilder::with_interner(interner);
+        let mut v = b.add_input(0);
+        for i in 0..2 * STORE_OPS_MIN {
+            let op = Shape { inputs: 1, outputs: 1, tag: (i % 200) as u8 };
+            v = LocalValueId::new(
+                b.try_add_operation_from(op, &[ValueRef::Local(v)], &OperationRole::Primary).unwrap().start,
+            );
+        }
+        assert_eq!(b.value_count(), 2 * STORE_OPS_MIN + 1);
+        assert_eq!(b.try_build().unwrap_err(), GraphError::IdSpaceExhausted { space: "value key" });
     }
 
     #[test]

@@ -21,7 +21,10 @@
 //! every operation is `Primary`.
 //!
 //! The builder (`builder.rs`) appends to these columns without locking and interns the
-//! pending tail in one write lock on [`GraphBuilder::build`](crate::GraphBuilder::build) (or when a key is asked for).
+//! pending tail in one write lock on [`GraphBuilder::build`](crate::GraphBuilder::build) (or when a key is asked for),
+//! and, past `STORE_OPS_MIN` operations, a batch at a time as it appends: a large
+//! graph's operations are then only in the interner's store (`own_ops` keeps the pending
+//! batch), and a built one reads them there.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -210,9 +213,13 @@ pub struct Graph<Op: GraphOperation> {
     pub(crate) value_op: IdVec<LocalValueId, Option<LocalOperationId>>,
     /// Interned key of each value; shorter than `value_op` only inside a builder.
     pub(crate) value_key: IdVec<LocalValueId, KeyId>,
-    /// The operations, while the graph is being built (and after, for a small graph);
-    /// empty once `store_ops` reads them from the store (read them with [`Graph::op`]).
-    pub(crate) own_ops: IdVec<LocalOperationId, Op>,
+    /// The operations from local id `ops_base` on (read them with [`Graph::op`]): all of
+    /// a small graph's; inside a builder, past [`STORE_OPS_MIN`] operations, only those
+    /// not interned yet (the builder interns them a batch at a time, so this is a window
+    /// of at most `STORE_OPS_MIN`); empty once `store_ops` reads them from the store.
+    pub(crate) own_ops: Vec<Op>,
+    /// The local id of `own_ops[0]`.
+    pub(crate) ops_base: usize,
     /// A built graph's operations, read in place from the interner's store (ADR 0017).
     pub(crate) store_ops: Option<StoreOps<Op>>,
     /// Interned key of each operation; shorter than `ops` only inside a builder.
@@ -334,7 +341,8 @@ impl<Op: GraphOperation> Graph<Op> {
             interner,
             value_op: IdVec::new(),
             value_key: IdVec::new(),
-            own_ops: IdVec::new(),
+            own_ops: Vec::new(),
+            ops_base: 0,
             store_ops: None,
             op_key: IdVec::new(),
             op_inputs: ListPool::default(),
@@ -363,7 +371,8 @@ impl<Op: GraphOperation> Graph<Op> {
     }
     /// Number of operations.
     pub fn operation_count(&self) -> usize {
-        if self.store_ops.is_some() { self.op_key.len() } else { self.own_ops.len() }
+        // One first output per operation, whichever column holds the operations.
+        self.op_first_output.len()
     }
 
     /// Operation `op`, from the graph's own column or the store.
@@ -373,7 +382,7 @@ impl<Op: GraphOperation> Graph<Op> {
     #[inline]
     pub(crate) fn op(&self, op: LocalOperationId) -> &Op {
         match &self.store_ops {
-            None => &self.own_ops[op],
+            None => &self.own_ops[op.index() - self.ops_base],
             Some(store) => store.get(self.op_key[op]),
         }
     }
@@ -383,13 +392,14 @@ impl<Op: GraphOperation> Graph<Op> {
     /// operation once (ADR 0017, step 3). Every operation must have its key, and `pins`
     /// must be final.
     pub(crate) fn read_ops_from_store(&mut self) {
-        if self.store_ops.is_some() || self.own_ops.len() < STORE_OPS_MIN {
+        if self.store_ops.is_some() || self.operation_count() < STORE_OPS_MIN {
             return;
         }
-        debug_assert_eq!(self.op_key.len(), self.own_ops.len());
+        debug_assert_eq!(self.op_key.len(), self.operation_count());
         let store = self.interner.read().store_ops(&self.pins);
         self.store_ops = Some(store);
-        self.own_ops = IdVec::new();
+        self.own_ops = Vec::new();
+        self.ops_base = 0;
     }
     /// The declared inputs, in declaration order.
     pub fn inputs(&self) -> &[LocalValueId] {
@@ -454,7 +464,7 @@ impl<Op: GraphOperation> Graph<Op> {
                     self.interner.id(),
                     self.op_key[op],
                     first_output,
-                    self.op(op).output_count(),
+                    self.op_output_count(op),
                 );
                 ValueKey::Derived { operation, output_slot: slot }
             }
@@ -512,7 +522,7 @@ impl<Op: GraphOperation> Graph<Op> {
     }
 
     pub(crate) fn operation_key(&self, op: LocalOperationId) -> OperationKey<Op> {
-        let output_count = self.op(op).output_count();
+        let output_count = self.op_output_count(op);
         // An operation without outputs has no first output key; any id serves, since
         // `OperationKey::output_key_id` never yields one for it.
         let first_output = if output_count > 0 { self.value_key[self.op_first_output[op]] } else { KeyId::new(0) };
@@ -521,7 +531,17 @@ impl<Op: GraphOperation> Graph<Op> {
 
     pub(crate) fn op_outputs(&self, op: LocalOperationId) -> impl ExactSizeIterator<Item = LocalValueId> + use<Op> {
         let first = self.op_first_output[op].index();
-        (first..first + self.op(op).output_count()).map(LocalValueId::new)
+        (first..first + self.op_output_count(op)).map(LocalValueId::new)
+    }
+
+    /// The number of outputs of `op`, from the value columns: its outputs are the values
+    /// from its first output on that it defines. This reads next to what the caller
+    /// reads (an operation read from the store is a random access), and needs no
+    /// operation, which a builder past [`STORE_OPS_MIN`] operations no longer keeps.
+    #[inline]
+    pub(crate) fn op_output_count(&self, op: LocalOperationId) -> usize {
+        let first = self.op_first_output[op].index();
+        self.value_op.raw()[first..].iter().take_while(|&&d| d == Some(op)).count()
     }
 
     /// What defines `value`.
@@ -623,7 +643,11 @@ impl<Op: GraphOperation> Graph<Op> {
         vec![
             ("value_op", self.value_op.heap_bytes()),
             ("value_key", self.value_key.heap_bytes()),
-            ("ops", self.own_ops.heap_bytes() + self.store_ops.as_ref().map_or(0, StoreOps::heap_bytes)),
+            (
+                "ops",
+                self.own_ops.capacity() * std::mem::size_of::<Op>()
+                    + self.store_ops.as_ref().map_or(0, StoreOps::heap_bytes),
+            ),
             ("op_key", self.op_key.heap_bytes()),
             ("op_inputs (starts)", self.op_inputs.starts_bytes()),
             ("op_inputs (operands)", self.op_inputs.items_bytes()),
