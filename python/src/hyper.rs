@@ -92,7 +92,8 @@ pub fn hyper_search<'py>(
         // A signal handler's exception may be raised inside the progress callback rather
         // than here; either way the search ends with its best path so far.
         let stop = || {
-            failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() || Python::attach(|py| py.check_signals()).is_err()
+            failed.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+                || Python::attach(|py| py.check_signals()).is_err()
         };
         let mut report = |p: &einsum::hyper::HyperProgress| {
             if let Some(f) = &progress {
