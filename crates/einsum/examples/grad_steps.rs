@@ -8,50 +8,16 @@
 //!
 //! `cargo run --release -p einsum --example grad_steps -- [--reps N] file.json`
 
-use std::time::Instant;
+mod steps;
 
 use computegraph::{materialize_merge, resolve};
-use einsum::{ContractSpec, Instance, PathChoice, Tensor, TensorOp};
-
-fn median_ms(reps: usize, mut f: impl FnMut() -> Tensor<f64>) -> f64 {
-    let mut v: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            drop(f());
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn seeded(shape: Vec<usize>) -> Tensor<f64> {
-    let mut x = 0.0f64;
-    Tensor::from_fn(shape, |_| {
-        x += 1.0;
-        (x * 0.37).sin()
-    })
-    .expect("a shape of the instance")
-}
+use einsum::{ContractSpec, TensorOp};
+use steps::{forward_steps, median_ms, seeded, take_reps};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let mut reps = 5;
-    if let Some(p) = args.iter().position(|a| a == "--reps") {
-        reps = args.get(p + 1).and_then(|r| r.parse().ok()).unwrap_or_else(|| panic!("--reps takes a number"));
-        args.drain(p..p + 2);
-    }
-    let inst = Instance::from_file(&args[0]).unwrap_or_else(|e| panic!("{e}"));
-    let choice = inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit);
-    let e = inst.einsum::<f64>(choice).unwrap_or_else(|e| panic!("{e}"));
-    let m = materialize_merge(&resolve(vec![e.graph().clone()]), std::slice::from_ref(e.output_key()));
-    let specs: Vec<ContractSpec> = m
-        .operations()
-        .filter_map(|op| match op.operation() {
-            TensorOp::Contract(s) => Some((**s).clone()),
-            _ => None,
-        })
-        .collect();
+    let reps = take_reps(&mut args, 5);
+    let (inst, e, specs) = forward_steps(&args[0]);
     // The value-and-gradient program's operations, as `Einsum::gradient` merges them.
     let keys: Vec<einsum::TensorKey> = (0..inst.shapes.len() as u32).map(einsum::TensorKey::var).collect();
     let g = tidu::vjp(&resolve(vec![e.graph().clone()]), std::slice::from_ref(e.output_key()), &keys).expect("vjp");

@@ -984,16 +984,7 @@ pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::reference_labels;
-
-    fn ramp(shape: Vec<usize>) -> Tensor<f64> {
-        let mut x = 0.0;
-        Tensor::from_fn(shape, |_| {
-            x += 1.0;
-            (x * 0.37f64).sin()
-        })
-        .unwrap()
-    }
+    use crate::reference::{ramp, reference_labels};
 
     #[test]
     fn canonical_labels_make_equal_specs() {

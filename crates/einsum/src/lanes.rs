@@ -207,17 +207,7 @@ impl<T: Elem> pulp::WithSimd for Triad<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::reference_labels;
-    use crate::tensor::Tensor;
-
-    fn seeded(shape: Vec<usize>, seed: f64) -> Tensor<f64> {
-        let mut x = seed;
-        Tensor::from_fn(shape, |_| {
-            x += 1.0;
-            (x * 0.37).sin()
-        })
-        .unwrap()
-    }
+    use crate::reference::{ramp_from, reference_labels};
 
     #[test]
     fn lm_batch_matrix_vector_steps_run_over_lanes() {
@@ -258,7 +248,7 @@ mod tests {
             }
             lb.push(0);
             lo.insert(keys[10] as usize % (lo.len() + 1), 0);
-            let (a, b) = (seeded(shape_of(&la, &sizes), 0.5), seeded(shape_of(&lb, &sizes), 2.0));
+            let (a, b) = (ramp_from(shape_of(&la, &sizes), 0.5), ramp_from(shape_of(&lb, &sizes), 2.0));
             // Every copy allowed, so that most cases run (b is not always the larger).
             if let Some(p) = LanesPlan::with_copy_share(&la, &lb, &lo, &sizes, 0) {
                 let got = p.run(&sizes, (a.data(), &la), (b.data(), &lb), &lo);

@@ -271,17 +271,7 @@ mod tests {
 
     use super::*;
     use crate::kernel::{UnarySpec, unary};
-    use crate::reference::reference_labels;
-    use crate::tensor::Tensor;
-
-    fn ramp(shape: Vec<usize>) -> Tensor<f64> {
-        let mut x = 0.0;
-        Tensor::from_fn(shape, |_| {
-            x += 1.0;
-            (x * 0.37f64).sin()
-        })
-        .unwrap()
-    }
+    use crate::reference::{ramp, reference_labels};
 
     #[test]
     fn permutes_fuse_axes_and_match_the_reference() {

@@ -100,6 +100,24 @@ fn brute_force<T: Elem>(operands: &[(&Tensor<T>, &[u32])], out: &[u32], sizes: &
     Tensor::new(out_shape, result)
 }
 
+/// A smooth, seeded test tensor (`sin(0.37·(start + k))` for its `k`-th element, from 1):
+/// the operands of the kernels' unit tests.
+#[cfg(test)]
+pub(crate) fn ramp_from(shape: Vec<usize>, start: f64) -> Tensor<f64> {
+    let mut x = start;
+    Tensor::from_fn(shape, |_| {
+        x += 1.0;
+        (x * 0.37f64).sin()
+    })
+    .expect("a test tensor's size fits")
+}
+
+/// [`ramp_from`] starting at 0.
+#[cfg(test)]
+pub(crate) fn ramp(shape: Vec<usize>) -> Tensor<f64> {
+    ramp_from(shape, 0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
