@@ -73,8 +73,13 @@ def announcing(work: Callable[..., Any], event: threading.Event) -> Callable[...
 @pytest.fixture(scope="module")
 def big():
     rng = np.random.default_rng(0)
-    # 3000³ = 2.7·10^10 multiply-adds per GEMM: several seconds on one core.
-    n = 3000
+    # Square operands whose product takes about 4 s on this machine, at least 3000 (cgx's
+    # GEMMs use every core: 3000³ took 0.5 s on two): the signal must find the call at work.
+    probe = rng.standard_normal((1000, 1000))
+    start = time.perf_counter()
+    cgx.contract("ij,jk->ik", probe, probe)
+    rate = 1000**3 / max(time.perf_counter() - start, 1e-6)
+    n = int(min(max((4.0 * rate) ** (1 / 3), 3000), 8000))
     return rng.standard_normal((n, n)), rng.standard_normal((n, n))
 
 
