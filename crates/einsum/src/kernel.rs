@@ -388,7 +388,7 @@ const DIRECT_SHORT_LOOP: usize = 16;
 
 /// Multiply-adds of the direct loop between two reads of the stop flag (`stop.rs`): a
 /// few milliseconds of work, so that the read costs nothing measurable.
-const DIRECT_STOP_CHECK: usize = 1 << 22;
+pub(crate) const DIRECT_STOP_CHECK: usize = 1 << 22;
 
 /// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
 #[allow(clippy::too_many_arguments)]

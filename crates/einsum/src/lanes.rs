@@ -125,9 +125,16 @@ fn lane_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usi
     let n = sizes[last];
     let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
     let (mut pa, mut pb, mut pc) = (0usize, 0usize, 0usize);
+    // Multiply-adds since the stop flag was last read: read as often as the direct loop
+    // reads it, not once per lane (a lane is a few dozen multiply-adds).
+    let mut unchecked = 0usize;
     loop {
-        if crate::stop::requested() {
-            return; // the evaluation is ending with an error; the output is discarded
+        unchecked += n;
+        if unchecked >= crate::kernel::DIRECT_STOP_CHECK {
+            unchecked = 0;
+            if crate::stop::requested() {
+                return; // the evaluation is ending with an error; the output is discarded
+            }
         }
         triad(lane(a, pa, sa[last], n), lane(b, pb, sb[last], n), &mut c[pc..pc + n]);
         let mut k = last;
