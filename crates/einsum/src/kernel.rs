@@ -386,10 +386,6 @@ fn direct_order(out: &[u32], rest: &[&[u32]], sizes: &[usize]) -> SmallVec<[u32;
 /// Innermost loops shorter than this make [`direct_order`] move the longest label inside.
 const DIRECT_SHORT_LOOP: usize = 16;
 
-/// Multiply-adds of the direct loop between two reads of the stop flag (`stop.rs`): a
-/// few milliseconds of work, so that the read costs nothing measurable.
-pub(crate) const DIRECT_STOP_CHECK: usize = 1 << 22;
-
 /// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
 #[allow(clippy::too_many_arguments)]
 fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usize], out: &mut [T], so: &[usize]) {
@@ -407,7 +403,7 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
     let mut unchecked = 0usize;
     loop {
         unchecked += m;
-        if unchecked >= DIRECT_STOP_CHECK {
+        if unchecked >= crate::stop::DIRECT_STOP_CHECK {
             unchecked = 0;
             if crate::stop::requested() {
                 return; // the evaluation is ending with an error; the output is discarded

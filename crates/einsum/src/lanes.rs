@@ -130,7 +130,7 @@ fn lane_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usi
     let mut unchecked = 0usize;
     loop {
         unchecked += n;
-        if unchecked >= crate::kernel::DIRECT_STOP_CHECK {
+        if unchecked >= crate::stop::DIRECT_STOP_CHECK {
             unchecked = 0;
             if crate::stop::requested() {
                 return; // the evaluation is ending with an error; the output is discarded

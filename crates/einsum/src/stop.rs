@@ -39,6 +39,10 @@ use crate::error::{EinsumError, EinsumResult};
 /// percent of the work (`docs/PERFORMANCE.md`, issue 39).
 pub(crate) const GEMM_BLOCK_MACS: usize = 1 << 29;
 
+/// Multiply-adds of the direct loop and of the lanes loop between two reads of the flag:
+/// a few milliseconds of work, so that the read costs nothing measurable.
+pub(crate) const DIRECT_STOP_CHECK: usize = 1 << 22;
+
 /// The elements a permutation copy or an element-wise product writes between two reads of
 /// the flag: 32 MiB of `f64`, a few milliseconds of memory traffic, against a read that
 /// costs nanoseconds.
