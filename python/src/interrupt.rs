@@ -4,9 +4,9 @@
 //! stay there). When a handler raises (Ctrl-C: `KeyboardInterrupt`), the flag goes up, the
 //! work ends at its next look at the flag and frees what it held, and the handler's
 //! exception is raised. Used by the contractions (`expression.rs`, through
-//! `einsum::with_stop`), by the scalar graph's compiles and evaluations (`graph.rs`, the
-//! compiles through `computegraph::stop::with_stop`) and by the DAG partitions' preparation
-//! and batches (`dag.rs`).
+//! `einsum::with_stop`, which is `computegraph::stop::with_stop`: one flag for the engine
+//! and the kernels), by the scalar graph's compiles and evaluations (`graph.rs`) and by the
+//! DAG partitions' preparation and batches (`dag.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
