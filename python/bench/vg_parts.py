@@ -12,6 +12,7 @@ path ``peers.py`` uses, the median of interleaved rounds (ms) of:
   ``Einsum::gradient_within`` keeping every intermediate, instead of the compiled program;
 
 and the time of the range check alone (``any_left_range`` over the value and gradients).
+With ``--threads 2`` cgx runs on two threads (pin the process to two cores).
 
     PYTHONPATH=<cgx build> chrt -f 50 taskset -c 1 python3 python/bench/vg_parts.py \\
         crates/einsum/tests/data/str_mps_varying_inner_product_200.json gm_queens lm_batch_hidden12
@@ -46,12 +47,13 @@ def instances(names):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1, help="cgx's threads (pin the process to as many cores)")
     parser.add_argument("names", nargs="+")
     args = parser.parse_args()
     import cgx
     from cgx import _scaled
 
-    cgx.set_num_threads(1)
+    cgx.set_num_threads(args.threads)
     operands = peers.load_script("compare_einsum", peers.ROOT / "benches" / "scripts" / "compare_einsum.py").operands
 
     def ms(f):
