@@ -2,7 +2,7 @@
 //! from build to the first evaluation, and the peak, for every DAG shape.
 //!
 //! ```text
-//! cargo run --release -p benches --bin dag_memory -- [--shape S] [--nodes 1e6,1e7]
+//! cargo run --release -p benches --bin dag_memory -- [--shape S] [--nodes 1e6,1e7] [--release]
 //! ```
 //!
 //! Without `--shape` every shape runs, one after the other in this process. A counting
@@ -15,6 +15,10 @@
 //!   end of the first sequential evaluation, with every phase's result kept alive as
 //!   `cgx bench dag` keeps them (the interner, the fragment, the materialized graph, the
 //!   program and the evaluation's slots), plus what each phase allocates while it runs;
+//! - with `--release`, the pipeline is the one-shot caller's: the fragment and the resolved
+//!   view are dropped once materialize has made its graph, before compile (which needs
+//!   only the materialized graph; the operations it reads stay alive, shared with the
+//!   interner's chunks by `Arc`), so the interner reclaims what only the fragment pinned;
 //! - each structure's columns are read with `column_bytes()` (allocated capacity) right
 //!   after the phase that makes it;
 //! - the reference evaluator runs last, counted alone (its peak beyond what was live
@@ -89,7 +93,7 @@ fn peak() -> isize {
 fn usage(msg: &str) -> ! {
     eprintln!("error: {msg}");
     eprintln!(
-        "usage: dag_memory [--shape window|uniform|chain|layered|layered_deep] [--nodes N[,N...]]\n\
+        "usage: dag_memory [--shape window|uniform|chain|layered|layered_deep] [--nodes N[,N...]] [--release]\n\
          N accepts `_` separators and `1e7`; the default is every shape at 1e6 and 1e7."
     );
     std::process::exit(2)
@@ -98,11 +102,14 @@ fn usage(msg: &str) -> ! {
 struct Args {
     shapes: Vec<Shape>,
     sizes: Vec<usize>,
+    /// Drop the fragment and the view after materialize (the one-shot pipeline).
+    release: bool,
 }
 
 fn parse_args() -> Args {
     let mut shapes = vec![Shape::Window, Shape::Uniform, Shape::Chain, Shape::LayeredWide, Shape::LayeredDeep];
     let mut sizes = vec![1_000_000, 10_000_000];
+    let mut release = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
@@ -115,11 +122,12 @@ fn parse_args() -> Args {
                 let v = value("--nodes");
                 sizes = v.split(',').map(|c| benches::parse_count(c).unwrap_or_else(|e| usage(&e))).collect();
             }
+            "--release" => release = true,
             "-h" | "--help" => usage("help requested"),
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
-    Args { shapes, sizes }
+    Args { shapes, sizes, release }
 }
 
 /// What one run measured, in bytes (columns by structure, then named).
@@ -135,9 +143,11 @@ struct Run {
     kept: isize,
     reference_peak: isize,
     matches_reference: bool,
+    /// Time taken to drop the fragment and the view (`--release` only), in seconds.
+    release_time: Option<f64>,
 }
 
-fn measure(shape: Shape, n: usize) -> Run {
+fn measure(shape: Shape, n: usize, release: bool) -> Run {
     let before = live();
     let w = Workload::new(shape, n);
     let nodes = w.nodes();
@@ -162,6 +172,16 @@ fn measure(shape: Shape, n: usize) -> Run {
     let flat = materialize_merge(&view, &built.outputs);
     let materialize_peak = peak() - base;
     take("materialized", flat.column_bytes());
+    // The one-shot caller's pipeline: compile needs only the materialized graph.
+    let (kept_phases, release_time) = if release {
+        let t = std::time::Instant::now();
+        drop(view);
+        drop(built);
+        (None, Some(t.elapsed().as_secs_f64()))
+    } else {
+        (Some((view, built)), None)
+    };
+    take("interner after materialize", if release { interner.column_bytes() } else { Vec::new() });
 
     reset_peak();
     let program = compile(&flat);
@@ -176,6 +196,7 @@ fn measure(shape: Shape, n: usize) -> Run {
     let eval_peak = peak() - base;
     take("evaluation", vec![("slots and outputs", (live() - before_eval).max(0) as usize)]);
     let kept = live() - base;
+    drop(kept_phases);
     let pipeline_peak = build_peak.max(materialize_peak).max(compile_peak).max(eval_peak);
 
     let before_reference = live();
@@ -192,6 +213,7 @@ fn measure(shape: Shape, n: usize) -> Run {
         kept,
         reference_peak,
         matches_reference,
+        release_time,
     }
 }
 
@@ -202,10 +224,13 @@ fn per(bytes: impl Into<f64>, nodes: usize) -> String {
 /// A summary row's cell for one run.
 type RowOf = fn(&Run) -> String;
 
-fn report(size: usize, shapes: &[Shape], runs: &[Run]) {
+fn report(size: usize, shapes: &[Shape], runs: &[Run], release: bool) {
     let nodes: Vec<usize> = runs.iter().map(|r| r.nodes).collect();
     let header: Vec<&str> = shapes.iter().map(|s| s.name()).collect();
-    println!("\n## {size} nodes: bytes per node (nodes: {nodes:?})\n");
+    println!(
+        "\n## {size} nodes: bytes per node (nodes: {nodes:?}){}\n",
+        if release { ", the fragment and view dropped after materialize" } else { "" }
+    );
     println!("| structure | column | {} |", header.join(" | "));
     println!("|---|---|{}", "---|".repeat(shapes.len()));
     // Every run lists the same columns in the same order.
@@ -222,7 +247,7 @@ fn report(size: usize, shapes: &[Shape], runs: &[Run]) {
             .collect();
         println!("| **{structure}** | all | {} |", cells.join(" | "));
     }
-    let rows: [(&str, RowOf); 9] = [
+    let rows: [(&str, RowOf); 10] = [
         ("peak during build", |r| per(r.phase_peaks[0] as f64, r.nodes)),
         ("peak during resolve + materialize", |r| per(r.phase_peaks[1] as f64, r.nodes)),
         ("peak during compile", |r| per(r.phase_peaks[2] as f64, r.nodes)),
@@ -232,6 +257,9 @@ fn report(size: usize, shapes: &[Shape], runs: &[Run]) {
         ("workload (spec and inputs; not in the peak)", |r| per(r.workload as f64, r.nodes)),
         ("reference evaluator (alone; not in the peak)", |r| per(r.reference_peak as f64, r.nodes)),
         ("results equal the reference", |r| r.matches_reference.to_string()),
+        ("fragment and view dropped after materialize (`--release`), ms", |r| {
+            r.release_time.map_or_else(|| "kept".to_string(), |t| format!("{:.1}", t * 1e3))
+        }),
     ];
     for (name, f) in rows {
         let cells: Vec<String> = runs.iter().map(f).collect();
@@ -243,9 +271,9 @@ fn main() {
     let args = parse_args();
     let mut all_match = true;
     for &size in &args.sizes {
-        let runs: Vec<Run> = args.shapes.iter().map(|&s| measure(s, size)).collect();
+        let runs: Vec<Run> = args.shapes.iter().map(|&s| measure(s, size, args.release)).collect();
         all_match &= runs.iter().all(|r| r.matches_reference);
-        report(size, &args.shapes, &runs);
+        report(size, &args.shapes, &runs, args.release);
     }
     if let Some((hwm, _)) = memory_status() {
         println!(

@@ -97,6 +97,19 @@ impl OpTable {
         true
     }
 
+    /// An empty table of the capacity this one would keep after removals leaving `keep`
+    /// entries ([`Self::shrink_if_sparse`] with `spare`), for a caller that re-inserts the
+    /// survivors instead of removing the rest one by one.
+    pub(crate) fn emptied(&self, keep: usize, spare: usize) -> OpTable {
+        let need = (((keep + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1).next_multiple_of(8).max(16);
+        let sparse = self.slots.len() >= 4 * need && self.slots.len() > 1024;
+        let capacity = if sparse { need } else { self.slots.len().max(need) };
+        let mut slots = Vec::with_capacity(capacity);
+        crate::hugepages::advise_huge(&mut slots);
+        slots.resize(capacity, 0);
+        OpTable { slots, len: 0 }
+    }
+
     /// Re-inserts every entry into a table of `capacity` slots (larger or smaller).
     fn grow_to(&mut self, capacity: usize) {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
@@ -187,7 +200,6 @@ impl OpTable {
     }
 
     /// Number of entries.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -313,6 +325,23 @@ mod tests {
             let id = OperationKeyId::new(i as usize);
             assert!(matches!(t.probe(h(i), |f| f == id), Probe::Found(f) if f == id));
         }
+    }
+
+    /// An emptied table has the capacity removals would have left: the same unless four
+    /// times sparse, then what the survivors and the spare room need.
+    #[test]
+    fn emptied_keeps_the_capacity_removals_would_keep() {
+        let mut t = OpTable::default();
+        t.reserve(20_000);
+        let cap = t.slots.len();
+        for keep in [20_000, 8_000, 7_000] {
+            let e = t.emptied(keep, 0);
+            assert_eq!((e.len(), e.slots.len()), (0, cap), "{keep} kept");
+        }
+        let e = t.emptied(1_000, 500);
+        assert!(e.slots.len() * 4 <= cap && e.slots.len() * 3 >= 1_500 * 4, "{} of {cap}", e.slots.len());
+        t.shrink_if_sparse(0);
+        assert_eq!(t.emptied(0, 0).slots.len(), t.slots.len().max(16));
     }
 
     #[test]

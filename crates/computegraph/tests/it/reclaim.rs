@@ -236,3 +236,41 @@ proptest::proptest! {
         }
     }
 }
+
+/// A one-shot caller drops its large fragment once materialized (as `dag_memory
+/// --release` does): the interner reclaims its chunks, rebuilds its operation table from
+/// the survivors instead of removing entries one by one, and keeps the survivors' keys
+/// (building a kept graph's structure again finds them); the materialized graph, which
+/// shares the reclaimed chunks' operations, still compiles and evaluates.
+#[test]
+fn dropping_a_large_fragment_rebuilds_the_table_from_survivors() {
+    let interner = fresh();
+    let kept = small(&interner);
+    let kept_key = output_key(&kept);
+    // Past the reclamation threshold, so that dropping the fragment reclaims at once.
+    let n = 100_000;
+    let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+    let mut v = b.add_input(ScalarKey::var(5));
+    let mut want = 0.5f64;
+    for i in 0..n {
+        let op = if i % 3 == 0 { ScalarOp::Neg } else { ScalarOp::Sin };
+        v = b.add_operation(op, vec![ValueRef::Local(v)], Primary)[0];
+        want = if i % 3 == 0 { -want } else { want.sin() };
+    }
+    b.set_outputs(vec![v]);
+    let g = Arc::new(b.build());
+    let out = g.global_key(v);
+    let flat = computegraph::materialize_merge(&resolve(vec![Arc::clone(&g)]), std::slice::from_ref(&out));
+    let before = (interner.live_value_count(), interner.heap_bytes());
+    drop(g);
+    interner.reclaim_unused();
+    let after = (interner.live_value_count(), interner.heap_bytes());
+    assert!(after.0 * 4 < before.0, "live keys {before:?} -> {after:?}");
+    // The chunks go; the table keeps its capacity (it is not four times sparse here), as
+    // removing the entries one by one would have left it.
+    assert!(after.1 * 2 < before.1, "bytes {before:?} -> {after:?}");
+    assert_eq!(output_key(&small(&interner)), kept_key, "the survivors stay in the table");
+    let program = computegraph::compile(&flat);
+    let got = program.eval(&mut (), &[&0.5]);
+    assert_eq!(got, vec![want]);
+}
