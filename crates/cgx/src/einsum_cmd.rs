@@ -677,6 +677,8 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     // The one parse of the expression: the einsum crate's plan, which the slicing and the
     // compiled programs take.
     let planned = einsum::Plan::new(&plan.expression, &plan.shapes, plan.path.clone(), options.limit())?;
+    // On several threads, a chain-like path contracted from both ends where that pays.
+    let planned = planned.balanced_for(s.threads.into()).unwrap_or(planned);
     let e = SlicedEinsum::<T>::from_plan(planned, &slicing)?;
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();
     if s.checkpoint && sliced {

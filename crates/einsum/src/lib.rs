@@ -96,6 +96,7 @@
 #![deny(missing_docs)]
 
 mod ad;
+mod balance;
 mod buffer;
 mod checkpoint;
 mod cost;

@@ -1,5 +1,6 @@
 //! Integration tests of the `einsum` crate (one binary, one module per area).
 
+mod balance;
 mod checkpoint;
 mod gradients;
 mod instances;
