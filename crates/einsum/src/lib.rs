@@ -112,6 +112,7 @@ mod kernel;
 #[cfg(test)]
 mod kernel_choices;
 mod lanes;
+mod layout;
 mod memory;
 mod network;
 mod op;

@@ -7,8 +7,10 @@
 //! Graph shape: one input per operand (key [`TensorKey::Var`]`(i)`), one `contract` per
 //! path step, and a final `unary` only when a single operand needs reordering or reducing.
 //! Each step keeps the labels still needed (by a remaining operand or the output) in the
-//! order batch, left, right (see [`crate::kernel`]), so the GEMM result needs no permute; the
-//! last step produces the output's labels in the output's order.
+//! order batch, left, right (see [`crate::kernel`]), so the GEMM result needs no permute,
+//! unless another order that its GEMM also writes in place spares the consuming step a
+//! packing copy (`layout.rs` chooses it, by the kernel planner's estimates); the last step
+//! produces the output's labels in the output's order.
 //!
 //! Labels are renumbered per step ([`ContractSpec`] is canonical), so the same network
 //! spelled with other letters builds the same keys and shares compiled programs.
@@ -29,6 +31,7 @@ use tidu::DerivativeProgram;
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
 use crate::kernel::{ContractSpec, UnarySpec};
+use crate::layout::{Consumer, result_order, step_output};
 use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
 use crate::path::{ContractionPath, PathChoice};
@@ -202,7 +205,7 @@ impl<T: Elem> Einsum<T> {
         let mut intermediate_bytes = Some(0u64);
         let mut b = GraphBuilder::<TensorOp<T>>::new();
         // Per path operand (inputs, then step results): its value and its labels in the
-        // graph's layout (the follower's labels, ordered batch, left, right).
+        // graph's layout (the follower's labels, ordered for the consuming step, `layout.rs`).
         let mut values: Vec<(computegraph::LocalValueId, Vec<u32>)> = Vec::with_capacity(2 * n_inputs);
         for (i, l) in inputs.iter().enumerate() {
             values.push((b.try_add_input(TensorKey::var(i as u32))?, l.clone()));
@@ -226,6 +229,16 @@ impl<T: Elem> Einsum<T> {
         // Bytes of each step's result.
         let mut result_bytes: Vec<Option<u64>> = Vec::with_capacity(n_inputs);
         let steps = followed.steps();
+        // Per step: the step that consumes its result and the result's position there, so
+        // that the result is laid out for that step (`layout.rs`).
+        let mut consumer_of: Vec<Option<(usize, usize)>> = vec![None; steps.len()];
+        for (c, step) in steps.iter().enumerate() {
+            for (position, &o) in step.operands.iter().enumerate() {
+                if let Some(r) = followed.step_of(o) {
+                    consumer_of[r] = Some((c, position));
+                }
+            }
+        }
         for (s, step) in steps.iter().enumerate() {
             let ([si, sj], [i, j]) = (step.operands, step.positions);
             let (va, la) = (values[si.index()].0, std::mem::take(&mut values[si.index()].1));
@@ -235,7 +248,28 @@ impl<T: Elem> Einsum<T> {
                 output.clone()
             } else {
                 let needed = followed.labels(step.result);
-                step_output(&la, &lb, |c| needed.contains(&c))
+                let default = step_output(&la, &lb, |c| needed.contains(&c));
+                match consumer_of[s] {
+                    Some((c, position)) => {
+                        let next = &steps[c];
+                        let other = next.operands[1 - position];
+                        // The other operand's layout: its value's when built already (an
+                        // input or an earlier result), else the follower's order.
+                        let other_labels = match followed.step_of(other) {
+                            Some(r) if r > s => followed.labels(other),
+                            _ => &values[other.index()].1[..],
+                        };
+                        let kept_next = followed.labels(next.result);
+                        let consumer = Consumer {
+                            position,
+                            other: other_labels,
+                            output: (c + 1 == steps.len()).then_some(&output[..]),
+                            needed: &|l| kept_next.contains(&l),
+                        };
+                        result_order([&la, &lb], default, &consumer, sizes)?
+                    }
+                    None => default,
+                }
             };
             let shape: Vec<usize> = kept.iter().map(|&c| sizes[c as usize]).collect();
             let bytes = budget.alloc(&shape, || {
@@ -573,22 +607,6 @@ impl Meta {
         }
         Ok(())
     }
-}
-
-/// Labels of the result of contracting `a` and `b` that are still `needed` (by a remaining
-/// operand or the output). Ordered batch (in both, `a`'s order), left (`a` only), right
-/// (`b` only), so the GEMM kernel can write the result in place.
-pub(crate) fn step_output(a: &[u32], b: &[u32], needed: impl Fn(u32) -> bool) -> Vec<u32> {
-    let mut out: Vec<u32> = Vec::new();
-    let mut push = |c: u32| {
-        if needed(c) && !out.contains(&c) {
-            out.push(c);
-        }
-    };
-    a.iter().filter(|c| b.contains(c)).for_each(|&c| push(c));
-    a.iter().filter(|c| !b.contains(c)).for_each(|&c| push(c));
-    b.iter().filter(|c| !a.contains(c)).for_each(|&c| push(c));
-    out
 }
 
 fn zeros_like<T: Elem>(shape: &[usize]) -> EinsumResult<Tensor<T>> {
