@@ -895,7 +895,10 @@ enum KernelPlan {
 
 impl KernelPlan {
     fn direct(spec: &ContractSpec) -> Self {
-        let order = direct_order(&spec.out, &[&spec.a, &spec.b], spec.sizes());
+        let mut order = direct_order(&spec.out, &[&spec.a, &spec.b], spec.sizes());
+        // A label of size 1 moves no offset; the loop leaves it out rather than carry
+        // through it after every pass (an MPS of bond dimension 1 has two per step).
+        order.retain(|c| spec.sizes[*c as usize] != 1);
         let sizes = order.iter().map(|&c| spec.sizes[c as usize]).collect();
         let out_shape = spec.out_shape();
         let strides = [
