@@ -387,8 +387,18 @@ fn direct_order(out: &[u32], rest: &[&[u32]], sizes: &[usize]) -> SmallVec<[u32;
 const DIRECT_SHORT_LOOP: usize = 16;
 
 /// `out[po] += Σ a[pa]·b[pb]` over the multi-index space `sizes`, with per-label strides.
+///
+/// The innermost pass's form depends only on the innermost label's length and strides, so
+/// it is chosen here, once, and each form runs under its own copy of the odometer
+/// ([`outer_loop`]): chosen per pass, the dispatch cost small steps (passes of 1 to 8
+/// elements) about as much as their multiply-adds. Passes of up to 8 index: there the
+/// iterators' setup costs more than the bounds checks they save. `step_by` takes no
+/// stride 0, so a broadcast operand is read once.
 #[allow(clippy::too_many_arguments)]
 fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[usize], out: &mut [T], so: &[usize]) {
+    fn strided<T>(x: &[T], s: usize, m: usize) -> std::iter::Take<std::iter::StepBy<std::slice::Iter<'_, T>>> {
+        x.iter().step_by(s.max(1)).take(m)
+    }
     if sizes.contains(&0) {
         return;
     }
@@ -397,20 +407,75 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
         return;
     };
     let (m, ia, ib, io) = (sizes[last], sa[last], sb[last], so[last]);
-    let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+    let at = (&sizes[..last], [sa, sb, so], m);
+    match (io, ia, ib) {
+        (0, _, _) if m <= 8 => outer_loop(at, |pa, pb, po| {
+            let mut acc = T::zero();
+            for i in 0..m {
+                acc += a[pa + i * ia] * b[pb + i * ib];
+            }
+            out[po] += acc;
+        }),
+        _ if m <= 8 => outer_loop(at, |pa, pb, po| {
+            for i in 0..m {
+                out[po + i * io] += a[pa + i * ia] * b[pb + i * ib];
+            }
+        }),
+        (0, 0, 0) => outer_loop(at, |pa, pb, po| out[po] += (0..m).fold(T::zero(), |acc, _| acc + a[pa] * b[pb])),
+        (0, 0, _) => {
+            outer_loop(at, |pa, pb, po| out[po] += strided(&b[pb..], ib, m).fold(T::zero(), |acc, &y| acc + a[pa] * y))
+        }
+        (0, _, 0) => {
+            outer_loop(at, |pa, pb, po| out[po] += strided(&a[pa..], ia, m).fold(T::zero(), |acc, &x| acc + x * b[pb]))
+        }
+        (0, _, _) => outer_loop(at, |pa, pb, po| {
+            out[po] +=
+                strided(&a[pa..], ia, m).zip(strided(&b[pb..], ib, m)).fold(T::zero(), |acc, (&x, &y)| acc + x * y);
+        }),
+        (_, 0, 0) => {
+            outer_loop(at, |pa, pb, po| out[po..].iter_mut().step_by(io).take(m).for_each(|o| *o += a[pa] * b[pb]))
+        }
+        (_, 0, _) => outer_loop(at, |pa, pb, po| {
+            out[po..].iter_mut().step_by(io).zip(strided(&b[pb..], ib, m)).for_each(|(o, &y)| *o += a[pa] * y);
+        }),
+        (_, _, 0) => outer_loop(at, |pa, pb, po| {
+            out[po..].iter_mut().step_by(io).zip(strided(&a[pa..], ia, m)).for_each(|(o, &x)| *o += x * b[pb]);
+        }),
+        _ => outer_loop(at, |pa, pb, po| {
+            let (x, y) = (strided(&a[pa..], ia, m), strided(&b[pb..], ib, m));
+            out[po..].iter_mut().step_by(io).zip(x).zip(y).for_each(|((o, &x), &y)| *o += x * y);
+        }),
+    }
+}
+
+/// The direct loop's labels but the innermost (`sizes`, with the strides of `a`, `b` and the
+/// output, which may be longer): an odometer calling `pass(pa, pb, po)` at each position,
+/// the last label fastest. Each pass is `m` multiply-adds; the stop flag is read every
+/// [`crate::stop::DIRECT_STOP_CHECK`] of them (a whole number of passes, at least one).
+#[inline(always)]
+fn outer_loop((sizes, [sa, sb, so], m): (&[usize], [&[usize]; 3], usize), mut pass: impl FnMut(usize, usize, usize)) {
+    let per_check = (crate::stop::DIRECT_STOP_CHECK / m).max(1);
+    let mut until_check = per_check;
+    // On the stack for up to 8 labels: a `SmallVec` cost a hundred instructions a call to
+    // set up, more than a small step's multiply-adds.
+    let (mut on_stack, mut on_heap) = ([0usize; 8], Vec::new());
+    let idx: &mut [usize] = if sizes.len() <= 8 {
+        &mut on_stack[..sizes.len()]
+    } else {
+        on_heap.resize(sizes.len(), 0);
+        &mut on_heap
+    };
     let (mut pa, mut pb, mut po) = (0usize, 0usize, 0usize);
-    // Multiply-adds since the stop flag was last read.
-    let mut unchecked = 0usize;
     loop {
-        unchecked += m;
-        if unchecked >= crate::stop::DIRECT_STOP_CHECK {
-            unchecked = 0;
+        until_check -= 1;
+        if until_check == 0 {
+            until_check = per_check;
             if crate::stop::requested() {
                 return; // the evaluation is ending with an error; the output is discarded
             }
         }
-        direct_run(m, (&a[pa..], ia), (&b[pb..], ib), (&mut out[po..], io));
-        let mut k = last;
+        pass(pa, pb, po);
+        let mut k = sizes.len();
         loop {
             if k == 0 {
                 return;
@@ -424,39 +489,6 @@ fn direct_loop<T: Elem>(sizes: &[usize], a: &[T], sa: &[usize], b: &[T], sb: &[u
             (pa, pb, po) = (pa - sa[k] * sizes[k], pb - sb[k] * sizes[k], po - so[k] * sizes[k]);
             idx[k] = 0;
         }
-    }
-}
-
-/// The direct loop's innermost pass, `out[i·io] += a[i·ia]·b[i·ib]` for `i < m` (a sum in a
-/// register when `io` is 0), over strided iterators: indexing paid a bounds check per element.
-/// `step_by` takes no stride 0, so a broadcast operand is read once. Passes of up to 8 index:
-/// there the iterators' setup cost more than the checks (small MPS steps run passes of 2 to 8).
-fn direct_run<T: Elem>(m: usize, (a, ia): (&[T], usize), (b, ib): (&[T], usize), (out, io): (&mut [T], usize)) {
-    fn strided<T>(x: &[T], s: usize, m: usize) -> std::iter::Take<std::iter::StepBy<std::slice::Iter<'_, T>>> {
-        x.iter().step_by(s.max(1)).take(m)
-    }
-    match (io, ia, ib) {
-        (0, _, _) if m <= 8 => out[0] += (0..m).fold(T::zero(), |acc, i| acc + a[i * ia] * b[i * ib]),
-        _ if m <= 8 => (0..m).for_each(|i| out[i * io] += a[i * ia] * b[i * ib]),
-        (0, _, _) => {
-            let mut acc = T::zero();
-            match (ia, ib) {
-                (0, 0) => (0..m).for_each(|_| acc += a[0] * b[0]),
-                (0, _) => strided(b, ib, m).for_each(|&y| acc += a[0] * y),
-                (_, 0) => strided(a, ia, m).for_each(|&x| acc += x * b[0]),
-                _ => strided(a, ia, m).zip(strided(b, ib, m)).for_each(|(&x, &y)| acc += x * y),
-            }
-            out[0] += acc;
-        }
-        (_, 0, 0) => out.iter_mut().step_by(io).take(m).for_each(|o| *o += a[0] * b[0]),
-        (_, 0, _) => out.iter_mut().step_by(io).zip(strided(b, ib, m)).for_each(|(o, &y)| *o += a[0] * y),
-        (_, _, 0) => out.iter_mut().step_by(io).zip(strided(a, ia, m)).for_each(|(o, &x)| *o += x * b[0]),
-        _ => out
-            .iter_mut()
-            .step_by(io)
-            .zip(strided(a, ia, m))
-            .zip(strided(b, ib, m))
-            .for_each(|((o, &x), &y)| *o += x * y),
     }
 }
 
@@ -863,7 +895,10 @@ enum KernelPlan {
 
 impl KernelPlan {
     fn direct(spec: &ContractSpec) -> Self {
-        let order = direct_order(&spec.out, &[&spec.a, &spec.b], spec.sizes());
+        let mut order = direct_order(&spec.out, &[&spec.a, &spec.b], spec.sizes());
+        // A label of size 1 moves no offset; the loop leaves it out rather than carry
+        // through it after every pass (an MPS of bond dimension 1 has two per step).
+        order.retain(|c| spec.sizes[*c as usize] != 1);
         let sizes = order.iter().map(|&c| spec.sizes[c as usize]).collect();
         let out_shape = spec.out_shape();
         let strides = [
