@@ -38,8 +38,8 @@
 //! order there when the builder interned the fragment's fresh operations in local order (a
 //! builder alone on its interner); a fragment that meets a key before a smaller one falls
 //! back to the general emit. That removes the key-indexed table of definitions, its scan
-//! and its list of entries, which at 10^7 nodes were half of materialize's time (page
-//! faults on 20 bytes per key).
+//! and its list of entries (8 bytes per key and 12 per operation, written once and read
+//! once): about a third of materialize's time at 10^7 nodes.
 //!
 //! Both phases walk columns mostly sequentially. Key-indexed tables are dense arrays when
 //! the view's keys are compact, hash maps otherwise ([`KeyMap`]). Emit's operand lookups
