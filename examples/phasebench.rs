@@ -1,6 +1,11 @@
 //! Times one phase in isolation (for profiling): `phasebench NODES SHAPE PHASE`.
 //! `PHASE` is `build`, `buildonly` (no dedup baseline), `eval` (builds once, evaluates
 //! 200 times), `peval` (the same on a two-thread pool) or anything else for every phase.
+//! `dump` builds, materializes and compiles once and prints a hash of the materialized
+//! graph's and the program's DOT dumps, the program's display and its instruction →
+//! operation map: two engines that make the same program print the same line.
+//! With `PHASEBENCH_FAULTS` set, each round prints the minor page faults of materialize
+//! and compile (from `/proc/self/stat`, Linux).
 //! `PHASEBENCH_ROUNDS` sets the number of rounds (default 5, or 1 for the eval phases).
 //! `SHAPE` is `window`, `uniform`, `chain`, `layered` (1000 wide) or `wide` (100 deep).
 use computegraph::{EvalState, KeyInterner, compile, materialize_merge, resolve};
@@ -35,12 +40,27 @@ fn main() {
             continue;
         }
         let view = resolve(built.graphs.clone());
+        let f0 = minor_faults();
         let t = Instant::now();
         let flat = materialize_merge(&view, &built.outputs);
         best[1] = best[1].min(t.elapsed().as_secs_f64());
+        let f1 = minor_faults();
         let t = Instant::now();
         let program = compile(&flat);
         best[2] = best[2].min(t.elapsed().as_secs_f64());
+        if std::env::var_os("PHASEBENCH_FAULTS").is_some() {
+            println!("minor faults: materialize {}, compile {}", f1 - f0, minor_faults() - f1);
+        }
+        if phase == "dump" {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            let (dot, code) = (flat.to_dot(), program.to_dot());
+            (&dot, &code, program.to_string()).hash(&mut h);
+            (0..program.instruction_count()).map(|i| program.source_operation(i)).collect::<Vec<_>>().hash(&mut h);
+            let ops = (flat.operation_count(), flat.value_count(), program.slot_count());
+            println!("dump: {:016x} (operations, values, slots) {ops:?}", h.finish());
+            return;
+        }
         let refs = program
             .bind_inputs(|k| match k {
                 scalar::ScalarKey::Var(i) => inputs.get(*i as usize),
@@ -86,4 +106,13 @@ fn main() {
         p(best[2]),
         p(best[3])
     );
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`, field 10), or 0 where that
+/// file is missing.
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    rest.split_whitespace().nth(7).and_then(|f| f.parse().ok()).unwrap_or(0)
 }

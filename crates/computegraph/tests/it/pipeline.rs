@@ -157,22 +157,8 @@ proptest! {
     /// graphs meet those keys out of order.
     #[test]
     fn distinct_keys_holds_exactly_when_no_key_repeats(spec in spec_strategy(), fragments in 1usize..=4) {
-        use computegraph::GraphOperation;
-        let mut leaves = scalar::spec::GraphSpec { inputs: spec.inputs, ..Default::default() };
-        let mut at = 0;
-        let mut reads_inputs = Vec::new();
-        for op in &spec.ops {
-            let args = &spec.args[at..at + op.input_count()];
-            at += args.len();
-            if args.iter().all(|&a| a < spec.inputs) {
-                reads_inputs.push((*op, args));
-            }
-        }
-        for (op, args) in reads_inputs.into_iter().rev() {
-            leaves.push(op, args);
-        }
         let interner = fresh();
-        let first = leaves.build(&interner, 1).unwrap();
+        let first = leaves_in_reverse(&spec).build(&interner, 1).unwrap();
         let built = spec.build(&interner, fragments).unwrap();
         for g in first.graphs.iter().chain(&built.graphs) {
             let mut keys: Vec<_> = (0..g.value_count()).map(|v| g.key_id(computegraph::LocalValueId::new(v))).collect();
@@ -183,6 +169,74 @@ proptest! {
             prop_assert_eq!(g.distinct_keys().is_some(), distinct, "keys in local order: {}", in_order);
         }
     }
+
+    /// A view of one fragment materializes by a shorter path (emit in local order, no
+    /// key-indexed table of definitions): it must give what the general path gives, which
+    /// a view of the same fragment and an empty graph takes. With `leaves_first`, a graph
+    /// interned before defines some of the fragment's keys in reverse order, so the
+    /// fragment meets its keys out of order and the short path falls back.
+    #[test]
+    fn one_fragment_materializes_as_the_general_path_does(spec in spec_strategy(), leaves_first in any::<bool>()) {
+        let interner = fresh();
+        let _first = leaves_first.then(|| leaves_in_reverse(&spec).build(&interner, 1).unwrap());
+        let built = spec.build_single(&interner).unwrap();
+        let (alone, general) = alone_and_general(&built);
+        alone.verify().unwrap();
+        prop_assert_eq!(alone.to_dot(), general.to_dot());
+        prop_assert_eq!(value_keys(&alone), value_keys(&general));
+        prop_assert_eq!(alone.output_keys(), general.output_keys());
+        prop_assert_eq!(compile(&alone).to_dot(), compile(&general).to_dot());
+    }
+}
+
+/// The nodes of `spec` that read inputs only, in reverse order, as a spec of their own.
+fn leaves_in_reverse(spec: &GraphSpec) -> GraphSpec {
+    use computegraph::GraphOperation;
+    let mut leaves = GraphSpec { inputs: spec.inputs, ..Default::default() };
+    let mut at = 0;
+    let mut reads_inputs = Vec::new();
+    for op in &spec.ops {
+        let args = &spec.args[at..at + op.input_count()];
+        at += args.len();
+        if args.iter().all(|&a| a < spec.inputs) {
+            reads_inputs.push((*op, args));
+        }
+    }
+    for (op, args) in reads_inputs.into_iter().rev() {
+        leaves.push(op, args);
+    }
+    leaves
+}
+
+/// The one fragment of `built` materialized alone (the short path) and beside an empty
+/// graph (the general path).
+fn alone_and_general(
+    built: &scalar::spec::BuiltSpec,
+) -> (computegraph::MaterializedGraph<ScalarOp>, computegraph::MaterializedGraph<ScalarOp>) {
+    let g = Arc::clone(&built.graphs[0]);
+    let empty = Arc::new(GraphBuilder::<ScalarOp>::with_interner(Arc::clone(g.interner())).build());
+    let alone = materialize_merge(&resolve(vec![Arc::clone(&g)]), &built.outputs);
+    let general = materialize_merge(&resolve(vec![g, empty]), &built.outputs);
+    (alone, general)
+}
+
+/// The key of every value of `m`, in value order.
+fn value_keys(m: &computegraph::MaterializedGraph<ScalarOp>) -> Vec<computegraph::KeyId> {
+    (0..m.value_count()).map(|v| m.key_id(computegraph::ValueId::new(v))).collect()
+}
+
+/// The short path at the size where a materialized graph reads its operations from the
+/// store (4096 operations and more), on a window DAG with repeated operations.
+#[test]
+fn a_large_fragment_materializes_as_the_general_path_does() {
+    let spec = workloads::random_dag(20_000, Operands::Window(1024), 0.3, 1);
+    let built = spec.build_single(&fresh()).unwrap();
+    let (alone, general) = alone_and_general(&built);
+    assert!(alone.operation_count() > 4096, "{}", alone.operation_count());
+    alone.verify().unwrap();
+    assert_eq!(alone.to_dot(), general.to_dot());
+    assert_eq!(value_keys(&alone), value_keys(&general));
+    assert_eq!(compile(&alone).to_dot(), compile(&general).to_dot());
 }
 
 /// Property 10 on the benchmark shapes (larger than the proptest specs).
