@@ -133,8 +133,8 @@ pub struct EinsumArgs {
     /// (`optimal`, `dp`, `random-greedy`, `auto`, `hyper`: the hyper-optimizer, see
     /// --max-time), or an explicit opt_einsum path as a list of
     /// steps of positions, `[(0,1),(0,1)]`, `[(0,1,2)]` (instances default to opt-flops,
-    /// expressions to greedy). With `--threads` over 1 and no `--grad`, a chain-like path
-    /// other than an explicit one may be contracted from both ends where that is faster.
+    /// expressions to greedy). Past one thread without `--grad`, a non-explicit chain may
+    /// be contracted from both ends.
     #[arg(long, value_parser = parse_path)]
     pub path: Option<PathArg>,
     /// With `--path hyper`: the search's time budget in seconds (default 1).
@@ -388,8 +388,7 @@ struct Job {
     expression: String,
     shapes: Vec<Vec<usize>>,
     path: PathChoice,
-    /// The user gave the path step by step (`--path [(0,1),...]`): it is followed as given,
-    /// never re-associated for threads.
+    /// The user gave the path step by step: followed as given, never re-associated.
     user_path: bool,
     dtype: Dtype,
     operands: Operands,
@@ -683,9 +682,7 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     // The one parse of the expression: the einsum crate's plan, which the slicing and the
     // compiled programs take.
     let planned = einsum::Plan::new(&plan.expression, &plan.shapes, plan.path.clone(), options.limit())?;
-    // On several threads, a chain-like path contracted from both ends where that pays: not
-    // a path the user gave step by step (followed as given), and not with gradients (the
-    // balanced tree's reverse pass measured 7% slower on two threads on MPS 200).
+    // A chain contracted from both ends where that pays (not with --grad: 7% slower on MPS).
     let balance = s.threads > 1 && !s.grad && !plan.user_path;
     let planned = if balance { planned.balanced_for(s.threads.into()).unwrap_or(planned) } else { planned };
     let e = SlicedEinsum::<T>::from_plan(planned, &slicing)?;
