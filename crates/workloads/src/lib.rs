@@ -124,14 +124,18 @@ impl Workload {
     }
 }
 
-/// Parses a count (a node count, a size, a number of rounds): digits with optional `_` separators, or `MeN` (`1e6`).
+/// Parses a count (a node count, a size, a number of rounds): digits with optional `_`
+/// separators, or `MeN` (`1e6`, `1.4e8`: exact integer arithmetic, so `1.25e1` is no count).
 pub fn parse_count(s: &str) -> Result<usize, String> {
     let t = s.replace('_', "");
     let parsed = match t.split_once(['e', 'E']) {
         Some((m, e)) => {
-            let m: usize = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
-            let e: u32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
-            10usize.checked_pow(e).and_then(|p| p.checked_mul(m))
+            let not_a_count = || format!("`{s}` is not a count");
+            let (whole, frac) = m.split_once('.').unwrap_or((m, ""));
+            let digits: usize = format!("{whole}{frac}").parse().map_err(|_| not_a_count())?;
+            let e: u32 = e.parse().map_err(|_| not_a_count())?;
+            let e = e.checked_sub(frac.len() as u32).ok_or_else(not_a_count)?;
+            10usize.checked_pow(e).and_then(|p| p.checked_mul(digits))
         }
         None => t.parse().ok(),
     };
@@ -162,6 +166,18 @@ pub fn memory_status() -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_parse_exactly_or_not_at_all() {
+        for (text, n) in
+            [("1000000", 1_000_000), ("1_000", 1000), ("1e6", 1_000_000), ("1.4e8", 140_000_000), ("2.50e2", 250)]
+        {
+            assert_eq!(parse_count(text), Ok(n), "{text}");
+        }
+        for text in ["1.25e1", "0", "0e3", "1e30", "x", "1.e", "-1e3", "1.5"] {
+            assert!(parse_count(text).is_err(), "{text}");
+        }
+    }
 
     #[test]
     fn same_values_tolerates_nan_only() {
