@@ -26,9 +26,9 @@
 //! order of sums changes.
 //!
 //! Complexity: `O(steps · labels per step)` for the costs of every split (one pass from
-//! each end), plus `O(operands²)` to write the chosen path in opt_einsum's positional form.
+//! each end), plus `O(steps log steps)` to write the chosen path in opt_einsum's positional form.
 
-use crate::path::{ContractionPath, FollowedPath, PathOperand, distinct};
+use crate::path::{ContractionPath, FollowedPath, PathOperand, distinct, positional_path};
 
 /// The estimated speed-up below which the original path is kept (as in `threads.rs`:
 /// the estimate ignores the fixed costs of threads).
@@ -180,18 +180,19 @@ pub(crate) fn balance(
     let r = chain(&mut (k + 1..m).rev(), &mut pairs, &mut ids);
     pairs.push([l, r]);
     ids.push(fresh);
-    // opt_einsum's positions: the live list, each result appended at its end.
-    let mut live: Vec<usize> = (0..n).collect();
-    let mut path = Vec::with_capacity(pairs.len());
-    for (&[a, b], &id) in pairs.iter().zip(&ids) {
-        let i = live.iter().position(|&x| x == a).expect("an operand is live when contracted");
-        let j = live.iter().position(|&x| x == b).expect("an operand is live when contracted");
-        path.push([i, j]);
-        live.remove(i.max(j));
-        live.remove(i.min(j));
-        live.push(id);
-    }
-    Some(ContractionPath::new(path))
+    // opt_einsum's positions: pair `k`'s result is slot `n + k` of the operand list.
+    let mut slot_of = vec![usize::MAX; fresh + 1];
+    (0..n).for_each(|i| slot_of[i] = i);
+    let slots: Vec<[usize; 2]> = pairs
+        .iter()
+        .zip(&ids)
+        .enumerate()
+        .map(|(k, (&[a, b], &id))| {
+            slot_of[id] = n + k;
+            [slot_of[a], slot_of[b]]
+        })
+        .collect();
+    Some(positional_path(n, &slots))
 }
 
 /// The distinct labels of `a` and `b`.

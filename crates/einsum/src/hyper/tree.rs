@@ -18,7 +18,7 @@
 //! Traversals are iterative (explicit stacks): trees of `10^5` leaves are chains as often
 //! as they are balanced.
 
-use crate::path::ContractionPath;
+use crate::path::{ContractionPath, positional_path};
 
 use super::options::TreeCost;
 
@@ -236,56 +236,18 @@ impl Tree {
 
     /// The tree as a path in opt_einsum's format: the internal nodes in post-order, each
     /// naming its children's positions in the operand list as it stands (inputs first,
-    /// each result appended). Positions come from a Fenwick tree over the list's slots, so
-    /// this is `O(n log n)`, not the `O(n²)` of searching the list.
+    /// each result appended; [`positional_path`]).
     pub(crate) fn to_path(&self) -> ContractionPath {
         let order = self.post_order();
-        let slots = self.n + order.len();
-        let mut fenwick = Fenwick::new(slots);
-        for i in 0..self.n {
-            fenwick.add(i, 1);
-        }
         let mut slot = vec![u32::MAX; self.kids.len()];
         (0..self.n).for_each(|i| slot[i] = i as u32);
-        let mut steps = Vec::with_capacity(order.len());
+        let mut pairs = Vec::with_capacity(order.len());
         for (k, &node) in order.iter().enumerate() {
             let [a, b] = self.kids(node);
-            let (sa, sb) = (slot[a as usize] as usize, slot[b as usize] as usize);
-            steps.push([fenwick.prefix(sa), fenwick.prefix(sb)]);
-            fenwick.add(sa, -1);
-            fenwick.add(sb, -1);
-            let s = self.n + k;
-            fenwick.add(s, 1);
-            slot[node as usize] = s as u32;
+            pairs.push([slot[a as usize] as usize, slot[b as usize] as usize]);
+            slot[node as usize] = (self.n + k) as u32;
         }
-        ContractionPath::new(steps)
-    }
-}
-
-/// Prefix counts of live slots.
-struct Fenwick(Vec<i64>);
-
-impl Fenwick {
-    fn new(n: usize) -> Self {
-        Fenwick(vec![0; n + 1])
-    }
-
-    fn add(&mut self, i: usize, delta: i64) {
-        let mut i = i + 1;
-        while i < self.0.len() {
-            self.0[i] += delta;
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    /// Live slots before slot `i`.
-    fn prefix(&self, i: usize) -> usize {
-        let (mut i, mut sum) = (i, 0);
-        while i > 0 {
-            sum += self.0[i];
-            i &= i - 1;
-        }
-        sum as usize
+        positional_path(self.n, &pairs)
     }
 }
 
