@@ -9,9 +9,16 @@ products and copies split), and runs one that would not gain on the calling thre
 small contraction costs what it costs on one thread. ``threads=1`` (or
 ``set_num_threads(1)``) runs everything on the calling thread.
 
+On more than one thread, a forward call whose path is a chain of steps too small to split
+(an MPS inner product, one operand at a time) contracts it from both ends and joins the two
+halves in the middle, when the estimate says that pays: the same multiply-adds within
+1/32, no intermediate larger than the path's largest. Gradients and sliced contractions
+keep the path as it is.
+
 Results: two threads give the one-thread result bit for bit wherever the kernels keep the
 order of their sums, which every kernel does but one (a large matrix-vector product, whose
-sum the matrix library splits between the threads); there they agree to rounding.
+sum the matrix library splits between the threads), and the path is kept; a chain
+contracted from both ends, or such a product, agrees to rounding.
 """
 
 from __future__ import annotations

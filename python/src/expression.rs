@@ -3,8 +3,9 @@
 //! a bounded process-wide cache so that repeated calls compile once.
 //!
 //! An expression holds its [`Plan`] and, per element type, the einsum crate's compiled
-//! [`Einsum`] (built on the first call with that type) and derivative programs by `wrt`
-//! (built on first use). Work runs with the GIL released unless it is too small for that
+//! [`Einsum`] (built on the first call with that type), the forward programs re-associated
+//! for a call's thread count where that pays (`Plan::balanced_for`, built on first use per
+//! count) and derivative programs by `wrt` (built on first use). Work runs with the GIL released unless it is too small for that
 //! to pay (`DETACH_MIN_WORK`); planning (parsing, the path search, the slicing) always runs
 //! without it, so that a long search leaves other Python threads (and Ctrl-C's handler,
 //! once it returns) free. Work of `INTERRUPTIBLE_MIN_WORK` or more (contractions, sliced
@@ -74,13 +75,21 @@ const CACHE_CAPACITY: usize = 512;
 /// What one element type needs compiled.
 struct Compiled<T: Elem> {
     einsum: OnceLock<Arc<SlicedEinsum<T>>>,
+    /// By thread count: the forward program along the path re-associated for those threads
+    /// (`Plan::balanced_for`), or `None` where that does not pay and `einsum` serves.
+    balanced: Mutex<HashMap<usize, Option<Arc<SlicedEinsum<T>>>>>,
     gradients: Mutex<HashMap<Vec<usize>, Arc<SlicedGradient<T>>>>,
     hvps: Mutex<HashMap<Vec<usize>, Arc<SlicedHvp<T>>>>,
 }
 
 impl<T: Elem> Compiled<T> {
     fn new() -> Self {
-        Compiled { einsum: OnceLock::new(), gradients: Mutex::default(), hvps: Mutex::default() }
+        Compiled {
+            einsum: OnceLock::new(),
+            balanced: Mutex::default(),
+            gradients: Mutex::default(),
+            hvps: Mutex::default(),
+        }
     }
 }
 
@@ -229,6 +238,38 @@ impl Inner {
         Ok(cell.get_or_init(|| Arc::new(e)))
     }
 
+    /// The forward program for a call on `threads` threads: for an unsliced expression on
+    /// more than one, the path re-associated so that the threads share a chain
+    /// (`Plan::balanced_for`: the same multiply-adds within 1/32, no larger intermediate,
+    /// the same contraction to rounding), compiled on first use per count, where that pays;
+    /// the expression's own program otherwise. The gradients keep the path: the reverse
+    /// pass of a balanced chain measured slower (`cgx einsum --grad` does the same).
+    fn einsum_on<T: Dtype>(&self, threads: usize) -> PyResult<Arc<SlicedEinsum<T>>> {
+        if threads < 2 || self.is_sliced() {
+            return self.einsum::<T>().cloned();
+        }
+        let mut balanced = lock(&T::compiled(self).balanced);
+        let e = match balanced.get(&threads) {
+            Some(e) => e.clone(),
+            None => {
+                let e = match self.plan.balanced_for(threads) {
+                    Some(plan) => {
+                        let plan = plan.with_memory_limit(crate::budget_limit());
+                        Some(Arc::new(SlicedEinsum::from_plan(plan, &Slicing::None).map_err(einsum_error)?))
+                    }
+                    None => None,
+                };
+                balanced.insert(threads, e.clone());
+                e
+            }
+        };
+        drop(balanced);
+        match e {
+            Some(e) => Ok(e),
+            None => self.einsum::<T>().cloned(),
+        }
+    }
+
     /// The slice range `start..stop`, checked against the slice count.
     fn range(&self, start: u64, stop: Option<u64>) -> std::ops::Range<u64> {
         start..stop.unwrap_or(self.slice_plan.n_slices())
@@ -277,9 +318,11 @@ impl Inner {
         blocks: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.check_memory::<T>(limit)?;
-        let e = self.einsum::<T>()?;
-        let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = self.slice_plan.multiply_adds();
+        // The threads `run` will use (one below `POOL_MIN_WORK`).
+        let threads = if work >= POOL_MIN_WORK { crate::threads::get_num_threads() } else { 1 };
+        let e = self.einsum_on::<T>(threads)?;
+        let refs: Vec<&Tensor<T>> = operands.iter().collect();
         if blocks {
             let out = run(py, work, || e.eval_blocks(&refs, range))?;
             return blocks_to_py(py, out);

@@ -153,3 +153,25 @@ def test_counts_that_are_not_ints_are_type_errors(bad):
         cgx.set_num_threads(bad)
     with pytest.raises(TypeError):
         cgx.contract("ij->", np.ones((2, 2)), threads=bad)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(8, 24), size=st.integers(40, 72), seed=st.integers(0, 2**16))
+def test_chains_of_small_steps_on_two_threads_agree_to_rounding(n, size, seed):
+    # Steps too small to split, more than 2^20 multiply-adds in all: on two threads the
+    # forward call contracts the chain from both ends (a different order of sums), the
+    # gradients keep the path.
+    rng = np.random.default_rng(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
+    ops = [rng.standard_normal((size, size)) / np.sqrt(size) for _ in range(n)]
+    # opt_einsum's positions: each result joins the end of the list.
+    left_to_right = [(0, 1)] + [(live - 1, 0) for live in range(n - 1, 1, -1)]
+    expr = cgx.contract_expression(eq, *[o.shape for o in ops], optimize=left_to_right)
+    one = expr(*ops, threads=1)
+    two = expr(*ops, threads=2)
+    expected = np.linalg.multi_dot(ops)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(one, expected, rtol=1e-10, atol=1e-12 * scale)
+    np.testing.assert_allclose(two, one, rtol=1e-10, atol=1e-12 * scale)
+    assert np.array_equal(expr(*ops, threads=2), two)

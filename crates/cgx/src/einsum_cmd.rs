@@ -133,8 +133,8 @@ pub struct EinsumArgs {
     /// (`optimal`, `dp`, `random-greedy`, `auto`, `hyper`: the hyper-optimizer, see
     /// --max-time), or an explicit opt_einsum path as a list of
     /// steps of positions, `[(0,1),(0,1)]`, `[(0,1,2)]` (instances default to opt-flops,
-    /// expressions to greedy). Past one thread without `--grad`, a non-explicit chain may
-    /// be contracted from both ends.
+    /// expressions to greedy). Past one thread without `--grad`, a chain-like path (given
+    /// or found) may be contracted from both ends: the same multiply-adds within 1/32.
     #[arg(long, value_parser = parse_path)]
     pub path: Option<PathArg>,
     /// With `--path hyper`: the search's time budget in seconds (default 1).
@@ -388,8 +388,6 @@ struct Job {
     expression: String,
     shapes: Vec<Vec<usize>>,
     path: PathChoice,
-    /// The user gave the path step by step: followed as given, never re-associated.
-    user_path: bool,
     dtype: Dtype,
     operands: Operands,
     cotangent: Option<ArrayInfo>,
@@ -504,8 +502,7 @@ fn plan(args: &EinsumArgs, limit: MemoryLimit) -> CliResult<Job> {
             Some(info)
         }
     };
-    let user_path = matches!(args.path, Some(PathArg::Explicit(_)));
-    Ok(Job { name, expression, shapes, path, user_path, dtype, operands, cotangent })
+    Ok(Job { name, expression, shapes, path, dtype, operands, cotangent })
 }
 
 /// The instance bundled for the demo: a 100-matrix chain (Einsum Benchmark).
@@ -528,7 +525,6 @@ pub fn measure_bundled(threads: u16) -> CliResult<(String, EinsumReport)> {
         expression: inst.format_string.clone(),
         shapes: inst.shapes.clone(),
         path,
-        user_path: false,
         dtype: Dtype::Float64,
         operands: Operands::Seeded { instance: Some(Box::new(inst)), seed: 42 },
         cotangent: None,
@@ -682,8 +678,9 @@ fn measure_plan<T: NpyElem>(plan: Job, s: &Settings) -> CliResult<(String, Einsu
     // The one parse of the expression: the einsum crate's plan, which the slicing and the
     // compiled programs take.
     let planned = einsum::Plan::new(&plan.expression, &plan.shapes, plan.path.clone(), options.limit())?;
-    // A chain contracted from both ends where that pays (not with --grad: 7% slower on MPS).
-    let balance = s.threads > 1 && !s.grad && !plan.user_path;
+    // A chain contracted from both ends where that pays, whatever the path's source, as the
+    // Python extension does (not with --grad: 7% slower on MPS).
+    let balance = s.threads > 1 && !s.grad;
     let planned = if balance { planned.balanced_for(s.threads.into()).unwrap_or(planned) } else { planned };
     let e = SlicedEinsum::<T>::from_plan(planned, &slicing)?;
     let sliced = e.plan().n_slices() > 1 || !e.plan().labels().is_empty();

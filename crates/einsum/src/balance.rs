@@ -19,7 +19,9 @@
 //! Output: the split path ([`ContractionPath`], pairwise: the half `u0…uk`, then the
 //! other, then the join, each unit's own steps, in their order, just before its use) for
 //! the `k` of the smallest estimated time on `threads` threads, `max(critical path, total
-//! ÷ threads)`, when that time is at most `1 / MIN_GAIN` of the original's, its
+//! ÷ threads)`, when that time is at most `1 / MIN_GAIN` of the original's (the better of
+//! that bound and its steps in order with each GEMM large enough to split divided
+//! between the threads, as `threads.rs` estimates), its
 //! multiply-adds at most `1 + FLOP_SLACK` times the original's and none of its
 //! intermediates larger than the original's largest; `None`
 //! otherwise (or for one thread). The result is the same contraction to rounding: the
@@ -28,7 +30,9 @@
 //! Complexity: `O(steps · labels per step)` for the costs of every split (one pass from
 //! each end), plus `O(steps log steps)` to write the chosen path in opt_einsum's positional form.
 
+use crate::elem::PAR_GEMM_MIN_MACS;
 use crate::path::{ContractionPath, FollowedPath, PathOperand, distinct, positional_path};
+use crate::threads::SPLIT_EFFICIENCY;
 
 /// The estimated speed-up below which the original path is kept (as in `threads.rs`:
 /// the estimate ignores the fixed costs of threads).
@@ -53,14 +57,17 @@ pub(crate) fn balance(
     }
     let size = |labels: &[u32]| labels.iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
     let step_of = |v: PathOperand| v.index().checked_sub(n);
-    // Each operand's critical path (multiply-adds); the total; the largest intermediate.
+    let t = threads as f64;
+    // Each operand's critical path (multiply-adds); the total; the largest intermediate;
+    // the time of the steps in order with each large enough GEMM split over the threads.
     let mut crit = vec![0.0f64; n + steps.len()];
-    let (mut total, mut largest) = (0.0f64, 0.0f64);
+    let (mut total, mut largest, mut split) = (0.0f64, 0.0f64, 0.0f64);
     for (s, step) in steps.iter().enumerate() {
         let cost = size(&followed.loops(step));
         let [a, b] = step.operands;
         crit[n + s] = crit[a.index()].max(crit[b.index()]) + cost;
         total += cost;
+        split += if cost >= PAR_GEMM_MIN_MACS as f64 { cost / (SPLIT_EFFICIENCY * t) } else { cost };
         largest = largest.max(size(followed.labels(step.result)));
     }
     // The spine, from the last step down (iteratively), and its units, bottom up.
@@ -103,9 +110,12 @@ pub(crate) fn balance(
     }
     let left = Half::contract(&labels, &units, &crit, &holders, &in_output, sizes, (0..m).collect());
     let right = Half::contract(&labels, &units, &crit, &holders, &in_output, sizes, (0..m).rev().collect());
-    let t = threads as f64;
     let estimate = |total: f64, crit: f64| crit.max(total / t);
-    let original = estimate(total, crit[followed.last().index()]);
+    // The original path on the threads: independent steps at once or its large steps
+    // split, whichever is faster (as `threads::choose` weighs them). A chain of steps
+    // that split already has its threads busy: re-associating it would only change the
+    // order of its sums.
+    let original = estimate(total, crit[followed.last().index()]).min(split);
     // Splits after `k`: at least two units on each side, so both halves have a step.
     let mut best: Option<(f64, usize)> = None;
     for k in 1..m - 2 {

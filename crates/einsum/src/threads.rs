@@ -49,7 +49,7 @@ const MIN_GAIN: f64 = 1.25;
 
 /// The share of `t` threads' speed-up that a split kernel reaches (large GEMMs of MERA:
 /// 1.86× on two threads).
-const SPLIT_EFFICIENCY: f64 = 0.9;
+pub(crate) const SPLIT_EFFICIENCY: f64 = 0.9;
 
 /// How an evaluation given a pool of several threads runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -126,3 +126,25 @@ fn uniform_chains_contracted_left_to_right_balance() {
         }
     }
 }
+
+/// A chain of matrices contracted left to right: `size`-square, `n` of them.
+fn matrix_chain(n: usize, size: usize) -> Plan {
+    let letters: Vec<char> = ('a'..='z').collect();
+    let inputs: Vec<String> = (0..n).map(|i| format!("{}{}", letters[i], letters[i + 1])).collect();
+    let expr = format!("{}->{}{}", inputs.join(","), letters[0], letters[n]);
+    let mut steps = vec![[0, 1]];
+    steps.extend((2..n).rev().map(|live| [live - 1, 0]));
+    let path = PathChoice::Explicit(ContractionPath::new(steps));
+    Plan::new(&expr, &vec![vec![size, size]; n], path, MemoryLimit::default()).unwrap()
+}
+
+#[test]
+fn chains_of_steps_that_split_keep_their_path() {
+    // Each step of 128³ multiply-adds splits over the threads by itself: re-associating
+    // the chain would gain nothing and change its order of sums.
+    assert!(matrix_chain(8, 128).balanced_for(2).is_none());
+    // The same chain of 8 × 8 matrices (steps too small to split) does balance.
+    let small = matrix_chain(8, 8);
+    let b = small.balanced_for(2).expect("a chain of small steps balances");
+    assert_ne!(b.path(), small.path());
+}
