@@ -9,7 +9,8 @@
 //! to pay (`DETACH_MIN_WORK`); planning (parsing, the path search, the slicing) always runs
 //! without it, so that a long search leaves other Python threads (and Ctrl-C's handler,
 //! once it returns) free. Work of `INTERRUPTIBLE_MIN_WORK` or more (contractions, sliced
-//! or not, gradients, HVPs, slice ranges) runs on a thread of its own while the calling
+//! or not, gradients, HVPs, slice ranges) runs on a worker thread (the call's pool's, or
+//! the Python thread's own one, kept between calls: `threads::own_worker`) while the calling
 //! thread runs Python's signal handlers (`crate::interrupt`): Ctrl-C raises
 //! `KeyboardInterrupt` within a fraction of a second, the evaluation being stopped by
 //! `einsum::with_stop`'s flag. Before any allocation, the plan's largest intermediate is
@@ -53,7 +54,7 @@ use pyo3::types::PyTuple;
 
 use crate::convert::{self, FromReal, Operands};
 use crate::einsum_error;
-use crate::interrupt::interruptibly;
+use crate::interrupt::interruptibly_in;
 use crate::plan::Report;
 
 /// Below this many multiply-adds a call keeps the GIL: releasing and taking it back costs
@@ -61,7 +62,8 @@ use crate::plan::Report;
 const DETACH_MIN_WORK: f64 = 32_768.0;
 
 /// From this many multiply-adds on (tens of milliseconds), a call runs where Ctrl-C can
-/// end it ([`interruptibly`]): the thread it starts costs microseconds, nothing beside it.
+/// end it ([`interruptibly_in`]): on a thread kept between calls, whose hand-off costs
+/// microseconds.
 const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 
 /// Below this many multiply-adds a call stays on the calling thread whatever threads it
@@ -143,7 +145,7 @@ macro_rules! by_dtype {
 }
 
 /// Runs `f` without the GIL when the work is large enough for that to pay, and from
-/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly`]); on the
+/// [`INTERRUPTIBLE_MIN_WORK`] on so that Ctrl-C ends it ([`interruptibly_in`]); on the
 /// threads this call asks for (`threads.rs`) unless the work is too small to leave the
 /// calling thread (inside the pool, the einsum crate weighs each program's cost before
 /// using more than one of its threads).
@@ -155,12 +157,14 @@ fn run<R: Send>(py: Python<'_>, work: f64, f: impl FnOnce() -> EinsumResult<R> +
     if work < INTERRUPTIBLE_MIN_WORK {
         py.detach(|| crate::threads::on(pool.as_deref(), f)).map_err(einsum_error)
     } else {
-        // With a pool, the flag is installed on the pool thread that leads the evaluation
-        // (the flag is per thread; `stop.rs` shares it with the pool's other workers).
-        let pool = pool.as_deref();
-        interruptibly(py, move |flag| {
-            crate::threads::on(pool, move || einsum::with_stop(flag, f)).map_err(einsum_error)
-        })
+        // On a pool thread (the call's pool, or on one thread this Python thread's own
+        // worker), where the flag is installed (the flag is per thread; `stop.rs` shares
+        // it with the pool's other workers).
+        let pool = match pool {
+            Some(p) => p,
+            None => crate::threads::own_worker()?,
+        };
+        interruptibly_in(py, &pool, move |flag| einsum::with_stop(flag, f).map_err(einsum_error))
     }
 }
 

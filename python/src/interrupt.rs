@@ -1,12 +1,15 @@
-//! Long calls that Ctrl-C can end: the work runs on a thread of its own with a stop flag,
+//! Long calls that Ctrl-C can end: the work runs on another thread with a stop flag (a
+//! pool's, kept between calls: [`interruptibly_in`]; or one started for it),
 //! while the calling thread waits without the GIL and takes it back every [`SIGNAL_POLL`]
 //! to run Python's signal handlers (which run on the main thread only, so the work cannot
 //! stay there). When a handler raises (Ctrl-C: `KeyboardInterrupt`), the flag goes up, the
 //! work ends at its next look at the flag and frees what it held, and the handler's
-//! exception is raised. Used by the contractions (`expression.rs`, through
-//! `einsum::with_stop`, which is `computegraph::stop::with_stop`: one flag for the engine
-//! and the kernels), by the scalar graph's compiles and evaluations (`graph.rs`) and by the
-//! DAG partitions' preparation and batches (`dag.rs`).
+//! exception is raised. Used by the contractions (`expression.rs`, in the call's pool,
+//! through `einsum::with_stop`, which is `computegraph::stop::with_stop`: one flag for the
+//! engine and the kernels), and, on a thread started per call (their passes use rayon's
+//! global pool, which a pool's thread would replace by its own), by the scalar graph's
+//! compiles and evaluations (`graph.rs`) and by the DAG partitions' preparation and
+//! batches (`dag.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -16,6 +19,59 @@ use pyo3::prelude::*;
 /// How often a waiting call runs Python's signal handlers.
 const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// `work(flag)` on a thread of `pool` (on the calling thread's behalf: the call waits);
+/// `flag` goes up when a signal handler raises, and the handler's exception is returned
+/// once `work` has ended. Unlike [`interruptibly`], no thread is started: `work` runs on a
+/// thread that lives on between calls (its stack and per-thread buffers already mapped),
+/// and inside `pool`, so that the einsum crate's kernels use its threads.
+pub(crate) fn interruptibly_in<R: Send>(
+    py: Python<'_>,
+    pool: &rayon::ThreadPool,
+    work: impl FnOnce(Arc<AtomicBool>) -> PyResult<R> + Send,
+) -> PyResult<R> {
+    use std::sync::mpsc::{RecvTimeoutError, channel};
+    let flag = Arc::new(AtomicBool::new(false));
+    py.detach(|| {
+        let (done, finished) = channel::<PyResult<R>>();
+        let worker_flag = flag.clone();
+        // `in_place_scope`: the body (the waiting loop) runs here, the spawned work on a
+        // thread of `pool`; the scope ends when the work has, and re-raises its panic.
+        let (result, raised) = pool.in_place_scope(|s| {
+            s.spawn(move |_| {
+                let _ = done.send(work(worker_flag));
+            });
+            let mut raised: Option<PyErr> = None;
+            loop {
+                match finished.recv_timeout(SIGNAL_POLL) {
+                    Ok(r) => break (Some(r), raised),
+                    // Disconnected: the work ended without sending (it panicked).
+                    Err(RecvTimeoutError::Disconnected) => break (None, raised),
+                    Err(RecvTimeoutError::Timeout) => {
+                        if raised.is_none() {
+                            raised = signal_raised(&flag);
+                        }
+                    }
+                }
+            }
+        });
+        match (raised, result) {
+            (Some(e), _) => Err(e),
+            (None, Some(r)) => r,
+            // Unreachable: a panicking work re-raises at the scope's end.
+            (None, None) => {
+                Err(pyo3::exceptions::PyRuntimeError::new_err("the contraction's worker ended without a result"))
+            }
+        }
+    })
+}
+
+/// Runs Python's signal handlers; when one raises, puts `flag` up and returns its exception.
+fn signal_raised(flag: &AtomicBool) -> Option<PyErr> {
+    let e = Python::attach(|py| py.check_signals()).err()?;
+    flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    Some(e)
+}
+
 /// `work(flag)` on a thread of its own; `flag` goes up when a signal handler raises, and
 /// the handler's exception is returned once `work` has ended. `work` must look at the
 /// flag often enough to end within a fraction of a second of it.
@@ -23,7 +79,6 @@ pub(crate) fn interruptibly<R: Send>(
     py: Python<'_>,
     work: impl FnOnce(Arc<AtomicBool>) -> PyResult<R> + Send,
 ) -> PyResult<R> {
-    use std::sync::atomic::Ordering;
     use std::sync::mpsc::{RecvTimeoutError, channel};
     let flag = Arc::new(AtomicBool::new(false));
     py.detach(|| {
@@ -40,12 +95,7 @@ pub(crate) fn interruptibly<R: Send>(
                 match finished.recv_timeout(SIGNAL_POLL) {
                     // Disconnected: the worker ended without sending (it panicked).
                     Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-                    Err(RecvTimeoutError::Timeout) if raised.is_none() => {
-                        if let Err(e) = Python::attach(|py| py.check_signals()) {
-                            raised = Some(e);
-                            flag.store(true, Ordering::Relaxed);
-                        }
-                    }
+                    Err(RecvTimeoutError::Timeout) if raised.is_none() => raised = signal_raised(&flag),
                     Err(RecvTimeoutError::Timeout) => {}
                 }
             }

@@ -8,7 +8,12 @@
 //!
 //! Pools: one rayon pool per thread count asked for, built on first use and kept for the
 //! process (a pool's threads sleep between calls); a count of 1 runs on the calling thread,
-//! outside any pool, exactly as before threads were offered.
+//! outside any pool, exactly as before threads were offered. A long call that Ctrl-C must
+//! be able to end runs off the calling thread (`interrupt.rs`): in its pool, or on one
+//! thread's call, on that Python thread's own worker ([`own_worker`]), a pool of one
+//! thread kept while the Python thread lives. A thread started per call cost 1.1 ms of a
+//! 15 ms `lm_batch` forward pass: its stack and the matrix library's per-thread packing
+//! buffers were fresh pages every time (about 250 page faults a call).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -24,6 +29,11 @@ static PROCESS_THREADS: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// The count for the calls this (Python) thread makes (0: the process-wide one).
     static CALL_THREADS: Cell<usize> = const { Cell::new(0) };
+}
+
+thread_local! {
+    /// This (Python) thread's own worker for its one-thread calls ([`own_worker`]).
+    static OWN_WORKER: std::cell::OnceCell<Arc<rayon::ThreadPool>> = const { std::cell::OnceCell::new() };
 }
 
 /// The pools built so far, by thread count.
@@ -89,6 +99,24 @@ pub(crate) fn call_pool() -> PyResult<Option<Arc<rayon::ThreadPool>>> {
     let pool = Arc::new(pool);
     pools.insert(n, pool.clone());
     Ok(Some(pool))
+}
+
+/// The calling (Python) thread's own worker: a pool of one thread, built on its first use
+/// and ended with the Python thread, where its one-thread calls that Ctrl-C must be able to
+/// end run. One per Python thread, so that Python threads calling at once still run at
+/// once; inside it the einsum crate sees a pool of one thread and splits nothing.
+pub(crate) fn own_worker() -> PyResult<Arc<rayon::ThreadPool>> {
+    OWN_WORKER.with(|cell| {
+        if let Some(p) = cell.get() {
+            return Ok(p.clone());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "cgx-call".to_string())
+            .build()
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot start a worker thread: {e}")))?;
+        Ok(cell.get_or_init(|| Arc::new(pool)).clone())
+    })
 }
 
 /// `f` inside `pool` (where the einsum crate's evaluations use its threads), or on the
