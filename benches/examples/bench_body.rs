@@ -8,7 +8,10 @@
 //!
 //! Modes: `steps NxCHI ITERS` (`einsum_steps/mps_nN_chiCHI/ours`), `forward NAME ITERS` and
 //! `gradient NAME ITERS` (`einsum_instances`), `eager untracked|recorded ITERS` (the eager
-//! tape's forward), `linearize N ITERS` (`ad/linearize`, setup included).
+//! tape's forward), `backward ITERS` (`eager/backward`: a recorded forward, then the
+//! backward pass), `linearize N ITERS` (`ad/linearize`, setup included) and `transpose N
+//! ITERS` (`ad/linear_transpose`, setup included: a fresh workload and its linearization
+//! every iteration, as the bench's setup gives it).
 
 use std::hint::black_box;
 
@@ -17,8 +20,13 @@ use computegraph::EvalState;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // `backward` takes no WHAT.
+    let args: Vec<String> = match args.get(1).map(String::as_str) {
+        Some("backward") => [&args[..2], &["-".to_string()], &args[2..]].concat(),
+        _ => args,
+    };
     let [_, mode, what, iters] = &args[..] else {
-        eprintln!("usage: bench_body steps|forward|gradient|eager|linearize WHAT ITERS");
+        eprintln!("usage: bench_body steps|forward|gradient|eager|backward|linearize|transpose WHAT ITERS");
         std::process::exit(2);
     };
     let iters: usize = iters.parse().expect("ITERS: a count");
@@ -52,6 +60,24 @@ fn main() {
             let mut tape = scalar::eager::Tape::new();
             for _ in 0..iters {
                 black_box(benches::eager::forward(&mut tape, &spec, what == "recorded"));
+            }
+        }
+        "backward" => {
+            let spec = benches::eager::ten_ops();
+            let mut tape = scalar::eager::Tape::new();
+            let mut exec = scalar::eager::ScalarExecutor::new();
+            for _ in 0..iters {
+                let (_leaves, y) = benches::eager::forward(&mut tape, &spec, true);
+                black_box(benches::eager::backward(&y, &mut exec));
+            }
+        }
+        "transpose" => {
+            let n: usize = what.parse().expect("N");
+            for _ in 0..iters {
+                let w = benches::ad::AdWorkload::new(n);
+                let lin = w.linearize();
+                let t = tidu::linear_transpose(&lin);
+                black_box((w, lin, t));
             }
         }
         "linearize" => {
