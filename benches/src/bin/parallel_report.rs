@@ -4,8 +4,9 @@
 //! cargo run --release -p benches --bin parallel_report -- [--nodes N] [--rounds R] [--workloads a,b]
 //! ```
 //!
-//! Workloads: `layered_wide`, `layered_deep` (1000 wide) and `chain` of `N` nodes (default
-//! 10^7, so `layered_wide` is 10^5 wide × 100 deep), and `matmul_layered` (10^4 matrix
+//! Workloads: every scalar shape (`window`, `uniform`, `chain`, `layered_wide`,
+//! `layered_deep` (1000 wide)) of `N` nodes (default 10^7, so `layered_wide` is 10^5 wide ×
+//! 100 deep), and `matmul_layered` (10^4 matrix
 //! products of about 10 µs, [`benches::heavy`], with its engine-free baselines). The
 //! layered workloads also run their engine-free floor, [`benches::layers::FlatLayers`], on
 //! one and two threads (`flat_layers`, `flat_layers_2t`). Each round
@@ -26,7 +27,7 @@ use computegraph::{EvalState, compile};
 
 fn usage(msg: &str) -> ! {
     eprintln!(
-        "error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] [--workloads a,b] (N accepts `_` and `1e7`; workloads: layered_wide, layered_deep, chain, matmul_layered)"
+        "error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] [--workloads a,b] (N accepts `_` and `1e7`; workloads: window, uniform, chain, layered_wide, layered_deep, matmul_layered)"
     );
     std::process::exit(2)
 }
@@ -78,7 +79,7 @@ fn main() {
             _ => usage(&format!("unexpected `{a}`")),
         }
     }
-    const WORKLOADS: [&str; 4] = ["layered_wide", "layered_deep", "chain", "matmul_layered"];
+    const WORKLOADS: [&str; 6] = ["window", "uniform", "chain", "layered_wide", "layered_deep", "matmul_layered"];
     if let Some(unknown) = only.iter().flatten().find(|w| !WORKLOADS.contains(&w.as_str())) {
         usage(&format!("unknown workload `{unknown}`"));
     }
@@ -86,7 +87,7 @@ fn main() {
     let pools: Vec<rayon::ThreadPool> =
         [1, 2].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")).collect();
     println!("parallel_report: {nodes} nodes, {rounds} rounds, times per evaluation");
-    for shape in [Shape::LayeredWide, Shape::LayeredDeep, Shape::Chain] {
+    for shape in Shape::ALL {
         if !wanted(shape.name()) {
             continue;
         }
@@ -106,7 +107,8 @@ fn main() {
             std::hint::black_box(out.expect("evaluates"));
         };
         let (width, _) = shape.layered_dims(nodes);
-        let flat = (shape != Shape::Chain).then(|| benches::layers::FlatLayers::new(&w.spec, width));
+        let layered = matches!(shape, Shape::LayeredWide | Shape::LayeredDeep);
+        let flat = layered.then(|| benches::layers::FlatLayers::new(&w.spec, width));
         if let Some(flat) = &flat {
             assert!(benches::same_values(&flat.eval(&w.inputs), &expected));
             assert!(benches::same_values(&flat.eval_two_threads(&w.inputs), &expected));
