@@ -12,7 +12,9 @@
 //! one and two threads (`flat_layers`, `flat_layers_2t`). Each round
 //! runs every implementation of a workload once, one after the other, so that load from
 //! other processes falls on all of them alike; the report gives each implementation's
-//! median and minimum over `R` rounds (default 15) and the speedups of both. The criterion
+//! median and minimum over `R` rounds (default 15) and the speedups of both. Each round
+//! starts one implementation later than the one before, so that none always runs first,
+//! after the previous round's last one has evicted its data from the shared cache. The criterion
 //! group `eval_parallel` measures the same things with medians of separate runs; this
 //! report exists because on a shared two-core machine a separate 2-second window is often
 //! loaded for one implementation and not the next.
@@ -43,10 +45,14 @@ fn report(name: &str, rounds: usize, impls: &mut [(&str, &mut dyn FnMut())]) {
     for (_, f) in impls.iter_mut() {
         f(); // warm-up
     }
-    for _ in 0..rounds {
-        for (k, (_, f)) in impls.iter_mut().enumerate() {
+    // Each round starts one implementation later: the first of a round runs after the
+    // last of the round before (the two-thread floor, which evicts the program from the
+    // shared cache), so a fixed order would always hand the same one a cold cache.
+    let n = impls.len();
+    for r in 0..rounds {
+        for k in (0..n).map(|j| (r + j) % n) {
             let t = Instant::now();
-            f();
+            (impls[k].1)();
             times[k].push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
