@@ -72,9 +72,9 @@ pub(crate) const PAR_CHUNK_MIN_COST: u64 = 1024;
 /// on the thread that runs it: its operands were mostly written by another core one level
 /// before, so their cache lines cross between the cores, and the chunk streams its step.
 /// Measured on the project machine (`docs/PERFORMANCE.md`, *Two threads never slower than
-/// one*): `layered_wide` (cost 1 per node) on two threads took 0.6 to 2.5 ns per node more
-/// than half its sequential time, while sequential evaluation took 1.6 to 1.9 ns per node;
-/// so up to about 1.4 units, and 2 leaves a margin.
+/// one*): `layered_wide` (cost 1 per node) on two threads took 0.5 to 2.0 ns per node more
+/// than half its sequential time, while sequential evaluation took 1.6 to 2.1 ns per node;
+/// so up to about 1.3 units, and 2 leaves a margin.
 pub(crate) const PAR_STEP_COST: u64 = 2;
 /// What one split level costs in synchronisation, in cost-hint units: the lead publishes
 /// the level, every thread claims chunks, and the lead waits for the last one (a few
