@@ -4,14 +4,17 @@
 //! cargo run --release -p benches --bin parallel_report -- [--nodes N] [--rounds R] [--workloads a,b]
 //! ```
 //!
-//! Workloads: `layered_wide`, `layered_deep` (1000 wide) and `chain` of `N` nodes (default
-//! 10^7, so `layered_wide` is 10^5 wide × 100 deep), and `matmul_layered` (10^4 matrix
+//! Workloads: every scalar shape (`window`, `uniform`, `chain`, `layered_wide`,
+//! `layered_deep` (1000 wide)) of `N` nodes (default 10^7, so `layered_wide` is 10^5 wide ×
+//! 100 deep), and `matmul_layered` (10^4 matrix
 //! products of about 10 µs, [`benches::heavy`], with its engine-free baselines). The
 //! layered workloads also run their engine-free floor, [`benches::layers::FlatLayers`], on
 //! one and two threads (`flat_layers`, `flat_layers_2t`). Each round
 //! runs every implementation of a workload once, one after the other, so that load from
 //! other processes falls on all of them alike; the report gives each implementation's
-//! median and minimum over `R` rounds (default 15) and the speedups of both. The criterion
+//! median and minimum over `R` rounds (default 15) and the speedups of both. Each round
+//! starts one implementation later than the one before, so that none always runs first,
+//! after the previous round's last one has evicted its data from the shared cache. The criterion
 //! group `eval_parallel` measures the same things with medians of separate runs; this
 //! report exists because on a shared two-core machine a separate 2-second window is often
 //! loaded for one implementation and not the next.
@@ -26,7 +29,7 @@ use computegraph::{EvalState, compile};
 
 fn usage(msg: &str) -> ! {
     eprintln!(
-        "error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] [--workloads a,b] (N accepts `_` and `1e7`; workloads: layered_wide, layered_deep, chain, matmul_layered)"
+        "error: {msg}\nusage: parallel_report [--nodes N] [--rounds R] [--workloads a,b] (N accepts `_` and `1e7`; workloads: window, uniform, chain, layered_wide, layered_deep, matmul_layered)"
     );
     std::process::exit(2)
 }
@@ -42,10 +45,14 @@ fn report(name: &str, rounds: usize, impls: &mut [(&str, &mut dyn FnMut())]) {
     for (_, f) in impls.iter_mut() {
         f(); // warm-up
     }
-    for _ in 0..rounds {
-        for (k, (_, f)) in impls.iter_mut().enumerate() {
+    // Each round starts one implementation later: the first of a round runs after the
+    // last of the round before (the two-thread floor, which evicts the program from the
+    // shared cache), so a fixed order would always hand the same one a cold cache.
+    let n = impls.len();
+    for r in 0..rounds {
+        for k in (0..n).map(|j| (r + j) % n) {
             let t = Instant::now();
-            f();
+            (impls[k].1)();
             times[k].push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
@@ -78,7 +85,7 @@ fn main() {
             _ => usage(&format!("unexpected `{a}`")),
         }
     }
-    const WORKLOADS: [&str; 4] = ["layered_wide", "layered_deep", "chain", "matmul_layered"];
+    const WORKLOADS: [&str; 6] = ["window", "uniform", "chain", "layered_wide", "layered_deep", "matmul_layered"];
     if let Some(unknown) = only.iter().flatten().find(|w| !WORKLOADS.contains(&w.as_str())) {
         usage(&format!("unknown workload `{unknown}`"));
     }
@@ -86,7 +93,7 @@ fn main() {
     let pools: Vec<rayon::ThreadPool> =
         [1, 2].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")).collect();
     println!("parallel_report: {nodes} nodes, {rounds} rounds, times per evaluation");
-    for shape in [Shape::LayeredWide, Shape::LayeredDeep, Shape::Chain] {
+    for shape in Shape::ALL {
         if !wanted(shape.name()) {
             continue;
         }
@@ -106,7 +113,8 @@ fn main() {
             std::hint::black_box(out.expect("evaluates"));
         };
         let (width, _) = shape.layered_dims(nodes);
-        let flat = (shape != Shape::Chain).then(|| benches::layers::FlatLayers::new(&w.spec, width));
+        let layered = matches!(shape, Shape::LayeredWide | Shape::LayeredDeep);
+        let flat = layered.then(|| benches::layers::FlatLayers::new(&w.spec, width));
         if let Some(flat) = &flat {
             assert!(benches::same_values(&flat.eval(&w.inputs), &expected));
             assert!(benches::same_values(&flat.eval_two_threads(&w.inputs), &expected));

@@ -35,7 +35,9 @@
 //! dependency instead (`dataflow.rs`, ADR 0015); what follows is the level evaluator.
 //!
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`](crate::CompiledProgram::eval_parallel)) runs the level schedule of
-//! `schedule.rs` with its own slots, entering the rayon pool once per run. A level with
+//! `schedule.rs` with its own slots, entering the rayon pool once per run, when the
+//! schedule's estimate says that beats the sequential evaluator (`SplitLevels::worth_parallel`;
+//! otherwise it is the sequential evaluator). A level with
 //! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
 //! below [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST), runs on the calling thread,
 //! in place. A larger one is cut into chunks of about equal cost (at least
@@ -240,10 +242,14 @@ where
     /// (mean cost hint at least [`DATAFLOW_MIN_MEAN_COST`](crate::DATAFLOW_MIN_MEAN_COST),
     /// see [`Self::parallel_by_dependency`]) runs by dependency: an instruction starts as
     /// soon as its operands are ready, and idle threads steal costly ones. Otherwise it
-    /// runs level by level: with one thread, or when less than
-    /// half of the program's cost is in levels costly enough to split (see
-    /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)), this is the sequential
-    /// evaluator, whose program order has the better locality. Instructions of levels that run on the calling thread alone
+    /// runs level by level, unless the levels would not pay: with one thread, or when
+    /// the estimated time of the levels (the split ones' cost shared among the threads,
+    /// plus a cost per instruction for the operands crossing between cores and one per
+    /// split level for its synchronisation; levels split when costly enough, see
+    /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)) is not at most seven eighths of
+    /// the program's cost, this is the sequential evaluator. So cheap scalar operations
+    /// (cost hint 1), however wide their levels, run sequentially: sharing them between
+    /// cores costs more than it saves. Instructions of levels that run on the calling thread alone
     /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
     /// per thread per call, on the calling thread), and what a clone records is dropped.
     /// Operations that need one shared context should keep it behind their own lock.
@@ -313,7 +319,7 @@ where
                 None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
             };
         }
-        if !sched.schedule().worth_parallel {
+        if !sched.schedule().split.worth_parallel(threads) {
             return self.eval_with(state, ctx, inputs);
         }
         match pool {

@@ -68,6 +68,18 @@ pub const PAR_LEVEL_MIN_COST: u64 = 4096;
 /// thread). Crate-private: no user of the engine reads it (unlike
 /// [`PAR_LEVEL_MIN_COST`], which users choosing `cost_hint` values compare against).
 pub(crate) const PAR_CHUNK_MIN_COST: u64 = 1024;
+/// What running an instruction in a split level adds, in cost-hint units, to its own cost
+/// on the thread that runs it: its operands were mostly written by another core one level
+/// before, so their cache lines cross between the cores, and the chunk streams its step.
+/// Measured on the project machine (`docs/PERFORMANCE.md`, *Two threads never slower than
+/// one*): `layered_wide` (cost 1 per node) on two threads took 0.5 to 2.0 ns per node more
+/// than half its sequential time, while sequential evaluation took 1.6 to 2.1 ns per node;
+/// so up to about 1.3 units, and 2 leaves a margin.
+pub(crate) const PAR_STEP_COST: u64 = 2;
+/// What one split level costs in synchronisation, in cost-hint units: the lead publishes
+/// the level, every thread claims chunks, and the lead waits for the last one (a few
+/// cache-line round trips between cores, 100 to 450 ns each on the project machine).
+pub(crate) const PAR_LEVEL_SYNC_COST: u64 = 1024;
 
 /// One instruction of the schedule in the compact form the parallel evaluator reads: 16
 /// bytes, in level order, so that a chunk streams one column instead of gathering from
@@ -119,9 +131,45 @@ pub(crate) struct Schedule {
     pub(crate) cost_prefix: Vec<u64>,
     /// This schedule's slots, in the layout of the sequential program's.
     pub(crate) slots: SlotProgram,
-    /// Whether at least half of the cost is in levels that parallel evaluation splits
-    /// (two instructions or more, cost `PAR_LEVEL_MIN_COST` or more).
-    pub(crate) worth_parallel: bool,
+    /// What the levels that parallel evaluation splits hold (see [`Schedule::is_split`]),
+    /// for [`SplitLevels::worth_parallel`].
+    pub(crate) split: SplitLevels,
+}
+
+/// The split levels of a schedule, summed: what the choice between the level evaluator and
+/// the sequential one weighs ([`SplitLevels::worth_parallel`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SplitLevels {
+    /// Summed cost hint of every instruction.
+    pub(crate) total_cost: u64,
+    /// Summed cost hint of the instructions in split levels.
+    pub(crate) cost: u64,
+    /// Instructions in split levels.
+    pub(crate) instructions: u64,
+    /// Number of split levels.
+    pub(crate) levels: u64,
+}
+
+impl SplitLevels {
+    /// Whether level evaluation on `threads` threads is estimated to take at most seven
+    /// eighths of sequential evaluation's time. Costs are in cost-hint units. Sequential
+    /// evaluation costs `total_cost`. Level evaluation costs the same for the levels run
+    /// in place; a split level costs its cost divided among the threads, plus
+    /// [`PAR_STEP_COST`] per instruction and [`PAR_LEVEL_SYNC_COST`] for the level. The
+    /// eighth is a margin: a smaller estimated gain is within what the host's placement of
+    /// the two cores moves (`docs/PERFORMANCE.md`), and a loss is what must never happen.
+    pub(crate) fn worth_parallel(&self, threads: usize) -> bool {
+        if threads <= 1 || self.cost == 0 {
+            return false;
+        }
+        let in_place = self.total_cost.saturating_sub(self.cost);
+        let split = (self.cost / threads as u64)
+            .saturating_add(self.instructions.saturating_mul(PAR_STEP_COST))
+            .saturating_add(self.levels.saturating_mul(PAR_LEVEL_SYNC_COST));
+        let parallel = in_place.saturating_add(split);
+        // `parallel <= 7/8 total`, without overflow: compare in u128.
+        8 * u128::from(parallel) <= 7 * u128::from(self.total_cost)
+    }
 }
 
 impl Schedule {
@@ -326,14 +374,15 @@ pub(crate) fn schedule<Op: Hash + Eq>(
             output_move,
             slot_count: next_slot,
         },
-        worth_parallel: false,
+        split: SplitLevels { total_cost: acc, ..SplitLevels::default() },
     };
-    let parallel_cost: u64 = (0..levels)
-        .map(|l| sched.level(l))
-        .filter(|r| sched.is_split(r))
-        .map(|r| sched.cost(&r))
-        .fold(0u64, u64::saturating_add);
-    sched.worth_parallel = parallel_cost > 0 && parallel_cost >= acc / 2;
+    let mut split = sched.split;
+    for r in (0..levels).map(|l| sched.level(l)).filter(|r| sched.is_split(r)) {
+        split.cost = split.cost.saturating_add(sched.cost(&r));
+        split.instructions += r.len() as u64;
+        split.levels += 1;
+    }
+    sched.split = split;
     Ok(sched)
 }
 
@@ -552,6 +601,76 @@ mod tests {
                 Err(Fault::Step { .. } | Fault::OperationTable { .. } | Fault::StepCount { .. }) => {}
                 other => panic!("expected a step fault, got {other:?} for {:?}", bad.steps),
             }
+        }
+    }
+
+    /// A layered program: `width` inputs, then `depth` levels of `width` two-operand
+    /// instructions of cost `cost`, each reading two slots of the level before (slots of
+    /// level `l` are `l * width..`, no reuse).
+    fn layered(width: usize, depth: usize, cost: u64) -> Schedule {
+        let n = width * depth;
+        let instrs: Vec<Instr> = (0..n).map(|i| instr(3 * i as u32, 2, 1)).collect();
+        let mut args = Vec::with_capacity(3 * n);
+        for i in 0..n {
+            let (l, k) = (i / width, i % width);
+            args.extend([l * width + k, l * width + (k * 7 + 3) % width, (l + 1) * width + k]);
+        }
+        let inputs: Vec<usize> = (0..width).collect();
+        let outputs: Vec<usize> = (depth * width..(depth + 1) * width).collect();
+        let ops = vec![0u8; n];
+        build(&ops, &instrs, &args, &inputs, &outputs, (depth + 1) * width, &vec![cost; n])
+    }
+
+    /// The split levels are summed as the levels say, and the choice follows the estimate:
+    /// cheap scalar levels (cost 1), however wide, stay sequential on any number of
+    /// threads (their cores' traffic costs more than the work they share); levels of costly
+    /// instructions split on two threads or more; one thread never splits.
+    #[test]
+    fn worth_parallel_weighs_the_sequential_evaluator() {
+        for (width, depth) in [(5000, 3), (100_000, 2), (4096, 10)] {
+            let s = layered(width, depth, 1);
+            let expected = SplitLevels {
+                total_cost: (width * depth) as u64,
+                cost: (width * depth) as u64,
+                instructions: (width * depth) as u64,
+                levels: depth as u64,
+            };
+            assert_eq!(s.split, expected, "{width} x {depth}: every level splits");
+            for threads in [1, 2, 3, 8, 64] {
+                assert!(!s.split.worth_parallel(threads), "cost 1, {width} x {depth}, {threads} threads");
+            }
+            let costly = layered(width, depth, 16);
+            assert_eq!(costly.split.cost, 16 * expected.cost);
+            assert!(!costly.split.worth_parallel(1));
+            for threads in [2, 3, 8] {
+                assert!(costly.split.worth_parallel(threads), "cost 16, {width} x {depth}, {threads} threads");
+            }
+        }
+        // Narrow levels (summed cost under PAR_LEVEL_MIN_COST) do not split at all.
+        let narrow = layered(100, 50, 16);
+        assert_eq!((narrow.split.levels, narrow.split.cost), (0, 0));
+        assert!(!narrow.split.worth_parallel(2));
+    }
+
+    proptest::proptest! {
+        /// The choice against a direct evaluation of its estimate in floating point: split
+        /// work shared among the threads, plus the per-step and per-level overheads, plus
+        /// the work run in place, at most seven eighths of the sequential work.
+        #[test]
+        fn worth_parallel_is_its_estimate(
+            cost in 0u64..1 << 40,
+            split_share in 0u64..=100,
+            instructions in 0u64..1 << 30,
+            levels in 0u64..1 << 20,
+            threads in 1usize..=16,
+        ) {
+            let split = SplitLevels { total_cost: cost, cost: cost / 100 * split_share, instructions, levels };
+            let estimate = (split.total_cost - split.cost) as f64
+                + (split.cost / threads as u64) as f64
+                + (instructions * PAR_STEP_COST) as f64
+                + (levels * PAR_LEVEL_SYNC_COST) as f64;
+            let want = threads > 1 && split.cost > 0 && estimate <= 0.875 * split.total_cost as f64;
+            proptest::prop_assert_eq!(split.worth_parallel(threads), want);
         }
     }
 

@@ -194,8 +194,43 @@ fn cheap_narrow_levels_do_not_fork() {
     }
 }
 
-/// Benchmark shapes large enough that cheap scalar levels go parallel (layered 10^4
-/// wide), plus a windowed random DAG and a chain.
+/// A level wide enough to split (10^4 instructions) runs on the pool only when its
+/// instructions cost enough to gain from it: of cost 1 it runs sequentially on any pool,
+/// since the traffic between the cores costs more than the work the threads share (two
+/// threads were slower than one on `layered_wide`, `docs/PERFORMANCE.md`); of cost 16 it
+/// forks. Checked through what the caller's context recorded (chunks record into
+/// clones, which are dropped), not through timing.
+#[test]
+fn wide_levels_fork_only_when_they_gain() {
+    // Tags from 1000, past `Rec::PANIC`.
+    let tags = 1000..11_000u32;
+    for (cost, forks) in [(1, false), (16, true)] {
+        let mut b = GraphBuilder::with_interner(KeyInterner::new());
+        let x = b.add_input(0u32);
+        let outs: Vec<_> =
+            tags.clone().map(|tag| b.add_operation(Rec { tag, arity: 1, cost }, vec![Local(x)], Primary)[0]).collect();
+        let g = Arc::new(b.build());
+        let keys: Vec<_> = outs.iter().map(|&v| g.global_key(v)).collect();
+        let program = compile(&materialize_merge(&resolve(vec![g]), &keys));
+        assert!(!program.parallel_by_dependency());
+        let expected: Vec<u64> = tags.clone().map(|t| Rec::apply(t, &[7])).collect();
+        let all: Vec<u32> = tags.clone().collect();
+        for pool in &pools()[1..] {
+            let mut seen = Vec::new();
+            assert_eq!(program.eval_parallel(Some(pool), &mut seen, &[&7]), expected);
+            seen.sort_unstable();
+            if forks {
+                assert!(seen.len() < all.len(), "cost {cost}: the level forked, its chunks recorded into clones");
+            } else {
+                assert_eq!(seen, all, "cost {cost}: the sequential evaluator, on the caller's context");
+            }
+        }
+    }
+}
+
+/// Benchmark shapes large enough that their levels split (layered 10^4 wide; of cheap
+/// scalar operations, so they run sequentially on every pool), plus a windowed random DAG
+/// and a chain.
 #[test]
 fn parallel_eval_on_workload_shapes() {
     // Under Miri (`just miri`), the smallest sizes that still split a level.
