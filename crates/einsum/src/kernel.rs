@@ -45,13 +45,13 @@ use std::sync::{Arc, OnceLock};
 use smallvec::SmallVec;
 
 use crate::buffer::{overwritten, recycle, zeroed};
-use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut};
+use crate::elem::Elem;
 use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
+use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
-use crate::small_gemm::small_gemm;
-use crate::tensor::{Tensor, checked_len, row_major_strides};
+use crate::tensor::{Tensor, checked_len};
 
 /// Below this `m·n·k` (per GEMM call) the direct loop is used instead of GEMM. Tuned with
 /// the `steps` example: at χ = 8 an MPS step (`m·n·k` = 1024) takes 1.5 µs in the direct
@@ -517,36 +517,6 @@ fn pack<T: Elem>(data: &[T], labels: &[u32], target: &[u32], sizes: &[usize]) ->
     direct(sizes, (data, labels), None, target)
 }
 
-/// An operand seen as a batch of matrices without copying: per looped label its stride
-/// (0 if the tensor lacks the label), and the strides of the fused row and column groups.
-struct MatrixView {
-    looped: SmallVec<[usize; 4]>,
-    strides: [usize; 2],
-}
-
-/// The view of a tensor with `labels` as `looped × rows × cols`, if its labels are
-/// distinct, are exactly those of `rows`, `cols` and (some of) `looped`, each of `rows` and
-/// `cols` is a run of consecutive axes in the group's order, and one of the two fused
-/// strides is 1 (or its dimension is 1).
-fn matrix_view(labels: &[u32], sizes: &[usize], looped: &[u32], rows: &[u32], cols: &[u32]) -> Option<MatrixView> {
-    let present = looped.iter().filter(|c| labels.contains(c)).count();
-    if labels.len() != present + rows.len() + cols.len() || loop_order(labels, &[]).len() != labels.len() {
-        return None;
-    }
-    let strides = row_major_strides(&shape_of(labels, sizes));
-    let axis = |c: u32| labels.iter().position(|&l| l == c);
-    let group = |g: &[u32]| -> Option<usize> {
-        let Some(&first) = g.first() else { return Some(0) };
-        let p = axis(first)?;
-        (labels.get(p..p + g.len())? == g).then(|| strides[p + g.len() - 1])
-    };
-    let fused = [group(rows)?, group(cols)?];
-    let looped = looped.iter().map(|&c| axis(c).map_or(0, |p| strides[p])).collect();
-    let prod = |g: &[u32]| g.iter().map(|&c| sizes[c as usize]).product::<usize>();
-    crate::elem::layout(prod(rows), prod(cols), fused)?;
-    Some(MatrixView { looped, strides: fused })
-}
-
 /// How the GEMM path runs a contraction: the labels looped over (batch labels, and others
 /// moved out of the matrices so that the largest tensor needs no copy) and the orders of
 /// the fused groups.
@@ -684,23 +654,43 @@ impl GemmPlan {
         let sizes = spec.sizes();
         let [nl, m, n, k] = self.dims(sizes).map(|d| d as f64);
         let out_len = spec.out_shape().iter().product::<usize>() as f64;
-        let copied =
-            |labels: &[u32], rows: &[u32], cols: &[u32]| matrix_view(labels, sizes, &self.looped, rows, cols).is_none();
-        let mut copies = 0.0;
-        if copied(&spec.a, &self.left, &self.contracted) {
-            copies += a_len as f64;
-        }
-        if copied(&spec.b, &self.contracted, &self.right) {
-            copies += b_len as f64;
-        }
-        if copied(&spec.out, &self.left, &self.right) {
-            copies += 2.0 * out_len;
-        }
+        // Each matrix's strides as the loop passes them: a view's, or (`None`) a packed
+        // copy's, row-major.
+        let view = |labels: &[u32], rows: &[u32], cols: &[u32]| {
+            matrix_view(labels, sizes, &self.looped, rows, cols).map(|v| v.strides)
+        };
+        let [sa, sb, sc] = [
+            view(&spec.a, &self.left, &self.contracted),
+            view(&spec.b, &self.contracted, &self.right),
+            view(&spec.out, &self.left, &self.right),
+        ];
+        let copies = [(sa, a_len as f64), (sb, b_len as f64), (sc, 2.0 * out_len)]
+            .iter()
+            .map(|&(s, len)| if s.is_none() { len } else { 0.0 })
+            .sum::<f64>();
         let small = m.min(n).min(k);
         let rate = 100.0 * small / (small + 16.0);
         // Every call reads and writes its block of `c` once: a few calls of a small `k`
         // over a large `c` are bound by that traffic, not by the multiply-adds.
-        2.0 * copies + 300.0 * nl + nl * m * n + 2.0 * nl * m * n * k / rate
+        let base = 2.0 * copies + 300.0 * nl + nl * m * n + 2.0 * nl * m * n * k / rate;
+        // Tiny products run in the inline kernel, which reads a gathered row (`b`'s
+        // columns, or `a`'s rows for a column-major `c`, not contiguous) at
+        // [`GATHER_NS_PER_MAC`] more per multiply-add: the rates above rate a transposed
+        // view like a plain one.
+        let macs = m * n * k;
+        if macs > crate::small_gemm::SMALL_GEMM_MAX_MACS as f64 {
+            return base;
+        }
+        let (sa, sb, sc) =
+            (sa.unwrap_or([k as usize, 1]), sb.unwrap_or([n as usize, 1]), sc.unwrap_or([n as usize, 1]));
+        let unit = |s: usize, d: f64| s == 1 || d == 1.0;
+        let narrow = crate::small_gemm::SMALL_N as f64;
+        let gathers = if n <= narrow && unit(sc[1], n) {
+            !unit(sb[1], n)
+        } else {
+            m <= narrow && unit(sc[0], m) && !unit(sa[0], m)
+        };
+        if gathers { base + GATHER_NS_PER_MAC * nl * macs } else { base }
     }
 }
 
@@ -782,84 +772,6 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         let out = direct(sizes, (&c, &core), None, &spec.out);
         recycle(c);
         Tensor::from_parts(&out_shape, out)
-    }
-}
-
-/// Values of the leading looped label per chunk when the loop of GEMMs is spread over the
-/// current pool's threads, or `None` to run it on this thread.
-///
-/// Cost decides between splitting each GEMM and splitting the loop: a GEMM of at least
-/// `PAR_GEMM_MIN_MACS` multiply-adds splits by itself (`elem.rs`); a loop of smaller ones
-/// (a batch of `d = 12` or `64³` products) would otherwise run on one thread however many
-/// there are, so it is cut into chunks of its leading label once the whole loop holds that
-/// much work. Only when that label is also `c`'s leading axis, so that chunks write
-/// disjoint, contiguous blocks of `c` (and a looped contracted label, which adds into the
-/// same block, can never be split).
-fn batch_chunks(loop_sizes: &[usize], c_view: &MatrixView, c_len: usize, [m, n, k]: [usize; 3]) -> Option<usize> {
-    let per_call = m.saturating_mul(n).saturating_mul(k);
-    let &lead = loop_sizes.first()?;
-    let calls: usize = loop_sizes.iter().product();
-    let leads_c = c_view.looped[0] > 0 && c_view.looped[0].saturating_mul(lead) == c_len;
-    if !leads_c || lead < 2 || per_call >= PAR_GEMM_MIN_MACS || calls.saturating_mul(per_call) < PAR_GEMM_MIN_MACS {
-        return None;
-    }
-    let threads = if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 };
-    (threads > 1).then(|| lead.div_ceil(4 * threads))
-}
-
-/// Runs the GEMMs of the loop over `loop_sizes`, `a` and `b` read from offsets `at`, into
-/// `c` (the block of the loop's first entry).
-fn gemm_loop<T: Elem>(
-    conj: [bool; 2],
-    [m, n, k]: [usize; 3],
-    loop_sizes: &[usize],
-    [(a_data, a_view), (b_data, b_view)]: [(&[T], &MatrixView); 2],
-    [mut pa, mut pb]: [usize; 2],
-    c: &mut [T],
-    c_view: &MatrixView,
-) {
-    let nl: usize = loop_sizes.iter().product();
-    let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, loop_sizes.len());
-    let mut pc = 0usize;
-    // How many looped labels absent from `c` are past their first index.
-    let mut revisits = 0usize;
-    // One large GEMM runs in row blocks, so that the stop flag is read between them.
-    let block_rows = (crate::stop::GEMM_BLOCK_MACS / n.saturating_mul(k).max(1)).max(1);
-    for _ in 0..nl {
-        let mut row = 0;
-        while row < m {
-            if crate::stop::requested() {
-                return; // the evaluation is ending with an error; `c` is discarded
-            }
-            let rows = block_rows.min(m - row);
-            let a = Strided(&a_data[pa + row * a_view.strides[0]..], a_view.strides);
-            let b = Strided(&b_data[pb..], b_view.strides);
-            let (at, ct) = (pc + row * c_view.strides[0], c_view.strides);
-            // Tiny products run inline; faer's dispatch would cost more than they do.
-            if !small_gemm([rows, n, k], a, b, StridedMut(&mut c[at..], ct), conj, revisits > 0) {
-                T::gemm([rows, n, k], a, b, StridedMut(&mut c[at..], ct), conj, revisits > 0);
-            }
-            row += rows;
-        }
-        for x in (0..loop_sizes.len()).rev() {
-            if c_view.looped[x] == 0 && idx[x] == 0 {
-                revisits += 1;
-            }
-            idx[x] += 1;
-            pa += a_view.looped[x];
-            pb += b_view.looped[x];
-            pc += c_view.looped[x];
-            if idx[x] < loop_sizes[x] {
-                break;
-            }
-            pa -= a_view.looped[x] * loop_sizes[x];
-            pb -= b_view.looped[x] * loop_sizes[x];
-            pc -= c_view.looped[x] * loop_sizes[x];
-            idx[x] = 0;
-            if c_view.looped[x] == 0 {
-                revisits -= 1;
-            }
-        }
     }
 }
 
@@ -966,31 +878,10 @@ impl KernelPlan {
 
 /// The estimated cost (`GemmPlan::cost`, nanoseconds) of the GEMM path that [`contract`]
 /// plans for `spec`, or `None` when it would run another kernel: what `layout.rs` compares
-/// an intermediate's label orders by. Tiny products that the inline kernel would run on a
-/// gathered row (`small_gemm.rs`: `b`'s columns, or `a`'s rows for a column-major `c`,
-/// not contiguous) cost [`GATHER_NS_PER_MAC`] more per multiply-add, which the plan's
-/// estimate does not see (it rates a transposed view like a plain one).
+/// an intermediate's label orders by.
 pub(crate) fn gemm_cost(spec: &ContractSpec) -> Option<f64> {
     let KernelPlan::Gemm(p) = KernelPlan::new(spec, KernelChoice::Auto) else { return None };
-    let sizes = spec.sizes();
-    let cost = p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product());
-    let [nl, m, n, k] = p.dims(sizes);
-    let macs = m.saturating_mul(n).saturating_mul(k);
-    if macs > crate::small_gemm::SMALL_GEMM_MAX_MACS {
-        return Some(cost);
-    }
-    // Each matrix's strides as the loop passes them: a view's, or a packed copy's (row-major).
-    let strides = |labels: &[u32], rows: &[u32], cols: &[u32], width: usize| {
-        matrix_view(labels, sizes, &p.looped, rows, cols).map_or([width, 1], |v| v.strides)
-    };
-    let sa = strides(&spec.a, &p.left, &p.contracted, k);
-    let sb = strides(&spec.b, &p.contracted, &p.right, n);
-    let sc = strides(&spec.out, &p.left, &p.right, n);
-    let unit = |s: usize, d: usize| s == 1 || d == 1;
-    let small = crate::small_gemm::SMALL_N;
-    let gathers =
-        if n <= small && unit(sc[1], n) { !unit(sb[1], n) } else { m <= small && unit(sc[0], m) && !unit(sa[0], m) };
-    Some(if gathers { cost + GATHER_NS_PER_MAC * (nl as f64) * (macs as f64) } else { cost })
+    Some(p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product()))
 }
 
 /// What a gathered row adds per multiply-add in the inline kernel: 1996 products of

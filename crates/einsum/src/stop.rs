@@ -7,8 +7,7 @@
 //!
 //! Where the flag is read: before each operation of a compiled program (an operation that
 //! starts after the flag is up produces a placeholder of its output's shape and does no
-//! work), between the GEMMs of a loop of GEMMs and between the row blocks of one large
-//! GEMM, every [`DIRECT_STOP_CHECK`] multiply-adds of the direct and lanes loops, every
+//! work), between the GEMMs of a loop of GEMMs and between the blocks of one large GEMM, every [`DIRECT_STOP_CHECK`] multiply-adds of the direct and lanes loops, every
 //! [`COPY_CHECK_ELEMENTS`] elements of a permutation copy or an element-wise product (a
 //! kernel that stops leaves the rest of its output as it was), between slices of a sliced
 //! contraction, and once a program has run (where the placeholders' result is turned into
@@ -38,12 +37,12 @@ pub(crate) use computegraph::stop::{requested, shared_with_pool};
 use crate::error::{EinsumError, EinsumResult};
 
 /// The multiply-adds of one GEMM block between two reads of the flag: a GEMM with more
-/// is run in row blocks of about this much work. Each block packs the right operand
-/// again (`n·k` elements against the block's `rows·n·k` multiply-adds), so blocks are
-/// large: at 2^28 a 3000³ product ran in 29-row blocks, and noticeably slower. At 2^29, a
-/// block is a fifth of a second at 3·10^9 multiply-adds per second (one core of a loaded
-/// machine), which keeps Ctrl-C's answer well under a second, and the repacking is a few
-/// percent of the work (`docs/PERFORMANCE.md`, issue 39).
+/// is run in blocks of about this much work (of `b`'s columns for a row-major output, of
+/// `a`'s rows otherwise, so that the operand faer packs whole is the one cut: `kernel.rs`,
+/// `gemm_loop`). Each block still reads the other operand whole, so blocks are large: at
+/// 2^28 a 3000³ product ran in 29-row blocks, and noticeably slower. At 2^29, a block is
+/// a fifth of a second at 3·10^9 multiply-adds per second (one core of a loaded machine),
+/// which keeps Ctrl-C's answer well under a second (`docs/PERFORMANCE.md`, issue 39).
 pub(crate) const GEMM_BLOCK_MACS: usize = 1 << 29;
 
 /// Multiply-adds of the direct loop and of the lanes loop between two reads of the flag:
