@@ -50,7 +50,7 @@ use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
-use crate::small_gemm::small_gemm;
+use crate::small_gemm::{Gathered, gather_ns, small_gemm, to_pack};
 use crate::tensor::{Tensor, checked_len, row_major_strides};
 
 /// Below this `m·n·k` (per GEMM call) the direct loop is used instead of GEMM. Tuned with
@@ -738,8 +738,15 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
             }
         }
     }
-    let (a_data, a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
-    let (b_data, b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
+    // A gathered operand of the inline kernel is packed once instead (`small_gemm::to_pack`),
+    // `a` column-major (its left labels innermost).
+    let packed = |t: &Tensor<T>, labels: &[u32], [rows, cols]: [&[u32]; 2], col: bool| {
+        let order = if col { cat(labels, &[cols, rows]) } else { cat(labels, &[rows, cols]) };
+        let v = matrix_view(&order, sizes, &p.looped, rows, cols).expect("packed operands are views");
+        (Cow::Owned(pack(t.data(), labels, &order, sizes)), v)
+    };
+    let (mut a_data, mut a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
+    let (mut b_data, mut b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
     // The result: the output itself when its layout allows, else a contiguous
     // `[looped labels of the output, left, right]` tensor permuted or expanded afterwards.
     let core = cat(&spec.out, &[&p.left, &p.right]);
@@ -747,6 +754,12 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         Some(v) => (true, v),
         None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
     };
+    let lens = [a.data().len(), b.data().len()];
+    match to_pack([nl, m, n, k], [a_view.strides, b_view.strides, c_view.strides], lens) {
+        Some(Gathered::B) => (b_data, b_view) = packed(b, &spec.b, [&p.contracted, &p.right], false),
+        Some(Gathered::A) => (a_data, a_view) = packed(a, &spec.a, [&p.left, &p.contracted], true),
+        None => {}
+    }
     let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
     // The GEMMs' blocks tile `c` (its labels are the looped ones it has, left and right),
     // so it needs no zeroing: a block is replaced on its first visit and accumulated into
@@ -966,38 +979,21 @@ impl KernelPlan {
 
 /// The estimated cost (`GemmPlan::cost`, nanoseconds) of the GEMM path that [`contract`]
 /// plans for `spec`, or `None` when it would run another kernel: what `layout.rs` compares
-/// an intermediate's label orders by. Tiny products that the inline kernel would run on a
-/// gathered row (`small_gemm.rs`: `b`'s columns, or `a`'s rows for a column-major `c`,
-/// not contiguous) cost [`GATHER_NS_PER_MAC`] more per multiply-add, which the plan's
-/// estimate does not see (it rates a transposed view like a plain one).
+/// an intermediate's label orders by, with what a gathered operand of the inline kernel
+/// adds (`small_gemm::gather_ns`), which the plan's estimate does not see.
 pub(crate) fn gemm_cost(spec: &ContractSpec) -> Option<f64> {
     let KernelPlan::Gemm(p) = KernelPlan::new(spec, KernelChoice::Auto) else { return None };
     let sizes = spec.sizes();
-    let cost = p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product());
+    let lens = [spec.a_shape().iter().product(), spec.b_shape().iter().product()];
     let [nl, m, n, k] = p.dims(sizes);
-    let macs = m.saturating_mul(n).saturating_mul(k);
-    if macs > crate::small_gemm::SMALL_GEMM_MAX_MACS {
-        return Some(cost);
-    }
     // Each matrix's strides as the loop passes them: a view's, or a packed copy's (row-major).
     let strides = |labels: &[u32], rows: &[u32], cols: &[u32], width: usize| {
         matrix_view(labels, sizes, &p.looped, rows, cols).map_or([width, 1], |v| v.strides)
     };
-    let sa = strides(&spec.a, &p.left, &p.contracted, k);
-    let sb = strides(&spec.b, &p.contracted, &p.right, n);
-    let sc = strides(&spec.out, &p.left, &p.right, n);
-    let unit = |s: usize, d: usize| s == 1 || d == 1;
-    let small = crate::small_gemm::SMALL_N;
-    let gathers =
-        if n <= small && unit(sc[1], n) { !unit(sb[1], n) } else { m <= small && unit(sc[0], m) && !unit(sa[0], m) };
-    Some(if gathers { cost + GATHER_NS_PER_MAC * (nl as f64) * (macs as f64) } else { cost })
+    let (sa, sb) = (strides(&spec.a, &p.left, &p.contracted, k), strides(&spec.b, &p.contracted, &p.right, n));
+    let extra = gather_ns([nl, m, n, k], [sa, sb, strides(&spec.out, &p.left, &p.right, n)], lens);
+    Some(p.cost(spec, lens[0], lens[1]) + extra)
 }
-
-/// What a gathered row adds per multiply-add in the inline kernel: 1996 products of
-/// 16 × 16 × 16 took 2.99 ms with `b` column-major against 0.95 ms row-major
-/// (`abcde,cfgbe->cadfg` and `abcde,cbefg->cadfg`, sizes 4 but `c` = 1996), about 0.25 ns
-/// per multiply-add.
-const GATHER_NS_PER_MAC: f64 = 0.25;
 
 /// Which kernel [`contract_using`] runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
