@@ -4,9 +4,11 @@
 //! with the largest transpose-to-step ratios first. Also the transposes written in their
 //! GEMM's own order (batch, left, right) instead of the operand's layout: what a free
 //! cotangent layout would save at the writer (its readers, the transposes of the
-//! producing step, would then pay for reading it out of their order).
+//! producing step, would then pay for reading it out of their order), and with their two
+//! operands swapped (which one is the GEMM's left matrix).
 //!
-//! `cargo run --release -p einsum --example grad_steps -- [--reps N] file.json`
+//! `cargo run --release -p einsum --example grad_steps -- [--reps N] [--all] file.json`
+//! (`--all`: every step, not the twelve worst).
 
 mod steps;
 
@@ -17,6 +19,7 @@ use steps::{forward_steps, median_ms, seeded, take_reps};
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let reps = take_reps(&mut args, 5);
+    let all = args.iter().position(|a| a == "--all").map(|p| args.remove(p)).is_some();
     let (inst, e, specs) = forward_steps(&args[0]);
     // The value-and-gradient program's operations, as `Einsum::gradient` merges them.
     let keys: Vec<einsum::TensorKey> = (0..inst.shapes.len() as u32).map(einsum::TensorKey::var).collect();
@@ -31,7 +34,7 @@ fn main() {
     }
     println!("value+grad program: {} operations {kinds:?}", both.operation_count());
     let mut rows = Vec::new();
-    let (mut tf, mut tt, mut tn) = (0.0, 0.0, 0.0);
+    let (mut tf, mut tt, mut tn, mut tw) = (0.0, 0.0, 0.0, 0.0);
     for s in &specs {
         let (a, b, c) = (seeded(s.a_shape()), seeded(s.b_shape()), seeded(s.out_shape()));
         let f = median_ms(reps, || einsum::TensorOp::contract(s.clone()).apply(&[&a, &b]));
@@ -54,19 +57,35 @@ fn main() {
         let nb = natural(s.a_labels(), s.out_labels(), s.b_labels());
         let fa = median_ms(reps, || TensorOp::contract(na.clone()).apply(&[&c, &b]));
         let fb = median_ms(reps, || TensorOp::contract(nb.clone()).apply(&[&a, &c]));
+        // The same transposes with their two operands swapped (`b, cotangent -> a`,
+        // `cotangent, a -> b`): which matrix is the GEMM's left one.
+        let swap = |x: &ContractSpec| {
+            let [ca, cb] = x.conj();
+            ContractSpec::new(x.b_labels(), x.a_labels(), x.out_labels(), x.sizes())
+                .expect("swapped")
+                .with_conj([cb, ca])
+        };
+        let (sa, sb) = (swap(&ta), swap(&tb));
+        let wa = median_ms(reps, || TensorOp::contract(sa.clone()).apply(&[&b, &c]));
+        let wb = median_ms(reps, || TensorOp::contract(sb.clone()).apply(&[&c, &a]));
+        tw += wa.min(da) + wb.min(db);
         tn += fa + fb;
         tf += f;
         tt += da + db;
-        rows.push((f, da, db, format!("{s:?}")));
+        rows.push((f, da, db, wa, wb, format!("{s:?}")));
     }
     rows.sort_by(|x, y| (y.1 + y.2 - 2.0 * y.0).total_cmp(&(x.1 + x.2 - 2.0 * x.0)));
     println!(
-        "{}: {} steps, forward {tf:.3} ms, transposes {tt:.3} ms, ratio {:.2}; transposes in GEMM order {tn:.3} ms",
+        "{}: {} steps, forward {tf:.3} ms, transposes {tt:.3} ms, ratio {:.2}; transposes in GEMM order {tn:.3} ms; \
+         the better operand order of each {tw:.3} ms",
         inst.name,
         specs.len(),
         tt / tf
     );
-    for (f, da, db, s) in rows.iter().take(12) {
-        println!("  step {f:8.3} ms | dA {da:8.3} ms | dB {db:8.3} ms | excess {:8.3} ms | {s}", da + db - 2.0 * f);
+    for (f, da, db, wa, wb, s) in rows.iter().take(if all { usize::MAX } else { 12 }) {
+        println!(
+            "  step {f:8.3} ms | dA {da:8.3} ({wa:.3} swapped) ms | dB {db:8.3} ({wb:.3}) ms | excess {:8.3} ms | {s}",
+            da + db - 2.0 * f
+        );
     }
 }

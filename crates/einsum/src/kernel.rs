@@ -51,6 +51,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
+use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
 /// Below this `m·n·k` (per GEMM call) the direct loop is used instead of GEMM. Tuned with
@@ -674,23 +675,13 @@ impl GemmPlan {
         // over a large `c` are bound by that traffic, not by the multiply-adds.
         let base = 2.0 * copies + 300.0 * nl + nl * m * n + 2.0 * nl * m * n * k / rate;
         // Tiny products run in the inline kernel, which reads a gathered row (`b`'s
-        // columns, or `a`'s rows for a column-major `c`, not contiguous) at
-        // [`GATHER_NS_PER_MAC`] more per multiply-add: the rates above rate a transposed
-        // view like a plain one.
-        let macs = m * n * k;
-        if macs > crate::small_gemm::SMALL_GEMM_MAX_MACS as f64 {
-            return base;
-        }
+        // columns, or `a`'s rows for a column-major `c`, not contiguous) at a price per
+        // multiply-add (`small_gemm::gather_ns`): the rates above rate a transposed view
+        // like a plain one. Priced as gathers even where the GEMM path packs the operand
+        // instead (`small_gemm::to_pack`): see `gather_ns`.
         let (sa, sb, sc) =
             (sa.unwrap_or([k as usize, 1]), sb.unwrap_or([n as usize, 1]), sc.unwrap_or([n as usize, 1]));
-        let unit = |s: usize, d: f64| s == 1 || d == 1.0;
-        let narrow = crate::small_gemm::SMALL_N as f64;
-        let gathers = if n <= narrow && unit(sc[1], n) {
-            !unit(sb[1], n)
-        } else {
-            m <= narrow && unit(sc[0], m) && !unit(sa[0], m)
-        };
-        if gathers { base + GATHER_NS_PER_MAC * nl * macs } else { base }
+        base + gather_ns(self.dims(sizes), [sa, sb, sc], [a_len, b_len])
     }
 }
 
@@ -728,8 +719,15 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
             }
         }
     }
-    let (a_data, a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
-    let (b_data, b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
+    // A gathered operand of the inline kernel is packed once instead (`small_gemm::to_pack`),
+    // `a` column-major (its left labels innermost).
+    let packed = |t: &Tensor<T>, labels: &[u32], [rows, cols]: [&[u32]; 2], col: bool| {
+        let order = if col { cat(labels, &[cols, rows]) } else { cat(labels, &[rows, cols]) };
+        let v = matrix_view(&order, sizes, &p.looped, rows, cols).expect("packed operands are views");
+        (Cow::Owned(pack(t.data(), labels, &order, sizes)), v)
+    };
+    let (mut a_data, mut a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
+    let (mut b_data, mut b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
     // The result: the output itself when its layout allows, else a contiguous
     // `[looped labels of the output, left, right]` tensor permuted or expanded afterwards.
     let core = cat(&spec.out, &[&p.left, &p.right]);
@@ -737,6 +735,12 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         Some(v) => (true, v),
         None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
     };
+    let lens = [a.data().len(), b.data().len()];
+    match to_pack([nl, m, n, k], [a_view.strides, b_view.strides, c_view.strides], lens) {
+        Some(Gathered::B) => (b_data, b_view) = packed(b, &spec.b, [&p.contracted, &p.right], false),
+        Some(Gathered::A) => (a_data, a_view) = packed(a, &spec.a, [&p.left, &p.contracted], true),
+        None => {}
+    }
     let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
     // The GEMMs' blocks tile `c` (its labels are the looped ones it has, left and right),
     // so it needs no zeroing: a block is replaced on its first visit and accumulated into
@@ -883,12 +887,6 @@ pub(crate) fn gemm_cost(spec: &ContractSpec) -> Option<f64> {
     let KernelPlan::Gemm(p) = KernelPlan::new(spec, KernelChoice::Auto) else { return None };
     Some(p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product()))
 }
-
-/// What a gathered row adds per multiply-add in the inline kernel: 1996 products of
-/// 16 × 16 × 16 took 2.99 ms with `b` column-major against 0.95 ms row-major
-/// (`abcde,cfgbe->cadfg` and `abcde,cbefg->cadfg`, sizes 4 but `c` = 1996), about 0.25 ns
-/// per multiply-add.
-const GATHER_NS_PER_MAC: f64 = 0.25;
 
 /// Which kernel [`contract_using`] runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

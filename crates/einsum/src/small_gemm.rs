@@ -24,6 +24,70 @@ pub(crate) const SMALL_N: usize = 16;
 /// of an operand) costs more than such a product's arithmetic.
 pub(crate) const SMALL_GEMM_MAX_MACS: usize = 4096;
 
+/// Which operand [`small_gemm`] reads gathered (a row of `b`, or for a column-major `c` a
+/// column of `a`, not contiguous).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gathered {
+    A,
+    B,
+}
+
+/// What a gathered row adds per multiply-add in the inline kernel: 1996 products of
+/// 16 × 16 × 16 took 2.99 ms with `b` column-major against 0.95 ms row-major
+/// (`abcde,cfgbe->cadfg` and `abcde,cbefg->cadfg`, sizes 4 but `c` = 1996), about 0.25 ns
+/// per multiply-add.
+const GATHER_NS_PER_MAC: f64 = 0.25;
+
+/// What copying one element costs when an operand is packed before a loop of tiny
+/// products, in nanoseconds (a permutation of short rows: `cadbe -> abcde`, 1996 · 256
+/// elements, took 0.35 ms).
+const PACK_NS_PER_ELEMENT: f64 = 1.0;
+
+/// The operand that [`small_gemm`] would read gathered for `[m, n, k]` with the strides
+/// `[a, b, c]`, or `None` (contiguous rows, or a product it does not run), following its
+/// dispatch: `c`'s rows contiguous first, else `c` column-major run transposed.
+fn gathers([m, n, k]: [usize; 3], [sa, sb, sc]: [[usize; 2]; 3]) -> Option<Gathered> {
+    if m.saturating_mul(n).saturating_mul(k) > SMALL_GEMM_MAX_MACS || m == 0 || n == 0 {
+        return None;
+    }
+    let unit = |s: usize, d: usize| s == 1 || d == 1;
+    if n <= SMALL_N && unit(sc[1], n) {
+        (!unit(sb[1], n)).then_some(Gathered::B)
+    } else if m <= SMALL_N && unit(sc[0], m) {
+        (!unit(sa[0], m)).then_some(Gathered::A)
+    } else {
+        None
+    }
+}
+
+/// The operand to pack (once, in the order the kernel reads) before a loop of `nl` tiny
+/// products `[m, n, k]` with these strides, that [`small_gemm`] would otherwise read
+/// gathered: when the copy of its `lens` elements costs less than the gathers. Why: the
+/// transposes of a step read both operands with their contracted labels innermost
+/// (`cadfg,cbefg->abcde` of `lm_batch`, 1996 products of 16³: 3.2 ms gathered, 1.5
+/// packed, 1.0 for the forward step).
+pub(crate) fn to_pack([nl, m, n, k]: [usize; 4], strides: [[usize; 2]; 3], lens: [usize; 2]) -> Option<Gathered> {
+    let g = gathers([m, n, k], strides)?;
+    let [gather, pack] = costs(g, [nl, m, n, k], lens);
+    (pack < gather).then_some(g)
+}
+
+/// What the gathers of an operand of a loop of `nl` products `[m, n, k]` cost
+/// (nanoseconds), zero when nothing is gathered: what `GemmPlan::cost` (`kernel.rs`) adds for them
+/// even where [`to_pack`] packs the operand instead. Pricing the cheaper packing there
+/// let `layout.rs` choose other orders, and `lm_batch_likelihood_brackets_4_4d`'s forward
+/// pass went from 15 to 18 ms (`python/bench/vg_parts.py`, two rounds).
+pub(crate) fn gather_ns(dims: [usize; 4], strides: [[usize; 2]; 3], lens: [usize; 2]) -> f64 {
+    let [m, n, k] = [dims[1], dims[2], dims[3]];
+    gathers([m, n, k], strides).map_or(0.0, |g| costs(g, dims, lens)[0])
+}
+
+/// `[gathers, packing]` of operand `g` (nanoseconds).
+fn costs(g: Gathered, [nl, m, n, k]: [usize; 4], lens: [usize; 2]) -> [f64; 2] {
+    let macs = (nl as f64) * (m.saturating_mul(n).saturating_mul(k) as f64);
+    [GATHER_NS_PER_MAC * macs, PACK_NS_PER_ELEMENT * lens[usize::from(g == Gathered::B)] as f64]
+}
+
 /// Runs `c = op(a)·op(b)` (`accumulate`: `c +=`) for `[m, n, k]` if the shapes and layouts
 /// suit the kernel (see the module docs) and returns whether it did; `c` is untouched
 /// when it returns `false`. Strides as in [`Elem::gemm`].
@@ -222,5 +286,61 @@ mod tests {
                 }
             }
         }
+
+        /// Loops of tiny products whose operands come in every order of their labels (a
+        /// batch label of 24 to 64, two left, two contracted and one right label of 2 to 4,
+        /// complex, conjugated or not), so that `b` (or `a`, for a column-major output) is
+        /// gathered or packed by `to_pack`: the GEMM path equals `reference_labels`.
+        #[test]
+        fn packed_or_gathered_operands_contract_as_the_reference(
+            batch in 24usize..65,
+            dims in proptest::collection::vec(2usize..5, 5),
+            (pa, pb, po) in (0usize..120, 0usize..24, 0usize..24),
+            conj in 0u32..4,
+        ) {
+            use crate::kernel::{ContractSpec, KernelChoice, contract_using};
+            use crate::reference::reference_labels;
+            use crate::tensor::Tensor;
+            // Labels: 0 batch, 1 2 left, 3 4 contracted, 5 right.
+            let sizes = [batch, dims[0], dims[1], dims[2], dims[3], dims[4]];
+            let nth = |mut l: Vec<u32>, mut i: usize| -> Vec<u32> {
+                let mut out = Vec::new();
+                while !l.is_empty() {
+                    out.push(l.remove(i % l.len()));
+                    i /= out.len() + l.len() + 1;
+                }
+                out
+            };
+            let (la, lb, lo) = (nth(vec![0, 1, 2, 3, 4], pa), nth(vec![0, 3, 4, 5], pb), nth(vec![0, 1, 2, 5], po));
+            let spec = ContractSpec::new(&la, &lb, &lo, &sizes).unwrap().with_conj([conj & 1 == 1, conj & 2 == 2]);
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let mut x = 0.0f64;
+            let mut next = |_: &[usize]| {
+                x += 1.0;
+                c64::new((0.37 * x).sin(), (0.11 * x).cos())
+            };
+            let a = Tensor::from_fn(shape(&la), &mut next).unwrap();
+            let b = Tensor::from_fn(shape(&lb), &mut next).unwrap();
+            let got = contract_using(&spec, &a, &b, KernelChoice::Gemm);
+            let ca = if conj & 1 == 1 { a.map(|x| x.conj()) } else { a.clone() };
+            let cb = if conj & 2 == 2 { b.map(|x| x.conj()) } else { b.clone() };
+            let want = reference_labels(&[(&ca, &la[..]), (&cb, &lb[..])], &lo, &sizes).unwrap();
+            let err = got.max_abs_diff(&want).unwrap();
+            proptest::prop_assert!(err <= 1e-11 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
+        }
+    }
+
+    /// `lm_batch`'s transpose `cadfg,cbefg->abcde` (1996 products of 16³): `b` has its
+    /// contracted labels innermost, and packing it (511 k elements) costs less than its
+    /// gathers; a lone product is left gathered.
+    #[test]
+    fn a_transposed_b_is_packed_when_the_copy_costs_less() {
+        let (a, b, c) = ([16, 1], [1, 16], [16, 1]);
+        assert_eq!(to_pack([1996, 16, 16, 16], [a, b, c], [1996 * 256; 2]), Some(Gathered::B));
+        assert_eq!(to_pack([1, 16, 16, 16], [a, b, [16, 1]], [256; 2]).is_some(), 0.25 * 4096.0 > 256.0);
+        assert_eq!(to_pack([1, 16, 16, 16], [a, [16, 1], c], [256; 2]), None, "rows contiguous: nothing gathered");
+        // Column-major output, `a` row-major: `a`'s columns gathered.
+        assert_eq!(to_pack([1996, 16, 16, 16], [[16, 1], [16, 1], [1, 16]], [1996 * 256; 2]), Some(Gathered::A));
+        assert_eq!(gather_ns([1996, 16, 16, 16], [a, b, c], [1996 * 256; 2]), GATHER_NS_PER_MAC * 1996.0 * 4096.0);
     }
 }
