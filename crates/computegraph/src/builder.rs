@@ -161,12 +161,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// On a wrong arity, mask length, unknown local value or foreign key; see
     /// [`GraphBuilder::try_add_operation`].
     #[inline]
-    pub fn add_operation(
-        &mut self,
-        op: Op,
-        inputs: impl AsRef<[ValueRef<Op>]>,
-        role: OperationRole,
-    ) -> AddedValues {
+    pub fn add_operation(&mut self, op: Op, inputs: impl AsRef<[ValueRef<Op>]>, role: OperationRole) -> AddedValues {
         self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
     }
 
