@@ -5,12 +5,13 @@
 //! load; `only`, one of the names below, runs that phase alone, for `perf stat`).
 //!
 //! - `hashcons`: the hashbrown + Fx hash-consing baseline of `benches/pipeline.rs`;
-//! - `append`: `add_operation` with a `Vec` of operands per node (the specification's
-//!   signature), its outputs extending the caller's `Vec` of values, without interning;
+//! - `append`: `add_operation` with a `Vec` of operands per node (the docs' form before
+//!   `add_operation` took arrays), its outputs extending the caller's `Vec` of values, without interning;
 //! - `append_borrowed`: the same through `add_operation_from` (borrowed operands, a range
 //!   of outputs: no allocation per node);
 //! - `intern`: `build()` after `append`, which interns every pending operation;
-//! - `whole`: `append` and `intern` together (`benches::spec_user::build`);
+//! - `whole`: `append` and `intern` together (`benches::spec_user::build` passes arrays
+//!   instead);
 //! - `whole_borrowed`: `append_borrowed` and `intern` together.
 
 use std::sync::Arc;
@@ -34,6 +35,9 @@ fn append(dag: &Dag, borrowed: bool) -> GraphBuilder<Op> {
             let outputs = b.add_operation_from(op, operands, &OperationRole::Primary);
             values.extend(outputs.map(LocalValueId::new));
         } else {
+            // A `Vec` per node on purpose: the cost of an allocated operand list (the
+            // form the docs showed before `add_operation` took arrays).
+            #[allow(clippy::unnecessary_to_owned)]
             values.extend(b.add_operation(op, operands.to_vec(), OperationRole::Primary));
         }
     }

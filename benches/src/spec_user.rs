@@ -39,8 +39,8 @@ pub fn to_dag(spec: &GraphSpec) -> Dag {
     dag
 }
 
-/// Builds the DAG the specification's way ([`Dag::build`]: `add_operation` with a `Vec`
-/// per node), on a fresh interner like `benches::build`.
+/// Builds the DAG the specification's way ([`Dag::build`]: `add_operation` with an array
+/// of operands per node, as the README's first example), on a fresh interner like `benches::build`.
 pub fn build(dag: &Dag) -> (Arc<Graph<Op>>, Vec<ValueKey<Op>>) {
     dag.build(GraphBuilder::with_interner(KeyInterner::new()))
 }

@@ -5,7 +5,7 @@
 //! ```
 //!
 //! `--set spec_user` builds the same DAG in the `spec-user` operation set, written as the
-//! docs' first example shows (`add_operation` with a `Vec` per node, no `reserve`; see
+//! docs' first example shows (`add_operation` with an array per node, no `reserve`; see
 //! [`benches::spec_user`]), instead of the project's own `scalar` set through
 //! `build_single`; the baseline is the same `fx_hashcons`.
 //!

@@ -15,7 +15,8 @@
 //!   end of the first sequential evaluation, with every phase's result kept alive as
 //!   `cgx bench dag` keeps them (the interner, the fragment, the materialized graph, the
 //!   program and the evaluation's slots), plus what each phase allocates while it runs;
-//! - with `--release`, the pipeline is the one-shot caller's: the fragment and the resolved
+//! - with `--release`, the pipeline is the one-shot caller's: the interner's operation table
+//!   is released once the build is done (`KeyInterner::release_table`), and the fragment and the resolved
 //!   view are dropped once materialize has made its graph, before compile (which needs
 //!   only the materialized graph; the operations it reads stay alive, shared with the
 //!   interner's chunks by `Arc`), so the interner reclaims what only the fragment pinned;
@@ -166,6 +167,11 @@ fn measure(shape: Shape, n: usize, release: bool) -> Run {
         take("fragment", g.column_bytes());
     }
     take("interner", interner.column_bytes());
+    // The one-shot caller interns no operation after the build: the interner's table goes
+    // before materialize (it would be rebuilt from the store by a later interning).
+    if release {
+        interner.release_table();
+    }
 
     reset_peak();
     let view = resolve(built.graphs.clone());

@@ -231,6 +231,9 @@ pub fn measure(shape: ShapeArg, nodes: usize, threads: usize, quiet: bool) -> Cl
 
     let interner = KeyInterner::new();
     let built = progress.timed("build (with interning)", &mut phases, || spec.build_single(&interner))?;
+    // Nothing is interned after the build: the hash-consing table is not needed by
+    // materialize and compile (10.7 bytes/node less at their peak).
+    interner.release_table();
     let view = progress.timed("resolve", &mut phases, || resolve(built.graphs.clone()));
     let flat = progress.timed("materialize_merge", &mut phases, || materialize_merge(&view, &built.outputs));
     // Compile needs only the materialized graph (its operations are shared with the

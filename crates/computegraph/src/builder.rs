@@ -53,7 +53,7 @@ use crate::prefetch::FarOperands;
 /// let build = || {
 ///     let mut b = GraphBuilder::<ScalarOp>::with_interner(Arc::clone(&interner));
 ///     let x = b.add_input(ScalarKey::var(0));
-///     let y = b.add_operation(ScalarOp::Sin, vec![Local(x)], Primary)[0];
+///     let y = b.add_operation(ScalarOp::Sin, [Local(x)], Primary)[0];
 ///     b.set_outputs(vec![y]);
 ///     let g = b.build();
 ///     g.global_key(y)
@@ -152,11 +152,16 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Adds `op(inputs)` in `role` and returns its output values.
     ///
+    /// The operands are anything that reads as a slice of [`ValueRef`]s: an array
+    /// (`[Local(x), Local(y)]`, which allocates nothing), a `Vec` or a slice. The builder
+    /// only reads them, so a per-operation `Vec` would cost its caller a heap allocation
+    /// and a free for nothing (issue 41: 6 to 8 ns of a 10^6-node build's 87 per node).
+    ///
     /// # Panics
     /// On a wrong arity, mask length, unknown local value or foreign key; see
     /// [`GraphBuilder::try_add_operation`].
     #[inline]
-    pub fn add_operation(&mut self, op: Op, inputs: Vec<ValueRef<Op>>, role: OperationRole) -> AddedValues {
+    pub fn add_operation(&mut self, op: Op, inputs: impl AsRef<[ValueRef<Op>]>, role: OperationRole) -> AddedValues {
         self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -168,10 +173,10 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     pub fn try_add_operation(
         &mut self,
         op: Op,
-        inputs: Vec<ValueRef<Op>>,
+        inputs: impl AsRef<[ValueRef<Op>]>,
         role: OperationRole,
     ) -> GraphResult<AddedValues> {
-        let range = self.try_add_operation_from(op, &inputs, &role)?;
+        let range = self.try_add_operation_from(op, inputs.as_ref(), &role)?;
         Ok(AddedValues::from_range(range))
     }
 

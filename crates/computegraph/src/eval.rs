@@ -1036,7 +1036,7 @@ mod tests {
                     _ => Toy::Split,
                 };
                 let operands: Vec<usize> = if let Toy::Mix(_) = op { vec![a, c] } else { vec![a] };
-                let refs = operands.iter().map(|&k| ValueRef::Local(values[k])).collect();
+                let refs: Vec<_> = operands.iter().map(|&k| ValueRef::Local(values[k])).collect();
                 let outs = b.add_operation(op.clone(), refs, OperationRole::Primary);
                 let x: Vec<u64> = operands.iter().map(|&k| expected[k]).collect();
                 for (v, y) in outs.into_iter().zip(op.apply(&x)) {

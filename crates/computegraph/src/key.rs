@@ -301,6 +301,9 @@ pub(crate) struct InternerState<Op: GraphOperation> {
     /// The live operations by hash (the table keeps each hash beside its id, so it grows
     /// without rehashing operations).
     op_table: OpTable,
+    /// The table was dropped by [`KeyInterner::release_table`]: it is empty, and the next
+    /// interning of an operation rebuilds it from the live chunks first.
+    table_released: bool,
     roles: Vec<OperationRole>,
     role_table: FxHashMap<OperationRole, u32>,
     /// Most value keys this interner may hold (the id space unless the user chose less).
@@ -336,6 +339,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             op_chunks: Vec::new(),
             op_chunk_first: Vec::new(),
             op_table: OpTable::default(),
+            table_released: false,
             roles: vec![OperationRole::Primary],
             role_table,
             value_limit,
@@ -416,6 +420,7 @@ impl<Op: GraphOperation> InternerState<Op> {
 
     /// Makes room for `ops` more operations with `operands` operands in all.
     pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
+        self.restore_table(ops);
         self.op_table.reserve(ops);
         self.pending_end = self.op_count.saturating_add(ops);
         // New chunks' operand pools are sized by the batch's mean operands per operation
@@ -488,6 +493,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         role: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
+        self.restore_table(1);
         self.op_table.reserve(1);
         self.intern_op_hashed(op, inputs, role, hash_op(op, inputs, role), interner)
     }
@@ -770,7 +776,9 @@ impl<Op: GraphOperation> InternerState<Op> {
         let chunk_ops = |t: &u32| self.op_chunks[(t & !INPUT_CHUNK) as usize].as_deref().filter(|c| c.life.idle);
         let idle_ops: usize =
             idle.iter().filter(|&&t| t & INPUT_CHUNK == 0).filter_map(chunk_ops).map(|c| c.ops().len()).sum();
-        let rebuild = 2 * idle_ops >= self.op_table.len();
+        // A released table holds nothing to remove and stays released.
+        let rebuild = !self.table_released && 2 * idle_ops >= self.op_table.len();
+        let remove = !self.table_released && !rebuild;
         for tag in idle {
             let c = (tag & !INPUT_CHUNK) as usize;
             if tag & INPUT_CHUNK != 0 {
@@ -791,7 +799,7 @@ impl<Op: GraphOperation> InternerState<Op> {
                     continue;
                 }
                 let chunk = self.op_chunks[c].take().expect("checked live");
-                let ops = if rebuild { &[][..] } else { chunk.ops() };
+                let ops = if remove { chunk.ops() } else { &[][..] };
                 for (j, op) in ops.iter().enumerate() {
                     let id = OperationKeyId::new((c << CHUNK_BITS) + j);
                     let removed = self.op_table.remove(hash_op(op, chunk.inputs.get(j), chunk.role_of(j)), id);
@@ -804,16 +812,8 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
         self.idle_values = 0;
         if rebuild {
-            let mut table = self.op_table.emptied(self.op_table.len() - idle_ops, RECLAIM_MIN_VALUES / 2);
-            for (c, chunk) in self.op_chunks.iter().enumerate().filter_map(|(c, k)| Some((c, k.as_deref()?))) {
-                for (j, op) in chunk.ops().iter().enumerate() {
-                    let hash = hash_op(op, chunk.inputs.get(j), chunk.role_of(j));
-                    // Ids are distinct, so the probe ends at an empty slot.
-                    if let Probe::Vacant(slot) = table.probe_reserved(hash, |_| false) {
-                        table.fill(slot, hash, OperationKeyId::new((c << CHUNK_BITS) + j));
-                    }
-                }
-            }
+            let table = self
+                .table_of_live_chunks(self.op_table.emptied(self.op_table.len() - idle_ops, RECLAIM_MIN_VALUES / 2));
             debug_assert_eq!(table.len(), self.op_table.len() - idle_ops, "the table held every live operation");
             self.op_table = table;
         }
@@ -826,6 +826,39 @@ impl<Op: GraphOperation> InternerState<Op> {
             self.input_table.shrink_to(need, |&i| hash_input(Self::input_at(chunks, i).0));
         }
         self.reclaimed_values - before
+    }
+
+    /// `table` (empty, with room for every live operation) filled with the live chunks'
+    /// operations.
+    fn table_of_live_chunks(&self, mut table: OpTable) -> OpTable {
+        for (c, chunk) in self.op_chunks.iter().enumerate().filter_map(|(c, k)| Some((c, k.as_deref()?))) {
+            for (j, op) in chunk.ops().iter().enumerate() {
+                let hash = hash_op(op, chunk.inputs.get(j), chunk.role_of(j));
+                // Ids are distinct, so the probe ends at an empty slot.
+                if let Probe::Vacant(slot) = table.probe_reserved(hash, |_| false) {
+                    table.fill(slot, hash, OperationKeyId::new((c << CHUNK_BITS) + j));
+                }
+            }
+        }
+        table
+    }
+
+    /// Rebuilds a released table (with room for `more` operations beyond the live ones)
+    /// before an operation is interned; does nothing otherwise.
+    #[inline]
+    fn restore_table(&mut self, more: usize) {
+        if self.table_released {
+            self.rebuild_released_table(more);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rebuild_released_table(&mut self, more: usize) {
+        let mut table = OpTable::default();
+        table.reserve(self.live_ops().saturating_add(more));
+        self.op_table = self.table_of_live_chunks(table);
+        self.table_released = false;
     }
 
     /// Bytes held by the tables and live chunks, by column ([`KeyInterner::column_bytes`]).
@@ -936,6 +969,19 @@ impl<Op: GraphOperation> KeyInterner<Op> {
         let n = self.write().reclaim_idle(&mut garbage);
         drop(garbage); // after the lock
         n
+    }
+
+    /// Frees the table that finds an interned operation by its structure (hash-consing):
+    /// for a one-shot caller that has built its fragments and interns no operation until
+    /// the pipeline ends, so that materialize and compile run without it (10.7 bytes per
+    /// node at 10^7, issue 41's memory figure). Keys, operations and graphs are unchanged;
+    /// the next interning of an operation (a build, [`KeyInterner::intern_operation`])
+    /// first rebuilds the table from the live chunks, in time linear in their operations.
+    /// Input keys keep their own table.
+    pub fn release_table(&self) {
+        let mut s = self.write();
+        s.op_table = OpTable::default();
+        s.table_released = true;
     }
 
     /// Bytes held by the interner's tables and live chunks (excluding heap data owned by
@@ -1064,133 +1110,4 @@ impl<Op: GraphOperation> fmt::Debug for KeyInterner<Op> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `Outputs(n)`: one input, `n` outputs (zero included).
-    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-    struct Outputs(u8);
-
-    impl GraphOperation for Outputs {
-        type Operand = ();
-        type Context = ();
-        type InputKey = u32;
-        fn input_count(&self) -> usize {
-            1
-        }
-        fn output_count(&self) -> usize {
-            self.0 as usize
-        }
-    }
-
-    /// Keys are found by binary search over inputs and first outputs: check every key
-    /// of a mix of inputs and operations with 0 to 3 outputs, zero-output runs included.
-    #[test]
-    fn every_key_maps_back_to_its_definition() {
-        let interner = KeyInterner::<Outputs>::new();
-        let mut expected = Vec::new();
-        let x = interner.intern_input(0);
-        expected.push(ValueKey::Input(0));
-        let mut last = x;
-        for (i, n) in [0u8, 0, 2, 1, 0, 3, 0, 1, 0].into_iter().enumerate() {
-            if i % 3 == 2 {
-                let k = interner.intern_input(i as u32 + 1);
-                assert_eq!(k.index(), expected.len());
-                expected.push(ValueKey::Input(i as u32 + 1));
-            }
-            let key = interner.intern_operation(&Outputs(n), &[last], &OperationRole::Primary).unwrap();
-            for slot in 0..n {
-                let k = key.output_key_id(slot).unwrap();
-                assert_eq!(k.index(), expected.len());
-                expected.push(ValueKey::Derived { operation: key, output_slot: slot });
-                last = k;
-            }
-        }
-        assert_eq!(interner.value_count(), expected.len());
-        for (i, key) in expected.iter().enumerate() {
-            assert_eq!(&interner.value_key(KeyId::new(i)), key, "k{i}");
-            assert!(!interner.describe(KeyId::new(i)).contains("unknown"));
-        }
-        assert!(interner.describe(KeyId::new(expected.len())).contains("unknown"));
-    }
-
-    /// The store keeps one operand key per operand: a chunk's operand pool is sized by
-    /// the batch's operands per operation (here one), not two per operation, and trimmed
-    /// when the chunk is full; operations read back with their operands.
-    #[test]
-    fn the_store_holds_exactly_the_operands() {
-        let interner = KeyInterner::<Outputs>::new();
-        let mut b = crate::GraphBuilder::with_interner(Arc::clone(&interner));
-        let mut last = b.add_input(0);
-        let n = 3 * CHUNK + 100;
-        for _ in 0..n {
-            last = crate::LocalValueId::new(
-                b.add_operation_from(Outputs(1), &[crate::ValueRef::Local(last)], &OperationRole::Primary).start,
-            );
-        }
-        b.set_outputs(vec![last]);
-        let g = b.build();
-        let bytes = interner.column_bytes();
-        let operand_bytes = bytes.iter().find(|(name, _)| *name == "op inputs (operand keys)").unwrap().1;
-        // Exact for the three full chunks; the open one has a sixteenth of slack.
-        assert!(operand_bytes <= 4 * n + 4 * (CHUNK / 16 + 1), "{operand_bytes} bytes for {n} operands");
-        assert!(operand_bytes >= 4 * n);
-        for op in g.operations() {
-            let (_, inputs, _) = interner.operation_parts(&op.key()).unwrap();
-            let expected: Vec<_> = op.local_inputs().map(|v| g.global_key(v.unwrap())).collect();
-            assert_eq!(inputs, expected);
-        }
-    }
-
-    /// An input key that notes, when dropped, whether its interner's lock was held.
-    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-    struct WatchedKey(u32);
-
-    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-    struct Watched;
-
-    impl GraphOperation for Watched {
-        type Operand = ();
-        type Context = ();
-        type InputKey = WatchedKey;
-        fn input_count(&self) -> usize {
-            1
-        }
-        fn output_count(&self) -> usize {
-            1
-        }
-    }
-
-    static WATCHED: OnceLock<Arc<KeyInterner<Watched>>> = OnceLock::new();
-    static DROPS: AtomicU32 = AtomicU32::new(0);
-    static DROPS_UNDER_LOCK: AtomicU32 = AtomicU32::new(0);
-
-    impl Drop for WatchedKey {
-        fn drop(&mut self) {
-            if let Some(interner) = WATCHED.get() {
-                DROPS.fetch_add(1, Ordering::Relaxed);
-                if interner.state.try_write().is_err() {
-                    DROPS_UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    /// Reclaimed operations and keys are dropped after the interner's lock is released:
-    /// their `Drop` is user code, which may use the interner.
-    #[test]
-    fn reclaimed_entries_are_dropped_outside_the_lock() {
-        let interner = WATCHED.get_or_init(KeyInterner::new);
-        for k in 0..3 * CHUNK as u32 {
-            let mut b = crate::GraphBuilder::with_interner(Arc::clone(interner));
-            let x = b.add_input(WatchedKey(k));
-            let y = b.add_operation(Watched, vec![crate::ValueRef::Local(x)], OperationRole::Primary);
-            b.set_outputs(y.to_vec());
-            drop(b.build());
-        }
-        let before = DROPS.load(Ordering::Relaxed);
-        assert!(interner.reclaim_unused() >= 2 * CHUNK);
-        assert!(DROPS.load(Ordering::Relaxed) - before >= 2 * CHUNK as u32, "the interner's keys were dropped");
-        assert_eq!(DROPS_UNDER_LOCK.load(Ordering::Relaxed), 0);
-    }
-}
+mod tests;

@@ -8,7 +8,8 @@
 //! `docs/SPEC.md` §3.6), its own scalar operation set ([`Op`]), rules in the documents' form
 //! (`jvp_rule`, `transpose_rule`, `add_primitive` with a `Vec`, primal computations such as
 //! `cos x` emitted in `OperationRole::Primary`), and graphs built through
-//! `GraphBuilder::add_operation` with a `Vec` of `ValueRef`s.
+//! `GraphBuilder::add_operation` with an array of `ValueRef`s, as the README's first example
+//! writes it.
 //!
 //! [`Dag`] is a plain description of a scalar DAG with a tree-walking reference
 //! interpreter, for the tests and for the benches (`benches/benches/pipeline.rs` runs this
@@ -210,7 +211,7 @@ impl Dag {
     }
 
     /// Builds the DAG with `b`, the way the specification builds a graph (`add_input`,
-    /// `add_operation` with a `Vec` of operands, `set_outputs`, `build`); returns the graph
+    /// `add_operation` with an array of operands, `set_outputs`, `build`); returns the graph
     /// and the keys of its outputs.
     pub fn build(&self, mut b: GraphBuilder<Op>) -> (Arc<Graph<Op>>, Vec<ValueKey<Op>>) {
         let mut values: Vec<LocalValueId> = Vec::with_capacity(self.value_count());
@@ -218,11 +219,12 @@ impl Dag {
             values.push(b.add_input(Key::User(i)));
         }
         for &(op, [a, c]) in &self.nodes {
-            let operands = match op.input_count() {
-                1 => vec![ValueRef::Local(values[a as usize])],
-                _ => vec![ValueRef::Local(values[a as usize]), ValueRef::Local(values[c as usize])],
+            let (a, c) = (ValueRef::Local(values[a as usize]), ValueRef::Local(values[c as usize]));
+            let outputs = match op.input_count() {
+                1 => b.add_operation(op, [a], OperationRole::Primary),
+                _ => b.add_operation(op, [a, c], OperationRole::Primary),
             };
-            values.extend(b.add_operation(op, operands, OperationRole::Primary));
+            values.extend(outputs);
         }
         let outputs: Vec<LocalValueId> = self.outputs.iter().map(|&o| values[o as usize]).collect();
         b.set_outputs(outputs.clone());

@@ -157,7 +157,7 @@ impl Spec {
             let op = Tally { tag: tag as u32, arity, outs, cost, fault };
             let operands: Vec<u64> = picks.iter().map(|&p| values[p]).collect();
             values.extend((0..outs).map(|k| mix(tag as u32, k, &operands)));
-            ids.extend(b.add_operation(op, picks.iter().map(|&p| Local(ids[p])).collect(), Primary));
+            ids.extend(b.add_operation(op, picks.iter().map(|&p| Local(ids[p])).collect::<Vec<_>>(), Primary));
         }
         // Outputs among the operation results, and the faulty node's first output, so that
         // it is reached.

@@ -450,7 +450,7 @@ impl MixSpec {
             // representative in the parallel schedule's operation table.
             let op = Mix { tag: tag as u32 % 2, arity, outs, cost, lie: false };
             let results = op.apply(&picks.iter().map(|&p| values[p]).collect::<Vec<_>>());
-            let out_ids = b.add_operation(op, picks.iter().map(|&p| Local(ids[p])).collect(), Primary);
+            let out_ids = b.add_operation(op, picks.iter().map(|&p| Local(ids[p])).collect::<Vec<_>>(), Primary);
             ids.extend(out_ids);
             values.extend(results);
         }

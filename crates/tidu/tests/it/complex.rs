@@ -35,7 +35,8 @@ impl F {
         self.b.add_input(k)
     }
     fn op(&mut self, op: ComplexOp, args: &[LocalValueId]) -> LocalValueId {
-        self.b.add_operation(op, args.iter().map(|&a| ValueRef::Local(a)).collect(), OperationRole::Primary)[0]
+        self.b.add_operation(op, args.iter().map(|&a| ValueRef::Local(a)).collect::<Vec<_>>(), OperationRole::Primary)
+            [0]
     }
     fn done(self, out: LocalValueId) -> (Arc<Graph<ComplexOp>>, computegraph::ValueKey<ComplexOp>) {
         let g = Arc::new(self.b.build());

@@ -14,7 +14,7 @@ pub fn builder() -> GraphBuilder<ScalarOp> {
 
 /// Adds a primal operation with local operands; returns its first output.
 pub fn op(b: &mut GraphBuilder<ScalarOp>, op: ScalarOp, args: &[LocalValueId]) -> LocalValueId {
-    b.add_operation(op, args.iter().map(|&a| ValueRef::Local(a)).collect(), OperationRole::Primary)[0]
+    b.add_operation(op, args.iter().map(|&a| ValueRef::Local(a)).collect::<Vec<_>>(), OperationRole::Primary)[0]
 }
 
 /// Evaluates a derivative graph with the given input values (by key).
