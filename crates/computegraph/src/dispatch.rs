@@ -31,6 +31,7 @@
 use std::mem::Discriminant;
 
 use crate::error::GraphResult;
+use crate::hugepages::huge_vec;
 use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
@@ -63,8 +64,10 @@ pub(crate) struct Dispatch<Op> {
 /// is raised (`stop.rs`; read once per window).
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<Dispatch<Op>> {
     let n = graph.operation_count();
-    let mut ops: Vec<Op> = Vec::with_capacity(n);
-    let mut order: Vec<u32> = Vec::with_capacity(n);
+    // Both advised for huge pages (`hugepages.rs`), as compile's instruction and argument
+    // columns: written once, front to back.
+    let mut ops: Vec<Op> = huge_vec(n);
+    let mut order: Vec<u32> = huge_vec(n);
     let mut moved = false;
     let mut variants = Variants::default();
     // Scratch of one window, indexed by an operation's offset in it: its variant, its
