@@ -150,8 +150,8 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     Ok(Dispatch { source: order, ops })
 }
 
-/// The variants met so far, each with a small id (in order of first appearance, the
-/// last [`MAX_VARIANTS`]` - 1` and beyond sharing one).
+/// The variants met so far, each with a small id: in order of first appearance, up to
+/// [`MAX_VARIANTS`] ids, the last one shared by every later variant.
 struct Variants<Op> {
     seen: Vec<Discriminant<Op>>,
     last: Option<(Discriminant<Op>, u8)>,

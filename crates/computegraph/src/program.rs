@@ -52,7 +52,7 @@ pub(crate) struct Program<Op> {
     pub(crate) instrs: IdVec<InstrId, Instr>,
     /// The instructions cut into runs for the sequential evaluator ([`Run`]).
     pub(crate) runs: Vec<Run>,
-    /// The operation of each uniform run, in order ([`runs`]).
+    /// The operation of each uniform run, in order ([`RunCutter`]).
     pub(crate) run_ops: Vec<Op>,
     /// Operand and output slots of every instruction, of the inputs and of the outputs.
     pub(crate) slots: SlotProgram,
