@@ -19,17 +19,19 @@
 //! The variant of an operation is its [`std::mem::discriminant`]: for an enum, operations
 //! of one variant run the same arm of `eval_into`'s `match`. Operation types that are not
 //! enums, or graphs with a single variant, keep the materialized order (the pass returns
-//! an empty order and costs one scan and the copy). Invariants of the output:
+//! an empty order, having sorted the windows and copied the operations twice).
+//! Invariants of the output:
 //! - it is a permutation of the operations and a topological order;
 //! - every operation stays inside its window, so live ranges (and the slot count) grow by
 //!   at most about one window.
 //!
-//! Complexity: `O(operations + operands)` (two counting sorts per window), iterative, a
-//! few scratch columns of one window each.
+//! Complexity: `O(operations + operands)` (one or two counting sorts per window, none for
+//! a chain's), iterative, a few scratch columns of one window each.
 
 use std::mem::Discriminant;
 
 use crate::error::GraphResult;
+use crate::hugepages::huge_vec;
 use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
@@ -52,55 +54,35 @@ pub(crate) struct Dispatch<Op> {
 /// The dispatch-friendly evaluation order of `graph`'s operations, with the operations
 /// copied out in that order.
 ///
-/// The operations are read once, in materialized order (through the store, `op_key` →
-/// chunk → operation, whose chunks that order reads in sequence), and permuted a window at
-/// a time; compile then reads `ops` in place instead of the store in evaluation order
-/// (ADR 0017, step 5). [`GraphError::Interrupted`](crate::GraphError::Interrupted) when the
-/// thread's stop flag is raised (`stop.rs`; read once per window).
+/// One pass, a window at a time: the window's operations are read in materialized order
+/// (through the store, `op_key` → chunk → operation, whose chunks that order reads in
+/// sequence) for their variants, sorted, and copied out in their new order while their
+/// lines are still cached; compile then reads `ops` in place instead of the store in
+/// evaluation order (ADR 0017, step 5). A window whose depths are `0, 1, 2, …` (a chain:
+/// each operation reads the one before) keeps its order without sorting.
+/// [`GraphError::Interrupted`](crate::GraphError::Interrupted) when the thread's stop flag
+/// is raised (`stop.rs`; read once per window).
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<Dispatch<Op>> {
     let n = graph.operation_count();
-    let mut ops: Vec<Op> = Vec::with_capacity(n);
-    // One variant id per operation, from a small table of the variants seen so far.
-    let mut variants: Vec<Discriminant<Op>> = Vec::new();
-    let mut variant: Vec<u8> = Vec::with_capacity(n);
-    let mut last: Option<(Discriminant<Op>, u8)> = None;
-    for op in graph.operations().map(|o| o.operation()) {
-        ops.push(op.clone());
-        let d = std::mem::discriminant(op);
-        // Runs of one variant are common (chains, layers): the previous variant first.
-        if let Some((ld, lid)) = last
-            && ld == d
-        {
-            variant.push(lid);
-            continue;
-        }
-        let id = match variants.iter().position(|&v| v == d) {
-            Some(id) => id,
-            None if variants.len() < MAX_VARIANTS => {
-                variants.push(d);
-                variants.len() - 1
-            }
-            None => MAX_VARIANTS - 1,
-        };
-        variant.push(id as u8);
-        last = Some((d, id as u8));
-    }
-    if variants.len() < 2 {
-        return Ok(Dispatch { source: Vec::new(), ops });
-    }
-
-    let mut order: Vec<u32> = Vec::with_capacity(n);
-    // Scratch of one window, indexed by an operation's offset in it: its depth, and the
-    // offsets sorted by variant (the first pass of a two-pass stable counting sort).
+    // Both advised for huge pages (`hugepages.rs`), as compile's instruction and argument
+    // columns: written once, front to back.
+    let mut ops: Vec<Op> = huge_vec(n);
+    let mut order: Vec<u32> = huge_vec(n);
+    let mut moved = false;
+    let mut variants = Variants::default();
+    // Scratch of one window, indexed by an operation's offset in it: its variant, its
+    // depth, and the offsets sorted by variant (the first pass of a two-pass stable
+    // counting sort); the buckets of the sorts.
+    let mut variant: Vec<u8> = Vec::with_capacity(WINDOW);
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
-    let mut variant_start: Vec<u32> = vec![0; variants.len() + 1];
-    let mut depth_start: Vec<u32> = vec![0; WINDOW + 1];
-    let mut scratch: Vec<Op> = Vec::with_capacity(WINDOW);
+    let mut buckets: Vec<u32> = Vec::with_capacity(WINDOW + 2);
     for start in (0..n).step_by(WINDOW) {
         crate::stop::check()?;
         let end = (start + WINDOW).min(n);
-        let window = &variant[start..end];
+        let len = end - start;
+        variant.clear();
+        variant.extend((start..end).map(|i| variants.id(graph.op(OperationId::new(i)))));
         depth.clear();
         let mut max_depth = 0;
         // Values before the window's first output are inputs or outputs of earlier
@@ -123,29 +105,90 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             depth.push(d);
             max_depth = max_depth.max(d as usize);
         }
-        // Stable by variant, then stable by depth: sorted by (depth, variant, offset).
-        counting_sort(window.iter().map(|&v| v as usize), &mut variant_start, |k, at| by_variant[at] = k as u32);
         let first = order.len();
-        order.resize(first + window.len(), 0);
+        order.resize(first + len, 0);
         let sorted = &mut order[first..];
-        counting_sort(
-            by_variant[..window.len()].iter().map(|&o| depth[o as usize] as usize),
-            &mut depth_start[..max_depth + 2],
-            |k, at| sorted[at] = (start as u32) + by_variant[k],
-        );
-        // The window's operations, in its new order (from a copy of the window in
-        // materialized order).
-        scratch.clear();
-        scratch.extend_from_slice(&ops[start..end]);
-        for (to, &from) in ops[start..end].iter_mut().zip(sorted.iter()) {
-            *to = scratch[from as usize - start].clone();
+        if max_depth + 1 == len {
+            // Depth `len - 1` needs a producer of depth `len - 2` before it, and so on
+            // down: depth equals offset, and the sort below would keep the order.
+            for (k, o) in sorted.iter_mut().enumerate() {
+                *o = (start + k) as u32;
+            }
+        } else {
+            // Sorted by (depth, variant, offset): one stable counting sort by both when
+            // their buckets are fewer than the window's operations, else two (stable by
+            // variant, then stable by depth), which give the same order.
+            let nv = variants.len();
+            if (max_depth + 1) * nv <= WINDOW {
+                buckets.resize((max_depth + 1) * nv + 1, 0);
+                let keys = variant.iter().zip(&depth).map(|(&v, &d)| d as usize * nv + v as usize);
+                counting_sort(keys, &mut buckets, |k, at| sorted[at] = (start + k) as u32);
+            } else {
+                buckets.resize(nv + 1, 0);
+                counting_sort(variant.iter().map(|&v| v as usize), &mut buckets, |k, at| by_variant[at] = k as u32);
+                buckets.resize(max_depth + 2, 0);
+                counting_sort(by_variant[..len].iter().map(|&o| depth[o as usize] as usize), &mut buckets, |k, at| {
+                    sorted[at] = (start as u32) + by_variant[k]
+                });
+            }
+        }
+        // The window's operations in their new order, read again while cached.
+        for (k, &from) in sorted.iter().enumerate() {
+            moved |= from as usize != start + k;
+            ops.push(graph.op(OperationId::new(from as usize)).clone());
         }
     }
-    let moved = order.iter().enumerate().any(|(pos, &i)| pos != i as usize);
+    if variants.len() < 2 && moved {
+        // One variant: nothing to group, so the materialized order is kept.
+        ops.clear();
+        ops.extend(graph.operations().map(|o| o.operation().clone()));
+        moved = false;
+    }
     if !moved {
         order = Vec::new();
     }
     Ok(Dispatch { source: order, ops })
+}
+
+/// The variants met so far, each with a small id: in order of first appearance, up to
+/// [`MAX_VARIANTS`] ids, the last one shared by every later variant.
+struct Variants<Op> {
+    seen: Vec<Discriminant<Op>>,
+    last: Option<(Discriminant<Op>, u8)>,
+}
+
+impl<Op> Default for Variants<Op> {
+    fn default() -> Self {
+        Variants { seen: Vec::new(), last: None }
+    }
+}
+
+impl<Op> Variants<Op> {
+    fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// The id of `op`'s variant.
+    #[inline]
+    fn id(&mut self, op: &Op) -> u8 {
+        let d = std::mem::discriminant(op);
+        // Runs of one variant are common (chains, layers): the previous variant first.
+        if let Some((ld, lid)) = self.last
+            && ld == d
+        {
+            return lid;
+        }
+        let id = match self.seen.iter().position(|&v| v == d) {
+            Some(id) => id,
+            None if self.seen.len() < MAX_VARIANTS => {
+                self.seen.push(d);
+                self.seen.len() - 1
+            }
+            None => MAX_VARIANTS - 1,
+        } as u8;
+        self.last = Some((d, id));
+        id
+    }
 }
 
 /// The materialized operation that instruction `i` computes, given the order

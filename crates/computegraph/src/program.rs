@@ -52,7 +52,7 @@ pub(crate) struct Program<Op> {
     pub(crate) instrs: IdVec<InstrId, Instr>,
     /// The instructions cut into runs for the sequential evaluator ([`Run`]).
     pub(crate) runs: Vec<Run>,
-    /// The operation of each uniform run, in order ([`runs`]).
+    /// The operation of each uniform run, in order ([`RunCutter`]).
     pub(crate) run_ops: Vec<Op>,
     /// Operand and output slots of every instruction, of the inputs and of the outputs.
     pub(crate) slots: SlotProgram,
@@ -177,43 +177,121 @@ pub(crate) struct Run {
 /// about what one instruction of the per-instruction loop does.
 pub(crate) const MIN_UNIFORM_RUN: usize = 2;
 
-/// Cuts `ops`/`instrs` (one entry each per instruction, arguments laid out in order in
-/// the pool) into [`Run`]s, and returns with them the operation of each uniform run, in
-/// order: the evaluator reads those from this short column, one after another, rather
-/// than from the instructions' column at every run's start (a cache miss per run when
-/// operations are large). `O(instructions)` operation comparisons.
-pub(crate) fn runs<Op: PartialEq + Clone>(ops: &[Op], instrs: &[Instr]) -> (Vec<Run>, Vec<Op>) {
-    let uniform_arity = |i: usize| {
-        let ins = instrs[i];
-        match (ins.n_in(), ins.n_out()) {
+/// Cuts instructions into [`Run`]s as compile emits them (one entry each in `ops` and in
+/// the instruction column, arguments laid out in order in the pool), and keeps with them
+/// the operation of each uniform run, in order: the evaluator reads those from this short
+/// column, one after another, rather than from the instructions' column at every run's
+/// start (a cache miss per run when operations are large). Fed during compile's slot
+/// pass rather than over the finished columns, which it would read once more.
+/// `O(instructions)` operation comparisons.
+pub(crate) struct RunCutter<Op> {
+    runs: Vec<Run>,
+    run_ops: Vec<Op>,
+    /// The instructions not yet in `runs`, from `open.0`: a candidate uniform run (its
+    /// arity, nonzero) or a single instruction (arity 0); `open.1` is its first argument.
+    open: Option<(usize, u32, u8)>,
+}
+
+impl<Op: PartialEq + Clone> RunCutter<Op> {
+    pub(crate) fn new() -> Self {
+        RunCutter { runs: Vec::new(), run_ops: Vec::new(), open: None }
+    }
+
+    /// Adds instruction `i` (the next one), whose operation is `ops[i]`.
+    ///
+    /// # Panics
+    /// If `i` or an earlier instruction is out of `ops`.
+    #[inline]
+    pub(crate) fn push(&mut self, ops: &[Op], i: usize, instr: Instr) {
+        let arity = match (instr.n_in(), instr.n_out()) {
             (n @ (1 | 2), 1) => n as u8,
             _ => 0,
-        }
-    };
-    let mut runs: Vec<Run> = Vec::new();
-    let mut run_ops: Vec<Op> = Vec::new();
-    let mut i = 0;
-    let n = ops.len();
-    while i < n {
-        let arity = uniform_arity(i);
-        let mut end = i + 1;
-        if arity != 0 {
-            while end < n && uniform_arity(end) == arity && ops[end] == ops[i] {
-                end += 1;
+        };
+        if let Some((first, _, open_arity)) = self.open {
+            if open_arity != 0 && arity == open_arity && ops[i] == ops[first] {
+                return;
             }
+            self.close(ops, i);
         }
-        let arity = if end - i >= MIN_UNIFORM_RUN { arity } else { 0 };
-        match runs.last_mut() {
+        self.open = Some((i, instr.start() as u32, arity));
+    }
+
+    /// Ends the open instructions at `end` (exclusive).
+    fn close(&mut self, ops: &[Op], end: usize) {
+        let Some((first, start, arity)) = self.open.take() else { return };
+        let arity = if end - first >= MIN_UNIFORM_RUN { arity } else { 0 };
+        match self.runs.last_mut() {
             // Mixed instructions join the mixed run before them.
             Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
             _ => {
-                runs.push(Run { end: end as u32, start: instrs[i].start() as u32, arity });
+                self.runs.push(Run { end: end as u32, start, arity });
                 if arity != 0 {
-                    run_ops.push(ops[i].clone());
+                    self.run_ops.push(ops[first].clone());
                 }
             }
         }
-        i = end;
     }
-    (runs, run_ops)
+
+    /// The runs of `ops.len()` instructions, every one pushed, and each uniform run's
+    /// operation.
+    pub(crate) fn finish(mut self, ops: &[Op]) -> (Vec<Run>, Vec<Op>) {
+        self.close(ops, ops.len());
+        (self.runs, self.run_ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The cut written over the finished columns, as compile made it before cutting as it
+    /// emits: the reference for [`RunCutter`].
+    fn runs_of(ops: &[u8], instrs: &[Instr]) -> (Vec<Run>, Vec<u8>) {
+        let uniform_arity = |i: usize| match (instrs[i].n_in(), instrs[i].n_out()) {
+            (n @ (1 | 2), 1) => n as u8,
+            _ => 0,
+        };
+        let (mut runs, mut run_ops): (Vec<Run>, Vec<u8>) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while i < ops.len() {
+            let arity = uniform_arity(i);
+            let mut end = i + 1;
+            while arity != 0 && end < ops.len() && uniform_arity(end) == arity && ops[end] == ops[i] {
+                end += 1;
+            }
+            let arity = if end - i >= MIN_UNIFORM_RUN { arity } else { 0 };
+            match runs.last_mut() {
+                Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
+                _ => {
+                    runs.push(Run { end: end as u32, start: instrs[i].start() as u32, arity });
+                    if arity != 0 {
+                        run_ops.push(ops[i]);
+                    }
+                }
+            }
+            i = end;
+        }
+        (runs, run_ops)
+    }
+
+    proptest! {
+        #[test]
+        fn cutting_as_compile_emits_gives_the_runs_of_the_whole_columns(
+            shapes in proptest::collection::vec((0u8..3, 0u16..4, 1u16..3), 0..200),
+        ) {
+            let ops: Vec<u8> = shapes.iter().map(|s| s.0).collect();
+            let mut instrs = Vec::new();
+            let mut start = 0u32;
+            for &(_, n_in, n_out) in &shapes {
+                instrs.push(Instr::new(start, n_in, n_out));
+                start += u32::from(n_in + n_out);
+            }
+            let mut cutter = RunCutter::new();
+            for (i, &instr) in instrs.iter().enumerate() {
+                cutter.push(&ops, i, instr);
+            }
+            prop_assert_eq!(cutter.finish(&ops), runs_of(&ops, &instrs));
+        }
+    }
 }
