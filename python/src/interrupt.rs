@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 
 use pyo3::prelude::*;
 
@@ -29,7 +30,6 @@ pub(crate) fn interruptibly_in<R: Send>(
     pool: &rayon::ThreadPool,
     work: impl FnOnce(Arc<AtomicBool>) -> PyResult<R> + Send,
 ) -> PyResult<R> {
-    use std::sync::mpsc::{RecvTimeoutError, channel};
     let flag = Arc::new(AtomicBool::new(false));
     py.detach(|| {
         let (done, finished) = channel::<PyResult<R>>();
@@ -40,29 +40,35 @@ pub(crate) fn interruptibly_in<R: Send>(
             s.spawn(move |_| {
                 let _ = done.send(work(worker_flag));
             });
-            let mut raised: Option<PyErr> = None;
-            loop {
-                match finished.recv_timeout(SIGNAL_POLL) {
-                    Ok(r) => break (Some(r), raised),
-                    // Disconnected: the work ended without sending (it panicked).
-                    Err(RecvTimeoutError::Disconnected) => break (None, raised),
-                    Err(RecvTimeoutError::Timeout) => {
-                        if raised.is_none() {
-                            raised = signal_raised(&flag);
-                        }
-                    }
-                }
-            }
+            wait(&finished, &flag)
         });
-        match (raised, result) {
-            (Some(e), _) => Err(e),
-            (None, Some(r)) => r,
-            // Unreachable: a panicking work re-raises at the scope's end.
-            (None, None) => {
-                Err(pyo3::exceptions::PyRuntimeError::new_err("the contraction's worker ended without a result"))
-            }
-        }
+        // A panicking work re-raised at the scope's end: `result` is there.
+        outcome(result.unwrap_or_else(|| unreachable!("the work sent its result or panicked")), raised)
     })
+}
+
+/// Waits for the work's result on `finished`, running Python's signal handlers every
+/// [`SIGNAL_POLL`] meanwhile (once one has raised, `flag` is up and the work is ending):
+/// the result (`None`: the work ended without sending, it panicked) and the exception a
+/// handler raised.
+fn wait<R>(finished: &Receiver<PyResult<R>>, flag: &AtomicBool) -> (Option<PyResult<R>>, Option<PyErr>) {
+    let mut raised: Option<PyErr> = None;
+    loop {
+        match finished.recv_timeout(SIGNAL_POLL) {
+            Ok(r) => return (Some(r), raised),
+            Err(RecvTimeoutError::Disconnected) => return (None, raised),
+            Err(RecvTimeoutError::Timeout) if raised.is_none() => raised = signal_raised(flag),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// The call's outcome: the handler's exception if one raised, else the work's result.
+fn outcome<R>(result: PyResult<R>, raised: Option<PyErr>) -> PyResult<R> {
+    match raised {
+        Some(e) => Err(e),
+        None => result,
+    }
 }
 
 /// Runs Python's signal handlers; when one raises, puts `flag` up and returns its exception.
@@ -79,31 +85,18 @@ pub(crate) fn interruptibly<R: Send>(
     py: Python<'_>,
     work: impl FnOnce(Arc<AtomicBool>) -> PyResult<R> + Send,
 ) -> PyResult<R> {
-    use std::sync::mpsc::{RecvTimeoutError, channel};
     let flag = Arc::new(AtomicBool::new(false));
     py.detach(|| {
         std::thread::scope(|s| {
-            let (done, finished) = channel::<()>();
+            let (done, finished) = channel::<PyResult<R>>();
             let worker_flag = flag.clone();
             let worker = s.spawn(move || {
-                let r = work(worker_flag);
-                let _ = done.send(());
-                r
+                let _ = done.send(work(worker_flag));
             });
-            let mut raised: Option<PyErr> = None;
-            loop {
-                match finished.recv_timeout(SIGNAL_POLL) {
-                    // Disconnected: the worker ended without sending (it panicked).
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-                    Err(RecvTimeoutError::Timeout) if raised.is_none() => raised = signal_raised(&flag),
-                    Err(RecvTimeoutError::Timeout) => {}
-                }
-            }
-            let result = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            match raised {
-                Some(e) => Err(e),
-                None => result,
-            }
+            let (result, raised) = wait(&finished, &flag);
+            // Without a result the worker panicked: its panic goes on here.
+            worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            outcome(result.unwrap_or_else(|| unreachable!("a worker that panicked was resumed above")), raised)
         })
     })
 }
