@@ -37,7 +37,8 @@
 //! Parallel evaluation ([`CompiledProgram::eval_parallel`](crate::CompiledProgram::eval_parallel)) runs the level schedule of
 //! `schedule.rs` with its own slots, entering the rayon pool once per run, when the
 //! schedule's estimate says that beats the sequential evaluator (`SplitLevels::worth_parallel`;
-//! otherwise it is the sequential evaluator). A level with
+//! otherwise it is the sequential evaluator, except where the levels are heavy enough to
+//! time both: then the [`EvalState`] runs whichever its calls measured faster, `probe.rs`). A level with
 //! one instruction, or whose summed [`cost_hint`](crate::GraphOperation::cost_hint) is
 //! below [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST), runs on the calling thread,
 //! in place. A larger one is cut into chunks of about equal cost (at least
@@ -60,6 +61,7 @@
 //! (equal operations compute the same thing: `GraphOperation`'s contract). See `docs/adr/0005-parallel-slot-writes.md`.
 
 use std::mem::MaybeUninit;
+use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -70,6 +72,7 @@ use crate::dataflow;
 use crate::error::{GraphError, GraphResult};
 use crate::id::{InstrId, SlotId};
 use crate::operation::{EvaluableGraphOperation, Label, Outputs};
+use crate::probe::{Mode, ParChoice, ParProbe};
 use crate::schedule::{PAR_CHUNK_MIN_COST, Step};
 use crate::slots::{SlotFile, SlotPtr};
 use crate::team::{StopOnDrop, Team};
@@ -115,11 +118,14 @@ const PAR_PREFETCH_AHEAD: usize = 32;
 pub struct EvalState<T> {
     pub(crate) slots: SlotFile<T>,
     out: Vec<T>,
+    /// Which evaluator parallel evaluation runs, for programs whose estimate cannot tell
+    /// (`probe.rs`).
+    probe: ParProbe,
 }
 
 impl<T> Default for EvalState<T> {
     fn default() -> Self {
-        EvalState { slots: SlotFile::default(), out: Vec::new() }
+        EvalState { slots: SlotFile::default(), out: Vec::new(), probe: ParProbe::default() }
     }
 }
 
@@ -248,8 +254,10 @@ where
     /// split level for its synchronisation; levels split when costly enough, see
     /// [`PAR_LEVEL_MIN_COST`](crate::PAR_LEVEL_MIN_COST)) is not at most seven eighths of
     /// the program's cost, this is the sequential evaluator. So cheap scalar operations
-    /// (cost hint 1), however wide their levels, run sequentially: sharing them between
-    /// cores costs more than it saves. Instructions of levels that run on the calling thread alone
+    /// (cost hint 1) run sequentially in one-off calls: sharing them between cores can
+    /// cost more than it saves. Where their split levels are heavy (at least 2^18 cost
+    /// units), a state kept across calls with [`Self::eval_parallel_with`] times both
+    /// evaluators and runs the faster, re-checking the other now and then. Instructions of levels that run on the calling thread alone
     /// get `ctx`; chunks of a parallel level get a clone of `ctx` per thread (made once
     /// per thread per call, on the calling thread), and what a clone records is dropped.
     /// Operations that need one shared context should keep it behind their own lock.
@@ -295,7 +303,8 @@ where
         self.eval_parallel_with(pool, &mut EvalState::new(), ctx, inputs)
     }
 
-    /// Evaluates the program in parallel reusing `state`'s allocations.
+    /// Evaluates the program in parallel reusing `state`'s allocations, and its timings of
+    /// the two evaluators where the estimate cannot choose (see [`Self::eval_parallel`]).
     pub fn eval_parallel_with(
         &self,
         pool: Option<&ThreadPool>,
@@ -319,13 +328,23 @@ where
                 None => rayon::scope(|_| dataflow::run(code, plan, ctx, inputs)),
             };
         }
-        if !sched.schedule().split.worth_parallel(threads) {
-            return self.eval_with(state, ctx, inputs);
+        let (mode, timed) = match sched.schedule().split.choice(threads) {
+            ParChoice::Sequential => (Mode::Sequential, false),
+            ParChoice::Parallel => (Mode::Parallel, false),
+            ParChoice::Measure => state.probe.next(std::ptr::from_ref(self) as usize),
+        };
+        let start = timed.then(Instant::now);
+        let out = match mode {
+            Mode::Sequential => self.eval_with(state, ctx, inputs),
+            Mode::Parallel => match pool {
+                Some(pool) => pool.install(|| self.code().run_levels(sched, threads, state, ctx, inputs)),
+                None => rayon::scope(|_| self.code().run_levels(sched, threads, state, ctx, inputs)),
+            },
+        };
+        if let (Some(start), Ok(_)) = (start, &out) {
+            state.probe.record(mode, u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
         }
-        match pool {
-            Some(pool) => pool.install(|| self.code().run_levels(sched, threads, state, ctx, inputs)),
-            None => rayon::scope(|_| self.code().run_levels(sched, threads, state, ctx, inputs)),
-        }
+        out
     }
 }
 
@@ -350,7 +369,7 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
                 found: inputs.len(),
             });
         }
-        let EvalState { slots, out } = state;
+        let EvalState { slots, out, .. } = state;
         slots.reset(program.slots.slot_count);
         for (s, &x) in program.slots.input_slots.iter().zip(inputs) {
             if let &Some(s) = s {
@@ -509,7 +528,7 @@ where
         ctx: &mut Op::Context,
         inputs: &[&Op::Operand],
     ) -> GraphResult<Vec<Op::Operand>> {
-        let EvalState { slots, out } = state;
+        let EvalState { slots, out, .. } = state;
         slots.reset(sched.schedule().slots.slot_count);
         for (s, &x) in sched.schedule().slots.input_slots.iter().zip(inputs) {
             if let &Some(s) = s {

@@ -64,6 +64,7 @@ mod materialize;
 mod operation;
 mod optable;
 mod prefetch;
+mod probe;
 mod program;
 mod resolve;
 mod schedule;

@@ -56,6 +56,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
 use crate::id::{Id, IdVec, InstrId, SlotId};
+use crate::probe::ParChoice;
 use crate::program::{Instr, SlotProgram};
 
 /// Levels whose summed cost hint is below this run on the calling thread. A fork-join
@@ -80,6 +81,11 @@ pub(crate) const PAR_STEP_COST: u64 = 2;
 /// the level, every thread claims chunks, and the lead waits for the last one (a few
 /// cache-line round trips between cores, 100 to 450 ns each on the project machine).
 pub(crate) const PAR_LEVEL_SYNC_COST: u64 = 1024;
+
+/// Split levels weighing less than this (in cost-hint units: about 2·10^5 scalar
+/// instructions, some 0.4 ms of sequential evaluation) are not worth timing: a probe's
+/// slower call would cost more than a choice could save.
+pub(crate) const PROBE_MIN_COST: u64 = 1 << 18;
 
 /// One instruction of the schedule in the compact form the parallel evaluator reads: 16
 /// bytes, in level order, so that a chunk streams one column instead of gathering from
@@ -169,6 +175,23 @@ impl SplitLevels {
         let parallel = in_place.saturating_add(split);
         // `parallel <= 7/8 total`, without overflow: compare in u128.
         8 * u128::from(parallel) <= 7 * u128::from(self.total_cost)
+    }
+
+    /// What parallel evaluation on `threads` threads does: the level evaluator when
+    /// [`Self::worth_parallel`], nothing to decide without split levels or with one
+    /// thread, and otherwise, when the split levels weigh at least [`PROBE_MIN_COST`], time
+    /// both evaluators (`probe.rs`): the estimate above is the pessimistic one, right when
+    /// the host places the two cores far apart and wrong by up to 1.4× when it does not.
+    pub(crate) fn choice(&self, threads: usize) -> ParChoice {
+        if threads <= 1 || self.cost == 0 {
+            ParChoice::Sequential
+        } else if self.worth_parallel(threads) {
+            ParChoice::Parallel
+        } else if self.cost >= PROBE_MIN_COST {
+            ParChoice::Measure
+        } else {
+            ParChoice::Sequential
+        }
     }
 }
 

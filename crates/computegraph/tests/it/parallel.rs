@@ -228,6 +228,37 @@ fn wide_levels_fork_only_when_they_gain() {
     }
 }
 
+/// A level of cheap instructions heavy enough to time (cost past the probe's minimum,
+/// 2^18) is where the estimate cannot tell: a kept [`EvalState`] runs the first call
+/// sequentially, then the level evaluator and the sequential one in turn, and from then
+/// on whichever was faster, every result equal to the sequential one. A fresh state (as
+/// `eval_parallel` makes) always runs sequentially. Checked through what the caller's
+/// context recorded, not through timing.
+#[test]
+fn levels_the_estimate_cannot_tell_are_timed() {
+    let tags = 1000..301_000u32;
+    let mut b = GraphBuilder::with_interner(KeyInterner::new());
+    let x = b.add_input(0u32);
+    let outs: Vec<_> =
+        tags.clone().map(|tag| b.add_operation(Rec { tag, arity: 1, cost: 1 }, [Local(x)], Primary)[0]).collect();
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outs.iter().map(|&v| g.global_key(v)).collect();
+    let program = compile(&materialize_merge(&resolve(vec![g]), &keys));
+    let expected: Vec<u64> = tags.clone().map(|t| Rec::apply(t, &[7])).collect();
+    let pool = &pools()[1];
+    let mut seen = Vec::new();
+    assert_eq!(program.eval_parallel(Some(pool), &mut seen, &[&7]), expected);
+    assert_eq!(seen.len(), tags.len(), "a fresh state: the sequential evaluator");
+    let mut state = EvalState::new();
+    let mut forked = Vec::new();
+    for _ in 0..8 {
+        seen.clear();
+        assert_eq!(program.eval_parallel_with(Some(pool), &mut state, &mut seen, &[&7]).unwrap(), expected);
+        forked.push(seen.len() < tags.len());
+    }
+    assert_eq!(&forked[..4], &[false, true, false, true], "warm-up, then parallel and sequential in turn");
+}
+
 /// Benchmark shapes large enough that their levels split (layered 10^4 wide; of cheap
 /// scalar operations, so they run sequentially on every pool), plus a windowed random DAG
 /// and a chain.
