@@ -190,4 +190,51 @@ proptest::proptest! {
             }
         }
     }
+
+    /// Builders that reserve nothing grow the table batch by batch (fourfold while it is
+    /// small, `optable.rs`): graphs of up to three batches, with repeated operations, built
+    /// one after another on one interner with the table released at random between them,
+    /// give each operation the key a plain map from structure to key gives.
+    #[test]
+    fn unreserved_builders_intern_as_a_plain_map(
+        graphs in proptest::collection::vec(
+            (1usize..3 * crate::graph::STORE_OPS_MIN, proptest::num::u64::ANY, proptest::bool::ANY),
+            1..4,
+        ),
+    ) {
+        use crate::{GraphBuilder, LocalValueId, ValueRef::Local};
+        let interner = KeyInterner::<Outputs>::new();
+        // The reference: (outputs, operand's key) → operation key id, numbered as found.
+        let mut seen: std::collections::HashMap<(u8, ValueKey<Outputs>), OperationKeyId> = Default::default();
+        for (len, seed, release) in graphs {
+            if release {
+                interner.release_table();
+            }
+            let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+            let mut locals = vec![b.add_input(0)];
+            let mut added = Vec::with_capacity(len);
+            let mut x = seed | 1;
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // One or two outputs; operands among the last few values, so that
+                // operations repeat (within a graph and across graphs).
+                let n = 1 + (x % 2) as u8;
+                let operand = locals[locals.len() - 1 - (x >> 8) as usize % locals.len().min(6)];
+                let outputs = b.add_operation_from(Outputs(n), &[Local(operand)], &OperationRole::Primary);
+                added.push((n, operand, LocalValueId::new(outputs.start)));
+                locals.extend(outputs.map(LocalValueId::new));
+            }
+            let g = b.build();
+            for (n, operand, first) in added {
+                let crate::ValueKey::Derived { operation, .. } = g.global_key(first) else {
+                    panic!("an operation's output has a derived key")
+                };
+                let fresh = OperationKeyId::new(seen.len());
+                let id = *seen.entry((n, g.global_key(operand))).or_insert(fresh);
+                proptest::prop_assert_eq!(operation.id(), id);
+            }
+        }
+    }
 }
