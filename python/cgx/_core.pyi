@@ -32,6 +32,7 @@ __all__ = [
     "check_hyper_options",
     "tree_svg",
     "left_range",
+    "any_left_range",
     "Graph",
     "Program",
     "Gradient",
@@ -170,6 +171,7 @@ def check_hyper_options(
 ) -> None: ...
 def tree_svg(eq: str, shapes: Sequence[Sequence[int]], path: Sequence[Sequence[int]], sliced: Sequence[str]) -> str: ...
 def left_range(x: object) -> bool: ...
+def any_left_range(arrays: list[object]) -> bool: ...
 
 @final
 class Graph:

@@ -52,8 +52,20 @@ def left_range(x: Any) -> bool:
 
 
 def any_left_range(value: Any, grads: Iterable[Any]) -> bool:
-    """``left_range`` of the value or of any gradient."""
-    return left_range(value) or any(left_range(g) for g in grads)
+    """``left_range`` of the value or of any gradient. The engine's arrays (float64 and
+    complex128 numpy arrays) are read by ``_core.any_left_range`` in one call, without the
+    GIL and over the call's threads (on MPS 200 the gradients are 5.3 million entries, read
+    at memory bandwidth); other arrays by ``left_range``."""
+    import numpy as np
+
+    engine: list[object] = []
+    others: list[Any] = []
+    for x in [value, *grads]:
+        if isinstance(x, np.ndarray) and x.dtype.char in "dD":
+            engine.append(x)
+        else:
+            others.append(x)
+    return _core.any_left_range(engine) or any(left_range(x) for x in others)
 
 
 def finite(arrays: Iterable[Any]) -> bool:

@@ -13,7 +13,8 @@
 //!   `check_hyper_options`, its arguments checked when it is made;
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
 //! - `scaled.rs`: `left_range`, whether a result left float64's range (the test behind
-//!   `strip_exponent=None`; the scaled contraction itself is `Expression._scaled`);
+//!   `strip_exponent=None`; the scaled contraction itself is `Expression._scaled`), and
+//!   `any_left_range`, the same over a value and its gradients on the call's threads;
 //! - `threads.rs`: `set_num_threads`, `get_num_threads` and `_swap_call_threads`, the
 //!   threads of the contraction calls (process-wide, per Python thread), and their pools;
 //! - `graph.rs`: the scalar graph engine (`Graph`, `Program`, `Gradient`) over
@@ -137,6 +138,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hyper::check_hyper_options, m)?)?;
     m.add_function(wrap_pyfunction!(draw::tree_svg, m)?)?;
     m.add_function(wrap_pyfunction!(scaled::left_range, m)?)?;
+    m.add_function(wrap_pyfunction!(scaled::any_left_range, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<graph::Program>()?;
     m.add_class::<graph::Gradient>()?;

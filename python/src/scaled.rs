@@ -2,11 +2,23 @@
 //! is not finite, or a largest modulus below the normal range), the cheap test by which
 //! `cgx.contract`'s default `strip_exponent=None` decides to run a contraction again
 //! scaled. One pass over the array without a temporary: numpy's `abs` and `max` cost
-//! more than a small contraction.
+//! more than a small contraction. `any_left_range`: the same test over a value and its
+//! gradients in one call, without the GIL, the contiguous float64 arrays read in chunks
+//! over the call's threads (the test reads every gradient entry once more, at memory
+//! bandwidth, which a second core adds to).
 
 use einsum::c64;
-use numpy::{PyArrayDyn, PyArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+/// Elements per chunk of [`any_left_range`]'s parallel test: 512 KiB of float64, so that a
+/// chunk's work (tens of microseconds) dwarfs claiming it.
+const CHUNK: usize = 1 << 16;
+
+/// Below this many float64 entries in all, [`any_left_range`] reads them on the calling
+/// thread: entering the pool costs microseconds.
+const PAR_MIN_ELEMENTS: usize = 1 << 20;
 
 /// Whether the moduli `m` (in any order) hold a value that is not finite, or have a
 /// largest value that is not zero but below `f64::MIN_POSITIVE`.
@@ -27,6 +39,14 @@ fn outside(m: impl Iterator<Item = f64>) -> bool {
 /// turns NaN at the first entry that is not finite and stays NaN; its largest modulus is
 /// kept by a comparison, which NaN entries skip (the sum has caught them).
 fn outside_slice(s: &[f64]) -> bool {
+    let (not_finite, largest) = scan(s);
+    not_finite || (largest > 0.0 && largest < f64::MIN_POSITIVE)
+}
+
+/// Whether `s` holds an entry that is not finite, and (when it does not) its largest
+/// modulus, in the lanes of [`outside_slice`]; chunks of one array combine by `or` and
+/// `max`.
+fn scan(s: &[f64]) -> (bool, f64) {
     const LANES: usize = 8;
     let mut largest = [0.0f64; LANES];
     let mut nan = [0.0f64; LANES];
@@ -40,9 +60,16 @@ fn outside_slice(s: &[f64]) -> bool {
         }
     }
     if nan.iter().any(|v| v.is_nan()) {
-        return true;
+        return (true, f64::INFINITY);
     }
-    outside(largest.into_iter().chain(tail.iter().map(|v| v.abs())))
+    let mut top = 0.0f64;
+    for x in largest.into_iter().chain(tail.iter().map(|v| v.abs())) {
+        if !x.is_finite() {
+            return (true, f64::INFINITY);
+        }
+        top = top.max(x);
+    }
+    (false, top)
 }
 
 /// `left_range(x)`: for a float64 or complex128 numpy array, whether an entry is not
@@ -61,4 +88,47 @@ pub fn left_range(x: &Bound<'_, PyAny>) -> bool {
         return outside(a.as_array().iter().map(|v| v.re.hypot(v.im)));
     }
     false
+}
+
+/// `any_left_range(arrays)`: whether any of `arrays` (a list: a value and its gradients)
+/// is one [`left_range`] says left the range. The contiguous float64 arrays are read
+/// without the GIL, split into chunks over the threads of the call's pool when it has
+/// several and they hold `PAR_MIN_ELEMENTS` entries or more; the others one at a time as
+/// `left_range` reads them.
+#[pyfunction]
+pub fn any_left_range(py: Python<'_>, arrays: &Bound<'_, PyList>) -> PyResult<bool> {
+    let mut views: Vec<PyReadonlyArrayDyn<'_, f64>> = Vec::new();
+    for x in arrays.iter() {
+        match x.cast::<PyArrayDyn<f64>>() {
+            Ok(a) if a.is_contiguous() => views.push(a.readonly()),
+            _ => {
+                if left_range(&x) {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    let slices: Vec<&[f64]> = views.iter().filter_map(|v| v.as_slice().ok()).collect();
+    let total: usize = slices.iter().map(|s| s.len()).sum();
+    let pool = if total >= PAR_MIN_ELEMENTS { crate::threads::call_pool()? } else { None };
+    Ok(py.detach(|| match pool {
+        Some(pool) => pool.install(|| any_outside_par(&slices)),
+        None => slices.iter().any(|s| outside_slice(s)),
+    }))
+}
+
+/// Whether any of `slices` is [`outside_slice`], read in chunks of `CHUNK` on the current
+/// pool's threads; each array's chunks combined into its own verdict (a largest modulus
+/// below the normal range is a property of the whole array, not of a chunk).
+fn any_outside_par(slices: &[&[f64]]) -> bool {
+    use rayon::prelude::*;
+    let chunks: Vec<(usize, &[f64])> =
+        slices.iter().enumerate().flat_map(|(i, s)| s.chunks(CHUNK).map(move |c| (i, c))).collect();
+    let scanned: Vec<(usize, (bool, f64))> = chunks.par_iter().map(|&(i, c)| (i, scan(c))).collect();
+    let mut per = vec![(false, 0.0f64); slices.len()];
+    for (i, (not_finite, largest)) in scanned {
+        per[i].0 |= not_finite;
+        per[i].1 = per[i].1.max(largest);
+    }
+    per.iter().any(|&(not_finite, largest)| not_finite || (largest > 0.0 && largest < f64::MIN_POSITIVE))
 }

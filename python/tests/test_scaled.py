@@ -299,3 +299,51 @@ def test_left_range_equals_numpy(n, specials, scale, step):
     m = np.abs(view).max() if view.size else 0.0
     want = bool(not np.isfinite(m) or 0 < m < np.finfo(np.float64).tiny)
     assert _core.left_range(view) == want
+
+
+def _left_range_by_numpy(x):
+    """The range test of ``cgx._scaled.left_range`` by numpy's ``abs`` and ``max``."""
+    if x.size == 0:
+        return False
+    m = np.abs(x).max()
+    return bool(not np.isfinite(m) or 0 < m < np.finfo(x.dtype).tiny)
+
+
+@SETTINGS
+@given(
+    parts=st.lists(
+        st.tuples(
+            st.sampled_from(["small", "large", "strided", "complex", "float32"]),
+            st.sampled_from([1.0, 1e-300, 0.0]),
+            st.lists(st.tuples(st.floats(0, 1), st.sampled_from([np.inf, -np.nan, 5e-310, -1e-320, 2.0])), max_size=2),
+        ),
+        max_size=4,
+    ),
+    threads=st.sampled_from([1, 2]),
+)
+def test_any_left_range_equals_numpy(parts, threads):
+    """``_scaled.any_left_range`` (``_core.any_left_range``: contiguous float64 arrays read
+    in chunks over the call's threads, each array's chunks combined; the others one by one)
+    against numpy's ``abs`` and ``max`` per array: special values anywhere, in arrays past
+    the threshold of the parallel read (2^20 entries) and below it, strided, complex and
+    float32 ones, whole arrays below the normal range."""
+    from cgx import _scaled
+
+    sizes = {"small": 37, "large": (1 << 20) + 3, "strided": 74, "complex": 20, "float32": 30}
+    arrays = []
+    for kind, scale, specials in parts:
+        x = np.linspace(-1.0, 1.0, sizes[kind]) * scale * 1e-10
+        for at, v in specials:
+            x[int(at * (x.size - 1))] = v
+        if kind == "strided":
+            x = x[::2]
+        elif kind == "complex":
+            with np.errstate(invalid="ignore"):  # inf times 1j has a NaN real part
+                x = x + 1j * x[::-1]
+        elif kind == "float32":
+            x = x.astype(np.float32)
+        arrays.append(x)
+    want = any(_left_range_by_numpy(x) for x in arrays)
+    with cgx.threads(threads):
+        got = _scaled.any_left_range(arrays[0], arrays[1:]) if arrays else _scaled.any_left_range(np.zeros(0), [])
+    assert got == want

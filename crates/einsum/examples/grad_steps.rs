@@ -7,8 +7,10 @@
 //! producing step, would then pay for reading it out of their order), and with their two
 //! operands swapped (which one is the GEMM's left matrix).
 //!
-//! `cargo run --release -p einsum --example grad_steps -- [--reps N] [--all] file.json`
-//! (`--all`: every step, not the twelve worst).
+//! `cargo run --release -p einsum --example grad_steps -- [--reps N] [--all] [--threads N] file.json`
+//! (`--all`: every step, not the twelve worst; `--threads N`: every kernel run inside a rayon
+//! pool of `N` threads, so that the steps and transposes whose kernels split do, to see which
+//! of them a second thread speeds up).
 
 mod steps;
 
@@ -20,6 +22,14 @@ fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let reps = take_reps(&mut args, 5);
     let all = args.iter().position(|a| a == "--all").map(|p| args.remove(p)).is_some();
+    let threads: usize =
+        steps::take_option(&mut args, "--threads").map_or(1, |t| t.parse().expect("--threads takes a number"));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a rayon pool");
+    pool.install(|| run(&args, reps, all));
+}
+
+/// The diagnosis of `args[0]` (module docs), on the current pool's threads.
+fn run(args: &[String], reps: usize, all: bool) {
     let (inst, e, specs) = forward_steps(&args[0]);
     // The value-and-gradient program's operations, as `Einsum::gradient` merges them.
     let keys: Vec<einsum::TensorKey> = (0..inst.shapes.len() as u32).map(einsum::TensorKey::var).collect();
@@ -33,6 +43,16 @@ fn main() {
         *kinds.entry(k.split_whitespace().next().unwrap_or("").to_string()).or_default() += 1;
     }
     println!("value+grad program: {} operations {kinds:?}", both.operation_count());
+    // How a pool of several threads runs each program: by dependency (`dataflow.rs`) or
+    // level by level (computegraph's `eval_parallel`).
+    let vg = computegraph::compile(&both);
+    println!(
+        "by dependency on a pool: forward {} ({} levels), value+grad {} ({} levels)",
+        e.program().parallel_by_dependency(),
+        e.program().level_count(),
+        vg.parallel_by_dependency(),
+        vg.level_count()
+    );
     let mut rows = Vec::new();
     let (mut tf, mut tt, mut tn, mut tw) = (0.0, 0.0, 0.0, 0.0);
     for s in &specs {
