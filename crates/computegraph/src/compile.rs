@@ -36,7 +36,7 @@ use std::sync::Arc;
 use crate::compiled::CompiledProgram;
 use crate::dispatch::{Dispatch, dispatch_order};
 use crate::error::{GraphError, GraphResult};
-use crate::hugepages::{huge_vec, huge_vec_of};
+use crate::hugepages::{program_vec, program_vec_of};
 use crate::id::{Id, IdVec, InstrId, SlotId};
 use crate::materialize::{MaterializedGraph, OperationId, ValueId};
 use crate::operation::GraphOperation;
@@ -96,7 +96,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let op_at = |pos: usize| OperationId::new(if source.is_empty() { pos } else { source[pos] as usize });
     // Per value: the last instruction that reads it, then its slot.
     let mut live: IdVec<ValueId, Live> =
-        IdVec::from_raw(huge_vec_of(Live { last_use: None, slot: None }, graph.value_count()));
+        IdVec::from_raw(program_vec_of(Live { last_use: None, slot: None }, graph.value_count()));
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
     let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
@@ -134,11 +134,12 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     }
 
     // Plain vectors while filling (an `IdVec` push checks the id space, which `after_last`
-    // already did), made columns at the end without a copy. Advised for huge pages, as
-    // `ops` and the order are (`dispatch.rs`): a first write to a fresh 4 KiB page costs
-    // about a microsecond here, which at 10^6 nodes was 12 ns/node of compile's 49.
-    let mut instrs = huge_vec(n_ops);
-    let mut args: Vec<SlotId> = huge_vec(graph.op_inputs.items().len() + graph.value_count());
+    // already did), made columns at the end without a copy. Advised for huge pages below a
+    // size, as `ops` and the order are (`dispatch.rs`, `hugepages.rs`): a first write to a
+    // fresh 4 KiB page costs about a microsecond here, which at 10^6 nodes was 12 ns/node
+    // of compile's 49.
+    let mut instrs = program_vec(n_ops);
+    let mut args: Vec<SlotId> = program_vec(graph.op_inputs.items().len() + graph.value_count());
     let mut runs = RunCutter::new();
     for (pos, op) in ops.iter().enumerate() {
         poll.tick()?;

@@ -19,7 +19,8 @@
 //! The variant of an operation is its [`std::mem::discriminant`]: for an enum, operations
 //! of one variant run the same arm of `eval_into`'s `match`. Operation types that are not
 //! enums, or graphs with a single variant, keep the materialized order (the pass returns
-//! an empty order, having sorted the windows and copied the operations twice).
+//! an empty order, having copied the operations once, in that order: the windows are
+//! sorted only once a second variant is met, and then from the first window on).
 //! Invariants of the output:
 //! - it is a permutation of the operations and a topological order;
 //! - every operation stays inside its window, so live ranges (and the slot count) grow by
@@ -31,7 +32,7 @@
 use std::mem::Discriminant;
 
 use crate::error::GraphResult;
-use crate::hugepages::huge_vec;
+use crate::hugepages::program_vec;
 use crate::id::InstrId;
 use crate::materialize::{MaterializedGraph, OperationId};
 use crate::operation::GraphOperation;
@@ -64,10 +65,11 @@ pub(crate) struct Dispatch<Op> {
 /// is raised (`stop.rs`; read once per window).
 pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<Dispatch<Op>> {
     let n = graph.operation_count();
-    // Both advised for huge pages (`hugepages.rs`), as compile's instruction and argument
-    // columns: written once, front to back.
-    let mut ops: Vec<Op> = huge_vec(n);
-    let mut order: Vec<u32> = huge_vec(n);
+    // Advised for huge pages below a size (`hugepages.rs`), as compile's instruction and
+    // argument columns: written once, front to back.
+    let mut ops: Vec<Op> = program_vec(n);
+    // Allocated once a second variant is met: a graph of one variant never sorts.
+    let mut order: Vec<u32> = Vec::new();
     let mut moved = false;
     let mut variants = Variants::default();
     // Scratch of one window, indexed by an operation's offset in it: its variant, its
@@ -77,12 +79,34 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut buckets: Vec<u32> = Vec::with_capacity(WINDOW + 2);
-    for start in (0..n).step_by(WINDOW) {
+    let mut sorting = false;
+    let mut start = 0;
+    while start < n {
         crate::stop::check()?;
         let end = (start + WINDOW).min(n);
         let len = end - start;
         variant.clear();
         variant.extend((start..end).map(|i| variants.id(graph.op(OperationId::new(i)))));
+        if !sorting {
+            if variants.len() < 2 {
+                // One variant so far: a sort by (depth, variant) would group nothing, and
+                // if no other variant follows the materialized order is kept, so the
+                // window is copied out as it is.
+                ops.extend((start..end).map(|i| graph.op(OperationId::new(i)).clone()));
+                start = end;
+                continue;
+            }
+            // A second variant: every window is sorted, those before this one too, so
+            // the order is the one a sort of every window gives (the variants' ids are
+            // their order of first appearance, the same on the second reading).
+            sorting = true;
+            order = program_vec(n);
+            if start > 0 {
+                ops.clear();
+                start = 0;
+                continue;
+            }
+        }
         depth.clear();
         let mut max_depth = 0;
         // Values before the window's first output are inputs or outputs of earlier
@@ -137,12 +161,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             moved |= from as usize != start + k;
             ops.push(graph.op(OperationId::new(from as usize)).clone());
         }
-    }
-    if variants.len() < 2 && moved {
-        // One variant: nothing to group, so the materialized order is kept.
-        ops.clear();
-        ops.extend(graph.operations().map(|o| o.operation().clone()));
-        moved = false;
+        start = end;
     }
     if !moved {
         order = Vec::new();

@@ -32,6 +32,36 @@ pub(crate) fn huge_vec_of<T: Clone>(value: T, n: usize) -> Vec<T> {
     v
 }
 
+/// Compile's columns (the program's and its per-value scratch) are advised only up to this
+/// many bytes each. Their advice is the one that costs at scale: compile runs last, when
+/// the process holds most of what it will hold (14 GiB at 10^8 nodes) and what is free is
+/// scarce and broken up (the fragment released before compile), so with `defrag` at
+/// `madvise` a fault in an advised region compacts memory synchronously. At 10^8 nodes
+/// (columns of about 1 GiB) that made compile 109 ns/node against 63.6 with huge pages
+/// off; at 10^6 (columns of 4 to 16 MiB, little resident) the advice saves about 9 of
+/// compile's 52 ns/node (docs/PERFORMANCE.md, compile41d).
+/// 256 MiB lies between: a 10^7-node program's columns (at most about 160 MB, the
+/// operations of a chain) keep it; at 10^8 every one of them is larger.
+pub(crate) const PROGRAM_HUGE_MAX_BYTES: usize = 256 << 20;
+
+/// An empty vector with room for `n` values, advised as [`huge_vec`] does when it spans at
+/// most [`PROGRAM_HUGE_MAX_BYTES`]: for compile's columns.
+pub(crate) fn program_vec<T>(n: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    if v.capacity().saturating_mul(size_of::<T>()) <= PROGRAM_HUGE_MAX_BYTES {
+        advise_huge(&mut v);
+    }
+    v
+}
+
+/// `n` copies of `value` in a vector advised as [`program_vec`] does (before the copies
+/// are written).
+pub(crate) fn program_vec_of<T: Clone>(value: T, n: usize) -> Vec<T> {
+    let mut v = program_vec(n);
+    v.resize(n, value);
+    v
+}
+
 /// Asks the kernel to back the not yet written capacity of `buffer` with transparent huge
 /// pages (Linux, buffers of at least [`HUGE_MIN_BYTES`]).
 pub(crate) fn advise_huge<T>(buffer: &mut Vec<T>) {
