@@ -20,8 +20,7 @@
 //! [`POOL_MIN_BYTES`], against the tens of microseconds of work such a buffer carries.
 //!
 //! Bounds: buffers of at least [`POOL_MIN_BYTES`] are kept, at most [`POOL_MAX_BUFFERS`] of
-//! them and [`POOL_MAX_BYTES`] in total per element type (when full, the buffers that came
-//! back longest ago make room for the one coming back); [`release_buffers`] empties the
+//! them and [`POOL_MAX_BYTES`] in total per element type; [`release_buffers`] empties the
 //! pools.
 //!
 //! Staleness: every evaluation of a compiled einsum program calls [`begin_evaluation`]
@@ -187,40 +186,20 @@ impl<T> Pool<T> {
         None
     }
 
-    /// Keeps `v`, which came back at `clock`, after moving the buffers stale at `clock`
-    /// into `stale` (buffers made outside the pool come back too: stale ones make room).
-    /// If the pool's bounds leave no room for `v`, the buffers that came back longest ago
-    /// (the smallest first among those that came back in the same evaluation) move into
-    /// `stale` until it fits; `v` itself only if it alone passes the bounds.
-    ///
-    /// Why the most recent: a harness alternating a forward pass and a value+gradient of
-    /// `str_nw_mera_open_26` filled the pool's 1 GiB with the gradient's middle-sized
-    /// buffers, and the 328 MiB result, the last to come back, was turned away on every
-    /// call: each forward pass mapped it afresh (84 thousand page faults, 966 ms against
-    /// 780 with it pooled; `pool_faults` example). The buffer that came back last is the
-    /// one the next evaluation's last step asks for again.
+    /// Keeps `v`, which came back at `clock`, within the pool's bounds (else moves it into
+    /// `stale`), after moving the buffers stale at `clock` into `stale` (buffers made
+    /// outside the pool come back too: stale ones make room).
     fn put(&mut self, v: Vec<T>, clock: Clock, stale: &mut Vec<Vec<T>>) {
         self.take_stale(clock, stale);
         let size = bytes::<T>(v.capacity());
-        if size > POOL_MAX_BYTES {
+        if self.buffers.len() < POOL_MAX_BUFFERS && self.bytes + size <= POOL_MAX_BYTES {
+            self.bytes += size;
+            let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
+            self.buffers.insert(at, v);
+            self.returned.insert(at, clock.now);
+        } else {
             stale.push(v);
-            return;
         }
-        while !self.buffers.is_empty() && (self.buffers.len() >= POOL_MAX_BUFFERS || self.bytes + size > POOL_MAX_BYTES)
-        {
-            // Buffers are sorted by capacity, so the first with the oldest stamp is the
-            // smallest of those.
-            let oldest = self.returned.iter().copied().min().unwrap_or(0);
-            let at = self.returned.iter().position(|&r| r == oldest).unwrap_or(0);
-            self.returned.remove(at);
-            let b = self.buffers.remove(at);
-            self.bytes -= bytes::<T>(b.capacity());
-            stale.push(b);
-        }
-        self.bytes += size;
-        let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
-        self.buffers.insert(at, v);
-        self.returned.insert(at, clock.now);
     }
 
     /// Moves the buffers stale at `clock` (the module doc) into `stale`.
@@ -532,46 +511,6 @@ mod tests {
         assert!(p.take(100, at(STALE_AFTER - 1), &mut stale).is_none());
         assert!(p.take(100, Clock { now: STALE_AFTER, window: 2 * STALE_AFTER }, &mut stale).is_none());
         assert_eq!(check(&p), vec![1000]);
-    }
-
-    /// A full pool makes room for the buffer coming back by freeing the ones that came
-    /// back longest ago, the smallest first among those of one evaluation.
-    #[test]
-    fn a_full_pool_frees_the_oldest_buffers_for_the_one_coming_back() {
-        let mut p = Pool::<f64> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 };
-        let caps = |p: &Pool<f64>| p.buffers.iter().map(Vec::capacity).collect::<Vec<_>>();
-        let at = |now: u64| Clock { now, window: u64::MAX / 2 };
-        let elems = POOL_MAX_BYTES / 8;
-        let mut stale = Vec::new();
-        // Two old buffers, then a quarter and a half of the bound in one later evaluation.
-        p.put(Vec::with_capacity(elems / 8), at(1), &mut stale);
-        p.put(Vec::with_capacity(elems / 16), at(1), &mut stale);
-        p.put(Vec::with_capacity(elems / 4), at(2), &mut stale);
-        p.put(Vec::with_capacity(elems / 2), at(2), &mut stale);
-        assert!(stale.is_empty(), "everything fits so far");
-        // Half the bound comes back: the two old buffers go (not enough), then the smaller
-        // of the two of evaluation 2.
-        p.put(Vec::with_capacity(elems / 2), at(3), &mut stale);
-        let mut gone: Vec<usize> = stale.iter().map(Vec::capacity).collect();
-        gone.sort_unstable();
-        assert_eq!(gone, vec![elems / 16, elems / 8, elems / 4]);
-        assert_eq!(caps(&p), vec![elems / 2, elems / 2]);
-        assert_eq!(p.bytes, p.buffers.iter().map(|b| bytes::<f64>(b.capacity())).sum::<usize>());
-        assert!(p.bytes <= POOL_MAX_BYTES);
-        // A buffer over the bound alone is not kept, and frees nothing.
-        stale.clear();
-        p.put(Vec::with_capacity(elems + 1), at(4), &mut stale);
-        assert_eq!((stale.len(), caps(&p)), (1, vec![elems / 2, elems / 2]));
-        // The count bound: the oldest buffer goes.
-        let mut q = Pool::<f64> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 };
-        stale.clear();
-        for i in 0..POOL_MAX_BUFFERS as u64 {
-            q.put(Vec::with_capacity(8 + i as usize), at(i), &mut stale);
-        }
-        q.put(Vec::with_capacity(4), at(POOL_MAX_BUFFERS as u64), &mut stale);
-        assert_eq!(stale.iter().map(Vec::capacity).collect::<Vec<_>>(), vec![8]);
-        assert_eq!(q.buffers.len(), POOL_MAX_BUFFERS);
-        assert_eq!(q.buffers[0].capacity(), 4);
     }
 
     /// Every evaluation counts as begun; only a thread's outermost one as running.
