@@ -160,10 +160,23 @@ def set_thread_env(threads):
 
 
 def rel_err(got, want):
+    """max |got - want| / max |want|, over blocks of at most 4 Mi elements: the differences of
+    a whole 328 MiB result (`str_nw_mera_open_26`) made two temporaries of its size, which
+    counted against the memory budget of whichever library was being checked."""
     import numpy as np
 
     got, want = np.asarray(got), np.asarray(want)
-    return float(np.max(np.abs(got - want), initial=0.0) / max(np.max(np.abs(want), initial=0.0), 1e-300))
+    if got.shape != want.shape:
+        return float("inf")
+    lead, block = 0, want.size
+    while lead < want.ndim and block > 1 << 22:
+        block //= want.shape[lead]
+        lead += 1
+    diff = scale = 0.0
+    for at in np.ndindex(*want.shape[:lead]):
+        diff = max(diff, float(np.max(np.abs(np.subtract(got[at], want[at])), initial=0.0)))
+        scale = max(scale, float(np.max(np.abs(want[at]), initial=0.0)))
+    return diff / max(scale, 1e-300)
 
 
 # What the worker is running, for the memory watchdog's message.
@@ -256,6 +269,14 @@ def worker(args):
         seed = np.ones(value.shape)
         _, grads = expr.value_and_grad(*ops, cotangent=seed)
         cgx_setup = (time.perf_counter() - t) * 1e3
+        # The check holds the reference results while the other libraries compile and run
+        # theirs; cgx's pool of buffers kept for reuse (up to 1 GiB,
+        # `cgx._core.release_buffers`) would count against them too: `str_nw_mera_open_26`'s
+        # worker passed the budget in JAX's compile. So it is emptied here (and warmed
+        # again after the check).
+        release = getattr(getattr(cgx, "_core", None), "release_buffers", None)
+        if release is not None:
+            release()
 
         # numpy + opt_einsum
         oe_expr = oe.contract_expression(eq, *shapes, optimize=path)
@@ -307,6 +328,11 @@ def worker(args):
         if err > 1e-8:
             sys.exit(f"{name}: the libraries disagree (max relative difference {err:.1e})")
         del value, grads
+        # cgx's pool was emptied after its reference calls: one untimed forward and
+        # value+gradient give its buffers back, as every other library's check call
+        # warmed it before its timed ones.
+        calls["cgx"][0]()
+        calls["cgx"][1]()
 
         times = {lib: ([], []) for lib in LIBS}
         libs = [lib for lib in LIBS if lib in calls]
