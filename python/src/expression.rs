@@ -429,7 +429,7 @@ impl Inner {
         // Planned per call: the plan weighs sizes only, no tensor.
         let g = e.slice_einsum().gradient_within(&d.wrt, target).map_err(einsum_error)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let (v, grads) = run_on(py, g.multiply_adds(), |t| g.uses_threads(t), || g.eval_with_value(&refs, &c))?;
+        let (v, grads) = run(py, g.multiply_adds(), || g.eval_with_value(&refs, &c))?;
         PyTuple::new(py, [convert::to_numpy(py, v)?.into_any(), to_tuple(py, grads)?.into_any()])
     }
 
