@@ -35,9 +35,7 @@ use computegraph::{Graph, GraphOperation, LocalValueDef, MaterializedGraph, Mate
 use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
-use crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS;
 use crate::op::TensorOp;
-use crate::permute::PAR_PERMUTE_MIN_ELEMENTS;
 
 /// Programs whose summed cost hint is below this run on one thread whatever the pool: about
 /// 2 ms of one core's work (a cost hint is about a quarter of the multiply-adds plus the
@@ -91,22 +89,28 @@ impl Step {
     }
 }
 
-/// Whether `op`'s kernel spreads over the threads of a pool it runs in: a contraction of at
+/// Whether `op`'s kernel gains from the threads of a pool it runs in: a contraction of at
 /// least `PAR_GEMM_MIN_MACS` multiply-adds (one GEMM split, or a loop of smaller ones cut
-/// into chunks), an element-wise product or a permutation of at least `2^20` elements.
+/// into chunks) with at least [`MIN_SPLIT_INTENSITY`] of them per output element.
+/// Element-wise products, broadcasts, thin GEMMs and permutations of `2^20` elements or more
+/// split too, but stream memory: two threads gave them no gain here (the element-wise
+/// product of two `2048 × 2048` matrices 0.95 to 0.98 of its one-thread speed, its
+/// value+gradient 0.83 to 0.87, `docs/PERFORMANCE.md`), so the estimate counts none.
 /// Approximate (a looped GEMM whose leading label is not the output's is not cut), which
 /// is what an estimate needs.
 pub(crate) fn splits_in_pool<T: Elem>(op: &TensorOp<T>) -> bool {
     match op {
         TensorOp::Contract(s) => {
-            let out: usize = s.out_shape().iter().product();
-            let summed = s.multiply_adds() > out as u64;
-            s.multiply_adds() >= PAR_GEMM_MIN_MACS as u64 || (!summed && out >= PAR_ELEMENTWISE_MIN_ELEMENTS)
+            let out: u64 = s.out_shape().iter().product::<usize>() as u64;
+            s.multiply_adds() >= PAR_GEMM_MIN_MACS as u64 && s.multiply_adds() >= MIN_SPLIT_INTENSITY * out
         }
-        TensorOp::Unary(s) => s.multiply_adds() >= PAR_PERMUTE_MIN_ELEMENTS as u64,
         _ => false,
     }
 }
+
+/// Multiply-adds per output element from which a split GEMM counts as a gain
+/// ([`splits_in_pool`]): below it, the output's traffic dominates the arithmetic.
+const MIN_SPLIT_INTENSITY: u64 = 8;
 
 /// The steps of an einsum's graph (one fragment, operations in program order).
 pub(crate) fn graph_steps<T: Elem>(graph: &Graph<TensorOp<T>>) -> Box<[Step]> {
