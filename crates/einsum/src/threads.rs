@@ -35,7 +35,9 @@ use computegraph::{Graph, GraphOperation, LocalValueDef, MaterializedGraph, Mate
 use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
+use crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS;
 use crate::op::TensorOp;
+use crate::permute::PAR_PERMUTE_MIN_ELEMENTS;
 
 /// Programs whose summed cost hint is below this run on one thread whatever the pool: about
 /// 2 ms of one core's work (a cost hint is about a quarter of the multiply-adds plus the
@@ -91,26 +93,41 @@ impl Step {
 
 /// Whether `op`'s kernel gains from the threads of a pool it runs in: a contraction of at
 /// least `PAR_GEMM_MIN_MACS` multiply-adds (one GEMM split, or a loop of smaller ones cut
-/// into chunks) with at least [`MIN_SPLIT_INTENSITY`] of them per output element.
-/// Element-wise products, broadcasts, thin GEMMs and permutations of `2^20` elements or more
-/// split too, but stream memory: two threads gave them no gain here (the element-wise
-/// product of two `2048 × 2048` matrices 0.95 to 0.98 of its one-thread speed, its
-/// value+gradient 0.83 to 0.87, `docs/PERFORMANCE.md`), so the estimate counts none.
-/// Approximate (a looped GEMM whose leading label is not the output's is not cut), which
-/// is what an estimate needs.
+/// into chunks) with at least [`MIN_SPLIT_INTENSITY`] of them per output element; or an
+/// element-wise product, a broadcast, a thinner GEMM or a permutation of `2^20` to
+/// [`MAX_STREAMING_SPLIT`] elements. Larger ones stream memory: two threads gave them no
+/// gain here (the element-wise product of two `2048 × 2048` matrices ran at 0.95 to 0.98
+/// of its one-thread speed, its value+gradient 0.83 to 0.87; `docs/PERFORMANCE.md`), while
+/// the queens network's broadcast products of up to `3^13` elements (within the last-level
+/// cache) gained. Approximate (a looped GEMM whose leading label is not the output's is
+/// not cut), which is what an estimate needs.
 pub(crate) fn splits_in_pool<T: Elem>(op: &TensorOp<T>) -> bool {
     match op {
         TensorOp::Contract(s) => {
-            let out: u64 = s.out_shape().iter().product::<usize>() as u64;
-            s.multiply_adds() >= PAR_GEMM_MIN_MACS as u64 && s.multiply_adds() >= MIN_SPLIT_INTENSITY * out
+            let out = s.out_shape().iter().product::<usize>();
+            let macs = s.multiply_adds();
+            let summed = macs > out as u64;
+            let intense = macs >= PAR_GEMM_MIN_MACS as u64 && macs >= MIN_SPLIT_INTENSITY * out as u64;
+            let streaming = (macs >= PAR_GEMM_MIN_MACS as u64 || (!summed && out >= PAR_ELEMENTWISE_MIN_ELEMENTS))
+                && out <= MAX_STREAMING_SPLIT;
+            intense || streaming
+        }
+        TensorOp::Unary(s) => {
+            let n = s.multiply_adds();
+            n >= PAR_PERMUTE_MIN_ELEMENTS as u64 && n <= MAX_STREAMING_SPLIT as u64
         }
         _ => false,
     }
 }
 
-/// Multiply-adds per output element from which a split GEMM counts as a gain
-/// ([`splits_in_pool`]): below it, the output's traffic dominates the arithmetic.
+/// Multiply-adds per output element from which a split GEMM counts as a gain whatever its
+/// size ([`splits_in_pool`]): below it, the output's traffic dominates the arithmetic.
 const MIN_SPLIT_INTENSITY: u64 = 8;
+
+/// The largest output (elements) of a memory-bound step whose split counts as a gain
+/// ([`splits_in_pool`]): `2^21` elements, 16 MB of `f64`, half the last-level cache of the
+/// machine measured (32 MB).
+const MAX_STREAMING_SPLIT: usize = 1 << 21;
 
 /// The steps of an einsum's graph (one fragment, operations in program order).
 pub(crate) fn graph_steps<T: Elem>(graph: &Graph<TensorOp<T>>) -> Box<[Step]> {
