@@ -1,5 +1,5 @@
-"""cgx alone on one thread and two, interleaved in one process: every instance of
-`../shared/data/einsum/` (here `crates/einsum/tests/data/`, MERA only when named) and
+"""cgx alone on one thread and two, interleaved in one process: every
+bundled instance (`crates/einsum/tests/data/`; MERA only when named) and
 `peers.py`'s seeded networks, `contract_expression(eq, *shapes, optimize=<opt_flops path>)`
 on `compare_einsum.py`'s operands, `threads=1|2` per call. Per round, one thread and two
 (which goes first alternates), each a forward call then a value+gradient call; `R` rounds
