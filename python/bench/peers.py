@@ -33,7 +33,8 @@ and its instance is reported as over the budget. In a worker of N threads, numpy
 (``OMP_NUM_THREADS`` and the like), the worker runs on N cores (its affinity: XLA has
 threads of its own beside its pool), XLA's CPU client ``intra_op_parallelism_threads=N``
 (with Eigen's thread pool on only for N > 1), ``torch.set_num_threads(N)`` (idle OpenMP
-threads sleep, ``OMP_WAIT_POLICY=PASSIVE``, rather than spin into the next call), and cgx runs on
+threads sleep, ``OMP_WAIT_POLICY=PASSIVE``, rather than spin into the next call; numpy's
+OpenBLAS threads likewise, ``OPENBLAS_THREAD_TIMEOUT=4``), and cgx runs on
 N threads if its Python package takes a thread count (a ``threads`` argument of
 ``contract_expression`` or ``cgx.set_num_threads``). A package without one runs on one
 thread, and its cells at N > 1 say so (``1 thread``).
@@ -146,6 +147,12 @@ def set_thread_env(threads):
     # library's call.
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ["KMP_BLOCKTIME"] = "0"
+    # numpy's OpenBLAS (pthreads, which ignore the two above) busy-waits after each call
+    # for 2^28 cycles (about 0.1 s) by default: under `chrt -f 50` its spinning thread
+    # held a core from the calls after it (cgx's `bin_matmul_256` on two threads ran at its
+    # one-thread speed, 0.66 ms, after a numpy call, and 0.48 with this; numpy's own call
+    # 0.77 and 0.80). 2^4 cycles, the least it takes: sleep at once.
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
     eigen = "true" if threads > 1 else "false"
     os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
     os.environ["JAX_PLATFORMS"] = "cpu"

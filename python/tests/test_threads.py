@@ -109,6 +109,26 @@ def test_random_chains_on_two_threads_equal_one(n, size, seed):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * (1 + np.abs(a).max()))
 
 
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(48, 320), k=st.integers(48, 320), n=st.integers(48, 320), seed=st.integers(0, 2**16))
+def test_products_around_the_wake_up_cost_equal_one_thread(m, k, n, seed):
+    # One GEMM from about 10^5 to 3·10^7 multiply-adds: on either side of the cost below
+    # which a call stays on the calling thread (the pool's wake-up, `threads.rs`), and of
+    # `POOL_MIN_WORK`; a split GEMM keeps each element's sum, so every side agrees bit for bit.
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    expr = cgx.contract_expression("ij,jk->ik", a.shape, b.shape)
+    one = expr(a, b, threads=1)
+    assert np.array_equal(expr(a, b, threads=2), one)
+    np.testing.assert_allclose(one, a @ b, rtol=1e-10, atol=1e-10 * k)
+    cot = rng.standard_normal(one.shape)
+    v1, g1 = expr.value_and_grad(a, b, cotangent=cot, threads=1)
+    v2, g2 = expr.value_and_grad(a, b, cotangent=cot, threads=2)
+    assert np.array_equal(v1, v2)
+    for x, y in zip(g1, g2):
+        np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-12 * (1 + np.abs(x).max()))
+
+
 def test_settings_per_call_per_thread_and_process():
     assert cgx.get_num_threads() >= 1
     cgx.set_num_threads(3)

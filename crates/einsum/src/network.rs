@@ -390,6 +390,15 @@ impl<T: Elem> Einsum<T> {
         crate::threads::choose(&self.steps, threads)
     }
 
+    /// Whether an evaluation inside a pool of `threads` threads would use more than the
+    /// calling thread (the estimated cost's choice, `threads.rs`). A caller that would hand
+    /// the call to a pool (`pool.install`) asks first: when this is `false` the call runs
+    /// the same instructions on the calling thread, without the hand-off to a sleeping
+    /// worker and back, which costs more than a sub-millisecond call gains.
+    pub fn uses_threads(&self, threads: usize) -> bool {
+        self.pool_use(threads) != PoolUse::OneThread
+    }
+
     /// [`Einsum::eval_parallel`] without the choice: always in the pool.
     pub(crate) fn eval_in_pool(
         &self,
@@ -737,6 +746,13 @@ impl<T: Elem> EinsumGradient<T> {
     /// How [`Self::eval_with_value_parallel`] uses a pool of `threads` threads.
     pub(crate) fn pool_use(&self, threads: usize) -> PoolUse {
         crate::threads::choose(&self.steps, threads)
+    }
+
+    /// Whether an evaluation (gradients, with or without the value) inside a pool of
+    /// `threads` threads would use more than the calling thread, as
+    /// [`Einsum::uses_threads`].
+    pub fn uses_threads(&self, threads: usize) -> bool {
+        self.pool_use(threads) != PoolUse::OneThread
     }
 
     /// Checks the arguments, runs `with_value` on them by `run`, and splits its outputs

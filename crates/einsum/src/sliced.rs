@@ -462,6 +462,13 @@ impl<T: Elem> SlicedEinsum<T> {
         if self.layout.is_sliced() { self.layout.plan.multiply_adds() } else { self.einsum.multiply_adds() }
     }
 
+    /// Whether an evaluation inside a pool of `threads` threads would use more than the
+    /// calling thread: the slices run one after the other, each as [`Einsum::uses_threads`]
+    /// says of the slice program.
+    pub fn uses_threads(&self, threads: usize) -> bool {
+        self.einsum.uses_threads(threads)
+    }
+
     /// The contraction: all slices, summed or placed.
     pub fn eval(&self, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
         self.eval_slices(operands, 0..self.layout.plan.n_slices())
@@ -721,6 +728,13 @@ pub struct SlicedGradient<T: Elem> {
 }
 
 impl<T: Elem> SlicedGradient<T> {
+    /// Whether an evaluation inside a pool of `threads` threads would use more than the
+    /// calling thread: the slices run one after the other, each as
+    /// [`EinsumGradient::uses_threads`] says of the slice program.
+    pub fn uses_threads(&self, threads: usize) -> bool {
+        self.gradient.uses_threads(threads)
+    }
+
     /// `Jᵀ c` summed over all slices: one tensor per `wrt` operand.
     pub fn eval(&self, operands: &[&Tensor<T>], cotangent: &Tensor<T>) -> EinsumResult<Vec<Tensor<T>>> {
         self.eval_slices(operands, cotangent, 0..self.layout.plan.n_slices())

@@ -18,7 +18,9 @@
 //! ([`Step`]). Output: [`PoolUse::Pool`] when the program's summed cost reaches
 //! [`POOL_MIN_COST`], some steps are independent, and the estimated time on the pool's
 //! threads is at most `1 / MIN_GAIN` of the one-thread time; else [`PoolUse::Kernels`]
-//! when its splitting kernels alone promise that gain; else [`PoolUse::OneThread`].
+//! when its splitting kernels alone promise that gain and save at least [`WAKE_COST`]
+//! (a call of well under a millisecond gains less from a split than the hand-off to a
+//! sleeping worker and back costs); else [`PoolUse::OneThread`].
 //!
 //! The estimate on `t` threads is the better of two bounds: independent steps at once,
 //! `max(critical path, total / t)`, no step split; and the steps in order with each step
@@ -42,6 +44,14 @@ use crate::permute::PAR_PERMUTE_MIN_ELEMENTS;
 /// output's elements). A lone `256³` GEMM (cost `2^22`) lost to its fork and join on two
 /// threads (0.59 → 0.64 ms, an idle machine), the 100-matrix chain (about 10 ms) gained.
 pub(crate) const POOL_MIN_COST: u64 = 1 << 24;
+
+/// What entering a pool whose workers sleep costs, in cost-hint units: about 0.06 ms (the
+/// hand-off of the call to a worker, the second worker's wake-up for the split, the
+/// hand-back). Through Python, `ij,jk->ik` of `128 × 128` matrices (an estimated saving of
+/// about 0.03 ms) took 0.01 to 0.035 ms longer on two threads than on one, and `192³`
+/// (0.09 ms saved by the estimate) 0.03 to 0.05 ms less (`python/bench/pool_wake.py`).
+/// Steps at once ([`PoolUse::Pool`]) start from [`POOL_MIN_COST`], far above it.
+pub(crate) const WAKE_COST: u64 = 1 << 19;
 
 /// The estimated speed-up below which the pool is not entered: the estimate ignores the
 /// fixed costs of threads, so a small predicted gain is none.
@@ -81,22 +91,43 @@ impl Step {
     }
 }
 
-/// Whether `op`'s kernel spreads over the threads of a pool it runs in: a contraction of at
+/// Whether `op`'s kernel gains from the threads of a pool it runs in: a contraction of at
 /// least `PAR_GEMM_MIN_MACS` multiply-adds (one GEMM split, or a loop of smaller ones cut
-/// into chunks), an element-wise product or a permutation of at least `2^20` elements.
-/// Approximate (a looped GEMM whose leading label is not the output's is not cut), which
-/// is what an estimate needs.
+/// into chunks) with at least [`MIN_SPLIT_INTENSITY`] of them per output element; or an
+/// element-wise product, a broadcast, a thinner GEMM or a permutation of `2^20` to
+/// [`MAX_STREAMING_SPLIT`] elements. Larger ones stream memory: two threads gave them no
+/// gain here (the element-wise product of two `2048 × 2048` matrices ran at 0.95 to 0.98
+/// of its one-thread speed, its value+gradient 0.83 to 0.87; `docs/PERFORMANCE.md`), while
+/// the queens network's broadcast products of up to `3^13` elements (within the last-level
+/// cache) gained. Approximate (a looped GEMM whose leading label is not the output's is
+/// not cut), which is what an estimate needs.
 pub(crate) fn splits_in_pool<T: Elem>(op: &TensorOp<T>) -> bool {
     match op {
         TensorOp::Contract(s) => {
-            let out: usize = s.out_shape().iter().product();
-            let summed = s.multiply_adds() > out as u64;
-            s.multiply_adds() >= PAR_GEMM_MIN_MACS as u64 || (!summed && out >= PAR_ELEMENTWISE_MIN_ELEMENTS)
+            let out = s.out_shape().iter().product::<usize>();
+            let macs = s.multiply_adds();
+            let summed = macs > out as u64;
+            let intense = macs >= PAR_GEMM_MIN_MACS as u64 && macs >= MIN_SPLIT_INTENSITY * out as u64;
+            let streaming = (macs >= PAR_GEMM_MIN_MACS as u64 || (!summed && out >= PAR_ELEMENTWISE_MIN_ELEMENTS))
+                && out <= MAX_STREAMING_SPLIT;
+            intense || streaming
         }
-        TensorOp::Unary(s) => s.multiply_adds() >= PAR_PERMUTE_MIN_ELEMENTS as u64,
+        TensorOp::Unary(s) => {
+            let n = s.multiply_adds();
+            n >= PAR_PERMUTE_MIN_ELEMENTS as u64 && n <= MAX_STREAMING_SPLIT as u64
+        }
         _ => false,
     }
 }
+
+/// Multiply-adds per output element from which a split GEMM counts as a gain whatever its
+/// size ([`splits_in_pool`]): below it, the output's traffic dominates the arithmetic.
+const MIN_SPLIT_INTENSITY: u64 = 8;
+
+/// The largest output (elements) of a memory-bound step whose split counts as a gain
+/// ([`splits_in_pool`]): `2^21` elements, 16 MB of `f64`, half the last-level cache of the
+/// machine measured (32 MB).
+const MAX_STREAMING_SPLIT: usize = 1 << 21;
 
 /// The steps of an einsum's graph (one fragment, operations in program order).
 pub(crate) fn graph_steps<T: Elem>(graph: &Graph<TensorOp<T>>) -> Box<[Step]> {
@@ -157,7 +188,7 @@ pub(crate) fn choose(steps: &[Step], threads: usize) -> PoolUse {
         // Steps at once (the parallel evaluator, whose kernels split too) wherever there
         // are independent steps to run at once.
         PoolUse::Pool
-    } else if total >= MIN_GAIN * split_time {
+    } else if total >= MIN_GAIN * split_time && total - split_time >= WAKE_COST as f64 {
         PoolUse::Kernels
     } else {
         PoolUse::OneThread
@@ -178,10 +209,12 @@ mod tests {
         let pair = |c: u64| [step(c / 2, false, &[]), step(c / 2, false, &[]), step(1, false, &[0, 1])];
         assert_eq!(choose(&pair(POOL_MIN_COST - 4), 2), PoolUse::OneThread);
         assert_eq!(choose(&pair(POOL_MIN_COST), 2), PoolUse::Pool);
-        // A lone step: its kernel if it splits (past the kernel's own threshold), else
+        // A lone step: its kernel if it splits and saves more than the wake-up, else
         // nothing; one thread never enters a pool.
         assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 2), PoolUse::Kernels);
-        assert_eq!(choose(&[step(1000, true, &[])], 2), PoolUse::Kernels);
+        // A split step whose saving is below the wake-up's cost stays on the caller.
+        assert_eq!(choose(&[step(1000, true, &[])], 2), PoolUse::OneThread);
+        assert_eq!(choose(&[step(4 * WAKE_COST, true, &[])], 2), PoolUse::Kernels);
         assert_eq!(choose(&[step(POOL_MIN_COST, false, &[])], 2), PoolUse::OneThread);
         assert_eq!(choose(&[step(POOL_MIN_COST, true, &[])], 1), PoolUse::OneThread);
         assert_eq!(choose(&pair(POOL_MIN_COST), 1), PoolUse::OneThread);
@@ -209,5 +242,61 @@ mod tests {
         lopsided.push(step(c, false, &[]));
         lopsided.push(step(1, false, &[7, 8]));
         assert_eq!(choose(&lopsided, 2), PoolUse::OneThread);
+    }
+
+    /// The longest chain of dependent steps, by relaxing every step's finish time until
+    /// nothing moves (the reference for the one pass in program order that `choose` makes).
+    fn critical_path(steps: &[Step]) -> f64 {
+        let mut finish = vec![0.0f64; steps.len()];
+        loop {
+            let mut moved = false;
+            for (i, s) in steps.iter().enumerate() {
+                let f = s.after.iter().map(|&p| finish[p]).fold(0.0, f64::max) + s.cost as f64;
+                if f > finish[i] {
+                    finish[i] = f;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return finish.into_iter().fold(0.0, f64::max);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// On random programs (costs from a few multiply-adds to milliseconds, each step
+        /// after up to two earlier ones): one thread never enters a pool; the pool is
+        /// entered only where the estimate saves at least the wake-up's cost; the steps'
+        /// kernels in order are chosen exactly where they promise `MIN_GAIN` and that saving.
+        #[test]
+        fn the_pool_pays_its_wake_up(
+            raw in proptest::collection::vec((0u64..(1 << 23), proptest::bool::ANY, 0usize..64, 0usize..64), 1..12),
+        ) {
+            let steps: Vec<Step> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(cost, splits, a, b))| {
+                    let mut after: Vec<usize> = [a, b].into_iter().filter(|&p| p < i).collect();
+                    after.dedup();
+                    step(cost, splits, &after)
+                })
+                .collect();
+            proptest::prop_assert_eq!(choose(&steps, 1), PoolUse::OneThread);
+            let total: f64 = steps.iter().map(|s| s.cost as f64).sum();
+            let split: f64 =
+                steps.iter().map(|s| if s.splits { s.cost as f64 / (2.0 * SPLIT_EFFICIENCY) } else { s.cost as f64 }).sum();
+            let by_steps = critical_path(&steps).max(total / 2.0);
+            let best = by_steps.min(split);
+            let kernels = total >= MIN_GAIN * split && total - split >= WAKE_COST as f64;
+            match choose(&steps, 2) {
+                PoolUse::OneThread => proptest::prop_assert!(!kernels),
+                PoolUse::Kernels => proptest::prop_assert!(kernels),
+                PoolUse::Pool => proptest::prop_assert!(
+                    total >= POOL_MIN_COST as f64 && total >= MIN_GAIN * best && total - best >= WAKE_COST as f64
+                ),
+            }
+        }
     }
 }
