@@ -246,8 +246,12 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             _ => role_index_of(&mut g.roles, role_index, role_cache, role),
         };
         if role_id != 0 && g.op_role.is_empty() {
-            // The first operation in another role: the column starts to be kept.
+            // The first operation in another role: the column starts to be kept, with
+            // room for the operations `reserve` made room for (it skipped this column
+            // while it was empty), so that it is not copied as it grows.
             g.op_role = IdVec::from_elem(0, op_id.index());
+            let reserved = g.op_first_output.heap_bytes() / std::mem::size_of::<LocalValueId>();
+            g.op_role.reserve(reserved.saturating_sub(op_id.index()));
         }
         // The id spaces were checked above (`op_id`, and room for `n_out` values).
         if role_id != 0 || !g.op_role.is_empty() {
@@ -521,6 +525,7 @@ fn push_external<Op: GraphOperation>(g: &mut Graph<Op>, r: &ValueRef<Op>, first:
 }
 
 /// The index into `roles` of `role` (not `Primary`), adding it on first use.
+#[inline]
 fn role_index_of(
     roles: &mut Vec<OperationRole>,
     role_index: &mut FxHashMap<OperationRole, u32>,
@@ -532,20 +537,50 @@ fn role_index_of(
     let addr = role as *const OperationRole as usize;
     let slot = (addr >> 3) % ROLE_CACHE;
     match role_cache[slot] {
-        (a, r) if a == addr && roles.get(r as usize) == Some(role) => r,
-        _ => {
-            let r = match role_index.get(role) {
-                Some(&r) => r,
-                None => {
-                    let r = roles.len() as u32;
-                    roles.push(role.clone());
-                    role_index.insert(role.clone(), r);
-                    r
-                }
-            };
-            role_cache[slot] = (addr, r);
+        (a, r) if a == addr && roles.get(r as usize).is_some_and(|known| same_role(known, role)) => r,
+        _ => role_index_by_hash(roles, role_index, &mut role_cache[slot], addr, role),
+    }
+}
+
+/// [`role_index_of`] past its cache: by the role's hash, then noted in cache entry `entry`.
+#[cold]
+#[inline(never)]
+fn role_index_by_hash(
+    roles: &mut Vec<OperationRole>,
+    role_index: &mut FxHashMap<OperationRole, u32>,
+    entry: &mut (usize, u32),
+    addr: usize,
+    role: &OperationRole,
+) -> u32 {
+    let r = match role_index.get(role) {
+        Some(&r) => r,
+        None => {
+            let r = roles.len() as u32;
+            roles.push(role.clone());
+            role_index.insert(role.clone(), r);
             r
         }
+    };
+    *entry = (addr, r);
+    r
+}
+
+/// Whether two roles are equal, compared inline: the masks rules pass are a few operands
+/// long, and comparing them through `==` calls `memcmp`, which cost the transpose more
+/// than the rest of the cache's hit (`docs/PERFORMANCE.md`, reg38b).
+#[inline(always)]
+fn same_role(a: &OperationRole, b: &OperationRole) -> bool {
+    match (a, b) {
+        (OperationRole::Primary, OperationRole::Primary) => true,
+        (OperationRole::Linearized { active_mask: x }, OperationRole::Linearized { active_mask: y }) => {
+            // The usual masks by pattern, which compiles to a comparison or two.
+            match (&x[..], &y[..]) {
+                ([p], [q]) => p == q,
+                ([p0, p1], [q0, q1]) => p0 == q0 && p1 == q1,
+                (x, y) => x == y,
+            }
+        }
+        _ => false,
     }
 }
 

@@ -272,20 +272,24 @@ pub struct OperationView<'a, Op: GraphOperation> {
 
 impl<'a, Op: GraphOperation> OperationView<'a, Op> {
     /// The operation's id in its graph.
+    #[inline]
     pub fn id(&self) -> LocalOperationId {
         self.id
     }
     /// The operation.
+    #[inline]
     pub fn operation(&self) -> &'a Op {
         self.graph.op(self.id)
     }
     /// The operands, in order.
+    #[inline]
     pub fn inputs(&self) -> impl ExactSizeIterator<Item = ValueRef<Op>> + 'a {
         let g = self.graph;
         g.op_input_refs(self.id).map(move |r| g.to_value_ref(r))
     }
     /// The operands as local values, `None` for external ones: like [`Self::inputs`]
     /// without cloning external keys.
+    #[inline]
     pub fn local_inputs(&self) -> impl ExactSizeIterator<Item = Option<LocalValueId>> + 'a {
         self.graph.op_input_refs(self.id).map(|r| match r {
             InputRef::Local(v) => Some(v),
@@ -298,10 +302,12 @@ impl<'a, Op: GraphOperation> OperationView<'a, Op> {
         g.op_input_refs(self.id).map(move |r| g.input_key_id(r))
     }
     /// The output values (consecutive local ids).
+    #[inline]
     pub fn outputs(&self) -> impl ExactSizeIterator<Item = LocalValueId> + 'a {
         self.graph.op_outputs(self.id)
     }
     /// The role.
+    #[inline]
     pub fn role(&self) -> &'a OperationRole {
         &self.graph.roles[self.graph.role_id(self.id) as usize]
     }
@@ -379,7 +385,7 @@ impl<Op: GraphOperation> Graph<Op> {
     ///
     /// # Panics
     /// If `op` is not an operation of this graph.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn op(&self, op: LocalOperationId) -> &Op {
         match &self.store_ops {
             None => &self.own_ops[op.index() - self.ops_base],
@@ -529,6 +535,7 @@ impl<Op: GraphOperation> Graph<Op> {
         OperationKey::from_parts(self.interner.id(), self.op_key[op], first_output, output_count)
     }
 
+    #[inline]
     pub(crate) fn op_outputs(&self, op: LocalOperationId) -> impl ExactSizeIterator<Item = LocalValueId> + use<Op> {
         let first = self.op_first_output[op].index();
         (first..first + self.op_output_count(op)).map(LocalValueId::new)

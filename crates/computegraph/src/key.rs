@@ -591,7 +591,9 @@ impl<Op: GraphOperation> InternerState<Op> {
         chunk.push_op(op.clone());
         if role != 0 && chunk.role.is_empty() {
             // The chunk's first operation in another role: its column starts to be kept.
-            chunk.role = vec![0; j];
+            // With room for the rest of the chunk, so that it is not copied as it grows.
+            chunk.role = Vec::with_capacity(chunk.first_output.capacity().max(j + 1));
+            chunk.role.resize(j, 0);
         }
         if role != 0 || !chunk.role.is_empty() {
             chunk.role.push(role);

@@ -309,6 +309,10 @@ impl<Op: GraphOperation> fmt::Display for LinearizedGraph<Op> {
 }
 
 /// The linearity check of [`LinearizedGraph::check_linear`], on parts.
+///
+/// One plain loop over each operation's operands: the transpose checks every graph it
+/// builds, and iterator adapters with closures cost it about a tenth of its instructions
+/// (`docs/PERFORMANCE.md`, reg38b).
 pub(crate) fn check_linear<Op: GraphOperation>(
     graph: &Graph<Op>,
     inputs: impl IntoIterator<Item = LocalValueId>,
@@ -321,41 +325,19 @@ pub(crate) fn check_linear<Op: GraphOperation>(
     let mut poll = Poll::new();
     for op in graph.operations() {
         poll.tick()?;
-        let name = || format!("{:?}", op.operation());
-        // External operands are primal (fixed) values.
-        let reads_linear = |input: Option<LocalValueId>| input.is_some_and(|v| linear[v.index()]);
-        let any_active = match op.role().active_mask() {
-            // A primal computation (`Primary`) has every operand fixed.
-            None => {
-                if let Some(i) = op.local_inputs().position(reads_linear) {
-                    return Err(ADRuleError::NonLinear {
-                        operation: name(),
-                        message: format!(
-                            "it has the Primary role but operand {i} depends on the tangent inputs; \
-                             an operation that reads a tangent must be Linearized"
-                        ),
-                    });
-                }
-                false
+        // `None`: a primal computation (`Primary`), every operand fixed. Otherwise one
+        // entry per operand (checked when the operation was added).
+        let mask = op.role().active_mask();
+        let mut any_active = false;
+        for (i, input) in op.local_inputs().enumerate() {
+            // External operands are primal (fixed) values.
+            let reads_linear = input.is_some_and(|v| linear[v.index()]);
+            let active = mask.is_some_and(|m| m[i]);
+            if active != reads_linear {
+                return Err(nonlinear_operand(op.operation(), mask.is_some(), i, active));
             }
-            // The mask has one entry per operand (checked when the operation was added).
-            Some(mask) => {
-                if let Some((i, active)) = op
-                    .local_inputs()
-                    .zip(mask)
-                    .position(|(input, &active)| active != reads_linear(input))
-                    .map(|i| (i, mask[i]))
-                {
-                    let message = if active {
-                        format!("operand {i} is marked active but does not depend on the tangent inputs")
-                    } else {
-                        format!("operand {i} is marked fixed but depends on the tangent inputs")
-                    };
-                    return Err(ADRuleError::NonLinear { operation: name(), message });
-                }
-                mask.iter().any(|&a| a)
-            }
-        };
+            any_active |= active;
+        }
         for v in op.outputs() {
             linear[v.index()] = any_active;
         }
@@ -369,6 +351,25 @@ pub(crate) fn check_linear<Op: GraphOperation>(
         }
     }
     Ok(())
+}
+
+/// The error for operand `i` of `operation`, whose dependence on the tangent inputs
+/// disagrees with its role (`linearized`: a `Linearized` role whose mask says `active`;
+/// otherwise `Primary`).
+#[cold]
+#[inline(never)]
+fn nonlinear_operand<Op: GraphOperation>(operation: &Op, linearized: bool, i: usize, active: bool) -> ADRuleError {
+    let message = if !linearized {
+        format!(
+            "it has the Primary role but operand {i} depends on the tangent inputs; \
+             an operation that reads a tangent must be Linearized"
+        )
+    } else if active {
+        format!("operand {i} is marked active but does not depend on the tangent inputs")
+    } else {
+        format!("operand {i} is marked fixed but depends on the tangent inputs")
+    };
+    ADRuleError::NonLinear { operation: format!("{operation:?}"), message }
 }
 
 #[cfg(test)]

@@ -260,15 +260,19 @@ impl<Op: Primitive> OneValuePerKey<Op> for DistinctKeys<'_, Op> {
         = OperationView<'a, Op>
     where
         Self: 'a;
+    #[inline]
     fn value_count(&self) -> usize {
         (**self).value_count()
     }
+    #[inline]
     fn operations_rev(&self) -> impl Iterator<Item = OperationView<'_, Op>> {
         self.operations().rev()
     }
+    #[inline]
     fn key(&self, v: LocalValueId) -> ValueKey<Op> {
         self.global_key(v)
     }
+    #[inline]
     fn input(&self, v: LocalValueId) -> Option<LocalValueId> {
         Some(v)
     }
@@ -276,15 +280,19 @@ impl<Op: Primitive> OneValuePerKey<Op> for DistinctKeys<'_, Op> {
 
 impl<Op: Primitive> LinearOperation<Op> for OperationView<'_, Op> {
     type Value = LocalValueId;
+    #[inline]
     fn operation(&self) -> &Op {
         OperationView::operation(self)
     }
+    #[inline]
     fn role(&self) -> &OperationRole {
         OperationView::role(self)
     }
+    #[inline]
     fn outputs(&self) -> impl Iterator<Item = LocalValueId> {
         OperationView::outputs(self)
     }
+    #[inline]
     fn operands(&self) -> impl Iterator<Item = Operand<LocalValueId, Op>> {
         self.inputs().map(|r| match r {
             ValueRef::Local(v) => Operand::Value(v),
@@ -305,15 +313,19 @@ impl<Op: Primitive> OneValuePerKey<Op> for Materialized<'_, Op> {
         = MaterializedOperation<'a, Op>
     where
         Self: 'a;
+    #[inline]
     fn value_count(&self) -> usize {
         self.graph.value_count()
     }
+    #[inline]
     fn operations_rev(&self) -> impl Iterator<Item = MaterializedOperation<'_, Op>> {
         self.graph.operations().rev()
     }
+    #[inline]
     fn key(&self, v: ValueId) -> ValueKey<Op> {
         self.graph.value_key(v)
     }
+    #[inline]
     fn input(&self, v: LocalValueId) -> Option<ValueId> {
         // The materialization's inputs are in key order.
         let key = self.linear.graph.key_id(v);
@@ -324,15 +336,19 @@ impl<Op: Primitive> OneValuePerKey<Op> for Materialized<'_, Op> {
 
 impl<Op: Primitive> LinearOperation<Op> for MaterializedOperation<'_, Op> {
     type Value = ValueId;
+    #[inline]
     fn operation(&self) -> &Op {
         MaterializedOperation::operation(self)
     }
+    #[inline]
     fn role(&self) -> &OperationRole {
         MaterializedOperation::role(self)
     }
+    #[inline]
     fn outputs(&self) -> impl Iterator<Item = ValueId> {
         MaterializedOperation::outputs(self)
     }
+    #[inline]
     fn operands(&self) -> impl Iterator<Item = Operand<ValueId, Op>> {
         self.inputs().iter().map(|&v| Operand::Value(v))
     }

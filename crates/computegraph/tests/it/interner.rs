@@ -175,3 +175,41 @@ fn builders_share_keys_through_their_interner() {
     let c = build(&i2);
     assert_ne!(c.0, a.0, "keys of different interners must differ");
 }
+
+proptest! {
+    #![proptest_config(crate::support::proptest_config())]
+
+    /// The builder's role cache (keyed by the role's address, confirmed by comparing the
+    /// masks inline): one role variable rewritten in place between additions, so every
+    /// addition passes the same address, and static-like roles passed from other
+    /// addresses; every operation reads back the role it was added with.
+    #[test]
+    fn roles_passed_from_one_address_read_back(masks in prop::collection::vec((any::<bool>(), any::<bool>(), 0u8..3), 1..60)) {
+        let mut b = computegraph::GraphBuilder::<ScalarOp>::with_interner(fresh());
+        let x = computegraph::ValueRef::Local(b.add_input(ScalarKey::var(0)));
+        let mut role = OperationRole::Primary;
+        let mut expected = Vec::new();
+        for &(p, q, kind) in &masks {
+            // Rewritten in place: `Vec<bool>` keeps its buffer, the role its address.
+            let (op, mask) = match kind {
+                0 => (ScalarOp::Neg, vec![p]),
+                1 => (ScalarOp::Mul, vec![p, q]),
+                _ => (ScalarOp::Add, vec![]),
+            };
+            match (&mut role, mask.is_empty()) {
+                (OperationRole::Linearized { active_mask }, false) => {
+                    active_mask.clear();
+                    active_mask.extend_from_slice(&mask);
+                }
+                (r, false) => *r = OperationRole::Linearized { active_mask: mask },
+                (r, true) => *r = OperationRole::Primary,
+            }
+            let operands = if op == ScalarOp::Neg { vec![x.clone()] } else { vec![x.clone(), x.clone()] };
+            b.add_operation_from(op, &operands, &role);
+            expected.push(role.clone());
+        }
+        let g = b.build();
+        let roles: Vec<OperationRole> = g.operations().map(|op| op.role().clone()).collect();
+        prop_assert_eq!(roles, expected);
+    }
+}
