@@ -126,7 +126,24 @@ class _Run:
 
 
 def _cancel(run: Any) -> None:
-    for ref in run.tasks:
+    """Cancels the run's unfinished tasks, the sums first and the ranges last.
+
+    Ray 2.x's core worker can abort the driver process ("Tried to complete task that was
+    not pending"; ray-project/ray#54798 fixed the same kind of race on the retry path) when
+    a cancellation crosses a task completing at that moment. Skipping the tasks already
+    finished, and cancelling each sum before the ranges it waits on (so no range finishes
+    into a sum that is still live), narrows that window; it cannot close it from outside
+    Ray.
+    """
+    tasks = list(reversed(run.tasks))
+    try:
+        done, _ = _ray.wait(tasks, num_returns=len(tasks), timeout=0)
+    except Exception:  # noqa: BLE001 - the cluster is going away: cancel everything below
+        done = []
+    finished = {ref.hex() for ref in done}
+    for ref in tasks:
+        if ref.hex() in finished:
+            continue
         try:
             _ray.cancel(ref)
         except Exception:  # noqa: BLE001 - a task already finished or gone: nothing to cancel
