@@ -71,7 +71,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     // Allocated once a second variant is met: a graph of one variant never sorts.
     let mut order: Vec<u32> = Vec::new();
     let mut moved = false;
-    let mut variants = Variants::default();
+    let mut variants = Variants::<Op>::default();
     // Scratch of one window, indexed by an operation's offset in it: its variant, its
     // depth, and the offsets sorted by variant (the first pass of a two-pass stable
     // counting sort); the buckets of the sorts.
@@ -79,20 +79,26 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut buckets: Vec<u32> = Vec::with_capacity(WINDOW + 2);
+    // The window's operations, read once from the store (`op_key` → chunk → operation)
+    // for their variants and kept for the copy in sorted order, instead of a second read
+    // through the store.
+    let mut window_ops: Vec<&Op> = Vec::with_capacity(WINDOW);
     let mut sorting = false;
     let mut start = 0;
     while start < n {
         crate::stop::check()?;
         let end = (start + WINDOW).min(n);
         let len = end - start;
+        window_ops.clear();
+        window_ops.extend((start..end).map(|i| graph.op(OperationId::new(i))));
         variant.clear();
-        variant.extend((start..end).map(|i| variants.id(graph.op(OperationId::new(i)))));
+        variant.extend(window_ops.iter().map(|&op| variants.id(op)));
         if !sorting {
             if variants.len() < 2 {
                 // One variant so far: a sort by (depth, variant) would group nothing, and
                 // if no other variant follows the materialized order is kept, so the
                 // window is copied out as it is.
-                ops.extend((start..end).map(|i| graph.op(OperationId::new(i)).clone()));
+                ops.extend(window_ops.iter().map(|&op| op.clone()));
                 start = end;
                 continue;
             }
@@ -156,10 +162,10 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
                 });
             }
         }
-        // The window's operations in their new order, read again while cached.
+        // The window's operations in their new order.
         for (k, &from) in sorted.iter().enumerate() {
             moved |= from as usize != start + k;
-            ops.push(graph.op(OperationId::new(from as usize)).clone());
+            ops.push(window_ops[from as usize - start].clone());
         }
         start = end;
     }
