@@ -14,6 +14,8 @@
 //! in its order (row-major, so the output is written contiguously); axes of size 1 are
 //! dropped and neighbouring axes fused wherever all three tensors step over them as over
 //! one, so `ij,ij->ij` is one loop over all elements, which the compiler vectorizes.
+//! Rows that gather an operand (a stride above one along the innermost axis) are written
+//! in tiles of rows by columns, so that the gathered cache lines serve several rows.
 //! Outputs of [`PAR_ELEMENTWISE_MIN_ELEMENTS`] or more are cut into row-aligned chunks
 //! over the current rayon pool's threads (inside a pool of more than one thread).
 //!
