@@ -132,6 +132,7 @@ mod small_gemm;
 mod stop;
 mod subscripts;
 mod tensor;
+mod thin_gemm;
 mod threads;
 #[cfg(test)]
 mod threads_tests;
