@@ -51,6 +51,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
+use crate::reduce::ReducePlan;
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
@@ -807,6 +808,8 @@ enum KernelPlan {
     Gemm(GemmPlan),
     /// The direct loop over contiguous lanes of a long label (`lanes.rs`).
     Lanes(LanesPlan),
+    /// A few output elements, long sums (`reduce.rs`).
+    Reduce(ReducePlan),
 }
 
 impl KernelPlan {
@@ -826,6 +829,19 @@ impl KernelPlan {
     }
 
     fn new(spec: &ContractSpec, choice: KernelChoice) -> Self {
+        // A few output elements over long sums: each operand read in place, the sums
+        // formed on the pool's threads (`reduce.rs`).
+        if choice == KernelChoice::Auto
+            && let Some(p) = ReducePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
+        {
+            return KernelPlan::Reduce(p);
+        }
+        Self::new_summing(spec, choice)
+    }
+
+    /// [`KernelPlan::new`] but for the reduction kernel: what `gemm_cost` prices, so that
+    /// `layout.rs` weighs the orders of a reduction's operands as before it existed.
+    fn new_summing(spec: &ContractSpec, choice: KernelChoice) -> Self {
         let (a_len, b_len) = (spec.a_shape().iter().product(), spec.b_shape().iter().product());
         let work = |p: &GemmPlan| {
             let [_, m, n, k] = p.dims(spec.sizes());
@@ -872,6 +888,7 @@ impl KernelPlan {
             }
             KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
+            KernelPlan::Reduce(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Lanes(p) => {
                 let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
                 Tensor::from_parts(&spec.out_shape(), p.run(&spec.sizes, (&da, &spec.a), (&db, &spec.b), &spec.out))
@@ -884,7 +901,7 @@ impl KernelPlan {
 /// plans for `spec`, or `None` when it would run another kernel: what `layout.rs` compares
 /// an intermediate's label orders by.
 pub(crate) fn gemm_cost(spec: &ContractSpec) -> Option<f64> {
-    let KernelPlan::Gemm(p) = KernelPlan::new(spec, KernelChoice::Auto) else { return None };
+    let KernelPlan::Gemm(p) = KernelPlan::new_summing(spec, KernelChoice::Auto) else { return None };
     Some(p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product()))
 }
 

@@ -121,6 +121,7 @@ mod path;
 pub mod path_cache;
 mod permute;
 mod plan;
+mod reduce;
 mod reference;
 mod rng;
 mod scaled;
