@@ -28,6 +28,10 @@
 //!   computed contiguously and permuted or expanded afterwards. One sequential GEMM runs
 //!   per loop entry, accumulating (a looped contracted label adds into the same output):
 //!   inline (`small_gemm.rs`) when it is tiny, faer otherwise.
+//! - **reduction** (`reduce.rs`): at most 16 output elements over long sums (a small
+//!   factor's gradient, a scalar output): both operands read in place, the sums formed in
+//!   blocks of fixed content on the pool's threads. A GEMM of a few rows and columns over a
+//!   long contiguous `k` inside the GEMM loop runs in `thin_gemm.rs`.
 //! - **lanes** (`lanes.rs`): the direct loop with the largest operand's long innermost
 //!   label made innermost in every tensor, when the copies that takes are small.
 //!
