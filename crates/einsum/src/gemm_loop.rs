@@ -15,7 +15,8 @@
 use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut};
-use crate::small_gemm::small_gemm;
+use crate::small_gemm::{SMALL_GEMM_MAX_MACS, small_gemm};
+use crate::thin_gemm::thin_gemm;
 
 /// An operand seen as a batch of matrices without copying: per looped label its stride
 /// (0 if the tensor lacks the label), and the strides of the fused row and column groups.
@@ -108,7 +109,17 @@ pub(crate) fn gemm_loop<T: Elem>(
     let (len, per) = if cols { (n, m.saturating_mul(k)) } else { (m, n.saturating_mul(k)) };
     let block = (block_macs() / per.max(1)).max(1);
     for _ in 0..nl {
-        let mut at = 0;
+        let mut at = if thin(
+            conj,
+            [m, n, k],
+            [(a_data, a_view, pa), (b_data, b_view, pb)],
+            (&mut c[pc..], c_view),
+            revisits > 0,
+        ) {
+            len
+        } else {
+            0
+        };
         while at < len {
             if crate::stop::requested() {
                 return; // the evaluation is ending with an error; `c` is discarded
@@ -148,6 +159,28 @@ pub(crate) fn gemm_loop<T: Elem>(
             }
         }
     }
+}
+
+/// Runs one GEMM of the loop in `thin_gemm.rs` when it is a few rows and columns summed
+/// over a long `k` with both operands contiguous along `k`, and says whether it did. Such a
+/// product is not cut into blocks (its output is a few elements): the kernel reads the stop
+/// flag between its chunks, and forms them on the pool's threads.
+fn thin<T: Elem>(
+    conj: [bool; 2],
+    [m, n, k]: [usize; 3],
+    [(a, va, pa), (b, vb, pb)]: [(&[T], &MatrixView, usize); 2],
+    (c, vc): (&mut [T], &MatrixView),
+    accumulate: bool,
+) -> bool {
+    m.saturating_mul(n).saturating_mul(k) > SMALL_GEMM_MAX_MACS
+        && thin_gemm(
+            [m, n, k],
+            Strided(&a[pa..], va.strides),
+            Strided(&b[pb..], vb.strides),
+            StridedMut(c, vc.strides),
+            conj,
+            accumulate,
+        )
 }
 
 /// The multiply-adds of one block of a large GEMM: [`crate::stop::GEMM_BLOCK_MACS`], or

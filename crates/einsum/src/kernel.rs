@@ -28,6 +28,10 @@
 //!   computed contiguously and permuted or expanded afterwards. One sequential GEMM runs
 //!   per loop entry, accumulating (a looped contracted label adds into the same output):
 //!   inline (`small_gemm.rs`) when it is tiny, faer otherwise.
+//! - **reduction** (`reduce.rs`): at most 16 output elements over long sums (a small
+//!   factor's gradient, a scalar output): both operands read in place, the sums formed in
+//!   blocks of fixed content on the pool's threads. A GEMM of a few rows and columns over a
+//!   long contiguous `k` inside the GEMM loop runs in `thin_gemm.rs`.
 //! - **lanes** (`lanes.rs`): the direct loop with the largest operand's long innermost
 //!   label made innermost in every tensor, when the copies that takes are small.
 //!
@@ -51,6 +55,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
+use crate::reduce::ReducePlan;
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
@@ -807,6 +812,8 @@ enum KernelPlan {
     Gemm(GemmPlan),
     /// The direct loop over contiguous lanes of a long label (`lanes.rs`).
     Lanes(LanesPlan),
+    /// A few output elements, long sums (`reduce.rs`).
+    Reduce(ReducePlan),
 }
 
 impl KernelPlan {
@@ -826,6 +833,19 @@ impl KernelPlan {
     }
 
     fn new(spec: &ContractSpec, choice: KernelChoice) -> Self {
+        // A few output elements over long sums: each operand read in place, the sums
+        // formed on the pool's threads (`reduce.rs`).
+        if choice == KernelChoice::Auto
+            && let Some(p) = ReducePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
+        {
+            return KernelPlan::Reduce(p);
+        }
+        Self::new_summing(spec, choice)
+    }
+
+    /// [`KernelPlan::new`] but for the reduction kernel: what `gemm_cost` prices, so that
+    /// `layout.rs` weighs the orders of a reduction's operands as before it existed.
+    fn new_summing(spec: &ContractSpec, choice: KernelChoice) -> Self {
         let (a_len, b_len) = (spec.a_shape().iter().product(), spec.b_shape().iter().product());
         let work = |p: &GemmPlan| {
             let [_, m, n, k] = p.dims(spec.sizes());
@@ -872,6 +892,7 @@ impl KernelPlan {
             }
             KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
+            KernelPlan::Reduce(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Lanes(p) => {
                 let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
                 Tensor::from_parts(&spec.out_shape(), p.run(&spec.sizes, (&da, &spec.a), (&db, &spec.b), &spec.out))
@@ -884,7 +905,7 @@ impl KernelPlan {
 /// plans for `spec`, or `None` when it would run another kernel: what `layout.rs` compares
 /// an intermediate's label orders by.
 pub(crate) fn gemm_cost(spec: &ContractSpec) -> Option<f64> {
-    let KernelPlan::Gemm(p) = KernelPlan::new(spec, KernelChoice::Auto) else { return None };
+    let KernelPlan::Gemm(p) = KernelPlan::new_summing(spec, KernelChoice::Auto) else { return None };
     Some(p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product()))
 }
 

@@ -121,6 +121,7 @@ mod path;
 pub mod path_cache;
 mod permute;
 mod plan;
+mod reduce;
 mod reference;
 mod rng;
 mod scaled;
@@ -132,6 +133,7 @@ mod small_gemm;
 mod stop;
 mod subscripts;
 mod tensor;
+mod thin_gemm;
 mod threads;
 #[cfg(test)]
 mod threads_tests;

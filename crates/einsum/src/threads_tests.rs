@@ -88,7 +88,7 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 
 /// Programs whose kernels split in a pool (large GEMMs cut into blocks, a loop of small ones cut by
 /// its batch label, an element-wise product and a permuted broadcast of `2^20`
-/// elements) and programs of independent steps: the kernels keep their order of sums
+/// elements, thin products whose chunks of `k` are formed on both threads) and programs of independent steps: the kernels keep their order of sums
 /// whatever the threads, so two threads equal one bit for bit, real and complex. The
 /// exception: faer splits the sum of a large matrix-vector product over a column-major
 /// matrix between the threads (the gradient of the outer product of two matrix
@@ -96,7 +96,7 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 #[test]
 fn a_pool_equals_one_thread_bit_for_bit() {
     let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];
-    let cases: [(&str, Vec<Vec<usize>>, bool); 8] = [
+    let cases: [(&str, Vec<Vec<usize>>, bool); 10] = [
         ("ij,jk->ik", vec![vec![160, 96], vec![96, 128]], true),
         // GEMMs cut into one block per thread across rows (`m > n`) and across columns,
         // with sides that are no multiple of the blocks' alignment.
@@ -107,6 +107,11 @@ fn a_pool_equals_one_thread_bit_for_bit() {
         ("abc,c->cba", vec![vec![128, 128, 64], vec![64]], true),
         ("ab,bc,cd,de,ef->af", chain, true),
         ("ab,bc,de,ef->acdf", vec![vec![40, 50], vec![50, 60], vec![30, 70], vec![70, 20]], false),
+        // A small factor's gradient from two large tensors (`thin_gemm.rs`: 3 × 3 summed over
+        // 2688 terms, in chunks formed on both threads), and a scalar output whose last
+        // step is one long dot product, as in the queens network.
+        ("ab,acde->bcde", vec![vec![3, 3], vec![3, 12, 14, 16]], true),
+        ("ab,acd,bcd->", vec![vec![3, 3], vec![3, 40, 50], vec![3, 40, 50]], true),
     ];
     for (expr, shapes, fixed_order) in cases {
         let e = Einsum::<f64>::new(expr, &shapes, PathChoice::Greedy).unwrap();

@@ -1,0 +1,373 @@
+//! The reduction kernel: binary contractions whose output has at most [`REDUCE_MAX_OUT`]
+//! elements and whose summed labels are long, `out[e] = Σ op(a)·op(b)` over every label
+//! not in the output, each operand read in place with its own strides.
+//!
+//! Why a kernel of its own: these are the transposes that make a small factor's gradient
+//! from two large tensors (the queens network's `dA`: a `3 × 3` result summed over `3^10`
+//! to `3^14` terms of the cotangent and of the factor's partner). The GEMM path ran them
+//! as a GEMM of `m = n = 3` or, when the factor's two labels are batch labels or sit
+//! between the summed ones, as many short products over packed copies; and a GEMM cut per
+//! thread (`elem.rs`) has nothing to cut in a `3 × 3` output, so on two threads they ran
+//! on one.
+//!
+//! The summed labels are ordered with the smallest strides innermost and fused where both
+//! operands step over neighbours as over one; the innermost run is cut into chunks of at
+//! most [`CHUNK`] elements, and each *unit* (one position of the outer summed labels, one
+//! chunk) adds, for every output element, the dot product of the two operands' runs
+//! (vectorized when both are contiguous). Units are grouped into *blocks* of fixed
+//! content (at least `CHUNK` terms each, whatever the threads), each block's sums formed
+//! alone and the blocks' sums added in order: inside a pool of several threads the blocks
+//! of a reduction of `PAR_GEMM_MIN_MACS` multiply-adds or more are formed on all of them,
+//! and two threads give the one-thread result bit for bit.
+//!
+//! Input invariants ([`ReducePlan::new`] checks them): no tensor repeats a label, the
+//! output has at most `REDUCE_MAX_OUT` elements, the summed labels hold at least
+//! [`REDUCE_MIN_TERMS`] terms. Cost: `|out| · Π summed sizes` multiply-adds; each operand
+//! element is read `|out| / |operand's output part|` times, from the first level caches
+//! after the first (a chunk's runs fit there); one allocation of the blocks' sums when the
+//! threads share them.
+
+use smallvec::SmallVec;
+
+use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
+
+/// The most output elements the kernel takes: the `3 × 3` (and up to `4 × 4`) results of a
+/// small factor's gradient, and scalar outputs.
+pub(crate) const REDUCE_MAX_OUT: usize = 16;
+
+/// The fewest summed terms per output element from which the kernel is used: below them
+/// the direct loop or the GEMM path already costs about the multiply-adds.
+pub(crate) const REDUCE_MIN_TERMS: usize = 1 << 12;
+
+/// The longest run of the innermost summed label one unit reads: `2^9` elements, 4 KB per
+/// run, so that the runs of one unit (at most `2 · REDUCE_MAX_OUT`, often a few shared by
+/// several output elements) stay in the first level cache while every output element
+/// reads them.
+pub(crate) const CHUNK: usize = 1 << 9;
+
+/// Terms (units' runs) of one block: the order of sums is fixed by it, not by the threads.
+const BLOCK_TERMS: usize = 1 << 13;
+
+/// Partial sums per dot product: one AVX2 vector of `f64`.
+const LANES: usize = 4;
+
+/// One summed loop: its length and the strides of `a` and `b` along it.
+#[derive(Clone, Copy, Debug)]
+struct Loop {
+    len: usize,
+    sa: usize,
+    sb: usize,
+}
+
+/// How a reduction runs: the offsets of each output element in `a` and `b`, the outer
+/// summed loops (outermost first), the innermost run cut into chunks, and the units per
+/// block.
+#[derive(Debug)]
+pub(crate) struct ReducePlan {
+    /// Per output element (row-major), its offset in `a` and in `b`.
+    offsets: SmallVec<[[usize; 2]; REDUCE_MAX_OUT]>,
+    outer: SmallVec<[Loop; 8]>,
+    inner: Loop,
+    /// Chunks per innermost run.
+    chunks: usize,
+    /// Units per block.
+    per_block: usize,
+    /// `|out| · Π summed sizes`.
+    multiply_adds: usize,
+}
+
+/// Row-major strides of `labels` (distinct) with sizes `sizes[label]`, per label of `order`
+/// (0 where `labels` lacks it).
+fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
+    let mut own: SmallVec<[usize; 8]> = SmallVec::from_elem(0, labels.len());
+    let mut s = 1usize;
+    for (i, &c) in labels.iter().enumerate().rev() {
+        own[i] = s;
+        s *= sizes[c as usize];
+    }
+    order.iter().map(|c| labels.iter().position(|l| l == c).map_or(0, |p| own[p])).collect()
+}
+
+impl ReducePlan {
+    /// The plan for `a, b -> out` if it suits the kernel (module docs).
+    pub(crate) fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
+        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+        if !distinct(a) || !distinct(b) || !distinct(out) {
+            return None;
+        }
+        let size = |c: u32| sizes[c as usize];
+        let out_len = out.iter().try_fold(1usize, |p, &c| p.checked_mul(size(c)))?;
+        let mut summed: SmallVec<[u32; 16]> = SmallVec::new();
+        for &c in a.iter().chain(b) {
+            if !out.contains(&c) && !summed.contains(&c) && size(c) != 1 {
+                summed.push(c);
+            }
+        }
+        let terms = summed.iter().try_fold(1usize, |p, &c| p.checked_mul(size(c)))?;
+        if out_len == 0 || out_len > REDUCE_MAX_OUT || terms < REDUCE_MIN_TERMS {
+            return None;
+        }
+        // Output elements: row-major over the output's labels, each label's strides in the
+        // operands (0 where an operand lacks it: a broadcast).
+        let (oa, ob) = (strides_along(a, sizes, out), strides_along(b, sizes, out));
+        let mut offsets = SmallVec::new();
+        for e in 0..out_len {
+            let (mut rest, mut at) = (e, [0usize; 2]);
+            for (x, &c) in out.iter().enumerate().rev() {
+                let i = rest % size(c);
+                rest /= size(c);
+                at[0] += i * oa[x];
+                at[1] += i * ob[x];
+            }
+            offsets.push(at);
+        }
+        // Summed labels with the smallest strides innermost (the sum of the two, so that
+        // the larger operand decides), neighbours fused where both step as over one.
+        let (sa, sb) = (strides_along(a, sizes, &summed), strides_along(b, sizes, &summed));
+        let mut order: SmallVec<[usize; 16]> = (0..summed.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(sa[i].saturating_add(sb[i])));
+        let mut loops: SmallVec<[Loop; 8]> = SmallVec::new();
+        for i in order {
+            let l = Loop { len: size(summed[i]), sa: sa[i], sb: sb[i] };
+            match loops.last_mut() {
+                Some(prev) if prev.sa == l.sa * l.len && prev.sb == l.sb * l.len => {
+                    *prev = Loop { len: prev.len * l.len, sa: l.sa, sb: l.sb };
+                }
+                _ => loops.push(l),
+            }
+        }
+        let inner = loops.pop().expect("at least REDUCE_MIN_TERMS terms");
+        let chunks = inner.len.div_ceil(CHUNK);
+        let run = inner.len.div_ceil(chunks);
+        Some(ReducePlan {
+            offsets,
+            outer: loops,
+            inner,
+            chunks,
+            per_block: (BLOCK_TERMS / run).max(1),
+            multiply_adds: out_len * terms,
+        })
+    }
+
+    /// The units: every position of the outer loops times the chunks of the innermost run.
+    fn units(&self) -> usize {
+        self.outer.iter().map(|l| l.len).product::<usize>() * self.chunks
+    }
+
+    /// The output (row-major over the output's labels) of `a` and `b` (conjugated as
+    /// `conj` says).
+    pub(crate) fn run<T: Elem>(&self, a: &[T], b: &[T], conj: [bool; 2]) -> Vec<T> {
+        let blocks = self.units().div_ceil(self.per_block);
+        let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
+        let mut total: SmallVec<[T; REDUCE_MAX_OUT]> = SmallVec::from_elem(T::zero(), self.offsets.len());
+        let add = |total: &mut [T], s: &[T]| total.iter_mut().zip(s).for_each(|(t, &x)| *t += x);
+        if pooled && self.multiply_adds >= par_min_macs() && blocks > 1 {
+            use rayon::prelude::*;
+            let sums: Vec<SmallVec<[T; REDUCE_MAX_OUT]>> =
+                (0..blocks).into_par_iter().map(|j| self.block(j, a, b, conj)).collect();
+            for s in &sums {
+                add(&mut total, s);
+            }
+        } else {
+            for j in 0..blocks {
+                if j % 64 == 63 && crate::stop::requested() {
+                    break; // the evaluation is ending with an error; the output is discarded
+                }
+                add(&mut total, &self.block(j, a, b, conj));
+            }
+        }
+        total.into_vec()
+    }
+
+    /// The sums of block `j`: its units in order, each adding its runs' dot products.
+    fn block<T: Elem>(&self, j: usize, a: &[T], b: &[T], conj: [bool; 2]) -> SmallVec<[T; REDUCE_MAX_OUT]> {
+        let mut sums: SmallVec<[T; REDUCE_MAX_OUT]> = SmallVec::from_elem(T::zero(), self.offsets.len());
+        let (first, end) = (j * self.per_block, ((j + 1) * self.per_block).min(self.units()));
+        // The outer loops' position of the first unit, then an odometer.
+        let (mut pos, mut chunk) = (first / self.chunks, first % self.chunks);
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, self.outer.len());
+        let (mut pa, mut pb) = (0usize, 0usize);
+        for (x, l) in self.outer.iter().enumerate().rev() {
+            idx[x] = pos % l.len;
+            pos /= l.len;
+            pa += idx[x] * l.sa;
+            pb += idx[x] * l.sb;
+        }
+        let run = self.inner.len.div_ceil(self.chunks);
+        for _ in first..end {
+            let (s0, s1) = (chunk * run, ((chunk + 1) * run).min(self.inner.len));
+            let (ia, ib) = (self.inner.sa, self.inner.sb);
+            for (sum, &[oa, ob]) in sums.iter_mut().zip(&self.offsets) {
+                let (xa, xb) = (pa + oa + s0 * ia, pb + ob + s0 * ib);
+                *sum += dot(&a[xa..], ia, &b[xb..], ib, s1 - s0, conj);
+            }
+            chunk += 1;
+            if chunk == self.chunks {
+                chunk = 0;
+                for x in (0..self.outer.len()).rev() {
+                    let l = self.outer[x];
+                    idx[x] += 1;
+                    pa += l.sa;
+                    pb += l.sb;
+                    if idx[x] < l.len {
+                        break;
+                    }
+                    idx[x] = 0;
+                    pa -= l.sa * l.len;
+                    pb -= l.sb * l.len;
+                }
+            }
+        }
+        sums
+    }
+}
+
+/// Multiply-adds from which the blocks are formed on the pool's threads:
+/// `PAR_GEMM_MIN_MACS`, as for a GEMM; in tests `2^12`, so that the property tests' small
+/// reductions take the pool's path too.
+fn par_min_macs() -> usize {
+    if cfg!(test) { 1 << 12 } else { PAR_GEMM_MIN_MACS }
+}
+
+/// `Σ op(a[i·sa])·op(b[i·sb])` for `i < n`, in [`LANES`] partial sums (added in order at
+/// the end) when both strides are 1, in one otherwise.
+fn dot<T: Elem>(a: &[T], sa: usize, b: &[T], sb: usize, n: usize, conj: [bool; 2]) -> T {
+    crate::small_gemm::arch().dispatch(Dot { a, sa, b, sb, n, conj })
+}
+
+/// The arguments of [`dot`], as the value pulp dispatches (a closure would not be inlined
+/// into the function compiled for the processor's instructions).
+struct Dot<'a, T> {
+    a: &'a [T],
+    sa: usize,
+    b: &'a [T],
+    sb: usize,
+    n: usize,
+    conj: [bool; 2],
+}
+
+impl<T: Elem> pulp::WithSimd for Dot<'_, T> {
+    type Output = T;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> T {
+        let Dot { a, sa, b, sb, n, conj: [ca, cb] } = self;
+        // (A no-op for reals.)
+        let op = |x: T, on: bool| if on && T::IS_COMPLEX { x.conj() } else { x };
+        if sa == 1 && sb == 1 {
+            let (a, b) = (&a[..n], &b[..n]);
+            let mut acc = [T::zero(); LANES];
+            let (ca_, cb_) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+            let (ra, rb) = (ca_.remainder(), cb_.remainder());
+            for (x, y) in ca_.zip(cb_) {
+                for l in 0..LANES {
+                    acc[l] += op(x[l], ca) * op(y[l], cb);
+                }
+            }
+            let mut s = acc.iter().fold(T::zero(), |s, &x| s + x);
+            for (&x, &y) in ra.iter().zip(rb) {
+                s += op(x, ca) * op(y, cb);
+            }
+            s
+        } else {
+            let mut s = T::zero();
+            for i in 0..n {
+                s += op(a[i * sa], ca) * op(b[i * sb], cb);
+            }
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::elem::c64;
+    use crate::kernel::{ContractSpec, contract};
+    use crate::reference::reference_labels;
+    use crate::tensor::Tensor;
+
+    /// The label lists of `a`, `b` and the output for a random spec: `n` labels (of sizes
+    /// `sizes`), each in `a`, `b` or both, kept in the output or summed, in orders drawn
+    /// from `perm`.
+    fn labels(roles: &[u8], perm: u64) -> [Vec<u32>; 3] {
+        let mut p = perm;
+        let mut shuffle = |mut l: Vec<u32>| -> Vec<u32> {
+            for i in (1..l.len()).rev() {
+                l.swap(i, (p % (i as u64 + 1)) as usize);
+                p = (p / (i as u64 + 1)) ^ p.rotate_left(17);
+            }
+            l
+        };
+        let pick = |f: &dyn Fn(u8) -> bool| (0..roles.len() as u32).filter(|&c| f(roles[c as usize])).collect();
+        // Role: bit 0 in a, bit 1 in b (never neither), bit 2 in the output.
+        let a = shuffle(pick(&|r| r & 1 == 1));
+        let b = shuffle(pick(&|r| r & 2 == 2));
+        let out = shuffle(pick(&|r| r & 4 == 4));
+        [a, b, out]
+    }
+
+    proptest! {
+        // (About one case in six is a reduction the kernel takes; the others check that
+        // declining leaves the other kernels' results.)
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Random reductions (output labels of 1 to 4 in `a`, `b` or both, summed labels in
+        /// either or both, every order), complex, conjugated or not: the kernel equals
+        /// `reference_labels` where it is chosen, and a pool of two threads gives the same
+        /// bits as one.
+        #[test]
+        fn reductions_equal_the_reference_and_one_thread(
+            roles in proptest::collection::vec(1u8..8, 3..8),
+            dims in proptest::collection::vec(1usize..12, 8),
+            perm in any::<u64>(),
+            conj in 0u32..4,
+        ) {
+            let [a, b, out] = labels(&roles, perm);
+            // Output labels short, so that the output often fits; a label in neither
+            // operand (role 4) broadcasts (both strides 0). The reference loops over every
+            // assignment of all labels, so their product is bounded.
+            let sizes: Vec<usize> = (0..roles.len())
+                .map(|c| if roles[c] & 4 == 4 { dims[c].min(4) } else { 3 * dims[c] + 4 })
+                .collect();
+            prop_assume!(sizes.iter().product::<usize>() <= 1 << 18);
+            let spec = ContractSpec::new(&a, &b, &out, &sizes).unwrap().with_conj([conj & 1 == 1, conj & 2 == 2]);
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let mut x = 0.0f64;
+            let mut next = |_: &[usize]| {
+                x += 1.0;
+                c64::new((0.37 * x).sin(), (0.11 * x).cos())
+            };
+            let ta = Tensor::from_fn(shape(&a), &mut next).unwrap();
+            let tb = Tensor::from_fn(shape(&b), &mut next).unwrap();
+            let chosen = super::ReducePlan::new(spec.a_labels(), spec.b_labels(), spec.out_labels(), spec.sizes());
+            let got = contract(&spec, &ta, &tb);
+            let ca = if conj & 1 == 1 { ta.map(|x| x.conj()) } else { ta.clone() };
+            let cb = if conj & 2 == 2 { tb.map(|x| x.conj()) } else { tb.clone() };
+            let want = reference_labels(&[(&ca, &a[..]), (&cb, &b[..])], &out, &sizes).unwrap();
+            let err = got.max_abs_diff(&want).unwrap();
+            prop_assert!(err <= 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
+            if let Some(p) = chosen {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+                let two = pool.install(|| p.run(ta.data(), tb.data(), spec.conj()));
+                prop_assert_eq!(&two[..], got.data(), "{:?}: two threads differ from one", spec);
+            }
+        }
+    }
+
+    /// The queens network's `dA` transposes (the factor's labels batch labels, or between
+    /// the summed ones) are reductions; larger outputs and short sums are not.
+    #[test]
+    fn small_factors_gradients_are_reductions() {
+        let s = [3usize; 14];
+        let take = |a: &[u32], b: &[u32], out: &[u32]| super::ReducePlan::new(a, b, out, &s).is_some();
+        let big: Vec<u32> = (0..13).collect();
+        // `ab,cdefgabhijklm->abcdefghijklm`'s `dA`: (dC, B) -> ab.
+        let b: Vec<u32> = [2, 3, 4, 5, 6, 0, 1, 7, 8, 9, 10, 11, 12].to_vec();
+        assert!(take(&big, &b, &[0, 1]));
+        assert!(take(&big, &big, &[]), "a long dot product");
+        assert!(!take(&big, &b, &[0, 1, 2]), "27 outputs");
+        assert!(!take(&[0, 1, 2], &[0, 1, 2], &[0]), "9 terms");
+    }
+}
