@@ -26,7 +26,8 @@
 //! and a value+gradient alternating (a benchmark harness, a training loop that also reports
 //! the value) left the pool full of the gradient's middle-sized buffers when the forward's
 //! result came back last; turned away, it was mapped afresh by every following forward
-//! pass (`str_nw_mera_open_26`: 328 MiB, 84 thousand page faults, a fifth of the pass).
+//! pass (`str_nw_mera_open_26`: 328 MiB, 84 thousand page faults; 893 ms per forward
+//! through Python against 675 with this rule, docs/PERFORMANCE.md, mera40c).
 //! The buffers that came back last are the ones the next evaluation of either kind asks
 //! for first, and a buffer turned away costs its pages whichever it is, so the oldest go.
 //!
