@@ -277,7 +277,7 @@ def worker(args):
         _, grads = expr.value_and_grad(*ops, cotangent=seed)
         cgx_setup = (time.perf_counter() - t) * 1e3
         # The check holds the reference results while the other libraries compile and run
-        # theirs; cgx's pool of buffers kept for reuse (up to 1 GiB,
+        # theirs; cgx's pool of buffers kept for reuse (up to 768 MiB,
         # `cgx._core.release_buffers`) would count against them too: `str_nw_mera_open_26`'s
         # worker passed the budget in JAX's compile. So it is emptied here (and warmed
         # again after the check).

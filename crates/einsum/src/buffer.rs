@@ -21,7 +21,15 @@
 //!
 //! Bounds: buffers of at least [`POOL_MIN_BYTES`] are kept, at most [`POOL_MAX_BUFFERS`] of
 //! them and [`POOL_MAX_BYTES`] in total per element type; [`release_buffers`] empties the
-//! pools.
+//! pools. A buffer that comes back to a full pool is kept, and the buffers that came back
+//! longest ago are freed to make room (least recently returned first). Why: a forward pass
+//! and a value+gradient alternating (a benchmark harness, a training loop that also reports
+//! the value) left the pool full of the gradient's middle-sized buffers when the forward's
+//! result came back last; turned away, it was mapped afresh by every following forward
+//! pass (`str_nw_mera_open_26`: 328 MiB, 84 thousand page faults; 893 ms per forward
+//! through Python against 675 with this rule, docs/PERFORMANCE.md, mera40c).
+//! The buffers that came back last are the ones the next evaluation of either kind asks
+//! for first, and a buffer turned away costs its pages whichever it is, so the oldest go.
 //!
 //! Staleness: every evaluation of a compiled einsum program calls [`begin_evaluation`]
 //! (each slice of a sliced one too), and a pooled buffer remembers the count of
@@ -53,15 +61,28 @@ pub const POOL_MIN_BYTES: usize = 32 << 10;
 /// operand: 100 to 200 on the benchmark instances) all live until the caller drops them;
 /// with 32, two thirds of them came back as fresh pages on every evaluation.
 pub(crate) const POOL_MAX_BUFFERS: usize = 256;
-/// At most this many bytes per element type.
-pub(crate) const POOL_MAX_BYTES: usize = 1 << 30;
+/// At most this many bytes per element type. 768 MiB, not 1 GiB: with the oldest buffers
+/// freed to make room, a pool of 1 GiB stays full, and between the calls of a forward pass
+/// and a value+gradient of `str_nw_mera_open_26` kept 1423 MiB resident against 1162 when
+/// it turned the result away (the pool then held 755 MiB); 768 MiB holds that instance's
+/// whole forward pass (728 MiB of buffers, the 328 MiB result among them) at 1144 MiB
+/// resident (docs/PERFORMANCE.md, mera40c).
+pub(crate) const POOL_MAX_BYTES: usize = 768 << 20;
 
+/// One element type's buffers, in columns kept in step (sorted by capacity).
 struct Pool<T> {
-    /// Sorted by capacity.
     buffers: Vec<Vec<T>>,
-    /// The evaluation count when each buffer came back ([`EVALUATIONS`]).
+    /// The evaluation count when each buffer came back ([`EVALUATIONS`]): for staleness.
     returned: Vec<u64>,
+    /// The pool's count of returns when each buffer came back: which came back longest ago
+    /// (finer than `returned`, which one evaluation's buffers share).
+    order: Vec<u64>,
+    /// Buffers that came back so far.
+    returns: u64,
+    /// Bytes held, at most `max_bytes`, in at most `max_buffers` buffers.
     bytes: usize,
+    max_bytes: usize,
+    max_buffers: usize,
 }
 
 /// Evaluations begun in the process ([`begin_evaluation`]; a sliced evaluation's slices
@@ -123,8 +144,7 @@ fn with_pool<T: Elem, R>(f: impl FnOnce(&mut Pool<T>) -> R) -> R {
     let at = match pools.iter().position(|(t, _)| *t == TypeId::of::<T>()) {
         Some(at) => at,
         None => {
-            pools
-                .push((TypeId::of::<T>(), Box::new(Pool::<T> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 })));
+            pools.push((TypeId::of::<T>(), Box::new(Pool::<T>::new(POOL_MAX_BYTES, POOL_MAX_BUFFERS))));
             pools.len() - 1
         }
     };
@@ -171,35 +191,61 @@ impl Clock {
 }
 
 impl<T> Pool<T> {
+    fn new(max_bytes: usize, max_buffers: usize) -> Self {
+        Pool {
+            buffers: Vec::new(),
+            returned: Vec::new(),
+            order: Vec::new(),
+            returns: 0,
+            bytes: 0,
+            max_bytes,
+            max_buffers,
+        }
+    }
+
+    /// Removes the buffer at `i` from the pool.
+    fn remove(&mut self, i: usize) -> Vec<T> {
+        self.returned.remove(i);
+        self.order.remove(i);
+        let b = self.buffers.remove(i);
+        self.bytes -= bytes::<T>(b.capacity());
+        b
+    }
+
     /// The smallest buffer of capacity between `n` and `2n`, if there is one; if there is
     /// none, moves the buffers stale at `clock` into `stale`.
     fn take(&mut self, n: usize, clock: Clock, stale: &mut Vec<Vec<T>>) -> Option<Vec<T>> {
         // Buffers are sorted by capacity.
         let best = self.buffers.partition_point(|b| b.capacity() < n);
         if self.buffers.get(best).is_some_and(|b| b.capacity() <= 2 * n) {
-            self.returned.remove(best);
-            let b = self.buffers.remove(best);
-            self.bytes -= bytes::<T>(b.capacity());
-            return Some(b);
+            return Some(self.remove(best));
         }
         self.take_stale(clock, stale);
         None
     }
 
-    /// Keeps `v`, which came back at `clock`, within the pool's bounds (else moves it into
-    /// `stale`), after moving the buffers stale at `clock` into `stale` (buffers made
-    /// outside the pool come back too: stale ones make room).
+    /// Keeps `v`, which came back at `clock`, after moving the buffers stale at `clock`
+    /// into `stale` (buffers made outside the pool come back too: stale ones make room),
+    /// then as many of the buffers that came back longest ago as the pool's bounds need
+    /// (the module doc). A buffer larger than the whole pool goes to `stale` itself.
     fn put(&mut self, v: Vec<T>, clock: Clock, stale: &mut Vec<Vec<T>>) {
         self.take_stale(clock, stale);
         let size = bytes::<T>(v.capacity());
-        if self.buffers.len() < POOL_MAX_BUFFERS && self.bytes + size <= POOL_MAX_BYTES {
-            self.bytes += size;
-            let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
-            self.buffers.insert(at, v);
-            self.returned.insert(at, clock.now);
-        } else {
+        if size > self.max_bytes || self.max_buffers == 0 {
             stale.push(v);
+            return;
         }
+        while self.buffers.len() >= self.max_buffers || self.bytes + size > self.max_bytes {
+            // At most `max_buffers` (256) to scan, once per buffer freed.
+            let oldest = (0..self.order.len()).min_by_key(|&i| self.order[i]).expect("a full pool holds a buffer");
+            stale.push(self.remove(oldest));
+        }
+        self.bytes += size;
+        let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
+        self.buffers.insert(at, v);
+        self.returned.insert(at, clock.now);
+        self.order.insert(at, self.returns);
+        self.returns += 1;
     }
 
     /// Moves the buffers stale at `clock` (the module doc) into `stale`.
@@ -210,10 +256,7 @@ impl<T> Pool<T> {
         let mut i = 0;
         while i < self.buffers.len() {
             if clock.is_stale(self.returned[i]) {
-                self.returned.remove(i);
-                let b = self.buffers.remove(i);
-                self.bytes -= bytes::<T>(b.capacity());
-                stale.push(b);
+                stale.push(self.remove(i));
             } else {
                 i += 1;
             }
@@ -484,9 +527,10 @@ mod tests {
     /// The policy on a pool of its own (the process's pool sees other tests' evaluations).
     #[test]
     fn stale_buffers_are_freed_on_a_miss_or_a_return_and_hits_free_nothing() {
-        let mut p = Pool::<f64> { buffers: Vec::new(), returned: Vec::new(), bytes: 0 };
+        let mut p = Pool::<f64>::new(POOL_MAX_BYTES, POOL_MAX_BUFFERS);
         let check = |p: &Pool<f64>| {
             assert_eq!(p.returned.len(), p.buffers.len(), "one stamp per buffer");
+            assert_eq!(p.order.len(), p.buffers.len(), "one place in the order per buffer");
             assert_eq!(p.bytes, p.buffers.iter().map(|b| bytes::<f64>(b.capacity())).sum::<usize>());
             assert!(p.buffers.windows(2).all(|w| w[0].capacity() <= w[1].capacity()), "sorted");
             p.buffers.iter().map(Vec::capacity).collect::<Vec<_>>()
@@ -511,6 +555,89 @@ mod tests {
         assert!(p.take(100, at(STALE_AFTER - 1), &mut stale).is_none());
         assert!(p.take(100, Clock { now: STALE_AFTER, window: 2 * STALE_AFTER }, &mut stale).is_none());
         assert_eq!(check(&p), vec![1000]);
+    }
+
+    /// The columns agree and the bounds hold; the capacities, smallest first.
+    fn capacities(p: &Pool<f64>) -> Vec<usize> {
+        assert_eq!((p.returned.len(), p.order.len()), (p.buffers.len(), p.buffers.len()));
+        assert_eq!(p.bytes, p.buffers.iter().map(|b| bytes::<f64>(b.capacity())).sum::<usize>());
+        assert!(p.bytes <= p.max_bytes && p.buffers.len() <= p.max_buffers, "within the bounds");
+        p.buffers.iter().map(Vec::capacity).collect()
+    }
+
+    /// A buffer coming back to a full pool is kept and the ones that came back longest ago
+    /// are freed, as many as the bounds need; one larger than the pool is not kept.
+    #[test]
+    fn a_full_pool_frees_the_buffers_that_came_back_longest_ago() {
+        // Room for 1000 elements of `f64`, in at most four buffers.
+        let mut p = Pool::<f64>::new(bytes::<f64>(1000), 4);
+        let at = Clock { now: 0, window: STALE_AFTER };
+        let mut stale = Vec::new();
+        for n in [300, 100, 200] {
+            p.put(Vec::with_capacity(n), at, &mut stale);
+        }
+        assert_eq!((capacities(&p), stale.len()), (vec![100, 200, 300], 0));
+        // 600 + 500 > 1000: the 300 (the oldest) makes room, though it is not the smallest.
+        p.put(Vec::with_capacity(500), at, &mut stale);
+        assert_eq!(capacities(&p), vec![100, 200, 500]);
+        assert_eq!(stale.iter().map(Vec::capacity).collect::<Vec<_>>(), vec![300]);
+        // Taking a buffer and giving it back makes it the newest: the 100 goes next.
+        let b = p.take(200, at, &mut stale).expect("200 serves 200");
+        p.put(b, at, &mut stale);
+        p.put(Vec::with_capacity(250), at, &mut stale);
+        assert_eq!(capacities(&p), vec![200, 250, 500]);
+        // Several may go for one: 950 leaves room for nothing else.
+        p.put(Vec::with_capacity(950), at, &mut stale);
+        assert_eq!(capacities(&p), vec![950]);
+        assert_eq!(stale.iter().map(Vec::capacity).collect::<Vec<_>>(), vec![300, 100, 500, 200, 250]);
+        // Larger than the whole pool: turned away, the pool as it was.
+        p.put(Vec::with_capacity(1001), at, &mut stale);
+        assert_eq!((capacities(&p), stale.last().map(Vec::capacity)), (vec![950], Some(1001)));
+        // The count bound: a fifth buffer frees the oldest of four.
+        let mut p = Pool::<f64>::new(bytes::<f64>(1000), 4);
+        for n in [10, 20, 30, 40, 50] {
+            p.put(Vec::with_capacity(n), at, &mut stale);
+        }
+        assert_eq!(capacities(&p), vec![20, 30, 40, 50]);
+    }
+
+    /// A forward pass and a value+gradient alternating, as a model: the forward makes
+    /// `x`, `y` and its result `r`; the gradient `x`, `y`, `p`, `q`, then `x`, `y` again
+    /// (the cotangents of the intermediates), and `r`. Each gives its buffers back in that
+    /// order, the result last. Together they need more than the pool holds. Turning the
+    /// returning buffer away (the rule before) left the gradient's buffers in the pool
+    /// and no `r`, so every forward allocated its result afresh; with the oldest freed,
+    /// the forward finds all its buffers.
+    #[test]
+    fn a_forward_pass_between_gradients_finds_its_buffers() {
+        let (x, y, p, q, r) = (10, 30, 100, 300, 1000);
+        let forward = [x, y, r];
+        let gradient = [x, y, p, q, x, y, r];
+        // The forward's buffers fit, the gradient's do not (1040 and 1480 elements).
+        let mut pool = Pool::<f64>::new(bytes::<f64>(1200), POOL_MAX_BUFFERS);
+        let mut misses = Vec::new();
+        for (now, sizes) in [&forward[..], &gradient[..]].into_iter().cycle().take(8).enumerate() {
+            let clock = Clock { now: now as u64, window: STALE_AFTER };
+            let mut stale = Vec::new();
+            let mut missed = 0;
+            let taken: Vec<Vec<f64>> = sizes
+                .iter()
+                .map(|&n| {
+                    pool.take(n, clock, &mut stale).unwrap_or_else(|| {
+                        missed += n;
+                        Vec::with_capacity(n)
+                    })
+                })
+                .collect();
+            for b in taken {
+                pool.put(b, clock, &mut stale);
+            }
+            capacities(&pool);
+            misses.push(missed);
+        }
+        // After the first two calls: every forward misses nothing, every gradient its
+        // `p`, `q` and the second `x` and `y` (the rule before: 1000 each, `r`).
+        assert_eq!(misses[2..], [0, x + y + p + q, 0, x + y + p + q, 0, x + y + p + q]);
     }
 
     /// Every evaluation counts as begun; only a thread's outermost one as running.
