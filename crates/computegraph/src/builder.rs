@@ -204,7 +204,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
     /// and returns the outputs as a range of local value indices.
-    #[inline]
+    // Always inlined into the caller's loop: as a call (`#[inline]` was not always
+    // taken), its prologue, epilogue and `Result` were a visible share of a large
+    // build's appending (docs/PERFORMANCE.md, build41e); interning a full batch stays out
+    // of line (`intern_batch`).
+    #[inline(always)]
     pub fn try_add_operation_from(
         &mut self,
         op: Op,
