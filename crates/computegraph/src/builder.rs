@@ -254,8 +254,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             // room for the operations `reserve` made room for (it skipped this column
             // while it was empty), so that it is not copied as it grows.
             g.op_role = IdVec::from_elem(0, op_id.index());
-            let reserved = g.op_first_output.heap_bytes() / std::mem::size_of::<LocalValueId>();
-            g.op_role.reserve(reserved.saturating_sub(op_id.index()));
+            g.op_role.reserve(g.op_first_output.capacity().saturating_sub(op_id.index()));
         }
         // The id spaces were checked above (`op_id`, and room for `n_out` values).
         if role_id != 0 || !g.op_role.is_empty() {
@@ -584,7 +583,9 @@ fn same_role(a: &OperationRole, b: &OperationRole) -> bool {
                 (x, y) => x == y,
             }
         }
-        _ => false,
+        // Listed rather than `_`, so that a new role must say how it compares.
+        (OperationRole::Primary, OperationRole::Linearized { .. })
+        | (OperationRole::Linearized { .. }, OperationRole::Primary) => false,
     }
 }
 

@@ -305,6 +305,11 @@ impl<I: Id, T> IdVec<I, T> {
         self.raw.reserve(n);
     }
 
+    /// Entries the allocation holds room for.
+    pub fn capacity(&self) -> usize {
+        self.raw.capacity()
+    }
+
     /// Bytes held by the allocation.
     pub fn heap_bytes(&self) -> usize {
         self.raw.capacity() * std::mem::size_of::<T>()
