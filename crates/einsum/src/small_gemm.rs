@@ -225,12 +225,12 @@ pub(crate) fn arch() -> pulp::Arch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::elem::c64;
 
-    /// A triple loop over any strides, the reference.
-    fn naive(
+    /// A triple loop over any strides, the reference (also `thin_gemm`'s).
+    pub(crate) fn naive(
         [m, n, k]: [usize; 3],
         (a, sa): (&[c64], [usize; 2]),
         (b, sb): (&[c64], [usize; 2]),

@@ -184,25 +184,7 @@ impl<T: Elem, const M: usize, const N: usize> pulp::WithSimd for Chunk<'_, T, M,
 mod tests {
     use super::*;
     use crate::elem::c64;
-
-    /// A triple loop over any strides, the reference.
-    fn naive(
-        [m, n, k]: [usize; 3],
-        (a, sa): (&[c64], [usize; 2]),
-        (b, sb): (&[c64], [usize; 2]),
-        conj: [bool; 2],
-    ) -> Vec<c64> {
-        let op = |x: c64, on: bool| if on { Elem::conj(x) } else { x };
-        let mut c = vec![c64::zero(); m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for l in 0..k {
-                    c[i * n + j] += op(a[i * sa[0] + l * sa[1]], conj[0]) * op(b[l * sb[0] + j * sb[1]], conj[1]);
-                }
-            }
-        }
-        c
-    }
+    use crate::small_gemm::tests::naive;
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
