@@ -49,8 +49,9 @@ pub(crate) struct ElementwisePlan {
     out_len: usize,
 }
 
-/// Row-major strides of `labels` (distinct) with sizes `sizes[label]`, per label of `order`.
-fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
+/// Row-major strides of `labels` (distinct) with sizes `sizes[label]`, per label of `order`
+/// (0 where `labels` lacks it); `reduce`'s plans use it too.
+pub(crate) fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
     let mut own: SmallVec<[usize; 8]> = SmallVec::from_elem(0, labels.len());
     let mut s = 1usize;
     for (i, &c) in labels.iter().enumerate().rev() {

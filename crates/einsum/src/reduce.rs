@@ -30,6 +30,7 @@
 use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
+use crate::elementwise::strides_along;
 
 /// The most output elements the kernel takes: the `3 × 3` (and up to `4 × 4`) results of a
 /// small factor's gradient, and scalar outputs.
@@ -74,18 +75,6 @@ pub(crate) struct ReducePlan {
     per_block: usize,
     /// `|out| · Π summed sizes`.
     multiply_adds: usize,
-}
-
-/// Row-major strides of `labels` (distinct) with sizes `sizes[label]`, per label of `order`
-/// (0 where `labels` lacks it).
-fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
-    let mut own: SmallVec<[usize; 8]> = SmallVec::from_elem(0, labels.len());
-    let mut s = 1usize;
-    for (i, &c) in labels.iter().enumerate().rev() {
-        own[i] = s;
-        s *= sizes[c as usize];
-    }
-    order.iter().map(|c| labels.iter().position(|l| l == c).map_or(0, |p| own[p])).collect()
 }
 
 impl ReducePlan {
