@@ -144,16 +144,7 @@ impl ElementwisePlan {
         if (ia > 1 || ib > 1) && n >= GATHER_BLOCK && dst.len() > n {
             return self.rows_in_tiles(first, dst, a, b, f);
         }
-        // The outer axes' index of row `first`, and the offsets it gives.
-        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
-        let (mut pa, mut pb) = (0usize, 0usize);
-        let mut r = first;
-        for k in (0..last).rev() {
-            idx[k] = r % self.sizes[k];
-            r /= self.sizes[k];
-            pa += idx[k] * sa[k];
-            pb += idx[k] * sb[k];
-        }
+        let mut at = RowCursor::at(self, first);
         debug_assert!(last == 0 || so[last - 1] == n, "output rows are contiguous");
         // Elements written since the stop flag was last read.
         let mut unchecked = 0usize;
@@ -165,18 +156,8 @@ impl ElementwisePlan {
                     return; // the evaluation is ending with an error; the output is discarded
                 }
             }
-            run(row, (a, pa, ia), (b, pb, ib), f);
-            for k in (0..last).rev() {
-                idx[k] += 1;
-                pa += sa[k];
-                pb += sb[k];
-                if idx[k] < self.sizes[k] {
-                    break;
-                }
-                pa -= sa[k] * self.sizes[k];
-                pb -= sb[k] * self.sizes[k];
-                idx[k] = 0;
-            }
+            run(row, (a, at.pa, ia), (b, at.pb, ib), f);
+            at.advance(self);
         }
     }
 
@@ -193,38 +174,18 @@ impl ElementwisePlan {
     fn rows_in_tiles<T: Elem, F: Fn(T, T) -> T>(&self, first: usize, dst: &mut [T], a: &[T], b: &[T], f: &F) {
         let last = self.sizes.len() - 1;
         let n = self.sizes[last];
-        let [sa, sb, _] = &self.strides;
-        let (ia, ib) = (sa[last], sb[last]);
-        // The outer axes' index of row `first`, and the offsets it gives.
-        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
-        let (mut pa, mut pb) = (0usize, 0usize);
-        let mut r = first;
-        for k in (0..last).rev() {
-            idx[k] = r % self.sizes[k];
-            r /= self.sizes[k];
-            pa += idx[k] * sa[k];
-            pb += idx[k] * sb[k];
-        }
+        let (ia, ib) = (self.strides[0][last], self.strides[1][last]);
+        let mut at = RowCursor::at(self, first);
         let mut offsets: SmallVec<[(usize, usize); GATHER_ROWS]> = SmallVec::new();
         for tile in dst.chunks_mut(GATHER_ROWS * n) {
             if crate::stop::requested() {
                 return; // the evaluation is ending with an error; the output is discarded
             }
-            // Each row's offsets in `a` and `b`, advancing the outer index as `rows` does.
+            // Each row's offsets in `a` and `b`.
             offsets.clear();
             for _ in 0..tile.len() / n {
-                offsets.push((pa, pb));
-                for k in (0..last).rev() {
-                    idx[k] += 1;
-                    pa += sa[k];
-                    pb += sb[k];
-                    if idx[k] < self.sizes[k] {
-                        break;
-                    }
-                    pa -= sa[k] * self.sizes[k];
-                    pb -= sb[k] * self.sizes[k];
-                    idx[k] = 0;
-                }
+                offsets.push((at.pa, at.pb));
+                at.advance(self);
             }
             for start in (0..n).step_by(GATHER_BLOCK) {
                 let len = GATHER_BLOCK.min(n - start);
@@ -233,6 +194,47 @@ impl ElementwisePlan {
                     run(&mut row[start..start + len], (a, qa, ia), (b, qb, ib), f);
                 }
             }
+        }
+    }
+}
+
+/// A row of an [`ElementwisePlan`] (a run of its innermost axis): the index of its outer
+/// axes and the offsets in `a` and `b` that index gives.
+struct RowCursor {
+    idx: SmallVec<[usize; 8]>,
+    pa: usize,
+    pb: usize,
+}
+
+impl RowCursor {
+    /// Row `first` of `plan`.
+    fn at(plan: &ElementwisePlan, first: usize) -> Self {
+        let last = plan.sizes.len() - 1;
+        let mut at = RowCursor { idx: SmallVec::from_elem(0, last), pa: 0, pb: 0 };
+        let mut r = first;
+        for k in (0..last).rev() {
+            at.idx[k] = r % plan.sizes[k];
+            r /= plan.sizes[k];
+            at.pa += at.idx[k] * plan.strides[0][k];
+            at.pb += at.idx[k] * plan.strides[1][k];
+        }
+        at
+    }
+
+    /// Steps to the next row, the outer index counting in row-major order.
+    #[inline]
+    fn advance(&mut self, plan: &ElementwisePlan) {
+        let [sa, sb, _] = &plan.strides;
+        for k in (0..self.idx.len()).rev() {
+            self.idx[k] += 1;
+            self.pa += sa[k];
+            self.pb += sb[k];
+            if self.idx[k] < plan.sizes[k] {
+                return;
+            }
+            self.pa -= sa[k] * plan.sizes[k];
+            self.pb -= sb[k] * plan.sizes[k];
+            self.idx[k] = 0;
         }
     }
 }
