@@ -167,9 +167,9 @@ impl DagReport {
 /// JSON or stderr is not a terminal.
 struct Progress(ProgressBar);
 
-/// Steps of a run: generate, build, resolve, materialize, compile, a warm-up and three
-/// timed runs of each evaluator, and the reference evaluation.
-const STEPS: u64 = 14;
+/// Steps of a run: generate, build, resolve, materialize, release the fragment, compile, a
+/// warm-up and three timed runs of each evaluator, and the reference evaluation.
+const STEPS: u64 = 15;
 
 impl Progress {
     fn new(quiet: bool) -> Self {
@@ -239,8 +239,11 @@ pub fn measure(shape: ShapeArg, nodes: usize, threads: usize, quiet: bool) -> Cl
     // Compile needs only the materialized graph (its operations are shared with the
     // interner's chunks): dropping the fragment lets the interner reclaim what only it
     // pinned before compile allocates, so the one-shot peak is not the sum of every phase.
-    drop(view);
-    drop(built);
+    // The release is part of a one-shot run's time, so it is a phase of its own.
+    progress.timed("release the fragment", &mut phases, || {
+        drop(view);
+        drop(built);
+    });
     let program = progress.timed("compile", &mut phases, || compile(&flat));
     let inputs = bind(&program, &workload.inputs)?;
 
@@ -346,10 +349,17 @@ mod tests {
             assert!(r.matches_reference);
             let names: Vec<&str> = r.phases.iter().map(|p| p.name.as_str()).collect();
             assert_eq!(
-                names[..5],
-                ["build (with interning)", "resolve", "materialize_merge", "compile", "eval (sequential)"]
+                names[..6],
+                [
+                    "build (with interning)",
+                    "resolve",
+                    "materialize_merge",
+                    "release the fragment",
+                    "compile",
+                    "eval (sequential)"
+                ]
             );
-            assert_eq!(names.len(), 6);
+            assert_eq!(names.len(), 7);
             let json = r.json();
             assert!(json.starts_with(&format!("{{\"shape\":\"{}\"", r.shape)) && json.ends_with('}'), "{json}");
         }
