@@ -31,6 +31,7 @@
 //! the program records that sequential evaluation should prefetch operand slots too
 //! when its slot file exceeds `PREFETCH_SLOT_BYTES`.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::compiled::CompiledProgram;
@@ -94,9 +95,9 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     };
     let Dispatch { source, ops } = dispatch_order(graph)?;
     let op_at = |pos: usize| OperationId::new(if source.is_empty() { pos } else { source[pos] as usize });
-    // Per value: the last instruction that reads it, then its slot.
-    let mut live: IdVec<ValueId, Live> =
-        IdVec::from_raw(program_vec_of(Live { last_use: None, slot: None }, graph.value_count()));
+    // Per value: the last instruction that reads it, then its slot (the thread's column
+    // from its previous compile when it was kept, `take_live`).
+    let mut live: IdVec<ValueId, Live> = IdVec::from_raw(take_live(graph.value_count()));
     // Liveness, and whether operands are far enough from their readers for slot
     // assignment to prefetch their entries (`prefetch.rs`).
     let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
@@ -192,6 +193,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
 
     let output_slots: Vec<SlotId> =
         graph.outputs.iter().map(|&v| live[v].slot.expect("an output is kept, so it has a slot at the end")).collect();
+    keep_live(live.into_raw());
     let output_move = output_moves(&output_slots);
     let input_keys = graph.input_keys.clone();
     let (runs, run_ops) = runs.finish(&ops);
@@ -232,6 +234,53 @@ const PREFETCH_SLOT_BYTES: usize = 4 << 20;
 /// How far ahead (in instructions) slot assignment prefetches operand entries.
 const AHEAD: usize = 16;
 
+/// Liveness columns of at most this many bytes are kept for the thread's next compile
+/// (`keep_live`): a 5·10^5-value graph's. The bound is what a thread may hold between
+/// compiles; a larger column (a 10^6-value graph's is 8 MB) is freed as before, and its
+/// compile maps fresh pages for the next one as it would anyway.
+const LIVE_KEEP_MAX_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// The liveness column of this thread's last compile, if it was kept (`keep_live`).
+    static LIVE_SCRATCH: Cell<Vec<Live>> = const { Cell::new(Vec::new()) };
+}
+
+/// A liveness column of `n` empty entries: the thread's kept one when it has room, else a
+/// fresh one.
+///
+/// Why keep it: compiling the same graphs again and again (a bench loop, a caller that
+/// recompiles) frees and allocates the same few MiB each time. Under glibc, once the free
+/// top of the heap exceeds its trim threshold (twice the largest mapped block freed so
+/// far, which the caller's earlier allocations decide) each drop of a program gives the
+/// memory back to the kernel, and the next compile faults every page in again: compile's
+/// columns and this one are the only blocks of that size between two programs. The kept
+/// column stays where it is, so the program's columns are all that is freed and
+/// reallocated above it, and the scratch itself is written without fresh pages.
+fn take_live(n: usize) -> Vec<Live> {
+    const EMPTY: Live = Live { last_use: None, slot: None };
+    // `try_with`: during the thread's teardown the scratch is gone; a fresh column serves.
+    let mut live = LIVE_SCRATCH.try_with(Cell::take).unwrap_or_default();
+    if live.capacity() < n {
+        // Freed before the larger one is allocated, so its memory can serve again.
+        drop(live);
+        return program_vec_of(EMPTY, n);
+    }
+    live.clear();
+    live.resize(n, EMPTY);
+    live
+}
+
+/// Keeps `live` for the thread's next compile when it is at most [`LIVE_KEEP_MAX_BYTES`]
+/// (`take_live` says why); frees it otherwise.
+fn keep_live(live: Vec<Live>) {
+    if live.capacity().saturating_mul(size_of::<Live>()) <= LIVE_KEEP_MAX_BYTES {
+        // The replaced scratch is empty (taken by `take_live`) unless a nested compile on
+        // this thread kept its own meanwhile; either is freed here. During teardown,
+        // `live` is dropped instead.
+        let _ = LIVE_SCRATCH.try_with(|s| s.set(live));
+    }
+}
+
 /// A value's liveness and slot during compilation.
 #[derive(Copy, Clone)]
 struct Live {
@@ -264,5 +313,41 @@ impl SlotAllocator {
         if let Some(s) = s {
             self.free.push(s);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether every entry of `live` is empty, as a fresh column's are.
+    fn all_empty(live: &[Live]) -> bool {
+        live.iter().all(|l| l.last_use.is_none() && l.slot.is_none())
+    }
+
+    #[test]
+    fn a_kept_liveness_column_comes_back_empty_and_in_place() {
+        let used = vec![Live { last_use: Some(InstrId::new(3)), slot: Some(SlotId::new(7)) }; 10];
+        let at = used.as_ptr();
+        keep_live(used);
+        // Shorter than the kept column: the same allocation, every entry reset.
+        let live = take_live(8);
+        assert_eq!((live.len(), live.as_ptr()), (8, at));
+        assert!(all_empty(&live));
+        keep_live(live);
+        // Longer than the kept one's room: a fresh column, empty too.
+        let live = take_live(20);
+        assert_eq!(live.len(), 20);
+        assert!(all_empty(&live));
+    }
+
+    #[test]
+    fn a_liveness_column_beyond_the_bound_is_not_kept() {
+        let over = LIVE_KEEP_MAX_BYTES / size_of::<Live>() + 1;
+        keep_live(Vec::with_capacity(over));
+        assert_eq!(take_live(0).capacity(), 0);
+        let at_bound = LIVE_KEEP_MAX_BYTES / size_of::<Live>();
+        keep_live(Vec::with_capacity(at_bound));
+        assert!(take_live(0).capacity() >= at_bound);
     }
 }

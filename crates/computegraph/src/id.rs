@@ -189,6 +189,11 @@ impl<I: Id, T> IdVec<I, T> {
         IdVec { raw, _id: PhantomData }
     }
 
+    /// The column's entries as a plain vector (entry `i` is id `i`'s), its allocation kept.
+    pub(crate) fn into_raw(self) -> Vec<T> {
+        self.raw
+    }
+
     /// Appends `value` and returns its id.
     ///
     /// # Panics

@@ -757,3 +757,55 @@ proptest! {
         prop_assert_eq!(got, documented_dispatch_order(&m));
     }
 }
+
+/// A DAG of `Add`, `Mul`, `Neg` and `SinCos` over the last 40 values whose outputs are
+/// about half of the values nobody reads: the rest are pruned, except the unread outputs of
+/// a `SinCos` whose other output is read, which stay as values nobody reads (their slot is
+/// freed at once, and a stale liveness entry would keep it).
+fn half_outputs_dag(n: usize, seed: u64) -> MaterializedGraph<ScalarOp> {
+    const INPUTS: usize = 4;
+    let mut b = GraphBuilder::with_interner(fresh());
+    for i in 0..INPUTS {
+        b.add_input(ScalarKey::var(i as u32));
+    }
+    let mut rng = workloads::Rng::new(seed);
+    let mut read = vec![false; INPUTS];
+    for _ in 0..n {
+        let values = read.len();
+        let mut pick = || values - 1 - rng.below(values.min(40) as u64) as usize;
+        let (x, y) = (pick(), pick());
+        let op = [ScalarOp::Add, ScalarOp::Mul, ScalarOp::Neg, ScalarOp::SinCos][rng.below(4) as usize];
+        let ins = &[x, y][..op.input_count()];
+        for &v in ins {
+            read[v] = true;
+        }
+        let operands: Vec<_> = ins.iter().map(|&v| Local(lv(v))).collect();
+        let out = b.add_operation_from(op, &operands, &Primary);
+        if out.start == read.len() {
+            read.extend(out.map(|_| false));
+        }
+    }
+    let outputs: Vec<_> = (0..read.len()).filter(|&v| !read[v] && rng.below(2) == 0).map(lv).collect();
+    b.set_outputs(outputs.clone());
+    let g = Arc::new(b.build());
+    let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+    computegraph::try_materialize_merge(&resolve(vec![g]), &keys).unwrap()
+}
+
+proptest! {
+    #![proptest_config(crate::support::proptest_config())]
+
+    /// Compile reuses its thread's liveness column from one call to the next
+    /// (`compile.rs`, `take_live`): graphs of any sizes compiled one after the other on
+    /// one thread give the programs a fresh thread gives (a stale entry would free or keep
+    /// a slot wrongly and change the program, or fail its verification).
+    #[test]
+    fn programs_compiled_in_sequence_equal_fresh_ones(graphs in proptest::collection::vec((1usize..600, 0u64..1000), 1..5)) {
+        for (n, seed) in graphs {
+            let m = half_outputs_dag(n, seed);
+            let here = try_compile(&m).unwrap().to_string();
+            let alone = std::thread::scope(|s| s.spawn(|| try_compile(&m).map(|p| p.to_string())).join().unwrap()).unwrap();
+            prop_assert_eq!(here, alone, "n = {}, seed = {}", n, seed);
+        }
+    }
+}
