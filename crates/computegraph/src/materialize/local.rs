@@ -175,7 +175,7 @@ impl<Op: GraphOperation> Marker<'_, Op> {
             let id = OperationId::new(op_key.len());
             let reader = value_op.len();
             let ok = graph.op_key[lop];
-            if let Some(ids) = ids.in_place() {
+            if !matches!(ids, Renumber::Map(_)) {
                 let c = ok.index() >> CHUNK_BITS;
                 let chunk = match chunk_at {
                     Some((at, chunk)) if at == c => chunk,
@@ -189,11 +189,27 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                         None => return Ok(None),
                     },
                 };
-                for &k in chunk.inputs.get(ok.index() & CHUNK_MASK) {
-                    op_inputs.push_item(ids.id(k, reader).expect("operands precede their users in key order"));
+                // One loop per renumbering, so that the match is not taken per operand.
+                let operands = chunk.inputs.get(ok.index() & CHUNK_MASK);
+                match &ids {
+                    Renumber::Identity => {
+                        for k in operands {
+                            // Values `0..reader` are keys `0..reader`, and an operand is
+                            // emitted before its reader.
+                            assert!(k.index() < reader, "operands precede their users in key order");
+                            op_inputs.push_item(ValueId::new(k.index()));
+                        }
+                    }
+                    Renumber::Rank(rank) => {
+                        for k in operands {
+                            let v = rank.rank(k.index()).expect("operands precede their users in key order");
+                            op_inputs.push_item(ValueId::new(v));
+                        }
+                    }
+                    Renumber::Map(_) => unreachable!("a map reads the fragment's operand lists"),
                 }
             } else {
-                let Renumber::Map(vid) = &ids else { unreachable!("in_place is None only for a map") };
+                let Renumber::Map(vid) = &ids else { unreachable!("checked above") };
                 if far.block_full() {
                     prefetch = far.decide();
                 }
@@ -308,13 +324,6 @@ impl Renumber {
             ids.push(&value_key[..v], key_space);
         }
         ids
-    }
-
-    /// The renumbering when an operand's id needs no key-indexed map, for the store's
-    /// operand keys; `None` for a map, which the fragment's operand lists go with.
-    #[inline(always)]
-    fn in_place(&self) -> Option<&Self> {
-        (!matches!(self, Renumber::Map(_))).then_some(self)
     }
 
     /// Records the last value of `value_key` (its id is `value_key.len() - 1`; every key
