@@ -355,7 +355,7 @@ impl<Op: GraphOperation> InternerState<Op> {
 
     /// The live chunk of operation `id`.
     #[inline]
-    fn op_chunk(&self, id: OperationKeyId) -> Option<&OpChunk<Op>> {
+    pub(crate) fn op_chunk(&self, id: OperationKeyId) -> Option<&OpChunk<Op>> {
         self.op_chunks.get(id.index() >> CHUNK_BITS).and_then(|c| c.as_deref())
     }
 

@@ -32,14 +32,16 @@
 //!    them from the interner's store, whose closed chunks it shares (`StoreOps`, ADR 0017).
 //!
 //! A view of one fragment (no external operands, every operation `Primary`, keys compact)
-//! takes a shorter path with the same result: marking records the reachable keys in a bit
-//! set (a bit per key instead of an 8-byte entry), and emit walks the fragment in local
-//! order, emitting each reachable key at its first local definition. Local order is key
-//! order there when the builder interned the fragment's fresh operations in local order (a
-//! builder alone on its interner); a fragment that meets a key before a smaller one falls
-//! back to the general emit. That removes the key-indexed table of definitions, its scan
-//! and its list of entries (8 bytes per key and 12 per operation, written once and read
-//! once): about a third of materialize's time at 10^7 nodes.
+//! takes a shorter path with the same result (`materialize/local.rs`): marking records the
+//! reachable keys in a bit set (a bit per key instead of an 8-byte entry), and emit walks
+//! the fragment in local order, emitting each reachable key at its first local
+//! definition. Local order is key order there when the builder interned the fragment's
+//! fresh operations in local order (a builder alone on its interner); a fragment that
+//! meets a key before a smaller one falls back to the general emit. That removes the
+//! key-indexed table of definitions, its scan and its list of entries (8 bytes per key and
+//! 12 per operation, written once and read once): about a third of materialize's time at
+//! 10^7 nodes. Its emit reads operands from the store and renumbers them by key, by rank,
+//! or through a map only when it must.
 //!
 //! Both phases walk columns mostly sequentially. Key-indexed tables are dense arrays when
 //! the view's keys are compact, hash maps otherwise ([`KeyMap`]). Emit's operand lookups
@@ -60,7 +62,7 @@ use crate::error::{GraphError, GraphResult};
 
 use crate::chunk::{CHUNK_BITS, StoreOps};
 use crate::graph::{Graph, InputRef, LocalDef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
-use crate::hugepages::{huge_vec, huge_vec_of};
+use crate::hugepages::huge_vec;
 use crate::id::{IdVec, ListPool};
 use crate::id::{KeyId, OperationKeyId};
 use crate::key::{KeyInterner, OperationKey, ValueKey};
@@ -69,6 +71,8 @@ use crate::operation::{GraphOperation, Label, OperationRole};
 use crate::prefetch::FarOperands;
 use crate::resolve::ResolvedView;
 use crate::stop::Poll;
+
+mod local;
 
 crate::define_id!(
     /// A value of a [`MaterializedGraph`].
@@ -900,235 +904,6 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         }
         out.outputs = out_ids.iter().map(|&k| vid.get(k).expect("every output was marked")).collect();
         Ok(out)
-    }
-}
-
-impl<Op: GraphOperation> Marker<'_, Op> {
-    /// The sweep of a `single` view: one descending pass over its fragment (it has no
-    /// external operands, so nothing queues another), recording each reachable operation
-    /// by the key of its first output in `key_needed`; which copy of a repeated
-    /// operation is emitted is emit's choice. The columns are read as slices, outside
-    /// `self`, so that the loop keeps them in registers.
-    fn sweep_single(&mut self) -> GraphResult<()> {
-        let graph = &*self.graphs[0];
-        let Some((mut lo, hi)) = self.pending[0].take() else { return Ok(()) };
-        if self.expanded[0].is_empty() {
-            self.expanded[0].resize(graph.operation_count());
-        }
-        let Marker { needed, expanded, key_needed, inputs, input_list, single_ops, def_values, .. } = self;
-        let (needed, expanded) = (&mut needed[0], &mut expanded[0]);
-        let (value_op, keys, first_outputs) =
-            (graph.value_op.raw(), graph.value_key.raw(), graph.op_first_output.raw());
-        let mut poll = Poll::new();
-        let mut v = hi + 1;
-        while v > lo {
-            v -= 1;
-            if !needed.get(v) {
-                continue;
-            }
-            let Some(op) = value_op[v] else {
-                let i = graph
-                    .inputs
-                    .binary_search(&LocalValueId::new(v))
-                    .expect("a value without an operation is an input");
-                if inputs.insert_if_absent(keys[v], input_list.len() as u32) {
-                    input_list.push((keys[v], graph.input_keys[i].clone()));
-                }
-                continue;
-            };
-            if expanded.test_and_set(op.index()) {
-                continue;
-            }
-            poll.tick()?;
-            if !key_needed.test_and_set(keys[first_outputs[op.index()].index()].index()) {
-                *single_ops += 1;
-                *def_values += output_count(graph, op);
-            }
-            for r in graph.op_inputs.get(op.index()) {
-                match r.get() {
-                    // Operands come earlier: this sweep reaches them.
-                    InputRef::Local(u) => {
-                        if !needed.test_and_set(u.index()) {
-                            lo = lo.min(u.index());
-                        }
-                    }
-                    InputRef::External(_) => unreachable!("a single view's fragment has no external operands"),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Emit for a `single` view: the fragment's operations in local order, each reachable
-    /// key at its first local definition. Emit's order is key order; a fragment whose
-    /// builder interned its fresh operations in local order (every builder alone on its
-    /// interner) defines its keys for the first time in increasing key order, so this is
-    /// the same graph as the general emit's without `defs`, its sort and its entries. A
-    /// fragment that defines a key first after a larger one (it repeats keys another
-    /// fragment interned) returns `None`, and emit takes the general path.
-    ///
-    /// The first local definition stands for every copy: copies share their key, so
-    /// their operands have the same keys, and those keys are defined earlier in local
-    /// order (operands precede their reader), so their new ids exist when it is emitted.
-    fn emit_in_local_order(&mut self, out_ids: &[KeyId]) -> GraphResult<Option<MaterializedGraph<Op>>> {
-        let graph = &*self.graphs[0];
-        let (n_ops, n_inputs, n_externals) = (self.single_ops, self.input_list.len(), self.external_list.len());
-        let n_values = self.def_values + n_inputs + n_externals;
-        if n_ops > <OperationId as crate::Id>::MAX_INDEX + 1 {
-            return Err(GraphError::IdSpaceExhausted { space: "materialized operation" });
-        }
-        if n_values > <ValueId as crate::Id>::MAX_INDEX + 1 {
-            return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
-        }
-        let use_store = n_ops >= STORE_OPS_MIN;
-        // Plain vectors while filling (the bounds above hold for every push), made
-        // columns at the end without a copy.
-        let mut value_key: Vec<KeyId> = huge_vec(n_values);
-        let mut value_op: Vec<Option<OperationId>> = huge_vec(n_values);
-        let mut op_key: Vec<OperationKeyId> = huge_vec(n_ops);
-        let mut op_first_output: Vec<ValueId> = huge_vec(n_ops);
-        let mut op_inputs: ListPool<ValueId> = ListPool::with_capacity_huge(n_ops, 2 * n_ops);
-        let mut own_ops: Vec<Op> = if use_store { Vec::new() } else { Vec::with_capacity(n_ops) };
-        // Key → new value id, over the key range `key_needed` covers.
-        let mut vid: Vec<Option<ValueId>> = huge_vec_of(None, self.key_needed.len);
-        let mut inputs = Vec::with_capacity(n_inputs);
-        let mut input_keys = Vec::with_capacity(n_inputs);
-        self.input_list.sort_unstable_by_key(|(k, _)| *k);
-        for (key, input) in &self.input_list {
-            let v = ValueId::new(value_op.len());
-            value_op.push(None);
-            value_key.push(*key);
-            inputs.push(v);
-            input_keys.push(input.clone());
-            vid[key.index()] = Some(v);
-        }
-        let mut externals = Vec::with_capacity(n_externals);
-        let mut external_keys = Vec::with_capacity(n_externals);
-        self.external_list.sort_unstable_by_key(|(k, _)| *k);
-        for (key, external) in &self.external_list {
-            let v = ValueId::new(value_op.len());
-            value_op.push(None);
-            value_key.push(*key);
-            externals.push(v);
-            external_keys.push(external.clone());
-            vid[key.index()] = Some(v);
-        }
-        let keys = graph.value_key.raw();
-        let first_outputs = graph.op_first_output.raw();
-        // The store's chunks holding the operations (their keys increase, so a chunk
-        // differs from the previous one or repeats it).
-        let mut chunks: Vec<usize> = Vec::new();
-        let mut next_key = 0;
-        let mut far = FarOperands::new(n_inputs + n_externals);
-        let mut prefetch = false;
-        let mut poll = Poll::new();
-        for (op, first_local) in first_outputs.iter().enumerate() {
-            let first_local = first_local.index();
-            let key = keys[first_local];
-            // Reachable, and not emitted yet (the bit is cleared as it is emitted).
-            if !self.key_needed.take(key.index()) {
-                continue;
-            }
-            if key.index() < next_key {
-                return Ok(None);
-            }
-            next_key = key.index() + 1;
-            poll.tick()?;
-            if far.block_full() {
-                prefetch = far.decide();
-            }
-            if prefetch {
-                prefetch_local_operands(graph, op, &vid);
-            }
-            let lop = LocalOperationId::new(op);
-            let id = OperationId::new(op_key.len());
-            let reader = value_op.len();
-            for r in graph.op_input_refs(lop) {
-                let v = vid[graph.input_key_id(r).index()].expect("operands precede their users in local order");
-                far.note(v.index(), reader);
-                op_inputs.push_item(v);
-            }
-            if !op_inputs.finish_list() {
-                return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
-            }
-            if !use_store {
-                own_ops.push(graph.op(lop).clone());
-            }
-            let ok = graph.op_key[lop];
-            op_key.push(ok);
-            let chunk = ok.index() >> CHUNK_BITS;
-            if chunks.last() != Some(&chunk) {
-                chunks.push(chunk);
-            }
-            op_first_output.push(ValueId::new(reader));
-            for slot in 0..output_count(graph, lop) {
-                let key = keys[first_local + slot];
-                vid[key.index()] = Some(ValueId::new(value_op.len()));
-                value_op.push(Some(id));
-                value_key.push(key);
-            }
-        }
-        let interner = Arc::clone(self.view.interner());
-        let store_ops = if use_store {
-            match interner.read().store_ops_of(chunks.iter().copied()) {
-                Some(store) => Some(store),
-                // A chunk was reclaimed (it cannot be while the fragment pins it): the
-                // general path copies the operations.
-                None => return Ok(None),
-            }
-        } else {
-            None
-        };
-        let outputs =
-            out_ids.iter().map(|k| vid.get(k.index()).copied().flatten().expect("every output was marked")).collect();
-        Ok(Some(MaterializedGraph {
-            interner,
-            value_key: IdVec::from_raw(value_key),
-            value_op: IdVec::from_raw(value_op),
-            own_ops: IdVec::from_raw(own_ops),
-            store_ops,
-            op_key: IdVec::from_raw(op_key),
-            op_inputs,
-            op_role: IdVec::new(),
-            roles: vec![OperationRole::Primary],
-            op_first_output: IdVec::from_raw(op_first_output),
-            inputs,
-            input_keys,
-            externals,
-            external_keys,
-            outputs,
-        }))
-    }
-
-    /// Fills `defs` from the expanded operations of a `single` view whose emit in local
-    /// order gave up: the earliest expanded copy of each key, as marking records it for
-    /// other views.
-    fn defs_from_expanded(&mut self) {
-        self.single = false;
-        let graph = &*self.graphs[0];
-        let key_space = self.key_needed.len;
-        self.defs = KeyMap::with_range(0..key_space, graph.value_count());
-        if self.expanded[0].is_empty() {
-            return;
-        }
-        for (op, &first) in graph.op_first_output.raw().iter().enumerate() {
-            if self.expanded[0].get(op) {
-                self.defs.insert_if_absent(graph.value_key[first], (0, LocalOperationId::new(op)));
-            }
-        }
-    }
-}
-
-/// Emit in local order's prefetches, in two stages as `prefetch_operands`: the operands'
-/// keys of local operation `op + 2 * AHEAD`, then their entries in `vid` for `op + AHEAD`.
-fn prefetch_local_operands<Op: GraphOperation>(graph: &Graph<Op>, op: usize, vid: &[Option<ValueId>]) {
-    if op + 2 * AHEAD < graph.operation_count() {
-        graph.prefetch_operand_keys(LocalOperationId::new(op + 2 * AHEAD));
-    }
-    if op + AHEAD < graph.operation_count() {
-        for r in graph.op_input_refs(LocalOperationId::new(op + AHEAD)) {
-            crate::prefetch::prefetch_entry(vid, graph.input_key_id(r).index());
-        }
     }
 }
 

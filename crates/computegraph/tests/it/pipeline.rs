@@ -190,6 +190,45 @@ proptest! {
     }
 }
 
+/// Emit in local order renumbers a fragment three ways (`materialize/local.rs`): keys as
+/// ids, keys' ranks once a key is pruned, and a key-indexed map once keys come out of
+/// order (an input interned after operations). Each gives the general path's graph.
+#[test]
+fn every_renumbering_materializes_as_the_general_path_does() {
+    for (pruned, late_input) in [(false, false), (true, false), (false, true), (true, true)] {
+        let interner = fresh();
+        let mut b = GraphBuilder::<ScalarOp>::with_interner(Arc::clone(&interner));
+        let x = b.add_input(ScalarKey::var(0));
+        let mut v = x;
+        let mut outputs = Vec::new();
+        for i in 0..6000 {
+            let op = if i % 3 == 0 { ScalarOp::Sin } else { ScalarOp::Neg };
+            v = b.add_operation(op, vec![Local(v)], Primary)[0];
+            if pruned && i % 1000 == 500 {
+                // Nobody reads this one: its key is skipped.
+                b.add_operation(ScalarOp::Cos, vec![Local(v)], Primary);
+            }
+            if late_input && i == 3000 {
+                let y = b.add_input(ScalarKey::var(1));
+                v = b.add_operation(ScalarOp::Add, vec![Local(v), Local(y)], Primary)[0];
+            }
+        }
+        outputs.push(v);
+        b.set_outputs(outputs);
+        let g = Arc::new(b.build());
+        let built = scalar::spec::BuiltSpec { graphs: vec![Arc::clone(&g)], outputs: vec![g.global_key(v)] };
+        let (alone, general) = alone_and_general(&built);
+        alone.verify().unwrap();
+        assert_eq!(alone.to_dot(), general.to_dot(), "pruned {pruned}, late input {late_input}");
+        assert_eq!(value_keys(&alone), value_keys(&general));
+        let vars = [0.3, 0.7];
+        assert_eq!(
+            compile(&alone).eval(&mut (), &vars[..alone.inputs().len()].iter().collect::<Vec<_>>()),
+            compile(&general).eval(&mut (), &vars[..general.inputs().len()].iter().collect::<Vec<_>>())
+        );
+    }
+}
+
 /// The nodes of `spec` that read inputs only, in reverse order, as a spec of their own.
 fn leaves_in_reverse(spec: &GraphSpec) -> GraphSpec {
     use computegraph::GraphOperation;

@@ -1,0 +1,478 @@
+//! The short path of `materialize_merge` for a view of one fragment (no external
+//! operands, every operation `Primary`, keys compact): marking into a bit per key
+//! (`sweep_single`) and emit in the fragment's local order (`emit_in_local_order`), with
+//! the same result as the general path (`materialize.rs`, which falls back to it).
+//!
+//! Emit renumbers nothing while it can: a fragment built alone on a fresh interner,
+//! inputs first, with nothing pruned, gives each value its key as its new id (the inputs
+//! hold keys `0..n`, and the reachable operations follow in key order with no key
+//! skipped). Then an operand's new id is its key, read from the store's operand lists
+//! (the interner's chunks, in key order, so in sequence) instead of the fragment's
+//! operand references and a key → id map (two reads at random per operand, a cache miss
+//! each on a graph whose operands lie far from their readers); no map is written or read
+//! (ADR 0017, step 4). Once a key is skipped (an unreachable operation or input) but keys
+//! still increase, a value's id is its key's rank among the values' keys, from a bit per
+//! key and a count per 64 keys (`KeyRank`, 1.5 bits per key against the map's 32, small
+//! enough to stay cached). Only keys out of order (an input interned after operations)
+//! build the key-indexed map, from the values emitted so far, and the rest of emit reads
+//! the fragment's operand lists through it as before.
+
+use std::sync::Arc;
+
+use super::{AHEAD, Marker, MaterializedGraph, OperationId, ValueId, output_count};
+use crate::chunk::{CHUNK_BITS, CHUNK_MASK, OpChunk};
+use crate::error::{GraphError, GraphResult};
+use crate::graph::{Graph, InputRef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
+use crate::hugepages::{huge_vec, huge_vec_of};
+use crate::id::{IdVec, KeyId, ListPool, OperationKeyId};
+use crate::keymap::KeyMap;
+use crate::operation::{GraphOperation, OperationRole};
+use crate::prefetch::FarOperands;
+use crate::stop::Poll;
+
+impl<Op: GraphOperation> Marker<'_, Op> {
+    /// The sweep of a `single` view: one descending pass over its fragment (it has no
+    /// external operands, so nothing queues another), recording each reachable operation
+    /// by the key of its first output in `key_needed`; which copy of a repeated
+    /// operation is emitted is emit's choice. The columns are read as slices, outside
+    /// `self`, so that the loop keeps them in registers.
+    pub(super) fn sweep_single(&mut self) -> GraphResult<()> {
+        let graph = &*self.graphs[0];
+        let Some((mut lo, hi)) = self.pending[0].take() else { return Ok(()) };
+        if self.expanded[0].is_empty() {
+            self.expanded[0].resize(graph.operation_count());
+        }
+        let Marker { needed, expanded, key_needed, inputs, input_list, single_ops, def_values, .. } = self;
+        let (needed, expanded) = (&mut needed[0], &mut expanded[0]);
+        let (value_op, keys, first_outputs) =
+            (graph.value_op.raw(), graph.value_key.raw(), graph.op_first_output.raw());
+        let mut poll = Poll::new();
+        let mut v = hi + 1;
+        while v > lo {
+            v -= 1;
+            if !needed.get(v) {
+                continue;
+            }
+            let Some(op) = value_op[v] else {
+                let i = graph
+                    .inputs
+                    .binary_search(&LocalValueId::new(v))
+                    .expect("a value without an operation is an input");
+                if inputs.insert_if_absent(keys[v], input_list.len() as u32) {
+                    input_list.push((keys[v], graph.input_keys[i].clone()));
+                }
+                continue;
+            };
+            if expanded.test_and_set(op.index()) {
+                continue;
+            }
+            poll.tick()?;
+            if !key_needed.test_and_set(keys[first_outputs[op.index()].index()].index()) {
+                *single_ops += 1;
+                *def_values += output_count(graph, op);
+            }
+            for r in graph.op_inputs.get(op.index()) {
+                match r.get() {
+                    // Operands come earlier: this sweep reaches them.
+                    InputRef::Local(u) => {
+                        if !needed.test_and_set(u.index()) {
+                            lo = lo.min(u.index());
+                        }
+                    }
+                    InputRef::External(_) => unreachable!("a single view's fragment has no external operands"),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Emit for a `single` view: the fragment's operations in local order, each reachable
+    /// key at its first local definition. Emit's order is key order; a fragment whose
+    /// builder interned its fresh operations in local order (every builder alone on its
+    /// interner) defines its keys for the first time in increasing key order, so this is
+    /// the same graph as the general emit's without `defs`, its sort and its entries. A
+    /// fragment that defines a key first after a larger one (it repeats keys another
+    /// fragment interned) returns `None`, and emit takes the general path.
+    ///
+    /// The first local definition stands for every copy: copies share their key, so
+    /// their operands have the same keys, and those keys are defined earlier in local
+    /// order (operands precede their reader), so their new ids exist when it is emitted.
+    /// While every value's id is its key, operands are read from the store and not
+    /// renumbered (the module doc).
+    pub(super) fn emit_in_local_order(&mut self, out_ids: &[KeyId]) -> GraphResult<Option<MaterializedGraph<Op>>> {
+        let graph = &*self.graphs[0];
+        let (n_ops, n_inputs, n_externals) = (self.single_ops, self.input_list.len(), self.external_list.len());
+        let n_values = self.def_values + n_inputs + n_externals;
+        if n_ops > <OperationId as crate::Id>::MAX_INDEX + 1 {
+            return Err(GraphError::IdSpaceExhausted { space: "materialized operation" });
+        }
+        if n_values > <ValueId as crate::Id>::MAX_INDEX + 1 {
+            return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
+        }
+        let use_store = n_ops >= STORE_OPS_MIN;
+        // Plain vectors while filling (the bounds above hold for every push), made
+        // columns at the end without a copy.
+        let mut value_key: Vec<KeyId> = huge_vec(n_values);
+        let mut value_op: Vec<Option<OperationId>> = huge_vec(n_values);
+        let mut op_key: Vec<OperationKeyId> = huge_vec(n_ops);
+        let mut op_first_output: Vec<ValueId> = huge_vec(n_ops);
+        let mut op_inputs: ListPool<ValueId> = ListPool::with_capacity_huge(n_ops, 2 * n_ops);
+        let mut own_ops: Vec<Op> = if use_store { Vec::new() } else { Vec::with_capacity(n_ops) };
+        let mut inputs = Vec::with_capacity(n_inputs);
+        let mut input_keys = Vec::with_capacity(n_inputs);
+        self.input_list.sort_unstable_by_key(|(k, _)| *k);
+        for (key, input) in &self.input_list {
+            let v = ValueId::new(value_op.len());
+            value_op.push(None);
+            value_key.push(*key);
+            inputs.push(v);
+            input_keys.push(input.clone());
+        }
+        let mut externals = Vec::with_capacity(n_externals);
+        let mut external_keys = Vec::with_capacity(n_externals);
+        self.external_list.sort_unstable_by_key(|(k, _)| *k);
+        for (key, external) in &self.external_list {
+            let v = ValueId::new(value_op.len());
+            value_op.push(None);
+            value_key.push(*key);
+            externals.push(v);
+            external_keys.push(external.clone());
+        }
+        // How a key becomes its value's id (the module doc): the key itself while every
+        // value so far has its key as its id, its rank among the values' keys while those
+        // increase, a key-indexed map otherwise.
+        let key_space = self.key_needed.len;
+        let mut ids = Renumber::of(&value_key, key_space);
+        let interner = Arc::clone(self.view.interner());
+        // Held to the end of emit: the store's operand lists are read under it, and the
+        // operations' chunks are shared under it (`store_ops_of`). Nothing below takes the
+        // lock again.
+        let state = interner.read();
+        // The chunk of the last operation read in the store (consecutive operations share it).
+        let mut chunk_at: Option<(usize, &OpChunk<Op>)> = None;
+        let keys = graph.value_key.raw();
+        let first_outputs = graph.op_first_output.raw();
+        // The store's chunks holding the operations (their keys increase, so a chunk
+        // differs from the previous one or repeats it).
+        let mut chunks: Vec<usize> = Vec::new();
+        let mut next_key = 0;
+        let mut far = FarOperands::new(n_inputs + n_externals);
+        let mut prefetch = false;
+        let mut poll = Poll::new();
+        for (op, first_local) in first_outputs.iter().enumerate() {
+            let first_local = first_local.index();
+            let key = keys[first_local];
+            // Reachable, and not emitted yet (the bit is cleared as it is emitted).
+            if !self.key_needed.take(key.index()) {
+                continue;
+            }
+            if key.index() < next_key {
+                return Ok(None);
+            }
+            next_key = key.index() + 1;
+            poll.tick()?;
+            let lop = LocalOperationId::new(op);
+            let id = OperationId::new(op_key.len());
+            let reader = value_op.len();
+            let ok = graph.op_key[lop];
+            if !matches!(ids, Renumber::Map(_)) {
+                let c = ok.index() >> CHUNK_BITS;
+                let chunk = match chunk_at {
+                    Some((at, chunk)) if at == c => chunk,
+                    _ => match state.op_chunk(ok) {
+                        Some(chunk) => {
+                            chunk_at = Some((c, chunk));
+                            chunk
+                        }
+                        // Reclaimed (it cannot be while the fragment pins it): the general
+                        // path reads the fragment's own operand lists.
+                        None => return Ok(None),
+                    },
+                };
+                // One loop per renumbering, so that the match is not taken per operand.
+                let operands = chunk.inputs.get(ok.index() & CHUNK_MASK);
+                match &ids {
+                    Renumber::Identity => {
+                        for k in operands {
+                            // Values `0..reader` are keys `0..reader`, and an operand is
+                            // emitted before its reader.
+                            assert!(k.index() < reader, "operands precede their users in key order");
+                            op_inputs.push_item(ValueId::new(k.index()));
+                        }
+                    }
+                    Renumber::Rank(rank) => {
+                        for k in operands {
+                            let v = rank.rank(k.index()).expect("operands precede their users in key order");
+                            op_inputs.push_item(ValueId::new(v));
+                        }
+                    }
+                    Renumber::Map(_) => unreachable!("a map reads the fragment's operand lists"),
+                }
+            } else {
+                let Renumber::Map(vid) = &ids else { unreachable!("checked above") };
+                if far.block_full() {
+                    prefetch = far.decide();
+                }
+                if prefetch {
+                    prefetch_local_operands(graph, op, vid);
+                }
+                for r in graph.op_input_refs(lop) {
+                    let v = vid[graph.input_key_id(r).index()].expect("operands precede their users in local order");
+                    far.note(v.index(), reader);
+                    op_inputs.push_item(v);
+                }
+            }
+            if !op_inputs.finish_list() {
+                return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
+            }
+            if !use_store {
+                own_ops.push(graph.op(lop).clone());
+            }
+            op_key.push(ok);
+            let chunk = ok.index() >> CHUNK_BITS;
+            if chunks.last() != Some(&chunk) {
+                chunks.push(chunk);
+            }
+            op_first_output.push(ValueId::new(reader));
+            for slot in 0..output_count(graph, lop) {
+                let key = keys[first_local + slot];
+                value_op.push(Some(id));
+                value_key.push(key);
+                ids.push(&value_key, key_space);
+            }
+        }
+        let store_ops = if use_store {
+            match state.store_ops_of(chunks.iter().copied()) {
+                Some(store) => Some(store),
+                // A chunk was reclaimed (it cannot be while the fragment pins it): the
+                // general path copies the operations.
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        drop(state);
+        let outputs =
+            out_ids.iter().map(|&k| ids.id(k, value_key.len())).map(|v| v.expect("every output was marked")).collect();
+        Ok(Some(MaterializedGraph {
+            interner,
+            value_key: IdVec::from_raw(value_key),
+            value_op: IdVec::from_raw(value_op),
+            own_ops: IdVec::from_raw(own_ops),
+            store_ops,
+            op_key: IdVec::from_raw(op_key),
+            op_inputs,
+            op_role: IdVec::new(),
+            roles: vec![OperationRole::Primary],
+            op_first_output: IdVec::from_raw(op_first_output),
+            inputs,
+            input_keys,
+            externals,
+            external_keys,
+            outputs,
+        }))
+    }
+
+    /// Fills `defs` from the expanded operations of a `single` view whose emit in local
+    /// order gave up: the earliest expanded copy of each key, as marking records it for
+    /// other views.
+    pub(super) fn defs_from_expanded(&mut self) {
+        self.single = false;
+        let graph = &*self.graphs[0];
+        let key_space = self.key_needed.len;
+        self.defs = KeyMap::with_range(0..key_space, graph.value_count());
+        if self.expanded[0].is_empty() {
+            return;
+        }
+        for (op, &first) in graph.op_first_output.raw().iter().enumerate() {
+            if self.expanded[0].get(op) {
+                self.defs.insert_if_absent(graph.value_key[first], (0, LocalOperationId::new(op)));
+            }
+        }
+    }
+}
+
+/// Emit in local order's prefetches, in two stages as `prefetch_operands`: the operands'
+/// keys of local operation `op + 2 * AHEAD`, then their entries in `vid` for `op + AHEAD`.
+fn prefetch_local_operands<Op: GraphOperation>(graph: &Graph<Op>, op: usize, vid: &[Option<ValueId>]) {
+    if op + 2 * AHEAD < graph.operation_count() {
+        graph.prefetch_operand_keys(LocalOperationId::new(op + 2 * AHEAD));
+    }
+    if op + AHEAD < graph.operation_count() {
+        for r in graph.op_input_refs(LocalOperationId::new(op + AHEAD)) {
+            crate::prefetch::prefetch_entry(vid, graph.input_key_id(r).index());
+        }
+    }
+}
+
+/// How emit in local order turns an operand's key into its value's id.
+enum Renumber {
+    /// Every value's id is its key (values `0..n` have keys `0..n`).
+    Identity,
+    /// The values' keys increase: a value's id is the rank of its key among them.
+    Rank(KeyRank),
+    /// Key → id, over the key space: keys out of order (inputs interned after operations).
+    Map(Vec<Option<ValueId>>),
+}
+
+impl Renumber {
+    /// The renumbering of the values `value_key` lists (value `i` has key `value_key[i]`)
+    /// among `key_space` keys: the cheapest of the three that holds.
+    fn of(value_key: &[KeyId], key_space: usize) -> Self {
+        let mut ids = Renumber::Identity;
+        for v in 1..=value_key.len() {
+            ids.push(&value_key[..v], key_space);
+        }
+        ids
+    }
+
+    /// Records the last value of `value_key` (its id is `value_key.len() - 1`; every key
+    /// is below `key_space`), taking the next renumbering when the current one no longer
+    /// holds for it.
+    #[inline(always)]
+    fn push(&mut self, value_key: &[KeyId], key_space: usize) {
+        let v = value_key.len() - 1;
+        let key = value_key[v].index();
+        match self {
+            Renumber::Identity if key == v => {}
+            Renumber::Rank(rank) if rank.last.is_none_or(|last| key > last) => rank.push(key),
+            Renumber::Map(vid) => vid[key] = Some(ValueId::new(v)),
+            // The first key skipped (every value before this one had its key as its id,
+            // and this key is larger than theirs): ranks from here on.
+            Renumber::Identity if v == 0 || key > value_key[v - 1].index() => {
+                let mut rank = KeyRank::with_space(key_space);
+                for k in value_key {
+                    rank.push(k.index());
+                }
+                *self = Renumber::Rank(rank);
+            }
+            // Keys out of order: the map.
+            _ => {
+                let mut vid = huge_vec_of(None, key_space);
+                for (v, k) in value_key.iter().enumerate() {
+                    vid[k.index()] = Some(ValueId::new(v));
+                }
+                *self = Renumber::Map(vid);
+            }
+        }
+    }
+
+    /// The id of the value whose key is `key`, among the first `values` values; `None` if
+    /// none of them has it.
+    #[inline(always)]
+    fn id(&self, key: KeyId, values: usize) -> Option<ValueId> {
+        let k = key.index();
+        match self {
+            Renumber::Identity => (k < values).then(|| ValueId::new(k)),
+            Renumber::Rank(rank) => rank.rank(k).filter(|&r| r < values).map(ValueId::new),
+            Renumber::Map(vid) => vid.get(k).copied().flatten().filter(|v| v.index() < values),
+        }
+    }
+}
+
+/// A set of keys pushed in increasing order, with the rank of each: a bit per key and the
+/// count of the keys before each 64-key word (1.5 bits per key where a map takes 32, and
+/// small enough to stay cached where the map's reads miss).
+struct KeyRank {
+    bits: Vec<u64>,
+    /// `before[w]`: keys in words `0..w` (for the words up to the last key's).
+    before: Vec<u32>,
+    count: u32,
+    last: Option<usize>,
+}
+
+impl KeyRank {
+    /// An empty set of keys below `key_space`.
+    fn with_space(key_space: usize) -> Self {
+        let words = key_space.div_ceil(64);
+        KeyRank { bits: vec![0; words], before: Vec::with_capacity(words), count: 0, last: None }
+    }
+
+    /// Adds `key`, larger than every key added before.
+    #[inline(always)]
+    fn push(&mut self, key: usize) {
+        let w = key >> 6;
+        if self.bits.len() <= w {
+            self.bits.resize(w + 1, 0);
+        }
+        while self.before.len() <= w {
+            self.before.push(self.count);
+        }
+        self.bits[w] |= 1 << (key & 63);
+        self.count += 1;
+        self.last = Some(key);
+    }
+
+    /// The number of keys smaller than `key`, if `key` was added.
+    #[inline(always)]
+    fn rank(&self, key: usize) -> Option<usize> {
+        let w = key >> 6;
+        let (&word, &before) = (self.bits.get(w)?, self.before.get(w)?);
+        let bit = 1u64 << (key & 63);
+        (word & bit != 0).then(|| before as usize + (word & (bit - 1)).count_ones() as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Distinct keys below `space`: increasing with gaps when `sorted`, else shuffled, with
+    /// the first `identity` of them `0, 1, 2, …` (the identity's prefix).
+    fn keys(space: usize, picks: &[bool], identity: usize, sorted: bool, seed: u64) -> Vec<KeyId> {
+        let mut keys: Vec<usize> = (0..space).filter(|&k| k < identity || picks[k % picks.len()]).collect();
+        if !sorted {
+            // A deterministic shuffle of the keys after the identity prefix.
+            let tail = &mut keys[identity.min(space)..];
+            let mut x = seed | 1;
+            for i in (1..tail.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                tail.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+        }
+        keys.into_iter().map(KeyId::new).collect()
+    }
+
+    proptest! {
+        /// Pushed value by value as emit does, the renumbering gives each key its value's
+        /// id (against a map from key to position) and no id to a key no value has.
+        #[test]
+        fn renumbering_gives_each_key_its_value_id(
+            space in 1usize..700,
+            picks in proptest::collection::vec(any::<bool>(), 1..40),
+            identity in 0usize..300,
+            sorted in any::<bool>(),
+            seed in any::<u64>(),
+            start in 0usize..50,
+        ) {
+            let keys = keys(space, &picks, identity, sorted, seed);
+            let start = start.min(keys.len());
+            let mut ids = Renumber::of(&keys[..start], space);
+            for v in start + 1..=keys.len() {
+                ids.push(&keys[..v], space);
+            }
+            let reference: std::collections::HashMap<usize, usize> =
+                keys.iter().enumerate().map(|(v, k)| (k.index(), v)).collect();
+            for k in 0..space {
+                prop_assert_eq!(ids.id(KeyId::new(k), keys.len()).map(|v| v.index()), reference.get(&k).copied());
+            }
+            let increasing = keys.windows(2).all(|w| w[0] < w[1]);
+            let expected = if keys.iter().enumerate().all(|(v, k)| k.index() == v) {
+                "identity"
+            } else if increasing {
+                "rank"
+            } else {
+                "map"
+            };
+            let mode = match ids {
+                Renumber::Identity => "identity",
+                Renumber::Rank(_) => "rank",
+                Renumber::Map(_) => "map",
+            };
+            prop_assert_eq!(mode, expected);
+        }
+    }
+}
