@@ -40,6 +40,10 @@ const GATHER_BLOCK: usize = 128;
 /// gathered lines before they leave the cache.
 const GATHER_ROWS: usize = 64;
 
+/// Pieces of a row cut over threads are multiples of this many elements long (a 64-byte
+/// cache line of `f64`), so that two threads share at most one line at each cut.
+const PIECE_ALIGN: usize = 8;
+
 /// The fused loop of an element-wise contraction: per loop axis its size and the strides
 /// of `a`, `b` and the output (0 where a tensor lacks the axis).
 #[derive(Debug)]
@@ -119,16 +123,40 @@ impl ElementwisePlan {
         } else {
             1
         };
-        if threads > 1 && rows > 1 {
+        if threads > 1 && rows >= 2 * threads {
             use rayon::prelude::*;
             let per_chunk = rows.div_ceil(4 * threads);
             out.par_chunks_mut(per_chunk * inner)
                 .enumerate()
                 .for_each(|(i, chunk)| self.rows(i * per_chunk, chunk, a, b, &f));
+        } else if threads > 1 {
+            // Fewer rows than threads' worth of chunks: fused `ij,ij->ij` is one row of
+            // every element, which whole-row chunks left to one thread. Each row is cut
+            // into pieces of whole cache lines instead.
+            use rayon::prelude::*;
+            let pieces = (4 * threads).div_ceil(rows);
+            let width = inner.div_ceil(pieces).next_multiple_of(PIECE_ALIGN);
+            out.par_chunks_mut(inner).enumerate().for_each(|(r, row)| {
+                row.par_chunks_mut(width).enumerate().for_each(|(p, piece)| self.piece(r, p * width, piece, a, b, &f));
+            });
         } else {
             self.rows(0, &mut out, a, b, &f);
         }
         out
+    }
+
+    /// Writes columns `start..start + dst.len()` of row `row` into `dst`.
+    fn piece<T: Elem, F: Fn(T, T) -> T>(&self, row: usize, start: usize, dst: &mut [T], a: &[T], b: &[T], f: &F) {
+        if crate::stop::requested() {
+            return; // the evaluation is ending with an error; the output is discarded
+        }
+        let Some(last) = self.sizes.len().checked_sub(1) else {
+            dst[0] = f(a[0], b[0]);
+            return;
+        };
+        let (ia, ib) = (self.strides[0][last], self.strides[1][last]);
+        let at = RowCursor::at(self, row);
+        run(dst, (a, at.pa + start * ia, ia), (b, at.pb + start * ib, ib), f);
     }
 
     /// Writes the rows (runs of the innermost axis) from `first` on into `dst`, which
@@ -322,6 +350,43 @@ mod tests {
                 plan.rows(at / n, tail, ta.data(), tb.data(), &f);
             }
             prop_assert_eq!(&parts[..], want.data());
+            // Every row cut into pieces at two random columns, as threads cut few rows.
+            let mut pieces = vec![f64::NAN; plan.out_len];
+            let cuts = [((cut * n as f64) as usize).min(n), ((cut * cut * n as f64) as usize).min(n)];
+            let (lo, hi) = (cuts[0].min(cuts[1]), cuts[0].max(cuts[1]));
+            for (r, row) in pieces.chunks_exact_mut(n).enumerate() {
+                let (head, rest) = row.split_at_mut(lo);
+                let (mid, tail) = rest.split_at_mut(hi - lo);
+                for (start, piece) in [(0, head), (lo, mid), (hi, tail)] {
+                    if !piece.is_empty() {
+                        plan.piece(r, start, piece, ta.data(), tb.data(), &f);
+                    }
+                }
+            }
+            prop_assert_eq!(&pieces[..], want.data());
+        }
+    }
+
+    /// On a pool of two threads, products of few rows (one row of every element for
+    /// `ij,ij->ij`, three rows for a broadcast) over the parallel threshold, cut into
+    /// pieces of rows, equal the products on one thread bit for bit, and the reference.
+    #[test]
+    fn few_long_rows_on_two_threads_equal_one_thread() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        let n = PAR_ELEMENTWISE_MIN_ELEMENTS + 13;
+        for (a_labels, b_labels, out, sizes) in [
+            (vec![0u32, 1], vec![0u32, 1], vec![0u32, 1], vec![7usize, n / 7 + 1]),
+            (vec![0, 1], vec![1], vec![0, 1], vec![3, n / 3 + 1]),
+            (vec![1], vec![0, 1], vec![1, 0], vec![n / 3 + 1, 3]),
+        ] {
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let (ta, tb) = (ramp_from(shape(&a_labels), 0.5), ramp_from(shape(&b_labels), 3.0));
+            let plan = ElementwisePlan::new(&a_labels, &b_labels, &out, &sizes).expect("sums nothing");
+            let one = plan.run(ta.data(), tb.data(), [false; 2]);
+            let two = pool.install(|| plan.run(ta.data(), tb.data(), [false; 2]));
+            assert_eq!(one, two, "{a_labels:?},{b_labels:?}->{out:?}");
+            let want = reference_labels(&[(&ta, &a_labels[..]), (&tb, &b_labels[..])], &out, &sizes).expect("the reference");
+            assert_eq!(&two[..], want.data(), "{a_labels:?},{b_labels:?}->{out:?}");
         }
     }
 
