@@ -499,27 +499,33 @@ mod tests {
     }
 
     /// Queens' `dB` transposes' shape (`ab,abcd->cbda`: the factor's label `a` innermost,
-    /// the partner gathered along it and read in order along `d`) is written in panels,
-    /// whole and cut at rows inside and between panels, and equals the reference.
+    /// the partner gathered along it and read in order along `d`) is written in panels by
+    /// columns, and a forward step's (`ab,acbd->abcd`: rows of `d` read in order) by rows;
+    /// whole and cut at rows inside and between panels, both equal the reference.
     #[test]
-    fn short_gathered_rows_in_panels_equal_the_reference() {
+    fn short_rows_in_panels_equal_the_reference() {
         let sizes = [3usize, 3, 5, 2 * PANEL_ROWS + 44];
-        let (a_labels, b_labels, out) = ([0u32, 1], [0u32, 1, 2, 3], [2u32, 1, 3, 0]);
-        let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
-        let (ta, tb) = (ramp_from(shape(&a_labels), 0.5), ramp_from(shape(&b_labels), 3.0));
-        let plan = ElementwisePlan::new(&a_labels, &b_labels, &out, &sizes).expect("sums nothing");
-        assert_eq!(plan.panel(3), Some(Panel::Columns), "{plan:?}");
-        let want =
-            reference_labels(&[(&ta, &a_labels[..]), (&tb, &b_labels[..])], &out, &sizes).expect("the reference");
-        assert_eq!(&plan.run(ta.data(), tb.data(), [false; 2])[..], want.data());
-        let f = |x: f64, y: f64| x * y;
-        let rows = plan.out_len / 3;
-        for cut in [1, PANEL_ROWS - 1, PANEL_ROWS, sizes[3] + 7, rows - 1] {
-            let mut parts = vec![f64::NAN; plan.out_len];
-            let (head, tail) = parts.split_at_mut(cut * 3);
-            plan.rows(0, head, ta.data(), tb.data(), &f);
-            plan.rows(cut, tail, ta.data(), tb.data(), &f);
-            assert_eq!(&parts[..], want.data(), "cut at row {cut}");
+        let cases: [(&[u32], &[u32], &[u32], Panel); 2] = [
+            (&[0, 1], &[0, 1, 2, 3], &[2, 1, 3, 0], Panel::Columns),
+            (&[0, 1], &[0, 3, 1, 2], &[0, 1, 3, 2], Panel::Rows),
+        ];
+        for (a_labels, b_labels, out, how) in cases {
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let (ta, tb) = (ramp_from(shape(a_labels), 0.5), ramp_from(shape(b_labels), 3.0));
+            let plan = ElementwisePlan::new(a_labels, b_labels, out, &sizes).expect("sums nothing");
+            let n = *plan.sizes.last().expect("an axis");
+            assert_eq!(plan.panel(n), Some(how), "{plan:?}");
+            let want = reference_labels(&[(&ta, a_labels), (&tb, b_labels)], out, &sizes).expect("the reference");
+            assert_eq!(&plan.run(ta.data(), tb.data(), [false; 2])[..], want.data());
+            let f = |x: f64, y: f64| x * y;
+            let rows = plan.out_len / n;
+            for cut in [1, PANEL_ROWS - 1, PANEL_ROWS, sizes[3] + 7, rows - 1] {
+                let mut parts = vec![f64::NAN; plan.out_len];
+                let (head, tail) = parts.split_at_mut(cut * n);
+                plan.rows(0, head, ta.data(), tb.data(), &f);
+                plan.rows(cut, tail, ta.data(), tb.data(), &f);
+                assert_eq!(&parts[..], want.data(), "{how:?}, cut at row {cut}");
+            }
         }
     }
 
