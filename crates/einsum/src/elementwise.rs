@@ -505,11 +505,13 @@ mod tests {
     #[test]
     fn short_rows_in_panels_equal_the_reference() {
         let sizes = [3usize, 3, 5, 2 * PANEL_ROWS + 44];
-        let cases: [(&[u32], &[u32], &[u32], Panel); 2] = [
-            (&[0, 1], &[0, 1, 2, 3], &[2, 1, 3, 0], Panel::Columns),
-            (&[0, 1], &[0, 3, 1, 2], &[0, 1, 3, 2], Panel::Rows),
+        // (a, b, out) labels and the walk they take.
+        let cases = [
+            ([0u32, 1], [0u32, 1, 2, 3], [2u32, 1, 3, 0], Panel::Columns),
+            ([0, 1], [0, 3, 1, 2], [0, 1, 3, 2], Panel::Rows),
         ];
-        for (a_labels, b_labels, out, how) in cases {
+        for (a_labels, b_labels, out, how) in &cases {
+            let (a_labels, b_labels, out, how) = (&a_labels[..], &b_labels[..], &out[..], *how);
             let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
             let (ta, tb) = (ramp_from(shape(a_labels), 0.5), ramp_from(shape(b_labels), 3.0));
             let plan = ElementwisePlan::new(a_labels, b_labels, out, &sizes).expect("sums nothing");
