@@ -74,20 +74,33 @@ fn scan(s: &[f64]) -> (bool, f64) {
 
 /// `left_range(x)`: for a float64 or complex128 numpy array, whether an entry is not
 /// finite or the largest modulus is a subnormal number; `False` for anything else.
+///
+/// A contiguous float64 array of `PAR_MIN_ELEMENTS` entries or more is read without the
+/// GIL and, when the call has a pool of several threads, in chunks over them, as
+/// [`any_left_range`] reads it: a forward call's result is read once more after the
+/// contraction wrote it, which on two threads was the one part of an element-wise
+/// product left to a single thread.
 #[pyfunction]
-pub fn left_range(x: &Bound<'_, PyAny>) -> bool {
+pub fn left_range(x: &Bound<'_, PyAny>) -> PyResult<bool> {
     if let Ok(a) = x.cast::<PyArrayDyn<f64>>() {
         let a = a.readonly();
         if let Ok(s) = a.as_slice() {
-            return outside_slice(s);
+            if s.len() < PAR_MIN_ELEMENTS {
+                return Ok(outside_slice(s));
+            }
+            let pool = crate::threads::call_pool()?;
+            return Ok(x.py().detach(|| match pool {
+                Some(pool) => pool.install(|| any_outside_par(&[s])),
+                None => outside_slice(s),
+            }));
         }
-        return outside(a.as_array().iter().map(|v| v.abs()));
+        return Ok(outside(a.as_array().iter().map(|v| v.abs())));
     }
     if let Ok(a) = x.cast::<PyArrayDyn<c64>>() {
         let a = a.readonly();
-        return outside(a.as_array().iter().map(|v| v.re.hypot(v.im)));
+        return Ok(outside(a.as_array().iter().map(|v| v.re.hypot(v.im))));
     }
-    false
+    Ok(false)
 }
 
 /// `any_left_range(arrays)`: whether any of `arrays` (a list: a value and its gradients)
@@ -102,7 +115,7 @@ pub fn any_left_range(py: Python<'_>, arrays: &Bound<'_, PyList>) -> PyResult<bo
         match x.cast::<PyArrayDyn<f64>>() {
             Ok(a) if a.is_contiguous() => views.push(a.readonly()),
             _ => {
-                if left_range(&x) {
+                if left_range(&x)? {
                     return Ok(true);
                 }
             }

@@ -311,6 +311,26 @@ def _left_range_by_numpy(x):
 
 @SETTINGS
 @given(
+    scale=st.sampled_from([1.0, 1e-300, 0.0]),
+    specials=st.lists(st.tuples(st.floats(0, 1), st.sampled_from([np.inf, -np.nan, 5e-310, -1e-320, 2.0])), max_size=2),
+    threads=st.sampled_from([1, 2]),
+)
+def test_left_range_of_a_large_result_equals_numpy(scale, specials, threads):
+    """``_core.left_range`` of a contiguous float64 array past the threshold of the
+    parallel read (2^20 entries; a forward call's result, read without the GIL in chunks
+    over the call's threads) against numpy's ``abs`` and ``max``, one thread and two:
+    special values anywhere, whole arrays below the normal range."""
+    from cgx import _core
+
+    x = np.linspace(-1.0, 1.0, (1 << 20) + 5) * scale * 1e-10
+    for at, v in specials:
+        x[int(at * (x.size - 1))] = v
+    with cgx.threads(threads):
+        assert _core.left_range(x) == _left_range_by_numpy(x)
+
+
+@SETTINGS
+@given(
     parts=st.lists(
         st.tuples(
             st.sampled_from(["small", "large", "strided", "complex", "float32"]),

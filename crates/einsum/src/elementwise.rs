@@ -40,6 +40,19 @@ const GATHER_BLOCK: usize = 128;
 /// gathered lines before they leave the cache.
 const GATHER_ROWS: usize = 64;
 
+/// Rows shorter than this are written in panels ([`ElementwisePlan::rows_in_panels`]),
+/// unless they gather an operand that the next axis does not suit better.
+const PANEL_MAX_ROW: usize = 16;
+
+/// Rows per panel of [`ElementwisePlan::rows_in_panels`]: a panel's output (at most
+/// `PANEL_ROWS · PANEL_MAX_ROW` elements, 16 KiB of `f64`) stays in the first-level cache
+/// while its columns are written.
+const PANEL_ROWS: usize = 128;
+
+/// Pieces of a row cut over threads are multiples of this many elements long (a 64-byte
+/// cache line of `f64`), so that two threads share at most one line at each cut.
+const PIECE_ALIGN: usize = 8;
+
 /// The fused loop of an element-wise contraction: per loop axis its size and the strides
 /// of `a`, `b` and the output (0 where a tensor lacks the axis).
 #[derive(Debug)]
@@ -119,16 +132,40 @@ impl ElementwisePlan {
         } else {
             1
         };
-        if threads > 1 && rows > 1 {
+        if threads > 1 && rows >= 2 * threads {
             use rayon::prelude::*;
             let per_chunk = rows.div_ceil(4 * threads);
             out.par_chunks_mut(per_chunk * inner)
                 .enumerate()
                 .for_each(|(i, chunk)| self.rows(i * per_chunk, chunk, a, b, &f));
+        } else if threads > 1 {
+            // Fewer rows than threads' worth of chunks: fused `ij,ij->ij` is one row of
+            // every element, which whole-row chunks left to one thread. Each row is cut
+            // into pieces of whole cache lines instead.
+            use rayon::prelude::*;
+            let pieces = (4 * threads).div_ceil(rows);
+            let width = inner.div_ceil(pieces).next_multiple_of(PIECE_ALIGN);
+            out.par_chunks_mut(inner).enumerate().for_each(|(r, row)| {
+                row.par_chunks_mut(width).enumerate().for_each(|(p, piece)| self.piece(r, p * width, piece, a, b, &f));
+            });
         } else {
             self.rows(0, &mut out, a, b, &f);
         }
         out
+    }
+
+    /// Writes columns `start..start + dst.len()` of row `row` into `dst`.
+    fn piece<T: Elem, F: Fn(T, T) -> T>(&self, row: usize, start: usize, dst: &mut [T], a: &[T], b: &[T], f: &F) {
+        if crate::stop::requested() {
+            return; // the evaluation is ending with an error; the output is discarded
+        }
+        let Some(last) = self.sizes.len().checked_sub(1) else {
+            dst[0] = f(a[0], b[0]);
+            return;
+        };
+        let (ia, ib) = (self.strides[0][last], self.strides[1][last]);
+        let at = RowCursor::at(self, row);
+        run(dst, (a, at.pa + start * ia, ia), (b, at.pb + start * ib, ib), f);
     }
 
     /// Writes the rows (runs of the innermost axis) from `first` on into `dst`, which
@@ -143,6 +180,9 @@ impl ElementwisePlan {
         let (ia, ib) = (sa[last], sb[last]);
         if (ia > 1 || ib > 1) && n >= GATHER_BLOCK && dst.len() > n {
             return self.rows_in_tiles(first, dst, a, b, f);
+        }
+        if let Some(panel) = self.panel(n) {
+            return self.rows_in_panels(panel, first, dst, a, b, f);
         }
         let mut at = RowCursor::at(self, first);
         debug_assert!(last == 0 || so[last - 1] == n, "output rows are contiguous");
@@ -198,6 +238,113 @@ impl ElementwisePlan {
     }
 }
 
+impl ElementwisePlan {
+    /// How rows of `n` elements are written in panels ([`Self::rows_in_panels`]), if they
+    /// are: short rows that gather an operand by columns when both operands step over the
+    /// next axis by less than along the rows; other short rows by rows.
+    fn panel(&self, n: usize) -> Option<Panel> {
+        let next = self.sizes.len().checked_sub(2)?;
+        if n >= PANEL_MAX_ROW {
+            return None;
+        }
+        let last = next + 1;
+        let [sa, sb, _] = &self.strides;
+        let along = sa[last].max(sb[last]);
+        if along <= 1 {
+            Some(Panel::Rows)
+        } else if sa[next].max(sb[next]) < along {
+            Some(Panel::Columns)
+        } else {
+            None
+        }
+    }
+
+    /// [`Self::rows`] for short rows ([`Self::panel`]), in panels of up to [`PANEL_ROWS`]
+    /// rows of one run of the next axis, column by column or row by row.
+    ///
+    /// Why: row by row, a row of three elements read three far-apart places of the
+    /// gathered operand and paid the row's set-up (the cursor, the choice of loop) per
+    /// three elements; queens' `dB` transposes (an edge factor's partner written in its
+    /// own layout, the factor's label innermost) are such products over `3^12` elements.
+    /// Column by column, each operand is read along the next axis, where it steps least,
+    /// and the panel's output (up to `PANEL_ROWS · PANEL_MAX_ROW` elements) stays in the
+    /// first-level cache while its columns fill it in. Short rows that gather nothing
+    /// (queens' forward steps whose output ends in the edge factor's other label) are
+    /// written row by row within a panel, each row's offsets from the panel's start
+    /// rather than from the cursor's step and the choice of loop per row.
+    fn rows_in_panels<T: Elem, F: Fn(T, T) -> T>(
+        &self,
+        how: Panel,
+        first: usize,
+        dst: &mut [T],
+        a: &[T],
+        b: &[T],
+        f: &F,
+    ) {
+        let last = self.sizes.len() - 1;
+        let (n, m) = (self.sizes[last], self.sizes[last - 1]);
+        let [sa, sb, _] = &self.strides;
+        let mut at = RowCursor::at(self, first);
+        let mut rest = dst;
+        while !rest.is_empty() {
+            if crate::stop::requested() {
+                return; // the evaluation is ending with an error; the output is discarded
+            }
+            // The rows left in this run of the next axis, at most a panel's.
+            let count = (m - at.idx[last - 1]).min(rest.len() / n).min(PANEL_ROWS);
+            let (panel, tail) = std::mem::take(&mut rest).split_at_mut(count * n);
+            match how {
+                Panel::Columns => {
+                    for k in 0..n {
+                        let (qa, qb) = (at.pa + k * sa[last], at.pb + k * sb[last]);
+                        column(&mut panel[k..], n, (a, qa, sa[last - 1]), (b, qb, sb[last - 1]), f);
+                    }
+                }
+                Panel::Rows => {
+                    for (j, row) in panel.chunks_exact_mut(n).enumerate() {
+                        let (qa, qb) = (at.pa + j * sa[last - 1], at.pb + j * sb[last - 1]);
+                        for (k, o) in row.iter_mut().enumerate() {
+                            *o = f(a[qa + k * sa[last]], b[qb + k * sb[last]]);
+                        }
+                    }
+                }
+            }
+            at.skip(self, count);
+            rest = tail;
+        }
+    }
+}
+
+/// How [`ElementwisePlan::rows_in_panels`] walks a panel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Panel {
+    /// Column by column: along the next axis, where the operands step least.
+    Columns,
+    /// Row by row: the rows read their operands in order or not at all.
+    Rows,
+}
+
+/// `out[j·n] = f(a[pa + j·sa], b[pb + j·sb])` for every `j` with `j·n` in `out`: a column
+/// of a panel of [`ElementwisePlan::rows_in_panels`].
+fn column<T: Elem, F: Fn(T, T) -> T>(
+    out: &mut [T],
+    n: usize,
+    (a, pa, sa): (&[T], usize, usize),
+    (b, pb, sb): (&[T], usize, usize),
+    f: &F,
+) {
+    let outs = out.iter_mut().step_by(n);
+    // `step_by` refuses a step of 0: a broadcast operand is one element.
+    match (sa, sb) {
+        (0, 0) => outs.for_each(|o| *o = f(a[pa], b[pb])),
+        (0, _) => outs.zip(b[pb..].iter().step_by(sb)).for_each(|(o, &y)| *o = f(a[pa], y)),
+        (_, 0) => outs.zip(a[pa..].iter().step_by(sa)).for_each(|(o, &x)| *o = f(x, b[pb])),
+        _ => {
+            outs.zip(a[pa..].iter().step_by(sa)).zip(b[pb..].iter().step_by(sb)).for_each(|((o, &x), &y)| *o = f(x, y))
+        }
+    }
+}
+
 /// A row of an [`ElementwisePlan`] (a run of its innermost axis): the index of its outer
 /// axes and the offsets in `a` and `b` that index gives.
 struct RowCursor {
@@ -219,6 +366,18 @@ impl RowCursor {
             at.pb += at.idx[k] * plan.strides[1][k];
         }
         at
+    }
+
+    /// Steps `count` rows on, all but the last of them within the current run of the
+    /// next-to-innermost axis (as [`ElementwisePlan::rows_in_panels`]'s panels are).
+    fn skip(&mut self, plan: &ElementwisePlan, count: usize) {
+        let k = self.idx.len() - 1;
+        debug_assert!(count >= 1 && self.idx[k] + count <= plan.sizes[k], "a panel within one run");
+        let within = count - 1;
+        self.idx[k] += within;
+        self.pa += within * plan.strides[0][k];
+        self.pb += within * plan.strides[1][k];
+        self.advance(plan);
     }
 
     /// Steps to the next row, the outer index counting in row-major order.
@@ -322,6 +481,77 @@ mod tests {
                 plan.rows(at / n, tail, ta.data(), tb.data(), &f);
             }
             prop_assert_eq!(&parts[..], want.data());
+            // Every row cut into pieces at two random columns, as threads cut few rows.
+            let mut pieces = vec![f64::NAN; plan.out_len];
+            let cuts = [((cut * n as f64) as usize).min(n), ((cut * cut * n as f64) as usize).min(n)];
+            let (lo, hi) = (cuts[0].min(cuts[1]), cuts[0].max(cuts[1]));
+            for (r, row) in pieces.chunks_exact_mut(n).enumerate() {
+                let (head, rest) = row.split_at_mut(lo);
+                let (mid, tail) = rest.split_at_mut(hi - lo);
+                for (start, piece) in [(0, head), (lo, mid), (hi, tail)] {
+                    if !piece.is_empty() {
+                        plan.piece(r, start, piece, ta.data(), tb.data(), &f);
+                    }
+                }
+            }
+            prop_assert_eq!(&pieces[..], want.data());
+        }
+    }
+
+    /// Queens' `dB` transposes' shape (`ab,abcd->cbda`: the factor's label `a` innermost,
+    /// the partner gathered along it and read in order along `d`) is written in panels by
+    /// columns, and a forward step's (`ab,acbd->abcd`: rows of `d` read in order) by rows;
+    /// whole and cut at rows inside and between panels, both equal the reference.
+    #[test]
+    fn short_rows_in_panels_equal_the_reference() {
+        let sizes = [3usize, 3, 5, 2 * PANEL_ROWS + 44];
+        // (a, b, out) labels and the walk they take.
+        let cases = [
+            ([0u32, 1], [0u32, 1, 2, 3], [2u32, 1, 3, 0], Panel::Columns),
+            ([0, 1], [0, 3, 1, 2], [0, 1, 3, 2], Panel::Rows),
+        ];
+        for (a_labels, b_labels, out, how) in &cases {
+            let (a_labels, b_labels, out, how) = (&a_labels[..], &b_labels[..], &out[..], *how);
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let (ta, tb) = (ramp_from(shape(a_labels), 0.5), ramp_from(shape(b_labels), 3.0));
+            let plan = ElementwisePlan::new(a_labels, b_labels, out, &sizes).expect("sums nothing");
+            let n = *plan.sizes.last().expect("an axis");
+            assert_eq!(plan.panel(n), Some(how), "{plan:?}");
+            let want = reference_labels(&[(&ta, a_labels), (&tb, b_labels)], out, &sizes).expect("the reference");
+            assert_eq!(&plan.run(ta.data(), tb.data(), [false; 2])[..], want.data());
+            let f = |x: f64, y: f64| x * y;
+            let rows = plan.out_len / n;
+            for cut in [1, PANEL_ROWS - 1, PANEL_ROWS, sizes[3] + 7, rows - 1] {
+                let mut parts = vec![f64::NAN; plan.out_len];
+                let (head, tail) = parts.split_at_mut(cut * n);
+                plan.rows(0, head, ta.data(), tb.data(), &f);
+                plan.rows(cut, tail, ta.data(), tb.data(), &f);
+                assert_eq!(&parts[..], want.data(), "{how:?}, cut at row {cut}");
+            }
+        }
+    }
+
+    /// On a pool of two threads, products of few rows (one row of every element for
+    /// `ij,ij->ij`, three rows for a broadcast) over the parallel threshold, cut into
+    /// pieces of rows, equal the products on one thread bit for bit, and the reference.
+    #[test]
+    fn few_long_rows_on_two_threads_equal_one_thread() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        let n = PAR_ELEMENTWISE_MIN_ELEMENTS + 13;
+        for (a_labels, b_labels, out, sizes) in [
+            (vec![0u32, 1], vec![0u32, 1], vec![0u32, 1], vec![7usize, n / 7 + 1]),
+            (vec![0, 1], vec![1], vec![0, 1], vec![3, n / 3 + 1]),
+            (vec![1], vec![0, 1], vec![1, 0], vec![n / 3 + 1, 3]),
+        ] {
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let (ta, tb) = (ramp_from(shape(&a_labels), 0.5), ramp_from(shape(&b_labels), 3.0));
+            let plan = ElementwisePlan::new(&a_labels, &b_labels, &out, &sizes).expect("sums nothing");
+            let one = plan.run(ta.data(), tb.data(), [false; 2]);
+            let two = pool.install(|| plan.run(ta.data(), tb.data(), [false; 2]));
+            assert_eq!(one, two, "{a_labels:?},{b_labels:?}->{out:?}");
+            let want =
+                reference_labels(&[(&ta, &a_labels[..]), (&tb, &b_labels[..])], &out, &sizes).expect("the reference");
+            assert_eq!(&two[..], want.data(), "{a_labels:?},{b_labels:?}->{out:?}");
         }
     }
 
