@@ -109,6 +109,15 @@ impl ElementwisePlan {
         Some(plan)
     }
 
+    /// The rows the kernel writes: their length (the fused innermost axis), their count,
+    /// and the strides of `a` and `b` along them (0: broadcast, 1: contiguous, more: a
+    /// gather). What `kernel::step_cost` prices a label order by.
+    pub(crate) fn row_shape(&self) -> (usize, usize, [usize; 2]) {
+        let n = self.sizes.last().copied().unwrap_or(1);
+        let inner = |t: usize| self.strides[t].last().copied().unwrap_or(0);
+        (n, self.out_len / n.max(1), [inner(0), inner(1)])
+    }
+
     /// `out = op(a)·op(b)` element by element, `op` conjugating where `conj` says so.
     pub(crate) fn run<T: Elem>(&self, a: &[T], b: &[T], conj: [bool; 2]) -> Vec<T> {
         match (conj[0] && T::IS_COMPLEX, conj[1] && T::IS_COMPLEX) {

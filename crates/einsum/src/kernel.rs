@@ -56,6 +56,7 @@ use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
 use crate::reduce::ReducePlan;
+use crate::short_rows::{PermutedProduct, elementwise_cost};
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
@@ -814,6 +815,9 @@ enum KernelPlan {
     Lanes(LanesPlan),
     /// A few output elements, long sums (`reduce.rs`).
     Reduce(ReducePlan),
+    /// Element-wise after one operand is permuted to the output's order, where the rows
+    /// would be short (`short_rows.rs`).
+    PermutedElementwise(PermutedProduct),
 }
 
 impl KernelPlan {
@@ -843,8 +847,7 @@ impl KernelPlan {
         Self::new_summing(spec, choice)
     }
 
-    /// [`KernelPlan::new`] but for the reduction kernel: what `gemm_cost` prices, so that
-    /// `layout.rs` weighs the orders of a reduction's operands as before it existed.
+    /// [`KernelPlan::new`] but for the reduction kernel.
     fn new_summing(spec: &ContractSpec, choice: KernelChoice) -> Self {
         let (a_len, b_len) = (spec.a_shape().iter().product(), spec.b_shape().iter().product());
         let work = |p: &GemmPlan| {
@@ -856,7 +859,8 @@ impl KernelPlan {
         if choice == KernelChoice::Auto
             && let Some(p) = ElementwisePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
         {
-            return KernelPlan::Elementwise(p);
+            return PermutedProduct::new(&spec.a, &spec.b, &spec.out, &spec.sizes, &p)
+                .map_or(KernelPlan::Elementwise(p), KernelPlan::PermutedElementwise);
         }
         match choice {
             KernelChoice::Direct => KernelPlan::direct(spec),
@@ -893,6 +897,9 @@ impl KernelPlan {
             KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
             KernelPlan::Reduce(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
+            KernelPlan::PermutedElementwise(p) => {
+                Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj, &spec.sizes))
+            }
             KernelPlan::Lanes(p) => {
                 let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
                 Tensor::from_parts(&spec.out_shape(), p.run(&spec.sizes, (&da, &spec.a), (&db, &spec.b), &spec.out))
@@ -901,12 +908,28 @@ impl KernelPlan {
     }
 }
 
-/// The estimated cost (`GemmPlan::cost`, nanoseconds) of the GEMM path that [`contract`]
-/// plans for `spec`, or `None` when it would run another kernel: what `layout.rs` compares
-/// an intermediate's label orders by.
-pub(crate) fn gemm_cost(spec: &ContractSpec) -> Option<f64> {
-    let KernelPlan::Gemm(p) = KernelPlan::new_summing(spec, KernelChoice::Auto) else { return None };
-    Some(p.cost(spec, spec.a_shape().iter().product(), spec.b_shape().iter().product()))
+/// The kernels [`step_cost`] prices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PricedKernel {
+    Gemm,
+    Elementwise,
+    Reduce,
+}
+
+/// The kernel [`contract`] runs for `spec` and its estimated cost, when it is one whose
+/// cost depends on the label orders in a way the estimate models (the GEMM path,
+/// `GemmPlan::cost`; the element-wise kernel, `short_rows::elementwise_cost`, with or
+/// without its permuted operand; the reduction kernel, `ReducePlan::cost`), else `None`:
+/// what `layout.rs` compares an intermediate's label orders by.
+pub(crate) fn step_cost(spec: &ContractSpec) -> Option<(PricedKernel, f64)> {
+    let (a_len, b_len) = (spec.a_shape().iter().product::<usize>(), spec.b_shape().iter().product::<usize>());
+    match KernelPlan::new(spec, KernelChoice::Auto) {
+        KernelPlan::Gemm(p) => Some((PricedKernel::Gemm, p.cost(spec, a_len, b_len))),
+        KernelPlan::Reduce(p) => Some((PricedKernel::Reduce, p.cost())),
+        KernelPlan::Elementwise(p) => Some((PricedKernel::Elementwise, elementwise_cost(&p, [a_len, b_len]))),
+        KernelPlan::PermutedElementwise(p) => Some((PricedKernel::Elementwise, p.cost())),
+        KernelPlan::Direct { .. } | KernelPlan::Lanes(_) => None,
+    }
 }
 
 /// Which kernel [`contract_using`] runs.

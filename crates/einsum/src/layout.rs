@@ -13,20 +13,29 @@
 //! contracted groups in each of the six arrangements, the groups' inner orders taken from
 //! the default order or from the consumer's other operand) and keeps the one whose
 //! producer and consumer the kernel planner estimates cheapest together
-//! (`kernel::gemm_cost`: copies, calls, multiply-adds), if it beats the default by
-//! [`MIN_GAIN`]. Only GEMM steps are compared: a candidate that changes which kernel
-//! either step runs is refused, and a producer or consumer outside the GEMM path leaves
-//! the default order (the direct loop, the lanes and the element-wise kernel have their
-//! own preferences for strides, which this estimate does not model).
+//! (`kernel::step_cost`: for the GEMM path copies, calls and multiply-adds; for the
+//! element-wise kernel the length of its rows; for the reduction kernel its own
+//! multiply-adds and runs), if it beats the default by [`MIN_GAIN`]. A candidate that
+//! changes which kernel either step runs is refused, and a producer or consumer on the
+//! direct loop or the lanes leaves the default order (their preferences for strides are
+//! not modelled).
+//!
+//! The element-wise steps are what the queens network is made of: a `3 × 3` factor times
+//! a tensor of `3^13` elements, whose default result (batch labels first) put the factor's
+//! labels outermost in the output but left one of them deep inside the large operand, so
+//! that the kernel wrote rows of 3 elements (five times a contiguous step's time). The
+//! producer can write its result with the consumer's factor labels outermost instead, and
+//! the consumer's rows are then the whole rest of the tensor.
 //!
 //! Invariants: the order returned is a permutation of the default's labels; the default
-//! is returned unless both steps plan GEMMs. Cost: at most 13 orders, each planned twice
-//! (`O(labels²)` per plan), per step consumed by another step.
+//! is returned unless both steps run a priced kernel, and a candidate is kept only if
+//! both run the same kernels as in the default. Cost: at most 13 orders, each planned
+//! twice (`O(labels²)` per plan), per step consumed by another step.
 
 use smallvec::SmallVec;
 
 use crate::error::EinsumResult;
-use crate::kernel::{ContractSpec, gemm_cost};
+use crate::kernel::{ContractSpec, PricedKernel, step_cost};
 
 /// A candidate must be estimated this fraction cheaper than the default order, so that
 /// estimates within their noise leave the graph as it was.
@@ -81,14 +90,16 @@ pub(crate) fn result_order(
     consumer: &Consumer<'_>,
     sizes: &[usize],
 ) -> EinsumResult<Vec<u32>> {
-    let costs = |r: &[u32]| -> EinsumResult<[Option<f64>; 2]> {
-        Ok([gemm_cost(&ContractSpec::new(la, lb, r, sizes)?), gemm_cost(&consumer.spec(r, sizes)?)])
+    let costs = |r: &[u32]| -> EinsumResult<[Option<(PricedKernel, f64)>; 2]> {
+        Ok([step_cost(&ContractSpec::new(la, lb, r, sizes)?), step_cost(&consumer.spec(r, sizes)?)])
     };
     let base = costs(&default)?;
-    let [Some(p0), Some(c0)] = base else { return Ok(default) };
+    let [Some((kp, p0)), Some((kc, c0))] = base else { return Ok(default) };
     let mut best = ((p0 + c0) * (1.0 - MIN_GAIN), None);
     for cand in candidates(&default, consumer) {
-        if let [Some(p), Some(c)] = costs(&cand)?
+        // The same kernels only: the estimates of two kernels are not comparable enough.
+        if let [Some((k, p)), Some((l, c))] = costs(&cand)?
+            && (k, l) == (kp, kc)
             && p + c < best.0
         {
             best = (p + c, Some(cand));
@@ -214,7 +225,7 @@ mod tests {
         assert_ne!(chosen, default, "the default packs the consumer's b");
         let cost = |r: &[u32]| {
             let spec = consumer.spec(r, &sizes_p).unwrap();
-            gemm_cost(&ContractSpec::new(&x, &y, r, &sizes_p).unwrap()).unwrap() + gemm_cost(&spec).unwrap()
+            step_cost(&ContractSpec::new(&x, &y, r, &sizes_p).unwrap()).unwrap().1 + step_cost(&spec).unwrap().1
         };
         assert!(cost(&chosen) < cost(&default) * (1.0 - MIN_GAIN), "{chosen:?}");
     }

@@ -126,6 +126,7 @@ mod reference;
 mod rng;
 mod scaled;
 pub mod search;
+mod short_rows;
 mod slice;
 mod sliced;
 mod sliced_hvp;

@@ -49,6 +49,10 @@ pub(crate) const CHUNK: usize = 1 << 9;
 /// Terms (units' runs) of one block: the order of sums is fixed by it, not by the threads.
 const BLOCK_TERMS: usize = 1 << 13;
 
+/// The fixed cost of one dot product of [`ReducePlan::cost`]: its dispatch, its partial
+/// sums' set-up and reduction.
+const DOT_CALL_COST: f64 = 5.0;
+
 /// Partial sums per dot product: one AVX2 vector of `f64`.
 const LANES: usize = 4;
 
@@ -136,6 +140,18 @@ impl ReducePlan {
             per_block: (BLOCK_TERMS / run).max(1),
             multiply_adds: out_len * terms,
         })
+    }
+
+    /// The estimated time of [`Self::run`] in the units of `kernel::step_cost` (about
+    /// nanoseconds on one thread), so that `layout.rs` weighs the orders of a reduction's
+    /// operands by this kernel and not by the GEMM it replaced: the multiply-adds at the
+    /// rate of vectorized dot products when the innermost run is contiguous in both
+    /// operands, at one per element otherwise (a gather), and a call per unit and output
+    /// element (short runs pay it often).
+    pub(crate) fn cost(&self) -> f64 {
+        let contiguous = self.inner.sa <= 1 && self.inner.sb <= 1;
+        let per_mac = if contiguous { 0.25 } else { 1.0 };
+        self.multiply_adds as f64 * per_mac + (self.units() * self.offsets.len()) as f64 * DOT_CALL_COST
     }
 
     /// The units: every position of the outer loops times the chunks of the innermost run.
