@@ -56,7 +56,6 @@ use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
 use crate::reduce::ReducePlan;
-use crate::short_rows::{PermutedProduct, elementwise_cost};
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
@@ -815,9 +814,6 @@ enum KernelPlan {
     Lanes(LanesPlan),
     /// A few output elements, long sums (`reduce.rs`).
     Reduce(ReducePlan),
-    /// Element-wise after one operand is permuted to the output's order, where the rows
-    /// would be short (`short_rows.rs`).
-    PermutedElementwise(PermutedProduct),
 }
 
 impl KernelPlan {
@@ -859,8 +855,7 @@ impl KernelPlan {
         if choice == KernelChoice::Auto
             && let Some(p) = ElementwisePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
         {
-            return PermutedProduct::new(&spec.a, &spec.b, &spec.out, &spec.sizes, &p)
-                .map_or(KernelPlan::Elementwise(p), KernelPlan::PermutedElementwise);
+            return KernelPlan::Elementwise(p);
         }
         match choice {
             KernelChoice::Direct => KernelPlan::direct(spec),
@@ -897,9 +892,6 @@ impl KernelPlan {
             KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
             KernelPlan::Reduce(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
-            KernelPlan::PermutedElementwise(p) => {
-                Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj, &spec.sizes))
-            }
             KernelPlan::Lanes(p) => {
                 let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
                 Tensor::from_parts(&spec.out_shape(), p.run(&spec.sizes, (&da, &spec.a), (&db, &spec.b), &spec.out))
@@ -918,16 +910,15 @@ pub(crate) enum PricedKernel {
 
 /// The kernel [`contract`] runs for `spec` and its estimated cost, when it is one whose
 /// cost depends on the label orders in a way the estimate models (the GEMM path,
-/// `GemmPlan::cost`; the element-wise kernel, `short_rows::elementwise_cost`, with or
-/// without its permuted operand; the reduction kernel, `ReducePlan::cost`), else `None`:
-/// what `layout.rs` compares an intermediate's label orders by.
+/// `GemmPlan::cost`; the element-wise kernel, `ElementwisePlan::cost`; the reduction
+/// kernel, `ReducePlan::cost`), else `None`: what `layout.rs` compares an intermediate's
+/// label orders by.
 pub(crate) fn step_cost(spec: &ContractSpec) -> Option<(PricedKernel, f64)> {
     let (a_len, b_len) = (spec.a_shape().iter().product::<usize>(), spec.b_shape().iter().product::<usize>());
     match KernelPlan::new(spec, KernelChoice::Auto) {
         KernelPlan::Gemm(p) => Some((PricedKernel::Gemm, p.cost(spec, a_len, b_len))),
         KernelPlan::Reduce(p) => Some((PricedKernel::Reduce, p.cost())),
-        KernelPlan::Elementwise(p) => Some((PricedKernel::Elementwise, elementwise_cost(&p, [a_len, b_len]))),
-        KernelPlan::PermutedElementwise(p) => Some((PricedKernel::Elementwise, p.cost())),
+        KernelPlan::Elementwise(p) => Some((PricedKernel::Elementwise, p.cost([a_len, b_len]))),
         KernelPlan::Direct { .. } | KernelPlan::Lanes(_) => None,
     }
 }

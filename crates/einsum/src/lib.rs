@@ -126,7 +126,6 @@ mod reference;
 mod rng;
 mod scaled;
 pub mod search;
-mod short_rows;
 mod slice;
 mod sliced;
 mod sliced_hvp;
