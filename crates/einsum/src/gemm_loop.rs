@@ -7,10 +7,13 @@
 //! labels (inline for tiny products, `small_gemm.rs`; faer otherwise), accumulating where
 //! a looped label is absent from `c`, and cuts one large GEMM into blocks between reads of
 //! the stop flag. [`batch_chunks`] says how a loop of small GEMMs is spread over a pool.
+//! Before a GEMM of some size, its operands are read once in storage order ([`warm_up`]),
+//! so that faer's strided reads of an operand it does not pack find it in the cache.
 //!
 //! Invariants: every element of `c`'s blocks is written by the first GEMM that reaches it
 //! and accumulated into by later ones; nothing else of `c` is touched. Cost: the GEMMs'
-//! `nl·m·n·k` multiply-adds; no allocation beyond faer's own packing.
+//! `nl·m·n·k` multiply-adds and one read per cache line of each warmed operand; no
+//! allocation beyond faer's own packing.
 
 use smallvec::SmallVec;
 
