@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use computegraph::{
-    CompiledProgram, EvalState, GraphBuilder, GraphOperation, MaterializedGraph, MaterializedValueDef, OperationId,
-    OperationRole::Primary, Outputs, ValueDef, ValueKey, ValueRef::Local, compile, materialize_merge, resolve,
-    try_compile, try_materialize_fragment,
+    CompiledProgram, EvalState, Graph, GraphBuilder, GraphOperation, MaterializedGraph, MaterializedValueDef,
+    OperationId, OperationRole::Primary, Outputs, ValueDef, ValueKey, ValueRef::Local, compile, materialize_merge,
+    resolve, try_compile, try_materialize_fragment,
 };
 use proptest::prelude::*;
 use scalar::spec::GraphSpec;
@@ -704,10 +704,16 @@ fn check_value_defs(m: &computegraph::MaterializedGraph<ScalarOp>) {
     assert!(m.value_def(ValueId::new(m.value_count())).is_none());
 }
 
-/// A DAG whose first `prefix` operations are all `Add` and the rest a mix of four
-/// variants, operands drawn from the last 40 values (so that windows hold dependent
-/// operations); every value nobody reads is an output, so the whole graph is reachable.
-fn prefix_mixed_dag(n: usize, prefix: usize, seed: u64) -> (MaterializedGraph<ScalarOp>, CompiledProgram<ScalarOp>) {
+/// A DAG of `n` operations from `op` (given the operation's index and the random
+/// stream), operands drawn from the last 40 values (so that windows hold dependent
+/// operations); of the values nobody reads, those `output` keeps are the outputs. Returns
+/// the graph and its outputs' keys.
+fn recent_operands_dag(
+    n: usize,
+    seed: u64,
+    mut op: impl FnMut(usize, &mut workloads::Rng) -> ScalarOp,
+    mut output: impl FnMut(&mut workloads::Rng) -> bool,
+) -> (Arc<Graph<ScalarOp>>, Vec<ValueKey<ScalarOp>>) {
     const INPUTS: usize = 4;
     let mut b = GraphBuilder::with_interner(fresh());
     for i in 0..INPUTS {
@@ -719,11 +725,7 @@ fn prefix_mixed_dag(n: usize, prefix: usize, seed: u64) -> (MaterializedGraph<Sc
         let values = read.len();
         let mut pick = || values - 1 - rng.below(values.min(40) as u64) as usize;
         let (x, y) = (pick(), pick());
-        let op = if i < prefix {
-            ScalarOp::Add
-        } else {
-            [ScalarOp::Add, ScalarOp::Mul, ScalarOp::Neg, ScalarOp::Sin][rng.below(4) as usize]
-        };
+        let op = op(i, &mut rng);
         let ins = &[x, y][..op.input_count()];
         for &v in ins {
             read[v] = true;
@@ -733,13 +735,23 @@ fn prefix_mixed_dag(n: usize, prefix: usize, seed: u64) -> (MaterializedGraph<Sc
         // A repeated operation is the value it repeats (hash-consing): only new values
         // are appended.
         if out.start == read.len() {
-            read.push(false);
+            read.extend(out.map(|_| false));
         }
     }
-    let outputs: Vec<_> = (0..read.len()).filter(|&v| !read[v]).map(lv).collect();
+    let outputs: Vec<_> = (0..read.len()).filter(|&v| !read[v] && output(&mut rng)).map(lv).collect();
     b.set_outputs(outputs.clone());
     let g = Arc::new(b.build());
     let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+    (g, keys)
+}
+
+/// A DAG whose first `prefix` operations are all `Add` and the rest a mix of four
+/// variants (`recent_operands_dag`); every value nobody reads is an output, so the whole
+/// graph is reachable.
+fn prefix_mixed_dag(n: usize, prefix: usize, seed: u64) -> (MaterializedGraph<ScalarOp>, CompiledProgram<ScalarOp>) {
+    let mixed = [ScalarOp::Add, ScalarOp::Mul, ScalarOp::Neg, ScalarOp::Sin];
+    let op = |i: usize, rng: &mut workloads::Rng| if i < prefix { ScalarOp::Add } else { mixed[rng.below(4) as usize] };
+    let (g, keys) = recent_operands_dag(n, seed, op, |_| true);
     compile_checked(&resolve(vec![g]), &keys)
 }
 
@@ -797,37 +809,13 @@ proptest! {
     }
 }
 
-/// A DAG of `Add`, `Mul`, `Neg` and `SinCos` over the last 40 values whose outputs are
+/// A DAG of `Add`, `Mul`, `Neg` and `SinCos` (`recent_operands_dag`) whose outputs are
 /// about half of the values nobody reads: the rest are pruned, except the unread outputs of
 /// a `SinCos` whose other output is read, which stay as values nobody reads (their slot is
 /// freed at once, and a stale liveness entry would keep it).
 fn half_outputs_dag(n: usize, seed: u64) -> MaterializedGraph<ScalarOp> {
-    const INPUTS: usize = 4;
-    let mut b = GraphBuilder::with_interner(fresh());
-    for i in 0..INPUTS {
-        b.add_input(ScalarKey::var(i as u32));
-    }
-    let mut rng = workloads::Rng::new(seed);
-    let mut read = vec![false; INPUTS];
-    for _ in 0..n {
-        let values = read.len();
-        let mut pick = || values - 1 - rng.below(values.min(40) as u64) as usize;
-        let (x, y) = (pick(), pick());
-        let op = [ScalarOp::Add, ScalarOp::Mul, ScalarOp::Neg, ScalarOp::SinCos][rng.below(4) as usize];
-        let ins = &[x, y][..op.input_count()];
-        for &v in ins {
-            read[v] = true;
-        }
-        let operands: Vec<_> = ins.iter().map(|&v| Local(lv(v))).collect();
-        let out = b.add_operation_from(op, &operands, &Primary);
-        if out.start == read.len() {
-            read.extend(out.map(|_| false));
-        }
-    }
-    let outputs: Vec<_> = (0..read.len()).filter(|&v| !read[v] && rng.below(2) == 0).map(lv).collect();
-    b.set_outputs(outputs.clone());
-    let g = Arc::new(b.build());
-    let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+    let ops = [ScalarOp::Add, ScalarOp::Mul, ScalarOp::Neg, ScalarOp::SinCos];
+    let (g, keys) = recent_operands_dag(n, seed, |_, rng| ops[rng.below(4) as usize], |rng| rng.below(2) == 0);
     computegraph::try_materialize_merge(&resolve(vec![g]), &keys).unwrap()
 }
 
