@@ -24,9 +24,8 @@
 //! a tensor of `3^13` elements, whose default result (batch labels first) put the factor's
 //! labels outermost in the output but left one of them deep inside the large operand, so
 //! that the kernel wrote rows of 3 elements (in panels, about 2.5 times a contiguous
-//! step's time). The
-//! producer can write its result with the consumer's factor labels outermost instead, and
-//! the consumer's rows are then the whole rest of the tensor.
+//! step's time). The producer can write its result with the consumer's factor labels
+//! outermost instead, and the consumer's rows are then the whole rest of the tensor.
 //!
 //! Invariants: the order returned is a permutation of the default's labels; the default
 //! is returned unless both steps run a priced kernel, and a candidate is kept only if
