@@ -118,26 +118,8 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         let mut op_first_output: Vec<ValueId> = huge_vec(n_ops);
         let mut op_inputs: ListPool<ValueId> = ListPool::with_capacity_huge(n_ops, 2 * n_ops);
         let mut own_ops: Vec<Op> = if use_store { Vec::new() } else { Vec::with_capacity(n_ops) };
-        let mut inputs = Vec::with_capacity(n_inputs);
-        let mut input_keys = Vec::with_capacity(n_inputs);
-        self.input_list.sort_unstable_by_key(|(k, _)| *k);
-        for (key, input) in &self.input_list {
-            let v = ValueId::new(value_op.len());
-            value_op.push(None);
-            value_key.push(*key);
-            inputs.push(v);
-            input_keys.push(input.clone());
-        }
-        let mut externals = Vec::with_capacity(n_externals);
-        let mut external_keys = Vec::with_capacity(n_externals);
-        self.external_list.sort_unstable_by_key(|(k, _)| *k);
-        for (key, external) in &self.external_list {
-            let v = ValueId::new(value_op.len());
-            value_op.push(None);
-            value_key.push(*key);
-            externals.push(v);
-            external_keys.push(external.clone());
-        }
+        let (inputs, input_keys) = push_leaves(&mut self.input_list, &mut value_op, &mut value_key);
+        let (externals, external_keys) = push_leaves(&mut self.external_list, &mut value_op, &mut value_key);
         // How a key becomes its value's id (the module doc): the key itself while every
         // value so far has its key as its id, its rank among the values' keys while those
         // increase, a key-indexed map otherwise.
@@ -411,6 +393,25 @@ impl KeyRank {
         let bit = 1u64 << (key & 63);
         (word & bit != 0).then(|| before as usize + (word & (bit - 1)).count_ones() as usize)
     }
+}
+
+/// Appends the values of `list` (inputs or external values, each with its key), in key
+/// order, as values without an operation; returns their new ids and what each stands for.
+fn push_leaves<T: Clone>(
+    list: &mut [(KeyId, T)],
+    value_op: &mut Vec<Option<OperationId>>,
+    value_key: &mut Vec<KeyId>,
+) -> (Vec<ValueId>, Vec<T>) {
+    list.sort_unstable_by_key(|(k, _)| *k);
+    let mut ids = Vec::with_capacity(list.len());
+    let mut leaves = Vec::with_capacity(list.len());
+    for (key, leaf) in list.iter() {
+        ids.push(ValueId::new(value_op.len()));
+        value_op.push(None);
+        value_key.push(*key);
+        leaves.push(leaf.clone());
+    }
+    (ids, leaves)
 }
 
 #[cfg(test)]
