@@ -98,6 +98,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// Reserves room for `values` values, `operations` operations and `operands` operands.
     pub fn reserve(&mut self, values: usize, operations: usize, operands: usize) {
         let g = &mut self.graph;
+        // A fresh builder writes on the columns of its thread's last dropped fragment
+        // where they fit (`Graph::adopt_kept_columns` says why).
+        g.adopt_kept_columns(values, operations, operands);
         g.value_op.reserve(values);
         g.value_key.reserve(values);
         // Past `STORE_OPS_MIN` operations the builder keeps only a batch of them.

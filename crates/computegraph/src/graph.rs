@@ -709,6 +709,117 @@ impl<Op: GraphOperation> Drop for Graph<Op> {
                 stack.append(&mut g.parents);
             }
         }
+        self.keep_columns();
+    }
+}
+
+/// The columns of a dropped fragment that its thread keeps for its next reserved build
+/// ([`Graph::adopt_kept_columns`]), their entries cleared.
+#[derive(Default)]
+struct KeptColumns {
+    value_op: Vec<Option<LocalOperationId>>,
+    value_key: Vec<KeyId>,
+    op_key: Vec<OperationKeyId>,
+    op_first_output: Vec<LocalValueId>,
+    input_starts: Vec<u32>,
+    input_items: Vec<PackedInputRef>,
+}
+
+thread_local! {
+    static KEPT_COLUMNS: std::cell::Cell<KeptColumns> = std::cell::Cell::new(KeptColumns::default());
+}
+
+/// Room in the value column this thread keeps (0 when it keeps none).
+#[cfg(test)]
+pub(crate) fn kept_value_op_capacity() -> usize {
+    KEPT_COLUMNS.with(|k| {
+        let kept = k.take();
+        let n = kept.value_op.capacity();
+        k.set(kept);
+        n
+    })
+}
+
+/// Fragments whose columns take fewer bytes than this are not kept: their blocks are
+/// small enough for the allocator to reuse as they are (glibc's smallest mapping
+/// threshold is 128 KiB).
+const KEEP_MIN_BYTES: usize = 128 << 10;
+
+impl<Op: GraphOperation> Graph<Op> {
+    /// Keeps this fragment's columns for the thread's next reserved build when each is at
+    /// most [`KEEP_MAX_BYTES`](crate::hugepages::KEEP_MAX_BYTES), they take at least
+    /// [`KEEP_MIN_BYTES`] together, and they are larger than what the thread keeps.
+    ///
+    /// Why: a process that builds graph after graph (a bench loop, a service building one
+    /// per request) frees and allocates the same few MiB of columns each time, and under
+    /// glibc, once the free top of the heap exceeds the trim threshold (twice the largest
+    /// mapped block freed so far), each drop gives them back to the kernel and the next
+    /// build faults every page in again (docs/PERFORMANCE.md, "Issue 38: the build's warm
+    /// page faults").
+    fn keep_columns(&mut self) {
+        fn bytes<T>(v: &Vec<T>) -> usize {
+            v.capacity().saturating_mul(size_of::<T>())
+        }
+        let (starts, items) = self.op_inputs.capacities();
+        let sizes = [
+            self.value_op.capacity() * size_of::<Option<LocalOperationId>>(),
+            self.value_key.capacity() * size_of::<KeyId>(),
+            self.op_key.capacity() * size_of::<OperationKeyId>(),
+            self.op_first_output.capacity() * size_of::<LocalValueId>(),
+            starts * 4,
+            items * size_of::<PackedInputRef>(),
+        ];
+        if sizes.iter().sum::<usize>() < KEEP_MIN_BYTES || sizes.iter().any(|&b| b > crate::hugepages::KEEP_MAX_BYTES) {
+            return;
+        }
+        let _ = KEPT_COLUMNS.try_with(|k| {
+            let kept = k.take();
+            if bytes(&kept.value_op) >= sizes[0] {
+                k.set(kept);
+                return;
+            }
+            let (input_starts, input_items) = std::mem::take(&mut self.op_inputs).into_parts();
+            k.set(KeptColumns {
+                value_op: std::mem::take(&mut self.value_op).into_raw(),
+                value_key: std::mem::take(&mut self.value_key).into_raw(),
+                op_key: std::mem::take(&mut self.op_key).into_raw(),
+                op_first_output: std::mem::take(&mut self.op_first_output).into_raw(),
+                input_starts,
+                input_items,
+            });
+        });
+    }
+
+    /// Gives a builder's empty graph the columns its thread kept ([`Graph::keep_columns`])
+    /// that have room for `values` values, `operations` operations and `operands`
+    /// operands and are at most four times that; the caller reserves the rest.
+    pub(crate) fn adopt_kept_columns(&mut self, values: usize, operations: usize, operands: usize) {
+        if self.value_op.capacity() != 0 || self.op_key.capacity() != 0 {
+            return;
+        }
+        let Ok(kept) = KEPT_COLUMNS.try_with(std::cell::Cell::take) else { return };
+        fn fits<T>(mut v: Vec<T>, n: usize) -> Option<Vec<T>> {
+            (v.capacity() >= n && v.capacity() / 4 <= n).then(|| {
+                v.clear();
+                v
+            })
+        }
+        if let Some(v) = fits(kept.value_op, values) {
+            self.value_op = IdVec::from_raw(v);
+        }
+        if let Some(v) = fits(kept.value_key, values) {
+            self.value_key = IdVec::from_raw(v);
+        }
+        if let Some(v) = fits(kept.op_key, operations) {
+            self.op_key = IdVec::from_raw(v);
+        }
+        if let Some(v) = fits(kept.op_first_output, operations) {
+            self.op_first_output = IdVec::from_raw(v);
+        }
+        if let (Some(starts), Some(items)) = (fits(kept.input_starts, operations + 1), fits(kept.input_items, operands))
+        {
+            self.op_inputs = ListPool::from_parts(starts, items);
+        }
     }
 }
 
@@ -722,5 +833,75 @@ impl<Op: GraphOperation> fmt::Debug for Graph<Op> {
             .field("outputs", &self.outputs)
             .field("parents", &self.parents.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::GraphBuilder;
+
+    /// One operand, one output.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Neg;
+
+    impl GraphOperation for Neg {
+        type Operand = f64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            1
+        }
+        fn output_count(&self) -> usize {
+            1
+        }
+    }
+
+    /// A chain of `n` `Neg` on one input, built with room reserved, and where its columns
+    /// live.
+    fn reserved_chain(n: usize) -> (Graph<Neg>, [usize; 4]) {
+        let mut b = GraphBuilder::with_interner(KeyInterner::new());
+        b.reserve(n + 1, n, n);
+        let mut v = b.add_input(0);
+        for _ in 0..n {
+            v = b.add_operation(Neg, [ValueRef::Local(v)], OperationRole::Primary)[0];
+        }
+        b.set_outputs(vec![v]);
+        let g = b.build();
+        let at = [
+            g.value_op.raw().as_ptr() as usize,
+            g.value_key.raw().as_ptr() as usize,
+            g.op_key.raw().as_ptr() as usize,
+            g.op_first_output.raw().as_ptr() as usize,
+        ];
+        (g, at)
+    }
+
+    /// A reserved build writes on the columns its thread kept from the last fragment it
+    /// dropped (`Graph::adopt_kept_columns`), emptied: the same allocations, and the same
+    /// graph as a build on fresh columns. A build that the kept columns would hold more
+    /// than four times over gets fresh ones, and a fragment too small to keep is not kept.
+    #[test]
+    fn a_reserved_build_adopts_the_columns_of_the_last_dropped_fragment() {
+        let n = 20_000;
+        let ops = |g: &Graph<Neg>| -> Vec<_> {
+            g.operations().map(|op| (op.operation().clone(), op.local_inputs().collect::<Vec<_>>())).collect()
+        };
+        let (fresh, first) = reserved_chain(n);
+        let fresh_ops = ops(&fresh);
+        drop(fresh);
+        assert!(kept_value_op_capacity() > n);
+        let (again, at) = reserved_chain(n);
+        // The kept allocations are held until adopted, so no other block can have their
+        // addresses.
+        assert_eq!(at, first, "the kept columns are adopted");
+        assert_eq!(ops(&again), fresh_ops);
+        assert_eq!(again.value_count(), n + 1);
+        drop(again);
+        let (small, _) = reserved_chain(n / 5);
+        assert_eq!(small.value_op.capacity(), n / 5 + 1, "fresh columns, reserved to size");
+        // 4001 values of about 28 bytes each: below `KEEP_MIN_BYTES`.
+        drop(small);
+        assert_eq!(kept_value_op_capacity(), 0);
     }
 }

@@ -394,6 +394,25 @@ impl<T> ListPool<T> {
         ListPool { starts, items: Vec::with_capacity(items) }
     }
 
+    /// An empty pool on the allocations of `starts` and `items` (a thread's kept columns,
+    /// `graph.rs`).
+    pub(crate) fn from_parts(mut starts: Vec<u32>, mut items: Vec<T>) -> Self {
+        starts.clear();
+        starts.push(0);
+        items.clear();
+        ListPool { starts, items }
+    }
+
+    /// The pool's two columns, their allocations kept.
+    pub(crate) fn into_parts(self) -> (Vec<u32>, Vec<T>) {
+        (self.starts, self.items)
+    }
+
+    /// Room in the two columns: lists, items.
+    pub(crate) fn capacities(&self) -> (usize, usize) {
+        (self.starts.capacity().saturating_sub(1), self.items.capacity())
+    }
+
     /// [`Self::with_capacity`] with both columns advised for huge pages
     /// (`hugepages.rs`): for a pool a pass fills once, front to back.
     pub(crate) fn with_capacity_huge(lists: usize, items: usize) -> Self {

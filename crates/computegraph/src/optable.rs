@@ -16,6 +16,8 @@
 //! one multiply). Home slots grow with the mixed hash, so growing re-inserts the old
 //! entries in slot order and writes the new table almost sequentially.
 
+use std::cell::Cell;
+
 use crate::id::OperationKeyId;
 use crate::prefetch::prefetch_read;
 
@@ -44,6 +46,54 @@ fn growth_factor(slots: usize) -> usize {
 pub(crate) struct OpTable {
     slots: Vec<u64>,
     len: usize,
+}
+
+thread_local! {
+    /// The slots of the last table this thread dropped, when they were kept ([`keep_slots`]).
+    static KEPT_SLOTS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+}
+
+/// `capacity` empty slots: the thread's kept buffer when it fits, else a fresh one (advised
+/// for huge pages when large).
+///
+/// Why keep one: a caller that builds graph after graph on fresh interners (a bench loop, a
+/// service that builds a graph per request) frees and allocates a table of the same size
+/// each time. Under glibc, once the free top of the heap exceeds its trim threshold (twice
+/// the largest mapped block freed so far) the freed table goes back to the kernel, and the
+/// next build faults every page of the new one in again while zeroing it: 42% of the page
+/// faults of a warm 10^5-node build (docs/PERFORMANCE.md, "Issue 38: the build's warm
+/// page faults"). The kept buffer is zeroed in place, on pages the process already has.
+fn zeroed_slots(capacity: usize) -> Vec<u64> {
+    // `try_with`: during the thread's teardown the kept buffer is gone; a fresh one serves.
+    let mut slots = KEPT_SLOTS.try_with(Cell::take).unwrap_or_default();
+    // A kept buffer far larger than asked would hold memory the table never uses.
+    if slots.capacity() < capacity || slots.capacity() / 4 > capacity {
+        let _ = KEPT_SLOTS.try_with(|k| k.set(slots));
+        slots = Vec::with_capacity(capacity);
+        crate::hugepages::advise_huge(&mut slots);
+    }
+    slots.clear();
+    slots.resize(capacity, 0);
+    slots
+}
+
+/// Keeps `slots` for the thread's next table ([`zeroed_slots`]) when they are at most
+/// [`KEEP_MAX_BYTES`](crate::hugepages::KEEP_MAX_BYTES) and larger than what the thread
+/// keeps.
+fn keep_slots(slots: Vec<u64>) {
+    if slots.capacity() == 0 || slots.capacity().saturating_mul(8) > crate::hugepages::KEEP_MAX_BYTES {
+        return;
+    }
+    let _ = KEPT_SLOTS.try_with(|k| {
+        let kept = k.take();
+        k.set(if kept.capacity() >= slots.capacity() { kept } else { slots });
+    });
+}
+
+impl Drop for OpTable {
+    fn drop(&mut self) {
+        keep_slots(std::mem::take(&mut self.slots));
+    }
 }
 
 /// Where a probe ended: the id found, or the empty slot to fill.
@@ -123,10 +173,7 @@ impl OpTable {
         let need = (((keep + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1).next_multiple_of(8).max(16);
         let sparse = self.slots.len() >= 4 * need && self.slots.len() > 1024;
         let capacity = if sparse { need } else { self.slots.len().max(need) };
-        let mut slots = Vec::with_capacity(capacity);
-        crate::hugepages::advise_huge(&mut slots);
-        slots.resize(capacity, 0);
-        OpTable { slots, len: 0 }
+        OpTable { slots: zeroed_slots(capacity), len: 0 }
     }
 
     /// Re-inserts every entry into a table of `capacity` slots (larger or smaller).
@@ -134,17 +181,15 @@ impl OpTable {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
         // writes it, and a fresh page read first faults twice (mapped to the shared zero
         // page on the read, copied on the write).
-        let mut slots = Vec::with_capacity(capacity);
-        crate::hugepages::advise_huge(&mut slots);
-        slots.resize(capacity, 0);
-        let old = std::mem::replace(&mut self.slots, slots);
-        for slot in old.into_iter().filter(|&s| s != 0) {
+        let old = std::mem::replace(&mut self.slots, zeroed_slots(capacity));
+        for &slot in old.iter().filter(|&&s| s != 0) {
             let mut i = self.home((slot >> 32) as u32);
             while self.slots[i] != 0 {
                 i = self.next(i);
             }
             self.slots[i] = slot;
         }
+        keep_slots(old);
     }
 
     /// Finds the entry with this hash for which `eq` holds, or the slot where it belongs
@@ -236,6 +281,47 @@ impl OpTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dropped table's slots serve the thread's next table of about its size, zeroed
+    /// and in place; a table four times smaller gets fresh slots and leaves them kept.
+    #[test]
+    fn a_dropped_tables_slots_serve_the_next_table_zeroed() {
+        let mut t = OpTable::default();
+        t.reserve(5_000);
+        for i in 0..5_000u32 {
+            if let Probe::Vacant(s) = t.probe_reserved(i, |_| false) {
+                t.fill(s, i, OperationKeyId::new(i as usize));
+            }
+        }
+        let (at, slots) = (t.slots.as_ptr(), t.slots.len());
+        drop(t);
+        let mut u = OpTable::default();
+        u.reserve(4_000);
+        // The kept slots are held until taken, so no other block can have their address.
+        assert_eq!(u.slots.as_ptr(), at);
+        assert!(u.slots.len() < slots && u.slots.iter().all(|&s| s == 0));
+        assert!(matches!(u.probe_reserved(7, |_| true), Probe::Vacant(_)));
+        drop(u);
+        let mut small = OpTable::default();
+        small.reserve(500);
+        assert_ne!(small.slots.as_ptr(), at);
+        assert!(KEPT_SLOTS.with(|k| {
+            let kept = k.take();
+            let held = kept.as_ptr() == at;
+            k.set(kept);
+            held
+        }));
+    }
+
+    /// Slots over [`KEEP_MAX_BYTES`](crate::hugepages::KEEP_MAX_BYTES) are freed, not kept.
+    #[test]
+    fn slots_over_the_bound_are_not_kept() {
+        let over = crate::hugepages::KEEP_MAX_BYTES / 8 + 8;
+        keep_slots(Vec::with_capacity(over));
+        assert_eq!(KEPT_SLOTS.with(Cell::take).capacity(), 0);
+        keep_slots(Vec::with_capacity(over - 16));
+        assert!(KEPT_SLOTS.with(Cell::take).capacity() >= over - 16);
+    }
 
     #[test]
     fn finds_what_it_holds_across_growth() {

@@ -836,3 +836,30 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    // Few cases: each builds, materializes and compiles graphs of thousands of nodes
+    // twice, above the size a thread keeps columns of.
+    #![proptest_config(ProptestConfig { cases: 16, ..crate::support::proptest_config() })]
+
+    /// A reserved build adopts the columns its thread kept from the last fragment it
+    /// dropped, and a fresh interner the last table's slots (`graph.rs`, `optable.rs`):
+    /// specs of any sizes built and dropped one after the other on one thread give the
+    /// programs a fresh thread gives (a stale entry in a kept column or slot would change
+    /// an operation's operands or interning).
+    #[test]
+    fn graphs_built_in_sequence_equal_fresh_ones(specs in proptest::collection::vec((3_000usize..10_000, 0u64..1000), 1..3)) {
+        let program = |spec: &GraphSpec| {
+            let built = spec.build_single(&fresh()).unwrap();
+            built.graphs[0].verify().unwrap();
+            let m = computegraph::try_materialize_merge(&resolve(built.graphs.clone()), &built.outputs).unwrap();
+            try_compile(&m).unwrap().to_string()
+        };
+        for (n, seed) in specs {
+            let spec = workloads::random_dag(n, Operands::Window(64), 0.3, seed);
+            let here = program(&spec);
+            let alone = std::thread::scope(|s| s.spawn(|| program(&spec)).join().unwrap());
+            prop_assert_eq!(here, alone, "n = {}, seed = {}", n, seed);
+        }
+    }
+}
