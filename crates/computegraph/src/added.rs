@@ -73,11 +73,12 @@ impl AddedValues {
 
 /// The id of local value `index`, which the builder bounded by `MAX_LOCAL_VALUES` (2^31):
 /// masked to 31 bits, so that making it needs no check of the `u32` id space (the compiler
-/// sees the bound). Only `inline[1]` of a last single output can be 2^31, which masks to
-/// 0 and is never read (`len` is 1 then).
+/// sees the bound). Only an inline id past the range can reach 2^31 (`inline[1]` of a last
+/// single output, or both of an operation without outputs at the very end), and it is
+/// never read, since `len` excludes it.
 #[inline(always)]
 fn below_max(index: usize) -> LocalValueId {
-    debug_assert!(index <= crate::graph::MAX_LOCAL_VALUES);
+    debug_assert!(index <= crate::graph::MAX_LOCAL_VALUES + 1);
     LocalValueId::new(index & (crate::graph::MAX_LOCAL_VALUES - 1))
 }
 
@@ -235,7 +236,7 @@ mod tests {
     #[test]
     fn values_at_the_top_of_the_local_space_read_back() {
         let max = crate::graph::MAX_LOCAL_VALUES;
-        for range in [max - 1..max, max - 2..max, max - 3..max - 1, 0..1, (1 << 30) - 1..(1 << 30) + 1] {
+        for range in [max - 1..max, max - 2..max, max - 3..max - 1, max..max, 0..1, (1 << 30) - 1..(1 << 30) + 1] {
             let expected: Vec<LocalValueId> = range.clone().map(LocalValueId::new).collect();
             assert_eq!(AddedValues::from_range(range.clone()), expected, "{range:?}");
             assert_eq!(AddedValues::from_range(range).into_iter().collect::<Vec<_>>(), expected);
