@@ -53,12 +53,7 @@ impl AddedValues {
         let (first32, len32) = (first as u32, len as u32);
         debug_assert_eq!((first32 as usize, len32 as usize), (first, len));
         let more = if len <= 2 { None } else { Some(range.map(LocalValueId::new).collect()) };
-        AddedValues {
-            first: first32,
-            len: len32,
-            inline: [LocalValueId::new(first), LocalValueId::new(first + 1)],
-            more,
-        }
+        AddedValues { first: first32, len: len32, inline: [below_max(first), below_max(first + 1)], more }
     }
 
     /// The values, as a slice.
@@ -74,6 +69,17 @@ impl AddedValues {
     pub fn into_vec(self) -> Vec<LocalValueId> {
         self.as_slice().to_vec()
     }
+}
+
+/// The id of local value `index`, which the builder bounded by `MAX_LOCAL_VALUES` (2^31):
+/// masked to 31 bits, so that making it needs no check of the `u32` id space (the compiler
+/// sees the bound). Only an inline id past the range can reach 2^31 (`inline[1]` of a last
+/// single output, or both of an operation without outputs at the very end), and it is
+/// never read, since `len` excludes it.
+#[inline(always)]
+fn below_max(index: usize) -> LocalValueId {
+    debug_assert!(index <= crate::graph::MAX_LOCAL_VALUES + 1);
+    LocalValueId::new(index & (crate::graph::MAX_LOCAL_VALUES - 1))
 }
 
 impl Default for AddedValues {
@@ -221,6 +227,19 @@ mod tests {
             assert_eq!(added, expected);
             assert_eq!(added.clone().into_iter().collect::<Vec<_>>(), expected);
             assert_eq!(added.into_iter().rev().collect::<Vec<_>>(), expected.into_iter().rev().collect::<Vec<_>>());
+        }
+    }
+
+    /// The inline ids are made without the id-space check (`below_max`): at the top of the
+    /// builder's local value space (`MAX_LOCAL_VALUES`, 2^31) they are still the values
+    /// of the range, for one output and for two.
+    #[test]
+    fn values_at_the_top_of_the_local_space_read_back() {
+        let max = crate::graph::MAX_LOCAL_VALUES;
+        for range in [max - 1..max, max - 2..max, max - 3..max - 1, max..max, 0..1, (1 << 30) - 1..(1 << 30) + 1] {
+            let expected: Vec<LocalValueId> = range.clone().map(LocalValueId::new).collect();
+            assert_eq!(AddedValues::from_range(range.clone()), expected, "{range:?}");
+            assert_eq!(AddedValues::from_range(range).into_iter().collect::<Vec<_>>(), expected);
         }
     }
 }

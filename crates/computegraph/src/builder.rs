@@ -165,7 +165,12 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// [`GraphBuilder::try_add_operation`].
     #[inline]
     pub fn add_operation(&mut self, op: Op, inputs: impl AsRef<[ValueRef<Op>]>, role: OperationRole) -> AddedValues {
-        self.try_add_operation(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
+        // The range is unwrapped before the outputs are made, so that the docs' form
+        // carries no `Result` of `AddedValues` through the caller's loop.
+        match self.try_add_operation_from(op, inputs.as_ref(), &role) {
+            Ok(range) => AddedValues::from_range(range),
+            Err(e) => failed(e),
+        }
     }
 
     /// Adds `op(inputs)` in `role`, or reports why it cannot be added (nothing is added then).
@@ -179,8 +184,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         inputs: impl AsRef<[ValueRef<Op>]>,
         role: OperationRole,
     ) -> GraphResult<AddedValues> {
-        let range = self.try_add_operation_from(op, inputs.as_ref(), &role)?;
-        Ok(AddedValues::from_range(range))
+        self.try_add_operation_from(op, inputs.as_ref(), &role).map(AddedValues::from_range)
     }
 
     /// Allocation-free form of [`GraphBuilder::add_operation`]: borrows the operands and
@@ -202,7 +206,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// assert_eq!(y, 3);
     /// ```
     pub fn add_operation_from(&mut self, op: Op, inputs: &[ValueRef<Op>], role: &OperationRole) -> Range<usize> {
-        self.try_add_operation_from(op, inputs, role).unwrap_or_else(|e| panic!("{e}"))
+        self.try_add_operation_from(op, inputs, role).unwrap_or_else(|e| failed(e))
     }
 
     /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
@@ -218,10 +222,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         inputs: &[ValueRef<Op>],
         role: &OperationRole,
     ) -> GraphResult<Range<usize>> {
-        check_operation(&op, inputs.len(), role)?;
+        let n_out = check_operation(&op, inputs.len(), role)?;
         let GraphBuilder { graph: g, role_index, role_cache, flush_at } = self;
         let first = g.value_op.len();
-        let n_out = op.output_count();
         if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
         }
@@ -455,10 +458,12 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         let input_at = |g: &Graph<Op>, i: usize| g.inputs.get(i).map_or(usize::MAX, |v| v.index());
         let mut due = input_at(g, next_input);
         while g.op_key.len() < g.operation_count() {
-            let op = LocalOperationId::new(g.op_key.len());
+            // A plain index: below `operation_count`, which the id checks bounded when the
+            // operation was added, so the loop makes no id (and checks none) per operation.
+            let op = g.op_key.len();
             if g.value_key.len() == due {
                 // Inputs declared before the operation get their keys first.
-                let first_output = g.op_first_output[op].index();
+                let first_output = g.op_first_output.raw()[op].index();
                 intern_inputs_below(g, s, touched, &mut next_input, first_output)?;
                 due = input_at(g, next_input);
             }
@@ -496,6 +501,14 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         g.verify().unwrap_or_else(|e| panic!("internal error: built graph fails verification: {e}"));
         Ok(g)
     }
+}
+
+/// The panic of the plain forms (`add_operation`, `add_operation_from`): out of line, so
+/// the caller's loop keeps only the branch to it.
+#[cold]
+#[inline(never)]
+fn failed(e: GraphError) -> ! {
+    panic!("{e}")
 }
 
 /// Stores an operand that is not a known local value: an external key (checked to belong
@@ -592,6 +605,15 @@ fn same_role(a: &OperationRole, b: &OperationRole) -> bool {
     }
 }
 
+/// Pending operation `op` (an index) of a graph being built: in the builder's window
+/// (`own_ops`, from `ops_base` on), never in the store, so the flush loop reads it without
+/// asking which.
+#[inline(always)]
+fn pending_op<Op: GraphOperation>(g: &Graph<Op>, op: usize) -> &Op {
+    debug_assert!(g.store_ops.is_none() && op >= g.ops_base);
+    &g.own_ops[op - g.ops_base]
+}
+
 /// How far ahead of the operation being interned [`Batch`] hashes operations and
 /// prefetches their table slots.
 const AHEAD: usize = 8;
@@ -613,6 +635,9 @@ const AHEAD: usize = 8;
 /// when, from the operands seen).
 struct Batch {
     interner_id: u32,
+    /// Every operation of the graph is `Primary` (its role column is empty), so no
+    /// operation's role is read: the flush adds no operation, so this holds throughout.
+    all_primary: bool,
     /// The interner's id of each of the graph's roles, on first use (`Primary` is role 0
     /// of every graph and every interner).
     role_ids: SmallVec<[Option<u32>; 4]>,
@@ -671,6 +696,7 @@ impl Batch {
         role_ids[0] = Some(0);
         Batch {
             interner_id,
+            all_primary: g.op_role.is_empty(),
             role_ids,
             ahead: [Ahead {
                 op: usize::MAX,
@@ -694,8 +720,8 @@ impl Batch {
     /// whether to prefetch operand keys until the next sample.
     #[cold]
     #[inline(never)]
-    fn sample_far<Op: GraphOperation>(&mut self, g: &Graph<Op>, op: LocalOperationId) {
-        for i in op.index()..(op.index() + FAR_SAMPLE).min(g.operation_count()) {
+    fn sample_far<Op: GraphOperation>(&mut self, g: &Graph<Op>, op: usize) {
+        for i in op..(op + FAR_SAMPLE).min(g.operation_count()) {
             let op = LocalOperationId::new(i);
             let reader = g.op_first_output[op].index();
             for r in g.op_input_refs(op) {
@@ -705,18 +731,17 @@ impl Batch {
             }
         }
         self.prefetch_keys = self.far.decide();
-        self.next_sample = op.index() + FAR_EVERY;
+        self.next_sample = op + FAR_EVERY;
     }
 
-    /// The interner's id of an operation's role.
+    /// The interner's id of the role of operation `op` (an index below the graph's
+    /// operation count).
     #[inline]
-    fn role<Op: GraphOperation>(
-        &mut self,
-        g: &Graph<Op>,
-        s: &mut InternerState<Op>,
-        op: LocalOperationId,
-    ) -> GraphResult<u32> {
-        let local = g.role_id(op) as usize;
+    fn role<Op: GraphOperation>(&mut self, g: &Graph<Op>, s: &mut InternerState<Op>, op: usize) -> GraphResult<u32> {
+        if self.all_primary {
+            return Ok(0);
+        }
+        let local = g.op_role.raw()[op] as usize;
         if local == 0 {
             return Ok(0); // `Primary`, role 0 everywhere
         }
@@ -730,32 +755,34 @@ impl Batch {
         }
     }
 
-    /// Interns operation `op`, the first pending one (its operands all have keys).
+    /// Interns operation `op` (an index), the first pending one (its operands all have keys).
     #[inline]
     fn intern<Op: GraphOperation>(
         &mut self,
         g: &mut Graph<Op>,
         s: &mut InternerState<Op>,
         touched: &mut Touched,
-        op: LocalOperationId,
+        op: usize,
     ) -> GraphResult<()> {
-        debug_assert_eq!(g.op_key.len(), op.index());
-        if op.index() >= self.next_sample {
+        debug_assert_eq!(g.op_key.len(), op);
+        if op >= self.next_sample {
             self.sample_far(g, op);
         }
         let role = self.role(g, s, op)?;
-        let operation = g.op(op);
-        let ahead = &self.ahead[op.index() % AHEAD];
-        let hashed = ahead.op == op.index()
-            && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
+        let operation = pending_op(g, op);
+        let ahead = &self.ahead[op % AHEAD];
+        let hashed =
+            ahead.op == op && (!ahead.predicted || ahead.offset == s.value_count().wrapping_sub(g.value_key.len()));
         // `NO_KEYS` is beyond the keys an entry holds, so one check covers both.
         let kept = if hashed { ahead.keys.get(..ahead.len as usize) } else { None };
         let (keys, hash) = if let Some(keys) = kept {
-            debug_assert!(keys.iter().copied().eq(g.op_input_refs(op).map(|r| g.input_key_id(r))));
+            debug_assert!(
+                keys.iter().copied().eq(g.op_input_refs(LocalOperationId::new(op)).map(|r| g.input_key_id(r)))
+            );
             (keys, ahead.hash)
         } else {
             self.keys.clear();
-            self.keys.extend(g.op_input_refs(op).map(|r| g.input_key_id(r)));
+            self.keys.extend(g.op_inputs.get(op).iter().map(|r| g.input_key_id(r.get())));
             let hash = if hashed { ahead.hash } else { crate::key::op_hash(operation, &self.keys, role) };
             (&self.keys[..], hash)
         };
@@ -773,30 +800,30 @@ impl Batch {
             self.last_op_tag = tag;
         }
         // Now that `op` is interned, its entry of the ring takes `op + AHEAD`.
-        let next = op.index() + AHEAD;
+        let next = op + AHEAD;
         if next < g.operation_count() {
             if self.prefetch_keys && next + AHEAD < g.operation_count() {
                 // For `hash_ahead` to find them cached `AHEAD` operations later.
                 g.prefetch_operand_keys(LocalOperationId::new(next + AHEAD));
             }
-            self.hash_ahead(g, s, LocalOperationId::new(next))?;
+            self.hash_ahead(g, s, next)?;
         }
         Ok(())
     }
 
-    /// Hashes operation `op` (predicting the keys of operands still pending) and
-    /// prefetches its table slot.
+    /// Hashes operation `op` (an index below the graph's operation count; predicting the
+    /// keys of operands still pending) and prefetches its table slot.
     #[inline]
     fn hash_ahead<Op: GraphOperation>(
         &mut self,
         g: &Graph<Op>,
         s: &mut InternerState<Op>,
-        op: LocalOperationId,
+        op: usize,
     ) -> GraphResult<()> {
         let role = self.role(g, s, op)?;
         let (known, next_key) = (g.value_key.len(), s.value_count());
-        let entry = &mut self.ahead[op.index() % AHEAD];
-        let refs = g.op_input_refs(op);
+        let entry = &mut self.ahead[op % AHEAD];
+        let refs = g.op_inputs.get(op).iter().map(|r| r.get());
         entry.len = if refs.len() <= AHEAD_KEYS { refs.len() as u32 } else { NO_KEYS };
         let mut predicted = false;
         let mut j = 0;
@@ -819,8 +846,8 @@ impl Batch {
             j += 1;
             k.index() as u32
         });
-        entry.hash = crate::key::op_hash_raw(g.op(op), keys, role);
-        entry.op = op.index();
+        entry.hash = crate::key::op_hash_raw(pending_op(g, op), keys, role);
+        entry.op = op;
         entry.predicted = predicted;
         entry.offset = next_key.wrapping_sub(known);
         s.prefetch_op(entry.hash);

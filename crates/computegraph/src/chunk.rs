@@ -132,6 +132,23 @@ impl<Op> OpChunk<Op> {
         std::mem::size_of::<Op>() * self.frozen.as_ref().map_or(self.open_ops.capacity(), |f| f.len())
     }
 
+    /// Records the role of the operation being appended (before its `first_output`), once
+    /// some operation of the chunk is not `Primary`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn push_role(&mut self, role: u32) {
+        if self.role.is_empty() {
+            // The chunk's first operation in another role: its column starts to be kept.
+            // With room for the rest of the chunk, so that it is not copied as it grows.
+            // (`first_output` has one entry per earlier operation of the chunk; counting
+            // them there, not in `ops`, keeps the open-or-frozen test out of every append.)
+            let j = self.first_output.len();
+            self.role = Vec::with_capacity(self.first_output.capacity().max(j + 1));
+            self.role.resize(j, 0);
+        }
+        self.role.push(role);
+    }
+
     #[inline]
     pub(crate) fn role_of(&self, j: usize) -> u32 {
         if self.role.is_empty() { 0 } else { self.role[j] }

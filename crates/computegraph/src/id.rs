@@ -460,10 +460,8 @@ impl<T> ListPool<T> {
     {
         match *items {
             [a] => self.items.push(a),
-            [a, b] => {
-                self.items.push(a);
-                self.items.push(b);
-            }
+            // One capacity check for both (an array's iterator has an exact length).
+            [a, b] => self.items.extend([a, b]),
             _ => self.items.extend(items.iter().copied()),
         }
     }
@@ -481,7 +479,9 @@ impl<T> ListPool<T> {
 
     #[inline(always)]
     pub(crate) fn get(&self, list: usize) -> &[T] {
-        &self.items[self.starts[list] as usize..self.starts[list + 1] as usize]
+        // Both bounds in one slice: one check of `list` instead of two.
+        let bounds = &self.starts[list..list + 2];
+        &self.items[bounds[0] as usize..bounds[1] as usize]
     }
 
     pub(crate) fn items(&self) -> &[T] {

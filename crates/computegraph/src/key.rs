@@ -587,16 +587,10 @@ impl<Op: GraphOperation> InternerState<Op> {
             return Err(GraphError::IdSpaceExhausted { space: "operation input pool" });
         }
         self.op_table.fill(slot.0, h32, id);
-        let j = chunk.ops().len();
         chunk.push_op(op.clone());
-        if role != 0 && chunk.role.is_empty() {
-            // The chunk's first operation in another role: its column starts to be kept.
-            // With room for the rest of the chunk, so that it is not copied as it grows.
-            chunk.role = Vec::with_capacity(chunk.first_output.capacity().max(j + 1));
-            chunk.role.resize(j, 0);
-        }
+        // One test while every operation of the chunk is `Primary` (its role column empty).
         if role != 0 || !chunk.role.is_empty() {
-            chunk.role.push(role);
+            chunk.push_role(role);
         }
         chunk.first_output.push(first);
         chunk.values += n_out;

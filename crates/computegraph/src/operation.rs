@@ -324,8 +324,9 @@ impl<Op: GraphOperation> fmt::Display for Label<'_, Op> {
     }
 }
 
-/// Checks an operation's arity, role mask and output count against its declaration.
-pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: &OperationRole) -> GraphResult<()> {
+/// Checks an operation's arity, role mask and output count against its declaration, and
+/// returns its output count (so that the builder asks the operation once).
+pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: &OperationRole) -> GraphResult<usize> {
     let expected = op.input_count();
     if inputs != expected {
         return Err(GraphError::ArityMismatch { operation: format!("{}", Label(op)), expected, found: inputs });
@@ -343,5 +344,5 @@ pub(crate) fn check_operation<Op: GraphOperation>(op: &Op, inputs: usize, role: 
     if outputs > 256 {
         return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs });
     }
-    Ok(())
+    Ok(outputs)
 }
