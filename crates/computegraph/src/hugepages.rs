@@ -15,11 +15,11 @@
 /// few of them gains little.
 pub(crate) const HUGE_MIN_BYTES: usize = 4 << 20;
 
-/// A thread keeps a dropped interner table or fragment column of at most this many bytes
-/// for its next build (`optable.rs`, `graph.rs`), so that a process building graph after
-/// graph writes them on pages it has. Larger ones are freed, and advised for huge pages
-/// when they are allocated (from [`HUGE_MIN_BYTES`] on): the two rules split buffers by
-/// size, and a thread holds at most a few of these bytes between builds.
+/// A thread keeps a dropped fragment's columns of at most this many bytes each for its
+/// next build (`graph.rs`; the interner's table, `optable.rs`, up to [`HUGE_MIN_BYTES`]),
+/// so that a process building graph after graph writes them on pages it has. Larger ones
+/// are freed, and advised for huge pages when they are allocated (from [`HUGE_MIN_BYTES`]
+/// on). Between builds a thread holds at most six such columns and one table.
 pub(crate) const KEEP_MAX_BYTES: usize = 2 << 20;
 
 /// An empty vector with room for `n` values, advised as [`advise_huge`] does: for the
