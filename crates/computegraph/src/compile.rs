@@ -37,13 +37,13 @@ use std::sync::Arc;
 use crate::compiled::CompiledProgram;
 use crate::dispatch::{Dispatch, dispatch_order};
 use crate::error::{GraphError, GraphResult};
-use crate::hugepages::{program_vec, program_vec_of};
+use crate::hugepages::{program_vec, program_vec_of, trim};
 use crate::id::{Id, IdVec, InstrId, SlotId};
-use crate::materialize::{MaterializedGraph, OperationId, ValueId};
+use crate::materialize::{MaterializedGraph, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
 use crate::program::{Instr, Program, RunCutter, SlotProgram, output_moves};
-use crate::stop::Poll;
+use crate::stop::{POLL_EVERY, Poll};
 use crate::verify::verify_program;
 
 /// Compiles a materialized graph.
@@ -94,31 +94,18 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         return Err(GraphError::IdSpaceExhausted { space: "instruction" });
     };
     let Dispatch { source, ops } = dispatch_order(graph)?;
-    let op_at = |pos: usize| OperationId::new(if source.is_empty() { pos } else { source[pos] as usize });
     // Per value: the last instruction that reads it, then its slot (the thread's column
     // from its previous compile when it was kept, `take_live`).
     let mut live: IdVec<ValueId, Live> = IdVec::from_raw(take_live(graph.value_count()));
     // Liveness, and whether operands are far enough from their readers for slot
-    // assignment to prefetch their entries (`prefetch.rs`).
-    let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
-    let mut poll = Poll::new();
-    for pos in 0..n_ops {
-        poll.tick()?;
-        let op = op_at(pos);
-        let here = Some(InstrId::new(pos));
-        let reader = graph.op_first_output[op].index();
-        for &v in graph.op_inputs.get(op.index()) {
-            live[v].last_use = here;
-            far.note(v.index(), reader);
-        }
-    }
-    let prefetch = far.decide();
-    let prefetch_operands = |live: &IdVec<ValueId, Live>, pos: usize| {
-        if pos < n_ops {
-            for v in graph.op_inputs.get(op_at(pos).index()) {
-                prefetch_entry(live.raw(), v.index());
-            }
-        }
+    // assignment to prefetch their entries (`prefetch.rs`). Each pass is written once,
+    // over an iterator of operation indices, and instantiated twice: for the materialized
+    // order (no `source`: the common case, and a plain counter) and for a permutation, so
+    // that no instruction tests which of the two it is in.
+    let prefetch = if source.is_empty() {
+        note_last_uses(graph, live.raw_mut(), 0..n_ops)?
+    } else {
+        note_last_uses(graph, live.raw_mut(), source.iter().map(|&o| o as usize))?
     };
     for &v in &graph.outputs {
         live[v].last_use = Some(after_last);
@@ -134,63 +121,19 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         input_slots.push(s);
     }
 
-    // Plain vectors while filling (an `IdVec` push checks the id space, which `after_last`
-    // already did), made columns at the end without a copy. Advised for huge pages below a
-    // size, as `ops` and the order are (`dispatch.rs`, `hugepages.rs`): a first write to a
-    // fresh 4 KiB page costs about a microsecond here, which at 10^6 nodes was 12 ns/node
-    // of compile's 49.
-    let mut instrs = program_vec(n_ops);
-    let mut args: Vec<SlotId> = program_vec(graph.op_inputs.items().len() + graph.value_count());
-    let mut runs = RunCutter::new();
-    for (pos, op) in ops.iter().enumerate() {
-        poll.tick()?;
-        if prefetch {
-            prefetch_operands(&live, pos + AHEAD);
-        }
-        let here = Some(InstrId::new(pos));
-        let op_id = op_at(pos);
-        let inputs = graph.op_inputs.get(op_id.index());
-        let start = u32::try_from(args.len()).map_err(|_| GraphError::IdSpaceExhausted { space: "argument" })?;
-        for &v in inputs {
-            args.push(live[v].slot.expect("an operand is defined, so it has a slot, before its readers"));
-        }
-        // The operation comes from `ops` (dispatch order, copied once): no read
-        // through the store here.
-        let n_out = op.output_count();
-        let first_out = graph.op_first_output[op_id].index();
-        let outputs = (first_out..first_out + n_out).map(ValueId::new);
-        for v in outputs.clone() {
-            let s = alloc.take()?;
-            live[v].slot = Some(s);
-            args.push(s);
-        }
-        // Free operands whose last reader this is (once, even if read twice here: the
-        // value is read no more, so its last use is cleared).
-        for &v in inputs {
-            let l = &mut live[v];
-            if l.last_use == here {
-                l.last_use = None;
-                alloc.free(l.slot);
-            }
-        }
-        // Outputs nobody reads are dead at once.
-        for v in outputs {
-            let l = &live[v];
-            if l.last_use.is_none() {
-                alloc.free(l.slot);
-            }
-        }
-        let n_in = u16::try_from(inputs.len())
-            .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
-        // At most 256 outputs: the interner refuses more.
-        let instr = Instr::new(start, n_in, n_out as u16);
-        instrs.push(instr);
-        runs.push(&ops, pos, instr);
-    }
-    if u32::try_from(args.len()).is_err() {
+    // The argument pool holds each operand and each operation's output once, so its
+    // length bounds every instruction's `start`: checked once here instead of per
+    // instruction.
+    let n_args = graph.op_inputs.items().len() + graph.value_count() - input_slots.len();
+    if u32::try_from(n_args).is_err() {
         return Err(GraphError::IdSpaceExhausted { space: "argument" });
     }
-
+    let pass = SlotPass { instrs: program_vec(n_ops), args: program_vec(n_args), runs: RunCutter::new(), alloc };
+    let SlotPass { instrs, args, runs, alloc } = if source.is_empty() {
+        pass.run(graph, &ops, live.raw_mut(), prefetch, 0..n_ops)?
+    } else {
+        pass.run(graph, &ops, live.raw_mut(), prefetch, source.iter().map(|&o| o as usize))?
+    };
     let output_slots: Vec<SlotId> =
         graph.outputs.iter().map(|&v| live[v].slot.expect("an output is kept, so it has a slot at the end")).collect();
     keep_live(live.into_raw());
@@ -198,12 +141,13 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let input_keys = graph.input_keys.clone();
     let (runs, run_ops) = runs.finish(&ops);
     let slot_count = alloc.next as usize;
+    // The program keeps its columns without the room `program_vec` left after them.
     let code = Program {
         runs,
         run_ops,
-        ops: ops.into_iter().collect(),
-        instrs: instrs.into_iter().collect(),
-        slots: SlotProgram { args, input_slots, output_slots, output_move, slot_count },
+        ops: IdVec::from_raw(trim(ops)),
+        instrs: IdVec::from_raw(trim(instrs)),
+        slots: SlotProgram { args: trim(args), input_slots, output_slots, output_move, slot_count },
     };
     // The evaluators read slots unchecked on the strength of this verification (`eval.rs`
     // takes a `VerifiedProgram`, which only `verify_program` makes), so it runs in every
@@ -213,7 +157,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         Arc::clone(&graph.interner),
         code,
         prefetch && slot_count.saturating_mul(std::mem::size_of::<Op::Operand>()) > PREFETCH_SLOT_BYTES,
-        source,
+        trim(source),
         input_keys,
         graph.external_keys.clone(),
         graph.output_keys(),
@@ -224,6 +168,122 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
         .and_then(|()| program.verify_parallel_against(graph))
         .unwrap_or_else(|e| panic!("internal error: compiled program fails verification: {e}"));
     Ok(program)
+}
+
+/// Compile's liveness pass: for each value, the last instruction that reads it
+/// (`live[v].last_use`), with the operations visited in instruction order (`order` yields
+/// each instruction's operation index); returns whether more than a quarter of the
+/// operands are far from their readers, so that slot assignment should prefetch
+/// (`prefetch.rs`).
+#[inline(always)]
+fn note_last_uses<Op: GraphOperation>(
+    graph: &MaterializedGraph<Op>,
+    live: &mut [Live],
+    order: impl Iterator<Item = usize>,
+) -> GraphResult<bool> {
+    let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
+    let first_outputs = graph.op_first_output.raw();
+    let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
+    let mut poll = Poll::new();
+    for (pos, op) in order.enumerate() {
+        poll.tick()?;
+        let here = Some(InstrId::new(pos));
+        let reader = first_outputs[op].index();
+        for &v in &items[starts[op] as usize..starts[op + 1] as usize] {
+            live[v.index()].last_use = here;
+            far.note(v.index(), reader);
+        }
+    }
+    Ok(far.decide())
+}
+
+/// Compile's slot pass and what it fills: the instruction words, the argument pool, the
+/// sequential evaluator's runs, and the slot allocator. The columns are plain vectors
+/// while filling (an `IdVec` push checks the id space, which `try_compile` checked
+/// once), made columns at the end without a copy, and come from `program_vec`: advised
+/// for huge pages, with room past their end (`hugepages.rs`), since a first write to a
+/// fresh 4 KiB page costs about a microsecond here.
+struct SlotPass<Op> {
+    instrs: Vec<Instr>,
+    args: Vec<SlotId>,
+    runs: RunCutter<Op>,
+    alloc: SlotAllocator,
+}
+
+impl<Op: GraphOperation> SlotPass<Op> {
+    /// Emits one instruction per operation, `order` yielding each instruction's
+    /// operation index and `ops` its operation: operand slots from `live`, then fresh
+    /// slots for the outputs, and frees each operand at its last reader and each output
+    /// nobody reads. With `prefetch`, the liveness entries of the operands [`AHEAD`]
+    /// instructions on are prefetched. The graph's columns are read as plain slices
+    /// (the pool's starts and items, each operation's first output), which the loop
+    /// indexes directly rather than through a list view per operation.
+    #[inline(always)]
+    fn run(
+        self,
+        graph: &MaterializedGraph<Op>,
+        ops: &[Op],
+        live: &mut [Live],
+        prefetch: bool,
+        order: impl Iterator<Item = usize> + Clone,
+    ) -> GraphResult<Self> {
+        let SlotPass { mut instrs, mut args, mut runs, mut alloc } = self;
+        let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
+        let first_outputs = graph.op_first_output.raw();
+        // The operations `AHEAD` instructions on, for the prefetch.
+        let mut ahead = order.clone().skip(AHEAD);
+        for ((pos, op), o) in ops.iter().enumerate().zip(order) {
+            // The stop flag every `POLL_EVERY` instructions, counted by the position this
+            // loop keeps anyway rather than by a countdown of its own.
+            if pos % POLL_EVERY as usize == POLL_EVERY as usize - 1 {
+                crate::stop::check()?;
+            }
+            if prefetch && let Some(a) = ahead.next() {
+                for v in &items[starts[a] as usize..starts[a + 1] as usize] {
+                    prefetch_entry(live, v.index());
+                }
+            }
+            let here = Some(InstrId::new(pos));
+            let inputs = &items[starts[o] as usize..starts[o + 1] as usize];
+            let n_in = u16::try_from(inputs.len())
+                .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
+            // Fits: the pool's length was checked against `u32` before the pass.
+            let start = args.len() as u32;
+            // The outputs' slots are taken before this instruction's last reads free
+            // theirs, so an output never shares a slot with an operand. The operation
+            // comes from `ops` (dispatch order, copied once): no read through the store.
+            let n_out = op.output_count();
+            let first_out = first_outputs[o].index();
+            let outputs = first_out..first_out + n_out;
+            for l in &mut live[outputs.clone()] {
+                l.slot = Some(alloc.take()?);
+            }
+            // One read of each operand's entry: its slot, and whether this is its last
+            // reader (then its last use is cleared, so an operand read twice here is
+            // freed once).
+            for &v in inputs {
+                let l = &mut live[v.index()];
+                let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
+                args.push(s);
+                if l.last_use == here {
+                    l.last_use = None;
+                    alloc.free(Some(s));
+                }
+            }
+            // Outputs nobody reads are dead at once.
+            for l in &live[outputs] {
+                args.push(l.slot.expect("taken above"));
+                if l.last_use.is_none() {
+                    alloc.free(l.slot);
+                }
+            }
+            // At most 256 outputs: the interner refuses more.
+            let instr = Instr::new(start, n_in, n_out as u16);
+            instrs.push(instr);
+            runs.push(ops, pos, instr);
+        }
+        Ok(SlotPass { instrs, args, runs, alloc })
+    }
 }
 
 /// The slot file size from which evaluation prefetches far operands' slots: beyond this
@@ -273,7 +333,11 @@ fn take_live(n: usize) -> Vec<Live> {
 /// Keeps `live` for the thread's next compile when it is at most [`LIVE_KEEP_MAX_BYTES`]
 /// (`take_live` says why); frees it otherwise.
 fn keep_live(live: Vec<Live>) {
-    if live.capacity().saturating_mul(size_of::<Live>()) <= LIVE_KEEP_MAX_BYTES {
+    let bytes = |live: &Vec<Live>| live.capacity().saturating_mul(size_of::<Live>());
+    // A column over the bound may be one within it plus the room `program_vec` adds past
+    // its entries: without that room (`trim`) it is kept.
+    let live = if bytes(&live) > LIVE_KEEP_MAX_BYTES { trim(live) } else { live };
+    if bytes(&live) <= LIVE_KEEP_MAX_BYTES {
         // The replaced scratch is empty (taken by `take_live`) unless a nested compile on
         // this thread kept its own meanwhile; either is freed here. During teardown,
         // `live` is dropped instead.
@@ -339,6 +403,16 @@ mod tests {
         let live = take_live(20);
         assert_eq!(live.len(), 20);
         assert!(all_empty(&live));
+    }
+
+    #[test]
+    fn a_column_within_the_bound_but_with_room_past_it_is_kept_trimmed() {
+        let over = LIVE_KEEP_MAX_BYTES / size_of::<Live>() + 1;
+        let mut live = Vec::with_capacity(over);
+        live.resize(10, Live { last_use: None, slot: None });
+        keep_live(live);
+        let kept = take_live(0);
+        assert!((10..over).contains(&kept.capacity()), "kept, without the room: {}", kept.capacity());
     }
 
     #[test]

@@ -136,37 +136,36 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             max_depth = max_depth.max(d as usize);
         }
         let first = order.len();
-        order.resize(first + len, 0);
-        let sorted = &mut order[first..];
         if max_depth + 1 == len {
             // Depth `len - 1` needs a producer of depth `len - 2` before it, and so on
             // down: depth equals offset, and the sort below would keep the order.
-            for (k, o) in sorted.iter_mut().enumerate() {
-                *o = (start + k) as u32;
-            }
+            order.extend(start as u32..end as u32);
+            ops.extend(window_ops.iter().map(|&op| op.clone()));
+            start = end;
+            continue;
+        }
+        order.resize(first + len, 0);
+        let sorted = &mut order[first..];
+        // Sorted by (depth, variant, offset): one stable counting sort by both when
+        // their buckets are fewer than the window's operations, else two (stable by
+        // variant, then stable by depth), which give the same order.
+        let nv = variants.len();
+        if (max_depth + 1) * nv <= WINDOW {
+            buckets.resize((max_depth + 1) * nv + 1, 0);
+            let keys = variant.iter().zip(&depth).map(|(&v, &d)| d as usize * nv + v as usize);
+            counting_sort(keys, &mut buckets, |k, at| sorted[at] = (start + k) as u32);
         } else {
-            // Sorted by (depth, variant, offset): one stable counting sort by both when
-            // their buckets are fewer than the window's operations, else two (stable by
-            // variant, then stable by depth), which give the same order.
-            let nv = variants.len();
-            if (max_depth + 1) * nv <= WINDOW {
-                buckets.resize((max_depth + 1) * nv + 1, 0);
-                let keys = variant.iter().zip(&depth).map(|(&v, &d)| d as usize * nv + v as usize);
-                counting_sort(keys, &mut buckets, |k, at| sorted[at] = (start + k) as u32);
-            } else {
-                buckets.resize(nv + 1, 0);
-                counting_sort(variant.iter().map(|&v| v as usize), &mut buckets, |k, at| by_variant[at] = k as u32);
-                buckets.resize(max_depth + 2, 0);
-                counting_sort(by_variant[..len].iter().map(|&o| depth[o as usize] as usize), &mut buckets, |k, at| {
-                    sorted[at] = (start as u32) + by_variant[k]
-                });
-            }
+            buckets.resize(nv + 1, 0);
+            counting_sort(variant.iter().map(|&v| v as usize), &mut buckets, |k, at| by_variant[at] = k as u32);
+            buckets.resize(max_depth + 2, 0);
+            counting_sort(by_variant[..len].iter().map(|&o| depth[o as usize] as usize), &mut buckets, |k, at| {
+                sorted[at] = (start as u32) + by_variant[k]
+            });
         }
-        // The window's operations in their new order.
-        for (k, &from) in sorted.iter().enumerate() {
-            moved |= from as usize != start + k;
-            ops.push(window_ops[from as usize - start].clone());
-        }
+        // The window's operations in their new order (one `extend`, which reserves once,
+        // instead of a push and its capacity check per operation).
+        moved |= sorted.iter().enumerate().any(|(k, &from)| from as usize != start + k);
+        ops.extend(sorted.iter().map(|&from| window_ops[from as usize - start].clone()));
         start = end;
     }
     if !moved {

@@ -488,6 +488,13 @@ impl<T> ListPool<T> {
         &self.items
     }
 
+    /// Where each list starts among the items, and one more entry for the end of the
+    /// last: list `i` is `items()[starts()[i]..starts()[i + 1]]` (for passes that index
+    /// both slices in their own loop).
+    pub(crate) fn starts(&self) -> &[u32] {
+        &self.starts
+    }
+
     /// Bytes held by the list starts (4 per list).
     pub(crate) fn starts_bytes(&self) -> usize {
         self.starts.capacity() * 4

@@ -16,6 +16,7 @@
 
 use std::fmt;
 
+use crate::hugepages::{push_grown, trim};
 use crate::id::{IdVec, InstrId, SlotId};
 use crate::operation::GraphOperation;
 
@@ -223,10 +224,13 @@ impl<Op: PartialEq + Clone> RunCutter<Op> {
         match self.runs.last_mut() {
             // Mixed instructions join the mixed run before them.
             Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
+            // Grown in advised memory (`push_grown`): a graph whose operations vary a lot
+            // (a chain of random variants) has a run every few instructions, and these
+            // columns grown by `realloc` faulted most of their pages one at a time.
             _ => {
-                self.runs.push(Run { end: end as u32, start, arity });
+                push_grown(&mut self.runs, Run { end: end as u32, start, arity });
                 if arity != 0 {
-                    self.run_ops.push(ops[first].clone());
+                    push_grown(&mut self.run_ops, ops[first].clone());
                 }
             }
         }
@@ -236,7 +240,7 @@ impl<Op: PartialEq + Clone> RunCutter<Op> {
     /// operation.
     pub(crate) fn finish(mut self, ops: &[Op]) -> (Vec<Run>, Vec<Op>) {
         self.close(ops, ops.len());
-        (self.runs, self.run_ops)
+        (trim(self.runs), trim(self.run_ops))
     }
 }
 
