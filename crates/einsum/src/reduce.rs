@@ -17,7 +17,7 @@
 //! (vectorized when both are contiguous). Units are grouped into *blocks* of fixed
 //! content (at least `CHUNK` terms each, whatever the threads), each block's sums formed
 //! alone and the blocks' sums added in order: inside a pool of several threads the blocks
-//! of a reduction of [`PAR_REDUCE_MIN_MACS`] multiply-adds or more are formed on all of them,
+//! of a reduction of `PAR_GEMM_MIN_MACS` multiply-adds or more are formed on all of them,
 //! and two threads give the one-thread result bit for bit.
 //!
 //! Input invariants ([`ReducePlan::new`] checks them): no tensor repeats a label, the
@@ -29,7 +29,7 @@
 
 use smallvec::SmallVec;
 
-use crate::elem::Elem;
+use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
 use crate::elementwise::strides_along;
 
 /// The most output elements the kernel takes: the `3 × 3` (and up to `4 × 4`) results of a
@@ -227,17 +227,11 @@ impl ReducePlan {
     }
 }
 
-/// Multiply-adds from which the blocks of a reduction are formed on the pool's threads: a
-/// reduction reads two operand elements per multiply-add, so this is the element-wise
-/// kernel's threshold (`PAR_ELEMENTWISE_MIN_ELEMENTS`) in memory traffic, about 0.1 ms
-/// of one core. A GEMM's `PAR_GEMM_MIN_MACS` (`2^20`) left the queens network's `3 × 3`
-/// gradients from `3^11`-element tensors on one thread.
-pub(crate) const PAR_REDUCE_MIN_MACS: usize = 1 << 17;
-
-/// [`PAR_REDUCE_MIN_MACS`]; in tests `2^12`, so that the property tests' small reductions
-/// take the pool's path too.
+/// Multiply-adds from which the blocks are formed on the pool's threads:
+/// `PAR_GEMM_MIN_MACS`, as for a GEMM; in tests `2^12`, so that the property tests' small
+/// reductions take the pool's path too.
 fn par_min_macs() -> usize {
-    if cfg!(test) { 1 << 12 } else { PAR_REDUCE_MIN_MACS }
+    if cfg!(test) { 1 << 12 } else { PAR_GEMM_MIN_MACS }
 }
 
 /// `Σ op(a[i·sa])·op(b[i·sb])` for `i < n`, in [`LANES`] partial sums (added in order at
