@@ -27,9 +27,11 @@ use crate::buffer::overwritten;
 use crate::elem::Elem;
 
 /// Outputs of at least this many elements are written by the threads of the current
-/// rayon pool, as permutation copies are (`permute.rs`): below it a chunk's work (a few
-/// hundred microseconds) is not much more than forking and joining.
-pub(crate) const PAR_ELEMENTWISE_MIN_ELEMENTS: usize = 1 << 20;
+/// rayon pool: `2^17` elements take about 0.1 ms on one core, many times a fork and join
+/// on threads already awake (an evaluation's threads spin between its steps). The queens
+/// network's steps of `3^11` and `3^12` elements ran on one thread at `2^20`
+/// (`docs/PERFORMANCE.md`, q2t40).
+pub(crate) const PAR_ELEMENTWISE_MIN_ELEMENTS: usize = 1 << 17;
 
 /// Columns per tile of [`ElementwisePlan::rows_in_tiles`]: a block's gathered cache lines
 /// (one per element and row of the gathered operand at most) stay in the first-level

@@ -368,8 +368,8 @@ impl<T: Elem> Einsum<T> {
     /// in parallel (computegraph's evaluator, driven by the operations' cost hints: by
     /// dependency when the steps are costly, a step starting when its operands are
     /// ready), and a step whose GEMM has at least `2^20` multiply-adds splits that GEMM
-    /// (and permutations and element-wise products of `2^20` elements or more their
-    /// copies) over the pool's threads, which an idle thread then helps with. Smaller
+    /// (and permutations of `2^20` elements or more and element-wise products of `2^17`
+    /// their copies) over the pool's threads, which an idle thread then helps with. Smaller
     /// steps stay on one thread, so they do not pay for forking.
     ///
     /// Cost decides whether the pool is entered at all (`threads.rs`): a program of less

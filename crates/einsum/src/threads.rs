@@ -94,9 +94,9 @@ impl Step {
 /// Whether `op`'s kernel gains from the threads of a pool it runs in: a contraction of at
 /// least `PAR_GEMM_MIN_MACS` multiply-adds (one GEMM split, or a loop of smaller ones cut
 /// into chunks) with at least [`MIN_SPLIT_INTENSITY`] of them per output element; or an
-/// element-wise product, a broadcast, a thinner GEMM or a permutation of `2^20` to
-/// [`MAX_STREAMING_SPLIT`] elements. Larger ones stream memory: two threads gave them no
-/// gain here (the element-wise product of two `2048 × 2048` matrices ran at 0.95 to 0.98
+/// element-wise product or a broadcast of `PAR_ELEMENTWISE_MIN_ELEMENTS` (`2^17`), or a
+/// thinner GEMM or a permutation of `2^20`, up to [`MAX_STREAMING_SPLIT`] elements. Larger
+/// ones stream memory: two threads gave them no gain here (the element-wise product of two `2048 × 2048` matrices ran at 0.95 to 0.98
 /// of its one-thread speed, its value+gradient 0.83 to 0.87; `docs/PERFORMANCE.md`), while
 /// the queens network's broadcast products of up to `3^13` elements (within the last-level
 /// cache) gained. Approximate (a looped GEMM whose leading label is not the output's is

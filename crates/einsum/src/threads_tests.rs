@@ -88,7 +88,7 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 
 /// Programs whose kernels split in a pool (large GEMMs cut into blocks, a loop of small ones cut by
 /// its batch label, an element-wise product and a permuted broadcast of `2^20`
-/// elements, thin products whose chunks of `k` are formed on both threads) and programs of independent steps: the kernels keep their order of sums
+/// elements, a queens step of `3^11`, thin products whose chunks of `k` are formed on both threads) and programs of independent steps: the kernels keep their order of sums
 /// whatever the threads, so two threads equal one bit for bit, real and complex. The
 /// exception: faer splits the sum of a large matrix-vector product over a column-major
 /// matrix between the threads (the gradient of the outer product of two matrix
@@ -96,7 +96,7 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 #[test]
 fn a_pool_equals_one_thread_bit_for_bit() {
     let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];
-    let cases: [(&str, Vec<Vec<usize>>, bool); 10] = [
+    let cases: [(&str, Vec<Vec<usize>>, bool); 11] = [
         ("ij,jk->ik", vec![vec![160, 96], vec![96, 128]], true),
         // GEMMs cut into one block per thread across rows (`m > n`) and across columns,
         // with sides that are no multiple of the blocks' alignment.
@@ -112,6 +112,9 @@ fn a_pool_equals_one_thread_bit_for_bit() {
         // step is one long dot product, as in the queens network.
         ("ab,acde->bcde", vec![vec![3, 3], vec![3, 12, 14, 16]], true),
         ("ab,acd,bcd->", vec![vec![3, 3], vec![3, 40, 50], vec![3, 40, 50]], true),
+        // A queens step over the element-wise kernel's threshold (`3^11` elements): rows of
+        // 3 written in panels, in chunks on both threads, and its transposes.
+        ("ab,acdefghijbk->abcdefghijk", vec![vec![3, 3], vec![3; 11]], true),
     ];
     for (expr, shapes, fixed_order) in cases {
         let e = Einsum::<f64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
