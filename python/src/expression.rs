@@ -964,6 +964,37 @@ pub fn contract<'py>(
     sliced_inds: Option<Vec<char>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (ops, shapes) = convert::operands(operands)?;
+    let inner = cached_inner(py, eq, shapes, path, memory_limit, sliced_inds)?;
+    by_dtype!(ops, t => inner.eval(py, &t, memory_limit))
+}
+
+/// `_contract_checked(eq, operands)`: `(result, left)`, `contract`'s result along the
+/// greedy path and whether it left float64's range where the kernel found that out while
+/// writing it (an element-wise product of float64 operands), else `None`, as
+/// `Expression._call_checked` says it for `strip_exponent=None`.
+#[pyfunction]
+pub fn _contract_checked<'py>(
+    py: Python<'py>,
+    eq: &str,
+    operands: &Bound<'py, PyTuple>,
+) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
+    let (ops, shapes) = convert::operands(operands)?;
+    let inner = cached_inner(py, eq, shapes, None, None, None)?;
+    by_dtype!(ops, t => match inner.hadamard_value(py, &t, None)? {
+        Some((value, left)) => Ok((value, Some(left))),
+        None => Ok((inner.eval(py, &t, None)?, None)),
+    })
+}
+
+/// [`contract`]'s plan for these arguments: from the cache, or made and cached.
+fn cached_inner(
+    py: Python<'_>,
+    eq: &str,
+    shapes: Vec<Vec<usize>>,
+    path: Option<PathArg>,
+    memory_limit: Option<f64>,
+    sliced_inds: Option<Vec<char>>,
+) -> PyResult<Arc<Inner>> {
     let key: Key = (eq.to_string(), shapes, path, memory_limit.map(f64::to_bits), sliced_inds);
     let found = lock(&CACHE).get(&key).cloned();
     let inner = match found {
@@ -980,7 +1011,7 @@ pub fn contract<'py>(
             i
         }
     };
-    by_dtype!(ops, t => inner.eval(py, &t, memory_limit))
+    Ok(inner)
 }
 
 /// Whether `name` names one of the einsum crate's path finders (`PathChoice`'s `FromStr`,

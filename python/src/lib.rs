@@ -126,6 +126,7 @@ fn release_buffers() {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<expression::Expression>()?;
     m.add_function(wrap_pyfunction!(expression::contract, m)?)?;
+    m.add_function(wrap_pyfunction!(expression::_contract_checked, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_budget, m)?)?;
     m.add_function(wrap_pyfunction!(memory_budget, m)?)?;
     m.add_function(wrap_pyfunction!(expression::is_path_finder, m)?)?;

@@ -1,7 +1,7 @@
 """Element-wise products of one layout (``ij,ij->ij``): the forward call and the value and
 gradients come from one pass that also says whether a result left float64's range
-(``_core.Expression._call_checked``, ``_value_and_grad_checked``), so ``strip_exponent=None``
-does not read the results again.
+(``_core.Expression._call_checked``, ``_value_and_grad_checked``; ``cgx.contract`` through
+``_core._contract_checked``), so ``strip_exponent=None`` does not read the results again.
 
 Against numpy (hypothesis): the value ``a * b`` and the gradients ``c * b`` and ``c * a``
 exactly, for any ``wrt``; the range verdict against numpy's ``abs`` and ``max`` of each
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cgx
-from cgx import _scaled
+from cgx import _core, _scaled
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -72,6 +72,9 @@ def test_the_forward_call_and_its_verdict_equal_numpy(shape, seed, specials):
     assert same(result, want)
     assert left == left_by_numpy(want) == _scaled.left_range(result)
     assert same(expr(a, b, strip_exponent=False), want)
+    # `cgx.contract`'s common path takes the same pass.
+    result, contract_left = _core._contract_checked(f"{labels},{labels}->{labels}", (a, b))
+    assert same(result, want) and contract_left == left
 
 
 @SETTINGS
@@ -113,6 +116,8 @@ def test_results_that_left_the_range_are_rerun_scaled():
     expr = cgx.contract_expression("ij,ij->ij", (4, 3), (4, 3))
     m, e = expr(a, b)
     np.testing.assert_allclose(m * 10.0 ** (e - 350), np.full((4, 3), 1.0), rtol=1e-12)
+    m2, e2 = cgx.contract("ij,ij->ij", a, b)
+    assert np.array_equal(m2, m) and e2 == e
     value, (da, db) = expr.value_and_grad(a, b, cotangent=c)
     assert isinstance(value, tuple)
     np.testing.assert_array_equal(da, b)  # c * b fits
