@@ -308,8 +308,8 @@ fn write(a: &[f64], b: &[f64], c: Option<&[f64]>, out: Outputs<'_>) -> [RangeSca
     let [o, da, db] = out;
     match (c, da.is_empty(), db.is_empty()) {
         (Some(c), false, false) => both(a, b, c, o, da, db),
-        // `c ⊙ b` beside `a ⊙ b`; for `db` the operands swap (`b ⊙ a` is `a ⊙ b` bit for
-        // bit: IEEE multiplication commutes).
+        // `c ⊙ b` beside `a ⊙ b`; for `db` the operands swap (`b ⊙ a` is `a ⊙ b`: IEEE
+        // multiplication commutes; only which NaN payload survives may differ).
         (Some(c), false, true) => {
             let [v, g] = one(a, b, c, o, da);
             [v, g, RangeScan::EMPTY]
