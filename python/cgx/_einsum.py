@@ -158,9 +158,12 @@ def _contract_call(
         if library not in (None, "object"):
             raise TypeError(f"strip_exponent=True takes numpy operands, not {library}'s arrays")
         return _contract_scaled(eq, operands, optimize, memory_limit, sliced, False)
-    out = _contract(eq, operands, optimize, memory_limit, sliced, kwargs)
-    if strip_exponent is None and not kwargs and _scaled.left_range(out) and _scaled.finite(operands):
-        return _contract_scaled(eq, operands, optimize, memory_limit, sliced, True)
+    out, left = _contract_checked(eq, operands, optimize, memory_limit, sliced, kwargs)
+    if strip_exponent is None and not kwargs:
+        if left is None:
+            left = _scaled.left_range(out)
+        if left and _scaled.finite(operands):
+            return _contract_scaled(eq, operands, optimize, memory_limit, sliced, True)
     return out
 
 
@@ -175,6 +178,19 @@ def _contract_scaled(
     path = find_path(eq, shapes, optimize, limit)
     expr = _core.Expression(eq, [list(s) for s in shapes], path, limit, optimizer_slices(optimize, sliced))
     return expr._scaled(arrays, fit=fit)
+
+
+def _contract_checked(
+    eq: str, operands: tuple[Any, ...], optimize: Any, memory_limit: Any, sliced: Optional[list[str]], kwargs: dict[str, Any]
+) -> tuple[Any, Optional[bool]]:
+    """``(result, left)``: ``_contract``'s result and, where the engine's kernel found it
+    out while writing the result (an element-wise product, on ``_contract``'s common path),
+    whether it left float64's range; ``None`` otherwise."""
+    greedy = optimize == "greedy" if isinstance(optimize, str) else optimize is None
+    if not kwargs and greedy and memory_limit is None and sliced is None and not _sharing.ACTIVE:
+        if _dispatch.foreign(operands) is None and engine_dtypes(operands):
+            return _core._contract_checked(eq, operands)
+    return _contract(eq, operands, optimize, memory_limit, sliced, kwargs), None
 
 
 def _contract(

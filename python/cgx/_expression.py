@@ -110,8 +110,16 @@ class ContractExpression(_core.Expression):
             if out is not None:
                 raise TypeError("strip_exponent=True does not combine with out=")
             return self._scaled(_scaled.engine_arrays(arrays))
-        result = self._plain_call(arrays, out, backend)
-        if strip_exponent is None and out is None and _scaled.left_range(result) and _scaled.finite(arrays):
+        if strip_exponent is None and out is None and backend in ("auto", "numpy") and not _sharing.ACTIVE and engine_dtypes(arrays):
+            # The engine says whether the result left the range when its kernel saw each
+            # entry as it wrote it (an element-wise product): no second read of the result.
+            result, left = self._call_checked(*arrays)
+            if left is None:
+                left = _scaled.left_range(result)
+        else:
+            result = self._plain_call(arrays, out, backend)
+            left = strip_exponent is None and out is None and _scaled.left_range(result)
+        if left and _scaled.finite(arrays):
             return self._scaled(_scaled.engine_arrays(arrays), fit=True)
         return result
 
@@ -270,11 +278,16 @@ class ContractExpression(_core.Expression):
             raise ValueError("checkpoint and strip_exponent=True cannot be combined: the scaled gradient keeps every intermediate")
         if strip_exponent:
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent)
+        left: Optional[bool] = None
         if checkpoint is None:
-            value, grads = self._value_and_grad(arrays, wrt, cotangent)
+            # `left`: whether a result left the range, when the kernel found that out while
+            # writing the results (an element-wise product); else the results are read for it.
+            value, grads, left = self._value_and_grad_checked(arrays, wrt, cotangent)
         else:
             value, grads = self._value_and_grad(arrays, wrt, cotangent, _checkpoint_target(checkpoint))
-        if strip_exponent is None and _scaled.any_left_range(value, grads) and _scaled.finite(arrays):
+        if strip_exponent is None and left is None:
+            left = _scaled.any_left_range(value, grads)
+        if strip_exponent is None and left and _scaled.finite(arrays):
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent, fit=True)
         return value, grads
 

@@ -44,8 +44,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumError, EinsumResult, Elem, MemoryLimit, OutputBlocks, PathChoice, ScaledTensor, SlicePlan, SlicedEinsum,
-    SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumResult, Elem, Hadamard, MemoryLimit, OutputBlocks, PathChoice, ScaledTensor, SlicePlan,
+    SlicedEinsum, SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -110,22 +110,33 @@ struct Inner {
     slice_plan: SlicePlan,
     real: Compiled<f64>,
     complex: Compiled<c64>,
+    /// For an unsliced element-wise product of one layout (`ij,ij->ij`), the kernel that
+    /// writes float64 value and gradients in one pass and scans their range on the way.
+    hadamard: Option<Hadamard>,
 }
 
 /// The element types, and where each keeps its compiled programs.
 trait Dtype: FromReal + Element {
     fn compiled(inner: &Inner) -> &Compiled<Self>;
+    /// The tensors as float64 ones, if that is their type (`Hadamard` takes no other).
+    fn real(t: &[Tensor<Self>]) -> Option<&[Tensor<f64>]>;
 }
 
 impl Dtype for f64 {
     fn compiled(inner: &Inner) -> &Compiled<f64> {
         &inner.real
     }
+    fn real(t: &[Tensor<f64>]) -> Option<&[Tensor<f64>]> {
+        Some(t)
+    }
 }
 
 impl Dtype for c64 {
     fn compiled(inner: &Inner) -> &Compiled<c64> {
         &inner.complex
+    }
+    fn real(_: &[Tensor<c64>]) -> Option<&[Tensor<f64>]> {
+        None
     }
 }
 
@@ -217,7 +228,17 @@ impl Inner {
             )),
             _ => einsum_error(e),
         })?;
-        Ok(Inner { plan, report, shapes, output_shape, slice_plan, real: Compiled::new(), complex: Compiled::new() })
+        let hadamard = if slice_plan.labels().is_empty() { Hadamard::for_plan(&plan) } else { None };
+        Ok(Inner {
+            plan,
+            report,
+            shapes,
+            output_shape,
+            slice_plan,
+            real: Compiled::new(),
+            complex: Compiled::new(),
+            hadamard,
+        })
     }
 
     fn is_sliced(&self) -> bool {
@@ -336,6 +357,11 @@ impl Inner {
         range: std::ops::Range<u64>,
         blocks: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if range == (0..1) && !blocks {
+            if let Some((value, _)) = self.hadamard_value(py, operands, limit)? {
+                return Ok(value);
+            }
+        }
         self.check_memory::<T>(limit)?;
         let work = self.slice_plan.multiply_adds();
         // The threads `run` will use (one below `POOL_MIN_WORK`).
@@ -479,6 +505,11 @@ impl Inner {
         blocks: bool,
         cotangent_first: Option<u64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
+        if range == (0..1) && !blocks && cotangent_first.is_none() {
+            if let Some((value_and_grads, _)) = self.hadamard_value_and_grad(py, operands, d)? {
+                return Ok(value_and_grads);
+            }
+        }
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = 3.0 * self.slice_plan.multiply_adds();
@@ -495,6 +526,44 @@ impl Inner {
             (convert::to_numpy(py, v)?.into_any(), grads)
         };
         PyTuple::new(py, [value, to_tuple(py, grads)?.into_any()])
+    }
+}
+
+impl Inner {
+    /// The value of an element-wise product of float64 operands and whether it left
+    /// float64's range, from one pass that scans the result as it writes it
+    /// ([`Hadamard`]); `None` for any other expression or element type.
+    fn hadamard_value<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        limit: Option<f64>,
+    ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
+        let (Some(h), Some([a, b])) = (&self.hadamard, T::real(operands)) else { return Ok(None) };
+        self.check_memory::<f64>(limit)?;
+        let work = self.slice_plan.multiply_adds();
+        let (value, scan) = run_on(py, work, |t| h.uses_threads(t), || h.value_with_range(a, b))?;
+        Ok(Some((convert::to_numpy(py, value)?.into_any(), scan.left_range())))
+    }
+
+    /// `(value, grads)` of an element-wise product of float64 operands and whether any of
+    /// them left float64's range, from one pass that reads the operands and the cotangent
+    /// once and scans the results as it writes them ([`Hadamard::value_and_grad`]); `None`
+    /// for any other expression or element type.
+    fn hadamard_value_and_grad<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        d: &Derivative<'_, 'py>,
+    ) -> PyResult<Option<(Bound<'py, PyTuple>, bool)>> {
+        let (Some(h), Some([a, b])) = (&self.hadamard, T::real(operands)) else { return Ok(None) };
+        self.check_memory::<f64>(d.limit)?;
+        let c = self.cotangent::<f64>(d.cotangent)?;
+        let work = 3.0 * self.slice_plan.multiply_adds();
+        let wrt = &d.wrt;
+        let out = run_on(py, work, |t| h.uses_threads(t), || h.value_and_grad(a, b, &c, wrt))?;
+        let value = convert::to_numpy(py, out.value)?.into_any();
+        Ok(Some((PyTuple::new(py, [value, to_tuple(py, out.grads)?.into_any()])?, out.left_range)))
     }
 }
 
@@ -678,6 +747,43 @@ impl Expression {
         by_dtype!(self.inner.operands(operands)?, t => self.inner.eval(py, &t, self.memory_limit))
     }
 
+    /// `(result, left)`: the contraction as `__call__` gives it, and whether it left
+    /// float64's range (`scaled.rs`'s `left_range`) where the kernel found that out while
+    /// writing it (an element-wise product of float64 operands), else `None`: the caller
+    /// then reads the result for it. Saves `strip_exponent=None` a second pass over a
+    /// result that a memory-bound kernel has just written.
+    #[pyo3(signature = (*operands))]
+    fn _call_checked<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
+        let inner = &self.inner;
+        by_dtype!(inner.operands(operands)?, t => match inner.hadamard_value(py, &t, self.memory_limit)? {
+            Some((value, left)) => Ok((value, Some(left))),
+            None => Ok((inner.eval(py, &t, self.memory_limit)?, None)),
+        })
+    }
+
+    /// `(value, grads, left)`: `_value_and_grad` without a checkpoint, and whether the
+    /// value or a gradient left float64's range where the kernel found that out while
+    /// writing them (as `_call_checked`), else `None`.
+    #[pyo3(signature = (operands, wrt=None, cotangent=None))]
+    fn _value_and_grad_checked<'py>(
+        &self,
+        py: Python<'py>,
+        operands: &Bound<'py, PyTuple>,
+        wrt: Option<Vec<usize>>,
+        cotangent: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Option<bool>)> {
+        let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
+        let (pair, left) = by_dtype!(inner.operands(operands)?, t => match inner.hadamard_value_and_grad(py, &t, &d)? {
+            Some((pair, left)) => (pair, Some(left)),
+            None => (inner.value_and_grad(py, &t, &d)?, None),
+        });
+        Ok((pair.get_item(0)?, pair.get_item(1)?, left))
+    }
+
     /// `(value, grads)`: the contraction and the vector-Jacobian products with respect to
     /// the operands `wrt` (all if `None`) for `cotangent` (1 for a scalar output if `None`).
     /// With `checkpoint` (a byte target, `"64MiB"` or a number of bytes, read by
@@ -858,6 +964,37 @@ pub fn contract<'py>(
     sliced_inds: Option<Vec<char>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (ops, shapes) = convert::operands(operands)?;
+    let inner = cached_inner(py, eq, shapes, path, memory_limit, sliced_inds)?;
+    by_dtype!(ops, t => inner.eval(py, &t, memory_limit))
+}
+
+/// `_contract_checked(eq, operands)`: `(result, left)`, `contract`'s result along the
+/// greedy path and whether it left float64's range where the kernel found that out while
+/// writing it (an element-wise product of float64 operands), else `None`, as
+/// `Expression._call_checked` says it for `strip_exponent=None`.
+#[pyfunction]
+pub fn _contract_checked<'py>(
+    py: Python<'py>,
+    eq: &str,
+    operands: &Bound<'py, PyTuple>,
+) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
+    let (ops, shapes) = convert::operands(operands)?;
+    let inner = cached_inner(py, eq, shapes, None, None, None)?;
+    by_dtype!(ops, t => match inner.hadamard_value(py, &t, None)? {
+        Some((value, left)) => Ok((value, Some(left))),
+        None => Ok((inner.eval(py, &t, None)?, None)),
+    })
+}
+
+/// [`contract`]'s plan for these arguments: from the cache, or made and cached.
+fn cached_inner(
+    py: Python<'_>,
+    eq: &str,
+    shapes: Vec<Vec<usize>>,
+    path: Option<PathArg>,
+    memory_limit: Option<f64>,
+    sliced_inds: Option<Vec<char>>,
+) -> PyResult<Arc<Inner>> {
     let key: Key = (eq.to_string(), shapes, path, memory_limit.map(f64::to_bits), sliced_inds);
     let found = lock(&CACHE).get(&key).cloned();
     let inner = match found {
@@ -874,7 +1011,7 @@ pub fn contract<'py>(
             i
         }
     };
-    by_dtype!(ops, t => inner.eval(py, &t, memory_limit))
+    Ok(inner)
 }
 
 /// Whether `name` names one of the einsum crate's path finders (`PathChoice`'s `FromStr`,

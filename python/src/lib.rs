@@ -8,7 +8,9 @@
 //! - `convert.rs`: numpy arrays to `einsum::Tensor` and back;
 //! - `expression.rs`: `Expression` (compiled once per element type, sliced when
 //!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
-//!   (a bounded cache of expressions);
+//!   (a bounded cache of expressions); an element-wise product of one layout runs
+//!   `einsum::Hadamard`'s one pass, whose range verdict `_call_checked`,
+//!   `_value_and_grad_checked` and `_contract_checked` hand to `strip_exponent=None`;
 //! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`, and
 //!   `check_hyper_options`, its arguments checked when it is made;
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;
@@ -126,6 +128,7 @@ fn release_buffers() {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<expression::Expression>()?;
     m.add_function(wrap_pyfunction!(expression::contract, m)?)?;
+    m.add_function(wrap_pyfunction!(expression::_contract_checked, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_budget, m)?)?;
     m.add_function(wrap_pyfunction!(memory_budget, m)?)?;
     m.add_function(wrap_pyfunction!(expression::is_path_finder, m)?)?;

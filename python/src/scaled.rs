@@ -5,9 +5,11 @@
 //! more than a small contraction. `any_left_range`: the same test over a value and its
 //! gradients in one call, without the GIL, the contiguous float64 arrays read in chunks
 //! over the call's threads (the test reads every gradient entry once more, at memory
-//! bandwidth, which a second core adds to).
+//! bandwidth, which a second core adds to). The scan of a contiguous array is
+//! `einsum::RangeScan`'s, the one an element-wise product (`einsum::Hadamard`) makes while
+//! it writes its results, whose expressions therefore need no call here.
 
-use einsum::c64;
+use einsum::{RangeScan, c64};
 use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -33,43 +35,11 @@ fn outside(m: impl Iterator<Item = f64>) -> bool {
     largest > 0.0 && largest < f64::MIN_POSITIVE
 }
 
-/// [`outside`] of a contiguous float64 slice, in lanes the compiler vectorizes: the
-/// early return and `f64::max` of the plain loop keep it scalar, and the test of a large
-/// result then cost more than the element-wise product that made it. A lane's `x · 0` sum
-/// turns NaN at the first entry that is not finite and stays NaN; its largest modulus is
-/// kept by a comparison, which NaN entries skip (the sum has caught them).
+/// [`outside`] of a contiguous float64 slice, by `einsum::RangeScan` (lanes the compiler
+/// vectorizes: the early return and `f64::max` of the plain loop keep it scalar, and the
+/// test of a large result then cost more than the element-wise product that made it).
 fn outside_slice(s: &[f64]) -> bool {
-    let (not_finite, largest) = scan(s);
-    not_finite || (largest > 0.0 && largest < f64::MIN_POSITIVE)
-}
-
-/// Whether `s` holds an entry that is not finite, and (when it does not) its largest
-/// modulus, in the lanes of [`outside_slice`]; chunks of one array combine by `or` and
-/// `max`.
-fn scan(s: &[f64]) -> (bool, f64) {
-    const LANES: usize = 8;
-    let mut largest = [0.0f64; LANES];
-    let mut nan = [0.0f64; LANES];
-    let chunks = s.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for i in 0..LANES {
-            let x = c[i].abs();
-            largest[i] = if x > largest[i] { x } else { largest[i] };
-            nan[i] += c[i] * 0.0;
-        }
-    }
-    if nan.iter().any(|v| v.is_nan()) {
-        return (true, f64::INFINITY);
-    }
-    let mut top = 0.0f64;
-    for x in largest.into_iter().chain(tail.iter().map(|v| v.abs())) {
-        if !x.is_finite() {
-            return (true, f64::INFINITY);
-        }
-        top = top.max(x);
-    }
-    (false, top)
+    RangeScan::of(s).left_range()
 }
 
 /// `left_range(x)`: for a float64 or complex128 numpy array, whether an entry is not
@@ -137,11 +107,10 @@ fn any_outside_par(slices: &[&[f64]]) -> bool {
     use rayon::prelude::*;
     let chunks: Vec<(usize, &[f64])> =
         slices.iter().enumerate().flat_map(|(i, s)| s.chunks(CHUNK).map(move |c| (i, c))).collect();
-    let scanned: Vec<(usize, (bool, f64))> = chunks.par_iter().map(|&(i, c)| (i, scan(c))).collect();
-    let mut per = vec![(false, 0.0f64); slices.len()];
-    for (i, (not_finite, largest)) in scanned {
-        per[i].0 |= not_finite;
-        per[i].1 = per[i].1.max(largest);
+    let scanned: Vec<(usize, RangeScan)> = chunks.par_iter().map(|&(i, c)| (i, RangeScan::of(c))).collect();
+    let mut per = vec![RangeScan::EMPTY; slices.len()];
+    for (i, scan) in scanned {
+        per[i] = per[i].merge(scan);
     }
-    per.iter().any(|&(not_finite, largest)| not_finite || (largest > 0.0 && largest < f64::MIN_POSITIVE))
+    per.iter().any(RangeScan::left_range)
 }
