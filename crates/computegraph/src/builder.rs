@@ -295,6 +295,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             return;
         }
         let g = &mut self.graph;
+        if g.ops_base == 0 {
+            // The first batch: the graph is large, so it grows into the columns its thread
+            // kept from the last one it dropped, where they have more room.
+            g.grow_into_kept_columns();
+        }
         g.ops_base = g.op_key.len();
         g.own_ops.clear();
     }

@@ -790,6 +790,31 @@ impl<Op: GraphOperation> Graph<Op> {
         });
     }
 
+    /// Moves a growing builder graph's columns into those its thread kept
+    /// ([`Graph::keep_columns`]) where these have more room, entries copied: for a build
+    /// that reserved nothing, once its first interned batch shows it is large
+    /// (`GraphBuilder::intern_batch`), so that it grows into pages the process has instead
+    /// of reallocating each column as it doubles. A graph that ends far smaller than the
+    /// room it took gives the rest back when the builder shrinks its columns.
+    pub(crate) fn grow_into_kept_columns(&mut self) {
+        let Ok(kept) = KEPT_COLUMNS.try_with(std::cell::Cell::take) else { return };
+        fn grown<T: Copy>(current: Vec<T>, mut kept: Vec<T>) -> Vec<T> {
+            if kept.capacity() <= current.capacity() {
+                return current;
+            }
+            kept.clear();
+            kept.extend_from_slice(&current);
+            kept
+        }
+        self.value_op = IdVec::from_raw(grown(std::mem::take(&mut self.value_op).into_raw(), kept.value_op));
+        self.value_key = IdVec::from_raw(grown(std::mem::take(&mut self.value_key).into_raw(), kept.value_key));
+        self.op_key = IdVec::from_raw(grown(std::mem::take(&mut self.op_key).into_raw(), kept.op_key));
+        self.op_first_output =
+            IdVec::from_raw(grown(std::mem::take(&mut self.op_first_output).into_raw(), kept.op_first_output));
+        let (starts, items) = std::mem::take(&mut self.op_inputs).into_parts();
+        self.op_inputs = ListPool::from_filled_parts(grown(starts, kept.input_starts), grown(items, kept.input_items));
+    }
+
     /// Gives a builder's empty graph the columns its thread kept ([`Graph::keep_columns`])
     /// that have room for `values` values, `operations` operations and `operands`
     /// operands and are at most four times that; the caller reserves the rest.
@@ -860,8 +885,16 @@ mod tests {
     /// A chain of `n` `Neg` on one input, built with room reserved, and where its columns
     /// live.
     fn reserved_chain(n: usize) -> (Graph<Neg>, [usize; 4]) {
+        chain(n, true)
+    }
+
+    /// A chain of `n` `Neg` on one input, built with room reserved or not, and where its
+    /// columns live.
+    fn chain(n: usize, reserve: bool) -> (Graph<Neg>, [usize; 4]) {
         let mut b = GraphBuilder::with_interner(KeyInterner::new());
-        b.reserve(n + 1, n, n);
+        if reserve {
+            b.reserve(n + 1, n, n);
+        }
         let mut v = b.add_input(0);
         for _ in 0..n {
             v = b.add_operation(Neg, [ValueRef::Local(v)], OperationRole::Primary)[0];
@@ -903,5 +936,26 @@ mod tests {
         // 4001 values of about 28 bytes each: below `KEEP_MIN_BYTES`.
         drop(small);
         assert_eq!(kept_value_op_capacity(), 0);
+    }
+
+    /// A build that reserved nothing grows, after its first batch, into the columns its
+    /// thread kept (`Graph::grow_into_kept_columns`): a second build of the same chain ends
+    /// in the first one's allocations, with the same operations; a chain too short to
+    /// flush a batch does not take them.
+    #[test]
+    fn an_unreserved_build_grows_into_the_kept_columns() {
+        let n = 20_000;
+        let ops = |g: &Graph<Neg>| -> Vec<_> {
+            g.operations().map(|op| (op.operation().clone(), op.local_inputs().collect::<Vec<_>>())).collect()
+        };
+        let (first, at) = chain(n, false);
+        let first_ops = ops(&first);
+        drop(first);
+        let (short, _) = chain(100, false);
+        assert!(short.value_op.capacity() < 1000, "a short build keeps its own columns");
+        drop(short);
+        let (again, again_at) = chain(n, false);
+        assert_eq!(again_at, at);
+        assert_eq!(ops(&again), first_ops);
     }
 }

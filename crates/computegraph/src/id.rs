@@ -403,6 +403,12 @@ impl<T> ListPool<T> {
         ListPool { starts, items }
     }
 
+    /// The pool whose columns `starts` and `items` are (as [`Self::into_parts`] gave them).
+    pub(crate) fn from_filled_parts(starts: Vec<u32>, items: Vec<T>) -> Self {
+        debug_assert!(starts.first() == Some(&0) && starts.last().is_some_and(|&e| e as usize == items.len()));
+        ListPool { starts, items }
+    }
+
     /// The pool's two columns, their allocations kept.
     pub(crate) fn into_parts(self) -> (Vec<u32>, Vec<T>) {
         (self.starts, self.items)

@@ -843,23 +843,24 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..crate::support::proptest_config() })]
 
     /// A reserved build adopts the columns its thread kept from the last fragment it
-    /// dropped, and a fresh interner the last table's slots (`graph.rs`, `optable.rs`):
-    /// specs of any sizes built and dropped one after the other on one thread give the
+    /// dropped, an unreserved one grows into them after its first batch, and a fresh
+    /// interner takes the last table's slots (`graph.rs`, `optable.rs`): specs of any
+    /// sizes built and dropped one after the other on one thread, either way, give the
     /// programs a fresh thread gives (a stale entry in a kept column or slot would change
     /// an operation's operands or interning).
     #[test]
-    fn graphs_built_in_sequence_equal_fresh_ones(specs in proptest::collection::vec((3_000usize..10_000, 0u64..1000), 1..3)) {
-        let program = |spec: &GraphSpec| {
-            let built = spec.build_single(&fresh()).unwrap();
+    fn graphs_built_in_sequence_equal_fresh_ones(specs in proptest::collection::vec((3_000usize..10_000, 0u64..1000, any::<bool>()), 1..4)) {
+        let program = |spec: &GraphSpec, reserved: bool| {
+            let built = if reserved { spec.build_single(&fresh()) } else { spec.build(&fresh(), 1) }.unwrap();
             built.graphs[0].verify().unwrap();
             let m = computegraph::try_materialize_merge(&resolve(built.graphs.clone()), &built.outputs).unwrap();
             try_compile(&m).unwrap().to_string()
         };
-        for (n, seed) in specs {
+        for (n, seed, reserved) in specs {
             let spec = workloads::random_dag(n, Operands::Window(64), 0.3, seed);
-            let here = program(&spec);
-            let alone = std::thread::scope(|s| s.spawn(|| program(&spec)).join().unwrap());
-            prop_assert_eq!(here, alone, "n = {}, seed = {}", n, seed);
+            let here = program(&spec, reserved);
+            let alone = std::thread::scope(|s| s.spawn(|| program(&spec, reserved)).join().unwrap());
+            prop_assert_eq!(here, alone, "n = {}, seed = {}, reserved = {}", n, seed, reserved);
         }
     }
 }
