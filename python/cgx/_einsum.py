@@ -183,20 +183,10 @@ def _contract_scaled(
 def _contract_checked(
     eq: str, operands: tuple[Any, ...], optimize: Any, memory_limit: Any, sliced: Optional[list[str]], kwargs: dict[str, Any]
 ) -> tuple[Any, Optional[bool]]:
-    """``(result, left)``: ``_contract``'s result and, where the engine's kernel found it
-    out while writing the result (an element-wise product, on ``_contract``'s common path),
-    whether it left float64's range; ``None`` otherwise."""
-    greedy = optimize == "greedy" if isinstance(optimize, str) else optimize is None
-    if not kwargs and greedy and memory_limit is None and sliced is None and not _sharing.ACTIVE:
-        if _dispatch.foreign(operands) is None and engine_dtypes(operands):
-            return _core._contract_checked(eq, operands)
-    return _contract(eq, operands, optimize, memory_limit, sliced, kwargs), None
-
-
-def _contract(
-    eq: str, operands: tuple[Any, ...], optimize: Any, memory_limit: Any, sliced: Optional[list[str]], kwargs: dict[str, Any]
-) -> Any:
-    """:func:`contract` after its arguments are read, without ``strip_exponent``."""
+    """:func:`contract` after its arguments are read, without ``strip_exponent``:
+    ``(result, left)``, with ``left`` whether the result left float64's range where the
+    engine's kernel found that out while writing it (an element-wise product, on the
+    common path), ``None`` otherwise."""
     if kwargs:
         backend = kwargs.get("backend", "auto")
         library = _dispatch.library(operands, backend)
@@ -209,24 +199,24 @@ def _contract(
             operands = tuple(np.asarray(x, dtype=object) for x in operands)
             kwargs = {k: v for k, v in kwargs.items() if k != "backend"}
         else:
-            return _contract_foreign(eq, operands, optimize, memory_limit, library, backend != "auto", kwargs)
+            return _contract_foreign(eq, operands, optimize, memory_limit, library, backend != "auto", kwargs), None
     if kwargs:
         for name in kwargs:
             if name not in NUMPY_KWARGS:
                 raise TypeError(f"contract() got an unexpected keyword argument {name!r}")
-        return _contract_numpy_kwargs(eq, operands, optimize, memory_limit, sliced, **kwargs)
+        return _contract_numpy_kwargs(eq, operands, optimize, memory_limit, sliced, **kwargs), None
     if _sharing.ACTIVE and memory_limit is None and sliced is None:
         cache = _sharing.current()
         if cache is not None:
-            return _contract_shared(cache, eq, operands, optimize)
+            return _contract_shared(cache, eq, operands, optimize), None
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         if engine_dtypes(operands):  # the common case, without a further call
-            return _core.contract(eq, operands)
-        return contract_cast(eq, operands)
+            return _core._contract_checked(eq, operands)
+        return contract_cast(eq, operands), None
     shapes = [shape_of(x, False) for x in operands]
     limit = memory_limit_of(memory_limit, shapes)
     path = find_path(eq, shapes, optimize, limit)
-    return _numpy.contract_typed(eq, operands, path, limit, optimizer_slices(optimize, sliced))
+    return _numpy.contract_typed(eq, operands, path, limit, optimizer_slices(optimize, sliced)), None
 
 
 # Plans of contractions done by other libraries, by (eq, shapes, optimize): a jitted JAX

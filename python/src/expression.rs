@@ -546,6 +546,21 @@ impl Inner {
         Ok(Some((convert::to_numpy(py, value)?.into_any(), scan.left_range())))
     }
 
+    /// [`Inner::eval`]'s result for the whole contraction, and whether it left float64's
+    /// range where the element-wise kernel found that out while writing it, else `None`
+    /// (the caller reads the result for it).
+    fn eval_checked<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        limit: Option<f64>,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
+        match self.hadamard_value(py, operands, limit)? {
+            Some((value, left)) => Ok((value, Some(left))),
+            None => Ok((self.eval(py, operands, limit)?, None)),
+        }
+    }
+
     /// `(value, grads)` of an element-wise product of float64 operands and whether any of
     /// them left float64's range, from one pass that reads the operands and the cotangent
     /// once and scans the results as it writes them ([`Hadamard::value_and_grad`]); `None`
@@ -758,11 +773,7 @@ impl Expression {
         py: Python<'py>,
         operands: &Bound<'py, PyTuple>,
     ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
-        let inner = &self.inner;
-        by_dtype!(inner.operands(operands)?, t => match inner.hadamard_value(py, &t, self.memory_limit)? {
-            Some((value, left)) => Ok((value, Some(left))),
-            None => Ok((inner.eval(py, &t, self.memory_limit)?, None)),
-        })
+        by_dtype!(self.inner.operands(operands)?, t => self.inner.eval_checked(py, &t, self.memory_limit))
     }
 
     /// `(value, grads, left)`: `_value_and_grad` without a checkpoint, and whether the
@@ -980,10 +991,7 @@ pub fn _contract_checked<'py>(
 ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
     let (ops, shapes) = convert::operands(operands)?;
     let inner = cached_inner(py, eq, shapes, None, None, None)?;
-    by_dtype!(ops, t => match inner.hadamard_value(py, &t, None)? {
-        Some((value, left)) => Ok((value, Some(left))),
-        None => Ok((inner.eval(py, &t, None)?, None)),
-    })
+    by_dtype!(ops, t => inner.eval_checked(py, &t, None))
 }
 
 /// [`contract`]'s plan for these arguments: from the cache, or made and cached.

@@ -757,24 +757,20 @@ impl<Op: GraphOperation> Graph<Op> {
     /// build faults every page in again (docs/PERFORMANCE.md, "Issue 38: the build's warm
     /// page faults").
     fn keep_columns(&mut self) {
-        fn bytes<T>(v: &Vec<T>) -> usize {
-            v.capacity().saturating_mul(size_of::<T>())
-        }
-        let (starts, items) = self.op_inputs.capacities();
         let sizes = [
-            self.value_op.capacity() * size_of::<Option<LocalOperationId>>(),
-            self.value_key.capacity() * size_of::<KeyId>(),
-            self.op_key.capacity() * size_of::<OperationKeyId>(),
-            self.op_first_output.capacity() * size_of::<LocalValueId>(),
-            starts * 4,
-            items * size_of::<PackedInputRef>(),
+            self.value_op.heap_bytes(),
+            self.value_key.heap_bytes(),
+            self.op_key.heap_bytes(),
+            self.op_first_output.heap_bytes(),
+            self.op_inputs.starts_bytes(),
+            self.op_inputs.items_bytes(),
         ];
         if sizes.iter().sum::<usize>() < KEEP_MIN_BYTES || sizes.iter().any(|&b| b > crate::hugepages::KEEP_MAX_BYTES) {
             return;
         }
         let _ = KEPT_COLUMNS.try_with(|k| {
             let kept = k.take();
-            if bytes(&kept.value_op) >= sizes[0] {
+            if kept.value_op.capacity() >= self.value_op.capacity() {
                 k.set(kept);
                 return;
             }

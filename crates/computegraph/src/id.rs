@@ -414,11 +414,6 @@ impl<T> ListPool<T> {
         (self.starts, self.items)
     }
 
-    /// Room in the two columns: lists, items.
-    pub(crate) fn capacities(&self) -> (usize, usize) {
-        (self.starts.capacity().saturating_sub(1), self.items.capacity())
-    }
-
     /// [`Self::with_capacity`] with both columns advised for huge pages
     /// (`hugepages.rs`): for a pool a pass fills once, front to back.
     pub(crate) fn with_capacity_huge(lists: usize, items: usize) -> Self {
