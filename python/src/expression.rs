@@ -67,9 +67,15 @@ const DETACH_MIN_WORK: f64 = 32_768.0;
 const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 
 /// Below this many multiply-adds a call stays on the calling thread whatever threads it
-/// asks for: no kernel of the einsum crate splits below `2^20` multiply-adds or elements,
-/// and entering a pool costs microseconds.
-const POOL_MIN_WORK: f64 = 1_048_576.0;
+/// asks for: handing a call to the pool wakes two of its threads, the one that takes the
+/// call and the one that helps, and wakes the Python thread again at the end: up to two
+/// tenths of a millisecond among other libraries' calls, more than the split of a call
+/// this small saves, though the einsum crate's estimate (which prices one wake-up)
+/// expects a gain.
+/// `bin_batched_matmul_b32_m64_n64_k64`'s forward (`2^23`) took 0.43 ms on one thread and
+/// on two alone, and 0.51 → 0.59 and 0.54 → 0.71 ms among the peers' calls
+/// (`docs/PERFORMANCE.md`, two40); `bin_matmul_256`'s (`2^24`) gained on two.
+const POOL_MIN_WORK: f64 = 16_777_216.0;
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
 const CACHE_CAPACITY: usize = 512;

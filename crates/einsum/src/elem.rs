@@ -248,8 +248,7 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
             if n >= m {
                 let (mut dst, mut rhs) = (dst, rhs);
                 for left in (1..=parts).rev() {
-                    let w =
-                        if left == 1 { dst.ncols() } else { (dst.ncols() / left).next_multiple_of(8).min(dst.ncols()) };
+                    let w = split_block(dst.ncols(), left);
                     let (d0, d1) = dst.split_at_col_mut(w);
                     let (r0, r1) = rhs.split_at_col(w);
                     blocks.push((d0, lhs, r0));
@@ -258,8 +257,7 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
             } else {
                 let (mut dst, mut lhs) = (dst, lhs);
                 for left in (1..=parts).rev() {
-                    let h =
-                        if left == 1 { dst.nrows() } else { (dst.nrows() / left).next_multiple_of(8).min(dst.nrows()) };
+                    let h = split_block(dst.nrows(), left);
                     let (d0, d1) = dst.split_at_row_mut(h);
                     let (l0, l1) = lhs.split_at_row(h);
                     blocks.push((d0, l0, rhs));
@@ -281,6 +279,14 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
 /// instance moved; `docs/performance-history.md`, *Two threads, a GEMM splits from 2^20
 /// multiply-adds*.)
 pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 20;
+
+/// The rows (or columns) the next block of a split GEMM takes when `rest` remain for
+/// `left` blocks: all of them for the last block, else an even share rounded up to a
+/// multiple of 8 (faer's micro-kernels work in such panels). `gemm_loop.rs`'s read-ahead
+/// cuts an operand by the same rule, so that each thread reads the part it multiplies.
+pub(crate) fn split_block(rest: usize, left: usize) -> usize {
+    if left <= 1 { rest } else { (rest / left).next_multiple_of(8).min(rest) }
+}
 
 /// How one `m × k` by `k × n` GEMM runs: split over the threads of the rayon pool the
 /// caller runs in ([`Einsum::eval_parallel`](crate::Einsum::eval_parallel) enters one)

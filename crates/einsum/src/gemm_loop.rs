@@ -7,8 +7,9 @@
 //! labels (inline for tiny products, `small_gemm.rs`; faer otherwise), accumulating where
 //! a looped label is absent from `c`, and cuts one large GEMM into blocks between reads of
 //! the stop flag. [`batch_chunks`] says how a loop of small GEMMs is spread over a pool.
-//! Before a GEMM of some size, its operands are read once in storage order ([`warm_up`]),
-//! so that faer's strided reads of an operand it does not pack find it in the cache.
+//! Before a GEMM of some size, its operands are read once in storage order ([`warm_parts`];
+//! on a pool's threads, each reads the part of the split operand it will multiply), so
+//! that faer's strided reads of an operand it does not pack find it in the cache.
 //!
 //! Invariants: every element of `c`'s blocks is written by the first GEMM that reaches it
 //! and accumulated into by later ones; nothing else of `c` is touched. Cost: the GEMMs'
@@ -17,7 +18,7 @@
 
 use smallvec::SmallVec;
 
-use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut};
+use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut, split_block};
 use crate::small_gemm::{SMALL_GEMM_MAX_MACS, small_gemm};
 use crate::thin_gemm::thin_gemm;
 
@@ -114,12 +115,19 @@ pub(crate) fn gemm_loop<T: Elem>(
     // Each element of `a` takes part in `n` multiply-adds, of `b` in `m`.
     let large = [m, n, k].iter().product::<usize>() >= WARM_MIN_MACS;
     let warm = [large && n < WARM_MAX_REUSE, large && m < WARM_MAX_REUSE];
+    // The operand a split GEMM cuts (`elem.rs`: `a`'s rows, or `b`'s columns when `n ≥ m`)
+    // is read ahead in the same parts on the same threads ([`warm_parts`]).
+    let parts = split_parts(m.saturating_mul(n).saturating_mul(k));
     for _ in 0..nl {
         if warm[0] {
-            warm_up(&a_data[pa..], [m, k], a_view.strides);
+            let cut = if parts > 1 && n < m { parts } else { 1 };
+            warm_parts(&a_data[pa..], [m, k], a_view.strides, cut);
         }
         if warm[1] {
-            warm_up(&b_data[pb..], [k, n], b_view.strides);
+            // `b`'s columns are the rows of its transpose.
+            let cut = if parts > 1 && n >= m { parts } else { 1 };
+            let [rs, cs] = b_view.strides;
+            warm_parts(&b_data[pb..], [n, k], [cs, rs], cut);
         }
         let mut at = if thin(
             conj,
@@ -174,7 +182,7 @@ pub(crate) fn gemm_loop<T: Elem>(
 }
 
 /// Multiply-adds of one GEMM from which its operands are fetched into the cache in
-/// storage order before it runs ([`warm_up`]).
+/// storage order before it runs ([`warm_parts`]).
 const WARM_MIN_MACS: usize = 1 << 18;
 
 /// An operand is read ahead only when each of its elements takes part in fewer
@@ -184,19 +192,44 @@ const WARM_MIN_MACS: usize = 1 << 18;
 /// took 0.27 ms against 0.25, `bin_matmul_256` 2% longer.
 const WARM_MAX_REUSE: usize = 64;
 
-/// The most bytes of one operand [`warm_up`] reads ahead: twice a core's L2 cache (2 MiB
+/// The most bytes of one operand [`warm_parts`] reads ahead: twice a core's L2 cache (2 MiB
 /// here). A larger operand is not kept whole by the cache while the GEMM runs, and its
 /// GEMM is long enough that faer's own packing streams it (on the matrix chain, caps of
 /// 2, 4 and 100 MB gave the same times; 1 MB left its 1.5 to 2 MB inputs cold).
 const WARM_MAX_BYTES: usize = 4 << 20;
 
-/// Reads one element of each cache line of an `r × c` matrix with strides `s`, in storage order, ahead
-/// of a GEMM that reads it. Why: faer reads an operand it does not pack along its other
-/// dimension, a few cache lines per row with rows thousands of bytes apart, which the
-/// hardware prefetcher does not follow; an operand that is not in the cache (a network's
-/// input, read once per evaluation) then costs a memory latency per line. The matrix
-/// chain's steps of `480 × 404 × 21` took 0.74 ms in the program against 0.19 ms hot.
-fn warm_up<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2]) {
+/// How many parts `elem.rs`'s GEMM of `macs` multiply-adds cuts its output into: the
+/// current pool's threads from `PAR_GEMM_MIN_MACS` on (inside a pool), else one.
+fn split_parts(macs: usize) -> usize {
+    let in_pool = rayon::current_thread_index().is_some();
+    if in_pool && macs >= PAR_GEMM_MIN_MACS { rayon::current_num_threads() } else { 1 }
+}
+
+/// The row ranges `elem.rs`'s split GEMM gives its `parts` blocks of an `r`-row side: each
+/// block but the last `rest / left` rows rounded up to a multiple of 8, in order.
+fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
+    let mut out = SmallVec::new();
+    let mut at = 0;
+    for left in (1..=parts.max(1)).rev() {
+        let h = split_block(r - at, left);
+        out.push((at, at + h));
+        at += h;
+    }
+    out
+}
+
+/// Reads an `r × c` matrix with strides `s` ahead of a GEMM that reads it, once per cache
+/// line, its rows cut into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each
+/// read by the pool's thread that will multiply it (rayon gives the blocks of both
+/// parallel loops out alike: the first on the calling thread, the next to the thread that
+/// steals it). Why: faer reads an operand it does not pack along its other dimension, a
+/// few cache lines per row with rows thousands of bytes apart, which the hardware
+/// prefetcher does not follow; an operand that is not in the cache (a network's input,
+/// read once per evaluation) then costs a memory latency per line. The matrix chain's
+/// steps of `480 × 404 × 21` took 0.74 ms in the program against 0.19 ms hot. Read by one
+/// thread, the read-ahead stayed on one core while the GEMM split over two: the chain's
+/// forward on two threads spent as long reading its 72 MB of inputs as on one.
+fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], parts: usize) {
     if r == 0 || c == 0 {
         return;
     }
@@ -204,11 +237,58 @@ fn warm_up<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2]) {
     if std::mem::size_of_val(&data[..span]) > WARM_MAX_BYTES {
         return;
     }
-    // One read per cache line, in order: the loads are independent, so the core keeps many
-    // in flight and the hardware prefetcher follows the stream (a prefetch instruction
-    // would need `unsafe`, which this crate forbids).
+    if parts < 2 {
+        // The whole span, as one thread always read it.
+        return read_lines(&data[..span]);
+    }
+    use rayon::prelude::*;
+    let ranges = cuts(r, parts);
+    ranges.into_par_iter().for_each(|rows| warm_rows(&data[..span], [rows.0, rows.1], c, [rs, cs]));
+}
+
+/// Reads rows `r0..r1` (all `c` columns, strides `[rs, cs]`) of the matrix at the start
+/// of `data`, one element per cache line, in storage order: each column's run of those
+/// rows when the rows are contiguous and a run fills a cache line, the rows' whole span
+/// otherwise.
+fn warm_rows<T: Elem>(data: &[T], rows: [usize; 2], c: usize, strides: [usize; 2]) {
+    let line = (64 / std::mem::size_of::<T>()).max(1);
+    row_runs(data.len(), rows, c, strides, line, |lo, hi| read_lines(&data[lo..hi]));
+}
+
+/// The index ranges [`warm_rows`] reads (of a slice of `len` elements, `line` elements a
+/// cache line), in storage order, each passed to `run`.
+fn row_runs(
+    len: usize,
+    [r0, r1]: [usize; 2],
+    c: usize,
+    [rs, cs]: [usize; 2],
+    line: usize,
+    mut run: impl FnMut(usize, usize),
+) {
+    if r0 >= r1 || c == 0 {
+        return;
+    }
+    let mut emit = |lo: usize, hi: usize| {
+        let (lo, hi) = (lo.min(len), hi.min(len));
+        if lo < hi {
+            run(lo, hi);
+        }
+    };
+    if rs == 1 && c > 1 && r1 - r0 >= line {
+        for j in 0..c {
+            emit(j * cs + r0, j * cs + r1);
+        }
+    } else {
+        emit(r0 * rs, (r1 - 1) * rs + (c - 1) * cs + 1);
+    }
+}
+
+/// One read per cache line of `data` and of its last element, in order: the loads are
+/// independent, so the core keeps many in flight and the hardware prefetcher follows the
+/// stream (a prefetch instruction would need `unsafe`, which this crate forbids).
+fn read_lines<T: Elem>(data: &[T]) {
     let per_line = (64 / std::mem::size_of::<T>()).max(1);
-    let seen = data[..span].iter().step_by(per_line).fold(0u64, |h, x| h ^ x.to_bits()[0]);
+    let seen = data.iter().step_by(per_line).chain(data.last()).fold(0u64, |h, x| h ^ x.to_bits()[0]);
     std::hint::black_box(seen);
 }
 
@@ -298,7 +378,7 @@ mod tests {
     }
 
     /// GEMMs of at least `WARM_MIN_MACS` multiply-adds with both sides thinner than
-    /// `WARM_MAX_REUSE`, whose operands are read ahead (`warm_up`), the second entry's
+    /// `WARM_MAX_REUSE`, whose operands are read ahead (`warm_parts`), the second entry's
     /// ending where their slices end: in every layout, whole and in blocks, equal a triple
     /// loop.
     #[test]
@@ -312,8 +392,54 @@ mod tests {
         }
     }
 
+    /// Warmed GEMM loops large enough to split, the cut operand read ahead in parts on a
+    /// pool of two threads (`a`'s rows for `n < m`, `b`'s columns otherwise): in every
+    /// layout, equal a triple loop.
+    #[test]
+    fn warmed_split_gemm_loops_match_a_triple_loop() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        for [m, n, k] in [[130, 40, 210], [40, 130, 210]] {
+            assert!(m * n * k >= PAR_GEMM_MIN_MACS && m.min(n) < WARM_MAX_REUSE);
+            assert_eq!(pool.install(|| split_parts(m * n * k)), 2);
+            for layout in [0, 3, 4, 7, 25] {
+                pool.install(|| check_loop(m, n, k, layout, usize::MAX)).unwrap();
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// The parts of a split operand's read-ahead follow `elem.rs`'s cut (each part but
+        /// the last a multiple of 8 rows, the rows in order, none left out), and their runs
+        /// cover every element of those rows, row- or column-major, with or without gaps
+        /// between rows or columns.
+        #[test]
+        fn read_ahead_parts_cover_the_rows_they_cut(
+            r in 1usize..90, c in 1usize..40, pad in 0usize..5, col_major in proptest::bool::ANY, parts in 1usize..5,
+        ) {
+            let strides = if col_major { [1, r + pad] } else { [c + pad, 1] };
+            let len = (r - 1) * strides[0] + (c - 1) * strides[1] + 1;
+            let cut = cuts(r, parts);
+            prop_assert_eq!(cut.len(), parts);
+            prop_assert_eq!(cut[0].0, 0);
+            prop_assert_eq!(cut[parts - 1].1, r);
+            let mut start = 0;
+            for (left, &(r0, r1)) in (1..=parts).rev().zip(&cut) {
+                prop_assert_eq!(r0, start);
+                if left > 1 {
+                    prop_assert_eq!(r1 - r0, ((r - r0) / left).next_multiple_of(8).min(r - r0));
+                }
+                start = r1;
+                let mut seen = vec![false; len];
+                row_runs(len, [r0, r1], c, strides, 8, |lo, hi| seen[lo..hi].iter_mut().for_each(|s| *s = true));
+                for i in r0..r1 {
+                    for j in 0..c {
+                        prop_assert!(seen[i * strides[0] + j * strides[1]], "({i}, {j}) of rows {r0}..{r1}");
+                    }
+                }
+            }
+        }
 
         /// A loop of two GEMMs over a label absent from `c` (the second accumulates), each
         /// cut into blocks (rows of `a`, or columns of `b` for a row-major `c`) that run
