@@ -811,6 +811,20 @@ impl<Op: GraphOperation> Graph<Op> {
         self.op_inputs = ListPool::from_filled_parts(grown(starts, kept.input_starts), grown(items, kept.input_items));
     }
 
+    /// The reserved, not yet written part of each column a builder appends to (as
+    /// `(address, bytes)`), for a helper thread to pre-fault (`prefault.rs`).
+    pub(crate) fn spare_columns(&self) -> [(usize, usize); 6] {
+        use crate::prefault::spare;
+        [
+            spare(self.value_op.raw(), self.value_op.heap_bytes()),
+            spare(self.value_key.raw(), self.value_key.heap_bytes()),
+            spare(self.op_key.raw(), self.op_key.heap_bytes()),
+            spare(self.op_first_output.raw(), self.op_first_output.heap_bytes()),
+            spare(self.op_inputs.starts(), self.op_inputs.starts_bytes()),
+            spare(self.op_inputs.items(), self.op_inputs.items_bytes()),
+        ]
+    }
+
     /// Gives a builder's empty graph the columns its thread kept ([`Graph::keep_columns`])
     /// that have room for `values` values, `operations` operations and `operands`
     /// operands and are at most four times that; the caller reserves the rest.
