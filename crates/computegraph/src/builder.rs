@@ -1083,42 +1083,6 @@ mod tests {
         }
     }
 
-    /// A builder whose reservation is large enough for a helper thread to pre-fault its
-    /// columns (`prefault.rs`) builds what one without a reservation builds: the same
-    /// keys on the same interner, the same operands and definitions.
-    #[test]
-    fn prefaulted_builds_equal_unreserved_ones() {
-        let interner = KeyInterner::<Shape>::new();
-        let n = 3 * STORE_OPS_MIN + 7;
-        let build = |reserve: bool| {
-            let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
-            if reserve {
-                // Room for far more than is built: the helper populates it all.
-                b.reserve(1 << 21, 1 << 21, 1 << 22);
-                assert!(b.prefault.is_some() || !cfg!(target_os = "linux"));
-            }
-            let x = b.add_input(0);
-            for i in 0..n {
-                let tag = (i % 7) as u8;
-                let operands = [ValueRef::Local(x), ValueRef::Local(LocalValueId::new(i / 3))];
-                b.add_operation(
-                    Shape { inputs: 2, outputs: 1 + (i % 5 == 0) as u8, tag },
-                    operands,
-                    OperationRole::Primary,
-                );
-            }
-            let g = b.build();
-            g.verify().unwrap();
-            g
-        };
-        let (a, b) = (build(true), build(false));
-        assert_eq!(a.value_count(), b.value_count());
-        assert_eq!(a.value_key.raw(), b.value_key.raw());
-        assert_eq!(a.op_key.raw(), b.op_key.raw());
-        assert!(a.op_inputs.items() == b.op_inputs.items());
-        assert_eq!(a.op_first_output.raw(), b.op_first_output.raw());
-    }
-
     /// An id space that runs out while a batch is interned during `add_operation` fails
     /// nothing there: the operations stay pending and `build` reports the error.
     #[test]
