@@ -69,8 +69,7 @@ pub struct GraphBuilder<Op: GraphOperation> {
     /// The number of pending operations at which [`GraphBuilder::intern_batch`] interns
     /// them: [`STORE_OPS_MIN`], or `usize::MAX` after it failed.
     flush_at: usize,
-    /// The helper thread pre-faulting the columns [`GraphBuilder::reserve`] reserved,
-    /// while the builder writes them; stopped by `build`.
+    /// The helper pre-faulting what [`GraphBuilder::reserve`] reserved; `build` stops it.
     prefault: Option<Prefault>,
 }
 
@@ -121,8 +120,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if operations >= STORE_OPS_MIN {
             g.interner.write().reserve(operations, operands);
         }
-        // The columns are written front to back from here on: their page faults are
-        // taken by a helper thread on another core, ahead of the writes (`prefault.rs`).
+        // Their page faults are taken on another core, ahead of the writes (`prefault.rs`).
         if self.prefault.is_none() {
             self.prefault = Prefault::spawn(&self.graph.spare_columns());
         }
@@ -314,6 +312,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         g.own_ops.clear();
     }
 
+    #[cfg(test)]
+    pub(crate) fn prefaulting(&self) -> bool {
+        self.prefault.is_some()
+    }
+
     /// Sets the graph's outputs.
     ///
     /// # Panics
@@ -497,8 +500,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Finishes the graph, interning whatever is pending.
     pub fn try_build(mut self) -> GraphResult<Graph<Op>> {
-        // Before the columns are shrunk (moved) below.
-        drop(self.prefault.take());
+        drop(self.prefault.take()); // before the columns are shrunk (moved) below
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.operation_count());

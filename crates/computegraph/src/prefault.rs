@@ -27,9 +27,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-/// Builds whose reserved columns hold fewer bytes than this are not pre-faulted: their
-/// faults take less time than starting a thread.
-pub(crate) const PREFAULT_MIN_BYTES: usize = 16 << 20;
+/// Builds whose reserved columns hold fewer bytes than this (about 2·10^7 nodes of the
+/// `window` DAG) are not pre-faulted. Below it the helper bought no wall time and cost
+/// the builder user time: a page the other core zeroed is in that core's cache, not the
+/// builder's, so its first writes miss (docs/PERFORMANCE.md, big41). Unit tests use a
+/// smaller bound, so that small builds exercise the helper.
+pub(crate) const PREFAULT_MIN_BYTES: usize = if cfg!(test) { 16 << 20 } else { 512 << 20 };
 
 /// Bytes populated per `madvise` call: small enough that the call holds the process's
 /// memory-map lock only briefly (the builder's own allocations need it), large enough

@@ -213,36 +213,3 @@ proptest! {
         prop_assert_eq!(roles, expected);
     }
 }
-
-/// A build whose reservation is large enough for a helper thread to pre-fault its columns
-/// (`prefault.rs`, 16 MiB and more) while the builder writes them gives every value and
-/// operation the key, operands and operation that an unreserved build gives, on the same
-/// interner: the helper never changes what is written.
-#[test]
-fn prefaulted_builds_equal_unreserved_ones() {
-    use computegraph::{GraphBuilder, LocalValueId, ValueRef::Local};
-    let interner = fresh();
-    let n = 3 * 4096 + 7;
-    let build = |reserve: bool| {
-        let mut b = GraphBuilder::with_interner(std::sync::Arc::clone(&interner));
-        if reserve {
-            // Room for far more than is built: the helper populates all of it.
-            b.reserve(1 << 21, 1 << 21, 1 << 22);
-        }
-        let x = b.add_input(ScalarKey::var(0));
-        for i in 0..n {
-            let (op, y) =
-                if i % 5 == 0 { (ScalarOp::SinCos, x) } else { (op_of((i % 7) as u8), LocalValueId::new(i / 3)) };
-            let operands = [Local(x), Local(y)];
-            let arity = op.input_count();
-            b.add_operation_from(op, &operands[..arity], &OperationRole::Primary);
-        }
-        let g = b.build();
-        let keys: Vec<_> = (0..g.value_count()).map(|v| g.global_key(LocalValueId::new(v))).collect();
-        let ops: Vec<_> = g.operations().map(|o| (*o.operation(), o.inputs().collect::<Vec<_>>())).collect();
-        (keys, ops)
-    };
-    let (reserved, unreserved) = (build(true), build(false));
-    assert_eq!(reserved.0.len(), unreserved.0.len());
-    assert!(reserved == unreserved);
-}
