@@ -3,7 +3,7 @@
 //! A build that reserved its columns (`GraphBuilder::reserve`) writes each of them once,
 //! front to back, on memory the kernel has not backed yet: every fresh 4 KiB page costs
 //! the building thread a page fault (an exception, a zeroed page, a page-table update),
-//! and on a large machine-filling build these faults are a third of its time, more as
+//! and on a build that fills the machine these faults are a large share of its time, more as
 //! the kernel reclaims page cache to back them. The machine the build runs on has more
 //! than one core and the build uses one, so [`Prefault::spawn`] hands the reserved and
 //! not yet written part of each column to a helper thread, which asks the kernel to back
