@@ -29,6 +29,7 @@ use crate::graph::{
 use crate::id::{IdVec, KeyId};
 use crate::key::{InternerState, KeyInterner, Touched, ValueKey};
 use crate::operation::{GraphOperation, OperationRole, check_operation};
+use crate::prefault::Prefault;
 use crate::prefetch::FarOperands;
 
 /// Builds a [`Graph`]. Appends take no lock; interning happens in batches, each under one
@@ -68,6 +69,8 @@ pub struct GraphBuilder<Op: GraphOperation> {
     /// The number of pending operations at which [`GraphBuilder::intern_batch`] interns
     /// them: [`STORE_OPS_MIN`], or `usize::MAX` after it failed.
     flush_at: usize,
+    /// The helper pre-faulting what [`GraphBuilder::reserve`] reserved; `build` stops it.
+    prefault: Option<Prefault>,
 }
 
 /// Entries of [`GraphBuilder`]'s role cache.
@@ -92,6 +95,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
             role_index: FxHashMap::default(),
             role_cache: [(0, 0); ROLE_CACHE],
             flush_at: STORE_OPS_MIN,
+            prefault: None,
         }
     }
 
@@ -115,6 +119,10 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         // operation now, so that it is not rehashed as it grows batch by batch.
         if operations >= STORE_OPS_MIN {
             g.interner.write().reserve(operations, operands);
+        }
+        // Their page faults are taken on another core, ahead of the writes (`prefault.rs`).
+        if self.prefault.is_none() {
+            self.prefault = Prefault::spawn(&self.graph.spare_columns());
         }
     }
 
@@ -223,7 +231,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         role: &OperationRole,
     ) -> GraphResult<Range<usize>> {
         let n_out = check_operation(&op, inputs.len(), role)?;
-        let GraphBuilder { graph: g, role_index, role_cache, flush_at } = self;
+        let GraphBuilder { graph: g, role_index, role_cache, flush_at, .. } = self;
         let first = g.value_op.len();
         if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
@@ -302,6 +310,11 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         g.ops_base = g.op_key.len();
         g.own_ops.clear();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn prefaulting(&self) -> bool {
+        self.prefault.is_some()
     }
 
     /// Sets the graph's outputs.
@@ -487,6 +500,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Finishes the graph, interning whatever is pending.
     pub fn try_build(mut self) -> GraphResult<Graph<Op>> {
+        drop(self.prefault.take()); // before the columns are shrunk (moved) below
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.operation_count());

@@ -63,6 +63,7 @@ mod keymap;
 mod materialize;
 mod operation;
 mod optable;
+mod prefault;
 mod prefetch;
 mod probe;
 mod program;
