@@ -407,14 +407,27 @@ fn check_instruction<Op: GraphOperation>(
     if ins.len() != op.input_count() || outs.len() != op.output_count() {
         return Err(Fault::Arity { instr: instr() });
     }
+    // One output and one or two operands (most instructions) as arrays of constant
+    // length, so that the checks below unroll; any other shape as slices.
+    match (ins, outs) {
+        (&[a], &[o]) => check_slots(k, &[a], &[o], written),
+        (&[a, b], &[o]) => check_slots(k, &[a, b], &[o], written),
+        _ => check_slots(k, ins, outs, written),
+    }
+}
+
+/// The slot checks of [`check_instruction`]: each operand slot written before, each output
+/// slot in range and not an operand, then marked written.
+#[inline(always)]
+fn check_slots(k: usize, ins: &[SlotId], outs: &[SlotId], written: &mut IdVec<SlotId, bool>) -> Checked {
     // `written` has one entry per slot: `get` is `None` exactly out of range.
     if let Some(&slot) = ins.iter().find(|&&s| written.get(s) != Some(&true)) {
-        return Err(Fault::ReadBeforeWrite { instr: instr(), slot });
+        return Err(Fault::ReadBeforeWrite { instr: InstrId::new(k), slot });
     }
     for &slot in outs {
         match written.get_mut(slot) {
             Some(w) if !ins.contains(&slot) => *w = true,
-            _ => return Err(Fault::BadOutputSlot { instr: instr(), slot }),
+            _ => return Err(Fault::BadOutputSlot { instr: InstrId::new(k), slot }),
         }
     }
     Ok(())
