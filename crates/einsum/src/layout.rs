@@ -26,10 +26,12 @@
 //! then prices each candidate with those four transposes added, and takes the cheapest
 //! if it saves a smaller share of that total than the forward choice needs (the
 //! transposes' GEMMs are the same in every order: what an order changes is its copies) and
-//! costs the forward steps little more. MERA's heaviest step (990 × 2187 × 4620) packed
-//! its left operand, written `E f l q c B Ä` by its producer around the step's contracted
-//! `l q c B`; its transpose packed it again, and the other wrote its cotangent through a
-//! permutation.
+//! costs the forward steps little more, where all six run the GEMM path. MERA's heaviest
+//! step (990 × 2187 × 4620) packed its right operand, written `l c P Á Â q B Ã` by its
+//! producer across the step's contracted `l q c B`, and the transpose writing its
+//! cotangent went through a permutation of the same 81 MB; laid out `P Á Â Ã l c q B`,
+//! both run in place, and the producer's transposes pay less for reading it out of their
+//! order.
 //!
 //! The element-wise steps are what the queens network is made of: a `3 × 3` factor times
 //! a tensor of `3^13` elements, whose default result (batch labels first) put the factor's
@@ -313,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn mera_largest_step_reads_its_left_operand_in_place_for_the_gradient() {
+    fn mera_heaviest_steps_left_operand_gets_an_order_priced_for_the_gradient() {
         // MERA's heaviest step (990 × 2187 × 4620) contracts `l q c B` of its left operand,
         // which its producer writes `E f l q c B Ä` by default: the step packs it, and the
         // transposes pack it again and permute its cotangent. Labels E f l q c B Ä v D P Á Â Ã.
