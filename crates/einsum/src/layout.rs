@@ -20,6 +20,19 @@
 //! direct loop or the lanes leaves the default order (their preferences for strides are
 //! not modelled).
 //!
+//! The same intermediate is read and written again by the reverse pass: the producer's two
+//! transposes read its cotangent in its order, and the consumer's write that cotangent and
+//! read the result. So, against the order chosen for the forward pass, [`result_order`]
+//! then prices each candidate with those four transposes added, and takes the cheapest
+//! if it saves a smaller share of that total than the forward choice needs (the
+//! transposes' GEMMs are the same in every order: what an order changes is its copies) and
+//! costs the forward steps little more, where all six run the GEMM path. MERA's heaviest
+//! step (990 × 2187 × 4620) packed its right operand, written `l c P Á Â q B Ã` by its
+//! producer across the step's contracted `l q c B`, and the transpose writing its
+//! cotangent went through a permutation of the same 81 MB; laid out `P Á Â Ã l c q B`,
+//! both run in place, and the producer's transposes pay less for reading it out of their
+//! order.
+//!
 //! The element-wise steps are what the queens network is made of: a `3 × 3` factor times
 //! a tensor of `3^13` elements, whose default result (batch labels first) put the factor's
 //! labels outermost in the output but left one of them deep inside the large operand, so
@@ -29,8 +42,9 @@
 //!
 //! Invariants: the order returned is a permutation of the default's labels; the default
 //! is returned unless both steps run a priced kernel, and a candidate is kept only if
-//! both run the same kernels as in the default. Cost: at most 13 orders, each planned
-//! twice (`O(labels²)` per plan), per step consumed by another step.
+//! both run the same kernels as in the default (and, for the gradient's choice, the four
+//! transposes the same kernels as under the forward choice, all six the GEMM path). Cost: at most 13 orders,
+//! each planned six times (`O(labels²)` per plan), per step consumed by another step.
 
 use smallvec::SmallVec;
 
@@ -40,6 +54,17 @@ use crate::kernel::{ContractSpec, PricedKernel, step_cost};
 /// A candidate must be estimated this fraction cheaper than the default order, so that
 /// estimates within their noise leave the graph as it was.
 const MIN_GAIN: f64 = 0.1;
+
+/// The share of the value-and-gradient estimate (the two steps and their four transposes)
+/// an order must save against the forward pass's choice to be taken instead. Smaller than
+/// [`MIN_GAIN`]: the transposes run the same GEMMs whatever the order, so what differs
+/// between orders is the copies, a few percent of the total.
+const GRADIENT_GAIN: f64 = 0.02;
+
+/// How much more the forward steps may be estimated to cost under the order chosen for
+/// the value and gradients, as a share of the forward pass's choice: a forward-only
+/// caller pays it.
+const GRADIENT_FORWARD_LOSS: f64 = 0.05;
 
 /// Labels of the result of contracting `a` and `b` that are still `needed` (by a remaining
 /// operand or the output). Ordered batch (in both, `a`'s order), left (`a` only), right
@@ -83,29 +108,86 @@ impl Consumer<'_> {
 }
 
 /// The order of the result of `la, lb -> default` (the labels `step_output` kept) for
-/// `consumer` (see the module docs).
+/// `consumer` (see the module docs): first the order the forward pass prices cheapest,
+/// then, against it, the order that prices the forward pass and the reverse pass together
+/// cheapest ([`GRADIENT_GAIN`]).
 pub(crate) fn result_order(
     [la, lb]: [&[u32]; 2],
     default: Vec<u32>,
     consumer: &Consumer<'_>,
     sizes: &[usize],
 ) -> EinsumResult<Vec<u32>> {
-    let costs = |r: &[u32]| -> EinsumResult<[Option<(PricedKernel, f64)>; 2]> {
-        Ok([step_cost(&ContractSpec::new(la, lb, r, sizes)?), step_cost(&consumer.spec(r, sizes)?)])
+    let costs = |r: &[u32]| -> EinsumResult<Priced> {
+        let (producer, next) = (ContractSpec::new(la, lb, r, sizes)?, consumer.spec(r, sizes)?);
+        // The transposes that read or write the result in this order: the producer's two
+        // read its cotangent, the consumer's write that cotangent and read the result.
+        let reverse = [producer.transpose_a(), producer.transpose_b(), next.transpose_a(), next.transpose_b()];
+        Ok(Priced { forward: [step_cost(&producer), step_cost(&next)], reverse: reverse.map(|t| step_cost(&t)) })
     };
     let base = costs(&default)?;
-    let [Some((kp, p0)), Some((kc, c0))] = base else { return Ok(default) };
-    let mut best = ((p0 + c0) * (1.0 - MIN_GAIN), None);
-    for cand in candidates(&default, consumer) {
+    let [Some((kp, p0)), Some((kc, c0))] = base.forward else { return Ok(default) };
+    // Every order priced with the default's forward kernels, the default first.
+    let mut priced = vec![(default, base)];
+    for cand in candidates(&priced[0].0, consumer) {
+        let c = costs(&cand)?;
         // The same kernels only: the estimates of two kernels are not comparable enough.
-        if let [Some((k, p)), Some((l, c))] = costs(&cand)?
-            && (k, l) == (kp, kc)
-            && p + c < best.0
-        {
-            best = (p + c, Some(cand));
+        if matches!(c.forward, [Some((k, _)), Some((l, _))] if (k, l) == (kp, kc)) {
+            priced.push((cand, c));
         }
     }
-    Ok(best.1.unwrap_or(default))
+    let mut forward = (0, (p0 + c0) * (1.0 - MIN_GAIN));
+    for (i, (_, c)) in priced.iter().enumerate().skip(1) {
+        if c.forward_cost() < forward.1 {
+            forward = (i, c.forward_cost());
+        }
+    }
+    // Against the forward pass's choice, the order that the value and gradients of every
+    // operand price cheapest: the forward steps and the four transposes above, with the
+    // same kernels throughout, if it saves `GRADIENT_GAIN` of their total and adds at most
+    // `GRADIENT_FORWARD_LOSS` to the forward steps.
+    // GEMMs only: their estimates price copies and calls, which is what an order changes
+    // for them; the element-wise and reduction kernels' orders were tuned on their forward
+    // steps alone (the queens network), and are left to that choice.
+    let f = &priced[forward.0].1;
+    let gemms = f.kernels().iter().all(|k| *k == Some(PricedKernel::Gemm));
+    let mut chosen = (forward.0, f.total() * (1.0 - GRADIENT_GAIN));
+    for (i, (_, c)) in priced.iter().enumerate().filter(|_| gemms) {
+        if c.kernels() == f.kernels()
+            && c.total() < chosen.1
+            && c.forward_cost() <= f.forward_cost() * (1.0 + GRADIENT_FORWARD_LOSS)
+        {
+            chosen = (i, c.total());
+        }
+    }
+    Ok(priced.swap_remove(chosen.0).0)
+}
+
+/// A result order's estimates: the producer and the consumer, and the four transposes
+/// that read or write the result (or its cotangent); `None` where the kernel is not one
+/// `step_cost` prices.
+struct Priced {
+    forward: [Option<(PricedKernel, f64)>; 2],
+    reverse: [Option<(PricedKernel, f64)>; 4],
+}
+
+impl Priced {
+    fn kernels(&self) -> [Option<PricedKernel>; 6] {
+        let k = |x: &Option<(PricedKernel, f64)>| x.map(|(k, _)| k);
+        [
+            k(&self.forward[0]),
+            k(&self.forward[1]),
+            k(&self.reverse[0]),
+            k(&self.reverse[1]),
+            k(&self.reverse[2]),
+            k(&self.reverse[3]),
+        ]
+    }
+    fn forward_cost(&self) -> f64 {
+        self.forward.iter().flatten().map(|(_, c)| c).sum()
+    }
+    fn total(&self) -> f64 {
+        self.forward_cost() + self.reverse.iter().flatten().map(|(_, c)| c).sum::<f64>()
+    }
 }
 
 /// Orders of `default`'s labels made of the consumer's three groups (batch: in the other
@@ -223,6 +305,33 @@ mod tests {
         };
         assert_ne!(chosen, default);
         assert!(priced(&chosen) < priced(&default) * (1.0 - MIN_GAIN), "{chosen:?} against {default:?}");
+    }
+
+    /// The estimates of `r` as `result_order` makes them.
+    fn priced(x: &[u32], y: &[u32], consumer: &Consumer<'_>, r: &[u32], sizes: &[usize]) -> Priced {
+        let (p, c) = (ContractSpec::new(x, y, r, sizes).unwrap(), consumer.spec(r, sizes).unwrap());
+        let reverse = [p.transpose_a(), p.transpose_b(), c.transpose_a(), c.transpose_b()];
+        Priced { forward: [step_cost(&p), step_cost(&c)], reverse: reverse.map(|t| step_cost(&t)) }
+    }
+
+    #[test]
+    fn mera_heaviest_steps_left_operand_gets_an_order_priced_for_the_gradient() {
+        // MERA's heaviest step (990 × 2187 × 4620) contracts `l q c B` of its left operand,
+        // which its producer writes `E f l q c B Ä` by default: the step packs it, and the
+        // transposes pack it again and permute its cotangent. Labels E f l q c B Ä v D P Á Â Ã.
+        let sizes = [11, 10, 6, 22, 5, 7, 9, 6, 4, 3, 9, 9, 9];
+        let (x, y) = (vec![7, 8, 0], vec![1, 7, 2, 3, 4, 5, 8, 6]);
+        let kept_next = [0u32, 1, 6, 9, 10, 11, 12];
+        let default = step_output(&x, &y, |c| c != 7 && c != 8);
+        assert_eq!(default, vec![0, 1, 2, 3, 4, 5, 6]);
+        let other = [2, 4, 9, 10, 11, 3, 5, 12];
+        let consumer = Consumer { position: 0, other: &other, output: None, needed: &|c| kept_next.contains(&c) };
+        let chosen = result_order([&x, &y], default.clone(), &consumer, &sizes).unwrap();
+        assert_ne!(chosen, default);
+        let (c, d) = (priced(&x, &y, &consumer, &chosen, &sizes), priced(&x, &y, &consumer, &default, &sizes));
+        assert_eq!(c.kernels(), d.kernels());
+        assert!(c.total() < d.total() * (1.0 - GRADIENT_GAIN), "{chosen:?}: {} against {}", c.total(), d.total());
+        assert!(c.forward_cost() <= d.forward_cost() * (1.0 + GRADIENT_FORWARD_LOSS));
     }
 
     #[test]
