@@ -104,6 +104,7 @@ pub mod draw;
 mod elem;
 mod elementwise;
 mod error;
+mod fuse;
 mod gemm_loop;
 pub mod generate;
 mod greedy;
