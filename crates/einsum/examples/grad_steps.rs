@@ -5,7 +5,9 @@
 //! GEMM's own order (batch, left, right) instead of the operand's layout: what a free
 //! cotangent layout would save at the writer (its readers, the transposes of the
 //! producing step, would then pay for reading it out of their order), and with their two
-//! operands swapped (which one is the GEMM's left matrix).
+//! operands swapped (which one is the GEMM's left matrix). Where the two transposes form a
+//! fused pair (`einsum::PairSpec`: a small factor's step), the pair in one pass too, and
+//! the sums of both over those steps.
 //!
 //! `cargo run --release -p einsum --example grad_steps -- [--reps N] [--all] [--threads N] file.json`
 //! (`--all`: every step, not the twelve worst; `--threads N`: every kernel run inside a rayon
@@ -26,6 +28,11 @@ fn main() {
         steps::take_option(&mut args, "--threads").map_or(1, |t| t.parse().expect("--threads takes a number"));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a rayon pool");
     pool.install(|| run(&args, reps, all));
+}
+
+/// `spec` without conjugations, as the gradient program has it on reals.
+fn real(spec: &ContractSpec) -> ContractSpec {
+    spec.clone().with_conj([false; 2])
 }
 
 /// The diagnosis of `args[0]` (module docs), on the current pool's threads.
@@ -55,6 +62,8 @@ fn run(args: &[String], reps: usize, all: bool) {
     );
     let mut rows = Vec::new();
     let (mut tf, mut tt, mut tn, mut tw) = (0.0, 0.0, 0.0, 0.0);
+    // Over the steps whose transposes pair: their forward, the two transposes, the pair.
+    let (mut pf, mut pt, mut pp, mut np) = (0.0, 0.0, 0.0, 0);
     for s in &specs {
         let (a, b, c) = (seeded(s.a_shape()), seeded(s.b_shape()), seeded(s.out_shape()));
         let f = median_ms(reps, || einsum::TensorOp::contract(s.clone()).apply(&[&a, &b]));
@@ -88,12 +97,28 @@ fn run(args: &[String], reps: usize, all: bool) {
         let (sa, sb) = (swap(&ta), swap(&tb));
         let wa = median_ms(reps, || TensorOp::contract(sa.clone()).apply(&[&b, &c]));
         let wb = median_ms(reps, || TensorOp::contract(sb.clone()).apply(&[&c, &a]));
+        // The fused pair, whichever operand is the small one (`ta` reads the cotangent
+        // first, `tb` second).
+        let pair = einsum::PairSpec::new(&real(&ta), [0, 1], &real(&tb), [0, 1])
+            .map(|p| (p, [&c, &b, &a]))
+            .or_else(|| einsum::PairSpec::new(&real(&tb), [1, 0], &real(&ta), [1, 0]).map(|p| (p, [&c, &a, &b])));
+        if let Some((p, [x, y, z])) = pair {
+            let op = TensorOp::ContractPair(std::sync::Arc::new(p));
+            let fused = median_ms(reps, || op.apply_all(&[x, y, z]).swap_remove(0));
+            pf += f;
+            pt += da + db;
+            pp += fused;
+            np += 1;
+        }
         tw += wa.min(da) + wb.min(db);
         tn += fa + fb;
         tf += f;
         tt += da + db;
         rows.push((f, da, db, wa, wb, format!("{s:?}")));
     }
+    println!(
+        "{np} steps whose transposes pair: forward {pf:.3} ms, the two transposes {pt:.3} ms, the fused pairs {pp:.3} ms"
+    );
     rows.sort_by(|x, y| (y.1 + y.2 - 2.0 * y.0).total_cmp(&(x.1 + x.2 - 2.0 * x.0)));
     println!(
         "{}: {} steps, forward {tf:.3} ms, transposes {tt:.3} ms, ratio {:.2}; transposes in GEMM order {tn:.3} ms; \

@@ -526,6 +526,8 @@ impl<T: Elem> Einsum<T> {
         keys.extend(grad_keys.iter().flatten().cloned());
         let both = computegraph::try_resolve(vec![self.graph.clone(), g.graph().clone()])?;
         let merged = computegraph::try_materialize_merge(&both, &keys)?;
+        // Each memory-bound step's two gradients in one pass (`fuse.rs`).
+        let merged = crate::fuse::fuse_pairs(&merged)?.unwrap_or(merged);
         let multiply_adds = merged.operations().map(|op| op_multiply_adds(op.operation())).sum();
         let with_value = computegraph::try_compile(&merged)?;
         let steps = crate::threads::materialized_steps(&merged);
@@ -579,6 +581,7 @@ fn op_multiply_adds<T: Elem>(op: &TensorOp<T>) -> f64 {
     match op {
         TensorOp::Contract(s) => s.multiply_adds() as f64,
         TensorOp::Unary(s) => s.multiply_adds() as f64,
+        TensorOp::ContractPair(p) => p.multiply_adds() as f64,
         TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => 0.0,
     }
 }

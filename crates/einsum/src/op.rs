@@ -1,5 +1,6 @@
 //! The primitive set: [`TensorOp`] (contraction, unary einsum, add, neg, conj, scale) on
-//! [`Tensor`] operands, with [`TensorKey`] input keys. AD rules are in `ad.rs`.
+//! [`Tensor`] operands, with [`TensorKey`] input keys, and the fused pair of a step's two
+//! gradients that only gradient programs hold (`pair.rs`). AD rules are in `ad.rs`.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -9,6 +10,7 @@ use computegraph::{EvaluableGraphOperation, GraphOperation, Outputs};
 
 use crate::elem::Elem;
 use crate::kernel::{self, ContractSpec, UnarySpec};
+use crate::pair::PairSpec;
 use crate::tensor::Tensor;
 
 /// A tensor operation. Shape-specific operations (`Contract`, `Unary`) carry their label
@@ -41,6 +43,10 @@ pub enum TensorOp<T> {
     Conj,
     /// `s·a` for a constant `s`.
     Scale(T),
+    /// Two contractions of one cotangent in one pass, from the operands `(c, m, a)` to the
+    /// outputs `(x, y)` (see [`PairSpec`]): made by [`Einsum::gradient`](crate::Einsum::gradient)
+    /// in its compiled program, after the transform, so it has no AD rules of its own.
+    ContractPair(Arc<PairSpec>),
 }
 
 impl<T: Elem> TensorOp<T> {
@@ -54,7 +60,8 @@ impl<T: Elem> TensorOp<T> {
         TensorOp::Unary(Arc::new(spec))
     }
 
-    /// Applies the operation to plain values (what evaluation does).
+    /// Applies the operation to plain values (what evaluation does); a
+    /// [`TensorOp::ContractPair`] gives its first output (both: [`Self::apply_all`]).
     ///
     /// # Panics
     /// On operands whose shapes do not fit the operation.
@@ -68,20 +75,36 @@ impl<T: Elem> TensorOp<T> {
             TensorOp::Conj if !T::IS_COMPLEX => x[0].clone(),
             TensorOp::Conj => x[0].map(|&a| a.conj()),
             TensorOp::Scale(s) => x[0].map(|&a| *s * a),
+            TensorOp::ContractPair(_) => self.apply_all(x).swap_remove(0),
+        }
+    }
+
+    /// Applies the operation to plain values: every output, in order.
+    ///
+    /// # Panics
+    /// As [`Self::apply`].
+    pub fn apply_all(&self, x: &[&Tensor<T>]) -> Vec<Tensor<T>> {
+        match self {
+            TensorOp::ContractPair(p) => p.apply(x[0], x[1], x[2]).into(),
+            _ => vec![self.apply(x)],
         }
     }
 
     /// A tensor of the output's shape with unspecified values, made without computing:
     /// what a stopped evaluation's remaining operations produce (`stop.rs`).
-    fn placeholder(&self, x: &[&Tensor<T>]) -> Tensor<T> {
+    fn placeholders(&self, x: &[&Tensor<T>], out: &mut Outputs<'_, Tensor<T>>) {
         let shaped = |shape: Vec<usize>| {
             let n = shape.iter().product();
             Tensor::from_parts(&shape, crate::buffer::overwritten(n))
         };
         match self {
-            TensorOp::Contract(s) => shaped(s.out_shape()),
-            TensorOp::Unary(s) => shaped(s.out_shape()),
-            TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => x[0].clone(),
+            TensorOp::Contract(s) => out.push(shaped(s.out_shape())),
+            TensorOp::Unary(s) => out.push(shaped(s.out_shape())),
+            TensorOp::ContractPair(p) => {
+                out.push(shaped(p.x().out_shape()));
+                out.push(shaped(p.y().out_shape()));
+            }
+            TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => out.push(x[0].clone()),
         }
     }
 }
@@ -91,8 +114,12 @@ impl<T: Elem> PartialEq for TensorOp<T> {
         match (self, other) {
             (TensorOp::Contract(a), TensorOp::Contract(b)) => a == b,
             (TensorOp::Unary(a), TensorOp::Unary(b)) => a == b,
+            (TensorOp::ContractPair(a), TensorOp::ContractPair(b)) => a == b,
             (TensorOp::Scale(a), TensorOp::Scale(b)) => a.to_bits() == b.to_bits(),
-            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b) && !matches!(a, TensorOp::Scale(_)),
+            (a, b) => {
+                std::mem::discriminant(a) == std::mem::discriminant(b)
+                    && matches!(a, TensorOp::Add | TensorOp::Neg | TensorOp::Conj)
+            }
         }
     }
 }
@@ -105,6 +132,7 @@ impl<T: Elem> Hash for TensorOp<T> {
         match self {
             TensorOp::Contract(s) => s.hash(h),
             TensorOp::Unary(s) => s.hash(h),
+            TensorOp::ContractPair(p) => p.hash(h),
             TensorOp::Scale(s) => s.to_bits().hash(h),
             TensorOp::Add | TensorOp::Neg | TensorOp::Conj => {}
         }
@@ -116,6 +144,7 @@ impl<T: Elem> fmt::Debug for TensorOp<T> {
         match self {
             TensorOp::Contract(s) => write!(f, "contract {s:?}"),
             TensorOp::Unary(s) => write!(f, "unary {s:?}"),
+            TensorOp::ContractPair(p) => write!(f, "contract_pair {:?} & {:?}", p.x(), p.y()),
             TensorOp::Add => f.write_str("add"),
             TensorOp::Neg => f.write_str("neg"),
             TensorOp::Conj => f.write_str("conj"),
@@ -172,23 +201,26 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
     fn input_count(&self) -> usize {
         match self {
             TensorOp::Contract(_) | TensorOp::Add => 2,
+            TensorOp::ContractPair(_) => 3,
             TensorOp::Unary(_) | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => 1,
         }
     }
 
     fn output_count(&self) -> usize {
-        1
+        if matches!(self, TensorOp::ContractPair(_)) { 2 } else { 1 }
     }
 
     /// Contractions: a quarter of their multiply-adds plus their output size (the GEMM
     /// path runs at several multiply-adds per nanosecond); unary einsums: their loop size.
     /// Element-wise operations do not know their shape and report 1.
     fn cost_hint(&self) -> u64 {
+        let contract = |s: &ContractSpec| {
+            let out = s.out_shape().iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+            (s.multiply_adds() / 4).saturating_add(out).max(1)
+        };
         match self {
-            TensorOp::Contract(s) => {
-                let out = s.out_shape().iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
-                (s.multiply_adds() / 4).saturating_add(out).max(1)
-            }
+            TensorOp::Contract(s) => contract(s),
+            TensorOp::ContractPair(p) => contract(p.x()).saturating_add(contract(p.y())),
             TensorOp::Unary(s) => s.multiply_adds().max(1),
             _ => 1,
         }
@@ -200,7 +232,13 @@ impl<T: Elem> EvaluableGraphOperation for TensorOp<T> {
         if crate::stop::requested() {
             // The evaluation was stopped and will return an error (`stop.rs`): the rest of
             // the program runs on placeholders of the right shapes, doing no work.
-            out.push(self.placeholder(x));
+            self.placeholders(x, out);
+            return;
+        }
+        if let TensorOp::ContractPair(p) = self {
+            let [px, py] = p.apply(x[0], x[1], x[2]);
+            out.push(px);
+            out.push(py);
             return;
         }
         out.push(self.apply(x));

@@ -1,0 +1,193 @@
+//! The rewrite that fuses a step's two gradients ([`fuse_pairs`]): in a materialized
+//! value-and-gradient program, each pair of contractions that [`PairSpec::new`] accepts
+//! (the element-wise transpose `c, m -> a` and the reduction `a, c -> m` of one forward
+//! step, reading the same cotangent `c`) becomes one `TensorOp::ContractPair`
+//! (`pair.rs`, ADR 0018). `Einsum::gradient` calls it after tidu's transform, so no graph
+//! the transforms read holds a pair.
+//!
+//! Input invariants: a materialized graph in topological order (materialize's output).
+//! Output invariants: every fused operation replaces exactly two contractions that read
+//! the same value `c`, and takes the place of the earlier of the two in program order,
+//! where its three operands already exist; all other operations, the inputs and the
+//! outputs (by position) are kept. Complexity: `O(operations + operands)` to find the
+//! pairs, then one rebuild and materialization of the program.
+
+use std::sync::Arc;
+
+use computegraph::{GraphBuilder, MaterializedGraph, MaterializedValueDef, OperationRole, ValueId, ValueKey, ValueRef};
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::elem::Elem;
+use crate::error::EinsumResult;
+use crate::op::TensorOp;
+use crate::pair::{PAIR_MIN_ELEMENTS, PairSpec};
+
+/// The gradient program `merged` with each pair of transposes that [`PairSpec::new`]
+/// accepts fused into one `TensorOp::ContractPair` (module docs), materialized again with
+/// the same outputs; `None` when it has no such pair (or reads external values, which a
+/// rebuild would have to name again).
+pub(crate) fn fuse_pairs<T: Elem>(
+    merged: &MaterializedGraph<TensorOp<T>>,
+) -> EinsumResult<Option<MaterializedGraph<TensorOp<T>>>> {
+    if !merged.externals().is_empty() {
+        return Ok(None);
+    }
+    let ops: Vec<_> = merged.operations().collect();
+    // The operation defining each value (`None`: an input).
+    let def = |v: ValueId| match merged.value_def(v) {
+        Some(MaterializedValueDef::Output { operation, .. }) => Some(operation.index()),
+        _ => None,
+    };
+    // Readers of each value among the two-operand contractions.
+    let mut readers: FxHashMap<ValueId, SmallVec<[usize; 2]>> = FxHashMap::default();
+    for (i, op) in ops.iter().enumerate() {
+        if let TensorOp::Contract(_) = op.operation() {
+            for &v in op.inputs() {
+                readers.entry(v).or_default().push(i);
+            }
+        }
+    }
+    // Pairs (first in program order, second, the fused operands and spec).
+    let mut partner: Vec<Option<usize>> = vec![None; ops.len()];
+    // Keyed by the earlier of the two: the operands, the spec, and which op makes `x`.
+    let mut fused: FxHashMap<usize, ([ValueId; 3], PairSpec, [usize; 2])> = FxHashMap::default();
+    for (i, op) in ops.iter().enumerate() {
+        let TensorOp::Contract(sx) = op.operation() else { continue };
+        if partner[i].is_some() {
+            continue;
+        }
+        for (ci, small) in [(0usize, 1usize), (1, 0)] {
+            let (c, m) = (op.inputs()[ci], op.inputs()[small]);
+            let x_order = if ci == 0 { [0, 1] } else { [1, 0] };
+            let found = readers.get(&c).into_iter().flatten().find_map(|&j| {
+                let TensorOp::Contract(sy) = ops[j].operation() else { return None };
+                if j == i || partner[j].is_some() {
+                    return None;
+                }
+                let yin = ops[j].inputs();
+                let (y_order, big) = if yin[1] == c { ([0, 1], yin[0]) } else { ([1, 0], yin[1]) };
+                // Both operands of the fused operation must exist where it is placed.
+                let at = i.min(j);
+                let ready = |v: ValueId| def(v).is_none_or(|d| d < at);
+                (big != c && ready(big) && ready(m) && ready(c))
+                    .then(|| PairSpec::new(sx, x_order, sy, y_order))
+                    .flatten()
+                    .filter(|p| p.len() >= PAIR_MIN_ELEMENTS)
+                    .map(|p| (j, big, p))
+            });
+            if let Some((j, big, p)) = found {
+                partner[i] = Some(j);
+                partner[j] = Some(i);
+                fused.insert(i.min(j), ([c, m, big], p, [i, j]));
+                break;
+            }
+        }
+    }
+    if fused.is_empty() {
+        return Ok(None);
+    }
+    // The rebuild, in program order.
+    let mut b = GraphBuilder::<TensorOp<T>>::with_interner(merged.interner().clone());
+    let mut local: FxHashMap<ValueId, computegraph::LocalValueId> = FxHashMap::default();
+    for (&v, key) in merged.inputs().iter().zip(merged.input_keys()) {
+        local.insert(v, b.try_add_input(key.clone())?);
+    }
+    let refs = |local: &FxHashMap<ValueId, computegraph::LocalValueId>, vs: &[ValueId]| {
+        vs.iter().map(|v| ValueRef::Local(local[v])).collect::<SmallVec<[ValueRef<TensorOp<T>>; 3]>>()
+    };
+    for (i, op) in ops.iter().enumerate() {
+        if let Some((operands, spec, [x_op, y_op])) = fused.get(&i) {
+            let op = TensorOp::ContractPair(Arc::new(spec.clone()));
+            let out = b.try_add_operation(op, refs(&local, operands), OperationRole::Primary)?;
+            let first_output = |k: usize| ops[k].outputs().next().expect("a contraction has an output");
+            local.insert(first_output(*x_op), out[0]);
+            local.insert(first_output(*y_op), out[1]);
+        } else if partner[i].is_none() {
+            let out = b.try_add_operation(op.operation().clone(), refs(&local, op.inputs()), op.role().clone())?;
+            for (v, &l) in op.outputs().zip(out.iter()) {
+                local.insert(v, l);
+            }
+        }
+    }
+    let outputs: Vec<_> = merged.outputs().iter().map(|v| local[v]).collect();
+    let graph = Arc::new(b.try_build()?);
+    let keys: Vec<ValueKey<TensorOp<T>>> = outputs.iter().map(|&v| graph.global_key(v)).collect();
+    let view = computegraph::try_resolve(vec![graph])?;
+    Ok(Some(computegraph::try_materialize_merge(&view, &keys)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pair::tests::seeded;
+    use crate::tensor::Tensor;
+
+    /// A queens-like network: a `3^10` tensor times four `3 × 3` factors, each pair of
+    /// factors on the same two labels, so that the first of each pair multiplies in
+    /// element-wise (its labels still needed) and the second sums them away.
+    fn network() -> crate::Einsum<f64> {
+        let mut shapes = vec![vec![3usize; 10]];
+        shapes.extend([vec![3, 3], vec![3, 3], vec![3, 3], vec![3, 3]]);
+        let path = crate::ContractionPath::new(vec![[0, 1], [0, 3], [0, 2], [0, 1]]);
+        crate::Einsum::new("abcdefghij,ab,ba,cd,dc->efghij", &shapes, crate::PathChoice::Explicit(path)).unwrap()
+    }
+
+    #[test]
+    fn fused_programs_equal_the_unfused_ones() {
+        let e = network();
+        let operands: Vec<Tensor<f64>> = e.shapes().iter().enumerate().map(|(i, s)| seeded(s, 10 + i as u64)).collect();
+        let refs: Vec<&Tensor<f64>> = operands.iter().collect();
+        let c = seeded::<f64>(&[3; 6], 3);
+        let mut fused_sets = 0;
+        for mask in 1u32..32 {
+            let wrt: Vec<usize> = (0..5).filter(|i| mask & (1 << i) != 0).collect();
+            let keys: Vec<crate::TensorKey> = wrt.iter().map(|&i| crate::TensorKey::var(i as u32)).collect();
+            let view = computegraph::resolve(vec![e.graph().clone()]);
+            let g = tidu::vjp(&view, std::slice::from_ref(e.output_key()), &keys).unwrap();
+            let mut out = vec![e.output_key().clone()];
+            out.extend(g.tangent_output_keys().into_iter().flatten());
+            let merged = computegraph::materialize_merge(
+                &computegraph::resolve(vec![e.graph().clone(), g.graph().clone()]),
+                &out,
+            );
+            // A step pairs only when both of its operands are active.
+            let Some(fused) = fuse_pairs(&merged).unwrap() else {
+                assert_ne!(mask, 31, "with every operand active, the factors' steps pair");
+                continue;
+            };
+            let pairs = fused.operations().filter(|op| matches!(op.operation(), TensorOp::ContractPair(_))).count();
+            assert!((1..=4).contains(&pairs), "wrt {wrt:?}: {pairs} pairs");
+            fused_sets += 1;
+            let (p, q) = (computegraph::compile(&merged), computegraph::compile(&fused));
+            let bind = |prog: &computegraph::CompiledProgram<TensorOp<f64>>| {
+                let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
+                let inputs = prog
+                    .bind_inputs(|k| match k {
+                        crate::TensorKey::Var(i) => Some(refs[*i as usize]),
+                        k if Some(k) == seed.as_ref() => Some(&c),
+                        crate::TensorKey::Tangent(_) => None,
+                    })
+                    .unwrap();
+                prog.eval(&mut (), &inputs)
+            };
+            let (u, f) = (bind(&p), bind(&q));
+            assert_eq!(u.len(), f.len());
+            for (x, y) in u.iter().zip(&f) {
+                assert_eq!(x.shape(), y.shape());
+                let scale = x.data().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                assert!(x.data().iter().zip(y.data()).all(|(a, b)| (a - b).abs() <= 1e-12 * scale), "wrt {wrt:?}");
+            }
+        }
+        assert!(fused_sets >= 4, "{fused_sets} operand sets fused");
+        // Through `Einsum::gradient`: the value and gradients with the pairs equal the
+        // gradient program without them (`EinsumGradient::eval` runs the unfused one).
+        let g = e.gradient(&[0, 1, 2, 3, 4]).unwrap();
+        let (_, with) = g.eval_with_value(&refs, &c).unwrap();
+        let without = g.eval(&refs, &c).unwrap();
+        for (x, y) in with.iter().zip(&without) {
+            let scale = x.data().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            assert!(x.data().iter().zip(y.data()).all(|(a, b)| (a - b).abs() <= 1e-12 * scale));
+        }
+    }
+}

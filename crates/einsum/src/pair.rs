@@ -1,0 +1,497 @@
+//! A forward step's two gradients in one pass: [`PairSpec`] and its kernel, what the
+//! fused operation `TensorOp::ContractPair` runs; `fuse.rs` makes it in gradient programs.
+//!
+//! Why: a memory-bound forward step `C = A ⊙ M` (a large operand times a small factor `M`,
+//! a `3 × 3` matrix of the queens network, broadcast over `A`'s other labels) reads `A`
+//! and writes `C`. Its reverse runs two transposes, `Ā = C̄ ⊙ M` (element-wise) and
+//! `M̄ = Σ A·C̄` (a reduction to `M`'s few elements), each reading `C̄` and one of them
+//! `A`: three large reads and one write, twice the forward's traffic. Fused, one loop
+//! reads `C̄` and `A` once, writes `Ā` and accumulates `M̄` in a few registers: two reads
+//! and one write.
+//!
+//! The pattern ([`PairSpec::new`] checks it), in the operand order of the fused operation
+//! `(c, m, a) -> (x, y)`: `x = op(c)·op(m)` sums nothing (every label of `c` and `m` is a
+//! label of `x`, which has `a`'s labels in `a`'s order), and `y = Σ op(a)·op(c)` has `m`'s
+//! labels in `m`'s order, at most [`PAIR_MAX_SMALL`] elements. That is what tidu's
+//! transposes of such a step are, whichever of the step's operands is the small one.
+//!
+//! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
+//! where `x`, `c` and `m` all step over them as over one), so `x` is written and `a` read
+//! contiguously; only rows of at least [`PAIR_MIN_ROW`] elements are fused (shorter rows
+//! run faster in the element-wise kernel's panels, which this loop does not have). Rows
+//! are grouped into blocks of fixed content ([`BLOCK_ELEMENTS`]), each block's partial
+//! `y` formed alone and the blocks' partials added in order, so the blocks may run on a
+//! pool's threads and two threads give the one-thread result bit for bit. `x` equals the
+//! element-wise kernel's result bit for bit (one product per element); `y` equals the
+//! reduction kernel's to rounding (another order of sums).
+//!
+//! Cost: one pass over `x`; `|x|` elements of `c` and of `a` read, `|x|` written.
+
+use smallvec::SmallVec;
+
+use crate::buffer::overwritten;
+use crate::elem::Elem;
+use crate::elementwise::{PAR_ELEMENTWISE_MIN_ELEMENTS, strides_along};
+use crate::kernel::ContractSpec;
+use crate::tensor::Tensor;
+
+/// The most elements of the small operand `m` (and of `y`): the partial sums of a block
+/// stay in registers or the first cache line or two.
+pub(crate) const PAIR_MAX_SMALL: usize = 16;
+
+/// The shortest rows fused (module docs).
+pub(crate) const PAIR_MIN_ROW: usize = 16;
+
+/// The fewest elements of `x` for which a pair is fused: below them both transposes'
+/// operands stay in the first caches, and the second read costs little.
+pub(crate) const PAIR_MIN_ELEMENTS: usize = 1 << 12;
+
+/// Elements of `x` per block (rounded up to whole rows): 128 KiB of `f64` for each of the
+/// three large tensors, enough that a block's partial sums cost nothing beside its work,
+/// few enough that a step of `2^17` elements gives several blocks per thread.
+const BLOCK_ELEMENTS: usize = 1 << 14;
+
+/// Two contractions of one cotangent fused ([module docs](self)): `x = Σ op(c)·op(m)` with
+/// `a`'s labels and `y = Σ op(a)·op(c)` with `m`'s labels, from the operands `(c, m, a)`.
+///
+/// ```
+/// use einsum::{ContractSpec, PairSpec};
+///
+/// // The forward step `ab,cab->cab` (a 2 × 2 factor times a 1024 × 2 × 2 tensor) has the
+/// // transposes `ab,cab->cab` (the large operand's gradient, from the factor and the
+/// // cotangent) and `cab,cab->ab` (the factor's, from the cotangent and the large operand);
+/// // on reals without conjugations.
+/// let step = ContractSpec::new(&[0, 1], &[2, 0, 1], &[2, 0, 1], &[2, 2, 1024]).unwrap();
+/// let real = |s: ContractSpec| s.with_conj([false; 2]);
+/// let pair = PairSpec::new(&real(step.transpose_b()), [1, 0], &real(step.transpose_a()), [1, 0]).unwrap();
+/// assert_eq!(pair.x().to_string(), "abc,bc->abc");
+/// assert_eq!(pair.y().to_string(), "abc,abc->bc");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PairSpec {
+    /// `c, m -> a` with its conjugations.
+    x: ContractSpec,
+    /// `a, c -> m` with its conjugations.
+    y: ContractSpec,
+}
+
+impl PairSpec {
+    /// The pair of `x` and `y`, given in any operand order: `x_order[i]` is the position
+    /// among `(c, m)` of `x`'s operand `i`, `y_order[i]` the position among `(a, c)` of
+    /// `y`'s operand `i` (`[0, 1]` is the fused order). `None` unless they form the
+    /// pattern of the module docs.
+    pub fn new(x: &ContractSpec, x_order: [usize; 2], y: &ContractSpec, y_order: [usize; 2]) -> Option<Self> {
+        let x = ordered(x, x_order)?;
+        let y = ordered(y, y_order)?;
+        let sizes = x.sizes();
+        let len = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).product::<usize>();
+        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+        let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
+        if !distinct(lc) || !distinct(lm) || !distinct(la) || lc.iter().chain(lm).any(|c| !la.contains(c)) {
+            return None;
+        }
+        if len(lm) > PAIR_MAX_SMALL {
+            return None;
+        }
+        // `y` must be `a, c -> m` on the same labels: compare in canonical form.
+        let expected = ContractSpec::new(la, lc, lm, sizes).ok()?.with_conj(y.conj());
+        (expected == y).then(|| PairSpec { x: x.clone(), y: expected })
+    }
+
+    /// `c, m -> a`: the large operand's gradient, in the fused operand order.
+    pub fn x(&self) -> &ContractSpec {
+        &self.x
+    }
+
+    /// `a, c -> m`: the small operand's gradient, in the fused operand order.
+    pub fn y(&self) -> &ContractSpec {
+        &self.y
+    }
+
+    /// Elements of `x` (and of `a`, `c`).
+    pub(crate) fn len(&self) -> usize {
+        self.x.out_shape().iter().product()
+    }
+
+    /// Multiply-adds of the two contractions.
+    pub fn multiply_adds(&self) -> u64 {
+        self.x.multiply_adds().saturating_add(self.y.multiply_adds())
+    }
+
+    /// Runs the pair on `(c, m, a)` (shapes as the specs say): `[x, y]`.
+    ///
+    /// # Panics
+    /// On operands whose shapes do not fit.
+    pub(crate) fn apply<T: Elem>(&self, c: &Tensor<T>, m: &Tensor<T>, a: &Tensor<T>) -> [Tensor<T>; 2] {
+        for (what, t, shape) in [("c", c, self.x.a_shape()), ("m", m, self.x.b_shape()), ("a", a, self.y.a_shape())] {
+            assert_eq!(t.shape(), shape.as_slice(), "operand {what} of the pair {self:?}");
+        }
+        match PairPlan::new(&self.x) {
+            Some(plan) => {
+                let [cx, cy] = [self.x.conj(), self.y.conj()];
+                let (x, y) = plan.run(c.data(), m.data(), a.data(), cx, cy);
+                [Tensor::from_parts(&self.x.out_shape(), x), Tensor::from_parts(&self.y.out_shape(), y)]
+            }
+            // Rows too short: the two kernels one after the other.
+            None => [crate::kernel::contract(&self.x, c, m), crate::kernel::contract(&self.y, a, c)],
+        }
+    }
+}
+
+/// `spec` with its operands in the order `order` says (`[1, 0]` swaps them).
+fn ordered(spec: &ContractSpec, order: [usize; 2]) -> Option<ContractSpec> {
+    match order {
+        [0, 1] => Some(spec.clone()),
+        [1, 0] => {
+            let [ca, cb] = spec.conj();
+            Some(
+                ContractSpec::new(spec.b_labels(), spec.a_labels(), spec.out_labels(), spec.sizes())
+                    .ok()?
+                    .with_conj([cb, ca]),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The fused loop: per axis (in `x`'s order) its size and the strides of `x` (and `a`),
+/// `c` and `m`.
+#[derive(Debug)]
+struct PairPlan {
+    sizes: SmallVec<[usize; 8]>,
+    strides: [SmallVec<[usize; 8]>; 3],
+    len: usize,
+    small: usize,
+}
+
+impl PairPlan {
+    /// The loop of `x = c, m -> a` (already checked by [`PairSpec::new`]), if its rows are
+    /// at least [`PAIR_MIN_ROW`] long.
+    fn new(x: &ContractSpec) -> Option<Self> {
+        let sizes = x.sizes();
+        let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
+        let order: SmallVec<[u32; 8]> = la.iter().copied().filter(|&c| sizes[c as usize] != 1).collect();
+        let raw =
+            [strides_along(la, sizes, &order), strides_along(lc, sizes, &order), strides_along(lm, sizes, &order)];
+        let mut plan = PairPlan {
+            sizes: SmallVec::new(),
+            strides: Default::default(),
+            len: la.iter().map(|&c| sizes[c as usize]).product(),
+            small: lm.iter().map(|&c| sizes[c as usize]).product(),
+        };
+        for (i, &c) in order.iter().enumerate() {
+            let d = sizes[c as usize];
+            let fuses =
+                !plan.sizes.is_empty() && (0..3).all(|t| *plan.strides[t].last().expect("an axis") == raw[t][i] * d);
+            if fuses {
+                *plan.sizes.last_mut().expect("an axis") *= d;
+                for (s, r) in plan.strides.iter_mut().zip(&raw) {
+                    *s.last_mut().expect("an axis") = r[i];
+                }
+            } else {
+                plan.sizes.push(d);
+                for (s, r) in plan.strides.iter_mut().zip(&raw) {
+                    s.push(r[i]);
+                }
+            }
+        }
+        (plan.sizes.last().copied().unwrap_or(1) >= PAIR_MIN_ROW).then_some(plan)
+    }
+
+    /// `x` and `y` from `c`, `m` and `a`, conjugating the operands as `cx` (of `c`, `m`)
+    /// and `cy` (of `a`, `c`) say.
+    fn run<T: Elem>(&self, c: &[T], m: &[T], a: &[T], cx: [bool; 2], cy: [bool; 2]) -> (Vec<T>, Vec<T>) {
+        // On reals the flags change nothing and are dropped, so the loops carry no test.
+        let flag = |f: bool| f && T::IS_COMPLEX;
+        let ops = Ops { cx: [flag(cx[0]), flag(cx[1])], cy: [flag(cy[0]), flag(cy[1])] };
+        let n = *self.sizes.last().expect("a row");
+        let per_block = BLOCK_ELEMENTS.div_ceil(n);
+        let rows = self.len / n;
+        let blocks = rows.div_ceil(per_block);
+        let mut x = overwritten(self.len);
+        let mut partial = vec![T::zero(); blocks * self.small];
+        let threads = if self.len >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let block = |(i, (dst, sums)): (usize, (&mut [T], &mut [T]))| {
+            if !crate::stop::requested() {
+                self.rows(i * per_block, dst, sums, (c, m, a), &ops);
+            }
+        };
+        if threads > 1 && blocks > 1 {
+            use rayon::prelude::*;
+            x.par_chunks_mut(per_block * n).zip(partial.par_chunks_mut(self.small)).enumerate().for_each(block);
+        } else {
+            x.chunks_mut(per_block * n).zip(partial.chunks_mut(self.small)).enumerate().for_each(block);
+        }
+        // The blocks' sums in order, whatever the threads.
+        let mut y = vec![T::zero(); self.small];
+        for sums in partial.chunks_exact(self.small) {
+            for (t, &s) in y.iter_mut().zip(sums) {
+                *t += s;
+            }
+        }
+        (x, y)
+    }
+
+    /// Writes the rows from `first` on into `dst` (a whole number of rows) and adds their
+    /// terms of `y` into `sums`.
+    fn rows<T: Elem>(&self, first: usize, dst: &mut [T], sums: &mut [T], (c, m, a): (&[T], &[T], &[T]), ops: &Ops) {
+        let last = self.sizes.len() - 1;
+        let n = self.sizes[last];
+        let (ic, im) = (self.strides[1][last], self.strides[2][last]);
+        // Offsets of the row in `c` and `m` (`x` and `a` share `dst`'s: `first · n` on),
+        // the outer axes counting in row-major order.
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+        let (mut pc, mut pm) = (0usize, 0usize);
+        let mut r = first;
+        for k in (0..last).rev() {
+            idx[k] = r % self.sizes[k];
+            r /= self.sizes[k];
+            pc += idx[k] * self.strides[1][k];
+            pm += idx[k] * self.strides[2][k];
+        }
+        let mut pa = first * n;
+        for row in dst.chunks_exact_mut(n) {
+            let ar = &a[pa..pa + n];
+            if im == 0 {
+                sums[pm] += row_fixed_m(row, ar, (c, pc, ic), m[pm], ops);
+            } else {
+                for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
+                    let (cv, j) = (c[pc + k * ic], pm + k * im);
+                    *o = ops.x(cv, m[j]);
+                    sums[j] += ops.y(av, cv);
+                }
+            }
+            pa += n;
+            for k in (0..last).rev() {
+                idx[k] += 1;
+                pc += self.strides[1][k];
+                pm += self.strides[2][k];
+                if idx[k] < self.sizes[k] {
+                    break;
+                }
+                pc -= self.strides[1][k] * self.sizes[k];
+                pm -= self.strides[2][k] * self.sizes[k];
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
+/// The conjugations of the pair's two products (never set on reals).
+struct Ops {
+    cx: [bool; 2],
+    cy: [bool; 2],
+}
+
+impl Ops {
+    #[inline(always)]
+    fn x<T: Elem>(&self, c: T, m: T) -> T {
+        cj(c, self.cx[0]) * cj(m, self.cx[1])
+    }
+
+    #[inline(always)]
+    fn y<T: Elem>(&self, a: T, c: T) -> T {
+        cj(a, self.cy[0]) * cj(c, self.cy[1])
+    }
+}
+
+#[inline(always)]
+fn cj<T: Elem>(v: T, conj: bool) -> T {
+    if conj { v.conj() } else { v }
+}
+
+/// One row along which `m` is fixed (`mv`): `row[k] = op(c)·op(mv)`, and the row's sum of
+/// `op(a)·op(c)`, in four partial sums (so that the loop vectorizes and the adds overlap).
+#[inline(always)]
+fn row_fixed_m<T: Elem>(row: &mut [T], a: &[T], (c, pc, ic): (&[T], usize, usize), mv: T, ops: &Ops) -> T {
+    let mut acc = [T::zero(); 4];
+    if ic == 1 {
+        let cr = &c[pc..pc + row.len()];
+        let mut rows = row.chunks_exact_mut(4);
+        let mut cs = cr.chunks_exact(4);
+        let mut as_ = a.chunks_exact(4);
+        for ((o, cv), av) in (&mut rows).zip(&mut cs).zip(&mut as_) {
+            for l in 0..4 {
+                o[l] = ops.x(cv[l], mv);
+                acc[l] += ops.y(av[l], cv[l]);
+            }
+        }
+        for ((o, &cv), &av) in rows.into_remainder().iter_mut().zip(cs.remainder()).zip(as_.remainder()) {
+            *o = ops.x(cv, mv);
+            acc[0] += ops.y(av, cv);
+        }
+    } else {
+        for (k, (o, &av)) in row.iter_mut().zip(a).enumerate() {
+            let cv = c[pc + k * ic];
+            *o = ops.x(cv, mv);
+            acc[k % 4] += ops.y(av, cv);
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::elem::c64;
+    use crate::reference::reference_labels;
+
+    /// `spec` on `(p, q)` by the brute-force reference, conjugations applied first.
+    fn reference<T: Elem>(spec: &ContractSpec, p: &Tensor<T>, q: &Tensor<T>) -> Tensor<T> {
+        let [cp, cq] = spec.conj();
+        let cj = |t: &Tensor<T>, c: bool| if c { t.map(|&v| v.conj()) } else { t.clone() };
+        let (p, q) = (cj(p, cp), cj(q, cq));
+        reference_labels(&[(&p, spec.a_labels()), (&q, spec.b_labels())], spec.out_labels(), spec.sizes()).unwrap()
+    }
+    use proptest::prelude::*;
+
+    pub(crate) fn seeded<T: Elem>(shape: &[usize], seed: u64) -> Tensor<T> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        Tensor::from_fn(shape.to_vec(), |_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+            let v = (s.rotate_left(17) >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+            T::from_parts(u, v)
+        })
+        .expect("a shape")
+    }
+
+    /// `large` labels (a permutation of `0..n`) and the small factor's labels (a subset),
+    /// the cotangent's labels (another permutation of the large ones).
+    /// Checks the pair against the reference; returns whether it ran the fused loop.
+    fn case<T: Elem>(
+        sizes: &[usize],
+        la: &[u32],
+        lm: &[u32],
+        lc: &[u32],
+        conj: [bool; 2],
+        small_first: bool,
+        seed: u64,
+    ) -> bool {
+        let step = if small_first {
+            ContractSpec::new(lm, la, lc, sizes).unwrap().with_conj(conj)
+        } else {
+            ContractSpec::new(la, lm, lc, sizes).unwrap().with_conj(conj)
+        };
+        // tidu's transposes, as `ad.rs` emits them.
+        let adj = |s: ContractSpec| if T::IS_COMPLEX { s } else { s.with_conj([false; 2]) };
+        let (ta, tb) = (adj(step.transpose_a()), adj(step.transpose_b()));
+        // The large operand's gradient reads (c, small) and the small one's (large, c)
+        // when the small operand is `b`; otherwise the roles swap.
+        let (pair, x_spec, y_spec) = if small_first {
+            (PairSpec::new(&tb, [1, 0], &ta, [1, 0]), tb, ta)
+        } else {
+            (PairSpec::new(&ta, [0, 1], &tb, [0, 1]), ta, tb)
+        };
+        let pair = pair.expect("tidu's transposes of a step with a small operand form a pair");
+        let big_shape: Vec<usize> = la.iter().map(|&l| sizes[l as usize]).collect();
+        let small_shape: Vec<usize> = lm.iter().map(|&l| sizes[l as usize]).collect();
+        let c_shape: Vec<usize> = lc.iter().map(|&l| sizes[l as usize]).collect();
+        let (a, m, c) =
+            (seeded::<T>(&big_shape, seed), seeded::<T>(&small_shape, seed + 1), seeded::<T>(&c_shape, seed + 2));
+        let [x, y] = pair.apply(&c, &m, &a);
+        // Against the reference, in the transposes' own operand orders.
+        let (rx, ry) = if small_first {
+            (reference(&x_spec, &m, &c), reference(&y_spec, &c, &a))
+        } else {
+            (reference(&x_spec, &c, &m), reference(&y_spec, &a, &c))
+        };
+        assert_eq!(x.shape(), rx.shape());
+        assert_eq!(y.shape(), ry.shape());
+        let close = |p: &Tensor<T>, q: &Tensor<T>, tol: f64| {
+            p.data().iter().zip(q.data()).all(|(&u, &v)| (u - v).modulus() <= tol)
+        };
+        assert!(close(&x, &rx, 1e-12), "x of {pair:?}");
+        assert!(close(&y, &ry, 1e-9), "y of {pair:?}");
+        // The element-wise kernel's `x` bit for bit; two threads equal one bit for bit.
+        let kx = if small_first {
+            crate::kernel::contract(&x_spec, &m, &c)
+        } else {
+            crate::kernel::contract(&x_spec, &c, &m)
+        };
+        assert_eq!(x.data(), kx.data());
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let [x2, y2] = pool.install(|| pair.apply(&c, &m, &a));
+        assert_eq!(x2.data(), x.data());
+        assert_eq!(y2.data(), y.data());
+        PairPlan::new(pair.x()).is_some()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn pairs_equal_the_reference(
+            n in 2usize..7, row in 16usize..40, sizes_seed in any::<u64>(), perm_seed in any::<u64>(), small in 1usize..3,
+            conj in any::<[bool; 2]>(), small_first in any::<bool>(), complex in any::<bool>(),
+        ) {
+            // Sizes 2 to 5 (a few 1s) and one label of `row` innermost in the large
+            // operand, the large labels otherwise in a random order, the small factor on
+            // `small` of the others, the cotangent's labels in another order.
+            let mut sizes: Vec<usize> = (0..n).map(|i| [2, 3, 4, 5, 1, 3][((sizes_seed >> (3 * i)) % 6) as usize]).collect();
+            sizes.push(row);
+            let mut s = perm_seed | 1;
+            let mut shuffle = |v: &mut Vec<u32>| {
+                for i in (1..v.len()).rev() {
+                    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                    v.swap(i, (s % (i as u64 + 1)) as usize);
+                }
+            };
+            let mut la: Vec<u32> = (0..n as u32).collect();
+            shuffle(&mut la);
+            let mut lm: Vec<u32> = la[..small.min(n)].to_vec();
+            // At most `PAIR_MAX_SMALL` elements in the factor.
+            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_MAX_SMALL {
+                lm.pop();
+            }
+            shuffle(&mut lm);
+            la.push(n as u32);
+            let mut lc = la.clone();
+            shuffle(&mut lc);
+            let fused = if complex {
+                case::<c64>(&sizes, &la, &lm, &lc, conj, small_first, perm_seed)
+            } else {
+                case::<f64>(&sizes, &la, &lm, &lc, conj, small_first, perm_seed)
+            };
+            prop_assert!(fused, "rows of at least {row} elements are fused");
+        }
+    }
+
+    #[test]
+    fn a_queens_like_step_fuses_and_two_threads_equal_one() {
+        // A `3 × 3` factor on labels 0 and 1 of a `3^11` tensor (past the threads'
+        // threshold), the cotangent with the factor's labels outermost: rows of `3^3`.
+        let sizes = [3usize; 11];
+        let la = [2, 3, 0, 4, 5, 6, 1, 7, 8, 9, 10];
+        let lc = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        assert!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 7));
+        assert!(case::<c64>(&sizes, &la, &[1, 0], &lc, [true, false], false, 8));
+        // Rows of 3 (a factor's label innermost) run as the two kernels.
+        let la = [2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 1];
+        assert!(!case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 9));
+    }
+
+    #[test]
+    fn a_row_along_the_factor_accumulates_each_element() {
+        // The factor's one label (16) innermost: `y` gathers along the rows.
+        assert!(case::<f64>(&[300, 16], &[0, 1], &[1], &[1, 0], [false; 2], false, 3));
+        assert!(case::<c64>(&[300, 16], &[0, 1], &[1], &[0, 1], [false, true], true, 4));
+    }
+
+    #[test]
+    fn non_pairs_are_refused() {
+        // A summed label in `x`: not element-wise.
+        let x = ContractSpec::new(&[0, 1, 2], &[1, 3], &[0, 2, 3], &[64, 3, 64, 3]).unwrap();
+        let y = ContractSpec::new(&[0, 2, 3], &[0, 1, 2], &[1, 3], &[64, 3, 64, 3]).unwrap();
+        assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_none());
+        // A small operand over the limit.
+        let x = ContractSpec::new(&[0, 1], &[1], &[0, 1], &[64, 64]).unwrap();
+        let y = ContractSpec::new(&[0, 1], &[0, 1], &[1], &[64, 64]).unwrap();
+        assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_none());
+    }
+}
