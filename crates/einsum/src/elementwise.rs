@@ -82,6 +82,38 @@ pub(crate) struct ElementwisePlan {
     out_len: usize,
 }
 
+/// The loop over the labels of `outer` (those of size 1 left out) that walks the three
+/// tensors labelled `tensors` (distinct labels, row-major, sizes `sizes[label]`): the axis
+/// sizes and each tensor's stride per axis, an axis joined to the previous one when every
+/// tensor steps over the previous axis exactly as over its whole extent. `pair.rs`'s
+/// loop is planned the same way.
+pub(crate) fn fused_axes(
+    tensors: [&[u32]; 3],
+    outer: &[u32],
+    sizes: &[usize],
+) -> (SmallVec<[usize; 8]>, [SmallVec<[usize; 8]>; 3]) {
+    let order: SmallVec<[u32; 8]> = outer.iter().copied().filter(|&c| sizes[c as usize] != 1).collect();
+    let raw = tensors.map(|l| strides_along(l, sizes, &order));
+    let mut axes: SmallVec<[usize; 8]> = SmallVec::new();
+    let mut strides: [SmallVec<[usize; 8]>; 3] = Default::default();
+    for (i, &c) in order.iter().enumerate() {
+        let d = sizes[c as usize];
+        let fuses = !axes.is_empty() && (0..3).all(|t| *strides[t].last().expect("an axis") == raw[t][i] * d);
+        if fuses {
+            *axes.last_mut().expect("an axis") *= d;
+            for (s, r) in strides.iter_mut().zip(&raw) {
+                *s.last_mut().expect("an axis") = r[i];
+            }
+        } else {
+            axes.push(d);
+            for (s, r) in strides.iter_mut().zip(&raw) {
+                s.push(r[i]);
+            }
+        }
+    }
+    (axes, strides)
+}
+
 /// Row-major strides of `labels` (distinct) with sizes `sizes[label]`, per label of `order`
 /// (0 where `labels` lacks it); `reduce`'s plans use it too.
 pub(crate) fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> SmallVec<[usize; 8]> {
@@ -101,32 +133,8 @@ impl ElementwisePlan {
         if !distinct(a) || !distinct(b) || !distinct(out) || a.iter().chain(b).any(|c| !out.contains(c)) {
             return None;
         }
-        let order: SmallVec<[u32; 8]> = out.iter().copied().filter(|&c| sizes[c as usize] != 1).collect();
-        let raw = [strides_along(a, sizes, &order), strides_along(b, sizes, &order), strides_along(out, sizes, &order)];
-        let mut plan = ElementwisePlan {
-            sizes: SmallVec::new(),
-            strides: Default::default(),
-            out_len: out.iter().map(|&c| sizes[c as usize]).product(),
-        };
-        for (i, &c) in order.iter().enumerate() {
-            let d = sizes[c as usize];
-            // Axis `i` joins the previous one when every tensor steps over the previous
-            // axis exactly as over `d` steps of this one.
-            let fuses =
-                !plan.sizes.is_empty() && (0..3).all(|t| *plan.strides[t].last().expect("an axis") == raw[t][i] * d);
-            if fuses {
-                *plan.sizes.last_mut().expect("an axis") *= d;
-                for (s, r) in plan.strides.iter_mut().zip(&raw) {
-                    *s.last_mut().expect("an axis") = r[i];
-                }
-            } else {
-                plan.sizes.push(d);
-                for (s, r) in plan.strides.iter_mut().zip(&raw) {
-                    s.push(r[i]);
-                }
-            }
-        }
-        Some(plan)
+        let (axes, strides) = fused_axes([a, b, out], out, sizes);
+        Some(ElementwisePlan { sizes: axes, strides, out_len: out.iter().map(|&c| sizes[c as usize]).product() })
     }
 
     /// The rows the kernel writes: their length (the fused innermost axis), their count,

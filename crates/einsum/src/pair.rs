@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use crate::buffer::overwritten;
 use crate::elem::Elem;
-use crate::elementwise::{PAR_ELEMENTWISE_MIN_ELEMENTS, strides_along};
+use crate::elementwise::{PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes};
 use crate::kernel::ContractSpec;
 use crate::tensor::Tensor;
 
@@ -170,31 +170,13 @@ impl PairPlan {
     fn new(x: &ContractSpec) -> Option<Self> {
         let sizes = x.sizes();
         let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
-        let order: SmallVec<[u32; 8]> = la.iter().copied().filter(|&c| sizes[c as usize] != 1).collect();
-        let raw =
-            [strides_along(la, sizes, &order), strides_along(lc, sizes, &order), strides_along(lm, sizes, &order)];
-        let mut plan = PairPlan {
-            sizes: SmallVec::new(),
-            strides: Default::default(),
+        let (axes, strides) = fused_axes([la, lc, lm], la, sizes);
+        let plan = PairPlan {
+            sizes: axes,
+            strides,
             len: la.iter().map(|&c| sizes[c as usize]).product(),
             small: lm.iter().map(|&c| sizes[c as usize]).product(),
         };
-        for (i, &c) in order.iter().enumerate() {
-            let d = sizes[c as usize];
-            let fuses =
-                !plan.sizes.is_empty() && (0..3).all(|t| *plan.strides[t].last().expect("an axis") == raw[t][i] * d);
-            if fuses {
-                *plan.sizes.last_mut().expect("an axis") *= d;
-                for (s, r) in plan.strides.iter_mut().zip(&raw) {
-                    *s.last_mut().expect("an axis") = r[i];
-                }
-            } else {
-                plan.sizes.push(d);
-                for (s, r) in plan.strides.iter_mut().zip(&raw) {
-                    s.push(r[i]);
-                }
-            }
-        }
         (plan.sizes.last().copied().unwrap_or(1) >= PAIR_MIN_ROW).then_some(plan)
     }
 
