@@ -51,7 +51,7 @@ pub(crate) const PAIR_MIN_ELEMENTS: usize = 1 << 12;
 /// few enough that a step of `2^17` elements gives several blocks per thread.
 const BLOCK_ELEMENTS: usize = 1 << 14;
 
-/// Two contractions of one cotangent fused ([module docs](self)): `x = Σ op(c)·op(m)` with
+/// Two contractions of one cotangent fused (`pair.rs`, ADR 0018): `x = Σ op(c)·op(m)` with
 /// `a`'s labels and `y = Σ op(a)·op(c)` with `m`'s labels, from the operands `(c, m, a)`.
 ///
 /// ```
