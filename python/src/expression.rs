@@ -71,10 +71,8 @@ const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 /// call and the one that helps, and wakes the Python thread again at the end: up to two
 /// tenths of a millisecond among other libraries' calls, more than the split of a call
 /// this small saves, though the einsum crate's estimate (which prices one wake-up)
-/// expects a gain.
-/// `bin_batched_matmul_b32_m64_n64_k64`'s forward (`2^23`) took 0.43 ms on one thread and
-/// on two alone, and 0.51 → 0.59 and 0.54 → 0.71 ms among the peers' calls
-/// (`docs/PERFORMANCE.md`, two40); `bin_matmul_256`'s (`2^24`) gained on two.
+/// expects a gain. A `2^23` batched product was slower on two threads than on one, a
+/// `2^24` GEMM faster (`docs/PERFORMANCE.md`, two40).
 const POOL_MIN_WORK: f64 = 16_777_216.0;
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
