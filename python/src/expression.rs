@@ -67,13 +67,11 @@ const DETACH_MIN_WORK: f64 = 32_768.0;
 const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 
 /// Below this many multiply-adds a call stays on the calling thread whatever threads it
-/// asks for: handing a call to the pool wakes two of its threads, the one that takes the
-/// call and the one that helps, and wakes the Python thread again at the end: up to two
-/// tenths of a millisecond among other libraries' calls, more than the split of a call
-/// this small saves, though the einsum crate's estimate (which prices one wake-up)
-/// expects a gain. A `2^23` batched product was slower on two threads than on one, a
-/// `2^24` GEMM faster (`docs/PERFORMANCE.md`, two40).
-const POOL_MIN_WORK: f64 = 16_777_216.0;
+/// asks for: no kernel of the einsum crate splits below `2^20` multiply-adds or elements,
+/// and entering a pool costs microseconds. It is not higher because a call's work counts
+/// an element-wise product's elements once: `2^24` kept a `2048 × 2048` product (`2^22`)
+/// off the second core, which halves its time (`docs/PERFORMANCE.md`, twelfth session).
+const POOL_MIN_WORK: f64 = 1_048_576.0;
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
 const CACHE_CAPACITY: usize = 512;
