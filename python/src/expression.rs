@@ -70,7 +70,8 @@ const INTERRUPTIBLE_MIN_WORK: f64 = 1e8;
 /// asks for: no kernel of the einsum crate splits below `2^20` multiply-adds or elements,
 /// and entering a pool costs microseconds. It is not higher because a call's work counts
 /// an element-wise product's elements once: `2^24` kept a `2048 × 2048` product (`2^22`)
-/// off the second core, which halves its time (`docs/PERFORMANCE.md`, twelfth session).
+/// off the second core, which makes it 1.8 times faster (`docs/PERFORMANCE.md`, "Python
+/// against the peers, final code of the twelfth session").
 const POOL_MIN_WORK: f64 = 1_048_576.0;
 
 /// Expressions kept by [`contract`]'s cache; past this the cache starts over.
