@@ -82,6 +82,14 @@ pub(crate) struct ElementwisePlan {
     out_len: usize,
 }
 
+/// Whether `a, b -> out` is an element-wise product: no tensor repeats a label and every
+/// label of `a` and `b` is one of `out`'s (nothing is summed). `pair.rs` asks it of the
+/// large operand's gradient.
+pub(crate) fn sums_nothing(a: &[u32], b: &[u32], out: &[u32]) -> bool {
+    let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+    distinct(a) && distinct(b) && distinct(out) && a.iter().chain(b).all(|c| out.contains(c))
+}
+
 /// The loop over the labels of `outer` (those of size 1 left out) that walks the three
 /// tensors labelled `tensors` (distinct labels, row-major, sizes `sizes[label]`): the axis
 /// sizes and each tensor's stride per axis, an axis joined to the previous one when every
@@ -129,8 +137,7 @@ pub(crate) fn strides_along(labels: &[u32], sizes: &[usize], order: &[u32]) -> S
 impl ElementwisePlan {
     /// The plan for `a, b -> out` if it sums nothing and no tensor repeats a label.
     pub(crate) fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
-        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
-        if !distinct(a) || !distinct(b) || !distinct(out) || a.iter().chain(b).any(|c| !out.contains(c)) {
+        if !sums_nothing(a, b, out) {
             return None;
         }
         let (axes, strides) = fused_axes([a, b, out], out, sizes);

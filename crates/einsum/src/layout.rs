@@ -117,13 +117,7 @@ pub(crate) fn result_order(
     consumer: &Consumer<'_>,
     sizes: &[usize],
 ) -> EinsumResult<Vec<u32>> {
-    let costs = |r: &[u32]| -> EinsumResult<Priced> {
-        let (producer, next) = (ContractSpec::new(la, lb, r, sizes)?, consumer.spec(r, sizes)?);
-        // The transposes that read or write the result in this order: the producer's two
-        // read its cotangent, the consumer's write that cotangent and read the result.
-        let reverse = [producer.transpose_a(), producer.transpose_b(), next.transpose_a(), next.transpose_b()];
-        Ok(Priced { forward: [step_cost(&producer), step_cost(&next)], reverse: reverse.map(|t| step_cost(&t)) })
-    };
+    let costs = |r: &[u32]| Priced::new([la, lb], r, consumer, sizes);
     let base = costs(&default)?;
     let [Some((kp, p0)), Some((kc, c0))] = base.forward else { return Ok(default) };
     // Every order priced with the default's forward kernels, the default first.
@@ -171,6 +165,15 @@ struct Priced {
 }
 
 impl Priced {
+    /// The estimates of the result of `la, lb` in order `r`, read by `consumer`.
+    fn new([la, lb]: [&[u32]; 2], r: &[u32], consumer: &Consumer<'_>, sizes: &[usize]) -> EinsumResult<Self> {
+        let (producer, next) = (ContractSpec::new(la, lb, r, sizes)?, consumer.spec(r, sizes)?);
+        // The transposes that read or write the result in this order: the producer's two
+        // read its cotangent, the consumer's write that cotangent and read the result.
+        let reverse = [producer.transpose_a(), producer.transpose_b(), next.transpose_a(), next.transpose_b()];
+        Ok(Priced { forward: [step_cost(&producer), step_cost(&next)], reverse: reverse.map(|t| step_cost(&t)) })
+    }
+
     fn kernels(&self) -> [Option<PricedKernel>; 6] {
         let k = |x: &Option<(PricedKernel, f64)>| x.map(|(k, _)| k);
         [
@@ -309,9 +312,7 @@ mod tests {
 
     /// The estimates of `r` as `result_order` makes them.
     fn priced(x: &[u32], y: &[u32], consumer: &Consumer<'_>, r: &[u32], sizes: &[usize]) -> Priced {
-        let (p, c) = (ContractSpec::new(x, y, r, sizes).unwrap(), consumer.spec(r, sizes).unwrap());
-        let reverse = [p.transpose_a(), p.transpose_b(), c.transpose_a(), c.transpose_b()];
-        Priced { forward: [step_cost(&p), step_cost(&c)], reverse: reverse.map(|t| step_cost(&t)) }
+        Priced::new([x, y], r, consumer, sizes).unwrap()
     }
 
     #[test]

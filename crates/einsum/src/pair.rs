@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use crate::buffer::overwritten;
 use crate::elem::Elem;
-use crate::elementwise::{PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes};
+use crate::elementwise::{PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes, sums_nothing};
 use crate::kernel::ContractSpec;
 use crate::tensor::Tensor;
 
@@ -85,12 +85,8 @@ impl PairSpec {
         let y = ordered(y, y_order)?;
         let sizes = x.sizes();
         let len = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).product::<usize>();
-        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
         let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
-        if !distinct(lc) || !distinct(lm) || !distinct(la) || lc.iter().chain(lm).any(|c| !la.contains(c)) {
-            return None;
-        }
-        if len(lm) > PAIR_MAX_SMALL {
+        if !sums_nothing(lc, lm, la) || len(lm) > PAIR_MAX_SMALL {
             return None;
         }
         // `y` must be `a, c -> m` on the same labels: compare in canonical form.
