@@ -111,8 +111,8 @@ class ContractExpression(_core.Expression):
                 raise TypeError("strip_exponent=True does not combine with out=")
             return self._scaled(_scaled.engine_arrays(arrays))
         if strip_exponent is None and out is None and backend in ("auto", "numpy") and not _sharing.ACTIVE and engine_dtypes(arrays):
-            # The engine says whether the result left the range when its kernel saw each
-            # entry as it wrote it (an element-wise product): no second read of the result.
+            # The engine says whether a float64 result left the range: its threads read it
+            # right after writing it (an element-wise product's kernel as it writes it).
             result, left = self._call_checked(*arrays)
             if left is None:
                 left = _scaled.left_range(result)
@@ -280,8 +280,8 @@ class ContractExpression(_core.Expression):
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent)
         left: Optional[bool] = None
         if checkpoint is None:
-            # `left`: whether a result left the range, when the kernel found that out while
-            # writing the results (an element-wise product); else the results are read for it.
+            # `left`: whether a float64 result left the range, read by the engine's threads
+            # as they finish; `None` for complex results, which are read here.
             value, grads, left = self._value_and_grad_checked(arrays, wrt, cotangent)
         else:
             value, grads = self._value_and_grad(arrays, wrt, cotangent, _checkpoint_target(checkpoint))

@@ -123,6 +123,9 @@ trait Dtype: FromReal + Element {
     fn compiled(inner: &Inner) -> &Compiled<Self>;
     /// The tensors as float64 ones, if that is their type (`Hadamard` takes no other).
     fn real(t: &[Tensor<Self>]) -> Option<&[Tensor<f64>]>;
+    /// Whether any of the results `t` left float64's range (`crate::scaled`'s test), read
+    /// on the current pool's threads; `None` where the caller reads them itself (complex).
+    fn left_range(t: &[&Tensor<Self>]) -> Option<bool>;
 }
 
 impl Dtype for f64 {
@@ -132,6 +135,9 @@ impl Dtype for f64 {
     fn real(t: &[Tensor<f64>]) -> Option<&[Tensor<f64>]> {
         Some(t)
     }
+    fn left_range(t: &[&Tensor<f64>]) -> Option<bool> {
+        Some(crate::scaled::any_outside_in_pool(&t.iter().map(|t| t.data()).collect::<Vec<_>>()))
+    }
 }
 
 impl Dtype for c64 {
@@ -139,6 +145,9 @@ impl Dtype for c64 {
         &inner.complex
     }
     fn real(_: &[Tensor<c64>]) -> Option<&[Tensor<f64>]> {
+        None
+    }
+    fn left_range(_: &[&Tensor<c64>]) -> Option<bool> {
         None
     }
 }
@@ -366,18 +375,47 @@ impl Inner {
             }
         }
         self.check_memory::<T>(limit)?;
+        if blocks {
+            let (e, work, refs) = self.prepare_eval::<T>(operands)?;
+            let out = run_on(py, work, |t| e.uses_threads(t), || e.eval_blocks(&refs, range))?;
+            return blocks_to_py(py, out);
+        }
+        Ok(self.eval_sum(py, operands, range, false)?.0)
+    }
+
+    /// The compiled expression for the threads a call of this expression's work runs on,
+    /// its multiply-adds and the operands as references.
+    fn prepare_eval<'t, T: Dtype>(&self, operands: &'t [Tensor<T>]) -> PyResult<EvalCall<'t, T>> {
         let work = self.slice_plan.multiply_adds();
         // The threads `run` will use (one below `POOL_MIN_WORK`).
         let threads = if work >= POOL_MIN_WORK { crate::threads::get_num_threads() } else { 1 };
-        let e = self.einsum_on::<T>(threads)?;
-        let refs: Vec<&Tensor<T>> = operands.iter().collect();
-        let uses = |t| e.uses_threads(t);
-        if blocks {
-            let out = run_on(py, work, uses, || e.eval_blocks(&refs, range))?;
-            return blocks_to_py(py, out);
-        }
-        let out = run_on(py, work, uses, || e.eval_slices(&refs, range))?;
-        Ok(convert::to_numpy(py, out)?.into_any())
+        Ok((self.einsum_on::<T>(threads)?, work, operands.iter().collect()))
+    }
+
+    /// The sum of the slices in `range` (memory already checked), and with `scan` whether it
+    /// left float64's range (`None` for complex results): read by the threads that ran the
+    /// call, right after they wrote it, instead of by the calling thread after the hand-back
+    /// (on two threads a Python thread's read of a 1 MB result cost more than either half
+    /// of the contraction that wrote it).
+    fn eval_sum<'py, T: Dtype>(
+        &self,
+        py: Python<'py>,
+        operands: &[Tensor<T>],
+        range: std::ops::Range<u64>,
+        scan: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
+        let (e, work, refs) = self.prepare_eval::<T>(operands)?;
+        let (out, left) = run_on(
+            py,
+            work,
+            |t| e.uses_threads(t),
+            || {
+                let out = e.eval_slices(&refs, range)?;
+                let left = if scan { T::left_range(&[&out]) } else { None };
+                Ok((out, left))
+            },
+        )?;
+        Ok((convert::to_numpy(py, out)?.into_any(), left))
     }
 
     /// The cotangent: the given one, or 1 for a scalar output.
@@ -402,13 +440,35 @@ impl Inner {
         Ok((e, c, g))
     }
 
+    /// `(value, grads)` of the whole contraction, and with `scan` whether any of them left
+    /// float64's range (`None` for complex results), read by the threads that ran the call
+    /// right after they wrote the results, as [`Inner::eval_sum`] reads a value.
     fn value_and_grad<'py, T: Dtype>(
         &self,
         py: Python<'py>,
         operands: &[Tensor<T>],
         d: &Derivative<'_, 'py>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        self.value_and_grad_slices(py, operands, d, self.range(0, None), false, None)
+        scan: bool,
+    ) -> PyResult<(Bound<'py, PyTuple>, Option<bool>)> {
+        if let Some((pair, left)) = self.hadamard_value_and_grad(py, operands, d)? {
+            return Ok((pair, scan.then_some(left)));
+        }
+        let (_, c, g) = self.gradient::<T>(d)?;
+        let refs: Vec<&Tensor<T>> = operands.iter().collect();
+        let work = 3.0 * self.slice_plan.multiply_adds();
+        let range = self.range(0, None);
+        let (v, grads, left) = run_on(
+            py,
+            work,
+            |t| g.uses_threads(t),
+            || {
+                let (v, grads) = g.eval_slices_with_value(&refs, &c, range)?;
+                let left =
+                    if scan { T::left_range(&std::iter::once(&v).chain(&grads).collect::<Vec<_>>()) } else { None };
+                Ok((v, grads, left))
+            },
+        )?;
+        Ok((PyTuple::new(py, [convert::to_numpy(py, v)?.into_any(), to_tuple(py, grads)?.into_any()])?, left))
     }
 
     /// Hessian-vector products summed over the slices in `range` (all of them for
@@ -486,6 +546,10 @@ struct Derivative<'a, 'py> {
     limit: Option<f64>,
 }
 
+/// What [`Inner::prepare_eval`] gives: the compiled expression for the call's threads, its
+/// multiply-adds, the operands.
+type EvalCall<'t, T> = (Arc<SlicedEinsum<T>>, f64, Vec<&'t Tensor<T>>);
+
 /// What [`Inner::gradient`] gives: the compiled expression, the cotangent, the gradient
 /// program.
 type GradientCall<'a, T> = (&'a Arc<SlicedEinsum<T>>, Tensor<T>, Arc<SlicedGradient<T>>);
@@ -550,8 +614,9 @@ impl Inner {
     }
 
     /// [`Inner::eval`]'s result for the whole contraction, and whether it left float64's
-    /// range where the element-wise kernel found that out while writing it, else `None`
-    /// (the caller reads the result for it).
+    /// range: found by the element-wise kernel while it wrote the result, or read by the
+    /// call's threads right after ([`Inner::eval_sum`]); `None` for a complex result (the
+    /// caller reads it).
     fn eval_checked<'py, T: Dtype>(
         &self,
         py: Python<'py>,
@@ -560,7 +625,10 @@ impl Inner {
     ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
         match self.hadamard_value(py, operands, limit)? {
             Some((value, left)) => Ok((value, Some(left))),
-            None => Ok((self.eval(py, operands, limit)?, None)),
+            None => {
+                self.check_memory::<T>(limit)?;
+                self.eval_sum(py, operands, self.range(0, None), true)
+            }
         }
     }
 
@@ -766,10 +834,10 @@ impl Expression {
     }
 
     /// `(result, left)`: the contraction as `__call__` gives it, and whether it left
-    /// float64's range (`scaled.rs`'s `left_range`) where the kernel found that out while
-    /// writing it (an element-wise product of float64 operands), else `None`: the caller
-    /// then reads the result for it. Saves `strip_exponent=None` a second pass over a
-    /// result that a memory-bound kernel has just written.
+    /// float64's range (`scaled.rs`'s `left_range`), found by the element-wise kernel as
+    /// it wrote the result or read by the call's threads right after; `None` for a complex
+    /// result, which the caller then reads. Saves `strip_exponent=None` a pass over the
+    /// result on the calling thread, after the hand-back.
     #[pyo3(signature = (*operands))]
     fn _call_checked<'py>(
         &self,
@@ -780,8 +848,8 @@ impl Expression {
     }
 
     /// `(value, grads, left)`: `_value_and_grad` without a checkpoint, and whether the
-    /// value or a gradient left float64's range where the kernel found that out while
-    /// writing them (as `_call_checked`), else `None`.
+    /// value or a gradient left float64's range, found out on the call's threads as
+    /// `_call_checked` finds it; `None` for complex results (the caller reads them).
     #[pyo3(signature = (operands, wrt=None, cotangent=None))]
     fn _value_and_grad_checked<'py>(
         &self,
@@ -791,10 +859,7 @@ impl Expression {
         cotangent: Option<Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Option<bool>)> {
         let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
-        let (pair, left) = by_dtype!(inner.operands(operands)?, t => match inner.hadamard_value_and_grad(py, &t, &d)? {
-            Some((pair, left)) => (pair, Some(left)),
-            None => (inner.value_and_grad(py, &t, &d)?, None),
-        });
+        let (pair, left) = by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d, true)?);
         Ok((pair.get_item(0)?, pair.get_item(1)?, left))
     }
 
@@ -814,7 +879,7 @@ impl Expression {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
         let Some(target) = checkpoint else {
-            return by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d));
+            return by_dtype!(inner.operands(operands)?, t => Ok(inner.value_and_grad(py, &t, &d, false)?.0));
         };
         let target: MemoryLimit = target.parse().map_err(|e: einsum::ParseBytesError| {
             PyValueError::new_err(format!("checkpoint: {e} (a byte target such as 64MiB or 1000000)"))
@@ -983,8 +1048,7 @@ pub fn contract<'py>(
 }
 
 /// `_contract_checked(eq, operands)`: `(result, left)`, `contract`'s result along the
-/// greedy path and whether it left float64's range where the kernel found that out while
-/// writing it (an element-wise product of float64 operands), else `None`, as
+/// greedy path and whether it left float64's range (`None` for a complex result), as
 /// `Expression._call_checked` says it for `strip_exponent=None`.
 #[pyfunction]
 pub fn _contract_checked<'py>(

@@ -7,7 +7,8 @@
 //! over the call's threads (the test reads every gradient entry once more, at memory
 //! bandwidth, which a second core adds to). The scan of a contiguous array is
 //! `einsum::RangeScan`'s, the one an element-wise product (`einsum::Hadamard`) makes while
-//! it writes its results, whose expressions therefore need no call here.
+//! it writes its results. An expression's float64 calls need neither function: the call's
+//! threads read the results right after writing them (`any_outside_in_pool`).
 
 use einsum::{RangeScan, c64};
 use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -98,6 +99,20 @@ pub fn any_left_range(py: Python<'_>, arrays: &Bound<'_, PyList>) -> PyResult<bo
         Some(pool) => pool.install(|| any_outside_par(&slices)),
         None => slices.iter().any(|s| outside_slice(s)),
     }))
+}
+
+/// Whether any of `slices` is [`outside_slice`], read by the thread that asks: inside a pool
+/// of several threads (a contraction's call, right after it wrote them) in chunks over the
+/// pool's threads once they hold two chunks, since its threads are awake and hold the parts
+/// they wrote; elsewhere one slice after the other.
+pub(crate) fn any_outside_in_pool(slices: &[&[f64]]) -> bool {
+    let total: usize = slices.iter().map(|s| s.len()).sum();
+    let pool_threads = rayon::current_thread_index().map(|_| rayon::current_num_threads());
+    if pool_threads.is_some_and(|n| n > 1) && total >= 2 * CHUNK {
+        any_outside_par(slices)
+    } else {
+        slices.iter().any(|s| outside_slice(s))
+    }
 }
 
 /// Whether any of `slices` is [`outside_slice`], read in chunks of `CHUNK` on the current

@@ -2,6 +2,8 @@
 gradients come from one pass that also says whether a result left float64's range
 (``_core.Expression._call_checked``, ``_value_and_grad_checked``; ``cgx.contract`` through
 ``_core._contract_checked``), so ``strip_exponent=None`` does not read the results again.
+Every other float64 expression's checked calls read their results on the call's threads,
+right after writing them.
 
 Against numpy (hypothesis): the value ``a * b`` and the gradients ``c * b`` and ``c * a``
 exactly, for any ``wrt``; the range verdict against numpy's ``abs`` and ``max`` of each
@@ -151,13 +153,50 @@ def test_past_the_parallel_threshold_threads_equal_one_bit_for_bit(threads):
         assert left == one_left == left_by_numpy(value, *grads) == (special == np.inf)
 
 
-def test_other_expressions_leave_the_verdict_to_the_caller():
-    """Products of another layout, complex operands and sliced expressions take the
-    compiled program, and say ``None``: the caller reads the results for the verdict."""
+def test_other_expressions_give_the_verdict_from_the_call():
+    """Products of another layout and sliced expressions take the compiled program: the
+    call's threads read the float64 results for the verdict; complex results say ``None``
+    (the caller reads them)."""
     x = np.ones((3, 4))
-    assert cgx.contract_expression("ij,ji->ij", (3, 4), (4, 3))._call_checked(x, x.T)[1] is None
+    assert cgx.contract_expression("ij,ji->ij", (3, 4), (4, 3))._call_checked(x, x.T)[1] is False
     expr = cgx.contract_expression("ij,ij->ij", (3, 4), (3, 4))
     assert expr._call_checked(x + 0j, x)[1] is None
     sliced = cgx.contract_expression("ij,ij->ij", (3, 4), (3, 4), sliced_inds=["i"])
     value, _, left = sliced._value_and_grad_checked((x, x), None, x)
-    assert left is None and np.array_equal(value, x)
+    assert left is False and np.array_equal(value, x)
+    value, _, left = sliced._value_and_grad_checked((x + 0j, x), None, x)
+    assert left is None
+
+
+@SETTINGS
+@given(
+    dims=st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9)),
+    large=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+    specials=specials,
+    threads=st.sampled_from([1, 2]),
+)
+def test_a_matrix_product_s_verdict_equals_numpy(dims, large, seed, specials, threads):
+    """``ik,kj->ij`` through the compiled program, small and past the pool's thresholds
+    (``large``: over ``2^20`` multiply-adds and ``2^17`` result entries, so that two
+    threads read the result in parts): the verdicts of the forward call and of value and
+    gradients equal numpy's of the results, which equal numpy's products."""
+    m, n, k = dims
+    if large:
+        m, n, k = 60 * m, 60 * n, k + 8
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s) for s in ((m, k), (k, n), (m, n))]
+    for which, at, v in specials:
+        flat = arrays[which].reshape(-1)
+        flat[int(at * (flat.size - 1))] = v
+    a, b, c = arrays
+    expr = cgx.contract_expression("ik,kj->ij", a.shape, b.shape)
+    with np.errstate(all="ignore"), cgx.threads(threads):
+        result, left = expr._call_checked(a, b)
+        value, grads, vg_left = expr._value_and_grad_checked((a, b), None, c)
+        want = a @ b
+    assert left is not None and vg_left is not None
+    assert left == left_by_numpy(result) == _scaled.left_range(result)
+    assert vg_left == left_by_numpy(value, *grads) == _scaled.any_left_range(value, grads)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(result[finite], want[finite], rtol=1e-10, atol=1e-300)
