@@ -671,21 +671,20 @@ impl<Op: GraphOperation> InternerState<Op> {
     pub(crate) fn pin(&mut self, pins: &mut SmallVec<[u32; 2]>, touched: &mut Touched) {
         touched.sort_unstable();
         touched.dedup();
-        let before = pins.len();
-        for &tag in touched.iter() {
-            if pins[..before].binary_search(&tag).is_err() {
-                let (life, values) = self.life_of(tag).expect("pinned chunks are live");
-                life.pins += 1;
-                if std::mem::take(&mut life.idle) {
-                    // In use again: no longer counted idle (its tag stays listed, skipped).
-                    self.idle_values -= values;
-                }
-                pins.push(tag);
+        // `touched` keeps, sorted, the tags `pins` does not hold yet.
+        touched.retain(|tag| {
+            if pins.binary_search(tag).is_ok() {
+                return false;
             }
-        }
-        if pins.len() > before {
-            pins.sort_unstable();
-        }
+            let (life, values) = self.life_of(*tag).expect("pinned chunks are live");
+            life.pins += 1;
+            if std::mem::take(&mut life.idle) {
+                // In use again: no longer counted idle (its tag stays listed, skipped).
+                self.idle_values -= values;
+            }
+            true
+        });
+        merge_sorted(pins, touched);
         touched.clear();
     }
 
@@ -1102,6 +1101,37 @@ impl<Op: GraphOperation> fmt::Debug for KeyInterner<Op> {
             .field("live_values", &s.live_values())
             .field("live_operations", &s.live_ops())
             .finish()
+    }
+}
+
+/// Merges `new` (sorted, none in `list`) into `list` (sorted), from the back: only the
+/// entries of `list` greater than the smallest new one move.
+///
+/// Why not push and `sort_unstable`: a builder pins after every batch it interns, and a
+/// pin list ends with its input chunks' tags (they have [`INPUT_CHUNK`] set), so each
+/// batch's new operation chunks landed before them and the whole list was sorted again at
+/// every batch: `O(c log c)` per batch for `c` chunks pinned, quadratic over a large build
+/// (docs/PERFORMANCE.md, bld41). The new tags are the newest chunks, so here they pass
+/// over the few input tags only.
+pub(crate) fn merge_sorted(list: &mut SmallVec<[u32; 2]>, new: &[u32]) {
+    if new.is_empty() {
+        return;
+    }
+    let mut old = list.len();
+    list.resize(old + new.len(), 0);
+    let mut new_left = new.len();
+    // Writes go to `out`, which stays above every unread entry of `list` (`out - old` is
+    // the number of new tags left), so nothing unread is overwritten.
+    let mut out = list.len();
+    while new_left > 0 {
+        out -= 1;
+        if old > 0 && list[old - 1] > new[new_left - 1] {
+            old -= 1;
+            list[out] = list[old];
+        } else {
+            new_left -= 1;
+            list[out] = new[new_left];
+        }
     }
 }
 

@@ -238,3 +238,27 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// `merge_sorted` (the pin list's insertion) against a plain sort of both lists, with
+    /// tags drawn as the builder makes them: operation chunks, and input chunks (their
+    /// high bit set) that sort after them.
+    #[test]
+    fn merging_pins_matches_sorting_them(
+        tags in proptest::collection::btree_set((0u32..64, proptest::bool::ANY), 0..48),
+        split in proptest::collection::vec(proptest::bool::ANY, 48),
+    ) {
+        let tags: Vec<u32> = tags.into_iter().map(|(c, input)| if input { INPUT_CHUNK | c } else { c }).collect();
+        let (mut old, mut new): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
+        for (i, &t) in tags.iter().enumerate() {
+            if split[i] { old.push(t) } else { new.push(t) }
+        }
+        old.sort_unstable();
+        new.sort_unstable();
+        let mut list: SmallVec<[u32; 2]> = old.iter().copied().collect();
+        merge_sorted(&mut list, &new);
+        let mut expected = tags.clone();
+        expected.sort_unstable();
+        proptest::prop_assert_eq!(list.to_vec(), expected);
+    }
+}
