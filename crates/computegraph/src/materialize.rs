@@ -254,12 +254,28 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// Operation `op`, from the graph's own column or the store.
     ///
     /// # Panics
-    /// If `op` is out of range.
+    /// If `op` is out of range; for a graph whose operations are a run of store keys
+    /// (`keys.rs`), only in debug builds: the callers pass the graph's own ids.
     #[inline]
     pub(crate) fn op(&self, op: OperationId) -> &Op {
         match &self.store_ops {
             None => &self.own_ops[op],
             Some(store) => store.get(self.op_key.at(op)),
+        }
+    }
+    /// Appends operations `range` to `out`, in order, with one test of where they are
+    /// for the whole range instead of one per operation (`op`): dispatch reads every
+    /// operation a window at a time this way, and a run of store keys (`keys.rs`) is read
+    /// without its `op_key` column.
+    ///
+    /// # Panics
+    /// If `range` is out of range.
+    pub(crate) fn extend_ops<'a>(&'a self, range: std::ops::Range<usize>, out: &mut Vec<&'a Op>) {
+        assert!(range.end <= self.operation_count(), "{range:?} are not operations of this graph");
+        match (&self.store_ops, self.op_key.run_first()) {
+            (None, _) => out.extend(&self.own_ops.raw()[range]),
+            (Some(store), Some(first)) => out.extend(range.map(|i| store.get(OperationKeyId::new(first + i)))),
+            (Some(store), None) => out.extend(self.op_key.dense()[range].iter().map(|&k| store.get(k))),
         }
     }
     /// Input values, in the order `eval` expects them.
@@ -324,6 +340,8 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// # Panics
     /// If `v` is out of range.
     pub fn key_id(&self, v: ValueId) -> KeyId {
+        // `at` does not bound a run's reads (`keys.rs`).
+        assert!(v.index() < self.value_count(), "{v:?} is not a value of this graph");
         self.value_key.at(v)
     }
 
