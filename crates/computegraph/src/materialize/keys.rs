@@ -178,5 +178,4 @@ mod tests {
         assert!(column.is_run());
         assert_eq!((column.len(), column.heap_bytes(), column.ids().len()), (0, 0, 0));
     }
-
 }
