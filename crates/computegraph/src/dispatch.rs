@@ -90,7 +90,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         let end = (start + WINDOW).min(n);
         let len = end - start;
         window_ops.clear();
-        window_ops.extend((start..end).map(|i| graph.op(OperationId::new(i))));
+        graph.extend_ops(start..end, &mut window_ops);
         variant.clear();
         variant.extend(window_ops.iter().map(|&op| variants.id(op)));
         if !sorting {

@@ -72,7 +72,10 @@ use crate::prefetch::FarOperands;
 use crate::resolve::ResolvedView;
 use crate::stop::Poll;
 
+mod keys;
 mod local;
+
+pub(crate) use keys::KeyRun;
 
 crate::define_id!(
     /// A value of a [`MaterializedGraph`].
@@ -118,7 +121,9 @@ pub(crate) enum MatDef {
 /// ```
 pub struct MaterializedGraph<Op: GraphOperation> {
     pub(crate) interner: Arc<KeyInterner<Op>>,
-    pub(crate) value_key: IdVec<ValueId, KeyId>,
+    /// Each value's key: a run while they are consecutive, as they are for a fragment
+    /// built alone with nothing pruned (`materialize/keys.rs`).
+    pub(crate) value_key: KeyRun<ValueId, KeyId>,
     /// The operation defining each value, `None` for an input or an external value: the
     /// inputs are the first values and the external values the next ones, so the index of
     /// either is its id, and an output's slot is its id minus its operation's first output
@@ -130,7 +135,8 @@ pub struct MaterializedGraph<Op: GraphOperation> {
     /// The operations of a large graph, read in place from the interner's store, which
     /// holds each distinct operation once (ADR 0017, step 4).
     pub(crate) store_ops: Option<StoreOps<Op>>,
-    pub(crate) op_key: IdVec<OperationId, OperationKeyId>,
+    /// Each operation's key, a run while they are consecutive (as `value_key`).
+    pub(crate) op_key: KeyRun<OperationId, OperationKeyId>,
     pub(crate) op_inputs: ListPool<ValueId>,
     /// Index into `roles` of each operation's role; empty while every operation is
     /// `Primary`, as a fragment's (read it with `role_id`): 4 bytes per operation saved
@@ -248,12 +254,28 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// Operation `op`, from the graph's own column or the store.
     ///
     /// # Panics
-    /// If `op` is out of range.
+    /// If `op` is out of range; for a graph whose operations are a run of store keys
+    /// (`keys.rs`), only in debug builds: the callers pass the graph's own ids.
     #[inline]
     pub(crate) fn op(&self, op: OperationId) -> &Op {
         match &self.store_ops {
             None => &self.own_ops[op],
-            Some(store) => store.get(self.op_key[op]),
+            Some(store) => store.get(self.op_key.at(op)),
+        }
+    }
+    /// Appends operations `range` to `out`, in order, with one test of where they are
+    /// for the whole range instead of one per operation (`op`): dispatch reads every
+    /// operation a window at a time this way, and a run of store keys (`keys.rs`) is read
+    /// without its `op_key` column.
+    ///
+    /// # Panics
+    /// If `range` is out of range.
+    pub(crate) fn extend_ops<'a>(&'a self, range: std::ops::Range<usize>, out: &mut Vec<&'a Op>) {
+        assert!(range.end <= self.operation_count(), "{range:?} are not operations of this graph");
+        match (&self.store_ops, self.op_key.run_first()) {
+            (None, _) => out.extend(&self.own_ops.raw()[range]),
+            (Some(store), Some(first)) => out.extend(range.map(|i| store.get(OperationKeyId::new(first + i)))),
+            (Some(store), None) => out.extend(self.op_key.dense()[range].iter().map(|&k| store.get(k))),
         }
     }
     /// Input values, in the order `eval` expects them.
@@ -318,7 +340,9 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
     /// # Panics
     /// If `v` is out of range.
     pub fn key_id(&self, v: ValueId) -> KeyId {
-        self.value_key[v]
+        // `at` does not bound a run's reads (`keys.rs`).
+        assert!(v.index() < self.value_count(), "{v:?} is not a value of this graph");
+        self.value_key.at(v)
     }
 
     pub(crate) fn op_outputs(&self, op: OperationId) -> impl ExactSizeIterator<Item = ValueId> + use<Op> {
@@ -353,8 +377,8 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
 
     pub(crate) fn operation_key(&self, op: OperationId) -> OperationKey<Op> {
         let n = self.op(op).output_count();
-        let first = if n > 0 { self.value_key[self.op_first_output[op]] } else { KeyId::new(0) };
-        OperationKey::from_parts(self.interner.id(), self.op_key[op], first, n)
+        let first = if n > 0 { self.value_key.at(self.op_first_output[op]) } else { KeyId::new(0) };
+        OperationKey::from_parts(self.interner.id(), self.op_key.at(op), first, n)
     }
 
     /// Bytes held by the columns: the sum of [`MaterializedGraph::column_bytes`].
@@ -781,11 +805,11 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
         let n_externals = self.external_list.len();
         let mut out = MaterializedGraph {
             interner: Arc::clone(self.view.interner()),
-            value_key: IdVec::from_raw(huge_vec(self.def_values + self.input_list.len() + n_externals)),
+            value_key: KeyRun::with_room(self.def_values + self.input_list.len() + n_externals),
             value_op: IdVec::from_raw(huge_vec(self.def_values + self.input_list.len() + n_externals)),
             own_ops: IdVec::new(),
             store_ops: None,
-            op_key: IdVec::from_raw(huge_vec(n_ops)),
+            op_key: KeyRun::with_room(n_ops),
             op_inputs: ListPool::with_capacity_huge(n_ops, 2 * n_ops),
             op_role: IdVec::new(),
             roles: vec![OperationRole::Primary],

@@ -901,7 +901,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
                 if v.index() >= n_values || self.value_op[v] != Some(o) {
                     return Err(bad(format!("output {slot} of {o:?} is not defined by it")));
                 }
-                if key.output_key_id(slot as u8) != Some(self.value_key[v]) {
+                if key.output_key_id(slot as u8) != Some(self.value_key.at(v)) {
                     return Err(bad(format!("key of {v:?} is not output {slot} of {o:?}'s key")));
                 }
             }
@@ -914,8 +914,8 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             return Err(bad(format!("{leaves} inputs and external values, but {n_values} values")));
         }
         for (v, d) in self.value_op.iter_enumerated() {
-            if !seen.insert(self.value_key[v]) {
-                return Err(bad(format!("{v:?} duplicates the key {:?}", self.value_key[v])));
+            if !seen.insert(self.value_key.at(v)) {
+                return Err(bad(format!("{v:?} duplicates the key {:?}", self.value_key.at(v))));
             }
             match *d {
                 None if v.index() >= leaves => {
@@ -939,11 +939,11 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
             let ValueKey::Derived { operation, output_slot } = k else {
                 return Err(bad(format!("external key {k:?} is an input key")));
             };
-            if self.interner.derived_key_id(operation, *output_slot, k).ok() != Some(self.value_key[v]) {
+            if self.interner.derived_key_id(operation, *output_slot, k).ok() != Some(self.value_key.at(v)) {
                 return Err(bad(format!("external key {k:?} is not the key of {v:?}")));
             }
         }
-        if self.externals.windows(2).any(|w| self.value_key[w[0]] >= self.value_key[w[1]]) {
+        if self.externals.windows(2).any(|w| self.value_key.at(w[0]) >= self.value_key.at(w[1])) {
             return Err(bad("external values are not in increasing key order".into()));
         }
         if let Some(v) = self.outputs.iter().find(|v| v.index() >= n_values) {

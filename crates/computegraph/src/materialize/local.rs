@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use super::{AHEAD, Marker, MaterializedGraph, OperationId, ValueId, output_count};
+use super::{AHEAD, KeyRun, Marker, MaterializedGraph, OperationId, ValueId, output_count};
 use crate::chunk::{CHUNK_BITS, CHUNK_MASK, OpChunk};
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, InputRef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
@@ -112,9 +112,11 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         let use_store = n_ops >= STORE_OPS_MIN;
         // Plain vectors while filling (the bounds above hold for every push), made
         // columns at the end without a copy.
-        let mut value_key: Vec<KeyId> = huge_vec(n_values);
+        // The key columns stay runs while keys are consecutive (`keys.rs`): no bytes
+        // written for them on a fragment built alone with nothing pruned.
+        let mut value_key: KeyRun<ValueId, KeyId> = KeyRun::with_room(n_values);
         let mut value_op: Vec<Option<OperationId>> = huge_vec(n_values);
-        let mut op_key: Vec<OperationKeyId> = huge_vec(n_ops);
+        let mut op_key: KeyRun<OperationId, OperationKeyId> = KeyRun::with_room(n_ops);
         let mut op_first_output: Vec<ValueId> = huge_vec(n_ops);
         let mut op_inputs: ListPool<ValueId> = ListPool::with_capacity_huge(n_ops, 2 * n_ops);
         let mut own_ops: Vec<Op> = if use_store { Vec::new() } else { Vec::with_capacity(n_ops) };
@@ -220,7 +222,7 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                 let key = keys[first_local + slot];
                 value_op.push(Some(id));
                 value_key.push(key);
-                ids.push(&value_key, key_space);
+                ids.push(key, &value_key, key_space);
             }
         }
         let store_ops = if use_store {
@@ -238,11 +240,11 @@ impl<Op: GraphOperation> Marker<'_, Op> {
             out_ids.iter().map(|&k| ids.id(k, value_key.len())).map(|v| v.expect("every output was marked")).collect();
         Ok(Some(MaterializedGraph {
             interner,
-            value_key: IdVec::from_raw(value_key),
+            value_key,
             value_op: IdVec::from_raw(value_op),
             own_ops: IdVec::from_raw(own_ops),
             store_ops,
-            op_key: IdVec::from_raw(op_key),
+            op_key,
             op_inputs,
             op_role: IdVec::new(),
             roles: vec![OperationRole::Primary],
@@ -300,30 +302,32 @@ enum Renumber {
 impl Renumber {
     /// The renumbering of the values `value_key` lists (value `i` has key `value_key[i]`)
     /// among `key_space` keys: the cheapest of the three that holds.
-    fn of(value_key: &[KeyId], key_space: usize) -> Self {
+    fn of(value_key: &KeyRun<ValueId, KeyId>, key_space: usize) -> Self {
+        let mut prefix = KeyRun::with_room(value_key.len());
         let mut ids = Renumber::Identity;
-        for v in 1..=value_key.len() {
-            ids.push(&value_key[..v], key_space);
+        for k in value_key.iter() {
+            prefix.push(k);
+            ids.push(k, &prefix, key_space);
         }
         ids
     }
 
-    /// Records the last value of `value_key` (its id is `value_key.len() - 1`; every key
-    /// is below `key_space`), taking the next renumbering when the current one no longer
-    /// holds for it.
+    /// Records the last value of `value_key`, whose key is `key` (its id is
+    /// `value_key.len() - 1`; every key is below `key_space`), taking the next
+    /// renumbering when the current one no longer holds for it.
     #[inline(always)]
-    fn push(&mut self, value_key: &[KeyId], key_space: usize) {
+    fn push(&mut self, key: KeyId, value_key: &KeyRun<ValueId, KeyId>, key_space: usize) {
         let v = value_key.len() - 1;
-        let key = value_key[v].index();
+        let key = key.index();
         match self {
             Renumber::Identity if key == v => {}
             Renumber::Rank(rank) if rank.last.is_none_or(|last| key > last) => rank.push(key),
             Renumber::Map(vid) => vid[key] = Some(ValueId::new(v)),
             // The first key skipped (every value before this one had its key as its id,
             // and this key is larger than theirs): ranks from here on.
-            Renumber::Identity if v == 0 || key > value_key[v - 1].index() => {
+            Renumber::Identity if v == 0 || key > value_key.at(ValueId::new(v - 1)).index() => {
                 let mut rank = KeyRank::with_space(key_space);
-                for k in value_key {
+                for k in value_key.iter() {
                     rank.push(k.index());
                 }
                 *self = Renumber::Rank(rank);
@@ -400,7 +404,7 @@ impl KeyRank {
 fn push_leaves<T: Clone>(
     list: &mut [(KeyId, T)],
     value_op: &mut Vec<Option<OperationId>>,
-    value_key: &mut Vec<KeyId>,
+    value_key: &mut KeyRun<ValueId, KeyId>,
 ) -> (Vec<ValueId>, Vec<T>) {
     list.sort_unstable_by_key(|(k, _)| *k);
     let mut ids = Vec::with_capacity(list.len());
@@ -451,9 +455,14 @@ mod tests {
         ) {
             let keys = keys(space, &picks, identity, sorted, seed);
             let start = start.min(keys.len());
-            let mut ids = Renumber::of(&keys[..start], space);
-            for v in start + 1..=keys.len() {
-                ids.push(&keys[..v], space);
+            let mut column = KeyRun::with_room(keys.len());
+            for &k in &keys[..start] {
+                column.push(k);
+            }
+            let mut ids = Renumber::of(&column, space);
+            for &k in &keys[start..] {
+                column.push(k);
+                ids.push(k, &column, space);
             }
             let reference: std::collections::HashMap<usize, usize> =
                 keys.iter().enumerate().map(|(v, k)| (k.index(), v)).collect();

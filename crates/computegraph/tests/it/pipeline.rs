@@ -188,6 +188,47 @@ proptest! {
         prop_assert_eq!(alone.output_keys(), general.output_keys());
         prop_assert_eq!(compile(&alone).to_dot(), compile(&general).to_dot());
     }
+
+    /// The materialized key columns are runs of consecutive keys until a key breaks them
+    /// (`materialize/keys.rs`): on random fragments, with operations shared with a graph
+    /// interned before (`shared`: none, the spec's leaves in reverse order, or the whole
+    /// spec, so that every key is an earlier graph's) and partial views (a subset of the
+    /// outputs, which prunes keys), every value's key and its operation's key read as the
+    /// fragment's own columns give them (vectors: the reference), in increasing key order,
+    /// and the graph is the general path's.
+    #[test]
+    fn key_runs_read_as_the_general_path_does(
+        spec in spec_strategy(),
+        shared in 0usize..3,
+        keep in proptest::collection::vec(any::<bool>(), 6),
+    ) {
+        let interner = fresh();
+        let _first = match shared {
+            1 => Some(leaves_in_reverse(&spec).build(&interner, 1).unwrap()),
+            2 => Some(spec.build_single(&interner).unwrap()),
+            _ => None,
+        };
+        let mut built = spec.build_single(&interner).unwrap();
+        let kept: Vec<_> = built.outputs.iter().zip(keep.iter().cycle()).filter(|(_, k)| **k).map(|(o, _)| o.clone()).collect();
+        built.outputs = kept;
+        let (alone, general) = alone_and_general(&built);
+        alone.verify().unwrap();
+        let g = &built.graphs[0];
+        let fragment: std::collections::HashMap<_, _> = (0..g.value_count())
+            .map(computegraph::LocalValueId::new)
+            .map(|v| (g.key_id(v), g.global_key(v)))
+            .collect();
+        for v in (0..alone.value_count()).map(computegraph::ValueId::new) {
+            prop_assert_eq!(Some(&alone.value_key(v)), fragment.get(&alone.key_id(v)), "{:?}", v);
+        }
+        prop_assert!(value_keys(&alone).windows(2).all(|w| w[0] < w[1]));
+        prop_assert_eq!(value_keys(&alone), value_keys(&general));
+        let op_keys = |m: &MaterializedGraph<ScalarOp>| m.operations().map(|o| o.key()).collect::<Vec<_>>();
+        prop_assert_eq!(op_keys(&alone), op_keys(&general));
+        prop_assert_eq!(alone.output_keys(), general.output_keys());
+        prop_assert_eq!(alone.to_dot(), general.to_dot());
+        prop_assert_eq!(compile(&alone).to_dot(), compile(&general).to_dot());
+    }
 }
 
 /// Emit in local order renumbers a fragment three ways (`materialize/local.rs`): keys as
@@ -626,13 +667,16 @@ fn column_bytes_cover_every_large_column_once() {
         ],
     );
     let (m_values, m_ops) = (flat.value_count(), flat.operation_count());
+    // A fragment built alone, inputs first, nothing pruned: its values' keys and its
+    // operations' keys are consecutive, so the two key columns are runs and hold no
+    // bytes (`materialize/keys.rs`).
     check(
         "materialized",
         flat.column_bytes(),
         flat.heap_bytes(),
         &[
-            ("value_key", 4 * m_values),
-            ("op_key", 4 * m_ops),
+            ("value_key", 0),
+            ("op_key", 0),
             ("op_role", 0), // every operation is `Primary`
             ("op_first_output", 4 * m_ops),
         ],
@@ -643,8 +687,8 @@ fn column_bytes_cover_every_large_column_once() {
     // The value columns are sized to the values, not doubled when two-output operations
     // (`sincos`) pass a capacity counted in operations.
     assert!(m_values > m_ops + spec.inputs as usize, "the workload has two-output operations");
-    let bytes = flat.column_bytes().into_iter().find(|c| c.0 == "value_key").unwrap().1;
-    assert!(bytes <= 4 * m_values * 9 / 8, "value_key: {bytes} bytes for {m_values} values");
+    let bytes = flat.column_bytes().into_iter().find(|c| c.0 == "value_op").unwrap().1;
+    assert!(bytes <= 4 * m_values * 9 / 8, "value_op: {bytes} bytes for {m_values} values");
     let slots: usize = flat.operations().map(|o| o.inputs().len() + o.outputs().len()).sum();
     check("program", program.column_bytes(), program.heap_bytes(), &[("instrs", 8 * m_ops), ("args", 4 * slots)]);
     // Fewer distinct operations than generated: the interner holds the deduplicated set.
