@@ -17,8 +17,12 @@
 //!
 //! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
 //! where `x`, `c` and `m` all step over them as over one), so `x` is written and `a` read
-//! contiguously; only rows of at least [`PAIR_MIN_ROW`] elements are fused (shorter rows
-//! run faster in the element-wise kernel's panels, which this loop does not have). Rows
+//! contiguously. Rows of at least [`PAIR_MIN_ROW`] elements are walked one by one;
+//! shorter rows (queens' rows of 3, where a factor's label sits innermost or just before
+//! the innermost run) in panels of one run of the next axis, row by row when `c` is read
+//! in order along the rows and column by column when it steps less along the next axis
+//! (`PairPlan::rows_in_panels`); rows that neither suits run as the two kernels. The
+//! loops are compiled for the processor's vector instructions by run-time dispatch. Rows
 //! are grouped into blocks of fixed content ([`BLOCK_ELEMENTS`]), each block's partial
 //! `y` formed alone and the blocks' partials added in order, so the blocks may run on a
 //! pool's threads and two threads give the one-thread result bit for bit. `x` equals the
@@ -114,6 +118,13 @@ impl PairSpec {
         self.x.out_shape().iter().product()
     }
 
+    /// Whether the fused loop walks the rows in panels (`Some(true)`), one by one
+    /// (`Some(false)`), or the pair runs as the two kernels (`None`).
+    #[cfg(test)]
+    pub(crate) fn walks_in_panels(&self) -> Option<bool> {
+        PairPlan::new(&self.x).map(|p| p.walk != Walk::Long)
+    }
+
     /// Multiply-adds of the two contractions.
     pub fn multiply_adds(&self) -> u64 {
         self.x.multiply_adds().saturating_add(self.y.multiply_adds())
@@ -133,7 +144,7 @@ impl PairSpec {
                 let (x, y) = plan.run(c.data(), m.data(), a.data(), cx, cy);
                 [Tensor::from_parts(&self.x.out_shape(), x), Tensor::from_parts(&self.y.out_shape(), y)]
             }
-            // Rows too short: the two kernels one after the other.
+            // Short rows that no panel suits: the two kernels one after the other.
             None => [crate::kernel::contract(&self.x, c, m), crate::kernel::contract(&self.y, a, c)],
         }
     }
@@ -363,7 +374,16 @@ impl PairPlan {
                 _ => {
                     for (j, (row, ar)) in panel.chunks_exact_mut(n).zip(ap.chunks_exact(n)).enumerate() {
                         let (qc, qm) = (pc + j * jc, pm + j * jm);
-                        if im == 0 {
+                        if im == 0 && n < 4 {
+                            // Too short for `row_fixed_m`'s four partial sums: one.
+                            let (mv, mut s) = (m[qm], T::zero());
+                            for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
+                                let cv = c[qc + k * ic];
+                                *o = ops.x(cv, mv);
+                                s += ops.y(av, cv);
+                            }
+                            sums[qm] += s;
+                        } else if im == 0 {
                             sums[qm] += row_fixed_m(row, ar, (c, qc, ic), m[qm], ops);
                         } else {
                             for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
