@@ -133,9 +133,28 @@ mod tests {
         crate::Einsum::new("abcdefghij,ab,ba,cd,dc->efghij", &shapes, crate::PathChoice::Explicit(path)).unwrap()
     }
 
+    /// [`network`] with the factors on the large tensor's innermost labels (`ij`, `gh`),
+    /// so that the pairs' rows are short: the panels of `pair.rs`.
+    fn short_rows_network() -> crate::Einsum<f64> {
+        let mut shapes = vec![vec![3usize; 10]];
+        shapes.extend([vec![3, 3], vec![3, 3], vec![3, 3], vec![3, 3]]);
+        let path = crate::ContractionPath::new(vec![[0, 1], [0, 3], [0, 2], [0, 1]]);
+        crate::Einsum::new("abcdefghij,ij,ji,gh,hg->abcdef", &shapes, crate::PathChoice::Explicit(path)).unwrap()
+    }
+
     #[test]
     fn fused_programs_equal_the_unfused_ones() {
-        let e = network();
+        let long = check_every_wrt(&network());
+        let short = check_every_wrt(&short_rows_network());
+        assert!(long.0 >= 1, "{long:?}: the long rows' network has pairs walked row by row");
+        assert!(short.1 >= 1, "{short:?}: the short rows' network has pairs walked in panels");
+    }
+
+    /// The fused program against the unfused one for every set of active operands of `e`
+    /// (its output of `3^6` elements), and `EinsumGradient::eval_with_value` against
+    /// `EinsumGradient::eval`; how many pairs it met walked row by row and in panels.
+    fn check_every_wrt(e: &crate::Einsum<f64>) -> (usize, usize) {
+        let (mut rows, mut panels) = (0, 0);
         let operands: Vec<Tensor<f64>> = e.shapes().iter().enumerate().map(|(i, s)| seeded(s, 10 + i as u64)).collect();
         let refs: Vec<&Tensor<f64>> = operands.iter().collect();
         let c = seeded::<f64>(&[3; 6], 3);
@@ -156,8 +175,21 @@ mod tests {
                 assert_ne!(mask, 31, "with every operand active, the factors' steps pair");
                 continue;
             };
-            let pairs = fused.operations().filter(|op| matches!(op.operation(), TensorOp::ContractPair(_))).count();
-            assert!((1..=4).contains(&pairs), "wrt {wrt:?}: {pairs} pairs");
+            let pairs: Vec<_> = fused
+                .operations()
+                .filter_map(|op| match op.operation() {
+                    TensorOp::ContractPair(p) => Some(p.walks_in_panels()),
+                    _ => None,
+                })
+                .collect();
+            assert!((1..=4).contains(&pairs.len()), "wrt {wrt:?}: {} pairs", pairs.len());
+            for panel in pairs {
+                match panel {
+                    Some(true) => panels += 1,
+                    Some(false) => rows += 1,
+                    None => {}
+                }
+            }
             fused_sets += 1;
             let (p, q) = (computegraph::compile(&merged), computegraph::compile(&fused));
             let bind = |prog: &computegraph::CompiledProgram<TensorOp<f64>>| {
@@ -189,5 +221,6 @@ mod tests {
             let scale = x.data().iter().fold(1.0f64, |m, v| m.max(v.abs()));
             assert!(x.data().iter().zip(y.data()).all(|(a, b)| (a - b).abs() <= 1e-12 * scale));
         }
+        (rows, panels)
     }
 }

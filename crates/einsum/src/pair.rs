@@ -17,8 +17,12 @@
 //!
 //! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
 //! where `x`, `c` and `m` all step over them as over one), so `x` is written and `a` read
-//! contiguously; only rows of at least [`PAIR_MIN_ROW`] elements are fused (shorter rows
-//! run faster in the element-wise kernel's panels, which this loop does not have). Rows
+//! contiguously. Rows of at least [`PAIR_MIN_ROW`] elements are walked one by one;
+//! shorter rows (queens' rows of 3, where a factor's label sits innermost or just before
+//! the innermost run) in panels of one run of the next axis, row by row when `c` is read
+//! in order along the rows and column by column when it steps less along the next axis
+//! (`PairPlan::rows_in_panels`); rows that neither suits run as the two kernels. The
+//! loops are compiled for the processor's vector instructions by run-time dispatch. Rows
 //! are grouped into blocks of fixed content ([`BLOCK_ELEMENTS`]), each block's partial
 //! `y` formed alone and the blocks' partials added in order, so the blocks may run on a
 //! pool's threads and two threads give the one-thread result bit for bit. `x` equals the
@@ -39,8 +43,13 @@ use crate::tensor::Tensor;
 /// stay in registers or the first cache line or two.
 pub(crate) const PAIR_MAX_SMALL: usize = 16;
 
-/// The shortest rows fused (module docs).
+/// The shortest rows walked one by one; shorter rows are walked in panels (module docs).
 pub(crate) const PAIR_MIN_ROW: usize = 16;
+
+/// Rows per panel of short rows: a panel's part of `x` and `a` (at most
+/// `PANEL_ROWS · PAIR_MIN_ROW` elements each, 16 KiB of `f64`) stays in the first-level
+/// cache while its columns are written.
+const PANEL_ROWS: usize = 128;
 
 /// The fewest elements of `x` for which a pair is fused: below them both transposes'
 /// operands stay in the first caches, and the second read costs little.
@@ -109,6 +118,13 @@ impl PairSpec {
         self.x.out_shape().iter().product()
     }
 
+    /// Whether the fused loop walks the rows in panels (`Some(true)`), one by one
+    /// (`Some(false)`), or the pair runs as the two kernels (`None`).
+    #[cfg(test)]
+    pub(crate) fn walks_in_panels(&self) -> Option<bool> {
+        PairPlan::new(&self.x).map(|p| p.walk != Walk::Long)
+    }
+
     /// Multiply-adds of the two contractions.
     pub fn multiply_adds(&self) -> u64 {
         self.x.multiply_adds().saturating_add(self.y.multiply_adds())
@@ -128,7 +144,7 @@ impl PairSpec {
                 let (x, y) = plan.run(c.data(), m.data(), a.data(), cx, cy);
                 [Tensor::from_parts(&self.x.out_shape(), x), Tensor::from_parts(&self.y.out_shape(), y)]
             }
-            // Rows too short: the two kernels one after the other.
+            // Short rows that no panel suits: the two kernels one after the other.
             None => [crate::kernel::contract(&self.x, c, m), crate::kernel::contract(&self.y, a, c)],
         }
     }
@@ -158,22 +174,52 @@ struct PairPlan {
     strides: [SmallVec<[usize; 8]>; 3],
     len: usize,
     small: usize,
+    walk: Walk,
+}
+
+/// How [`PairPlan::rows`] walks the rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Walk {
+    /// Row by row: rows of at least [`PAIR_MIN_ROW`] elements.
+    Long,
+    /// Shorter rows in panels of one run of the next axis, row by row within a panel: `c`
+    /// is read in order (or not at all) along the rows.
+    PanelRows,
+    /// Shorter rows in panels, column by column: `c` steps less along the next axis than
+    /// along the rows (a factor's label innermost in `x`, far apart in `c`).
+    PanelColumns,
 }
 
 impl PairPlan {
-    /// The loop of `x = c, m -> a` (already checked by [`PairSpec::new`]), if its rows are
-    /// at least [`PAIR_MIN_ROW`] long.
+    /// The loop of `x = c, m -> a` (already checked by [`PairSpec::new`]): rows of at least
+    /// [`PAIR_MIN_ROW`] elements, or shorter rows that a panel suits ([`Walk`]).
     fn new(x: &ContractSpec) -> Option<Self> {
         let sizes = x.sizes();
         let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
         let (axes, strides) = fused_axes([la, lc, lm], la, sizes);
-        let plan = PairPlan {
+        let n = axes.last().copied().unwrap_or(1);
+        let walk = if n >= PAIR_MIN_ROW {
+            Walk::Long
+        } else {
+            // Short rows need a next axis to form panels.
+            let last = axes.len().checked_sub(1)?;
+            let next = last.checked_sub(1)?;
+            let c = &strides[1];
+            if c[last] <= 1 {
+                Walk::PanelRows
+            } else if c[next] < c[last] {
+                Walk::PanelColumns
+            } else {
+                return None;
+            }
+        };
+        Some(PairPlan {
             sizes: axes,
             strides,
             len: la.iter().map(|&c| sizes[c as usize]).product(),
             small: lm.iter().map(|&c| sizes[c as usize]).product(),
-        };
-        (plan.sizes.last().copied().unwrap_or(1) >= PAIR_MIN_ROW).then_some(plan)
+            walk,
+        })
     }
 
     /// `x` and `y` from `c`, `m` and `a`, conjugating the operands as `cx` (of `c`, `m`)
@@ -195,7 +241,8 @@ impl PairPlan {
         };
         let block = |(i, (dst, sums)): (usize, (&mut [T], &mut [T]))| {
             if !crate::stop::requested() {
-                self.rows(i * per_block, dst, sums, (c, m, a), &ops);
+                let rows = Rows { plan: self, first: i * per_block, dst, sums, operands: (c, m, a), ops: &ops };
+                crate::small_gemm::arch().dispatch(rows);
             }
         };
         if threads > 1 && blocks > 1 {
@@ -215,8 +262,13 @@ impl PairPlan {
     }
 
     /// Writes the rows from `first` on into `dst` (a whole number of rows) and adds their
-    /// terms of `y` into `sums`.
+    /// terms of `y` into `sums`. Inlined into [`Rows`]'s dispatch, so that its loops are
+    /// compiled for the processor's vector instructions.
+    #[inline(always)]
     fn rows<T: Elem>(&self, first: usize, dst: &mut [T], sums: &mut [T], (c, m, a): (&[T], &[T], &[T]), ops: &Ops) {
+        if self.walk != Walk::Long {
+            return self.rows_in_panels(first, dst, sums, (c, m, a), ops);
+        }
         let last = self.sizes.len() - 1;
         let n = self.sizes[last];
         let (ic, im) = (self.strides[1][last], self.strides[2][last]);
@@ -256,6 +308,165 @@ impl PairPlan {
                 idx[k] = 0;
             }
         }
+    }
+}
+
+impl PairPlan {
+    /// [`Self::rows`] for rows shorter than [`PAIR_MIN_ROW`], in panels of up to
+    /// [`PANEL_ROWS`] rows of one run of the next axis, row by row or column by column as
+    /// [`Walk`] says.
+    ///
+    /// Why: row by row with the cursor's step per row, a row of three elements paid the
+    /// row's set-up per three elements, and a row that gathers `c` read three far-apart
+    /// places of it. In a panel, each row's (or column's) offsets are the panel's start
+    /// plus a multiple of the next axis's strides, and a column reads `c` along the next
+    /// axis, where it steps least; the panel's part of `x` and `a` (at most
+    /// `PANEL_ROWS · PAIR_MIN_ROW` elements) stays in the first-level cache while its
+    /// columns fill it in. Where `m` is fixed along a row (or column), its terms of `y`
+    /// are summed in registers and added to `sums` once.
+    #[inline(always)]
+    fn rows_in_panels<T: Elem>(
+        &self,
+        first: usize,
+        dst: &mut [T],
+        sums: &mut [T],
+        (c, m, a): (&[T], &[T], &[T]),
+        ops: &Ops,
+    ) {
+        let last = self.sizes.len() - 1;
+        let next = last - 1;
+        let (n, runs) = (self.sizes[last], self.sizes[next]);
+        let [_, sc, sm] = &self.strides;
+        let (ic, im, jc, jm) = (sc[last], sm[last], sc[next], sm[next]);
+        // The cursor over the axes before the rows' (`idx[next]` counts rows within a run).
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+        let (mut pc, mut pm) = (0usize, 0usize);
+        let mut r = first;
+        for k in (0..last).rev() {
+            idx[k] = r % self.sizes[k];
+            r /= self.sizes[k];
+            pc += idx[k] * sc[k];
+            pm += idx[k] * sm[k];
+        }
+        let mut pa = first * n;
+        let mut rest = dst;
+        while !rest.is_empty() {
+            // The rows left in this run of the next axis, at most a panel's.
+            let count = (runs - idx[next]).min(rest.len() / n).min(PANEL_ROWS);
+            let (panel, tail) = std::mem::take(&mut rest).split_at_mut(count * n);
+            let ap = &a[pa..pa + count * n];
+            match self.walk {
+                Walk::PanelColumns => {
+                    for k in 0..n {
+                        let (qc, qm) = (pc + k * ic, pm + k * im);
+                        let (xs, as_) = (&mut panel[k..], &ap[k..]);
+                        if jm == 0 {
+                            sums[qm] += column_fixed_m((xs, as_, n), (c, qc, jc), count, m[qm], ops);
+                        } else {
+                            for j in 0..count {
+                                let (cv, e, mi) = (c[qc + j * jc], j * n, qm + j * jm);
+                                xs[e] = ops.x(cv, m[mi]);
+                                sums[mi] += ops.y(as_[e], cv);
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    for (j, (row, ar)) in panel.chunks_exact_mut(n).zip(ap.chunks_exact(n)).enumerate() {
+                        let (qc, qm) = (pc + j * jc, pm + j * jm);
+                        if im == 0 && n < 4 {
+                            // Too short for `row_fixed_m`'s four partial sums: one.
+                            let (mv, mut s) = (m[qm], T::zero());
+                            for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
+                                let cv = c[qc + k * ic];
+                                *o = ops.x(cv, mv);
+                                s += ops.y(av, cv);
+                            }
+                            sums[qm] += s;
+                        } else if im == 0 {
+                            sums[qm] += row_fixed_m(row, ar, (c, qc, ic), m[qm], ops);
+                        } else {
+                            for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
+                                let (cv, mi) = (c[qc + k * ic], qm + k * im);
+                                *o = ops.x(cv, m[mi]);
+                                sums[mi] += ops.y(av, cv);
+                            }
+                        }
+                    }
+                }
+            }
+            pa += count * n;
+            rest = tail;
+            // `count - 1` rows within the run, then one step of the cursor.
+            idx[next] += count - 1;
+            pc += (count - 1) * jc;
+            pm += (count - 1) * jm;
+            for k in (0..last).rev() {
+                idx[k] += 1;
+                pc += sc[k];
+                pm += sm[k];
+                if idx[k] < self.sizes[k] {
+                    break;
+                }
+                pc -= sc[k] * self.sizes[k];
+                pm -= sm[k] * self.sizes[k];
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
+/// One column of a panel along which `m` is fixed (`mv`): `x[j·n] = op(c)·op(mv)` for
+/// the `count` rows `j`, `c` read from `pc` on with stride `jc` (0: one element), and the
+/// column's sum of `op(a[j·n])·op(c)`, in four partial sums.
+#[inline(always)]
+fn column_fixed_m<T: Elem>(
+    (x, a, n): (&mut [T], &[T], usize),
+    (c, pc, jc): (&[T], usize, usize),
+    count: usize,
+    mv: T,
+    ops: &Ops,
+) -> T {
+    let mut acc = [T::zero(); 4];
+    let mut j = 0;
+    while j + 4 <= count {
+        for (l, s) in acc.iter_mut().enumerate() {
+            let (cv, e) = (c[pc + (j + l) * jc], (j + l) * n);
+            x[e] = ops.x(cv, mv);
+            *s += ops.y(a[e], cv);
+        }
+        j += 4;
+    }
+    for j in j..count {
+        let (cv, e) = (c[pc + j * jc], j * n);
+        x[e] = ops.x(cv, mv);
+        acc[0] += ops.y(a[e], cv);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// The arguments of [`PairPlan::rows`], as the value pulp dispatches to the widest vector
+/// instructions the processor has (AVX2 on x86-64), as `reduce.rs`'s dot products are: on
+/// the baseline target the compiler keeps the loop in two-lane or scalar form. (A closure
+/// would not be inlined into the function compiled for those instructions.) No product
+/// and sum is fused into one rounding (Rust never contracts `a·b + c`), so the results
+/// equal the baseline loop's bit for bit.
+struct Rows<'a, T> {
+    plan: &'a PairPlan,
+    first: usize,
+    dst: &'a mut [T],
+    sums: &'a mut [T],
+    operands: (&'a [T], &'a [T], &'a [T]),
+    ops: &'a Ops,
+}
+
+impl<T: Elem> pulp::WithSimd for Rows<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Rows { plan, first, dst, sums, operands, ops } = self;
+        plan.rows(first, dst, sums, operands, ops);
     }
 }
 
@@ -342,7 +553,8 @@ pub(crate) mod tests {
 
     /// `large` labels (a permutation of `0..n`) and the small factor's labels (a subset),
     /// the cotangent's labels (another permutation of the large ones).
-    /// Checks the pair against the reference; returns whether it ran the fused loop.
+    /// Checks the pair against the reference; returns how the fused loop walked it
+    /// (`None`: it ran as the two kernels).
     fn case<T: Elem>(
         sizes: &[usize],
         la: &[u32],
@@ -351,7 +563,7 @@ pub(crate) mod tests {
         conj: [bool; 2],
         small_first: bool,
         seed: u64,
-    ) -> bool {
+    ) -> Option<Walk> {
         let step = if small_first {
             ContractSpec::new(lm, la, lc, sizes).unwrap().with_conj(conj)
         } else {
@@ -398,7 +610,7 @@ pub(crate) mod tests {
         let [x2, y2] = pool.install(|| pair.apply(&c, &m, &a));
         assert_eq!(x2.data(), x.data());
         assert_eq!(y2.data(), y.data());
-        PairPlan::new(pair.x()).is_some()
+        PairPlan::new(pair.x()).map(|p| p.walk)
     }
 
     proptest! {
@@ -436,7 +648,44 @@ pub(crate) mod tests {
             } else {
                 case::<f64>(&sizes, &la, &lm, &lc, conj, small_first, perm_seed)
             };
-            prop_assert!(fused, "rows of at least {row} elements are fused");
+            prop_assert_eq!(fused, Some(Walk::Long), "rows of at least {} elements are walked one by one", row);
+        }
+
+        #[test]
+        fn short_rows_equal_the_reference(
+            n in 2usize..7, sizes_seed in any::<u64>(), perm_seed in any::<u64>(), small in 1usize..3,
+            conj in any::<[bool; 2]>(), small_first in any::<bool>(), complex in any::<bool>(), summed in any::<bool>(),
+        ) {
+            // Labels of sizes 1 to 5 in random orders, so that rows are short and the
+            // factor's labels may be innermost; with `summed`, the forward step sums one of
+            // the factor's labels away, so that the cotangent lacks it (a broadcast of `c`
+            // along that label).
+            let sizes: Vec<usize> = (0..n).map(|i| [2, 3, 4, 5, 1, 3][((sizes_seed >> (3 * i)) % 6) as usize]).collect();
+            let mut s = perm_seed | 1;
+            let mut shuffle = |v: &mut Vec<u32>| {
+                for i in (1..v.len()).rev() {
+                    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                    v.swap(i, (s % (i as u64 + 1)) as usize);
+                }
+            };
+            let mut la: Vec<u32> = (0..n as u32).collect();
+            shuffle(&mut la);
+            let mut lm: Vec<u32> = la[n - small.min(n)..].to_vec();
+            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_MAX_SMALL {
+                lm.pop();
+            }
+            shuffle(&mut lm);
+            shuffle(&mut la);
+            let mut lc = la.clone();
+            if summed && !lm.is_empty() {
+                lc.retain(|&l| l != lm[0]);
+            }
+            shuffle(&mut lc);
+            if complex {
+                case::<c64>(&sizes, &la, &lm, &lc, conj, small_first, perm_seed);
+            } else {
+                case::<f64>(&sizes, &la, &lm, &lc, conj, small_first, perm_seed);
+            }
         }
     }
 
@@ -447,18 +696,27 @@ pub(crate) mod tests {
         let sizes = [3usize; 11];
         let la = [2, 3, 0, 4, 5, 6, 1, 7, 8, 9, 10];
         let lc = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
-        assert!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 7));
-        assert!(case::<c64>(&sizes, &la, &[1, 0], &lc, [true, false], false, 8));
-        // Rows of 3 (a factor's label innermost) run as the two kernels.
+        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 7), Some(Walk::Long));
+        assert_eq!(case::<c64>(&sizes, &la, &[1, 0], &lc, [true, false], false, 8), Some(Walk::Long));
+        // Rows of 3 with a factor's label innermost, far apart in the cotangent: columns.
         let la = [2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 1];
-        assert!(!case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 9));
+        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 9), Some(Walk::PanelColumns));
+        assert_eq!(case::<c64>(&sizes, &la, &[0, 1], &lc, [false, true], false, 10), Some(Walk::PanelColumns));
+        // Rows of 3 contiguous in the cotangent, a factor's label just before them (queens'
+        // `acdefghijklbm`): rows, the factor fixed along each.
+        let la = [0, 2, 3, 4, 5, 6, 7, 8, 9, 1, 10];
+        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], false, 11), Some(Walk::PanelRows));
+        // The cotangent without the factor's innermost label (the forward step summed it).
+        let la = [2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 1];
+        let lc = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 12), Some(Walk::PanelRows));
     }
 
     #[test]
     fn a_row_along_the_factor_accumulates_each_element() {
         // The factor's one label (16) innermost: `y` gathers along the rows.
-        assert!(case::<f64>(&[300, 16], &[0, 1], &[1], &[1, 0], [false; 2], false, 3));
-        assert!(case::<c64>(&[300, 16], &[0, 1], &[1], &[0, 1], [false, true], true, 4));
+        assert_eq!(case::<f64>(&[300, 16], &[0, 1], &[1], &[1, 0], [false; 2], false, 3), Some(Walk::Long));
+        assert_eq!(case::<c64>(&[300, 16], &[0, 1], &[1], &[0, 1], [false, true], true, 4), Some(Walk::Long));
     }
 
     #[test]
