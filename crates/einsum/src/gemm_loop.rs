@@ -9,11 +9,12 @@
 //! the stop flag. [`batch_chunks`] says how a loop of small GEMMs is spread over a pool.
 //! Before a GEMM of some size, its operands are read once in storage order ([`warm_parts`];
 //! on a pool's threads, each reads the part of the split operand it will multiply), so
-//! that faer's strided reads of an operand it does not pack find it in the cache.
+//! that faer's strided reads of an operand it does not pack find it in the cache (twice
+//! where faer reads it in place, [`strided_along_k`]).
 //!
 //! Invariants: every element of `c`'s blocks is written by the first GEMM that reaches it
 //! and accumulated into by later ones; nothing else of `c` is touched. Cost: the GEMMs'
-//! `nl·m·n·k` multiply-adds and one read per cache line of each warmed operand; no
+//! `nl·m·n·k` multiply-adds and one or two reads per cache line of each warmed operand; no
 //! allocation beyond faer's own packing.
 
 use smallvec::SmallVec;
@@ -118,16 +119,17 @@ pub(crate) fn gemm_loop<T: Elem>(
     // The operand a split GEMM cuts (`elem.rs`: `a`'s rows, or `b`'s columns when `n ≥ m`)
     // is read ahead in the same parts on the same threads ([`warm_parts`]).
     let parts = split_parts(m.saturating_mul(n).saturating_mul(k));
+    let twice = [strided_along_k(a_view.strides[1]), strided_along_k(b_view.strides[0])];
     for _ in 0..nl {
         if warm[0] {
             let cut = if parts > 1 && n < m { parts } else { 1 };
-            warm_parts(&a_data[pa..], [m, k], a_view.strides, cut);
+            warm_parts(&a_data[pa..], [m, k], a_view.strides, cut, twice[0]);
         }
         if warm[1] {
             // `b`'s columns are the rows of its transpose.
             let cut = if parts > 1 && n >= m { parts } else { 1 };
             let [rs, cs] = b_view.strides;
-            warm_parts(&b_data[pb..], [n, k], [cs, rs], cut);
+            warm_parts(&b_data[pb..], [n, k], [cs, rs], cut, twice[1]);
         }
         let mut at = if thin(
             conj,
@@ -181,6 +183,18 @@ pub(crate) fn gemm_loop<T: Elem>(
     }
 }
 
+/// Whether a warmed operand whose stride along the contracted dimension is `stride` is
+/// read ahead twice ([`warm_parts`]). Why: faer packs an operand that is contiguous along
+/// `k`, streaming it, but reads one that is not in place, a cache line per `k` and row
+/// block, and after one pass in storage order that operand was still not where those
+/// reads found it: the matrix chain's `ab,ac->bc` steps (`396 × 465` input, thin side 21)
+/// took 400 µs cold against 190 hot, and 265 after two passes. The second pass costs
+/// about 30 µs from the cache, which the packed case does not repay (`ab,bc->ac`, `453 ×
+/// 503`: 252 µs cold after one pass, 281 after two).
+fn strided_along_k(stride: usize) -> bool {
+    stride != 1
+}
+
 /// Multiply-adds of one GEMM from which its operands are fetched into the cache in
 /// storage order before it runs ([`warm_parts`]).
 const WARM_MIN_MACS: usize = 1 << 18;
@@ -219,7 +233,7 @@ fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
 }
 
 /// Reads an `r × c` matrix with strides `s` ahead of a GEMM that reads it, once per cache
-/// line, its rows cut into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each
+/// line (twice with `twice`: [`strided_along_k`]), its rows cut into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each
 /// read by the pool's thread that will multiply it (rayon gives the blocks of both
 /// parallel loops out alike: the first on the calling thread, the next to the thread that
 /// steals it). Why: faer reads an operand it does not pack along its other dimension, a
@@ -229,7 +243,7 @@ fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
 /// steps of `480 × 404 × 21` took 0.74 ms in the program against 0.19 ms hot. Read by one
 /// thread, the read-ahead stayed on one core while the GEMM split over two: the chain's
 /// forward on two threads spent as long reading its 72 MB of inputs as on one.
-fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], parts: usize) {
+fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], parts: usize, twice: bool) {
     if r == 0 || c == 0 {
         return;
     }
@@ -239,11 +253,18 @@ fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], par
     }
     if parts < 2 {
         // The whole span, as one thread always read it.
+        if twice {
+            read_lines(&data[..span]);
+        }
         return read_lines(&data[..span]);
     }
     use rayon::prelude::*;
     let ranges = cuts(r, parts);
-    ranges.into_par_iter().for_each(|rows| warm_rows(&data[..span], [rows.0, rows.1], c, [rs, cs]));
+    ranges.into_par_iter().for_each(|rows| {
+        for _ in 0..1 + usize::from(twice) {
+            warm_rows(&data[..span], [rows.0, rows.1], c, [rs, cs]);
+        }
+    });
 }
 
 /// Reads rows `r0..r1` (all `c` columns, strides `[rs, cs]`) of the matrix at the start
