@@ -443,6 +443,26 @@ mod tests {
         }
     }
 
+    /// The second read-ahead pass runs only for an operand read in place (`twice`) whose
+    /// first pass ran slower than the cache's rate: a pass of a millisecond over one byte
+    /// is read again, a pass over `2^60` bytes (faster than any memory) is not, and
+    /// without `twice` nothing is read again.
+    #[test]
+    fn a_second_read_ahead_only_after_a_slow_first_pass() {
+        let passes = |twice: bool, bytes: usize, pause: u64| {
+            let n = Cell::new(0);
+            again_if_cold(twice, bytes, || {
+                n.set(n.get() + 1);
+                std::thread::sleep(std::time::Duration::from_millis(pause));
+            });
+            n.get()
+        };
+        assert_eq!(passes(true, 1, 1), 2);
+        assert_eq!(passes(true, 1 << 60, 0), 1);
+        assert_eq!(passes(false, 1, 1), 1);
+        assert!(strided_along_k(3) && !strided_along_k(1));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
