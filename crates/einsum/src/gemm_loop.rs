@@ -233,8 +233,9 @@ fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
 }
 
 /// Reads an `r × c` matrix with strides `s` ahead of a GEMM that reads it, once per cache
-/// line (twice with `twice`: [`strided_along_k`]), its rows cut into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each
-/// read by the pool's thread that will multiply it (rayon gives the blocks of both
+/// line (again with `twice` if the first pass was slow: [`again_if_cold`]), its rows cut
+/// into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each read by the pool's
+/// thread that will multiply it (rayon gives the blocks of both
 /// parallel loops out alike: the first on the calling thread, the next to the thread that
 /// steals it). Why: faer reads an operand it does not pack along its other dimension, a
 /// few cache lines per row with rows thousands of bytes apart, which the hardware
