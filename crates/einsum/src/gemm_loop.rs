@@ -9,11 +9,12 @@
 //! the stop flag. [`batch_chunks`] says how a loop of small GEMMs is spread over a pool.
 //! Before a GEMM of some size, its operands are read once in storage order ([`warm_parts`];
 //! on a pool's threads, each reads the part of the split operand it will multiply), so
-//! that faer's strided reads of an operand it does not pack find it in the cache.
+//! that faer's strided reads of an operand it does not pack find it in the cache (twice
+//! where faer reads it in place, [`strided_along_k`]).
 //!
 //! Invariants: every element of `c`'s blocks is written by the first GEMM that reaches it
 //! and accumulated into by later ones; nothing else of `c` is touched. Cost: the GEMMs'
-//! `nl·m·n·k` multiply-adds and one read per cache line of each warmed operand; no
+//! `nl·m·n·k` multiply-adds and one or two reads per cache line of each warmed operand; no
 //! allocation beyond faer's own packing.
 
 use smallvec::SmallVec;
@@ -118,16 +119,17 @@ pub(crate) fn gemm_loop<T: Elem>(
     // The operand a split GEMM cuts (`elem.rs`: `a`'s rows, or `b`'s columns when `n ≥ m`)
     // is read ahead in the same parts on the same threads ([`warm_parts`]).
     let parts = split_parts(m.saturating_mul(n).saturating_mul(k));
+    let twice = [strided_along_k(a_view.strides[1]), strided_along_k(b_view.strides[0])];
     for _ in 0..nl {
         if warm[0] {
             let cut = if parts > 1 && n < m { parts } else { 1 };
-            warm_parts(&a_data[pa..], [m, k], a_view.strides, cut);
+            warm_parts(&a_data[pa..], [m, k], a_view.strides, cut, twice[0]);
         }
         if warm[1] {
             // `b`'s columns are the rows of its transpose.
             let cut = if parts > 1 && n >= m { parts } else { 1 };
             let [rs, cs] = b_view.strides;
-            warm_parts(&b_data[pb..], [n, k], [cs, rs], cut);
+            warm_parts(&b_data[pb..], [n, k], [cs, rs], cut, twice[1]);
         }
         let mut at = if thin(
             conj,
@@ -181,6 +183,18 @@ pub(crate) fn gemm_loop<T: Elem>(
     }
 }
 
+/// Whether a warmed operand whose stride along the contracted dimension is `stride` is
+/// read ahead twice when the first pass found it out of the cache ([`again_if_cold`]). Why: faer packs an operand that is contiguous along
+/// `k`, streaming it, but reads one that is not in place, a cache line per `k` and row
+/// block, and after one pass in storage order that operand was still not where those
+/// reads found it: the matrix chain's `ab,ac->bc` steps (`396 × 465` input, thin side 21)
+/// took 400 µs cold against 190 hot, and 265 after two passes. The second pass costs
+/// about 30 µs from the cache, which the packed case does not repay (`ab,bc->ac`, `453 ×
+/// 503`: 252 µs cold after one pass, 281 after two).
+fn strided_along_k(stride: usize) -> bool {
+    stride != 1
+}
+
 /// Multiply-adds of one GEMM from which its operands are fetched into the cache in
 /// storage order before it runs ([`warm_parts`]).
 const WARM_MIN_MACS: usize = 1 << 18;
@@ -219,8 +233,9 @@ fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
 }
 
 /// Reads an `r × c` matrix with strides `s` ahead of a GEMM that reads it, once per cache
-/// line, its rows cut into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each
-/// read by the pool's thread that will multiply it (rayon gives the blocks of both
+/// line (again with `twice` if the first pass was slow: [`again_if_cold`]), its rows cut
+/// into `parts` ranges as the GEMM's split cuts them ([`cuts`]), each read by the pool's
+/// thread that will multiply it (rayon gives the blocks of both
 /// parallel loops out alike: the first on the calling thread, the next to the thread that
 /// steals it). Why: faer reads an operand it does not pack along its other dimension, a
 /// few cache lines per row with rows thousands of bytes apart, which the hardware
@@ -229,22 +244,44 @@ fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
 /// steps of `480 × 404 × 21` took 0.74 ms in the program against 0.19 ms hot. Read by one
 /// thread, the read-ahead stayed on one core while the GEMM split over two: the chain's
 /// forward on two threads spent as long reading its 72 MB of inputs as on one.
-fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], parts: usize) {
+fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], parts: usize, twice: bool) {
     if r == 0 || c == 0 {
         return;
     }
     let span = ((r - 1) * rs + (c - 1) * cs + 1).min(data.len());
-    if std::mem::size_of_val(&data[..span]) > WARM_MAX_BYTES {
+    if size_of_val(&data[..span]) > WARM_MAX_BYTES {
         return;
     }
     if parts < 2 {
         // The whole span, as one thread always read it.
-        return read_lines(&data[..span]);
+        return again_if_cold(twice, size_of_val(&data[..span]), || read_lines(&data[..span]));
     }
     use rayon::prelude::*;
     let ranges = cuts(r, parts);
-    ranges.into_par_iter().for_each(|rows| warm_rows(&data[..span], [rows.0, rows.1], c, [rs, cs]));
+    ranges.into_par_iter().for_each(|rows| {
+        let bytes = (rows.1 - rows.0) * c * size_of::<T>();
+        again_if_cold(twice, bytes, || warm_rows(&data[..span], [rows.0, rows.1], c, [rs, cs]));
+    });
 }
+
+/// Runs `read` (a pass over `bytes` of an operand), and with `twice` ([`strided_along_k`])
+/// runs it again if the first pass was slower than [`CACHED_BYTES_PER_NS`]: an operand
+/// the pass found in the cache (an intermediate just written, as in
+/// `lm_batch_likelihood_brackets_4_4d`'s loops of `k = 1996` GEMMs, whose value+gradient
+/// took 1 to 4% longer when every strided operand was read twice) needs no second pass.
+/// The decision reads the clock; the result does not depend on it (reads only).
+fn again_if_cold(twice: bool, bytes: usize, read: impl Fn()) {
+    let start = std::time::Instant::now();
+    read();
+    if twice && (start.elapsed().as_nanos() as f64) * CACHED_BYTES_PER_NS > bytes as f64 {
+        read();
+    }
+}
+
+/// The rate above which a pass of [`warm_parts`] is taken to have found its operand in
+/// the cache: a pass over memory ran at 11.5 to 13 bytes per nanosecond here (1.47 MB in
+/// 110 µs), over the L2 cache several times faster.
+const CACHED_BYTES_PER_NS: f64 = 24.0;
 
 /// Reads rows `r0..r1` (all `c` columns, strides `[rs, cs]`) of the matrix at the start
 /// of `data`, one element per cache line, in storage order: each column's run of those
@@ -405,6 +442,26 @@ mod tests {
                 pool.install(|| check_loop(m, n, k, layout, usize::MAX)).unwrap();
             }
         }
+    }
+
+    /// The second read-ahead pass runs only for an operand read in place (`twice`) whose
+    /// first pass ran slower than the cache's rate: a pass of a millisecond over one byte
+    /// is read again, a pass over `2^60` bytes (faster than any memory) is not, and
+    /// without `twice` nothing is read again.
+    #[test]
+    fn a_second_read_ahead_only_after_a_slow_first_pass() {
+        let passes = |twice: bool, bytes: usize, pause: u64| {
+            let n = Cell::new(0);
+            again_if_cold(twice, bytes, || {
+                n.set(n.get() + 1);
+                std::thread::sleep(std::time::Duration::from_millis(pause));
+            });
+            n.get()
+        };
+        assert_eq!(passes(true, 1, 1), 2);
+        assert_eq!(passes(true, 1 << 60, 0), 1);
+        assert_eq!(passes(false, 1, 1), 1);
+        assert!(strided_along_k(3) && !strided_along_k(1));
     }
 
     proptest! {
