@@ -158,7 +158,7 @@ def _contract_call(
         if library not in (None, "object"):
             raise TypeError(f"strip_exponent=True takes numpy operands, not {library}'s arrays")
         return _contract_scaled(eq, operands, optimize, memory_limit, sliced, False)
-    out, left = _contract_checked(eq, operands, optimize, memory_limit, sliced, kwargs)
+    out, left = _contract_checked(eq, operands, optimize, memory_limit, sliced, kwargs, strip_exponent is None)
     if strip_exponent is None and not kwargs:
         if left is None:
             left = _scaled.left_range(out)
@@ -181,12 +181,18 @@ def _contract_scaled(
 
 
 def _contract_checked(
-    eq: str, operands: tuple[Any, ...], optimize: Any, memory_limit: Any, sliced: Optional[list[str]], kwargs: dict[str, Any]
+    eq: str,
+    operands: tuple[Any, ...],
+    optimize: Any,
+    memory_limit: Any,
+    sliced: Optional[list[str]],
+    kwargs: dict[str, Any],
+    check: bool = True,
 ) -> tuple[Any, Optional[bool]]:
     """:func:`contract` after its arguments are read, without ``strip_exponent``:
-    ``(result, left)``, with ``left`` whether the result left float64's range where the
-    engine's kernel found that out while writing it (an element-wise product, on the
-    common path), ``None`` otherwise."""
+    ``(result, left)``, with ``left`` whether a float64 result left float64's range where
+    the engine found that out on the call's threads (on the common path, with ``check``),
+    ``None`` otherwise (the caller reads the result if it asks)."""
     if kwargs:
         backend = kwargs.get("backend", "auto")
         library = _dispatch.library(operands, backend)
@@ -211,6 +217,8 @@ def _contract_checked(
             return _contract_shared(cache, eq, operands, optimize), None
     if memory_limit is None and sliced is None and (optimize == "greedy" if isinstance(optimize, str) else optimize is None):
         if engine_dtypes(operands):  # the common case, without a further call
+            if not check:  # `strip_exponent=False`: no one reads the verdict
+                return _core.contract(eq, operands), None
             return _core._contract_checked(eq, operands)
         return contract_cast(eq, operands), None
     shapes = [shape_of(x, False) for x in operands]

@@ -279,7 +279,7 @@ class ContractExpression(_core.Expression):
         if strip_exponent:
             return self._scaled(_scaled.engine_arrays(arrays), grads=True, wrt=wrt, cotangent=cotangent)
         left: Optional[bool] = None
-        if checkpoint is None:
+        if checkpoint is None and strip_exponent is None:
             # `left`: whether a float64 result left the range, read by the engine's threads
             # as they finish; `None` for complex results, which are read here.
             value, grads, left = self._value_and_grad_checked(arrays, wrt, cotangent)

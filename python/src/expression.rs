@@ -394,9 +394,8 @@ impl Inner {
 
     /// The sum of the slices in `range` (memory already checked), and with `scan` whether it
     /// left float64's range (`None` for complex results): read by the threads that ran the
-    /// call, right after they wrote it, instead of by the calling thread after the hand-back
-    /// (on two threads a Python thread's read of a 1 MB result cost more than either half
-    /// of the contraction that wrote it).
+    /// call, right after they wrote it and while it is in their caches, instead of by the
+    /// calling thread after the hand-back, which reads every part from another core.
     fn eval_sum<'py, T: Dtype>(
         &self,
         py: Python<'py>,

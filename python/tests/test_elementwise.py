@@ -183,7 +183,7 @@ def test_a_matrix_product_s_verdict_equals_numpy(dims, large, seed, specials, th
     gradients equal numpy's of the results, which equal numpy's products."""
     m, n, k = dims
     if large:
-        m, n, k = 60 * m, 60 * n, k + 8
+        m, n, k = 370 + 20 * m, 370 + 20 * n, k + 8
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(s) for s in ((m, k), (k, n), (m, n))]
     for which, at, v in specials:

@@ -1109,10 +1109,10 @@ impl<Op: GraphOperation> fmt::Debug for KeyInterner<Op> {
 ///
 /// Why not push and `sort_unstable`: a builder pins after every batch it interns, and a
 /// pin list ends with its input chunks' tags (they have [`INPUT_CHUNK`] set), so each
-/// batch's new operation chunks landed before them and the whole list was sorted again at
-/// every batch: `O(c log c)` per batch for `c` chunks pinned, quadratic over a large build
-/// (docs/PERFORMANCE.md, bld41). The new tags are the newest chunks, so here they pass
-/// over the few input tags only.
+/// batch's new operation chunks would land before them and every batch would sort the
+/// whole list: `O(c log c)` per batch for `c` chunks pinned, quadratic over a large
+/// build. The new tags are the newest chunks, so here they pass over the few input tags
+/// only.
 pub(crate) fn merge_sorted(list: &mut SmallVec<[u32; 2]>, new: &[u32]) {
     if new.is_empty() {
         return;

@@ -48,8 +48,9 @@ const PANEL_MAX_ROW: usize = 16;
 
 /// Rows per panel of [`ElementwisePlan::rows_in_panels`]: a panel's output (at most
 /// `PANEL_ROWS · PANEL_MAX_ROW` elements, 16 KiB of `f64`) stays in the first-level cache
-/// while its columns are written.
-const PANEL_ROWS: usize = 128;
+/// while its columns are written; `pair.rs`'s panels too (its rows are as short: a panel's
+/// part of `x` and `a`, `PANEL_ROWS · PAIR_MIN_ROW` elements each, as small).
+pub(crate) const PANEL_ROWS: usize = 128;
 
 /// Per element of the output, in `GemmPlan::cost`'s units (about nanoseconds): a product
 /// over contiguous rows runs at about the speed of a copy (0.92 ms for `3^13` elements).

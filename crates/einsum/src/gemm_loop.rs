@@ -184,13 +184,13 @@ pub(crate) fn gemm_loop<T: Elem>(
 }
 
 /// Whether a warmed operand whose stride along the contracted dimension is `stride` is
-/// read ahead twice when the first pass found it out of the cache ([`again_if_cold`]). Why: faer packs an operand that is contiguous along
-/// `k`, streaming it, but reads one that is not in place, a cache line per `k` and row
-/// block, and after one pass in storage order that operand was still not where those
-/// reads found it: the matrix chain's `ab,ac->bc` steps (`396 × 465` input, thin side 21)
-/// took 400 µs cold against 190 hot, and 265 after two passes. The second pass costs
-/// about 30 µs from the cache, which the packed case does not repay (`ab,bc->ac`, `453 ×
-/// 503`: 252 µs cold after one pass, 281 after two).
+/// read ahead twice when the first pass found it out of the cache ([`again_if_cold`]).
+/// Why: faer packs an operand that is contiguous along `k`, streaming it, but reads one
+/// that is not in place, a cache line per `k` and row block, and after one pass in
+/// storage order such an operand was still not where those reads found it (the matrix
+/// chain's `ab,ac->bc` steps); a packed operand does not repay the second pass
+/// (`docs/PERFORMANCE.md`, *The matrix chain's one-thread forward: its in-place operands
+/// read ahead twice*).
 fn strided_along_k(stride: usize) -> bool {
     stride != 1
 }
@@ -267,20 +267,24 @@ fn warm_parts<T: Elem>(data: &[T], [r, c]: [usize; 2], [rs, cs]: [usize; 2], par
 /// Runs `read` (a pass over `bytes` of an operand), and with `twice` ([`strided_along_k`])
 /// runs it again if the first pass was slower than [`CACHED_BYTES_PER_NS`]: an operand
 /// the pass found in the cache (an intermediate just written, as in
-/// `lm_batch_likelihood_brackets_4_4d`'s loops of `k = 1996` GEMMs, whose value+gradient
-/// took 1 to 4% longer when every strided operand was read twice) needs no second pass.
-/// The decision reads the clock; the result does not depend on it (reads only).
+/// `lm_batch_likelihood_brackets_4_4d`'s loops of GEMMs, which a second pass made slower)
+/// needs no second pass. The decision reads the clock; the result does not depend on it
+/// (reads only).
 fn again_if_cold(twice: bool, bytes: usize, read: impl Fn()) {
+    if !twice {
+        read();
+        return;
+    }
     let start = std::time::Instant::now();
     read();
-    if twice && (start.elapsed().as_nanos() as f64) * CACHED_BYTES_PER_NS > bytes as f64 {
+    if (start.elapsed().as_nanos() as f64) * CACHED_BYTES_PER_NS > bytes as f64 {
         read();
     }
 }
 
 /// The rate above which a pass of [`warm_parts`] is taken to have found its operand in
-/// the cache: a pass over memory ran at 11.5 to 13 bytes per nanosecond here (1.47 MB in
-/// 110 µs), over the L2 cache several times faster.
+/// the cache: about twice what a pass over memory reached here, several times less than
+/// a pass over the L2 cache (the rates are in the same section).
 const CACHED_BYTES_PER_NS: f64 = 24.0;
 
 /// Reads rows `r0..r1` (all `c` columns, strides `[rs, cs]`) of the matrix at the start

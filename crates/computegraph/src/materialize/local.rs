@@ -111,9 +111,9 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         }
         let use_store = n_ops >= STORE_OPS_MIN;
         // Plain vectors while filling (the bounds above hold for every push), made
-        // columns at the end without a copy.
-        // The key columns stay runs while keys are consecutive (`keys.rs`): no bytes
-        // written for them on a fragment built alone with nothing pruned.
+        // columns at the end without a copy; the key columns stay runs while keys are
+        // consecutive (`keys.rs`): no bytes written for them on a fragment built alone
+        // with nothing pruned.
         let mut value_key: KeyRun<ValueId, KeyId> = KeyRun::with_room(n_values);
         let mut value_op: Vec<Option<OperationId>> = huge_vec(n_values);
         let mut op_key: KeyRun<OperationId, OperationKeyId> = KeyRun::with_room(n_ops);
@@ -300,7 +300,7 @@ enum Renumber {
 }
 
 impl Renumber {
-    /// The renumbering of the values `value_key` lists (value `i` has key `value_key[i]`)
+    /// The renumbering of the values `value_key` lists (value `i` has its `i`-th key)
     /// among `key_space` keys: the cheapest of the three that holds.
     fn of(value_key: &KeyRun<ValueId, KeyId>, key_space: usize) -> Self {
         let mut prefix = KeyRun::with_room(value_key.len());
