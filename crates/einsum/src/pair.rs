@@ -608,6 +608,20 @@ pub(crate) mod tests {
         PairPlan::new(pair.x()).map(|p| p.walk)
     }
 
+    /// A seeded in-place shuffle (xorshift), so that a case's label orders follow from one
+    /// seed.
+    fn shuffler(seed: u64) -> impl FnMut(&mut Vec<u32>) {
+        let mut s = seed | 1;
+        move |v: &mut Vec<u32>| {
+            for i in (1..v.len()).rev() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                v.swap(i, (s % (i as u64 + 1)) as usize);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
@@ -620,13 +634,7 @@ pub(crate) mod tests {
             // `small` of the others, the cotangent's labels in another order.
             let mut sizes: Vec<usize> = (0..n).map(|i| [2, 3, 4, 5, 1, 3][((sizes_seed >> (3 * i)) % 6) as usize]).collect();
             sizes.push(row);
-            let mut s = perm_seed | 1;
-            let mut shuffle = |v: &mut Vec<u32>| {
-                for i in (1..v.len()).rev() {
-                    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-                    v.swap(i, (s % (i as u64 + 1)) as usize);
-                }
-            };
+            let mut shuffle = shuffler(perm_seed);
             let mut la: Vec<u32> = (0..n as u32).collect();
             shuffle(&mut la);
             let mut lm: Vec<u32> = la[..small.min(n)].to_vec();
@@ -656,13 +664,7 @@ pub(crate) mod tests {
             // the factor's labels away, so that the cotangent lacks it (a broadcast of `c`
             // along that label).
             let sizes: Vec<usize> = (0..n).map(|i| [2, 3, 4, 5, 1, 3][((sizes_seed >> (3 * i)) % 6) as usize]).collect();
-            let mut s = perm_seed | 1;
-            let mut shuffle = |v: &mut Vec<u32>| {
-                for i in (1..v.len()).rev() {
-                    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-                    v.swap(i, (s % (i as u64 + 1)) as usize);
-                }
-            };
+            let mut shuffle = shuffler(perm_seed);
             let mut la: Vec<u32> = (0..n as u32).collect();
             shuffle(&mut la);
             let mut lm: Vec<u32> = la[n - small.min(n)..].to_vec();
