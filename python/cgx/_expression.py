@@ -284,7 +284,8 @@ class ContractExpression(_core.Expression):
             # as they finish; `None` for complex results, which are read here.
             value, grads, left = self._value_and_grad_checked(arrays, wrt, cotangent)
         else:
-            value, grads = self._value_and_grad(arrays, wrt, cotangent, _checkpoint_target(checkpoint))
+            target = None if checkpoint is None else _checkpoint_target(checkpoint)
+            value, grads = self._value_and_grad(arrays, wrt, cotangent, target)
         if strip_exponent is None and left is None:
             left = _scaled.any_left_range(value, grads)
         if strip_exponent is None and left and _scaled.finite(arrays):
