@@ -269,39 +269,21 @@ impl PairPlan {
         let (ic, im) = (self.strides[1][last], self.strides[2][last]);
         // Offsets of the row in `c` and `m` (`x` and `a` share `dst`'s: `first · n` on),
         // the outer axes counting in row-major order.
-        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
-        let (mut pc, mut pm) = (0usize, 0usize);
-        let mut r = first;
-        for k in (0..last).rev() {
-            idx[k] = r % self.sizes[k];
-            r /= self.sizes[k];
-            pc += idx[k] * self.strides[1][k];
-            pm += idx[k] * self.strides[2][k];
-        }
+        let mut at = Cursor::at(self, first);
         let mut pa = first * n;
         for row in dst.chunks_exact_mut(n) {
             let ar = &a[pa..pa + n];
             if im == 0 {
-                sums[pm] += row_fixed_m(row, ar, (c, pc, ic), m[pm], ops);
+                sums[at.pm] += row_fixed_m(row, ar, (c, at.pc, ic), m[at.pm], ops);
             } else {
                 for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
-                    let (cv, j) = (c[pc + k * ic], pm + k * im);
+                    let (cv, j) = (c[at.pc + k * ic], at.pm + k * im);
                     *o = ops.x(cv, m[j]);
                     sums[j] += ops.y(av, cv);
                 }
             }
             pa += n;
-            for k in (0..last).rev() {
-                idx[k] += 1;
-                pc += self.strides[1][k];
-                pm += self.strides[2][k];
-                if idx[k] < self.sizes[k] {
-                    break;
-                }
-                pc -= self.strides[1][k] * self.sizes[k];
-                pm -= self.strides[2][k] * self.sizes[k];
-                idx[k] = 0;
-            }
+            at.advance(self);
         }
     }
 }
@@ -334,26 +316,18 @@ impl PairPlan {
         let [_, sc, sm] = &self.strides;
         let (ic, im, jc, jm) = (sc[last], sm[last], sc[next], sm[next]);
         // The cursor over the axes before the rows' (`idx[next]` counts rows within a run).
-        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
-        let (mut pc, mut pm) = (0usize, 0usize);
-        let mut r = first;
-        for k in (0..last).rev() {
-            idx[k] = r % self.sizes[k];
-            r /= self.sizes[k];
-            pc += idx[k] * sc[k];
-            pm += idx[k] * sm[k];
-        }
+        let mut at = Cursor::at(self, first);
         let mut pa = first * n;
         let mut rest = dst;
         while !rest.is_empty() {
             // The rows left in this run of the next axis, at most a panel's.
-            let count = (runs - idx[next]).min(rest.len() / n).min(PANEL_ROWS);
+            let count = (runs - at.idx[next]).min(rest.len() / n).min(PANEL_ROWS);
             let (panel, tail) = std::mem::take(&mut rest).split_at_mut(count * n);
             let ap = &a[pa..pa + count * n];
             match self.walk {
                 Walk::PanelColumns => {
                     for k in 0..n {
-                        let (qc, qm) = (pc + k * ic, pm + k * im);
+                        let (qc, qm) = (at.pc + k * ic, at.pm + k * im);
                         let (xs, as_) = (&mut panel[k..], &ap[k..]);
                         if jm == 0 {
                             sums[qm] += column_fixed_m((xs, as_, n), (c, qc, jc), count, m[qm], ops);
@@ -368,7 +342,7 @@ impl PairPlan {
                 }
                 _ => {
                     for (j, (row, ar)) in panel.chunks_exact_mut(n).zip(ap.chunks_exact(n)).enumerate() {
-                        let (qc, qm) = (pc + j * jc, pm + j * jm);
+                        let (qc, qm) = (at.pc + j * jc, at.pm + j * jm);
                         if im == 0 && n < 4 {
                             // Too short for `row_fixed_m`'s four partial sums: one.
                             let (mv, mut s) = (m[qm], T::zero());
@@ -393,20 +367,52 @@ impl PairPlan {
             pa += count * n;
             rest = tail;
             // `count - 1` rows within the run, then one step of the cursor.
-            idx[next] += count - 1;
-            pc += (count - 1) * jc;
-            pm += (count - 1) * jm;
-            for k in (0..last).rev() {
-                idx[k] += 1;
-                pc += sc[k];
-                pm += sm[k];
-                if idx[k] < self.sizes[k] {
-                    break;
-                }
-                pc -= sc[k] * self.sizes[k];
-                pm -= sm[k] * self.sizes[k];
-                idx[k] = 0;
+            at.idx[next] += count - 1;
+            at.pc += (count - 1) * jc;
+            at.pm += (count - 1) * jm;
+            at.advance(self);
+        }
+    }
+}
+
+/// Where a row of a [`PairPlan`] starts: the outer axes' indices (row-major) and the
+/// row's offsets in `c` and `m`; [`PairPlan::rows`] and [`PairPlan::rows_in_panels`] step it.
+struct Cursor {
+    idx: SmallVec<[usize; 8]>,
+    pc: usize,
+    pm: usize,
+}
+
+impl Cursor {
+    /// Row `first` of `plan`.
+    #[inline(always)]
+    fn at(plan: &PairPlan, first: usize) -> Self {
+        let last = plan.sizes.len() - 1;
+        let mut at = Cursor { idx: SmallVec::from_elem(0, last), pc: 0, pm: 0 };
+        let mut r = first;
+        for k in (0..last).rev() {
+            at.idx[k] = r % plan.sizes[k];
+            r /= plan.sizes[k];
+            at.pc += at.idx[k] * plan.strides[1][k];
+            at.pm += at.idx[k] * plan.strides[2][k];
+        }
+        at
+    }
+
+    /// Steps to the next row, the outer indices counting in row-major order.
+    #[inline(always)]
+    fn advance(&mut self, plan: &PairPlan) {
+        let [_, sc, sm] = &plan.strides;
+        for k in (0..self.idx.len()).rev() {
+            self.idx[k] += 1;
+            self.pc += sc[k];
+            self.pm += sm[k];
+            if self.idx[k] < plan.sizes[k] {
+                break;
             }
+            self.pc -= sc[k] * plan.sizes[k];
+            self.pm -= sm[k] * plan.sizes[k];
+            self.idx[k] = 0;
         }
     }
 }
