@@ -44,8 +44,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumError, EinsumResult, Elem, Hadamard, MemoryLimit, OutputBlocks, PathChoice, ScaledTensor, SlicePlan,
-    SlicedEinsum, SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumResult, Elem, Hadamard, MemoryLimit, OutputBlocks, PathChoice, RangeScan, ScaledTensor,
+    SlicePlan, SlicedEinsum, SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -439,31 +439,47 @@ impl Inner {
         Ok((e, c, g))
     }
 
-    /// `(value, grads)` of the whole contraction, and with `scan` whether any of them left
-    /// float64's range (`None` for complex results), read by the threads that ran the call
-    /// right after they wrote the results, as [`Inner::eval_sum`] reads a value.
-    fn value_and_grad<'py, T: Dtype>(
+    /// `(value, grads)` summed over the slices in `range`, and with `scan` whether any of
+    /// them left float64's range (`None` for complex results), read by the threads that ran
+    /// the call right after they wrote the results, as [`Inner::eval_sum`] reads a value.
+    fn value_and_grad_sum<'py, T: Dtype>(
         &self,
         py: Python<'py>,
         operands: &[Tensor<T>],
         d: &Derivative<'_, 'py>,
+        range: std::ops::Range<u64>,
         scan: bool,
     ) -> PyResult<(Bound<'py, PyTuple>, Option<bool>)> {
-        if let Some((pair, left)) = self.hadamard_value_and_grad(py, operands, d)? {
-            return Ok((pair, scan.then_some(left)));
+        // An element-wise product is never sliced: its one slice is the whole contraction.
+        if range == (0..1) {
+            if let Some((pair, left)) = self.hadamard_value_and_grad(py, operands, d)? {
+                return Ok((pair, scan.then_some(left)));
+            }
         }
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = 3.0 * self.slice_plan.multiply_adds();
-        let range = self.range(0, None);
         let (v, grads, left) = run_on(
             py,
             work,
             |t| g.uses_threads(t),
             || {
-                let (v, grads) = g.eval_slices_with_value(&refs, &c, range)?;
-                let left =
-                    if scan { T::left_range(&std::iter::once(&v).chain(&grads).collect::<Vec<_>>()) } else { None };
+                if !scan {
+                    let (v, grads) = g.eval_slices_with_value(&refs, &c, range)?;
+                    return Ok((v, grads, None));
+                }
+                // Each result's range read right after the step that wrote it, where the
+                // program allows; otherwise all of them after the run.
+                let (v, grads, ranges) = if T::IS_COMPLEX {
+                    let (v, grads) = g.eval_slices_with_value(&refs, &c, range)?;
+                    (v, grads, None)
+                } else {
+                    g.eval_slices_with_value_and_range(&refs, &c, range)?
+                };
+                let left = match ranges {
+                    Some(r) => Some(r.iter().any(RangeScan::left_range)),
+                    None => T::left_range(&std::iter::once(&v).chain(&grads).collect::<Vec<_>>()),
+                };
                 Ok((v, grads, left))
             },
         )?;
@@ -561,7 +577,8 @@ fn to_tuple<'py, T: Dtype>(py: Python<'py>, tensors: Vec<Tensor<T>>) -> PyResult
 impl Inner {
     /// The value (the sum, or with `blocks` the pair `(first, blocks)`) and the gradients of
     /// the slices in `range`, in one pass; with `cotangent_first`, the cotangent is output
-    /// blocks `cotangent_first..` stacked (and the value comes by blocks).
+    /// blocks `cotangent_first..` stacked (and the value comes by blocks). The sum is
+    /// [`Inner::value_and_grad_sum`]'s, without the range check (the caller adds the parts).
     fn value_and_grad_slices<'py, T: Dtype>(
         &self,
         py: Python<'py>,
@@ -571,27 +588,21 @@ impl Inner {
         blocks: bool,
         cotangent_first: Option<u64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        if range == (0..1) && !blocks && cotangent_first.is_none() {
-            if let Some((value_and_grads, _)) = self.hadamard_value_and_grad(py, operands, d)? {
-                return Ok(value_and_grads);
-            }
+        if !blocks && cotangent_first.is_none() {
+            return Ok(self.value_and_grad_sum(py, operands, d, range, false)?.0);
         }
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
         let work = 3.0 * self.slice_plan.multiply_adds();
         let uses = |t| g.uses_threads(t);
-        let (value, grads) = if let Some(first) = cotangent_first {
-            let c = OutputBlocks::new(first, c);
-            let (v, grads) = run_on(py, work, uses, || g.eval_blocks_with_value_by_blocks(&refs, &c, range))?;
-            (blocks_to_py(py, v)?, grads)
-        } else if blocks {
-            let (v, grads) = run_on(py, work, uses, || g.eval_blocks_with_value(&refs, &c, range))?;
-            (blocks_to_py(py, v)?, grads)
-        } else {
-            let (v, grads) = run_on(py, work, uses, || g.eval_slices_with_value(&refs, &c, range))?;
-            (convert::to_numpy(py, v)?.into_any(), grads)
+        let (v, grads) = match cotangent_first {
+            Some(first) => {
+                let c = OutputBlocks::new(first, c);
+                run_on(py, work, uses, || g.eval_blocks_with_value_by_blocks(&refs, &c, range))?
+            }
+            None => run_on(py, work, uses, || g.eval_blocks_with_value(&refs, &c, range))?,
         };
-        PyTuple::new(py, [value, to_tuple(py, grads)?.into_any()])
+        PyTuple::new(py, [blocks_to_py(py, v)?, to_tuple(py, grads)?.into_any()])
     }
 }
 
@@ -858,7 +869,7 @@ impl Expression {
         cotangent: Option<Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Option<bool>)> {
         let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
-        let (pair, left) = by_dtype!(inner.operands(operands)?, t => inner.value_and_grad(py, &t, &d, true)?);
+        let (pair, left) = by_dtype!(inner.operands(operands)?, t => inner.value_and_grad_sum(py, &t, &d, inner.range(0, None), true)?);
         Ok((pair.get_item(0)?, pair.get_item(1)?, left))
     }
 
@@ -878,7 +889,7 @@ impl Expression {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (inner, d) = (&self.inner, self.derivative(wrt, cotangent.as_ref()));
         let Some(target) = checkpoint else {
-            return by_dtype!(inner.operands(operands)?, t => Ok(inner.value_and_grad(py, &t, &d, false)?.0));
+            return by_dtype!(inner.operands(operands)?, t => Ok(inner.value_and_grad_sum(py, &t, &d, inner.range(0, None), false)?.0));
         };
         let target: MemoryLimit = target.parse().map_err(|e: einsum::ParseBytesError| {
             PyValueError::new_err(format!("checkpoint: {e} (a byte target such as 64MiB or 1000000)"))

@@ -18,7 +18,8 @@
 //!
 //! The variant of an operation is its [`std::mem::discriminant`]: for an enum, operations
 //! of one variant run the same arm of `eval_into`'s `match`. Operation types that are not
-//! enums, or graphs with a single variant, keep the materialized order (the pass returns
+//! enums, graphs with a single variant, and graphs of costly operations
+//! ([`KEEP_ORDER_MIN_MEAN_COST`]) keep the materialized order (the pass returns
 //! an empty order, having copied the operations once, in that order: the windows are
 //! sorted only once a second variant is met, and then from the first window on).
 //! Invariants of the output:
@@ -39,6 +40,14 @@ use crate::operation::GraphOperation;
 
 /// Operations are regrouped only inside windows of this many consecutive operations.
 pub(crate) const WINDOW: usize = 256;
+
+/// A graph whose first window with a second variant has a mean
+/// [`GraphOperation::cost_hint`] of at least this keeps the materialized order: a
+/// mispredicted dispatch branch costs a few nanoseconds, nothing beside operations of
+/// hundreds (tensor contractions), while an operation moved away from its producer finds
+/// its operands out of the cache. Sorted by depth, a tensor program ran each result's
+/// consumer a level later, after the sibling steps had evicted it.
+pub(crate) const KEEP_ORDER_MIN_MEAN_COST: u64 = 1 << 8;
 
 /// Variants beyond this many share the last group (graphs with more are rare, and the
 /// grouping stays correct, only coarser).
@@ -84,6 +93,8 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     // through the store.
     let mut window_ops: Vec<&Op> = Vec::with_capacity(WINDOW);
     let mut sorting = false;
+    // Decided at the first window with a second variant (`KEEP_ORDER_MIN_MEAN_COST`).
+    let mut keep_order = false;
     let mut start = 0;
     while start < n {
         crate::stop::check()?;
@@ -94,10 +105,12 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         variant.clear();
         variant.extend(window_ops.iter().map(|&op| variants.id(op)));
         if !sorting {
-            if variants.len() < 2 {
+            keep_order = keep_order || (variants.len() >= 2 && costly(&window_ops));
+            if variants.len() < 2 || keep_order {
                 // One variant so far: a sort by (depth, variant) would group nothing, and
                 // if no other variant follows the materialized order is kept, so the
-                // window is copied out as it is.
+                // window is copied out as it is; and so for costly operations, whose
+                // order is kept.
                 ops.extend(window_ops.iter().map(|&op| op.clone()));
                 start = end;
                 continue;
@@ -172,6 +185,12 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         order = Vec::new();
     }
     Ok(Dispatch { source: order, ops })
+}
+
+/// Whether `ops` have a mean cost hint of at least [`KEEP_ORDER_MIN_MEAN_COST`].
+fn costly<Op: GraphOperation>(ops: &[&Op]) -> bool {
+    let total = ops.iter().fold(0u64, |sum, op| sum.saturating_add(op.cost_hint()));
+    total >= KEEP_ORDER_MIN_MEAN_COST.saturating_mul(ops.len() as u64)
 }
 
 /// The variants met so far, each with a small id: in order of first appearance, up to

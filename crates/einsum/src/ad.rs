@@ -24,8 +24,8 @@
 //! is closed under it; the GEMM applies the conjugation, no `conj` copy is made), and the
 //! set is closed under both transforms. On reals the flags are dropped.
 //! A contraction with two active operands is not linear: its transpose is an error.
-//! `ContractPair` (`pair.rs`) is made after the transforms, in compiled gradient programs
-//! only: its rules are errors.
+//! `ContractPair` (`pair.rs`) and `Range` (`ranged.rs`) are made after the transforms, in
+//! compiled gradient programs only: their rules are errors.
 
 use std::sync::Arc;
 
@@ -44,9 +44,10 @@ fn adjoint<T: Elem>(spec: ContractSpec) -> TensorOp<T> {
     TensorOp::contract(if T::IS_COMPLEX { spec } else { spec.with_conj([false; 2]) })
 }
 
-/// The error of a rule asked of a fused pair, which no graph given to the transforms holds.
+/// The error of a rule asked of a fused pair or a range, which no graph given to the
+/// transforms holds.
 fn fused<T: Elem>(op: &TensorOp<T>, rule: RuleKind) -> ADRuleError {
-    ADRuleError::missing(op, rule, "a fused pair of gradients is made after the transforms, in compiled programs only")
+    ADRuleError::missing(op, rule, "fused pairs and ranges are made after the transforms, in compiled programs only")
 }
 
 impl<T: Elem> Primitive for TensorOp<T> {
@@ -81,7 +82,7 @@ impl<T: Elem> Primitive for TensorOp<T> {
             }
             TensorOp::Add => emit::accumulate(b, t[0], t[1]),
             TensorOp::Unary(_) | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => same(b, t[0]),
-            TensorOp::ContractPair(_) => return Err(fused(self, RuleKind::Jvp)),
+            TensorOp::ContractPair(_) | TensorOp::Range => return Err(fused(self, RuleKind::Jvp)),
         }])
     }
 
@@ -124,7 +125,7 @@ impl<T: Elem> Primitive for TensorOp<T> {
             TensorOp::Neg => one(b, TensorOp::Neg),
             TensorOp::Conj => one(b, TensorOp::Conj),
             TensorOp::Scale(s) => one(b, TensorOp::Scale(s.conj())),
-            TensorOp::ContractPair(_) => return Err(fused(self, RuleKind::Transpose)),
+            TensorOp::ContractPair(_) | TensorOp::Range => return Err(fused(self, RuleKind::Transpose)),
         })
     }
 }

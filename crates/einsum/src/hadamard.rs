@@ -1,6 +1,6 @@
 //! [`Hadamard`]: the element-wise product of two float64 operands of one shape whose labels
 //! and the output's are in one order (`ij,ij->ij`), its value and both gradients in one
-//! pass, and each result's range ([`RangeScan`]) found while the pass writes it.
+//! pass, and each result's range ([`RangeScan`], `scan.rs`) found while the pass writes it.
 //!
 //! Why a kernel beside the element-wise one (`elementwise.rs`): as a compiled program the
 //! value and gradients are three steps, `A ⊙ B`, `C ⊙ B` and `C ⊙ A`, each reading two
@@ -25,11 +25,8 @@ use crate::buffer::{begin_evaluation, overwritten};
 use crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS;
 use crate::error::{EinsumError, EinsumResult};
 use crate::plan::Plan;
+use crate::scan::{LANES, Lanes, RangeScan};
 use crate::tensor::Tensor;
-
-/// Lanes of the scan's accumulators: eight independent maxima and sums, which the compiler
-/// keeps in vector registers; one accumulator would chain every element's comparison.
-const LANES: usize = 8;
 
 /// Pieces per thread of a parallel pass: more than one so that a thread slowed by another
 /// process does not hold the others back at the join.
@@ -38,124 +35,6 @@ const PIECES_PER_THREAD: usize = 4;
 /// Elements written between two reads of the stop flag on one thread (as
 /// `stop::COPY_CHECK_ELEMENTS`: a few milliseconds of memory traffic).
 const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
-
-/// What a scan of a float64 array found: whether an entry is not finite (infinite or NaN),
-/// and the largest modulus of its finite entries. Scans of parts of one array combine by
-/// [`RangeScan::merge`] into the scan of the whole.
-///
-/// ```
-/// use einsum::RangeScan;
-/// let s = RangeScan::of(&[1.0, -3.0, 2.0]);
-/// assert_eq!((s.not_finite(), s.largest()), (false, 3.0));
-/// assert!(!s.left_range());
-/// assert!(RangeScan::of(&[1.0, f64::NAN]).left_range());
-/// assert!(RangeScan::of(&[1e-310, 0.0]).left_range()); // only subnormal entries
-/// assert!(!RangeScan::of(&[0.0, 0.0]).left_range()); // all zero is in range
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RangeScan {
-    not_finite: bool,
-    largest: f64,
-}
-
-impl RangeScan {
-    /// The scan of no element.
-    pub const EMPTY: RangeScan = RangeScan { not_finite: false, largest: 0.0 };
-
-    /// The scan of `s`, in the lanes the pass uses, compiled for the vector instructions
-    /// the processor has (chosen at run time).
-    pub fn of(s: &[f64]) -> Self {
-        crate::small_gemm::arch().dispatch(ScanOf(s))
-    }
-
-    /// The scan of an array made of the parts `self` and `other` scanned.
-    pub fn merge(self, other: RangeScan) -> RangeScan {
-        RangeScan { not_finite: self.not_finite || other.not_finite, largest: self.largest.max(other.largest) }
-    }
-
-    /// Whether an entry is infinite or NaN.
-    pub fn not_finite(&self) -> bool {
-        self.not_finite
-    }
-
-    /// The largest modulus of the finite entries (0 for none).
-    pub fn largest(&self) -> f64 {
-        self.largest
-    }
-
-    /// Whether the array has left float64's range as a contraction's result does when an
-    /// intermediate overflowed or underflowed: an entry that is not finite, or a largest
-    /// modulus that is not zero but below the normal range (`strip_exponent`'s test).
-    pub fn left_range(&self) -> bool {
-        self.not_finite || (self.largest > 0.0 && self.largest < f64::MIN_POSITIVE)
-    }
-}
-
-/// The scan's accumulators, lane by lane: the largest modulus, and a sum of `x · 0`, which
-/// turns NaN at the first entry that is not finite and stays NaN (a comparison per entry
-/// and a branch would keep the loop scalar).
-#[derive(Clone, Copy)]
-struct Lanes {
-    largest: [f64; LANES],
-    poison: [f64; LANES],
-}
-
-impl Lanes {
-    fn new() -> Self {
-        Lanes { largest: [0.0; LANES], poison: [0.0; LANES] }
-    }
-
-    #[inline(always)]
-    fn see(&mut self, i: usize, x: f64) {
-        let m = x.abs();
-        // NaN compares false and leaves the maximum alone; the poisoned sum has caught it.
-        self.largest[i] = if m > self.largest[i] { m } else { self.largest[i] };
-        self.poison[i] += x * 0.0;
-    }
-
-    /// [`Lanes::see`] of two entries of lane `i`, folded together before they meet the
-    /// accumulators: each accumulator is a chain of four-cycle operations (a maximum, a
-    /// sum), so folding first halves the chains' steps per entry.
-    #[inline(always)]
-    fn see_two(&mut self, i: usize, x: f64, y: f64) {
-        let (mx, my) = (x.abs(), y.abs());
-        let m = if mx > my { mx } else { my };
-        self.largest[i] = if m > self.largest[i] { m } else { self.largest[i] };
-        self.poison[i] += x * 0.0 + y * 0.0;
-    }
-
-    fn scan(&self) -> RangeScan {
-        let not_finite = self.poison.iter().any(|p| p.is_nan());
-        let largest = self.largest.iter().fold(0.0f64, |m, &x| if x > m { x } else { m });
-        // An infinite entry poisoned its lane; the maximum then holds it, but `not_finite`
-        // says so and `largest` is documented for finite entries.
-        RangeScan { not_finite, largest: if not_finite { f64::INFINITY } else { largest } }
-    }
-}
-
-/// [`RangeScan::of`]'s argument, as the value pulp dispatches (a closure would not be
-/// inlined into the function compiled for the processor's instructions).
-struct ScanOf<'a>(&'a [f64]);
-
-impl pulp::WithSimd for ScanOf<'_> {
-    type Output = RangeScan;
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) -> RangeScan {
-        let mut lanes = Lanes::new();
-        let mut pairs = self.0.chunks_exact(2 * LANES);
-        for pair in &mut pairs {
-            let pair = <&[f64; 2 * LANES]>::try_from(pair).expect("a whole pair of blocks");
-            for i in 0..LANES {
-                lanes.see_two(i, pair[i], pair[i + LANES]);
-            }
-        }
-        for (i, &x) in pairs.remainder().iter().enumerate() {
-            lanes.see(i % LANES, x);
-        }
-        lanes.scan()
-    }
-}
 
 /// The value and gradients of [`Hadamard::value_and_grad`], with the range of all of them.
 #[derive(Debug)]

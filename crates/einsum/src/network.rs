@@ -22,9 +22,11 @@
 //! [`Einsum::hvp`] count the reverse pass. Nothing an evaluation allocates for tensors has
 //! escaped the count (ADR 0011).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use computegraph::{CompileCache, CompiledProgram, EvalState, Graph, GraphBuilder, OperationRole, ValueKey, ValueRef};
+use computegraph::{
+    CompileCache, CompiledProgram, EvalState, Graph, GraphBuilder, MaterializedGraph, OperationRole, ValueKey, ValueRef,
+};
 use rustc_hash::FxHashMap;
 use tidu::DerivativeProgram;
 
@@ -36,6 +38,7 @@ use crate::memory::MemoryLimit;
 use crate::op::{TensorKey, TensorOp};
 use crate::path::{ContractionPath, PathChoice};
 use crate::plan::Plan;
+use crate::scan::RangeScan;
 use crate::subscripts::Subscripts;
 use crate::tensor::Tensor;
 use crate::threads::{PoolUse, Step};
@@ -531,6 +534,7 @@ impl<T: Elem> Einsum<T> {
         let multiply_adds = merged.operations().map(|op| op_multiply_adds(op.operation())).sum();
         let with_value = computegraph::try_compile(&merged)?;
         let steps = crate::threads::materialized_steps(&merged);
+        let merged = Arc::new(merged);
         let mut next = 1..;
         let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
         Ok(EinsumGradient {
@@ -542,6 +546,8 @@ impl<T: Elem> Einsum<T> {
             wrt: wrt.to_vec(),
             einsum: self.meta(),
             steps,
+            merged,
+            ranged: OnceLock::new(),
         })
     }
 
@@ -582,7 +588,7 @@ fn op_multiply_adds<T: Elem>(op: &TensorOp<T>) -> f64 {
         TensorOp::Contract(s) => s.multiply_adds() as f64,
         TensorOp::Unary(s) => s.multiply_adds() as f64,
         TensorOp::ContractPair(p) => p.multiply_adds() as f64,
-        TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => 0.0,
+        TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) | TensorOp::Range => 0.0,
     }
 }
 
@@ -658,6 +664,12 @@ pub struct EinsumGradient<T: Elem> {
     einsum: Meta,
     /// `with_value`'s steps as [`Self::eval_with_value_parallel`] weighs them (`threads.rs`).
     steps: Box<[Step]>,
+    /// `with_value`'s graph, from which [`Self::eval_with_value_and_range`] makes its program.
+    merged: Arc<MaterializedGraph<TensorOp<T>>>,
+    /// `with_value` with each output's range read right after its last write
+    /// (`ranged.rs`) and its steps, made on the first [`Self::eval_with_value_and_range`];
+    /// `None` where the rewrite does not apply.
+    ranged: OnceLock<Option<RangedProgram<T>>>,
 }
 
 impl<T: Elem> EinsumGradient<T> {
@@ -714,7 +726,9 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
-        self.value_and_grads(operands, cotangent, |inputs| self.with_value.try_eval(&mut (), inputs))
+        let (value, grads, _) =
+            self.value_and_grads(operands, cotangent, |inputs| self.with_value.try_eval(&mut (), inputs))?;
+        Ok((value, grads))
     }
 
     /// [`Self::eval_with_value`] on every thread of `pool` (or of the current rayon pool),
@@ -741,9 +755,66 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
-        self.value_and_grads(operands, cotangent, |inputs| {
+        let (value, grads, _) = self.value_and_grads(operands, cotangent, |inputs| {
             in_pool(pool, || self.with_value.try_eval_parallel(pool, &mut (), inputs))
-        })
+        })?;
+        Ok((value, grads))
+    }
+
+    /// [`Self::eval_with_value`], and the range of the value and of each gradient, in that
+    /// order ([`RangeScan`]: `strip_exponent`'s test), each read right after the step
+    /// that wrote it, while it is in the cache of the thread that wrote it (`ranged.rs`).
+    /// Read after the run instead, a large gradient comes back from memory. Runs as
+    /// [`Self::eval_with_value`] runs: on the calling thread, or inside a rayon pool of
+    /// several threads on its threads where the estimated cost says they pay.
+    ///
+    /// ```
+    /// use einsum::{Einsum, PathChoice, Tensor};
+    ///
+    /// let e = Einsum::<f64>::new("ij,jk->", &[vec![2, 2], vec![2, 2]], PathChoice::Greedy).unwrap();
+    /// let a = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 1e308]).unwrap();
+    /// let b = Tensor::new(vec![2, 2], vec![1.0, 1.0, 1.0, 1.0]).unwrap();
+    /// let g = e.gradient(&[0, 1]).unwrap();
+    /// let (value, grads, ranges) = g.eval_with_value_and_range(&[&a, &b], &Tensor::scalar(1.0)).unwrap();
+    /// assert_eq!(ranges.len(), 1 + grads.len());
+    /// assert!(!ranges[1].left_range()); // the gradient in `a` is all ones
+    /// assert_eq!(ranges[2].largest(), 1e308); // the one in `b` holds a's largest entry
+    /// assert_eq!(ranges[0].not_finite(), !value.data()[0].is_finite());
+    /// ```
+    pub fn eval_with_value_and_range(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+    ) -> EinsumResult<ValueGradsRanges<T>> {
+        let ranged = self.ranged.get_or_init(|| {
+            let graph = crate::ranged::with_ranges(&self.merged).ok().flatten()?;
+            let program = computegraph::try_compile(&graph).ok()?;
+            Some((program, crate::threads::materialized_steps(&graph)))
+        });
+        let Some((program, steps)) = ranged else {
+            let (value, grads) = self.eval_with_value(operands, cotangent)?;
+            let ranges = std::iter::once(&value).chain(&grads).map(|t| scan(&crate::scan::range_of(t))).collect();
+            return Ok((value, grads, ranges));
+        };
+        let (value, grads, rest) =
+            self.value_and_grads(operands, cotangent, |inputs| {
+                match crate::threads::choose(steps, caller_pool_threads()) {
+                    PoolUse::Pool => in_pool(None, || program.try_eval_parallel(None, &mut (), inputs)),
+                    _ => program.try_eval(&mut (), inputs),
+                }
+            })?;
+        // `rest`: the ranges of the value and of the gradients present, in output order.
+        let mut range_of_output = rest.iter().map(scan);
+        let value_range = range_of_output.next().unwrap_or(RangeScan::EMPTY);
+        let present: Vec<RangeScan> = range_of_output.collect();
+        let ranges = std::iter::once(value_range)
+            .chain(
+                self.value_positions
+                    .iter()
+                    .map(|p| p.and_then(|p| present.get(p - 1).copied()).unwrap_or(RangeScan::EMPTY)),
+            )
+            .collect();
+        Ok((value, grads, ranges))
     }
 
     /// How [`Self::eval_with_value_parallel`] uses a pool of `threads` threads.
@@ -758,14 +829,15 @@ impl<T: Elem> EinsumGradient<T> {
         self.pool_use(threads) != PoolUse::OneThread
     }
 
-    /// Checks the arguments, runs `with_value` on them by `run`, and splits its outputs
-    /// into the value and one gradient per `wrt` operand.
+    /// Checks the arguments, runs `with_value` (or a program with its outputs first) on
+    /// them by `run`, and splits its outputs into the value, one gradient per `wrt`
+    /// operand, and the outputs after `with_value`'s.
     fn value_and_grads(
         &self,
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
         run: impl FnOnce(&[&Tensor<T>]) -> computegraph::GraphResult<Vec<Tensor<T>>>,
-    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
+    ) -> EinsumResult<ValueGradsRest<T>> {
         let m = &self.einsum;
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
@@ -785,8 +857,24 @@ impl<T: Elem> EinsumGradient<T> {
             .zip(&self.wrt)
             .map(|(p, &i)| p.and_then(|p| out[p].take()).map_or_else(|| zeros_like(&m.shapes[i]), Ok))
             .collect::<EinsumResult<_>>()?;
-        Ok((value, grads))
+        let present = 1 + self.value_positions.iter().flatten().count();
+        Ok((value, grads, out.into_iter().skip(present).flatten().collect()))
     }
+}
+
+/// A program with each output's range after the outputs (`ranged.rs`), and its steps.
+type RangedProgram<T> = (CompiledProgram<TensorOp<T>>, Box<[Step]>);
+
+/// The value, the gradients and one range per result ([`EinsumGradient::eval_with_value_and_range`]).
+type ValueGradsRanges<T> = (Tensor<T>, Vec<Tensor<T>>, Vec<RangeScan>);
+
+/// The value, the gradients, and a program's outputs beyond them.
+type ValueGradsRest<T> = (Tensor<T>, Vec<Tensor<T>>, Vec<Tensor<T>>);
+
+/// The [`RangeScan`] a `TensorOp::Range` output holds (`scan.rs`; `EMPTY` for any other
+/// tensor, which no range program gives).
+fn scan<T: Elem>(t: &Tensor<T>) -> RangeScan {
+    crate::scan::scan_of(t).unwrap_or(RangeScan::EMPTY)
 }
 
 /// The number of threads `pool` (or, without one, the current rayon pool) has.

@@ -1,6 +1,7 @@
 //! The primitive set: [`TensorOp`] (contraction, unary einsum, add, neg, conj, scale) on
-//! [`Tensor`] operands, with [`TensorKey`] input keys, and the fused pair of a step's two
-//! gradients that only gradient programs hold (`pair.rs`). AD rules are in `ad.rs`.
+//! [`Tensor`] operands, with [`TensorKey`] input keys, and the two operations that only
+//! compiled gradient programs hold: the fused pair of a step's two gradients (`pair.rs`)
+//! and the range of a result (`scan.rs`, placed by `ranged.rs`). AD rules are in `ad.rs`.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -47,6 +48,13 @@ pub enum TensorOp<T> {
     /// outputs `(x, y)` (see [`PairSpec`]): made by [`Einsum::gradient`](crate::Einsum::gradient)
     /// in its compiled program, after the transform, so it has no AD rules of its own.
     ContractPair(Arc<PairSpec>),
+    /// The range of its operand, as the two-entry tensor `[largest modulus of the finite
+    /// entries, 1 if an entry is not finite else 0]` ([`crate::RangeScan`]): placed by
+    /// [`EinsumGradient::eval_with_value_and_range`](crate::EinsumGradient::eval_with_value_and_range)'s
+    /// program right after each result's last write, so that the result is read while it
+    /// is in the cache of the thread that wrote it. Like `ContractPair`, it is made after
+    /// the transforms and has no AD rules.
+    Range,
 }
 
 impl<T: Elem> TensorOp<T> {
@@ -76,6 +84,7 @@ impl<T: Elem> TensorOp<T> {
             TensorOp::Conj => x[0].map(|&a| a.conj()),
             TensorOp::Scale(s) => x[0].map(|&a| *s * a),
             TensorOp::ContractPair(_) => self.apply_all(x).swap_remove(0),
+            TensorOp::Range => crate::scan::range_of(x[0]),
         }
     }
 
@@ -105,6 +114,7 @@ impl<T: Elem> TensorOp<T> {
                 out.push(shaped(p.y().out_shape()));
             }
             TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => out.push(x[0].clone()),
+            TensorOp::Range => out.push(shaped(vec![2])),
         }
     }
 }
@@ -118,7 +128,7 @@ impl<T: Elem> PartialEq for TensorOp<T> {
             (TensorOp::Scale(a), TensorOp::Scale(b)) => a.to_bits() == b.to_bits(),
             (a, b) => {
                 std::mem::discriminant(a) == std::mem::discriminant(b)
-                    && matches!(a, TensorOp::Add | TensorOp::Neg | TensorOp::Conj)
+                    && matches!(a, TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Range)
             }
         }
     }
@@ -134,7 +144,7 @@ impl<T: Elem> Hash for TensorOp<T> {
             TensorOp::Unary(s) => s.hash(h),
             TensorOp::ContractPair(p) => p.hash(h),
             TensorOp::Scale(s) => s.to_bits().hash(h),
-            TensorOp::Add | TensorOp::Neg | TensorOp::Conj => {}
+            TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Range => {}
         }
     }
 }
@@ -149,6 +159,7 @@ impl<T: Elem> fmt::Debug for TensorOp<T> {
             TensorOp::Neg => f.write_str("neg"),
             TensorOp::Conj => f.write_str("conj"),
             TensorOp::Scale(s) => write!(f, "scale {s:?}"),
+            TensorOp::Range => f.write_str("range"),
         }
     }
 }
@@ -202,7 +213,7 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
         match self {
             TensorOp::Contract(_) | TensorOp::Add => 2,
             TensorOp::ContractPair(_) => 3,
-            TensorOp::Unary(_) | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => 1,
+            TensorOp::Unary(_) | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) | TensorOp::Range => 1,
         }
     }
 

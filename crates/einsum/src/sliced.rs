@@ -41,6 +41,7 @@ use crate::network::{Einsum, EinsumGradient, EinsumOptions, check_operand_shapes
 use crate::path::ContractionPath;
 use crate::path::PathChoice;
 use crate::plan::Plan;
+use crate::scan::RangeScan;
 use crate::slice::{SlicePlan, Slicing};
 use crate::tensor::{Tensor, row_major_strides};
 
@@ -702,6 +703,10 @@ impl<T: Elem> SlicedEinsum<T> {
     }
 }
 
+/// The value, the gradients, and one range per result when the run read them
+/// ([`SlicedGradient::eval_slices_with_value_and_range`]).
+type ValueGradsMaybeRanges<T> = (Tensor<T>, Vec<Tensor<T>>, Option<Vec<RangeScan>>);
+
 /// The gradient of a [`SlicedEinsum`] ([`SlicedEinsum::gradient`]): per slice the slice
 /// program's VJP, accumulated into buffers of the operands' full shapes.
 ///
@@ -813,6 +818,25 @@ impl<T: Elem> SlicedGradient<T> {
         let mut sink = Sink::Sum(zeros::<T>(&l.output_shape)?);
         let grads = self.reverse(operands, Cotangent::Full(cotangent), range, Some(&mut sink), &mut |_| ())?;
         Ok((sink.into_sum(l)?, grads))
+    }
+
+    /// [`SlicedGradient::eval_slices_with_value`], and for the whole of an unsliced
+    /// contraction the range of the value and of each gradient, in that order, each read
+    /// right after the step that wrote it ([`EinsumGradient::eval_with_value_and_range`]);
+    /// `None` for a sum of slices, whose results are whole only at the end.
+    pub fn eval_slices_with_value_and_range(
+        &self,
+        operands: &[&Tensor<T>],
+        cotangent: &Tensor<T>,
+        range: Range<u64>,
+    ) -> EinsumResult<ValueGradsMaybeRanges<T>> {
+        self.check(operands, cotangent, &range)?;
+        if !self.layout.is_sliced() && range == (0..1) {
+            let (value, grads, ranges) = self.gradient.eval_with_value_and_range(operands, cotangent)?;
+            return Ok((value, grads, Some(ranges)));
+        }
+        let (value, grads) = self.eval_slices_with_value(operands, cotangent, range)?;
+        Ok((value, grads, None))
     }
 
     /// [`SlicedGradient::eval_slices_with_value`] with the value by output blocks, as

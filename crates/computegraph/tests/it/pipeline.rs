@@ -908,3 +908,51 @@ proptest! {
         }
     }
 }
+
+/// Two operation variants of a chosen cost (`dispatch.rs`'s `KEEP_ORDER_MIN_MEAN_COST`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+enum Weighed {
+    /// Its cost, and a tag that keeps the steps structurally distinct (no CSE).
+    Left(u64, u32),
+    Right(u64, u32),
+}
+
+impl GraphOperation for Weighed {
+    type Operand = f64;
+    type Context = ();
+    type InputKey = u32;
+    fn input_count(&self) -> usize {
+        1
+    }
+    fn output_count(&self) -> usize {
+        1
+    }
+    fn cost_hint(&self) -> u64 {
+        match self {
+            Weighed::Left(c, _) | Weighed::Right(c, _) => *c,
+        }
+    }
+}
+
+/// Two chains built one after the other, `Left` then `Right`: sorted by (depth,
+/// variant), the window alternates between them. Operations of cost 1 are sorted so;
+/// operations of cost 256 and more (a tensor contraction's scale) keep the materialized
+/// order, each step right after its operand's producer.
+#[test]
+fn costly_operations_keep_the_materialized_order() {
+    for (cost, kept) in [(1u64, false), (255, false), (256, true), (1 << 20, true)] {
+        let mut b = GraphBuilder::<Weighed>::with_interner(computegraph::KeyInterner::new());
+        let (mut l, mut r) = (b.add_input(0), b.add_input(1));
+        for i in 0..100 {
+            l = b.add_operation(Weighed::Left(cost, i), vec![Local(l)], Primary)[0];
+        }
+        for i in 0..100 {
+            r = b.add_operation(Weighed::Right(cost, i), vec![Local(r)], Primary)[0];
+        }
+        let g = Arc::new(b.build());
+        let m = materialize_merge(&resolve(vec![g.clone()]), &[g.global_key(l), g.global_key(r)]);
+        let p = compile(&m);
+        let identity = (0..p.instruction_count()).all(|i| p.source_operation(i).index() == i);
+        assert_eq!(identity, kept, "cost {cost}");
+    }
+}

@@ -218,3 +218,64 @@ proptest! {
         value_and_gradients_on::<c64>(&expr, &shapes, PathChoice::Greedy);
     }
 }
+
+/// The largest modulus of the finite entries of `t`, and whether an entry is not finite:
+/// the simple reference for [`einsum::RangeScan`].
+fn reference_range<T: Elem>(t: &Tensor<T>) -> (f64, bool) {
+    t.data().iter().fold((0.0f64, false), |(largest, bad), v| {
+        let m = v.modulus();
+        if m.is_finite() { (largest.max(m), bad) } else { (largest, true) }
+    })
+}
+
+/// [`einsum::EinsumGradient::eval_with_value_and_range`] on `wrt` (operand 0's entries
+/// scaled by `scale`, which may overflow): the value and gradients bit for bit those of
+/// `eval_with_value` on the calling thread, and one range per result equal to
+/// [`reference_range`] of that result, there and in a pool of two.
+fn ranges_on<T: Elem>(expr: &str, shapes: &[Vec<usize>], wrt: &[usize], scale: f64) {
+    let e = Einsum::<T>::new(expr, shapes, PathChoice::Greedy).unwrap_or_else(|e| panic!("{expr}: {e}"));
+    let mut x: Vec<Tensor<T>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), 30 + i as u64)).collect();
+    x[0] = x[0].map(|&v| v * T::from_f64(scale));
+    let c = tensor::<T>(e.output_shape().to_vec(), 97);
+    let g = e.gradient(wrt).unwrap();
+    let (value, grads) = g.eval_with_value(&refs(&x), &c).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    for (threads, (v, gs, ranges)) in [
+        (1, g.eval_with_value_and_range(&refs(&x), &c).unwrap()),
+        (2, pool.install(|| g.eval_with_value_and_range(&refs(&x), &c)).unwrap()),
+    ] {
+        let bits = |t: &Tensor<T>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(gs.len(), grads.len());
+        assert_eq!(ranges.len(), 1 + grads.len(), "{expr} {wrt:?}: one range per result");
+        // Two threads may round differently where a kernel splits its sums.
+        if threads == 1 {
+            assert_eq!(bits(&v), bits(&value), "{expr} {wrt:?}: value");
+            for (i, (a, b)) in gs.iter().zip(&grads).enumerate() {
+                assert_eq!(bits(a), bits(b), "{expr} {wrt:?}: gradient {i}");
+            }
+        }
+        for (i, (t, r)) in std::iter::once(&v).chain(&gs).zip(&ranges).enumerate() {
+            let (largest, bad) = reference_range(t);
+            assert_eq!(r.not_finite(), bad, "{expr} {wrt:?} on {threads}: result {i}");
+            if !bad {
+                assert_eq!(r.largest(), largest, "{expr} {wrt:?} on {threads}: result {i}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn each_results_range_is_its_arrays(
+        (expr, shapes, _) in crate::network::network(),
+        mask in 1u32..256,
+        scale in prop::sample::select(vec![1.0, 1e-200, 1e300, f64::INFINITY]),
+    ) {
+        let wrt: Vec<usize> = (0..shapes.len()).filter(|i| mask & (1 << (i % 8)) != 0).collect();
+        prop_assume!(!wrt.is_empty());
+        ranges_on::<f64>(&expr, &shapes, &wrt, scale);
+        ranges_on::<c64>(&expr, &shapes, &wrt, scale);
+    }
+}

@@ -1,0 +1,206 @@
+//! [`RangeScan`], a float64 array's range (`strip_exponent`'s test) in one vector pass,
+//! and a result's range as a tensor: [`range_of`] is what `TensorOp::Range` computes, the
+//! two-entry tensor `[largest modulus of the finite entries, 1 if an entry is not finite
+//! else 0]`, and [`scan_of`] reads it back as a [`RangeScan`]. Carrying the scan as a
+//! program value lets a compiled program read each result right after the step that wrote
+//! it (`ranged.rs`), on the thread that wrote it, rather than after the whole program,
+//! when large results have left the cache.
+
+use std::any::Any;
+
+use crate::elem::Elem;
+use crate::tensor::Tensor;
+
+/// Lanes of the scan's accumulators: eight independent maxima and sums, which the compiler
+/// keeps in vector registers; one accumulator would chain every element's comparison.
+pub(crate) const LANES: usize = 8;
+
+/// What a scan of a float64 array found: whether an entry is not finite (infinite or NaN),
+/// and the largest modulus of its finite entries. Scans of parts of one array combine by
+/// [`RangeScan::merge`] into the scan of the whole.
+///
+/// ```
+/// use einsum::RangeScan;
+/// let s = RangeScan::of(&[1.0, -3.0, 2.0]);
+/// assert_eq!((s.not_finite(), s.largest()), (false, 3.0));
+/// assert!(!s.left_range());
+/// assert!(RangeScan::of(&[1.0, f64::NAN]).left_range());
+/// assert!(RangeScan::of(&[1e-310, 0.0]).left_range()); // only subnormal entries
+/// assert!(!RangeScan::of(&[0.0, 0.0]).left_range()); // all zero is in range
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RangeScan {
+    not_finite: bool,
+    largest: f64,
+}
+
+impl RangeScan {
+    /// The scan of no element.
+    pub const EMPTY: RangeScan = RangeScan { not_finite: false, largest: 0.0 };
+
+    /// The scan whose parts are these ([`scan_of`] reads a scan back from a tensor).
+    pub(crate) fn from_parts(not_finite: bool, largest: f64) -> Self {
+        RangeScan { not_finite, largest }
+    }
+
+    /// The scan of `s`, in the lanes the pass uses, compiled for the vector instructions
+    /// the processor has (chosen at run time).
+    pub fn of(s: &[f64]) -> Self {
+        crate::small_gemm::arch().dispatch(ScanOf(s))
+    }
+
+    /// The scan of an array made of the parts `self` and `other` scanned.
+    pub fn merge(self, other: RangeScan) -> RangeScan {
+        RangeScan { not_finite: self.not_finite || other.not_finite, largest: self.largest.max(other.largest) }
+    }
+
+    /// Whether an entry is infinite or NaN.
+    pub fn not_finite(&self) -> bool {
+        self.not_finite
+    }
+
+    /// The largest modulus of the finite entries (0 for none).
+    pub fn largest(&self) -> f64 {
+        self.largest
+    }
+
+    /// Whether the array has left float64's range as a contraction's result does when an
+    /// intermediate overflowed or underflowed: an entry that is not finite, or a largest
+    /// modulus that is not zero but below the normal range (`strip_exponent`'s test).
+    pub fn left_range(&self) -> bool {
+        self.not_finite || (self.largest > 0.0 && self.largest < f64::MIN_POSITIVE)
+    }
+}
+
+/// The scan's accumulators, lane by lane: the largest modulus, and a sum of `x · 0`, which
+/// turns NaN at the first entry that is not finite and stays NaN (a comparison per entry
+/// and a branch would keep the loop scalar).
+#[derive(Clone, Copy)]
+pub(crate) struct Lanes {
+    largest: [f64; LANES],
+    poison: [f64; LANES],
+}
+
+impl Lanes {
+    pub(crate) fn new() -> Self {
+        Lanes { largest: [0.0; LANES], poison: [0.0; LANES] }
+    }
+
+    #[inline(always)]
+    pub(crate) fn see(&mut self, i: usize, x: f64) {
+        let m = x.abs();
+        // NaN compares false and leaves the maximum alone; the poisoned sum has caught it.
+        self.largest[i] = if m > self.largest[i] { m } else { self.largest[i] };
+        self.poison[i] += x * 0.0;
+    }
+
+    /// [`Lanes::see`] of two entries of lane `i`, folded together before they meet the
+    /// accumulators: each accumulator is a chain of four-cycle operations (a maximum, a
+    /// sum), so folding first halves the chains' steps per entry.
+    #[inline(always)]
+    pub(crate) fn see_two(&mut self, i: usize, x: f64, y: f64) {
+        let (mx, my) = (x.abs(), y.abs());
+        let m = if mx > my { mx } else { my };
+        self.largest[i] = if m > self.largest[i] { m } else { self.largest[i] };
+        self.poison[i] += x * 0.0 + y * 0.0;
+    }
+
+    pub(crate) fn scan(&self) -> RangeScan {
+        let not_finite = self.poison.iter().any(|p| p.is_nan());
+        let largest = self.largest.iter().fold(0.0f64, |m, &x| if x > m { x } else { m });
+        // An infinite entry poisoned its lane; the maximum then holds it, but `not_finite`
+        // says so and `largest` is documented for finite entries.
+        RangeScan { not_finite, largest: if not_finite { f64::INFINITY } else { largest } }
+    }
+}
+
+/// [`RangeScan::of`]'s argument, as the value pulp dispatches (a closure would not be
+/// inlined into the function compiled for the processor's instructions).
+struct ScanOf<'a>(&'a [f64]);
+
+impl pulp::WithSimd for ScanOf<'_> {
+    type Output = RangeScan;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> RangeScan {
+        let mut lanes = Lanes::new();
+        let mut pairs = self.0.chunks_exact(2 * LANES);
+        for pair in &mut pairs {
+            let pair = <&[f64; 2 * LANES]>::try_from(pair).expect("a whole pair of blocks");
+            for i in 0..LANES {
+                lanes.see_two(i, pair[i], pair[i + LANES]);
+            }
+        }
+        for (i, &x) in pairs.remainder().iter().enumerate() {
+            lanes.see(i % LANES, x);
+        }
+        lanes.scan()
+    }
+}
+
+/// The range of `x` as a two-entry tensor (module docs): float64 by [`RangeScan::of`]'s
+/// vector pass, other element types by their moduli.
+pub(crate) fn range_of<T: Elem>(x: &Tensor<T>) -> Tensor<T> {
+    let scan = match (x as &dyn Any).downcast_ref::<Tensor<f64>>() {
+        Some(real) => RangeScan::of(real.data()),
+        None => x.data().iter().fold(RangeScan::EMPTY, |acc, v| {
+            let m = v.modulus();
+            acc.merge(if m.is_finite() { RangeScan::from_parts(false, m) } else { RangeScan::from_parts(true, 0.0) })
+        }),
+    };
+    let flag = if scan.not_finite() { 1.0 } else { 0.0 };
+    Tensor::new(vec![2], vec![T::from_f64(scan.largest()), T::from_f64(flag)])
+        .expect("two entries make a tensor of shape [2]")
+}
+
+/// The [`RangeScan`] a [`range_of`] tensor holds, or `None` for a tensor of another shape.
+pub(crate) fn scan_of<T: Elem>(t: &Tensor<T>) -> Option<RangeScan> {
+    match t.data() {
+        [largest, flag] if t.shape() == [2] => Some(RangeScan::from_parts(flag.modulus() != 0.0, largest.modulus())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::c64;
+
+    /// Arrays with specials and values near the ends of the range.
+    fn cases() -> Vec<Vec<f64>> {
+        let tiny = f64::MIN_POSITIVE / 4.0;
+        vec![
+            vec![],
+            vec![0.0, -0.0],
+            vec![1.0, -3.5, 2.0],
+            vec![tiny, -tiny / 2.0],
+            vec![1e308, -1.7e308],
+            vec![1.0, f64::INFINITY],
+            vec![f64::NAN, 2.0],
+            vec![-f64::INFINITY, tiny, 5.0],
+            (0..1000).map(|i| (i as f64 - 500.0) * 1e-3).collect(),
+        ]
+    }
+
+    #[test]
+    fn a_range_tensor_reads_back_as_the_scan_of_its_array() {
+        for v in cases() {
+            let n = v.len();
+            let want = RangeScan::of(&v);
+            let got = scan_of(&range_of(&Tensor::new(vec![n], v.clone()).unwrap())).unwrap();
+            assert_eq!(got.not_finite(), want.not_finite(), "{v:?}");
+            assert_eq!(got.left_range(), want.left_range(), "{v:?}");
+            if !want.not_finite() {
+                assert_eq!(got.largest(), want.largest(), "{v:?}");
+            }
+            // Complex: the same verdicts on the moduli of `x + 0i` and of `0 + xi`.
+            for z in
+                [v.iter().map(|&x| c64::new(x, 0.0)).collect::<Vec<_>>(), v.iter().map(|&x| c64::new(0.0, x)).collect()]
+            {
+                let got = scan_of(&range_of(&Tensor::new(vec![n], z).unwrap())).unwrap();
+                assert_eq!((got.not_finite(), got.left_range()), (want.not_finite(), want.left_range()), "{v:?}");
+            }
+        }
+        assert_eq!(scan_of(&Tensor::new(vec![3], vec![1.0, 2.0, 3.0]).unwrap()), None);
+    }
+}
