@@ -59,8 +59,8 @@ pub trait Elem:
     /// Writes the value compactly (`1.5`, `1.5-0.5i`).
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
     /// The slice as `f64`s: `Some` for `f64`, `None` for complex. Why: a kernel may then
-    /// run a loop written over `f64` (whole blocks of four lanes, which the compiler keeps
-    /// in full vector registers) and its generic loop as the fallback, without `unsafe`.
+    /// run a loop written over `f64` (in the processor's vectors of `f64`, as `pulp` hands
+    /// them out) and its generic loop as the fallback, without `unsafe`.
     fn as_f64s(s: &[Self]) -> Option<&[f64]>;
     /// [`Elem::as_f64s`] of a slice to be written.
     fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]>;

@@ -283,11 +283,19 @@ impl PairPlan {
     /// terms of `y` into `sums`. Inlined into [`Rows`]'s dispatch, so that its loops are
     /// compiled for the processor's vector instructions.
     #[inline(always)]
-    fn rows<T: Elem>(&self, first: usize, dst: &mut [T], sums: &mut [T], (c, m, a): (&[T], &[T], &[T]), ops: &Ops) {
+    fn rows<T: Elem, S: pulp::Simd>(
+        &self,
+        simd: S,
+        first: usize,
+        dst: &mut [T],
+        sums: &mut [T],
+        (c, m, a): (&[T], &[T], &[T]),
+        ops: &Ops,
+    ) {
         match self.walk {
             Walk::Long => {}
             Walk::PanelGroups => return self.rows_in_groups(first, dst, sums, (c, m, a), ops),
-            Walk::PanelRows | Walk::PanelColumns => return self.rows_in_panels(first, dst, sums, (c, m, a), ops),
+            Walk::PanelRows | Walk::PanelColumns => return self.rows_in_panels(simd, first, dst, sums, (c, m, a), ops),
         }
         let last = self.sizes.len() - 1;
         let n = self.sizes[last];
@@ -299,7 +307,7 @@ impl PairPlan {
         for row in dst.chunks_exact_mut(n) {
             let ar = &a[pa..pa + n];
             if im == 0 {
-                sums[at.pm] += row_fixed_m(row, ar, (c, at.pc, ic), m[at.pm], ops);
+                sums[at.pm] += row_fixed_m(simd, row, ar, (c, at.pc, ic), m[at.pm], ops);
             } else {
                 for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
                     let (cv, j) = (c[at.pc + k * ic], at.pm + k * im);
@@ -327,8 +335,9 @@ impl PairPlan {
     /// columns fill it in. Where `m` is fixed along a row (or column), its terms of `y`
     /// are summed in registers and added to `sums` once.
     #[inline(always)]
-    fn rows_in_panels<T: Elem>(
+    fn rows_in_panels<T: Elem, S: pulp::Simd>(
         &self,
+        simd: S,
         first: usize,
         dst: &mut [T],
         sums: &mut [T],
@@ -378,7 +387,7 @@ impl PairPlan {
                             }
                             sums[qm] += s;
                         } else if im == 0 {
-                            sums[qm] += row_fixed_m(row, ar, (c, qc, ic), m[qm], ops);
+                            sums[qm] += row_fixed_m(simd, row, ar, (c, qc, ic), m[qm], ops);
                         } else {
                             for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
                                 let (cv, mi) = (c[qc + k * ic], qm + k * im);
@@ -589,9 +598,9 @@ impl<T: Elem> pulp::WithSimd for Rows<'_, T> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
         let Rows { plan, first, dst, sums, operands, ops } = self;
-        plan.rows(first, dst, sums, operands, ops);
+        plan.rows(simd, first, dst, sums, operands, ops);
     }
 }
 
@@ -621,14 +630,21 @@ fn cj<T: Elem>(v: T, conj: bool) -> T {
 /// One row along which `m` is fixed (`mv`): `row[k] = op(c)·op(mv)`, and the row's sum of
 /// `op(a)·op(c)`, in four partial sums (so that the loop vectorizes and the adds overlap).
 #[inline(always)]
-fn row_fixed_m<T: Elem>(row: &mut [T], a: &[T], (c, pc, ic): (&[T], usize, usize), mv: T, ops: &Ops) -> T {
+fn row_fixed_m<T: Elem, S: pulp::Simd>(
+    simd: S,
+    row: &mut [T],
+    a: &[T],
+    (c, pc, ic): (&[T], usize, usize),
+    mv: T,
+    ops: &Ops,
+) -> T {
     let mut acc = [T::zero(); 4];
     if ic == 1 {
         let cr = &c[pc..pc + row.len()];
         // On reals (no conjugation to apply) the loop over `f64` blocks.
         let reals = (T::as_f64s(a), T::as_f64s(cr), T::as_f64s(std::slice::from_ref(&mv)));
         if let ((Some(a), Some(cr), Some(&[mv])), Some(row)) = (reals, T::as_f64s_mut(row)) {
-            return T::from_f64(row_fixed_m_f64(row, a, cr, mv));
+            return T::from_f64(row_fixed_m_f64(simd, row, a, cr, mv));
         }
         let mut rows = row.chunks_exact_mut(4);
         let mut cs = cr.chunks_exact(4);
@@ -654,40 +670,39 @@ fn row_fixed_m<T: Elem>(row: &mut [T], a: &[T], (c, pc, ic): (&[T], usize, usize
 }
 
 /// [`row_fixed_m`] on reals with `c` contiguous (`cr`, the row's part): `row[k] =
-/// cr[k]·mv` and the sum of `a[k]·cr[k]`, in blocks of [`LANES`] elements held in arrays,
-/// so that the loop has no bounds checks and its partial sums fill whole vector registers
-/// (lane `l` sums the elements `k ≡ l` modulo `LANES`, the rest into lane 0).
+/// cr[k]·mv` and the sum of `a[k]·cr[k]`, in the processor's vectors (four lanes under
+/// AVX2) with two registers of partial sums, so that two additions overlap; the elements
+/// past the last whole pair of vectors into a scalar sum. Why explicit vectors: written
+/// over arrays, the compiler vectorized the products into `x` but kept the partial sums
+/// in scalars and half registers.
 #[inline(always)]
-fn row_fixed_m_f64(row: &mut [f64], a: &[f64], cr: &[f64], mv: f64) -> f64 {
-    let mut acc = [0.0f64; LANES];
-    let (len, whole) = (row.len(), row.len() / LANES * LANES);
-    let (rb, rt) = row.split_at_mut(whole);
-    let (ab, at) = a[..len].split_at(whole);
-    let (cb, ct) = cr.split_at(whole);
-    let blocks = rb.chunks_exact_mut(LANES).zip(ab.chunks_exact(LANES).zip(cb.chunks_exact(LANES)));
-    for (o, (av, cv)) in blocks {
-        let o = <&mut [f64; LANES]>::try_from(o).expect("a whole block");
-        let (av, cv) = (
-            <&[f64; LANES]>::try_from(av).expect("a whole block"),
-            <&[f64; LANES]>::try_from(cv).expect("a whole block"),
-        );
-        for l in 0..LANES {
-            o[l] = cv[l] * mv;
-            acc[l] += av[l] * cv[l];
+fn row_fixed_m_f64<S: pulp::Simd>(simd: S, row: &mut [f64], a: &[f64], cr: &[f64], mv: f64) -> f64 {
+    let len = row.len();
+    let (xv, xt) = S::as_mut_simd_f64s(row);
+    let (av, at) = S::as_simd_f64s(&a[..len]);
+    let (cv, ct) = S::as_simd_f64s(cr);
+    let m = simd.splat_f64s(mv);
+    let mut acc = [simd.splat_f64s(0.0); 2];
+    let mut xs = xv.chunks_exact_mut(2);
+    let (mut as_, mut cs) = (av.chunks_exact(2), cv.chunks_exact(2));
+    for ((o, a), c) in (&mut xs).zip(&mut as_).zip(&mut cs) {
+        for h in 0..2 {
+            o[h] = simd.mul_f64s(c[h], m);
+            acc[h] = simd.add_f64s(acc[h], simd.mul_f64s(a[h], c[h]));
         }
     }
-    for ((o, &av), &cv) in rt.iter_mut().zip(at).zip(ct) {
-        *o = cv * mv;
-        acc[0] += av * cv;
+    let mut tail = 0.0;
+    // At most one vector, then the elements past the whole vectors.
+    for ((o, &a), &c) in xs.into_remainder().iter_mut().zip(as_.remainder()).zip(cs.remainder()) {
+        *o = simd.mul_f64s(c, m);
+        acc[0] = simd.add_f64s(acc[0], simd.mul_f64s(a, c));
     }
-    // Lanes `l` and `l + 4` share a vector position: fold the two registers, then the four.
-    let h = [acc[0] + acc[4], acc[1] + acc[5], acc[2] + acc[6], acc[3] + acc[7]];
-    (h[0] + h[1]) + (h[2] + h[3])
+    for ((o, &a), &c) in xt.iter_mut().zip(at).zip(ct) {
+        *o = c * mv;
+        tail += a * c;
+    }
+    simd.reduce_sum_f64s(simd.add_f64s(acc[0], acc[1])) + tail
 }
-
-/// Elements per block of [`row_fixed_m_f64`]: two four-lane registers of partial sums, so
-/// that two additions overlap.
-const LANES: usize = 8;
 
 #[cfg(test)]
 pub(crate) mod tests {
