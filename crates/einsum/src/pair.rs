@@ -17,12 +17,15 @@
 //!
 //! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
 //! where `x`, `c` and `m` all step over them as over one), so `x` is written and `a` read
-//! contiguously. Rows of at least [`PAIR_MIN_ROW`] elements are walked one by one;
+//! contiguously. Rows of at least [`PAIR_MIN_ROW`] elements are walked one by one (on
+//! reals, a row along which `m` is fixed and `c` read in order in `f64` vectors);
 //! shorter rows (queens' rows of 3, where a factor's label sits innermost or just before
 //! the innermost run) in panels of one run of the next axis, row by row when `c` is read
 //! in order along the rows and column by column when it steps less along the next axis
-//! (`PairPlan::rows_in_panels`); rows that neither suits run as the two kernels. The
-//! loops are compiled for the processor's vector instructions by run-time dispatch. Rows
+//! (`PairPlan::rows_in_panels`), or, where the next axis is short too, in groups of its
+//! runs over the axis before it (`PairPlan::rows_in_groups`); rows that none suits run as
+//! the two kernels. The loops are compiled for the processor's vector instructions by
+//! run-time dispatch. Rows
 //! are grouped into blocks of fixed content ([`BLOCK_ELEMENTS`]), each block's partial
 //! `y` formed alone and the blocks' partials added in order, so the blocks may run on a
 //! pool's threads and two threads give the one-thread result bit for bit. `x` equals the
