@@ -58,6 +58,12 @@ pub trait Elem:
     fn inner(self, other: Self) -> f64;
     /// Writes the value compactly (`1.5`, `1.5-0.5i`).
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+    /// The slice as `f64`s: `Some` for `f64`, `None` for complex. Why: a kernel may then
+    /// run a loop written over `f64` (in the processor's vectors of `f64`, as `pulp` hands
+    /// them out) and its generic loop as the fallback, without `unsafe`.
+    fn as_f64s(s: &[Self]) -> Option<&[f64]>;
+    /// [`Elem::as_f64s`] of a slice to be written.
+    fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]>;
     /// `c += op(a)·op(b)` (with `accumulate`) or `c = op(a)·op(b)` (without: `c` is
     /// written, never read, so its old values may be anything) for `a` (m×k), `b` (k×n),
     /// `c` (m×n) given as slices starting at their first element with `[row stride,
@@ -107,6 +113,12 @@ impl Elem for f64 {
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self:?}")
     }
+    fn as_f64s(s: &[Self]) -> Option<&[f64]> {
+        Some(s)
+    }
+    fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]> {
+        Some(s)
+    }
     fn gemm(
         dims: [usize; 3],
         a: Strided<'_, Self>,
@@ -149,6 +161,12 @@ impl Elem for c64 {
     fn fmt_short(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sign = if self.im.is_sign_negative() { "-" } else { "+" };
         write!(f, "{:?}{sign}{:?}i", self.re, self.im.abs())
+    }
+    fn as_f64s(_: &[Self]) -> Option<&[f64]> {
+        None
+    }
+    fn as_f64s_mut(_: &mut [Self]) -> Option<&mut [f64]> {
+        None
     }
     fn gemm(
         dims: [usize; 3],
@@ -352,5 +370,16 @@ mod tests {
         assert_eq!(Elem::conj(2.0f64), 2.0);
         assert_eq!(c64::from_parts(1.0, 2.0), a);
         assert_eq!(f64::from_parts(1.0, 2.0), 1.0);
+    }
+
+    #[test]
+    fn only_reals_read_as_f64s() {
+        let mut r = [1.0, 2.0];
+        assert_eq!(f64::as_f64s(&r), Some(&[1.0, 2.0][..]));
+        f64::as_f64s_mut(&mut r).expect("reals")[1] = 3.0;
+        assert_eq!(r, [1.0, 3.0]);
+        let mut z = [c64::new(1.0, 2.0)];
+        assert!(c64::as_f64s(&z).is_none());
+        assert!(c64::as_f64s_mut(&mut z).is_none());
     }
 }

@@ -17,12 +17,15 @@
 //!
 //! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
 //! where `x`, `c` and `m` all step over them as over one), so `x` is written and `a` read
-//! contiguously. Rows of at least [`PAIR_MIN_ROW`] elements are walked one by one;
+//! contiguously. Rows of at least [`PAIR_MIN_ROW`] elements are walked one by one (on
+//! reals, a row along which `m` is fixed and `c` read in order in `f64` vectors);
 //! shorter rows (queens' rows of 3, where a factor's label sits innermost or just before
 //! the innermost run) in panels of one run of the next axis, row by row when `c` is read
 //! in order along the rows and column by column when it steps less along the next axis
-//! (`PairPlan::rows_in_panels`); rows that neither suits run as the two kernels. The
-//! loops are compiled for the processor's vector instructions by run-time dispatch. Rows
+//! (`PairPlan::rows_in_panels`), or, where the next axis is short too, in groups of its
+//! runs over the axis before it (`PairPlan::rows_in_groups`); rows that none suits run as
+//! the two kernels. The loops are compiled for the processor's vector instructions by
+//! run-time dispatch. Rows
 //! are grouped into blocks of fixed content ([`BLOCK_ELEMENTS`]), each block's partial
 //! `y` formed alone and the blocks' partials added in order, so the blocks may run on a
 //! pool's threads and two threads give the one-thread result bit for bit. `x` equals the
@@ -183,7 +186,23 @@ enum Walk {
     /// Shorter rows in panels, column by column: `c` steps less along the next axis than
     /// along the rows (a factor's label innermost in `x`, far apart in `c`).
     PanelColumns,
+    /// Shorter rows whose next axis is short too (under [`GROUPS_MAX_RUN`]), where `c` is
+    /// read in order along the rows and steps less along the axis before the next than
+    /// along the next: panels of several runs of the next axis (the rows of one index of
+    /// the axis before it form a group), walked one index of the next axis at a time
+    /// ([`PairPlan::rows_in_groups`]).
+    PanelGroups,
 }
+
+/// The longest next axis for which short rows are walked in groups ([`Walk::PanelGroups`]):
+/// panels of one run of a next axis this short hold too few rows to fill the vector lanes
+/// and pay their set-up.
+const GROUPS_MAX_RUN: usize = 8;
+
+/// Elements of `x` per panel of [`PairPlan::rows_in_groups`]: the panel's part of `x` and
+/// of `a`, 8 KiB of `f64` each, stays in the first-level cache while each index of the
+/// next axis fills in its rows.
+const GROUP_PANEL_ELEMENTS: usize = 1 << 10;
 
 impl PairPlan {
     /// The loop of `x = c, m -> a` (already checked by [`PairSpec::new`]): rows of at least
@@ -200,7 +219,10 @@ impl PairPlan {
             let last = axes.len().checked_sub(1)?;
             let next = last.checked_sub(1)?;
             let c = &strides[1];
-            if c[last] <= 1 {
+            let across = next.checked_sub(1).filter(|&outer| c[outer] < c[next] && axes[next] <= GROUPS_MAX_RUN);
+            if c[last] <= 1 && across.is_some() {
+                Walk::PanelGroups
+            } else if c[last] <= 1 {
                 Walk::PanelRows
             } else if c[next] < c[last] {
                 Walk::PanelColumns
@@ -224,7 +246,11 @@ impl PairPlan {
         let flag = |f: bool| f && T::IS_COMPLEX;
         let ops = Ops { cx: [flag(cx[0]), flag(cx[1])], cy: [flag(cy[0]), flag(cy[1])] };
         let n = *self.sizes.last().expect("a row");
-        let per_block = BLOCK_ELEMENTS.div_ceil(n);
+        let mut per_block = BLOCK_ELEMENTS.div_ceil(n);
+        if self.walk == Walk::PanelGroups {
+            // Whole groups, so that each block starts a run of the next axis.
+            per_block = per_block.next_multiple_of(self.sizes[self.sizes.len() - 2]);
+        }
         let rows = self.len / n;
         let blocks = rows.div_ceil(per_block);
         let mut x = overwritten(self.len);
@@ -260,9 +286,19 @@ impl PairPlan {
     /// terms of `y` into `sums`. Inlined into [`Rows`]'s dispatch, so that its loops are
     /// compiled for the processor's vector instructions.
     #[inline(always)]
-    fn rows<T: Elem>(&self, first: usize, dst: &mut [T], sums: &mut [T], (c, m, a): (&[T], &[T], &[T]), ops: &Ops) {
-        if self.walk != Walk::Long {
-            return self.rows_in_panels(first, dst, sums, (c, m, a), ops);
+    fn rows<T: Elem, S: pulp::Simd>(
+        &self,
+        simd: S,
+        first: usize,
+        dst: &mut [T],
+        sums: &mut [T],
+        (c, m, a): (&[T], &[T], &[T]),
+        ops: &Ops,
+    ) {
+        match self.walk {
+            Walk::Long => {}
+            Walk::PanelGroups => return self.rows_in_groups(first, dst, sums, (c, m, a), ops),
+            Walk::PanelRows | Walk::PanelColumns => return self.rows_in_panels(simd, first, dst, sums, (c, m, a), ops),
         }
         let last = self.sizes.len() - 1;
         let n = self.sizes[last];
@@ -274,7 +310,7 @@ impl PairPlan {
         for row in dst.chunks_exact_mut(n) {
             let ar = &a[pa..pa + n];
             if im == 0 {
-                sums[at.pm] += row_fixed_m(row, ar, (c, at.pc, ic), m[at.pm], ops);
+                sums[at.pm] += row_fixed_m(simd, row, ar, (c, at.pc, ic), m[at.pm], ops);
             } else {
                 for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
                     let (cv, j) = (c[at.pc + k * ic], at.pm + k * im);
@@ -302,8 +338,9 @@ impl PairPlan {
     /// columns fill it in. Where `m` is fixed along a row (or column), its terms of `y`
     /// are summed in registers and added to `sums` once.
     #[inline(always)]
-    fn rows_in_panels<T: Elem>(
+    fn rows_in_panels<T: Elem, S: pulp::Simd>(
         &self,
+        simd: S,
         first: usize,
         dst: &mut [T],
         sums: &mut [T],
@@ -353,7 +390,7 @@ impl PairPlan {
                             }
                             sums[qm] += s;
                         } else if im == 0 {
-                            sums[qm] += row_fixed_m(row, ar, (c, qc, ic), m[qm], ops);
+                            sums[qm] += row_fixed_m(simd, row, ar, (c, qc, ic), m[qm], ops);
                         } else {
                             for (k, (o, &av)) in row.iter_mut().zip(ar).enumerate() {
                                 let (cv, mi) = (c[qc + k * ic], qm + k * im);
@@ -373,6 +410,105 @@ impl PairPlan {
             at.advance(self);
         }
     }
+}
+
+impl PairPlan {
+    /// [`Self::rows`] for [`Walk::PanelGroups`]: `first` starts a run of the next axis and
+    /// `dst` holds whole runs. A panel is `count` consecutive indices of the axis before
+    /// the next (`outer`), each with the whole run of the next axis (a group of `runs · n`
+    /// elements of `x`); it is walked one index `b` of the next axis at a time, whose
+    /// `count` rows read `c` along `outer`, where `c` continues (queens' `3^13`-element
+    /// pair reads `c` in order over a whole panel's rows at each `b`).
+    ///
+    /// Why: with a next axis of 3, [`Self::rows_in_panels`] formed panels of 3 rows of 3.
+    #[inline(always)]
+    fn rows_in_groups<T: Elem>(
+        &self,
+        first: usize,
+        dst: &mut [T],
+        sums: &mut [T],
+        (c, m, a): (&[T], &[T], &[T]),
+        ops: &Ops,
+    ) {
+        let last = self.sizes.len() - 1;
+        let (next, outer) = (last - 1, last - 2);
+        let (n, runs, size) = (self.sizes[last], self.sizes[next], self.sizes[outer]);
+        let group = runs * n;
+        let most = (GROUP_PANEL_ELEMENTS / group).max(1);
+        let [_, sc, sm] = &self.strides;
+        let (ic, im, jc, jm, kc, km) = (sc[last], sm[last], sc[next], sm[next], sc[outer], sm[outer]);
+        let mut at = Cursor::at(self, first);
+        debug_assert_eq!(at.idx[next], 0, "a block starts a run of the next axis");
+        let mut pa = first * n;
+        let mut rest = dst;
+        while !rest.is_empty() {
+            // The groups left in this run of `outer`, at most a panel's.
+            let count = (size - at.idx[outer]).min(rest.len() / group).min(most);
+            let (panel, tail) = std::mem::take(&mut rest).split_at_mut(count * group);
+            let ap = &a[pa..pa + count * group];
+            for b in 0..runs {
+                let (qc, qm) = (at.pc + b * jc, at.pm + b * jm);
+                if im == 0 && km == 0 {
+                    // `m` fixed over the index's rows: their terms of `y` in registers.
+                    let rows = (&mut panel[b * n..], &ap[b * n..], group, n);
+                    sums[qm] += rows_fixed_m(rows, (c, qc, kc, ic), count, m[qm], ops);
+                } else {
+                    for j in 0..count {
+                        for k in 0..n {
+                            let (cv, e, mi) = (c[qc + j * kc + k * ic], j * group + b * n + k, qm + j * km + k * im);
+                            panel[e] = ops.x(cv, m[mi]);
+                            sums[mi] += ops.y(ap[e], cv);
+                        }
+                    }
+                }
+            }
+            pa += count * group;
+            rest = tail;
+            // To the panel's last row, then one step of the cursor.
+            at.idx[outer] += count - 1;
+            at.idx[next] += runs - 1;
+            at.pc += (count - 1) * kc + (runs - 1) * jc;
+            at.pm += (count - 1) * km + (runs - 1) * jm;
+            at.advance(self);
+        }
+    }
+}
+
+/// `count` rows of `n` elements (row `j` at `j · step` in `x` and `a`, at `pc + j · jc`
+/// in `c`, stepping `ic` along it) along which `m` is fixed (`mv`): `x = op(c)·op(mv)`,
+/// and the rows' sum of `op(a)·op(c)`, each row summed alone and the rows into four
+/// partial sums, so that the additions overlap.
+#[inline(always)]
+fn rows_fixed_m<T: Elem>(
+    (x, a, step, n): (&mut [T], &[T], usize, usize),
+    (c, pc, jc, ic): (&[T], usize, usize, usize),
+    count: usize,
+    mv: T,
+    ops: &Ops,
+) -> T {
+    let mut row = |j: usize| {
+        let (xr, ar) = (&mut x[j * step..j * step + n], &a[j * step..j * step + n]);
+        let q = pc + j * jc;
+        let mut s = T::zero();
+        for (k, (o, &av)) in xr.iter_mut().zip(ar).enumerate() {
+            let cv = c[q + k * ic];
+            *o = ops.x(cv, mv);
+            s += ops.y(av, cv);
+        }
+        s
+    };
+    let mut acc = [T::zero(); 4];
+    let mut j = 0;
+    while j + 4 <= count {
+        for (l, s) in acc.iter_mut().enumerate() {
+            *s += row(j + l);
+        }
+        j += 4;
+    }
+    for j in j..count {
+        acc[0] += row(j);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
 /// Where a row of a [`PairPlan`] starts: the outer axes' indices (row-major) and the
@@ -465,9 +601,9 @@ impl<T: Elem> pulp::WithSimd for Rows<'_, T> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
         let Rows { plan, first, dst, sums, operands, ops } = self;
-        plan.rows(first, dst, sums, operands, ops);
+        plan.rows(simd, first, dst, sums, operands, ops);
     }
 }
 
@@ -497,10 +633,22 @@ fn cj<T: Elem>(v: T, conj: bool) -> T {
 /// One row along which `m` is fixed (`mv`): `row[k] = op(c)·op(mv)`, and the row's sum of
 /// `op(a)·op(c)`, in four partial sums (so that the loop vectorizes and the adds overlap).
 #[inline(always)]
-fn row_fixed_m<T: Elem>(row: &mut [T], a: &[T], (c, pc, ic): (&[T], usize, usize), mv: T, ops: &Ops) -> T {
+fn row_fixed_m<T: Elem, S: pulp::Simd>(
+    simd: S,
+    row: &mut [T],
+    a: &[T],
+    (c, pc, ic): (&[T], usize, usize),
+    mv: T,
+    ops: &Ops,
+) -> T {
     let mut acc = [T::zero(); 4];
     if ic == 1 {
         let cr = &c[pc..pc + row.len()];
+        // On reals (no conjugation to apply) the loop over `f64` blocks.
+        let reals = (T::as_f64s(a), T::as_f64s(cr), T::as_f64s(std::slice::from_ref(&mv)));
+        if let ((Some(a), Some(cr), Some(&[mv])), Some(row)) = (reals, T::as_f64s_mut(row)) {
+            return T::from_f64(row_fixed_m_f64(simd, row, a, cr, mv));
+        }
         let mut rows = row.chunks_exact_mut(4);
         let mut cs = cr.chunks_exact(4);
         let mut as_ = a.chunks_exact(4);
@@ -522,6 +670,41 @@ fn row_fixed_m<T: Elem>(row: &mut [T], a: &[T], (c, pc, ic): (&[T], usize, usize
         }
     }
     (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// [`row_fixed_m`] on reals with `c` contiguous (`cr`, the row's part): `row[k] =
+/// cr[k]·mv` and the sum of `a[k]·cr[k]`, in the processor's vectors (four lanes under
+/// AVX2) with two registers of partial sums, so that two additions overlap; the elements
+/// past the last whole pair of vectors into a scalar sum. Why explicit vectors: written
+/// over arrays, the compiler vectorized the products into `x` but kept the partial sums
+/// in scalars and half registers.
+#[inline(always)]
+fn row_fixed_m_f64<S: pulp::Simd>(simd: S, row: &mut [f64], a: &[f64], cr: &[f64], mv: f64) -> f64 {
+    let len = row.len();
+    let (xv, xt) = S::as_mut_simd_f64s(row);
+    let (av, at) = S::as_simd_f64s(&a[..len]);
+    let (cv, ct) = S::as_simd_f64s(cr);
+    let m = simd.splat_f64s(mv);
+    let mut acc = [simd.splat_f64s(0.0); 2];
+    let mut xs = xv.chunks_exact_mut(2);
+    let (mut as_, mut cs) = (av.chunks_exact(2), cv.chunks_exact(2));
+    for ((o, a), c) in (&mut xs).zip(&mut as_).zip(&mut cs) {
+        for h in 0..2 {
+            o[h] = simd.mul_f64s(c[h], m);
+            acc[h] = simd.add_f64s(acc[h], simd.mul_f64s(a[h], c[h]));
+        }
+    }
+    let mut tail = 0.0;
+    // At most one vector, then the elements past the whole vectors.
+    for ((o, &a), &c) in xs.into_remainder().iter_mut().zip(as_.remainder()).zip(cs.remainder()) {
+        *o = simd.mul_f64s(c, m);
+        acc[0] = simd.add_f64s(acc[0], simd.mul_f64s(a, c));
+    }
+    for ((o, &a), &c) in xt.iter_mut().zip(at).zip(ct) {
+        *o = c * mv;
+        tail += a * c;
+    }
+    simd.reduce_sum_f64s(simd.add_f64s(acc[0], acc[1])) + tail
 }
 
 #[cfg(test)]
@@ -633,11 +816,13 @@ pub(crate) mod tests {
         #[test]
         fn pairs_equal_the_reference(
             n in 2usize..7, row in 16usize..40, sizes_seed in any::<u64>(), perm_seed in any::<u64>(), small in 1usize..3,
-            conj in any::<[bool; 2]>(), small_first in any::<bool>(), complex in any::<bool>(),
+            conj in any::<[bool; 2]>(), small_first in any::<bool>(), complex in any::<bool>(), row_last in any::<bool>(),
         ) {
             // Sizes 2 to 5 (a few 1s) and one label of `row` innermost in the large
             // operand, the large labels otherwise in a random order, the small factor on
-            // `small` of the others, the cotangent's labels in another order.
+            // `small` of the others, the cotangent's labels in another order (with
+            // `row_last`, the row's label innermost in it too: rows read in order, the
+            // loop over `f64` blocks on reals).
             let mut sizes: Vec<usize> = (0..n).map(|i| [2, 3, 4, 5, 1, 3][((sizes_seed >> (3 * i)) % 6) as usize]).collect();
             sizes.push(row);
             let mut shuffle = shuffler(perm_seed);
@@ -652,6 +837,10 @@ pub(crate) mod tests {
             la.push(n as u32);
             let mut lc = la.clone();
             shuffle(&mut lc);
+            if row_last {
+                lc.retain(|&l| l != n as u32);
+                lc.push(n as u32);
+            }
             let fused = if complex {
                 case::<c64>(&sizes, &la, &lm, &lc, conj, small_first, perm_seed)
             } else {
@@ -705,10 +894,18 @@ pub(crate) mod tests {
         let la = [2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 1];
         assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], true, 9), Some(Walk::PanelColumns));
         assert_eq!(case::<c64>(&sizes, &la, &[0, 1], &lc, [false, true], false, 10), Some(Walk::PanelColumns));
-        // Rows of 3 contiguous in the cotangent, a factor's label just before them (queens'
-        // `acdefghijklbm`): rows, the factor fixed along each.
+        // Rows of 3 contiguous in the cotangent, a factor's label just before them, the
+        // cotangent continuing along the axes before that (queens' `acdefghijklbm`):
+        // groups, the factor fixed along each index's rows; a factor on the axis before
+        // the next too (`m` not fixed along a column of rows).
         let la = [0, 2, 3, 4, 5, 6, 7, 8, 9, 1, 10];
-        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], false, 11), Some(Walk::PanelRows));
+        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc, [false; 2], false, 11), Some(Walk::PanelGroups));
+        assert_eq!(case::<c64>(&sizes, &la, &[1, 0], &lc, [true, true], true, 13), Some(Walk::PanelGroups));
+        assert_eq!(case::<f64>(&sizes, &la, &[9, 1], &lc, [false; 2], true, 14), Some(Walk::PanelGroups));
+        assert_eq!(case::<c64>(&sizes, &la, &[1, 9], &lc, [false, true], false, 15), Some(Walk::PanelGroups));
+        // The same with the cotangent far apart along the axes before the next: rows.
+        let lc_far = [9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 10];
+        assert_eq!(case::<f64>(&sizes, &la, &[0, 1], &lc_far, [false; 2], false, 16), Some(Walk::PanelRows));
         // The cotangent without the factor's innermost label (the forward step summed it).
         let la = [2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 1];
         let lc = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10];
