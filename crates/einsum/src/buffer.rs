@@ -59,8 +59,12 @@ use crate::elem::Elem;
 pub const POOL_MIN_BYTES: usize = 32 << 10;
 /// At most this many buffers per element type. A gradient's outputs (one per
 /// operand: 100 to 200 on the benchmark instances) all live until the caller drops them;
-/// with 32, two thirds of them came back as fresh pages on every evaluation.
-pub(crate) const POOL_MAX_BUFFERS: usize = 256;
+/// with 32, two thirds of them came back as fresh pages on every evaluation. 1024, not
+/// 256: a value+gradient returns its kept intermediates as well as its gradients, and
+/// `str_mps_varying_inner_product_200`'s are about 300 pooled buffers, so with 256 the 40
+/// returned first were freed and requested afresh from `calloc` (zeroed, 10 MB) on every
+/// evaluation (docs/PERFORMANCE.md, lm40b). [`POOL_MAX_BYTES`] still bounds the memory.
+pub(crate) const POOL_MAX_BUFFERS: usize = 1024;
 /// At most this many bytes per element type. 768 MiB, not 1 GiB: with the oldest buffers
 /// freed to make room, a pool of 1 GiB stays full, and between the calls of a forward pass
 /// and a value+gradient of `str_nw_mera_open_26` kept 1423 MiB resident against 1162 when
@@ -79,6 +83,10 @@ struct Pool<T> {
     order: Vec<u64>,
     /// Buffers that came back so far.
     returns: u64,
+    /// At most the smallest of `returned` (`u64::MAX` when empty): no buffer is stale
+    /// while this one is not, so the staleness check reads the column only when one may
+    /// be (removals leave it a lower bound; a scan makes it exact).
+    oldest: u64,
     /// Bytes held, at most `max_bytes`, in at most `max_buffers` buffers.
     bytes: usize,
     max_bytes: usize,
@@ -186,7 +194,8 @@ struct Clock {
 
 impl Clock {
     fn is_stale(self, returned: u64) -> bool {
-        returned + self.window <= self.now
+        // Saturating: an empty pool's `oldest` is `u64::MAX`, never stale.
+        returned.saturating_add(self.window) <= self.now
     }
 }
 
@@ -197,6 +206,7 @@ impl<T> Pool<T> {
             returned: Vec::new(),
             order: Vec::new(),
             returns: 0,
+            oldest: u64::MAX,
             bytes: 0,
             max_bytes,
             max_buffers,
@@ -236,7 +246,7 @@ impl<T> Pool<T> {
             return;
         }
         while self.buffers.len() >= self.max_buffers || self.bytes + size > self.max_bytes {
-            // At most `max_buffers` (256) to scan, once per buffer freed.
+            // At most `max_buffers` to scan, once per buffer freed (a full pool only).
             let oldest = (0..self.order.len()).min_by_key(|&i| self.order[i]).expect("a full pool holds a buffer");
             stale.push(self.remove(oldest));
         }
@@ -244,13 +254,14 @@ impl<T> Pool<T> {
         let at = self.buffers.partition_point(|b| b.capacity() < v.capacity());
         self.buffers.insert(at, v);
         self.returned.insert(at, clock.now);
+        self.oldest = self.oldest.min(clock.now);
         self.order.insert(at, self.returns);
         self.returns += 1;
     }
 
     /// Moves the buffers stale at `clock` (the module doc) into `stale`.
     fn take_stale(&mut self, clock: Clock, stale: &mut Vec<Vec<T>>) {
-        if !self.returned.iter().any(|&r| clock.is_stale(r)) {
+        if !clock.is_stale(self.oldest) {
             return;
         }
         let mut i = 0;
@@ -261,6 +272,7 @@ impl<T> Pool<T> {
                 i += 1;
             }
         }
+        self.oldest = self.returned.iter().copied().min().unwrap_or(u64::MAX);
     }
 }
 
@@ -638,6 +650,59 @@ mod tests {
         // After the first two calls: every forward misses nothing, every gradient its
         // `p`, `q` and the second `x` and `y` (the rule before: 1000 each, `r`).
         assert_eq!(misses[2..], [0, x + y + p + q, 0, x + y + p + q, 0, x + y + p + q]);
+    }
+
+    /// `oldest` only skips scans: on random returns and requests at a clock that moves
+    /// forward, the pool frees exactly the buffers a scan of every stamp would (none
+    /// stale is left after a miss or a return, none fresh is freed), and stays a lower
+    /// bound of the stamps.
+    #[test]
+    fn the_oldest_stamp_frees_what_a_full_scan_frees() {
+        for trial in 0..64 {
+            let mut rng = crate::rng::Rng::for_trial(40, trial);
+            let mut p = Pool::<f64>::new(bytes::<f64>(4000), 1 + rng.below(12));
+            let (mut now, mut stale) = (0, Vec::new());
+            for _ in 0..200 {
+                now += rng.below(3) as u64;
+                let clock = Clock { now, window: STALE_AFTER };
+                let n = 10 + rng.below(400);
+                // The model: what is stale before this call, by a scan of every stamp.
+                let was_stale = p.returned.iter().filter(|&&r| clock.is_stale(r)).count();
+                let held = p.buffers.len();
+                stale.clear();
+                if rng.below(2) == 0 {
+                    let hit = p.take(n, clock, &mut stale);
+                    if hit.is_none() {
+                        assert_eq!(stale.len(), was_stale, "a miss frees every stale buffer");
+                        assert!(p.returned.iter().all(|&r| !clock.is_stale(r)));
+                    } else {
+                        assert_eq!((stale.len(), p.buffers.len()), (0, held - 1), "a hit frees nothing");
+                    }
+                } else {
+                    p.put(Vec::with_capacity(n), clock, &mut stale);
+                    assert!(stale.len() >= was_stale, "a return frees every stale buffer");
+                    assert!(p.returned.iter().all(|&r| !clock.is_stale(r)));
+                }
+                capacities(&p);
+                assert!(p.returned.iter().all(|&r| p.oldest <= r), "a lower bound");
+            }
+        }
+    }
+
+    /// A value+gradient's buffers, returned together (gradients and kept intermediates:
+    /// about 300 on `str_mps_varying_inner_product_200`), all serve the next evaluation
+    /// of the same sizes.
+    #[test]
+    fn a_value_and_gradients_buffers_all_come_back() {
+        let mut p = Pool::<f64>::new(POOL_MAX_BYTES, POOL_MAX_BUFFERS);
+        let clock = Clock { now: 0, window: STALE_AFTER };
+        let mut stale = Vec::new();
+        let sizes: Vec<usize> = (0..320).map(|i| 4096 + 361 * (i % 117)).collect();
+        for &n in &sizes {
+            p.put(Vec::with_capacity(n), clock, &mut stale);
+        }
+        let served = sizes.iter().filter(|&&n| p.take(n, clock, &mut stale).is_some()).count();
+        assert_eq!((served, stale.len()), (sizes.len(), 0));
     }
 
     /// Every evaluation counts as begun; only a thread's outermost one as running.
