@@ -70,11 +70,25 @@ fn zeroed_slots(capacity: usize) -> Vec<u64> {
     // would be taken by a growing table's smaller steps (fourfold apart) before its last.
     if slots.capacity() < capacity || slots.capacity() / 2 > capacity {
         let _ = KEPT_SLOTS.try_with(|k| k.set(slots));
-        slots = Vec::with_capacity(capacity);
-        crate::hugepages::advise_huge(&mut slots);
+        return fresh_zeroed_slots(capacity);
     }
     slots.clear();
     slots.resize(capacity, 0);
+    slots
+}
+
+/// `capacity` empty slots in a fresh allocation, zeroed by the allocator (`calloc`: a
+/// large block is fresh memory from the kernel, already zero, which it does not write
+/// again) and backed at once, writable (`MADV_POPULATE_WRITE`; advised for huge pages
+/// first when large): probes read a slot before an insertion writes it, and a fresh page
+/// read first faults twice (mapped to the shared zero page on the read, copied on the
+/// write). Writing the zeros from here instead cost a reserved 10^6-node build about 11
+/// instructions per node, and a growing table about 15 (`docs/PERFORMANCE.md`, bld41b).
+fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
+    let mut slots = vec![0u64; capacity];
+    // Advised before any page is backed (`advise_huge` covers the whole allocation).
+    crate::hugepages::advise_huge(&mut slots);
+    crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
     slots
 }
 
