@@ -86,11 +86,19 @@ fn zeroed_slots(capacity: usize) -> Vec<u64> {
 /// instructions per node, and a growing table about 15 (`docs/PERFORMANCE.md`, bld41b).
 fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
     let mut slots = vec![0u64; capacity];
-    // Advised before any page is backed (`advise_huge` covers the whole allocation).
-    crate::hugepages::advise_huge(&mut slots);
-    crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
+    // Smaller blocks come from the heap, where `calloc` writes the zeros itself (on pages
+    // mostly backed already): a system call would only add to a small build.
+    if capacity * 8 >= POPULATE_MIN_BYTES {
+        // Advised before any page is backed (`advise_huge` covers the whole allocation).
+        crate::hugepages::advise_huge(&mut slots);
+        crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
+    }
     slots
 }
+
+/// Fresh tables of at least this many bytes are backed at once ([`fresh_zeroed_slots`]):
+/// glibc's default threshold for serving a block with its own mapping.
+const POPULATE_MIN_BYTES: usize = 128 << 10;
 
 /// Keeps `slots` for the thread's next table ([`zeroed_slots`]) when they are below
 /// [`HUGE_MIN_BYTES`](crate::hugepages::HUGE_MIN_BYTES) and larger than what the thread
@@ -298,6 +306,31 @@ impl OpTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fresh table large enough to be backed at once (`fresh_zeroed_slots`) reads empty,
+    /// and finds every entry inserted and no other, through two growths.
+    #[test]
+    fn a_fresh_backed_table_reads_empty_and_finds_what_was_inserted() {
+        let mut t = OpTable::default();
+        t.reserve(3 * POPULATE_MIN_BYTES / 32);
+        assert!(t.slots.len() * 8 >= POPULATE_MIN_BYTES);
+        assert!(t.slots.iter().all(|&s| s == 0));
+        let n = 40 * POPULATE_MIN_BYTES / 8;
+        for i in 0..n {
+            t.reserve(1);
+            let hash = (i as u32).wrapping_mul(0x2545_F491);
+            match t.probe_reserved(hash, |_| false) {
+                Probe::Vacant(s) => t.fill(s, hash, OperationKeyId::new(i)),
+                Probe::Found(_) => unreachable!("`eq` never holds"),
+            }
+        }
+        assert_eq!(t.slots.iter().filter(|&&s| s != 0).count(), n);
+        for i in (0..n).step_by(97) {
+            let hash = (i as u32).wrapping_mul(0x2545_F491);
+            assert!(matches!(t.probe_reserved(hash, |id| id.index() == i), Probe::Found(id) if id.index() == i));
+        }
+        assert!(matches!(t.probe_reserved(7, |_| true), Probe::Vacant(_)));
+    }
 
     /// A dropped table's slots serve the thread's next table of about its size, zeroed
     /// and in place; a table over twice smaller gets fresh slots and leaves them kept.
