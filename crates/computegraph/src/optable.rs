@@ -77,28 +77,32 @@ fn zeroed_slots(capacity: usize) -> Vec<u64> {
     slots
 }
 
-/// `capacity` empty slots in a fresh allocation, zeroed by the allocator (`calloc`: a
-/// large block is fresh memory from the kernel, already zero, which it does not write
-/// again) and backed at once, writable (`MADV_POPULATE_WRITE`; advised for huge pages
-/// first when large): probes read a slot before an insertion writes it, and a fresh page
+/// `capacity` empty slots in a fresh allocation; from [`POPULATE_MIN_BYTES`] on, zeroed
+/// by the allocator (`calloc`: a large block is fresh memory from the kernel, already
+/// zero, which it does not write again), advised for huge pages and backed at once,
+/// writable (`MADV_POPULATE_WRITE`): probes read a slot before an insertion writes it, and a fresh page
 /// read first faults twice (mapped to the shared zero page on the read, copied on the
 /// write). Writing the zeros from here instead cost a reserved 10^6-node build about 11
 /// instructions per node, and a growing table about 15 (`docs/PERFORMANCE.md`, bld41b).
 fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
-    let mut slots = vec![0u64; capacity];
-    // Smaller blocks come from the heap, where `calloc` writes the zeros itself (on pages
-    // mostly backed already): a system call would only add to a small build.
-    if capacity * 8 >= POPULATE_MIN_BYTES {
-        // Advised before any page is backed (`advise_huge` covers the whole allocation).
-        crate::hugepages::advise_huge(&mut slots);
-        crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
+    if capacity.saturating_mul(8) < POPULATE_MIN_BYTES {
+        // Written zero by zero, as before: under glibc's default settings smaller tables
+        // come from the heap, where `calloc` would write the zeros too, and builds of 10^5
+        // operations (tables of about 1 MB) ran slower with the system call.
+        let mut slots = Vec::with_capacity(capacity);
+        slots.resize(capacity, 0);
+        return slots;
     }
+    let mut slots = vec![0u64; capacity];
+    // Advised before any page is backed (`advise_huge` covers the whole allocation).
+    crate::hugepages::advise_huge(&mut slots);
+    crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
     slots
 }
 
 /// Fresh tables of at least this many bytes are backed at once ([`fresh_zeroed_slots`]):
-/// glibc's default threshold for serving a block with its own mapping.
-const POPULATE_MIN_BYTES: usize = 128 << 10;
+/// those that are advised for huge pages too.
+const POPULATE_MIN_BYTES: usize = crate::hugepages::HUGE_MIN_BYTES;
 
 /// Keeps `slots` for the thread's next table ([`zeroed_slots`]) when they are below
 /// [`HUGE_MIN_BYTES`](crate::hugepages::HUGE_MIN_BYTES) and larger than what the thread
@@ -308,14 +312,14 @@ mod tests {
     use super::*;
 
     /// A fresh table large enough to be backed at once (`fresh_zeroed_slots`) reads empty,
-    /// and finds every entry inserted and no other, through two growths.
+    /// and finds every entry inserted and no other, through a growth.
     #[test]
     fn a_fresh_backed_table_reads_empty_and_finds_what_was_inserted() {
         let mut t = OpTable::default();
         t.reserve(3 * POPULATE_MIN_BYTES / 32);
         assert!(t.slots.len() * 8 >= POPULATE_MIN_BYTES);
         assert!(t.slots.iter().all(|&s| s == 0));
-        let n = 40 * POPULATE_MIN_BYTES / 8;
+        let n = POPULATE_MIN_BYTES / 4;
         for i in 0..n {
             t.reserve(1);
             let hash = (i as u32).wrapping_mul(0x2545_F491);
