@@ -88,7 +88,9 @@ fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
     if capacity.saturating_mul(8) < POPULATE_MIN_BYTES {
         // Written zero by zero, as before: under glibc's default settings smaller tables
         // come from the heap, where `calloc` would write the zeros too, and builds of 10^5
-        // operations (tables of about 1 MB) ran slower with the system call.
+        // operations (tables of about 1 MB) ran slower with the system call. Not
+        // `vec![0; n]`: `calloc` may leave fresh heap pages unwritten, to be faulted twice.
+        #[allow(clippy::slow_vector_initialization)]
         let mut slots = Vec::with_capacity(capacity);
         slots.resize(capacity, 0);
         return slots;
