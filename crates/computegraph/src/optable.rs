@@ -70,13 +70,41 @@ fn zeroed_slots(capacity: usize) -> Vec<u64> {
     // would be taken by a growing table's smaller steps (fourfold apart) before its last.
     if slots.capacity() < capacity || slots.capacity() / 2 > capacity {
         let _ = KEPT_SLOTS.try_with(|k| k.set(slots));
-        slots = Vec::with_capacity(capacity);
-        crate::hugepages::advise_huge(&mut slots);
+        return fresh_zeroed_slots(capacity);
     }
     slots.clear();
     slots.resize(capacity, 0);
     slots
 }
+
+/// `capacity` empty slots in a fresh allocation; from [`POPULATE_MIN_BYTES`] on, zeroed
+/// by the allocator (`calloc`: a large block is fresh memory from the kernel, already
+/// zero, which it does not write again), advised for huge pages and backed at once,
+/// writable (`MADV_POPULATE_WRITE`): probes read a slot before an insertion writes it, and a fresh page
+/// read first faults twice (mapped to the shared zero page on the read, copied on the
+/// write). Writing the zeros from here instead cost a reserved 10^6-node build about 11
+/// instructions per node, and a growing table about 15 (`docs/PERFORMANCE.md`, bld41b).
+fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
+    if capacity.saturating_mul(8) < POPULATE_MIN_BYTES {
+        // Written zero by zero, as before: under glibc's default settings smaller tables
+        // come from the heap, where `calloc` would write the zeros too, and builds of 10^5
+        // operations (tables of about 1 MB) ran slower with the system call. Not
+        // `vec![0; n]`: `calloc` may leave fresh heap pages unwritten, to be faulted twice.
+        #[allow(clippy::slow_vector_initialization)]
+        let mut slots = Vec::with_capacity(capacity);
+        slots.resize(capacity, 0);
+        return slots;
+    }
+    let mut slots = vec![0u64; capacity];
+    // Advised before any page is backed (`advise_huge` covers the whole allocation).
+    crate::hugepages::advise_huge(&mut slots);
+    crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
+    slots
+}
+
+/// Fresh tables of at least this many bytes are backed at once ([`fresh_zeroed_slots`]):
+/// those that are advised for huge pages too.
+const POPULATE_MIN_BYTES: usize = crate::hugepages::HUGE_MIN_BYTES;
 
 /// Keeps `slots` for the thread's next table ([`zeroed_slots`]) when they are below
 /// [`HUGE_MIN_BYTES`](crate::hugepages::HUGE_MIN_BYTES) and larger than what the thread
@@ -284,6 +312,31 @@ impl OpTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fresh table large enough to be backed at once (`fresh_zeroed_slots`) reads empty,
+    /// and finds every entry inserted and no other, through a growth.
+    #[test]
+    fn a_fresh_backed_table_reads_empty_and_finds_what_was_inserted() {
+        let mut t = OpTable::default();
+        t.reserve(3 * POPULATE_MIN_BYTES / 32);
+        assert!(t.slots.len() * 8 >= POPULATE_MIN_BYTES);
+        assert!(t.slots.iter().all(|&s| s == 0));
+        let n = POPULATE_MIN_BYTES / 4;
+        for i in 0..n {
+            t.reserve(1);
+            let hash = (i as u32).wrapping_mul(0x2545_F491);
+            match t.probe_reserved(hash, |_| false) {
+                Probe::Vacant(s) => t.fill(s, hash, OperationKeyId::new(i)),
+                Probe::Found(_) => unreachable!("`eq` never holds"),
+            }
+        }
+        assert_eq!(t.slots.iter().filter(|&&s| s != 0).count(), n);
+        for i in (0..n).step_by(97) {
+            let hash = (i as u32).wrapping_mul(0x2545_F491);
+            assert!(matches!(t.probe_reserved(hash, |id| id.index() == i), Probe::Found(id) if id.index() == i));
+        }
+        assert!(matches!(t.probe_reserved(7, |_| true), Probe::Vacant(_)));
+    }
 
     /// A dropped table's slots serve the thread's next table of about its size, zeroed
     /// and in place; a table over twice smaller gets fresh slots and leaves them kept.

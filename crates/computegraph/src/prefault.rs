@@ -132,6 +132,17 @@ fn populate(start: usize, bytes: usize) -> bool {
     }
 }
 
+/// Backs the whole pages of `[start, start + bytes)` as a write would, on this thread, at
+/// once (one `madvise`): for a fresh zeroed allocation that is about to be read and
+/// written at random, so that its first reads do not map the shared zero page, to be
+/// faulted again on the first write. Nothing happens when the kernel refuses.
+pub(crate) fn populate_now(start: usize, bytes: usize) {
+    let (first, end) = (start.next_multiple_of(PAGE), start.saturating_add(bytes) / PAGE * PAGE);
+    if end > first {
+        populate(first, end - first);
+    }
+}
+
 /// The reserved, not yet written part of a column as an `(address, bytes)` range: the
 /// column's entries are `written`, in an allocation of `capacity_bytes`.
 pub(crate) fn spare<T>(written: &[T], capacity_bytes: usize) -> (usize, usize) {
