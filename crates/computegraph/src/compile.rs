@@ -19,14 +19,19 @@
 //! builds a `Program` and `verify::verify_program` (structural checks the evaluators'
 //! `unsafe` rests on, `verify.rs`) turns it into one, in every build; the compiled
 //! program type, its accessors and its evaluators are `compiled.rs`'s. Slots are `SlotId`s, instructions
-//! `InstrId`s; during slot assignment a value's last use is an `Option<InstrId>` (`None`:
-//! no instruction reads it, or no longer; a program output's is the instruction after the
-//! last, read by the output gather).
+//! `InstrId`s. During slot assignment a value's liveness is the number of operand reads
+//! of it still to come (`Live::uses`): counted once over the operand pool, in any order
+//! (a count does not depend on the instruction order, so the pass is one flat loop over
+//! the pool), and decremented by each read in instruction order, so that it reaches zero
+//! at the value's last reader. A program output is never freed (its count is set out of
+//! reach).
 //!
 //! Slot allocation is a linear scan with a LIFO free list, so a chain of any length runs
-//! in a constant number of slots. Complexity: `O(values + operands)`. Each value's last
-//! use and slot share one column entry (one cache miss per far operand, not two), and
-//! when more than a quarter of the operands lie far from their readers (`prefetch.rs`),
+//! in a constant number of slots. Complexity: `O(values + operands)`. Each value's count
+//! and slot share one column entry (one cache miss per far operand, not two), and
+//! when more than a quarter of the operands lie far from their readers (`prefetch.rs`,
+//! counted by dispatch as it reads every operand list, or by the counting pass when
+//! dispatch keeps the materialized order without reading them),
 //! slot assignment prefetches the entries of the operands 16 instructions ahead, and
 //! the program records that sequential evaluation should prefetch operand slots too
 //! when its slot file exceeds `PREFETCH_SLOT_BYTES`.
@@ -88,27 +93,31 @@ pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledPro
 /// ```
 pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<CompiledProgram<Op>> {
     let n_ops = graph.operation_count();
-    // Instruction `n_ops` stands for the reads of the outputs after the last instruction
-    // (`Live::last_use`), so it must be an id too.
-    let Some(after_last) = InstrId::try_new(n_ops) else {
+    // Instructions are `InstrId`s `0..n_ops`; `n_ops` itself is kept an id too (it was the
+    // output gather's position when liveness was a last reader), so the space a program's
+    // instructions may fill is the same as before.
+    if InstrId::try_new(n_ops).is_none() {
         return Err(GraphError::IdSpaceExhausted { space: "instruction" });
-    };
-    let Dispatch { source, ops } = dispatch_order(graph)?;
-    // Per value: the last instruction that reads it, then its slot (the thread's column
-    // from its previous compile when it was kept, `take_live`).
+    }
+    let Dispatch { source, ops, far } = dispatch_order(graph)?;
+    // Per value: the operand reads of it, then its slot (the thread's column from its
+    // previous compile when it was kept, `take_live`).
     let mut live: IdVec<ValueId, Live> = IdVec::from_raw(take_live(graph.value_count()));
     // Liveness, and whether operands are far enough from their readers for slot
-    // assignment to prefetch their entries (`prefetch.rs`). Each pass is written once,
-    // over an iterator of operation indices, and instantiated twice: for the materialized
-    // order (no `source`: the common case, and a plain counter) and for a permutation, so
-    // that no instruction tests which of the two it is in.
-    let prefetch = if source.is_empty() {
-        note_last_uses(graph, live.raw_mut(), 0..n_ops)?
-    } else {
-        note_last_uses(graph, live.raw_mut(), source.iter().map(|&o| o as usize))?
+    // assignment to prefetch their entries (`prefetch.rs`): dispatch has decided that
+    // when it sorted (it read every operand list with its reader), and the counts are
+    // then one loop over the pool; otherwise one pass over the operations does both.
+    let prefetch = match far {
+        Some(far) => {
+            count_uses(graph, live.raw_mut())?;
+            far
+        }
+        None => count_uses_and_far(graph, live.raw_mut())?,
     };
+    // Outputs are read by the output gather after the last instruction: a count that the
+    // reads (fewer than `u32::MAX`, the pool's length being a `u32`) never bring to zero.
     for &v in &graph.outputs {
-        live[v].last_use = Some(after_last);
+        live[v].uses = KEPT;
     }
 
     let mut alloc = SlotAllocator::default();
@@ -116,7 +125,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut input_slots = Vec::with_capacity(graph.inputs.len() + graph.externals.len());
     for &v in graph.inputs.iter().chain(&graph.externals) {
         let l = &mut live[v];
-        let s = if l.last_use.is_none() { None } else { Some(alloc.take()?) };
+        let s = if l.uses == 0 { None } else { Some(alloc.take()?) };
         l.slot = s;
         input_slots.push(s);
     }
@@ -170,28 +179,31 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     Ok(program)
 }
 
-/// Compile's liveness pass: for each value, the last instruction that reads it
-/// (`live[v].last_use`), with the operations visited in instruction order (`order` yields
-/// each instruction's operation index); returns whether more than a quarter of the
+/// Compile's liveness pass when dispatch has decided the prefetch: for each value, the
+/// number of operand reads of it (`live[v].uses`), one loop over the operand pool (the
+/// count does not depend on the order the reads come in).
+fn count_uses<Op: GraphOperation>(graph: &MaterializedGraph<Op>, live: &mut [Live]) -> GraphResult<()> {
+    for block in graph.op_inputs.items().chunks(POLL_EVERY as usize) {
+        crate::stop::check()?;
+        for &v in block {
+            live[v.index()].uses += 1;
+        }
+    }
+    Ok(())
+}
+
+/// [`count_uses`], operation by operation, with whether more than a quarter of the
 /// operands are far from their readers, so that slot assignment should prefetch
-/// (`prefetch.rs`).
-#[inline(always)]
-fn note_last_uses<Op: GraphOperation>(
-    graph: &MaterializedGraph<Op>,
-    live: &mut [Live],
-    order: impl Iterator<Item = usize>,
-) -> GraphResult<bool> {
+/// (`prefetch.rs`): for a graph whose order dispatch kept without reading its operand lists.
+fn count_uses_and_far<Op: GraphOperation>(graph: &MaterializedGraph<Op>, live: &mut [Live]) -> GraphResult<bool> {
     let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
-    let first_outputs = graph.op_first_output.raw();
     let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
     let mut poll = Poll::new();
-    for (pos, op) in order.enumerate() {
+    for (op, reader) in graph.op_first_output.raw().iter().enumerate() {
         poll.tick()?;
-        let here = Some(InstrId::new(pos));
-        let reader = first_outputs[op].index();
         for &v in &items[starts[op] as usize..starts[op + 1] as usize] {
-            live[v.index()].last_use = here;
-            far.note(v.index(), reader);
+            live[v.index()].uses += 1;
+            far.note(v.index(), reader.index());
         }
     }
     Ok(far.decide())
@@ -243,7 +255,6 @@ impl<Op: GraphOperation> SlotPass<Op> {
                     prefetch_entry(live, v.index());
                 }
             }
-            let here = Some(InstrId::new(pos));
             let inputs = &items[starts[o] as usize..starts[o + 1] as usize];
             let n_in = u16::try_from(inputs.len())
                 .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
@@ -258,22 +269,39 @@ impl<Op: GraphOperation> SlotPass<Op> {
             for l in &mut live[outputs.clone()] {
                 l.slot = Some(alloc.take()?);
             }
-            // One read of each operand's entry: its slot, and whether this is its last
-            // reader (then its last use is cleared, so an operand read twice here is
-            // freed once).
-            for &v in inputs {
-                let l = &mut live[v.index()];
-                let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
-                args.push(s);
-                if l.last_use == here {
-                    l.last_use = None;
-                    alloc.free(Some(s));
+            // One read of each operand's entry: its slot, and its count of reads to come,
+            // which reaching zero says this is its last reader.
+            if inputs.len() <= 2 {
+                for &v in inputs {
+                    let l = &mut live[v.index()];
+                    let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
+                    args.push(s);
+                    l.uses -= 1;
+                    if l.uses == 0 {
+                        alloc.free(Some(s));
+                    }
+                }
+            } else {
+                // An operand read twice by one instruction is freed at its first mention,
+                // as for one or two operands (where freeing at the last mention frees the
+                // same slots in the same order), so the counts are taken down first.
+                for &v in inputs {
+                    let l = &mut live[v.index()];
+                    args.push(l.slot.expect("an operand is defined, so it has a slot, before its readers"));
+                    l.uses -= 1;
+                }
+                for &v in inputs {
+                    let l = &mut live[v.index()];
+                    if l.uses == 0 {
+                        l.uses = KEPT;
+                        alloc.free(l.slot);
+                    }
                 }
             }
             // Outputs nobody reads are dead at once.
             for l in &live[outputs] {
                 args.push(l.slot.expect("taken above"));
-                if l.last_use.is_none() {
+                if l.uses == 0 {
                     alloc.free(l.slot);
                 }
             }
@@ -317,7 +345,7 @@ thread_local! {
 /// column stays where it is, so the program's columns are all that is freed and
 /// reallocated above it, and the scratch itself is written without fresh pages.
 fn take_live(n: usize) -> Vec<Live> {
-    const EMPTY: Live = Live { last_use: None, slot: None };
+    const EMPTY: Live = Live { uses: 0, slot: None };
     // `try_with`: during the thread's teardown the scratch is gone; a fresh column serves.
     let mut live = LIVE_SCRATCH.try_with(Cell::take).unwrap_or_default();
     if live.capacity() < n {
@@ -345,13 +373,18 @@ fn keep_live(live: Vec<Live>) {
     }
 }
 
+/// The count of a program output's reads, and of a value freed by an instruction that
+/// reads it more than once (set at its first mention): never brought to zero by the reads
+/// still to come.
+const KEPT: u32 = u32::MAX;
+
 /// A value's liveness and slot during compilation.
 #[derive(Copy, Clone)]
 struct Live {
-    /// The last instruction that reads the value: `None` when none does (or no longer
-    /// will: it is cleared when the slot is freed), the instruction after the last one for
-    /// a program output, which the output gather reads after every instruction.
-    last_use: Option<InstrId>,
+    /// The operand reads of the value still to come: zero when no instruction reads it
+    /// (or no longer will), [`KEPT`] for a program output, which the output gather reads
+    /// after every instruction.
+    uses: u32,
     /// The value's slot, once it has one (`None` for an input no instruction reads).
     slot: Option<SlotId>,
 }
@@ -386,12 +419,12 @@ mod tests {
 
     /// Whether every entry of `live` is empty, as a fresh column's are.
     fn all_empty(live: &[Live]) -> bool {
-        live.iter().all(|l| l.last_use.is_none() && l.slot.is_none())
+        live.iter().all(|l| l.uses == 0 && l.slot.is_none())
     }
 
     #[test]
     fn a_kept_liveness_column_comes_back_empty_and_in_place() {
-        let used = vec![Live { last_use: Some(InstrId::new(3)), slot: Some(SlotId::new(7)) }; 10];
+        let used = vec![Live { uses: 3, slot: Some(SlotId::new(7)) }; 10];
         let at = used.as_ptr();
         keep_live(used);
         // Shorter than the kept column: the same allocation, every entry reset.
@@ -409,7 +442,7 @@ mod tests {
     fn a_column_within_the_bound_but_with_room_past_it_is_kept_trimmed() {
         let over = LIVE_KEEP_MAX_BYTES / size_of::<Live>() + 1;
         let mut live = Vec::with_capacity(over);
-        live.resize(10, Live { last_use: None, slot: None });
+        live.resize(10, Live { uses: 0, slot: None });
         keep_live(live);
         let kept = take_live(0);
         assert!((10..over).contains(&kept.capacity()), "kept, without the room: {}", kept.capacity());
