@@ -416,6 +416,136 @@ impl SlotAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::materialize::OperationId;
+    use crate::operation::{EvaluableGraphOperation, Outputs};
+    use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve};
+    use proptest::prelude::*;
+
+    /// Operations of one to four operands (`A`, `B`: two variants, so that dispatch sorts)
+    /// and a two-output one.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    enum Wide {
+        A(u8),
+        B(u8),
+        Pair,
+    }
+
+    impl GraphOperation for Wide {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            match self {
+                Wide::A(n) | Wide::B(n) => *n as usize,
+                Wide::Pair => 1,
+            }
+        }
+        fn output_count(&self) -> usize {
+            if let Wide::Pair = self { 2 } else { 1 }
+        }
+    }
+
+    impl EvaluableGraphOperation for Wide {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Outputs<'_, u64>) {
+            let sum = inputs.iter().fold(1u64, |a, &&x| a.wrapping_mul(31).wrapping_add(x));
+            out.push(sum);
+            if let Wide::Pair = self {
+                out.push(sum ^ 1);
+            }
+        }
+    }
+
+    /// The slot assignment compile made before liveness was a count of reads: each value's
+    /// last reader by instruction position, an operand freed at its first mention in its
+    /// last reader, outputs taking their slots first. Returns the argument pool, the input
+    /// slots and the slot count for the instruction order `order` (operation indices).
+    fn reference_slots(graph: &MaterializedGraph<Wide>, order: &[usize]) -> (Vec<SlotId>, Vec<Option<SlotId>>, usize) {
+        let mut last: Vec<Option<usize>> = vec![None; graph.value_count()];
+        for (pos, &op) in order.iter().enumerate() {
+            for v in graph.op_inputs.get(op) {
+                last[v.index()] = Some(pos);
+            }
+        }
+        for v in graph.outputs() {
+            last[v.index()] = Some(order.len());
+        }
+        let (mut free, mut next) = (Vec::new(), 0);
+        let mut take = |free: &mut Vec<SlotId>| {
+            free.pop().unwrap_or_else(|| {
+                next += 1;
+                SlotId::new(next - 1)
+            })
+        };
+        let mut slot: Vec<Option<SlotId>> = vec![None; graph.value_count()];
+        let mut input_slots = Vec::new();
+        for v in graph.inputs().iter().chain(graph.externals()) {
+            slot[v.index()] = last[v.index()].map(|_| take(&mut free));
+            input_slots.push(slot[v.index()]);
+        }
+        let mut args = Vec::new();
+        for (pos, &op) in order.iter().enumerate() {
+            let first = graph.op_first_output[OperationId::new(op)].index();
+            let outs = first..first + graph.op(OperationId::new(op)).output_count();
+            for v in outs.clone() {
+                slot[v] = Some(take(&mut free));
+            }
+            for v in graph.op_inputs.get(op) {
+                let s = slot[v.index()].expect("defined before");
+                args.push(s);
+                if last[v.index()] == Some(pos) {
+                    last[v.index()] = None;
+                    free.push(s);
+                }
+            }
+            for v in outs {
+                args.push(slot[v].expect("taken above"));
+                if last[v].is_none() {
+                    free.push(slot[v].expect("taken above"));
+                }
+            }
+        }
+        (args, input_slots, next)
+    }
+
+    proptest! {
+        /// Compile's slots (read counts, in either liveness pass) are the ones the last-reader
+        /// allocation gives, on graphs whose operations read up to four operands, the
+        /// same value often twice or more, with one variant or several.
+        #[test]
+        fn read_counts_assign_the_slots_of_last_readers(
+            picks in proptest::collection::vec((0u8..3, 1u8..5, proptest::collection::vec(0usize..6, 4)), 1..300),
+            mixed in any::<bool>(),
+            n_outputs in 1usize..4,
+        ) {
+            let mut b = GraphBuilder::<Wide>::with_interner(KeyInterner::new());
+            let mut values = vec![b.add_input(0), b.add_input(1), b.add_input(2)];
+            for (kind, arity, from) in &picks {
+                let op = match (kind, mixed) {
+                    (0, _) | (1, false) => Wide::A(*arity),
+                    (1, true) => Wide::B(*arity),
+                    _ => Wide::Pair,
+                };
+                // Operands among the last six values: repeats within one list are common.
+                let refs: Vec<_> = from[..op.input_count()]
+                    .iter()
+                    .map(|&back| ValueRef::<Wide>::Local(values[values.len() - 1 - back.min(values.len() - 1)]))
+                    .collect();
+                values.extend(b.add_operation(op, refs, OperationRole::Primary));
+            }
+            let outputs: Vec<_> = values[values.len() - n_outputs.min(values.len())..].to_vec();
+            let g = std::sync::Arc::new(b.build());
+            let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+            let graph = materialize_merge(&resolve(vec![g]), &keys);
+            let program = try_compile(&graph).unwrap();
+            let order: Vec<usize> =
+                (0..program.instruction_count()).map(|i| program.source_operation(i).index()).collect();
+            let (args, input_slots, slot_count) = reference_slots(&graph, &order);
+            let slots = &program.code().program().slots;
+            prop_assert_eq!(&slots.args, &args);
+            prop_assert_eq!(&slots.input_slots, &input_slots);
+            prop_assert_eq!(slots.slot_count, slot_count);
+        }
+    }
 
     /// Whether every entry of `live` is empty, as a fresh column's are.
     fn all_empty(live: &[Live]) -> bool {
