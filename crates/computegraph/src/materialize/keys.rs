@@ -21,19 +21,12 @@ use std::marker::PhantomData;
 use crate::hugepages::huge_vec;
 use crate::id::Id;
 
-/// `KeyRun::next` when no key continues a run: above every key (keys are `u32` ids).
-const NO_NEXT: usize = usize::MAX;
-
 /// A column of keys `K` indexed by `I` (see the module doc).
 pub(crate) struct KeyRun<I, K> {
     /// The key of entry 0 while the column is a run (`dense` empty).
     first: usize,
     /// Number of entries.
     len: usize,
-    /// The key that continues the run (`first + len`), or [`NO_NEXT`] while the column is
-    /// empty or a vector: a push compares its key with this one value, and takes the slow
-    /// path (`push_other`) for the first key and for every key of a vector.
-    next: usize,
     /// Every entry, once a key broke the run; empty while the column is a run.
     dense: Vec<K>,
     /// Entries to reserve when the run breaks (the caller's bound on the column's length).
@@ -45,7 +38,7 @@ impl<I: Id, K: Id> KeyRun<I, K> {
     /// An empty column expected to hold at most about `room` entries (nothing is
     /// allocated until a key breaks the run).
     pub(crate) fn with_room(room: usize) -> Self {
-        KeyRun { first: 0, len: 0, next: NO_NEXT, dense: Vec::new(), room, index: PhantomData }
+        KeyRun { first: 0, len: 0, dense: Vec::new(), room, index: PhantomData }
     }
 
     /// Number of entries.
@@ -82,28 +75,15 @@ impl<I: Id, K: Id> KeyRun<I, K> {
     #[inline(always)]
     pub(crate) fn push(&mut self, key: K) {
         let k = key.index();
-        // The common case, a key that continues the run, tests one value.
-        if k == self.next {
-            self.next += 1;
-            self.len += 1;
-            return;
-        }
-        self.push_other(k, key);
-    }
-
-    /// [`Self::push`] of a key that does not continue a run: the first key (which starts
-    /// one), the first key that breaks it, or a key of a vector.
-    #[inline]
-    fn push_other(&mut self, k: usize, key: K) {
         if self.dense.is_empty() {
             if self.len == 0 {
                 self.first = k;
-                self.next = k + 1;
-                self.len = 1;
+            }
+            if k == self.first + self.len {
+                self.len += 1;
                 return;
             }
             self.break_run();
-            self.next = NO_NEXT;
         }
         self.dense.push(key);
         self.len += 1;
