@@ -240,6 +240,19 @@ impl<Op: GraphOperation> SlotPass<Op> {
         order: impl Iterator<Item = usize> + Clone,
     ) -> GraphResult<Self> {
         let SlotPass { mut instrs, mut args, mut runs, mut alloc } = self;
+        // The pool and the instruction words are written through their spare capacity, an
+        // index kept in a register and one bound check per entry instead of a push's
+        // capacity check and length update; their lengths are set once at the end.
+        // `try_compile` made room for every argument and instruction.
+        args.clear();
+        instrs.clear();
+        let (mut n_args, mut n_words) = (0, 0);
+        let pool = args.spare_capacity_mut();
+        let words = instrs.spare_capacity_mut();
+        let mut put = |n_args: &mut usize, s: SlotId| {
+            pool[*n_args].write(s);
+            *n_args += 1;
+        };
         let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
         let first_outputs = graph.op_first_output.raw();
         // The operations `AHEAD` instructions on, for the prefetch.
@@ -259,7 +272,7 @@ impl<Op: GraphOperation> SlotPass<Op> {
             let n_in = u16::try_from(inputs.len())
                 .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
             // Fits: the pool's length was checked against `u32` before the pass.
-            let start = args.len() as u32;
+            let start = n_args as u32;
             // The outputs' slots are taken before this instruction's last reads free
             // theirs, so an output never shares a slot with an operand. The operation
             // comes from `ops` (dispatch order, copied once): no read through the store.
@@ -275,7 +288,7 @@ impl<Op: GraphOperation> SlotPass<Op> {
                 for &v in inputs {
                     let l = &mut live[v.index()];
                     let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
-                    args.push(s);
+                    put(&mut n_args, s);
                     l.uses -= 1;
                     if l.uses == 0 {
                         alloc.free(Some(s));
@@ -287,7 +300,7 @@ impl<Op: GraphOperation> SlotPass<Op> {
                 // same slots in the same order), so the counts are taken down first.
                 for &v in inputs {
                     let l = &mut live[v.index()];
-                    args.push(l.slot.expect("an operand is defined, so it has a slot, before its readers"));
+                    put(&mut n_args, l.slot.expect("an operand is defined, so it has a slot, before its readers"));
                     l.uses -= 1;
                 }
                 for &v in inputs {
@@ -300,15 +313,23 @@ impl<Op: GraphOperation> SlotPass<Op> {
             }
             // Outputs nobody reads are dead at once.
             for l in &live[outputs] {
-                args.push(l.slot.expect("taken above"));
+                put(&mut n_args, l.slot.expect("taken above"));
                 if l.uses == 0 {
                     alloc.free(l.slot);
                 }
             }
             // At most 256 outputs: the interner refuses more.
             let instr = Instr::new(start, n_in, n_out as u16);
-            instrs.push(instr);
+            words[pos].write(instr);
+            n_words = pos + 1;
             runs.push(ops, pos, instr);
+        }
+        // SAFETY: `put` wrote entries `0..n_args` of the pool's spare capacity, in order
+        // (the pool was empty), and the loop wrote word `pos` for every position up to
+        // `n_words` (it was empty too); neither type needs a drop.
+        unsafe {
+            args.set_len(n_args);
+            instrs.set_len(n_words);
         }
         Ok(SlotPass { instrs, args, runs, alloc })
     }
