@@ -129,6 +129,9 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         // operations (outputs are numbered in operation order): skipping them saves a
         // cache miss per far operand on large graphs.
         let window_values = graph.op_first_output[OperationId::new(start)];
+        // `i` indexes the pool and the first outputs both; clippy's iterator would read
+        // one of them through a zip, which ran dispatch 3.5% more instructions.
+        #[allow(clippy::needless_range_loop)]
         for i in start..end {
             let mut d = 0;
             let reader = first_outputs[i].index();
