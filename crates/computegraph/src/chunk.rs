@@ -198,6 +198,18 @@ impl<Op: Clone> StoreOps<Op> {
         &self.chunks[(k >> CHUNK_BITS) - self.first_chunk][k & CHUNK_MASK]
     }
 
+    /// Appends operations `keys` (consecutive keys, which the graph holds) to `out`, in
+    /// order: one slice per chunk met instead of a chunk lookup per operation ([`Self::get`]).
+    pub(crate) fn extend_keys<'a>(&'a self, keys: std::ops::Range<usize>, out: &mut Vec<&'a Op>) {
+        let mut k = keys.start;
+        while k < keys.end {
+            let at = k & CHUNK_MASK;
+            let n = (CHUNK - at).min(keys.end - k);
+            out.extend(&self.chunks[(k >> CHUNK_BITS) - self.first_chunk][at..at + n]);
+            k += n;
+        }
+    }
+
     /// Bytes this view holds of its own (the copied operations and the chunk list; the
     /// shared ones are the interner's).
     pub(crate) fn heap_bytes(&self) -> usize {

@@ -19,14 +19,19 @@
 //! builds a `Program` and `verify::verify_program` (structural checks the evaluators'
 //! `unsafe` rests on, `verify.rs`) turns it into one, in every build; the compiled
 //! program type, its accessors and its evaluators are `compiled.rs`'s. Slots are `SlotId`s, instructions
-//! `InstrId`s; during slot assignment a value's last use is an `Option<InstrId>` (`None`:
-//! no instruction reads it, or no longer; a program output's is the instruction after the
-//! last, read by the output gather).
+//! `InstrId`s. During slot assignment a value's liveness is the number of operand reads
+//! of it still to come (`Live::uses`): counted once over the operand pool, in any order
+//! (a count does not depend on the instruction order, so the pass is one flat loop over
+//! the pool), and decremented by each read in instruction order, so that it reaches zero
+//! at the value's last reader. A program output is never freed (its count is set out of
+//! reach).
 //!
 //! Slot allocation is a linear scan with a LIFO free list, so a chain of any length runs
-//! in a constant number of slots. Complexity: `O(values + operands)`. Each value's last
-//! use and slot share one column entry (one cache miss per far operand, not two), and
-//! when more than a quarter of the operands lie far from their readers (`prefetch.rs`),
+//! in a constant number of slots. Complexity: `O(values + operands)`. Each value's count
+//! and slot share one column entry (one cache miss per far operand, not two), and
+//! when more than a quarter of the operands lie far from their readers (`prefetch.rs`,
+//! counted by dispatch as it reads every operand list, or by the counting pass when
+//! dispatch keeps the materialized order without reading them),
 //! slot assignment prefetches the entries of the operands 16 instructions ahead, and
 //! the program records that sequential evaluation should prefetch operand slots too
 //! when its slot file exceeds `PREFETCH_SLOT_BYTES`.
@@ -88,27 +93,31 @@ pub fn compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> CompiledPro
 /// ```
 pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphResult<CompiledProgram<Op>> {
     let n_ops = graph.operation_count();
-    // Instruction `n_ops` stands for the reads of the outputs after the last instruction
-    // (`Live::last_use`), so it must be an id too.
-    let Some(after_last) = InstrId::try_new(n_ops) else {
+    // Instructions are `InstrId`s `0..n_ops`; `n_ops` itself is kept an id too (it was the
+    // output gather's position when liveness was a last reader), so the space a program's
+    // instructions may fill is the same as before.
+    if InstrId::try_new(n_ops).is_none() {
         return Err(GraphError::IdSpaceExhausted { space: "instruction" });
-    };
-    let Dispatch { source, ops } = dispatch_order(graph)?;
-    // Per value: the last instruction that reads it, then its slot (the thread's column
-    // from its previous compile when it was kept, `take_live`).
+    }
+    let Dispatch { source, ops, far } = dispatch_order(graph)?;
+    // Per value: the operand reads of it, then its slot (the thread's column from its
+    // previous compile when it was kept, `take_live`).
     let mut live: IdVec<ValueId, Live> = IdVec::from_raw(take_live(graph.value_count()));
     // Liveness, and whether operands are far enough from their readers for slot
-    // assignment to prefetch their entries (`prefetch.rs`). Each pass is written once,
-    // over an iterator of operation indices, and instantiated twice: for the materialized
-    // order (no `source`: the common case, and a plain counter) and for a permutation, so
-    // that no instruction tests which of the two it is in.
-    let prefetch = if source.is_empty() {
-        note_last_uses(graph, live.raw_mut(), 0..n_ops)?
-    } else {
-        note_last_uses(graph, live.raw_mut(), source.iter().map(|&o| o as usize))?
+    // assignment to prefetch their entries (`prefetch.rs`): dispatch has decided that
+    // when it sorted (it read every operand list with its reader), and the counts are
+    // then one loop over the pool; otherwise one pass over the operations does both.
+    let prefetch = match far {
+        Some(far) => {
+            count_uses(graph, live.raw_mut())?;
+            far
+        }
+        None => count_uses_and_far(graph, live.raw_mut())?,
     };
+    // Outputs are read by the output gather after the last instruction: a count that the
+    // reads (fewer than `u32::MAX`, the pool's length being a `u32`) never bring to zero.
     for &v in &graph.outputs {
-        live[v].last_use = Some(after_last);
+        live[v].uses = KEPT;
     }
 
     let mut alloc = SlotAllocator::default();
@@ -116,7 +125,7 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     let mut input_slots = Vec::with_capacity(graph.inputs.len() + graph.externals.len());
     for &v in graph.inputs.iter().chain(&graph.externals) {
         let l = &mut live[v];
-        let s = if l.last_use.is_none() { None } else { Some(alloc.take()?) };
+        let s = if l.uses == 0 { None } else { Some(alloc.take()?) };
         l.slot = s;
         input_slots.push(s);
     }
@@ -170,28 +179,31 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     Ok(program)
 }
 
-/// Compile's liveness pass: for each value, the last instruction that reads it
-/// (`live[v].last_use`), with the operations visited in instruction order (`order` yields
-/// each instruction's operation index); returns whether more than a quarter of the
+/// Compile's liveness pass when dispatch has decided the prefetch: for each value, the
+/// number of operand reads of it (`live[v].uses`), one loop over the operand pool (the
+/// count does not depend on the order the reads come in).
+fn count_uses<Op: GraphOperation>(graph: &MaterializedGraph<Op>, live: &mut [Live]) -> GraphResult<()> {
+    for block in graph.op_inputs.items().chunks(POLL_EVERY as usize) {
+        crate::stop::check()?;
+        for &v in block {
+            live[v.index()].uses += 1;
+        }
+    }
+    Ok(())
+}
+
+/// [`count_uses`], operation by operation, with whether more than a quarter of the
 /// operands are far from their readers, so that slot assignment should prefetch
-/// (`prefetch.rs`).
-#[inline(always)]
-fn note_last_uses<Op: GraphOperation>(
-    graph: &MaterializedGraph<Op>,
-    live: &mut [Live],
-    order: impl Iterator<Item = usize>,
-) -> GraphResult<bool> {
+/// (`prefetch.rs`): for a graph whose order dispatch kept without reading its operand lists.
+fn count_uses_and_far<Op: GraphOperation>(graph: &MaterializedGraph<Op>, live: &mut [Live]) -> GraphResult<bool> {
     let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
-    let first_outputs = graph.op_first_output.raw();
     let mut far = FarOperands::new(graph.inputs.len() + graph.externals.len());
     let mut poll = Poll::new();
-    for (pos, op) in order.enumerate() {
+    for (op, reader) in graph.op_first_output.raw().iter().enumerate() {
         poll.tick()?;
-        let here = Some(InstrId::new(pos));
-        let reader = first_outputs[op].index();
         for &v in &items[starts[op] as usize..starts[op + 1] as usize] {
-            live[v.index()].last_use = here;
-            far.note(v.index(), reader);
+            live[v.index()].uses += 1;
+            far.note(v.index(), reader.index());
         }
     }
     Ok(far.decide())
@@ -228,6 +240,19 @@ impl<Op: GraphOperation> SlotPass<Op> {
         order: impl Iterator<Item = usize> + Clone,
     ) -> GraphResult<Self> {
         let SlotPass { mut instrs, mut args, mut runs, mut alloc } = self;
+        // The pool and the instruction words are written through their spare capacity, an
+        // index kept in a register and one bound check per entry instead of a push's
+        // capacity check and length update; their lengths are set once at the end.
+        // `try_compile` made room for every argument and instruction.
+        args.clear();
+        instrs.clear();
+        let (mut n_args, mut n_words) = (0, 0);
+        let pool = args.spare_capacity_mut();
+        let words = instrs.spare_capacity_mut();
+        let mut put = |n_args: &mut usize, s: SlotId| {
+            pool[*n_args].write(s);
+            *n_args += 1;
+        };
         let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
         let first_outputs = graph.op_first_output.raw();
         // The operations `AHEAD` instructions on, for the prefetch.
@@ -243,12 +268,11 @@ impl<Op: GraphOperation> SlotPass<Op> {
                     prefetch_entry(live, v.index());
                 }
             }
-            let here = Some(InstrId::new(pos));
             let inputs = &items[starts[o] as usize..starts[o + 1] as usize];
             let n_in = u16::try_from(inputs.len())
                 .map_err(|_| GraphError::IdSpaceExhausted { space: "operands of one instruction (at most 65535)" })?;
             // Fits: the pool's length was checked against `u32` before the pass.
-            let start = args.len() as u32;
+            let start = n_args as u32;
             // The outputs' slots are taken before this instruction's last reads free
             // theirs, so an output never shares a slot with an operand. The operation
             // comes from `ops` (dispatch order, copied once): no read through the store.
@@ -258,29 +282,54 @@ impl<Op: GraphOperation> SlotPass<Op> {
             for l in &mut live[outputs.clone()] {
                 l.slot = Some(alloc.take()?);
             }
-            // One read of each operand's entry: its slot, and whether this is its last
-            // reader (then its last use is cleared, so an operand read twice here is
-            // freed once).
-            for &v in inputs {
-                let l = &mut live[v.index()];
-                let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
-                args.push(s);
-                if l.last_use == here {
-                    l.last_use = None;
-                    alloc.free(Some(s));
+            // One read of each operand's entry: its slot, and its count of reads to come,
+            // which reaching zero says this is its last reader.
+            if inputs.len() <= 2 {
+                for &v in inputs {
+                    let l = &mut live[v.index()];
+                    let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
+                    put(&mut n_args, s);
+                    l.uses -= 1;
+                    if l.uses == 0 {
+                        alloc.free(Some(s));
+                    }
+                }
+            } else {
+                // An operand read twice by one instruction is freed at its first mention,
+                // as for one or two operands (where freeing at the last mention frees the
+                // same slots in the same order), so the counts are taken down first.
+                for &v in inputs {
+                    let l = &mut live[v.index()];
+                    put(&mut n_args, l.slot.expect("an operand is defined, so it has a slot, before its readers"));
+                    l.uses -= 1;
+                }
+                for &v in inputs {
+                    let l = &mut live[v.index()];
+                    if l.uses == 0 {
+                        l.uses = KEPT;
+                        alloc.free(l.slot);
+                    }
                 }
             }
             // Outputs nobody reads are dead at once.
             for l in &live[outputs] {
-                args.push(l.slot.expect("taken above"));
-                if l.last_use.is_none() {
+                put(&mut n_args, l.slot.expect("taken above"));
+                if l.uses == 0 {
                     alloc.free(l.slot);
                 }
             }
             // At most 256 outputs: the interner refuses more.
             let instr = Instr::new(start, n_in, n_out as u16);
-            instrs.push(instr);
+            words[pos].write(instr);
+            n_words = pos + 1;
             runs.push(ops, pos, instr);
+        }
+        // SAFETY: `put` wrote entries `0..n_args` of the pool's spare capacity, in order
+        // (the pool was empty), and the loop wrote word `pos` for every position up to
+        // `n_words` (it was empty too); neither type needs a drop.
+        unsafe {
+            args.set_len(n_args);
+            instrs.set_len(n_words);
         }
         Ok(SlotPass { instrs, args, runs, alloc })
     }
@@ -317,7 +366,7 @@ thread_local! {
 /// column stays where it is, so the program's columns are all that is freed and
 /// reallocated above it, and the scratch itself is written without fresh pages.
 fn take_live(n: usize) -> Vec<Live> {
-    const EMPTY: Live = Live { last_use: None, slot: None };
+    const EMPTY: Live = Live { uses: 0, slot: None };
     // `try_with`: during the thread's teardown the scratch is gone; a fresh column serves.
     let mut live = LIVE_SCRATCH.try_with(Cell::take).unwrap_or_default();
     if live.capacity() < n {
@@ -345,13 +394,18 @@ fn keep_live(live: Vec<Live>) {
     }
 }
 
+/// The count of a program output's reads, and of a value freed by an instruction that
+/// reads it more than once (set at its first mention): never brought to zero by the reads
+/// still to come.
+const KEPT: u32 = u32::MAX;
+
 /// A value's liveness and slot during compilation.
 #[derive(Copy, Clone)]
 struct Live {
-    /// The last instruction that reads the value: `None` when none does (or no longer
-    /// will: it is cleared when the slot is freed), the instruction after the last one for
-    /// a program output, which the output gather reads after every instruction.
-    last_use: Option<InstrId>,
+    /// The operand reads of the value still to come: zero when no instruction reads it
+    /// (or no longer will), [`KEPT`] for a program output, which the output gather reads
+    /// after every instruction.
+    uses: u32,
     /// The value's slot, once it has one (`None` for an input no instruction reads).
     slot: Option<SlotId>,
 }
@@ -383,15 +437,145 @@ impl SlotAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::materialize::OperationId;
+    use crate::operation::{EvaluableGraphOperation, Outputs};
+    use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve};
+    use proptest::prelude::*;
+
+    /// Operations of one to four operands (`A`, `B`: two variants, so that dispatch sorts)
+    /// and a two-output one.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    enum Wide {
+        A(u8),
+        B(u8),
+        Pair,
+    }
+
+    impl GraphOperation for Wide {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            match self {
+                Wide::A(n) | Wide::B(n) => *n as usize,
+                Wide::Pair => 1,
+            }
+        }
+        fn output_count(&self) -> usize {
+            if let Wide::Pair = self { 2 } else { 1 }
+        }
+    }
+
+    impl EvaluableGraphOperation for Wide {
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut Outputs<'_, u64>) {
+            let sum = inputs.iter().fold(1u64, |a, &&x| a.wrapping_mul(31).wrapping_add(x));
+            out.push(sum);
+            if let Wide::Pair = self {
+                out.push(sum ^ 1);
+            }
+        }
+    }
+
+    /// The slot assignment compile made before liveness was a count of reads: each value's
+    /// last reader by instruction position, an operand freed at its first mention in its
+    /// last reader, outputs taking their slots first. Returns the argument pool, the input
+    /// slots and the slot count for the instruction order `order` (operation indices).
+    fn reference_slots(graph: &MaterializedGraph<Wide>, order: &[usize]) -> (Vec<SlotId>, Vec<Option<SlotId>>, usize) {
+        let mut last: Vec<Option<usize>> = vec![None; graph.value_count()];
+        for (pos, &op) in order.iter().enumerate() {
+            for v in graph.op_inputs.get(op) {
+                last[v.index()] = Some(pos);
+            }
+        }
+        for v in graph.outputs() {
+            last[v.index()] = Some(order.len());
+        }
+        let (mut free, mut next) = (Vec::new(), 0);
+        let mut take = |free: &mut Vec<SlotId>| {
+            free.pop().unwrap_or_else(|| {
+                next += 1;
+                SlotId::new(next - 1)
+            })
+        };
+        let mut slot: Vec<Option<SlotId>> = vec![None; graph.value_count()];
+        let mut input_slots = Vec::new();
+        for v in graph.inputs().iter().chain(graph.externals()) {
+            slot[v.index()] = last[v.index()].map(|_| take(&mut free));
+            input_slots.push(slot[v.index()]);
+        }
+        let mut args = Vec::new();
+        for (pos, &op) in order.iter().enumerate() {
+            let first = graph.op_first_output[OperationId::new(op)].index();
+            let outs = first..first + graph.op(OperationId::new(op)).output_count();
+            for v in outs.clone() {
+                slot[v] = Some(take(&mut free));
+            }
+            for v in graph.op_inputs.get(op) {
+                let s = slot[v.index()].expect("defined before");
+                args.push(s);
+                if last[v.index()] == Some(pos) {
+                    last[v.index()] = None;
+                    free.push(s);
+                }
+            }
+            for v in outs {
+                args.push(slot[v].expect("taken above"));
+                if last[v].is_none() {
+                    free.push(slot[v].expect("taken above"));
+                }
+            }
+        }
+        (args, input_slots, next)
+    }
+
+    proptest! {
+        /// Compile's slots (read counts, in either liveness pass) are the ones the last-reader
+        /// allocation gives, on graphs whose operations read up to four operands, the
+        /// same value often twice or more, with one variant or several.
+        #[test]
+        fn read_counts_assign_the_slots_of_last_readers(
+            picks in proptest::collection::vec((0u8..3, 1u8..5, proptest::collection::vec(0usize..6, 4)), 1..300),
+            mixed in any::<bool>(),
+            n_outputs in 1usize..4,
+        ) {
+            let mut b = GraphBuilder::<Wide>::with_interner(KeyInterner::new());
+            let mut values = vec![b.add_input(0), b.add_input(1), b.add_input(2)];
+            for (kind, arity, from) in &picks {
+                let op = match (kind, mixed) {
+                    (0, _) | (1, false) => Wide::A(*arity),
+                    (1, true) => Wide::B(*arity),
+                    _ => Wide::Pair,
+                };
+                // Operands among the last six values: repeats within one list are common.
+                let refs: Vec<_> = from[..op.input_count()]
+                    .iter()
+                    .map(|&back| ValueRef::<Wide>::Local(values[values.len() - 1 - back.min(values.len() - 1)]))
+                    .collect();
+                values.extend(b.add_operation(op, refs, OperationRole::Primary));
+            }
+            let outputs: Vec<_> = values[values.len() - n_outputs.min(values.len())..].to_vec();
+            let g = std::sync::Arc::new(b.build());
+            let keys: Vec<_> = outputs.iter().map(|&v| g.global_key(v)).collect();
+            let graph = materialize_merge(&resolve(vec![g]), &keys);
+            let program = try_compile(&graph).unwrap();
+            let order: Vec<usize> =
+                (0..program.instruction_count()).map(|i| program.source_operation(i).index()).collect();
+            let (args, input_slots, slot_count) = reference_slots(&graph, &order);
+            let slots = &program.code().program().slots;
+            prop_assert_eq!(&slots.args, &args);
+            prop_assert_eq!(&slots.input_slots, &input_slots);
+            prop_assert_eq!(slots.slot_count, slot_count);
+        }
+    }
 
     /// Whether every entry of `live` is empty, as a fresh column's are.
     fn all_empty(live: &[Live]) -> bool {
-        live.iter().all(|l| l.last_use.is_none() && l.slot.is_none())
+        live.iter().all(|l| l.uses == 0 && l.slot.is_none())
     }
 
     #[test]
     fn a_kept_liveness_column_comes_back_empty_and_in_place() {
-        let used = vec![Live { last_use: Some(InstrId::new(3)), slot: Some(SlotId::new(7)) }; 10];
+        let used = vec![Live { uses: 3, slot: Some(SlotId::new(7)) }; 10];
         let at = used.as_ptr();
         keep_live(used);
         // Shorter than the kept column: the same allocation, every entry reset.
@@ -409,7 +593,7 @@ mod tests {
     fn a_column_within_the_bound_but_with_room_past_it_is_kept_trimmed() {
         let over = LIVE_KEEP_MAX_BYTES / size_of::<Live>() + 1;
         let mut live = Vec::with_capacity(over);
-        live.resize(10, Live { last_use: None, slot: None });
+        live.resize(10, Live { uses: 0, slot: None });
         keep_live(live);
         let kept = take_live(0);
         assert!((10..over).contains(&kept.capacity()), "kept, without the room: {}", kept.capacity());

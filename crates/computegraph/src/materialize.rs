@@ -274,7 +274,7 @@ impl<Op: GraphOperation> MaterializedGraph<Op> {
         assert!(range.end <= self.operation_count(), "{range:?} are not operations of this graph");
         match (&self.store_ops, self.op_key.run_first()) {
             (None, _) => out.extend(&self.own_ops.raw()[range]),
-            (Some(store), Some(first)) => out.extend(range.map(|i| store.get(OperationKeyId::new(first + i)))),
+            (Some(store), Some(first)) => store.extend_keys(first + range.start..first + range.end, out),
             (Some(store), None) => out.extend(self.op_key.dense()[range].iter().map(|&k| store.get(k))),
         }
     }

@@ -457,8 +457,10 @@ fn check_uniform_run<Op: GraphOperation, const K: usize>(
     let base = instrs[i].start();
     for j in i..end {
         let start = base + (j - i) * (k + 1);
-        let word = instrs[j];
-        if word.n_in() != k || word.n_out() != 1 || word.start() != start || ops[j] != *op {
+        // The word the run implies, compared whole (one comparison where its three
+        // fields took three, with their shifts); `k` is at most 255 (a run's arity is a
+        // `u8`), and a start past `u32` fits no word.
+        if instrs[j] != Instr::new(start as u32, k as u16, 1) || start > u32::MAX as usize || ops[j] != *op {
             return Err(Fault::NotInRun { instr: InstrId::new(j), run: r });
         }
         // Equal operations may still differ in arity (a user's `PartialEq`): the
