@@ -55,7 +55,9 @@ pub trait GraphOperation: Clone + fmt::Debug + Hash + Eq + Send + Sync + 'static
     }
 
     /// Relative evaluation cost, used by schedulers to decide what is worth running in
-    /// parallel. The unit is roughly "nanoseconds of work"; the default, 1, means cheap.
+    /// parallel, and by compile to keep the materialized order of costly programs rather
+    /// than group operations by variant (`dispatch.rs`). The unit is roughly "nanoseconds
+    /// of work"; the default, 1, means cheap.
     fn cost_hint(&self) -> u64 {
         1
     }

@@ -1,7 +1,7 @@
 //! Software prefetching: the hint itself, and when passes over operands should use it.
 //!
 //! Build, materialize, compile and sequential evaluation read, for each operand, an entry
-//! of a value-indexed column (a key, a new id, a last use and slot, a slot).
+//! of a value-indexed column (a key, a new id, a read count and slot, a slot).
 //! When operands sit near their readers (a chain, a window DAG, narrow layers) those
 //! entries are in the cache. When they come from anywhere in a graph much larger than the
 //! cache, each read is a miss and the pass waits on memory once per operand; prefetching

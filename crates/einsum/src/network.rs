@@ -726,8 +726,9 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
-        let (value, grads, _) =
-            self.value_and_grads(operands, cotangent, |inputs| self.with_value.try_eval(&mut (), inputs))?;
+        let (value, grads, _) = self.value_and_grads(&self.with_value, operands, cotangent, |inputs| {
+            self.with_value.try_eval(&mut (), inputs)
+        })?;
         Ok((value, grads))
     }
 
@@ -755,7 +756,7 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
-        let (value, grads, _) = self.value_and_grads(operands, cotangent, |inputs| {
+        let (value, grads, _) = self.value_and_grads(&self.with_value, operands, cotangent, |inputs| {
             in_pool(pool, || self.with_value.try_eval_parallel(pool, &mut (), inputs))
         })?;
         Ok((value, grads))
@@ -777,42 +778,52 @@ impl<T: Elem> EinsumGradient<T> {
     /// let g = e.gradient(&[0, 1]).unwrap();
     /// let (value, grads, ranges) = g.eval_with_value_and_range(&[&a, &b], &Tensor::scalar(1.0)).unwrap();
     /// assert_eq!(ranges.len(), 1 + grads.len());
-    /// assert!(!ranges[1].left_range()); // the gradient in `a` is all ones
+    /// assert_eq!(grads[0].data(), &[2.0; 4]); // the gradient in `a`
+    /// assert_eq!((ranges[1].largest(), ranges[1].left_range()), (2.0, false));
     /// assert_eq!(ranges[2].largest(), 1e308); // the one in `b` holds a's largest entry
     /// assert_eq!(ranges[0].not_finite(), !value.data()[0].is_finite());
     /// ```
+    #[allow(clippy::type_complexity)] // written out: an alias would hide it in the docs
     pub fn eval_with_value_and_range(
         &self,
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
-    ) -> EinsumResult<ValueGradsRanges<T>> {
-        let ranged = self.ranged.get_or_init(|| {
-            let graph = crate::ranged::with_ranges(&self.merged).ok().flatten()?;
-            let program = computegraph::try_compile(&graph).ok()?;
-            Some((program, crate::threads::materialized_steps(&graph)))
-        });
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>, Vec<RangeScan>)> {
+        // Made on first use and kept only once made: an error (a stop, say) is returned
+        // and the next call tries again.
+        let ranged = match self.ranged.get() {
+            Some(r) => r,
+            None => {
+                let made = match crate::ranged::with_ranges(&self.merged)? {
+                    Some(graph) => {
+                        let program = computegraph::try_compile(&graph)?;
+                        Some((program, crate::threads::materialized_steps(&graph)))
+                    }
+                    None => None,
+                };
+                self.ranged.get_or_init(|| made)
+            }
+        };
         let Some((program, steps)) = ranged else {
             let (value, grads) = self.eval_with_value(operands, cotangent)?;
-            let ranges = std::iter::once(&value).chain(&grads).map(|t| scan(&crate::scan::range_of(t))).collect();
+            let ranges = std::iter::once(&value).chain(&grads).map(crate::scan::range).collect();
             return Ok((value, grads, ranges));
         };
-        let (value, grads, rest) =
-            self.value_and_grads(operands, cotangent, |inputs| {
-                match crate::threads::choose(steps, caller_pool_threads()) {
-                    PoolUse::Pool => in_pool(None, || program.try_eval_parallel(None, &mut (), inputs)),
-                    _ => program.try_eval(&mut (), inputs),
-                }
-            })?;
+        let (value, grads, rest) = self.value_and_grads(program, operands, cotangent, |inputs| {
+            match crate::threads::choose(steps, caller_pool_threads()) {
+                PoolUse::Pool => in_pool(None, || program.try_eval_parallel(None, &mut (), inputs)),
+                _ => program.try_eval(&mut (), inputs),
+            }
+        })?;
         // `rest`: the ranges of the value and of the gradients present, in output order.
-        let mut range_of_output = rest.iter().map(scan);
-        let value_range = range_of_output.next().unwrap_or(RangeScan::EMPTY);
-        let present: Vec<RangeScan> = range_of_output.collect();
-        let ranges = std::iter::once(value_range)
-            .chain(
-                self.value_positions
-                    .iter()
-                    .map(|p| p.and_then(|p| present.get(p - 1).copied()).unwrap_or(RangeScan::EMPTY)),
-            )
+        let present: Vec<RangeScan> = rest
+            .iter()
+            .map(|t| crate::scan::scan_of(t).expect("the ranged program's extra outputs are ranges"))
+            .collect();
+        assert_eq!(present.len(), 1 + self.value_positions.iter().flatten().count(), "one range per output");
+        // A symbolic zero's gradient is zeros: in range, as `EMPTY` says.
+        let ranges = std::iter::once(present[0])
+            .chain(self.value_positions.iter().map(|p| p.map_or(RangeScan::EMPTY, |p| present[p])))
             .collect();
         Ok((value, grads, ranges))
     }
@@ -829,11 +840,12 @@ impl<T: Elem> EinsumGradient<T> {
         self.pool_use(threads) != PoolUse::OneThread
     }
 
-    /// Checks the arguments, runs `with_value` (or a program with its outputs first) on
-    /// them by `run`, and splits its outputs into the value, one gradient per `wrt`
-    /// operand, and the outputs after `with_value`'s.
+    /// Checks the arguments, binds them to `program`'s inputs (`with_value`, or a program
+    /// with `with_value`'s outputs first), runs it by `run`, and splits its outputs into
+    /// the value, one gradient per `wrt` operand, and the outputs after `with_value`'s.
     fn value_and_grads(
         &self,
+        program: &CompiledProgram<TensorOp<T>>,
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
         run: impl FnOnce(&[&Tensor<T>]) -> computegraph::GraphResult<Vec<Tensor<T>>>,
@@ -843,7 +855,7 @@ impl<T: Elem> EinsumGradient<T> {
         m.check("operand", operands, &shapes)?;
         m.check("cotangent", &[cotangent], &[&m.output_shape])?;
         let _evaluation = crate::buffer::begin_evaluation();
-        let inputs = self.with_value.bind_inputs(|k| match k {
+        let inputs = program.bind_inputs(|k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
             k if Some(k) == self.seed.as_ref() => Some(cotangent),
             TensorKey::Tangent(_) => None,
@@ -865,17 +877,8 @@ impl<T: Elem> EinsumGradient<T> {
 /// A program with each output's range after the outputs (`ranged.rs`), and its steps.
 type RangedProgram<T> = (CompiledProgram<TensorOp<T>>, Box<[Step]>);
 
-/// The value, the gradients and one range per result ([`EinsumGradient::eval_with_value_and_range`]).
-type ValueGradsRanges<T> = (Tensor<T>, Vec<Tensor<T>>, Vec<RangeScan>);
-
 /// The value, the gradients, and a program's outputs beyond them.
 type ValueGradsRest<T> = (Tensor<T>, Vec<Tensor<T>>, Vec<Tensor<T>>);
-
-/// The [`RangeScan`] a `TensorOp::Range` output holds (`scan.rs`; `EMPTY` for any other
-/// tensor, which no range program gives).
-fn scan<T: Elem>(t: &Tensor<T>) -> RangeScan {
-    crate::scan::scan_of(t).unwrap_or(RangeScan::EMPTY)
-}
 
 /// The number of threads `pool` (or, without one, the current rayon pool) has.
 fn pool_threads(pool: Option<&rayon::ThreadPool>) -> usize {

@@ -48,11 +48,12 @@ pub enum TensorOp<T> {
     /// outputs `(x, y)` (see [`PairSpec`]): made by [`Einsum::gradient`](crate::Einsum::gradient)
     /// in its compiled program, after the transform, so it has no AD rules of its own.
     ContractPair(Arc<PairSpec>),
-    /// The range of its operand, as the two-entry tensor `[largest modulus of the finite
-    /// entries, 1 if an entry is not finite else 0]` ([`crate::RangeScan`]): placed by
+    /// The range of its operand, as the two-entry tensor `[largest modulus, 1 if an entry
+    /// is not finite else 0]` ([`crate::RangeScan`]): placed by
     /// [`EinsumGradient::eval_with_value_and_range`](crate::EinsumGradient::eval_with_value_and_range)'s
-    /// program right after each result's last write, so that the result is read while it
-    /// is in the cache of the thread that wrote it. Like `ContractPair`, it is made after
+    /// program right after each result's defining operation, so that a program that keeps
+    /// its order (compile keeps it for costly operations) reads the result while it is in
+    /// the cache of the thread that wrote it. Like `ContractPair`, it is made after
     /// the transforms and has no AD rules.
     Range,
 }

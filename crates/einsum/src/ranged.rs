@@ -1,16 +1,19 @@
 //! The rewrite that reads each result's range where it is written ([`with_ranges`]): a
 //! value-and-gradient program gets one `TensorOp::Range` per output, placed right after
 //! the operation that defines the output, and the ranges as extra outputs after the
-//! original ones. Run sequentially, each range then reads its result while that is still
-//! in the cache of the thread that wrote it; read after the program, the chain of matrix
+//! original ones. Compile keeps that order for costly operations (`dispatch.rs`), so run
+//! on one thread each range reads its result while that is still in the cache of the
+//! thread that wrote it (on a pool's threads, when its operand's step is done); read after the program, the chain of matrix
 //! products' 55 MB of gradients came from memory at about 9 GB/s, a fifth of its
 //! value-and-gradient time on one thread (docs/PERFORMANCE.md, "Each result's range read
 //! where it is written").
 //!
 //! Input invariants: a materialized graph in topological order (materialize's output),
 //! without external values. The rebuild interns on an interner of its own, so that the
-//! key order materialize emits in is the order built here. Output invariants: the operations of the input in the same
-//! order, each followed by the ranges of the outputs it defines; the ranges of outputs
+//! key order materialize emits in is the order built here.
+//!
+//! Output invariants: the operations of the input in the same order, each followed by the
+//! ranges of the outputs it defines; the ranges of outputs
 //! that are inputs first; the outputs of the input, then one range per output, by
 //! position. Complexity: one pass over the operations and one rebuild and
 //! materialization of the program.
@@ -89,9 +92,11 @@ mod tests {
     #[test]
     fn each_range_follows_the_operation_that_defines_its_result() {
         let shapes = vec![vec![3, 4], vec![4, 5], vec![5, 2], vec![2, 6]];
-        let e = crate::Einsum::<f64>::new("ab,bc,cd,de->ae", &shapes, crate::PathChoice::Greedy).unwrap();
-        for wrt in [vec![0, 1, 2, 3], vec![2], vec![0, 3]] {
-            let before = merged(&e, &wrt);
+        let chain = crate::Einsum::<f64>::new("ab,bc,cd,de->ae", &shapes, crate::PathChoice::Greedy).unwrap();
+        // A permutation: its gradient is the cotangent permuted, its value a step.
+        let single = crate::Einsum::<f64>::new("ab->ba", &[vec![3, 4]], crate::PathChoice::Greedy).unwrap();
+        for (e, wrt) in [(&chain, vec![0, 1, 2, 3]), (&chain, vec![2]), (&chain, vec![0, 3]), (&single, vec![0])] {
+            let before = merged(e, &wrt);
             let after = with_ranges(&before).unwrap().unwrap();
             let n = before.outputs().len();
             assert_eq!(after.outputs().len(), 2 * n, "{wrt:?}");
@@ -105,8 +110,12 @@ mod tests {
                 assert!(matches!(ops[at].operation(), TensorOp::Range), "{wrt:?}: output {}", n + i);
                 let result = after.outputs()[i];
                 assert_eq!(ops[at].inputs(), &[result], "{wrt:?}: the range of output {i}");
-                // Right after the result's own operation (or first, for an input).
-                assert_eq!(position(result).map_or(0, |p| p + 1), at, "{wrt:?}: range of output {i}");
+                // Right after the result's own operation, or among the ranges that open
+                // the program for an input.
+                match position(result) {
+                    Some(p) => assert_eq!(p + 1, at, "{wrt:?}: range of output {i}"),
+                    None => assert!(ops[..at].iter().all(|o| matches!(o.operation(), TensorOp::Range)), "{wrt:?}"),
+                }
             }
             // The other operations, in the same order.
             let kept: Vec<String> =

@@ -1,7 +1,7 @@
 //! [`RangeScan`], a float64 array's range (`strip_exponent`'s test) in one vector pass,
 //! and a result's range as a tensor: [`range_of`] is what `TensorOp::Range` computes, the
-//! two-entry tensor `[largest modulus of the finite entries, 1 if an entry is not finite
-//! else 0]`, and [`scan_of`] reads it back as a [`RangeScan`]. Carrying the scan as a
+//! two-entry tensor `[largest modulus (infinite when an entry is not finite), 1 if an entry
+//! is not finite else 0]`, and [`scan_of`] reads it back as a [`RangeScan`]. Carrying the scan as a
 //! program value lets a compiled program read each result right after the step that wrote
 //! it (`ranged.rs`), on the thread that wrote it, rather than after the whole program,
 //! when large results have left the cache.
@@ -16,7 +16,7 @@ use crate::tensor::Tensor;
 pub(crate) const LANES: usize = 8;
 
 /// What a scan of a float64 array found: whether an entry is not finite (infinite or NaN),
-/// and the largest modulus of its finite entries. Scans of parts of one array combine by
+/// and the largest modulus of its entries (infinite when one is not finite). Scans of parts of one array combine by
 /// [`RangeScan::merge`] into the scan of the whole.
 ///
 /// ```
@@ -59,7 +59,7 @@ impl RangeScan {
         self.not_finite
     }
 
-    /// The largest modulus of the finite entries (0 for none).
+    /// The largest modulus of the entries: 0 for none, infinite when one is not finite.
     pub fn largest(&self) -> f64 {
         self.largest
     }
@@ -138,19 +138,28 @@ impl pulp::WithSimd for ScanOf<'_> {
     }
 }
 
-/// The range of `x` as a two-entry tensor (module docs): float64 by [`RangeScan::of`]'s
-/// vector pass, other element types by their moduli.
+/// The range of `x` as a two-entry tensor (module docs).
 pub(crate) fn range_of<T: Elem>(x: &Tensor<T>) -> Tensor<T> {
-    let scan = match (x as &dyn Any).downcast_ref::<Tensor<f64>>() {
-        Some(real) => RangeScan::of(real.data()),
-        None => x.data().iter().fold(RangeScan::EMPTY, |acc, v| {
-            let m = v.modulus();
-            acc.merge(if m.is_finite() { RangeScan::from_parts(false, m) } else { RangeScan::from_parts(true, 0.0) })
-        }),
-    };
+    let scan = range(x);
     let flag = if scan.not_finite() { 1.0 } else { 0.0 };
     Tensor::new(vec![2], vec![T::from_f64(scan.largest()), T::from_f64(flag)])
         .expect("two entries make a tensor of shape [2]")
+}
+
+/// The [`RangeScan`] of `x`: float64 by [`RangeScan::of`]'s vector pass, other element
+/// types by their moduli (`largest` infinite when an entry is not finite, as there).
+pub(crate) fn range<T: Elem>(x: &Tensor<T>) -> RangeScan {
+    match (x as &dyn Any).downcast_ref::<Tensor<f64>>() {
+        Some(real) => RangeScan::of(real.data()),
+        None => x.data().iter().fold(RangeScan::EMPTY, |acc, v| {
+            let m = v.modulus();
+            acc.merge(if m.is_finite() {
+                RangeScan::from_parts(false, m)
+            } else {
+                RangeScan::from_parts(true, f64::INFINITY)
+            })
+        }),
+    }
 }
 
 /// The [`RangeScan`] a [`range_of`] tensor holds, or `None` for a tensor of another shape.

@@ -703,10 +703,6 @@ impl<T: Elem> SlicedEinsum<T> {
     }
 }
 
-/// The value, the gradients, and one range per result when the run read them
-/// ([`SlicedGradient::eval_slices_with_value_and_range`]).
-type ValueGradsMaybeRanges<T> = (Tensor<T>, Vec<Tensor<T>>, Option<Vec<RangeScan>>);
-
 /// The gradient of a [`SlicedEinsum`] ([`SlicedEinsum::gradient`]): per slice the slice
 /// program's VJP, accumulated into buffers of the operands' full shapes.
 ///
@@ -824,12 +820,13 @@ impl<T: Elem> SlicedGradient<T> {
     /// contraction the range of the value and of each gradient, in that order, each read
     /// right after the step that wrote it ([`EinsumGradient::eval_with_value_and_range`]);
     /// `None` for a sum of slices, whose results are whole only at the end.
+    #[allow(clippy::type_complexity)] // written out: an alias would hide it in the docs
     pub fn eval_slices_with_value_and_range(
         &self,
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
         range: Range<u64>,
-    ) -> EinsumResult<ValueGradsMaybeRanges<T>> {
+    ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>, Option<Vec<RangeScan>>)> {
         self.check(operands, cotangent, &range)?;
         if !self.layout.is_sliced() && range == (0..1) {
             let (value, grads, ranges) = self.gradient.eval_with_value_and_range(operands, cotangent)?;

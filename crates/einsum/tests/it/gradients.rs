@@ -279,3 +279,14 @@ proptest! {
         ranges_on::<c64>(&expr, &shapes, &wrt, scale);
     }
 }
+
+/// A chain of products large enough for the pool's threads (`threads.rs`): the ranges on a
+/// pool of two are those of the results it wrote, in range and overflowing.
+#[test]
+fn a_costly_chains_ranges_on_two_threads() {
+    let shapes = vec![vec![256, 256]; 3];
+    for scale in [1.0, 1e300] {
+        ranges_on::<f64>("ab,bc,cd->ad", &shapes, &[0, 1, 2], scale);
+        ranges_on::<f64>("ab,bc,cd->ad", &shapes, &[1], scale);
+    }
+}
