@@ -468,14 +468,10 @@ impl Inner {
                     let (v, grads) = g.eval_slices_with_value(&refs, &c, range)?;
                     return Ok((v, grads, None));
                 }
-                // Each result's range read right after the step that wrote it, where the
-                // program allows; otherwise all of them after the run.
-                let (v, grads, ranges) = if T::IS_COMPLEX {
-                    let (v, grads) = g.eval_slices_with_value(&refs, &c, range)?;
-                    (v, grads, None)
-                } else {
-                    g.eval_slices_with_value_and_range(&refs, &c, range)?
-                };
+                // Each result's range read right after the step that wrote it (by moduli
+                // for complex results, as the caller's test reads them); for a sum of
+                // slices, all of them after the run.
+                let (v, grads, ranges) = g.eval_slices_with_value_and_range(&refs, &c, range)?;
                 let left = match ranges {
                     Some(r) => Some(r.iter().any(RangeScan::left_range)),
                     None => T::left_range(&std::iter::once(&v).chain(&grads).collect::<Vec<_>>()),

@@ -667,9 +667,8 @@ pub struct EinsumGradient<T: Elem> {
     /// `with_value`'s graph, from which [`Self::eval_with_value_and_range`] makes its program.
     merged: Arc<MaterializedGraph<TensorOp<T>>>,
     /// `with_value` with each output's range read right after its last write
-    /// (`ranged.rs`) and its steps, made on the first [`Self::eval_with_value_and_range`];
-    /// `None` where the rewrite does not apply.
-    ranged: OnceLock<Option<RangedProgram<T>>>,
+    /// (`ranged.rs`) and its steps, made on the first [`Self::eval_with_value_and_range`].
+    ranged: OnceLock<RangedProgram<T>>,
 }
 
 impl<T: Elem> EinsumGradient<T> {
@@ -714,10 +713,10 @@ impl<T: Elem> EinsumGradient<T> {
         operands: &[&Tensor<T>],
         cotangent: &Tensor<T>,
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>)> {
-        if self.pool_use(caller_pool_threads()) == PoolUse::Pool {
-            return self.eval_with_value_in_pool(None, operands, cotangent);
-        }
-        self.eval_with_value_here(operands, cotangent)
+        let (value, grads, _) = self.value_and_grads(&self.with_value, operands, cotangent, |inputs| {
+            run_where_it_pays(&self.with_value, &self.steps, inputs)
+        })?;
+        Ok((value, grads))
     }
 
     /// [`Self::eval_with_value`] on the calling thread, whatever pool it runs in.
@@ -791,30 +790,16 @@ impl<T: Elem> EinsumGradient<T> {
     ) -> EinsumResult<(Tensor<T>, Vec<Tensor<T>>, Vec<RangeScan>)> {
         // Made on first use and kept only once made: an error (a stop, say) is returned
         // and the next call tries again.
-        let ranged = match self.ranged.get() {
+        let (program, steps) = match self.ranged.get() {
             Some(r) => r,
             None => {
-                let made = match crate::ranged::with_ranges(&self.merged)? {
-                    Some(graph) => {
-                        let program = computegraph::try_compile(&graph)?;
-                        Some((program, crate::threads::materialized_steps(&graph)))
-                    }
-                    None => None,
-                };
-                self.ranged.get_or_init(|| made)
+                let graph = crate::ranged::with_ranges(&self.merged)?;
+                let program = computegraph::try_compile(&graph)?;
+                self.ranged.get_or_init(|| (program, crate::threads::materialized_steps(&graph)))
             }
         };
-        let Some((program, steps)) = ranged else {
-            let (value, grads) = self.eval_with_value(operands, cotangent)?;
-            let ranges = std::iter::once(&value).chain(&grads).map(crate::scan::range).collect();
-            return Ok((value, grads, ranges));
-        };
-        let (value, grads, rest) = self.value_and_grads(program, operands, cotangent, |inputs| {
-            match crate::threads::choose(steps, caller_pool_threads()) {
-                PoolUse::Pool => in_pool(None, || program.try_eval_parallel(None, &mut (), inputs)),
-                _ => program.try_eval(&mut (), inputs),
-            }
-        })?;
+        let (value, grads, rest) =
+            self.value_and_grads(program, operands, cotangent, |inputs| run_where_it_pays(program, steps, inputs))?;
         // `rest`: the ranges of the value and of the gradients present, in output order.
         let present: Vec<RangeScan> = rest
             .iter()
@@ -879,6 +864,19 @@ type RangedProgram<T> = (CompiledProgram<TensorOp<T>>, Box<[Step]>);
 
 /// The value, the gradients, and a program's outputs beyond them.
 type ValueGradsRest<T> = (Tensor<T>, Vec<Tensor<T>>, Vec<Tensor<T>>);
+
+/// `program` on `inputs`: inside a rayon pool of several threads on its threads where its
+/// `steps`' estimated cost says they pay (`threads.rs`), on the calling thread otherwise.
+fn run_where_it_pays<T: Elem>(
+    program: &CompiledProgram<TensorOp<T>>,
+    steps: &[Step],
+    inputs: &[&Tensor<T>],
+) -> computegraph::GraphResult<Vec<Tensor<T>>> {
+    match crate::threads::choose(steps, caller_pool_threads()) {
+        PoolUse::Pool => in_pool(None, || program.try_eval_parallel(None, &mut (), inputs)),
+        _ => program.try_eval(&mut (), inputs),
+    }
+}
 
 /// The number of threads `pool` (or, without one, the current rayon pool) has.
 fn pool_threads(pool: Option<&rayon::ThreadPool>) -> usize {

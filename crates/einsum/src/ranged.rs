@@ -30,13 +30,14 @@ use crate::op::TensorOp;
 
 /// `merged` with the range of each output read right after its last write (module docs),
 /// materialized again: outputs `0..n` as before, then output `n + i` the range of output
-/// `i`. `None` when it reads external values, which a rebuild would have to name again.
+/// `i`.
+///
+/// # Panics
+/// On a graph with external values (`materialize_merge` makes none).
 pub(crate) fn with_ranges<T: Elem>(
     merged: &MaterializedGraph<TensorOp<T>>,
-) -> EinsumResult<Option<MaterializedGraph<TensorOp<T>>>> {
-    if !merged.externals().is_empty() {
-        return Ok(None);
-    }
+) -> EinsumResult<MaterializedGraph<TensorOp<T>>> {
+    assert!(merged.externals().is_empty(), "a merged program reads no external value");
     let is_output: rustc_hash::FxHashSet<ValueId> = merged.outputs().iter().copied().collect();
     // A fresh interner: materialize emits operations in key order, so on `merged`'s
     // interner, where every other operation already has a key, the ranges would all come
@@ -70,7 +71,7 @@ pub(crate) fn with_ranges<T: Elem>(
     let graph = std::sync::Arc::new(b.try_build()?);
     let keys: Vec<ValueKey<TensorOp<T>>> = outputs.iter().map(|&v| graph.global_key(v)).collect();
     let view = computegraph::try_resolve(vec![graph])?;
-    Ok(Some(computegraph::try_materialize_merge(&view, &keys)?))
+    Ok(computegraph::try_materialize_merge(&view, &keys)?)
 }
 
 #[cfg(test)]
@@ -97,7 +98,7 @@ mod tests {
         let single = crate::Einsum::<f64>::new("ab->ba", &[vec![3, 4]], crate::PathChoice::Greedy).unwrap();
         for (e, wrt) in [(&chain, vec![0, 1, 2, 3]), (&chain, vec![2]), (&chain, vec![0, 3]), (&single, vec![0])] {
             let before = merged(e, &wrt);
-            let after = with_ranges(&before).unwrap().unwrap();
+            let after = with_ranges(&before).unwrap();
             let n = before.outputs().len();
             assert_eq!(after.outputs().len(), 2 * n, "{wrt:?}");
             let ops: Vec<_> = after.operations().collect();

@@ -148,7 +148,7 @@ pub(crate) fn range_of<T: Elem>(x: &Tensor<T>) -> Tensor<T> {
 
 /// The [`RangeScan`] of `x`: float64 by [`RangeScan::of`]'s vector pass, other element
 /// types by their moduli (`largest` infinite when an entry is not finite, as there).
-pub(crate) fn range<T: Elem>(x: &Tensor<T>) -> RangeScan {
+fn range<T: Elem>(x: &Tensor<T>) -> RangeScan {
     match (x as &dyn Any).downcast_ref::<Tensor<f64>>() {
         Some(real) => RangeScan::of(real.data()),
         None => x.data().iter().fold(RangeScan::EMPTY, |acc, v| {
