@@ -28,7 +28,8 @@ value+gradient median over its forward median.
 
 Threads: one worker process per thread count and instance (``--threads 1,2``), since JAX
 reads its thread count when it starts; a worker whose resident memory passes
-``--max-rss-gib`` (3.8 GiB by default, the budget of a process on the shared machine) ends,
+``--max-rss-gib`` (8 GiB by default: one worker runs at a time, and JAX's compile and
+value+gradient of ``str_nw_mera_open_26`` on two threads take about 4 GiB) ends,
 and its instance is reported as over the budget. In a worker of N threads, numpy's BLAS has N threads
 (``OMP_NUM_THREADS`` and the like), the worker runs on N cores (its affinity: XLA has
 threads of its own beside its pool), XLA's CPU client ``intra_op_parallelism_threads=N``
@@ -414,8 +415,8 @@ def main():
     parser.add_argument("--json", type=pathlib.Path, help="also write every row, with its runs, here")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall time, or the process's CPU time (for one thread on a loaded machine)")
-    parser.add_argument("--max-rss-gib", type=float, default=3.8,
-                        help="end an instance whose worker's resident memory passes this (default 3.8)")
+    parser.add_argument("--max-rss-gib", type=float, default=8.0,
+                        help="end an instance whose worker's resident memory passes this (default 8)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--overhead", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("files", nargs="*")
