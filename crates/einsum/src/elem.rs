@@ -8,7 +8,7 @@ use faer::{Accum, Conj, MatMut, MatRef, Par};
 /// Complex `f64` (faer's and `num-complex`'s `Complex<f64>`).
 pub use faer::c64;
 
-/// A tensor element: `f64` or [`c64`].
+/// A tensor element: `f64` or [`c64`] (sealed: implemented for these two only).
 ///
 /// Besides arithmetic it knows its conjugate, the real inner product
 /// `⟨a, b⟩ = Re(conj(a)·b)` the AD convention is stated in, and how to run a GEMM.
@@ -22,7 +22,8 @@ pub use faer::c64;
 /// assert_eq!(3.0f64.inner(2.0), 6.0);
 /// ```
 pub trait Elem:
-    Copy
+    sealed::Sealed
+    + Copy
     + Send
     + Sync
     + 'static
@@ -81,6 +82,15 @@ pub trait Elem:
         conj: [bool; 2],
         accumulate: bool,
     );
+}
+
+/// Why sealed: [`Elem`] is implemented for `f64` and [`c64`] only, and kernels add required
+/// methods to it as they need them (`as_f64s`), which would break an implementation outside
+/// this crate.
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f64 {}
+    impl Sealed for super::c64 {}
 }
 
 impl Elem for f64 {

@@ -29,6 +29,9 @@ use crate::tensor::Tensor;
 /// let v = Tensor::new(vec![2], vec![1.0, 1.0]).unwrap();
 /// assert_eq!(op.eval(&mut (), &[&m, &v])[0].data(), &[3.0, 7.0]);
 /// ```
+// Why `non_exhaustive`: kernels gain operations (a range read, a fused pair), and a match
+// outside this crate must not break when one is added.
+#[non_exhaustive]
 #[derive(Clone)]
 pub enum TensorOp<T> {
     /// A binary contraction (see [`ContractSpec`]); also element-wise products, outer
