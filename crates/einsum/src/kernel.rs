@@ -747,29 +747,14 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         None => {}
     }
     let c_len = if in_place { out_len } else { shape_of(&core, sizes).iter().product() };
-    let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
-    let operands = [(&a_data[..], &a_view), (&b_data[..], &b_view)];
-    let parallel = batch_chunks(&loop_sizes, &c_view, c_len, [m, n, k]);
-    // A permuted result on this thread: in tiles, never whole (`tile_out.rs`).
-    let tiled = if in_place || parallel.is_some() {
-        None
-    } else {
-        crate::tile_out::gemm_in_tiles(spec.conj, [m, n, k], &loop_sizes, operands, &c_view, (&core, &spec.out), sizes)
-    };
-    if let Some(out) = tiled {
-        for data in [a_data, b_data] {
-            if let Cow::Owned(v) = data {
-                recycle(v);
-            }
-        }
-        return Tensor::from_parts(&out_shape, out);
-    }
     // The GEMMs' blocks tile `c` (its labels are the looped ones it has, left and right),
     // so it needs no zeroing: a block is replaced on its first visit and accumulated into
     // on later ones, which happen only while a looped label absent from `c` (contracted)
     // moves on.
     let mut c = overwritten(c_len);
-    match parallel {
+    let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
+    let operands = [(&a_data[..], &a_view), (&b_data[..], &b_view)];
+    match batch_chunks(&loop_sizes, &c_view, c_len, [m, n, k]) {
         Some(per) => {
             use rayon::prelude::*;
             // Chunks of the leading looped label, which leads `c` too: disjoint blocks of

@@ -142,7 +142,6 @@ mod thin_gemm;
 mod threads;
 #[cfg(test)]
 mod threads_tests;
-mod tile_out;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use checkpoint::CheckpointedGradient;
