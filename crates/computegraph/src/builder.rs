@@ -235,9 +235,10 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
         }
-        // Not `ok_or`: its error was made, and dropped by a call, on every append.
-        let op_id =
-            g.op_first_output.next_id().ok_or_else(|| GraphError::IdSpaceExhausted { space: "local operation" })?;
+        let Some(op_id) = g.op_first_output.next_id() else {
+            // Not `ok_or`, which made this error, and dropped it by a call, on every append.
+            return Err(GraphError::IdSpaceExhausted { space: "local operation" });
+        };
         // Store the operands, checking each; a failure takes back what was stored, so a
         // failed call adds nothing.
         let externals = g.externals.len();
@@ -504,8 +505,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.operation_count());
-        // First, so that a graph that reads its operations from the store does not trim the
-        // column it is about to free.
+        // First: a graph that reads its operations from the store frees that column, untrimmed.
         g.read_ops_from_store();
         g.value_op.shrink_loose();
         g.value_key.shrink_loose();

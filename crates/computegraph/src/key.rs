@@ -382,7 +382,7 @@ impl<Op: GraphOperation> InternerState<Op> {
         let index = u32::try_from(self.input_count)
             .ok()
             .filter(|&i| i < u32::MAX)
-            .ok_or_else(|| GraphError::IdSpaceExhausted { space: "input key" })?;
+            .ok_or(GraphError::IdSpaceExhausted { space: "input key" })?;
         if self.value_count >= self.value_limit {
             return Err(GraphError::IdSpaceExhausted { space: "value key" });
         }
