@@ -219,10 +219,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
 
     /// Allocation-free form of [`GraphBuilder::try_add_operation`]: borrows the operands
     /// and returns the outputs as a range of local value indices.
-    // Always inlined into the caller's loop: as a call (`#[inline]` was not always
-    // taken), its prologue, epilogue and `Result` were a visible share of a large
-    // build's appending (docs/PERFORMANCE.md, build41e); interning a full batch stays out
-    // of line (`intern_batch`).
+    // Always inlined into the caller's loop: as a call (`#[inline]` was not always taken),
+    // its prologue, epilogue and `Result` were a visible share of a large build's appending
+    // (docs/PERFORMANCE.md, build41e); interning a full batch stays out of line.
     #[inline(always)]
     pub fn try_add_operation_from(
         &mut self,
@@ -236,7 +235,10 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         if first + n_out > MAX_LOCAL_VALUES {
             return Err(GraphError::IdSpaceExhausted { space: "local value" });
         }
-        let op_id = g.op_first_output.next_id().ok_or(GraphError::IdSpaceExhausted { space: "local operation" })?;
+        let Some(op_id) = g.op_first_output.next_id() else {
+            // Not `ok_or`, which made this error, and dropped it by a call, on every append.
+            return Err(GraphError::IdSpaceExhausted { space: "local operation" });
+        };
         // Store the operands, checking each; a failure takes back what was stored, so a
         // failed call adds nothing.
         let externals = g.externals.len();
@@ -304,8 +306,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         let g = &mut self.graph;
         if g.ops_base == 0 {
-            // The first batch: the graph is large, so it grows into the columns its thread
-            // kept from the last one it dropped, where they have more room.
+            // The first batch: the graph is large, so it grows into its thread's kept columns.
             g.grow_into_kept_columns();
         }
         g.ops_base = g.op_key.len();
@@ -504,8 +505,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         self.flush()?;
         let mut g = self.graph;
         debug_assert_eq!(g.op_key.len(), g.operation_count());
-        // First, so that a graph that reads its operations from the store does not trim the
-        // column it is about to free.
+        // First: a graph that reads its operations from the store frees that column, untrimmed.
         g.read_ops_from_store();
         g.value_op.shrink_loose();
         g.value_key.shrink_loose();
