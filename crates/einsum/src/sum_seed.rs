@@ -45,7 +45,10 @@ pub(crate) fn sum_of_output<T: Elem>(
     output_shape: &[usize],
 ) -> EinsumResult<SumFragment<T>> {
     let &[output] = forward.outputs() else {
-        return Err(EinsumError::Shape(format!("a contraction graph has one output, this one {}", forward.outputs().len())));
+        return Err(EinsumError::Shape(format!(
+            "a contraction graph has one output, this one {}",
+            forward.outputs().len()
+        )));
     };
     let mut b = GraphBuilder::<TensorOp<T>>::with_interner(forward.interner().clone());
     b.try_add_parent(forward.clone())?;
@@ -64,20 +67,22 @@ pub(crate) fn sum_of_output<T: Elem>(
                     r => Ok(r),
                 })
                 .collect::<Result<_, _>>()?;
-            let [ra, rb] = <[_; 2]>::try_from(refs).map_err(|_| EinsumError::Shape("a contraction has two operands".into()))?;
+            let [ra, rb] =
+                <[_; 2]>::try_from(refs).map_err(|_| EinsumError::Shape("a contraction has two operands".into()))?;
             let (la, lb, sizes) = (spec.a_labels(), spec.b_labels(), spec.sizes());
             let sa = shared(la, lb);
             let sb = shared(lb, la);
-            let mut reduced = |r: ValueRef<TensorOp<T>>, l: &[u32], kept: &[u32]| -> EinsumResult<ValueRef<TensorOp<T>>> {
-                // Already the shared labels, once each, in some order: read as it is.
-                if l.len() == kept.len() {
-                    return Ok(r);
-                }
-                let unary = UnarySpec::new(l, kept, sizes)?;
-                made.push(unary.out_shape());
-                let v = b.try_add_operation(TensorOp::unary(unary), vec![r], OperationRole::Primary)?[0];
-                Ok(ValueRef::Local(v))
-            };
+            let mut reduced =
+                |r: ValueRef<TensorOp<T>>, l: &[u32], kept: &[u32]| -> EinsumResult<ValueRef<TensorOp<T>>> {
+                    // Already the shared labels, once each, in some order: read as it is.
+                    if l.len() == kept.len() {
+                        return Ok(r);
+                    }
+                    let unary = UnarySpec::new(l, kept, sizes)?;
+                    made.push(unary.out_shape());
+                    let v = b.try_add_operation(TensorOp::unary(unary), vec![r], OperationRole::Primary)?[0];
+                    Ok(ValueRef::Local(v))
+                };
             let ra = reduced(ra, la, &sa)?;
             let rb = reduced(rb, lb, &sb)?;
             let closed = ContractSpec::new(&sa, &sb, &[], sizes)?.with_conj(spec.conj());

@@ -4,7 +4,9 @@
 //! of two), its value against `reference_einsum`, exact differences (a network is linear
 //! in each operand, so a step of 1 is exact: `docs/SPEC.md` §7), and its errors.
 
-use einsum::{ContractionPath, Einsum, Elem, PathChoice, Tensor, c64, reference_einsum};
+use einsum::{
+    ContractionPath, Einsum, EinsumOptions, Elem, PathChoice, SlicedEinsum, Slicing, Tensor, c64, reference_einsum,
+};
 use proptest::prelude::*;
 
 use crate::network::{assert_close, network, tensor};
@@ -129,4 +131,35 @@ fn a_cotangent_of_the_wrong_shape_is_an_error() {
     // `wrt` is checked as the full gradient checks it.
     assert!(e.gradient_of_sum(&[2]).err().unwrap().to_string().contains("operand 2"));
     assert!(e.gradient_of_sum(&[0, 0]).err().unwrap().to_string().contains("listed twice"));
+}
+
+/// Sliced on an output label and on a summed one: every slice takes the scalar as it is,
+/// and the sums over slices equal the full gradient of the constant cotangent.
+#[test]
+fn sliced_sum_gradients_equal_full_gradients() {
+    let shapes = vec![vec![3, 4, 2], vec![4, 2, 5], vec![5, 3]];
+    let expr = "ijk,jkl,lm->im";
+    let x: Vec<Tensor<c64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+    let c = c64::new(0.75, 0.5);
+    let plain = Einsum::<c64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+    let (v0, g0) = plain.gradient(&[0, 1, 2]).unwrap().eval_with_value(&refs(&x), &filled(&[3, 3], c)).unwrap();
+    for labels in [vec!['i'], vec!['j', 'm'], vec!['l']] {
+        let s = SlicedEinsum::<c64>::new(
+            expr,
+            &shapes,
+            PathChoice::Greedy,
+            &EinsumOptions::default(),
+            &Slicing::Labels(labels.clone()),
+        )
+        .unwrap();
+        let g = s.gradient_of_sum(&[0, 1, 2]).unwrap();
+        let (v, grads) = g.eval_slices_with_value(&refs(&x), &Tensor::scalar(c), 0..s.plan().n_slices()).unwrap();
+        assert_close(&v, &v0, &format!("sliced on {labels:?}: value"));
+        let sum_only = g.eval(&refs(&x), &Tensor::scalar(c)).unwrap();
+        for k in 0..3 {
+            assert_close(&grads[k], &g0[k], &format!("sliced on {labels:?}: gradient {k}"));
+            assert_close(&sum_only[k], &g0[k], &format!("sliced on {labels:?}: gradient {k} alone"));
+        }
+        assert!(g.eval(&refs(&x), &filled(&[3, 3], c)).is_err(), "a full cotangent is the other gradient's");
+    }
 }
