@@ -78,10 +78,14 @@ pub(crate) fn sum_of_output<T: Elem>(
                     if l.len() == kept.len() {
                         return Ok(r);
                     }
-                    let unary = UnarySpec::new(l, kept, sizes)?;
-                    made.push(unary.out_shape());
-                    let v = b.try_add_operation(TensorOp::unary(unary), vec![r], OperationRole::Primary)?[0];
-                    Ok(ValueRef::Local(v))
+                    let (mut r, mut from) = (r, l.to_vec());
+                    for to in stages(l, kept, sizes) {
+                        let unary = UnarySpec::new(&from, &to, sizes)?;
+                        made.push(unary.out_shape());
+                        let v = b.try_add_operation(TensorOp::unary(unary), vec![r], OperationRole::Primary)?[0];
+                        (r, from) = (ValueRef::Local(v), to);
+                    }
+                    Ok(r)
                 };
             let ra = reduced(ra, la, &sa)?;
             let rb = reduced(rb, lb, &sb)?;
@@ -111,4 +115,60 @@ fn shared(l: &[u32], other: &[u32]) -> Vec<u32> {
         }
     }
     out
+}
+
+/// The elements of the innermost labels a sum stage spans at most: 32 KiB of `f64`.
+const STAGE_SPAN: usize = 4096;
+
+/// The label lists of `l` summed to `kept` (`l`'s labels in `l`'s order) stage by stage,
+/// each stage summing the summed labels among the innermost ones that span at most
+/// [`STAGE_SPAN`] elements. Why: the direct loop of a one-operand sum keeps the output's
+/// labels outside and walks each output element's summed labels inside, so summed labels
+/// between kept ones (MERA's `abcdefgh->ah`) make every pass stride across the whole
+/// tensor, once per value of the kept inner labels; a stage over a span that stays in the
+/// cache reads the tensor from memory once. Labels repeated in `l` (a diagonal) take one
+/// stage.
+fn stages(l: &[u32], kept: &[u32], sizes: &[usize]) -> Vec<Vec<u32>> {
+    let distinct = l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+    if !distinct {
+        return vec![kept.to_vec()];
+    }
+    let mut out = Vec::new();
+    let mut current = l.to_vec();
+    while current.iter().any(|c| !kept.contains(c)) {
+        let (mut start, mut span) = (current.len(), 1usize);
+        while start > 0 && span.saturating_mul(sizes[current[start - 1] as usize]) <= STAGE_SPAN {
+            start -= 1;
+            span *= sizes[current[start] as usize];
+        }
+        let mut next = current[..start].to_vec();
+        next.extend(current[start..].iter().copied().filter(|c| kept.contains(c)));
+        if start == 0 || next.len() == current.len() {
+            // All within one span, or no summed label among the innermost: the rest at once.
+            out.push(kept.to_vec());
+            break;
+        }
+        out.push(next.clone());
+        current = next;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stages;
+
+    #[test]
+    fn sums_between_kept_labels_go_in_stages_that_span_the_cache() {
+        // MERA's last step's left operand: `abcdefgh->ah`, sizes 10 9 3 9 9 9 9 5.
+        let sizes = [10, 9, 3, 9, 9, 9, 9, 5];
+        let l: Vec<u32> = (0..8).collect();
+        assert_eq!(stages(&l, &[0, 7], &sizes), vec![vec![0, 1, 2, 3, 7], vec![0, 7]]);
+        // Small: one stage.
+        assert_eq!(stages(&[0, 1, 2], &[1], &[4, 4, 4]), vec![vec![1]]);
+        // No summed label among the innermost: the rest at once.
+        assert_eq!(stages(&[0, 1], &[1], &[8, 5000]), vec![vec![1]]);
+        // A diagonal: one stage.
+        assert_eq!(stages(&[0, 0, 1], &[0], &[3, 3000]), vec![vec![0]]);
+    }
 }
