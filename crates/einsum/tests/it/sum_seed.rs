@@ -163,3 +163,19 @@ fn sliced_sum_gradients_equal_full_gradients() {
         assert!(g.eval(&refs(&x), &filled(&[3, 3], c)).is_err(), "a full cotangent is the other gradient's");
     }
 }
+
+/// A last step whose left operand is summed in two stages (`abch->ah`, the innermost
+/// labels past the stage span): against the full gradient, real and complex, one thread
+/// and two.
+#[test]
+fn operands_summed_in_stages_give_the_full_gradient() {
+    let (expr, shapes) = ("abch,hax->bcx", vec![vec![3, 20, 30, 8], vec![8, 3, 2]]);
+    let e = Einsum::<f64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+    let x: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+    for wrt in [vec![0, 1], vec![0], vec![1]] {
+        check(&e, &x, &wrt, 0.5, expr);
+    }
+    let e = Einsum::<c64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+    let x: Vec<Tensor<c64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+    check(&e, &x, &[0, 1], c64::new(0.5, 1.5), expr);
+}
