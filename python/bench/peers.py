@@ -7,8 +7,8 @@ operands along the same path (the instance's ``opt_flops`` path; opt_einsum's gr
 for the seeded networks):
 
 - cgx: a compiled ``cgx.contract_expression``; value+gradient is
-  ``ContractExpression.value_and_grad`` with a cotangent of ones (the gradient of the
-  sum of the result with respect to every operand);
+  ``ContractExpression.value_and_grad`` with the scalar cotangent 1 (the gradient of the
+  sum of the result with respect to every operand, as the peers take it);
 - numpy + opt_einsum: a precompiled ``opt_einsum.contract_expression`` (forward only:
   numpy has no gradients);
 - JAX: ``jax.jit`` of ``jnp.einsum(eq, *xs, optimize=path)`` and ``jax.jit`` of
@@ -274,7 +274,7 @@ def worker(args):
         t = time.perf_counter()
         expr = cgx.contract_expression(eq, *shapes, optimize=path, **expr_kw)
         value = expr(*ops)
-        seed = np.ones(value.shape)
+        seed = 1.0
         _, grads = expr.value_and_grad(*ops, cotangent=seed)
         cgx_setup = (time.perf_counter() - t) * 1e3
         # The check holds the reference results while the other libraries compile and run

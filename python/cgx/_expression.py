@@ -211,7 +211,8 @@ class ContractExpression(_core.Expression):
         cotangent: Any = None,
         threads: Optional[int] = None,
     ) -> tuple[NDArray[Any], ...]:
-        """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``."""
+        """The gradients (one per operand in ``wrt``) summed over slices ``start..stop``;
+        ``cotangent`` as in ``value_and_grad`` (a scalar: every slice takes it as it is)."""
         with _threads.threads(threads):
             return self._grad_slices(self._full(arrays), *self._range(start, stop), self._full_wrt(wrt), cotangent)
 
@@ -255,8 +256,14 @@ class ContractExpression(_core.Expression):
         checkpoint: Union[int, str, None] = None,
     ) -> Any:
         """``(value, grads)``: the contraction and one gradient per operand in ``wrt`` (all if
-        ``None``; an int for one operand), for ``cotangent`` (of the output's shape; ``None``
-        means 1 and needs a scalar output). ``strip_exponent`` as in :func:`contract`, for
+        ``None``; an int for one operand), for ``cotangent``: of the output's shape, or a
+        scalar ``c`` (a Python or numpy number, or a 0-d array) that stands for ``c``
+        everywhere: the gradients of ``c * f(x).sum()`` (of ``Re(conj(c) * f(x).sum())`` for
+        complex values), computed without an array of the output's shape (the last step's
+        operands are summed over the labels the other lacks, and its gradients are those
+        sums broadcast; ``strip_exponent=True``, the automatic scaled rerun and
+        ``checkpoint`` fill ``c`` into the output's shape instead); ``None`` means 1 and
+        needs a scalar output. ``strip_exponent`` as in :func:`contract`, for
         the value and each gradient: with ``True`` each is ``(mantissa, exponent)``; by
         default, when one has left the finite range, all are computed again scaled and each
         comes as an array if it fits, else as the pair. ``threads`` as in

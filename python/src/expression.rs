@@ -84,6 +84,8 @@ struct Compiled<T: Elem> {
     /// (`Plan::balanced_for`), or `None` where that does not pay and `einsum` serves.
     balanced: Mutex<HashMap<usize, Option<Arc<SlicedEinsum<T>>>>>,
     gradients: Mutex<HashMap<Vec<usize>, Arc<SlicedGradient<T>>>>,
+    /// The gradients of the output's sum, for a scalar cotangent of a non-scalar output.
+    sum_gradients: Mutex<HashMap<Vec<usize>, Arc<SlicedGradient<T>>>>,
     hvps: Mutex<HashMap<Vec<usize>, Arc<SlicedHvp<T>>>>,
 }
 
@@ -93,6 +95,7 @@ impl<T: Elem> Compiled<T> {
             einsum: OnceLock::new(),
             balanced: Mutex::default(),
             gradients: Mutex::default(),
+            sum_gradients: Mutex::default(),
             hvps: Mutex::default(),
         }
     }
@@ -417,25 +420,44 @@ impl Inner {
         Ok((convert::to_numpy(py, out)?.into_any(), left))
     }
 
-    /// The cotangent: the given one, or 1 for a scalar output.
+    /// The cotangent of the output's shape: the given one, a scalar given for a non-scalar
+    /// output filled into that shape (the paths that take no scalar: scaled, checkpointed,
+    /// element-wise, HVP), or 1 for a scalar output.
     fn cotangent<T: Dtype>(&self, cotangent: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor<T>> {
+        let c = self.given_cotangent::<T>(cotangent)?;
+        match c.data() {
+            &[x] if c.shape().is_empty() && !self.output_shape.is_empty() => {
+                Tensor::from_fn(self.output_shape.clone(), |_| x).map_err(einsum_error)
+            }
+            _ => Ok(c),
+        }
+    }
+
+    /// The cotangent as given (a scalar stays a scalar), or 1 for a scalar output.
+    fn given_cotangent<T: Dtype>(&self, cotangent: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor<T>> {
         match cotangent {
             Some(c) => Ok(convert::tensors_like::<T>(std::slice::from_ref(c), "cotangent")?.remove(0)),
             None if self.output_shape.is_empty() => Ok(Tensor::scalar(T::from_f64(1.0))),
             None => Err(PyValueError::new_err(format!(
-                "`{}` has a non-scalar output of shape {:?}: pass a cotangent of that shape",
+                "`{}` has a non-scalar output of shape {:?}: pass a cotangent of that shape, or a scalar",
                 self.report.expression, self.output_shape
             ))),
         }
     }
 
     /// What a gradient call needs, after the memory check: the compiled expression, the
-    /// cotangent and the gradient program for `d.wrt` (built on first use).
+    /// cotangent and the gradient program for `d.wrt` (built on first use). A scalar
+    /// cotangent of a non-scalar output takes the gradient of the sum
+    /// (`SlicedEinsum::gradient_of_sum`), which reads no cotangent of the output's shape.
     fn gradient<T: Dtype>(&self, d: &Derivative<'_, '_>) -> PyResult<GradientCall<'_, T>> {
         self.check_memory::<T>(d.limit)?;
         let e = self.einsum::<T>()?;
-        let c = self.cotangent::<T>(d.cotangent)?;
-        let g = cached(&T::compiled(self).gradients, &d.wrt, |w| e.gradient(w))?;
+        let c = self.given_cotangent::<T>(d.cotangent)?;
+        let g = if c.shape().is_empty() && !self.output_shape.is_empty() {
+            cached(&T::compiled(self).sum_gradients, &d.wrt, |w| e.gradient_of_sum(w))?
+        } else {
+            cached(&T::compiled(self).gradients, &d.wrt, |w| e.gradient(w))?
+        };
         Ok((e, c, g))
     }
 

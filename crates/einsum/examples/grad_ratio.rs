@@ -14,8 +14,11 @@
 //! Each instance runs on its `opt_flops` path (greedy when it has none) in `f64`, operands
 //! seeded with 42, the cotangent all ones. The gradient is checked against an exact
 //! one-operand difference (the network is linear in each operand) before timing.
+//! `--sum` takes the gradient of the sum instead ([`einsum::Einsum::gradient_of_sum`], the
+//! scalar cotangent 1: the same gradient, without the tensor of ones); `--threads N` runs
+//! both evaluations inside a pool of `N` threads (default: on the calling thread).
 //!
-//! `cargo run --release -p einsum --example grad_ratio -- [--reps N] file.json ...`
+//! `cargo run --release -p einsum --example grad_ratio -- [--reps N] [--sum] [--threads N] file.json ...`
 
 use std::time::Instant;
 
@@ -49,9 +52,17 @@ fn spread(v: &[f64]) -> (f64, f64) {
 }
 
 /// Checks the gradient of the middle operand by an exact difference.
-fn check(e: &Einsum<f64>, g: &EinsumGradient<f64>, ops: &[Tensor<f64>], c: &Tensor<f64>) -> Result<f64, String> {
+/// `seed` is what `g` takes (`c`, or the scalar 1 of the sum's gradient), `c` the
+/// cotangent of ones it stands for.
+fn check(
+    e: &Einsum<f64>,
+    g: &EinsumGradient<f64>,
+    ops: &[Tensor<f64>],
+    seed: &Tensor<f64>,
+    c: &Tensor<f64>,
+) -> Result<f64, String> {
     let refs: Vec<&Tensor<f64>> = ops.iter().collect();
-    let (f, grads) = g.eval_with_value(&refs, c).map_err(|e| e.to_string())?;
+    let (f, grads) = g.eval_with_value(&refs, seed).map_err(|e| e.to_string())?;
     let i = ops.len() / 2;
     let dir = ops[i].map(|&x| 0.5 * x);
     let moved = ops[i].zip_with(&dir, |a, b| a + b).map_err(|e| e.to_string())?;
@@ -66,21 +77,27 @@ fn check(e: &Einsum<f64>, g: &EinsumGradient<f64>, ops: &[Tensor<f64>], c: &Tens
     Ok(rel)
 }
 
-fn run(path: &str, reps: usize) -> Result<(), String> {
+fn run(path: &str, reps: usize, sum: bool) -> Result<(), String> {
     let inst = Instance::from_file(path).map_err(|e| e.to_string())?;
     let ops = inst.random_operands::<f64>(42).map_err(|e| e.to_string())?;
     let refs: Vec<&Tensor<f64>> = ops.iter().collect();
     let choice = inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit);
     let e = inst.einsum::<f64>(choice).map_err(|e| e.to_string())?;
     let all: Vec<usize> = (0..ops.len()).collect();
-    let g = e.gradient(&all).map_err(|e| e.to_string())?;
     let c = Tensor::ones(e.output_shape().to_vec()).map_err(|e| e.to_string())?;
-    let rel = check(&e, &g, &ops, &c)?;
+    let (g, seed) = if sum {
+        (e.gradient_of_sum(&all).map_err(|e| e.to_string())?, Tensor::scalar(1.0))
+    } else {
+        (e.gradient(&all).map_err(|e| e.to_string())?, c.clone())
+    };
+    let rel = check(&e, &g, &ops, &seed, &c)?;
+    // The tensor of ones is not an argument of the sum's gradient: gone before timing.
+    drop(c);
     let (mut fw, mut vw, mut ratio, mut cpu_ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
         let (r, w1, c1) = timed(|| e.eval(&refs));
         drop(r.map_err(|e| e.to_string())?);
-        let (r, w2, c2) = timed(|| g.eval_with_value(&refs, &c));
+        let (r, w2, c2) = timed(|| g.eval_with_value(&refs, &seed));
         drop(r.map_err(|e| e.to_string())?);
         fw.push(w1);
         vw.push(w2);
@@ -112,9 +129,21 @@ fn main() {
         reps = args.get(p + 1).and_then(|r| r.parse().ok()).unwrap_or_else(|| panic!("--reps takes a number"));
         args.drain(p..p + 2);
     }
+    let mut threads = 0;
+    if let Some(p) = args.iter().position(|a| a == "--threads") {
+        threads = args.get(p + 1).and_then(|r| r.parse().ok()).unwrap_or_else(|| panic!("--threads takes a number"));
+        args.drain(p..p + 2);
+    }
+    let sum = args.iter().any(|a| a == "--sum");
+    args.retain(|a| a != "--sum");
+    let pool = (threads > 0).then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool"));
     let mut failed = false;
     for f in &args {
-        if let Err(e) = run(f, reps.max(1)) {
+        let r = match &pool {
+            Some(pool) => pool.install(|| run(f, reps.max(1), sum)),
+            None => run(f, reps.max(1), sum),
+        };
+        if let Err(e) = r {
             eprintln!("{f}: {e}");
             failed = true;
         }

@@ -11,7 +11,14 @@
 //! multiply-add), and the `--top N` slowest forward steps alone beside the same position
 //! of the merged program (its forward steps come first, in the forward program's order).
 //!
-//! `cargo run --release -p einsum --example vg_ops -- [--reps N] [--top N] file.json`
+//! `--sum`: the program of `Einsum::gradient_of_sum` instead (the cotangent the scalar 1),
+//! its fragment built here as `sum_seed.rs` builds it (the last contraction's operands
+//! summed over the labels the other lacks, then contracted to a scalar), except that each
+//! operand is summed in one stage (`sum_seed.rs` sums a large one in stages that span the
+//! cache: MERA's `abcdefgh->ah` 19 ms in one, 8 in two). One-operand einsums are listed
+//! wherever they are.
+//!
+//! `cargo run --release -p einsum --example vg_ops -- [--reps N] [--top N] [--sum] file.json`
 
 // Shared with the other per-step examples; this one uses part of it.
 #[allow(dead_code)]
@@ -19,8 +26,13 @@ mod steps;
 
 use std::time::Instant;
 
-use computegraph::{MaterializedGraph, MaterializedValueDef, materialize_merge, resolve};
-use einsum::{Tensor, TensorKey, TensorOp};
+use std::sync::Arc;
+
+use computegraph::{
+    Graph, GraphBuilder, LocalValueDef, MaterializedGraph, MaterializedValueDef, OperationRole, ValueKey, ValueRef,
+    materialize_merge, resolve,
+};
+use einsum::{ContractSpec, Einsum, Tensor, TensorKey, TensorOp, UnarySpec};
 use steps::{forward_steps, take_option, take_reps};
 
 /// Per operation of `g`, its median time over `reps` runs of the whole program step by
@@ -91,19 +103,77 @@ fn minor_faults() -> i64 {
     u.ru_minflt
 }
 
+/// The sum of `e`'s output as a fragment over its graph, as `sum_seed.rs` makes it (for a
+/// last operation that is a contraction; any other is an error here).
+fn sum_fragment(e: &Einsum<f64>) -> (Arc<Graph<TensorOp<f64>>>, ValueKey<TensorOp<f64>>) {
+    let forward = e.graph();
+    let output = forward.outputs()[0];
+    let Some(LocalValueDef::Output { operation, .. }) = forward.value_def(output) else {
+        panic!("an operation's output")
+    };
+    let op = forward.operation(operation);
+    let TensorOp::Contract(spec) = op.operation() else { panic!("--sum needs a last contraction") };
+    let refs: Vec<ValueRef<TensorOp<f64>>> = op
+        .inputs()
+        .map(|r| match r {
+            ValueRef::Local(v) => ValueRef::External(forward.global_key(v)),
+            r => r,
+        })
+        .collect();
+    let mut b = GraphBuilder::<TensorOp<f64>>::with_interner(forward.interner().clone());
+    b.add_parent(forward.clone());
+    let shared = |l: &[u32], other: &[u32]| {
+        let mut out: Vec<u32> = Vec::new();
+        for &c in l {
+            if other.contains(&c) && !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out
+    };
+    let (la, lb, sizes) = (spec.a_labels(), spec.b_labels(), spec.sizes());
+    let (sa, sb) = (shared(la, lb), shared(lb, la));
+    let mut reduced = |r: ValueRef<TensorOp<f64>>, l: &[u32], kept: &[u32]| {
+        if l.len() == kept.len() {
+            return r;
+        }
+        let u = UnarySpec::new(l, kept, sizes).expect("a sum");
+        ValueRef::Local(b.add_operation(TensorOp::unary(u), vec![r], OperationRole::Primary)[0])
+    };
+    let ra = reduced(refs[0].clone(), la, &sa);
+    let rb = reduced(refs[1].clone(), lb, &sb);
+    let closed = ContractSpec::new(&sa, &sb, &[], sizes).expect("a closed contraction");
+    let s = b.add_operation(TensorOp::contract(closed), vec![ra, rb], OperationRole::Primary)[0];
+    b.set_outputs(vec![s]);
+    let g = Arc::new(b.build());
+    let key = g.global_key(s);
+    (g, key)
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let sum = args.iter().any(|a| a == "--sum");
+    args.retain(|a| a != "--sum");
     let reps = take_reps(&mut args, 5);
     let top: usize = take_option(&mut args, "--top").map_or(15, |t| t.parse().expect("--top takes a number"));
     let (inst, e, _) = forward_steps(&args[0]);
     let ops = inst.random_operands::<f64>(42).expect("operands");
     let keys: Vec<TensorKey> = (0..inst.shapes.len() as u32).map(TensorKey::var).collect();
-    let g = tidu::vjp(&resolve(vec![e.graph().clone()]), std::slice::from_ref(e.output_key()), &keys).expect("vjp");
+    let mut graphs = vec![e.graph().clone()];
+    let f = if sum {
+        let (fragment, key) = sum_fragment(&e);
+        graphs.push(fragment);
+        key
+    } else {
+        e.output_key().clone()
+    };
+    let g = tidu::vjp(&resolve(graphs.clone()), std::slice::from_ref(&f), &keys).expect("vjp");
     let mut out = vec![e.output_key().clone()];
     out.extend(g.tangent_output_keys().into_iter().flatten());
-    let both = materialize_merge(&resolve(vec![e.graph().clone(), g.graph().clone()]), &out);
+    graphs.push(g.graph().clone());
+    let both = materialize_merge(&resolve(graphs), &out);
     let fwd = materialize_merge(&resolve(vec![e.graph().clone()]), std::slice::from_ref(e.output_key()));
-    let ones = Tensor::ones(e.output_shape().to_vec()).expect("a cotangent");
+    let ones = if sum { Tensor::scalar(1.0) } else { Tensor::ones(e.output_shape().to_vec()).expect("a cotangent") };
     let bind = |k: &TensorKey| match k {
         TensorKey::Var(i) => ops[*i as usize].clone(),
         _ => ones.clone(),
@@ -128,11 +198,18 @@ fn main() {
             rpart += bt[i];
             let macs = match op.operation() {
                 TensorOp::Contract(s) => s.multiply_adds() as f64,
+                TensorOp::Unary(s) => s.multiply_adds() as f64,
                 _ => f64::NAN,
             };
             rows.push((bt[i], i, format!("{:?} {:.2} ns/MAC", op.operation(), bt[i] * 1e6 / macs)));
         } else {
             fpart += bt[i];
+        }
+    }
+    // One-operand einsums (first sums, `--sum`'s sums and their broadcasts), wherever.
+    for (i, op) in both.operations().enumerate() {
+        if let TensorOp::Unary(_) = op.operation() {
+            println!("  unary {:8.3} ms  op {i:4}  {:?}", bt[i], op.operation());
         }
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));

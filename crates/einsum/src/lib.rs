@@ -137,6 +137,7 @@ mod sliced_hvp;
 mod small_gemm;
 mod stop;
 mod subscripts;
+mod sum_seed;
 mod tensor;
 mod thin_gemm;
 mod threads;

@@ -477,8 +477,9 @@ impl<T: Elem> Einsum<T> {
 
     /// Checks the tensors of a reverse pass against the limit: the forward intermediates
     /// (kept for the backward pass), the cotangent of each, the operands and one gradient
-    /// per `wrt` operand, all counted alive together (an upper bound).
-    pub(crate) fn check_reverse(&self, what: &str, wrt: &[usize]) -> EinsumResult<()> {
+    /// per `wrt` operand, and the tensors of `made` (what a reverse pass adds to them), all
+    /// counted alive together (an upper bound).
+    pub(crate) fn check_reverse(&self, what: &str, wrt: &[usize], made: &[Vec<usize>]) -> EinsumResult<()> {
         let mut budget = Budget::new(self.options.memory_limit, std::mem::size_of::<T>());
         budget.live = Some(self.peak_bytes);
         let twice = self.intermediate_bytes.checked_mul(2);
@@ -492,6 +493,9 @@ impl<T: Elem> Einsum<T> {
         budget.live = twice.and_then(|b| b.checked_add(self.peak_bytes));
         for &i in wrt {
             budget.alloc(&self.plan.shapes()[i], || format!("{what}: the gradient of operand {i}"))?;
+        }
+        for shape in made {
+            budget.alloc(shape, || format!("{what}: an operand of the last step summed"))?;
         }
         Ok(())
     }
@@ -518,16 +522,70 @@ impl<T: Elem> Einsum<T> {
     /// gradient of a scalar result). Complex: the adjoint for `Re(conj(a)·b)`.
     pub fn gradient(&self, wrt: &[usize]) -> EinsumResult<EinsumGradient<T>> {
         let keys = self.wrt_keys(wrt)?;
-        self.check_reverse("the gradient", wrt)?;
-        let view = computegraph::try_resolve(vec![self.graph.clone()])?;
-        let g = tidu::vjp(&view, std::slice::from_ref(&self.output), &keys)?;
+        self.check_reverse("the gradient", wrt, &[])?;
+        self.reverse(&keys, wrt, vec![self.graph.clone()], &self.output, self.output_shape.clone())
+    }
+
+    /// The gradient of the sum of the output's entries times a constant `c`: the
+    /// [`Self::gradient`] that a cotangent of the output's shape filled with `c` gives,
+    /// evaluated with `c` alone, a scalar tensor ([`Tensor::scalar`]), as its cotangent.
+    /// No tensor of the output's size is read or made for it: after the last step
+    /// `y = Σ A·B`, `Σ y` is `Σ A'·B'` with `A'` and `B'` the operands summed over the
+    /// labels the other lacks, so its transposes are broadcasts of `c·B'` and `c·A'`, not
+    /// contractions of the full cotangent (`sum_seed.rs`). Steps before the last one are
+    /// [`Self::gradient`]'s. Complex: the adjoint of `Re(conj(c)·Σ y)`.
+    ///
+    /// ```
+    /// use einsum::{Einsum, PathChoice, Tensor};
+    ///
+    /// let e = Einsum::<f64>::new("ij,jk->ik", &[vec![2, 2], vec![2, 2]], PathChoice::Greedy).unwrap();
+    /// let a = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    /// let b = Tensor::new(vec![2, 2], vec![5.0, 6.0, 7.0, 8.0]).unwrap();
+    /// let ones = Tensor::new(vec![2, 2], vec![2.0; 4]).unwrap();
+    /// let full = e.gradient(&[0, 1]).unwrap().eval_with_value(&[&a, &b], &ones).unwrap();
+    /// let sum = e.gradient_of_sum(&[0, 1]).unwrap();
+    /// assert_eq!(sum.cotangent_shape(), &[] as &[usize]);
+    /// let (value, grads) = sum.eval_with_value(&[&a, &b], &Tensor::scalar(2.0)).unwrap();
+    /// assert_eq!(value.data(), full.0.data());
+    /// assert_eq!((grads[0].data(), grads[1].data()), (full.1[0].data(), full.1[1].data()));
+    /// // A cotangent of the output's shape is the other gradient's: an error here.
+    /// assert!(sum.eval(&[&a, &b], &ones).is_err());
+    /// ```
+    pub fn gradient_of_sum(&self, wrt: &[usize]) -> EinsumResult<EinsumGradient<T>> {
+        let keys = self.wrt_keys(wrt)?;
+        if self.output_shape.is_empty() {
+            // A scalar output is its own sum.
+            self.check_reverse("the gradient", wrt, &[])?;
+            return self.reverse(&keys, wrt, vec![self.graph.clone()], &self.output, Vec::new());
+        }
+        let sum = crate::sum_seed::sum_of_output(&self.graph, &self.output_shape)?;
+        self.check_reverse("the gradient of the sum", wrt, &sum.made)?;
+        self.reverse(&keys, wrt, vec![self.graph.clone(), sum.graph], &sum.sum, Vec::new())
+    }
+
+    /// The reverse pass of `f` (a value of `graphs`, whose first is the forward graph)
+    /// with respect to `keys` (the `wrt` operands'), seeded by a cotangent of
+    /// `cotangent_shape`, with the contraction's value as output 0 of its `with_value`
+    /// program.
+    fn reverse(
+        &self,
+        keys: &[TensorKey],
+        wrt: &[usize],
+        graphs: Vec<Arc<Graph<TensorOp<T>>>>,
+        f: &ValueKey<TensorOp<T>>,
+        cotangent_shape: Vec<usize>,
+    ) -> EinsumResult<EinsumGradient<T>> {
+        let view = computegraph::try_resolve(graphs.clone())?;
+        let g = tidu::vjp(&view, std::slice::from_ref(f), keys)?;
         let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
         // The same reverse pass with the value as output 0, so one run gives both (the
         // program above may skip forward steps that only the value needs).
         let grad_keys = g.tangent_output_keys();
         let mut keys = vec![self.output.clone()];
         keys.extend(grad_keys.iter().flatten().cloned());
-        let both = computegraph::try_resolve(vec![self.graph.clone(), g.graph().clone()])?;
+        let mut graphs = graphs;
+        graphs.push(g.graph().clone());
+        let both = computegraph::try_resolve(graphs)?;
         let merged = computegraph::try_materialize_merge(&both, &keys)?;
         // Each memory-bound step's two gradients in one pass (`fuse.rs`).
         let merged = crate::fuse::fuse_pairs(&merged)?.unwrap_or(merged);
@@ -537,6 +595,8 @@ impl<T: Elem> Einsum<T> {
         let merged = Arc::new(merged);
         let mut next = 1..;
         let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
+        let mut einsum = self.meta();
+        einsum.cotangent_shape = cotangent_shape;
         Ok(EinsumGradient {
             program: DerivativeProgram::new(&g)?,
             with_value,
@@ -544,7 +604,7 @@ impl<T: Elem> Einsum<T> {
             multiply_adds,
             seed,
             wrt: wrt.to_vec(),
-            einsum: self.meta(),
+            einsum,
             steps,
             merged,
             ranged: OnceLock::new(),
@@ -555,7 +615,7 @@ impl<T: Elem> Einsum<T> {
     /// (forward over reverse): evaluate with the cotangent `c` and one direction per `wrt`.
     pub fn hvp(&self, wrt: &[usize]) -> EinsumResult<EinsumHvp<T>> {
         let keys = self.wrt_keys(wrt)?;
-        self.check_reverse("the Hessian-vector product", wrt)?;
+        self.check_reverse("the Hessian-vector product", wrt, &[])?;
         let view = computegraph::try_resolve(vec![self.graph.clone()])?;
         let g = tidu::grad(&view, &self.output, &keys)?;
         let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
@@ -576,7 +636,7 @@ impl<T: Elem> Einsum<T> {
     }
 
     fn meta(&self) -> Meta {
-        Meta { shapes: self.plan.shapes().to_vec(), output_shape: self.output_shape.clone(), name: self.plan.name() }
+        Meta { shapes: self.plan.shapes().to_vec(), cotangent_shape: self.output_shape.clone(), name: self.plan.name() }
     }
 }
 
@@ -600,7 +660,8 @@ fn short(s: &str) -> String {
 /// What derivative programs need to check and shape their arguments.
 struct Meta {
     shapes: Vec<Vec<usize>>,
-    output_shape: Vec<usize>,
+    /// The output's shape, or `[]` for [`Einsum::gradient_of_sum`]'s scalar cotangent.
+    cotangent_shape: Vec<usize>,
     name: String,
 }
 
@@ -677,6 +738,12 @@ impl<T: Elem> EinsumGradient<T> {
         self.program.program()
     }
 
+    /// The shape of the cotangent the evaluations take: the output's, or `[]` (a scalar
+    /// `c`) for [`Einsum::gradient_of_sum`].
+    pub fn cotangent_shape(&self) -> &[usize] {
+        &self.einsum.cotangent_shape
+    }
+
     /// Multiply-adds of one [`Self::eval_with_value`] (value and gradients), counted as
     /// [`Einsum::multiply_adds`] counts the forward pass.
     pub fn multiply_adds(&self) -> f64 {
@@ -694,7 +761,7 @@ impl<T: Elem> EinsumGradient<T> {
         let m = &self.einsum;
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
-        m.check("cotangent", &[cotangent], &[&m.output_shape])?;
+        m.check("cotangent", &[cotangent], &[&m.cotangent_shape])?;
         let _evaluation = crate::buffer::begin_evaluation();
         let out = self.program.eval(&mut (), |k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
@@ -838,7 +905,7 @@ impl<T: Elem> EinsumGradient<T> {
         let m = &self.einsum;
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
-        m.check("cotangent", &[cotangent], &[&m.output_shape])?;
+        m.check("cotangent", &[cotangent], &[&m.cotangent_shape])?;
         let _evaluation = crate::buffer::begin_evaluation();
         let inputs = program.bind_inputs(|k| match k {
             TensorKey::Var(i) => operands.get(*i as usize).copied(),
@@ -939,7 +1006,7 @@ impl<T: Elem> EinsumHvp<T> {
         let m = &self.einsum;
         let shapes: Vec<&[usize]> = m.shapes.iter().map(Vec::as_slice).collect();
         m.check("operand", operands, &shapes)?;
-        m.check("cotangent", &[cotangent], &[&m.output_shape])?;
+        m.check("cotangent", &[cotangent], &[&m.cotangent_shape])?;
         let _evaluation = crate::buffer::begin_evaluation();
         let dshapes: Vec<&[usize]> = self.wrt.iter().map(|&i| shapes[i]).collect();
         m.check("direction", directions, &dshapes)?;

@@ -562,7 +562,7 @@ impl<T: Elem> Einsum<T> {
                 self.output_shape()
             )));
         }
-        self.check_reverse("the scaled gradient", wrt)?;
+        self.check_reverse("the scaled gradient", wrt, &[])?;
         let steps = Steps::new(self.plan())?;
         let _evaluation = crate::buffer::begin_evaluation();
         Ok(steps.value_and_grad(operands, wrt, cotangent))

@@ -683,6 +683,22 @@ impl<T: Elem> SlicedEinsum<T> {
     /// over slices. Its estimated peak ([`SlicePlan::gradient_peak_bytes`]) must fit the
     /// memory limit: plan with `Slicing::Memory { gradient: true }` to slice for it.
     pub fn gradient(&self, wrt: &[usize]) -> EinsumResult<SlicedGradient<T>> {
+        self.check_gradient_peak()?;
+        let gradient = self.einsum.gradient(wrt)?;
+        Ok(SlicedGradient { layout: self.layout.clone(), gradient, wrt: wrt.to_vec(), sum: false })
+    }
+
+    /// [`Einsum::gradient_of_sum`] summed over slices: the gradient of `c·Σ f` for a
+    /// scalar cotangent `c`, which every slice takes as it is (no slice of a cotangent of
+    /// ones is made). Memory as [`Self::gradient`].
+    pub fn gradient_of_sum(&self, wrt: &[usize]) -> EinsumResult<SlicedGradient<T>> {
+        self.check_gradient_peak()?;
+        let gradient = self.einsum.gradient_of_sum(wrt)?;
+        Ok(SlicedGradient { layout: self.layout.clone(), gradient, wrt: wrt.to_vec(), sum: true })
+    }
+
+    /// Whether one slice's gradient fits the memory limit.
+    fn check_gradient_peak(&self) -> EinsumResult<()> {
         let l = &*self.layout;
         if l.is_sliced() && !l.limit.allows(Some(l.plan.gradient_peak_bytes())) {
             return Err(EinsumError::Memory {
@@ -698,8 +714,7 @@ impl<T: Elem> SlicedEinsum<T> {
                 },
             });
         }
-        let gradient = self.einsum.gradient(wrt)?;
-        Ok(SlicedGradient { layout: self.layout.clone(), gradient, wrt: wrt.to_vec() })
+        Ok(())
     }
 }
 
@@ -726,6 +741,8 @@ pub struct SlicedGradient<T: Elem> {
     layout: Arc<Layout>,
     gradient: EinsumGradient<T>,
     wrt: Vec<usize>,
+    /// [`SlicedEinsum::gradient_of_sum`]'s: the cotangent is a scalar every slice takes.
+    sum: bool,
 }
 
 impl<T: Elem> SlicedGradient<T> {
@@ -860,6 +877,12 @@ impl<T: Elem> SlicedGradient<T> {
         range: Range<u64>,
     ) -> EinsumResult<(OutputBlocks<T>, Vec<Tensor<T>>)> {
         let l = &*self.layout;
+        if self.sum {
+            return Err(EinsumError::Shape(format!(
+                "the gradient of the sum of `{}` takes a scalar cotangent, not output blocks",
+                l.expression
+            )));
+        }
         l.check(operands)?;
         l.check_range(&range)?;
         let needed = Sink::<T>::touched(l, &range);
@@ -905,12 +928,12 @@ impl<T: Elem> SlicedGradient<T> {
         let l = &*self.layout;
         l.check(operands)?;
         l.check_range(range)?;
-        if cotangent.shape() != l.output_shape.as_slice() {
+        let expected: &[usize] = if self.sum { &[] } else { &l.output_shape };
+        if cotangent.shape() != expected {
             return Err(EinsumError::Shape(format!(
-                "cotangent 0 of `{}` has shape {:?}, expected {:?}",
+                "cotangent 0 of `{}` has shape {:?}, expected {expected:?}",
                 l.expression,
                 cotangent.shape(),
-                l.output_shape
             )));
         }
         Ok(())
@@ -939,7 +962,7 @@ impl<T: Elem> SlicedGradient<T> {
             // (not a copy), else a copy from the pool, which the next slice's reuses.
             let part;
             let c = match cotangent {
-                Cotangent::Full(c) if out_sliced => {
+                Cotangent::Full(c) if out_sliced && !self.sum => {
                     part = gather(c, &l.output_axes, &values);
                     &part
                 }

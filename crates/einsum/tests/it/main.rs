@@ -14,3 +14,4 @@ mod search;
 mod semantics;
 mod sliced_hvp;
 mod slicing;
+mod sum_seed;
