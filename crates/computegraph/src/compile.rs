@@ -290,9 +290,9 @@ impl<Op: GraphOperation> SlotPass<Op> {
                     let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
                     put(&mut n_args, s);
                     l.uses -= 1;
-                    if l.uses == 0 {
-                        alloc.free(Some(s));
-                    }
+                    // Whether this is the last read is as good as random on a DAG: a
+                    // branch on it was mispredicted about every other operand.
+                    alloc.free_if(s, l.uses == 0);
                 }
             } else {
                 // An operand read twice by one instruction is freed at its first mention,
@@ -410,27 +410,47 @@ struct Live {
     slot: Option<SlotId>,
 }
 
+/// The slots: fresh ones numbered from zero, and a LIFO stack of freed ones.
+///
+/// The stack is `free[..top]`; entries past `top` are scratch, so that
+/// [`SlotAllocator::free_if`] can write a slot whether or not it frees it and free it by
+/// moving `top`, without a branch on a condition the processor cannot predict.
 #[derive(Default)]
 struct SlotAllocator {
     free: Vec<SlotId>,
+    top: usize,
     next: u32,
 }
 
 impl SlotAllocator {
     #[inline]
     fn take(&mut self) -> GraphResult<SlotId> {
-        if let Some(s) = self.free.pop() {
-            return Ok(s);
+        if self.top > 0 {
+            self.top -= 1;
+            return Ok(self.free[self.top]);
         }
         let s = SlotId::try_new(self.next as usize).ok_or(GraphError::IdSpaceExhausted { space: "slot" })?;
         self.next += 1;
         Ok(s)
     }
+
     #[inline]
     fn free(&mut self, s: Option<SlotId>) {
         if let Some(s) = s {
-            self.free.push(s);
+            self.free_if(s, true);
         }
+    }
+
+    /// Frees `s` when `dead`, as `free(Some(s))` would, without branching on `dead`.
+    #[inline]
+    fn free_if(&mut self, s: SlotId, dead: bool) {
+        // Taken only while the stack grows to its largest (a few times per program).
+        if self.top == self.free.len() {
+            self.free.push(s);
+        } else {
+            self.free[self.top] = s;
+        }
+        self.top += usize::from(dead);
     }
 }
 

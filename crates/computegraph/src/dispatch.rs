@@ -210,15 +210,63 @@ fn costly<Op: GraphOperation>(ops: &[&Op]) -> bool {
 
 /// The variants met so far, each with a small id: in order of first appearance, up to
 /// [`MAX_VARIANTS`] ids, the last one shared by every later variant.
+///
+/// A variant's id is found in a small table indexed by its discriminant's value (a direct
+/// map for an enum's usual discriminants `0..n`), whose one test succeeds for every
+/// operation but a variant's first: operations of a DAG come in an unpredictable mix, and
+/// a test against the previous operation's variant was mispredicted about once in three.
 struct Variants<Op> {
     seen: Vec<Discriminant<Op>>,
-    last: Option<(Discriminant<Op>, u8)>,
+    table: [Option<(Discriminant<Op>, u8)>; TABLE],
 }
+
+/// Entries of [`Variants`]' table (a power of two).
+const TABLE: usize = 64;
 
 impl<Op> Default for Variants<Op> {
     fn default() -> Self {
-        Variants { seen: Vec::new(), last: None }
+        Variants { seen: Vec::new(), table: [None; TABLE] }
     }
+}
+
+/// A hasher that keeps the integer it is given: a discriminant's value, which
+/// [`Discriminant`]'s `Hash` writes (through `write_isize` for an enum without a `repr`).
+#[derive(Default)]
+struct DiscriminantValue(u64);
+
+impl std::hash::Hasher for DiscriminantValue {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // A discriminant written as bytes (an unusual `repr`): any fold will do, since the
+        // table compares the discriminant itself.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 ^= i;
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.0 ^= i as u64;
+    }
+
+    fn write_isize(&mut self, i: isize) {
+        self.0 ^= i as u64;
+    }
+}
+
+/// The table entry of discriminant `d`.
+#[inline]
+fn table_index<Op>(d: &Discriminant<Op>) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = DiscriminantValue::default();
+    d.hash(&mut h);
+    h.finish() as usize & (TABLE - 1)
 }
 
 impl<Op> Variants<Op> {
@@ -230,12 +278,19 @@ impl<Op> Variants<Op> {
     #[inline]
     fn id(&mut self, op: &Op) -> u8 {
         let d = std::mem::discriminant(op);
-        // Runs of one variant are common (chains, layers): the previous variant first.
-        if let Some((ld, lid)) = self.last
-            && ld == d
+        let at = table_index(&d);
+        if let Some((td, id)) = self.table[at]
+            && td == d
         {
-            return lid;
+            return id;
         }
+        self.id_of_new(d, at)
+    }
+
+    /// The id of variant `d` when the table does not hold it at `at` (its first
+    /// appearance, or two variants sharing an entry), which it then does.
+    #[cold]
+    fn id_of_new(&mut self, d: Discriminant<Op>, at: usize) -> u8 {
         let id = match self.seen.iter().position(|&v| v == d) {
             Some(id) => id,
             None if self.seen.len() < MAX_VARIANTS => {
@@ -244,7 +299,7 @@ impl<Op> Variants<Op> {
             }
             None => MAX_VARIANTS - 1,
         } as u8;
-        self.last = Some((d, id));
+        self.table[at] = Some((d, id));
         id
     }
 }
