@@ -548,7 +548,53 @@ mod tests {
         (args, input_slots, next)
     }
 
+    /// A step of [`slot_allocator_is_a_lifo_of_freed_slots`]: take a slot, or release the
+    /// `n`-th slot in use (freeing it when `dead`, as the slot pass does at a last read).
+    #[derive(Clone, Debug)]
+    enum Step {
+        Take,
+        Release { n: usize, dead: bool },
+    }
+
     proptest! {
+        /// The allocator's slots are those of a plain stack of freed slots (`Vec::pop`,
+        /// `Vec::push` when freed), whatever the mix of frees and non-frees: the entries
+        /// `free_if` writes without freeing never come back.
+        #[test]
+        fn slot_allocator_is_a_lifo_of_freed_slots(
+            steps in prop::collection::vec(
+                prop_oneof![Just(Step::Take), (0usize..64, any::<bool>()).prop_map(|(n, dead)| Step::Release { n, dead })],
+                0..300,
+            ),
+        ) {
+            let mut alloc = SlotAllocator::default();
+            let (mut free, mut next): (Vec<SlotId>, usize) = (Vec::new(), 0);
+            let mut in_use: Vec<SlotId> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Take => {
+                        let expected = free.pop().unwrap_or_else(|| {
+                            next += 1;
+                            SlotId::new(next - 1)
+                        });
+                        prop_assert_eq!(alloc.take().unwrap(), expected);
+                        in_use.push(expected);
+                    }
+                    Step::Release { n, dead } if !in_use.is_empty() => {
+                        let s = in_use[n % in_use.len()];
+                        if dead {
+                            in_use.retain(|&u| u != s);
+                            free.push(s);
+                        }
+                        alloc.free_if(s, dead);
+                    }
+                    Step::Release { .. } => alloc.free(None),
+                }
+            }
+            prop_assert_eq!(&alloc.free[..alloc.top], &free[..]);
+            prop_assert_eq!(alloc.next as usize, next);
+        }
+
         /// Compile's slots (read counts, in either liveness pass) are the ones the last-reader
         /// allocation gives, on graphs whose operations read up to four operands, the
         /// same value often twice or more, with one variant or several.

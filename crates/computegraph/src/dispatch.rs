@@ -328,3 +328,74 @@ fn counting_sort(keys: impl Iterator<Item = usize> + Clone, start: &mut [u32], m
         start[k] += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Variants whose discriminants share [`Variants`]' table entries: `A`, `B` and `C`
+    /// fall on entry 0, `D` on entry 1.
+    #[derive(Clone, Copy, Debug)]
+    #[repr(i64)]
+    enum Shared {
+        A = 0,
+        B = TABLE as i64,
+        C = 2 * TABLE as i64,
+        D = 1,
+    }
+
+    /// A variant without a `repr`, beside the colliding ones.
+    #[derive(Clone, Copy, Debug)]
+    enum Plain {
+        X,
+        Y(u8),
+        Z,
+    }
+
+    /// The ids as the linear search over the variants seen gives them: their order of
+    /// first appearance.
+    fn first_appearance<T>(ops: &[T]) -> Vec<u8> {
+        let mut seen: Vec<Discriminant<T>> = Vec::new();
+        ops.iter()
+            .map(|op| {
+                let d = std::mem::discriminant(op);
+                let id = seen.iter().position(|&s| s == d).unwrap_or_else(|| {
+                    seen.push(d);
+                    seen.len() - 1
+                });
+                id as u8
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// The table gives each variant the id of its first appearance, whichever
+        /// variants share its entry and in whatever order they come.
+        #[test]
+        fn variant_ids_are_their_order_of_first_appearance(
+            picks in prop::collection::vec(0usize..4, 0..200),
+            plain in prop::collection::vec(0usize..3, 0..50),
+        ) {
+            let shared: Vec<Shared> = picks.iter().map(|&p| [Shared::A, Shared::B, Shared::C, Shared::D][p]).collect();
+            let mut v = Variants::<Shared>::default();
+            let ids: Vec<u8> = shared.iter().map(|op| v.id(op)).collect();
+            prop_assert_eq!(ids, first_appearance(&shared));
+            prop_assert_eq!(v.len(), first_appearance(&shared).iter().map(|&i| i as usize + 1).max().unwrap_or(0));
+
+            // `Y`'s field differs between operations of that variant: the id does not read it.
+            let plain: Vec<Plain> =
+                plain.iter().enumerate().map(|(i, &p)| [Plain::X, Plain::Y(i as u8), Plain::Z][p]).collect();
+            prop_assert!(plain.iter().all(|op| !matches!(op, Plain::Y(i) if usize::from(*i) >= 50)));
+            let mut v = Variants::<Plain>::default();
+            let ids: Vec<u8> = plain.iter().map(|op| v.id(op)).collect();
+            prop_assert_eq!(ids, first_appearance(&plain));
+        }
+    }
+
+    #[test]
+    fn colliding_variants_share_a_table_entry() {
+        let at = |op: Shared| table_index(&std::mem::discriminant(&op));
+        assert_eq!([at(Shared::A), at(Shared::B), at(Shared::C), at(Shared::D)], [0, 0, 0, 1]);
+    }
+}

@@ -243,6 +243,9 @@ impl<Op: GraphOperation> Marker<'_, Op> {
             None
         };
         drop(state);
+        // The sweep's counts (taken without a branch) sized the columns: they are the
+        // operations and values emitted.
+        debug_assert_eq!((op_key.len(), value_op.len()), (n_ops, n_values), "the sweep's counts");
         let outputs =
             out_ids.iter().map(|&k| ids.id(k, value_key.len())).map(|v| v.expect("every output was marked")).collect();
         Ok(Some(MaterializedGraph {
