@@ -548,5 +548,45 @@ mod tests {
             };
             prop_assert_eq!(mode, expected);
         }
+
+        /// The blocks list, in order, each operation whose key's bit is set the first time
+        /// the key comes (operations repeating a key at random, some keys unreachable),
+        /// across block boundaries, and clear the listed keys' bits; with `every`, each
+        /// operation, as when no key repeats and all are needed.
+        #[test]
+        fn first_definitions_are_the_first_needed_copies(
+            op_keys in proptest::collection::vec(0usize..3000, 0..9000),
+            needed in proptest::collection::vec(any::<bool>(), 3000),
+        ) {
+            let firsts: Vec<LocalValueId> = (0..op_keys.len()).map(LocalValueId::new).collect();
+            let keys: Vec<KeyId> = op_keys.iter().map(|&k| KeyId::new(k)).collect();
+            let mut bits = Bits::default();
+            bits.resize(3000);
+            for (k, _) in needed.iter().enumerate().filter(|(_, n)| **n) {
+                bits.test_and_set(k);
+            }
+            let mut seen = vec![false; 3000];
+            let expected: Vec<u32> = op_keys
+                .iter()
+                .enumerate()
+                .filter(|&(_, &k)| !std::mem::replace(&mut seen[k], true) && needed[k])
+                .map(|(op, _)| op as u32)
+                .collect();
+            let mut listed = Vec::new();
+            let mut defining = FirstDefinitions::new(op_keys.len(), false);
+            while let Some(block) = defining.next_block(&firsts, &keys, &mut bits) {
+                listed.extend_from_slice(block);
+            }
+            prop_assert_eq!(listed, expected);
+            // Cleared for each key an operation has; left as they were for the others.
+            prop_assert!((0..3000).all(|k| bits.get(k) == (needed[k] && !seen[k])));
+
+            let mut every = Vec::new();
+            let mut defining = FirstDefinitions::new(op_keys.len(), true);
+            while let Some(block) = defining.next_block(&firsts, &keys, &mut bits) {
+                every.extend_from_slice(block);
+            }
+            prop_assert_eq!(every, (0..op_keys.len() as u32).collect::<Vec<_>>());
+        }
     }
 }
