@@ -290,9 +290,9 @@ impl<Op: GraphOperation> SlotPass<Op> {
                     let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
                     put(&mut n_args, s);
                     l.uses -= 1;
-                    if l.uses == 0 {
-                        alloc.free(Some(s));
-                    }
+                    // Whether this is the last read is as good as random on a DAG: a
+                    // branch on it was mispredicted about every other operand.
+                    alloc.free_if(s, l.uses == 0);
                 }
             } else {
                 // An operand read twice by one instruction is freed at its first mention,
@@ -410,27 +410,47 @@ struct Live {
     slot: Option<SlotId>,
 }
 
+/// The slots: fresh ones numbered from zero, and a LIFO stack of freed ones.
+///
+/// The stack is `free[..top]`; entries past `top` are scratch, so that
+/// [`SlotAllocator::free_if`] can write a slot whether or not it frees it and free it by
+/// moving `top`, without a branch on a condition the processor cannot predict.
 #[derive(Default)]
 struct SlotAllocator {
     free: Vec<SlotId>,
+    top: usize,
     next: u32,
 }
 
 impl SlotAllocator {
     #[inline]
     fn take(&mut self) -> GraphResult<SlotId> {
-        if let Some(s) = self.free.pop() {
-            return Ok(s);
+        if self.top > 0 {
+            self.top -= 1;
+            return Ok(self.free[self.top]);
         }
         let s = SlotId::try_new(self.next as usize).ok_or(GraphError::IdSpaceExhausted { space: "slot" })?;
         self.next += 1;
         Ok(s)
     }
+
     #[inline]
     fn free(&mut self, s: Option<SlotId>) {
         if let Some(s) = s {
-            self.free.push(s);
+            self.free_if(s, true);
         }
+    }
+
+    /// Frees `s` when `dead`, as `free(Some(s))` would, without branching on `dead`.
+    #[inline]
+    fn free_if(&mut self, s: SlotId, dead: bool) {
+        // Taken only while the stack grows to its largest (a few times per program).
+        if self.top == self.free.len() {
+            self.free.push(s);
+        } else {
+            self.free[self.top] = s;
+        }
+        self.top += usize::from(dead);
     }
 }
 
@@ -528,7 +548,53 @@ mod tests {
         (args, input_slots, next)
     }
 
+    /// A step of [`slot_allocator_is_a_lifo_of_freed_slots`]: take a slot, or release the
+    /// `n`-th slot in use (freeing it when `dead`, as the slot pass does at a last read).
+    #[derive(Clone, Debug)]
+    enum Step {
+        Take,
+        Release { n: usize, dead: bool },
+    }
+
     proptest! {
+        /// The allocator's slots are those of a plain stack of freed slots (`Vec::pop`,
+        /// `Vec::push` when freed), whatever the mix of frees and non-frees: the entries
+        /// `free_if` writes without freeing never come back.
+        #[test]
+        fn slot_allocator_is_a_lifo_of_freed_slots(
+            steps in prop::collection::vec(
+                prop_oneof![Just(Step::Take), (0usize..64, any::<bool>()).prop_map(|(n, dead)| Step::Release { n, dead })],
+                0..300,
+            ),
+        ) {
+            let mut alloc = SlotAllocator::default();
+            let (mut free, mut next): (Vec<SlotId>, usize) = (Vec::new(), 0);
+            let mut in_use: Vec<SlotId> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Take => {
+                        let expected = free.pop().unwrap_or_else(|| {
+                            next += 1;
+                            SlotId::new(next - 1)
+                        });
+                        prop_assert_eq!(alloc.take().unwrap(), expected);
+                        in_use.push(expected);
+                    }
+                    Step::Release { n, dead } if !in_use.is_empty() => {
+                        let s = in_use[n % in_use.len()];
+                        if dead {
+                            in_use.retain(|&u| u != s);
+                            free.push(s);
+                        }
+                        alloc.free_if(s, dead);
+                    }
+                    Step::Release { .. } => alloc.free(None),
+                }
+            }
+            prop_assert_eq!(&alloc.free[..alloc.top], &free[..]);
+            prop_assert_eq!(alloc.next as usize, next);
+        }
+
         /// Compile's slots (read counts, in either liveness pass) are the ones the last-reader
         /// allocation gives, on graphs whose operations read up to four operands, the
         /// same value often twice or more, with one variant or several.

@@ -210,15 +210,63 @@ fn costly<Op: GraphOperation>(ops: &[&Op]) -> bool {
 
 /// The variants met so far, each with a small id: in order of first appearance, up to
 /// [`MAX_VARIANTS`] ids, the last one shared by every later variant.
+///
+/// A variant's id is found in a small table indexed by its discriminant's value (a direct
+/// map for an enum's usual discriminants `0..n`), whose one test succeeds for every
+/// operation but a variant's first: operations of a DAG come in an unpredictable mix, and
+/// a test against the previous operation's variant was mispredicted about once in three.
 struct Variants<Op> {
     seen: Vec<Discriminant<Op>>,
-    last: Option<(Discriminant<Op>, u8)>,
+    table: [Option<(Discriminant<Op>, u8)>; TABLE],
 }
+
+/// Entries of [`Variants`]' table (a power of two).
+const TABLE: usize = 64;
 
 impl<Op> Default for Variants<Op> {
     fn default() -> Self {
-        Variants { seen: Vec::new(), last: None }
+        Variants { seen: Vec::new(), table: [None; TABLE] }
     }
+}
+
+/// A hasher that keeps the integer it is given: a discriminant's value, which
+/// [`Discriminant`]'s `Hash` writes (through `write_isize` for an enum without a `repr`).
+#[derive(Default)]
+struct DiscriminantValue(u64);
+
+impl std::hash::Hasher for DiscriminantValue {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // A discriminant written as bytes (an unusual `repr`): any fold will do, since the
+        // table compares the discriminant itself.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 ^= i;
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.0 ^= i as u64;
+    }
+
+    fn write_isize(&mut self, i: isize) {
+        self.0 ^= i as u64;
+    }
+}
+
+/// The table entry of discriminant `d`.
+#[inline]
+fn table_index<Op>(d: &Discriminant<Op>) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = DiscriminantValue::default();
+    d.hash(&mut h);
+    h.finish() as usize & (TABLE - 1)
 }
 
 impl<Op> Variants<Op> {
@@ -230,12 +278,19 @@ impl<Op> Variants<Op> {
     #[inline]
     fn id(&mut self, op: &Op) -> u8 {
         let d = std::mem::discriminant(op);
-        // Runs of one variant are common (chains, layers): the previous variant first.
-        if let Some((ld, lid)) = self.last
-            && ld == d
+        let at = table_index(&d);
+        if let Some((td, id)) = self.table[at]
+            && td == d
         {
-            return lid;
+            return id;
         }
+        self.id_of_new(d, at)
+    }
+
+    /// The id of variant `d` when the table does not hold it at `at` (its first
+    /// appearance, or two variants sharing an entry), which it then does.
+    #[cold]
+    fn id_of_new(&mut self, d: Discriminant<Op>, at: usize) -> u8 {
         let id = match self.seen.iter().position(|&v| v == d) {
             Some(id) => id,
             None if self.seen.len() < MAX_VARIANTS => {
@@ -244,7 +299,7 @@ impl<Op> Variants<Op> {
             }
             None => MAX_VARIANTS - 1,
         } as u8;
-        self.last = Some((d, id));
+        self.table[at] = Some((d, id));
         id
     }
 }
@@ -271,5 +326,76 @@ fn counting_sort(keys: impl Iterator<Item = usize> + Clone, start: &mut [u32], m
     for (item, k) in keys.enumerate() {
         place(item, start[k] as usize);
         start[k] += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Variants whose discriminants share [`Variants`]' table entries: `A`, `B` and `C`
+    /// fall on entry 0, `D` on entry 1.
+    #[derive(Clone, Copy, Debug)]
+    #[repr(i64)]
+    enum Shared {
+        A = 0,
+        B = TABLE as i64,
+        C = 2 * TABLE as i64,
+        D = 1,
+    }
+
+    /// A variant without a `repr`, beside the colliding ones.
+    #[derive(Clone, Copy, Debug)]
+    enum Plain {
+        X,
+        Y(u8),
+        Z,
+    }
+
+    /// The ids as the linear search over the variants seen gives them: their order of
+    /// first appearance.
+    fn first_appearance<T>(ops: &[T]) -> Vec<u8> {
+        let mut seen: Vec<Discriminant<T>> = Vec::new();
+        ops.iter()
+            .map(|op| {
+                let d = std::mem::discriminant(op);
+                let id = seen.iter().position(|&s| s == d).unwrap_or_else(|| {
+                    seen.push(d);
+                    seen.len() - 1
+                });
+                id as u8
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// The table gives each variant the id of its first appearance, whichever
+        /// variants share its entry and in whatever order they come.
+        #[test]
+        fn variant_ids_are_their_order_of_first_appearance(
+            picks in prop::collection::vec(0usize..4, 0..200),
+            plain in prop::collection::vec(0usize..3, 0..50),
+        ) {
+            let shared: Vec<Shared> = picks.iter().map(|&p| [Shared::A, Shared::B, Shared::C, Shared::D][p]).collect();
+            let mut v = Variants::<Shared>::default();
+            let ids: Vec<u8> = shared.iter().map(|op| v.id(op)).collect();
+            prop_assert_eq!(ids, first_appearance(&shared));
+            prop_assert_eq!(v.len(), first_appearance(&shared).iter().map(|&i| i as usize + 1).max().unwrap_or(0));
+
+            // `Y`'s field differs between operations of that variant: the id does not read it.
+            let plain: Vec<Plain> =
+                plain.iter().enumerate().map(|(i, &p)| [Plain::X, Plain::Y(i as u8), Plain::Z][p]).collect();
+            prop_assert!(plain.iter().all(|op| !matches!(op, Plain::Y(i) if usize::from(*i) >= 50)));
+            let mut v = Variants::<Plain>::default();
+            let ids: Vec<u8> = plain.iter().map(|op| v.id(op)).collect();
+            prop_assert_eq!(ids, first_appearance(&plain));
+        }
+    }
+
+    #[test]
+    fn colliding_variants_share_a_table_entry() {
+        let at = |op: Shared| table_index(&std::mem::discriminant(&op));
+        assert_eq!([at(Shared::A), at(Shared::B), at(Shared::C), at(Shared::D)], [0, 0, 0, 1]);
     }
 }

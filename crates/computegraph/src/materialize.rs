@@ -557,6 +557,10 @@ const AHEAD: usize = 8;
 
 /// A fixed-size bit set: marking's per-graph sets, tested and set once per operand (a
 /// plain word column; `bitvec`'s general indexing cost several times the instructions).
+/// A bit's range is checked in debug builds only: an index past the last word still
+/// panics (the word's own bound check), and one in the last word's spare bits can only
+/// come from a broken invariant of marking, whose sets are sized by the columns they
+/// index; the check ran on every operand, in the pass's hottest loop.
 #[derive(Default)]
 struct Bits {
     words: Vec<u64>,
@@ -577,20 +581,20 @@ impl Bits {
     /// Bit `i`.
     ///
     /// # Panics
-    /// If `i` is out of range.
+    /// If `i` is past the last word (in debug builds, out of range).
     #[inline(always)]
     fn get(&self, i: usize) -> bool {
-        assert!(i < self.len, "bit {i} of {}", self.len);
+        debug_assert!(i < self.len, "bit {i} of {}", self.len);
         self.words[i >> 6] >> (i & 63) & 1 != 0
     }
 
     /// Sets bit `i`; returns whether it was set before.
     ///
     /// # Panics
-    /// If `i` is out of range.
+    /// If `i` is past the last word (in debug builds, out of range).
     #[inline(always)]
     fn test_and_set(&mut self, i: usize) -> bool {
-        assert!(i < self.len, "bit {i} of {}", self.len);
+        debug_assert!(i < self.len, "bit {i} of {}", self.len);
         let (w, bit) = (&mut self.words[i >> 6], 1u64 << (i & 63));
         let was = *w & bit != 0;
         *w |= bit;
@@ -600,10 +604,10 @@ impl Bits {
     /// Clears bit `i`; returns whether it was set.
     ///
     /// # Panics
-    /// If `i` is out of range.
+    /// If `i` is past the last word (in debug builds, out of range).
     #[inline(always)]
     fn take(&mut self, i: usize) -> bool {
-        assert!(i < self.len, "bit {i} of {}", self.len);
+        debug_assert!(i < self.len, "bit {i} of {}", self.len);
         let (w, bit) = (&mut self.words[i >> 6], 1u64 << (i & 63));
         let was = *w & bit != 0;
         *w &= !bit;
