@@ -232,7 +232,7 @@ class ContractExpression(_core.Expression):
         ``grads`` as ``grad_slices``. With ``cotangent_first``, ``cotangent`` holds output
         blocks ``cotangent_first..`` stacked as ``eval_blocks`` stacks the value (at least
         those the range touches), never the output's full shape, and the value comes by
-        blocks."""
+        blocks (a scalar ``cotangent`` with ``cotangent_first`` is a ``ValueError``)."""
         start, stop = self._range(start, stop)
         positions = self._full_wrt(wrt)
         with _threads.threads(threads):
@@ -259,9 +259,9 @@ class ContractExpression(_core.Expression):
         ``None``; an int for one operand), for ``cotangent``: of the output's shape, or a
         scalar ``c`` (a Python or numpy number, or a 0-d array) that stands for ``c``
         everywhere: the gradients of ``c * f(x).sum()`` (of ``Re(conj(c) * f(x).sum())`` for
-        complex values), computed without an array of the output's shape (the last step's
-        operands are summed over the labels the other lacks, and its gradients are those
-        sums broadcast; ``strip_exponent=True``, the automatic scaled rerun and
+        complex values), computed without a cotangent of the output's shape when the last
+        step is a contraction (its operands are summed over the labels the other lacks, and
+        its gradients are those sums broadcast; ``strip_exponent=True``, the automatic scaled rerun and
         ``checkpoint`` fill ``c`` into the output's shape instead); ``None`` means 1 and
         needs a scalar output. ``strip_exponent`` as in :func:`contract`, for
         the value and each gradient: with ``True`` each is ``(mantissa, exponent)``; by
@@ -305,7 +305,8 @@ class ContractExpression(_core.Expression):
         """Hessian-vector products of ``x ↦ <cotangent, f(x)>`` in the operands ``wrt``: one
         direction per ``wrt`` operand in, one array per ``wrt`` operand out. A sliced
         expression sums its slices' products, one slice at a time, so its memory is that
-        of a slice (the operands, directions and products held whole)."""
+        of a slice (the operands, directions and products held whole). ``cotangent`` as in
+        ``value_and_grad``: a scalar ``c`` is filled into the output's shape."""
         with _threads.threads(threads):
             return self._hvp(self._full(arrays), list(directions), self._full_wrt(wrt), cotangent)
 

@@ -46,7 +46,9 @@ def test_scalar_cotangent_equals_the_filled_one(case, complex_, kind, wrt_mask, 
     got, grads = expr.value_and_grad(*ops, wrt=wrt, cotangent=c, threads=threads)
     want_value, want = expr.value_and_grad(*ops, wrt=wrt, cotangent=filled, threads=threads)
     np.testing.assert_allclose(got, value, rtol=1e-10, atol=1e-10)
-    np.testing.assert_array_equal(got, want_value)
+    # The same forward steps; on two threads the pool may split a step differently between
+    # the two programs, so to rounding rather than bit for bit.
+    np.testing.assert_allclose(got, want_value, rtol=1e-13, atol=1e-300)
     for i, g, w in zip(wrt, grads, want):
         assert g.shape == shapes[i] and g.dtype == ops[i].dtype
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)

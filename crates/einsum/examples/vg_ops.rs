@@ -103,8 +103,11 @@ fn minor_faults() -> i64 {
     u.ru_minflt
 }
 
-/// The sum of `e`'s output as a fragment over its graph, as `sum_seed.rs` makes it (for a
-/// last operation that is a contraction; any other is an error here).
+/// The sum of `e`'s output as a fragment over its graph, in the form `sum_seed.rs` gives it
+/// (the last contraction's operands summed over the labels the other lacks), but each sum
+/// in one stage, without `sum_seed.rs`'s stages and conjugation (a profiling aid: the
+/// library's own sum is crate-private); a last operation that is not a contraction is an
+/// error here.
 fn sum_fragment(e: &Einsum<f64>) -> (Arc<Graph<TensorOp<f64>>>, ValueKey<TensorOp<f64>>) {
     let forward = e.graph();
     let output = forward.outputs()[0];

@@ -494,8 +494,10 @@ impl<T: Elem> Einsum<T> {
         for &i in wrt {
             budget.alloc(&self.plan.shapes()[i], || format!("{what}: the gradient of operand {i}"))?;
         }
+        // Each summed operand and, in the reverse pass, its cotangent, of the same shape.
         for shape in made {
             budget.alloc(shape, || format!("{what}: an operand of the last step summed"))?;
+            budget.alloc(shape, || format!("{what}: the cotangent of an operand of the last step summed"))?;
         }
         Ok(())
     }
@@ -529,11 +531,13 @@ impl<T: Elem> Einsum<T> {
     /// The gradient of the sum of the output's entries times a constant `c`: the
     /// [`Self::gradient`] that a cotangent of the output's shape filled with `c` gives,
     /// evaluated with `c` alone, a scalar tensor ([`Tensor::scalar`]), as its cotangent.
-    /// No tensor of the output's size is read or made for it: after the last step
-    /// `y = Σ A·B`, `Σ y` is `Σ A'·B'` with `A'` and `B'` the operands summed over the
-    /// labels the other lacks, so its transposes are broadcasts of `c·B'` and `c·A'`, not
-    /// contractions of the full cotangent (`sum_seed.rs`). Steps before the last one are
-    /// [`Self::gradient`]'s. Complex: the adjoint of `Re(conj(c)·Σ y)`.
+    /// When the last step is a contraction, no cotangent of the output's shape is read or
+    /// made for it: after the last step `y = Σ A·B`, `Σ y` is `Σ A'·B'` with `A'` and `B'`
+    /// the operands summed over the labels the other lacks, so its transposes are
+    /// broadcasts of `c·B'` and `c·A'`, not contractions of the full cotangent
+    /// (`sum_seed.rs`); another last step takes `c` broadcast to the output's shape. Steps
+    /// before the last one are [`Self::gradient`]'s. Complex: the adjoint of
+    /// `Re(conj(c)·Σ y)`.
     ///
     /// ```
     /// use einsum::{Einsum, PathChoice, Tensor};

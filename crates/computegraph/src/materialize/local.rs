@@ -187,7 +187,7 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                                 // next key after its operands' (ADR 0017's key order), so this
                                 // holds by construction and is checked in debug builds only
                                 // (with the materialized graph's verifier); compile's slot pass
-                                // refuses an operand read before it is defined in any build.
+                                // panics on an operand read before it is defined in any build.
                                 debug_assert!(k.index() < reader, "operands precede their users in key order");
                                 op_inputs.push_item(ValueId::new(k.index()));
                             }
