@@ -422,12 +422,13 @@ impl Inner {
 
     /// The cotangent of the output's shape: the given one, a scalar given for a non-scalar
     /// output filled into that shape (the paths that take no scalar: scaled, checkpointed,
-    /// element-wise, HVP), or 1 for a scalar output.
+    /// HVP), or 1 for a scalar output.
     fn cotangent<T: Dtype>(&self, cotangent: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor<T>> {
         let c = self.given_cotangent::<T>(cotangent)?;
         match c.data() {
             &[x] if c.shape().is_empty() && !self.output_shape.is_empty() => {
-                Tensor::from_fn(self.output_shape.clone(), |_| x).map_err(einsum_error)
+                // One fill (`Tensor::from_fn` made each element by a call with its multi-index).
+                Tensor::filled(self.output_shape.clone(), x).map_err(einsum_error)
             }
             _ => Ok(c),
         }
@@ -672,7 +673,8 @@ impl Inner {
     ) -> PyResult<Option<(Bound<'py, PyTuple>, bool)>> {
         let (Some(h), Some([a, b])) = (&self.hadamard, T::real(operands)) else { return Ok(None) };
         self.check_memory::<f64>(d.limit)?;
-        let c = self.cotangent::<f64>(d.cotangent)?;
+        // A scalar stays a scalar: the kernel reads it as that value everywhere.
+        let c = self.given_cotangent::<f64>(d.cotangent)?;
         let work = 3.0 * self.slice_plan.multiply_adds();
         let wrt = &d.wrt;
         let out = run_on(py, work, |t| h.uses_threads(t), || h.value_and_grad(a, b, &c, wrt))?;

@@ -113,8 +113,10 @@ impl Hadamard {
 
     /// The value and the gradients of `⟨C, A ⊙ B⟩` with respect to the operands `wrt`
     /// (each 0 or 1, in any order and with repeats), for the cotangent `c`: `C ⊙ B` and
-    /// `C ⊙ A`. Errors: tensors of another shape, a `wrt` entry above 1
-    /// ([`EinsumError::Shape`]), or the stop flag raised.
+    /// `C ⊙ A`. A scalar `c` (shape `[]`) of a product that is not a scalar stands for
+    /// that value everywhere (the gradients of `c · Σ A ⊙ B`), and no tensor of the
+    /// product's shape is read for it. Errors: tensors of another shape, a `wrt` entry
+    /// above 1 ([`EinsumError::Shape`]), or the stop flag raised.
     pub fn value_and_grad(
         &self,
         a: &Tensor<f64>,
@@ -122,7 +124,14 @@ impl Hadamard {
         c: &Tensor<f64>,
         wrt: &[usize],
     ) -> EinsumResult<HadamardOutputs> {
-        self.check(&[("operand 0", a), ("operand 1", b), ("cotangent", c)])?;
+        self.check(&[("operand 0", a), ("operand 1", b)])?;
+        let cotangent = match c.data() {
+            &[x] if c.shape().is_empty() => Cotangent::Scalar(x),
+            _ => {
+                self.check(&[("cotangent", c)])?;
+                Cotangent::Tensor(c.data())
+            }
+        };
         if let Some(w) = wrt.iter().find(|&&w| w > 1) {
             return Err(EinsumError::Shape(format!("an element-wise product has two operands, not operand {w}")));
         }
@@ -132,7 +141,7 @@ impl Hadamard {
         let mut out = overwritten::<f64>(n);
         let mut da = if want[0] { overwritten::<f64>(n) } else { Vec::new() };
         let mut db = if want[1] { overwritten::<f64>(n) } else { Vec::new() };
-        let scans = fused(a.data(), b.data(), Some(c.data()), [&mut out, &mut da, &mut db]);
+        let scans = fused(a.data(), b.data(), Some(cotangent), [&mut out, &mut da, &mut db]);
         crate::stop::check()?;
         let left_range = scans.iter().any(RangeScan::left_range);
         let made = [
@@ -161,10 +170,18 @@ impl Hadamard {
 /// (empty when not wanted).
 type Outputs<'a> = [&'a mut [f64]; 3];
 
+/// The cotangent of a value+gradient pass: a tensor of the product's shape, or one value
+/// for every element (read from a block of [`LANES`] copies, so the loops are the same).
+#[derive(Clone, Copy)]
+enum Cotangent<'a> {
+    Tensor(&'a [f64]),
+    Scalar(f64),
+}
+
 /// Writes `out[0] = a ⊙ b` and, with `c`, `out[1] = c ⊙ b` and `out[2] = c ⊙ a` where
 /// those are not empty, over the current pool's threads when the output is large; the
 /// scan of each output (of nothing for an empty one).
-fn fused(a: &[f64], b: &[f64], c: Option<&[f64]>, out: Outputs<'_>) -> [RangeScan; 3] {
+fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [RangeScan; 3] {
     let n = out[0].len();
     let threads = if n >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
         rayon::current_num_threads()
@@ -188,7 +205,10 @@ fn fused(a: &[f64], b: &[f64], c: Option<&[f64]>, out: Outputs<'_>) -> [RangeSca
             return [RangeScan::EMPTY; 3]; // the evaluation is ending with an error
         }
         let end = start + out[0].len();
-        let c = c.map(|c| &c[start..end]);
+        let c = c.map(|c| match c {
+            Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
+            scalar => scalar,
+        });
         write(&a[start..end], &b[start..end], c, out)
     };
     let merge = |x: [RangeScan; 3], y: [RangeScan; 3]| [x[0].merge(y[0]), x[1].merge(y[1]), x[2].merge(y[2])];
@@ -209,7 +229,26 @@ fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
 
 /// One piece of [`fused`]: every output of the same length as `a` (or empty), one loop of
 /// [`LANES`]-element blocks for the variants the outputs ask for.
-fn write(a: &[f64], b: &[f64], c: Option<&[f64]>, out: Outputs<'_>) -> [RangeScan; 3] {
+fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [RangeScan; 3] {
+    match c {
+        None => write_with(a, b, None::<(std::iter::Empty<&[f64; LANES]>, &[f64])>, out),
+        Some(Cotangent::Tensor(c)) => write_with(a, b, Some(blocks(c)), out),
+        Some(Cotangent::Scalar(x)) => {
+            // Every block of `c` is this one; the tail is its first `len % LANES` copies.
+            let block = [x; LANES];
+            let tail = &block[..a.len() % LANES];
+            write_with(a, b, Some((std::iter::repeat(&block), tail)), out)
+        }
+    }
+}
+
+/// [`write`] with the cotangent as whole blocks and the rest (as [`blocks`] gives them).
+fn write_with<'c>(
+    a: &[f64],
+    b: &[f64],
+    c: Option<(impl Iterator<Item = &'c [f64; LANES]>, &'c [f64])>,
+    out: Outputs<'_>,
+) -> [RangeScan; 3] {
     let [o, da, db] = out;
     match (c, da.is_empty(), db.is_empty()) {
         (Some(c), false, false) => both(a, b, c, o, da, db),
@@ -247,11 +286,17 @@ fn value(a: &[f64], b: &[f64], o: &mut [f64]) -> [RangeScan; 1] {
     [l.scan()]
 }
 
-/// `o = a ⊙ b` and `g = c ⊙ b`, scanned.
-fn one(a: &[f64], b: &[f64], c: &[f64], o: &mut [f64], g: &mut [f64]) -> [RangeScan; 2] {
+/// `o = a ⊙ b` and `g = c ⊙ b`, scanned (`c` as whole blocks and the rest).
+fn one<'c>(
+    a: &[f64],
+    b: &[f64],
+    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
+    o: &mut [f64],
+    g: &mut [f64],
+) -> [RangeScan; 2] {
     let mut l = [Lanes::new(); 2];
     let ((ob, ot), (gb, gt)) = (blocks_mut(o), blocks_mut(g));
-    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), blocks(c));
+    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
     for (((o, g), x), (y, z)) in ob.zip(gb).zip(xb).zip(yb.zip(zb)) {
         for i in 0..LANES {
             o[i] = x[i] * y[i];
@@ -269,11 +314,18 @@ fn one(a: &[f64], b: &[f64], c: &[f64], o: &mut [f64], g: &mut [f64]) -> [RangeS
     l.map(|l| l.scan())
 }
 
-/// `o = a ⊙ b`, `da = c ⊙ b` and `db = c ⊙ a`, scanned.
-fn both(a: &[f64], b: &[f64], c: &[f64], o: &mut [f64], da: &mut [f64], db: &mut [f64]) -> [RangeScan; 3] {
+/// `o = a ⊙ b`, `da = c ⊙ b` and `db = c ⊙ a`, scanned (`c` as whole blocks and the rest).
+fn both<'c>(
+    a: &[f64],
+    b: &[f64],
+    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
+    o: &mut [f64],
+    da: &mut [f64],
+    db: &mut [f64],
+) -> [RangeScan; 3] {
     let mut l = [Lanes::new(); 3];
     let ((ob, ot), (gb, gt), (hb, ht)) = (blocks_mut(o), blocks_mut(da), blocks_mut(db));
-    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), blocks(c));
+    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
     for (((o, g), h), ((x, y), z)) in ob.zip(gb).zip(hb).zip(xb.zip(yb).zip(zb)) {
         for i in 0..LANES {
             o[i] = x[i] * y[i];
@@ -407,6 +459,33 @@ mod tests {
                 left |= left_range_plainly(r.data());
             }
             prop_assert_eq!(out.left_range, left);
+        }
+
+        /// A scalar cotangent gives what that value filled into the product's shape gives,
+        /// bit for bit, for every `wrt` and lengths with and without a partial block.
+        #[test]
+        fn a_scalar_cotangent_is_the_filled_one(
+            shape in proptest::collection::vec(1usize..7, 1..4),
+            seed in proptest::collection::vec(entry(), 2 * 216),
+            c in entry(),
+            wrt in proptest::sample::select(vec![vec![], vec![0], vec![1], vec![0, 1], vec![1, 0]]),
+        ) {
+            let n: usize = shape.iter().product();
+            let t = |k: usize| Tensor::new(shape.clone(), seed[k * n..(k + 1) * n].to_vec()).expect("a tensor");
+            let (a, b) = (t(0), t(1));
+            let labels: String = ['i', 'j', 'k'][..shape.len()].iter().collect();
+            let eq = format!("{labels},{labels}->{labels}");
+            let h = Hadamard::for_plan(&plan(&eq, &[shape.clone(), shape.clone()])).expect("a product");
+            let bits = |t: &Tensor<f64>| t.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let filled = Tensor::new(shape.clone(), vec![c; n]).expect("a tensor");
+            let want = h.value_and_grad(&a, &b, &filled, &wrt).expect("value and gradients");
+            let got = h.value_and_grad(&a, &b, &Tensor::scalar(c), &wrt).expect("value and gradients");
+            prop_assert_eq!(bits(&got.value), bits(&want.value));
+            prop_assert_eq!(got.grads.len(), want.grads.len());
+            for (g, w) in got.grads.iter().zip(&want.grads) {
+                prop_assert_eq!(bits(g), bits(w));
+            }
+            prop_assert_eq!(got.left_range, want.left_range);
         }
 
         /// The scan of any array, and of it cut in two and merged, is the plain test's, and
