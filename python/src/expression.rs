@@ -426,12 +426,18 @@ impl Inner {
     fn cotangent<T: Dtype>(&self, cotangent: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor<T>> {
         let c = self.given_cotangent::<T>(cotangent)?;
         match c.data() {
-            &[x] if c.shape().is_empty() && !self.output_shape.is_empty() => {
+            &[x] if self.stands_for_every_entry(&c) => {
                 // One fill (`Tensor::from_fn` made each element by a call with its multi-index).
                 Tensor::filled(self.output_shape.clone(), x).map_err(einsum_error)
             }
             _ => Ok(c),
         }
+    }
+
+    /// Whether cotangent `c` is a scalar given for a non-scalar output: the value of every
+    /// entry, the gradient of `c` times the output's sum.
+    fn stands_for_every_entry<T: Elem>(&self, c: &Tensor<T>) -> bool {
+        c.shape().is_empty() && !self.output_shape.is_empty()
     }
 
     /// The cotangent as given (a scalar stays a scalar), or 1 for a scalar output.
@@ -454,7 +460,7 @@ impl Inner {
         self.check_memory::<T>(d.limit)?;
         let e = self.einsum::<T>()?;
         let c = self.given_cotangent::<T>(d.cotangent)?;
-        let g = if c.shape().is_empty() && !self.output_shape.is_empty() {
+        let g = if self.stands_for_every_entry(&c) {
             cached(&T::compiled(self).sum_gradients, &d.wrt, |w| e.gradient_of_sum(w))?
         } else {
             cached(&T::compiled(self).gradients, &d.wrt, |w| e.gradient(w))?

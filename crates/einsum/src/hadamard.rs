@@ -231,13 +231,17 @@ fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
 /// [`LANES`]-element blocks for the variants the outputs ask for.
 fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [RangeScan; 3] {
     match c {
-        None => write_with(a, b, None::<(std::iter::Empty<&[f64; LANES]>, &[f64])>, out),
-        Some(Cotangent::Tensor(c)) => write_with(a, b, Some(blocks(c)), out),
+        None => {
+            let [o, ..] = out;
+            let [v] = value(a, b, o);
+            [v, RangeScan::EMPTY, RangeScan::EMPTY]
+        }
+        Some(Cotangent::Tensor(c)) => write_with(a, b, blocks(c), out),
         Some(Cotangent::Scalar(x)) => {
             // Every block of `c` is this one; the tail is its first `len % LANES` copies.
             let block = [x; LANES];
             let tail = &block[..a.len() % LANES];
-            write_with(a, b, Some((std::iter::repeat(&block), tail)), out)
+            write_with(a, b, (std::iter::repeat(&block), tail), out)
         }
     }
 }
@@ -246,19 +250,19 @@ fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
 fn write_with<'c>(
     a: &[f64],
     b: &[f64],
-    c: Option<(impl Iterator<Item = &'c [f64; LANES]>, &'c [f64])>,
+    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
     out: Outputs<'_>,
 ) -> [RangeScan; 3] {
     let [o, da, db] = out;
-    match (c, da.is_empty(), db.is_empty()) {
-        (Some(c), false, false) => both(a, b, c, o, da, db),
+    match (da.is_empty(), db.is_empty()) {
+        (false, false) => both(a, b, c, o, da, db),
         // `c ⊙ b` beside `a ⊙ b`; for `db` the operands swap (`b ⊙ a` is `a ⊙ b`: IEEE
         // multiplication commutes; only which NaN payload survives may differ).
-        (Some(c), false, true) => {
+        (false, true) => {
             let [v, g] = one(a, b, c, o, da);
             [v, g, RangeScan::EMPTY]
         }
-        (Some(c), true, false) => {
+        (true, false) => {
             let [v, g] = one(b, a, c, o, db);
             [v, RangeScan::EMPTY, g]
         }

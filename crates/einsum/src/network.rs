@@ -556,12 +556,11 @@ impl<T: Elem> Einsum<T> {
     /// assert!(sum.eval(&[&a, &b], &ones).is_err());
     /// ```
     pub fn gradient_of_sum(&self, wrt: &[usize]) -> EinsumResult<EinsumGradient<T>> {
-        let keys = self.wrt_keys(wrt)?;
         if self.output_shape.is_empty() {
-            // A scalar output is its own sum.
-            self.check_reverse("the gradient", wrt, &[])?;
-            return self.reverse(&keys, wrt, vec![self.graph.clone()], &self.output, Vec::new());
+            // A scalar output is its own sum, and its cotangent already a scalar.
+            return self.gradient(wrt);
         }
+        let keys = self.wrt_keys(wrt)?;
         let sum = crate::sum_seed::sum_of_output(&self.graph, &self.output_shape)?;
         self.check_reverse("the gradient of the sum", wrt, &sum.made)?;
         self.reverse(&keys, wrt, vec![self.graph.clone(), sum.graph], &sum.sum, Vec::new())
