@@ -52,7 +52,7 @@ pub(crate) fn huge_vec_of<T: Clone>(value: T, n: usize) -> Vec<T> {
 pub(crate) const PROGRAM_HUGE_MAX_BYTES: usize = 256 << 20;
 
 /// The size of a transparent huge page on x86_64 (a PMD's reach).
-pub(crate) const HUGE_PAGE: usize = 2 << 20;
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Compile's columns of at most this many bytes get the room past their end that
 /// [`program_vec`] describes. The room is counted by the allocator while the column
@@ -138,33 +138,19 @@ pub(crate) fn advise_huge<T>(buffer: &mut Vec<T>) {
     advise(buffer);
 }
 
-/// Asks the kernel to back the whole pages of `slice` with transparent huge pages (Linux,
-/// slices of at least [`HUGE_MIN_BYTES`]): for a buffer placed on whole huge pages inside
-/// a larger allocation (the interner's table, `optable.rs`).
-pub(crate) fn advise_huge_slice<T>(slice: &mut [T]) {
-    let bytes = size_of_val(slice);
-    if bytes >= HUGE_MIN_BYTES {
-        advise_pages(slice.as_mut_ptr() as usize, bytes);
-    }
-}
-
 /// [`advise_huge`] at any size.
 fn advise<T>(buffer: &mut Vec<T>) {
-    // The allocation, its capacity included, which `buffer` holds and is borrowed here.
-    advise_pages(buffer.as_mut_ptr() as usize, buffer.capacity().saturating_mul(size_of::<T>()));
-}
-
-/// `MADV_HUGEPAGE` on the whole pages of `[start, start + bytes)`, which the callers take
-/// from memory they borrow mutably (a vector's allocation, a slice).
-fn advise_pages(start: usize, bytes: usize) {
     #[cfg(all(target_os = "linux", not(miri)))]
     {
         const PAGE: usize = 4096;
-        // The whole pages inside the range: the advice must not reach memory that is not ours.
+        let bytes = buffer.capacity().saturating_mul(size_of::<T>());
+        let start = buffer.as_mut_ptr() as usize;
+        // The whole pages inside the allocation: the advice must not reach memory that is
+        // not ours.
         let (first, end) = (start.next_multiple_of(PAGE), (start + bytes) / PAGE * PAGE);
         if end > first {
-            // SAFETY: `[first, end)` lies inside memory the caller borrows mutably (see
-            // the callers), and is page-aligned as `madvise` requires. `MADV_HUGEPAGE`
+            // SAFETY: `[first, end)` lies inside `buffer`'s allocation, which this function
+            // borrows mutably, and is page-aligned as `madvise` requires. `MADV_HUGEPAGE`
             // only changes how the kernel backs these pages (their contents are kept), so
             // no Rust-visible memory changes; a failure (a kernel without THP) is ignored.
             unsafe {
@@ -172,8 +158,6 @@ fn advise_pages(start: usize, bytes: usize) {
             }
         }
     }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
-    let _ = (start, bytes);
 }
 
 #[cfg(test)]

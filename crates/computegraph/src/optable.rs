@@ -44,49 +44,8 @@ fn growth_factor(slots: usize) -> usize {
 
 #[derive(Default)]
 pub(crate) struct OpTable {
-    slots: Slots,
+    slots: Vec<u64>,
     len: usize,
-}
-
-/// A table's slots: the part of an allocation from `base` on (`base` is 0 except for a
-/// table placed on whole huge pages, [`huge_page_slots`]), read as a slice.
-#[derive(Default)]
-struct Slots {
-    /// The allocation; its length is `base` plus the table's capacity (room past it is
-    /// the alignment's, never read or written).
-    buf: Vec<u64>,
-    base: usize,
-}
-
-impl Slots {
-    fn heap(buf: Vec<u64>) -> Self {
-        Slots { buf, base: 0 }
-    }
-
-    /// The allocation's bytes, the alignment's room included.
-    fn heap_bytes(&self) -> usize {
-        self.buf.capacity() * 8
-    }
-
-    /// The allocation, for the thread to keep when it starts at the table (`base` 0).
-    fn into_heap(self) -> Option<Vec<u64>> {
-        (self.base == 0).then_some(self.buf)
-    }
-}
-
-impl std::ops::Deref for Slots {
-    type Target = [u64];
-    #[inline(always)]
-    fn deref(&self) -> &[u64] {
-        &self.buf[self.base..]
-    }
-}
-
-impl std::ops::DerefMut for Slots {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut [u64] {
-        &mut self.buf[self.base..]
-    }
 }
 
 thread_local! {
@@ -104,7 +63,7 @@ thread_local! {
 /// next build faults every page of the new one in again while zeroing it: 42% of the page
 /// faults of a warm 10^5-node build (docs/PERFORMANCE.md, "Issue 38: the build's warm
 /// page faults"). The kept buffer is zeroed in place, on pages the process already has.
-fn zeroed_slots(capacity: usize) -> Slots {
+fn zeroed_slots(capacity: usize) -> Vec<u64> {
     // `try_with`: during the thread's teardown the kept buffer is gone; a fresh one serves.
     let mut slots = KEPT_SLOTS.try_with(Cell::take).unwrap_or_default();
     // A kept buffer far larger than asked would hold memory the table never uses, and
@@ -115,7 +74,7 @@ fn zeroed_slots(capacity: usize) -> Slots {
     }
     slots.clear();
     slots.resize(capacity, 0);
-    Slots::heap(slots)
+    slots
 }
 
 /// `capacity` empty slots in a fresh allocation; from [`POPULATE_MIN_BYTES`] on, zeroed
@@ -125,7 +84,7 @@ fn zeroed_slots(capacity: usize) -> Slots {
 /// read first faults twice (mapped to the shared zero page on the read, copied on the
 /// write). Writing the zeros from here instead cost a reserved 10^6-node build about 11
 /// instructions per node, and a growing table about 15 (`docs/PERFORMANCE.md`, bld41b).
-fn fresh_zeroed_slots(capacity: usize) -> Slots {
+fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
     if capacity.saturating_mul(8) < POPULATE_MIN_BYTES {
         // Written zero by zero, as before: under glibc's default settings smaller tables
         // come from the heap, where `calloc` would write the zeros too, and builds of 10^5
@@ -134,36 +93,13 @@ fn fresh_zeroed_slots(capacity: usize) -> Slots {
         #[allow(clippy::slow_vector_initialization)]
         let mut slots = Vec::with_capacity(capacity);
         slots.resize(capacity, 0);
-        return Slots::heap(slots);
+        return slots;
     }
-    let mut slots = huge_page_slots(capacity);
-    // Advised before any page is backed.
-    crate::hugepages::advise_huge_slice(&mut slots);
-    crate::prefault::populate_now(slots.as_ptr() as usize, slots.len() * 8);
+    let mut slots = vec![0u64; capacity];
+    // Advised before any page is backed (`advise_huge` covers the whole allocation).
+    crate::hugepages::advise_huge(&mut slots);
+    crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
     slots
-}
-
-/// Slots in a table's huge pages: 2 MiB in `u64`s.
-const HUGE_PAGE_SLOTS: usize = crate::hugepages::HUGE_PAGE / 8;
-
-/// At least `capacity` zero slots on whole huge pages: a multiple of [`HUGE_PAGE_SLOTS`]
-/// from a 2 MiB boundary of a zeroed allocation one huge page larger (`calloc`, which
-/// does not write a large block's fresh pages; the room before and after the table is
-/// never touched, so it costs address space, not memory).
-///
-/// Why: the kernel backs with a huge page only an aligned 2 MiB range wholly inside the
-/// advised memory, and the allocator places a block anywhere, so a table that starts
-/// where the block does kept its head and tail on 4 KiB pages (a quarter of a 10^6-node
-/// build's 10.7 MB table), where the probes' random reads miss the TLB.
-fn huge_page_slots(capacity: usize) -> Slots {
-    let capacity = capacity.next_multiple_of(HUGE_PAGE_SLOTS);
-    let buf = vec![0u64; capacity + HUGE_PAGE_SLOTS];
-    let at = buf.as_ptr() as usize;
-    // A heap block is at least 8-byte aligned, so the boundary is a whole number of slots away.
-    let base = (at.next_multiple_of(crate::hugepages::HUGE_PAGE) - at) / 8;
-    let mut buf = buf;
-    buf.truncate(base + capacity);
-    Slots { buf, base }
 }
 
 /// Fresh tables of at least this many bytes are backed at once ([`fresh_zeroed_slots`]):
@@ -188,9 +124,7 @@ fn keep_slots(slots: Vec<u64>) {
 
 impl Drop for OpTable {
     fn drop(&mut self) {
-        if let Some(slots) = std::mem::take(&mut self.slots).into_heap() {
-            keep_slots(slots);
-        }
+        keep_slots(std::mem::take(&mut self.slots));
     }
 }
 
@@ -233,7 +167,7 @@ impl OpTable {
 
     /// Bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.slots.heap_bytes()
+        self.slots.capacity() * 8
     }
 
     /// Makes room for `additional` more entries without growing during their insertion.
@@ -280,7 +214,7 @@ impl OpTable {
         // writes it, and a fresh page read first faults twice (mapped to the shared zero
         // page on the read, copied on the write).
         let old = std::mem::replace(&mut self.slots, zeroed_slots(capacity));
-        for slot in old.iter().copied().filter(|&s| s != 0) {
+        for slot in old.into_iter().filter(|&s| s != 0) {
             let mut i = self.home((slot >> 32) as u32);
             while self.slots[i] != 0 {
                 i = self.next(i);
@@ -387,12 +321,6 @@ mod tests {
         t.reserve(3 * POPULATE_MIN_BYTES / 32);
         assert!(t.slots.len() * 8 >= POPULATE_MIN_BYTES);
         assert!(t.slots.iter().all(|&s| s == 0));
-        // On whole huge pages: from a 2 MiB boundary, a whole number of them, inside its
-        // allocation (which the heap bytes count, the alignment's room included).
-        let huge = crate::hugepages::HUGE_PAGE;
-        assert_eq!(t.slots.as_ptr() as usize % huge, 0);
-        assert_eq!(t.slots.len() % HUGE_PAGE_SLOTS, 0);
-        assert!(t.heap_bytes() >= t.slots.len() * 8 + huge);
         let n = POPULATE_MIN_BYTES / 4;
         for i in 0..n {
             t.reserve(1);
