@@ -1,13 +1,15 @@
 //! Graph building against the `fx_hashcons` floor, interleaved, for a shared machine.
 //!
 //! ```text
-//! cargo run --release -p benches --bin build_report -- [--shape S] [--nodes N] [--rounds R] [--only ours|fx|none] [--set scalar|spec_user]
+//! cargo run --release -p benches --bin build_report -- [--shape S] [--nodes N] [--rounds R] [--only ours|fx|none] [--set scalar|spec_user|spec_user_reserved]
 //! ```
 //!
 //! `--set spec_user` builds the same DAG in the `spec-user` operation set, written as the
 //! docs' first example shows (`add_operation` with an array per node, no `reserve`; see
 //! [`benches::spec_user`]), instead of the project's own `scalar` set through
-//! `build_single`; the baseline is the same `fx_hashcons`.
+//! `build_single`; the baseline is the same `fx_hashcons`. `--set spec_user_reserved` is
+//! that loop on a builder whose room is reserved first ([`benches::spec_user::build_reserved`]),
+//! to tell what growing costs the docs' form from what its loop costs.
 //!
 //! Each round builds the workload of shape `S` (default `window`) and `N` nodes (default
 //! 10^6) once with [`benches::build`] (a fresh interner, as the criterion group `build`
@@ -33,7 +35,7 @@ use benches::{Shape, Workload, build, hashcons, spec_user};
 fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: build_report [--shape S] [--nodes N] [--rounds R] [--only ours|fx|none] \
-         [--set scalar|spec_user] (N accepts `_` and `1e6`)"
+         [--set scalar|spec_user|spec_user_reserved] (N accepts `_` and `1e6`)"
     );
     std::process::exit(2)
 }
@@ -44,7 +46,7 @@ fn parse_count(s: &str) -> usize {
 
 fn main() {
     let (mut shape, mut nodes, mut rounds, mut only) = (Shape::Window, 1_000_000, 15, None);
-    let mut spec_user_set = false;
+    let (mut spec_user_set, mut reserved) = (false, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let v = it.next().unwrap_or_else(|| usage(&format!("`{a}` needs a value")));
@@ -53,7 +55,10 @@ fn main() {
             "--nodes" => nodes = parse_count(&v),
             "--rounds" => rounds = parse_count(&v).max(1),
             "--only" if ["ours", "fx", "none"].contains(&v.as_str()) => only = Some(v),
-            "--set" if ["scalar", "spec_user"].contains(&v.as_str()) => spec_user_set = v == "spec_user",
+            "--set" if ["scalar", "spec_user", "spec_user_reserved"].contains(&v.as_str()) => {
+                spec_user_set = v != "scalar";
+                reserved = v == "spec_user_reserved";
+            }
             _ => usage(&format!("unexpected `{a} {v}`")),
         }
     }
@@ -62,6 +67,7 @@ fn main() {
     let dag = spec_user_set.then(|| spec_user::to_dag(&w.spec));
     let ours = || -> Box<dyn std::any::Any> {
         match &dag {
+            Some(dag) if reserved => Box::new(spec_user::build_reserved(dag)),
             Some(dag) => Box::new(spec_user::build(dag)),
             None => Box::new(build(&w.spec)),
         }
@@ -98,7 +104,11 @@ fn main() {
          min {fmin:.1}; ours ÷ fx_hashcons: median {:.2}, min {:.2}",
         shape.name(),
         w.nodes(),
-        if spec_user_set { "spec_user" } else { "scalar" },
+        match (spec_user_set, reserved) {
+            (false, _) => "scalar",
+            (true, false) => "spec_user",
+            (true, true) => "spec_user_reserved",
+        },
         om / fm,
         omin / fmin
     );
