@@ -29,7 +29,8 @@
 use crate::path::{ContractionPath, FollowedPath, PathOperand, distinct, positional_path};
 
 /// The most elements a factor, and the factors' product, may have: the product stays in
-/// the first- and second-level caches while the carrier streams past it.
+/// the first- and second-level caches while the carrier streams past it, and the reverse
+/// pass fuses its two transposes (`pair.rs`'s `PAIR_MAX_SMALL` is as large).
 pub(crate) const FACTOR_MAX: usize = 4096;
 
 /// How much larger than the factors' product a carrier must be, so that the extra steps

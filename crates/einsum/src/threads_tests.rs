@@ -96,6 +96,24 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 /// exception: faer splits the sum of a large matrix-vector product over a column-major
 /// matrix between the threads (the gradient of the outer product of two matrix
 /// products, below, has one), so there the gradients agree to rounding.
+/// Queens' factors multiplied together first (`merge.rs`): `ab, bc, ac, de` on a `3^11`
+/// carrier become one product of `3^5` entries, whose step and fused transposes (`pair.rs`,
+/// a factor of 243 entries) run on both threads with the one-thread result bit for bit.
+#[test]
+fn merged_factors_on_a_pool_equal_one_thread_bit_for_bit() {
+    let expr = "abcdefghijk,ab,bc,ac,de,kjihgfedcba->";
+    let mut shapes = vec![vec![3; 11]];
+    shapes.extend(vec![vec![3, 3]; 4]);
+    shapes.push(vec![3; 11]);
+    let path = crate::ContractionPath::new(vec![[0, 1], [0, 4], [0, 3], [0, 2], [0, 1]]);
+    let plan = crate::Plan::new(expr, &shapes, PathChoice::Explicit(path), crate::MemoryLimit::default()).unwrap();
+    assert!(plan.with_factors_merged().is_some());
+    let e = Einsum::<f64>::from_plan(plan.clone()).unwrap();
+    check_pool_matches_one_thread(&e, &shapes, true, expr);
+    let e = Einsum::<c64>::from_plan(plan).unwrap();
+    check_pool_matches_one_thread(&e, &shapes, true, expr);
+}
+
 #[test]
 fn a_pool_equals_one_thread_bit_for_bit() {
     let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];
