@@ -12,8 +12,8 @@
 //! The pattern ([`PairSpec::new`] checks it), in the operand order of the fused operation
 //! `(c, m, a) -> (x, y)`: `x = op(c)·op(m)` sums nothing (every label of `c` and `m` is a
 //! label of `x`, which has `a`'s labels in `a`'s order), and `y = Σ op(a)·op(c)` has `m`'s
-//! labels in `m`'s order, at most [`PAIR_MAX_SMALL`] elements and
-//! [`PAIR_SMALL_RATIO`] times fewer than `x`. That is what tidu's
+//! labels in `m`'s order, at most [`PAIR_ALWAYS_SMALL`] elements, or at most
+//! [`PAIR_MAX_SMALL`] and [`PAIR_SMALL_RATIO`] times fewer than `x`. That is what tidu's
 //! transposes of such a step are, whichever of the step's operands is the small one.
 //!
 //! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
@@ -49,9 +49,14 @@ use crate::tensor::Tensor;
 /// tensors once, where the reduction alone went through the GEMM path's copies.
 pub(crate) const PAIR_MAX_SMALL: usize = 4096;
 
-/// How many times larger than `m` the large tensors must be: the blocks' partial `y`
-/// (one per block, added in order) stay small beside the pass over `x`.
+/// How many times larger than `m` the large tensors must be when `m` has more than
+/// [`PAIR_ALWAYS_SMALL`] elements: the blocks' partial `y` (one per block, added in
+/// order) stay small beside the pass over `x`.
 pub(crate) const PAIR_SMALL_RATIO: usize = 64;
+
+/// Factors of at most this many elements pair whatever the size of `x` (the `3 × 3`
+/// factors of queens' steps as they are).
+pub(crate) const PAIR_ALWAYS_SMALL: usize = 16;
 
 /// The shortest rows walked one by one; shorter rows are walked in panels (module docs).
 pub(crate) const PAIR_MIN_ROW: usize = 16;
@@ -100,7 +105,9 @@ impl PairSpec {
         let sizes = x.sizes();
         let len = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).product::<usize>();
         let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
-        if !sums_nothing(lc, lm, la) || len(lm) > PAIR_MAX_SMALL || len(lm).saturating_mul(PAIR_SMALL_RATIO) > len(la) {
+        let small = len(lm) <= PAIR_ALWAYS_SMALL
+            || (len(lm) <= PAIR_MAX_SMALL && len(lm).saturating_mul(PAIR_SMALL_RATIO) <= len(la));
+        if !sums_nothing(lc, lm, la) || !small {
             return None;
         }
         // `y` must be `a, c -> m` on the same labels: compare in canonical form.
@@ -836,10 +843,8 @@ pub(crate) mod tests {
             let mut la: Vec<u32> = (0..n as u32).collect();
             shuffle(&mut la);
             let mut lm: Vec<u32> = la[..small.min(n)].to_vec();
-            // At most `PAIR_MAX_SMALL` elements in the factor, `PAIR_SMALL_RATIO` times
-            // fewer than in the large operand.
-            let large: usize = la.iter().map(|&l| sizes[l as usize]).product::<usize>() * row;
-            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_MAX_SMALL.min(large / PAIR_SMALL_RATIO) {
+            // At most `PAIR_ALWAYS_SMALL` elements in the factor.
+            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_ALWAYS_SMALL {
                 lm.pop();
             }
             shuffle(&mut lm);
@@ -872,8 +877,7 @@ pub(crate) mod tests {
             let mut la: Vec<u32> = (0..n as u32).collect();
             shuffle(&mut la);
             let mut lm: Vec<u32> = la[n - small.min(n)..].to_vec();
-            let large: usize = sizes.iter().product();
-            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_MAX_SMALL.min(large / PAIR_SMALL_RATIO) {
+            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_ALWAYS_SMALL {
                 lm.pop();
             }
             shuffle(&mut lm);

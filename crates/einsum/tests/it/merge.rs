@@ -69,7 +69,8 @@ proptest! {
 #[test]
 fn factors_sharing_labels_merge() {
     let (expr, shapes, path) = carrier_network(8, &[vec![0, 1], vec![1, 2], vec![0, 2]], false);
-    let p = Plan::new(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path)), MemoryLimit::default()).unwrap();
+    let p =
+        Plan::new(&expr, &shapes, PathChoice::Explicit(ContractionPath::new(path)), MemoryLimit::default()).unwrap();
     let m = p.with_factors_merged().expect("a run of three factors");
     let f = m.followed();
     let widest: Vec<usize> =
