@@ -117,6 +117,7 @@ mod kernel_choices;
 mod lanes;
 mod layout;
 mod memory;
+mod merge;
 mod network;
 mod op;
 mod pair;

@@ -196,6 +196,9 @@ impl<T: Elem> Einsum<T> {
     }
 
     fn build(plan: Plan, cache: Option<&CompileCache<TensorOp<T>>>) -> EinsumResult<Self> {
+        // Small factors multiplied together before they meet a large intermediate: one pass
+        // over it instead of one per factor (`merge.rs`).
+        let plan = plan.with_factors_merged().unwrap_or(plan);
         let options = EinsumOptions::default().memory_limit(plan.memory_limit());
         let net = plan.network();
         let (inputs, output, sizes) = (&net.inputs, &net.output, &net.sizes);

@@ -12,7 +12,8 @@
 //! The pattern ([`PairSpec::new`] checks it), in the operand order of the fused operation
 //! `(c, m, a) -> (x, y)`: `x = op(c)·op(m)` sums nothing (every label of `c` and `m` is a
 //! label of `x`, which has `a`'s labels in `a`'s order), and `y = Σ op(a)·op(c)` has `m`'s
-//! labels in `m`'s order, at most [`PAIR_MAX_SMALL`] elements. That is what tidu's
+//! labels in `m`'s order, at most [`PAIR_ALWAYS_SMALL`] elements, or at most
+//! [`PAIR_MAX_SMALL`] and [`PAIR_SMALL_RATIO`] times fewer than `x`. That is what tidu's
 //! transposes of such a step are, whichever of the step's operands is the small one.
 //!
 //! The kernel loops over `x`'s labels in `x`'s order (sizes 1 dropped, neighbours fused
@@ -42,9 +43,20 @@ use crate::elementwise::{PANEL_ROWS, PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes, s
 use crate::kernel::ContractSpec;
 use crate::tensor::Tensor;
 
-/// The most elements of the small operand `m` (and of `y`): the partial sums of a block
-/// stay in registers or the first cache line or two.
-pub(crate) const PAIR_MAX_SMALL: usize = 16;
+/// The most elements of the small operand `m` (and of `y`): a block's partial sums stay
+/// in the first- and second-level caches. Queens' factors multiplied together first
+/// (`merge.rs`, up to `3^7` elements) are this large; their pairs read the two large
+/// tensors once, where the reduction alone went through the GEMM path's copies.
+pub(crate) const PAIR_MAX_SMALL: usize = 4096;
+
+/// How many times larger than `m` the large tensors must be when `m` has more than
+/// [`PAIR_ALWAYS_SMALL`] elements: the blocks' partial `y` (one per block, added in
+/// order) stay small beside the pass over `x`.
+pub(crate) const PAIR_SMALL_RATIO: usize = 64;
+
+/// Factors of at most this many elements pair whatever the size of `x` (the `3 × 3`
+/// factors of queens' steps as they are).
+pub(crate) const PAIR_ALWAYS_SMALL: usize = 16;
 
 /// The shortest rows walked one by one; shorter rows are walked in panels (module docs).
 pub(crate) const PAIR_MIN_ROW: usize = 16;
@@ -93,7 +105,9 @@ impl PairSpec {
         let sizes = x.sizes();
         let len = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).product::<usize>();
         let (lc, lm, la) = (x.a_labels(), x.b_labels(), x.out_labels());
-        if !sums_nothing(lc, lm, la) || len(lm) > PAIR_MAX_SMALL {
+        let small = len(lm) <= PAIR_ALWAYS_SMALL
+            || (len(lm) <= PAIR_MAX_SMALL && len(lm).saturating_mul(PAIR_SMALL_RATIO) <= len(la));
+        if !sums_nothing(lc, lm, la) || !small {
             return None;
         }
         // `y` must be `a, c -> m` on the same labels: compare in canonical form.
@@ -829,8 +843,8 @@ pub(crate) mod tests {
             let mut la: Vec<u32> = (0..n as u32).collect();
             shuffle(&mut la);
             let mut lm: Vec<u32> = la[..small.min(n)].to_vec();
-            // At most `PAIR_MAX_SMALL` elements in the factor.
-            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_MAX_SMALL {
+            // At most `PAIR_ALWAYS_SMALL` elements in the factor.
+            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_ALWAYS_SMALL {
                 lm.pop();
             }
             shuffle(&mut lm);
@@ -863,7 +877,7 @@ pub(crate) mod tests {
             let mut la: Vec<u32> = (0..n as u32).collect();
             shuffle(&mut la);
             let mut lm: Vec<u32> = la[n - small.min(n)..].to_vec();
-            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_MAX_SMALL {
+            while lm.iter().map(|&l| sizes[l as usize]).product::<usize>() > PAIR_ALWAYS_SMALL {
                 lm.pop();
             }
             shuffle(&mut lm);
@@ -913,6 +927,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn merged_factors_of_several_labels_pair() {
+        // Queens' factors multiplied together first (`merge.rs`): 3 to 7 labels of a `3^11`
+        // tensor, scattered among its labels, the cotangent in another order; against the
+        // reference, the element-wise kernel and one thread (`case`).
+        let sizes = [3usize; 11];
+        let la = [2, 3, 0, 4, 5, 6, 1, 7, 8, 9, 10];
+        let lc = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        let factors: [&[u32]; 4] = [&[0, 1, 4], &[6, 0, 9, 3], &[1, 4, 7, 10, 2], &[8, 0, 5, 1, 6, 2, 10]];
+        for (k, lm) in factors.into_iter().enumerate() {
+            let seed = 20 + 2 * k as u64;
+            assert!(case::<f64>(&sizes, &la, lm, &lc, [false; 2], k % 2 == 0, seed).is_some(), "{lm:?}");
+            assert!(case::<c64>(&sizes, &la, lm, &la, [true, false], k % 2 == 1, seed + 1).is_some(), "{lm:?}");
+        }
+        // 3^8 elements: over `PAIR_MAX_SMALL`, no pair.
+        let x = ContractSpec::new(&lc, &[0, 1, 2, 3, 4, 5, 6, 7], &la, &sizes).unwrap();
+        let y = ContractSpec::new(&la, &lc, &[0, 1, 2, 3, 4, 5, 6, 7], &sizes).unwrap();
+        assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_none());
+    }
+
+    #[test]
     fn a_row_along_the_factor_accumulates_each_element() {
         // The factor's one label (16) innermost: `y` gathers along the rows.
         assert_eq!(case::<f64>(&[300, 16], &[0, 1], &[1], &[1, 0], [false; 2], false, 3), Some(Walk::Long));
@@ -925,9 +959,15 @@ pub(crate) mod tests {
         let x = ContractSpec::new(&[0, 1, 2], &[1, 3], &[0, 2, 3], &[64, 3, 64, 3]).unwrap();
         let y = ContractSpec::new(&[0, 2, 3], &[0, 1, 2], &[1, 3], &[64, 3, 64, 3]).unwrap();
         assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_none());
-        // A small operand over the limit.
+        // A small operand over the limit, or not small enough beside the large ones.
+        for sizes in [[1024, 8192], [16, 256]] {
+            let x = ContractSpec::new(&[0, 1], &[1], &[0, 1], &sizes).unwrap();
+            let y = ContractSpec::new(&[0, 1], &[0, 1], &[1], &sizes).unwrap();
+            assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_none(), "{sizes:?}");
+        }
+        // Within both: a pair.
         let x = ContractSpec::new(&[0, 1], &[1], &[0, 1], &[64, 64]).unwrap();
         let y = ContractSpec::new(&[0, 1], &[0, 1], &[1], &[64, 64]).unwrap();
-        assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_none());
+        assert!(PairSpec::new(&x, [0, 1], &y, [0, 1]).is_some());
     }
 }

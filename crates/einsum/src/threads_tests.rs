@@ -96,6 +96,35 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
 /// exception: faer splits the sum of a large matrix-vector product over a column-major
 /// matrix between the threads (the gradient of the outer product of two matrix
 /// products, below, has one), so there the gradients agree to rounding.
+/// Queens' factors multiplied together first (`merge.rs`): `ab, bc, ac, de` on a `3^11`
+/// carrier become one product of `3^5` entries, whose step and fused transposes (`pair.rs`,
+/// a factor of 243 entries) run on both threads with the one-thread result bit for bit.
+/// (The value+gradient program's value equals the forward's to rounding here.)
+#[test]
+fn merged_factors_on_a_pool_equal_one_thread_bit_for_bit() {
+    let expr = "abcdefghijk,ab,bc,ac,de,kjihgfedcba->";
+    let mut shapes = vec![vec![3; 11]];
+    shapes.extend(vec![vec![3, 3]; 4]);
+    shapes.push(vec![3; 11]);
+    let path = crate::ContractionPath::new(vec![[0, 1], [0, 4], [0, 3], [0, 2], [0, 1]]);
+    let plan = crate::Plan::new(expr, &shapes, PathChoice::Explicit(path), crate::MemoryLimit::default()).unwrap();
+    assert!(plan.with_factors_merged().is_some());
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let e = Einsum::<f64>::from_plan(plan).unwrap();
+    let ops = operands::<f64>(&shapes, 3);
+    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+    let one = e.eval(&refs).unwrap();
+    assert_eq!(e.eval_in_pool(Some(&pool), &refs).unwrap(), one);
+    let g = e.gradient(&(0..shapes.len()).collect::<Vec<_>>()).unwrap();
+    let c = operands::<f64>(&[vec![]], 5).pop().unwrap();
+    let (v1, g1) = g.eval_with_value(&refs, &c).unwrap();
+    let (v2, g2) = g.eval_with_value_in_pool(Some(&pool), &refs, &c).unwrap();
+    assert_eq!((v2, g2), (v1.clone(), g1));
+    // The value+gradient program lays its last dot product out for the reverse pass too,
+    // so its value sums in another order than the forward program's.
+    assert!(v1.max_abs_diff(&one).unwrap() <= 1e-12 * (1.0 + one.max_abs()));
+}
+
 #[test]
 fn a_pool_equals_one_thread_bit_for_bit() {
     let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];

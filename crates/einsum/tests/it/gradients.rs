@@ -160,7 +160,7 @@ fn derivative_errors_are_values() {
 /// step, one transpose for each operand that needs a cotangent: at most three times the
 /// forward pass for every operand, at most twice for one (no cotangent of a branch that
 /// leads to no `wrt` operand).
-fn value_and_gradients_on<T: Elem>(expr: &str, shapes: &[Vec<usize>], path: PathChoice) {
+pub fn value_and_gradients_on<T: Elem>(expr: &str, shapes: &[Vec<usize>], path: PathChoice) {
     let e = Einsum::<T>::new(expr, shapes, path).unwrap_or_else(|e| panic!("{expr}: {e}"));
     let x: Vec<Tensor<T>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), 30 + i as u64)).collect();
     let n = x.len();

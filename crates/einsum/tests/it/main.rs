@@ -4,6 +4,7 @@ mod balance;
 mod checkpoint;
 mod gradients;
 mod instances;
+mod merge;
 mod network;
 mod plan;
 mod robustness;
