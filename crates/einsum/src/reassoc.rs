@@ -275,3 +275,170 @@ fn rebuild<T: Elem>(
     let view = computegraph::try_resolve(vec![graph])?;
     Ok(Some(computegraph::try_materialize_merge(&view, &keys)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::pair::tests::seeded;
+    use crate::tensor::Tensor;
+    use crate::{ContractionPath, Einsum, PathChoice, TensorKey, reference_einsum};
+
+    /// The value-and-gradient program of `e` for `wrt`, as `Einsum::gradient` merges it
+    /// before its rewrites, and the key of its cotangent input.
+    fn merged(e: &Einsum<f64>, wrt: &[usize]) -> (MaterializedGraph<TensorOp<f64>>, Option<TensorKey>) {
+        let keys: Vec<TensorKey> = wrt.iter().map(|&i| TensorKey::var(i as u32)).collect();
+        let g = tidu::vjp(&computegraph::resolve(vec![e.graph().clone()]), std::slice::from_ref(e.output_key()), &keys)
+            .unwrap();
+        let mut out = vec![e.output_key().clone()];
+        out.extend(g.tangent_output_keys().into_iter().flatten());
+        let m =
+            computegraph::materialize_merge(&computegraph::resolve(vec![e.graph().clone(), g.graph().clone()]), &out);
+        (m, g.tangent_inputs().first().map(|(k, _)| k.clone()))
+    }
+
+    /// The outputs of program `m` (value, then gradients) on `operands` and cotangent `c`.
+    fn run(
+        m: &MaterializedGraph<TensorOp<f64>>,
+        seed: &Option<TensorKey>,
+        operands: &[Tensor<f64>],
+        c: &Tensor<f64>,
+    ) -> Vec<Tensor<f64>> {
+        let p = computegraph::compile(m);
+        let inputs = p
+            .bind_inputs(|k| match k {
+                TensorKey::Var(i) => Some(&operands[*i as usize]),
+                k if Some(k) == seed.as_ref() => Some(c),
+                TensorKey::Tangent(_) => None,
+            })
+            .unwrap();
+        p.eval(&mut (), &inputs)
+    }
+
+    /// `⟨c, f(operands with operand i replaced by t)⟩`, by the reference loop: the
+    /// contraction is linear in each operand, so this is `⟨∂f/∂x_i ᵀ c, t⟩`.
+    fn probe(expr: &str, operands: &[Tensor<f64>], i: usize, t: &Tensor<f64>, c: &Tensor<f64>) -> f64 {
+        let refs: Vec<&Tensor<f64>> = operands.iter().enumerate().map(|(j, x)| if j == i { t } else { x }).collect();
+        let f = reference_einsum(expr, &refs).unwrap();
+        f.data().iter().zip(c.data()).map(|(a, b)| a * b).sum()
+    }
+
+    /// Every `wrt` subset of `e` (operands `operands`, cotangent `c`): the rewritten
+    /// program against the one before the rewrite (to rounding), and each gradient by the
+    /// dot-product identity against the reference loop. Returns how many subsets were
+    /// rewritten.
+    fn check_every_wrt(expr: &str, e: &Einsum<f64>, operands: &[Tensor<f64>], c: &Tensor<f64>) -> usize {
+        let n = operands.len();
+        let mut rewritten = 0;
+        for mask in 1u32..(1 << n) {
+            let wrt: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
+            let (m, seed) = merged(e, &wrt);
+            let Some(r) = reassociate(&m).unwrap() else { continue };
+            rewritten += 1;
+            let (old, new) = (run(&m, &seed, operands, c), run(&r, &seed, operands, c));
+            assert_eq!(old.len(), new.len());
+            for (x, y) in old.iter().zip(&new) {
+                assert_eq!(x.shape(), y.shape());
+                let err = x.max_abs_diff(y).unwrap();
+                assert!(err <= 1e-12 * (1.0 + x.max_abs()), "{expr} wrt {wrt:?}: {err}");
+            }
+            for (g, &i) in new[1..].iter().zip(&wrt) {
+                let t = seeded::<f64>(operands[i].shape(), 77 + i as u64);
+                let want = probe(expr, operands, i, &t, c);
+                let got: f64 = g.data().iter().zip(t.data()).map(|(a, b)| a * b).sum();
+                assert!(
+                    (got - want).abs() <= 1e-10 * (1.0 + want.abs()),
+                    "{expr} wrt {wrt:?}, operand {i}: {got} against {want}"
+                );
+            }
+        }
+        rewritten
+    }
+
+    /// `lm_batch`'s shape, smaller: `X[pqrs]·Y[ns] → B[pqrn]` (an expansion), read by
+    /// `W[nr]·B → O[npq]`, then a last step.
+    fn lm_like() -> (&'static str, Einsum<f64>, Vec<Tensor<f64>>, Tensor<f64>) {
+        let expr = "pqrs,ns,nr,npq->nq";
+        let shapes = [vec![3, 4, 5, 6], vec![30, 6], vec![30, 5], vec![30, 3, 4]];
+        let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 2], [0, 1]]));
+        let e = Einsum::<f64>::new(expr, &shapes, path).unwrap();
+        let operands: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| seeded(s, 10 + i as u64)).collect();
+        let c = seeded::<f64>(&[30, 4], 3);
+        (expr, e, operands, c)
+    }
+
+    #[test]
+    fn an_expansions_gradients_equal_the_transposes_for_every_wrt() {
+        let (expr, e, operands, c) = lm_like();
+        let rewritten = check_every_wrt(expr, &e, &operands, &c);
+        // Every subset with X or Y active (12 of 15) but one has the pair's gradients
+        // rewritten: with X, W and V, dW alone (no dY to share `dO·X` with) takes more
+        // multiply-adds than its transpose reading the kept B.
+        assert_eq!(rewritten, 11, "subsets rewritten");
+        // With every operand active: no tensor of B's size (`3·4·5·30`) in the program.
+        let (m, _) = merged(&e, &[0, 1, 2, 3]);
+        let r = reassociate(&m).unwrap().expect("the pair is rewritten");
+        let big = |g: &MaterializedGraph<TensorOp<f64>>| {
+            g.operations()
+                .filter_map(|op| match op.operation() {
+                    TensorOp::Contract(s) => Some(len(&s.out_shape())),
+                    _ => None,
+                })
+                .filter(|&l| l >= 3 * 4 * 5 * 30)
+                .count()
+        };
+        assert_eq!(big(&m), 2, "B and its cotangent before");
+        assert_eq!(big(&r), 1, "B alone after (the forward step)");
+    }
+
+    #[test]
+    fn the_gradient_through_einsum_gradient_is_the_rewritten_one_on_one_and_two_threads() {
+        let (_, e, operands, c) = lm_like();
+        let refs: Vec<&Tensor<f64>> = operands.iter().collect();
+        let g = e.gradient(&[0, 1, 2, 3]).unwrap();
+        // `eval` runs tidu's program as transposed; `eval_with_value` the rewritten one.
+        let want = g.eval(&refs, &c).unwrap();
+        let (_, one) = g.eval_with_value(&refs, &c).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (_, two) = g.eval_with_value_parallel(Some(&pool), &refs, &c).unwrap();
+        for ((w, x), y) in want.iter().zip(&one).zip(&two) {
+            assert!(w.max_abs_diff(x).unwrap() <= 1e-12 * (1.0 + w.max_abs()));
+            assert!(x.max_abs_diff(y).unwrap() <= 1e-12 * (1.0 + x.max_abs()));
+        }
+    }
+
+    /// Up to four distinct labels of `0..7` in a random order.
+    fn labels() -> impl Strategy<Value = Vec<u32>> {
+        proptest::sample::subsequence((0u32..7).collect::<Vec<_>>(), 1..=4).prop_shuffle()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Random three-operand networks `x, y, w -> out` contracted `(x·y)·w`: wherever
+        /// the rewrite applies, the gradients equal the transposes' and the reference's.
+        #[test]
+        fn random_pairs_rewrite_to_the_reference(
+            sizes in proptest::collection::vec(1usize..=4, 7),
+            (x, y, w) in (labels(), labels(), labels()),
+            keep in proptest::collection::vec(any::<bool>(), 7),
+        ) {
+            let letter = |l: &[u32]| l.iter().map(|&c| char::from(b'a' + c as u8)).collect::<String>();
+            let mut out: Vec<u32> = Vec::new();
+            for &c in x.iter().chain(&y).chain(&w) {
+                if keep[c as usize] && !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+            let expr = format!("{},{},{}->{}", letter(&x), letter(&y), letter(&w), letter(&out));
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<usize>>();
+            let shapes = [shape(&x), shape(&y), shape(&w)];
+            let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 1]]));
+            let e = Einsum::<f64>::new(&expr, &shapes, path).unwrap();
+            let operands: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| seeded(s, 20 + i as u64)).collect();
+            let c = seeded::<f64>(e.output_shape(), 5);
+            check_every_wrt(&expr, &e, &operands, &c);
+        }
+    }
+}
