@@ -126,6 +126,7 @@ pub mod path_cache;
 mod permute;
 mod plan;
 mod ranged;
+mod reassoc;
 mod reduce;
 mod reference;
 mod rng;

@@ -593,6 +593,8 @@ impl<T: Elem> Einsum<T> {
         graphs.push(g.graph().clone());
         let both = computegraph::try_resolve(graphs)?;
         let merged = computegraph::try_materialize_merge(&both, &keys)?;
+        // Gradients through an expansion contracted in their cheapest order (`reassoc.rs`).
+        let merged = crate::reassoc::reassociate(&merged)?.unwrap_or(merged);
         // Each memory-bound step's two gradients in one pass (`fuse.rs`).
         let merged = crate::fuse::fuse_pairs(&merged)?.unwrap_or(merged);
         let multiply_adds = merged.operations().map(|op| op_multiply_adds(op.operation())).sum();

@@ -200,18 +200,19 @@ fn a_sliced_hvp_stays_under_the_target_with_the_unsliced_products() {
     );
 }
 
-/// A chain `U0·V0·U1·V1·…·W·Z` whose every other intermediate is `n x n` (`Uk` is
-/// `x_k i_k`, `Vk` is `x_{k+1} i_k`, `n x 4`), contracted left to right: the plain reverse
-/// pass keeps every `n x n` intermediate, `m` of them.
+/// A chain `U0·V0·U1·V1·…·W·Z` whose every other intermediate is `n x n` (`Uk` is the
+/// vector `x_k`, `Vk` the vector `x_{k+1}`, each `n x n` an outer product), contracted left
+/// to right: the plain reverse pass keeps every `n x n` intermediate, `m` of them. (With
+/// `Uk` and `Vk` of shape `n x 4` sharing a summed label, `reassoc.rs` contracts the
+/// gradients around each `n x n` expansion without it, and nothing of that size is kept.)
 fn chain(m: usize, n: usize) -> (String, Vec<Vec<usize>>, Vec<[usize; 2]>) {
     let x = |k: usize| char::from(b'a' + k as u8);
-    let i = |k: usize| char::from(b'A' + k as u8);
     let mut terms = Vec::new();
     let mut shapes = Vec::new();
     for k in 0..m {
-        terms.push(format!("{}{}", x(k), i(k)));
-        terms.push(format!("{}{}", x(k + 1), i(k)));
-        shapes.extend([vec![n, 4], vec![n, 4]]);
+        terms.push(x(k).to_string());
+        terms.push(x(k + 1).to_string());
+        shapes.extend([vec![n], vec![n]]);
     }
     terms.push(x(m).to_string());
     terms.push(x(0).to_string());
