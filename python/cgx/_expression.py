@@ -232,7 +232,8 @@ class ContractExpression(_core.Expression):
         ``grads`` as ``grad_slices``. With ``cotangent_first``, ``cotangent`` holds output
         blocks ``cotangent_first..`` stacked as ``eval_blocks`` stacks the value (at least
         those the range touches), never the output's full shape, and the value comes by
-        blocks (a scalar ``cotangent`` with ``cotangent_first`` is a ``ValueError``)."""
+        blocks; a scalar ``cotangent`` (with or without ``cotangent_first``) is that value in
+        every entry of every block, as in ``value_and_grad``."""
         start, stop = self._range(start, stop)
         positions = self._full_wrt(wrt)
         with _threads.threads(threads):

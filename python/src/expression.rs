@@ -812,7 +812,8 @@ impl Expression {
     /// `(value, grads)` of the slices `start..stop` in one pass: the value as
     /// `_eval_slices` gives it (with `blocks` too), the gradients as `_grad_slices`. With
     /// `cotangent_first`, `cotangent` is output blocks `cotangent_first..` stacked as the
-    /// value's blocks are (at least those the range touches), and the value comes by blocks.
+    /// value's blocks are (at least those the range touches), or a scalar for every entry
+    /// of every block, and the value comes by blocks.
     #[pyo3(signature = (operands, start=0, stop=None, wrt=None, cotangent=None, blocks=false, cotangent_first=None))]
     #[allow(clippy::too_many_arguments)]
     fn _value_and_grad_slices<'py>(
