@@ -104,7 +104,9 @@ impl RangeScan {
         self.not_finite
     }
 
-    /// The largest modulus of the entries: 0 for none, infinite when one is not finite.
+    /// The largest modulus of the entries: 0 for none, infinite when one is not finite
+    /// (of a complex scan, [`RangeScan::of_complex`], away from the ends of the range the
+    /// largest modulus of a part, within a factor √2 of it).
     pub fn largest(&self) -> f64 {
         self.largest
     }
