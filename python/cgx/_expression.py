@@ -111,7 +111,7 @@ class ContractExpression(_core.Expression):
                 raise TypeError("strip_exponent=True does not combine with out=")
             return self._scaled(_scaled.engine_arrays(arrays))
         if strip_exponent is None and out is None and backend in ("auto", "numpy") and not _sharing.ACTIVE and engine_dtypes(arrays):
-            # The engine says whether a float64 result left the range: its threads read it
+            # The engine says whether the result left the range: its threads read it
             # right after writing it (an element-wise product's kernel as it writes it).
             result, left = self._call_checked(*arrays)
             if left is None:
@@ -232,7 +232,8 @@ class ContractExpression(_core.Expression):
         ``grads`` as ``grad_slices``. With ``cotangent_first``, ``cotangent`` holds output
         blocks ``cotangent_first..`` stacked as ``eval_blocks`` stacks the value (at least
         those the range touches), never the output's full shape, and the value comes by
-        blocks (a scalar ``cotangent`` with ``cotangent_first`` is a ``ValueError``)."""
+        blocks; a scalar ``cotangent`` (with or without ``cotangent_first``) is that value in
+        every entry of every block, as in ``value_and_grad``."""
         start, stop = self._range(start, stop)
         positions = self._full_wrt(wrt)
         with _threads.threads(threads):
@@ -288,7 +289,7 @@ class ContractExpression(_core.Expression):
         left: Optional[bool] = None
         if checkpoint is None and strip_exponent is None:
             # `left`: whether a float64 result left the range, read by the engine's threads
-            # as they finish; `None` for complex results, which are read here.
+            # as they finish (by moduli for complex results); `None` where it did not.
             value, grads, left = self._value_and_grad_checked(arrays, wrt, cotangent)
         else:
             target = None if checkpoint is None else _checkpoint_target(checkpoint)

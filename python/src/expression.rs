@@ -126,8 +126,8 @@ trait Dtype: FromReal + Element {
     fn compiled(inner: &Inner) -> &Compiled<Self>;
     /// The tensors as float64 ones, if that is their type (`Hadamard` takes no other).
     fn real(t: &[Tensor<Self>]) -> Option<&[Tensor<f64>]>;
-    /// Whether any of the results `t` left float64's range (`crate::scaled`'s test), read
-    /// on the current pool's threads; `None` where the caller reads them itself (complex).
+    /// Whether any of the results `t` left float64's range (`crate::scaled`'s test, by
+    /// moduli for complex results), read on the current pool's threads.
     fn left_range(t: &[&Tensor<Self>]) -> Option<bool>;
 }
 
@@ -150,8 +150,8 @@ impl Dtype for c64 {
     fn real(_: &[Tensor<c64>]) -> Option<&[Tensor<f64>]> {
         None
     }
-    fn left_range(_: &[&Tensor<c64>]) -> Option<bool> {
-        None
+    fn left_range(t: &[&Tensor<c64>]) -> Option<bool> {
+        Some(crate::scaled::any_complex_outside_in_pool(&t.iter().map(|t| t.data()).collect::<Vec<_>>()))
     }
 }
 
@@ -396,7 +396,7 @@ impl Inner {
     }
 
     /// The sum of the slices in `range` (memory already checked), and with `scan` whether it
-    /// left float64's range (`None` for complex results): read by the threads that ran the
+    /// left float64's range (by moduli for complex results): read by the threads that ran the
     /// call, right after they wrote it and while it is in their caches, instead of by the
     /// calling thread after the hand-back, which reads every part from another core.
     fn eval_sum<'py, T: Dtype>(
@@ -469,7 +469,7 @@ impl Inner {
     }
 
     /// `(value, grads)` summed over the slices in `range`, and with `scan` whether any of
-    /// them left float64's range (`None` for complex results), read by the threads that ran
+    /// them left float64's range (by moduli for complex results), read by the threads that ran
     /// the call right after they wrote the results, as [`Inner::eval_sum`] reads a value.
     fn value_and_grad_sum<'py, T: Dtype>(
         &self,
@@ -650,8 +650,7 @@ impl Inner {
 
     /// [`Inner::eval`]'s result for the whole contraction, and whether it left float64's
     /// range: found by the element-wise kernel while it wrote the result, or read by the
-    /// call's threads right after ([`Inner::eval_sum`]); `None` for a complex result (the
-    /// caller reads it).
+    /// call's threads right after ([`Inner::eval_sum`]; by moduli for a complex result).
     fn eval_checked<'py, T: Dtype>(
         &self,
         py: Python<'py>,
@@ -812,7 +811,8 @@ impl Expression {
     /// `(value, grads)` of the slices `start..stop` in one pass: the value as
     /// `_eval_slices` gives it (with `blocks` too), the gradients as `_grad_slices`. With
     /// `cotangent_first`, `cotangent` is output blocks `cotangent_first..` stacked as the
-    /// value's blocks are (at least those the range touches), and the value comes by blocks.
+    /// value's blocks are (at least those the range touches), or a scalar for every entry
+    /// of every block, and the value comes by blocks.
     #[pyo3(signature = (operands, start=0, stop=None, wrt=None, cotangent=None, blocks=false, cotangent_first=None))]
     #[allow(clippy::too_many_arguments)]
     fn _value_and_grad_slices<'py>(
@@ -871,8 +871,8 @@ impl Expression {
 
     /// `(result, left)`: the contraction as `__call__` gives it, and whether it left
     /// float64's range (`scaled.rs`'s `left_range`), found by the element-wise kernel as
-    /// it wrote the result or read by the call's threads right after; `None` for a complex
-    /// result, which the caller then reads. Saves `strip_exponent=None` a pass over the
+    /// it wrote the result or read by the call's threads right after (by moduli for a
+    /// complex result). Saves `strip_exponent=None` a pass over the
     /// result on the calling thread, after the hand-back.
     #[pyo3(signature = (*operands))]
     fn _call_checked<'py>(
@@ -885,7 +885,7 @@ impl Expression {
 
     /// `(value, grads, left)`: `_value_and_grad` without a checkpoint, and whether the
     /// value or a gradient left float64's range, found out on the call's threads as
-    /// `_call_checked` finds it; `None` for complex results (the caller reads them).
+    /// `_call_checked` finds it.
     #[pyo3(signature = (operands, wrt=None, cotangent=None))]
     fn _value_and_grad_checked<'py>(
         &self,
@@ -1084,7 +1084,7 @@ pub fn contract<'py>(
 }
 
 /// `_contract_checked(eq, operands)`: `(result, left)`, `contract`'s result along the
-/// greedy path and whether it left float64's range (`None` for a complex result), as
+/// greedy path and whether it left float64's range (by moduli for a complex result), as
 /// `Expression._call_checked` says it for `strip_exponent=None`.
 #[pyfunction]
 pub fn _contract_checked<'py>(

@@ -7,8 +7,10 @@
 //! over the call's threads (the test reads every gradient entry once more, at memory
 //! bandwidth, which a second core adds to). The scan of a contiguous array is
 //! `einsum::RangeScan`'s, the one an element-wise product (`einsum::Hadamard`) makes while
-//! it writes its results. An expression's float64 calls need neither function: the call's
-//! threads read the results right after writing them (`any_outside_in_pool`).
+//! it writes its results. An expression's calls need neither function: the call's
+//! threads read the results right after writing them (`any_outside_in_pool`, and
+//! `any_complex_outside_in_pool` for complex results, whose moduli are decided from their
+//! parts' scan except near the ends of the range).
 
 use einsum::{RangeScan, c64};
 use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -69,22 +71,58 @@ pub fn left_range(x: &Bound<'_, PyAny>) -> PyResult<bool> {
     }
     if let Ok(a) = x.cast::<PyArrayDyn<c64>>() {
         let a = a.readonly();
+        if let Ok(s) = a.as_slice() {
+            if s.len() < PAR_MIN_ELEMENTS / 2 {
+                return Ok(outside_complex(s, false));
+            }
+            let pool = crate::threads::call_pool()?;
+            return Ok(x.py().detach(|| match pool {
+                Some(pool) => pool.install(|| outside_complex(s, true)),
+                None => outside_complex(s, false),
+            }));
+        }
         return Ok(outside(a.as_array().iter().map(|v| v.re.hypot(v.im))));
     }
     Ok(false)
 }
 
+/// [`outside`] of the moduli of complex entries, by `einsum::RangeScan::of_complex` (the
+/// moduli decided from the parts' scan, computed by `hypot` only near the ends of the
+/// range: `hypot` over every entry kept this test scalar, on one thread, and slower than
+/// the product that made the result). With `par`, in chunks over the current pool's
+/// threads (their scans merge into the whole's verdict).
+fn outside_complex(s: &[c64], par: bool) -> bool {
+    let scan = if par {
+        use rayon::prelude::*;
+        s.par_chunks(CHUNK / 2).map(RangeScan::of_complex).reduce(|| RangeScan::EMPTY, RangeScan::merge)
+    } else {
+        RangeScan::of_complex(s)
+    };
+    scan.left_range()
+}
+
+/// Whether any of the complex `slices` is [`outside_complex`], read by the thread that
+/// asks, in chunks over the current pool's threads when it is inside a pool of several
+/// and they hold two chunks (as [`any_outside_in_pool`] reads float64 results).
+pub(crate) fn any_complex_outside_in_pool(slices: &[&[c64]]) -> bool {
+    let total: usize = slices.iter().map(|s| 2 * s.len()).sum();
+    let par = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1 && total >= 2 * CHUNK;
+    slices.iter().any(|s| outside_complex(s, par))
+}
+
 /// `any_left_range(arrays)`: whether any of `arrays` (a list: a value and its gradients)
-/// is one [`left_range`] says left the range. The contiguous float64 arrays are read
-/// without the GIL, split into chunks over the threads of the call's pool when it has
-/// several and they hold `PAR_MIN_ELEMENTS` entries or more; the others one at a time as
-/// `left_range` reads them.
+/// is one [`left_range`] says left the range. The contiguous float64 and complex128
+/// arrays are read without the GIL, split into chunks over the threads of the call's pool
+/// when it has several and they hold `PAR_MIN_ELEMENTS` float64 parts or more; the others
+/// one at a time as `left_range` reads them.
 #[pyfunction]
 pub fn any_left_range(py: Python<'_>, arrays: &Bound<'_, PyList>) -> PyResult<bool> {
     let mut views: Vec<PyReadonlyArrayDyn<'_, f64>> = Vec::new();
+    let mut complex: Vec<PyReadonlyArrayDyn<'_, c64>> = Vec::new();
     for x in arrays.iter() {
-        match x.cast::<PyArrayDyn<f64>>() {
-            Ok(a) if a.is_contiguous() => views.push(a.readonly()),
+        match (x.cast::<PyArrayDyn<f64>>(), x.cast::<PyArrayDyn<c64>>()) {
+            (Ok(a), _) if a.is_contiguous() => views.push(a.readonly()),
+            (_, Ok(a)) if a.is_contiguous() => complex.push(a.readonly()),
             _ => {
                 if left_range(&x)? {
                     return Ok(true);
@@ -93,11 +131,16 @@ pub fn any_left_range(py: Python<'_>, arrays: &Bound<'_, PyList>) -> PyResult<bo
         }
     }
     let slices: Vec<&[f64]> = views.iter().filter_map(|v| v.as_slice().ok()).collect();
-    let total: usize = slices.iter().map(|s| s.len()).sum();
+    let parts: Vec<&[c64]> = complex.iter().filter_map(|v| v.as_slice().ok()).collect();
+    let total: usize = slices.iter().map(|s| s.len()).sum::<usize>() + parts.iter().map(|s| 2 * s.len()).sum::<usize>();
     let pool = if total >= PAR_MIN_ELEMENTS { crate::threads::call_pool()? } else { None };
+    let test = || {
+        (!slices.is_empty() && any_outside_in_pool(&slices))
+            || (!parts.is_empty() && any_complex_outside_in_pool(&parts))
+    };
     Ok(py.detach(|| match pool {
-        Some(pool) => pool.install(|| any_outside_par(&slices)),
-        None => slices.iter().any(|s| outside_slice(s)),
+        Some(pool) => pool.install(test),
+        None => test(),
     }))
 }
 

@@ -155,17 +155,21 @@ def test_past_the_parallel_threshold_threads_equal_one_bit_for_bit(threads):
 
 def test_other_expressions_give_the_verdict_from_the_call():
     """Products of another layout and sliced expressions take the compiled program: the
-    call's threads read the float64 results for the verdict; complex results say ``None``
-    (the caller reads them)."""
+    call's threads read the results for the verdict, complex ones by their moduli (a
+    modulus that overflows where no part does)."""
     x = np.ones((3, 4))
     assert cgx.contract_expression("ij,ji->ij", (3, 4), (4, 3))._call_checked(x, x.T)[1] is False
     expr = cgx.contract_expression("ij,ij->ij", (3, 4), (3, 4))
-    assert expr._call_checked(x + 0j, x)[1] is None
+    assert expr._call_checked(x + 0j, x)[1] is False
+    big = np.full((3, 4), 1.5e154 * (1 + 1j))
+    assert expr._call_checked(big, x * 1e154)[1] is True
     sliced = cgx.contract_expression("ij,ij->ij", (3, 4), (3, 4), sliced_inds=["i"])
     value, _, left = sliced._value_and_grad_checked((x, x), None, x)
     assert left is False and np.array_equal(value, x)
     value, _, left = sliced._value_and_grad_checked((x + 0j, x), None, x)
-    assert left is None
+    assert left is False
+    _, _, left = sliced._value_and_grad_checked((big, x * 1e154), None, x)
+    assert left is True
 
 
 @SETTINGS

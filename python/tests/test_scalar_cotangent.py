@@ -2,7 +2,7 @@
 ``c * f(x).sum()`` (``Re(conj(c) * f(x).sum())`` for complex values), computed without a
 cotangent of the output's shape. Against the same call with ``c`` filled into the output's
 shape, exact differences (the contraction is linear in each operand), JAX's gradient of
-the sum, sliced expressions, the range check and ``strip_exponent``, and the errors."""
+the sum, sliced expressions (by sum and, with ``cotangent_first``, by output blocks), the range check and ``strip_exponent``, and the errors."""
 
 import numpy as np
 import pytest
@@ -86,6 +86,26 @@ def test_sliced_scalar_cotangent_equals_the_filled_one(net):
     for g, s, w in zip(got, sums, want):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(s, w, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(net=sliced_networks(), cut=st.integers(0, 1000), first=st.integers(0, 3))
+def test_a_scalar_cotangent_by_blocks_equals_the_filled_one(net, cut, first):
+    """``value_and_grad_slices`` with ``cotangent_first`` and a scalar cotangent (every
+    block that value): the value by blocks and the gradients of a range equal the call with
+    the cotangent filled into the output's shape; ``first`` does not matter."""
+    _, ops = net.operands()
+    expr = cgx.contract_expression(net.eq, *net.shapes, sliced_inds=net.sliced)
+    m = cut % (expr.n_slices + 1)
+    value = expr(*ops)
+    c = 0.5 - 0.25j if np.iscomplexobj(value) else 0.75
+    filled = np.full(np.shape(value), c, dtype=value.dtype)
+    (want_first, want_rows), want = expr.value_and_grad_slices(*ops, start=m, cotangent=filled, blocks=True)
+    (got_first, got_rows), got = expr.value_and_grad_slices(*ops, start=m, cotangent=c, cotangent_first=first)
+    assert got_first == want_first
+    np.testing.assert_allclose(got_rows, want_rows, rtol=1e-12, atol=1e-12)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
 def test_range_check_and_strip_exponent_with_a_scalar_cotangent():

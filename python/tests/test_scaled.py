@@ -367,3 +367,50 @@ def test_any_left_range_equals_numpy(parts, threads):
     with cgx.threads(threads):
         got = _scaled.any_left_range(arrays[0], arrays[1:]) if arrays else _scaled.any_left_range(np.zeros(0), [])
     assert got == want
+
+
+TINY = np.finfo(np.float64).tiny
+HUGE = np.finfo(np.float64).max
+
+
+@SETTINGS
+@given(
+    n=st.sampled_from([0, 1, 7, 37, (1 << 19) + 3]),
+    scale=st.sampled_from([1.0, 1e-300, 0.0, TINY / 1.45, TINY / 1.3, TINY * 0.7, TINY / 2.0, HUGE / 1.6, HUGE / 1.2, HUGE * 0.8]),
+    parts=st.sampled_from(["both", "real", "imaginary"]),
+    specials=st.lists(
+        st.tuples(st.floats(0, 1), st.sampled_from([np.inf, -np.inf, np.nan, 5e-310, TINY * 0.71, HUGE * 0.72, 2.0])),
+        max_size=2,
+    ),
+    strided=st.booleans(),
+    threads=st.sampled_from([1, 2]),
+)
+def test_complex_left_range_equals_numpy(n, scale, parts, specials, strided, threads):
+    """``_core.left_range`` and ``_scaled.any_left_range`` of complex128 arrays (decided
+    from the parts' scan, the moduli computed only near the ends of the range) against
+    numpy's ``abs`` (moduli) and ``max``: largest moduli just below and above the normal
+    range's bottom and float64's top within a factor √2 of a part, special values in
+    either part, arrays past the threshold of the parallel read, strided views."""
+    from cgx import _core, _scaled
+
+    re = np.linspace(-1.0, 1.0, n) * scale
+    im = re[::-1].copy()
+    if parts == "real":
+        im[:] = 0.0
+    elif parts == "imaginary":
+        re[:] = 0.0
+    for at, v in specials:
+        if n:
+            k = int(at * (n - 1))
+            re[k] = v
+            im[n - 1 - k] = v
+    x = np.empty(n, dtype=np.complex128)
+    x.real, x.imag = re, im
+    if strided:
+        x = x[::2]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _left_range_by_numpy(x)
+    with cgx.threads(threads):
+        assert _core.left_range(x) == want
+        assert _scaled.any_left_range(np.ones(3), [x]) == want
+        assert _scaled.any_left_range(x, [np.ones(2, dtype=complex)]) == want

@@ -8,6 +8,7 @@
 
 use std::any::Any;
 
+use crate::c64;
 use crate::elem::Elem;
 use crate::tensor::Tensor;
 
@@ -49,6 +50,50 @@ impl RangeScan {
         crate::small_gemm::arch().dispatch(ScanOf(s))
     }
 
+    /// The scan of complex entries by their moduli, read from their parts: every modulus
+    /// is within a factor √2 of its larger part's, so where the largest part's modulus `p`
+    /// is more than a factor 1.5 (√2 and a margin for rounding) from the normal range's
+    /// bottom and float64's top, `largest` is `p` and [`RangeScan::left_range`] says what
+    /// the moduli would; near either end the moduli are computed (`hypot`, many times a
+    /// comparison's cost) and `largest` is theirs. Scans of parts of an array merge into a
+    /// scan with the same `left_range` as the whole's.
+    ///
+    /// ```
+    /// use einsum::{RangeScan, c64};
+    /// let tiny = f64::MIN_POSITIVE;
+    /// assert!(!RangeScan::of_complex(&[c64::new(3.0, -4.0)]).left_range());
+    /// assert!(RangeScan::of_complex(&[c64::new(1.0, f64::NAN)]).left_range());
+    /// assert!(RangeScan::of_complex(&[c64::new(0.6 * tiny, 0.0)]).left_range());
+    /// // Parts below the normal range whose modulus is in it.
+    /// assert!(!RangeScan::of_complex(&[c64::new(0.8 * tiny, 0.8 * tiny)]).left_range());
+    /// // Finite parts whose modulus overflows.
+    /// assert!(RangeScan::of_complex(&[c64::new(1.5e308, 1.5e308)]).left_range());
+    /// ```
+    pub fn of_complex(s: &[c64]) -> Self {
+        let mut lanes = Lanes::new();
+        let mut blocks = s.chunks_exact(LANES);
+        for block in &mut blocks {
+            for (i, z) in block.iter().enumerate() {
+                lanes.see_two(i, z.re, z.im);
+            }
+        }
+        for z in blocks.remainder() {
+            lanes.see_two(0, z.re, z.im);
+        }
+        let parts = lanes.scan();
+        let p = parts.largest;
+        let near_an_end = p >= f64::MAX / 1.5 || (f64::MIN_POSITIVE / 1.5..f64::MIN_POSITIVE).contains(&p);
+        if parts.not_finite || !near_an_end {
+            return parts;
+        }
+        s.iter().fold(RangeScan::EMPTY, |acc, v| acc.merge(RangeScan::of_modulus(v.modulus())))
+    }
+
+    /// The scan of one entry of modulus `m`.
+    fn of_modulus(m: f64) -> Self {
+        if m.is_finite() { RangeScan::from_parts(false, m) } else { RangeScan::from_parts(true, f64::INFINITY) }
+    }
+
     /// The scan of an array made of the parts `self` and `other` scanned.
     pub fn merge(self, other: RangeScan) -> RangeScan {
         RangeScan { not_finite: self.not_finite || other.not_finite, largest: self.largest.max(other.largest) }
@@ -59,7 +104,9 @@ impl RangeScan {
         self.not_finite
     }
 
-    /// The largest modulus of the entries: 0 for none, infinite when one is not finite.
+    /// The largest modulus of the entries: 0 for none, infinite when one is not finite
+    /// (of a complex scan, [`RangeScan::of_complex`], away from the ends of the range the
+    /// largest modulus of a part, within a factor √2 of it).
     pub fn largest(&self) -> f64 {
         self.largest
     }
@@ -146,19 +193,14 @@ pub(crate) fn range_of<T: Elem>(x: &Tensor<T>) -> Tensor<T> {
         .expect("two entries make a tensor of shape [2]")
 }
 
-/// The [`RangeScan`] of `x`: float64 by [`RangeScan::of`]'s vector pass, other element
-/// types by their moduli (`largest` infinite when an entry is not finite, as there).
+/// The [`RangeScan`] of `x`: float64 by [`RangeScan::of`]'s vector pass, complex by
+/// [`RangeScan::of_complex`]'s (the moduli from the parts).
 fn range<T: Elem>(x: &Tensor<T>) -> RangeScan {
-    match (x as &dyn Any).downcast_ref::<Tensor<f64>>() {
-        Some(real) => RangeScan::of(real.data()),
-        None => x.data().iter().fold(RangeScan::EMPTY, |acc, v| {
-            let m = v.modulus();
-            acc.merge(if m.is_finite() {
-                RangeScan::from_parts(false, m)
-            } else {
-                RangeScan::from_parts(true, f64::INFINITY)
-            })
-        }),
+    let any = x as &dyn Any;
+    match (any.downcast_ref::<Tensor<f64>>(), any.downcast_ref::<Tensor<c64>>()) {
+        (Some(real), _) => RangeScan::of(real.data()),
+        (_, Some(complex)) => RangeScan::of_complex(complex.data()),
+        _ => x.data().iter().fold(RangeScan::EMPTY, |acc, v| acc.merge(RangeScan::of_modulus(v.modulus()))),
     }
 }
 
@@ -211,5 +253,45 @@ mod tests {
             }
         }
         assert_eq!(scan_of(&Tensor::new(vec![3], vec![1.0, 2.0, 3.0]).unwrap()), None);
+    }
+
+    /// A part drawn near the ends of the range now and then: ordinary values, values
+    /// within a factor 1.5 of the normal range's bottom and of float64's top (where a
+    /// modulus may cross the bound its parts do not), and specials.
+    fn part() -> impl proptest::strategy::Strategy<Value = f64> {
+        use proptest::prelude::*;
+        let tiny = f64::MIN_POSITIVE;
+        prop_oneof![
+            4 => -4.0f64..4.0,
+            2 => Just(0.0),
+            2 => (0.5f64..1.2).prop_map(move |x| x * tiny),
+            1 => (0.01f64..0.5).prop_map(move |x| x * tiny),
+            2 => (0.5f64..0.9).prop_map(|x| x * f64::MAX),
+            1 => Just(f64::INFINITY),
+            1 => Just(f64::NAN),
+        ]
+    }
+
+    proptest::proptest! {
+        /// `of_complex`'s verdict, of the whole and of two parts merged, equals the one of
+        /// the moduli computed one by one (`hypot`), the plain reference.
+        #[test]
+        fn complex_scans_decide_as_the_moduli(
+            entries in proptest::collection::vec((part(), part()), 0..40),
+            scale in proptest::sample::select(vec![1.0, 1e-300, 0.0]),
+            cut in 0usize..40,
+        ) {
+            let z: Vec<c64> = entries.iter().map(|&(re, im)| c64::new(re * scale, im * scale)).collect();
+            let want = z.iter().fold(RangeScan::EMPTY, |acc, v| acc.merge(RangeScan::of_modulus(v.modulus())));
+            let whole = RangeScan::of_complex(&z);
+            let (a, b) = z.split_at(cut.min(z.len()));
+            let merged = RangeScan::of_complex(a).merge(RangeScan::of_complex(b));
+            for got in [whole, merged] {
+                proptest::prop_assert_eq!(got.left_range(), want.left_range(), "{:?}", z);
+                proptest::prop_assert_eq!(got.not_finite(), want.not_finite(), "{:?}", z);
+            }
+            let tensor = Tensor::new(vec![z.len()], z.clone()).unwrap();
+            proptest::prop_assert_eq!(scan_of(&range_of(&tensor)).unwrap().left_range(), want.left_range());
+        }
     }
 }

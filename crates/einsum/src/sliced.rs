@@ -217,10 +217,13 @@ pub(crate) fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
 /// the slice's operands and its cotangent.
 type SliceVisitor<'a, T> = dyn FnMut(&[usize], &[&Tensor<T>], Option<&Tensor<T>>) -> EinsumResult<()> + 'a;
 
-/// The cotangent a reverse pass reads: of the output's full shape, or by output blocks.
+/// The cotangent a reverse pass reads: of the output's full shape, by output blocks, or one
+/// value for every entry of a gradient program that takes the output's shape (filled into
+/// one block, which every slice reads).
 enum Cotangent<'a, T: Elem> {
     Full(&'a Tensor<T>),
     Blocks(&'a OutputBlocks<T>),
+    Filled(T),
 }
 
 /// Where the results of a slice range go: added into the output's full shape, or into the
@@ -868,8 +871,33 @@ impl<T: Elem> SlicedGradient<T> {
     /// [`SlicedGradient::eval_blocks_with_value`] with the cotangent by output blocks too:
     /// `cotangent` holds (at least) the blocks the range touches, stacked as
     /// [`SlicedEinsum::eval_blocks`] stacks the value, so that a range never needs the
-    /// cotangent's full shape. Errors: blocks not of the block shape, or missing a block
-    /// the range touches ([`EinsumError::Shape`]).
+    /// cotangent's full shape. A scalar `cotangent` (its tensor of shape `[]`, whatever its
+    /// `first`) is that value in every entry of every block: the gradients of `c·Σ f`, as
+    /// [`SlicedGradient::eval_blocks_with_value`] gives them for a cotangent filled with
+    /// `c` (a gradient of the sum, [`SlicedEinsum::gradient_of_sum`], takes it as it is;
+    /// any other fills one block, which every slice reads). Errors: blocks not of the block
+    /// shape, missing a block the range touches, or blocks given to a gradient of the sum
+    /// ([`EinsumError::Shape`]).
+    ///
+    /// ```
+    /// use einsum::{EinsumOptions, OutputBlocks, PathChoice, SlicedEinsum, Slicing, Tensor};
+    ///
+    /// let shapes = [vec![4, 3], vec![3, 5]];
+    /// let s = SlicedEinsum::<f64>::new("ij,jk->ik", &shapes, PathChoice::Greedy,
+    ///     &EinsumOptions::default(), &Slicing::Labels(vec!['i', 'j'])).unwrap();
+    /// let a = Tensor::from_fn(vec![4, 3], |i| (i[0] + 2 * i[1]) as f64).unwrap();
+    /// let b = Tensor::from_fn(vec![3, 5], |i| 1.0 - (i[0] * i[1]) as f64).unwrap();
+    /// let filled = Tensor::filled(vec![4, 5], 2.5).unwrap();
+    /// let scalar = OutputBlocks::new(0, Tensor::scalar(2.5));
+    /// let (want_value, want) = s.gradient(&[0, 1]).unwrap().eval_blocks_with_value(&[&a, &b], &filled, 3..9).unwrap();
+    /// for g in [s.gradient(&[0, 1]).unwrap(), s.gradient_of_sum(&[0, 1]).unwrap()] {
+    ///     let (value, grads) = g.eval_blocks_with_value_by_blocks(&[&a, &b], &scalar, 3..9).unwrap();
+    ///     assert!(value.blocks().max_abs_diff(want_value.blocks()).unwrap() < 1e-12);
+    ///     for (g, w) in grads.iter().zip(&want) {
+    ///         assert!(g.max_abs_diff(w).unwrap() < 1e-12);
+    ///     }
+    /// }
+    /// ```
     pub fn eval_blocks_with_value_by_blocks(
         &self,
         operands: &[&Tensor<T>],
@@ -877,16 +905,28 @@ impl<T: Elem> SlicedGradient<T> {
         range: Range<u64>,
     ) -> EinsumResult<(OutputBlocks<T>, Vec<Tensor<T>>)> {
         let l = &*self.layout;
+        let shape = cotangent.blocks.shape();
+        // A scalar output's blocks are `[n]`, never `[]`: a tensor of shape `[]` is a scalar
+        // cotangent for any output.
+        if shape.is_empty() {
+            let c = &cotangent.blocks;
+            if self.sum || l.output_shape.is_empty() {
+                self.check(operands, c, &range)?;
+                return self.blocks_with_value(operands, Cotangent::Full(c), range);
+            }
+            l.check(operands)?;
+            l.check_range(&range)?;
+            return self.blocks_with_value(operands, Cotangent::Filled(c.data()[0]), range);
+        }
         if self.sum {
             return Err(EinsumError::Shape(format!(
-                "the gradient of the sum of `{}` takes a scalar cotangent, not output blocks",
+                "the gradient of the sum of `{}` takes a scalar cotangent, not output blocks of shape {shape:?}",
                 l.expression
             )));
         }
         l.check(operands)?;
         l.check_range(&range)?;
         let needed = Sink::<T>::touched(l, &range);
-        let shape = cotangent.blocks.shape();
         let n = shape.first().copied().unwrap_or(0) as u64;
         let covers = needed.is_none_or(|(a, b)| cotangent.first <= a && b < cotangent.first.saturating_add(n));
         if shape.get(1..) != Some(l.block_shape.as_slice()) || !covers {
@@ -913,6 +953,10 @@ impl<T: Elem> SlicedGradient<T> {
                 Cotangent::Full(c) => c,
                 Cotangent::Blocks(b) => {
                     whole = Tensor::new(l.output_shape.clone(), b.blocks.data().to_vec())?;
+                    &whole
+                }
+                Cotangent::Filled(x) => {
+                    whole = Tensor::filled(l.output_shape.clone(), x)?;
                     &whole
                 }
             };
@@ -955,6 +999,11 @@ impl<T: Elem> SlicedGradient<T> {
         let mut accs: Vec<Vec<T>> = self.wrt.iter().map(|&i| zeros::<T>(&l.shapes[i])).collect::<EinsumResult<_>>()?;
         let mut copies = SliceOperands::new(operands.len());
         let out_sliced = l.output_axes.iter().any(Option::is_some);
+        // Every slice's cotangent block is the same when it is filled: made once.
+        let filled = match cotangent {
+            Cotangent::Filled(x) => Some(Tensor::filled(l.block_shape.clone(), x)?),
+            _ => None,
+        };
         for (n, k) in range.enumerate() {
             let values = l.plan.slice_values(k);
             let refs = copies.refs(l, operands, &values);
@@ -975,6 +1024,7 @@ impl<T: Elem> SlicedGradient<T> {
                     part = Tensor::new(l.block_shape.clone(), data)?;
                     &part
                 }
+                Cotangent::Filled(_) => filled.as_ref().expect("made before the loop"),
             };
             let grads = match value.as_deref_mut() {
                 Some(sink) => {

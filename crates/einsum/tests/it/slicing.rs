@@ -1,7 +1,7 @@
 //! Sliced contractions against unsliced ones: random networks sliced on random labels
 //! (values, any split of the slice range, by sum and by output blocks, gradients against
 //! the unsliced gradient and by the dot-product identity, value and gradients in one pass
-//! against the separate calls), the greedy finder's plans against the memory limit and the
+//! against the separate calls, a scalar cotangent by blocks against the filled one), the greedy finder's plans against the memory limit and the
 //! plain contraction's estimate, and every bad input as an error value.
 
 use einsum::{
@@ -109,6 +109,27 @@ fn sliced_matches_unsliced<T: Elem>(
     assert_close(b_by.blocks(), blocks[1].blocks(), &format!("{what}: value, cotangent by blocks"));
     for i in 0..shapes.len() {
         assert_close(&g_by[i], &g_rest[i], &format!("{what}: gradient {i}, cotangent by blocks"));
+    }
+    // A scalar cotangent by blocks (a tensor of shape `[]`) is that value everywhere: the
+    // gradient of the output's shape gives bit for bit what the filled cotangent gives (it
+    // reads the same values in one block), the gradient of the sum the same to rounding;
+    // blocks given to the gradient of the sum are an error value.
+    let x = tensor::<T>(vec![], 77);
+    let c_filled = Tensor::filled(want.shape().to_vec(), x.data()[0]).unwrap();
+    let (b_fill, g_fill) = sg.eval_blocks_with_value(&refs, &c_filled, m..n).unwrap();
+    let scalar = OutputBlocks::new(5, x);
+    let (b_s, g_s) = sg.eval_blocks_with_value_by_blocks(&refs, &scalar, m..n).unwrap();
+    assert_eq!((b_s.first(), b_s.blocks()), (b_fill.first(), b_fill.blocks()), "{what}: scalar blocks, value");
+    assert_eq!(g_s, g_fill, "{what}: scalar blocks, gradients");
+    let sum = s.gradient_of_sum(&wrt).unwrap();
+    let (b_sum, g_sum) = sum.eval_blocks_with_value_by_blocks(&refs, &scalar, m..n).unwrap();
+    assert_eq!(b_sum.first(), b_fill.first());
+    assert_close(b_sum.blocks(), b_fill.blocks(), &format!("{what}: scalar blocks, value of the sum's gradient"));
+    for i in 0..shapes.len() {
+        assert_close(&g_sum[i], &g_fill[i], &format!("{what}: scalar blocks, gradient {i} of the sum"));
+    }
+    if !want.shape().is_empty() {
+        assert!(matches!(sum.eval_blocks_with_value_by_blocks(&refs, &c_blocks, m..n), Err(EinsumError::Shape(_))));
     }
     if m < n {
         let mut empty = vec![0];
