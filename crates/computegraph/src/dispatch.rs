@@ -97,9 +97,10 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     // counting sort); the buckets of the sorts.
     let mut variant: Vec<u8> = Vec::with_capacity(WINDOW);
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
-    // The depth of each value the window's operations define (`value_depth[1 + v -
-    // first]`), and 0 at entry 0 for every value before the window.
+    // The depth of each value a chain's window defines (`chain_depths`).
     let mut value_depth: Vec<u32> = Vec::with_capacity(WINDOW + 1);
+    // Whether the last window sorted was a chain's (depth equal to offset: `chain_depths`).
+    let mut chained = false;
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut buckets: Vec<u32> = Vec::with_capacity(WINDOW + 2);
     // The window's operations, read once from the store (`op_key` → chunk → operation)
@@ -143,57 +144,18 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             }
         }
         depth.clear();
-        let mut max_depth = 0;
         // Values before the window's first output are inputs or outputs of earlier
         // operations (outputs are numbered in operation order): their depth inside the
         // window is zero, and they are not looked up (a cache miss per far operand on
-        // large graphs). The window's own values have their depths in `value_depth`,
-        // from entry 1 on; entry 0 stands for every value before the window, so that an
-        // operand's depth is read without a branch on where it lies (in an order whose
-        // operations read one input and the value before, as a chain's, that branch and
-        // the loop over one or two operands were each mispredicted about once per
-        // operation).
+        // large graphs).
         let window_values = first_outputs[start].index();
-        let values_end = first_outputs.get(end).map_or(graph.value_count(), |v| v.index());
-        // Every entry is written before it is read (operands precede their readers),
-        // but entry 0, whose value is never used: the column only grows.
-        if value_depth.len() < values_end - window_values + 1 {
-            value_depth.resize(values_end - window_values + 1, 0);
-        }
-        // `i` indexes the pool and the first outputs both; clippy's iterator would read
-        // one of them through a zip, which ran dispatch 3.5% more instructions.
-        #[allow(clippy::needless_range_loop)]
-        for i in start..end {
-            let reader = first_outputs[i].index();
-            let inputs = graph.op_inputs.get(i);
-            // One more than the operand's producer's depth when it is in the window, else 0.
-            let above = |v: usize| {
-                let inside = v >= window_values;
-                let at = if inside { v - window_values + 1 } else { 0 };
-                (value_depth[at] + 1) * u32::from(inside)
-            };
-            let d = if let n @ (1 | 2) = inputs.len() {
-                // The first and the last operand (the first again when it is the only one:
-                // a maximum does not mind, and the far count notes it once).
-                let (a, b) = (inputs[0].index(), inputs[n - 1].index());
-                far.note(a, reader);
-                far.note_if(b, reader, n == 2);
-                above(a).max(above(b))
-            } else {
-                inputs.iter().fold(0, |d, v| {
-                    far.note(v.index(), reader);
-                    d.max(above(v.index()))
-                })
-            };
-            value_depth[reader - window_values + 1] = d;
-            // Further outputs (rare): up to the next operation's first.
-            let next = first_outputs.get(i + 1).map_or(values_end, |v| v.index());
-            for v in reader + 1..next {
-                value_depth[v - window_values + 1] = d;
-            }
-            depth.push(d);
-            max_depth = max_depth.max(d as usize);
-        }
+        let max_depth = if chained {
+            chain_depths(graph, start..end, window_values, &mut value_depth, &mut depth, &mut far)
+        } else {
+            depths(graph, start..end, window_values, &mut depth, &mut far)
+        };
+        // A window after a chain's is likely one too.
+        chained = max_depth + 1 == len;
         if max_depth + 1 == len {
             // Depth `len - 1` needs a producer of depth `len - 2` before it, and so on
             // down: depth equals offset, and the sort below would keep the order.
@@ -204,7 +166,13 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             start = end;
             continue;
         }
-        let sorted = &mut sorted[..len];
+        // Sorted into the order once an earlier window has moved an operation (it is
+        // then written in full), into `sorted` until then.
+        // Once moved, the order lists every earlier window: `start` entries.
+        if moved {
+            order.resize(start + len, 0);
+        }
+        let target = if moved { &mut order[start..] } else { &mut sorted[..len] };
         // Sorted by (depth, variant, offset): one stable counting sort by both when
         // their buckets are fewer than the window's operations, else two (stable by
         // variant, then stable by depth), which give the same order.
@@ -212,30 +180,121 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         if (max_depth + 1) * nv <= WINDOW {
             buckets.resize((max_depth + 1) * nv + 1, 0);
             let keys = variant.iter().zip(&depth).map(|(&v, &d)| d as usize * nv + v as usize);
-            counting_sort(keys, &mut buckets, |k, at| sorted[at] = k as u32);
+            counting_sort(keys, &mut buckets, |k, at| target[at] = (start + k) as u32);
         } else {
             buckets.resize(nv + 1, 0);
             counting_sort(variant.iter().map(|&v| v as usize), &mut buckets, |k, at| by_variant[at] = k as u32);
             buckets.resize(max_depth + 2, 0);
             counting_sort(by_variant[..len].iter().map(|&o| depth[o as usize] as usize), &mut buckets, |k, at| {
-                sorted[at] = by_variant[k]
+                target[at] = (start as u32) + by_variant[k]
             });
         }
-        if !moved && sorted.iter().enumerate().any(|(k, &from)| from as usize != k) {
+        if !moved && target.iter().enumerate().any(|(k, &from)| from as usize != start + k) {
             // The first window that moves an operation: the ones before it kept their order.
             moved = true;
             order = program_vec(n);
             order.extend(0..start as u32);
+            order.extend_from_slice(&sorted[..len]);
         }
-        if moved {
-            order.extend(sorted.iter().map(|&from| start as u32 + from));
-        }
+        let placed = if moved { &order[start..] } else { &sorted[..len] };
         // The window's operations in their new order (one `extend`, which reserves once,
         // instead of a push and its capacity check per operation).
-        ops.extend(sorted.iter().map(|&from| window_ops[from as usize].clone()));
+        ops.extend(placed.iter().map(|&from| window_ops[from as usize - start].clone()));
         start = end;
     }
     Ok(Dispatch { source: order, ops, far: sorting.then(|| far.decide()) })
+}
+
+/// The depths inside the window of the operations `ops`, whose first value is
+/// `window_values`, pushed to `depth` (empty), with their operands noted in `far`;
+/// returns the largest.
+#[inline(always)]
+fn depths<Op: GraphOperation>(
+    graph: &MaterializedGraph<Op>,
+    ops: std::ops::Range<usize>,
+    window_values: usize,
+    depth: &mut Vec<u32>,
+    far: &mut FarOperands,
+) -> usize {
+    let (start, first_outputs) = (ops.start, graph.op_first_output.raw());
+    let mut max_depth = 0;
+    for i in ops {
+        let mut d = 0;
+        let reader = first_outputs[i].index();
+        for v in graph.op_inputs.get(i) {
+            far.note(v.index(), reader);
+            if v.index() < window_values {
+                continue;
+            }
+            if let Some(producer) = graph.value_op[*v] {
+                let p = producer.index();
+                if p >= start {
+                    d = d.max(depth[p - start] + 1);
+                }
+            }
+        }
+        depth.push(d);
+        max_depth = max_depth.max(d as usize);
+    }
+    max_depth
+}
+
+/// [`depths`] for a window that is likely a chain's (each operation reads the one before,
+/// and at random one input or none besides: a chain of random variants), with no branch
+/// on whether an operand lies in the window or on whether an operation has one operand
+/// or two, each mispredicted about once per operation there. The depths of the window's
+/// values are kept in `value_depth` from entry 1 on (`value_depth[1 + v -
+/// window_values]`); entry 0 stands for every value before the window. It runs more
+/// instructions than [`depths`], which sorted windows keep (their operands are mostly
+/// far or in order).
+fn chain_depths<Op: GraphOperation>(
+    graph: &MaterializedGraph<Op>,
+    ops: std::ops::Range<usize>,
+    window_values: usize,
+    value_depth: &mut Vec<u32>,
+    depth: &mut Vec<u32>,
+    far: &mut FarOperands,
+) -> usize {
+    let first_outputs = graph.op_first_output.raw();
+    let values_end = first_outputs.get(ops.end).map_or(graph.value_count(), |v| v.index());
+    // Every entry is written before it is read (operands precede their readers), but
+    // entry 0, whose value is never used: the column only grows.
+    if value_depth.len() < values_end - window_values + 1 {
+        value_depth.resize(values_end - window_values + 1, 0);
+    }
+    let mut max_depth = 0;
+    for i in ops {
+        let reader = first_outputs[i].index();
+        let inputs = graph.op_inputs.get(i);
+        // One more than the operand's producer's depth when it is in the window, else 0.
+        let above = |v: usize| {
+            let inside = v >= window_values;
+            let at = if inside { v - window_values + 1 } else { 0 };
+            (value_depth[at] + 1) * u32::from(inside)
+        };
+        let d = if let n @ (1 | 2) = inputs.len() {
+            // The first and the last operand (the first again when it is the only one: a
+            // maximum does not mind, and the far count notes it once).
+            let (a, b) = (inputs[0].index(), inputs[n - 1].index());
+            far.note(a, reader);
+            far.note_if(b, reader, n == 2);
+            above(a).max(above(b))
+        } else {
+            inputs.iter().fold(0, |d, v| {
+                far.note(v.index(), reader);
+                d.max(above(v.index()))
+            })
+        };
+        value_depth[reader - window_values + 1] = d;
+        // Further outputs (rare): up to the next operation's first.
+        let next = first_outputs.get(i + 1).map_or(values_end, |v| v.index());
+        for v in reader + 1..next {
+            value_depth[v - window_values + 1] = d;
+        }
+        depth.push(d);
+        max_depth = max_depth.max(d as usize);
+    }
+    max_depth
 }
 
 /// Whether `ops` have a mean cost hint of at least [`KEEP_ORDER_MIN_MEAN_COST`].
