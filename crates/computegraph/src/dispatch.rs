@@ -487,7 +487,71 @@ mod tests {
             .collect()
     }
 
+    /// Operations of zero to three operands, and one of two outputs.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    enum Arity {
+        In(u8),
+        Pair,
+    }
+
+    impl GraphOperation for Arity {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            match self {
+                Arity::In(n) => *n as usize,
+                Arity::Pair => 1,
+            }
+        }
+        fn output_count(&self) -> usize {
+            if let Arity::Pair = self { 2 } else { 1 }
+        }
+    }
+
     proptest! {
+        /// A chain's depths (`chain_depths`, branch-free, with its value column) are
+        /// the lookup's (`depths`) on every window of random graphs: operands near or
+        /// far, before the window or in it, repeated in one list, of one to three per
+        /// operation, two-output operations among them; the far counts decide alike.
+        #[test]
+        fn chain_depths_are_the_lookup_depths(
+            picks in prop::collection::vec((0u8..5, prop::collection::vec((any::<bool>(), 0usize..300), 3)), 1..700),
+        ) {
+            use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve};
+            let mut b = GraphBuilder::<Arity>::with_interner(KeyInterner::new());
+            let mut values = vec![b.add_input(0), b.add_input(1)];
+            for (kind, from) in &picks {
+                let op = if *kind == 4 { Arity::Pair } else { Arity::In(*kind) };
+                // An operand is the value just before (a chain's link) or one up to 300 back.
+                let refs: Vec<_> = from[..op.input_count()]
+                    .iter()
+                    .map(|&(near, back)| {
+                        let back = if near { 0 } else { back.min(values.len() - 1) };
+                        ValueRef::<Arity>::Local(values[values.len() - 1 - back])
+                    })
+                    .collect();
+                values.extend(b.add_operation(op, refs, OperationRole::Primary));
+            }
+            let g = std::sync::Arc::new(b.build());
+            let keys: Vec<_> = values.iter().map(|&v| g.global_key(v)).collect();
+            let graph = materialize_merge(&resolve(vec![g]), &keys);
+            let n = graph.operation_count();
+            let inputs = graph.inputs.len();
+            let (mut far_a, mut far_b) = (FarOperands::new(inputs), FarOperands::new(inputs));
+            let mut value_depth = Vec::new();
+            for start in (0..n).step_by(WINDOW) {
+                let end = (start + WINDOW).min(n);
+                let window_values = graph.op_first_output.raw()[start].index();
+                let (mut da, mut db) = (Vec::new(), Vec::new());
+                let ma = depths(&graph, start..end, window_values, &mut da, &mut far_a);
+                let mb = chain_depths(&graph, start..end, window_values, &mut value_depth, &mut db, &mut far_b);
+                prop_assert_eq!(ma, mb);
+                prop_assert_eq!(da, db);
+            }
+            prop_assert_eq!(far_a.decide(), far_b.decide());
+        }
+
         /// The table gives each variant the id of its first appearance, whichever
         /// variants share its entry and in whatever order they come.
         #[test]
@@ -508,6 +572,47 @@ mod tests {
             let ids: Vec<u8> = plain.iter().map(|op| v.id(op)).collect();
             prop_assert_eq!(ids, first_appearance(&plain));
         }
+    }
+
+    /// A graph whose first windows are a chain's and whose later ones are sorted: the
+    /// chain's operations keep their places (no order is written for them until a sort
+    /// moves one, and then they are listed first), and the program passes the debug
+    /// verifier's check against the graph (a permutation in topological order, every
+    /// operand reading the value the graph names).
+    #[test]
+    fn a_chain_before_sorted_windows_keeps_its_order() {
+        use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve, try_compile};
+        let mut b = GraphBuilder::<Arity>::with_interner(KeyInterner::new());
+        let x = b.add_input(0);
+        let mut values = vec![x];
+        let chain = 2 * WINDOW + 10;
+        for i in 0..chain {
+            let prev = ValueRef::Local(*values.last().unwrap());
+            let (op, refs) = match i % 3 {
+                0 => (Arity::In(2), vec![prev, ValueRef::Local(x)]),
+                1 => (Arity::Pair, vec![prev]),
+                _ => (Arity::In(1), vec![prev]),
+            };
+            let out = b.add_operation(op, refs, OperationRole::Primary);
+            values.push(out[0]);
+        }
+        // Then operations reading earlier values at random (a fixed pattern): sorted.
+        for i in 0..WINDOW {
+            let a = values[values.len() - 1 - (i * 7) % 50];
+            let c = values[values.len() - 1 - (i * 13) % 90];
+            let op = if i % 4 == 0 { Arity::Pair } else { Arity::In(2) };
+            let refs: Vec<_> = [a, c][..op.input_count()].iter().map(|&v| ValueRef::Local(v)).collect();
+            let out = b.add_operation(op, refs, OperationRole::Primary);
+            values.push(out[0]);
+        }
+        let g = std::sync::Arc::new(b.build());
+        let keys: Vec<_> = values.iter().map(|&v| g.global_key(v)).collect();
+        let graph = materialize_merge(&resolve(vec![g]), &keys);
+        let program = try_compile(&graph).unwrap();
+        program.verify_against(&graph).unwrap();
+        let n = program.instruction_count();
+        assert!((0..2 * WINDOW).all(|i| program.source_operation(i).index() == i));
+        assert!((2 * WINDOW..n).any(|i| program.source_operation(i).index() != i), "a later window moved");
     }
 
     #[test]
