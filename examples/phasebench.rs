@@ -1,6 +1,8 @@
 //! Times one phase in isolation (for profiling): `phasebench NODES SHAPE PHASE`.
 //! `PHASE` is `build`, `buildonly` (no dedup baseline), `eval` (builds once, evaluates
-//! 200 times), `peval` (the same on a two-thread pool) or anything else for every phase.
+//! 200 times), `peval` (the same on a two-thread pool), `prep` (build, materialize and
+//! compile, no dedup baseline and no evaluation: for a profile of the two passes) or
+//! anything else for every phase.
 //! `dump` builds, materializes and compiles once and prints a hash of the materialized
 //! graph's and the program's DOT dumps, the program's display and its instruction →
 //! operation map: two engines that make the same program print the same line.
@@ -29,7 +31,7 @@ fn main() {
     let rounds = std::env::var("PHASEBENCH_ROUNDS").map_or(rounds, |r| r.parse().unwrap());
     for _ in 0..rounds {
         let t = Instant::now();
-        let d = if phase == "buildonly" { Default::default() } else { spec.dedup() };
+        let d = if phase == "buildonly" || phase == "prep" { Default::default() } else { spec.dedup() };
         best[4] = best[4].min(t.elapsed().as_secs_f64());
         std::hint::black_box(d);
         let interner = KeyInterner::new();
@@ -60,6 +62,9 @@ fn main() {
             let ops = (flat.operation_count(), flat.value_count(), program.slot_count());
             println!("dump: {:016x} (operations, values, slots) {ops:?}", h.finish());
             return;
+        }
+        if phase == "prep" {
+            continue;
         }
         let refs = program
             .bind_inputs(|k| match k {

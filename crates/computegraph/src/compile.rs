@@ -137,11 +137,13 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     if u32::try_from(n_args).is_err() {
         return Err(GraphError::IdSpaceExhausted { space: "argument" });
     }
-    let pass = SlotPass { instrs: program_vec(n_ops), args: program_vec(n_args), runs: RunCutter::new(), alloc };
+    // One entry of room past the pool: the slot pass writes a one-operand list's
+    // second argument there before the next argument overwrites it (`SlotPass::run`).
+    let pass = SlotPass { instrs: program_vec(n_ops), args: program_vec(n_args + 1), runs: RunCutter::new(), alloc };
     let SlotPass { instrs, args, runs, alloc } = if source.is_empty() {
-        pass.run(graph, &ops, live.raw_mut(), prefetch, 0..n_ops)?
+        pass.run(graph, &ops, live.raw_mut(), prefetch, true, 0..n_ops)?
     } else {
-        pass.run(graph, &ops, live.raw_mut(), prefetch, source.iter().map(|&o| o as usize))?
+        pass.run(graph, &ops, live.raw_mut(), prefetch, false, source.iter().map(|&o| o as usize))?
     };
     let output_slots: Vec<SlotId> =
         graph.outputs.iter().map(|&v| live[v].slot.expect("an output is kept, so it has a slot at the end")).collect();
@@ -227,7 +229,9 @@ impl<Op: GraphOperation> SlotPass<Op> {
     /// operation index and `ops` its operation: operand slots from `live`, then fresh
     /// slots for the outputs, and frees each operand at its last reader and each output
     /// nobody reads. With `prefetch`, the liveness entries of the operands [`AHEAD`]
-    /// instructions on are prefetched. The graph's columns are read as plain slices
+    /// instructions on are prefetched. `mixed` when `order` is the materialized order,
+    /// which dispatch kept: operations of one operand and of two may then alternate at
+    /// random, and their operands are read without a branch on which. The graph's columns are read as plain slices
     /// (the pool's starts and items, each operation's first output), which the loop
     /// indexes directly rather than through a list view per operation.
     #[inline(always)]
@@ -237,6 +241,7 @@ impl<Op: GraphOperation> SlotPass<Op> {
         ops: &[Op],
         live: &mut [Live],
         prefetch: bool,
+        mixed: bool,
         order: impl Iterator<Item = usize> + Clone,
     ) -> GraphResult<Self> {
         let SlotPass { mut instrs, mut args, mut runs, mut alloc } = self;
@@ -284,7 +289,29 @@ impl<Op: GraphOperation> SlotPass<Op> {
             }
             // One read of each operand's entry: its slot, and its count of reads to come,
             // which reaching zero says this is its last reader.
-            if inputs.len() <= 2 {
+            if let n @ (1 | 2) = inputs.len()
+                && mixed
+            {
+                // One operand or two without a branch on which: in an order dispatch
+                // kept (a chain of random variants) they come at random, and a loop over
+                // the list mispredicted its end about once per instruction (in a sorted
+                // order they come in runs, where the loop is predicted and cheaper). The second
+                // read is `inputs[n - 1]`, the first operand again when there is one:
+                // its argument is written past the list and overwritten by what follows
+                // (`try_compile` left one entry of room past the pool), and it counts
+                // no read and frees nothing.
+                let two = n == 2;
+                for (v, mention) in [(inputs[0], true), (inputs[n - 1], two)] {
+                    let l = &mut live[v.index()];
+                    let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");
+                    put(&mut n_args, s);
+                    n_args -= usize::from(!mention);
+                    l.uses -= u32::from(mention);
+                    // Whether this is the last read is as good as random on a DAG: a
+                    // branch on it was mispredicted about every other operand.
+                    alloc.free_if(s, mention & (l.uses == 0));
+                }
+            } else if inputs.len() <= 2 {
                 for &v in inputs {
                     let l = &mut live[v.index()];
                     let s = l.slot.expect("an operand is defined, so it has a slot, before its readers");

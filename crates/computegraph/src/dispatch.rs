@@ -84,15 +84,23 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     // Advised for huge pages below a size (`hugepages.rs`), as compile's instruction and
     // argument columns: written once, front to back.
     let mut ops: Vec<Op> = program_vec(n);
-    // Allocated once a second variant is met: a graph of one variant never sorts.
+    // Written from the first window whose sort moves an operation (the windows before
+    // it are then listed in their order): a graph whose sorts move nothing (one variant,
+    // a chain) has no order to write, and its pages are never touched.
     let mut order: Vec<u32> = Vec::new();
     let mut moved = false;
+    // A window's operations in sorted order (offsets from the window's first).
+    let mut sorted: Vec<u32> = vec![0; WINDOW];
     let mut variants = Variants::<Op>::default();
     // Scratch of one window, indexed by an operation's offset in it: its variant, its
     // depth, and the offsets sorted by variant (the first pass of a two-pass stable
     // counting sort); the buckets of the sorts.
     let mut variant: Vec<u8> = Vec::with_capacity(WINDOW);
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
+    // The depth of each value a chain's window defines (`chain_depths`).
+    let mut value_depth: Vec<u32> = Vec::with_capacity(WINDOW + 1);
+    // Whether the last window sorted was a chain's (depth equal to offset: `chain_depths`).
+    let mut chained = false;
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut buckets: Vec<u32> = Vec::with_capacity(WINDOW + 2);
     // The window's operations, read once from the store (`op_key` → chunk → operation)
@@ -129,7 +137,6 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             // the order is the one a sort of every window gives (the variants' ids are
             // their order of first appearance, the same on the second reading).
             sorting = true;
-            order = program_vec(n);
             if start > 0 {
                 ops.clear();
                 start = 0;
@@ -137,43 +144,35 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
             }
         }
         depth.clear();
-        let mut max_depth = 0;
         // Values before the window's first output are inputs or outputs of earlier
-        // operations (outputs are numbered in operation order): skipping them saves a
-        // cache miss per far operand on large graphs.
-        let window_values = graph.op_first_output[OperationId::new(start)];
-        // `i` indexes the pool and the first outputs both; clippy's iterator would read
-        // one of them through a zip, which ran dispatch 3.5% more instructions.
-        #[allow(clippy::needless_range_loop)]
-        for i in start..end {
-            let mut d = 0;
-            let reader = first_outputs[i].index();
-            for v in graph.op_inputs.get(i) {
-                far.note(v.index(), reader);
-                if *v < window_values {
-                    continue;
-                }
-                if let Some(producer) = graph.value_op[*v] {
-                    let p = producer.index();
-                    if p >= start {
-                        d = d.max(depth[p - start] + 1);
-                    }
-                }
-            }
-            depth.push(d);
-            max_depth = max_depth.max(d as usize);
-        }
-        let first = order.len();
+        // operations (outputs are numbered in operation order): their depth inside the
+        // window is zero, and they are not looked up (a cache miss per far operand on
+        // large graphs).
+        let window_values = first_outputs[start].index();
+        let max_depth = if chained {
+            chain_depths(graph, start..end, window_values, &mut value_depth, &mut depth, &mut far)
+        } else {
+            depths(graph, start..end, window_values, &mut depth, &mut far)
+        };
+        // A window after a chain's is likely one too.
+        chained = max_depth + 1 == len;
         if max_depth + 1 == len {
             // Depth `len - 1` needs a producer of depth `len - 2` before it, and so on
             // down: depth equals offset, and the sort below would keep the order.
-            order.extend(start as u32..end as u32);
+            if moved {
+                order.extend(start as u32..end as u32);
+            }
             ops.extend(window_ops.iter().map(|&op| op.clone()));
             start = end;
             continue;
         }
-        order.resize(first + len, 0);
-        let sorted = &mut order[first..];
+        // Sorted into the order once an earlier window has moved an operation (it is
+        // then written in full), into `sorted` until then.
+        // Once moved, the order lists every earlier window: `start` entries.
+        if moved {
+            order.resize(start + len, 0);
+        }
+        let target = if moved { &mut order[start..] } else { &mut sorted[..len] };
         // Sorted by (depth, variant, offset): one stable counting sort by both when
         // their buckets are fewer than the window's operations, else two (stable by
         // variant, then stable by depth), which give the same order.
@@ -181,25 +180,121 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         if (max_depth + 1) * nv <= WINDOW {
             buckets.resize((max_depth + 1) * nv + 1, 0);
             let keys = variant.iter().zip(&depth).map(|(&v, &d)| d as usize * nv + v as usize);
-            counting_sort(keys, &mut buckets, |k, at| sorted[at] = (start + k) as u32);
+            counting_sort(keys, &mut buckets, |k, at| target[at] = (start + k) as u32);
         } else {
             buckets.resize(nv + 1, 0);
             counting_sort(variant.iter().map(|&v| v as usize), &mut buckets, |k, at| by_variant[at] = k as u32);
             buckets.resize(max_depth + 2, 0);
             counting_sort(by_variant[..len].iter().map(|&o| depth[o as usize] as usize), &mut buckets, |k, at| {
-                sorted[at] = (start as u32) + by_variant[k]
+                target[at] = (start as u32) + by_variant[k]
             });
         }
+        if !moved && target.iter().enumerate().any(|(k, &from)| from as usize != start + k) {
+            // The first window that moves an operation: the ones before it kept their order.
+            moved = true;
+            order = program_vec(n);
+            order.extend(0..start as u32);
+            order.extend_from_slice(&sorted[..len]);
+        }
+        let placed = if moved { &order[start..] } else { &sorted[..len] };
         // The window's operations in their new order (one `extend`, which reserves once,
         // instead of a push and its capacity check per operation).
-        moved |= sorted.iter().enumerate().any(|(k, &from)| from as usize != start + k);
-        ops.extend(sorted.iter().map(|&from| window_ops[from as usize - start].clone()));
+        ops.extend(placed.iter().map(|&from| window_ops[from as usize - start].clone()));
         start = end;
     }
-    if !moved {
-        order = Vec::new();
-    }
     Ok(Dispatch { source: order, ops, far: sorting.then(|| far.decide()) })
+}
+
+/// The depths inside the window of the operations `ops`, whose first value is
+/// `window_values`, pushed to `depth` (empty), with their operands noted in `far`;
+/// returns the largest.
+#[inline(always)]
+fn depths<Op: GraphOperation>(
+    graph: &MaterializedGraph<Op>,
+    ops: std::ops::Range<usize>,
+    window_values: usize,
+    depth: &mut Vec<u32>,
+    far: &mut FarOperands,
+) -> usize {
+    let (start, first_outputs) = (ops.start, graph.op_first_output.raw());
+    let mut max_depth = 0;
+    for i in ops {
+        let mut d = 0;
+        let reader = first_outputs[i].index();
+        for v in graph.op_inputs.get(i) {
+            far.note(v.index(), reader);
+            if v.index() < window_values {
+                continue;
+            }
+            if let Some(producer) = graph.value_op[*v] {
+                let p = producer.index();
+                if p >= start {
+                    d = d.max(depth[p - start] + 1);
+                }
+            }
+        }
+        depth.push(d);
+        max_depth = max_depth.max(d as usize);
+    }
+    max_depth
+}
+
+/// [`depths`] for a window that is likely a chain's (each operation reads the one before,
+/// and at random one input or none besides: a chain of random variants), with no branch
+/// on whether an operand lies in the window or on whether an operation has one operand
+/// or two, each mispredicted about once per operation there. The depths of the window's
+/// values are kept in `value_depth` from entry 1 on (`value_depth[1 + v -
+/// window_values]`); entry 0 stands for every value before the window. It runs more
+/// instructions than [`depths`], which sorted windows keep (their operands are mostly
+/// far or in order).
+fn chain_depths<Op: GraphOperation>(
+    graph: &MaterializedGraph<Op>,
+    ops: std::ops::Range<usize>,
+    window_values: usize,
+    value_depth: &mut Vec<u32>,
+    depth: &mut Vec<u32>,
+    far: &mut FarOperands,
+) -> usize {
+    let first_outputs = graph.op_first_output.raw();
+    let values_end = first_outputs.get(ops.end).map_or(graph.value_count(), |v| v.index());
+    // Every entry is written before it is read (operands precede their readers), but
+    // entry 0, whose value is never used: the column only grows.
+    if value_depth.len() < values_end - window_values + 1 {
+        value_depth.resize(values_end - window_values + 1, 0);
+    }
+    let mut max_depth = 0;
+    for i in ops {
+        let reader = first_outputs[i].index();
+        let inputs = graph.op_inputs.get(i);
+        // One more than the operand's producer's depth when it is in the window, else 0.
+        let above = |v: usize| {
+            let inside = v >= window_values;
+            let at = if inside { v - window_values + 1 } else { 0 };
+            (value_depth[at] + 1) * u32::from(inside)
+        };
+        let d = if let n @ (1 | 2) = inputs.len() {
+            // The first and the last operand (the first again when it is the only one: a
+            // maximum does not mind, and the far count notes it once).
+            let (a, b) = (inputs[0].index(), inputs[n - 1].index());
+            far.note(a, reader);
+            far.note_if(b, reader, n == 2);
+            above(a).max(above(b))
+        } else {
+            inputs.iter().fold(0, |d, v| {
+                far.note(v.index(), reader);
+                d.max(above(v.index()))
+            })
+        };
+        value_depth[reader - window_values + 1] = d;
+        // Further outputs (rare): up to the next operation's first.
+        let next = first_outputs.get(i + 1).map_or(values_end, |v| v.index());
+        for v in reader + 1..next {
+            value_depth[v - window_values + 1] = d;
+        }
+        depth.push(d);
+        max_depth = max_depth.max(d as usize);
+    }
+    max_depth
 }
 
 /// Whether `ops` have a mean cost hint of at least [`KEEP_ORDER_MIN_MEAN_COST`].
@@ -392,7 +487,71 @@ mod tests {
             .collect()
     }
 
+    /// Operations of zero to three operands, and one of two outputs.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    enum Arity {
+        In(u8),
+        Pair,
+    }
+
+    impl GraphOperation for Arity {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            match self {
+                Arity::In(n) => *n as usize,
+                Arity::Pair => 1,
+            }
+        }
+        fn output_count(&self) -> usize {
+            if let Arity::Pair = self { 2 } else { 1 }
+        }
+    }
+
     proptest! {
+        /// A chain's depths (`chain_depths`, branch-free, with its value column) are
+        /// the lookup's (`depths`) on every window of random graphs: operands near or
+        /// far, before the window or in it, repeated in one list, of one to three per
+        /// operation, two-output operations among them; the far counts decide alike.
+        #[test]
+        fn chain_depths_are_the_lookup_depths(
+            picks in prop::collection::vec((0u8..5, prop::collection::vec((any::<bool>(), 0usize..300), 3)), 1..700),
+        ) {
+            use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve};
+            let mut b = GraphBuilder::<Arity>::with_interner(KeyInterner::new());
+            let mut values = vec![b.add_input(0), b.add_input(1)];
+            for (kind, from) in &picks {
+                let op = if *kind == 4 { Arity::Pair } else { Arity::In(*kind) };
+                // An operand is the value just before (a chain's link) or one up to 300 back.
+                let refs: Vec<_> = from[..op.input_count()]
+                    .iter()
+                    .map(|&(near, back)| {
+                        let back = if near { 0 } else { back.min(values.len() - 1) };
+                        ValueRef::<Arity>::Local(values[values.len() - 1 - back])
+                    })
+                    .collect();
+                values.extend(b.add_operation(op, refs, OperationRole::Primary));
+            }
+            let g = std::sync::Arc::new(b.build());
+            let keys: Vec<_> = values.iter().map(|&v| g.global_key(v)).collect();
+            let graph = materialize_merge(&resolve(vec![g]), &keys);
+            let n = graph.operation_count();
+            let inputs = graph.inputs.len();
+            let (mut far_a, mut far_b) = (FarOperands::new(inputs), FarOperands::new(inputs));
+            let mut value_depth = Vec::new();
+            for start in (0..n).step_by(WINDOW) {
+                let end = (start + WINDOW).min(n);
+                let window_values = graph.op_first_output.raw()[start].index();
+                let (mut da, mut db) = (Vec::new(), Vec::new());
+                let ma = depths(&graph, start..end, window_values, &mut da, &mut far_a);
+                let mb = chain_depths(&graph, start..end, window_values, &mut value_depth, &mut db, &mut far_b);
+                prop_assert_eq!(ma, mb);
+                prop_assert_eq!(da, db);
+            }
+            prop_assert_eq!(far_a.decide(), far_b.decide());
+        }
+
         /// The table gives each variant the id of its first appearance, whichever
         /// variants share its entry and in whatever order they come.
         #[test]
@@ -413,6 +572,47 @@ mod tests {
             let ids: Vec<u8> = plain.iter().map(|op| v.id(op)).collect();
             prop_assert_eq!(ids, first_appearance(&plain));
         }
+    }
+
+    /// A graph whose first windows are a chain's and whose later ones are sorted: the
+    /// chain's operations keep their places (no order is written for them until a sort
+    /// moves one, and then they are listed first), and the program passes the debug
+    /// verifier's check against the graph (a permutation in topological order, every
+    /// operand reading the value the graph names).
+    #[test]
+    fn a_chain_before_sorted_windows_keeps_its_order() {
+        use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve, try_compile};
+        let mut b = GraphBuilder::<Arity>::with_interner(KeyInterner::new());
+        let x = b.add_input(0);
+        let mut values = vec![x];
+        let chain = 2 * WINDOW + 10;
+        for i in 0..chain {
+            let prev = ValueRef::Local(*values.last().unwrap());
+            let (op, refs) = match i % 3 {
+                0 => (Arity::In(2), vec![prev, ValueRef::Local(x)]),
+                1 => (Arity::Pair, vec![prev]),
+                _ => (Arity::In(1), vec![prev]),
+            };
+            let out = b.add_operation(op, refs, OperationRole::Primary);
+            values.push(out[0]);
+        }
+        // Then operations reading earlier values at random (a fixed pattern): sorted.
+        for i in 0..WINDOW {
+            let a = values[values.len() - 1 - (i * 7) % 50];
+            let c = values[values.len() - 1 - (i * 13) % 90];
+            let op = if i % 4 == 0 { Arity::Pair } else { Arity::In(2) };
+            let refs: Vec<_> = [a, c][..op.input_count()].iter().map(|&v| ValueRef::Local(v)).collect();
+            let out = b.add_operation(op, refs, OperationRole::Primary);
+            values.push(out[0]);
+        }
+        let g = std::sync::Arc::new(b.build());
+        let keys: Vec<_> = values.iter().map(|&v| g.global_key(v)).collect();
+        let graph = materialize_merge(&resolve(vec![g]), &keys);
+        let program = try_compile(&graph).unwrap();
+        program.verify_against(&graph).unwrap();
+        let n = program.instruction_count();
+        assert!((0..2 * WINDOW).all(|i| program.source_operation(i).index() == i));
+        assert!((2 * WINDOW..n).any(|i| program.source_operation(i).index() != i), "a later window moved");
     }
 
     #[test]

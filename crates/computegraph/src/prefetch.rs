@@ -72,6 +72,15 @@ impl FarOperands {
         self.far += (operand >= self.inputs && operand.saturating_add(FAR) < reader) as usize;
     }
 
+    /// [`Self::note`] when `counted`, nothing otherwise, without a branch on it: for a
+    /// pass that reads one operand list's first and last entries whatever its length
+    /// (`dispatch.rs`), the last one counted only when it is a second operand.
+    #[inline(always)]
+    pub(crate) fn note_if(&mut self, operand: usize, reader: usize, counted: bool) {
+        self.seen += usize::from(counted);
+        self.far += usize::from(counted & (operand >= self.inputs) & (operand.saturating_add(FAR) < reader));
+    }
+
     /// Whether [`Self::BLOCK`] operands have been noted since the last decision.
     #[inline(always)]
     pub(crate) fn block_full(&self) -> bool {
