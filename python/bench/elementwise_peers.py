@@ -100,19 +100,7 @@ def worker(args):
 
     import cgx
 
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        jax.config.update("jax_enable_x64", True)
-    except ImportError:
-        jax = None
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
+    jax, jnp, torch = peers.import_peers(threads)
 
     cgx.set_num_threads(threads)
 

@@ -211,6 +211,25 @@ def watch_memory(limit_bytes):
     threading.Thread(target=loop, daemon=True).start()
 
 
+def import_peers(threads):
+    """JAX (float64 on), ``jax.numpy`` and PyTorch (on ``threads`` threads), each ``None``
+    where it is not installed."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+    except ImportError:
+        jax = jnp = None
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    return jax, jnp, torch
+
+
 def worker(args):
     threads = args.worker
     set_thread_env(threads)
@@ -221,19 +240,7 @@ def worker(args):
 
     import cgx
 
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        jax.config.update("jax_enable_x64", True)
-    except ImportError:
-        jax = None
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
+    jax, jnp, torch = import_peers(threads)
     operands = load_script("compare_einsum", ROOT / "benches" / "scripts" / "compare_einsum.py").operands
 
     # cgx's thread count, if its package takes one.
