@@ -78,3 +78,31 @@ fn factors_sharing_labels_merge() {
     assert_eq!(widest, vec![2, 3, 8, 8]);
     value_and_gradients_on::<f64>(&expr, &shapes, PathChoice::Explicit(m.path().clone()));
 }
+
+/// A scalar factor (no labels) in a run, and a run on a carrier with a label of size 0:
+/// the review's edge cases. Both plans merge or not as they may; the value and every
+/// gradient equal the reference's, and a size-0 carrier gives zeros without an error.
+#[test]
+fn scalar_factors_and_empty_labels() {
+    let shapes = vec![vec![3; 8], vec![], vec![3, 3], vec![3; 8]];
+    let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 2], [0, 1]]));
+    let p = Plan::new("abcdefgh,,ab,hgfedcba->", &shapes, path.clone(), MemoryLimit::default()).unwrap();
+    assert!(p.with_factors_merged().is_some(), "the scalar and `ab` are one run");
+    value_and_gradients_on::<f64>("abcdefgh,,ab,hgfedcba->", &shapes, path.clone());
+
+    let mut empty = shapes.clone();
+    empty[0][0] = 0;
+    empty[2][0] = 0;
+    empty[3][7] = 0;
+    let e = einsum::Einsum::<f64>::new("abcdefgh,,ab,hgfedcba->a", &empty, path).unwrap();
+    let x: Vec<einsum::Tensor<f64>> =
+        empty.iter().map(|s| einsum::Tensor::from_fn(s.clone(), |i| 1.0 + i.len() as f64).unwrap()).collect();
+    let r = e.eval(&x.iter().collect::<Vec<_>>()).unwrap();
+    assert_eq!(r.shape(), &[0]);
+    let g = e.gradient(&[0, 1, 2, 3]).unwrap();
+    let (_, grads) = g.eval_with_value(&x.iter().collect::<Vec<_>>(), &einsum::Tensor::ones(vec![0]).unwrap()).unwrap();
+    for (gi, s) in grads.iter().zip(&empty) {
+        assert_eq!(gi.shape(), &s[..]);
+        assert!(gi.data().iter().all(|&v| v == 0.0));
+    }
+}
