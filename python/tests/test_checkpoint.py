@@ -57,13 +57,15 @@ def test_a_target_gives_the_plain_gradients_or_a_memory_error(case, complex_, se
 
 def chain(m: int, n: int) -> tuple[str, list[tuple[int, ...]], list[tuple[int, int]]]:
     """``U0·V0·U1·V1·…`` closed by two vectors, contracted left to right: ``m``
-    intermediates of ``n x n`` between ``n x 4`` operands (the peak test's chain)."""
+    intermediates of ``n x n``, each the outer product of two vectors (the peak test's
+    chain). (With ``n x 4`` operands sharing a summed label, the reverse pass contracts the
+    gradients around each ``n x n`` expansion without keeping it.)"""
     terms: list[str] = []
     shapes: list[tuple[int, ...]] = []
     for k in range(m):
-        x, y, i = chr(97 + k), chr(98 + k), chr(65 + k)
-        terms += [x + i, y + i]
-        shapes += [(n, 4), (n, 4)]
+        x, y = chr(97 + k), chr(98 + k)
+        terms += [x, y]
+        shapes += [(n,), (n,)]
     terms += [chr(97 + m), "a"]
     shapes += [(n,), (n,)]
     path = [(0, 1)] + [(0, length - 1) for length in range(len(terms) - 1, 1, -1)]
