@@ -89,13 +89,6 @@ fn sliced_evaluations_inside_a_pool_equal_one_thread() {
     assert_eq!(g2, g1);
 }
 
-/// Programs whose kernels split in a pool (large GEMMs cut into blocks, a loop of small ones cut by
-/// its batch label, an element-wise product and a permuted broadcast of `2^20`
-/// elements, a queens step of `3^11`, thin products whose chunks of `k` are formed on both threads) and programs of independent steps: the kernels keep their order of sums
-/// whatever the threads, so two threads equal one bit for bit, real and complex. The
-/// exception: faer splits the sum of a large matrix-vector product over a column-major
-/// matrix between the threads (the gradient of the outer product of two matrix
-/// products, below, has one), so there the gradients agree to rounding.
 /// Queens' factors multiplied together first (`merge.rs`): `ab, bc, ac, de` on a `3^11`
 /// carrier become one product of `3^5` entries, whose step and fused transposes (`pair.rs`,
 /// a factor of 243 entries) run on both threads with the one-thread result bit for bit.
@@ -125,6 +118,13 @@ fn merged_factors_on_a_pool_equal_one_thread_bit_for_bit() {
     assert!(v1.max_abs_diff(&one).unwrap() <= 1e-12 * (1.0 + one.max_abs()));
 }
 
+/// Programs whose kernels split in a pool (large GEMMs cut into blocks, a loop of small ones cut by
+/// its batch label, an element-wise product and a permuted broadcast of `2^20`
+/// elements, a queens step of `3^11`, thin products whose chunks of `k` are formed on both threads) and programs of independent steps: the kernels keep their order of sums
+/// whatever the threads, so two threads equal one bit for bit, real and complex. The
+/// exception: faer splits the sum of a large matrix-vector product over a column-major
+/// matrix between the threads (the gradient of the outer product of two matrix
+/// products, below, has one), so there the gradients agree to rounding.
 #[test]
 fn a_pool_equals_one_thread_bit_for_bit() {
     let chain = vec![vec![96, 80], vec![80, 96], vec![96, 80], vec![80, 96], vec![96, 80]];
