@@ -319,8 +319,7 @@ impl Plan {
             &self.network.sizes,
             threads,
         )?;
-        let walk = FollowedPath::new(&self.reduced, &self.network.output, &path).ok()?.into_walk();
-        Some(Plan { path, walk, ..self.clone() })
+        self.along(path)
     }
 
     /// The same contraction with each run of small element-wise factors that the path
@@ -342,6 +341,12 @@ impl Plan {
     /// ```
     pub fn with_factors_merged(&self) -> Option<Plan> {
         let path = crate::merge::merge_factors(&self.followed(), self.reduced.len(), &self.network.sizes)?;
+        self.along(path)
+    }
+
+    /// This plan along `path`, another path over the same reduced network (`None` if it
+    /// cannot be followed).
+    fn along(&self, path: ContractionPath) -> Option<Plan> {
         let walk = FollowedPath::new(&self.reduced, &self.network.output, &path).ok()?.into_walk();
         Some(Plan { path, walk, ..self.clone() })
     }
