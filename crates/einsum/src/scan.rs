@@ -86,12 +86,20 @@ impl RangeScan {
         if parts.not_finite || !near_an_end {
             return parts;
         }
-        s.iter().fold(RangeScan::EMPTY, |acc, v| acc.merge(RangeScan::of_modulus(v.modulus())))
+        RangeScan::of_moduli(s)
     }
 
-    /// The scan of one entry of modulus `m`.
-    fn of_modulus(m: f64) -> Self {
-        if m.is_finite() { RangeScan::from_parts(false, m) } else { RangeScan::from_parts(true, f64::INFINITY) }
+    /// The scan of entries of any element type by their moduli, one at a time (the plain
+    /// test that [`RangeScan::of`] and [`RangeScan::of_complex`] vectorize).
+    fn of_moduli<T: Elem>(s: &[T]) -> Self {
+        s.iter().fold(RangeScan::EMPTY, |acc, v| {
+            let m = v.modulus();
+            acc.merge(if m.is_finite() {
+                RangeScan::from_parts(false, m)
+            } else {
+                RangeScan::from_parts(true, f64::INFINITY)
+            })
+        })
     }
 
     /// The scan of an array made of the parts `self` and `other` scanned.
@@ -200,7 +208,7 @@ fn range<T: Elem>(x: &Tensor<T>) -> RangeScan {
     match (any.downcast_ref::<Tensor<f64>>(), any.downcast_ref::<Tensor<c64>>()) {
         (Some(real), _) => RangeScan::of(real.data()),
         (_, Some(complex)) => RangeScan::of_complex(complex.data()),
-        _ => x.data().iter().fold(RangeScan::EMPTY, |acc, v| acc.merge(RangeScan::of_modulus(v.modulus()))),
+        _ => RangeScan::of_moduli(x.data()),
     }
 }
 
@@ -282,7 +290,7 @@ mod tests {
             cut in 0usize..40,
         ) {
             let z: Vec<c64> = entries.iter().map(|&(re, im)| c64::new(re * scale, im * scale)).collect();
-            let want = z.iter().fold(RangeScan::EMPTY, |acc, v| acc.merge(RangeScan::of_modulus(v.modulus())));
+            let want = RangeScan::of_moduli(&z);
             let whole = RangeScan::of_complex(&z);
             let (a, b) = z.split_at(cut.min(z.len()));
             let merged = RangeScan::of_complex(a).merge(RangeScan::of_complex(b));
