@@ -156,7 +156,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         };
         // A window after a chain's is likely one too.
         chained = max_depth + 1 == len;
-        if max_depth + 1 == len {
+        if chained {
             // Depth `len - 1` needs a producer of depth `len - 2` before it, and so on
             // down: depth equals offset, and the sort below would keep the order.
             if moved {
