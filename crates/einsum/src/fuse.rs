@@ -14,14 +14,14 @@
 
 use std::sync::Arc;
 
-use computegraph::{GraphBuilder, MaterializedGraph, MaterializedValueDef, OperationRole, ValueId, ValueKey, ValueRef};
+use computegraph::{MaterializedGraph, OperationRole, ValueId};
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 
 use crate::elem::Elem;
 use crate::error::EinsumResult;
 use crate::op::TensorOp;
 use crate::pair::{PAIR_MIN_ELEMENTS, PairSpec};
+use crate::rewrite::{Program, Replaced};
 
 /// The gradient program `merged` with each pair of transposes that [`PairSpec::new`]
 /// accepts fused into one `TensorOp::ContractPair` (module docs), materialized again with
@@ -30,24 +30,8 @@ use crate::pair::{PAIR_MIN_ELEMENTS, PairSpec};
 pub(crate) fn fuse_pairs<T: Elem>(
     merged: &MaterializedGraph<TensorOp<T>>,
 ) -> EinsumResult<Option<MaterializedGraph<TensorOp<T>>>> {
-    if !merged.externals().is_empty() {
-        return Ok(None);
-    }
-    let ops: Vec<_> = merged.operations().collect();
-    // The operation defining each value (`None`: an input).
-    let def = |v: ValueId| match merged.value_def(v) {
-        Some(MaterializedValueDef::Output { operation, .. }) => Some(operation.index()),
-        _ => None,
-    };
-    // Readers of each value among the two-operand contractions.
-    let mut readers: FxHashMap<ValueId, SmallVec<[usize; 2]>> = FxHashMap::default();
-    for (i, op) in ops.iter().enumerate() {
-        if let TensorOp::Contract(_) = op.operation() {
-            for &v in op.inputs() {
-                readers.entry(v).or_default().push(i);
-            }
-        }
-    }
+    let Some(program) = Program::new(merged) else { return Ok(None) };
+    let ops = &program.ops;
     // Pairs (first in program order, second, the fused operands and spec).
     let mut partner: Vec<Option<usize>> = vec![None; ops.len()];
     // Keyed by the earlier of the two: the operands, the spec, and which op makes `x`.
@@ -60,7 +44,7 @@ pub(crate) fn fuse_pairs<T: Elem>(
         for (ci, small) in [(0usize, 1usize), (1, 0)] {
             let (c, m) = (op.inputs()[ci], op.inputs()[small]);
             let x_order = if ci == 0 { [0, 1] } else { [1, 0] };
-            let found = readers.get(&c).into_iter().flatten().find_map(|&j| {
+            let found = program.readers(c).iter().find_map(|&j| {
                 let TensorOp::Contract(sy) = ops[j].operation() else { return None };
                 if j == i || partner[j].is_some() {
                     return None;
@@ -69,7 +53,7 @@ pub(crate) fn fuse_pairs<T: Elem>(
                 let (y_order, big) = if yin[1] == c { ([0, 1], yin[0]) } else { ([1, 0], yin[1]) };
                 // Both operands of the fused operation must exist where it is placed.
                 let at = i.min(j);
-                let ready = |v: ValueId| def(v).is_none_or(|d| d < at);
+                let ready = |v: ValueId| program.def(v).is_none_or(|d| d < at);
                 (big != c && ready(big) && ready(m) && ready(c))
                     .then(|| PairSpec::new(sx, x_order, sy, y_order))
                     .flatten()
@@ -87,34 +71,17 @@ pub(crate) fn fuse_pairs<T: Elem>(
     if fused.is_empty() {
         return Ok(None);
     }
-    // The rebuild, in program order.
-    let mut b = GraphBuilder::<TensorOp<T>>::with_interner(merged.interner().clone());
-    let mut local: FxHashMap<ValueId, computegraph::LocalValueId> = FxHashMap::default();
-    for (&v, key) in merged.inputs().iter().zip(merged.input_keys()) {
-        local.insert(v, b.try_add_input(key.clone())?);
-    }
-    let refs = |local: &FxHashMap<ValueId, computegraph::LocalValueId>, vs: &[ValueId]| {
-        vs.iter().map(|v| ValueRef::Local(local[v])).collect::<SmallVec<[ValueRef<TensorOp<T>>; 3]>>()
-    };
-    for (i, op) in ops.iter().enumerate() {
-        if let Some((operands, spec, [x_op, y_op])) = fused.get(&i) {
-            let op = TensorOp::ContractPair(Arc::new(spec.clone()));
-            let out = b.try_add_operation(op, refs(&local, operands), OperationRole::Primary)?;
-            let first_output = |k: usize| ops[k].outputs().next().expect("a contraction has an output");
-            local.insert(first_output(*x_op), out[0]);
-            local.insert(first_output(*y_op), out[1]);
-        } else if partner[i].is_none() {
-            let out = b.try_add_operation(op.operation().clone(), refs(&local, op.inputs()), op.role().clone())?;
-            for (v, &l) in op.outputs().zip(out.iter()) {
-                local.insert(v, l);
-            }
-        }
-    }
-    let outputs: Vec<_> = merged.outputs().iter().map(|v| local[v]).collect();
-    let graph = Arc::new(b.try_build()?);
-    let keys: Vec<ValueKey<TensorOp<T>>> = outputs.iter().map(|&v| graph.global_key(v)).collect();
-    let view = computegraph::try_resolve(vec![graph])?;
-    Ok(Some(computegraph::try_materialize_merge(&view, &keys)?))
+    program.rebuild(|i, r| {
+        let Some((operands, spec, [x_op, y_op])) = fused.get(&i) else {
+            return Ok(if partner[i].is_none() { Replaced::No } else { Replaced::Yes });
+        };
+        let Some(operands) = r.operands(operands) else { return Ok(Replaced::Missing) };
+        let op = TensorOp::ContractPair(Arc::new(spec.clone()));
+        let out = r.builder.try_add_operation(op, operands, OperationRole::Primary)?;
+        r.stands_for(program.output(*x_op), out[0]);
+        r.stands_for(program.output(*y_op), out[1]);
+        Ok(Replaced::Yes)
+    })
 }
 
 #[cfg(test)]

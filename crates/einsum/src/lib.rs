@@ -129,6 +129,7 @@ mod ranged;
 mod reassoc;
 mod reduce;
 mod reference;
+mod rewrite;
 mod rng;
 mod scaled;
 mod scan;

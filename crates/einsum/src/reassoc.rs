@@ -24,20 +24,20 @@
 //! run in another order); the new operations take the place of the first replaced
 //! transpose in program order, where `dO`, `W`, `X` and `Y` exist; a forward step belongs
 //! to at most one rewritten pair. Complexity: `O(operations + operands)` to find the pairs,
-//! three orders priced per gradient, then one rebuild and materialization of the program.
+//! three orders priced per gradient, then one rebuild and materialization of the program
+//! (`rewrite.rs`).
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use computegraph::{
-    GraphBuilder, LocalValueId, MaterializedGraph, MaterializedValueDef, OperationRole, ValueId, ValueKey, ValueRef,
-};
+use computegraph::{MaterializedGraph, OperationRole, ValueId, ValueRef};
 
 use crate::elem::Elem;
 use crate::error::EinsumResult;
 use crate::kernel::ContractSpec;
 use crate::layout::step_output;
 use crate::op::TensorOp;
+use crate::rewrite::{Program, Replaced};
 
 /// One gradient written as two contractions: the operands (values of the old program), the
 /// spec of the first pair, and the spec of its result with the third operand.
@@ -61,27 +61,16 @@ struct Group {
 pub(crate) fn reassociate<T: Elem>(
     merged: &MaterializedGraph<TensorOp<T>>,
 ) -> EinsumResult<Option<MaterializedGraph<TensorOp<T>>>> {
-    if T::IS_COMPLEX || !merged.externals().is_empty() {
+    if T::IS_COMPLEX {
         return Ok(None);
     }
-    let ops: Vec<_> = merged.operations().collect();
-    let def = |v: ValueId| match merged.value_def(v) {
-        Some(MaterializedValueDef::Output { operation, .. }) => Some(operation.index()),
-        _ => None,
-    };
-    let mut readers: FxHashMap<ValueId, SmallVec<[usize; 2]>> = FxHashMap::default();
-    for (i, op) in ops.iter().enumerate() {
-        for &v in op.inputs() {
-            readers.entry(v).or_default().push(i);
-        }
-    }
-    let no_readers = SmallVec::<[usize; 2]>::new();
-    let readers_of = |v: ValueId| readers.get(&v).unwrap_or(&no_readers);
+    let Some(program) = Program::new(merged) else { return Ok(None) };
+    let (ops, def, readers_of, output_of) =
+        (&program.ops, |v| program.def(v), |v| program.readers(v), |i| program.output(i));
     let spec_of = |i: usize| match ops[i].operation() {
         TensorOp::Contract(s) => Some(&**s),
         _ => None,
     };
-    let output_of = |i: usize| ops[i].outputs().next().expect("a contraction has an output");
     // The reader of `v` at operand position `at` computing `spec` with `other` at the other
     // position (`None`: any value there), and that other value.
     let find = |v: ValueId, at: usize, spec: &ContractSpec, other: Option<ValueId>| {
@@ -161,7 +150,24 @@ pub(crate) fn reassociate<T: Elem>(
         return Ok(None);
     }
     let replaced: rustc_hash::FxHashSet<usize> = groups.values().flat_map(|g| g.replaced.iter().copied()).collect();
-    rebuild(merged, &ops, &groups, &replaced)
+    // Each group's new operations take the place of its first replaced one; the other
+    // replaced operations are dropped.
+    program.rebuild(|i, r| {
+        let Some(g) = groups.get(&i) else {
+            return Ok(if replaced.contains(&i) { Replaced::Yes } else { Replaced::No });
+        };
+        for (old, rw) in &g.gradients {
+            let Some(first) = r.operands(&rw.first.0) else { return Ok(Replaced::Missing) };
+            let f =
+                r.builder.try_add_operation(TensorOp::contract(rw.first.1.clone()), first, OperationRole::Primary)?;
+            let Some(mut second) = r.operands(&[rw.second.0]) else { return Ok(Replaced::Missing) };
+            second.insert(0, ValueRef::Local(f[0]));
+            let s =
+                r.builder.try_add_operation(TensorOp::contract(rw.second.1.clone()), second, OperationRole::Primary)?;
+            r.stands_for(*old, s[0]);
+        }
+        Ok(Replaced::Yes)
+    })
 }
 
 /// The number of elements of `shape`.
@@ -227,53 +233,6 @@ impl Labels {
         }
         Ok(best.expect("three orders tried").1)
     }
-}
-
-/// `merged` rebuilt with each group's new operations in place of its first replaced one
-/// and the other replaced operations dropped; `None` if an operand is missing where a new
-/// operation is placed (no group is then rewritten).
-fn rebuild<T: Elem>(
-    merged: &MaterializedGraph<TensorOp<T>>,
-    ops: &[computegraph::MaterializedOperation<'_, TensorOp<T>>],
-    groups: &FxHashMap<usize, Group>,
-    replaced: &rustc_hash::FxHashSet<usize>,
-) -> EinsumResult<Option<MaterializedGraph<TensorOp<T>>>> {
-    let mut b = GraphBuilder::<TensorOp<T>>::with_interner(merged.interner().clone());
-    let mut local: FxHashMap<ValueId, LocalValueId> = FxHashMap::default();
-    for (&v, key) in merged.inputs().iter().zip(merged.input_keys()) {
-        local.insert(v, b.try_add_input(key.clone())?);
-    }
-    let refs = |local: &FxHashMap<ValueId, LocalValueId>, vs: &[ValueId]| {
-        vs.iter()
-            .map(|v| local.get(v).map(|&l| ValueRef::Local(l)))
-            .collect::<Option<SmallVec<[ValueRef<TensorOp<T>>; 3]>>>()
-    };
-    for (i, op) in ops.iter().enumerate() {
-        if let Some(g) = groups.get(&i) {
-            for (old, r) in &g.gradients {
-                let Some(first) = refs(&local, &r.first.0) else { return Ok(None) };
-                let f = b.try_add_operation(TensorOp::contract(r.first.1.clone()), first, OperationRole::Primary)?;
-                let Some(z) = local.get(&r.second.0).copied() else { return Ok(None) };
-                let operands = [ValueRef::Local(f[0]), ValueRef::Local(z)];
-                let s =
-                    b.try_add_operation(TensorOp::contract(r.second.1.clone()), operands, OperationRole::Primary)?;
-                local.insert(*old, s[0]);
-            }
-        } else if !replaced.contains(&i) {
-            let Some(inputs) = refs(&local, op.inputs()) else { return Ok(None) };
-            let out = b.try_add_operation(op.operation().clone(), inputs, op.role().clone())?;
-            for (v, &l) in op.outputs().zip(out.iter()) {
-                local.insert(v, l);
-            }
-        }
-    }
-    let Some(outputs) = merged.outputs().iter().map(|v| local.get(v).copied()).collect::<Option<Vec<_>>>() else {
-        return Ok(None);
-    };
-    let graph = std::sync::Arc::new(b.try_build()?);
-    let keys: Vec<ValueKey<TensorOp<T>>> = outputs.iter().map(|&v| graph.global_key(v)).collect();
-    let view = computegraph::try_resolve(vec![graph])?;
-    Ok(Some(computegraph::try_materialize_merge(&view, &keys)?))
 }
 
 #[cfg(test)]
