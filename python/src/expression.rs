@@ -122,13 +122,16 @@ struct Inner {
 }
 
 /// The element types, and where each keeps its compiled programs.
-trait Dtype: FromReal + Element {
+trait Dtype: FromReal + Element + crate::scaled::Scanned {
     fn compiled(inner: &Inner) -> &Compiled<Self>;
     /// The tensors as float64 ones, if that is their type (`Hadamard` takes no other).
     fn real(t: &[Tensor<Self>]) -> Option<&[Tensor<f64>]>;
-    /// Whether any of the results `t` left float64's range (`crate::scaled`'s test, by
-    /// moduli for complex results), read on the current pool's threads.
-    fn left_range(t: &[&Tensor<Self>]) -> Option<bool>;
+}
+
+/// Whether any of the results `t` left float64's range (`crate::scaled`'s test, by moduli
+/// for complex results), read on the current pool's threads.
+fn left_range<T: Dtype>(t: &[&Tensor<T>]) -> bool {
+    crate::scaled::any_outside_in_pool(&t.iter().map(|t| t.data()).collect::<Vec<_>>())
 }
 
 impl Dtype for f64 {
@@ -138,9 +141,6 @@ impl Dtype for f64 {
     fn real(t: &[Tensor<f64>]) -> Option<&[Tensor<f64>]> {
         Some(t)
     }
-    fn left_range(t: &[&Tensor<f64>]) -> Option<bool> {
-        Some(crate::scaled::any_outside_in_pool(&t.iter().map(|t| t.data()).collect::<Vec<_>>()))
-    }
 }
 
 impl Dtype for c64 {
@@ -149,9 +149,6 @@ impl Dtype for c64 {
     }
     fn real(_: &[Tensor<c64>]) -> Option<&[Tensor<f64>]> {
         None
-    }
-    fn left_range(t: &[&Tensor<c64>]) -> Option<bool> {
-        Some(crate::scaled::any_complex_outside_in_pool(&t.iter().map(|t| t.data()).collect::<Vec<_>>()))
     }
 }
 
@@ -413,7 +410,7 @@ impl Inner {
             |t| e.uses_threads(t),
             || {
                 let out = e.eval_slices(&refs, range)?;
-                let left = if scan { T::left_range(&[&out]) } else { None };
+                let left = scan.then(|| left_range(&[&out]));
                 Ok((out, left))
             },
         )?;
@@ -503,7 +500,7 @@ impl Inner {
                 let (v, grads, ranges) = g.eval_slices_with_value_and_range(&refs, &c, range)?;
                 let left = match ranges {
                     Some(r) => Some(r.iter().any(RangeScan::left_range)),
-                    None => T::left_range(&std::iter::once(&v).chain(&grads).collect::<Vec<_>>()),
+                    None => Some(left_range(&std::iter::once(&v).chain(&grads).collect::<Vec<_>>())),
                 };
                 Ok((v, grads, left))
             },

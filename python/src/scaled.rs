@@ -8,9 +8,8 @@
 //! bandwidth, which a second core adds to). The scan of a contiguous array is
 //! `einsum::RangeScan`'s, the one an element-wise product (`einsum::Hadamard`) makes while
 //! it writes its results. An expression's calls need neither function: the call's
-//! threads read the results right after writing them (`any_outside_in_pool`, and
-//! `any_complex_outside_in_pool` for complex results, whose moduli are decided from their
-//! parts' scan except near the ends of the range).
+//! threads read the results right after writing them (`any_outside_in_pool`; complex
+//! results' moduli are decided from their parts' scan except near the ends of the range).
 
 use einsum::{RangeScan, c64};
 use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -38,17 +37,49 @@ fn outside(m: impl Iterator<Item = f64>) -> bool {
     largest > 0.0 && largest < f64::MIN_POSITIVE
 }
 
-/// [`outside`] of a contiguous float64 slice, by `einsum::RangeScan` (lanes the compiler
-/// vectorizes: the early return and `f64::max` of the plain loop keep it scalar, and the
-/// test of a large result then cost more than the element-wise product that made it).
-fn outside_slice(s: &[f64]) -> bool {
-    RangeScan::of(s).left_range()
+/// The element types whose contiguous entries `einsum::RangeScan` reads in lanes the
+/// compiler vectorizes (the early return and `f64::max` of [`outside`]'s plain loop keep it
+/// scalar, and the test of a large result then cost more than the element-wise product
+/// that made it; `hypot` per complex entry more still).
+pub(crate) trait Scanned: numpy::Element + Sync + Sized {
+    /// float64 parts per element: chunks and thresholds count parts.
+    const PARTS: usize;
+    /// The scan of `s`: float64 by `RangeScan::of`, complex128 by its parts
+    /// (`RangeScan::of_complex`, moduli computed only near the ends of the range).
+    fn scan(s: &[Self]) -> RangeScan;
+    /// The modulus of one entry, for arrays that are not contiguous.
+    fn modulus(&self) -> f64;
+}
+
+impl Scanned for f64 {
+    const PARTS: usize = 1;
+    fn scan(s: &[f64]) -> RangeScan {
+        RangeScan::of(s)
+    }
+    fn modulus(&self) -> f64 {
+        self.abs()
+    }
+}
+
+impl Scanned for c64 {
+    const PARTS: usize = 2;
+    fn scan(s: &[c64]) -> RangeScan {
+        RangeScan::of_complex(s)
+    }
+    fn modulus(&self) -> f64 {
+        self.re.hypot(self.im)
+    }
+}
+
+/// [`outside`] of a contiguous slice, by its [`Scanned::scan`].
+fn outside_slice<T: Scanned>(s: &[T]) -> bool {
+    T::scan(s).left_range()
 }
 
 /// `left_range(x)`: for a float64 or complex128 numpy array, whether an entry is not
 /// finite or the largest modulus is a subnormal number; `False` for anything else.
 ///
-/// A contiguous float64 array of `PAR_MIN_ELEMENTS` entries or more is read without the
+/// A contiguous array of `PAR_MIN_ELEMENTS` float64 parts or more is read without the
 /// GIL and, when the call has a pool of several threads, in chunks over them, as
 /// [`any_left_range`] reads it: a forward call's result is read once more after the
 /// contraction wrote it, which on two threads was the one part of an element-wise
@@ -56,58 +87,25 @@ fn outside_slice(s: &[f64]) -> bool {
 #[pyfunction]
 pub fn left_range(x: &Bound<'_, PyAny>) -> PyResult<bool> {
     if let Ok(a) = x.cast::<PyArrayDyn<f64>>() {
-        let a = a.readonly();
-        if let Ok(s) = a.as_slice() {
-            if s.len() < PAR_MIN_ELEMENTS {
-                return Ok(outside_slice(s));
-            }
-            let pool = crate::threads::call_pool()?;
-            return Ok(x.py().detach(|| match pool {
-                Some(pool) => pool.install(|| any_outside_par(&[s])),
-                None => outside_slice(s),
-            }));
-        }
-        return Ok(outside(a.as_array().iter().map(|v| v.abs())));
+        return array_left_range(x.py(), a.readonly());
     }
     if let Ok(a) = x.cast::<PyArrayDyn<c64>>() {
-        let a = a.readonly();
-        if let Ok(s) = a.as_slice() {
-            if s.len() < PAR_MIN_ELEMENTS / 2 {
-                return Ok(outside_complex(s, false));
-            }
-            let pool = crate::threads::call_pool()?;
-            return Ok(x.py().detach(|| match pool {
-                Some(pool) => pool.install(|| outside_complex(s, true)),
-                None => outside_complex(s, false),
-            }));
-        }
-        return Ok(outside(a.as_array().iter().map(|v| v.re.hypot(v.im))));
+        return array_left_range(x.py(), a.readonly());
     }
     Ok(false)
 }
 
-/// [`outside`] of the moduli of complex entries, by `einsum::RangeScan::of_complex` (the
-/// moduli decided from the parts' scan, computed by `hypot` only near the ends of the
-/// range: `hypot` over every entry kept this test scalar, on one thread, and slower than
-/// the product that made the result). With `par`, in chunks over the current pool's
-/// threads (their scans merge into the whole's verdict).
-fn outside_complex(s: &[c64], par: bool) -> bool {
-    let scan = if par {
-        use rayon::prelude::*;
-        s.par_chunks(CHUNK / 2).map(RangeScan::of_complex).reduce(|| RangeScan::EMPTY, RangeScan::merge)
-    } else {
-        RangeScan::of_complex(s)
-    };
-    scan.left_range()
-}
-
-/// Whether any of the complex `slices` is [`outside_complex`], read by the thread that
-/// asks, in chunks over the current pool's threads when it is inside a pool of several
-/// and they hold two chunks (as [`any_outside_in_pool`] reads float64 results).
-pub(crate) fn any_complex_outside_in_pool(slices: &[&[c64]]) -> bool {
-    let total: usize = slices.iter().map(|s| 2 * s.len()).sum();
-    let par = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1 && total >= 2 * CHUNK;
-    slices.iter().any(|s| outside_complex(s, par))
+/// [`left_range`] of one array of a [`Scanned`] type.
+fn array_left_range<T: Scanned>(py: Python<'_>, a: PyReadonlyArrayDyn<'_, T>) -> PyResult<bool> {
+    let Ok(s) = a.as_slice() else { return Ok(outside(a.as_array().iter().map(T::modulus))) };
+    if s.len() * T::PARTS < PAR_MIN_ELEMENTS {
+        return Ok(outside_slice(s));
+    }
+    let pool = crate::threads::call_pool()?;
+    Ok(py.detach(|| match pool {
+        Some(pool) => pool.install(|| any_outside_par(&[s])),
+        None => outside_slice(s),
+    }))
 }
 
 /// `any_left_range(arrays)`: whether any of `arrays` (a list: a value and its gradients)
@@ -132,40 +130,41 @@ pub fn any_left_range(py: Python<'_>, arrays: &Bound<'_, PyList>) -> PyResult<bo
     }
     let slices: Vec<&[f64]> = views.iter().filter_map(|v| v.as_slice().ok()).collect();
     let parts: Vec<&[c64]> = complex.iter().filter_map(|v| v.as_slice().ok()).collect();
-    let total: usize = slices.iter().map(|s| s.len()).sum::<usize>() + parts.iter().map(|s| 2 * s.len()).sum::<usize>();
+    let total = parts_of(&slices) + parts_of(&parts);
     let pool = if total >= PAR_MIN_ELEMENTS { crate::threads::call_pool()? } else { None };
-    let test = || {
-        (!slices.is_empty() && any_outside_in_pool(&slices))
-            || (!parts.is_empty() && any_complex_outside_in_pool(&parts))
-    };
+    let test = || any_outside_in_pool(&slices) || any_outside_in_pool(&parts);
     Ok(py.detach(|| match pool {
         Some(pool) => pool.install(test),
         None => test(),
     }))
 }
 
+/// The float64 parts of `slices`.
+fn parts_of<T: Scanned>(slices: &[&[T]]) -> usize {
+    slices.iter().map(|s| s.len() * T::PARTS).sum()
+}
+
 /// Whether any of `slices` is [`outside_slice`], read by the thread that asks: inside a pool
 /// of several threads (a contraction's call, right after it wrote them) in chunks over the
 /// pool's threads once they hold two chunks, since its threads are awake and hold the parts
 /// they wrote; elsewhere one slice after the other.
-pub(crate) fn any_outside_in_pool(slices: &[&[f64]]) -> bool {
-    let total: usize = slices.iter().map(|s| s.len()).sum();
+pub(crate) fn any_outside_in_pool<T: Scanned>(slices: &[&[T]]) -> bool {
     let pool_threads = rayon::current_thread_index().map(|_| rayon::current_num_threads());
-    if pool_threads.is_some_and(|n| n > 1) && total >= 2 * CHUNK {
+    if pool_threads.is_some_and(|n| n > 1) && parts_of(slices) >= 2 * CHUNK {
         any_outside_par(slices)
     } else {
         slices.iter().any(|s| outside_slice(s))
     }
 }
 
-/// Whether any of `slices` is [`outside_slice`], read in chunks of `CHUNK` on the current
-/// pool's threads; each array's chunks combined into its own verdict (a largest modulus
-/// below the normal range is a property of the whole array, not of a chunk).
-fn any_outside_par(slices: &[&[f64]]) -> bool {
+/// Whether any of `slices` is [`outside_slice`], read in chunks of `CHUNK` float64 parts on
+/// the current pool's threads; each array's chunks combined into its own verdict (a largest
+/// modulus below the normal range is a property of the whole array, not of a chunk).
+fn any_outside_par<T: Scanned>(slices: &[&[T]]) -> bool {
     use rayon::prelude::*;
-    let chunks: Vec<(usize, &[f64])> =
-        slices.iter().enumerate().flat_map(|(i, s)| s.chunks(CHUNK).map(move |c| (i, c))).collect();
-    let scanned: Vec<(usize, RangeScan)> = chunks.par_iter().map(|&(i, c)| (i, RangeScan::of(c))).collect();
+    let chunks: Vec<(usize, &[T])> =
+        slices.iter().enumerate().flat_map(|(i, s)| s.chunks(CHUNK / T::PARTS).map(move |c| (i, c))).collect();
+    let scanned: Vec<(usize, RangeScan)> = chunks.par_iter().map(|&(i, c)| (i, T::scan(c))).collect();
     let mut per = vec![RangeScan::EMPTY; slices.len()];
     for (i, scan) in scanned {
         per[i] = per[i].merge(scan);
