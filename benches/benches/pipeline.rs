@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `build` | `build_single` on a fresh interner (interning included); `spec_user`: the `spec-user` set built the specification's way (`add_operation` with a `Vec` per node) | `fx_hashcons`: hashbrown + Fx `(op, a, b) -> u32` |
 //! | `resolve_materialize` | `resolve` + `materialize_merge` on a freshly built graph | `prune`: reachability + compaction of the deduplicated spec |
-//! | `compile` | `compile` of the materialized graph | `flat_lower`: lowering the same nodes to flat columns |
+//! | `compile` | `compile` of the materialized graph; `spec_user`: the same for the `spec-user` set | `flat_lower`: lowering the same nodes to flat columns |
 //! | `eval` | sequential `eval_with`, `EvalState` reused; `spec_user`: the same for the `spec-user` set (`eval_into` written as the rustdoc shows, `#[inline(always)]`); `spec_user_not_inlined`: that set with `eval_into` out of line, as without the attribute | `flat_soa` (the floor), `boxed_dyn_fn`; `random_reads`, the memory floor: one random read per operand from a slot file of our program's size ([`benches::RandomReads`]) |
 //! | `eval_arithmetic` | the add/mul/neg window DAG of issue 18 (no transcendental functions): ours, `spec_user`, `spec_user_not_inlined` | `boxed_dyn_fn` |
 //! | `gradient_eval` | the compiled gradient (linearize + transpose) of the `ad` bench's DAG (window 1024, one output), `scalar` set and `spec_user` set | `boxed_dyn_fn` of the primal DAG, for scale |
@@ -142,6 +142,11 @@ fn bench_compile(c: &mut Criterion, sizes: &[usize]) {
             let base = OnceCell::new();
             g.bench_function(id(shape, "ours", n), |b| {
                 let m = flat_graph.get_or_init(|| materialize(&build(&w().spec)));
+                b.iter_batched(|| (), |()| compile(m), BatchSize::PerIteration)
+            });
+            let user_graph = OnceCell::new();
+            g.bench_function(id(shape, "spec_user", n), |b| {
+                let m = user_graph.get_or_init(|| spec_user::materialized(&spec_user::to_dag(&w().spec)));
                 b.iter_batched(|| (), |()| compile(m), BatchSize::PerIteration)
             });
             g.bench_function(id(shape, "flat_lower", n), |b| {

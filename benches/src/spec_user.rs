@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use computegraph::{
     CompiledProgram, EvalState, EvaluableGraphOperation, Graph, GraphBuilder, GraphOperation, KeyInterner,
-    LocalValueId, OperationRole, Outputs, ValueKey, ValueRef, compile, materialize_merge, resolve,
+    LocalValueId, MaterializedGraph, OperationRole, Outputs, ValueKey, ValueRef, compile, materialize_merge, resolve,
 };
 use scalar::ScalarOp;
 use scalar::spec::GraphSpec;
@@ -58,8 +58,14 @@ pub fn build_reserved(dag: &Dag) -> (Arc<Graph<Op>>, Vec<ValueKey<Op>>) {
 
 /// The compiled program of the DAG's outputs.
 pub fn program(dag: &Dag) -> CompiledProgram<Op> {
+    compile(&materialized(dag))
+}
+
+/// The spec-user set's DAG built and materialized the specification's way (`resolve`,
+/// `materialize_merge`): what `compile` takes.
+pub fn materialized(dag: &Dag) -> MaterializedGraph<Op> {
     let (g, outputs) = build(dag);
-    compile(&materialize_merge(&resolve(vec![g]), &outputs))
+    materialize_merge(&resolve(vec![g]), &outputs)
 }
 
 /// The spec-user set with `eval_into` kept out of line (`#[inline(never)]`): what an
