@@ -50,8 +50,9 @@ while its wall time grows with the load.
 
 The seeded networks (``--no-seeded`` leaves them out): the queens graphical model of
 ``benches/scripts/gm_queens.py`` conditioned on cells 0, 6, 12, 18 and 24 (with 24 free,
-the peers' value+gradient passes 4 GiB); a random
-3-regular graph of 24 tensors with bonds of 4 (seed 0); the language-model network
+the peers' value+gradient passes 4 GiB); random
+3-regular graphs of 24 tensors with bonds of 4 (seed 0) and of 60 tensors with bonds of 3
+(seed 1); closed square and cubic lattices (8×8 with bonds of 4, 3×4×5 with bonds of 2); the language-model network
 ``lm_batch_likelihood_brackets_4_4d`` with hidden size 12 instead of 4 and a batch of 8
 (its own path); and the element-wise product of two 2048×2048 matrices.
 """
@@ -116,6 +117,30 @@ def random_regular(n, degree, bond, seed):
     return instance(f"rrg_{n}_d{degree}_bond{bond}_seed{seed}", ",".join(terms) + "->", [[bond] * degree] * n)
 
 
+def lattice(dims, bond):
+    """A closed network on a periodic-free grid of `dims` (2-D or 3-D), one tensor per site
+    and one label of size `bond` per nearest-neighbour edge: the norm-like networks of
+    PEPS and of lattice models, no seed needed (the operands are the worker's)."""
+    import itertools
+
+    import opt_einsum as oe
+
+    sites = list(itertools.product(*[range(d) for d in dims]))
+    index = {s: i for i, s in enumerate(sites)}
+    terms, shapes, e = [""] * len(sites), [[] for _ in sites], 0
+    for s in sites:
+        for axis in range(len(dims)):
+            t = list(s)
+            t[axis] += 1
+            if t[axis] < dims[axis]:
+                for v in (index[s], index[tuple(t)]):
+                    terms[v] += oe.get_symbol(e)
+                    shapes[v].append(bond)
+                e += 1
+    name = "lattice_" + "x".join(map(str, dims)) + f"_bond{bond}"
+    return instance(name, ",".join(terms) + "->", shapes)
+
+
 def lm_hidden(hidden, batch):
     """`lm_batch_likelihood_brackets_4_4d` with its hidden labels (size 4) `hidden` wide and
     its batch label (1996) `batch` long, on the instance's own `opt_flops` path."""
@@ -131,6 +156,9 @@ def seeded_networks():
     return [
         instance("gm_queens_5x5_3_fix0_6_12_18_24", eq, shapes),
         random_regular(24, 3, 4, 0),
+        random_regular(60, 3, 3, 1),
+        lattice((8, 8), 4),
+        lattice((3, 4, 5), 2),
         lm_hidden(12, 8),
         instance("elementwise_2048x2048", "ij,ij->ij", [[2048, 2048], [2048, 2048]]),
     ]
