@@ -96,20 +96,20 @@ pub(crate) fn trim<T>(mut v: Vec<T>) -> Vec<T> {
 
 /// Pushes `x` onto `v`, a column of compile's whose final length is not known up front
 /// (the sequential evaluator's runs): when `v` is full it moves to a [`program_vec`] of
-/// twice the room or of `projected()` entries, whichever is more, so that its pages come
-/// advised as the other program columns' do, where a growth by `realloc` would fault the
-/// new room in a 4 KiB page at a time. Give it to [`trim`] once it is complete.
+/// twice the room, so that its pages come advised as the other program columns' do,
+/// where a growth by `realloc` would fault the new room in a 4 KiB page at a time. Give
+/// it to [`trim`] once it is complete.
 #[inline]
-pub(crate) fn push_grown<T>(v: &mut Vec<T>, x: T, projected: impl FnOnce() -> usize) {
+pub(crate) fn push_grown<T>(v: &mut Vec<T>, x: T) {
     if v.len() == v.capacity() {
-        grow(v, projected());
+        grow(v);
     }
     v.push(x);
 }
 
 #[cold]
-fn grow<T>(v: &mut Vec<T>, projected: usize) {
-    let n = v.capacity().saturating_mul(2).max(64).max(projected);
+fn grow<T>(v: &mut Vec<T>) {
+    let n = v.capacity().saturating_mul(2).max(64);
     if n.saturating_mul(size_of::<T>()) > PROGRAM_PAD_MAX_BYTES {
         // A move would hold both columns at once, counted in the pipeline's peak; past
         // the bound the room gains little (see the bound), so `realloc` grows it.
@@ -186,7 +186,7 @@ mod tests {
         let n = HUGE_PAGE / size_of::<u64>() * 3;
         let mut v = Vec::new();
         for i in 0..n as u64 {
-            push_grown(&mut v, i, || 0);
+            push_grown(&mut v, i);
         }
         let v = trim(v);
         assert_eq!(v.len(), n);

@@ -202,7 +202,7 @@ impl<Op: PartialEq + Clone> RunCutter<Op> {
     ///
     /// # Panics
     /// If `i` or an earlier instruction is out of `ops`.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn push(&mut self, ops: &[Op], i: usize, instr: Instr) {
         let arity = match (instr.n_in(), instr.n_out()) {
             (n @ (1 | 2), 1) => n as u8,
@@ -218,43 +218,21 @@ impl<Op: PartialEq + Clone> RunCutter<Op> {
     }
 
     /// Ends the open instructions at `end` (exclusive).
-    ///
-    /// Inlined for the usual end of a graph of random variants, where about two
-    /// instructions in three end a group: a group too short for a uniform run that joins
-    /// the mixed run before it, which only moves that run's end; a new run is pushed out
-    /// of line (`push_run`).
-    #[inline(always)]
     fn close(&mut self, ops: &[Op], end: usize) {
         let Some((first, start, arity)) = self.open.take() else { return };
         let arity = if end - first >= MIN_UNIFORM_RUN { arity } else { 0 };
         match self.runs.last_mut() {
             // Mixed instructions join the mixed run before them.
             Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
-            _ => self.push_run(ops, Run { end: end as u32, start, arity }, first),
-        }
-    }
-
-    /// Pushes `run`, whose first instruction is `first`, and its operation when it is
-    /// uniform.
-    ///
-    /// The columns grow in advised memory (`push_grown`): a graph whose operations vary a
-    /// lot (a chain of random variants) has a run every few instructions, and these
-    /// columns grown by `realloc` faulted most of their pages one at a time. They grow
-    /// at once to the length the runs so far project for the whole program (with a
-    /// quarter more), rather than by doubling from a few entries, whose first columns
-    /// (below a huge page) were still faulted a 4 KiB page at a time and copied at each
-    /// step.
-    #[inline(never)]
-    fn push_run(&mut self, ops: &[Op], run: Run, first: usize) {
-        let (done, total) = (run.end as usize, ops.len());
-        let projected = |len: usize| (len.saturating_mul(total) / done.max(1)).saturating_mul(5) / 4 + 1;
-        let uniform = run.arity != 0;
-        let runs = self.runs.len();
-        // At most one run per instruction, and one uniform run per two.
-        push_grown(&mut self.runs, run, || projected(runs).min(total + 1));
-        if uniform {
-            let run_ops = self.run_ops.len();
-            push_grown(&mut self.run_ops, ops[first].clone(), || projected(run_ops).min(total / 2 + 1));
+            // Grown in advised memory (`push_grown`): a graph whose operations vary a lot
+            // (a chain of random variants) has a run every few instructions, and these
+            // columns grown by `realloc` faulted most of their pages one at a time.
+            _ => {
+                push_grown(&mut self.runs, Run { end: end as u32, start, arity });
+                if arity != 0 {
+                    push_grown(&mut self.run_ops, ops[first].clone());
+                }
+            }
         }
     }
 
