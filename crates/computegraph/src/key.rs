@@ -516,12 +516,54 @@ impl<Op: GraphOperation> InternerState<Op> {
         }
     }
 
+    /// Whether `ops` more operations defining at most `values` more values fit the id
+    /// spaces whatever they intern to: then [`Self::intern_op_fitted`] may intern each of
+    /// them without testing the id spaces again (a builder's batch, checked once).
+    pub(crate) fn batch_fits(&self, ops: usize, values: usize) -> bool {
+        // A no-output operation's first output is the next value id: one more value.
+        self.op_count.saturating_add(ops) <= <OperationKeyId as crate::Id>::MAX_INDEX
+            && self.value_count.saturating_add(values).saturating_add(1) <= self.value_limit
+    }
+
+    /// [`Self::intern_op_hashed`] for an operation of a batch that [`Self::batch_fits`]
+    /// accepted, of at most 256 outputs (which the builder checked when it was added):
+    /// appending it tests no id space.
+    #[inline(always)]
+    pub(crate) fn intern_op_fitted(
+        &mut self,
+        op: &Op,
+        inputs: &[KeyId],
+        role: u32,
+        h32: u32,
+        interner: u32,
+    ) -> GraphResult<OperationKey<Op>> {
+        match self.probe_op_as::<false>(op, inputs, role, h32, interner) {
+            Ok(key) => Ok(key),
+            Err(slot) => self.append_op_as::<false>(op, inputs, role, h32, slot, interner),
+        }
+    }
+
     /// Looks `op(inputs)` in role `role` up by its structural hash (see [`op_hash`]),
     /// after [`Self::reserve`] made room for one more operation: its key if it is
     /// interned, or the table slot that [`Self::append_op`] fills for it. One probe, which
     /// compares the store's own columns.
     #[inline(always)]
     pub(crate) fn probe_op(
+        &self,
+        op: &Op,
+        inputs: &[KeyId],
+        role: u32,
+        h32: u32,
+        interner: u32,
+    ) -> Result<OperationKey<Op>, OpSlot> {
+        self.probe_op_as::<true>(op, inputs, role, h32, interner)
+    }
+
+    /// [`Self::probe_op`], one copy per appending path (`CHECKED`), so that each has its own
+    /// comparison closure, which LLVM inlines at its one call site (shared, it was called
+    /// out of line; docs/PERFORMANCE.md, int41b).
+    #[inline(always)]
+    fn probe_op_as<const CHECKED: bool>(
         &self,
         op: &Op,
         inputs: &[KeyId],
@@ -556,16 +598,35 @@ impl<Op: GraphOperation> InternerState<Op> {
         slot: OpSlot,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
+        self.append_op_as::<true>(op, inputs, role, h32, slot, interner)
+    }
+
+    /// [`Self::append_op`], testing the output count and the id spaces only if `CHECK`.
+    #[inline(always)]
+    fn append_op_as<const CHECK: bool>(
+        &mut self,
+        op: &Op,
+        inputs: &[KeyId],
+        role: u32,
+        h32: u32,
+        slot: OpSlot,
+        interner: u32,
+    ) -> GraphResult<OperationKey<Op>> {
         let n_out = op.output_count();
-        if n_out > 256 {
-            return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs: n_out });
-        }
         let first = self.value_count;
-        if first + n_out.max(1) > self.value_limit {
-            return Err(GraphError::IdSpaceExhausted { space: "value key" });
-        }
-        if self.op_count > <OperationKeyId as crate::Id>::MAX_INDEX {
-            return Err(GraphError::IdSpaceExhausted { space: "operation key" });
+        if CHECK {
+            if n_out > 256 {
+                return Err(GraphError::TooManyOutputs { operation: format!("{}", Label(op)), outputs: n_out });
+            }
+            if first + n_out.max(1) > self.value_limit {
+                return Err(GraphError::IdSpaceExhausted { space: "value key" });
+            }
+            if self.op_count > <OperationKeyId as crate::Id>::MAX_INDEX {
+                return Err(GraphError::IdSpaceExhausted { space: "operation key" });
+            }
+        } else {
+            debug_assert!(n_out <= 256 && first + n_out.max(1) <= self.value_limit);
+            debug_assert!(self.op_count <= <OperationKeyId as crate::Id>::MAX_INDEX);
         }
         let id = OperationKeyId::new(self.op_count);
         let first = KeyId::new(first);

@@ -234,8 +234,9 @@ impl OpTable {
     }
 
     /// [`Self::probe`] when [`Self::reserve`] made room for this entry (the table never
-    /// grows on the way).
-    #[inline]
+    /// grows on the way). Always inlined: the interning loop calls it once per operation,
+    /// and as a call its prologue and epilogue cost more than its usual one-slot probe.
+    #[inline(always)]
     pub(crate) fn probe_reserved(&self, hash: u32, mut eq: impl FnMut(OperationKeyId) -> bool) -> Probe {
         debug_assert!((self.len + 1) * LOAD_DEN <= self.slots.len() * LOAD_NUM, "room was reserved");
         let mut i = self.home(hash);
