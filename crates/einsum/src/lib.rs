@@ -99,6 +99,7 @@ mod ad;
 mod balance;
 mod buffer;
 mod checkpoint;
+mod closed_sum;
 mod cost;
 pub mod draw;
 mod elem;
@@ -149,6 +150,7 @@ mod threads_tests;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use checkpoint::CheckpointedGradient;
+pub use closed_sum::SumGradient;
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use hadamard::{Hadamard, HadamardOutputs};

@@ -488,17 +488,30 @@ impl<T: Elem> Einsum<T> {
     /// per `wrt` operand, and the tensors of `made` (what a reverse pass adds to them), all
     /// counted alive together (an upper bound).
     pub(crate) fn check_reverse(&self, what: &str, wrt: &[usize], made: &[Vec<usize>]) -> EinsumResult<()> {
+        self.check_reverse_beside(what, wrt, made, 0)
+    }
+
+    /// [`Self::check_reverse`] with `beside` more bytes alive throughout (another
+    /// network's tensors evaluated in the same program, `closed_sum.rs`).
+    pub(crate) fn check_reverse_beside(
+        &self,
+        what: &str,
+        wrt: &[usize],
+        made: &[Vec<usize>],
+        beside: u64,
+    ) -> EinsumResult<()> {
         let mut budget = Budget::new(self.options.memory_limit, std::mem::size_of::<T>());
-        budget.live = Some(self.peak_bytes);
+        let peak = self.peak_bytes.checked_add(beside);
+        budget.live = peak;
         let twice = self.intermediate_bytes.checked_mul(2);
-        if !budget.limit.allows(twice.and_then(|b| b.checked_add(self.peak_bytes))) {
-            let all = twice.and_then(|b| b.checked_add(self.peak_bytes));
+        if !budget.limit.allows(twice.zip(peak).and_then(|(b, p)| b.checked_add(p))) {
+            let all = twice.zip(peak).and_then(|(b, p)| b.checked_add(p));
             return Err(budget.error(
                 format!("{what} of `{}` (the forward intermediates and their cotangents)", short(&self.plan.name())),
                 all,
             ));
         }
-        budget.live = twice.and_then(|b| b.checked_add(self.peak_bytes));
+        budget.live = twice.zip(peak).and_then(|(b, p)| b.checked_add(p));
         for &i in wrt {
             budget.alloc(&self.plan.shapes()[i], || format!("{what}: the gradient of operand {i}"))?;
         }
@@ -510,7 +523,7 @@ impl<T: Elem> Einsum<T> {
         Ok(())
     }
 
-    fn wrt_keys(&self, wrt: &[usize]) -> EinsumResult<Vec<TensorKey>> {
+    pub(crate) fn wrt_keys(&self, wrt: &[usize]) -> EinsumResult<Vec<TensorKey>> {
         let mut seen = vec![false; self.plan.shapes().len()];
         wrt.iter()
             .map(|&i| match seen.get_mut(i) {
@@ -536,44 +549,6 @@ impl<T: Elem> Einsum<T> {
         self.reverse(&keys, wrt, vec![self.graph.clone()], &self.output, self.output_shape.clone())
     }
 
-    /// The gradient of the sum of the output's entries times a constant `c`: the
-    /// [`Self::gradient`] that a cotangent of the output's shape filled with `c` gives,
-    /// evaluated with `c` alone, a scalar tensor ([`Tensor::scalar`]), as its cotangent.
-    /// When the last step is a contraction, no cotangent of the output's shape is read or
-    /// made for it: after the last step `y = Σ A·B`, `Σ y` is `Σ A'·B'` with `A'` and `B'`
-    /// the operands summed over the labels the other lacks, so its transposes are
-    /// broadcasts of `c·B'` and `c·A'`, not contractions of the full cotangent
-    /// (`sum_seed.rs`); another last step takes `c` broadcast to the output's shape. Steps
-    /// before the last one are [`Self::gradient`]'s. Complex: the adjoint of
-    /// `Re(conj(c)·Σ y)`.
-    ///
-    /// ```
-    /// use einsum::{Einsum, PathChoice, Tensor};
-    ///
-    /// let e = Einsum::<f64>::new("ij,jk->ik", &[vec![2, 2], vec![2, 2]], PathChoice::Greedy).unwrap();
-    /// let a = Tensor::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
-    /// let b = Tensor::new(vec![2, 2], vec![5.0, 6.0, 7.0, 8.0]).unwrap();
-    /// let ones = Tensor::new(vec![2, 2], vec![2.0; 4]).unwrap();
-    /// let full = e.gradient(&[0, 1]).unwrap().eval_with_value(&[&a, &b], &ones).unwrap();
-    /// let sum = e.gradient_of_sum(&[0, 1]).unwrap();
-    /// assert_eq!(sum.cotangent_shape(), &[] as &[usize]);
-    /// let (value, grads) = sum.eval_with_value(&[&a, &b], &Tensor::scalar(2.0)).unwrap();
-    /// assert_eq!(value.data(), full.0.data());
-    /// assert_eq!((grads[0].data(), grads[1].data()), (full.1[0].data(), full.1[1].data()));
-    /// // A cotangent of the output's shape is the other gradient's: an error here.
-    /// assert!(sum.eval(&[&a, &b], &ones).is_err());
-    /// ```
-    pub fn gradient_of_sum(&self, wrt: &[usize]) -> EinsumResult<EinsumGradient<T>> {
-        if self.output_shape.is_empty() {
-            // A scalar output is its own sum, and its cotangent already a scalar.
-            return self.gradient(wrt);
-        }
-        let keys = self.wrt_keys(wrt)?;
-        let sum = crate::sum_seed::sum_of_output(&self.graph, &self.output_shape)?;
-        self.check_reverse("the gradient of the sum", wrt, &sum.made)?;
-        self.reverse(&keys, wrt, vec![self.graph.clone(), sum.graph], &sum.sum, Vec::new())
-    }
-
     /// The reverse pass of `f` (a value of `graphs`, whose first is the forward graph)
     /// with respect to `keys` (the `wrt` operands'), seeded by a cotangent of
     /// `cotangent_shape`, with the contraction's value as output 0 of its `with_value`
@@ -586,6 +561,18 @@ impl<T: Elem> Einsum<T> {
         f: &ValueKey<TensorOp<T>>,
         cotangent_shape: Vec<usize>,
     ) -> EinsumResult<EinsumGradient<T>> {
+        let reverse = self.reverse_graph(keys, graphs, f)?;
+        self.compile_reverse(reverse, wrt, cotangent_shape)
+    }
+
+    /// [`Self::reverse`]'s transform and rewrites, before anything is compiled: the
+    /// program with this network's value as output 0, then the gradients of `f`.
+    pub(crate) fn reverse_graph(
+        &self,
+        keys: &[TensorKey],
+        graphs: Vec<Arc<Graph<TensorOp<T>>>>,
+        f: &ValueKey<TensorOp<T>>,
+    ) -> EinsumResult<ReverseGraph<T>> {
         let view = computegraph::try_resolve(graphs.clone())?;
         let g = tidu::vjp(&view, std::slice::from_ref(f), keys)?;
         let seed = g.tangent_inputs().first().map(|(k, _)| k.clone());
@@ -602,12 +589,24 @@ impl<T: Elem> Einsum<T> {
         let merged = crate::reassoc::reassociate(&merged)?.unwrap_or(merged);
         // Each memory-bound step's two gradients in one pass (`fuse.rs`).
         let merged = crate::fuse::fuse_pairs(&merged)?.unwrap_or(merged);
+        let mut next = 1..;
+        let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
+        Ok(ReverseGraph { g, seed, merged, value_positions })
+    }
+
+    /// Compiles what [`Self::reverse_graph`] made into the [`EinsumGradient`] of the
+    /// operands `wrt`, taking a cotangent of `cotangent_shape`.
+    pub(crate) fn compile_reverse(
+        &self,
+        reverse: ReverseGraph<T>,
+        wrt: &[usize],
+        cotangent_shape: Vec<usize>,
+    ) -> EinsumResult<EinsumGradient<T>> {
+        let ReverseGraph { g, seed, merged, value_positions } = reverse;
         let multiply_adds = merged.operations().map(|op| op_multiply_adds(op.operation())).sum();
         let with_value = computegraph::try_compile(&merged)?;
         let steps = crate::threads::materialized_steps(&merged);
         let merged = Arc::new(merged);
-        let mut next = 1..;
-        let value_positions = grad_keys.iter().map(|k| k.as_ref().map(|_| next.next().expect("unbounded"))).collect();
         let mut einsum = self.meta();
         einsum.cotangent_shape = cotangent_shape;
         Ok(EinsumGradient {
@@ -668,6 +667,15 @@ fn op_multiply_adds<T: Elem>(op: &TensorOp<T>) -> f64 {
 /// An expression for a message: at most 60 characters.
 fn short(s: &str) -> String {
     if s.chars().count() <= 60 { s.to_string() } else { format!("{}…", s.chars().take(60).collect::<String>()) }
+}
+
+/// A reverse pass transformed and rewritten, not yet compiled ([`Einsum::reverse_graph`]).
+pub(crate) struct ReverseGraph<T: Elem> {
+    g: tidu::LinearizedGraph<TensorOp<T>>,
+    seed: Option<TensorKey>,
+    /// The value-and-gradient program's graph.
+    pub(crate) merged: MaterializedGraph<TensorOp<T>>,
+    value_positions: Vec<Option<usize>>,
 }
 
 /// What derivative programs need to check and shape their arguments.

@@ -2,10 +2,13 @@
 //! against the full gradient with a cotangent of the output's shape filled with `c` (random
 //! networks with open outputs, every `wrt` subset, real and complex, one thread and a pool
 //! of two), its value against `reference_einsum`, exact differences (a network is linear
-//! in each operand, so a step of 1 is exact: `docs/SPEC.md` §7), and its errors.
+//! in each operand, so a step of 1 is exact: `docs/SPEC.md` §7), and its errors. Every
+//! way of [`SumGradient`] is checked alike: over the open tree, along the closed network's
+//! own path, and the cheaper of the two.
 
 use einsum::{
-    ContractionPath, Einsum, EinsumOptions, Elem, PathChoice, SlicedEinsum, Slicing, Tensor, c64, reference_einsum,
+    ContractionPath, Einsum, EinsumError, EinsumOptions, Elem, MemoryLimit, PathChoice, SlicedEinsum, Slicing,
+    SumGradient, Tensor, c64, reference_einsum,
 };
 use proptest::prelude::*;
 
@@ -25,13 +28,22 @@ fn subset(n: usize, mask: usize) -> Vec<usize> {
     (0..n).filter(|i| mask >> i & 1 == 1).collect()
 }
 
-/// `e.gradient_of_sum(wrt)` with `c` against `e.gradient(wrt)` with `c` everywhere, every
-/// evaluation form, on the calling thread and inside a pool of two.
+const WAYS: [SumGradient; 3] = [SumGradient::Cheaper, SumGradient::OpenTree, SumGradient::ClosedNetwork];
+
+/// [`check_by`] for every way.
 fn check<T: Elem>(e: &Einsum<T>, x: &[Tensor<T>], wrt: &[usize], c: T, expr: &str) {
+    for way in WAYS {
+        check_by(e, x, wrt, c, &format!("{expr} ({way:?})"), way);
+    }
+}
+
+/// `e.gradient_of_sum_by(wrt, way)` with `c` against `e.gradient(wrt)` with `c`
+/// everywhere, every evaluation form, on the calling thread and inside a pool of two.
+fn check_by<T: Elem>(e: &Einsum<T>, x: &[Tensor<T>], wrt: &[usize], c: T, expr: &str, way: SumGradient) {
     let x = refs(x);
-    let want_value = reference_einsum(expr, &x).unwrap();
+    let want_value = reference_einsum(expr.split(' ').next().unwrap(), &x).unwrap();
     let full = e.gradient(wrt).unwrap();
-    let sum = e.gradient_of_sum(wrt).unwrap();
+    let sum = e.gradient_of_sum_by(wrt, way).unwrap();
     assert_eq!(sum.cotangent_shape(), &[] as &[usize], "{expr}");
     let ct = filled(e.output_shape(), c);
     let cs = Tensor::scalar(c);
@@ -96,23 +108,33 @@ fn exact_differences<T: Elem>(c: T) {
         ("ab->ab", &[&[2, 3]]),
         ("abc->b", &[&[2, 3, 4]]),
         ("ab,bc->", &[&[2, 3], &[3, 4]]),
+        // A hyper label (`b` in three operands and the output) and a chain.
+        ("ab,bc,bd,de->be", &[&[2, 3], &[3, 2], &[3, 4], &[4, 2]]),
+        ("ab,bc,cd,de,ef->af", &[&[3, 4], &[4, 5], &[5, 4], &[4, 3], &[3, 5]]),
     ];
     for &(expr, shapes) in cases {
         let shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
         let e = Einsum::<T>::new(expr, &shapes, PathChoice::Greedy).unwrap();
         let x: Vec<Tensor<T>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), 10 + i as u64)).collect();
         let all: Vec<usize> = (0..x.len()).collect();
-        let (f0, g) = e.gradient_of_sum(&all).unwrap().eval_with_value(&refs(&x), &Tensor::scalar(c)).unwrap();
-        let ones = filled(f0.shape(), c);
-        for i in 0..x.len() {
-            let t = tensor::<T>(x[i].shape().to_vec(), 50 + i as u64);
-            let mut xp = x.clone();
-            xp[i] = x[i].zip_with(&t, |a, b| a + b).unwrap();
-            let df = e.eval(&refs(&xp)).unwrap().zip_with(&f0, |a, b| a - b).unwrap();
-            let (lhs, rhs) = (ones.inner(&df).unwrap(), g[i].inner(&t).unwrap());
-            let scale = ones.norm() * df.norm() + g[i].norm() * t.norm();
-            assert!((lhs - rhs).abs() <= 1e-12 * (1.0 + scale), "{expr} operand {i}: {lhs:e} vs {rhs:e}");
+        for way in WAYS {
+            exact_difference_by(&e, &x, &all, c, &format!("{expr} ({way:?})"), way);
         }
+    }
+}
+
+/// [`exact_differences`] of one network by one way.
+fn exact_difference_by<T: Elem>(e: &Einsum<T>, x: &[Tensor<T>], all: &[usize], c: T, expr: &str, way: SumGradient) {
+    let (f0, g) = e.gradient_of_sum_by(all, way).unwrap().eval_with_value(&refs(x), &Tensor::scalar(c)).unwrap();
+    let ones = filled(f0.shape(), c);
+    for i in 0..x.len() {
+        let t = tensor::<T>(x[i].shape().to_vec(), 50 + i as u64);
+        let mut xp = x.to_vec();
+        xp[i] = x[i].zip_with(&t, |a, b| a + b).unwrap();
+        let df = e.eval(&refs(&xp)).unwrap().zip_with(&f0, |a, b| a - b).unwrap();
+        let (lhs, rhs) = (ones.inner(&df).unwrap(), g[i].inner(&t).unwrap());
+        let scale = ones.norm() * df.norm() + g[i].norm() * t.norm();
+        assert!((lhs - rhs).abs() <= 1e-12 * (1.0 + scale), "{expr} operand {i}: {lhs:e} vs {rhs:e}");
     }
 }
 
@@ -183,4 +205,75 @@ fn operands_summed_in_stages_give_the_full_gradient() {
     let e = Einsum::<c64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
     let x: Vec<Tensor<c64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
     check(&e, &x, &[0, 1], c64::new(0.5, 1.5), expr);
+}
+
+/// The choice: a chain's closed network is matrix-vector products, so the cheaper way is
+/// the closed one (its multiply-adds, not the open tree's); an element-wise product's
+/// closed network saves nothing, so the cheaper way is the open tree's.
+#[test]
+fn the_cheaper_way_is_chosen() {
+    let shapes = vec![vec![40, 40]; 4];
+    let e = Einsum::<f64>::new("ab,bc,cd,de->ae", &shapes, PathChoice::Greedy).unwrap();
+    let by = |way| e.gradient_of_sum_by(&[0, 1, 2, 3], way).unwrap().multiply_adds();
+    let (cheaper, open, closed) = (by(SumGradient::Cheaper), by(SumGradient::OpenTree), by(SumGradient::ClosedNetwork));
+    assert!(closed < 0.5 * open, "closed {closed:e}, open {open:e}");
+    assert_eq!(cheaper, closed);
+    assert!(cheaper < 1.2 * e.multiply_adds(), "value and gradients {cheaper:e}, forward {:e}", e.multiply_adds());
+    let e = Einsum::<f64>::new("ab,ab->ab", &[vec![40, 40], vec![40, 40]], PathChoice::Greedy).unwrap();
+    let by = |way| e.gradient_of_sum_by(&[0, 1], way).unwrap().multiply_adds();
+    assert_eq!(by(SumGradient::Cheaper), by(SumGradient::OpenTree));
+}
+
+/// A memory limit that the open tree's reverse pass (the chain's matrix intermediates and
+/// their cotangents) exceeds and the closed network's (vectors) does not: the cheaper way
+/// is the one that fits, and forcing the open tree is the memory error.
+#[test]
+fn the_way_that_fits_the_memory_limit_is_taken() {
+    let (expr, shapes) = ("ab,bc,cd->ad", vec![vec![30, 30]; 3]);
+    let x: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+    let unlimited = Einsum::<f64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+    let (v0, g0) = unlimited.gradient(&[0, 1, 2]).unwrap().eval_with_value(&refs(&x), &filled(&[30, 30], 1.0)).unwrap();
+    let options = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(70_000));
+    let e = Einsum::<f64>::with_options(expr, &shapes, PathChoice::Greedy, &options).unwrap();
+    let open = e.gradient_of_sum_by(&[0, 1, 2], SumGradient::OpenTree);
+    assert!(matches!(open, Err(EinsumError::Memory { .. })), "{:?}", open.err());
+    let (v, g) = e.gradient_of_sum(&[0, 1, 2]).unwrap().eval_with_value(&refs(&x), &Tensor::scalar(1.0)).unwrap();
+    assert_close(&v, &v0, "value");
+    for k in 0..3 {
+        assert_close(&g[k], &g0[k], &format!("gradient {k}"));
+    }
+    // Too little for either: the open tree's error.
+    let options = EinsumOptions::default().memory_limit(MemoryLimit::Bytes(40_000));
+    let e = Einsum::<f64>::with_options(expr, &shapes, PathChoice::Greedy, &options).unwrap();
+    let msg = e.gradient_of_sum(&[0, 1, 2]).err().unwrap().to_string();
+    assert!(msg.contains("the gradient of the sum"), "{msg}");
+}
+
+/// A sliced chain (on a label inside the chain and on an output label): each slice's
+/// gradient of the sum, by the closed network, summed over the slices, equals the full
+/// gradient of the constant cotangent.
+#[test]
+fn sliced_chains_sum_gradients_equal_full_gradients() {
+    let shapes = vec![vec![6, 5], vec![5, 7], vec![7, 4], vec![4, 6]];
+    let expr = "ab,bc,cd,de->ae";
+    let x: Vec<Tensor<c64>> = shapes.iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
+    let c = c64::new(-0.5, 1.25);
+    let plain = Einsum::<c64>::new(expr, &shapes, PathChoice::Greedy).unwrap();
+    let (v0, g0) = plain.gradient(&[0, 1, 2, 3]).unwrap().eval_with_value(&refs(&x), &filled(&[6, 6], c)).unwrap();
+    for labels in [vec!['c'], vec!['a', 'd']] {
+        let s = SlicedEinsum::<c64>::new(
+            expr,
+            &shapes,
+            PathChoice::Greedy,
+            &EinsumOptions::default(),
+            &Slicing::Labels(labels.clone()),
+        )
+        .unwrap();
+        let g = s.gradient_of_sum(&[0, 1, 2, 3]).unwrap();
+        let (v, grads) = g.eval_slices_with_value(&refs(&x), &Tensor::scalar(c), 0..s.plan().n_slices()).unwrap();
+        assert_close(&v, &v0, &format!("sliced on {labels:?}: value"));
+        for k in 0..4 {
+            assert_close(&grads[k], &g0[k], &format!("sliced on {labels:?}: gradient {k}"));
+        }
+    }
 }
