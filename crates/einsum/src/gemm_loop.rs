@@ -89,6 +89,45 @@ pub(crate) fn batch_chunks(
     (threads > 1).then(|| lead.div_ceil(4 * threads))
 }
 
+/// For a loop of GEMMs that [`batch_chunks`] cannot spread because `c`'s leading axis is
+/// not its leading looped label: the position in the loop of a label `c` has (`in_c`),
+/// the largest, which the GEMM path may move to the front of the loop and of a
+/// contiguous `c` written in that order, so that the loop is cut into chunks of it, and
+/// then permute into the result's order. `None` outside a pool of several threads, when
+/// `c` has no looped label, when a GEMM splits by itself or the loop holds too little
+/// work, and when the permutation back would cost a visible share of it (fewer than
+/// [`REORDERED_MIN_MACS_PER_ELEMENT`] multiply-adds per element of `c`).
+///
+/// Why: a GEMM path that reads its largest operand in place may loop over labels that
+/// `c` holds in the middle of its axes: `lattice_8x8_bond4`'s `abcdefgh,ijfhklmabc->
+/// degijklm` runs 256 GEMMs of `64³` looped over `i j f h`, and its 4 ms stayed on one
+/// thread of two.
+pub(crate) fn chunk_lead(loop_sizes: &[usize], in_c: &[bool], c_len: usize, [m, n, k]: [usize; 3]) -> Option<usize> {
+    let per_call = m.saturating_mul(n).saturating_mul(k);
+    let macs = loop_sizes.iter().fold(per_call, |w, &s| w.saturating_mul(s));
+    let threads = if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 };
+    if threads < 2
+        || per_call >= PAR_GEMM_MIN_MACS
+        || macs < PAR_GEMM_MIN_MACS
+        || macs < c_len.saturating_mul(REORDERED_MIN_MACS_PER_ELEMENT)
+    {
+        return None;
+    }
+    // The largest looped label of `c` (the first of equals), of at least two values.
+    let mut best: Option<usize> = None;
+    for (i, (&s, &held)) in loop_sizes.iter().zip(in_c).enumerate() {
+        if held && s >= 2 && best.is_none_or(|b| s > loop_sizes[b]) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// The multiply-adds per element of `c` from which [`chunk_lead`] reorders a loop: the
+/// permutation back reads and writes each element once (a few nanoseconds), against
+/// about a hundredth of a nanosecond per multiply-add halved by the second thread.
+const REORDERED_MIN_MACS_PER_ELEMENT: usize = 256;
+
 /// Runs the GEMMs of the loop over `loop_sizes`, `a` and `b` read from offsets `at`, into
 /// `c` (the block of the loop's first entry).
 pub(crate) fn gemm_loop<T: Elem>(

@@ -52,7 +52,7 @@ use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::Elem;
 use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
-use crate::gemm_loop::{MatrixView, batch_chunks, gemm_loop, matrix_view};
+use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
 use crate::reduce::ReducePlan;
@@ -699,8 +699,27 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     if nl == 0 || m == 0 || n == 0 || k == 0 {
         return Tensor::from_parts(&out_shape, zeroed(out_len));
     }
+    // The loop's order: the plan's, or with a label of the result moved to the front when
+    // that lets a pool's threads share the loop (`gemm_loop::chunk_lead`); the result is
+    // then written in that order and permuted.
+    let mut looped = p.looped.clone();
+    let reordered = {
+        let loop_sizes: SmallVec<[usize; 4]> = looped.iter().map(|&l| sizes[l as usize]).collect();
+        let chunked_in_place = matrix_view(&spec.out, sizes, &looped, &p.left, &p.right)
+            .is_some_and(|v| batch_chunks(&loop_sizes, &v, out_len, [m, n, k]).is_some());
+        let in_c: SmallVec<[bool; 4]> = looped.iter().map(|c| spec.out.contains(c)).collect();
+        match chunk_lead(&loop_sizes, &in_c, out_len, [m, n, k]).filter(|_| !chunked_in_place) {
+            Some(lead) => {
+                let l = looped.remove(lead);
+                looped.insert(0, l);
+                true
+            }
+            None => false,
+        }
+    };
+    let looped = &looped[..];
     let cat = |l: &[u32], x: &[&[u32]]| -> Group {
-        p.looped.iter().copied().filter(|c| l.contains(c)).chain(x.iter().flat_map(|g| g.iter().copied())).collect()
+        looped.iter().copied().filter(|c| l.contains(c)).chain(x.iter().flat_map(|g| g.iter().copied())).collect()
     };
     // Views without copies where the layouts allow, packed copies otherwise.
     fn operand<'t, T: Elem>(
@@ -728,17 +747,17 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     // `a` column-major (its left labels innermost).
     let packed = |t: &Tensor<T>, labels: &[u32], [rows, cols]: [&[u32]; 2], col: bool| {
         let order = if col { cat(labels, &[cols, rows]) } else { cat(labels, &[rows, cols]) };
-        let v = matrix_view(&order, sizes, &p.looped, rows, cols).expect("packed operands are views");
+        let v = matrix_view(&order, sizes, looped, rows, cols).expect("packed operands are views");
         (Cow::Owned(pack(t.data(), labels, &order, sizes)), v)
     };
-    let (mut a_data, mut a_view) = operand(a, &spec.a, sizes, &p.looped, [&p.left, &p.contracted]);
-    let (mut b_data, mut b_view) = operand(b, &spec.b, sizes, &p.looped, [&p.contracted, &p.right]);
+    let (mut a_data, mut a_view) = operand(a, &spec.a, sizes, looped, [&p.left, &p.contracted]);
+    let (mut b_data, mut b_view) = operand(b, &spec.b, sizes, looped, [&p.contracted, &p.right]);
     // The result: the output itself when its layout allows, else a contiguous
     // `[looped labels of the output, left, right]` tensor permuted or expanded afterwards.
     let core = cat(&spec.out, &[&p.left, &p.right]);
-    let (in_place, c_view) = match matrix_view(&spec.out, sizes, &p.looped, &p.left, &p.right) {
+    let (in_place, c_view) = match matrix_view(&spec.out, sizes, looped, &p.left, &p.right).filter(|_| !reordered) {
         Some(v) => (true, v),
-        None => (false, matrix_view(&core, sizes, &p.looped, &p.left, &p.right).expect("contiguous results are views")),
+        None => (false, matrix_view(&core, sizes, looped, &p.left, &p.right).expect("contiguous results are views")),
     };
     let lens = [a.data().len(), b.data().len()];
     match to_pack([nl, m, n, k], [a_view.strides, b_view.strides, c_view.strides], lens) {
@@ -752,7 +771,7 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     // on later ones, which happen only while a looped label absent from `c` (contracted)
     // moves on.
     let mut c = overwritten(c_len);
-    let loop_sizes: SmallVec<[usize; 4]> = p.looped.iter().map(|&l| sizes[l as usize]).collect();
+    let loop_sizes: SmallVec<[usize; 4]> = looped.iter().map(|&l| sizes[l as usize]).collect();
     let operands = [(&a_data[..], &a_view), (&b_data[..], &b_view)];
     match batch_chunks(&loop_sizes, &c_view, c_len, [m, n, k]) {
         Some(per) => {
@@ -1071,6 +1090,46 @@ mod tests {
             let err = got.max_abs_diff(&want).unwrap();
             assert!(err < 1e-12 * (1.0 + want.max_abs()), "{spec:?}: {err}");
         }
+    }
+
+    #[test]
+    fn loops_over_a_middle_label_of_the_result_are_shared_by_a_pool() {
+        // `lattice_8x8_bond4`'s `abcdefgh,ijfhklmabc->degijklm`, smaller: `b` is read in
+        // place, so the GEMMs loop over `i j f h`, and `i`, `j` sit in the middle of the
+        // result. In a pool of two the loop is led by one of them and the result permuted
+        // (`gemm_loop::chunk_lead`); every output order below must give the reference and
+        // the one-thread result bit for bit.
+        let sizes = [4, 4, 8, 4, 4, 2, 2, 2, 2, 3, 4, 4, 4];
+        let (la, lb): (&[u32], &[u32]) = (&[0, 1, 2, 3, 4, 5, 6, 7], &[8, 9, 5, 7, 10, 11, 12, 0, 1, 2]);
+        let outs: [&[u32]; 4] = [
+            &[3, 4, 6, 8, 9, 10, 11, 12],
+            &[3, 8, 4, 6, 9, 10, 11, 12],
+            &[10, 3, 4, 6, 8, 9, 11, 12],
+            &[3, 4, 6, 10, 9, 8, 11, 12],
+        ];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut reordered = 0;
+        for lo in outs {
+            let spec = ContractSpec::new(la, lb, lo, &sizes).unwrap();
+            let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
+            let one = contract(&spec, &a, &b);
+            let two = pool.install(|| contract(&spec, &a, &b));
+            assert_eq!(one.data(), two.data(), "{spec:?}: two threads must give the one-thread result");
+            let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).unwrap();
+            let err = two.max_abs_diff(&want).unwrap();
+            assert!(err < 1e-11 * (1.0 + want.max_abs()), "{spec:?}: {err}");
+            let KernelPlan::Gemm(p) = KernelPlan::new(&spec, KernelChoice::Auto) else { panic!("{spec:?}: not GEMM") };
+            let [_, m, n, k] = p.dims(spec.sizes());
+            let loop_sizes: Vec<usize> = p.looped.iter().map(|&l| spec.sizes()[l as usize]).collect();
+            let in_c: Vec<bool> = p.looped.iter().map(|c| spec.out_labels().contains(c)).collect();
+            let out_len = spec.out_shape().iter().product();
+            let chunked = matrix_view(spec.out_labels(), spec.sizes(), &p.looped, &p.left, &p.right)
+                .is_some_and(|v| pool.install(|| batch_chunks(&loop_sizes, &v, out_len, [m, n, k])).is_some());
+            if !chunked && pool.install(|| chunk_lead(&loop_sizes, &in_c, out_len, [m, n, k])).is_some() {
+                reordered += 1;
+            }
+        }
+        assert!(reordered >= 3, "only {reordered} of the cases took the reordered loop");
     }
 
     #[test]
