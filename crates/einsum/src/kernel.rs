@@ -55,7 +55,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, shape_of};
-use crate::reduce::ReducePlan;
+use crate::reduce::{ReducePlan, RowDotPlan, SumPlan};
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
@@ -833,6 +833,8 @@ enum KernelPlan {
     Lanes(LanesPlan),
     /// A few output elements, long sums (`reduce.rs`).
     Reduce(ReducePlan),
+    /// One dot product of contiguous runs per output element (`reduce.rs`).
+    RowDot(RowDotPlan),
 }
 
 impl KernelPlan {
@@ -858,6 +860,11 @@ impl KernelPlan {
             && let Some(p) = ReducePlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
         {
             return KernelPlan::Reduce(p);
+        }
+        if choice == KernelChoice::Auto
+            && let Some(p) = RowDotPlan::new(&spec.a, &spec.b, &spec.out, &spec.sizes)
+        {
+            return KernelPlan::RowDot(p);
         }
         Self::new_summing(spec, choice)
     }
@@ -911,6 +918,7 @@ impl KernelPlan {
             KernelPlan::Elementwise(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Gemm(p) => gemm_path(spec, a, b, p),
             KernelPlan::Reduce(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
+            KernelPlan::RowDot(p) => Tensor::from_parts(&spec.out_shape(), p.run(a.data(), b.data(), spec.conj)),
             KernelPlan::Lanes(p) => {
                 let (da, db) = (conjugated(a.data(), spec.conj[0]), conjugated(b.data(), spec.conj[1]));
                 Tensor::from_parts(&spec.out_shape(), p.run(&spec.sizes, (&da, &spec.a), (&db, &spec.b), &spec.out))
@@ -937,6 +945,7 @@ pub(crate) fn step_cost(spec: &ContractSpec) -> Option<(PricedKernel, f64)> {
     match KernelPlan::new(spec, KernelChoice::Auto) {
         KernelPlan::Gemm(p) => Some((PricedKernel::Gemm, p.cost(spec, a_len, b_len))),
         KernelPlan::Reduce(p) => Some((PricedKernel::Reduce, p.cost())),
+        KernelPlan::RowDot(p) => Some((PricedKernel::Reduce, p.cost())),
         KernelPlan::Elementwise(p) => Some((PricedKernel::Elementwise, p.cost([a_len, b_len]))),
         KernelPlan::Direct { .. } | KernelPlan::Lanes(_) => None,
     }
@@ -987,6 +996,10 @@ pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>
 /// If the operand shape is not the spec's.
 pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
     check_shape("operand", a, &spec.a, &spec.sizes, spec);
+    // A sum is read in the operand's order (`reduce.rs`), not gathered in the output's.
+    if let Some(p) = SumPlan::new(&spec.a, &spec.out, &spec.sizes) {
+        return Tensor::from_parts(&spec.out_shape(), p.run(a.data()));
+    }
     Tensor::from_parts(&spec.out_shape(), direct(spec.sizes(), (a.data(), &spec.a), None, &spec.out))
 }
 

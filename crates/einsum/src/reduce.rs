@@ -26,6 +26,10 @@
 //! element is read `|out| / |operand's output part|` times, from the first level caches
 //! after the first (a chunk's runs fit there); one allocation of the blocks' sums when the
 //! threads share them.
+//!
+//! Two more sums live here: [`RowDotPlan`], many output elements each one dot product of
+//! two contiguous runs (`ij,ij->i`), and [`SumPlan`], a one-operand sum read in the
+//! operand's order (`ij->j`); their docs say why and what they take.
 
 use smallvec::SmallVec;
 
@@ -284,6 +288,266 @@ impl<T: Elem> pulp::WithSimd for Dot<'_, T> {
     }
 }
 
+/// Summed runs shorter than this are left to the other kernels ([`RowDotPlan::new`]): a dot
+/// product's set-up and the reduction of its partial sums would weigh on each output
+/// element.
+pub(crate) const ROW_DOT_MIN_RUN: usize = 16;
+
+/// Output elements per check of the stop flag in [`RowDotPlan`] and [`SumPlan`] rows.
+const ROWS_PER_STOP_CHECK: usize = 1 << 12;
+
+/// Binary contractions whose every output element is one dot product of two contiguous
+/// runs, `out[e] = Σ_k op(a[pa(e) + k])·op(b[pb(e) + k])`: the summed labels are the
+/// innermost labels of both operands, in the same order (`ij,ij->i`, a batch of dot
+/// products; `bij,bij->b`).
+///
+/// Why: with more than [`REDUCE_MAX_OUT`] outputs [`ReducePlan`] declines them, and the
+/// GEMM path ran one `1 × 1 × k` GEMM per output element, the direct loop one serial
+/// sum (each addition waiting for the last). Here each element is written once into an
+/// unzeroed buffer, each dot product in [`LANES`] partial sums compiled for the
+/// processor's vector instructions, the output cut in chunks over the pool's threads
+/// (each element formed alone, so two threads give one thread's bits).
+///
+/// Input invariants ([`RowDotPlan::new`] checks them): no tensor repeats a label; every
+/// summed label is in both operands and the summed labels (size 1 left out) are the last
+/// ones of both, in one order, together at least [`ROW_DOT_MIN_RUN`] elements. Cost:
+/// `|out| · run` multiply-adds, each operand read once in order where its output part is
+/// not broadcast.
+#[derive(Debug)]
+pub(crate) struct RowDotPlan {
+    /// The output's axes (size 1 dropped, neighbours fused) and the strides of `a` and `b`
+    /// along them.
+    sizes: SmallVec<[usize; 8]>,
+    strides: [SmallVec<[usize; 8]>; 2],
+    /// Length of each dot product (the summed labels' product).
+    run: usize,
+    out_len: usize,
+}
+
+impl RowDotPlan {
+    /// The plan for `a, b -> out` if it suits the kernel (the type's docs).
+    pub(crate) fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
+        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+        if !distinct(a) || !distinct(b) || !distinct(out) {
+            return None;
+        }
+        let size = |c: u32| sizes[c as usize];
+        // Each operand's labels but those of size 1, and its summed ones among them.
+        let kept = |l: &[u32]| l.iter().copied().filter(|&c| size(c) != 1).collect::<SmallVec<[u32; 8]>>();
+        let (ka, kb) = (kept(a), kept(b));
+        let summed = |k: &[u32]| k.iter().copied().filter(|c| !out.contains(c)).collect::<SmallVec<[u32; 8]>>();
+        let (sa, sb) = (summed(&ka), summed(&kb));
+        if sa.is_empty() || sa != sb || !ka.ends_with(&sa) || !kb.ends_with(&sb) {
+            return None;
+        }
+        let run = sa.iter().try_fold(1usize, |p, &c| p.checked_mul(size(c)))?;
+        let out_len = out.iter().try_fold(1usize, |p, &c| p.checked_mul(size(c)))?;
+        if run < ROW_DOT_MIN_RUN {
+            return None;
+        }
+        let (sizes, [sa, sb, _]) = crate::elementwise::fused_axes([a, b, out], out, sizes);
+        Some(RowDotPlan { sizes, strides: [sa, sb], run, out_len })
+    }
+
+    /// The estimated time of [`Self::run`] in `kernel::step_cost`'s units, as
+    /// [`ReducePlan::cost`] prices contiguous dot products.
+    pub(crate) fn cost(&self) -> f64 {
+        self.out_len as f64 * (self.run as f64 * 0.25 + DOT_CALL_COST)
+    }
+
+    /// The output (row-major over the output's labels) of `a` and `b` (conjugated as
+    /// `conj` says).
+    pub(crate) fn run<T: Elem>(&self, a: &[T], b: &[T], conj: [bool; 2]) -> Vec<T> {
+        // Every element is written once.
+        let mut out = crate::buffer::overwritten(self.out_len);
+        if self.out_len == 0 {
+            return out;
+        }
+        let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
+        if pooled && self.out_len >= 2 && self.out_len.saturating_mul(self.run) >= par_min_macs() {
+            use rayon::prelude::*;
+            let per_chunk = self.out_len.div_ceil(4 * rayon::current_num_threads());
+            out.par_chunks_mut(per_chunk)
+                .enumerate()
+                .for_each(|(i, chunk)| self.write(i * per_chunk, chunk, a, b, conj));
+        } else {
+            self.write(0, &mut out, a, b, conj);
+        }
+        out
+    }
+
+    /// Writes output elements `first..first + dst.len()` into `dst`.
+    fn write<T: Elem>(&self, first: usize, dst: &mut [T], a: &[T], b: &[T], conj: [bool; 2]) {
+        crate::small_gemm::arch().dispatch(RowDots { plan: self, first, dst, a, b, conj });
+    }
+}
+
+/// The arguments of [`RowDotPlan::write`], as the value pulp dispatches: the loop over the
+/// output elements is compiled with [`Dot`]'s, for the processor's instructions.
+struct RowDots<'a, T> {
+    plan: &'a RowDotPlan,
+    first: usize,
+    dst: &'a mut [T],
+    a: &'a [T],
+    b: &'a [T],
+    conj: [bool; 2],
+}
+
+impl<T: Elem> pulp::WithSimd for RowDots<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let RowDots { plan, first, dst, a, b, conj } = self;
+        let (sizes, [sa, sb]) = (&plan.sizes, &plan.strides);
+        // The output index of `first`, and its offsets in `a` and `b`; then an odometer.
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, sizes.len());
+        let (mut pa, mut pb, mut rest) = (0usize, 0usize, first);
+        for x in (0..sizes.len()).rev() {
+            idx[x] = rest % sizes[x];
+            rest /= sizes[x];
+            pa += idx[x] * sa[x];
+            pb += idx[x] * sb[x];
+        }
+        for (e, o) in dst.iter_mut().enumerate() {
+            if e % ROWS_PER_STOP_CHECK == ROWS_PER_STOP_CHECK - 1 && crate::stop::requested() {
+                return; // the evaluation is ending with an error; the output is discarded
+            }
+            *o = Dot { a: &a[pa..], sa: 1, b: &b[pb..], sb: 1, n: plan.run, conj }.with_simd(simd);
+            for x in (0..sizes.len()).rev() {
+                idx[x] += 1;
+                pa += sa[x];
+                pb += sb[x];
+                if idx[x] < sizes[x] {
+                    break;
+                }
+                idx[x] = 0;
+                pa -= sa[x] * sizes[x];
+                pb -= sb[x] * sizes[x];
+            }
+        }
+    }
+}
+
+/// One-operand sums (`ij->j`, `ijk->ik`: every output label in the operand, at least one
+/// operand label of size above 1 summed, no label repeated), walked in the operand's
+/// order and added into a zeroed output.
+///
+/// Why: the direct loop walks the output's labels outside and the summed ones inside, so
+/// `ij->j` (the gradient of a row broadcast `ij,j->ij`, summed over its rows) read the
+/// operand column by column, a gather, each column summed serially. In the operand's
+/// order every read is contiguous and the inner pass is a vector addition of a row into
+/// the output's (`ij->j`) or a sum of a run in [`LANES`] partial sums (`ij->i`).
+///
+/// Cost: one read of the operand; the output (zeroed once) is read and written once per
+/// run of the operand's labels after its innermost kept one.
+#[derive(Debug)]
+pub(crate) struct SumPlan {
+    /// The operand's axes (size 1 dropped, neighbours fused) and the strides of the
+    /// operand and the output along them (0 for a summed axis).
+    sizes: SmallVec<[usize; 8]>,
+    strides: [SmallVec<[usize; 8]>; 2],
+    out_len: usize,
+}
+
+impl SumPlan {
+    /// The plan for `a -> out` if it suits the kernel (the type's docs).
+    pub(crate) fn new(a: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
+        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+        let size = |c: u32| sizes[c as usize];
+        if !distinct(a) || !distinct(out) || !out.iter().all(|c| a.contains(c)) {
+            return None;
+        }
+        if !a.iter().any(|&c| !out.contains(&c) && size(c) != 1) {
+            return None; // nothing summed: a permutation
+        }
+        let out_len = out.iter().try_fold(1usize, |p, &c| p.checked_mul(size(c)))?;
+        let (sizes, [sa, _, so]) = crate::elementwise::fused_axes([a, a, out], a, sizes);
+        Some(SumPlan { sizes, strides: [sa, so], out_len })
+    }
+
+    /// The sums (row-major over the output's labels) of `a`.
+    pub(crate) fn run<T: Elem>(&self, a: &[T]) -> Vec<T> {
+        let mut out = crate::buffer::zeroed(self.out_len);
+        if self.out_len == 0 || self.sizes.contains(&0) {
+            return out; // an empty sum is zero
+        }
+        crate::small_gemm::arch().dispatch(Sums { plan: self, a, out: &mut out });
+        out
+    }
+}
+
+/// The arguments of [`SumPlan::run`], as the value pulp dispatches.
+struct Sums<'a, T> {
+    plan: &'a SumPlan,
+    a: &'a [T],
+    out: &'a mut [T],
+}
+
+impl<T: Elem> pulp::WithSimd for Sums<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let Sums { plan, a, out } = self;
+        let Some(last) = plan.sizes.len().checked_sub(1) else {
+            out[0] += a[0]; // every label of size 1
+            return;
+        };
+        let (sizes, [sa, so]) = (&plan.sizes, &plan.strides);
+        let (n, ia, io) = (sizes[last], sa[last], so[last]);
+        let rows: usize = sizes[..last].iter().product();
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
+        let (mut pa, mut po) = (0usize, 0usize);
+        for r in 0..rows {
+            if r % ROWS_PER_STOP_CHECK == ROWS_PER_STOP_CHECK - 1 && crate::stop::requested() {
+                return; // the evaluation is ending with an error; the output is discarded
+            }
+            match (ia, io) {
+                (1, 1) => out[po..po + n].iter_mut().zip(&a[pa..pa + n]).for_each(|(o, &x)| *o += x),
+                (1, 0) => out[po] += Sum { a: &a[pa..pa + n] }.with_simd(simd),
+                (_, 0) => out[po] += a[pa..].iter().step_by(ia).take(n).fold(T::zero(), |s, &x| s + x),
+                _ => {
+                    out[po..].iter_mut().step_by(io).zip(a[pa..].iter().step_by(ia)).take(n).for_each(|(o, &x)| *o += x)
+                }
+            }
+            for x in (0..last).rev() {
+                idx[x] += 1;
+                pa += sa[x];
+                po += so[x];
+                if idx[x] < sizes[x] {
+                    break;
+                }
+                idx[x] = 0;
+                pa -= sa[x] * sizes[x];
+                po -= so[x] * sizes[x];
+            }
+        }
+    }
+}
+
+/// `Σ a[i]` in [`LANES`] partial sums, added in order at the end.
+struct Sum<'a, T> {
+    a: &'a [T],
+}
+
+impl<T: Elem> pulp::WithSimd for Sum<'_, T> {
+    type Output = T;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> T {
+        let mut acc = [T::zero(); LANES];
+        let chunks = self.a.chunks_exact(LANES);
+        let rest = chunks.remainder();
+        for x in chunks {
+            for l in 0..LANES {
+                acc[l] += x[l];
+            }
+        }
+        rest.iter().fold(acc.iter().fold(T::zero(), |s, &x| s + x), |s, &x| s + x)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -358,6 +622,84 @@ mod tests {
                 let two = pool.install(|| p.run(ta.data(), tb.data(), spec.conj()));
                 prop_assert_eq!(&two[..], got.data(), "{:?}: two threads differ from one", spec);
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Batches of dot products: up to three kept labels (sizes 0 to 5, so empty and
+        /// size-1 axes too) in random orders in `a`, `b` and the output, each in `a`, `b`
+        /// or both (a broadcast), before one or two summed labels in one order in both
+        /// operands; complex, conjugated or not. `contract` takes the row kernel when the
+        /// summed run is long enough and equals the reference; a pool of two threads gives
+        /// one thread's bits.
+        #[test]
+        fn row_dots_equal_the_reference_and_one_thread(
+            kept in proptest::collection::vec((0usize..6, 1u8..4), 0..=3),
+            summed in proptest::collection::vec(1usize..40, 1..=2),
+            perm in any::<u64>(),
+            conj in 0u32..4,
+        ) {
+            let k = kept.len() as u32;
+            let sizes: Vec<usize> = kept.iter().map(|&(d, _)| d).chain(summed.iter().copied()).collect();
+            let tail: Vec<u32> = (k..sizes.len() as u32).collect();
+            let [_, _, order] = labels(&vec![7u8; kept.len()], perm);
+            let [_, _, order_b] = labels(&vec![7u8; kept.len()], perm.rotate_left(23));
+            let [_, _, out] = labels(&vec![7u8; kept.len()], perm.rotate_left(41));
+            let side = |l: &[u32], bit: u8| l.iter().copied().filter(|&c| kept[c as usize].1 & bit != 0).chain(tail.iter().copied()).collect::<Vec<u32>>();
+            let (a, b) = (side(&order, 1), side(&order_b, 2));
+            let spec = ContractSpec::new(&a, &b, &out, &sizes).unwrap().with_conj([conj & 1 == 1, conj & 2 == 2]);
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let mut x = 0.0f64;
+            let mut next = |_: &[usize]| {
+                x += 1.0;
+                c64::new((0.37 * x).sin(), (0.11 * x).cos())
+            };
+            let ta = Tensor::from_fn(shape(&a), &mut next).unwrap();
+            let tb = Tensor::from_fn(shape(&b), &mut next).unwrap();
+            let plan = super::RowDotPlan::new(spec.a_labels(), spec.b_labels(), spec.out_labels(), spec.sizes());
+            let run: usize = summed.iter().product();
+            prop_assert_eq!(plan.is_some(), run >= super::ROW_DOT_MIN_RUN, "{:?}", spec);
+            let got = contract(&spec, &ta, &tb);
+            let ca = if conj & 1 == 1 { ta.map(|x| x.conj()) } else { ta.clone() };
+            let cb = if conj & 2 == 2 { tb.map(|x| x.conj()) } else { tb.clone() };
+            let want = reference_labels(&[(&ca, &a[..]), (&cb, &b[..])], &out, &sizes).unwrap();
+            let err = got.max_abs_diff(&want).unwrap();
+            prop_assert!(err <= 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
+            if let Some(p) = plan {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+                let two = pool.install(|| p.run(ta.data(), tb.data(), spec.conj()));
+                prop_assert_eq!(&two[..], got.data(), "{:?}: two threads differ from one", spec);
+            }
+        }
+
+        /// One-operand sums over every subset and order of up to four labels (sizes 0 to
+        /// 6: empty and size-1 axes, gathered outputs), complex: `kernel::unary` equals the
+        /// reference, and takes the sum kernel whenever a label of size above 1 is summed.
+        #[test]
+        fn sums_in_the_operands_order_equal_the_reference(
+            dims in proptest::collection::vec(0usize..7, 1..=4),
+            keep in proptest::collection::vec(any::<bool>(), 4),
+            perm in any::<u64>(),
+        ) {
+            let n = dims.len();
+            let [a, _, _] = labels(&vec![1u8; n], perm);
+            let [_, _, order] = labels(&vec![4u8; n], perm.rotate_left(29));
+            let out: Vec<u32> = order.into_iter().filter(|&c| keep[c as usize]).collect();
+            let spec = crate::kernel::UnarySpec::new(&a, &out, &dims).unwrap();
+            let summing = a.iter().any(|&c| !out.contains(&c) && dims[c as usize] != 1);
+            prop_assert_eq!(super::SumPlan::new(spec.a_labels(), spec.out_labels(), spec.sizes()).is_some(), summing);
+            let mut x = 0.0f64;
+            let ta = Tensor::from_fn(spec.a_shape(), |_| {
+                x += 1.0;
+                c64::new((0.29 * x).sin(), (0.13 * x).cos())
+            })
+            .unwrap();
+            let got = crate::kernel::unary(&spec, &ta);
+            let want = reference_labels(&[(&ta, spec.a_labels())], spec.out_labels(), spec.sizes()).unwrap();
+            let err = got.max_abs_diff(&want).unwrap();
+            prop_assert!(err <= 1e-12 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }
     }
 
