@@ -44,12 +44,14 @@ fn closed_network<T: Elem>(open: &Einsum<T>, only_if_cheaper: bool) -> EinsumRes
     let net = plan.network();
     // A plan without a limit of its own: the memory of the closed way is checked by the
     // caller, against the open plan's limit, with the open forward pass alive beside it.
-    let closed = Plan::from_network(
+    // The search reads the evaluation's stop flag (Ctrl-C in the command line and Python).
+    let closed = Plan::from_network_until(
         net.inputs.clone(),
         Vec::new(),
         net.sizes.clone(),
         PathChoice::Auto,
         MemoryLimit::Unlimited,
+        &crate::stop::requested,
     )?;
     if closed.shapes() != plan.shapes() {
         return Err(EinsumError::Shape(format!(
@@ -106,7 +108,11 @@ impl<T: Elem> Einsum<T> {
     /// The gradient of the sum of the output's entries times a constant `c`: the
     /// [`Self::gradient`] that a cotangent of the output's shape filled with `c` gives,
     /// evaluated with `c` alone, a scalar tensor ([`Tensor::scalar`]), as its cotangent.
-    /// When the last step is a contraction, no cotangent of the output's shape is read or
+    /// It takes the cheaper of two ways by the estimated cost ([`SumGradient::Cheaper`]):
+    /// the closed network's own path (the operands with every output label summed, see
+    /// [`Self::gradient_of_sum_by`]), or the reverse pass over the open tree, which follows.
+    /// The two agree to rounding (the example's integers are exact either way).
+    /// Over the open tree, when the last step is a contraction, no cotangent of the output's shape is read or
     /// made for it: after the last step `y = Σ A·B`, `Σ y` is `Σ A'·B'` with `A'` and `B'`
     /// the operands summed over the labels the other lacks, so its transposes are
     /// broadcasts of `c·B'` and `c·A'`, not contractions of the full cotangent

@@ -31,12 +31,15 @@
 //! - **reduction** (`reduce.rs`): at most 16 output elements over long sums (a small
 //!   factor's gradient, a scalar output): both operands read in place, the sums formed in
 //!   blocks of fixed content on the pool's threads. A GEMM of a few rows and columns over a
-//!   long contiguous `k` inside the GEMM loop runs in `thin_gemm.rs`.
+//!   long contiguous `k` inside the GEMM loop runs in `thin_gemm.rs`. Batches of dot
+//!   products over the operands' common innermost labels (`ij,ij->i`, matrix–vector
+//!   products, never a GEMM's `ik,jk->ij`) take its row kernel (`RowDotPlan`), and a
+//!   one-operand sum ([`unary`]) its sum in the operand's own order (`SumPlan`).
 //! - **lanes** (`lanes.rs`): the direct loop with the largest operand's long innermost
 //!   label made innermost in every tensor, when the copies that takes are small.
 //!
 //! [`contract`] plans once per spec (cached in it), takes the element-wise kernel whenever
-//! it applies, and otherwise chooses GEMM when the planned
+//! it applies, then the reduction or the row kernel, and otherwise chooses GEMM when the planned
 //! `m·n·k` reaches [`GEMM_MIN_WORK`], or [`BATCHED_GEMM_MIN_WORK`] for a batch of GEMMs,
 //! and else the lanes when they apply, the direct loop otherwise.
 //!

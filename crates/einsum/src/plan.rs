@@ -143,11 +143,23 @@ impl Plan {
         path: PathChoice,
         limit: MemoryLimit,
     ) -> EinsumResult<Self> {
+        Self::from_network_until(inputs, output, sizes, path, limit, &|| false)
+    }
+
+    /// [`Plan::from_network`], asking `stop` during the search as [`Plan::until`] does.
+    pub(crate) fn from_network_until(
+        inputs: Vec<Vec<u32>>,
+        output: Vec<u32>,
+        sizes: Vec<usize>,
+        path: PathChoice,
+        limit: MemoryLimit,
+        stop: &dyn Fn() -> bool,
+    ) -> EinsumResult<Self> {
         check_network(&inputs, &output, sizes.len())?;
         let shapes = inputs.iter().map(|l| l.iter().map(|&c| sizes[c as usize]).collect()).collect();
         let names = vec![None; sizes.len()];
         let resolved = LabelledNetwork { inputs, output, sizes, names };
-        Self::build(None, resolved, shapes, path, limit, &|| false)
+        Self::build(None, resolved, shapes, path, limit, stop)
     }
 
     fn build(

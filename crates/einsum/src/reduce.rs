@@ -310,7 +310,9 @@ const ROWS_PER_STOP_CHECK: usize = 1 << 12;
 ///
 /// Input invariants ([`RowDotPlan::new`] checks them): no tensor repeats a label; every
 /// summed label is in both operands and the summed labels (size 1 left out) are the last
-/// ones of both, in one order, together at least [`ROW_DOT_MIN_RUN`] elements. Cost:
+/// ones of both, in one order, together at least [`ROW_DOT_MIN_RUN`] elements; the
+/// output's labels of size above 1 held by one operand alone are all `a`'s or all `b`'s
+/// (a batch of dot products or of matrix–vector products, never a GEMM). Cost:
 /// `|out| · run` multiply-adds, each operand read once in order where its output part is
 /// not broadcast.
 #[derive(Debug)]
@@ -338,6 +340,13 @@ impl RowDotPlan {
         let summed = |k: &[u32]| k.iter().copied().filter(|c| !out.contains(c)).collect::<SmallVec<[u32; 8]>>();
         let (sa, sb) = (summed(&ka), summed(&kb));
         if sa.is_empty() || sa != sb || !ka.ends_with(&sa) || !kb.ends_with(&sb) {
+            return None;
+        }
+        // A label of each operand's own in the output makes the step a GEMM (`ik,jk->ij`,
+        // every matrix product's `dA = dC·Bᵀ`): one dot per element would read `b` again for
+        // each row of `a`, with no blocking, where the GEMM kernels reuse it from cache.
+        let own = |k: &[u32], other: &[u32]| k.iter().any(|c| out.contains(c) && !other.contains(c));
+        if own(&ka, &kb) && own(&kb, &ka) {
             return None;
         }
         let run = sa.iter().try_fold(1usize, |p, &c| p.checked_mul(size(c)))?;
@@ -660,7 +669,10 @@ mod tests {
             let tb = Tensor::from_fn(shape(&b), &mut next).unwrap();
             let plan = super::RowDotPlan::new(spec.a_labels(), spec.b_labels(), spec.out_labels(), spec.sizes());
             let run: usize = summed.iter().product();
-            prop_assert_eq!(plan.is_some(), run >= super::ROW_DOT_MIN_RUN, "{:?}", spec);
+            // A kept label of size above 1 in `a` alone and one in `b` alone: a GEMM.
+            let alone = |bit: u8| kept.iter().any(|&(d, s)| d > 1 && s == bit);
+            let gemm = alone(1) && alone(2);
+            prop_assert_eq!(plan.is_some(), run >= super::ROW_DOT_MIN_RUN && !gemm, "{:?}", spec);
             let got = contract(&spec, &ta, &tb);
             let ca = if conj & 1 == 1 { ta.map(|x| x.conj()) } else { ta.clone() };
             let cb = if conj & 2 == 2 { tb.map(|x| x.conj()) } else { tb.clone() };

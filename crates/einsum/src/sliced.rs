@@ -695,8 +695,14 @@ impl<T: Elem> SlicedEinsum<T> {
     /// scalar cotangent `c`, which every slice takes as it is (no slice of a cotangent of
     /// ones is made). Memory as [`Self::gradient`].
     pub fn gradient_of_sum(&self, wrt: &[usize]) -> EinsumResult<SlicedGradient<T>> {
+        self.gradient_of_sum_by(wrt, crate::SumGradient::Cheaper)
+    }
+
+    /// [`Self::gradient_of_sum`] with each slice's gradient taken the way `way` names
+    /// ([`Einsum::gradient_of_sum_by`]).
+    pub fn gradient_of_sum_by(&self, wrt: &[usize], way: crate::SumGradient) -> EinsumResult<SlicedGradient<T>> {
         self.check_gradient_peak()?;
-        let gradient = self.einsum.gradient_of_sum(wrt)?;
+        let gradient = self.einsum.gradient_of_sum_by(wrt, way)?;
         Ok(SlicedGradient { layout: self.layout.clone(), gradient, wrt: wrt.to_vec(), sum: true })
     }
 
