@@ -107,7 +107,7 @@ fn estimated_cost<T: Elem>(program: &MaterializedGraph<TensorOp<T>>) -> f64 {
 impl<T: Elem> Einsum<T> {
     /// The gradient of the sum of the output's entries times a constant `c`: the
     /// [`Self::gradient`] that a cotangent of the output's shape filled with `c` gives,
-    /// evaluated with `c` alone, a scalar tensor ([`Tensor::scalar`]), as its cotangent.
+    /// evaluated with `c` alone, a scalar tensor ([`Tensor::scalar`](crate::Tensor::scalar)), as its cotangent.
     /// It takes the cheaper of two ways by the estimated cost ([`SumGradient::Cheaper`]):
     /// the closed network's own path (the operands with every output label summed, see
     /// [`Self::gradient_of_sum_by`]), or the reverse pass over the open tree, which follows.
