@@ -345,7 +345,7 @@ impl RowDotPlan {
         // A label of each operand's own in the output makes the step a GEMM (`ik,jk->ij`,
         // every matrix product's `dA = dC·Bᵀ`): one dot per element would read `b` again for
         // each row of `a`, with no blocking, where the GEMM kernels reuse it from cache.
-        let own = |k: &[u32], other: &[u32]| k.iter().any(|c| out.contains(c) && !other.contains(c));
+        let own = |k: &[u32], other: &[u32]| k.iter().any(|&c| size(c) > 1 && out.contains(&c) && !other.contains(&c));
         if own(&ka, &kb) && own(&kb, &ka) {
             return None;
         }
