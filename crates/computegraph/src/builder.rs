@@ -381,7 +381,12 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// the graph lives, those of a failed call's keys included.
     fn flush(&mut self) -> GraphResult<()> {
         let g = &mut self.graph;
-        if g.value_key.len() == g.value_op.len() && g.external_key.len() == g.externals.len() {
+        // Nothing pending: every value, external and operation keyed (an operation of no
+        // outputs adds no value, so the values alone do not tell).
+        if g.value_key.len() == g.value_op.len()
+            && g.external_key.len() == g.externals.len()
+            && g.op_key.len() == g.operation_count()
+        {
             return Ok(());
         }
         let interner = Arc::clone(&g.interner);
