@@ -11,10 +11,11 @@
 //! reverse passes) cost little more than the forward pass alone, where the open tree's
 //! reverse pass costs about twice the forward pass again.
 //!
-//! Input: an [`Einsum`] whose output is not a scalar. Output: the closed network's
-//! [`Einsum`] (its plan found by [`PathChoice::Auto`] for the closed equation, on the
-//! squeezed network, so broadcast axes are size-1 labels summed like any other), or `None`
-//! when its path takes at least the open path's multiply-adds (then it cannot win).
+//! Input: an [`Einsum`] whose output is not a scalar. Output: the closed network's plan
+//! (its path found by [`PathChoice::Auto`] for the closed equation, on the squeezed
+//! network, so broadcast axes are size-1 labels summed like any other), not taken by
+//! [`SumGradient::Cheaper`] when it needs at least the open path's multiply-adds (then it
+//! cannot win).
 //!
 //! Invariants: the closed network has the open one's operands in order, with the same
 //! shapes (checked: a mismatch is an error, never a wrong gradient), and its graph's inputs
@@ -37,9 +38,9 @@ use crate::path::PathChoice;
 use crate::plan::Plan;
 use crate::sum_seed::sum_of_output;
 
-/// The closed network of `open` (module docs), or `None` when `only_if_cheaper` and closing
-/// it saves no multiply-adds.
-fn closed_network<T: Elem>(open: &Einsum<T>, only_if_cheaper: bool) -> EinsumResult<Option<Einsum<T>>> {
+/// The plan of `open`'s closed network (module docs): its path found for the closed
+/// equation, checked to take `open`'s operands with the same shapes.
+fn closed_plan<T: Elem>(open: &Einsum<T>) -> EinsumResult<Plan> {
     let plan = open.plan();
     let net = plan.network();
     // A plan without a limit of its own: the memory of the closed way is checked by the
@@ -61,10 +62,7 @@ fn closed_network<T: Elem>(open: &Einsum<T>, only_if_cheaper: bool) -> EinsumRes
             plan.shapes()
         )));
     }
-    if only_if_cheaper && closed.multiply_adds() >= plan.multiply_adds() {
-        return Ok(None);
-    }
-    Einsum::from_plan(closed.with_memory_limit(plan.memory_limit())).map(Some)
+    Ok(closed)
 }
 
 /// Elements of a shape, as a float (no overflow: an estimate).
@@ -208,7 +206,7 @@ pub(crate) fn reverse_of_sum<T: Elem>(
     };
     match way {
         SumGradient::OpenTree => by_open(),
-        SumGradient::ClosedNetwork => by_closed(open, keys, wrt, closed_network(open, false)?),
+        SumGradient::ClosedNetwork => by_closed(open, keys, wrt, closed_plan(open)?),
         SumGradient::Cheaper => {
             let by_open = by_open();
             if let Err(e) = &by_open {
@@ -216,12 +214,13 @@ pub(crate) fn reverse_of_sum<T: Elem>(
                     return by_open;
                 }
             }
-            // When the open tree does not fit, the closed network is tried at any cost.
-            let by_closed = match closed_network(open, by_open.is_ok()) {
-                Ok(Some(closed)) => by_closed(open, keys, wrt, Some(closed)),
-                Ok(None) => return by_open,
-                Err(e) => Err(e),
-            };
+            let closed = closed_plan(open);
+            // A closed path of no fewer multiply-adds cannot win; when the open tree does
+            // not fit, the closed network is tried at any cost.
+            if by_open.is_ok() && closed.as_ref().is_ok_and(|c| c.multiply_adds() >= open.plan().multiply_adds()) {
+                return by_open;
+            }
+            let by_closed = closed.and_then(|plan| by_closed(open, keys, wrt, plan));
             match (by_open, by_closed) {
                 (Ok(o), Ok(c)) if estimated_cost(&c.merged) < estimated_cost(&o.merged) => Ok(c),
                 (Ok(o), _) => Ok(o),
@@ -233,15 +232,15 @@ pub(crate) fn reverse_of_sum<T: Elem>(
     }
 }
 
-/// The reverse pass along `closed`'s path, after the memory check of its tensors beside
-/// the open forward pass's.
+/// The reverse pass along the closed network's path `plan`, after the memory check of its
+/// tensors beside the open forward pass's.
 fn by_closed<T: Elem>(
     open: &Einsum<T>,
     keys: &[TensorKey],
     wrt: &[usize],
-    closed: Option<Einsum<T>>,
+    plan: Plan,
 ) -> EinsumResult<ReverseGraph<T>> {
-    let closed = closed.ok_or_else(|| EinsumError::Shape("the closed network was not built".into()))?;
+    let closed = Einsum::from_plan(plan.with_memory_limit(open.plan().memory_limit()))?;
     // The open forward pass (the value) runs in the same program: its intermediates are
     // alive beside the closed network's tensors; the operands are counted once.
     let elem = std::mem::size_of::<T>();

@@ -87,8 +87,13 @@ pub(crate) struct ElementwisePlan {
 /// label of `a` and `b` is one of `out`'s (nothing is summed). `pair.rs` asks it of the
 /// large operand's gradient.
 pub(crate) fn sums_nothing(a: &[u32], b: &[u32], out: &[u32]) -> bool {
-    let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
-    distinct(a) && distinct(b) && distinct(out) && a.iter().chain(b).all(|c| out.contains(c))
+    distinct_labels(&[a, b, out]) && a.iter().chain(b).all(|c| out.contains(c))
+}
+
+/// Whether no tensor of `tensors` repeats a label (no diagonal is read or written), the
+/// first test of every kernel that walks its tensors by strides alone.
+pub(crate) fn distinct_labels(tensors: &[&[u32]]) -> bool {
+    tensors.iter().all(|l| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c)))
 }
 
 /// The loop over the labels of `outer` (those of size 1 left out) that walks the three

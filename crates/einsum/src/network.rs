@@ -503,15 +503,14 @@ impl<T: Elem> Einsum<T> {
         let mut budget = Budget::new(self.options.memory_limit, std::mem::size_of::<T>());
         let peak = self.peak_bytes.checked_add(beside);
         budget.live = peak;
-        let twice = self.intermediate_bytes.checked_mul(2);
-        if !budget.limit.allows(twice.zip(peak).and_then(|(b, p)| b.checked_add(p))) {
-            let all = twice.zip(peak).and_then(|(b, p)| b.checked_add(p));
+        let all = self.intermediate_bytes.checked_mul(2).zip(peak).and_then(|(b, p)| b.checked_add(p));
+        if !budget.limit.allows(all) {
             return Err(budget.error(
                 format!("{what} of `{}` (the forward intermediates and their cotangents)", short(&self.plan.name())),
                 all,
             ));
         }
-        budget.live = twice.zip(peak).and_then(|(b, p)| b.checked_add(p));
+        budget.live = all;
         for &i in wrt {
             budget.alloc(&self.plan.shapes()[i], || format!("{what}: the gradient of operand {i}"))?;
         }

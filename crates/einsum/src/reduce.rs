@@ -34,7 +34,7 @@
 use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS};
-use crate::elementwise::strides_along;
+use crate::elementwise::{distinct_labels, strides_along};
 
 /// The most output elements the kernel takes: the `3 × 3` (and up to `4 × 4`) results of a
 /// small factor's gradient, and scalar outputs.
@@ -88,8 +88,7 @@ pub(crate) struct ReducePlan {
 impl ReducePlan {
     /// The plan for `a, b -> out` if it suits the kernel (module docs).
     pub(crate) fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
-        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
-        if !distinct(a) || !distinct(b) || !distinct(out) {
+        if !distinct_labels(&[a, b, out]) {
             return None;
         }
         let size = |c: u32| sizes[c as usize];
@@ -329,8 +328,7 @@ pub(crate) struct RowDotPlan {
 impl RowDotPlan {
     /// The plan for `a, b -> out` if it suits the kernel (the type's docs).
     pub(crate) fn new(a: &[u32], b: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
-        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
-        if !distinct(a) || !distinct(b) || !distinct(out) {
+        if !distinct_labels(&[a, b, out]) {
             return None;
         }
         let size = |c: u32| sizes[c as usize];
@@ -462,9 +460,8 @@ pub(crate) struct SumPlan {
 impl SumPlan {
     /// The plan for `a -> out` if it suits the kernel (the type's docs).
     pub(crate) fn new(a: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
-        let distinct = |l: &[u32]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
         let size = |c: u32| sizes[c as usize];
-        if !distinct(a) || !distinct(out) || !out.iter().all(|c| a.contains(c)) {
+        if !distinct_labels(&[a, out]) || !out.iter().all(|c| a.contains(c)) {
             return None;
         }
         if !a.iter().any(|&c| !out.contains(&c) && size(c) != 1) {
