@@ -89,6 +89,15 @@ impl<I: Id, K: Id> KeyRun<I, K> {
         self.len += 1;
     }
 
+    /// Appends the key after the last to a column that is a run (from key 0 when it is
+    /// empty): what [`Self::push`] of that key does, without its tests, for a caller that
+    /// knows the column is such a run.
+    #[inline(always)]
+    pub(crate) fn lengthen(&mut self) {
+        debug_assert!(self.dense.is_empty() && (self.len > 0 || self.first == 0), "a run from key 0");
+        self.len += 1;
+    }
+
     /// Writes the run out as a vector: the first key that does not follow it comes next.
     #[cold]
     fn break_run(&mut self) {

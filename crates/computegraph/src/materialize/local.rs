@@ -17,6 +17,7 @@
 //! build the key-indexed map, from the values emitted so far, and the rest of emit reads
 //! the fragment's operand lists through it as before.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use super::{AHEAD, Bits, KeyRun, Marker, MaterializedGraph, OperationId, ValueId, output_count};
@@ -42,7 +43,9 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         if self.expanded[0].is_empty() {
             self.expanded[0].resize(graph.operation_count());
         }
-        let Marker { needed, expanded, key_needed, inputs, input_list, single_ops, def_values, .. } = self;
+        let Marker {
+            needed, expanded, key_needed, inputs, input_list, single_ops, single_operands, def_values, ..
+        } = self;
         let (needed, expanded) = (&mut needed[0], &mut expanded[0]);
         let (value_op, keys, first_outputs) =
             (graph.value_op.raw(), graph.value_key.raw(), graph.op_first_output.raw());
@@ -74,7 +77,9 @@ impl<Op: GraphOperation> Marker<'_, Op> {
             let fresh = usize::from(!key_needed.test_and_set(keys[first_outputs[op.index()].index()].index()));
             *single_ops += fresh;
             *def_values += fresh * output_count(graph, op);
-            for r in graph.op_inputs.get(op.index()) {
+            let operands = graph.op_inputs.get(op.index());
+            *single_operands += fresh * operands.len();
+            for r in operands {
                 match r.get() {
                     // Operands come earlier: this sweep reaches them.
                     InputRef::Local(u) => {
@@ -112,19 +117,27 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         if n_values > <ValueId as crate::Id>::MAX_INDEX + 1 {
             return Err(GraphError::IdSpaceExhausted { space: "materialized value" });
         }
+        let n_operands = self.single_operands;
+        if u32::try_from(n_operands).is_err() {
+            return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
+        }
         let use_store = n_ops >= STORE_OPS_MIN;
-        // Plain vectors while filling (the bounds above hold for every push), made
-        // columns at the end without a copy; the key columns stay runs while keys are
-        // consecutive (`keys.rs`): no bytes written for them on a fragment built alone
-        // with nothing pruned.
+        // Plain vectors while filling, made columns at the end without a copy; the key
+        // columns stay runs while keys are consecutive (`keys.rs`): no bytes written for
+        // them on a fragment built alone with nothing pruned. The sweep counted the
+        // values, operations and operands exactly, so the other columns are reserved at
+        // their final lengths and written through that room (`Room`).
         let mut value_key: KeyRun<ValueId, KeyId> = KeyRun::with_room(n_values);
         let mut value_op: Vec<Option<OperationId>> = huge_vec(n_values);
         let mut op_key: KeyRun<OperationId, OperationKeyId> = KeyRun::with_room(n_ops);
         let mut op_first_output: Vec<ValueId> = huge_vec(n_ops);
-        let mut op_inputs: ListPool<ValueId> = ListPool::with_capacity_huge(n_ops, 2 * n_ops);
+        let mut starts: Vec<u32> = huge_vec(n_ops + 1);
+        let mut items: Vec<ValueId> = huge_vec(n_operands);
+        starts.push(0);
         let mut own_ops: Vec<Op> = if use_store { Vec::new() } else { Vec::with_capacity(n_ops) };
         let (inputs, input_keys) = push_leaves(&mut self.input_list, &mut value_op, &mut value_key);
         let (externals, external_keys) = push_leaves(&mut self.external_list, &mut value_op, &mut value_key);
+        let mut room = Room::of(&mut value_op, &mut op_first_output, &mut starts, &mut items);
         // How a key becomes its value's id (the module doc): the key itself while every
         // value so far has its key as its id, its rank among the values' keys while those
         // increase, a key-indexed map otherwise.
@@ -161,10 +174,10 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                 poll.tick()?;
                 let lop = LocalOperationId::new(op);
                 let id = OperationId::new(op_key.len());
-                let reader = value_op.len();
+                let reader = room.next_value();
                 let ok = graph.op_key[lop];
+                let c = ok.index() >> CHUNK_BITS;
                 if !matches!(ids, Renumber::Map(_)) {
-                    let c = ok.index() >> CHUNK_BITS;
                     let chunk = match chunk_at {
                         Some((at, chunk)) if at == c => chunk,
                         _ => match state.op_chunk(ok) {
@@ -179,9 +192,10 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                     };
                     // One loop per renumbering, so that the match is not taken per operand.
                     let operands = chunk.inputs.get(ok.index() & CHUNK_MASK);
+                    let list = room.list(operands.len());
                     match &ids {
                         Renumber::Identity => {
-                            for k in operands {
+                            for (slot, k) in list.iter_mut().zip(operands) {
                                 // Values `0..reader` are keys `0..reader`, and an operand is
                                 // emitted before its reader: the store gives an operation the
                                 // next key after its operands' (ADR 0017's key order), so this
@@ -189,13 +203,13 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                                 // (with the materialized graph's verifier); compile's slot pass
                                 // panics on an operand read before it is defined in any build.
                                 debug_assert!(k.index() < reader, "operands precede their users in key order");
-                                op_inputs.push_item(ValueId::new(k.index()));
+                                slot.write(ValueId::new(k.index()));
                             }
                         }
                         Renumber::Rank(rank) => {
-                            for k in operands {
+                            for (slot, k) in list.iter_mut().zip(operands) {
                                 let v = rank.rank(k.index()).expect("operands precede their users in key order");
-                                op_inputs.push_item(ValueId::new(v));
+                                slot.write(ValueId::new(v));
                             }
                         }
                         Renumber::Map(_) => unreachable!("a map reads the fragment's operand lists"),
@@ -208,33 +222,48 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                     if prefetch {
                         prefetch_local_operands(graph, op, vid);
                     }
-                    for r in graph.op_input_refs(lop) {
+                    let refs = graph.op_input_refs(lop);
+                    let list = room.list(refs.len());
+                    for (slot, r) in list.iter_mut().zip(refs) {
                         let v =
                             vid[graph.input_key_id(r).index()].expect("operands precede their users in local order");
                         far.note(v.index(), reader);
-                        op_inputs.push_item(v);
+                        slot.write(v);
                     }
-                }
-                if !op_inputs.finish_list() {
-                    return Err(GraphError::IdSpaceExhausted { space: "materialized operand pool" });
                 }
                 if !use_store {
                     own_ops.push(graph.op(lop).clone());
                 }
                 op_key.push(ok);
-                let chunk = ok.index() >> CHUNK_BITS;
-                if chunks.last() != Some(&chunk) {
-                    chunks.push(chunk);
+                if chunks.last() != Some(&c) {
+                    chunks.push(c);
                 }
-                op_first_output.push(ValueId::new(reader));
+                room.operation(reader);
                 for slot in 0..output_count(graph, lop) {
                     let key = keys[first_local + slot];
-                    value_op.push(Some(id));
-                    value_key.push(key);
-                    ids.push(key, &value_key, key_space);
+                    room.value(Some(id));
+                    // While every value's id is its key, `value_key` is the run `0..` and
+                    // a key equal to the next id only lengthens it.
+                    if matches!(ids, Renumber::Identity) && key.index() == value_key.len() {
+                        value_key.lengthen();
+                    } else {
+                        value_key.push(key);
+                        ids.push(key, &value_key, key_space);
+                    }
                 }
             }
         }
+        let (n_written_values, n_written_ops, n_written_operands) = (room.next_value(), room.ops, room.operands);
+        // SAFETY: `Room` wrote entries `len..n` of each column's spare capacity in order
+        // (`Room::of`), where `len` is the column's length then and `n` its count now;
+        // none of the types needs a drop.
+        unsafe {
+            value_op.set_len(n_written_values);
+            op_first_output.set_len(n_written_ops);
+            starts.set_len(n_written_ops + 1);
+            items.set_len(n_written_operands);
+        }
+        let op_inputs = ListPool::from_filled_parts(starts, items);
         let store_ops = if use_store {
             match state.store_ops_of(chunks.iter().copied()) {
                 Some(store) => Some(store),
@@ -248,7 +277,11 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         drop(state);
         // The sweep's counts (taken without a branch) sized the columns: they are the
         // operations and values emitted.
-        debug_assert_eq!((op_key.len(), value_op.len()), (n_ops, n_values), "the sweep's counts");
+        debug_assert_eq!(
+            (op_key.len(), value_op.len(), op_inputs.items().len()),
+            (n_ops, n_values, n_operands),
+            "the sweep's counts"
+        );
         let outputs =
             out_ids.iter().map(|&k| ids.id(k, value_key.len())).map(|v| v.expect("every output was marked")).collect();
         Ok(Some(MaterializedGraph {
@@ -286,6 +319,83 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                 self.defs.insert_if_absent(graph.value_key[first], (0, LocalOperationId::new(op)));
             }
         }
+    }
+}
+
+/// Emit's columns of known length (`value_op`, `op_first_output` and the operand pool's
+/// two), written through their spare capacity: an index per column kept in a register
+/// and a bound check per operation or value, where a push per entry tests the capacity
+/// and stores the length each time (the sweep counted every column's length, so the room
+/// is exact; a count that is wrong panics on the bound). Each column is written from its
+/// length at [`Room::of`] on, in order, and the caller sets the lengths to the counts.
+struct Room<'a> {
+    value_op: &'a mut [MaybeUninit<Option<OperationId>>],
+    op_first_output: &'a mut [MaybeUninit<ValueId>],
+    /// The pool's list ends: entry `i` ends list `i` (the pool's start 0 is written).
+    ends: &'a mut [MaybeUninit<u32>],
+    items: &'a mut [MaybeUninit<ValueId>],
+    /// Values of `value_op` before the room (the leaves).
+    leaves: usize,
+    /// Values written since.
+    values: usize,
+    /// Operations written (their first outputs and their lists' ends).
+    ops: usize,
+    /// Operands written into the pool.
+    operands: usize,
+}
+
+impl<'a> Room<'a> {
+    /// The room of the four columns, each empty but `value_op` (the leaves) and `starts`
+    /// (the pool's first start).
+    fn of(
+        value_op: &'a mut Vec<Option<OperationId>>,
+        op_first_output: &'a mut Vec<ValueId>,
+        starts: &'a mut Vec<u32>,
+        items: &'a mut Vec<ValueId>,
+    ) -> Self {
+        debug_assert!(op_first_output.is_empty() && starts.len() == 1 && items.is_empty());
+        let leaves = value_op.len();
+        Room {
+            value_op: value_op.spare_capacity_mut(),
+            op_first_output: op_first_output.spare_capacity_mut(),
+            ends: starts.spare_capacity_mut(),
+            items: items.spare_capacity_mut(),
+            leaves,
+            values: 0,
+            ops: 0,
+            operands: 0,
+        }
+    }
+
+    /// The room of the next operation's `n` operands, for the caller to write each one.
+    #[inline(always)]
+    fn list(&mut self, n: usize) -> &mut [MaybeUninit<ValueId>] {
+        let at = self.operands;
+        self.operands += n;
+        &mut self.items[at..at + n]
+    }
+
+    /// Closes the operation whose operands were just written: its first output is value
+    /// `first_output`.
+    #[inline(always)]
+    fn operation(&mut self, first_output: usize) {
+        self.op_first_output[self.ops].write(ValueId::new(first_output));
+        // Fits: the pool's length was checked against `u32` before emit.
+        self.ends[self.ops].write(self.operands as u32);
+        self.ops += 1;
+    }
+
+    /// The id the next value gets.
+    #[inline(always)]
+    fn next_value(&self) -> usize {
+        self.leaves + self.values
+    }
+
+    /// Appends a value defined by `op`.
+    #[inline(always)]
+    fn value(&mut self, op: Option<OperationId>) {
+        self.value_op[self.values].write(op);
+        self.values += 1;
     }
 }
 
@@ -505,6 +615,46 @@ mod tests {
         keys.into_iter().map(KeyId::new).collect()
     }
 
+    /// An operation of any operand and output count (none included), named by a tag.
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    struct Multi {
+        tag: u8,
+        operands: u8,
+        outputs: u8,
+    }
+
+    impl GraphOperation for Multi {
+        type Operand = u64;
+        type Context = ();
+        type InputKey = u32;
+        fn input_count(&self) -> usize {
+            self.operands as usize
+        }
+        fn output_count(&self) -> usize {
+            self.outputs as usize
+        }
+    }
+
+    /// A structural name of each value: `x{key}` for an input, and
+    /// `{tag}/{outputs}({operands' names})#{output}` for an output, which equal values share.
+    fn names_of(
+        n_values: usize,
+        inputs: impl Iterator<Item = (usize, u32)>,
+        ops: impl Iterator<Item = (Multi, Vec<usize>, Vec<usize>)>,
+    ) -> Vec<Option<String>> {
+        let mut name: Vec<Option<String>> = vec![None; n_values];
+        for (v, key) in inputs {
+            name[v] = Some(format!("x{key}"));
+        }
+        for (op, operands, outputs) in ops {
+            let args: Vec<String> = operands.iter().map(|&u| name[u].clone().expect("operands come first")).collect();
+            for (slot, v) in outputs.into_iter().enumerate() {
+                name[v] = Some(format!("{}/{}({})#{slot}", op.tag, op.outputs, args.join(",")));
+            }
+        }
+        name
+    }
+
     proptest! {
         /// Pushed value by value as emit does, the renumbering gives each key its value's
         /// id (against a map from key to position) and no id to a key no value has.
@@ -547,6 +697,80 @@ mod tests {
                 Renumber::Map(_) => "map",
             };
             prop_assert_eq!(mode, expected);
+        }
+
+        /// A fragment of operations of zero to three operands and one to three outputs, inputs
+        /// interleaved, copies and unread operations among them, materializes (the path of
+        /// one fragment, whose columns are written through reserved room) to the
+        /// reference: the distinct names reachable from the outputs, each once, every
+        /// operation with its output count, the verifier passing and the outputs named as
+        /// the fragment names them.
+        #[test]
+        fn a_fragment_of_any_output_count_materializes_to_its_reachable_names(
+            steps in proptest::collection::vec((0u8..4, 0u8..4, 1u8..4, proptest::collection::vec(any::<usize>(), 3)), 1..120),
+            picks in proptest::collection::vec(any::<usize>(), 1..6),
+        ) {
+            use crate::{GraphBuilder, ValueRef::Local, materialize_merge, resolve};
+            let mut b = GraphBuilder::<Multi>::new();
+            let mut values = vec![b.add_input(0)];
+            let mut inputs = vec![(0, 0u32)];
+            let mut ops = Vec::new();
+            for (kind, tag, outputs, operands) in steps {
+                if kind == 0 {
+                    let key = inputs.len() as u32;
+                    values.push(b.add_input(key));
+                    inputs.push((values.len() - 1, key));
+                    continue;
+                }
+                let op = Multi { tag, operands: kind - 1, outputs };
+                let operands: Vec<usize> = operands[..op.operands as usize].iter().map(|&i| i % values.len()).collect();
+                let refs: Vec<_> = operands.iter().map(|&i| Local(values[i])).collect();
+                let range = b.add_operation_from(op.clone(), &refs, &OperationRole::Primary);
+                let first = values.len();
+                values.extend(range.map(LocalValueId::new));
+                ops.push((op, operands, (first..values.len()).collect::<Vec<_>>()));
+            }
+            let names = names_of(values.len(), inputs.iter().copied(), ops.iter().cloned());
+            let outputs: Vec<usize> = picks.iter().map(|&i| i % values.len()).collect();
+            // The reference: the names reachable from the outputs, by a walk over names.
+            let mut reachable = std::collections::BTreeSet::new();
+            let mut stack: Vec<usize> = outputs.clone();
+            let producer: std::collections::HashMap<usize, usize> =
+                ops.iter().enumerate().flat_map(|(i, (_, _, outs))| outs.iter().map(move |&v| (v, i))).collect();
+            while let Some(v) = stack.pop() {
+                if !reachable.insert(names[v].clone().expect("named")) {
+                    continue;
+                }
+                if let Some(&i) = producer.get(&v) {
+                    let (_, operands, outs) = &ops[i];
+                    stack.extend(operands.iter().copied());
+                    // Every output of a reachable operation is a value of the result.
+                    stack.extend(outs.iter().copied());
+                }
+            }
+            let g = Arc::new(b.build());
+            let keys: Vec<_> = outputs.iter().map(|&i| g.global_key(values[i])).collect();
+            let m = materialize_merge(&resolve(vec![g.clone()]), &keys);
+            m.verify().map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            let m_names = names_of(
+                m.value_count(),
+                m.inputs().iter().map(|v| v.index()).zip(m.input_keys().iter().copied()),
+                m.operations().map(|o| {
+                    prop_assert_eq!(o.outputs().len(), o.operation().output_count());
+                    Ok((
+                        o.operation().clone(),
+                        o.inputs().iter().map(|v| v.index()).collect(),
+                        o.outputs().map(|v| v.index()).collect(),
+                    ))
+                }).collect::<Result<Vec<_>, TestCaseError>>()?.into_iter(),
+            );
+            let listed: Vec<String> = m_names.iter().map(|n| n.clone().expect("every value named")).collect();
+            let distinct: std::collections::BTreeSet<String> = listed.iter().cloned().collect();
+            prop_assert_eq!(distinct.len(), listed.len(), "each name once");
+            prop_assert_eq!(distinct, reachable);
+            let out_names: Vec<&String> = m.outputs().iter().map(|v| &listed[v.index()]).collect();
+            let expected: Vec<&String> = outputs.iter().map(|&i| names[i].as_ref().expect("named")).collect();
+            prop_assert_eq!(out_names, expected);
         }
 
         /// The blocks list, in order, each operation whose key's bit is set the first time
