@@ -258,6 +258,25 @@ fn split_parts(macs: usize) -> usize {
     if in_pool && macs >= PAR_GEMM_MIN_MACS { rayon::current_num_threads() } else { 1 }
 }
 
+/// The threads on which the GEMM path packs an operand of `len` elements for GEMMs of
+/// `macs` multiply-adds in all: the current pool's when they hold `PAR_GEMM_MIN_MACS` or
+/// more ([`split_parts`]: one such GEMM splits over the pool, and a loop of smaller ones
+/// is spread where [`batch_chunks`] or [`chunk_lead`] can) and the copy holds at least
+/// [`PAR_PACK_MIN_ELEMENTS`]; else one. A copy is exact, so the split changes no value.
+///
+/// Why: `permute.rs` splits only copies of `2^20` elements or more, and an operand of
+/// fewer packed on one thread while the GEMM after it ran on two left the second thread
+/// idle for that time: `rrg_60_d3_bond3_seed1`'s `abcdefghij,klmchenjopbi->adfgklmnop`
+/// (one GEMM of `81 × 729 × 729`, `b`'s `3^12` elements packed) spent more of its time
+/// in that copy than in any of faer's micro-kernels.
+pub(crate) fn pack_threads(len: usize, macs: usize) -> usize {
+    if len >= PAR_PACK_MIN_ELEMENTS { split_parts(macs) } else { 1 }
+}
+
+/// The fewest elements [`pack_threads`] packs on several threads: a copy of this many
+/// takes some 50 µs, several times what handing half of it to another thread costs.
+const PAR_PACK_MIN_ELEMENTS: usize = 1 << 15;
+
 /// The row ranges `elem.rs`'s split GEMM gives its `parts` blocks of an `r`-row side: each
 /// block but the last `rest / left` rows rounded up to a multiple of 8, in order.
 fn cuts(r: usize, parts: usize) -> SmallVec<[(usize, usize); 4]> {
@@ -550,6 +569,35 @@ mod tests {
             m in 1usize..40, n in 1usize..40, k in 1usize..40, layout in 0u32..32, block in 1usize..20000,
         ) {
             check_loop(m, n, k, layout, block)?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(6))]
+
+        /// One GEMM of `256 × 256 × 128` whose operands' and result's labels come in any
+        /// order, so that an operand of `2^15` elements is often packed by a permutation,
+        /// on the pool's threads inside a pool ([`pack_threads`]): two threads give the
+        /// one-thread result bit for bit, and both the reference to rounding.
+        #[test]
+        fn operands_packed_on_a_pool_give_the_one_thread_result(
+            la in Just(vec![0u32, 1, 2, 3]).prop_shuffle(),
+            lb in Just(vec![1u32, 2, 3, 4, 5, 6, 7]).prop_shuffle(),
+            lo in Just(vec![0u32, 4, 5, 6, 7]).prop_shuffle(),
+        ) {
+            use crate::kernel::{ContractSpec, contract};
+            use crate::reference::{ramp, reference_labels};
+            let sizes = [256, 8, 4, 4, 4, 4, 4, 4];
+            let spec = ContractSpec::new(&la, &lb, &lo, &sizes).expect("a valid spec");
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+            prop_assert_eq!(pool.install(|| pack_threads(1 << 15, 256 * 256 * 128)), 2);
+            let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
+            let one = contract(&spec, &a, &b);
+            let two = pool.install(|| contract(&spec, &a, &b));
+            prop_assert_eq!(one.data(), two.data());
+            let want = reference_labels(&[(&a, &la), (&b, &lb)], &lo, &sizes).expect("a reference");
+            let err = two.max_abs_diff(&want).expect("equal shapes");
+            prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }
     }
 }

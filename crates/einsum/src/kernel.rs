@@ -55,9 +55,9 @@ use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::Elem;
 use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
-use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view};
+use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view, pack_threads};
 use crate::lanes::LanesPlan;
-use crate::permute::{Group, loop_strides, permute, shape_of};
+use crate::permute::{Group, loop_strides, permute, permute_on, shape_of};
 use crate::reduce::{ReducePlan, RowDotPlan, SumPlan};
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
@@ -731,6 +731,7 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         sizes: &[usize],
         looped: &[u32],
         [rows, cols]: [&[u32]; 2],
+        macs: usize,
     ) -> (Cow<'t, [T]>, MatrixView) {
         match matrix_view(labels, sizes, looped, rows, cols) {
             Some(v) => (Cow::Borrowed(t.data()), v),
@@ -742,6 +743,11 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
                     .chain(rows.iter().chain(cols).copied())
                     .collect();
                 let v = matrix_view(&l, sizes, looped, rows, cols).expect("packed operands are views");
+                // A permutation (no label summed) runs on the threads the GEMMs will.
+                let threads = pack_threads(t.data().len(), macs);
+                if threads > 1 && l.len() == labels.len() {
+                    return (Cow::Owned(permute_on(sizes, t.data(), labels, &l, threads)), v);
+                }
                 (Cow::Owned(pack(t.data(), labels, &l, sizes)), v)
             }
         }
@@ -753,8 +759,9 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         let v = matrix_view(&order, sizes, looped, rows, cols).expect("packed operands are views");
         (Cow::Owned(pack(t.data(), labels, &order, sizes)), v)
     };
-    let (mut a_data, mut a_view) = operand(a, &spec.a, sizes, looped, [&p.left, &p.contracted]);
-    let (mut b_data, mut b_view) = operand(b, &spec.b, sizes, looped, [&p.contracted, &p.right]);
+    let macs = [nl, m, n, k].iter().fold(1usize, |w, &d| w.saturating_mul(d));
+    let (mut a_data, mut a_view) = operand(a, &spec.a, sizes, looped, [&p.left, &p.contracted], macs);
+    let (mut b_data, mut b_view) = operand(b, &spec.b, sizes, looped, [&p.contracted, &p.right], macs);
     // The result: the output itself when its layout allows, else a contiguous
     // `[looped labels of the output, left, right]` tensor permuted or expanded afterwards.
     let core = cat(&spec.out, &[&p.left, &p.right]);
