@@ -20,19 +20,22 @@ fn outcome<T: einsum::Elem>(g: &EinsumGradient<T>, x: &[Tensor<T>], c: T) -> (Te
     (v, grads, g.multiply_adds())
 }
 
-/// `Cheaper`'s program is one of the two ways': its multiply-adds are those of the open
-/// tree or of the closed network, and its value and gradients are that way's (to rounding:
-/// two builds of one way need not order a cotangent's sums alike).
+/// `Cheaper`'s program is one of the two ways': the open tree's, bit for bit (value,
+/// gradients and multiply-adds), or else the closed network's, whose value is the open
+/// forward pass's bit for bit and whose gradients are the open tree's to rounding. The
+/// closed way is not compared with a second call of its own: its path comes from
+/// [`PathChoice::Auto`], whose search is bounded in time, so two calls on a loaded
+/// machine may find different paths.
 fn cheaper_is_one_way<T: einsum::Elem>(e: &Einsum<T>, wrt: &[usize], c: T, what: &str) -> Result<(), TestCaseError> {
     let x: Vec<Tensor<T>> = e.shapes().iter().enumerate().map(|(i, s)| tensor(s.clone(), i as u64)).collect();
     let by = |way| outcome(&e.gradient_of_sum_by(wrt, way).unwrap(), &x, c);
-    let cheaper = by(SumGradient::Cheaper);
-    let (open, closed) = (by(SumGradient::OpenTree), by(SumGradient::ClosedNetwork));
-    let taken = if cheaper.2 == open.2 { &open } else { &closed };
-    prop_assert_eq!(cheaper.2, taken.2, "{}: Cheaper's multiply-adds are neither way's", what);
-    prop_assert_eq!(&cheaper.0, &taken.0, "{}: the value is the open forward pass's", what);
-    for (k, (got, want)) in cheaper.1.iter().zip(&taken.1).enumerate() {
-        assert_close(got, want, &format!("{what}: gradient {k}"));
+    let (cheaper, open) = (by(SumGradient::Cheaper), by(SumGradient::OpenTree));
+    if cheaper == open {
+        return Ok(());
+    }
+    prop_assert_eq!(&cheaper.0, &open.0, "{}: the value is the open forward pass's", what);
+    for (k, (got, want)) in cheaper.1.iter().zip(&open.1).enumerate() {
+        assert_close(got, want, &format!("{what}: gradient {k} by the closed network"));
     }
     Ok(())
 }
