@@ -225,7 +225,10 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
         if matches!(self, TensorOp::ContractPair(_)) { 2 } else { 1 }
     }
 
-    /// Contractions: [`contraction_cost`]; unary einsums: [`one_operand_cost`].
+    /// Contractions: a quarter of their multiply-adds plus their output size (the GEMM
+    /// path runs at several multiply-adds per nanosecond); unary einsums: their loop size
+    /// (`contraction_cost` and `one_operand_cost` in this file, which `closed_sum.rs`
+    /// counts by too).
     /// Element-wise operations do not know their shape and report 1.
     fn cost_hint(&self) -> u64 {
         let contract = |s: &ContractSpec| contraction_cost(s.multiply_adds(), elements(&s.out_shape()));
