@@ -77,8 +77,10 @@ fn long_search() -> Einsum<f64> {
 
 /// Ctrl-C during the closed network's path search: the flag raised while the call runs
 /// makes `gradient_of_sum` (the cheaper way) and the closed way return
-/// [`EinsumError::Interrupted`] within a second of the flag, long before the search would
-/// have ended by itself.
+/// [`EinsumError::Interrupted`] (had the flag not been read, the search would have ended by
+/// itself and the call returned `Ok`). The time from the flag to the return is bounded
+/// generously here (a debug build on a loaded two-core machine); its figure is in
+/// `docs/PERFORMANCE.md`.
 #[test]
 fn a_stop_during_the_closed_search_interrupts_the_gradient_of_the_sum() {
     let e = long_search();
@@ -97,6 +99,6 @@ fn a_stop_during_the_closed_search_interrupts_the_gradient_of_the_sum() {
             assert_eq!(got.err(), Some(EinsumError::Interrupted), "{way:?}");
             returned.saturating_duration_since(raised)
         });
-        assert!(raised < Duration::from_secs(1), "{way:?}: returned {raised:?} after the flag");
+        assert!(raised < Duration::from_secs(10), "{way:?}: returned {raised:?} after the flag");
     }
 }
