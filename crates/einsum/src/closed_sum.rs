@@ -20,23 +20,22 @@
 //! Invariants: the closed network has the open one's operands in order, with the same
 //! shapes (checked: a mismatch is an error, never a wrong gradient), and its graph's inputs
 //! are the open graph's (`TensorKey::Var(i)` on the same interner), so one program may
-//! hold both. [`estimated_cost`] is the one estimate both ways are compared by.
+//! hold both. [`SumGradient::Cheaper`] compares the two ways by [`estimated_cost`] of
+//! their plans, before either reverse graph is built: only the winner's is built (and,
+//! for the closed way, its forward graph), unless it does not fit the memory limit. A
+//! stop request during the closed path's search is the call's error, whichever way.
 //!
 //! Complexity: the closed path's search ([`PathChoice::Auto`] bounds its time by the cost
-//! of the path it finds) and one graph build; [`estimated_cost`] is linear in the
-//! operations.
-
-use computegraph::MaterializedGraph;
+//! of the path it finds) and one graph build; [`estimated_cost`] is linear in the steps.
 
 use crate::elem::Elem;
 use crate::error::{EinsumError, EinsumResult};
-use crate::kernel::ContractSpec;
 use crate::memory::{MemoryLimit, tensor_bytes};
 use crate::network::{Einsum, EinsumGradient, ReverseGraph};
-use crate::op::{TensorKey, TensorOp};
+use crate::op::{TensorKey, contraction_cost, elements, one_operand_cost};
 use crate::path::PathChoice;
 use crate::plan::Plan;
-use crate::sum_seed::sum_of_output;
+use crate::sum_seed::{SumFragment, sum_of_output};
 
 /// The plan of `open`'s closed network (module docs): its path found for the closed
 /// equation, checked to take `open`'s operands with the same shapes.
@@ -65,41 +64,72 @@ fn closed_plan<T: Elem>(open: &Einsum<T>) -> EinsumResult<Plan> {
     Ok(closed)
 }
 
-/// Elements of a shape, as a float (no overflow: an estimate).
-fn elements(shape: &[usize]) -> f64 {
-    shape.iter().map(|&d| d as f64).product()
-}
-
-/// The estimated time of one contraction in the units of [`estimated_cost`].
-fn contract_cost(s: &ContractSpec) -> f64 {
-    s.multiply_adds() as f64 / MULTIPLY_ADDS_PER_ELEMENT
-        + elements(&s.a_shape())
-        + elements(&s.b_shape())
-        + elements(&s.out_shape())
-}
-
-/// Multiply-adds that take as long as reading or writing one element: a GEMM does about
-/// four per cycle on one core, a pass over memory moves about one element per cycle.
-/// The same weight as [`TensorOp`]'s cost hint gives multiply-adds against the elements
-/// written.
-const MULTIPLY_ADDS_PER_ELEMENT: f64 = 4.0;
-
-/// The estimated time of a program, in elements moved: each contraction's and one-operand
-/// einsum's multiply-adds (at [`MULTIPLY_ADDS_PER_ELEMENT`]) plus the elements it reads and
-/// writes. Element-wise operations (a cotangent's sum, a scale) carry no shape and are
-/// left out; a program has few of them beside its contractions.
-fn estimated_cost<T: Elem>(program: &MaterializedGraph<TensorOp<T>>) -> f64 {
-    program
-        .operations()
-        .map(|op| match op.operation() {
-            TensorOp::Contract(s) => contract_cost(s),
-            TensorOp::ContractPair(p) => contract_cost(p.x()) + contract_cost(p.y()),
-            TensorOp::Unary(s) => {
-                s.multiply_adds() as f64 / MULTIPLY_ADDS_PER_ELEMENT + elements(&s.a_shape()) + elements(&s.out_shape())
+/// The estimated time of what a way adds to the open forward pass, which both run for
+/// the value: the reverse pass along `plan` with respect to the operands `wrt`, after the
+/// forward pass along it when `closed` (the closed network's, which only that reverse
+/// pass reads). Open (`closed` false), a last pairwise step is seeded by the sum
+/// (`sum_seed.rs`): each of its transposes is a sum of the other operand and a broadcast,
+/// not a contraction; a final reduction is seeded by the scalar broadcast to the output.
+/// Counted from the plan alone, in the units of [`TensorOp::cost_hint`](crate::TensorOp)
+/// ([`contraction_cost`], [`one_operand_cost`]): a step's transpose loops over the step's
+/// labels and writes the operand's shape; a sum done first, or a final reduction, is
+/// transposed by a broadcast of the same loop. The reverse graph's rewrites (`reassoc.rs`,
+/// `fuse.rs`) and element-wise operations are left out.
+fn estimated_cost(plan: &Plan, wrt: &[usize], closed: bool) -> u64 {
+    let sizes = &plan.network().sizes;
+    let size = |l: &[u32]| l.iter().fold(1u64, |a, &c| a.saturating_mul(sizes[c as usize] as u64));
+    let followed = plan.followed();
+    let (steps, reduction) = (followed.steps(), followed.final_reduction());
+    // Per path operand (the inputs, then each step's result): whether a gradient flows
+    // back through it.
+    let mut needed: Vec<bool> = (0..plan.shapes().len()).map(|i| wrt.contains(&i)).collect();
+    for step in steps {
+        let flows = step.operands.iter().any(|o| needed[o.index()]);
+        needed.push(flows);
+    }
+    let mut total = 0u64;
+    let mut add = |c: u64| total = total.saturating_add(c);
+    for (i, shape) in plan.shapes().iter().enumerate().filter(|&(i, _)| plan.summed_first(i)) {
+        let work = one_operand_cost(elements(shape));
+        if closed {
+            add(work);
+        }
+        if needed[i] {
+            add(work);
+        }
+    }
+    for (s, step) in steps.iter().enumerate() {
+        let loops = size(&followed.loops(step));
+        if closed {
+            add(contraction_cost(loops, size(followed.labels(step.result))));
+        }
+        if !needed[step.result.index()] {
+            continue;
+        }
+        let seeded = !closed && s + 1 == steps.len() && reduction.is_none();
+        for (k, o) in step.operands.iter().enumerate().filter(|(_, o)| needed[o.index()]) {
+            let written = size(followed.labels(*o));
+            if seeded {
+                let other = size(followed.labels(step.operands[1 - k]));
+                add(one_operand_cost(other).saturating_add(one_operand_cost(written)));
+            } else {
+                add(contraction_cost(loops, written));
             }
-            _ => 0.0,
-        })
-        .sum()
+        }
+    }
+    if let Some((_, loops)) = reduction {
+        let work = one_operand_cost(size(&loops));
+        if closed {
+            add(work);
+        }
+        if needed[followed.last().index()] {
+            if !closed {
+                add(one_operand_cost(size(&plan.network().output)));
+            }
+            add(work);
+        }
+    }
+    total
 }
 
 impl<T: Elem> Einsum<T> {
@@ -199,35 +229,51 @@ pub(crate) fn reverse_of_sum<T: Elem>(
     wrt: &[usize],
     way: SumGradient,
 ) -> EinsumResult<ReverseGraph<T>> {
-    let by_open = || -> EinsumResult<ReverseGraph<T>> {
+    // The sum's fragment and the memory check of the open tree's reverse pass: no graph
+    // of the reverse pass yet.
+    let open_fits = || -> EinsumResult<SumFragment<T>> {
         let sum = sum_of_output(open.graph(), open.output_shape())?;
         open.check_reverse("the gradient of the sum", wrt, &sum.made)?;
-        open.reverse_graph(keys, vec![open.graph().clone(), sum.graph], &sum.sum)
+        Ok(sum)
     };
+    let by_open = |sum: SumFragment<T>| open.reverse_graph(keys, vec![open.graph().clone(), sum.graph], &sum.sum);
     match way {
-        SumGradient::OpenTree => by_open(),
+        SumGradient::OpenTree => by_open(open_fits()?),
         SumGradient::ClosedNetwork => by_closed(open, keys, wrt, closed_plan(open)?),
         SumGradient::Cheaper => {
-            let by_open = by_open();
-            if let Err(e) = &by_open {
+            let fits = open_fits();
+            if let Err(e) = &fits {
                 if !matches!(e, EinsumError::Memory { .. }) {
-                    return by_open;
+                    return fits.and_then(by_open);
                 }
             }
-            let closed = closed_plan(open);
-            // A closed path of no fewer multiply-adds cannot win; when the open tree does
-            // not fit, the closed network is tried at any cost.
-            if by_open.is_ok() && closed.as_ref().is_ok_and(|c| c.multiply_adds() >= open.plan().multiply_adds()) {
-                return by_open;
+            let closed = match closed_plan(open) {
+                // Ctrl-C during the search stops the call, not only the closed way.
+                Err(EinsumError::Interrupted) => return Err(EinsumError::Interrupted),
+                Err(e) => return fits.map_or(Err(e), by_open),
+                Ok(closed) => closed,
+            };
+            let Ok(sum) = fits else {
+                // The open tree does not fit: the closed network at any cost, and when
+                // neither fits, the open tree's error.
+                return match by_closed(open, keys, wrt, closed) {
+                    Err(EinsumError::Memory { .. }) => fits.and_then(by_open),
+                    r => r,
+                };
+            };
+            // A closed path of no fewer multiply-adds cannot win. The closed network's
+            // plan is estimated as it is built (`Einsum::from_plan` merges small factors
+            // first); the open one's was merged when it was built.
+            if closed.multiply_adds() >= open.plan().multiply_adds() {
+                return by_open(sum);
             }
-            let by_closed = closed.and_then(|plan| by_closed(open, keys, wrt, plan));
-            match (by_open, by_closed) {
-                (Ok(o), Ok(c)) if estimated_cost(&c.merged) < estimated_cost(&o.merged) => Ok(c),
-                (Ok(o), _) => Ok(o),
-                (Err(_), Ok(c)) => Ok(c),
-                (Err(o), Err(EinsumError::Memory { .. })) => Err(o),
-                (Err(_), Err(c)) => Err(c),
+            let merged = closed.with_factors_merged();
+            let closed_cost = estimated_cost(merged.as_ref().unwrap_or(&closed), wrt, true);
+            if closed_cost >= estimated_cost(open.plan(), wrt, false) {
+                return by_open(sum);
             }
+            // Nor is the closed way taken when its tensors do not fit.
+            by_closed(open, keys, wrt, closed).or_else(|_| by_open(sum))
         }
     }
 }

@@ -226,20 +226,40 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
     }
 
     /// Contractions: a quarter of their multiply-adds plus their output size (the GEMM
-    /// path runs at several multiply-adds per nanosecond); unary einsums: their loop size.
+    /// path runs at several multiply-adds per nanosecond); unary einsums: their loop size
+    /// (`contraction_cost` and `one_operand_cost` in this file, which `closed_sum.rs`
+    /// counts by too).
     /// Element-wise operations do not know their shape and report 1.
     fn cost_hint(&self) -> u64 {
-        let contract = |s: &ContractSpec| {
-            let out = s.out_shape().iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
-            (s.multiply_adds() / 4).saturating_add(out).max(1)
-        };
+        let contract = |s: &ContractSpec| contraction_cost(s.multiply_adds(), elements(&s.out_shape()));
         match self {
             TensorOp::Contract(s) => contract(s),
             TensorOp::ContractPair(p) => contract(p.x()).saturating_add(contract(p.y())),
-            TensorOp::Unary(s) => s.multiply_adds().max(1),
+            TensorOp::Unary(s) => one_operand_cost(s.multiply_adds()),
             _ => 1,
         }
     }
+}
+
+/// The estimated time of a contraction of `multiply_adds` that writes `written`
+/// elements, in the units of [`GraphOperation::cost_hint`]: a quarter of its multiply-adds
+/// (the GEMM path runs at several multiply-adds per nanosecond) plus its output size. The
+/// one model of a contraction's time: [`TensorOp::cost_hint`] and the closed-sum
+/// gradient's choice between two plans not yet built (`closed_sum.rs`) both count by it.
+pub(crate) fn contraction_cost(multiply_adds: u64, written: u64) -> u64 {
+    (multiply_adds / 4).saturating_add(written).max(1)
+}
+
+/// The estimated time of a one-operand einsum (a sum, a broadcast, a permutation) whose
+/// loop has `multiply_adds` iterations, in the units of [`contraction_cost`]: one per
+/// iteration, as a pass over memory.
+pub(crate) fn one_operand_cost(multiply_adds: u64) -> u64 {
+    multiply_adds.max(1)
+}
+
+/// Elements of a shape (saturating).
+pub(crate) fn elements(shape: &[usize]) -> u64 {
+    shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
 
 impl<T: Elem> EvaluableGraphOperation for TensorOp<T> {

@@ -2,6 +2,7 @@
 
 mod balance;
 mod checkpoint;
+mod closed_sum;
 mod gradients;
 mod instances;
 mod merge;
