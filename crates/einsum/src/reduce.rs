@@ -863,11 +863,11 @@ mod tests {
                     let terms = (t.data().len() / want_len(&out, &dims)) as f64;
                     let tol = 4.0 * f64::EPSILON * terms;
                     let want = reference_labels(&[(&t, &a[..])], &out, &dims).unwrap();
-                    let got = Tensor::from_parts(&want.shape().to_vec(), two.0.clone());
+                    let got = Tensor::from_parts(want.shape(), two.0.clone());
                     let err = got.max_abs_diff(&want).unwrap();
                     prop_assert!(err <= tol * (1.0 + want.max_abs()), "{:?} -> {:?}: {}", a, out, err);
                     let want = reference_labels(&[(&re, &a[..])], &out, &dims).unwrap();
-                    let got = Tensor::from_parts(&want.shape().to_vec(), two.1.clone());
+                    let got = Tensor::from_parts(want.shape(), two.1.clone());
                     let err = got.max_abs_diff(&want).unwrap();
                     prop_assert!(err <= tol * (1.0 + want.max_abs()), "{:?} -> {:?}: {}", a, out, err);
                 }
