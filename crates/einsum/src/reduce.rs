@@ -446,8 +446,21 @@ impl<T: Elem> pulp::WithSimd for RowDots<'_, T> {
 /// order every read is contiguous and the inner pass is a vector addition of a row into
 /// the output's (`ij->j`) or a sum of a run in [`LANES`] partial sums (`ij->i`).
 ///
+/// Threads: inside a pool of several threads, an operand of at least `PAR_SUM_MIN`
+/// elements is cut over them (a sum is one read of memory, so one core leaves the
+/// bandwidth of the others unused). The cut is along the output's outermost axis when it
+/// has a piece for every thread (long enough, when it is the operand's innermost axis, to
+/// keep the rows vector additions): each thread writes its own block of the output and
+/// walks the operand in the same order over it, so every element's sum is formed as on one
+/// thread, bit for bit. Otherwise, when the output is small beside the operand
+/// (`ij->` or `ij->j` of a few columns), it is cut along the outermost summed axis that
+/// has a piece for every thread: each thread sums its piece into an output of its own and
+/// those are added in order, which rounds differently from one thread (and the same on
+/// every run of one thread count).
+///
 /// Cost: one read of the operand; the output (zeroed once) is read and written once per
-/// run of the operand's labels after its innermost kept one.
+/// run of the operand's labels after its innermost kept one, plus one output per thread
+/// when the summed axis is cut.
 #[derive(Debug)]
 pub(crate) struct SumPlan {
     /// The operand's axes (size 1 dropped, neighbours fused) and the strides of the
@@ -455,6 +468,31 @@ pub(crate) struct SumPlan {
     sizes: SmallVec<[usize; 8]>,
     strides: [SmallVec<[usize; 8]>; 2],
     out_len: usize,
+}
+
+/// Operand elements from which a sum is cut over the pool's threads: about 0.1 ms of
+/// one core's reading against the tens of microseconds that forking and joining cost; in
+/// tests 64, so that the property tests' small sums take the pool's paths too.
+fn par_sum_min() -> usize {
+    if cfg!(test) { 1 << 6 } else { 1 << 16 }
+}
+
+/// The shortest piece of the operand's innermost axis a thread takes when that axis is
+/// the one cut among kept ones: shorter rows would leave the vector additions little to
+/// do per row.
+const MIN_PIECE_ROW: usize = 64;
+
+/// How [`SumPlan::run`] shares the operand among threads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SumCut {
+    /// One thread walks it all.
+    Whole,
+    /// Axis `axis` (the output's outermost) cut in pieces of `piece`: each thread writes
+    /// its own block of the output.
+    Kept { axis: usize, piece: usize },
+    /// Summed axis `axis` cut in pieces of `piece`: each thread sums into an output of its
+    /// own, added in order at the end.
+    Summed { axis: usize, piece: usize },
 }
 
 impl SumPlan {
@@ -472,21 +510,95 @@ impl SumPlan {
         Some(SumPlan { sizes, strides: [sa, so], out_len })
     }
 
+    /// How `threads` threads share the operand (the type's docs).
+    fn cut(&self, threads: usize) -> SumCut {
+        let (sizes, [_, so]) = (&self.sizes, &self.strides);
+        let a_len: usize = sizes.iter().product();
+        if threads < 2 || a_len < par_sum_min() {
+            return SumCut::Whole;
+        }
+        let last = sizes.len() - 1;
+        let pieces = |d: usize| d.div_ceil(d.div_ceil(threads));
+        // The output's outermost axis: the kept one of the largest output stride.
+        let outer = (0..sizes.len()).filter(|&x| so[x] != 0).max_by_key(|&x| so[x]);
+        if let Some(x) = outer {
+            let long_enough = x != last || sizes[x] / threads >= MIN_PIECE_ROW;
+            if pieces(sizes[x]) >= threads && long_enough {
+                return SumCut::Kept { axis: x, piece: sizes[x].div_ceil(threads) };
+            }
+        }
+        // Partial outputs cost one output per thread, small beside the operand here.
+        if self.out_len.saturating_mul(threads) <= a_len / 8 {
+            if let Some(x) = (0..sizes.len()).find(|&x| so[x] == 0 && pieces(sizes[x]) >= threads) {
+                return SumCut::Summed { axis: x, piece: sizes[x].div_ceil(threads) };
+            }
+        }
+        SumCut::Whole
+    }
+
     /// The sums (row-major over the output's labels) of `a`.
     pub(crate) fn run<T: Elem>(&self, a: &[T]) -> Vec<T> {
         let mut out = crate::buffer::zeroed(self.out_len);
         if self.out_len == 0 || self.sizes.contains(&0) {
             return out; // an empty sum is zero
         }
-        crate::small_gemm::arch().dispatch(Sums { plan: self, a, out: &mut out });
+        let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
+        let threads = if pooled { rayon::current_num_threads() } else { 1 };
+        self.run_cut(a, &mut out, self.cut(threads));
         out
+    }
+
+    /// Adds the sums of `a` into the zeroed `out`, shared among threads as `cut` says.
+    fn run_cut<T: Elem>(&self, a: &[T], out: &mut [T], cut: SumCut) {
+        let (sizes, [sa, so]) = (&self.sizes, &self.strides);
+        // Axis `axis` restricted to `lo..hi`: the sizes and the operand's first element.
+        let piece = |axis: usize, lo: usize, hi: usize| {
+            let mut s = sizes.clone();
+            s[axis] = hi - lo;
+            (s, lo * sa[axis])
+        };
+        let walk = |sizes: &[usize], first: usize, out: &mut [T]| {
+            crate::small_gemm::arch().dispatch(Sums { plan: self, sizes, a, first, out });
+        };
+        use rayon::prelude::*;
+        match cut {
+            SumCut::Whole => walk(sizes, 0, out),
+            SumCut::Kept { axis, piece: len } => {
+                debug_assert_eq!(so[axis] * sizes[axis], out.len(), "the output's outermost axis");
+                out.par_chunks_mut(len * so[axis]).enumerate().for_each(|(i, block)| {
+                    let lo = i * len;
+                    let (s, first) = piece(axis, lo, (lo + len).min(sizes[axis]));
+                    walk(&s, first, block);
+                });
+            }
+            SumCut::Summed { axis, piece: len } => {
+                let parts: Vec<Vec<T>> = (0..sizes[axis].div_ceil(len))
+                    .into_par_iter()
+                    .map(|i| {
+                        let lo = i * len;
+                        let (s, first) = piece(axis, lo, (lo + len).min(sizes[axis]));
+                        let mut part = crate::buffer::zeroed(self.out_len);
+                        walk(&s, first, &mut part);
+                        part
+                    })
+                    .collect();
+                for part in parts {
+                    out.iter_mut().zip(&part).for_each(|(o, &x)| *o += x);
+                    crate::buffer::recycle(part);
+                }
+            }
+        }
     }
 }
 
-/// The arguments of [`SumPlan::run`], as the value pulp dispatches.
+/// The arguments of [`SumPlan::run`], as the value pulp dispatches: the operand's axes
+/// `sizes` (the plan's, or with one cut to a piece) from its element `first`, added into
+/// `out` (the output, or the block of it those axes write).
 struct Sums<'a, T> {
     plan: &'a SumPlan,
+    sizes: &'a [usize],
     a: &'a [T],
+    first: usize,
     out: &'a mut [T],
 }
 
@@ -495,16 +607,16 @@ impl<T: Elem> pulp::WithSimd for Sums<'_, T> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
-        let Sums { plan, a, out } = self;
-        let Some(last) = plan.sizes.len().checked_sub(1) else {
+        let Sums { plan, sizes, a, first, out } = self;
+        let Some(last) = sizes.len().checked_sub(1) else {
             out[0] += a[0]; // every label of size 1
             return;
         };
-        let (sizes, [sa, so]) = (&plan.sizes, &plan.strides);
+        let [sa, so] = &plan.strides;
         let (n, ia, io) = (sizes[last], sa[last], so[last]);
         let rows: usize = sizes[..last].iter().product();
         let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, last);
-        let (mut pa, mut po) = (0usize, 0usize);
+        let (mut pa, mut po) = (first, 0usize);
         for r in 0..rows {
             if r % ROWS_PER_STOP_CHECK == ROWS_PER_STOP_CHECK - 1 && crate::stop::requested() {
                 return; // the evaluation is ending with an error; the output is discarded
@@ -710,6 +822,82 @@ mod tests {
             let err = got.max_abs_diff(&want).unwrap();
             prop_assert!(err <= 1e-12 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// One-operand sums cut over two threads: one to four labels, each short (0 to 6)
+        /// or long (up to 300, so that a cut innermost row is long enough), in every order,
+        /// any subset kept in any order; float64 and complex. A cut of the kept axes gives
+        /// one thread's bits; a cut of a summed axis equals the reference to rounding.
+        #[test]
+        fn sums_on_two_threads_equal_one_thread(
+            dims in proptest::collection::vec(prop_oneof![0usize..7, 60usize..300], 1..=4),
+            keep in proptest::collection::vec(any::<bool>(), 4),
+            perm in any::<u64>(),
+        ) {
+            prop_assume!(dims.iter().product::<usize>() <= 1 << 17);
+            let n = dims.len();
+            let [a, _, _] = labels(&vec![1u8; n], perm);
+            let [_, _, order] = labels(&vec![4u8; n], perm.rotate_left(29));
+            let out: Vec<u32> = order.into_iter().filter(|&c| keep[c as usize]).collect();
+            let Some(plan) = super::SumPlan::new(&a, &out, &dims) else {
+                return Ok(()); // nothing summed (the test above checks the choice)
+            };
+            let shape: Vec<usize> = a.iter().map(|&c| dims[c as usize]).collect();
+            let mut x = 0.0f64;
+            let t = Tensor::from_fn(shape.clone(), |_| {
+                x += 1.0;
+                c64::new((0.29 * x).sin(), (0.13 * x).cos())
+            })
+            .unwrap();
+            let re: Tensor<f64> = Tensor::from_parts(&shape, t.data().iter().map(|z| z.re).collect());
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+            let one = (plan.run(t.data()), plan.run(re.data()));
+            let two = pool.install(|| (plan.run(t.data()), plan.run(re.data())));
+            match plan.cut(2) {
+                super::SumCut::Summed { .. } => {
+                    // Each order of a sum of `terms` entries of modulus at most √2 is
+                    // within `terms` roundings of the exact sum.
+                    let terms = (t.data().len() / want_len(&out, &dims)) as f64;
+                    let tol = 4.0 * f64::EPSILON * terms;
+                    let want = reference_labels(&[(&t, &a[..])], &out, &dims).unwrap();
+                    let got = Tensor::from_parts(want.shape(), two.0.clone());
+                    let err = got.max_abs_diff(&want).unwrap();
+                    prop_assert!(err <= tol * (1.0 + want.max_abs()), "{:?} -> {:?}: {}", a, out, err);
+                    let want = reference_labels(&[(&re, &a[..])], &out, &dims).unwrap();
+                    let got = Tensor::from_parts(want.shape(), two.1.clone());
+                    let err = got.max_abs_diff(&want).unwrap();
+                    prop_assert!(err <= tol * (1.0 + want.max_abs()), "{:?} -> {:?}: {}", a, out, err);
+                }
+                _ => {
+                    prop_assert_eq!(&one.0, &two.0, "{:?} -> {:?}: two threads differ from one", &a, &out);
+                    prop_assert_eq!(&one.1, &two.1, "{:?} -> {:?}: two threads differ from one", &a, &out);
+                }
+            }
+        }
+    }
+
+    /// The elements of an output of labels `out`.
+    fn want_len(out: &[u32], dims: &[usize]) -> usize {
+        out.iter().map(|&c| dims[c as usize]).product()
+    }
+
+    /// The cut a sum takes on two threads: the output's outermost axis when it has a long
+    /// enough piece per thread, else a summed axis when the output is small, never for a
+    /// small operand or one thread.
+    #[test]
+    fn sums_cut_the_output_when_they_can() {
+        use super::SumCut::{Kept, Summed, Whole};
+        let cut = |a: &[u32], out: &[u32], s: &[usize], threads| super::SumPlan::new(a, out, s).unwrap().cut(threads);
+        let s = [1000, 1000, 8];
+        assert!(matches!(cut(&[0, 1], &[1], &s, 2), Kept { axis: 1, .. }), "ij->j: the columns");
+        assert!(matches!(cut(&[0, 1], &[0], &s, 2), Kept { axis: 0, .. }), "ij->i: the rows");
+        assert!(matches!(cut(&[0, 1], &[], &s, 2), Summed { .. }), "ij->: the sum itself");
+        assert!(matches!(cut(&[0, 2], &[2], &s, 2), Summed { axis: 0, .. }), "8 columns: the rows");
+        assert_eq!(cut(&[0, 1], &[1], &s, 1), Whole);
+        assert_eq!(cut(&[0, 1], &[1], &[4, 4], 2), Whole, "16 elements");
     }
 
     /// The queens network's `dA` transposes (the factor's labels batch labels, or between
