@@ -20,7 +20,7 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::{AHEAD, Bits, KeyRun, Marker, MaterializedGraph, OperationId, ValueId, output_count};
+use super::{AHEAD, Bits, KeyRun, Marker, MaterializedGraph, OperationId, ValueId, output_count, output_count_from};
 use crate::chunk::{CHUNK_BITS, CHUNK_MASK, OpChunk};
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, InputRef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
@@ -167,19 +167,18 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         let mut defining = FirstDefinitions::new(listed, n_ops == first_outputs.len());
         while let Some(block) = defining.next_block(&first_outputs[..listed], keys, &mut self.key_needed) {
             for &op in block {
-                let op = op as usize;
+                let mut op = op as usize;
                 let first_local = first_outputs[op].index();
-                let mut lop = LocalOperationId::new(op);
-                let mut n_out = output_count(graph, lop);
+                let mut n_out = output_count_from(graph, LocalOperationId::new(op), first_local);
                 if n_out == 0 {
                     // An operation without outputs (reachable from none) whose first-output
                     // index is the next value's: it was listed for that value's key, whose
                     // first definition is then the operation defining that value, next in
                     // local order with outputs. That one is emitted here instead (it is not
                     // listed again: the key's bit is taken).
-                    (lop, n_out) = next_definer(graph, first_local);
+                    (op, n_out) = next_definer(graph, first_local);
                 }
-                let op = lop.index();
+                let lop = LocalOperationId::new(op);
                 let key = keys[first_local];
                 if key.index() < next_key {
                     return Ok(None);
@@ -416,9 +415,9 @@ impl<'a> Room<'a> {
 /// outputs that emit was handed in its place. The sweep records the keys of operations'
 /// first outputs only, so `v` is an operation's first output, not an input.
 #[cold]
-fn next_definer<Op: GraphOperation>(graph: &Graph<Op>, v: usize) -> (LocalOperationId, usize) {
+fn next_definer<Op: GraphOperation>(graph: &Graph<Op>, v: usize) -> (usize, usize) {
     let op = graph.value_op.raw()[v].expect("a listed key is an operation's first output");
-    (op, output_count(graph, op))
+    (op.index(), output_count_from(graph, op, v))
 }
 
 /// Emit in local order's prefetches, in two stages as `prefetch_operands`: the operands'
