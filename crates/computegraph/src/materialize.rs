@@ -946,7 +946,12 @@ impl<'v, Op: GraphOperation> Marker<'v, Op> {
 /// graph; `value_op` is read where emit reads `value_key` anyway.
 #[inline]
 fn output_count<Op: GraphOperation>(graph: &Graph<Op>, op: LocalOperationId) -> usize {
-    let first = graph.op_first_output[op].index();
+    output_count_from(graph, op, graph.op_first_output[op].index())
+}
+
+/// [`output_count`] of `op`, whose first-output index `first` the caller has read.
+#[inline]
+fn output_count_from<Op: GraphOperation>(graph: &Graph<Op>, op: LocalOperationId, first: usize) -> usize {
     let defined = graph.value_op.raw();
     let defines = |v: usize| defined.get(v) == Some(&Some(op));
     // Nearly every operation has one output: two tests settle it, where counting along the

@@ -20,7 +20,7 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::{AHEAD, Bits, KeyRun, Marker, MaterializedGraph, OperationId, ValueId, output_count};
+use super::{AHEAD, Bits, KeyRun, Marker, MaterializedGraph, OperationId, ValueId, output_count, output_count_from};
 use crate::chunk::{CHUNK_BITS, CHUNK_MASK, OpChunk};
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{Graph, InputRef, LocalOperationId, LocalValueId, STORE_OPS_MIN};
@@ -160,19 +160,31 @@ impl<Op: GraphOperation> Marker<'_, Op> {
         let mut prefetch = false;
         let mut poll = Poll::new();
         // Each reachable key's first local definition, listed a block at a time before it
-        // is emitted (`FirstDefinitions`).
-        let mut defining = FirstDefinitions::new(first_outputs.len(), n_ops == first_outputs.len());
-        while let Some(block) = defining.next_block(first_outputs, keys, &mut self.key_needed) {
+        // is emitted (`FirstDefinitions`). Operations without outputs at the end of the
+        // fragment have a first output past its last value: no key to list (`first_outputs`
+        // does not decrease, so they are the suffix this search finds).
+        let listed = first_outputs.partition_point(|f| f.index() < keys.len());
+        let mut defining = FirstDefinitions::new(listed, n_ops == first_outputs.len());
+        while let Some(block) = defining.next_block(&first_outputs[..listed], keys, &mut self.key_needed) {
             for &op in block {
-                let op = op as usize;
+                let mut op = op as usize;
                 let first_local = first_outputs[op].index();
+                let mut n_out = output_count_from(graph, LocalOperationId::new(op), first_local);
+                if n_out == 0 {
+                    // An operation without outputs (reachable from none) whose first-output
+                    // index is the next value's: it was listed for that value's key, whose
+                    // first definition is then the operation defining that value, next in
+                    // local order with outputs. That one is emitted here instead (it is not
+                    // listed again: the key's bit is taken).
+                    (op, n_out) = next_definer(graph, first_local);
+                }
+                let lop = LocalOperationId::new(op);
                 let key = keys[first_local];
                 if key.index() < next_key {
                     return Ok(None);
                 }
                 next_key = key.index() + 1;
                 poll.tick()?;
-                let lop = LocalOperationId::new(op);
                 let id = OperationId::new(op_key.len());
                 let reader = room.next_value();
                 let ok = graph.op_key[lop];
@@ -239,7 +251,7 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                     chunks.push(c);
                 }
                 room.operation(reader);
-                for slot in 0..output_count(graph, lop) {
+                for slot in 0..n_out {
                     let key = keys[first_local + slot];
                     room.value(Some(id));
                     // While every value's id is its key, `value_key` is the run `0..` and
@@ -399,6 +411,15 @@ impl<'a> Room<'a> {
     }
 }
 
+/// The operation defining local value `v` and its output count, for an operation without
+/// outputs that emit was handed in its place. The sweep records the keys of operations'
+/// first outputs only, so `v` is an operation's first output, not an input.
+#[cold]
+fn next_definer<Op: GraphOperation>(graph: &Graph<Op>, v: usize) -> (usize, usize) {
+    let op = graph.value_op.raw()[v].expect("a listed key is an operation's first output");
+    (op.index(), output_count_from(graph, op, v))
+}
+
 /// Emit in local order's prefetches, in two stages as `prefetch_operands`: the operands'
 /// keys of local operation `op + 2 * AHEAD`, then their entries in `vid` for `op + AHEAD`.
 fn prefetch_local_operands<Op: GraphOperation>(graph: &Graph<Op>, op: usize, vid: &[Option<ValueId>]) {
@@ -420,7 +441,9 @@ fn prefetch_local_operands<Op: GraphOperation>(graph: &Graph<Op>, op: usize, vid
 /// with repeated operations and was mispredicted as often. Each key's bit is cleared as
 /// its first definition is listed, as emit did. When every operation of the fragment is
 /// one (no repeats, nothing pruned: the sweep counted as many keys as operations), the
-/// blocks list every operation and no bit is read.
+/// blocks list every operation and no bit is read. An operation without outputs lists the
+/// next value's key (its first-output index is that value's), if that key's bit is still
+/// set: emit then takes the operation defining that value in its place.
 struct FirstDefinitions {
     buf: Vec<u32>,
     next: usize,
@@ -635,6 +658,17 @@ mod tests {
         }
     }
 
+    impl crate::EvaluableGraphOperation for Multi {
+        /// Each output mixes the tag, the operands in order and the output's slot, so that
+        /// an operand read from the wrong value changes the result.
+        fn eval_into(&self, _: &mut (), inputs: &[&u64], out: &mut crate::Outputs<'_, u64>) {
+            let mixed = inputs.iter().fold(u64::from(self.tag) + 1, |h, &&x| h.wrapping_mul(1_000_003).wrapping_add(x));
+            for slot in 0..self.outputs {
+                out.push(mixed.wrapping_mul(31).wrapping_add(u64::from(slot)));
+            }
+        }
+    }
+
     /// A structural name of each value: `x{key}` for an input, and
     /// `{tag}/{outputs}({operands' names})#{output}` for an output, which equal values share.
     fn names_of(
@@ -653,6 +687,111 @@ mod tests {
             }
         }
         name
+    }
+
+    /// A step of a fragment: an input, or an operation on earlier values (indices into
+    /// the values so far, or into the parent fragment's values with `External`).
+    enum Step {
+        Input,
+        Op(Multi, Vec<usize>),
+        External(Multi, Vec<usize>),
+    }
+
+    /// Adds `steps` to `b` (whose parent fragment's values are `parent`, with the values
+    /// `parent_values` computes for them); returns the fragment's values and the values
+    /// the operations give them when evaluated in order (input `k` is `100 + k`).
+    fn build_steps(
+        b: &mut crate::GraphBuilder<Multi>,
+        steps: &[Step],
+        parent: &[crate::ValueKey<Multi>],
+        parent_values: &[u64],
+        first_input: u32,
+    ) -> (Vec<LocalValueId>, Vec<u64>) {
+        use crate::{EvaluableGraphOperation, ValueRef};
+        let (mut values, mut computed) = (Vec::new(), Vec::new());
+        let mut next_input = first_input;
+        for step in steps {
+            let (op, refs, args): (&Multi, Vec<ValueRef<Multi>>, Vec<u64>) = match step {
+                Step::Input => {
+                    values.push(b.add_input(next_input));
+                    computed.push(100 + u64::from(next_input));
+                    next_input += 1;
+                    continue;
+                }
+                Step::Op(op, at) => (
+                    op,
+                    at.iter().map(|&i| ValueRef::Local(values[i])).collect(),
+                    at.iter().map(|&i| computed[i]).collect(),
+                ),
+                Step::External(op, at) => (
+                    op,
+                    at.iter().map(|&i| ValueRef::External(parent[i].clone())).collect(),
+                    at.iter().map(|&i| parent_values[i]).collect(),
+                ),
+            };
+            let range = b.add_operation_from(op.clone(), &refs, &OperationRole::Primary);
+            let args: Vec<&u64> = args.iter().collect();
+            computed.extend(op.eval(&mut (), &args));
+            values.extend(range.map(LocalValueId::new));
+        }
+        (values, computed)
+    }
+
+    /// Checks that `m` verifies, has `n_ops` operations, and that its compiled program gives
+    /// each output its value in `expected`.
+    fn check_eval(m: &MaterializedGraph<Multi>, n_ops: usize, expected: &[u64]) {
+        m.verify().expect("the materialized graph verifies");
+        assert_eq!(m.operation_count(), n_ops);
+        let program = crate::compile(m);
+        let inputs: Vec<u64> = (0..8).map(|k| 100 + k).collect();
+        let bound = program.bind_inputs(|&k| inputs.get(k as usize)).expect("every input bound");
+        assert_eq!(program.eval(&mut (), &bound), expected);
+    }
+
+    /// Operations without outputs (reachable from no output; the builder accepts them)
+    /// between others, before an input and last in the fragment claim no other
+    /// operation's key: a fragment materialized alone (its own path) and a view of two
+    /// fragments, the second reading the first and adding its own (the general path),
+    /// verify, keep every operation with outputs, and compile to programs that give each
+    /// output the value the operations give it in order.
+    #[test]
+    fn operations_without_outputs_claim_no_key() {
+        use crate::{GraphBuilder, materialize_merge, resolve};
+        let op = |tag, operands, outputs| Multi { tag, operands, outputs };
+        let steps = [
+            Step::Input,
+            Step::Op(op(1, 1, 1), vec![0]),
+            Step::Op(op(2, 1, 0), vec![1]),
+            Step::Op(op(3, 2, 2), vec![1, 0]),
+            Step::Op(op(4, 0, 0), vec![]),
+            Step::Input,
+            Step::Op(op(5, 2, 1), vec![2, 4]),
+            Step::Op(op(6, 1, 0), vec![5]),
+            Step::Op(op(7, 0, 0), vec![]),
+        ];
+        let mut b = GraphBuilder::<Multi>::new();
+        let (values, computed) = build_steps(&mut b, &steps, &[], &[], 0);
+        let g = Arc::new(b.build());
+        let keys: Vec<_> = values.iter().map(|&v| g.global_key(v)).collect();
+        let m = materialize_merge(&resolve(vec![g.clone()]), &keys);
+        check_eval(&m, 3, &computed);
+
+        let steps = [
+            Step::External(op(8, 1, 0), vec![3]),
+            Step::Input,
+            Step::External(op(9, 2, 2), vec![5, 2]),
+            Step::Op(op(10, 0, 0), vec![]),
+            Step::Op(op(11, 2, 1), vec![2, 0]),
+            Step::Op(op(12, 1, 0), vec![3]),
+        ];
+        let mut c = GraphBuilder::<Multi>::new();
+        c.add_parent(g.clone());
+        let (second, second_computed) = build_steps(&mut c, &steps, &keys, &computed, 2);
+        let h = Arc::new(c.build());
+        let mut both: Vec<_> = keys.clone();
+        both.extend(second.iter().map(|&v| h.global_key(v)));
+        let m = materialize_merge(&resolve(vec![g, h]), &both);
+        check_eval(&m, 5, &[computed, second_computed].concat());
     }
 
     proptest! {
@@ -699,15 +838,16 @@ mod tests {
             prop_assert_eq!(mode, expected);
         }
 
-        /// A fragment of operations of zero to three operands and one to three outputs, inputs
-        /// interleaved, copies and unread operations among them, materializes (the path of
+        /// A fragment of operations of zero to two operands and zero to three outputs (one
+        /// without outputs is reachable from none and claims no key), inputs interleaved,
+        /// copies and unread operations among them, materializes (the path of
         /// one fragment, whose columns are written through reserved room) to the
         /// reference: the distinct names reachable from the outputs, each once, every
         /// operation with its output count, the verifier passing and the outputs named as
         /// the fragment names them.
         #[test]
         fn a_fragment_of_any_output_count_materializes_to_its_reachable_names(
-            steps in proptest::collection::vec((0u8..4, 0u8..4, 1u8..4, proptest::collection::vec(any::<usize>(), 3)), 1..120),
+            steps in proptest::collection::vec((0u8..4, 0u8..4, 0u8..4, proptest::collection::vec(any::<usize>(), 3)), 1..120),
             picks in proptest::collection::vec(any::<usize>(), 1..6),
         ) {
             use crate::{GraphBuilder, ValueRef::Local, materialize_merge, resolve};
