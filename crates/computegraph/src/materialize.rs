@@ -954,8 +954,8 @@ fn output_count<Op: GraphOperation>(graph: &Graph<Op>, op: LocalOperationId) -> 
 fn output_count_from<Op: GraphOperation>(graph: &Graph<Op>, op: LocalOperationId, first: usize) -> usize {
     let defined = graph.value_op.raw();
     let defines = |v: usize| defined.get(v) == Some(&Some(op));
-    // Nearly every operation has one output: two tests settle it, where counting along the
-    // column ran a loop per operation.
+    // Nearly every operation has one output: two tests settle it without a loop along the
+    // column.
     let n = if !defines(first) {
         0
     } else if !defines(first + 1) {

@@ -198,10 +198,10 @@ impl OpTable {
     /// unless its entries fit what a reservation asked for.
     pub(crate) fn reserve(&mut self, additional: usize) {
         let entries = self.len.saturating_add(additional);
-        let need = (entries * LOAD_DEN).div_ceil(LOAD_NUM) + 1;
+        let need = entries.saturating_mul(LOAD_DEN).div_ceil(LOAD_NUM).saturating_add(1);
         let early = entries > self.reserved
             && self.slots.len() < GROW_FOUR_BELOW
-            && entries * GROW_LOAD_DEN > self.slots.len() * GROW_LOAD_NUM;
+            && entries.saturating_mul(GROW_LOAD_DEN) > self.slots.len().saturating_mul(GROW_LOAD_NUM);
         if need > self.slots.len() || early {
             let geometric = self.slots.len().saturating_mul(growth_factor(self.slots.len()));
             let capacity = if need >= geometric {
@@ -210,7 +210,7 @@ impl OpTable {
                 need
             } else if self.slots.len() < GROW_FOUR_BELOW {
                 // A batch of more than half the table's size: still within 5/8 after it.
-                geometric.max((entries * GROW_LOAD_DEN).div_ceil(GROW_LOAD_NUM) + 1)
+                geometric.max(entries.saturating_mul(GROW_LOAD_DEN).div_ceil(GROW_LOAD_NUM).saturating_add(1))
             } else {
                 geometric
             };

@@ -82,7 +82,12 @@ fn estimated_cost(plan: &Plan, wrt: &[usize], closed: bool) -> u64 {
     let (steps, reduction) = (followed.steps(), followed.final_reduction());
     // Per path operand (the inputs, then each step's result): whether a gradient flows
     // back through it.
-    let mut needed: Vec<bool> = (0..plan.shapes().len()).map(|i| wrt.contains(&i)).collect();
+    let mut needed = vec![false; plan.shapes().len()];
+    for &i in wrt {
+        if let Some(n) = needed.get_mut(i) {
+            *n = true;
+        }
+    }
     for step in steps {
         let flows = step.operands.iter().any(|o| needed[o.index()]);
         needed.push(flows);
@@ -264,16 +269,20 @@ pub(crate) fn reverse_of_sum<T: Elem>(
             // A closed path of no fewer multiply-adds cannot win. The closed network's
             // plan is estimated as it is built (`Einsum::from_plan` merges small factors
             // first); the open one's was merged when it was built.
-            if closed.multiply_adds() >= open.plan().multiply_adds() {
+            let merged = closed.with_factors_merged();
+            let built = merged.as_ref().unwrap_or(&closed);
+            if built.multiply_adds() >= open.plan().multiply_adds() {
                 return by_open(sum);
             }
-            let merged = closed.with_factors_merged();
-            let closed_cost = estimated_cost(merged.as_ref().unwrap_or(&closed), wrt, true);
+            let closed_cost = estimated_cost(built, wrt, true);
             if closed_cost >= estimated_cost(open.plan(), wrt, false) {
                 return by_open(sum);
             }
             // Nor is the closed way taken when its tensors do not fit.
-            by_closed(open, keys, wrt, closed).or_else(|_| by_open(sum))
+            match by_closed(open, keys, wrt, closed) {
+                Err(EinsumError::Memory { .. }) => by_open(sum),
+                r => r,
+            }
         }
     }
 }

@@ -446,7 +446,7 @@ impl<T: Elem> pulp::WithSimd for RowDots<'_, T> {
 /// order every read is contiguous and the inner pass is a vector addition of a row into
 /// the output's (`ij->j`) or a sum of a run in [`LANES`] partial sums (`ij->i`).
 ///
-/// Threads: inside a pool of several threads, an operand of at least `PAR_SUM_MIN`
+/// Threads: inside a pool of several threads, an operand of at least [`par_sum_min`]
 /// elements is cut over them (a sum is one read of memory, so one core leaves the
 /// bandwidth of the others unused). The cut is along the output's outermost axis when it
 /// has a piece for every thread (long enough, when it is the operand's innermost axis, to

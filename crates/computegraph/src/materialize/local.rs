@@ -338,7 +338,7 @@ impl<Op: GraphOperation> Marker<'_, Op> {
 /// two), written through their spare capacity: an index per column kept in a register
 /// and a bound check per operation or value, where a push per entry tests the capacity
 /// and stores the length each time (the sweep counted every column's length, so the room
-/// is exact; a count that is wrong panics on the bound). Each column is written from its
+/// is exact; a count too low panics on the bound, and room beyond it stays unused). Each column is written from its
 /// length at [`Room::of`] on, in order, and the caller sets the lengths to the counts.
 struct Room<'a> {
     value_op: &'a mut [MaybeUninit<Option<OperationId>>],
