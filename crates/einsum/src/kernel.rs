@@ -736,12 +736,8 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
         match matrix_view(labels, sizes, looped, rows, cols) {
             Some(v) => (Cow::Borrowed(t.data()), v),
             None => {
-                let l: Group = looped
-                    .iter()
-                    .copied()
-                    .filter(|c| labels.contains(c))
-                    .chain(rows.iter().chain(cols).copied())
-                    .collect();
+                let mut l: Group = looped.iter().copied().filter(|c| labels.contains(c)).collect();
+                l.extend(rows.iter().chain(cols).copied());
                 let v = matrix_view(&l, sizes, looped, rows, cols).expect("packed operands are views");
                 // A permutation (no label summed) runs on the threads the GEMMs will.
                 let threads = pack_threads(t.data().len(), macs);
