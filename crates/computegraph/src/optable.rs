@@ -42,6 +42,13 @@ const GROW_FOUR_BELOW: usize = 1 << 22;
 const GROW_LOAD_NUM: usize = 5;
 const GROW_LOAD_DEN: usize = 8;
 
+/// The fewest slots that hold `entries` at a load of at most `num`/`den`, with one more so
+/// that a probe always meets an empty slot (saturating: a count past memory fails where
+/// the slots are allocated).
+fn slots_within(entries: usize, num: usize, den: usize) -> usize {
+    entries.saturating_mul(den).div_ceil(num).saturating_add(1)
+}
+
 /// How many times its capacity a table of `slots` slots takes when it must grow.
 ///
 /// Fourfold while small: a builder that reserved nothing (the docs' first example) grows
@@ -198,7 +205,7 @@ impl OpTable {
     /// unless its entries fit what a reservation asked for.
     pub(crate) fn reserve(&mut self, additional: usize) {
         let entries = self.len.saturating_add(additional);
-        let need = entries.saturating_mul(LOAD_DEN).div_ceil(LOAD_NUM).saturating_add(1);
+        let need = slots_within(entries, LOAD_NUM, LOAD_DEN);
         let early = entries > self.reserved
             && self.slots.len() < GROW_FOUR_BELOW
             && entries.saturating_mul(GROW_LOAD_DEN) > self.slots.len().saturating_mul(GROW_LOAD_NUM);
@@ -210,7 +217,7 @@ impl OpTable {
                 need
             } else if self.slots.len() < GROW_FOUR_BELOW {
                 // A batch of more than half the table's size: still within 5/8 after it.
-                geometric.max(entries.saturating_mul(GROW_LOAD_DEN).div_ceil(GROW_LOAD_NUM).saturating_add(1))
+                geometric.max(slots_within(entries, GROW_LOAD_NUM, GROW_LOAD_DEN))
             } else {
                 geometric
             };
@@ -224,7 +231,7 @@ impl OpTable {
     /// peak (a sparse table also costs cache misses), nor shrinks below what it will soon
     /// hold again. Returns whether it shrank.
     pub(crate) fn shrink_if_sparse(&mut self, spare: usize) -> bool {
-        let need = (((self.len + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1).next_multiple_of(8).max(16);
+        let need = slots_within(self.len + spare, LOAD_NUM, LOAD_DEN).next_multiple_of(8).max(16);
         if self.slots.len() < 4 * need || self.slots.len() <= 1024 {
             return false;
         }
@@ -237,7 +244,7 @@ impl OpTable {
     /// entries ([`Self::shrink_if_sparse`] with `spare`), for a caller that re-inserts the
     /// survivors instead of removing the rest one by one.
     pub(crate) fn emptied(&self, keep: usize, spare: usize) -> OpTable {
-        let need = (((keep + spare) * LOAD_DEN).div_ceil(LOAD_NUM) + 1).next_multiple_of(8).max(16);
+        let need = slots_within(keep + spare, LOAD_NUM, LOAD_DEN).next_multiple_of(8).max(16);
         let sparse = self.slots.len() >= 4 * need && self.slots.len() > 1024;
         let capacity = if sparse { need } else { self.slots.len().max(need) };
         OpTable { slots: zeroed_slots(capacity), len: 0, reserved: keep + spare }

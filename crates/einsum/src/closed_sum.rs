@@ -246,12 +246,11 @@ pub(crate) fn reverse_of_sum<T: Elem>(
         SumGradient::OpenTree => by_open(open_fits()?),
         SumGradient::ClosedNetwork => by_closed(open, keys, wrt, closed_plan(open)?),
         SumGradient::Cheaper => {
-            let fits = open_fits();
-            if let Err(e) = &fits {
-                if !matches!(e, EinsumError::Memory { .. }) {
-                    return fits.and_then(by_open);
-                }
-            }
+            // Only a memory error of the open tree leaves the closed network to try.
+            let fits = match open_fits() {
+                Err(e) if !matches!(e, EinsumError::Memory { .. }) => return Err(e),
+                fits => fits,
+            };
             let closed = match closed_plan(open) {
                 // Ctrl-C during the search stops the call, not only the closed way.
                 Err(EinsumError::Interrupted) => return Err(EinsumError::Interrupted),

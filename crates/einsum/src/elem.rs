@@ -308,6 +308,13 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
 /// multiply-adds*.)
 pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 20;
 
+/// The threads of the rayon pool the caller runs in (`pool.install`, a pool's task), or 1
+/// outside any: a kernel splits only over a pool its caller chose ([`crate::Einsum::eval`]
+/// stays on one thread otherwise).
+pub(crate) fn caller_pool_threads() -> usize {
+    if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 }
+}
+
 /// The rows (or columns) the next block of a split GEMM takes when `rest` remain for
 /// `left` blocks: all of them for the last block, else an even share rounded up to a
 /// multiple of 8 (faer's micro-kernels work in such panels). `gemm_loop.rs`'s read-ahead

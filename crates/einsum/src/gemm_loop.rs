@@ -85,7 +85,7 @@ pub(crate) fn batch_chunks(
     if !leads_c || lead < 2 || per_call >= PAR_GEMM_MIN_MACS || calls.saturating_mul(per_call) < PAR_GEMM_MIN_MACS {
         return None;
     }
-    let threads = if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 };
+    let threads = crate::elem::caller_pool_threads();
     (threads > 1).then(|| lead.div_ceil(4 * threads))
 }
 
@@ -105,7 +105,7 @@ pub(crate) fn batch_chunks(
 pub(crate) fn chunk_lead(loop_sizes: &[usize], in_c: &[bool], c_len: usize, [m, n, k]: [usize; 3]) -> Option<usize> {
     let per_call = m.saturating_mul(n).saturating_mul(k);
     let macs = loop_sizes.iter().fold(per_call, |w, &s| w.saturating_mul(s));
-    let threads = if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 };
+    let threads = crate::elem::caller_pool_threads();
     if threads < 2
         || per_call >= PAR_GEMM_MIN_MACS
         || macs < PAR_GEMM_MIN_MACS
@@ -254,8 +254,7 @@ const WARM_MAX_BYTES: usize = 4 << 20;
 /// How many parts `elem.rs`'s GEMM of `macs` multiply-adds cuts its output into: the
 /// current pool's threads from `PAR_GEMM_MIN_MACS` on (inside a pool), else one.
 fn split_parts(macs: usize) -> usize {
-    let in_pool = rayon::current_thread_index().is_some();
-    if in_pool && macs >= PAR_GEMM_MIN_MACS { rayon::current_num_threads() } else { 1 }
+    if macs >= PAR_GEMM_MIN_MACS { crate::elem::caller_pool_threads() } else { 1 }
 }
 
 /// The threads on which the GEMM path packs an operand of `len` elements for GEMMs of

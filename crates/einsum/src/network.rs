@@ -353,7 +353,7 @@ impl<T: Elem> Einsum<T> {
     /// [`Einsum::eval`] reusing `state`'s allocations (on one thread; in the caller's pool,
     /// when that pays, without them).
     pub fn eval_with(&self, state: &mut EvalState<Tensor<T>>, operands: &[&Tensor<T>]) -> EinsumResult<Tensor<T>> {
-        if self.pool_use(caller_pool_threads()) == PoolUse::Pool {
+        if self.pool_use(crate::elem::caller_pool_threads()) == PoolUse::Pool {
             return self.eval_in_pool(None, operands);
         }
         self.eval_here(state, operands)
@@ -775,7 +775,7 @@ impl<T: Elem> EinsumGradient<T> {
     /// [`Self::eval_with_value_parallel`] runs (the value, which the reverse pass computes
     /// anyway, is dropped), where the estimated cost says they pay.
     pub fn eval(&self, operands: &[&Tensor<T>], cotangent: &Tensor<T>) -> EinsumResult<Vec<Tensor<T>>> {
-        if self.pool_use(caller_pool_threads()) == PoolUse::Pool {
+        if self.pool_use(crate::elem::caller_pool_threads()) == PoolUse::Pool {
             return Ok(self.eval_with_value_in_pool(None, operands, cotangent)?.1);
         }
         let m = &self.einsum;
@@ -959,7 +959,7 @@ fn run_where_it_pays<T: Elem>(
     steps: &[Step],
     inputs: &[&Tensor<T>],
 ) -> computegraph::GraphResult<Vec<Tensor<T>>> {
-    match crate::threads::choose(steps, caller_pool_threads()) {
+    match crate::threads::choose(steps, crate::elem::caller_pool_threads()) {
         PoolUse::Pool => in_pool(None, || program.try_eval_parallel(None, &mut (), inputs)),
         _ => program.try_eval(&mut (), inputs),
     }
@@ -968,12 +968,6 @@ fn run_where_it_pays<T: Elem>(
 /// The number of threads `pool` (or, without one, the current rayon pool) has.
 fn pool_threads(pool: Option<&rayon::ThreadPool>) -> usize {
     pool.map_or_else(rayon::current_num_threads, rayon::ThreadPool::current_num_threads)
-}
-
-/// The threads of the rayon pool the caller runs in (`pool.install`, a pool's task), or 1
-/// outside any: [`Einsum::eval`] stays on one thread unless its caller chose a pool.
-fn caller_pool_threads() -> usize {
-    if rayon::current_thread_index().is_some() { rayon::current_num_threads() } else { 1 }
 }
 
 /// `run` inside `pool`, or inside the current rayon pool (the global one outside any), so

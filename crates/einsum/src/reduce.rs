@@ -166,7 +166,7 @@ impl ReducePlan {
     /// `conj` says).
     pub(crate) fn run<T: Elem>(&self, a: &[T], b: &[T], conj: [bool; 2]) -> Vec<T> {
         let blocks = self.units().div_ceil(self.per_block);
-        let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
+        let pooled = crate::elem::caller_pool_threads() > 1;
         let mut total: SmallVec<[T; REDUCE_MAX_OUT]> = SmallVec::from_elem(T::zero(), self.offsets.len());
         let add = |total: &mut [T], s: &[T]| total.iter_mut().zip(s).for_each(|(t, &x)| *t += x);
         if pooled && self.multiply_adds >= par_min_macs() && blocks > 1 {
@@ -370,7 +370,7 @@ impl RowDotPlan {
         if self.out_len == 0 {
             return out;
         }
-        let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
+        let pooled = crate::elem::caller_pool_threads() > 1;
         if pooled && self.out_len >= 2 && self.out_len.saturating_mul(self.run) >= par_min_macs() {
             use rayon::prelude::*;
             let per_chunk = self.out_len.div_ceil(4 * rayon::current_num_threads());
@@ -542,9 +542,7 @@ impl SumPlan {
         if self.out_len == 0 || self.sizes.contains(&0) {
             return out; // an empty sum is zero
         }
-        let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
-        let threads = if pooled { rayon::current_num_threads() } else { 1 };
-        self.run_cut(a, &mut out, self.cut(threads));
+        self.run_cut(a, &mut out, self.cut(crate::elem::caller_pool_threads()));
         out
     }
 

@@ -63,7 +63,7 @@ pub(crate) fn thin_gemm<T: Elem>(
     let (ra, cb) = (rows(a.0, a.1[0], m, k), rows(b.0, b.1[1], n, k));
     let chunks = k.div_ceil(CHUNK);
     let sum_of = |j: usize| chunk_sums([m, n], ra, cb, j * CHUNK..((j + 1) * CHUNK).min(k), conj);
-    let pooled = rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1;
+    let pooled = crate::elem::caller_pool_threads() > 1;
     let mut total = [T::zero(); THIN_MAX * THIN_MAX];
     if pooled && m * n * k >= par_min_macs() && chunks > 1 {
         use rayon::prelude::*;
