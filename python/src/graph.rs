@@ -43,7 +43,7 @@ use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use scalar::{ScalarKey, ScalarOp};
 
-use crate::interrupt::interruptibly;
+use crate::interrupt::{interruptibly, interruptibly_detached};
 
 /// At most this many values in one graph (the engine's local value ids are 31 bits).
 const MAX_VALUES: u64 = 1 << 31;
@@ -482,16 +482,23 @@ impl Graph {
     }
 
     /// Compiles the program computing `outputs` (ids) from the graph's inputs. Ctrl-C
-    /// ends it within a fraction of a second ([`interruptibly`]: the engine's passes read
+    /// ends it within a fraction of a second ([`interruptibly_detached`]: the engine's passes read
     /// the flag every few thousand operations, `computegraph::stop`).
     fn compile(&mut self, py: Python<'_>, outputs: Vec<i64>) -> PyResult<Program> {
         let outputs = self.state.check_ids(&outputs, "output")?;
         let s = &mut self.state;
         let inputs = s.inputs.len();
-        let runner = interruptibly(py, |stop| {
-            computegraph::stop::with_stop(stop, || -> PyResult<Runner> {
+        // The graph's own state is read first; the passes then own what they read, and
+        // are not waited for once Ctrl-C has raised (`interruptibly_detached`).
+        let (roots, keys) = interruptibly(py, |stop| {
+            computegraph::stop::with_stop(stop, || -> PyResult<_> {
                 let roots: Vec<_> = s.close()?.into_iter().collect();
                 let keys = outputs.iter().map(|&v| s.key(v)).collect::<PyResult<Vec<_>>>()?;
+                Ok((roots, keys))
+            })
+        })?;
+        let runner = interruptibly_detached(py, move |stop| {
+            computegraph::stop::with_stop(stop, || -> PyResult<Runner> {
                 let view = try_resolve(roots).map_err(graph_error)?;
                 let program =
                     try_compile(&try_materialize_merge(&view, &keys).map_err(graph_error)?).map_err(graph_error)?;
@@ -512,8 +519,9 @@ impl Graph {
         };
         let s = &mut self.state;
         let inputs = s.inputs.len();
-        interruptibly(py, |stop| {
-            computegraph::stop::with_stop(stop, || -> PyResult<Gradient> {
+        // As in `compile`: the graph's state first, then passes that own what they read.
+        let (last, wrt_keys, key) = interruptibly(py, |stop| {
+            computegraph::stop::with_stop(stop, || -> PyResult<_> {
                 let last = s.close()?.ok_or_else(|| PyValueError::new_err("the graph is empty"))?;
                 let wrt_keys = wrt
                     .iter()
@@ -524,11 +532,16 @@ impl Graph {
                         }
                     })
                     .collect::<PyResult<Vec<_>>>()?;
-                let key = s.key(output)?;
+                Ok((last, wrt_keys, s.key(output)?))
+            })
+        })?;
+        let wrt_count = wrt.len();
+        interruptibly_detached(py, move |stop| {
+            computegraph::stop::with_stop(stop, || -> PyResult<Gradient> {
                 let view = try_resolve(vec![Arc::clone(&last)]).map_err(graph_error)?;
                 let lin = tidu::grad(&view, &key, &wrt_keys).map_err(|e| PyValueError::new_err(e.to_string()))?;
                 let mut keys = vec![key];
-                let mut positions = Vec::with_capacity(wrt.len());
+                let mut positions = Vec::with_capacity(wrt_count);
                 for k in lin.tangent_output_keys() {
                     positions.push(k.map(|k| {
                         keys.push(k);

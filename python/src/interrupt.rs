@@ -10,6 +10,12 @@
 //! global pool, which a pool's thread would replace by its own), by the scalar graph's
 //! compiles and evaluations (`graph.rs`) and by the DAG partitions' preparation and
 //! batches (`dag.rs`).
+//!
+//! Work that owns everything it reads ([`interruptibly_detached`]: the scalar graph's
+//! compile and gradient passes) is not waited for once a handler has raised: what an
+//! interrupted pass frees is most of the time it takes to end (giving back gigabytes of a
+//! 10^7-node pipeline's columns to the kernel took over a second on the CI machine), so the
+//! work ends and frees them on its own thread while the exception is raised at once.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -44,6 +50,42 @@ pub(crate) fn interruptibly_in<R: Send>(
         });
         // A panicking work re-raised at the scope's end: `result` is there.
         outcome(result.unwrap_or_else(|| unreachable!("the work sent its result or panicked")), raised)
+    })
+}
+
+/// `work(flag)` on a thread started for it, which owns everything `work` holds: `flag`
+/// goes up when a signal handler raises, and the handler's exception is returned at once,
+/// while the work ends at its next look at the flag and frees what it built on its own
+/// thread. Otherwise, the work's result (a panic of the work goes on here).
+pub(crate) fn interruptibly_detached<R: Send + 'static>(
+    py: Python<'_>,
+    work: impl FnOnce(Arc<AtomicBool>) -> PyResult<R> + Send + 'static,
+) -> PyResult<R> {
+    let flag = Arc::new(AtomicBool::new(false));
+    py.detach(|| {
+        let (done, finished) = channel::<PyResult<R>>();
+        let worker_flag = flag.clone();
+        let worker = std::thread::Builder::new()
+            .name("cgx-pass".into())
+            .spawn(move || {
+                let _ = done.send(work(worker_flag));
+            })
+            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("could not start a thread: {e}")))?;
+        loop {
+            match finished.recv_timeout(SIGNAL_POLL) {
+                Ok(r) => return r,
+                // Without a result the worker panicked: its panic goes on here.
+                Err(RecvTimeoutError::Disconnected) => {
+                    worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    unreachable!("a worker that ends without sending has panicked")
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(e) = signal_raised(&flag) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
     })
 }
 

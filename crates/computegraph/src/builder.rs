@@ -117,8 +117,9 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         }
         // The builder interns a batch at a time: room in the store's table for every
         // operation now, so that it is not rehashed as it grows batch by batch.
+        // A stop raised meanwhile skips the room (a hint): the next batch fails on it.
         if operations >= STORE_OPS_MIN {
-            g.interner.write().reserve(operations, operands);
+            let _ = g.interner.write().reserve(operations, operands);
         }
         // Their page faults are taken on another core, ahead of the writes (`prefault.rs`).
         if self.prefault.is_none() {
@@ -405,7 +406,7 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         interner_id: u32,
     ) -> GraphResult<()> {
         let pending_operands = g.op_inputs.items().len() - g.op_inputs.start(g.op_key.len());
-        s.reserve(g.operation_count() - g.op_key.len(), pending_operands);
+        s.reserve(g.operation_count() - g.op_key.len(), pending_operands)?;
         // Room for the pending keys at once: the key columns are not copied as they grow.
         g.op_key.reserve(g.operation_count() - g.op_key.len());
         g.value_key.reserve(g.value_op.len() - g.value_key.len());

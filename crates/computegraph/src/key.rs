@@ -49,6 +49,7 @@ pub(crate) use crate::chunk::{
     Garbage, RECLAIM_MIN_VALUES, Touched, input_chunk_tag, op_chunk_tag, op_hash, op_hash_raw,
 };
 use crate::optable::{OpTable, Probe};
+use crate::stop;
 use rustc_hash::FxHashMap;
 
 use crate::error::{GraphError, GraphResult};
@@ -418,10 +419,11 @@ impl<Op: GraphOperation> InternerState<Op> {
         self.op_count - self.reclaimed_ops
     }
 
-    /// Makes room for `ops` more operations with `operands` operands in all.
-    pub(crate) fn reserve(&mut self, ops: usize, operands: usize) {
-        self.restore_table(ops);
-        self.op_table.reserve(ops);
+    /// Makes room for `ops` more operations with `operands` operands in all; fails, having
+    /// changed nothing, when the stop flag goes up while the table is rebuilt or grown.
+    pub(crate) fn reserve(&mut self, ops: usize, operands: usize) -> GraphResult<()> {
+        self.restore_table(ops)?;
+        self.op_table.reserve(ops)?;
         self.pending_end = self.op_count.saturating_add(ops);
         // New chunks' operand pools are sized by the batch's mean operands per operation
         // (and trimmed when full), not a fixed two per operation.
@@ -435,6 +437,7 @@ impl<Op: GraphOperation> InternerState<Op> {
             c.first_output.reserve(n);
             c.inputs.reserve(n, operands.min(self.pending_arity.operands(n)));
         }
+        Ok(())
     }
 
     /// Number of value keys (the id the next fresh one gets).
@@ -493,8 +496,8 @@ impl<Op: GraphOperation> InternerState<Op> {
         role: u32,
         interner: u32,
     ) -> GraphResult<OperationKey<Op>> {
-        self.restore_table(1);
-        self.op_table.reserve(1);
+        self.restore_table(1)?;
+        self.op_table.reserve(1)?;
         self.intern_op_hashed(op, inputs, role, hash_op(op, inputs, role), interner)
     }
 
@@ -827,14 +830,15 @@ impl<Op: GraphOperation> InternerState<Op> {
         idle.sort_unstable();
         idle.dedup();
         // When most operations go (a one-shot caller dropping its fragment), the table is
-        // rebuilt from the survivors after the loop instead of one removal per operation
-        // (each a cache miss and a backward shift: seconds at 10^7).
+        // released instead of one removal per operation (each a cache miss and a backward
+        // shift: seconds at 10^7), and the next interning rebuilds it: a drop stays within
+        // Ctrl-C's bound while a 10^7-operation graph lives on.
         let chunk_ops = |t: &u32| self.op_chunks[(t & !INPUT_CHUNK) as usize].as_deref().filter(|c| c.life.idle);
         let idle_ops: usize =
             idle.iter().filter(|&&t| t & INPUT_CHUNK == 0).filter_map(chunk_ops).map(|c| c.ops().len()).sum();
         // A released table holds nothing to remove and stays released.
-        let rebuild = !self.table_released && 2 * idle_ops >= self.op_table.len();
-        let remove = !self.table_released && !rebuild;
+        let release = !self.table_released && 2 * idle_ops >= self.op_table.len();
+        let remove = !self.table_released && !release;
         for tag in idle {
             let c = (tag & !INPUT_CHUNK) as usize;
             if tag & INPUT_CHUNK != 0 {
@@ -867,11 +871,9 @@ impl<Op: GraphOperation> InternerState<Op> {
             }
         }
         self.idle_values = 0;
-        if rebuild {
-            let table = self
-                .table_of_live_chunks(self.op_table.emptied(self.op_table.len() - idle_ops, RECLAIM_MIN_VALUES / 2));
-            debug_assert_eq!(table.len(), self.op_table.len() - idle_ops, "the table held every live operation");
-            self.op_table = table;
+        if release {
+            self.op_table = OpTable::default();
+            self.table_released = true;
         }
         // The tables need not keep the size of their peak, but keep room for about the keys
         // that will be interned before the next batch (so they do not grow again meanwhile).
@@ -884,10 +886,23 @@ impl<Op: GraphOperation> InternerState<Op> {
         self.reclaimed_values - before
     }
 
-    /// `table` (empty, with room for every live operation) filled with the live chunks'
-    /// operations.
-    fn table_of_live_chunks(&self, mut table: OpTable) -> OpTable {
+    /// Rebuilds a released table (with room for `more` operations beyond the live ones)
+    /// before an operation is interned; does nothing otherwise. A stop raised meanwhile
+    /// leaves the table released.
+    #[inline]
+    fn restore_table(&mut self, more: usize) -> GraphResult<()> {
+        if self.table_released { self.rebuild_released_table(more) } else { Ok(()) }
+    }
+
+    /// The table filled again with the live chunks' operations; the stop flag is read
+    /// once per chunk (at 10^7 live operations the rebuild takes most of a second).
+    #[cold]
+    #[inline(never)]
+    fn rebuild_released_table(&mut self, more: usize) -> GraphResult<()> {
+        let mut table = OpTable::default();
+        table.reserve(self.live_ops().saturating_add(more))?;
         for (c, chunk) in self.op_chunks.iter().enumerate().filter_map(|(c, k)| Some((c, k.as_deref()?))) {
+            stop::check()?;
             for (j, op) in chunk.ops().iter().enumerate() {
                 let hash = hash_op(op, chunk.inputs.get(j), chunk.role_of(j));
                 // Ids are distinct, so the probe ends at an empty slot.
@@ -896,25 +911,9 @@ impl<Op: GraphOperation> InternerState<Op> {
                 }
             }
         }
-        table
-    }
-
-    /// Rebuilds a released table (with room for `more` operations beyond the live ones)
-    /// before an operation is interned; does nothing otherwise.
-    #[inline]
-    fn restore_table(&mut self, more: usize) {
-        if self.table_released {
-            self.rebuild_released_table(more);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn rebuild_released_table(&mut self, more: usize) {
-        let mut table = OpTable::default();
-        table.reserve(self.live_ops().saturating_add(more));
-        self.op_table = self.table_of_live_chunks(table);
+        self.op_table = table;
         self.table_released = false;
+        Ok(())
     }
 
     /// Bytes held by the tables and live chunks, by column ([`KeyInterner::column_bytes`]).

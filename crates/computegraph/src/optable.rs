@@ -18,8 +18,10 @@
 
 use std::cell::Cell;
 
+use crate::error::GraphResult;
 use crate::id::OperationKeyId;
 use crate::prefetch::prefetch_read;
+use crate::stop::{self, Poll};
 
 /// Maximum load: 3/4.
 const LOAD_NUM: usize = 3;
@@ -87,7 +89,7 @@ thread_local! {
 /// next build faults every page of the new one in again while zeroing it: 42% of the page
 /// faults of a warm 10^5-node build (docs/PERFORMANCE.md, "Issue 38: the build's warm
 /// page faults"). The kept buffer is zeroed in place, on pages the process already has.
-fn zeroed_slots(capacity: usize) -> Vec<u64> {
+fn zeroed_slots(capacity: usize) -> GraphResult<Vec<u64>> {
     // `try_with`: during the thread's teardown the kept buffer is gone; a fresh one serves.
     let mut slots = KEPT_SLOTS.try_with(Cell::take).unwrap_or_default();
     // A kept buffer far larger than asked would hold memory the table never uses, and
@@ -98,7 +100,7 @@ fn zeroed_slots(capacity: usize) -> Vec<u64> {
     }
     slots.clear();
     slots.resize(capacity, 0);
-    slots
+    Ok(slots)
 }
 
 /// `capacity` empty slots in a fresh allocation; from [`POPULATE_MIN_BYTES`] on, zeroed
@@ -108,7 +110,11 @@ fn zeroed_slots(capacity: usize) -> Vec<u64> {
 /// read first faults twice (mapped to the shared zero page on the read, copied on the
 /// write). Writing the zeros from here instead cost a reserved 10^6-node build about 11
 /// instructions per node, and a growing table about 15 (`docs/PERFORMANCE.md`, bld41b).
-fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
+///
+/// Backed a piece of [`POPULATE_PIECE_BYTES`] at a time, reading the stop flag between
+/// pieces: a table of 10^7 operations is hundreds of megabytes, which the kernel takes
+/// most of a second to clear, and Ctrl-C must end the build sooner.
+fn fresh_zeroed_slots(capacity: usize) -> GraphResult<Vec<u64>> {
     if capacity.saturating_mul(8) < POPULATE_MIN_BYTES {
         // Written zero by zero, as before: under glibc's default settings smaller tables
         // come from the heap, where `calloc` would write the zeros too, and builds of 10^5
@@ -117,14 +123,21 @@ fn fresh_zeroed_slots(capacity: usize) -> Vec<u64> {
         #[allow(clippy::slow_vector_initialization)]
         let mut slots = Vec::with_capacity(capacity);
         slots.resize(capacity, 0);
-        return slots;
+        return Ok(slots);
     }
     let mut slots = vec![0u64; capacity];
     // Advised before any page is backed (`advise_huge` covers the whole allocation).
     crate::hugepages::advise_huge(&mut slots);
-    crate::prefault::populate_now(slots.as_ptr() as usize, capacity * 8);
-    slots
+    for piece in slots.chunks(POPULATE_PIECE_BYTES / 8) {
+        stop::check()?;
+        crate::prefault::populate_now(piece.as_ptr() as usize, size_of_val(piece));
+    }
+    Ok(slots)
 }
+
+/// Bytes a fresh table backs between two reads of the stop flag ([`fresh_zeroed_slots`]):
+/// tens of milliseconds of the kernel's clearing, in whole huge pages.
+const POPULATE_PIECE_BYTES: usize = 32 << 20;
 
 /// Fresh tables of at least this many bytes are backed at once ([`fresh_zeroed_slots`]):
 /// those that are advised for huge pages too.
@@ -175,12 +188,18 @@ fn mix(hash: u32) -> u64 {
     (hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The home slot of `hash` in a table of `capacity` slots ([`OpTable::home`]).
+#[inline]
+fn home_in(capacity: usize, hash: u32) -> usize {
+    ((mix(hash) as u128 * capacity as u128) >> 64) as usize
+}
+
 impl OpTable {
     /// The home slot of `hash`: its mixed hash scaled to the capacity (the high half of
     /// a 64 × 64-bit product).
     #[inline]
     fn home(&self, hash: u32) -> usize {
-        ((mix(hash) as u128 * self.slots.len() as u128) >> 64) as usize
+        home_in(self.slots.len(), hash)
     }
 
     /// The slot after `i`, wrapping around.
@@ -203,7 +222,10 @@ impl OpTable {
     ///
     /// A table that grows fourfold grows once past [`GROW_LOAD_NUM`]/[`GROW_LOAD_DEN`] full,
     /// unless its entries fit what a reservation asked for.
-    pub(crate) fn reserve(&mut self, additional: usize) {
+    ///
+    /// Fails with [`GraphError::Interrupted`](crate::GraphError::Interrupted) when the stop
+    /// flag goes up during a growth, leaving the table as it was.
+    pub(crate) fn reserve(&mut self, additional: usize) -> GraphResult<()> {
         let entries = self.len.saturating_add(additional);
         let need = slots_within(entries, LOAD_NUM, LOAD_DEN);
         let early = entries > self.reserved
@@ -222,47 +244,45 @@ impl OpTable {
                 geometric
             };
             // Whole cache lines of slots.
-            self.grow_to(capacity.next_multiple_of(8).max(16));
+            self.grow_to(capacity.next_multiple_of(8).max(16))?;
         }
+        Ok(())
     }
 
     /// Shrinks the table to what its entries and `spare` more need when it holds four
     /// times that or more (after a reclamation), so a table does not keep the size of its
     /// peak (a sparse table also costs cache misses), nor shrinks below what it will soon
-    /// hold again. Returns whether it shrank.
+    /// hold again. Returns whether it shrank (a stop raised meanwhile leaves it as it was).
     pub(crate) fn shrink_if_sparse(&mut self, spare: usize) -> bool {
         let need = slots_within(self.len + spare, LOAD_NUM, LOAD_DEN).next_multiple_of(8).max(16);
-        if self.slots.len() < 4 * need || self.slots.len() <= 1024 {
+        if self.slots.len() < 4 * need || self.slots.len() <= 1024 || self.grow_to(need).is_err() {
             return false;
         }
-        self.grow_to(need);
         self.reserved = self.len + spare;
         true
     }
 
-    /// An empty table of the capacity this one would keep after removals leaving `keep`
-    /// entries ([`Self::shrink_if_sparse`] with `spare`), for a caller that re-inserts the
-    /// survivors instead of removing the rest one by one.
-    pub(crate) fn emptied(&self, keep: usize, spare: usize) -> OpTable {
-        let need = slots_within(keep + spare, LOAD_NUM, LOAD_DEN).next_multiple_of(8).max(16);
-        let sparse = self.slots.len() >= 4 * need && self.slots.len() > 1024;
-        let capacity = if sparse { need } else { self.slots.len().max(need) };
-        OpTable { slots: zeroed_slots(capacity), len: 0, reserved: keep + spare }
-    }
-
-    /// Re-inserts every entry into a table of `capacity` slots (larger or smaller).
-    fn grow_to(&mut self, capacity: usize) {
+    /// Re-inserts every entry into a table of `capacity` slots (larger or smaller). The old
+    /// slots stay in place until the last entry is in, so a stop raised meanwhile (read every
+    /// [`POLL_EVERY`](crate::stop::POLL_EVERY) entries: a growth at 10^7 entries takes a
+    /// second) returns [`GraphError::Interrupted`](crate::GraphError::Interrupted) with the
+    /// table unchanged.
+    fn grow_to(&mut self, capacity: usize) -> GraphResult<()> {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion
         // writes it, and a fresh page read first faults twice (mapped to the shared zero
         // page on the read, copied on the write).
-        let old = std::mem::replace(&mut self.slots, zeroed_slots(capacity));
-        for slot in old.into_iter().filter(|&s| s != 0) {
-            let mut i = self.home((slot >> 32) as u32);
-            while self.slots[i] != 0 {
-                i = self.next(i);
+        let mut fresh = zeroed_slots(capacity)?;
+        let mut poll = Poll::new();
+        for &slot in self.slots.iter().filter(|&&s| s != 0) {
+            poll.tick()?;
+            let mut i = home_in(capacity, (slot >> 32) as u32);
+            while fresh[i] != 0 {
+                i = if i + 1 == capacity { 0 } else { i + 1 };
             }
-            self.slots[i] = slot;
+            fresh[i] = slot;
         }
+        self.slots = fresh;
+        Ok(())
     }
 
     /// Finds the entry with this hash for which `eq` holds, or the slot where it belongs
@@ -270,7 +290,7 @@ impl OpTable {
     #[cfg(test)]
     pub(crate) fn probe(&mut self, hash: u32, eq: impl FnMut(OperationKeyId) -> bool) -> Probe {
         if (self.len + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
-            self.grow_to((self.slots.len() * 2).max(16));
+            self.grow_to((self.slots.len() * 2).max(16)).expect("tests raise no stop");
         }
         self.probe_reserved(hash, eq)
     }
@@ -361,12 +381,12 @@ mod tests {
     #[test]
     fn a_fresh_backed_table_reads_empty_and_finds_what_was_inserted() {
         let mut t = OpTable::default();
-        t.reserve(3 * POPULATE_MIN_BYTES / 32);
+        t.reserve(3 * POPULATE_MIN_BYTES / 32).unwrap();
         assert!(t.slots.len() * 8 >= POPULATE_MIN_BYTES);
         assert!(t.slots.iter().all(|&s| s == 0));
         let n = POPULATE_MIN_BYTES / 4;
         for i in 0..n {
-            t.reserve(1);
+            t.reserve(1).unwrap();
             let hash = (i as u32).wrapping_mul(0x2545_F491);
             match t.probe_reserved(hash, |_| false) {
                 Probe::Vacant(s) => t.fill(s, hash, OperationKeyId::new(i)),
@@ -386,7 +406,7 @@ mod tests {
     #[test]
     fn a_dropped_tables_slots_serve_the_next_table_zeroed() {
         let mut t = OpTable::default();
-        t.reserve(5_000);
+        t.reserve(5_000).unwrap();
         for i in 0..5_000u32 {
             if let Probe::Vacant(s) = t.probe_reserved(i, |_| false) {
                 t.fill(s, i, OperationKeyId::new(i as usize));
@@ -395,14 +415,14 @@ mod tests {
         let (at, slots) = (t.slots.as_ptr(), t.slots.len());
         drop(t);
         let mut u = OpTable::default();
-        u.reserve(4_000);
+        u.reserve(4_000).unwrap();
         // The kept slots are held until taken, so no other block can have their address.
         assert_eq!(u.slots.as_ptr(), at);
         assert!(u.slots.len() < slots && u.slots.iter().all(|&s| s == 0));
         assert!(matches!(u.probe_reserved(7, |_| true), Probe::Vacant(_)));
         drop(u);
         let mut small = OpTable::default();
-        small.reserve(500);
+        small.reserve(500).unwrap();
         assert_ne!(small.slots.as_ptr(), at);
         assert!(KEPT_SLOTS.with(|k| {
             let kept = k.take();
@@ -449,7 +469,7 @@ mod tests {
     #[test]
     fn odd_capacities_and_wrapping_runs() {
         let mut t = OpTable::default();
-        t.reserve(100);
+        t.reserve(100).unwrap();
         let cap = t.slots.len();
         assert!(!cap.is_power_of_two() && cap * 3 >= 100 * 4, "{cap}");
         let last = (0..u32::MAX).find(|&h| t.home(h) == cap - 1).unwrap();
@@ -476,7 +496,7 @@ mod tests {
     #[test]
     fn removal_keeps_every_survivor_reachable() {
         let mut t = OpTable::default();
-        t.reserve(60);
+        t.reserve(60).unwrap();
         let cap = t.slots.len();
         let last = (0..u32::MAX).find(|&h| t.home(h) == cap - 1).unwrap();
         // Hashes: a few homes only (long runs), one of them at the last slot (runs wrap).
@@ -532,35 +552,18 @@ mod tests {
         }
     }
 
-    /// An emptied table has the capacity removals would have left: the same unless four
-    /// times sparse, then what the survivors and the spare room need.
-    #[test]
-    fn emptied_keeps_the_capacity_removals_would_keep() {
-        let mut t = OpTable::default();
-        t.reserve(20_000);
-        let cap = t.slots.len();
-        for keep in [20_000, 8_000, 7_000] {
-            let e = t.emptied(keep, 0);
-            assert_eq!((e.len(), e.slots.len()), (0, cap), "{keep} kept");
-        }
-        let e = t.emptied(1_000, 500);
-        assert!(e.slots.len() * 4 <= cap && e.slots.len() * 3 >= 1_500 * 4, "{} of {cap}", e.slots.len());
-        t.shrink_if_sparse(0);
-        assert_eq!(t.emptied(0, 0).slots.len(), t.slots.len().max(16));
-    }
-
     /// Growth takes four times the capacity while the table is small, twice past
     /// [`GROW_FOUR_BELOW`] slots, and never less than what the reservation needs.
     #[test]
     fn grows_fourfold_while_small() {
         let mut t = OpTable::default();
-        t.reserve(3_000);
+        t.reserve(3_000).unwrap();
         let cap = t.slots.len();
         t.len = cap * 3 / 4; // as if full (the entries' slots do not matter here)
-        t.reserve(1);
+        t.reserve(1).unwrap();
         assert_eq!(t.slots.len(), (4 * cap).next_multiple_of(8));
         t.len = 0;
-        t.reserve(100 * cap);
+        t.reserve(100 * cap).unwrap();
         assert!(t.slots.len() * 3 >= 100 * cap * 4, "a large reservation gets what it needs");
         assert_eq!(growth_factor(GROW_FOUR_BELOW - 1), 4);
         assert_eq!(growth_factor(GROW_FOUR_BELOW), 2);
@@ -582,7 +585,7 @@ mod tests {
             for (additional, percent) in steps {
                 // An empty table was sized by no reservation: its first one allocates.
                 let (before, held_within) = (t.slots.len(), t.len + additional <= t.reserved && !t.slots.is_empty());
-                t.reserve(additional);
+                t.reserve(additional).unwrap();
                 let cap = t.slots.len();
                 proptest::prop_assert!((t.len + additional) * LOAD_DEN <= cap * LOAD_NUM);
                 if held_within {
@@ -612,7 +615,7 @@ mod tests {
     #[test]
     fn reserve_prevents_growth() {
         let mut t = OpTable::default();
-        t.reserve(1000);
+        t.reserve(1000).unwrap();
         let cap = t.heap_bytes();
         for i in 0..1000u32 {
             if let Probe::Vacant(s) = t.probe(i.wrapping_mul(2_654_435_761), |_| false) {
@@ -630,7 +633,7 @@ mod tests {
         let mut growths = 0;
         for i in 0..100_000u32 {
             let before = t.heap_bytes();
-            t.reserve(1);
+            t.reserve(1).unwrap();
             growths += usize::from(t.heap_bytes() != before);
             let h = i.wrapping_mul(2_654_435_761);
             if let Probe::Vacant(s) = t.probe(h, |_| false) {

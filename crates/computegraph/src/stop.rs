@@ -7,7 +7,8 @@
 //!
 //! Where the engine reads it: every [`POLL_EVERY`] items of the passes whose work grows
 //! with the graph (resolve's gathering, materialize's marking and emitting, compile's
-//! passes, and tidu's linearize and transpose, which read it through [`Poll`]). A pass that
+//! passes, the interner's table growth and rebuild, and tidu's linearize and transpose,
+//! which read it through [`Poll`]). A pass that
 //! stops returns the error and drops what it built; nothing it made outlives it.
 //!
 //! Invariants: what a pass returns is never wrong: once the flag is up, a pass either

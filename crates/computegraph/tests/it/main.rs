@@ -15,7 +15,8 @@
 //! - `reclaim`: interner entries no live graph holds are reclaimed, live ones kept;
 //! - `resolver`: user resolvers through `resolve_with`: a fragment store, a 10^4-long
 //!   chain reachable only through it, undefined keys and bad answers;
-//! - `drops`: operand values in the slots dropped exactly once, on success, error and panic.
+//! - `drops`: operand values in the slots dropped exactly once, on success, error and panic;
+//! - `stop`: the interner's table growth and rebuild stop on the stop flag, leaving it whole.
 //!
 //! Expected values always come from an independent reference (the spec evaluator, a
 //! model, or hand derivation from the documented semantics), never from running the
@@ -35,5 +36,6 @@ mod parallel;
 mod pipeline;
 mod reclaim;
 mod resolver;
+mod stop;
 mod support;
 mod threads;
