@@ -151,10 +151,10 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         // then taken only when it is not (their operands are noted once, by the test).
         let max_depth = if chained && is_chain(graph, start..end, &mut far) {
             len - 1
-        } else if chained {
-            depths(graph, start..end, window_values, &mut depth, &mut FarOperands::new(0))
         } else {
-            depths(graph, start..end, window_values, &mut depth, &mut far)
+            // One call of the inlined `depths`: two made its code slower on every window.
+            let mut noted = FarOperands::new(0);
+            depths(graph, start..end, window_values, &mut depth, if chained { &mut noted } else { &mut far })
         };
         chained = max_depth + 1 == len;
         if chained {
