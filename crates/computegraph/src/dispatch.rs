@@ -97,9 +97,7 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
     // counting sort); the buckets of the sorts.
     let mut variant: Vec<u8> = Vec::with_capacity(WINDOW);
     let mut depth: Vec<u32> = Vec::with_capacity(WINDOW);
-    // The depth of each value a chain's window defines (`chain_depths`).
-    let mut value_depth: Vec<u32> = Vec::with_capacity(WINDOW + 1);
-    // Whether the last window sorted was a chain's (depth equal to offset: `chain_depths`).
+    // Whether the last window sorted was a chain's (depth equal to offset: `is_chain`).
     let mut chained = false;
     let mut by_variant: Vec<u32> = vec![0; WINDOW];
     let mut buckets: Vec<u32> = Vec::with_capacity(WINDOW + 2);
@@ -149,12 +147,15 @@ pub(crate) fn dispatch_order<Op: GraphOperation>(graph: &MaterializedGraph<Op>) 
         // window is zero, and they are not looked up (a cache miss per far operand on
         // large graphs).
         let window_values = first_outputs[start].index();
-        let max_depth = if chained {
-            chain_depths(graph, start..end, window_values, &mut value_depth, &mut depth, &mut far)
+        // A window after a chain's is likely one too: tested without depths, which are
+        // then taken only when it is not (their operands are noted once, by the test).
+        let max_depth = if chained && is_chain(graph, start..end, &mut far) {
+            len - 1
         } else {
-            depths(graph, start..end, window_values, &mut depth, &mut far)
+            // One call of the inlined `depths`: two made its code slower on every window.
+            let mut noted = FarOperands::new(0);
+            depths(graph, start..end, window_values, &mut depth, if chained { &mut noted } else { &mut far })
         };
-        // A window after a chain's is likely one too.
         chained = max_depth + 1 == len;
         if chained {
             // Depth `len - 1` needs a producer of depth `len - 2` before it, and so on
@@ -239,62 +240,49 @@ fn depths<Op: GraphOperation>(
     max_depth
 }
 
-/// [`depths`] for a window that is likely a chain's (each operation reads the one before,
-/// and at random one input or none besides: a chain of random variants), with no branch
-/// on whether an operand lies in the window or on whether an operation has one operand
-/// or two, each mispredicted about once per operation there. The depths of the window's
-/// values are kept in `value_depth` from entry 1 on (`value_depth[1 + v -
-/// window_values]`); entry 0 stands for every value before the window. It runs more
-/// instructions than [`depths`], which sorted windows keep (their operands are mostly
-/// far or in order).
-fn chain_depths<Op: GraphOperation>(
+/// Whether the operations `ops` form a chain, each after the first reading an output of
+/// the one before it, with their operands noted in `far`: for a window after a chain's
+/// (a chain of random variants: each operation reads the one before, and at random one
+/// input or none besides). That is exactly the window whose depths ([`depths`]) are `0,
+/// 1, 2, …` (the largest equal to its length less one): a depth is at most the
+/// operation's offset, and offset `k` needs a producer at offset `k - 1`. One range test
+/// per operand (outputs are numbered in operation order, after the inputs, so those of
+/// the operation before are the values from its first output to the reader's), without
+/// a branch on where an operand lies or on whether an operation has one operand or two,
+/// each mispredicted about once per operation there, and without a depth column.
+fn is_chain<Op: GraphOperation>(
     graph: &MaterializedGraph<Op>,
     ops: std::ops::Range<usize>,
-    window_values: usize,
-    value_depth: &mut Vec<u32>,
-    depth: &mut Vec<u32>,
     far: &mut FarOperands,
-) -> usize {
+) -> bool {
+    let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
     let first_outputs = graph.op_first_output.raw();
-    let values_end = first_outputs.get(ops.end).map_or(graph.value_count(), |v| v.index());
-    // Every entry is written before it is read (operands precede their readers), but
-    // entry 0, whose value is never used: the column only grows.
-    if value_depth.len() < values_end - window_values + 1 {
-        value_depth.resize(values_end - window_values + 1, 0);
-    }
-    let mut max_depth = 0;
+    let (mut chain, first) = (true, ops.start);
+    // The outputs of the operation before: `prev..reader` (none before the first, which
+    // links to nothing and needs not; an operation without outputs has none either).
+    let mut prev = first_outputs[first].index();
     for i in ops {
         let reader = first_outputs[i].index();
-        let inputs = graph.op_inputs.get(i);
-        // One more than the operand's producer's depth when it is in the window, else 0.
-        let above = |v: usize| {
-            let inside = v >= window_values;
-            let at = if inside { v - window_values + 1 } else { 0 };
-            (value_depth[at] + 1) * u32::from(inside)
-        };
-        let d = if let n @ (1 | 2) = inputs.len() {
-            // The first and the last operand (the first again when it is the only one: a
-            // maximum does not mind, and the far count notes it once).
+        let inputs = &items[starts[i] as usize..starts[i + 1] as usize];
+        let (lo, width) = (prev, reader - prev);
+        let links = |v: usize| v.wrapping_sub(lo) < width;
+        let linked = if let n @ (1 | 2) = inputs.len() {
+            // The first and the last operand (the first again when it is the only one:
+            // the far count notes it once).
             let (a, b) = (inputs[0].index(), inputs[n - 1].index());
             far.note(a, reader);
             far.note_if(b, reader, n == 2);
-            above(a).max(above(b))
+            links(a) | links(b)
         } else {
-            inputs.iter().fold(0, |d, v| {
+            inputs.iter().fold(false, |l, v| {
                 far.note(v.index(), reader);
-                d.max(above(v.index()))
+                l | links(v.index())
             })
         };
-        value_depth[reader - window_values + 1] = d;
-        // Further outputs (rare): up to the next operation's first.
-        let next = first_outputs.get(i + 1).map_or(values_end, |v| v.index());
-        for v in reader + 1..next {
-            value_depth[v - window_values + 1] = d;
-        }
-        depth.push(d);
-        max_depth = max_depth.max(d as usize);
+        chain &= linked | (i == first);
+        prev = reader;
     }
-    max_depth
+    chain
 }
 
 /// Whether `ops` have a mean cost hint of at least [`KEEP_ORDER_MIN_MEAN_COST`].
@@ -487,11 +475,13 @@ mod tests {
             .collect()
     }
 
-    /// Operations of zero to three operands, and one of two outputs.
+    /// Operations of zero to three operands, one of two outputs, and one of one operand
+    /// and no output.
     #[derive(Clone, Debug, Hash, PartialEq, Eq)]
     enum Arity {
         In(u8),
         Pair,
+        Sink,
     }
 
     impl GraphOperation for Arity {
@@ -501,37 +491,57 @@ mod tests {
         fn input_count(&self) -> usize {
             match self {
                 Arity::In(n) => *n as usize,
-                Arity::Pair => 1,
+                Arity::Pair | Arity::Sink => 1,
             }
         }
         fn output_count(&self) -> usize {
-            if let Arity::Pair = self { 2 } else { 1 }
+            match self {
+                Arity::Pair => 2,
+                Arity::Sink => 0,
+                Arity::In(_) => 1,
+            }
         }
     }
 
     proptest! {
-        /// A chain's depths (`chain_depths`, branch-free, with its value column) are
-        /// the lookup's (`depths`) on every window of random graphs: operands near or
-        /// far, before the window or in it, repeated in one list, of one to three per
-        /// operation, two-output operations among them; the far counts decide alike.
+        /// The chain test (`is_chain`) says yes exactly when the lookup's depths
+        /// (`depths`) are `0, 1, 2, …`, on windows of random lengths over random
+        /// graphs: operands the value just before (a chain's link), the operation
+        /// before's second output, or one up to 300 back; zero to three per operation,
+        /// repeated in one list, two-output operations and ones without outputs (which
+        /// materialization drops) among them; and the far counts decide alike.
         #[test]
-        fn chain_depths_are_the_lookup_depths(
-            picks in prop::collection::vec((0u8..5, prop::collection::vec((any::<bool>(), 0usize..300), 3)), 1..700),
+        fn the_chain_test_is_depths_equal_to_offsets(
+            picks in prop::collection::vec((0u8..6, prop::collection::vec((0u8..4, 0usize..300), 3)), 1..700),
+            lens in prop::collection::vec(1usize..24, 1..60),
         ) {
             use crate::{GraphBuilder, KeyInterner, OperationRole, ValueRef, materialize_merge, resolve};
             let mut b = GraphBuilder::<Arity>::with_interner(KeyInterner::new());
             let mut values = vec![b.add_input(0), b.add_input(1)];
+            // The outputs of the last operation that had some.
+            let mut last: Vec<_> = values.clone();
             for (kind, from) in &picks {
-                let op = if *kind == 4 { Arity::Pair } else { Arity::In(*kind) };
-                // An operand is the value just before (a chain's link) or one up to 300 back.
+                let op = match kind {
+                    4 => Arity::Pair,
+                    5 => Arity::Sink,
+                    k => Arity::In(*k),
+                };
                 let refs: Vec<_> = from[..op.input_count()]
                     .iter()
-                    .map(|&(near, back)| {
-                        let back = if near { 0 } else { back.min(values.len() - 1) };
-                        ValueRef::<Arity>::Local(values[values.len() - 1 - back])
+                    .map(|&(how, back)| {
+                        let v = match how {
+                            0 | 1 => last[0],
+                            2 => *last.last().unwrap(),
+                            _ => values[values.len() - 1 - back.min(values.len() - 1)],
+                        };
+                        ValueRef::<Arity>::Local(v)
                     })
                     .collect();
-                values.extend(b.add_operation(op, refs, OperationRole::Primary));
+                let out = b.add_operation(op, refs, OperationRole::Primary);
+                if !out.is_empty() {
+                    last = out.to_vec();
+                }
+                values.extend(&out);
             }
             let g = std::sync::Arc::new(b.build());
             let keys: Vec<_> = values.iter().map(|&v| g.global_key(v)).collect();
@@ -539,15 +549,14 @@ mod tests {
             let n = graph.operation_count();
             let inputs = graph.inputs.len();
             let (mut far_a, mut far_b) = (FarOperands::new(inputs), FarOperands::new(inputs));
-            let mut value_depth = Vec::new();
-            for start in (0..n).step_by(WINDOW) {
-                let end = (start + WINDOW).min(n);
+            let (mut start, mut lens) = (0, lens.iter().cycle());
+            while start < n {
+                let end = (start + lens.next().unwrap()).min(n);
                 let window_values = graph.op_first_output.raw()[start].index();
-                let (mut da, mut db) = (Vec::new(), Vec::new());
-                let ma = depths(&graph, start..end, window_values, &mut da, &mut far_a);
-                let mb = chain_depths(&graph, start..end, window_values, &mut value_depth, &mut db, &mut far_b);
-                prop_assert_eq!(ma, mb);
-                prop_assert_eq!(da, db);
+                let mut depth = Vec::new();
+                let max_depth = depths(&graph, start..end, window_values, &mut depth, &mut far_a);
+                prop_assert_eq!(is_chain(&graph, start..end, &mut far_b), max_depth + 1 == end - start);
+                start = end;
             }
             prop_assert_eq!(far_a.decide(), far_b.decide());
         }
