@@ -19,9 +19,7 @@
 //! Output: the split path ([`ContractionPath`], pairwise: the half `u0…uk`, then the
 //! other, then the join, each unit's own steps, in their order, just before its use) for
 //! the `k` of the smallest estimated time on `threads` threads, `max(critical path, total
-//! ÷ threads)`, when the path's estimated cost reaches `threads.rs`'s `POOL_MIN_COST` (below
-//! it a pool runs no steps at once, so the re-associated path would run on one thread, where
-//! it is no faster than the original and often slower), that time is at most `1 / MIN_GAIN` of the original's (the better of
+//! ÷ threads)`, when that time is at most `1 / MIN_GAIN` of the original's (the better of
 //! that bound and its steps in order with each GEMM large enough to split divided
 //! between the threads, as `threads.rs` estimates), its
 //! multiply-adds at most `1 + FLOP_SLACK` times the original's and none of its
@@ -33,9 +31,8 @@
 //! each end), plus `O(steps log steps)` to write the chosen path in opt_einsum's positional form.
 
 use crate::elem::PAR_GEMM_MIN_MACS;
-use crate::op::contraction_cost;
 use crate::path::{ContractionPath, FollowedPath, PathOperand, distinct, positional_path};
-use crate::threads::{POOL_MIN_COST, SPLIT_EFFICIENCY};
+use crate::threads::SPLIT_EFFICIENCY;
 
 /// The estimated speed-up below which the original path is kept (as in `threads.rs`:
 /// the estimate ignores the fixed costs of threads).
@@ -61,17 +58,6 @@ pub(crate) fn balance(
     let size = |labels: &[u32]| labels.iter().map(|&c| sizes[c as usize] as f64).product::<f64>();
     let step_of = |v: PathOperand| v.index().checked_sub(n);
     let t = threads as f64;
-    // The path's cost hint as the compiled program will sum it: below `POOL_MIN_COST`,
-    // `threads::choose` never runs steps at once, and running them at once is all that
-    // re-associating offers (a call that small runs on the calling thread).
-    let hint = steps.iter().fold(0u64, |acc, step| {
-        let macs = size(&followed.loops(step)) as u64;
-        let written = size(followed.labels(step.result)) as u64;
-        acc.saturating_add(contraction_cost(macs, written))
-    });
-    if hint < POOL_MIN_COST {
-        return None;
-    }
     // Each operand's critical path (multiply-adds); the total; the largest intermediate;
     // the time of the steps in order with each large enough GEMM split over the threads.
     let mut crit = vec![0.0f64; n + steps.len()];
@@ -296,18 +282,15 @@ mod tests {
 
     #[test]
     fn a_chain_splits_in_the_middle_with_the_same_work() {
-        // Long enough for a pool to run steps at once (`POOL_MIN_COST`), each step below
-        // the size from which its GEMM splits.
-        let n = 80;
-        let (inputs, output, path) = chain(n);
-        let sizes = vec![100; n + 1];
+        let (inputs, output, path) = chain(16);
+        let sizes = vec![8; 17];
         let f = FollowedPath::new(&inputs, &output, &path).unwrap();
-        assert!(balance(&f, n, &output, &sizes, 1).is_none(), "one thread keeps the path");
-        let b = balance(&f, n, &output, &sizes, 2).expect("a chain balances");
+        assert!(balance(&f, 16, &output, &sizes, 1).is_none(), "one thread keeps the path");
+        let b = balance(&f, 16, &output, &sizes, 2).expect("a chain balances");
         let before = crate::cost::path_cost(&inputs, &output, &sizes, &path).unwrap();
         let after = crate::cost::path_cost(&inputs, &output, &sizes, &b).unwrap();
         assert!(after <= before * (1.0 + FLOP_SLACK), "{after} against {before}");
-        // The last step joins two results of about half the matrices each.
+        // The last step joins two results of about eight matrices each.
         let g = FollowedPath::new(&inputs, &output, &b).unwrap();
         let last = g.steps().last().unwrap();
         let depth = |v: PathOperand| {
@@ -320,41 +303,16 @@ mod tests {
             d
         };
         let (l, r) = (depth(last.operands[0]), depth(last.operands[1]));
-        assert!(l.abs_diff(r) <= 2 && l + r == n - 2, "halves of {l} and {r} steps");
+        assert!(l.abs_diff(r) <= 2 && l + r == 14, "halves of {l} and {r} steps");
     }
 
     #[test]
     fn a_balanced_tree_is_kept() {
-        // Pairs of neighbours, then pairs of those, and so on: already two halves.
-        let n = 128;
-        let inputs: Vec<Vec<u32>> = (0..n as u32).map(|i| vec![i, i + 1]).collect();
-        let output = vec![0, n as u32];
-        let path = ContractionPath::new(vec![[0, 1]; n - 1]);
+        // ((01)(23))((45)(67)): already two halves.
+        let inputs: Vec<Vec<u32>> = (0..8u32).map(|i| vec![i, i + 1]).collect();
+        let output = vec![0, 8];
+        let path = ContractionPath::new(vec![[0, 1], [0, 1], [0, 1], [0, 1], [0, 1], [0, 1], [0, 1]]);
         let f = FollowedPath::new(&inputs, &output, &path).unwrap();
-        assert!(balance(&f, n, &output, &[100; 129], 2).is_none());
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-
-        /// Chains of `n` matrices `d × d` contracted left to right, each step too small for
-        /// its GEMM to split: re-associated exactly when their summed cost hint (each step
-        /// `d³` multiply-adds writing `d²`) reaches `POOL_MIN_COST`, below which a pool would
-        /// run the new path on one thread.
-        #[test]
-        fn only_chains_that_reach_the_pool_are_balanced(n in 6usize..120, d in 2usize..102) {
-            let (inputs, output, path) = chain(n);
-            let sizes = vec![d; n + 1];
-            let f = FollowedPath::new(&inputs, &output, &path).unwrap();
-            let d = d as u64;
-            let hint = (n as u64 - 1) * (d * d * d / 4 + d * d);
-            let b = balance(&f, n, &output, &sizes, 2);
-            proptest::prop_assert_eq!(b.is_some(), hint >= POOL_MIN_COST, "n {} d {} hint {}", n, d, hint);
-            if let Some(b) = b {
-                let before = crate::cost::path_cost(&inputs, &output, &sizes, &path).unwrap();
-                let after = crate::cost::path_cost(&inputs, &output, &sizes, &b).unwrap();
-                proptest::prop_assert!(after <= before * (1.0 + FLOP_SLACK));
-            }
-        }
+        assert!(balance(&f, 8, &output, &[4; 9], 2).is_none());
     }
 }

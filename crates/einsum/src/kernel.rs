@@ -55,7 +55,7 @@ use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::Elem;
 use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
-use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view, pack_threads};
+use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view, outer_cut, pack_threads};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, permute_on, shape_of};
 use crate::reduce::{ReducePlan, RowDotPlan, SumPlan};
@@ -793,7 +793,12 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
                 gemm_loop(spec.conj, [m, n, k], &ls, operands, at, block, &c_view);
             });
         }
-        None => gemm_loop(spec.conj, [m, n, k], &loop_sizes, operands, [0, 0], &mut c, &c_view),
+        None => {
+            match outer_cut(if in_place { &spec.out } else { &core }, sizes, looped, [&p.left, &p.right], [m, n, k]) {
+                Some(cut) => cut.run(spec.conj, [m, n, k], &loop_sizes, operands, &mut c, &c_view),
+                None => gemm_loop(spec.conj, [m, n, k], &loop_sizes, operands, [0, 0], &mut c, &c_view),
+            }
+        }
     }
     for data in [a_data, b_data] {
         if let Cow::Owned(v) = data {

@@ -304,8 +304,7 @@ impl Plan {
     /// The same contraction re-associated for `threads` threads, when that pays: a path
     /// whose steps mostly wait for each other (a chain contracted one operand at a time)
     /// contracted from both ends and joined in the middle, with at most 1/32 more
-    /// multiply-adds, no intermediate larger than the original's largest, enough work for a
-    /// pool to run steps at once (smaller calls stay on one thread), and an estimated
+    /// multiply-adds, no intermediate larger than the original's largest, and an estimated
     /// time on `threads` threads at least 1.25 times shorter (`balance.rs`). `None` when
     /// the path is kept (always for one thread). The result equals this plan's to rounding
     /// (the order of sums changes).
@@ -313,16 +312,12 @@ impl Plan {
     /// ```
     /// use einsum::{ContractionPath, MemoryLimit, PathChoice, Plan};
     ///
-    /// // Eighty 100 × 100 matrices, contracted left to right (a chain large enough for a
-    /// // pool to run steps at once); labels are any characters.
-    /// let n = 80;
-    /// let label = |i: u32| char::from_u32(0x100 + i).unwrap();
-    /// let inputs: Vec<String> = (0..n).map(|i| format!("{}{}", label(i), label(i + 1))).collect();
-    /// let expr = format!("{}->{}{}", inputs.join(","), label(0), label(n));
+    /// // Twelve 8 × 8 matrices, contracted left to right.
+    /// let expr = "ab,bc,cd,de,ef,fg,gh,hi,ij,jk,kl,lm->am";
     /// let mut steps = vec![[0, 1]];
-    /// steps.extend((2..n as usize).rev().map(|live| [live - 1, 0]));
+    /// steps.extend((2..12).rev().map(|live| [live - 1, 0]));
     /// let chain = PathChoice::Explicit(ContractionPath::new(steps));
-    /// let p = Plan::new(&expr, &vec![vec![100, 100]; n as usize], chain, MemoryLimit::default()).unwrap();
+    /// let p = Plan::new(expr, &vec![vec![8, 8]; 12], chain, MemoryLimit::default()).unwrap();
     /// assert!(p.balanced_for(1).is_none());
     /// let b = p.balanced_for(2).unwrap();
     /// assert_eq!(b.multiply_adds(), p.multiply_adds());
