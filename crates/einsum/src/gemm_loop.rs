@@ -124,6 +124,41 @@ pub(crate) fn chunk_lead(loop_sizes: &[usize], in_c: &[bool], c_len: usize, [m, 
     best
 }
 
+/// Runs the loop of GEMMs of [`gemm_loop`] over the whole of `c` (labels `c_labels`, in
+/// order): on the current pool's threads in chunks of its leading looped label where
+/// [`batch_chunks`] cuts it, in chunks of `c`'s outermost axes where [`outer_cut`] does,
+/// else on this thread. `looped` are the loop's labels (sizes `loop_sizes`), `groups` the
+/// labels of the row and column groups.
+pub(crate) fn spread_loop<T: Elem>(
+    conj: [bool; 2],
+    [m, n, k]: [usize; 3],
+    (loop_sizes, looped): (&[usize], &[u32]),
+    operands: [(&[T], &MatrixView); 2],
+    (c, c_view, c_labels): (&mut [T], &MatrixView, &[u32]),
+    sizes: &[usize],
+    groups: [&[u32]; 2],
+) {
+    let [(_, a_view), (_, b_view)] = operands;
+    if let Some(per) = batch_chunks(loop_sizes, c_view, c.len(), [m, n, k]) {
+        use rayon::prelude::*;
+        // Chunks of the leading looped label, which leads `c` too: disjoint blocks of
+        // `c`, each a loop of its own over the GEMMs of its values.
+        let step = c_view.looped[0];
+        c.par_chunks_mut(per * step).enumerate().for_each(|(j, block)| {
+            let first = j * per;
+            let mut ls: SmallVec<[usize; 4]> = loop_sizes.into();
+            ls[0] = per.min(loop_sizes[0] - first);
+            let at = [first * a_view.looped[0], first * b_view.looped[0]];
+            gemm_loop(conj, [m, n, k], &ls, operands, at, block, c_view);
+        });
+        return;
+    }
+    match outer_cut(c_labels, sizes, looped, groups, [m, n, k]) {
+        Some(cut) => cut.run(conj, [m, n, k], loop_sizes, operands, c, c_view),
+        None => gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], c, c_view),
+    }
+}
+
 /// What one of `c`'s outermost axes fixes in a chunk of an [`OuterCut`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fixed {
