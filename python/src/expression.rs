@@ -293,8 +293,9 @@ impl Inner {
     /// The forward program for a call on `threads` threads: for an unsliced expression on
     /// more than one, the path re-associated so that the threads share a chain
     /// (`Plan::balanced_for`: the same multiply-adds within 1/32, no larger intermediate,
-    /// the same contraction to rounding), compiled on first use per count, where that pays;
-    /// the expression's own program otherwise. The gradients keep the path: the reverse
+    /// the same contraction to rounding), compiled on first use per count, where that pays
+    /// and the program along it would use the threads; the expression's own program
+    /// otherwise. The gradients keep the path: the reverse
     /// pass of a balanced chain measured slower (`cgx einsum --grad` does the same).
     fn einsum_on<T: Dtype>(&self, threads: usize) -> PyResult<Arc<SlicedEinsum<T>>> {
         if threads < 2 || self.is_sliced() {
@@ -307,7 +308,12 @@ impl Inner {
                 let e = match self.plan.balanced_for(threads) {
                     Some(plan) => {
                         let plan = plan.with_memory_limit(crate::budget_limit());
-                        Some(Arc::new(SlicedEinsum::from_plan(plan, &Slicing::None).map_err(einsum_error)?))
+                        let e = SlicedEinsum::from_plan(plan, &Slicing::None).map_err(einsum_error)?;
+                        // Only a program that uses the threads repays its other order: one
+                        // that stays on the calling thread (too little work for a pool)
+                        // would run the re-associated path alone, no faster than the
+                        // expression's own and not equal to it bit for bit.
+                        e.uses_threads(threads).then(|| Arc::new(e))
                     }
                     None => None,
                 };

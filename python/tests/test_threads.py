@@ -179,8 +179,8 @@ def test_counts_that_are_not_ints_are_type_errors(bad):
 @given(n=st.integers(8, 24), size=st.integers(40, 72), seed=st.integers(0, 2**16))
 def test_chains_of_small_steps_on_two_threads_agree_to_rounding(n, size, seed):
     # Steps too small to split, more than 2^20 multiply-adds in all: on two threads the
-    # forward call contracts the chain from both ends (a different order of sums), the
-    # gradients keep the path.
+    # forward call contracts the chain from both ends (a different order of sums) where its
+    # program would use the pool, and keeps the path otherwise; the gradients keep it.
     rng = np.random.default_rng(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
@@ -195,3 +195,23 @@ def test_chains_of_small_steps_on_two_threads_agree_to_rounding(n, size, seed):
     np.testing.assert_allclose(one, expected, rtol=1e-10, atol=1e-12 * scale)
     np.testing.assert_allclose(two, one, rtol=1e-10, atol=1e-12 * scale)
     assert np.array_equal(expr(*ops, threads=2), two)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(12, 20), size=st.integers(48, 72), seed=st.integers(0, 2**16))
+def test_chains_too_small_for_the_pool_keep_their_path_on_two_threads(n, size, seed):
+    # A chain contracted left to right, over 2^20 multiply-adds (so the call asks for its
+    # threads) in steps too small to split, that a second thread would re-associate, but
+    # whose program is too small to use the pool (`threads.rs`): the call stays on the
+    # calling thread along the path it was given, so two threads give the one-thread
+    # result bit for bit.
+    rng = np.random.default_rng(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
+    ops = [rng.standard_normal((size, size)) / np.sqrt(size) for _ in range(n)]
+    left_to_right = [(0, 1)] + [(live - 1, 0) for live in range(n - 1, 1, -1)]
+    expr = cgx.contract_expression(eq, *[o.shape for o in ops], optimize=left_to_right)
+    one = expr(*ops, threads=1)
+    assert np.array_equal(expr(*ops, threads=2), one)
+    expected = np.linalg.multi_dot(ops)
+    np.testing.assert_allclose(one, expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())

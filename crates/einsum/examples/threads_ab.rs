@@ -73,12 +73,11 @@ fn run(file: &str, reps: usize, threads: usize) {
     let inst = Instance::from_file(file).unwrap_or_else(|e| panic!("{e}"));
     let choice = inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit);
     let one = inst.einsum::<f64>(choice).unwrap_or_else(|e| panic!("{e}"));
-    let balanced = one.plan().balanced_for(threads);
+    // As the Python package: the balanced program only where it would use the threads.
+    let balanced =
+        one.plan().balanced_for(threads).map(|p| Einsum::from_plan(p).unwrap()).filter(|e| e.uses_threads(threads));
     let rebalanced = balanced.is_some();
-    let many = match balanced {
-        Some(p) => Einsum::from_plan(p).unwrap(),
-        None => Einsum::from_plan(one.plan().clone()).unwrap(),
-    };
+    let many = balanced.unwrap_or_else(|| Einsum::from_plan(one.plan().clone()).unwrap());
     let all: Vec<usize> = (0..inst.shapes.len()).collect();
     let grad = one.gradient_of_sum(&all).unwrap();
     let ops = inst.random_operands::<f64>(42).unwrap();

@@ -6,7 +6,8 @@
 //! ([`matrix_view`]). [`gemm_loop`] runs one GEMM per entry of the loop over the looped
 //! labels (inline for tiny products, `small_gemm.rs`; faer otherwise), accumulating where
 //! a looped label is absent from `c`, and cuts one large GEMM into blocks between reads of
-//! the stop flag. [`batch_chunks`] says how a loop of small GEMMs is spread over a pool.
+//! the stop flag. [`batch_chunks`], [`chunk_lead`] and [`outer_cut`] say how a loop of
+//! small GEMMs is spread over a pool.
 //! Before a GEMM of some size, its operands are read once in storage order ([`warm_parts`];
 //! on a pool's threads, each reads the part of the split operand it will multiply), so
 //! that faer's strided reads of an operand it does not pack find it in the cache (twice
@@ -21,7 +22,7 @@ use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut, split_block};
 use crate::small_gemm::{SMALL_GEMM_MAX_MACS, small_gemm};
-use crate::thin_gemm::thin_gemm;
+use crate::thin_gemm::{THIN_MAX, thin_gemm};
 
 /// An operand seen as a batch of matrices without copying: per looped label its stride
 /// (0 if the tensor lacks the label), and the strides of the fused row and column groups.
@@ -121,6 +122,175 @@ pub(crate) fn chunk_lead(loop_sizes: &[usize], in_c: &[bool], c_len: usize, [m, 
         }
     }
     best
+}
+
+/// Runs the loop of GEMMs of [`gemm_loop`] over the whole of `c` (labels `c_labels`, in
+/// order): on the current pool's threads in chunks of its leading looped label where
+/// [`batch_chunks`] cuts it, in chunks of `c`'s outermost axes where [`outer_cut`] does,
+/// else on this thread. `looped` are the loop's labels (sizes `loop_sizes`), `groups` the
+/// labels of the row and column groups.
+pub(crate) fn spread_loop<T: Elem>(
+    conj: [bool; 2],
+    [m, n, k]: [usize; 3],
+    (loop_sizes, looped): (&[usize], &[u32]),
+    operands: [(&[T], &MatrixView); 2],
+    (c, c_view, c_labels): (&mut [T], &MatrixView, &[u32]),
+    sizes: &[usize],
+    groups: [&[u32]; 2],
+) {
+    let [(_, a_view), (_, b_view)] = operands;
+    if let Some(per) = batch_chunks(loop_sizes, c_view, c.len(), [m, n, k]) {
+        use rayon::prelude::*;
+        // Chunks of the leading looped label, which leads `c` too: disjoint blocks of
+        // `c`, each a loop of its own over the GEMMs of its values.
+        let step = c_view.looped[0];
+        c.par_chunks_mut(per * step).enumerate().for_each(|(j, block)| {
+            let first = j * per;
+            let mut ls: SmallVec<[usize; 4]> = loop_sizes.into();
+            ls[0] = per.min(loop_sizes[0] - first);
+            let at = [first * a_view.looped[0], first * b_view.looped[0]];
+            gemm_loop(conj, [m, n, k], &ls, operands, at, block, c_view);
+        });
+        return;
+    }
+    match outer_cut(c_labels, sizes, looped, groups, [m, n, k]) {
+        Some(cut) => cut.run(conj, [m, n, k], loop_sizes, operands, c, c_view),
+        None => gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], c, c_view),
+    }
+}
+
+/// What one of `c`'s outermost axes fixes in a chunk of an [`OuterCut`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fixed {
+    /// A looped label, by its position in the loop.
+    Loop(usize),
+    /// A label of the row group: each of its values is this many rows.
+    Rows(usize),
+    /// A label of the column group: each of its values is this many columns.
+    Cols(usize),
+}
+
+/// A loop of GEMMs cut into chunks by `c`'s outermost axes ([`outer_cut`]): a chunk is one
+/// value of those axes, a contiguous block of `c`, and runs the loop with the looped labels
+/// among them fixed and the rows or columns they select.
+#[derive(Debug)]
+pub(crate) struct OuterCut {
+    /// The outermost axes of `c`, outermost first: what each fixes, and its size.
+    axes: SmallVec<[(Fixed, usize); 4]>,
+    /// Elements of `c` per chunk (the product of its other axes).
+    block: usize,
+}
+
+/// For a loop of GEMMs inside a pool of several threads that neither [`batch_chunks`]
+/// nor [`chunk_lead`] spreads: `c`'s outermost axes (labels `c_labels` in `c`'s order),
+/// as many as make [`OUTER_CUT_CHUNKS_PER_THREAD`] chunks per thread, when each is a
+/// looped label or a label of the row (`rows`) or column (`cols`) group; `None` outside a
+/// pool, when a GEMM splits by itself, when the loop holds less than `PAR_GEMM_MIN_MACS`,
+/// when `c`'s outermost axis is none of those, and when a cut GEMM would change kernel
+/// (`small_gemm.rs`'s or `thin_gemm.rs`'s instead of faer's, which sum in other orders).
+///
+/// Why: a loop whose result leads with a row label cannot be cut by a looped label in
+/// place, and when it holds few multiply-adds per element of `c` the permutation back of
+/// [`chunk_lead`] costs more than the second thread saves: `gm_queens_5x5_3`'s
+/// `ab,cdeafghijklmn->bcdefghijklmn` (27 GEMMs of `3 × 19683 × 3`, looped over `c d e`,
+/// `c` leading with the row label `b`) stayed on one thread of two. Each chunk's GEMMs
+/// keep their order and their sums (a looped label that `c` lacks is never fixed), so the
+/// result is the one-thread one bit for bit (tested).
+pub(crate) fn outer_cut(
+    c_labels: &[u32],
+    sizes: &[usize],
+    looped: &[u32],
+    [rows, cols]: [&[u32]; 2],
+    [m, n, k]: [usize; 3],
+) -> Option<OuterCut> {
+    let per_call = m.saturating_mul(n).saturating_mul(k);
+    let calls = looped.iter().fold(1usize, |w, &l| w.saturating_mul(sizes[l as usize]));
+    let threads = crate::elem::caller_pool_threads();
+    if threads < 2 || per_call >= PAR_GEMM_MIN_MACS || calls.saturating_mul(per_call) < PAR_GEMM_MIN_MACS {
+        return None;
+    }
+    let want = OUTER_CUT_CHUNKS_PER_THREAD * threads;
+    let (mut m1, mut n1, mut chunks) = (m, n, 1usize);
+    let mut axes: SmallVec<[(Fixed, usize); 4]> = SmallVec::new();
+    for &l in c_labels {
+        if chunks >= want {
+            break;
+        }
+        let size = sizes[l as usize];
+        // `c`'s row and column groups are runs of its axes in the groups' orders, so an
+        // axis of a group met here is the group's next label.
+        let fixed = if let Some(x) = looped.iter().position(|&c| c == l) {
+            Fixed::Loop(x)
+        } else if rows.contains(&l) {
+            m1 /= size;
+            Fixed::Rows(m1)
+        } else if cols.contains(&l) {
+            n1 /= size;
+            Fixed::Cols(n1)
+        } else {
+            break;
+        };
+        axes.push((fixed, size));
+        chunks = chunks.saturating_mul(size);
+    }
+    let c_len = c_labels.iter().fold(1usize, |w, &l| w.saturating_mul(sizes[l as usize]));
+    let inline = |[m, n, k]: [usize; 3]| m.saturating_mul(n).saturating_mul(k) <= SMALL_GEMM_MAX_MACS;
+    let thin = |[m, n]: [usize; 2]| m <= THIN_MAX && n <= THIN_MAX;
+    let same_kernel = inline([m1, n1, k]) == inline([m, n, k]) && thin([m1, n1]) == thin([m, n]);
+    (chunks >= 2 && same_kernel).then(|| OuterCut { axes, block: c_len / chunks })
+}
+
+/// The chunks per thread [`outer_cut`] aims at, so that uneven chunks (three rows over
+/// two threads) even out.
+const OUTER_CUT_CHUNKS_PER_THREAD: usize = 4;
+
+impl OuterCut {
+    /// Runs the loop of GEMMs of [`gemm_loop`] (its arguments, `c` from its start) chunk by
+    /// chunk on the current pool's threads.
+    pub(crate) fn run<T: Elem>(
+        &self,
+        conj: [bool; 2],
+        [m, n, k]: [usize; 3],
+        loop_sizes: &[usize],
+        [(a_data, a_view), (b_data, b_view)]: [(&[T], &MatrixView); 2],
+        c: &mut [T],
+        c_view: &MatrixView,
+    ) {
+        use rayon::prelude::*;
+        let fixed: SmallVec<[bool; 4]> =
+            (0..loop_sizes.len()).map(|x| self.axes.iter().any(|&(f, _)| f == Fixed::Loop(x))).collect();
+        let free = |v: &[usize]| -> SmallVec<[usize; 4]> {
+            v.iter().zip(&fixed).filter(|&(_, &f)| !f).map(|(&s, _)| s).collect()
+        };
+        let view = |v: &MatrixView| MatrixView { looped: free(&v.looped), strides: v.strides };
+        let (av, bv, cv) = (view(a_view), view(b_view), view(c_view));
+        let sizes = free(loop_sizes);
+        let (mut m1, mut n1) = (m, n);
+        for &(f, _) in &self.axes {
+            match f {
+                Fixed::Rows(r) => m1 = r,
+                Fixed::Cols(c) => n1 = c,
+                Fixed::Loop(_) => {}
+            }
+        }
+        c.par_chunks_mut(self.block).enumerate().for_each(|(j, block)| {
+            // The chunk's value of each axis (row-major over them, the last innermost).
+            let (mut pa, mut pb, mut rest) = (0usize, 0usize, j);
+            for &(f, size) in self.axes.iter().rev() {
+                let v = rest % size;
+                rest /= size;
+                match f {
+                    Fixed::Loop(x) => {
+                        pa += v * a_view.looped[x];
+                        pb += v * b_view.looped[x];
+                    }
+                    Fixed::Rows(r) => pa += v * r * a_view.strides[0],
+                    Fixed::Cols(c) => pb += v * c * b_view.strides[1],
+                }
+            }
+            gemm_loop(conj, [m1, n1, k], &sizes, [(a_data, &av), (b_data, &bv)], [pa, pb], block, &cv);
+        });
+    }
 }
 
 /// The multiply-adds per element of `c` from which [`chunk_lead`] reorders a loop: the
@@ -568,6 +738,53 @@ mod tests {
             m in 1usize..40, n in 1usize..40, k in 1usize..40, layout in 0u32..32, block in 1usize..20000,
         ) {
             check_loop(m, n, k, layout, block)?;
+        }
+    }
+
+    /// `gm_queens_5x5_3`'s loop in small (`ab,cdeafg->bcdefg`, looped over `c d e`, the
+    /// result leading with the row label `b`): cut by `b` and `c` on two threads, by
+    /// nothing on one.
+    #[test]
+    fn a_loop_whose_result_leads_with_a_row_label_is_cut_by_its_outer_axes() {
+        let sizes = [3, 3, 4, 4, 4, 48, 48];
+        let args = ([1u32, 2, 3, 4, 5, 6], [2u32, 3, 4], [3, 48 * 48, 3]);
+        let cut = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+            pool.install(|| outer_cut(&args.0, &sizes, &args.1, [&[1], &[5, 6]], args.2))
+        };
+        assert!(cut(1).is_none());
+        let two = cut(2).expect("a cut");
+        assert_eq!(two.axes.as_slice(), &[(Fixed::Rows(1), 3), (Fixed::Loop(0), 4)]);
+        assert_eq!(two.block, 4 * 4 * 48 * 48);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Loops of small GEMMs (rows `x`, summed `s`, and `b`'s other labels `l0 l1 l2 y0
+        /// y1`, which the planner loops over or fuses into columns) with the labels of `b`
+        /// and the result in random orders, so that the result often leads with a row,
+        /// column or looped label ([`outer_cut`]): two threads give the one-thread result
+        /// bit for bit, and both the reference to rounding.
+        #[test]
+        fn loops_cut_by_the_results_outer_axes_give_the_one_thread_result(
+            la in Just(vec![0u32, 1]).prop_shuffle(),
+            lb in Just(vec![1u32, 2, 3, 4, 5, 6]).prop_shuffle(),
+            lo in Just(vec![0u32, 2, 3, 4, 5, 6]).prop_shuffle(),
+            x in 1usize..6, s in 1usize..5, l in (2usize..6, 2usize..6, 2usize..6), y in (16usize..48, 16usize..48),
+        ) {
+            use crate::kernel::{ContractSpec, contract};
+            use crate::reference::{ramp, reference_labels};
+            let sizes = [x, s, l.0, l.1, l.2, y.0, y.1];
+            let spec = ContractSpec::new(&la, &lb, &lo, &sizes).expect("a valid spec");
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+            let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
+            let one = contract(&spec, &a, &b);
+            let two = pool.install(|| contract(&spec, &a, &b));
+            prop_assert_eq!(one.data(), two.data());
+            let want = reference_labels(&[(&a, &la), (&b, &lb)], &lo, &sizes).expect("a reference");
+            let err = two.max_abs_diff(&want).expect("equal shapes");
+            prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }
     }
 

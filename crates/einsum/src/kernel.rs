@@ -55,7 +55,7 @@ use crate::buffer::{overwritten, recycle, zeroed};
 use crate::elem::Elem;
 use crate::elementwise::ElementwisePlan;
 use crate::error::{EinsumError, EinsumResult};
-use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, gemm_loop, matrix_view, pack_threads};
+use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, matrix_view, pack_threads, spread_loop};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, permute_on, shape_of};
 use crate::reduce::{ReducePlan, RowDotPlan, SumPlan};
@@ -779,22 +779,9 @@ fn gemm_path<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>, p: &Gem
     let mut c = overwritten(c_len);
     let loop_sizes: SmallVec<[usize; 4]> = looped.iter().map(|&l| sizes[l as usize]).collect();
     let operands = [(&a_data[..], &a_view), (&b_data[..], &b_view)];
-    match batch_chunks(&loop_sizes, &c_view, c_len, [m, n, k]) {
-        Some(per) => {
-            use rayon::prelude::*;
-            // Chunks of the leading looped label, which leads `c` too: disjoint blocks of
-            // `c`, each a loop of its own over the GEMMs of its values.
-            let step = c_view.looped[0];
-            c.par_chunks_mut(per * step).enumerate().for_each(|(j, block)| {
-                let first = j * per;
-                let mut ls = loop_sizes.clone();
-                ls[0] = per.min(loop_sizes[0] - first);
-                let at = [first * a_view.looped[0], first * b_view.looped[0]];
-                gemm_loop(spec.conj, [m, n, k], &ls, operands, at, block, &c_view);
-            });
-        }
-        None => gemm_loop(spec.conj, [m, n, k], &loop_sizes, operands, [0, 0], &mut c, &c_view),
-    }
+    let c_labels = if in_place { &spec.out[..] } else { &core[..] };
+    let loops = (&loop_sizes[..], looped);
+    spread_loop(spec.conj, [m, n, k], loops, operands, (&mut c, &c_view, c_labels), sizes, [&p.left, &p.right]);
     for data in [a_data, b_data] {
         if let Cow::Owned(v) = data {
             recycle(v);
