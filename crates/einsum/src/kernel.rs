@@ -1006,6 +1006,10 @@ pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
     if let Some(p) = SumPlan::new(&spec.a, &spec.out, &spec.sizes) {
         return Tensor::from_parts(&spec.out_shape(), p.run(a.data()));
     }
+    // A broadcast is written once, not zeroed and added into (`elementwise.rs`).
+    if let Some(p) = ElementwisePlan::broadcast(&spec.a, &spec.out, &spec.sizes) {
+        return Tensor::from_parts(&spec.out_shape(), p.run_broadcast(a.data()));
+    }
     Tensor::from_parts(&spec.out_shape(), direct(spec.sizes(), (a.data(), &spec.a), None, &spec.out))
 }
 
