@@ -150,6 +150,25 @@ impl ElementwisePlan {
         Some(ElementwisePlan { sizes: axes, strides, out_len: out.iter().map(|&c| sizes[c as usize]).product() })
     }
 
+    /// The plan of a one-operand broadcast `a -> out`: every label of `a` in `out`, in
+    /// `a`'s order, and no label repeated (`j->ij`, `i->ij`, `jk->ijk`: the gradient of a
+    /// broadcast product with respect to its large operand, for a scalar cotangent).
+    ///
+    /// Why: the direct loop zeroed the output and then added the operand into it, two
+    /// passes over an output many times the operand's size; `a->ab`, a row of one value
+    /// each, took three times the product `ab,a->ab` that writes as much. As a product with
+    /// a scalar 1 (each element `x`, exactly) it is written once, row by row: a copy of the
+    /// operand's row or a fill of one value, over the pool's threads when large.
+    pub(crate) fn broadcast(a: &[u32], out: &[u32], sizes: &[usize]) -> Option<Self> {
+        let in_order = out.iter().filter(|c| a.contains(c)).eq(a.iter());
+        if in_order { Self::new(a, &[], out, sizes) } else { None }
+    }
+
+    /// `out = a` broadcast along the labels `a` lacks ([`Self::broadcast`]'s plan).
+    pub(crate) fn run_broadcast<T: Elem>(&self, a: &[T]) -> Vec<T> {
+        self.run_with(a, &[T::one()], |x: T, _| x)
+    }
+
     /// The rows the kernel writes: their length (the fused innermost axis), their count,
     /// and the strides of `a` and `b` along them (0: broadcast, 1: contiguous, more: a
     /// gather), as [`Self::cost`] prices them.
@@ -644,6 +663,70 @@ mod tests {
             let want =
                 reference_labels(&[(&ta, &a_labels[..]), (&tb, &b_labels[..])], &out, &sizes).expect("the reference");
             assert_eq!(&two[..], want.data(), "{a_labels:?},{b_labels:?}->{out:?}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Broadcasts of an operand of up to three labels into an output of up to four, its
+        /// labels in the operand's order among the others anywhere, sizes 0 to 5 and one
+        /// long enough to pass the parallel threshold now and then: equal to the reference
+        /// bit for bit (NaN and signed zeros in the operand included) and, on two threads,
+        /// to one thread's; an operand out of the output's order is refused.
+        #[test]
+        fn broadcasts_equal_the_reference_and_one_thread(
+            sizes in proptest::collection::vec(0usize..=5, 4),
+            long in proptest::option::of(Just(PAR_ELEMENTWISE_MIN_ELEMENTS / 5 + 3)),
+            a in proptest::sample::subsequence(vec![0u32, 1, 2, 3], 0..=3),
+            extra in proptest::sample::subsequence(vec![0u32, 1, 2, 3], 0..=4),
+            order in Just(vec![0u32, 1, 2, 3]).prop_shuffle(),
+            specials in proptest::collection::vec(proptest::sample::select(vec![f64::NAN, -0.0, f64::INFINITY, 2.5]), 1..4),
+        ) {
+            let mut sizes = sizes;
+            if let (Some(n), Some(&c)) = (long, extra.iter().find(|c| !a.contains(c))) {
+                sizes[c as usize] = n;
+            }
+            // A random order of the output's labels, the operand's then put back in its order.
+            let mut out: Vec<u32> = order.into_iter().filter(|c| a.contains(c) || extra.contains(c)).collect();
+            let mut own = a.iter();
+            for c in out.iter_mut().filter(|c| a.contains(c)) {
+                *c = *own.next().expect("as many as the operand's labels");
+            }
+            let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
+            let mut ta = ramp_from(shape(&a), 0.5).data().to_vec();
+            for (x, s) in ta.iter_mut().zip(&specials) {
+                *x = *s;
+            }
+            let ta = crate::Tensor::new(shape(&a), ta).expect("a tensor");
+            let plan = ElementwisePlan::broadcast(&a, &out, &sizes).expect("a broadcast");
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let one = plan.run_broadcast(ta.data());
+            let want = reference_labels(&[(&ta, &a[..])], &out, &sizes).expect("the reference");
+            // The reference adds each value to `+0`: equal values, NaN for NaN, any zero.
+            let same = |x: f64, y: f64| x == y || (x.is_nan() && y.is_nan());
+            prop_assert!(one.iter().zip(want.data()).all(|(&x, &y)| same(x, y)));
+            prop_assert_eq!(one.len(), want.len());
+            // Each element is the operand's own bits.
+            let at_of = |e: usize| {
+                let (mut rest, mut pa) = (e, 0usize);
+                let strides = strides_along(&a, &sizes, &out);
+                for (x, &c) in out.iter().enumerate().rev() {
+                    let d = sizes[c as usize];
+                    pa += rest % d * strides[x];
+                    rest /= d;
+                }
+                pa
+            };
+            prop_assert!(one.iter().enumerate().all(|(e, x)| x.to_bits() == ta.data()[at_of(e)].to_bits()));
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+            prop_assert_eq!(bits(&pool.install(|| plan.run_broadcast(ta.data()))), bits(&one));
+            if a.len() >= 2 {
+                let mut swapped = out.clone();
+                let (i, j) = (out.iter().position(|&c| c == a[0]).expect("in out"), out.iter().position(|&c| c == a[1]).expect("in out"));
+                swapped.swap(i, j);
+                prop_assert!(ElementwisePlan::broadcast(&a, &swapped, &sizes).is_none());
+            }
         }
     }
 

@@ -209,7 +209,7 @@ fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
             Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
             scalar => scalar,
         });
-        write(&a[start..end], &b[start..end], c, out)
+        crate::small_gemm::arch().dispatch(Write { a: &a[start..end], b: &b[start..end], c, out })
     };
     let merge = |x: [RangeScan; 3], y: [RangeScan; 3]| [x[0].merge(y[0]), x[1].merge(y[1]), x[2].merge(y[2])];
     if threads > 1 {
@@ -227,8 +227,28 @@ fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
     s.split_at_mut(k)
 }
 
+/// The arguments of [`write`], as the value pulp dispatches: the crate builds for baseline
+/// x86-64 (two doubles per vector), and the pass is compiled again for the processor's
+/// vector instructions, which needs every call inside it inlined (a closure is not).
+struct Write<'a, 'c> {
+    a: &'a [f64],
+    b: &'a [f64],
+    c: Option<Cotangent<'c>>,
+    out: Outputs<'a>,
+}
+
+impl pulp::WithSimd for Write<'_, '_> {
+    type Output = [RangeScan; 3];
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> [RangeScan; 3] {
+        write(self.a, self.b, self.c, self.out)
+    }
+}
+
 /// One piece of [`fused`]: every output of the same length as `a` (or empty), one loop of
 /// [`LANES`]-element blocks for the variants the outputs ask for.
+#[inline(always)]
 fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [RangeScan; 3] {
     match c {
         None => {
@@ -247,6 +267,7 @@ fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
 }
 
 /// [`write`] with the cotangent as whole blocks and the rest (as [`blocks`] gives them).
+#[inline(always)]
 fn write_with<'c>(
     a: &[f64],
     b: &[f64],
@@ -274,14 +295,13 @@ fn write_with<'c>(
 }
 
 /// `o = a ⊙ b`, scanned.
+#[inline(always)]
 fn value(a: &[f64], b: &[f64], o: &mut [f64]) -> [RangeScan; 1] {
     let mut l = Lanes::new();
     let ((ob, ot), (xb, xt), (yb, yt)) = (blocks_mut(o), blocks(a), blocks(b));
     for ((o, x), y) in ob.zip(xb).zip(yb) {
-        for i in 0..LANES {
-            o[i] = x[i] * y[i];
-            l.see(i, o[i]);
-        }
+        *o = std::array::from_fn(|i| x[i] * y[i]);
+        l.see_block(o);
     }
     for ((o, x), y) in ot.iter_mut().zip(xt).zip(yt) {
         *o = x * y;
@@ -291,6 +311,7 @@ fn value(a: &[f64], b: &[f64], o: &mut [f64]) -> [RangeScan; 1] {
 }
 
 /// `o = a ⊙ b` and `g = c ⊙ b`, scanned (`c` as whole blocks and the rest).
+#[inline(always)]
 fn one<'c>(
     a: &[f64],
     b: &[f64],
@@ -302,12 +323,15 @@ fn one<'c>(
     let ((ob, ot), (gb, gt)) = (blocks_mut(o), blocks_mut(g));
     let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
     for (((o, g), x), (y, z)) in ob.zip(gb).zip(xb).zip(yb.zip(zb)) {
-        for i in 0..LANES {
-            o[i] = x[i] * y[i];
-            g[i] = z[i] * y[i];
-            l[0].see(i, o[i]);
-            l[1].see(i, g[i]);
-        }
+        // Every block computed from registers before any store (stores between the loads
+        // kept the products scalar: the compiler could not move a load past a store into
+        // another slice), and scanned from those registers.
+        let (x, y, z) = (*x, *y, *z);
+        let (vo, vg): ([f64; LANES], [f64; LANES]) =
+            (std::array::from_fn(|i| x[i] * y[i]), std::array::from_fn(|i| z[i] * y[i]));
+        (*o, *g) = (vo, vg);
+        l[0].see_block(&vo);
+        l[1].see_block(&vg);
     }
     for (((o, g), x), (y, z)) in ot.iter_mut().zip(gt.iter_mut()).zip(xt).zip(yt.iter().zip(zt)) {
         *o = x * y;
@@ -319,6 +343,7 @@ fn one<'c>(
 }
 
 /// `o = a ⊙ b`, `da = c ⊙ b` and `db = c ⊙ a`, scanned (`c` as whole blocks and the rest).
+#[inline(always)]
 fn both<'c>(
     a: &[f64],
     b: &[f64],
@@ -331,14 +356,15 @@ fn both<'c>(
     let ((ob, ot), (gb, gt), (hb, ht)) = (blocks_mut(o), blocks_mut(da), blocks_mut(db));
     let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
     for (((o, g), h), ((x, y), z)) in ob.zip(gb).zip(hb).zip(xb.zip(yb).zip(zb)) {
-        for i in 0..LANES {
-            o[i] = x[i] * y[i];
-            g[i] = z[i] * y[i];
-            h[i] = z[i] * x[i];
-            l[0].see(i, o[i]);
-            l[1].see(i, g[i]);
-            l[2].see(i, h[i]);
-        }
+        // As in `one`: the loads, then the products and the stores.
+        let (x, y, z) = (*x, *y, *z);
+        let vo: [f64; LANES] = std::array::from_fn(|i| x[i] * y[i]);
+        let vg: [f64; LANES] = std::array::from_fn(|i| z[i] * y[i]);
+        let vh: [f64; LANES] = std::array::from_fn(|i| z[i] * x[i]);
+        (*o, *g, *h) = (vo, vg, vh);
+        l[0].see_block(&vo);
+        l[1].see_block(&vg);
+        l[2].see_block(&vh);
     }
     let outs = ot.iter_mut().zip(gt.iter_mut()).zip(ht.iter_mut());
     for (((o, g), h), ((x, y), z)) in outs.zip(xt.iter().zip(yt).zip(zt)) {
@@ -354,6 +380,7 @@ fn both<'c>(
 
 /// `s` as whole blocks of [`LANES`] elements (arrays, so that the loops over a block's
 /// lanes need no bounds checks and vectorize) and the rest.
+#[inline(always)]
 fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at(whole);
@@ -361,6 +388,7 @@ fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
 }
 
 /// [`blocks`] of a slice written.
+#[inline(always)]
 fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at_mut(whole);
@@ -490,6 +518,31 @@ mod tests {
                 prop_assert_eq!(bits(g), bits(w));
             }
             prop_assert_eq!(got.left_range, want.left_range);
+        }
+
+        /// The pass compiled for the processor's vector instructions (what [`fused`]
+        /// dispatches to) writes the bits and finds the scans the baseline build does (pulp's
+        /// scalar level), for each set of outputs and both kinds of cotangent, over lengths
+        /// of several lane blocks and a tail.
+        #[test]
+        fn the_dispatched_pass_equals_the_baseline_one(
+            seed in proptest::collection::vec(entry(), 3 * 70),
+            n in 0usize..70,
+            scalar in proptest::option::of(entry()),
+            want in proptest::sample::select(vec![[false, false], [true, false], [false, true], [true, true]]),
+            grads in proptest::bool::ANY,
+        ) {
+            let (a, b, c) = (&seed[..n], &seed[70..70 + n], &seed[140..140 + n]);
+            let cotangent = grads.then(|| scalar.map_or(Cotangent::Tensor(c), Cotangent::Scalar));
+            let len = |on: bool| if on && grads { n } else { 0 };
+            let run = |dispatched: bool| {
+                let mut out = [vec![0.0; n], vec![0.0; len(want[0])], vec![0.0; len(want[1])]];
+                let [o, da, db] = &mut out;
+                let w = Write { a, b, c: cotangent, out: [o, da, db] };
+                let scans = if dispatched { crate::small_gemm::arch().dispatch(w) } else { pulp::WithSimd::with_simd(w, pulp::Scalar::new()) };
+                (out.map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()), scans.map(|s| (s.not_finite(), s.largest().to_bits())))
+            };
+            prop_assert_eq!(run(true), run(false));
         }
 
         /// The scan of any array, and of it cut in two and merged, is the plain test's, and

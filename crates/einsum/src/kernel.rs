@@ -58,7 +58,7 @@ use crate::error::{EinsumError, EinsumResult};
 use crate::gemm_loop::{MatrixView, batch_chunks, chunk_lead, matrix_view, pack_threads, spread_loop};
 use crate::lanes::LanesPlan;
 use crate::permute::{Group, loop_strides, permute, permute_on, shape_of};
-use crate::reduce::{ReducePlan, RowDotPlan, SumPlan};
+use crate::reduce::{ReducePlan, RowDotPlan};
 use crate::small_gemm::{Gathered, gather_ns, to_pack};
 use crate::tensor::{Tensor, checked_len};
 
@@ -989,9 +989,9 @@ pub fn contract_using<T: Elem>(spec: &ContractSpec, a: &Tensor<T>, b: &Tensor<T>
 /// If the operand shape is not the spec's.
 pub fn unary<T: Elem>(spec: &UnarySpec, a: &Tensor<T>) -> Tensor<T> {
     check_shape("operand", a, &spec.a, &spec.sizes, spec);
-    // A sum is read in the operand's order (`reduce.rs`), not gathered in the output's.
-    if let Some(p) = SumPlan::new(&spec.a, &spec.out, &spec.sizes) {
-        return Tensor::from_parts(&spec.out_shape(), p.run(a.data()));
+    // Sums in the operand's order, broadcasts written once (`reduce::one_operand`).
+    if let Some(out) = crate::reduce::one_operand(&spec.a, &spec.out, &spec.sizes, a.data()) {
+        return Tensor::from_parts(&spec.out_shape(), out);
     }
     Tensor::from_parts(&spec.out_shape(), direct(spec.sizes(), (a.data(), &spec.a), None, &spec.out))
 }

@@ -436,6 +436,17 @@ impl<T: Elem> pulp::WithSimd for RowDots<'_, T> {
     }
 }
 
+/// The kernel of a one-operand einsum `a -> out` (operand `data`) when one suits it, for
+/// `kernel::unary`: a sum in the operand's order ([`SumPlan`]), or a broadcast written once
+/// by the element-wise kernel's rows (`ElementwisePlan::broadcast`); `None` for the direct
+/// loop (permutations, diagonals).
+pub(crate) fn one_operand<T: Elem>(a: &[u32], out: &[u32], sizes: &[usize], data: &[T]) -> Option<Vec<T>> {
+    if let Some(p) = SumPlan::new(a, out, sizes) {
+        return Some(p.run(data));
+    }
+    crate::elementwise::ElementwisePlan::broadcast(a, out, sizes).map(|p| p.run_broadcast(data))
+}
+
 /// One-operand sums (`ij->j`, `ijk->ik`: every output label in the operand, at least one
 /// operand label of size above 1 summed, no label repeated), walked in the operand's
 /// order and added into a zeroed output.

@@ -149,6 +149,16 @@ impl Lanes {
         self.poison[i] += x * 0.0;
     }
 
+    /// [`Lanes::see`] of a block's entries, one per lane: a loop short enough that the
+    /// compiler unrolls it and keeps the accumulators in vector registers, which a block
+    /// loop writing several outputs and calling [`Lanes::see`] per entry did not.
+    #[inline(always)]
+    pub(crate) fn see_block(&mut self, block: &[f64; LANES]) {
+        for (i, &x) in block.iter().enumerate() {
+            self.see(i, x);
+        }
+    }
+
     /// [`Lanes::see`] of two entries of lane `i`, folded together before they meet the
     /// accumulators: each accumulator is a chain of four-cycle operations (a maximum, a
     /// sum), so folding first halves the chains' steps per entry.
