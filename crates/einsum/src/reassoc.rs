@@ -12,7 +12,10 @@
 //! contracting `dO·X` first (shared by `dW` and `dY`, CSE merges it) and `W·Y` first for
 //! `dX` makes nothing over 14 000 elements beside `dO`.
 //!
-//! So for each such pair of steps, each existing gradient is rewritten as its three-tensor
+//! So for each such pair of steps whose producer sums a label and expands (its result is
+//! larger than either operand; a producer that sums its large operand down saves nothing this
+//! way, and its rewritten `dX` would read `dO` in the consumer's order), each existing
+//! gradient is rewritten as its three-tensor
 //! contraction along the pairwise order of fewest multiply-adds, when all of them together
 //! take no more multiply-adds than the four transposes they replace and the largest tensor
 //! they write is smaller than the largest of those (the cotangent `dB`, or `B` kept).
