@@ -171,6 +171,9 @@ impl State {
     /// Closes the open fragment if it holds anything; returns the last fragment.
     fn close(&mut self) -> PyResult<Option<Arc<Fragment<ScalarOp>>>> {
         if self.builder.value_count() > 0 {
+            // Interned in place first: a stop raised there (Ctrl-C while the store's table
+            // grows) leaves the builder and every value of the graph where they were.
+            self.builder.try_flush().map_err(graph_error)?;
             let open = std::mem::replace(&mut self.builder, GraphBuilder::with_interner(Arc::clone(&self.interner)));
             let values = self.start + open.value_count() as u64;
             let done = Arc::new(open.try_build().map_err(graph_error)?);

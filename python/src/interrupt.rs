@@ -14,8 +14,9 @@
 //! Work that owns everything it reads ([`interruptibly_detached`]: the scalar graph's
 //! compile and gradient passes) is not waited for once a handler has raised: what an
 //! interrupted pass frees is most of the time it takes to end (giving back gigabytes of a
-//! 10^7-node pipeline's columns to the kernel took over a second on the CI machine), so the
-//! work ends and frees them on its own thread while the exception is raised at once.
+//! 10^7-node pipeline's columns to the kernel, `docs/PERFORMANCE.md`, stop43), so the work
+//! ends and frees them on its own thread while the exception is raised at once. Until it
+//! has, its memory is held beside that of the next call.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

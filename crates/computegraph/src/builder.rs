@@ -296,8 +296,10 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
     /// writes a column of them, only a batch that stays in cache. A graph that stays
     /// smaller keeps its own column, since sharing the store copies its open chunk.
     ///
-    /// An error (an exhausted id space) leaves the operations pending, for `build` or
-    /// `global_key` to report, and stops interning as the builder appends.
+    /// An error (an exhausted id space, or the stop flag of
+    /// [`stop::with_stop`](crate::stop::with_stop) raised while the store's table grows)
+    /// leaves the operations pending, for `build` or `global_key` to report, and stops
+    /// interning as the builder appends until [`GraphBuilder::try_flush`] succeeds.
     #[cold]
     #[inline(never)]
     fn intern_batch(&mut self) {
@@ -506,10 +508,24 @@ impl<Op: GraphOperation> GraphBuilder<Op> {
         intern_inputs_below(g, s, touched, &mut next_input, g.value_op.len())
     }
 
+    /// Interns every pending operation now, as the builder does a batch at a time. On an
+    /// error (an exhausted id space; under [`stop::with_stop`](crate::stop::with_stop), the
+    /// flag raised while the store's table grows) nothing is lost: what was interned stays,
+    /// the rest stays pending, and a later call or [`GraphBuilder::try_build`] goes on from
+    /// there. After a success, finishing the graph interns nothing more, so a caller that
+    /// must not lose the builder to a failed [`GraphBuilder::try_build`] flushes first.
+    pub fn try_flush(&mut self) -> GraphResult<()> {
+        self.flush()?;
+        self.flush_at = STORE_OPS_MIN;
+        Ok(())
+    }
+
     /// Finishes the graph.
     ///
     /// # Panics
-    /// When an id space is exhausted while interning; see [`GraphBuilder::try_build`].
+    /// When an id space is exhausted while interning, or under
+    /// [`stop::with_stop`](crate::stop::with_stop) when the flag goes up while the store's
+    /// table grows; see [`GraphBuilder::try_build`].
     pub fn build(self) -> Graph<Op> {
         self.try_build().unwrap_or_else(|e| panic!("{e}"))
     }

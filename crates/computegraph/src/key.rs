@@ -895,7 +895,7 @@ impl<Op: GraphOperation> InternerState<Op> {
     }
 
     /// The table filled again with the live chunks' operations; the stop flag is read
-    /// once per chunk (at 10^7 live operations the rebuild takes most of a second).
+    /// once per chunk (a rebuild at 10^7 live operations outlasts Ctrl-C's bound).
     #[cold]
     #[inline(never)]
     fn rebuild_released_table(&mut self, more: usize) -> GraphResult<()> {

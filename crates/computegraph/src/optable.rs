@@ -113,7 +113,7 @@ fn zeroed_slots(capacity: usize) -> GraphResult<Vec<u64>> {
 ///
 /// Backed a piece of [`POPULATE_PIECE_BYTES`] at a time, reading the stop flag between
 /// pieces: a table of 10^7 operations is hundreds of megabytes, which the kernel takes
-/// most of a second to clear, and Ctrl-C must end the build sooner.
+/// long to clear (`docs/PERFORMANCE.md`, stop43), and Ctrl-C must end the build sooner.
 fn fresh_zeroed_slots(capacity: usize) -> GraphResult<Vec<u64>> {
     if capacity.saturating_mul(8) < POPULATE_MIN_BYTES {
         // Written zero by zero, as before: under glibc's default settings smaller tables
@@ -136,7 +136,7 @@ fn fresh_zeroed_slots(capacity: usize) -> GraphResult<Vec<u64>> {
 }
 
 /// Bytes a fresh table backs between two reads of the stop flag ([`fresh_zeroed_slots`]):
-/// tens of milliseconds of the kernel's clearing, in whole huge pages.
+/// a small part of Ctrl-C's bound of the kernel's clearing, in whole huge pages.
 const POPULATE_PIECE_BYTES: usize = 32 << 20;
 
 /// Fresh tables of at least this many bytes are backed at once ([`fresh_zeroed_slots`]):
@@ -233,18 +233,18 @@ impl OpTable {
             && entries.saturating_mul(GROW_LOAD_DEN) > self.slots.len().saturating_mul(GROW_LOAD_NUM);
         if need > self.slots.len() || early {
             let geometric = self.slots.len().saturating_mul(growth_factor(self.slots.len()));
-            let capacity = if need >= geometric {
+            let (capacity, reserved) = if need >= geometric {
                 // Sized by the caller's count, not by a growth step.
-                self.reserved = entries;
-                need
+                (need, entries)
             } else if self.slots.len() < GROW_FOUR_BELOW {
                 // A batch of more than half the table's size: still within 5/8 after it.
-                geometric.max(slots_within(entries, GROW_LOAD_NUM, GROW_LOAD_DEN))
+                (geometric.max(slots_within(entries, GROW_LOAD_NUM, GROW_LOAD_DEN)), self.reserved)
             } else {
-                geometric
+                (geometric, self.reserved)
             };
             // Whole cache lines of slots.
             self.grow_to(capacity.next_multiple_of(8).max(16))?;
+            self.reserved = reserved;
         }
         Ok(())
     }
@@ -264,8 +264,8 @@ impl OpTable {
 
     /// Re-inserts every entry into a table of `capacity` slots (larger or smaller). The old
     /// slots stay in place until the last entry is in, so a stop raised meanwhile (read every
-    /// [`POLL_EVERY`](crate::stop::POLL_EVERY) entries: a growth at 10^7 entries takes a
-    /// second) returns [`GraphError::Interrupted`](crate::GraphError::Interrupted) with the
+    /// [`POLL_EVERY`](crate::stop::POLL_EVERY) entries: a growth at 10^7 entries is long)
+    /// returns [`GraphError::Interrupted`](crate::GraphError::Interrupted) with the
     /// table unchanged.
     fn grow_to(&mut self, capacity: usize) -> GraphResult<()> {
         // Zeroed by writing, not by `calloc`: probes read a slot before an insertion

@@ -21,7 +21,7 @@
 use smallvec::SmallVec;
 
 use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut, split_block};
-use crate::small_gemm::{SMALL_GEMM_MAX_MACS, small_gemm};
+use crate::small_gemm::{SMALL_GEMM_MAX_MACS, SMALL_N, small_gemm};
 use crate::thin_gemm::{THIN_MAX, thin_gemm};
 
 /// An operand seen as a batch of matrices without copying: per looped label its stride
@@ -187,15 +187,16 @@ pub(crate) struct OuterCut {
 /// looped label or a label of the row (`rows`) or column (`cols`) group; `None` outside a
 /// pool, when a GEMM splits by itself, when the loop holds less than `PAR_GEMM_MIN_MACS`,
 /// when `c`'s outermost axis is none of those, and when a cut GEMM would change kernel
-/// (`small_gemm.rs`'s or `thin_gemm.rs`'s instead of faer's, which sum in other orders).
+/// (`small_gemm.rs`'s, `thin_gemm.rs`'s or faer's matrix-vector product for a single row
+/// or column, instead of the whole GEMM's, which sum in other orders).
 ///
 /// Why: a loop whose result leads with a row label cannot be cut by a looped label in
 /// place, and when it holds few multiply-adds per element of `c` the permutation back of
-/// [`chunk_lead`] costs more than the second thread saves: `gm_queens_5x5_3`'s
-/// `ab,cdeafghijklmn->bcdefghijklmn` (27 GEMMs of `3 × 19683 × 3`, looped over `c d e`,
-/// `c` leading with the row label `b`) stayed on one thread of two. Each chunk's GEMMs
-/// keep their order and their sums (a looped label that `c` lacks is never fixed), so the
-/// result is the one-thread one bit for bit (tested).
+/// [`chunk_lead`] costs more than the second thread saves. Each chunk's GEMMs keep their
+/// order and their sums (a looped label that `c` lacks is never fixed), so the result is
+/// the one-thread one bit for bit (tested). A row label that is the whole row group (as
+/// `gm_queens_5x5_3`'s `b` in `ab,cdeafghijklmn->bcdefghijklmn`, GEMMs of `3 × 19683 × 3`)
+/// would be cut to single rows, which faer sums as a matrix-vector product: not cut.
 pub(crate) fn outer_cut(
     c_labels: &[u32],
     sizes: &[usize],
@@ -236,7 +237,15 @@ pub(crate) fn outer_cut(
     let c_len = c_labels.iter().fold(1usize, |w, &l| w.saturating_mul(sizes[l as usize]));
     let inline = |[m, n, k]: [usize; 3]| m.saturating_mul(n).saturating_mul(k) <= SMALL_GEMM_MAX_MACS;
     let thin = |[m, n]: [usize; 2]| m <= THIN_MAX && n <= THIN_MAX;
-    let same_kernel = inline([m1, n1, k]) == inline([m, n, k]) && thin([m1, n1]) == thin([m, n]);
+    // faer runs a one-row or one-column product as a matrix-vector product (its own
+    // order of sums), and `small_gemm` picks its kernel by the shape: a cut keeps both.
+    let small = |d: usize| d <= SMALL_N;
+    let same_kernel = inline([m1, n1, k]) == inline([m, n, k])
+        && thin([m1, n1]) == thin([m, n])
+        && (m1 == 1) == (m == 1)
+        && (n1 == 1) == (n == 1)
+        && small(m1) == small(m)
+        && small(n1) == small(n);
     (chunks >= 2 && same_kernel).then(|| OuterCut { axes, block: c_len / chunks })
 }
 
@@ -753,9 +762,16 @@ mod tests {
             pool.install(|| outer_cut(&args.0, &sizes, &args.1, [&[1], &[5, 6]], args.2))
         };
         assert!(cut(1).is_none());
-        let two = cut(2).expect("a cut");
-        assert_eq!(two.axes.as_slice(), &[(Fixed::Rows(1), 3), (Fixed::Loop(0), 4)]);
-        assert_eq!(two.block, 4 * 4 * 48 * 48);
+        // Three rows cut to one would make faer's GEMM a matrix-vector product.
+        assert!(cut(2).is_none());
+        // Rows of two labels, 3 × 17: the outer one cut leaves GEMMs of 17 rows.
+        let sizes = [3, 3, 4, 4, 4, 48, 48, 17];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        let two = pool
+            .install(|| outer_cut(&[1, 2, 7, 3, 4, 5, 6], &sizes, &[2, 3, 4], [&[1, 7], &[5, 6]], [51, 48 * 48, 3]))
+            .expect("a cut");
+        assert_eq!(two.axes.as_slice(), &[(Fixed::Rows(17), 3), (Fixed::Loop(0), 4)]);
+        assert_eq!(two.block, 17 * 4 * 4 * 48 * 48);
     }
 
     proptest! {

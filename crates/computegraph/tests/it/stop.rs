@@ -2,7 +2,8 @@
 //! operation table and rebuilding a released one each take most of a second at 10^7
 //! operations, which Ctrl-C's bound does not allow. A build that meets the flag there fails
 //! with `GraphError::Interrupted` and leaves the interner whole: the graphs that live keep
-//! their keys, and the same build with the flag down succeeds and evaluates.
+//! their keys, and the same build with the flag down succeeds and evaluates; a builder whose
+//! flush stopped keeps every value and flushes when the flag is down.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -74,5 +75,30 @@ fn a_table_released_by_a_large_drop_is_rebuilt_unless_the_flag_is_up() {
     assert_eq!(with(false, || sines(&interner, 0, kept_len)).expect("flag down").1, kept_out);
     let (g, out) = with(false, || sines(&interner, 2, 10)).expect("flag down");
     check_evaluates(g, out, 10, 0.3);
+    check_evaluates(kept, kept_out, kept_len, 0.7);
+}
+
+#[test]
+fn a_flush_stopped_by_the_flag_loses_nothing_and_goes_on_when_it_is_down() {
+    let interner = fresh();
+    let kept_len = 3 * stop::POLL_EVERY as usize;
+    let (kept, kept_out) = sines(&interner, 0, kept_len).expect("no flag");
+    let n = 8 * stop::POLL_EVERY as usize;
+    let mut b = GraphBuilder::with_interner(Arc::clone(&interner));
+    let mut y = b.add_input(ScalarKey::var(1));
+    with(true, || {
+        for _ in 0..n {
+            y = b.add_operation(ScalarOp::Sin, vec![ValueRef::Local(y)], Primary)[0];
+        }
+        // The batches' table growth stopped; so does the flush, with nothing lost.
+        assert_eq!(b.try_flush(), Err(GraphError::Interrupted));
+    });
+    assert_eq!(b.value_count(), n + 1);
+    with(false, || b.try_flush()).expect("flag down");
+    // Nothing is left for the build to intern: it succeeds with the flag up.
+    b.set_outputs(vec![y]);
+    let g = with(true, || b.try_build()).expect("nothing pending");
+    let out = g.global_key(y);
+    check_evaluates(g, out, n, 0.3);
     check_evaluates(kept, kept_out, kept_len, 0.7);
 }
