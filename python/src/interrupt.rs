@@ -47,7 +47,7 @@ pub(crate) fn interruptibly_in<R: Send>(
             s.spawn(move |_| {
                 let _ = done.send(work(worker_flag));
             });
-            wait(&finished, &flag)
+            wait(&finished, &flag, false)
         });
         // A panicking work re-raised at the scope's end: `result` is there.
         outcome(result.unwrap_or_else(|| unreachable!("the work sent its result or panicked")), raised)
@@ -72,35 +72,38 @@ pub(crate) fn interruptibly_detached<R: Send + 'static>(
                 let _ = done.send(work(worker_flag));
             })
             .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("could not start a thread: {e}")))?;
-        loop {
-            match finished.recv_timeout(SIGNAL_POLL) {
-                Ok(r) => return r,
-                // Without a result the worker panicked: its panic goes on here.
-                Err(RecvTimeoutError::Disconnected) => {
-                    worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                    unreachable!("a worker that ends without sending has panicked")
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Some(e) = signal_raised(&flag) {
-                        return Err(e);
-                    }
-                }
+        match wait(&finished, &flag, true) {
+            (_, Some(e)) => Err(e),
+            (Some(r), None) => r,
+            // Without a result the worker panicked: its panic goes on here.
+            (None, None) => {
+                worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                unreachable!("a worker that ends without sending has panicked")
             }
         }
     })
 }
 
 /// Waits for the work's result on `finished`, running Python's signal handlers every
-/// [`SIGNAL_POLL`] meanwhile (once one has raised, `flag` is up and the work is ending):
-/// the result (`None`: the work ended without sending, it panicked) and the exception a
-/// handler raised.
-fn wait<R>(finished: &Receiver<PyResult<R>>, flag: &AtomicBool) -> (Option<PyResult<R>>, Option<PyErr>) {
+/// [`SIGNAL_POLL`] meanwhile (once one has raised, `flag` is up and the work is ending;
+/// with `leave`, the wait ends there): the result (`None`: the work ended without sending,
+/// it panicked, or was left) and the exception a handler raised.
+fn wait<R>(
+    finished: &Receiver<PyResult<R>>,
+    flag: &AtomicBool,
+    leave: bool,
+) -> (Option<PyResult<R>>, Option<PyErr>) {
     let mut raised: Option<PyErr> = None;
     loop {
         match finished.recv_timeout(SIGNAL_POLL) {
             Ok(r) => return (Some(r), raised),
             Err(RecvTimeoutError::Disconnected) => return (None, raised),
-            Err(RecvTimeoutError::Timeout) if raised.is_none() => raised = signal_raised(flag),
+            Err(RecvTimeoutError::Timeout) if raised.is_none() => {
+                raised = signal_raised(flag);
+                if leave && raised.is_some() {
+                    return (None, raised);
+                }
+            }
             Err(RecvTimeoutError::Timeout) => {}
         }
     }
@@ -136,7 +139,7 @@ pub(crate) fn interruptibly<R: Send>(
             let worker = s.spawn(move || {
                 let _ = done.send(work(worker_flag));
             });
-            let (result, raised) = wait(&finished, &flag);
+            let (result, raised) = wait(&finished, &flag, false);
             // Without a result the worker panicked: its panic goes on here.
             worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             outcome(result.unwrap_or_else(|| unreachable!("a worker that panicked was resumed above")), raised)

@@ -175,19 +175,24 @@ def test_counts_that_are_not_ints_are_type_errors(bad):
         cgx.contract("ij->", np.ones((2, 2)), threads=bad)
 
 
+def left_to_right_chain(n: int, size: int, seed: int) -> "tuple[cgx.ContractExpression, list[np.ndarray]]":
+    """A chain of ``n`` random ``size``-square matrices and its expression contracted left
+    to right (opt_einsum's positions: each result joins the end of the list)."""
+    rng = np.random.default_rng(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
+    ops = [rng.standard_normal((size, size)) / np.sqrt(size) for _ in range(n)]
+    left_to_right = [(0, 1)] + [(live - 1, 0) for live in range(n - 1, 1, -1)]
+    return cgx.contract_expression(eq, *[o.shape for o in ops], optimize=left_to_right), ops
+
+
 @settings(max_examples=10, deadline=None)
 @given(n=st.integers(8, 24), size=st.integers(40, 72), seed=st.integers(0, 2**16))
 def test_chains_of_small_steps_on_two_threads_agree_to_rounding(n, size, seed):
     # Steps too small to split, more than 2^20 multiply-adds in all: on two threads the
     # forward call contracts the chain from both ends (a different order of sums) where its
     # program would use the pool, and keeps the path otherwise; the gradients keep it.
-    rng = np.random.default_rng(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
-    ops = [rng.standard_normal((size, size)) / np.sqrt(size) for _ in range(n)]
-    # opt_einsum's positions: each result joins the end of the list.
-    left_to_right = [(0, 1)] + [(live - 1, 0) for live in range(n - 1, 1, -1)]
-    expr = cgx.contract_expression(eq, *[o.shape for o in ops], optimize=left_to_right)
+    expr, ops = left_to_right_chain(n, size, seed)
     one = expr(*ops, threads=1)
     two = expr(*ops, threads=2)
     expected = np.linalg.multi_dot(ops)
@@ -205,12 +210,7 @@ def test_chains_too_small_for_the_pool_keep_their_path_on_two_threads(n, size, s
     # whose program is too small to use the pool (`threads.rs`): the call stays on the
     # calling thread along the path it was given, so two threads give the one-thread
     # result bit for bit.
-    rng = np.random.default_rng(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    eq = ",".join(letters[i] + letters[i + 1] for i in range(n)) + "->" + letters[0] + letters[n]
-    ops = [rng.standard_normal((size, size)) / np.sqrt(size) for _ in range(n)]
-    left_to_right = [(0, 1)] + [(live - 1, 0) for live in range(n - 1, 1, -1)]
-    expr = cgx.contract_expression(eq, *[o.shape for o in ops], optimize=left_to_right)
+    expr, ops = left_to_right_chain(n, size, seed)
     one = expr(*ops, threads=1)
     assert np.array_equal(expr(*ops, threads=2), one)
     expected = np.linalg.multi_dot(ops)

@@ -774,6 +774,26 @@ mod tests {
         assert_eq!(two.block, 17 * 4 * 4 * 48 * 48);
     }
 
+    /// The contraction of `la, lb -> lo` over ramps, on one thread and in a pool of two
+    /// (`probe` sees the pool first), with the reference result.
+    #[allow(clippy::type_complexity)]
+    fn on_one_and_two_threads(
+        [la, lb, lo]: [&[u32]; 3],
+        sizes: &[usize],
+        probe: impl FnOnce(&rayon::ThreadPool),
+    ) -> (crate::kernel::ContractSpec, crate::Tensor<f64>, crate::Tensor<f64>, crate::Tensor<f64>) {
+        use crate::kernel::{ContractSpec, contract};
+        use crate::reference::{ramp, reference_labels};
+        let spec = ContractSpec::new(la, lb, lo, sizes).expect("a valid spec");
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        probe(&pool);
+        let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
+        let one = contract(&spec, &a, &b);
+        let two = pool.install(|| contract(&spec, &a, &b));
+        let want = reference_labels(&[(&a, la), (&b, lb)], lo, sizes).expect("a reference");
+        (spec, one, two, want)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -789,16 +809,9 @@ mod tests {
             lo in Just(vec![0u32, 2, 3, 4, 5, 6]).prop_shuffle(),
             x in 1usize..6, s in 1usize..5, l in (2usize..6, 2usize..6, 2usize..6), y in (16usize..48, 16usize..48),
         ) {
-            use crate::kernel::{ContractSpec, contract};
-            use crate::reference::{ramp, reference_labels};
             let sizes = [x, s, l.0, l.1, l.2, y.0, y.1];
-            let spec = ContractSpec::new(&la, &lb, &lo, &sizes).expect("a valid spec");
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
-            let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
-            let one = contract(&spec, &a, &b);
-            let two = pool.install(|| contract(&spec, &a, &b));
+            let (spec, one, two, want) = on_one_and_two_threads([&la, &lb, &lo], &sizes, |_| ());
             prop_assert_eq!(one.data(), two.data());
-            let want = reference_labels(&[(&a, &la), (&b, &lb)], &lo, &sizes).expect("a reference");
             let err = two.max_abs_diff(&want).expect("equal shapes");
             prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }
@@ -817,17 +830,12 @@ mod tests {
             lb in Just(vec![1u32, 2, 3, 4, 5, 6, 7]).prop_shuffle(),
             lo in Just(vec![0u32, 4, 5, 6, 7]).prop_shuffle(),
         ) {
-            use crate::kernel::{ContractSpec, contract};
-            use crate::reference::{ramp, reference_labels};
             let sizes = [256, 8, 4, 4, 4, 4, 4, 4];
-            let spec = ContractSpec::new(&la, &lb, &lo, &sizes).expect("a valid spec");
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
-            prop_assert_eq!(pool.install(|| pack_threads(1 << 15, 256 * 256 * 128)), 2);
-            let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
-            let one = contract(&spec, &a, &b);
-            let two = pool.install(|| contract(&spec, &a, &b));
+            let mut packers = 0;
+            let (spec, one, two, want) =
+                on_one_and_two_threads([&la, &lb, &lo], &sizes, |pool| packers = pool.install(|| pack_threads(1 << 15, 256 * 256 * 128)));
+            prop_assert_eq!(packers, 2);
             prop_assert_eq!(one.data(), two.data());
-            let want = reference_labels(&[(&a, &la), (&b, &lb)], &lo, &sizes).expect("a reference");
             let err = two.max_abs_diff(&want).expect("equal shapes");
             prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }

@@ -46,6 +46,22 @@ fn check_evaluates(g: Graph<ScalarOp>, out: ValueKey<ScalarOp>, n: usize, x: f64
     assert_eq!(program.eval(&mut (), &[&x]), vec![want]);
 }
 
+/// The chain of `len` sines of input `var` fails to build with the flag up and builds
+/// and evaluates with it down; the kept chain (of input 0) stays whole: building its
+/// structure again gives its key (the table still finds it), and it evaluates.
+fn stops_then_builds(
+    interner: &Arc<KeyInterner<ScalarOp>>,
+    (kept, kept_out, kept_len): (Graph<ScalarOp>, ValueKey<ScalarOp>, usize),
+    var: u32,
+    len: usize,
+) {
+    assert_eq!(with(true, || sines(interner, var, len)).map(|_| ()), Err(GraphError::Interrupted));
+    assert_eq!(with(false, || sines(interner, 0, kept_len)).expect("flag down").1, kept_out);
+    let (g, out) = with(false, || sines(interner, var, len)).expect("flag down");
+    check_evaluates(g, out, len, 0.3);
+    check_evaluates(kept, kept_out, kept_len, 0.7);
+}
+
 #[test]
 fn a_build_that_grows_the_table_stops_on_the_flag() {
     let interner = fresh();
@@ -53,13 +69,7 @@ fn a_build_that_grows_the_table_stops_on_the_flag() {
     let (kept, kept_out) = sines(&interner, 0, kept_len).expect("no flag");
     // The second chain is several times the table's room: its batches grow the table,
     // and a growth re-inserts the kept chain's entries, more than a poll's worth.
-    let grown = 8 * stop::POLL_EVERY as usize;
-    assert_eq!(with(true, || sines(&interner, 1, grown)).map(|_| ()), Err(GraphError::Interrupted));
-    // The table still finds the kept chain: building its structure again gives its key.
-    assert_eq!(with(false, || sines(&interner, 0, kept_len)).expect("flag down").1, kept_out);
-    let (g, out) = with(false, || sines(&interner, 1, grown)).expect("flag down");
-    check_evaluates(g, out, grown, 0.3);
-    check_evaluates(kept, kept_out, kept_len, 0.7);
+    stops_then_builds(&interner, (kept, kept_out, kept_len), 1, 8 * stop::POLL_EVERY as usize);
 }
 
 #[test]
@@ -71,11 +81,7 @@ fn a_table_released_by_a_large_drop_is_rebuilt_unless_the_flag_is_up() {
     // table (one removal per entry would take seconds at 10^7).
     drop(sines(&interner, 1, 150_000).expect("no flag"));
     // The next interning rebuilds the table first: with the flag up, it stops there.
-    assert_eq!(with(true, || sines(&interner, 2, 10)).map(|_| ()), Err(GraphError::Interrupted));
-    assert_eq!(with(false, || sines(&interner, 0, kept_len)).expect("flag down").1, kept_out);
-    let (g, out) = with(false, || sines(&interner, 2, 10)).expect("flag down");
-    check_evaluates(g, out, 10, 0.3);
-    check_evaluates(kept, kept_out, kept_len, 0.7);
+    stops_then_builds(&interner, (kept, kept_out, kept_len), 2, 10);
 }
 
 #[test]
