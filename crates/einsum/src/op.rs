@@ -99,7 +99,7 @@ impl<T: Elem> TensorOp<T> {
     /// As [`Self::apply`].
     pub fn apply_all(&self, x: &[&Tensor<T>]) -> Vec<Tensor<T>> {
         match self {
-            TensorOp::ContractPair(p) => p.apply(x[0], x[1], x[2]).into(),
+            TensorOp::ContractPair(p) => p.apply(x[0], x[1], x[2]),
             _ => vec![self.apply(x)],
         }
     }
