@@ -308,32 +308,6 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
 /// multiply-adds*.)
 pub(crate) const PAR_GEMM_MIN_MACS: usize = 1 << 20;
 
-std::thread_local! {
-    /// This thread's floor for [`gemm_par`]: [`PAR_GEMM_MIN_MACS`] unless a GEMM loop
-    /// lowers it ([`splitting_from`]).
-    static SPLIT_FLOOR: std::cell::Cell<usize> = const { std::cell::Cell::new(PAR_GEMM_MIN_MACS) };
-}
-
-/// The multiply-adds from which a GEMM called on this thread splits over its pool.
-pub(crate) fn split_floor() -> usize {
-    SPLIT_FLOOR.get()
-}
-
-/// Runs `f` with GEMMs of `floor` multiply-adds or more split over the caller's pool
-/// (`gemm_loop.rs`: a loop of GEMMs that no chunking spreads). The split keeps every
-/// element's sum, so results do not change.
-pub(crate) fn splitting_from<R>(floor: usize, f: impl FnOnce() -> R) -> R {
-    // Restored on unwinding too: a pool's worker thread outlives the call.
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            SPLIT_FLOOR.set(self.0);
-        }
-    }
-    let _restore = Restore(SPLIT_FLOOR.replace(floor));
-    f()
-}
-
 /// The threads of the rayon pool the caller runs in (`pool.install`, a pool's task), or 1
 /// outside any: a kernel splits only over a pool its caller chose ([`crate::Einsum::eval`]
 /// stays on one thread otherwise).
@@ -355,7 +329,7 @@ pub(crate) fn split_block(rest: usize, left: usize) -> usize {
 /// contraction uses one thread, so one-thread figures stay one thread.
 fn gemm_par(m: usize, n: usize, k: usize) -> Par {
     let threads = rayon::current_num_threads();
-    let large = m.saturating_mul(n).saturating_mul(k) >= split_floor();
+    let large = m.saturating_mul(n).saturating_mul(k) >= PAR_GEMM_MIN_MACS;
     if large && threads > 1 && rayon::current_thread_index().is_some() { Par::rayon(threads) } else { Par::Seq }
 }
 

@@ -155,43 +155,9 @@ pub(crate) fn spread_loop<T: Elem>(
     }
     match outer_cut(c_labels, sizes, looped, groups, [m, n, k]) {
         Some(cut) => cut.run(conj, [m, n, k], loop_sizes, operands, c, c_view),
-        None if splits_each(loop_sizes, [m, n, k]) => crate::elem::splitting_from(LOOP_SPLIT_MIN_MACS, || {
-            gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], c, c_view)
-        }),
         None => gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], c, c_view),
     }
 }
-
-/// For a loop of GEMMs inside a pool of several threads that no chunking spreads
-/// ([`batch_chunks`], [`chunk_lead`], [`outer_cut`]): whether each GEMM is split over the
-/// pool by `elem.rs` (blocks of its longer side, each a sequential faer GEMM) although it
-/// is below `PAR_GEMM_MIN_MACS`. Only when the loop holds `PAR_GEMM_MIN_MACS`, each GEMM
-/// [`LOOP_SPLIT_MIN_MACS`], and the cut side is at least [`LOOP_SPLIT_MIN_SIDE`] per
-/// thread while neither side is one (so each block runs faer's GEMM kernel as the whole
-/// one does, never its matrix-vector product; every element's sum is unchanged).
-///
-/// Why: `gm_queens_5x5_3`'s `ab,cdaefghijklmn->bcdefghijklmn` loops 9 GEMMs of
-/// `3 × 59049 × 3` whose result leads with the row label `b`: no chunk of the loop or of
-/// `c`'s outer axes keeps the GEMM's kernel, so the step ran on one thread of two; its
-/// GEMMs' long side splits.
-fn splits_each(loop_sizes: &[usize], [m, n, k]: [usize; 3]) -> bool {
-    let per_call = m.saturating_mul(n).saturating_mul(k);
-    let calls = loop_sizes.iter().product::<usize>();
-    let threads = crate::elem::caller_pool_threads();
-    threads > 1
-        && (LOOP_SPLIT_MIN_MACS..PAR_GEMM_MIN_MACS).contains(&per_call)
-        && calls.saturating_mul(per_call) >= PAR_GEMM_MIN_MACS
-        && m.min(n) > 1
-        && m.max(n) >= LOOP_SPLIT_MIN_SIDE * threads
-}
-
-/// The multiply-adds from which [`splits_each`] splits a GEMM of a loop: a block of a
-/// two-way split is then still far more work than the fork and join.
-const LOOP_SPLIT_MIN_MACS: usize = 1 << 18;
-
-/// The fewest rows or columns per thread of the side [`splits_each`] cuts: blocks stay
-/// wide panels, never the narrow sizes for which faer chooses other kernels.
-const LOOP_SPLIT_MIN_SIDE: usize = 64;
 
 /// What one of `c`'s outermost axes fixes in a chunk of an [`OuterCut`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -465,10 +431,9 @@ const WARM_MAX_REUSE: usize = 64;
 const WARM_MAX_BYTES: usize = 4 << 20;
 
 /// How many parts `elem.rs`'s GEMM of `macs` multiply-adds cuts its output into: the
-/// current pool's threads from `PAR_GEMM_MIN_MACS` on (inside a pool; from
-/// [`LOOP_SPLIT_MIN_MACS`] in a loop that [`splits_each`]), else one.
+/// current pool's threads from `PAR_GEMM_MIN_MACS` on (inside a pool), else one.
 fn split_parts(macs: usize) -> usize {
-    if macs >= crate::elem::split_floor() { crate::elem::caller_pool_threads() } else { 1 }
+    if macs >= PAR_GEMM_MIN_MACS { crate::elem::caller_pool_threads() } else { 1 }
 }
 
 /// The threads on which the GEMM path packs an operand of `len` elements for GEMMs of
@@ -850,44 +815,6 @@ mod tests {
             let err = two.max_abs_diff(&want).expect("equal shapes");
             prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
         }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(8))]
-
-        /// Queens' loops at their size (`ab,cdaefg->bcdefg`: 9 GEMMs of `x × n × s`, the
-        /// result leading with the row label, columns `e f g` of 20 to 60 each), `b`'s and
-        /// the result's labels in random orders, so that some loops are split GEMM by GEMM
-        /// ([`splits_each`]) and others chunked: two threads give the one-thread result
-        /// bit for bit, and both the reference to rounding.
-        #[test]
-        fn loops_of_gemms_split_one_by_one_give_the_one_thread_result(
-            lb in Just(vec![1u32, 2, 3, 4, 5, 6]).prop_shuffle(),
-            lo in Just(vec![0u32, 2, 3, 4, 5, 6]).prop_shuffle(),
-            x in 2usize..5, s in 2usize..4, y in (20usize..60, 20usize..60, 20usize..60),
-        ) {
-            let sizes = [x, s, 3, 3, y.0, y.1, y.2];
-            let (spec, one, two, want) = on_one_and_two_threads([&[0, 1], &lb, &lo], &sizes, |_| ());
-            prop_assert_eq!(one.data(), two.data());
-            let err = two.max_abs_diff(&want).expect("equal shapes");
-            prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
-        }
-    }
-
-    /// The loop of queens' `ab,cdaefghijklmn->bcdefghijklmn` in small: 9 GEMMs of
-    /// `3 × 30000 × 3`, split one by one on two threads only.
-    #[test]
-    fn a_loop_no_chunk_spreads_splits_each_gemm() {
-        let dims = [3, 30_000, 3];
-        assert!(!splits_each(&[3, 3], dims));
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
-        assert!(pool.install(|| splits_each(&[3, 3], dims)));
-        // One row, a GEMM that splits by itself, a loop too small: not split.
-        assert!(!pool.install(|| splits_each(&[3, 3], [1, 90_000, 3])));
-        assert!(!pool.install(|| splits_each(&[3, 3], [3, 270_000, 3])));
-        assert!(!pool.install(|| splits_each(&[1], dims)));
-        assert_eq!(pool.install(|| crate::elem::splitting_from(LOOP_SPLIT_MIN_MACS, || split_parts(1 << 18))), 2);
-        assert_eq!(pool.install(|| split_parts(1 << 18)), 1);
     }
 
     proptest! {
