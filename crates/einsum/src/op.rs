@@ -74,7 +74,7 @@ impl<T: Elem> TensorOp<T> {
     }
 
     /// Applies the operation to plain values (what evaluation does); a
-    /// [`TensorOp::ContractPair`] gives its first output (both: [`Self::apply_all`]).
+    /// [`TensorOp::ContractPair`] gives its first output (all of them: [`Self::apply_all`]).
     ///
     /// # Panics
     /// On operands whose shapes do not fit the operation.
@@ -162,7 +162,10 @@ impl<T: Elem> fmt::Debug for TensorOp<T> {
         match self {
             TensorOp::Contract(s) => write!(f, "contract {s:?}"),
             TensorOp::Unary(s) => write!(f, "unary {s:?}"),
-            TensorOp::ContractPair(p) => write!(f, "contract_pair {:?} & {:?}", p.x(), p.y()),
+            TensorOp::ContractPair(p) => match p.z() {
+                Some(z) => write!(f, "contract_triple {:?} & {:?} & {:?}", p.x(), p.y(), z),
+                None => write!(f, "contract_pair {:?} & {:?}", p.x(), p.y()),
+            },
             TensorOp::Add => f.write_str("add"),
             TensorOp::Neg => f.write_str("neg"),
             TensorOp::Conj => f.write_str("conj"),

@@ -140,12 +140,14 @@ impl PairSpec {
         if self.triple.is_some() { 3 } else { 2 }
     }
 
-    /// `c, m -> a`: the large operand's gradient, in the fused operand order.
+    /// `c, m -> a`: the first output (a pair's large operand's gradient), in the fused
+    /// operand order.
     pub fn x(&self) -> &ContractSpec {
         &self.x
     }
 
-    /// `a, c -> m`: the small operand's gradient, in the fused operand order.
+    /// `a, c -> m`: the second output (a pair's small operand's gradient), in the fused
+    /// operand order.
     pub fn y(&self) -> &ContractSpec {
         &self.y
     }
