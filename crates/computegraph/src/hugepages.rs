@@ -124,7 +124,7 @@ fn grow<T>(v: &mut Vec<T>) {
             n *= 2;
         }
     }
-    if n.saturating_mul(size_of::<T>()) > PROGRAM_PAD_MAX_BYTES {
+    if n.saturating_mul(size) > PROGRAM_PAD_MAX_BYTES {
         // A move would hold both columns at once, counted in the pipeline's peak; past
         // the bound the room gains little (see the bound), so `realloc` grows it.
         v.reserve(n - v.len());
