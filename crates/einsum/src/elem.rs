@@ -375,7 +375,8 @@ pub(crate) fn gemm_cut_into<T: Elem>(
 }
 
 /// Multiply-adds from which one GEMM splits over its pool's threads (`gemm_loop.rs` decides
-/// and cuts it by [`Cut`]): about 0.07 ms of one core's work, against the tens of microseconds that forking and joining cost. (At
+/// and cuts it by [`Cut`]): about 0.07 ms of one core's work, against the tens of
+/// microseconds that forking and joining cost. (At
 /// `2^21`, the matrix chain's last, sequential steps of 1 to 2 million multiply-adds ran
 /// on one core while the other waited: two threads took 7% longer on it, and no other
 /// instance moved; `docs/performance-history.md`, *Two threads, a GEMM splits from 2^20

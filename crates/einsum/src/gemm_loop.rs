@@ -376,7 +376,8 @@ pub(crate) fn gemm_loop<T: Elem>(
     // 990 × 2187 × 4620 step packed its `b` in each of 19 row blocks: 660 ms against 513).
     let cols = c_view.strides[1] == 1 && n > 1;
     let (len, per) = if cols { (n, m.saturating_mul(k)) } else { (m, n.saturating_mul(k)) };
-    // A block also writes at most a stop check's worth of `c`: a product over a short `k`
+    // A block also writes about a stop check's worth of `c` at most (never less than one
+    // row or column): a product over a short `k`
     // (an outer product) is little arithmetic over a large output, whose fresh pages can
     // take longer to fault in than Ctrl-C may wait.
     let written = if cols { m } else { n };

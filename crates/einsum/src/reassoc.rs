@@ -442,8 +442,9 @@ mod tests {
 
     #[test]
     fn a_triple_whose_small_operand_is_the_producers_left_equals_the_transposes() {
-        // `Y[ns]·X[pqrs]`: the small operand `S` is the producer's `X`, the other branch of
-        // `Triple::of` (its first, `S = Y`, cannot match: `Y` is the large operand here).
+        // `X[ns]·Y[pqrs]` (`lm_like`'s operands swapped): the small operand `S` is the
+        // producer's `X`, the other branch of `Triple::of` (its first, `S = Y`, cannot
+        // match: `Y` is the large operand here).
         let (expr, e, operands, c) = lm_like_as("ns,pqrs,nr,npq->nq", [vec![30, 6], vec![3, 4, 5, 6]]);
         let (rewritten, triples) = check_every_wrt(expr, &e, &operands, &c);
         // The same subsets as with the operands the other way round.

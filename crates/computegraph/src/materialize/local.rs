@@ -80,8 +80,8 @@ impl<Op: GraphOperation> Marker<'_, Op> {
             let operands = graph.op_inputs.get(op.index());
             *single_operands += fresh * operands.len();
             // One operand or two without a branch on which: in a DAG of random variants
-            // they come at random, and a loop over the list mispredicted its end about
-            // once in three operations. The second is the last operand, the first again
+            // they come at random, and a loop over the list mispredicted its end often
+            // (`docs/PERFORMANCE.md`, mc45). The second is the last operand, the first again
             // when it is the only one, whose second marking changes nothing.
             if let n @ (1 | 2) = operands.len() {
                 mark_operand(needed, &mut lo, operands[0].get());
