@@ -106,33 +106,26 @@ mod sealed {
         );
     }
 
-    impl Sealed for f64 {
-        fn gemm_cut_into(
-            dims: [usize; 3],
-            a: Strided<'_, Self>,
-            b: Strided<'_, Self>,
-            c: StridedMut<'_, Self>,
-            conj: [bool; 2],
-            accumulate: bool,
-            cut: Option<Cut>,
-        ) {
-            super::faer_gemm(dims, a, b, c, conj, accumulate, cut);
-        }
+    // Both element types cut through faer's generic GEMM, which needs the `ComplexField`
+    // bound that `Elem` does not carry.
+    macro_rules! cut_through_faer {
+        ($($t:ty),*) => {$(
+            impl Sealed for $t {
+                fn gemm_cut_into(
+                    dims: [usize; 3],
+                    a: Strided<'_, Self>,
+                    b: Strided<'_, Self>,
+                    c: StridedMut<'_, Self>,
+                    conj: [bool; 2],
+                    accumulate: bool,
+                    cut: Option<Cut>,
+                ) {
+                    super::faer_gemm(dims, a, b, c, conj, accumulate, cut);
+                }
+            }
+        )*};
     }
-
-    impl Sealed for super::c64 {
-        fn gemm_cut_into(
-            dims: [usize; 3],
-            a: Strided<'_, Self>,
-            b: Strided<'_, Self>,
-            c: StridedMut<'_, Self>,
-            conj: [bool; 2],
-            accumulate: bool,
-            cut: Option<Cut>,
-        ) {
-            super::faer_gemm(dims, a, b, c, conj, accumulate, cut);
-        }
-    }
+    cut_through_faer!(f64, super::c64);
 }
 
 impl Elem for f64 {
