@@ -30,11 +30,11 @@ use crate::tensor::Tensor;
 
 /// Pieces per thread of a parallel pass: more than one so that a thread slowed by another
 /// process does not hold the others back at the join.
-const PIECES_PER_THREAD: usize = 4;
+pub(crate) const PIECES_PER_THREAD: usize = 4;
 
 /// Elements written between two reads of the stop flag on one thread (as
 /// `stop::COPY_CHECK_ELEMENTS`: a few milliseconds of memory traffic).
-const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
+pub(crate) const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
 
 /// The value and gradients of [`Hadamard::value_and_grad`], with the range of all of them.
 #[derive(Debug)]
@@ -173,7 +173,7 @@ type Outputs<'a> = [&'a mut [f64]; 3];
 /// The cotangent of a value+gradient pass: a tensor of the product's shape, or one value
 /// for every element (read from a block of [`LANES`] copies, so the loops are the same).
 #[derive(Clone, Copy)]
-enum Cotangent<'a> {
+pub(crate) enum Cotangent<'a> {
     Tensor(&'a [f64]),
     Scalar(f64),
 }
@@ -222,7 +222,7 @@ fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
 
 /// `s` cut after `len` elements (after all of them if it is shorter: an output not
 /// wanted is empty).
-fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
+pub(crate) fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
     let k = len.min(s.len());
     s.split_at_mut(k)
 }
@@ -381,7 +381,7 @@ fn both<'c>(
 /// `s` as whole blocks of [`LANES`] elements (arrays, so that the loops over a block's
 /// lanes need no bounds checks and vectorize) and the rest.
 #[inline(always)]
-fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
+pub(crate) fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at(whole);
     (head.chunks_exact(LANES).map(|x| <&[f64; LANES]>::try_from(x).expect("a whole block")), tail)
@@ -389,7 +389,7 @@ fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
 
 /// [`blocks`] of a slice written.
 #[inline(always)]
-fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
+pub(crate) fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at_mut(whole);
     (head.chunks_exact_mut(LANES).map(|x| <&mut [f64; LANES]>::try_from(x).expect("a whole block")), tail)

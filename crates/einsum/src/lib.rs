@@ -126,6 +126,7 @@ mod path;
 pub mod path_cache;
 mod permute;
 mod plan;
+mod product;
 mod ranged;
 mod reassoc;
 mod reduce;
@@ -147,6 +148,7 @@ mod thin_gemm;
 mod threads;
 #[cfg(test)]
 mod threads_tests;
+mod triple;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use checkpoint::CheckpointedGradient;
@@ -162,6 +164,7 @@ pub use op::{TensorKey, TensorOp};
 pub use pair::PairSpec;
 pub use path::{ContractionPath, FollowedPath, PairStep, PathChoice, PathOperand};
 pub use plan::Plan;
+pub use product::{ElementwiseProduct, ProductOutputs};
 pub use reference::{reference_einsum, reference_labels};
 pub use scaled::ScaledTensor;
 pub use scan::RangeScan;
@@ -171,3 +174,4 @@ pub use sliced_hvp::SlicedHvp;
 pub use stop::with_stop;
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;
+pub use triple::Hadamard3;
