@@ -256,32 +256,37 @@ fn is_chain<Op: GraphOperation>(
     far: &mut FarOperands,
 ) -> bool {
     let (starts, items) = (graph.op_inputs.starts(), graph.op_inputs.items());
-    let first_outputs = graph.op_first_output.raw();
-    let (mut chain, first) = (true, ops.start);
+    // The window's stretch of each column, sliced once: the loop indexes none of them.
+    let (readers, bounds) = (&graph.op_first_output.raw()[ops.clone()], &starts[ops.start..=ops.end]);
+    let mut chain = true;
     // The outputs of the operation before: `prev..reader` (none before the first, which
     // links to nothing and needs not; an operation without outputs has none either).
-    let mut prev = first_outputs[first].index();
-    for i in ops {
-        let reader = first_outputs[i].index();
-        let inputs = &items[starts[i] as usize..starts[i + 1] as usize];
+    let mut prev = readers[0].index();
+    // Every operand is noted: the window's count is its stretch of the pool, and only the
+    // far ones are counted per operand, one comparison each against their reader's bound.
+    let mut n_far = 0;
+    for (k, (reader, list)) in readers.iter().zip(bounds.windows(2)).enumerate() {
+        let reader = reader.index();
+        let inputs = &items[list[0] as usize..list[1] as usize];
         let (lo, width) = (prev, reader - prev);
         let links = |v: usize| v.wrapping_sub(lo) < width;
+        let bound = far.bound(reader);
         let linked = if let n @ (1 | 2) = inputs.len() {
             // The first and the last operand (the first again when it is the only one:
-            // the far count notes it once).
+            // it is counted once).
             let (a, b) = (inputs[0].index(), inputs[n - 1].index());
-            far.note(a, reader);
-            far.note_if(b, reader, n == 2);
+            n_far += usize::from(far.is_far(a, bound)) + usize::from(far.is_far(b, bound) & (n == 2));
             links(a) | links(b)
         } else {
             inputs.iter().fold(false, |l, v| {
-                far.note(v.index(), reader);
+                n_far += usize::from(far.is_far(v.index(), bound));
                 l | links(v.index())
             })
         };
-        chain &= linked | (i == first);
+        chain &= linked | (k == 0);
         prev = reader;
     }
+    far.add((bounds[bounds.len() - 1] - bounds[0]) as usize, n_far);
     chain
 }
 

@@ -107,10 +107,24 @@ pub(crate) fn push_grown<T>(v: &mut Vec<T>, x: T) {
     v.push(x);
 }
 
+/// From a column of this many bytes on, [`push_grown`] skips the doublings below a huge
+/// page: each of them was a fresh mapping, faulted 4 KiB at a time, and a copy, on the way
+/// to a column that reaches huge pages anyway (a chain of random variants has a run every
+/// few instructions). Smaller columns (a small program's) double as before.
+const GROW_TO_HUGE_FROM_BYTES: usize = 64 << 10;
+
 #[cold]
 fn grow<T>(v: &mut Vec<T>) {
-    let n = v.capacity().saturating_mul(2).max(64);
-    if n.saturating_mul(size_of::<T>()) > PROGRAM_PAD_MAX_BYTES {
+    let size = size_of::<T>().max(1);
+    let mut n = v.capacity().saturating_mul(2).max(64);
+    if v.capacity().saturating_mul(size) >= GROW_TO_HUGE_FROM_BYTES {
+        // The first capacity of the doubling sequence that spans a huge page, so that the
+        // capacities from there on, and the column's last one, are those of plain doubling.
+        while n.saturating_mul(size) < HUGE_PAGE {
+            n *= 2;
+        }
+    }
+    if n.saturating_mul(size) > PROGRAM_PAD_MAX_BYTES {
         // A move would hold both columns at once, counted in the pipeline's peak; past
         // the bound the room gains little (see the bound), so `realloc` grows it.
         v.reserve(n - v.len());
@@ -179,6 +193,32 @@ mod tests {
         // Below a huge page, and above the bound, no room.
         assert!(program_vec::<u32>(n - 1).capacity() < n);
         assert!(program_vec::<u8>(PROGRAM_HUGE_MAX_BYTES + 1).capacity() < PROGRAM_HUGE_MAX_BYTES + 2);
+    }
+
+    /// Past [`GROW_TO_HUGE_FROM_BYTES`] the capacities below a huge page are skipped, and
+    /// from the first one that spans a huge page they are plain doubling's.
+    #[test]
+    fn growth_skips_to_the_doubling_that_spans_a_huge_page() {
+        let doubled = |c: usize| {
+            let n = c.saturating_mul(2).max(64);
+            if (HUGE_PAGE..=PROGRAM_PAD_MAX_BYTES).contains(&(n * 8)) { n + HUGE_PAGE / 8 } else { n }
+        };
+        let mut expected = vec![0usize];
+        while expected.last().unwrap() * 8 < 4 * HUGE_PAGE {
+            expected.push(doubled(*expected.last().unwrap()));
+        }
+        let mut v: Vec<u64> = Vec::new();
+        let mut seen = vec![0usize];
+        for i in 0..(4 * HUGE_PAGE / 8) as u64 {
+            push_grown(&mut v, i);
+            if v.capacity() != *seen.last().unwrap() {
+                seen.push(v.capacity());
+            }
+        }
+        let jump = GROW_TO_HUGE_FROM_BYTES / 8;
+        let skipped: Vec<usize> = expected.iter().copied().filter(|&c| c < 2 * jump || c * 8 >= HUGE_PAGE).collect();
+        assert_eq!(seen[..], skipped[..seen.len()]);
+        assert!(v.iter().copied().eq(0..(4 * HUGE_PAGE / 8) as u64));
     }
 
     #[test]

@@ -69,16 +69,31 @@ impl FarOperands {
     #[inline(always)]
     pub(crate) fn note(&mut self, operand: usize, reader: usize) {
         self.seen += 1;
-        self.far += (operand >= self.inputs && operand.saturating_add(FAR) < reader) as usize;
+        self.far += usize::from(self.is_far(operand, self.bound(reader)));
     }
 
-    /// [`Self::note`] when `counted`, nothing otherwise, without a branch on it: for a
-    /// pass that reads one operand list's first and last entries whatever its length
-    /// (`dispatch.rs`), the last one counted only when it is a second operand.
+    /// What [`Self::is_far`] compares an operand of the operation whose first output is
+    /// value `reader` with: taken once per reader, for a pass that counts its operands
+    /// itself ([`Self::add`]).
     #[inline(always)]
-    pub(crate) fn note_if(&mut self, operand: usize, reader: usize, counted: bool) {
-        self.seen += usize::from(counted);
-        self.far += usize::from(counted & (operand >= self.inputs) & (operand.saturating_add(FAR) < reader));
+    pub(crate) fn bound(&self, reader: usize) -> usize {
+        reader.saturating_sub(FAR.saturating_add(self.inputs))
+    }
+
+    /// Whether value `operand` is far from a reader whose [`Self::bound`] is `bound`: not a
+    /// graph input (`operand >= inputs`) and more than [`FAR`] values before the reader
+    /// (`operand + FAR < reader`), in one unsigned comparison (an operand below `inputs`
+    /// wraps past every bound, and a reader within `FAR + inputs` of the start has none).
+    #[inline(always)]
+    pub(crate) fn is_far(&self, operand: usize, bound: usize) -> bool {
+        operand.wrapping_sub(self.inputs) < bound
+    }
+
+    /// Notes `seen` operands, `far` of them far ([`Self::is_far`]), counted by the caller.
+    #[inline(always)]
+    pub(crate) fn add(&mut self, seen: usize, far: usize) {
+        self.seen += seen;
+        self.far += far;
     }
 
     /// Whether [`Self::BLOCK`] operands have been noted since the last decision.
@@ -99,6 +114,22 @@ impl FarOperands {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The one comparison against a reader's bound is the definition: not an input,
+        /// and more than `FAR` values before the reader; near the ends of `usize` too.
+        #[test]
+        fn one_comparison_is_not_an_input_and_far_before_the_reader(
+            inputs in prop_oneof![0usize..4, Just(usize::MAX - 2)],
+            operand in prop_oneof![0usize..3 * FAR, usize::MAX - 3..=usize::MAX],
+            reader in prop_oneof![0usize..3 * FAR, usize::MAX - 3..=usize::MAX],
+        ) {
+            let f = FarOperands::new(inputs);
+            let far = operand >= inputs && operand.saturating_add(FAR) < reader;
+            prop_assert_eq!(f.is_far(operand, f.bound(reader)), far);
+        }
+    }
 
     #[test]
     fn prefetches_when_more_than_a_quarter_of_operands_are_far() {

@@ -330,7 +330,11 @@ pub(crate) fn gemm_loop<T: Elem>(
     // 990 × 2187 × 4620 step packed its `b` in each of 19 row blocks: 660 ms against 513).
     let cols = c_view.strides[1] == 1 && n > 1;
     let (len, per) = if cols { (n, m.saturating_mul(k)) } else { (m, n.saturating_mul(k)) };
-    let block = (block_macs() / per.max(1)).max(1);
+    // A block also writes at most a stop check's worth of `c`: a product over a short `k`
+    // (an outer product) is little arithmetic over a large output, whose fresh pages can
+    // take longer to fault in than Ctrl-C may wait.
+    let written = if cols { m } else { n };
+    let block = (block_macs() / per.max(1)).min(crate::stop::COPY_CHECK_ELEMENTS / written.max(1)).max(1);
     // Each element of `a` takes part in `n` multiply-adds, of `b` in `m`.
     let large = [m, n, k].iter().product::<usize>() >= WARM_MIN_MACS;
     let warm = [large && n < WARM_MAX_REUSE, large && m < WARM_MAX_REUSE];

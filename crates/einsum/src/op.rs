@@ -48,8 +48,9 @@ pub enum TensorOp<T> {
     /// `s·a` for a constant `s`.
     Scale(T),
     /// Two contractions of one cotangent in one pass, from the operands `(c, m, a)` to the
-    /// outputs `(x, y)` (see [`PairSpec`]): made by [`Einsum::gradient`](crate::Einsum::gradient)
-    /// in its compiled program, after the transform, so it has no AD rules of its own.
+    /// outputs `(x, y)`, or `(x, y, z)` for a triple (see [`PairSpec`]): made by
+    /// [`Einsum::gradient`](crate::Einsum::gradient) in its compiled program, after the
+    /// transform, so it has no AD rules of its own.
     ContractPair(Arc<PairSpec>),
     /// The range of its operand, as the two-entry tensor `[largest modulus, 1 if an entry
     /// is not finite else 0]` ([`crate::RangeScan`]): placed by
@@ -73,7 +74,7 @@ impl<T: Elem> TensorOp<T> {
     }
 
     /// Applies the operation to plain values (what evaluation does); a
-    /// [`TensorOp::ContractPair`] gives its first output (both: [`Self::apply_all`]).
+    /// [`TensorOp::ContractPair`] gives its first output (all of them: [`Self::apply_all`]).
     ///
     /// # Panics
     /// On operands whose shapes do not fit the operation.
@@ -98,7 +99,7 @@ impl<T: Elem> TensorOp<T> {
     /// As [`Self::apply`].
     pub fn apply_all(&self, x: &[&Tensor<T>]) -> Vec<Tensor<T>> {
         match self {
-            TensorOp::ContractPair(p) => p.apply(x[0], x[1], x[2]).into(),
+            TensorOp::ContractPair(p) => p.apply(x[0], x[1], x[2]),
             _ => vec![self.apply(x)],
         }
     }
@@ -116,6 +117,9 @@ impl<T: Elem> TensorOp<T> {
             TensorOp::ContractPair(p) => {
                 out.push(shaped(p.x().out_shape()));
                 out.push(shaped(p.y().out_shape()));
+                if let Some(z) = p.z() {
+                    out.push(shaped(z.out_shape()));
+                }
             }
             TensorOp::Add | TensorOp::Neg | TensorOp::Conj | TensorOp::Scale(_) => out.push(x[0].clone()),
             TensorOp::Range => out.push(shaped(vec![2])),
@@ -158,7 +162,10 @@ impl<T: Elem> fmt::Debug for TensorOp<T> {
         match self {
             TensorOp::Contract(s) => write!(f, "contract {s:?}"),
             TensorOp::Unary(s) => write!(f, "unary {s:?}"),
-            TensorOp::ContractPair(p) => write!(f, "contract_pair {:?} & {:?}", p.x(), p.y()),
+            TensorOp::ContractPair(p) => match p.z() {
+                Some(z) => write!(f, "contract_triple {:?} & {:?} & {:?}", p.x(), p.y(), z),
+                None => write!(f, "contract_pair {:?} & {:?}", p.x(), p.y()),
+            },
             TensorOp::Add => f.write_str("add"),
             TensorOp::Neg => f.write_str("neg"),
             TensorOp::Conj => f.write_str("conj"),
@@ -222,7 +229,7 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
     }
 
     fn output_count(&self) -> usize {
-        if matches!(self, TensorOp::ContractPair(_)) { 2 } else { 1 }
+        if let TensorOp::ContractPair(p) = self { p.output_count() } else { 1 }
     }
 
     /// Contractions: a quarter of their multiply-adds plus their output size (the GEMM
@@ -234,7 +241,9 @@ impl<T: Elem> GraphOperation for TensorOp<T> {
         let contract = |s: &ContractSpec| contraction_cost(s.multiply_adds(), elements(&s.out_shape()));
         match self {
             TensorOp::Contract(s) => contract(s),
-            TensorOp::ContractPair(p) => contract(p.x()).saturating_add(contract(p.y())),
+            TensorOp::ContractPair(p) => {
+                contract(p.x()).saturating_add(contract(p.y())).saturating_add(p.z().map_or(0, contract))
+            }
             TensorOp::Unary(s) => one_operand_cost(s.multiply_adds()),
             _ => 1,
         }
@@ -271,9 +280,9 @@ impl<T: Elem> EvaluableGraphOperation for TensorOp<T> {
             return;
         }
         if let TensorOp::ContractPair(p) = self {
-            let [px, py] = p.apply(x[0], x[1], x[2]);
-            out.push(px);
-            out.push(py);
+            for t in p.apply(x[0], x[1], x[2]) {
+                out.push(t);
+            }
             return;
         }
         out.push(self.apply(x));

@@ -42,6 +42,9 @@ use crate::elem::Elem;
 use crate::elementwise::{PANEL_ROWS, PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes, sums_nothing};
 use crate::kernel::ContractSpec;
 use crate::tensor::Tensor;
+use triple::Triple;
+
+mod triple;
 
 /// The most elements of the small operand `m` (and of `y`): a block's partial sums stay
 /// in the first- and second-level caches. Queens' factors multiplied together first
@@ -92,6 +95,8 @@ pub struct PairSpec {
     x: ContractSpec,
     /// `a, c -> m` with its conjugations.
     y: ContractSpec,
+    /// A batch of bilinear forms' third product `z = m·a` and its loop ([`PairSpec::triple`]).
+    triple: Option<(ContractSpec, Triple)>,
 }
 
 impl PairSpec {
@@ -112,15 +117,37 @@ impl PairSpec {
         }
         // `y` must be `a, c -> m` on the same labels: compare in canonical form.
         let expected = ContractSpec::new(la, lc, lm, sizes).ok()?.with_conj(y.conj());
-        (expected == y).then(|| PairSpec { x: x.clone(), y: expected })
+        (expected == y).then(|| PairSpec { x: x.clone(), y: expected, triple: None })
     }
 
-    /// `c, m -> a`: the large operand's gradient, in the fused operand order.
+    /// The three products `x = c·m`, `y = a·c` and `z = m·a` of a batch of bilinear forms
+    /// (`m` and `a` vectors per batch element, `c` a matrix), in one pass over `c`
+    /// (`pair/triple.rs`, whose module docs give the pattern), with the outputs
+    /// `(x, y, z)`; `None` unless they form that pattern. `reassoc.rs` makes it of an
+    /// expansion's rewritten gradients.
+    pub(crate) fn triple(x: &ContractSpec, y: &ContractSpec, z: &ContractSpec) -> Option<Self> {
+        let t = Triple::new(x, y, z)?;
+        Some(PairSpec { x: x.clone(), y: y.clone(), triple: Some((z.clone(), t)) })
+    }
+
+    /// `m, a -> z`, the third product of a triple ([`PairSpec::triple`]).
+    pub(crate) fn z(&self) -> Option<&ContractSpec> {
+        self.triple.as_ref().map(|(z, _)| z)
+    }
+
+    /// How many outputs the fused operation has: two, or three for a triple.
+    pub(crate) fn output_count(&self) -> usize {
+        if self.triple.is_some() { 3 } else { 2 }
+    }
+
+    /// `c, m -> a`: the first output (a pair's large operand's gradient), in the fused
+    /// operand order.
     pub fn x(&self) -> &ContractSpec {
         &self.x
     }
 
-    /// `a, c -> m`: the small operand's gradient, in the fused operand order.
+    /// `a, c -> m`: the second output (a pair's small operand's gradient), in the fused
+    /// operand order.
     pub fn y(&self) -> &ContractSpec {
         &self.y
     }
@@ -137,27 +164,37 @@ impl PairSpec {
         PairPlan::new(&self.x).map(|p| p.walk != Walk::Long)
     }
 
-    /// Multiply-adds of the two contractions.
+    /// Multiply-adds of the two contractions (three for a triple).
     pub fn multiply_adds(&self) -> u64 {
-        self.x.multiply_adds().saturating_add(self.y.multiply_adds())
+        let z = self.z().map_or(0, ContractSpec::multiply_adds);
+        self.x.multiply_adds().saturating_add(self.y.multiply_adds()).saturating_add(z)
     }
 
-    /// Runs the pair on `(c, m, a)` (shapes as the specs say): `[x, y]`.
+    /// Runs the pair on `(c, m, a)` (shapes as the specs say): `[x, y]`, and `z` for a
+    /// triple.
     ///
     /// # Panics
     /// On operands whose shapes do not fit.
-    pub(crate) fn apply<T: Elem>(&self, c: &Tensor<T>, m: &Tensor<T>, a: &Tensor<T>) -> [Tensor<T>; 2] {
+    pub(crate) fn apply<T: Elem>(&self, c: &Tensor<T>, m: &Tensor<T>, a: &Tensor<T>) -> Vec<Tensor<T>> {
         for (what, t, shape) in [("c", c, self.x.a_shape()), ("m", m, self.x.b_shape()), ("a", a, self.y.a_shape())] {
             assert_eq!(t.shape(), shape.as_slice(), "operand {what} of the pair {self:?}");
+        }
+        if let Some((z, t)) = &self.triple {
+            let [x, y, w] = t.run(c.data(), m.data(), a.data());
+            return vec![
+                Tensor::from_parts(&self.x.out_shape(), x),
+                Tensor::from_parts(&self.y.out_shape(), y),
+                Tensor::from_parts(&z.out_shape(), w),
+            ];
         }
         match PairPlan::new(&self.x) {
             Some(plan) => {
                 let [cx, cy] = [self.x.conj(), self.y.conj()];
                 let (x, y) = plan.run(c.data(), m.data(), a.data(), cx, cy);
-                [Tensor::from_parts(&self.x.out_shape(), x), Tensor::from_parts(&self.y.out_shape(), y)]
+                vec![Tensor::from_parts(&self.x.out_shape(), x), Tensor::from_parts(&self.y.out_shape(), y)]
             }
             // Short rows that no panel suits: the two kernels one after the other.
-            None => [crate::kernel::contract(&self.x, c, m), crate::kernel::contract(&self.y, a, c)],
+            None => vec![crate::kernel::contract(&self.x, c, m), crate::kernel::contract(&self.y, a, c)],
         }
     }
 }
@@ -783,7 +820,7 @@ pub(crate) mod tests {
         let c_shape: Vec<usize> = lc.iter().map(|&l| sizes[l as usize]).collect();
         let (a, m, c) =
             (seeded::<T>(&big_shape, seed), seeded::<T>(&small_shape, seed + 1), seeded::<T>(&c_shape, seed + 2));
-        let [x, y] = pair.apply(&c, &m, &a);
+        let [x, y]: [Tensor<T>; 2] = pair.apply(&c, &m, &a).try_into().expect("two outputs");
         // Against the reference, in the transposes' own operand orders.
         let (rx, ry) = if small_first {
             (reference(&x_spec, &m, &c), reference(&y_spec, &c, &a))
@@ -805,7 +842,7 @@ pub(crate) mod tests {
         };
         assert_eq!(x.data(), kx.data());
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let [x2, y2] = pool.install(|| pair.apply(&c, &m, &a));
+        let [x2, y2]: [Tensor<T>; 2] = pool.install(|| pair.apply(&c, &m, &a)).try_into().expect("two outputs");
         assert_eq!(x2.data(), x.data());
         assert_eq!(y2.data(), y.data());
         PairPlan::new(pair.x()).map(|p| p.walk)

@@ -20,6 +20,13 @@
 //! take no more multiply-adds than the four transposes they replace and the largest tensor
 //! they write is smaller than the largest of those (the cotangent `dB`, or `B` kept).
 //!
+//! `lm_batch`'s three gradients then end in three small products over its batch label,
+//! `T·Y`, `T·W` (batched matrix-vector products of `T = dO·X`) and `W·Y` (their outer
+//! product, which `dX` reads), each of a few multiply-adds per element of `T`: as
+//! contractions, each ran on a kernel made for long rows or long sums. Where the three
+//! have that form ([`Triple`]), they are one fused pair that reads `T` once
+//! (`pair/triple.rs`).
+//!
 //! Input invariants: a materialized value-and-gradient program of real contractions in
 //! topological order, as `Einsum::gradient` merges it (tidu's transposes carry the
 //! forward specs' `transpose_a` / `transpose_b`). Output invariants: the same inputs and
@@ -29,6 +36,8 @@
 //! to at most one rewritten pair. Complexity: `O(operations + operands)` to find the pairs,
 //! three orders priced per gradient, then one rebuild and materialization of the program
 //! (`rewrite.rs`).
+
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -40,7 +49,8 @@ use crate::error::EinsumResult;
 use crate::kernel::ContractSpec;
 use crate::layout::step_output;
 use crate::op::TensorOp;
-use crate::rewrite::{Program, Replaced};
+use crate::pair::PairSpec;
+use crate::rewrite::{Program, Rebuilder, Replaced};
 
 /// One gradient written as two contractions: the operands (values of the old program), the
 /// spec of the first pair, and the spec of its result with the third operand.
@@ -50,10 +60,43 @@ struct Rewritten {
 }
 
 /// A pair of forward steps whose gradients are rewritten: the old operations it replaces
-/// (their indices), the old values each new gradient stands for, and the new gradients.
+/// (their indices), the old values each new gradient stands for, and the new gradients,
+/// with their three small products fused when they form a triple ([`Triple`]).
 struct Group {
     replaced: SmallVec<[usize; 4]>,
     gradients: SmallVec<[(ValueId, Rewritten); 3]>,
+    triple: Option<Triple>,
+}
+
+/// The three gradients of a pair as one pass over their shared product (`pair/triple.rs`):
+/// when `dW = (dO·L)·S` and `dS = (dO·L)·W` share their first product `T = dO·L` (`L` the
+/// producer's large operand, `S` its small one) and `dL = dO·(W·S)`, the products `T·S`,
+/// `T·W` and `W·S` (per batch element a matrix times two vectors, and their outer
+/// product) are one fused pair on `(T, W, S)`, which writes `dS`, `dW` and `W·S`.
+struct Triple {
+    /// The fused pair `(T, W, S) -> (dS, dW, W·S)`.
+    spec: PairSpec,
+    /// Positions in [`Group::gradients`] of `dW`, `dS` and `dL`.
+    at: [usize; 3],
+}
+
+impl Triple {
+    /// The triple of `gradients` (`dW`, `dX`, `dY` of `C: O = W·B`, `P: B = X·Y`, with
+    /// `w`, `x`, `y` the values of `W`, `X`, `Y`), or `None` when they do not form one.
+    fn of(gradients: &[(ValueId, Rewritten)], [w, x, y]: [ValueId; 3]) -> Option<Self> {
+        let [(_, dw), (_, dx), (_, dy)] = gradients else { return None };
+        // `S` is `Y` (then `L` is `X`) or `X`.
+        [(dy, dx, y, [0, 2, 1]), (dx, dy, x, [0, 1, 2])].into_iter().find_map(|(ds, dl, small, at)| {
+            let shared = dw.first == ds.first && dw.second.0 == small && ds.second.0 == w && dl.first.0 == [w, small];
+            if !shared {
+                return None;
+            }
+            // `dW = T·S` as `S, T -> dW`, the fused pair's operand order.
+            let sw = &dw.second.1;
+            let y = ContractSpec::new(sw.b_labels(), sw.a_labels(), sw.out_labels(), sw.sizes()).ok()?;
+            Some(Triple { spec: PairSpec::triple(&ds.second.1, &y, &dl.first.1)?, at })
+        })
+    }
 }
 
 /// The program `merged` with the gradients of each producer-consumer pair of steps (module
@@ -151,7 +194,8 @@ pub(crate) fn reassociate<T: Elem>(
             }
             in_group[ic] = true;
             in_group[ip] = true;
-            groups.insert(old[0], Group { replaced: old, gradients });
+            let triple = Triple::of(&gradients, [w_val, x_val, y_val]);
+            groups.insert(old[0], Group { replaced: old, gradients, triple });
             break;
         }
     }
@@ -165,6 +209,9 @@ pub(crate) fn reassociate<T: Elem>(
         let Some(g) = groups.get(&i) else {
             return Ok(if replaced.contains(&i) { Replaced::Yes } else { Replaced::No });
         };
+        if let Some(t) = &g.triple {
+            return add_triple(r, g, t);
+        }
         for (old, rw) in &g.gradients {
             let Some(first) = r.operands(&rw.first.0) else { return Ok(Replaced::Missing) };
             let f =
@@ -177,6 +224,27 @@ pub(crate) fn reassociate<T: Elem>(
         }
         Ok(Replaced::Yes)
     })
+}
+
+/// Adds group `g`'s gradients as its triple `t`: the shared product `T`, the fused pair
+/// on `(T, W, S)`, and `dL` from its `W·S`.
+fn add_triple<T: Elem>(r: &mut Rebuilder<T>, g: &Group, t: &Triple) -> EinsumResult<Replaced> {
+    let [(old_w, dw), (old_s, _), (old_l, dl)] = t.at.map(|k| &g.gradients[k]);
+    let (Some(first), Some(ws), Some(d_o)) =
+        (r.operands(&dw.first.0), r.operands(&dl.first.0), r.operands(&[dl.second.0]))
+    else {
+        return Ok(Replaced::Missing);
+    };
+    let shared = r.builder.try_add_operation(TensorOp::contract(dw.first.1.clone()), first, OperationRole::Primary)?;
+    let inputs = [ValueRef::Local(shared[0]), ws[0].clone(), ws[1].clone()];
+    let op = TensorOp::ContractPair(Arc::new(t.spec.clone()));
+    let out = r.builder.try_add_operation(op, inputs, OperationRole::Primary)?;
+    r.stands_for(*old_s, out[0]);
+    r.stands_for(*old_w, out[1]);
+    let inputs = [ValueRef::Local(out[2]), d_o[0].clone()];
+    let dl_op = r.builder.try_add_operation(TensorOp::contract(dl.second.1.clone()), inputs, OperationRole::Primary)?;
+    r.stands_for(*old_l, dl_op[0]);
+    Ok(Replaced::Yes)
 }
 
 /// The number of elements of `shape`.
@@ -295,15 +363,17 @@ mod tests {
     /// Every `wrt` subset of `e` (operands `operands`, cotangent `c`): the rewritten
     /// program against the one before the rewrite (to rounding), and each gradient by the
     /// dot-product identity against the reference loop. Returns how many subsets were
-    /// rewritten.
-    fn check_every_wrt(expr: &str, e: &Einsum<f64>, operands: &[Tensor<f64>], c: &Tensor<f64>) -> usize {
+    /// rewritten, and in how many of them a pair's small products became a triple.
+    fn check_every_wrt(expr: &str, e: &Einsum<f64>, operands: &[Tensor<f64>], c: &Tensor<f64>) -> (usize, usize) {
         let n = operands.len();
-        let mut rewritten = 0;
+        let (mut rewritten, mut triples) = (0, 0);
         for mask in 1u32..(1 << n) {
             let wrt: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
             let (m, seed) = merged(e, &wrt);
             let Some(r) = reassociate(&m).unwrap() else { continue };
             rewritten += 1;
+            let triple = |op: &TensorOp<f64>| matches!(op, TensorOp::ContractPair(p) if p.z().is_some());
+            triples += usize::from(r.operations().any(|op| triple(op.operation())));
             let (old, new) = (run(&m, &seed, operands, c), run(&r, &seed, operands, c));
             assert_eq!(old.len(), new.len());
             for (x, y) in old.iter().zip(&new) {
@@ -321,7 +391,7 @@ mod tests {
                 );
             }
         }
-        rewritten
+        (rewritten, triples)
     }
 
     /// `lm_batch`'s shape, smaller: `X[pqrs]·Y[ns] → B[pqrn]` (an expansion), read by
@@ -339,12 +409,14 @@ mod tests {
     #[test]
     fn an_expansions_gradients_equal_the_transposes_for_every_wrt() {
         let (expr, e, operands, c) = lm_like();
-        let rewritten = check_every_wrt(expr, &e, &operands, &c);
+        let (rewritten, triples) = check_every_wrt(expr, &e, &operands, &c);
         // Every subset with X or Y active (12 of 15) but the two with X and W and not Y
         // (`[0, 2]`, `[0, 2, 3]`) has the pair's gradients rewritten: there dW alone (no
         // dY to share `dO·X` with) takes more multiply-adds than its transpose reading the
         // kept B.
         assert_eq!(rewritten, 10, "subsets rewritten");
+        // `T·Y`, `T·W` and `W·Y` in one pass wherever the three gradients are taken.
+        assert_eq!(triples, 2, "subsets with X, Y and W active");
         // With every operand active: no tensor of B's size (`3·4·5·30`) in the program.
         let (m, _) = merged(&e, &[0, 1, 2, 3]);
         let r = reassociate(&m).unwrap().expect("the pair is rewritten");

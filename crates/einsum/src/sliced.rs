@@ -200,6 +200,9 @@ pub(crate) fn scatter_add<T: Elem>(acc: &mut [T], shape: &[usize], axes: &[Optio
 }
 
 /// A zeroed buffer of `shape`'s length (its bytes are counted by the plan's estimate).
+/// It is filled in parts with the stop flag read between them: an accumulator of hundreds
+/// of megabytes faults in fresh pages as it is zeroed, which on a loaded or virtual machine
+/// takes longer than Ctrl-C may wait ([`EinsumError::Interrupted`] then).
 pub(crate) fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
     let n = crate::tensor::checked_len(shape)
         .ok_or_else(|| EinsumError::Shape(format!("shape {shape:?} overflows usize")))?;
@@ -209,7 +212,10 @@ pub(crate) fn zeros<T: Elem>(shape: &[usize]) -> EinsumResult<Vec<T>> {
         bytes: crate::memory::tensor_bytes(shape, std::mem::size_of::<T>()),
         limit: None,
     })?;
-    v.resize(n, T::zero());
+    while v.len() < n {
+        crate::stop::check()?;
+        v.resize(n.min(v.len() + crate::stop::COPY_CHECK_ELEMENTS), T::zero());
+    }
     Ok(v)
 }
 
@@ -1052,6 +1058,18 @@ impl<T: Elem> SlicedGradient<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zeroing_an_accumulator_reads_the_stop_flag() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let shape = [3, crate::stop::COPY_CHECK_ELEMENTS / 2];
+        let zero = |up: bool| crate::stop::with_stop(Arc::new(AtomicBool::new(up)), || zeros::<f64>(&shape));
+        let v = zero(false).unwrap();
+        assert_eq!(v.len(), shape.iter().product::<usize>());
+        assert!(v.iter().all(|&x| x == 0.0));
+        assert_eq!(zero(true).unwrap_err(), EinsumError::Interrupted);
+    }
 
     #[test]
     fn gather_and_scatter_are_inverse_on_a_diagonal_and_a_broadcast_axis() {

@@ -7,12 +7,14 @@
 //!
 //! Where the flag is read: before each operation of a compiled program (an operation that
 //! starts after the flag is up produces a placeholder of its output's shape and does no
-//! work), between the GEMMs of a loop of GEMMs and between the blocks of one large GEMM, every [`DIRECT_STOP_CHECK`] multiply-adds of the direct and lanes loops, every
+//! work), between the GEMMs of a loop of GEMMs and between the blocks of one large GEMM
+//! (each of at most [`GEMM_BLOCK_MACS`] multiply-adds and [`COPY_CHECK_ELEMENTS`] elements
+//! written), every [`DIRECT_STOP_CHECK`] multiply-adds of the direct and lanes loops, every
 //! [`COPY_CHECK_ELEMENTS`] elements of a permutation copy or an element-wise product (a
 //! kernel that stops leaves the rest of its output as it was), between slices of a sliced
-//! contraction, and once a program has run (where the placeholders' result is turned into
-//! the error). The longest stretch without a read is about [`GEMM_BLOCK_MACS`]
-//! multiply-adds of GEMM.
+//! contraction and every [`COPY_CHECK_ELEMENTS`] elements of its accumulators' zeroing,
+//! and once a program has run (where the placeholders' result is turned into the error).
+//! The longest stretch without a read is about [`GEMM_BLOCK_MACS`] multiply-adds of GEMM.
 //!
 //! Invariant: a stopped evaluation never returns `Ok` (its result could hold placeholders);
 //! without an installed flag, or with the flag down, nothing changes.

@@ -119,9 +119,11 @@ pub(crate) fn splits_in_pool<T: Elem>(op: &TensorOp<T>) -> bool {
             let n = s.multiply_adds();
             n >= PAR_PERMUTE_MIN_ELEMENTS as u64 && n <= MAX_STREAMING_SPLIT as u64
         }
-        // Cut as the element-wise kernel is (`pair.rs`).
+        // Cut as the element-wise kernel is (`pair.rs`); a triple's one pass runs on one
+        // thread.
         TensorOp::ContractPair(p) => {
-            (PAR_ELEMENTWISE_MIN_ELEMENTS..=MAX_STREAMING_SPLIT).contains(&p.x().out_shape().iter().product())
+            p.z().is_none()
+                && (PAR_ELEMENTWISE_MIN_ELEMENTS..=MAX_STREAMING_SPLIT).contains(&p.x().out_shape().iter().product())
         }
         _ => false,
     }
