@@ -110,6 +110,7 @@ mod gemm_loop;
 pub mod generate;
 mod greedy;
 mod hadamard;
+mod hadamard3;
 pub mod hyper;
 mod instance;
 mod kernel;
@@ -148,7 +149,6 @@ mod thin_gemm;
 mod threads;
 #[cfg(test)]
 mod threads_tests;
-mod triple;
 
 pub use buffer::{POOL_MIN_BYTES, PooledVec, release_buffers};
 pub use checkpoint::CheckpointedGradient;
@@ -156,6 +156,7 @@ pub use closed_sum::SumGradient;
 pub use elem::{Elem, Strided, StridedMut, c64};
 pub use error::{EinsumError, EinsumResult};
 pub use hadamard::{Hadamard, HadamardOutputs};
+pub use hadamard3::Hadamard3;
 pub use instance::{BUNDLED_DIR, Dtype, Instance};
 pub use kernel::{ContractSpec, UnarySpec};
 pub use memory::{DEFAULT_MEMORY_LIMIT, MemoryLimit, ParseBytesError, format_bytes, tensor_bytes};
@@ -174,4 +175,3 @@ pub use sliced_hvp::SlicedHvp;
 pub use stop::with_stop;
 pub use subscripts::{LabelledNetwork, Subscripts};
 pub use tensor::Tensor;
-pub use triple::Hadamard3;
