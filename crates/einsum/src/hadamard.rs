@@ -593,6 +593,43 @@ mod tests {
         }
     }
 
+    /// NaNs of three payloads and both signs, meeting each other in every product, past
+    /// the parallel threshold: two and three threads give one thread's bits for the value
+    /// and both gradients, with a tensor and a scalar cotangent.
+    #[test]
+    fn nan_payloads_do_not_depend_on_the_threads() {
+        // Past the threshold, with a tail; two threads cut it into pieces of an odd
+        // number of lane blocks (a loop unrolled by two would start some in its other half).
+        let n = PAR_ELEMENTWISE_MIN_ELEMENTS + 3 * 1024 + 5;
+        let nan = |payload: u64, negative: bool| {
+            f64::from_bits(0x7ff8_0000_0000_0000 | payload | (u64::from(negative) << 63))
+        };
+        // Tensor `k`'s entry `i` a NaN of its own where bit `k` of `i / 3` is set.
+        let make = |k: usize| {
+            let data = (0..n)
+                .map(|i| if ((i / 3) >> k) & 1 == 1 { nan(k as u64 + 1, (i + k) % 2 == 0) } else { 1.5 + k as f64 })
+                .collect();
+            Tensor::new(vec![n], data).expect("a tensor")
+        };
+        let (a, b, c) = (make(0), make(1), make(2));
+        let h = Hadamard::for_plan(&plan("i,i->i", &[vec![n], vec![n]])).expect("a product");
+        let bits = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for cotangent in [c, Tensor::scalar(nan(7, true))] {
+            let one = h.value_and_grad(&a, &b, &cotangent, &[0, 1]).expect("one thread");
+            let (value, _) = h.value_with_range(&a, &b).expect("one thread");
+            for threads in [2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+                let many = pool.install(|| h.value_and_grad(&a, &b, &cotangent, &[0, 1])).expect("threads");
+                assert_eq!(bits(&many.value), bits(&one.value), "{threads} threads");
+                for (g, o) in many.grads.iter().zip(&one.grads) {
+                    assert_eq!(bits(g), bits(o), "{threads} threads");
+                }
+                let (v, _) = pool.install(|| h.value_with_range(&a, &b)).expect("threads");
+                assert_eq!(bits(&v), bits(&value), "{threads} threads");
+            }
+        }
+    }
+
     /// With the stop flag up the pass ends with `Interrupted`.
     #[test]
     fn a_raised_flag_interrupts() {
