@@ -38,6 +38,13 @@
 //! slices' Hessian-vector products ([`SlicedHvp`]). `_scaled` runs the einsum crate's
 //! scaled contraction (value, and gradients on request) and gives each result as
 //! `(mantissa, exponent)` in base 10, cotengra's form.
+//!
+//! An unsliced expression that is one element-wise product runs outside its compiled
+//! program (`checked.rs`): float64 products of two or three operands of one layout by
+//! `einsum::Hadamard` and `einsum::Hadamard3` on every call, any other product of two
+//! operands that sums nothing by `einsum::ElementwiseProduct` on the checked calls
+//! (`_call_checked`, `_value_and_grad_checked`, `_contract_checked`), each kernel finding
+//! every result's range as it writes it, so that `strip_exponent=None` reads nothing twice.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

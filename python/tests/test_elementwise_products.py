@@ -9,7 +9,8 @@ Against numpy (hypothesis): each value exactly (NaN equal to NaN, either zero to
 the gradients against the compiled program's unchecked call and, for float64, numpy's
 products and sums; every verdict against numpy's ``abs`` and ``max`` of the results,
 with entries that overflow, underflow, are infinite or NaN; one thread and two past the
-pool's threshold, element-wise results bit for bit."""
+pool's threshold, element-wise results bit for bit (NaNs' signs and payloads too where
+three operands meet)."""
 
 import numpy as np
 import pytest
@@ -63,6 +64,15 @@ def left_by_numpy(*xs):
 
 def same(x, y):
     return x.shape == y.shape and np.array_equal(x, y, equal_nan=True)
+
+
+def bits(x):
+    """The bits of a float64 or complex128 array: NaNs' signs and payloads count."""
+    return np.ascontiguousarray(x).view(np.uint64)
+
+
+def same_bits(x, y):
+    return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(bits(x), bits(y))
 
 
 def close(x, y):
@@ -134,15 +144,16 @@ def test_past_the_parallel_threshold_threads_equal_one(eq, threads):
         if special is not None:
             a.reshape(-1)[-5] = special
         expr = cgx.contract_expression(eq, *shapes)
-        one = expr._call_checked(a, b)
-        one_vg = expr._value_and_grad_checked((a, b), None, np.asarray(1.0))
+        with cgx.threads(1):
+            one = expr._call_checked(a, b)
+            one_vg = expr._value_and_grad_checked((a, b), None, np.asarray(1.0))
         with cgx.threads(threads):
             result, left = expr._call_checked(a, b)
             value, grads, vg_left = expr._value_and_grad_checked((a, b), None, np.asarray(1.0))
         with np.errstate(all="ignore"):
             want = np.einsum(eq, a, b)
-        assert same(result, want) and same(result, one[0]) and left == one[1] == left_by_numpy(want)
-        assert same(value, one_vg[0]) and same(grads[0], one_vg[1][0])
+        assert same(result, want) and same_bits(result, one[0]) and left == one[1] == left_by_numpy(want)
+        assert same_bits(value, one_vg[0]) and same_bits(grads[0], one_vg[1][0])
         assert close(grads[1], one_vg[1][1])
         assert vg_left == one_vg[2] == left_by_numpy(value, *grads)
 
@@ -159,9 +170,9 @@ shapes3 = st.lists(st.integers(0, 9), min_size=0, max_size=3).map(tuple)
     cotangent=st.sampled_from(["tensor", "one", "scalar"]),
 )
 def test_three_operands_of_one_layout_equal_numpy(shape, seed, specials, wrt, cotangent):
-    """``ij,ij,ij->ij``: the value ``(a·b)·d`` exactly as numpy forms it left to right; the
-    gradients ``c·(b·d)``, ``c·(a·d)``, ``c·(a·b)`` to rounding (numpy's order is another),
-    specials in the same places; every verdict against numpy's."""
+    """``ij,ij,ij->ij``: the value ``(a·b)·d`` exactly as numpy forms it left to right, and
+    the gradients ``c·(b·d)``, ``c·(a·d)``, ``c·(a·b)`` exactly as numpy forms them in that
+    order (NaN equal to NaN), specials included; every verdict against numpy's."""
     labels = "ijk"[: len(shape)]
     eq = f"{labels},{labels},{labels}->{labels}"
     a, b, d, ct = arrays([shape] * 4, seed, specials, "float")
@@ -186,16 +197,28 @@ def test_three_operands_of_one_layout_equal_numpy(shape, seed, specials, wrt, co
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_three_operands_past_the_parallel_threshold(threads):
+    """Past the pool's threshold, the value and gradients on ``threads`` threads have one
+    thread's bits, where NaNs of two signs meet in the products too (a product of two
+    NaNs keeps one of them); values as numpy's, verdicts as expected."""
     shape = (1025, 1030)
     a, b, d, c = arrays([shape] * 4, 5, [(3, 0.999, np.inf)], "float")
     expr = cgx.contract_expression("ij,ij,ij->ij", shape, shape, shape)
-    one = expr._value_and_grad_checked((a, b, d), None, c)
-    with cgx.threads(threads):
-        result, left = expr._call_checked(a, b, d)
-        value, grads, vg_left = expr._value_and_grad_checked((a, b, d), None, c)
-    assert same(result, a * b * d) and left is False
-    assert same(value, one[0]) and all(same(g, g1) for g, g1 in zip(grads, one[1]))
-    with np.errstate(all="ignore"):
-        for g, want in zip(grads, [c * (b * d), c * (a * d), c * (a * b)]):
-            assert same(g, want)
-    assert vg_left is True and one[2] is True
+    for nans in [False, True]:
+        if nans:
+            # A row of NaNs of both signs in each operand, meeting in every product.
+            for k, x in enumerate([a, b, d, c]):
+                x[700, k :: 2] = np.nan
+                x[700, k + 1 :: 2] = -np.nan
+        with cgx.threads(1):
+            one = expr._value_and_grad_checked((a, b, d), None, c)
+            one_value, _ = expr._call_checked(a, b, d)
+        with cgx.threads(threads):
+            result, left = expr._call_checked(a, b, d)
+            value, grads, vg_left = expr._value_and_grad_checked((a, b, d), None, c)
+        with np.errstate(all="ignore"):
+            assert same(result, a * b * d) and left is nans
+            assert same_bits(result, one_value)
+            assert same_bits(value, one[0]) and all(same_bits(g, g1) for g, g1 in zip(grads, one[1]))
+            for g, want in zip(grads, [c * (b * d), c * (a * d), c * (a * b)]):
+                assert same(g, want)
+        assert vg_left is True and one[2] is True

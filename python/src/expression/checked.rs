@@ -1,12 +1,12 @@
-//! The fast paths of an expression that is one element-wise product: run outside its
+//! The fast paths of an expression that is one element-wise product, run outside its
 //! compiled program by the einsum crate's kernels that scan each result as they write it
-//! ([`Hadamard`] and [`Hadamard3`] for float64 products of two and three operands of one
-//! layout, [`einsum::ElementwiseProduct`] for
-//! any unsliced product of two operands that sums nothing), so that `strip_exponent=None`'s
-//! range test reads no result a second time. Each path says `None` for an expression or
-//! call it does not take, and the caller runs the compiled program.
+//! (`einsum::Hadamard` and `einsum::Hadamard3` for float64 products of two and three
+//! operands of one layout, `einsum::ElementwiseProduct` for any unsliced product of two
+//! operands that sums nothing), so that `strip_exponent=None`'s range test reads no result
+//! a second time. Each path says `None` for an expression or call it does not take, and
+//! the caller runs the compiled program.
 
-use einsum::{Hadamard, Hadamard3, Tensor};
+use einsum::Tensor;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -16,8 +16,8 @@ use crate::convert;
 impl Inner {
     /// The value of an element-wise product of two or three float64 operands of one
     /// layout and whether it left float64's range, from one pass that scans the result as
-    /// it writes it ([`Hadamard`], [`Hadamard3`]); `None` for any other expression or
-    /// element type.
+    /// it writes it ([`einsum::Hadamard`], [`einsum::Hadamard3`]); `None` for any other
+    /// expression or element type.
     pub(super) fn hadamard_value<'py, T: Dtype>(
         &self,
         py: Python<'py>,
@@ -77,8 +77,8 @@ impl Inner {
     /// `(value, grads)` of an element-wise product of two or three float64 operands of
     /// one layout and whether any of them left float64's range, from one pass that reads
     /// the operands and the cotangent once and scans the results as it writes them
-    /// ([`Hadamard::value_and_grad`], [`Hadamard3::value_and_grad`]); `None` for any other
-    /// expression or element type.
+    /// ([`einsum::Hadamard::value_and_grad`], [`einsum::Hadamard3::value_and_grad`]); `None`
+    /// for any other expression or element type.
     pub(super) fn hadamard_value_and_grad<'py, T: Dtype>(
         &self,
         py: Python<'py>,
