@@ -88,9 +88,44 @@ pub trait Elem:
 /// methods to it as they need them (`as_f64s`), which would break an implementation outside
 /// this crate.
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f64 {}
-    impl Sealed for super::c64 {}
+    use super::{Cut, Strided, StridedMut};
+
+    /// What the crate's GEMM loop asks of an element beside [`super::Elem`]'s public
+    /// methods: [`super::Elem::gemm`] cut into blocks over the caller's pool
+    /// ([`super::gemm_cut_into`]).
+    pub trait Sealed: Sized {
+        /// [`super::gemm_cut_into`] for this element type.
+        fn gemm_cut_into(
+            dims: [usize; 3],
+            a: Strided<'_, Self>,
+            b: Strided<'_, Self>,
+            c: StridedMut<'_, Self>,
+            conj: [bool; 2],
+            accumulate: bool,
+            cut: Option<Cut>,
+        );
+    }
+
+    // Both element types cut through faer's generic GEMM, which needs the `ComplexField`
+    // bound that `Elem` does not carry.
+    macro_rules! cut_through_faer {
+        ($($t:ty),*) => {$(
+            impl Sealed for $t {
+                fn gemm_cut_into(
+                    dims: [usize; 3],
+                    a: Strided<'_, Self>,
+                    b: Strided<'_, Self>,
+                    c: StridedMut<'_, Self>,
+                    conj: [bool; 2],
+                    accumulate: bool,
+                    cut: Option<Cut>,
+                ) {
+                    super::faer_gemm(dims, a, b, c, conj, accumulate, cut);
+                }
+            }
+        )*};
+    }
+    cut_through_faer!(f64, super::c64);
 }
 
 impl Elem for f64 {
@@ -137,7 +172,7 @@ impl Elem for f64 {
         conj: [bool; 2],
         accumulate: bool,
     ) {
-        faer_gemm(dims, a, b, c, conj, accumulate);
+        faer_gemm(dims, a, b, c, conj, accumulate, None);
     }
 }
 
@@ -186,7 +221,7 @@ impl Elem for c64 {
         conj: [bool; 2],
         accumulate: bool,
     ) {
-        faer_gemm(dims, a, b, c, conj, accumulate);
+        faer_gemm(dims, a, b, c, conj, accumulate, None);
     }
 }
 
@@ -246,6 +281,7 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
     c: StridedMut<'_, T>,
     [ca, cb]: [bool; 2],
     accumulate: bool,
+    cut: Option<Cut>,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -261,19 +297,17 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
     let (lhs, rhs) = (mat(m, k, a), mat(k, n, b));
     let accum = if accumulate { Accum::Add } else { Accum::Replace };
     let (fa, fb) = (flag(ca), flag(cb));
-    match gemm_par(m, n, k) {
-        Par::Rayon(threads) => {
+    match cut.filter(|c| c.parts > 1) {
+        Some(Cut { cols, parts }) => {
             use rayon::prelude::*;
-            // One block of the output per thread, cut across its longer side, each a
-            // sequential GEMM: faer's own split of a `256³` product gained 1.26× on two
-            // threads and of MERA's largest step 1.28×, against 1.6× and 2.3× for this
-            // one (`docs/PERFORMANCE.md`). Each block packs the other operand again,
-            // which at `PAR_GEMM_MIN_MACS` and more is a small part of its work. Every
-            // element's sum runs over `k` as in the sequential GEMM, so the result is
-            // the same.
-            let parts = threads.get();
+            // One block of the output per thread, each a sequential GEMM: faer's own split
+            // of a `256³` product gained less on two threads than this one
+            // (`docs/PERFORMANCE.md`). Each block packs the other operand again, which for
+            // a GEMM worth splitting is a small part of its work. Every element's sum runs
+            // over `k` as in the whole GEMM, in the whole GEMM's kernel where the caller
+            // cut as [`Cut`] says, so the result is the same.
             let mut blocks = Vec::with_capacity(parts);
-            if n >= m {
+            if cols {
                 let (mut dst, mut rhs) = (dst, rhs);
                 for left in (1..=parts).rev() {
                     let w = split_block(dst.ncols(), left);
@@ -296,12 +330,46 @@ fn faer_gemm<T: faer::traits::ComplexField + Elem>(
                 faer::linalg::matmul::matmul_with_conj(d, accum, l, fa, r, fb, T::one(), Par::Seq);
             });
         }
-        par => faer::linalg::matmul::matmul_with_conj(dst, accum, lhs, fa, rhs, fb, T::one(), par),
+        None => faer::linalg::matmul::matmul_with_conj(dst, accum, lhs, fa, rhs, fb, T::one(), Par::Seq),
     }
 }
 
-/// Multiply-adds from which one GEMM splits over its pool's threads: about 0.07 ms of one
-/// core's work, against the tens of microseconds that forking and joining cost. (At
+/// How a GEMM's output is cut over the threads of the caller's pool ([`gemm_cut_into`]):
+/// its columns (with `b`'s) or its rows (with `a`'s) into `parts` blocks of
+/// [`split_block`]'s sizes, each a sequential GEMM on one of the threads.
+///
+/// A block sums each element over `k` as the whole GEMM does, but faer runs a product of
+/// one row or column as a matrix-vector product, and a small one in its nano-GEMM, each
+/// summing in an order of its own: the caller (`gemm_loop::split_cut`) cuts only where
+/// every block keeps the whole GEMM's kernel, so that the result is the one-thread one
+/// bit for bit.
+///
+/// `pub` without a path to it from the crate's root: the sealed trait's method names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// Columns (`true`) or rows.
+    pub cols: bool,
+    /// The number of blocks.
+    pub parts: usize,
+}
+
+/// [`Elem::gemm`] with its output cut by `cut` over the caller's pool (`None`: on this
+/// thread, as [`Elem::gemm`]).
+pub(crate) fn gemm_cut_into<T: Elem>(
+    dims: [usize; 3],
+    a: Strided<'_, T>,
+    b: Strided<'_, T>,
+    c: StridedMut<'_, T>,
+    conj: [bool; 2],
+    accumulate: bool,
+    cut: Option<Cut>,
+) {
+    <T as sealed::Sealed>::gemm_cut_into(dims, a, b, c, conj, accumulate, cut);
+}
+
+/// Multiply-adds from which one GEMM splits over its pool's threads (`gemm_loop.rs` decides
+/// and cuts it by [`Cut`]): about 0.07 ms of one core's work, against the tens of
+/// microseconds that forking and joining cost. (At
 /// `2^21`, the matrix chain's last, sequential steps of 1 to 2 million multiply-adds ran
 /// on one core while the other waited: two threads took 7% longer on it, and no other
 /// instance moved; `docs/performance-history.md`, *Two threads, a GEMM splits from 2^20
@@ -321,16 +389,6 @@ pub(crate) fn caller_pool_threads() -> usize {
 /// cuts an operand by the same rule, so that each thread reads the part it multiplies.
 pub(crate) fn split_block(rest: usize, left: usize) -> usize {
     if left <= 1 { rest } else { (rest / left).next_multiple_of(8).min(rest) }
-}
-
-/// How one `m × k` by `k × n` GEMM runs: split over the threads of the rayon pool the
-/// caller runs in ([`Einsum::eval_parallel`](crate::Einsum::eval_parallel) enters one)
-/// when it is large enough, sequentially otherwise. Outside any pool (plain `eval`) a
-/// contraction uses one thread, so one-thread figures stay one thread.
-fn gemm_par(m: usize, n: usize, k: usize) -> Par {
-    let threads = rayon::current_num_threads();
-    let large = m.saturating_mul(n).saturating_mul(k) >= PAR_GEMM_MIN_MACS;
-    if large && threads > 1 && rayon::current_thread_index().is_some() { Par::rayon(threads) } else { Par::Seq }
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 //! ([`matrix_view`]). [`gemm_loop`] runs one GEMM per entry of the loop over the looped
 //! labels (inline for tiny products, `small_gemm.rs`; faer otherwise), accumulating where
 //! a looped label is absent from `c`, and cuts one large GEMM into blocks between reads of
-//! the stop flag. [`batch_chunks`], [`chunk_lead`] and [`outer_cut`] say how a loop of
-//! small GEMMs is spread over a pool.
+//! the stop flag. Inside a pool a GEMM of `PAR_GEMM_MIN_MACS` or more is cut over its
+//! threads ([`split_cut`]); [`batch_chunks`], [`chunk_lead`], [`outer_cut`] and
+//! [`splits_each`] say how a loop of smaller ones is spread.
 //! Before a GEMM of some size, its operands are read once in storage order ([`warm_parts`];
 //! on a pool's threads, each reads the part of the split operand it will multiply), so
 //! that faer's strided reads of an operand it does not pack find it in the cache (twice
@@ -20,7 +21,7 @@
 
 use smallvec::SmallVec;
 
-use crate::elem::{Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut, split_block};
+use crate::elem::{Cut, Elem, PAR_GEMM_MIN_MACS, Strided, StridedMut, gemm_cut_into, split_block};
 use crate::small_gemm::{SMALL_GEMM_MAX_MACS, SMALL_N, small_gemm};
 use crate::thin_gemm::{THIN_MAX, thin_gemm};
 
@@ -149,15 +150,50 @@ pub(crate) fn spread_loop<T: Elem>(
             let mut ls: SmallVec<[usize; 4]> = loop_sizes.into();
             ls[0] = per.min(loop_sizes[0] - first);
             let at = [first * a_view.looped[0], first * b_view.looped[0]];
-            gemm_loop(conj, [m, n, k], &ls, operands, at, block, c_view);
+            gemm_loop(conj, [m, n, k], &ls, operands, at, (block, c_view), PAR_GEMM_MIN_MACS);
         });
         return;
     }
     match outer_cut(c_labels, sizes, looped, groups, [m, n, k]) {
         Some(cut) => cut.run(conj, [m, n, k], loop_sizes, operands, c, c_view),
-        None => gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], c, c_view),
+        None => {
+            let from = if splits_each(loop_sizes, [m, n, k]) { LOOP_SPLIT_MIN_MACS } else { PAR_GEMM_MIN_MACS };
+            gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], (c, c_view), from)
+        }
     }
 }
+
+/// For a loop of GEMMs inside a pool of several threads that no chunking spreads
+/// ([`batch_chunks`], [`chunk_lead`], [`outer_cut`]): whether each GEMM is cut over the
+/// pool ([`split_cut`]) from [`LOOP_SPLIT_MIN_MACS`] multiply-adds instead of
+/// `PAR_GEMM_MIN_MACS`. Only when the loop holds `PAR_GEMM_MIN_MACS`, each GEMM at least
+/// [`LOOP_SPLIT_MIN_MACS`] and less than `PAR_GEMM_MIN_MACS` (it would split anyway),
+/// neither side is one, and the longer side has [`LOOP_SPLIT_MIN_SIDE`] per thread. The
+/// lower floor is passed to [`gemm_loop`] for this loop's GEMMs only, never through state
+/// that other work on the thread would see (a thread waiting in a join runs other jobs).
+///
+/// Why: `gm_queens_5x5_3`'s `ab,cdaefghijklmn->bcdefghijklmn` loops 9 GEMMs of
+/// `3 × 59049 × 3` whose result leads with the row label `b`: no chunk of the loop or of
+/// `c`'s outer axes keeps the GEMM's kernel, so the step ran on one thread of two; the
+/// GEMMs' long side can be cut.
+fn splits_each(loop_sizes: &[usize], [m, n, k]: [usize; 3]) -> bool {
+    let per_call = m.saturating_mul(n).saturating_mul(k);
+    let calls = loop_sizes.iter().product::<usize>();
+    let threads = crate::elem::caller_pool_threads();
+    threads > 1
+        && (LOOP_SPLIT_MIN_MACS..PAR_GEMM_MIN_MACS).contains(&per_call)
+        && calls.saturating_mul(per_call) >= PAR_GEMM_MIN_MACS
+        && m.min(n) > 1
+        && m.max(n) >= LOOP_SPLIT_MIN_SIDE * threads
+}
+
+/// The multiply-adds from which [`splits_each`] cuts a GEMM of a loop: a block of a
+/// two-way cut is still far more work than the fork and join.
+const LOOP_SPLIT_MIN_MACS: usize = 1 << 18;
+
+/// The fewest rows or columns per thread of the longer side for [`splits_each`]: blocks
+/// stay wide panels for faer's micro-kernels.
+const LOOP_SPLIT_MIN_SIDE: usize = 64;
 
 /// What one of `c`'s outermost axes fixes in a chunk of an [`OuterCut`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,18 +271,26 @@ pub(crate) fn outer_cut(
         chunks = chunks.saturating_mul(size);
     }
     let c_len = c_labels.iter().fold(1usize, |w, &l| w.saturating_mul(sizes[l as usize]));
+    (chunks >= 2 && same_kernel([m, n, k], [m1, n1])).then(|| OuterCut { axes, block: c_len / chunks })
+}
+
+/// Whether a block of `m1 × n1` of a GEMM of `[m, n, k]` (a chunk of an [`OuterCut`], a
+/// block of a [`Cut`]) runs in the kernel the whole GEMM runs in: inline or not
+/// (`small_gemm.rs`, up to `SMALL_GEMM_MAX_MACS`, which is also where faer's nano-GEMM
+/// ends), by the same `small_gemm` kernel (which depends on whether a side fits
+/// `SMALL_N`), `thin_gemm.rs`'s or not, and one row or column (faer's matrix-vector
+/// product) only where the whole is one. Kernels sum in orders of their own, so a cut
+/// that changed one would change the result's bits.
+fn same_kernel([m, n, k]: [usize; 3], [m1, n1]: [usize; 2]) -> bool {
     let inline = |[m, n, k]: [usize; 3]| m.saturating_mul(n).saturating_mul(k) <= SMALL_GEMM_MAX_MACS;
     let thin = |[m, n]: [usize; 2]| m <= THIN_MAX && n <= THIN_MAX;
-    // faer runs a one-row or one-column product as a matrix-vector product (its own
-    // order of sums), and `small_gemm` picks its kernel by the shape: a cut keeps both.
     let small = |d: usize| d <= SMALL_N;
-    let same_kernel = inline([m1, n1, k]) == inline([m, n, k])
+    inline([m1, n1, k]) == inline([m, n, k])
         && thin([m1, n1]) == thin([m, n])
         && (m1 == 1) == (m == 1)
         && (n1 == 1) == (n == 1)
         && small(m1) == small(m)
-        && small(n1) == small(n);
-    (chunks >= 2 && same_kernel).then(|| OuterCut { axes, block: c_len / chunks })
+        && small(n1) == small(n)
 }
 
 /// The chunks per thread [`outer_cut`] aims at, so that uneven chunks (three rows over
@@ -297,7 +341,8 @@ impl OuterCut {
                     Fixed::Cols(c) => pb += v * c * b_view.strides[1],
                 }
             }
-            gemm_loop(conj, [m1, n1, k], &sizes, [(a_data, &av), (b_data, &bv)], [pa, pb], block, &cv);
+            let operands = [(a_data, &av), (b_data, &bv)];
+            gemm_loop(conj, [m1, n1, k], &sizes, operands, [pa, pb], (block, &cv), PAR_GEMM_MIN_MACS);
         });
     }
 }
@@ -308,15 +353,16 @@ impl OuterCut {
 const REORDERED_MIN_MACS_PER_ELEMENT: usize = 256;
 
 /// Runs the GEMMs of the loop over `loop_sizes`, `a` and `b` read from offsets `at`, into
-/// `c` (the block of the loop's first entry).
+/// `c` (the block of the loop's first entry); inside a pool, a GEMM of `split_from`
+/// multiply-adds or more is cut over its threads ([`split_parts`], [`split_cut`]).
 pub(crate) fn gemm_loop<T: Elem>(
     conj: [bool; 2],
     [m, n, k]: [usize; 3],
     loop_sizes: &[usize],
     [(a_data, a_view), (b_data, b_view)]: [(&[T], &MatrixView); 2],
     [mut pa, mut pb]: [usize; 2],
-    c: &mut [T],
-    c_view: &MatrixView,
+    (c, c_view): (&mut [T], &MatrixView),
+    split_from: usize,
 ) {
     let nl: usize = loop_sizes.iter().product();
     let mut idx: SmallVec<[usize; 4]> = SmallVec::from_elem(0, loop_sizes.len());
@@ -330,7 +376,8 @@ pub(crate) fn gemm_loop<T: Elem>(
     // 990 × 2187 × 4620 step packed its `b` in each of 19 row blocks: 660 ms against 513).
     let cols = c_view.strides[1] == 1 && n > 1;
     let (len, per) = if cols { (n, m.saturating_mul(k)) } else { (m, n.saturating_mul(k)) };
-    // A block also writes at most a stop check's worth of `c`: a product over a short `k`
+    // A block also writes about a stop check's worth of `c` at most (never less than one
+    // row or column): a product over a short `k`
     // (an outer product) is little arithmetic over a large output, whose fresh pages can
     // take longer to fault in than Ctrl-C may wait.
     let written = if cols { m } else { n };
@@ -338,18 +385,20 @@ pub(crate) fn gemm_loop<T: Elem>(
     // Each element of `a` takes part in `n` multiply-adds, of `b` in `m`.
     let large = [m, n, k].iter().product::<usize>() >= WARM_MIN_MACS;
     let warm = [large && n < WARM_MAX_REUSE, large && m < WARM_MAX_REUSE];
-    // The operand a split GEMM cuts (`elem.rs`: `a`'s rows, or `b`'s columns when `n ≥ m`)
-    // is read ahead in the same parts on the same threads ([`warm_parts`]).
-    let parts = split_parts(m.saturating_mul(n).saturating_mul(k));
+    // The operand a split GEMM cuts (`a`'s rows or `b`'s columns, [`split_cut`]) is read
+    // ahead in the same parts on the same threads ([`warm_parts`]).
+    let macs = |d: [usize; 3]| d.iter().fold(1usize, |w, &x| w.saturating_mul(x));
+    let cut_parts = |dims: [usize; 3]| split_cut(dims, split_parts(macs(dims), split_from));
+    let whole = cut_parts([m, n, k]);
     let twice = [strided_along_k(a_view.strides[1]), strided_along_k(b_view.strides[0])];
     for _ in 0..nl {
         if warm[0] {
-            let cut = if parts > 1 && n < m { parts } else { 1 };
+            let cut = whole.filter(|c| !c.cols).map_or(1, |c| c.parts);
             warm_parts(&a_data[pa..], [m, k], a_view.strides, cut, twice[0]);
         }
         if warm[1] {
             // `b`'s columns are the rows of its transpose.
-            let cut = if parts > 1 && n >= m { parts } else { 1 };
+            let cut = whole.filter(|c| c.cols).map_or(1, |c| c.parts);
             let [rs, cs] = b_view.strides;
             warm_parts(&b_data[pb..], [n, k], [cs, rs], cut, twice[1]);
         }
@@ -379,7 +428,8 @@ pub(crate) fn gemm_loop<T: Elem>(
             let (cat, ct) = (pc + oc, c_view.strides);
             // Tiny products run inline; faer's dispatch would cost more than they do.
             if !small_gemm(dims, a, b, StridedMut(&mut c[cat..], ct), conj, revisits > 0) {
-                T::gemm(dims, a, b, StridedMut(&mut c[cat..], ct), conj, revisits > 0);
+                let cut = if part == len { whole } else { cut_parts(dims) };
+                gemm_cut_into(dims, a, b, StridedMut(&mut c[cat..], ct), conj, revisits > 0, cut);
             }
             at += part;
         }
@@ -434,10 +484,30 @@ const WARM_MAX_REUSE: usize = 64;
 /// 2, 4 and 100 MB gave the same times; 1 MB left its 1.5 to 2 MB inputs cold).
 const WARM_MAX_BYTES: usize = 4 << 20;
 
-/// How many parts `elem.rs`'s GEMM of `macs` multiply-adds cuts its output into: the
-/// current pool's threads from `PAR_GEMM_MIN_MACS` on (inside a pool), else one.
-fn split_parts(macs: usize) -> usize {
-    if macs >= PAR_GEMM_MIN_MACS { crate::elem::caller_pool_threads() } else { 1 }
+/// How many threads a GEMM of `macs` multiply-adds is cut over: the current pool's from
+/// `from` on (inside a pool; `PAR_GEMM_MIN_MACS`, or less for a loop that [`splits_each`]),
+/// else one.
+fn split_parts(macs: usize, from: usize) -> usize {
+    if macs >= from { crate::elem::caller_pool_threads() } else { 1 }
+}
+
+/// How a GEMM of `[m, n, k]` is cut over `parts` threads (fewer if that is what keeps the
+/// kernel): its longer side first (columns when `n ≥ m`), else its other side, in blocks
+/// of [`split_block`]'s sizes, the first cut whose blocks all hold rows (columns) and each
+/// run the whole GEMM's kernel ([`same_kernel`]); `None` (one thread) when there is none.
+///
+/// Why: `split_block` rounds blocks up to faer's panels, so a short side can leave a
+/// block of one column (`2 × 9 × k`: 8 and 1), which faer runs as a matrix-vector product
+/// summing in another order, or no second block at all.
+fn split_cut([m, n, k]: [usize; 3], parts: usize) -> Option<Cut> {
+    let sides = if n >= m { [true, false] } else { [false, true] };
+    (2..=parts).rev().flat_map(|p| sides.map(|cols| Cut { cols, parts: p })).find(|&Cut { cols, parts }| {
+        let len = if cols { n } else { m };
+        cuts(len, parts).iter().all(|&(r0, r1)| {
+            let block = if cols { [m, r1 - r0] } else { [r1 - r0, n] };
+            r1 > r0 && same_kernel([m, n, k], block)
+        })
+    })
 }
 
 /// The threads on which the GEMM path packs an operand of `len` elements for GEMMs of
@@ -452,7 +522,7 @@ fn split_parts(macs: usize) -> usize {
 /// (one GEMM of `81 × 729 × 729`, `b`'s `3^12` elements packed) spent more of its time
 /// in that copy than in any of faer's micro-kernels.
 pub(crate) fn pack_threads(len: usize, macs: usize) -> usize {
-    if len >= PAR_PACK_MIN_ELEMENTS { split_parts(macs) } else { 1 }
+    if len >= PAR_PACK_MIN_ELEMENTS { split_parts(macs, PAR_GEMM_MIN_MACS) } else { 1 }
 }
 
 /// The fewest elements [`pack_threads`] packs on several threads: a copy of this many
@@ -638,7 +708,7 @@ mod tests {
         let vc = view(rc, m, n, 0);
         let mut c = vec![c64::new(f64::NAN, 0.0); m * n];
         BLOCK_MACS.set(Some(block));
-        gemm_loop(conj, [m, n, k], &[2], [(&a, &va), (&b, &vb)], [0, 0], &mut c, &vc);
+        gemm_loop(conj, [m, n, k], &[2], [(&a, &va), (&b, &vb)], [0, 0], (&mut c, &vc), PAR_GEMM_MIN_MACS);
         BLOCK_MACS.set(None);
         let op = |x: c64, on: bool| if on { Elem::conj(x) } else { x };
         for i in 0..m {
@@ -681,7 +751,7 @@ mod tests {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
         for [m, n, k] in [[130, 40, 210], [40, 130, 210]] {
             assert!(m * n * k >= PAR_GEMM_MIN_MACS && m.min(n) < WARM_MAX_REUSE);
-            assert_eq!(pool.install(|| split_parts(m * n * k)), 2);
+            assert_eq!(pool.install(|| split_parts(m * n * k, PAR_GEMM_MIN_MACS)), 2);
             for layout in [0, 3, 4, 7, 25] {
                 pool.install(|| check_loop(m, n, k, layout, usize::MAX)).unwrap();
             }
@@ -818,6 +888,161 @@ mod tests {
             prop_assert_eq!(one.data(), two.data());
             let err = two.max_abs_diff(&want).expect("equal shapes");
             prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(8))]
+
+        /// Queens' loops at their size (`ab,cdaefg->bcdefg`: 9 GEMMs of `x × n × s`, the
+        /// result leading with the row label, columns `e f g` of 20 to 60 each), `b`'s and
+        /// the result's labels in random orders, so that some loops are cut GEMM by GEMM
+        /// ([`splits_each`]) and others chunked: two threads give the one-thread result
+        /// bit for bit, and both the reference to rounding.
+        #[test]
+        fn loops_of_gemms_split_one_by_one_give_the_one_thread_result(
+            lb in Just(vec![1u32, 2, 3, 4, 5, 6]).prop_shuffle(),
+            lo in Just(vec![0u32, 2, 3, 4, 5, 6]).prop_shuffle(),
+            x in 2usize..5, s in 2usize..4, y in (20usize..60, 20usize..60, 20usize..60),
+        ) {
+            let sizes = [x, s, 3, 3, y.0, y.1, y.2];
+            let (spec, one, two, want) = on_one_and_two_threads([&[0, 1], &lb, &lo], &sizes, |_| ());
+            prop_assert_eq!(one.data(), two.data());
+            let err = two.max_abs_diff(&want).expect("equal shapes");
+            prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
+        }
+
+        /// Lone GEMMs of `PAR_GEMM_MIN_MACS` or more with short sides (`x × y` outputs of
+        /// 2 to 23 each over a long `k`), which a cut by [`split_block`]'s sizes alone
+        /// would leave with a block of one row or column or of `small_gemm`'s width, the
+        /// labels of both operands and the result in random orders: two threads give the
+        /// one-thread result bit for bit, and both the reference to rounding.
+        #[test]
+        fn gemms_with_short_sides_give_the_one_thread_result(
+            la in Just(vec![0u32, 1]).prop_shuffle(),
+            lb in Just(vec![1u32, 2]).prop_shuffle(),
+            lo in Just(vec![0u32, 2]).prop_shuffle(),
+            x in 2usize..24, y in 2usize..24, extra in 0usize..40,
+        ) {
+            let k = PAR_GEMM_MIN_MACS.div_ceil(x * y) + extra;
+            let (spec, one, two, want) = on_one_and_two_threads([&la, &lb, &lo], &[x, k, y], |_| ());
+            prop_assert_eq!(one.data(), two.data());
+            let err = two.max_abs_diff(&want).expect("equal shapes");
+            prop_assert!(err < 1e-10 * (1.0 + want.max_abs()), "{:?}: {}", spec, err);
+        }
+    }
+
+    /// The loop of queens' `ab,cdaefghijklmn->bcdefghijklmn` in small: 9 GEMMs of
+    /// `3 × 30000 × 3`, cut one by one on two threads only, and by their columns.
+    #[test]
+    fn a_loop_no_chunk_spreads_splits_each_gemm() {
+        let dims = [3, 30_000, 3];
+        assert!(!splits_each(&[3, 3], dims));
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        assert!(pool.install(|| splits_each(&[3, 3], dims)));
+        // One row, a GEMM that splits by itself, a loop too small: not cut one by one.
+        assert!(!pool.install(|| splits_each(&[3, 3], [1, 90_000, 3])));
+        assert!(!pool.install(|| splits_each(&[3, 3], [3, 270_000, 3])));
+        assert!(!pool.install(|| splits_each(&[1], dims)));
+        // The lower floor holds only where it is passed.
+        assert_eq!(pool.install(|| split_parts(1 << 18, LOOP_SPLIT_MIN_MACS)), 2);
+        assert_eq!(pool.install(|| split_parts(1 << 18, PAR_GEMM_MIN_MACS)), 1);
+        assert_eq!(split_parts(1 << 18, LOOP_SPLIT_MIN_MACS), 1);
+        assert_eq!(split_cut(dims, 2), Some(Cut { cols: true, parts: 2 }));
+    }
+
+    /// Cuts that would change a block's kernel are not made: `2 × 9` (8 columns and 1, or
+    /// 2 rows and none), `40 × 9` (24 rows and 16 of `small_gemm`'s width); a tall product
+    /// is cut by its rows, and on four threads a side too short for four blocks in
+    /// [`split_block`]'s sizes is cut in fewer.
+    #[test]
+    fn cuts_that_change_a_blocks_kernel_are_not_made() {
+        assert_eq!(split_cut([2, 9, 1 << 17], 2), None);
+        assert_eq!(split_cut([9, 2, 1 << 17], 2), None);
+        assert_eq!(split_cut([40, 9, 1 << 12], 2), None);
+        assert_eq!(split_cut([256, 9, 1 << 12], 2), Some(Cut { cols: false, parts: 2 }));
+        assert_eq!(split_cut([256, 256, 256], 1), None);
+        assert_eq!(split_cut([3, 60, 1 << 12], 4), Some(Cut { cols: true, parts: 2 }));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Every cut [`split_cut`] makes has nonempty blocks of [`split_block`]'s sizes that
+        /// run the whole GEMM's kernel, on no more threads than given; no cut is refused
+        /// where one of its candidates would have kept every block's kernel.
+        #[test]
+        fn gemm_cuts_keep_every_blocks_kernel(m in 1usize..200, n in 1usize..200, k in 1usize..64, parts in 1usize..6) {
+            let keeps = |cols: bool, p: usize| {
+                let len = if cols { n } else { m };
+                cuts(len, p).iter().all(|&(r0, r1)| {
+                    r1 > r0 && same_kernel([m, n, k], if cols { [m, r1 - r0] } else { [r1 - r0, n] })
+                })
+            };
+            match split_cut([m, n, k], parts) {
+                Some(Cut { cols, parts: p }) => {
+                    prop_assert!((2..=parts).contains(&p));
+                    prop_assert!(keeps(cols, p));
+                }
+                None => prop_assert!((2..=parts).all(|p| !keeps(true, p) && !keeps(false, p))),
+            }
+        }
+    }
+
+    /// `c = a·b` of `[m, n, k]` in `layout` (bits as in [`check_loop`]) for element type
+    /// `T`: on this thread, and cut by [`split_cut`] over `pool` (when it cuts).
+    #[allow(clippy::type_complexity)]
+    fn whole_and_cut<T: Elem>(
+        pool: &rayon::ThreadPool,
+        [m, n, k]: [usize; 3],
+        layout: u32,
+        value: impl Fn(usize, f64) -> T,
+    ) -> (Vec<T>, Option<Vec<T>>, [[usize; 2]; 3], [Vec<T>; 2]) {
+        let (ra, rb, rc) = (layout & 1 == 1, layout & 2 == 2, layout & 4 == 4);
+        let conj = [layout & 8 == 8, layout & 16 == 16];
+        let a: Vec<T> = (0..m * k).map(|i| value(i, 0.1)).collect();
+        let b: Vec<T> = (0..k * n).map(|i| value(i, 0.9)).collect();
+        let sa = if ra { [k, 1] } else { [1, m] };
+        let sb = if rb { [n, 1] } else { [1, k] };
+        let sc = if rc { [n, 1] } else { [1, m] };
+        let run = |cut: Option<Cut>| {
+            let mut c = vec![T::zero(); m * n];
+            gemm_cut_into([m, n, k], Strided(&a, sa), Strided(&b, sb), StridedMut(&mut c, sc), conj, false, cut);
+            c
+        };
+        let whole = run(None);
+        let cut = split_cut([m, n, k], 2).map(|cut| pool.install(|| run(Some(cut))));
+        (whole, cut, [sa, sb, sc], [a, b])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(60))]
+
+        /// A GEMM cut over a pool of two threads as [`split_cut`] cuts it, sides around the
+        /// kernels' edges (one row or column, `small_gemm`'s width, faer's panels), in
+        /// every layout, `f64` and complex: equals the uncut GEMM bit for bit, and a triple
+        /// loop to rounding.
+        #[test]
+        fn cut_gemms_equal_the_whole_bit_for_bit(
+            m in 1usize..120, n in 1usize..120, k in 1usize..300, layout in 0u32..32,
+        ) {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+            let real = |i: usize, seed: f64| (i as f64 * 0.7 + seed).sin();
+            let (whole, cut, [sa, sb, sc], [a, b]) = whole_and_cut(&pool, [m, n, k], layout, real);
+            if let Some(cut) = cut {
+                prop_assert!(whole.iter().zip(&cut).all(|(x, y)| x.to_bits() == y.to_bits()));
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k).map(|l| a[i * sa[0] + l * sa[1]] * b[l * sb[0] + j * sb[1]]).sum();
+                    let got = whole[i * sc[0] + j * sc[1]];
+                    prop_assert!((got - want).abs() < 1e-12 * (1.0 + want.abs()) * k as f64, "({}, {})", i, j);
+                }
+            }
+            let (whole, cut, ..) = whole_and_cut(&pool, [m, n, k], layout, |i, seed| c64::new(real(i, seed), real(i, -seed)));
+            if let Some(cut) = cut {
+                prop_assert!(whole.iter().zip(&cut).all(|(x, y)| x.to_bits() == y.to_bits()));
+            }
         }
     }
 

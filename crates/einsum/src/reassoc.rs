@@ -397,8 +397,15 @@ mod tests {
     /// `lm_batch`'s shape, smaller: `X[pqrs]·Y[ns] → B[pqrn]` (an expansion), read by
     /// `W[nr]·B → O[npq]`, then a last step.
     fn lm_like() -> (&'static str, Einsum<f64>, Vec<Tensor<f64>>, Tensor<f64>) {
-        let expr = "pqrs,ns,nr,npq->nq";
-        let shapes = [vec![3, 4, 5, 6], vec![30, 6], vec![30, 5], vec![30, 3, 4]];
+        lm_like_as("pqrs,ns,nr,npq->nq", [vec![3, 4, 5, 6], vec![30, 6]])
+    }
+
+    /// [`lm_like`] with the producer's two operands `expr`'s first two, of `shapes`.
+    fn lm_like_as(
+        expr: &'static str,
+        [x, y]: [Vec<usize>; 2],
+    ) -> (&'static str, Einsum<f64>, Vec<Tensor<f64>>, Tensor<f64>) {
+        let shapes = [x, y, vec![30, 5], vec![30, 3, 4]];
         let path = PathChoice::Explicit(ContractionPath::new(vec![[0, 1], [0, 2], [0, 1]]));
         let e = Einsum::<f64>::new(expr, &shapes, path).unwrap();
         let operands: Vec<Tensor<f64>> = shapes.iter().enumerate().map(|(i, s)| seeded(s, 10 + i as u64)).collect();
@@ -431,6 +438,29 @@ mod tests {
         };
         assert_eq!(big(&m), 2, "B and its cotangent before");
         assert_eq!(big(&r), 1, "B alone after (the forward step)");
+    }
+
+    #[test]
+    fn a_triple_whose_small_operand_is_the_producers_left_equals_the_transposes() {
+        // `X[ns]·Y[pqrs]` (`lm_like`'s operands swapped): the small operand `S` is the
+        // producer's `X`, the other branch of `Triple::of` (its first, `S = Y`, cannot
+        // match: `Y` is the large operand here).
+        let (expr, e, operands, c) = lm_like_as("ns,pqrs,nr,npq->nq", [vec![30, 6], vec![3, 4, 5, 6]]);
+        let (rewritten, triples) = check_every_wrt(expr, &e, &operands, &c);
+        // The same subsets as with the operands the other way round.
+        assert_eq!(rewritten, 10, "subsets rewritten");
+        assert_eq!(triples, 2, "subsets with X, Y and W active");
+        // The triple's `a` is `S`: the shape of `X[ns]`, its `m` that of `W[nr]`.
+        let (m, _) = merged(&e, &[0, 1, 2, 3]);
+        let r = reassociate(&m).unwrap().expect("the pair is rewritten");
+        let spec = r
+            .operations()
+            .find_map(|op| match op.operation() {
+                TensorOp::ContractPair(p) => Some(p.clone()),
+                _ => None,
+            })
+            .expect("a fused triple");
+        assert_eq!((spec.y().a_shape(), spec.y().out_shape()), (vec![30, 6], vec![30, 5]));
     }
 
     #[test]

@@ -45,16 +45,15 @@ use crate::permute::PAR_PERMUTE_MIN_ELEMENTS;
 /// threads (0.59 → 0.64 ms, an idle machine), the 100-matrix chain (about 10 ms) gained.
 pub(crate) const POOL_MIN_COST: u64 = 1 << 24;
 
-/// What entering a pool whose workers sleep costs, in cost-hint units: about 0.3 ms (the
-/// hand-off of the call to a worker, the second worker's wake-up for the split, the
-/// hand-back, and the spread of those wake-ups on a host whose cores other work shares).
-/// The batch of 32 GEMMs of `64³` (`bin_batched_matmul`, an estimated saving of 0.99·10^6
-/// units) and the lone `256³` GEMM (1.9·10^6), whose kernels alone split 1.7 to 1.8 times
-/// faster inside a pool, ran no faster as whole calls handed to a sleeping pool, and their
-/// value+gradient slower (`docs/PERFORMANCE.md`, *Sub-millisecond calls on one thread*);
-/// `2^19` had let both in. Steps at once ([`PoolUse::Pool`]) start from [`POOL_MIN_COST`],
-/// far above it.
-pub(crate) const WAKE_COST: u64 = 1 << 21;
+/// What entering a pool whose workers sleep costs, in cost-hint units: the hand-off of the
+/// call to a worker, the second worker's wake-up for the split, the hand-back, and the
+/// spread of those wake-ups on a host whose cores other work shares. Set by measurement
+/// on the machine of `docs/PERFORMANCE.md`'s latest tables: the lone `256³` GEMM and the
+/// batch of 32 GEMMs of `64³`, whose kernels alone split, are let in, and gained there
+/// as whole calls handed to the pool (*The GEMM cut that keeps every block's kernel*);
+/// on an older host the hand-off had cost more than they saved. Steps at once
+/// ([`PoolUse::Pool`]) start from [`POOL_MIN_COST`], far above it.
+pub(crate) const WAKE_COST: u64 = 1 << 19;
 
 /// The estimated speed-up below which the pool is not entered: the estimate ignores the
 /// fixed costs of threads, so a small predicted gain is none.

@@ -79,15 +79,16 @@ impl<Op: GraphOperation> Marker<'_, Op> {
             *def_values += fresh * output_count(graph, op);
             let operands = graph.op_inputs.get(op.index());
             *single_operands += fresh * operands.len();
-            for r in operands {
-                match r.get() {
-                    // Operands come earlier: this sweep reaches them.
-                    InputRef::Local(u) => {
-                        if !needed.test_and_set(u.index()) {
-                            lo = lo.min(u.index());
-                        }
-                    }
-                    InputRef::External(_) => unreachable!("a single view's fragment has no external operands"),
+            // One operand or two without a branch on which: in a DAG of random variants
+            // they come at random, and a loop over the list mispredicted its end often
+            // (`docs/PERFORMANCE.md`, mc45). The second is the last operand, the first again
+            // when it is the only one, whose second marking changes nothing.
+            if let n @ (1 | 2) = operands.len() {
+                mark_operand(needed, &mut lo, operands[0].get());
+                mark_operand(needed, &mut lo, operands[n - 1].get());
+            } else {
+                for r in operands {
+                    mark_operand(needed, &mut lo, r.get());
                 }
             }
         }
@@ -206,6 +207,15 @@ impl<Op: GraphOperation> Marker<'_, Op> {
                     let operands = chunk.inputs.get(ok.index() & CHUNK_MASK);
                     let list = room.list(operands.len());
                     match &ids {
+                        // One operand or two without a branch on which (as in the sweep):
+                        // the first and the last, the first again when it is the only one.
+                        Renumber::Identity if matches!(operands.len(), 1 | 2) => {
+                            let n = operands.len();
+                            for (at, k) in [(0, operands[0]), (n - 1, operands[n - 1])] {
+                                debug_assert!(k.index() < reader, "operands precede their users in key order");
+                                list[at].write(ValueId::new(k.index()));
+                            }
+                        }
                         Renumber::Identity => {
                             for (slot, k) in list.iter_mut().zip(operands) {
                                 // Values `0..reader` are keys `0..reader`, and an operand is
@@ -408,6 +418,21 @@ impl<'a> Room<'a> {
     fn value(&mut self, op: Option<OperationId>) {
         self.value_op[self.values].write(op);
         self.values += 1;
+    }
+}
+
+/// Marks operand `r` of a `single` view's operation needed, lowering the sweep's bound
+/// `lo` to it, without a branch on whether it was needed before (then `lo` is at most it
+/// already, or stays as it was).
+#[inline(always)]
+fn mark_operand(needed: &mut Bits, lo: &mut usize, r: InputRef) {
+    match r {
+        // Operands come earlier: this sweep reaches them.
+        InputRef::Local(u) => {
+            let fresh = !needed.test_and_set(u.index());
+            *lo = (*lo).min(if fresh { u.index() } else { *lo });
+        }
+        InputRef::External(_) => unreachable!("a single view's fragment has no external operands"),
     }
 }
 
