@@ -42,7 +42,8 @@
 //! An unsliced expression that is one element-wise product runs outside its compiled
 //! program (`checked.rs`): float64 products of two or three operands of one layout by
 //! `einsum::Hadamard` and `einsum::Hadamard3` on every call, any other product of two
-//! operands that sums nothing by `einsum::ElementwiseProduct` on the checked calls
+//! operands that sums nothing, one of them as large as the product (not an outer product:
+//! `ElementwiseProduct::beats_the_program`), by `einsum::ElementwiseProduct` on the checked calls
 //! (`_call_checked`, `_value_and_grad_checked`, `_contract_checked`), each kernel finding
 //! every result's range as it writes it, so that `strip_exponent=None` reads nothing twice.
 
@@ -131,7 +132,9 @@ struct Inner {
     /// The same for a product of three operands of one layout (`ij,ij,ij->ij`).
     hadamard3: Option<Hadamard3>,
     /// For an unsliced product of two operands that sums nothing (broadcasts, permuted
-    /// layouts, complex operands), the kernels that scan each result as they write it.
+    /// layouts, complex operands), the kernels that scan each result as they write it;
+    /// `None` where they would cost more than the compiled program (an outer product,
+    /// `ElementwiseProduct::beats_the_program`).
     product: Option<ElementwiseProduct>,
 }
 
@@ -257,7 +260,7 @@ impl Inner {
         let unsliced = slice_plan.labels().is_empty();
         let hadamard = if unsliced { Hadamard::for_plan(&plan) } else { None };
         let hadamard3 = if unsliced { Hadamard3::for_plan(&plan) } else { None };
-        let product = if unsliced { ElementwiseProduct::for_plan(&plan) } else { None };
+        let product = ElementwiseProduct::for_plan(&plan).filter(|p| unsliced && p.beats_the_program());
         Ok(Inner {
             plan,
             report,

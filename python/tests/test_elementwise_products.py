@@ -1,9 +1,10 @@
 """Element-wise products other than ``ij,ij->ij`` of float64: broadcasts (``ij,j->ij``,
-``ijk,jk->ijk``), permuted layouts (``ij,ji->ij``), outer products (``bi,bj->bij``) of
-float64 or complex operands, whose checked calls (``strip_exponent=None``) run
-``einsum::ElementwiseProduct`` and scan each result as it is written; and the product
-of three float64 operands of one layout (``ij,ij,ij->ij``), value and gradients in one
-pass (``einsum::Hadamard3``).
+``ijk,jk->ijk``), permuted layouts (``ij,ji->ij``) of float64 or complex operands, whose
+checked calls (``strip_exponent=None``) run ``einsum::ElementwiseProduct`` and scan each
+result as it is written; outer products (``bi,bj->bij``), which the same calls leave to
+the compiled program (``ElementwiseProduct::beats_the_program``), held to the same
+checks; and the product of three float64 operands of one layout (``ij,ij,ij->ij``),
+value and gradients in one pass (``einsum::Hadamard3``).
 
 Against numpy (hypothesis): each value exactly (NaN equal to NaN, either zero to zero),
 the gradients against the compiled program's unchecked call and, for float64, numpy's

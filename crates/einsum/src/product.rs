@@ -114,6 +114,28 @@ impl ElementwiseProduct {
         Some(ElementwiseProduct { spec, plan: p, summing })
     }
 
+    /// Whether a caller that can run either this type or the compiled program (the Python
+    /// extension's checked calls) should run this type: when an operand has as many
+    /// elements as the product, as in `ij,j->ij`, `ij,ji->ij` or `ijk,jk->ijk`; not for an
+    /// outer product (`bi,bj->bij`, `i,j->ij`), where neither has.
+    ///
+    /// Why, from what the passes do: with such an operand every result is one pass over the
+    /// product's size or less, as in the program, and this type saves the program's second
+    /// read of each result (its range, scanned here as the result is written): the other
+    /// operand broadcast, the full operand summed into the small one's layout (in the
+    /// value's pass, for a scalar cotangent), or an element-wise product with the
+    /// cotangent. Without one, a scalar cotangent's gradient of each operand is the other
+    /// operand summed over the labels it alone has and broadcast over those it lacks
+    /// (`bj -> bi`), which `kernel::unary` forms in the direct loop, one sum per element
+    /// of the gradient: work of the product's size per gradient, where the program's
+    /// gradient of the sum never reaches the product's size. Nor is the outer product's
+    /// value alone a gain: written in units of its short rows between scans, it measured
+    /// slower than the program's step with a scan after (docs/PERFORMANCE.md, ew46).
+    pub fn beats_the_program(&self) -> bool {
+        let out: usize = self.spec.out_shape().iter().product();
+        [self.spec.a_shape(), self.spec.b_shape()].iter().any(|s| s.iter().product::<usize>() == out)
+    }
+
     /// The product's shape.
     pub fn out_shape(&self) -> Vec<usize> {
         self.spec.out_shape()
@@ -455,5 +477,34 @@ mod tests {
         assert!(ElementwiseProduct::for_plan(&plan("ij,j->i", &[vec![2, 3], vec![3]])).is_none());
         assert!(ElementwiseProduct::for_plan(&plan("ii,i->i", &[vec![2, 2], vec![2]])).is_none());
         assert!(ElementwiseProduct::for_plan(&plan("i,i,i->i", &[vec![2], vec![2], vec![2]])).is_none());
+    }
+
+    /// The rule the Python extension takes this type by: an operand of the product's size
+    /// (in any layout, whatever the other's labels), not an outer product, unless the
+    /// labels only one operand has are of size 1 (then the other is as large).
+    #[test]
+    fn only_products_with_an_operand_of_their_size_beat_the_program() {
+        let beats = |eq: &str, shapes: &[Vec<usize>]| {
+            let plan = Plan::new(eq, shapes, PathChoice::Greedy, MemoryLimit::Unlimited).expect("a plan");
+            ElementwiseProduct::for_plan(&plan).expect("a product that sums nothing").beats_the_program()
+        };
+        for (eq, shapes) in [
+            ("ij,ij->ij", vec![vec![3, 4], vec![3, 4]]),
+            ("ij,ji->ij", vec![vec![3, 4], vec![4, 3]]),
+            ("ij,j->ij", vec![vec![3, 4], vec![4]]),
+            ("i,ij->ji", vec![vec![3], vec![3, 4]]),
+            ("ijk,jk->kij", vec![vec![2, 3, 4], vec![3, 4]]),
+            ("bi,bj->bij", vec![vec![5, 3], vec![5, 1]]),
+        ] {
+            assert!(beats(eq, &shapes), "{eq} {shapes:?}");
+        }
+        for (eq, shapes) in [
+            ("bi,bj->bij", vec![vec![5, 3], vec![5, 4]]),
+            ("i,j->ij", vec![vec![3], vec![4]]),
+            ("ij,jk->ijk", vec![vec![2, 3], vec![3, 4]]),
+            ("ij,k->kji", vec![vec![2, 3], vec![2]]),
+        ] {
+            assert!(!beats(eq, &shapes), "{eq} {shapes:?}");
+        }
     }
 }

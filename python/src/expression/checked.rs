@@ -1,10 +1,12 @@
 //! The fast paths of an expression that is one element-wise product, run outside its
 //! compiled program by the einsum crate's kernels that scan each result as they write it
 //! (`einsum::Hadamard` and `einsum::Hadamard3` for float64 products of two and three
-//! operands of one layout, `einsum::ElementwiseProduct` for any unsliced product of two
-//! operands that sums nothing), so that `strip_exponent=None`'s range test reads no result
-//! a second time. Each path says `None` for an expression or call it does not take, and
-//! the caller runs the compiled program.
+//! operands of one layout, `einsum::ElementwiseProduct` for an unsliced product of two
+//! operands that sums nothing where it beats the compiled program: one operand as large
+//! as the product, `ElementwiseProduct::beats_the_program`), so that
+//! `strip_exponent=None`'s range test reads no result a second time. Each path says
+//! `None` for an expression or call it does not take, and the caller runs the compiled
+//! program.
 
 use einsum::Tensor;
 use pyo3::prelude::*;
