@@ -30,11 +30,11 @@ use crate::tensor::Tensor;
 
 /// Pieces per thread of a parallel pass: more than one so that a thread slowed by another
 /// process does not hold the others back at the join.
-const PIECES_PER_THREAD: usize = 4;
+pub(crate) const PIECES_PER_THREAD: usize = 4;
 
 /// Elements written between two reads of the stop flag on one thread (as
 /// `stop::COPY_CHECK_ELEMENTS`: a few milliseconds of memory traffic).
-const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
+pub(crate) const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
 
 /// The value and gradients of [`Hadamard::value_and_grad`], with the range of all of them.
 #[derive(Debug)]
@@ -173,7 +173,7 @@ type Outputs<'a> = [&'a mut [f64]; 3];
 /// The cotangent of a value+gradient pass: a tensor of the product's shape, or one value
 /// for every element (read from a block of [`LANES`] copies, so the loops are the same).
 #[derive(Clone, Copy)]
-enum Cotangent<'a> {
+pub(crate) enum Cotangent<'a> {
     Tensor(&'a [f64]),
     Scalar(f64),
 }
@@ -222,7 +222,7 @@ fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
 
 /// `s` cut after `len` elements (after all of them if it is shorter: an output not
 /// wanted is empty).
-fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
+pub(crate) fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
     let k = len.min(s.len());
     s.split_at_mut(k)
 }
@@ -381,7 +381,7 @@ fn both<'c>(
 /// `s` as whole blocks of [`LANES`] elements (arrays, so that the loops over a block's
 /// lanes need no bounds checks and vectorize) and the rest.
 #[inline(always)]
-fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
+pub(crate) fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at(whole);
     (head.chunks_exact(LANES).map(|x| <&[f64; LANES]>::try_from(x).expect("a whole block")), tail)
@@ -389,7 +389,7 @@ fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
 
 /// [`blocks`] of a slice written.
 #[inline(always)]
-fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
+pub(crate) fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at_mut(whole);
     (head.chunks_exact_mut(LANES).map(|x| <&mut [f64; LANES]>::try_from(x).expect("a whole block")), tail)
@@ -590,6 +590,43 @@ mod tests {
             }
             // A subnormal gradient entry beside larger ones is in range; infinity is not.
             assert_eq!(one.left_range, poison == Some(f64::INFINITY), "{poison:?}");
+        }
+    }
+
+    /// NaNs of three payloads and both signs, meeting each other in every product, past
+    /// the parallel threshold: two and three threads give one thread's bits for the value
+    /// and both gradients, with a tensor and a scalar cotangent.
+    #[test]
+    fn nan_payloads_do_not_depend_on_the_threads() {
+        // Past the threshold, with a tail; two threads cut it into pieces of an odd
+        // number of lane blocks (a loop unrolled by two would start some in its other half).
+        let n = PAR_ELEMENTWISE_MIN_ELEMENTS + 3 * 1024 + 5;
+        let nan = |payload: u64, negative: bool| {
+            f64::from_bits(0x7ff8_0000_0000_0000 | payload | (u64::from(negative) << 63))
+        };
+        // Tensor `k`'s entry `i` a NaN of its own where bit `k` of `i / 3` is set.
+        let make = |k: usize| {
+            let data = (0..n)
+                .map(|i| if ((i / 3) >> k) & 1 == 1 { nan(k as u64 + 1, (i + k) % 2 == 0) } else { 1.5 + k as f64 })
+                .collect();
+            Tensor::new(vec![n], data).expect("a tensor")
+        };
+        let (a, b, c) = (make(0), make(1), make(2));
+        let h = Hadamard::for_plan(&plan("i,i->i", &[vec![n], vec![n]])).expect("a product");
+        let bits = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for cotangent in [c, Tensor::scalar(nan(7, true))] {
+            let one = h.value_and_grad(&a, &b, &cotangent, &[0, 1]).expect("one thread");
+            let (value, _) = h.value_with_range(&a, &b).expect("one thread");
+            for threads in [2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+                let many = pool.install(|| h.value_and_grad(&a, &b, &cotangent, &[0, 1])).expect("threads");
+                assert_eq!(bits(&many.value), bits(&one.value), "{threads} threads");
+                for (g, o) in many.grads.iter().zip(&one.grads) {
+                    assert_eq!(bits(g), bits(o), "{threads} threads");
+                }
+                let (v, _) = pool.install(|| h.value_with_range(&a, &b)).expect("threads");
+                assert_eq!(bits(&v), bits(&value), "{threads} threads");
+            }
         }
     }
 
