@@ -256,24 +256,68 @@ fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
             let [v] = value(a, b, o);
             [v, RangeScan::EMPTY, RangeScan::EMPTY]
         }
-        Some(Cotangent::Tensor(c)) => write_with(a, b, blocks(c), out),
+        Some(Cotangent::Tensor(c)) => {
+            let whole = c.len() / LANES * LANES;
+            write_with(a, b, (Slab(&c[..whole]), &c[whole..]), out)
+        }
         Some(Cotangent::Scalar(x)) => {
             // Every block of `c` is this one; the tail is its first `len % LANES` copies.
             let block = [x; LANES];
             let tail = &block[..a.len() % LANES];
-            write_with(a, b, (std::iter::repeat(&block), tail), out)
+            write_with(a, b, (Same(block), tail), out)
         }
     }
 }
 
-/// [`write`] with the cotangent as whole blocks and the rest (as [`blocks`] gives them).
+/// A cotangent's whole blocks, read by index: a tensor's, or one value's everywhere.
+///
+/// Why by index rather than as an iterator zipped with the operands' and outputs' blocks:
+/// `std::iter::repeat` has no random access, so the six-way zip of a scalar cotangent fell
+/// back to the general `Zip::next`, which the compiler left as a call per block that
+/// stores every iterator's state (a scalar cotangent, which reads less memory, ran slower
+/// than a tensor one); the loops below index every slice by the block's number instead.
+pub(crate) trait CotangentBlocks: Copy {
+    /// Block `i` (`i` below the number of whole blocks of the piece).
+    fn block(self, i: usize) -> [f64; LANES];
+}
+
+/// A cotangent tensor's whole blocks.
+#[derive(Clone, Copy)]
+pub(crate) struct Slab<'c>(pub(crate) &'c [f64]);
+
+impl CotangentBlocks for Slab<'_> {
+    #[inline(always)]
+    fn block(self, i: usize) -> [f64; LANES] {
+        block_at(self.0, i)
+    }
+}
+
+/// A scalar cotangent: the same block everywhere.
+#[derive(Clone, Copy)]
+pub(crate) struct Same(pub(crate) [f64; LANES]);
+
+impl CotangentBlocks for Same {
+    #[inline(always)]
+    fn block(self, _: usize) -> [f64; LANES] {
+        self.0
+    }
+}
+
+/// Block `i` of `s`, by value.
 #[inline(always)]
-fn write_with<'c>(
-    a: &[f64],
-    b: &[f64],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
-    out: Outputs<'_>,
-) -> [RangeScan; 3] {
+pub(crate) fn block_at(s: &[f64], i: usize) -> [f64; LANES] {
+    *<&[f64; LANES]>::try_from(&s[i * LANES..(i + 1) * LANES]).expect("a whole block")
+}
+
+/// Block `i` of `s`, to write.
+#[inline(always)]
+pub(crate) fn block_at_mut(s: &mut [f64], i: usize) -> &mut [f64; LANES] {
+    <&mut [f64; LANES]>::try_from(&mut s[i * LANES..(i + 1) * LANES]).expect("a whole block")
+}
+
+/// [`write`] with the cotangent as whole blocks and the rest.
+#[inline(always)]
+fn write_with(a: &[f64], b: &[f64], c: (impl CotangentBlocks, &[f64]), out: Outputs<'_>) -> [RangeScan; 3] {
     let [o, da, db] = out;
     match (da.is_empty(), db.is_empty()) {
         (false, false) => both(a, b, c, o, da, db),
@@ -312,24 +356,20 @@ fn value(a: &[f64], b: &[f64], o: &mut [f64]) -> [RangeScan; 1] {
 
 /// `o = a ⊙ b` and `g = c ⊙ b`, scanned (`c` as whole blocks and the rest).
 #[inline(always)]
-fn one<'c>(
-    a: &[f64],
-    b: &[f64],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
-    o: &mut [f64],
-    g: &mut [f64],
-) -> [RangeScan; 2] {
+fn one(a: &[f64], b: &[f64], c: (impl CotangentBlocks, &[f64]), o: &mut [f64], g: &mut [f64]) -> [RangeScan; 2] {
     let mut l = [Lanes::new(); 2];
-    let ((ob, ot), (gb, gt)) = (blocks_mut(o), blocks_mut(g));
-    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
-    for (((o, g), x), (y, z)) in ob.zip(gb).zip(xb).zip(yb.zip(zb)) {
+    let whole = a.len() / LANES * LANES;
+    let (zb, zt) = c;
+    let ((ob, ot), (gb, gt)) = (o.split_at_mut(whole), g.split_at_mut(whole));
+    let ((xb, xt), (yb, yt)) = (a.split_at(whole), b.split_at(whole));
+    for i in 0..whole / LANES {
         // Every block computed from registers before any store (stores between the loads
         // kept the products scalar: the compiler could not move a load past a store into
         // another slice), and scanned from those registers.
-        let (x, y, z) = (*x, *y, *z);
+        let (x, y, z) = (block_at(xb, i), block_at(yb, i), zb.block(i));
         let (vo, vg): ([f64; LANES], [f64; LANES]) =
             (std::array::from_fn(|i| x[i] * y[i]), std::array::from_fn(|i| z[i] * y[i]));
-        (*o, *g) = (vo, vg);
+        (*block_at_mut(ob, i), *block_at_mut(gb, i)) = (vo, vg);
         l[0].see_block(&vo);
         l[1].see_block(&vg);
     }
@@ -344,24 +384,26 @@ fn one<'c>(
 
 /// `o = a ⊙ b`, `da = c ⊙ b` and `db = c ⊙ a`, scanned (`c` as whole blocks and the rest).
 #[inline(always)]
-fn both<'c>(
+fn both(
     a: &[f64],
     b: &[f64],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
+    c: (impl CotangentBlocks, &[f64]),
     o: &mut [f64],
     da: &mut [f64],
     db: &mut [f64],
 ) -> [RangeScan; 3] {
     let mut l = [Lanes::new(); 3];
-    let ((ob, ot), (gb, gt), (hb, ht)) = (blocks_mut(o), blocks_mut(da), blocks_mut(db));
-    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
-    for (((o, g), h), ((x, y), z)) in ob.zip(gb).zip(hb).zip(xb.zip(yb).zip(zb)) {
+    let whole = a.len() / LANES * LANES;
+    let (zb, zt) = c;
+    let ((ob, ot), (gb, gt), (hb, ht)) = (o.split_at_mut(whole), da.split_at_mut(whole), db.split_at_mut(whole));
+    let ((xb, xt), (yb, yt)) = (a.split_at(whole), b.split_at(whole));
+    for i in 0..whole / LANES {
         // As in `one`: the loads, then the products and the stores.
-        let (x, y, z) = (*x, *y, *z);
+        let (x, y, z) = (block_at(xb, i), block_at(yb, i), zb.block(i));
         let vo: [f64; LANES] = std::array::from_fn(|i| x[i] * y[i]);
         let vg: [f64; LANES] = std::array::from_fn(|i| z[i] * y[i]);
         let vh: [f64; LANES] = std::array::from_fn(|i| z[i] * x[i]);
-        (*o, *g, *h) = (vo, vg, vh);
+        (*block_at_mut(ob, i), *block_at_mut(gb, i), *block_at_mut(hb, i)) = (vo, vg, vh);
         l[0].see_block(&vo);
         l[1].see_block(&vg);
         l[2].see_block(&vh);

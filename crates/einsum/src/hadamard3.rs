@@ -23,7 +23,9 @@
 use crate::buffer::{begin_evaluation, overwritten};
 use crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS;
 use crate::error::{EinsumError, EinsumResult};
-use crate::hadamard::{Cotangent, HadamardOutputs, PIECES_PER_THREAD, STOP_CHECK, blocks, blocks_mut, cut};
+use crate::hadamard::{
+    Cotangent, CotangentBlocks, HadamardOutputs, PIECES_PER_THREAD, STOP_CHECK, Same, Slab, block_at, block_at_mut, cut,
+};
 use crate::plan::Plan;
 use crate::scan::{LANES, Lanes, RangeScan};
 use crate::tensor::Tensor;
@@ -214,18 +216,21 @@ fn write3(x: [&[f64]; 3], c: Option<Cotangent<'_>>, value: &mut [f64], grads: Gr
     };
     let tail = &block[..value.len() % LANES];
     match c {
-        Some(Cotangent::Tensor(c)) => masked(want, x, blocks(c), value, grads),
+        Some(Cotangent::Tensor(c)) => {
+            let whole = c.len() / LANES * LANES;
+            masked(want, x, (Slab(&c[..whole]), &c[whole..]), value, grads)
+        }
         // Every block of the cotangent is this one (none is read for the value alone).
-        _ => masked(want, x, (std::iter::repeat(&block), tail), value, grads),
+        _ => masked(want, x, (Same(block), tail), value, grads),
     }
 }
 
 /// [`body`] for the gradients `want` asks for.
 #[inline(always)]
-fn masked<'c>(
+fn masked(
     want: [bool; 3],
     x: [&[f64]; 3],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
+    c: (impl CotangentBlocks, &[f64]),
     value: &mut [f64],
     grads: Grads<'_>,
 ) -> [RangeScan; 4] {
@@ -245,39 +250,40 @@ fn masked<'c>(
 /// `G2` say, each scanned from the registers that hold it (`c` as whole blocks and the
 /// rest).
 #[inline(always)]
-fn body<'c, const G0: bool, const G1: bool, const G2: bool>(
+fn body<const G0: bool, const G1: bool, const G2: bool>(
     x: [&[f64]; 3],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
+    c: (impl CotangentBlocks, &[f64]),
     value: &mut [f64],
     grads: Grads<'_>,
 ) -> [RangeScan; 4] {
     let mut l = [Lanes::new(); 4];
     let [g0, g1, g2] = grads;
-    let ((pb, pt), (qb, qt), (rb, rt), (zb, zt)) = (blocks(x[0]), blocks(x[1]), blocks(x[2]), c);
     let whole = value.len() - value.len() % LANES;
-    let (vb, vt) = blocks_mut(value);
-    for (i, (o, ((p, q), (r, z)))) in vb.zip(pb.zip(qb).zip(rb.zip(zb))).enumerate() {
+    let ((pb, pt), (qb, qt), (rb, rt), (zb, zt)) =
+        (x[0].split_at(whole), x[1].split_at(whole), x[2].split_at(whole), c);
+    let (vb, vt) = value.split_at_mut(whole);
+    // By the block's number, not a zip of the blocks: see `hadamard::CotangentBlocks`.
+    for i in 0..whole / LANES {
         // Every block's loads, then the products from registers, then the stores (as in
         // `hadamard.rs`: stores between loads kept the loop scalar).
-        let (p, q, r, z) = (*p, *q, *r, *z);
+        let (p, q, r, z) = (block_at(pb, i), block_at(qb, i), block_at(rb, i), zb.block(i));
         let pq: [f64; LANES] = std::array::from_fn(|k| p[k] * q[k]);
         let v: [f64; LANES] = std::array::from_fn(|k| pq[k] * r[k]);
-        *o = v;
+        *block_at_mut(vb, i) = v;
         l[0].see_block(&v);
-        let at = i * LANES..(i + 1) * LANES;
         if G0 {
             let h: [f64; LANES] = std::array::from_fn(|k| z[k] * (q[k] * r[k]));
-            g0[at.clone()].copy_from_slice(&h);
+            *block_at_mut(g0, i) = h;
             l[1].see_block(&h);
         }
         if G1 {
             let h: [f64; LANES] = std::array::from_fn(|k| z[k] * (p[k] * r[k]));
-            g1[at.clone()].copy_from_slice(&h);
+            *block_at_mut(g1, i) = h;
             l[2].see_block(&h);
         }
         if G2 {
             let h: [f64; LANES] = std::array::from_fn(|k| z[k] * pq[k]);
-            g2[at].copy_from_slice(&h);
+            *block_at_mut(g2, i) = h;
             l[3].see_block(&h);
         }
     }
