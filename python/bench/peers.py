@@ -523,7 +523,9 @@ def main():
                     # What the rest of the machine took: its busy time less this worker's (and
                     # this driver's share is a few milliseconds), over the cores' wall time.
                     others = (busy1 - busy0) - (children_cpu_seconds() - own0)
-                    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+                    # Every core's: /proc/stat's first line counts them all, whatever this
+                    # driver's affinity.
+                    cores = os.cpu_count()
                     rows[-1]["others_cpu_share"] = max(0.0, others) / ((time.perf_counter() - wall0) * cores)
                 if over:
                     print(f"`{over['over_memory'] or pathlib.Path(f).stem}`: over the {args.max_rss_gib} GiB budget per process"

@@ -271,11 +271,10 @@ fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
 
 /// A cotangent's whole blocks, read by index: a tensor's, or one value's everywhere.
 ///
-/// Why by index rather than as an iterator zipped with the operands' and outputs' blocks:
-/// `std::iter::repeat` has no random access, so the six-way zip of a scalar cotangent fell
-/// back to the general `Zip::next`, which the compiler left as a call per block that
-/// stores every iterator's state (a scalar cotangent, which reads less memory, ran slower
-/// than a tensor one); the loops below index every slice by the block's number instead.
+/// Why by index: the loops below read every slice by the block's number, with no chain of
+/// zipped block iterators, which the compiler left as a call to `Zip::next` per block
+/// when one of the six was a scalar cotangent's (docs/PERFORMANCE.md, ew46 and the
+/// section after it).
 pub(crate) trait CotangentBlocks: Copy {
     /// Block `i` (`i` below the number of whole blocks of the piece).
     fn block(self, i: usize) -> [f64; LANES];
@@ -423,7 +422,7 @@ fn both(
 /// `s` as whole blocks of [`LANES`] elements (arrays, so that the loops over a block's
 /// lanes need no bounds checks and vectorize) and the rest.
 #[inline(always)]
-pub(crate) fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
+fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at(whole);
     (head.chunks_exact(LANES).map(|x| <&[f64; LANES]>::try_from(x).expect("a whole block")), tail)
@@ -431,7 +430,7 @@ pub(crate) fn blocks(s: &[f64]) -> (impl Iterator<Item = &[f64; LANES]>, &[f64])
 
 /// [`blocks`] of a slice written.
 #[inline(always)]
-pub(crate) fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
+fn blocks_mut(s: &mut [f64]) -> (impl Iterator<Item = &mut [f64; LANES]>, &mut [f64]) {
     let whole = s.len() / LANES * LANES;
     let (head, tail) = s.split_at_mut(whole);
     (head.chunks_exact_mut(LANES).map(|x| <&mut [f64; LANES]>::try_from(x).expect("a whole block")), tail)
