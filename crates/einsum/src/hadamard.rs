@@ -182,7 +182,32 @@ pub(crate) enum Cotangent<'a> {
 /// those are not empty, over the current pool's threads when the output is large; the
 /// scan of each output (of nothing for an empty one).
 fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [RangeScan; 3] {
-    let n = out[0].len();
+    over_pieces(out, |start, out| {
+        let end = start + out[0].len();
+        let c = c.map(|c| c.range(start, end));
+        crate::small_gemm::arch().dispatch(Write { a: &a[start..end], b: &b[start..end], c, out })
+    })
+}
+
+impl<'a> Cotangent<'a> {
+    /// The cotangent of elements `start..end`: a tensor's slice, a scalar as it is.
+    pub(crate) fn range(self, start: usize, end: usize) -> Cotangent<'a> {
+        match self {
+            Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
+            scalar => scalar,
+        }
+    }
+}
+
+/// Runs `piece` on pieces of the outputs `outs` (each as long as the first, or empty),
+/// given each piece's first element, over the current pool's threads when the outputs are
+/// large, and merges the scans the pieces give, output by output. A piece is skipped once
+/// the stop flag is raised (the evaluation is ending with an error).
+pub(crate) fn over_pieces<const N: usize>(
+    outs: [&mut [f64]; N],
+    piece: impl Fn(usize, [&mut [f64]; N]) -> [RangeScan; N] + Sync,
+) -> [RangeScan; N] {
+    let n = outs[0].len();
     let threads = if n >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
         rayon::current_num_threads()
     } else {
@@ -190,33 +215,30 @@ fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
     };
     // Pieces of whole cache lines (8 `f64`), so that two threads share none.
     let width = if threads > 1 { n.div_ceil(PIECES_PER_THREAD * threads) } else { STOP_CHECK }.next_multiple_of(LANES);
-    let mut pieces: Vec<(usize, Outputs<'_>)> = Vec::with_capacity(n.div_ceil(width.max(1)));
-    let mut rest = out;
-    let mut start = 0;
+    let mut pieces: Vec<(usize, [&mut [f64]; N])> = Vec::with_capacity(n.div_ceil(width.max(1)));
+    let (mut rest, mut start) = (outs, 0);
     while start < n {
         let len = width.min(n - start);
-        let [o, da, db] = rest;
-        let ((ho, to), (ha, ta), (hb, tb)) = (cut(o, len), cut(da, len), cut(db, len));
-        pieces.push((start, [ho, ha, hb]));
-        (rest, start) = ([to, ta, tb], start + len);
-    }
-    let piece = |(start, out): (usize, Outputs<'_>)| {
-        if crate::stop::requested() {
-            return [RangeScan::EMPTY; 3]; // the evaluation is ending with an error
+        let mut heads: [&mut [f64]; N] = std::array::from_fn(|_| <&mut [f64]>::default());
+        let mut tails: [&mut [f64]; N] = std::array::from_fn(|_| <&mut [f64]>::default());
+        for (k, s) in rest.into_iter().enumerate() {
+            (heads[k], tails[k]) = cut(s, len);
         }
-        let end = start + out[0].len();
-        let c = c.map(|c| match c {
-            Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
-            scalar => scalar,
-        });
-        crate::small_gemm::arch().dispatch(Write { a: &a[start..end], b: &b[start..end], c, out })
+        pieces.push((start, heads));
+        (rest, start) = (tails, start + len);
+    }
+    let run = |(start, outs): (usize, [&mut [f64]; N])| {
+        if crate::stop::requested() {
+            return [RangeScan::EMPTY; N];
+        }
+        piece(start, outs)
     };
-    let merge = |x: [RangeScan; 3], y: [RangeScan; 3]| [x[0].merge(y[0]), x[1].merge(y[1]), x[2].merge(y[2])];
+    let merge = |x: [RangeScan; N], y: [RangeScan; N]| -> [RangeScan; N] { std::array::from_fn(|k| x[k].merge(y[k])) };
     if threads > 1 {
         use rayon::prelude::*;
-        pieces.into_par_iter().map(piece).reduce(|| [RangeScan::EMPTY; 3], merge)
+        pieces.into_par_iter().map(run).reduce(|| [RangeScan::EMPTY; N], merge)
     } else {
-        pieces.into_iter().map(piece).fold([RangeScan::EMPTY; 3], merge)
+        pieces.into_iter().map(run).fold([RangeScan::EMPTY; N], merge)
     }
 }
 

@@ -23,9 +23,7 @@
 use crate::buffer::{begin_evaluation, overwritten};
 use crate::elementwise::PAR_ELEMENTWISE_MIN_ELEMENTS;
 use crate::error::{EinsumError, EinsumResult};
-use crate::hadamard::{
-    Cotangent, CotangentBlocks, HadamardOutputs, PIECES_PER_THREAD, STOP_CHECK, Same, Slab, block_at, block_at_mut, cut,
-};
+use crate::hadamard::{Cotangent, CotangentBlocks, HadamardOutputs, Same, Slab, block_at, block_at_mut, over_pieces};
 use crate::plan::Plan;
 use crate::scan::{LANES, Lanes, RangeScan};
 use crate::tensor::Tensor;
@@ -147,43 +145,12 @@ type Grads<'a> = [&'a mut [f64]; 3];
 /// current pool's threads when the output is large; the scans of the value and of each
 /// gradient (of nothing for an empty one).
 fn pass(x: [&[f64]; 3], c: Option<Cotangent<'_>>, value: &mut [f64], grads: Grads<'_>) -> [RangeScan; 4] {
-    let n = value.len();
-    let threads = if n >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
-        rayon::current_num_threads()
-    } else {
-        1
-    };
-    // Pieces of whole cache lines (8 `f64`), so that two threads share none.
-    let width = if threads > 1 { n.div_ceil(PIECES_PER_THREAD * threads) } else { STOP_CHECK }.next_multiple_of(LANES);
-    let mut pieces: Vec<(usize, &mut [f64], Grads<'_>)> = Vec::with_capacity(n.div_ceil(width.max(1)));
-    let (mut rest, mut grads, mut start) = (value, grads, 0);
-    while start < n {
-        let len = width.min(n - start);
-        let (head, tail) = cut(rest, len);
-        let [g0, g1, g2] = grads;
-        let ((h0, t0), (h1, t1), (h2, t2)) = (cut(g0, len), cut(g1, len), cut(g2, len));
-        pieces.push((start, head, [h0, h1, h2]));
-        (rest, grads, start) = (tail, [t0, t1, t2], start + len);
-    }
-    let piece = |(start, value, grads): (usize, &mut [f64], Grads<'_>)| {
-        if crate::stop::requested() {
-            return [RangeScan::EMPTY; 4]; // the evaluation is ending with an error
-        }
+    let [g0, g1, g2] = grads;
+    over_pieces([value, g0, g1, g2], |start, [value, g0, g1, g2]| {
         let end = start + value.len();
-        let c = c.map(|c| match c {
-            Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
-            scalar => scalar,
-        });
-        let x = x.map(|x| &x[start..end]);
-        crate::small_gemm::arch().dispatch(Write3 { x, c, value, grads })
-    };
-    let merge = |x: [RangeScan; 4], y: [RangeScan; 4]| -> [RangeScan; 4] { std::array::from_fn(|k| x[k].merge(y[k])) };
-    if threads > 1 {
-        use rayon::prelude::*;
-        pieces.into_par_iter().map(piece).reduce(|| [RangeScan::EMPTY; 4], merge)
-    } else {
-        pieces.into_iter().map(piece).fold([RangeScan::EMPTY; 4], merge)
-    }
+        let (x, c) = (x.map(|x| &x[start..end]), c.map(|c| c.range(start, end)));
+        crate::small_gemm::arch().dispatch(Write3 { x, c, value, grads: [g0, g1, g2] })
+    })
 }
 
 /// The arguments of [`write3`], as the value pulp dispatches (compiled again for the
