@@ -223,3 +223,28 @@ def test_three_operands_past_the_parallel_threshold(threads):
             for g, want in zip(grads, [c * (b * d), c * (a * d), c * (a * b)]):
                 assert same(g, want)
         assert vg_left is True and one[2] is True
+
+
+@pytest.mark.parametrize(
+    "eq, dtype",
+    [("ij,ij->ij", float), ("ij,ij,ij->ij", float), ("ij,ji->ij", float), ("ij,ij->ij", complex)],
+)
+def test_bad_derivative_arguments_get_the_programs_messages(eq, dtype):
+    """The element-wise kernels (``Hadamard``, ``Hadamard3``, ``ElementwiseProduct``) leave
+    a ``wrt`` entry past the operands and a cotangent of another shape to the compiled
+    program, whose messages name the operand count and the expression, for the checked
+    call and the plain one alike."""
+    n = eq.count(",") + 1
+    ops = [np.ones((4, 5), dtype) if t == "ij" else np.ones((5, 4), dtype) for t in eq.split("->")[0].split(",")]
+    expr = cgx.contract_expression(eq, *[o.shape for o in ops])
+    good = np.ones((4, 5))
+    calls = [
+        lambda **kw: expr.value_and_grad(*ops, **kw),
+        lambda **kw: expr._value_and_grad_checked(tuple(ops), kw.get("wrt"), kw["cotangent"]),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"cannot differentiate with respect to operand {n}: there are {n}"):
+            call(wrt=[n], cotangent=good)
+        for shape in [(3, 3), (5, 4)]:
+            with pytest.raises(ValueError, match=rf"cotangent 0 of `{eq}` has shape \[{shape[0]}, {shape[1]}\]"):
+                call(wrt=None, cotangent=np.ones(shape))

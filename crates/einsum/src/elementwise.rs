@@ -19,6 +19,11 @@
 //! Outputs of [`PAR_ELEMENTWISE_MIN_ELEMENTS`] or more are cut into row-aligned chunks
 //! over the current rayon pool's threads (inside a pool of more than one thread).
 //!
+//! The checked forms scan each piece of the output for values that left the finite range
+//! right after writing it, while it is in cache (`run_scanned`); `run_summing` also sums
+//! the broadcast operand along the labels the other lacks as it reads it (a broadcast
+//! product's gradient for a scalar cotangent).
+//!
 //! Cost: `O(|out|)` multiplications, `|a| + |b| + |out|` elements of memory traffic.
 
 use smallvec::SmallVec;
@@ -536,7 +541,7 @@ impl ElementwisePlan {
 
     /// [`Self::run_summing`]'s rows from `first` on into `dst` (a whole number of them),
     /// each cut into units of [`SCAN_UNIT`]: a unit's products, its scan, then its part of
-    /// `a` added into `sum`.
+    /// `a` added into `sum`. The plan has an axis (it [`Self::sums_a_along`] its last).
     fn rows_summing<T: Elem, F: Fn(T, T) -> T>(
         &self,
         first: usize,
@@ -548,11 +553,6 @@ impl ElementwisePlan {
         let n = self.sizes.last().copied().unwrap_or(1);
         let ib = self.strides[1].last().copied().unwrap_or(0);
         let mut s = RangeScan::EMPTY;
-        if self.sizes.is_empty() {
-            dst[0] = f(a[0], b[0]);
-            sum[0] += a[0];
-            return scan(dst);
-        }
         let mut at = RowCursor::at(self, first);
         for row in dst.chunks_exact_mut(n) {
             if crate::stop::requested() {

@@ -286,7 +286,7 @@ pub(crate) fn outer_cut(
 /// that changed one would change the result's bits. Past the inline size `SMALL_N` does
 /// not choose a kernel: faer's blocked GEMM sums each element along `k` in the same order
 /// whatever its rows and columns (a `40 × 9` GEMM cut into 24 rows and 16 equals the
-/// whole bit for bit: `cut_gemms_equal_the_whole_bit_for_bit`).
+/// whole bit for bit: `a_gemm_cut_past_small_gemms_width_equals_the_whole`).
 fn same_kernel([m, n, k]: [usize; 3], [m1, n1]: [usize; 2]) -> bool {
     let inline = |[m, n, k]: [usize; 3]| m.saturating_mul(n).saturating_mul(k) <= SMALL_GEMM_MAX_MACS;
     let thin = |[m, n]: [usize; 2]| m <= THIN_MAX && n <= THIN_MAX;

@@ -80,7 +80,8 @@ impl Inner {
     /// one layout and whether any of them left float64's range, from one pass that reads
     /// the operands and the cotangent once and scans the results as it writes them
     /// ([`einsum::Hadamard::value_and_grad`], [`einsum::Hadamard3::value_and_grad`]); `None`
-    /// for any other expression or element type.
+    /// for any other expression or element type, and for a `wrt` entry or a cotangent shape
+    /// that the compiled program's call is to refuse with its own message.
     pub(super) fn hadamard_value_and_grad<'py, T: Dtype>(
         &self,
         py: Python<'py>,
@@ -88,12 +89,17 @@ impl Inner {
         d: &Derivative<'_, 'py>,
     ) -> PyResult<Option<(Bound<'py, PyTuple>, bool)>> {
         let (hadamard, hadamard3, real) = (&self.hadamard, &self.hadamard3, T::real(operands));
-        if !matches!((hadamard, hadamard3, real), (Some(_), _, Some([_, _])) | (_, Some(_), Some([_, _, _]))) {
+        if !matches!((hadamard, hadamard3, real), (Some(_), _, Some([_, _])) | (_, Some(_), Some([_, _, _])))
+            || d.wrt.iter().any(|&w| w >= operands.len())
+        {
             return Ok(None);
         }
         self.check_memory::<f64>(d.limit)?;
         // A scalar stays a scalar: the kernels read it as that value everywhere.
         let c = self.given_cotangent::<f64>(d.cotangent)?;
+        if !c.shape().is_empty() && c.shape() != self.output_shape {
+            return Ok(None);
+        }
         let work = 3.0 * self.slice_plan.multiply_adds();
         let wrt = &d.wrt;
         let out = match (hadamard, hadamard3, real) {
