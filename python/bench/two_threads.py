@@ -6,7 +6,12 @@ on `compare_einsum.py`'s operands, `threads=1|2` per call. Per round, one thread
 after a warm-up. Prints one markdown row per instance: median [min–max] ms and the ratio,
 forward then value+gradient.
 
-usage: PYTHONPATH=<folder> chrt -f 50 python3 python/bench/two_threads.py R [NAME ...]"""
+With `--dump DIR`, times nothing and writes each chosen instance as `DIR/NAME.json` and its
+operands, the very ones a timing run of the same names gets, as `DIR/NAME.f64` (every
+operand's float64 entries, little-endian, row-major, in operand order), for the engine
+alone on the same input: `threads_ab --operands DIR/NAME.json`.
+
+usage: PYTHONPATH=<folder> chrt -f 50 python3 python/bench/two_threads.py [--dump DIR] R [NAME ...]"""
 import json
 import pathlib
 import statistics
@@ -26,7 +31,12 @@ def cell(xs):
 
 
 def main():
-    rounds, only = int(sys.argv[1]), sys.argv[2:]
+    args = sys.argv[1:]
+    dump = None
+    if args[:1] == ["--dump"]:
+        dump, args = pathlib.Path(args[1]), args[2:]
+        dump.mkdir(parents=True, exist_ok=True)
+    rounds, only = int(args[0]), args[1:]
     operands = peers.load_script("compare_einsum", peers.ROOT / "benches" / "scripts" / "compare_einsum.py").operands
     insts = [json.loads(f.read_text()) | {"name": f.stem} for f in sorted(peers.DATA.glob("*.json"))]
     insts += peers.seeded_networks()
@@ -38,6 +48,10 @@ def main():
         eq, shapes = inst["format_string"], [tuple(s) for s in inst["shapes"]]
         path = [tuple(p) for p in inst["paths"]["opt_flops"]["path"]]
         ops = [np.asarray(x) for x in operands(eq, shapes, rng)]
+        if dump is not None:
+            (dump / f"{name}.json").write_text(json.dumps(inst))
+            (dump / f"{name}.f64").write_bytes(b"".join(np.ascontiguousarray(x, "<f8").tobytes() for x in ops))
+            continue
         expr = cgx.contract_expression(eq, *shapes, optimize=path)
         seed = np.ones(np.shape(expr(*ops)))
         for t in (1, 2):

@@ -12,7 +12,12 @@
 //! With `--cpu`, the calling thread's CPU time is printed beside the one-thread wall time
 //! (on a loaded machine, the one-thread call's own work).
 //!
-//! `cargo run --release -p einsum --example threads_ab -- [--reps N] [--threads N] file.json ...`
+//! With `--operands`, each `F.json`'s operands are read from `F.f64` beside it (every
+//! operand's float64 entries, little-endian, row-major, in operand order: what
+//! `python/bench/two_threads.py --dump` writes of the operands the Python package is timed
+//! on), instead of `Instance::random_operands(42)`.
+//!
+//! `cargo run --release -p einsum --example threads_ab -- [--reps N] [--threads N] [--operands] file.json ...`
 
 use std::time::Instant;
 
@@ -69,7 +74,21 @@ impl Calls {
     }
 }
 
-fn run(file: &str, reps: usize, threads: usize) {
+/// The operands written beside `file` (`F.json` → `F.f64`), in the instance's shapes.
+fn operands_beside(file: &str, inst: &Instance) -> Vec<Tensor<f64>> {
+    let raw = std::path::Path::new(file).with_extension("f64");
+    let bytes = std::fs::read(&raw).unwrap_or_else(|e| panic!("cannot read {}: {e}", raw.display()));
+    let mut values = bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let ops: Vec<Tensor<f64>> = inst
+        .shapes
+        .iter()
+        .map(|s| Tensor::new(s.clone(), values.by_ref().take(s.iter().product()).collect()).unwrap())
+        .collect();
+    assert!(values.next().is_none() && bytes.len() % 8 == 0, "{} holds more than the operands", raw.display());
+    ops
+}
+
+fn run(file: &str, reps: usize, threads: usize, beside: bool) {
     let inst = Instance::from_file(file).unwrap_or_else(|e| panic!("{e}"));
     let choice = inst.opt_flops.clone().map_or(PathChoice::Greedy, PathChoice::Explicit);
     let one = inst.einsum::<f64>(choice).unwrap_or_else(|e| panic!("{e}"));
@@ -80,7 +99,7 @@ fn run(file: &str, reps: usize, threads: usize) {
     let many = balanced.unwrap_or_else(|| Einsum::from_plan(one.plan().clone()).unwrap());
     let all: Vec<usize> = (0..inst.shapes.len()).collect();
     let grad = one.gradient_of_sum(&all).unwrap();
-    let ops = inst.random_operands::<f64>(42).unwrap();
+    let ops = if beside { operands_beside(file, &inst) } else { inst.random_operands::<f64>(42).unwrap() };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
     let calls = Calls { one, many, grad, ops, pool, threads };
     // Warm the buffer pool and the lazily built schedules.
@@ -125,7 +144,8 @@ fn main() {
     };
     let reps: usize = take("--reps").map_or(7, |r| r.parse().expect("--reps takes a number"));
     let threads: usize = take("--threads").map_or(2, |r| r.parse().expect("--threads takes a number"));
+    let beside = args.iter().position(|a| a == "--operands").map(|p| args.remove(p)).is_some();
     for f in &args {
-        run(f, reps, threads);
+        run(f, reps, threads, beside);
     }
 }
