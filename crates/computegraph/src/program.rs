@@ -141,12 +141,16 @@ impl fmt::Debug for Instr {
 }
 
 /// Per output, whether it is its slot's last mention, so that taking the outputs may move
-/// that value out (the earlier mentions clone it).
+/// that value out (the earlier mentions clone it). The slots seen are a flag per slot up
+/// to the largest output slot, not a hash set: every unread value of a random DAG is an
+/// output, so there may be as many outputs as slots, and a hash of each cost more than
+/// the rest of compile's tail.
 pub(crate) fn output_moves(output_slots: &[SlotId]) -> Vec<bool> {
+    let slots = output_slots.iter().map(|s| s.index() + 1).max().unwrap_or(0);
+    let mut seen = vec![false; slots];
     let mut output_move = vec![false; output_slots.len()];
-    let mut seen = rustc_hash::FxHashSet::default();
     for (i, s) in output_slots.iter().enumerate().rev() {
-        output_move[i] = seen.insert(*s);
+        output_move[i] = !std::mem::replace(&mut seen[s.index()], true);
     }
     output_move
 }
@@ -178,6 +182,14 @@ pub(crate) struct Run {
 /// about what one instruction of the per-instruction loop does.
 pub(crate) const MIN_UNIFORM_RUN: usize = 2;
 
+/// [`MIN_UNIFORM_RUN`] for instructions in the materialized order, which dispatch kept (a
+/// chain of random variants): there a group of two equal operations is as common as not,
+/// and its run loop, a call of its own, cost evaluation more than the mixed loop's two
+/// dispatches; each run also costs the cut and the verifier a branch on its kind that
+/// nothing predicts. In a sorted order (a layered DAG's) runs of two are evaluated faster
+/// as runs.
+pub(crate) const MIN_UNIFORM_RUN_KEPT_ORDER: usize = 3;
+
 /// Cuts instructions into [`Run`]s as compile emits them (one entry each in `ops` and in
 /// the instruction column, arguments laid out in order in the pool), and keeps with them
 /// the operation of each uniform run, in order: the evaluator reads those from this short
@@ -205,11 +217,24 @@ pub(crate) struct RunCutter<Op> {
     /// the first one joins nothing).
     last_arity: u8,
     last_start: u32,
+    /// Groups shorter than this are mixed ([`MIN_UNIFORM_RUN`]).
+    min_run: usize,
 }
 
 impl<Op: PartialEq + Clone> RunCutter<Op> {
-    pub(crate) fn new() -> Self {
-        RunCutter { runs: Vec::new(), run_ops: Vec::new(), first: 0, start: 0, arity: 0, last_arity: 1, last_start: 0 }
+    /// A cutter whose uniform runs are at least `min_run` instructions long (at least 1).
+    pub(crate) fn new(min_run: usize) -> Self {
+        let min_run = min_run.max(1);
+        RunCutter {
+            runs: Vec::new(),
+            run_ops: Vec::new(),
+            first: 0,
+            start: 0,
+            arity: 0,
+            last_arity: 1,
+            last_start: 0,
+            min_run,
+        }
     }
 
     /// Adds instruction `i` (the next one), whose operation is `ops[i]`.
@@ -242,7 +267,7 @@ impl<Op: PartialEq + Clone> RunCutter<Op> {
     #[inline(always)]
     fn close(&mut self, ops: &[Op], end: usize) {
         use std::hint::select_unpredictable;
-        let short = end - self.first < MIN_UNIFORM_RUN;
+        let short = end - self.first < self.min_run;
         let arity = select_unpredictable(short, 0, self.arity);
         // Mixed instructions join the mixed run before them: that run is replaced by one
         // from its start to `end`.
@@ -283,7 +308,7 @@ mod tests {
 
     /// The cut written over the finished columns, as compile made it before cutting as it
     /// emits: the reference for [`RunCutter`].
-    fn runs_of<T: PartialEq + Clone>(ops: &[T], instrs: &[Instr]) -> (Vec<Run>, Vec<T>) {
+    fn runs_of<T: PartialEq + Clone>(ops: &[T], instrs: &[Instr], min_run: usize) -> (Vec<Run>, Vec<T>) {
         let uniform_arity = |i: usize| match (instrs[i].n_in(), instrs[i].n_out()) {
             (n @ (1 | 2), 1) => n as u8,
             _ => 0,
@@ -296,7 +321,7 @@ mod tests {
             while arity != 0 && end < ops.len() && uniform_arity(end) == arity && ops[end] == ops[i] {
                 end += 1;
             }
-            let arity = if end - i >= MIN_UNIFORM_RUN { arity } else { 0 };
+            let arity = if end - i >= min_run { arity } else { 0 };
             match runs.last_mut() {
                 Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
                 _ => {
@@ -316,6 +341,7 @@ mod tests {
     fn both_cuts<T: PartialEq + Clone + std::fmt::Debug>(
         ops: &[T],
         shapes: &[(u8, u16, u16)],
+        min_run: usize,
     ) -> ((Vec<Run>, Vec<T>), (Vec<Run>, Vec<T>)) {
         let mut instrs = Vec::new();
         let mut start = 0u32;
@@ -323,25 +349,42 @@ mod tests {
             instrs.push(Instr::new(start, n_in, n_out));
             start += u32::from(n_in + n_out);
         }
-        let mut cutter = RunCutter::new();
+        let mut cutter = RunCutter::new(min_run);
         for (i, &instr) in instrs.iter().enumerate() {
             cutter.push(ops, i, instr);
         }
-        (cutter.finish(ops), runs_of(ops, &instrs))
+        (cutter.finish(ops), runs_of(ops, &instrs, min_run))
+    }
+
+    proptest! {
+        /// The flags are those of a hash set of the slots seen from the end (the form
+        /// before the flag column), with slots repeated among the outputs.
+        #[test]
+        fn output_moves_mark_each_slots_last_mention(slots in proptest::collection::vec(0usize..40, 0..60)) {
+            let output_slots: Vec<SlotId> = slots.iter().map(|&s| SlotId::new(s)).collect();
+            let mut seen = std::collections::HashSet::new();
+            let mut expected = vec![false; slots.len()];
+            for (i, s) in slots.iter().enumerate().rev() {
+                expected[i] = seen.insert(*s);
+            }
+            prop_assert_eq!(output_moves(&output_slots), expected);
+        }
     }
 
     proptest! {
         /// Operations without a drop (the cut without a branch on how a group ends) and
-        /// with one (`String`s, the branching form), over groups of every length.
+        /// with one (`String`s, the branching form), over groups of every length, with
+        /// either shortest uniform run and others.
         #[test]
         fn cutting_as_compile_emits_gives_the_runs_of_the_whole_columns(
             shapes in proptest::collection::vec((0u8..3, 0u16..4, 1u16..3), 0..200),
+            min_run in prop_oneof![Just(MIN_UNIFORM_RUN), Just(MIN_UNIFORM_RUN_KEPT_ORDER), 1usize..5],
         ) {
             let ops: Vec<u8> = shapes.iter().map(|s| s.0).collect();
-            let (cut, reference) = both_cuts(&ops, &shapes);
+            let (cut, reference) = both_cuts(&ops, &shapes, min_run);
             prop_assert_eq!(cut, reference);
             let ops: Vec<String> = shapes.iter().map(|s| s.0.to_string()).collect();
-            let (cut, reference) = both_cuts(&ops, &shapes);
+            let (cut, reference) = both_cuts(&ops, &shapes, min_run);
             prop_assert_eq!(cut, reference);
         }
     }
