@@ -266,13 +266,14 @@ impl<Op: PartialEq + Clone> RunCutter<Op> {
     /// Ends the open instructions at `end` (exclusive).
     #[inline(always)]
     fn close(&mut self, ops: &[Op], end: usize) {
-        use std::hint::select_unpredictable;
         let short = end - self.first < self.min_run;
-        let arity = select_unpredictable(short, 0, self.arity);
+        // Selects as arithmetic (the crate's MSRV predates `select_unpredictable`): a
+        // plain `if` may be compiled as a branch, mispredicted here as often as not.
+        let arity = self.arity * u8::from(!short);
         // Mixed instructions join the mixed run before them: that run is replaced by one
         // from its start to `end`.
         let join = (arity == 0) & (self.last_arity == 0);
-        let start = select_unpredictable(join, self.last_start, self.start);
+        let start = self.start ^ ((self.start ^ self.last_start) & 0u32.wrapping_sub(u32::from(join)));
         self.runs.truncate(self.runs.len() - usize::from(join));
         // Grown in advised memory (`push_grown`): a graph whose operations vary a lot (a
         // chain of random variants) has a run every few instructions, and these columns
@@ -342,7 +343,7 @@ mod tests {
         ops: &[T],
         shapes: &[(u8, u16, u16)],
         min_run: usize,
-    ) -> ((Vec<Run>, Vec<T>), (Vec<Run>, Vec<T>)) {
+    ) -> [(Vec<Run>, Vec<T>); 2] {
         let mut instrs = Vec::new();
         let mut start = 0u32;
         for &(_, n_in, n_out) in shapes {
@@ -353,7 +354,7 @@ mod tests {
         for (i, &instr) in instrs.iter().enumerate() {
             cutter.push(ops, i, instr);
         }
-        (cutter.finish(ops), runs_of(ops, &instrs, min_run))
+        [cutter.finish(ops), runs_of(ops, &instrs, min_run)]
     }
 
     proptest! {
@@ -381,10 +382,10 @@ mod tests {
             min_run in prop_oneof![Just(MIN_UNIFORM_RUN), Just(MIN_UNIFORM_RUN_KEPT_ORDER), 1usize..5],
         ) {
             let ops: Vec<u8> = shapes.iter().map(|s| s.0).collect();
-            let (cut, reference) = both_cuts(&ops, &shapes, min_run);
+            let [cut, reference] = both_cuts(&ops, &shapes, min_run);
             prop_assert_eq!(cut, reference);
             let ops: Vec<String> = shapes.iter().map(|s| s.0.to_string()).collect();
-            let (cut, reference) = both_cuts(&ops, &shapes, min_run);
+            let [cut, reference] = both_cuts(&ops, &shapes, min_run);
             prop_assert_eq!(cut, reference);
         }
     }
