@@ -29,6 +29,10 @@ checked against cgx's (relative difference 1e-8).
 
     python3 python/bench/elementwise_peers.py [--threads 1,2] [--repeat 7] [--sizes 16,20,23]
                                               [--dtypes f64,c128] [--only SUBSTRING] [--json OUT]
+                                              [--libs cgx,copy]
+
+``--libs`` times only the libraries named (cgx and the copy always): an A/B of two cgx
+builds alternated runs in a fraction of the time, the peers timed once beside them.
 """
 
 import argparse
@@ -100,7 +104,10 @@ def worker(args):
 
     import cgx
 
-    jax, jnp, torch = peers.import_peers(threads)
+    libs = set(args.libs.split(",")) | {"cgx", "copy"}
+    jax, jnp, torch = peers.import_peers(threads) if libs & {"jax", "torch"} else (None, None, None)
+    jax, jnp = (jax, jnp) if "jax" in libs else (None, None)
+    torch = torch if "torch" in libs else None
 
     cgx.set_num_threads(threads)
 
@@ -128,8 +135,9 @@ def worker(args):
                 _, grads = expr.value_and_grad(*ops, cotangent=1.0)
                 out_elems = int(np.asarray(value).size)
                 oe_expr = oe.contract_expression(eq, *shapes)
-                calls = {"cgx": (lambda x=ops: expr(*x), lambda x=ops: expr.value_and_grad(*x, cotangent=1.0)),
-                         "numpy+oe": (lambda x=ops: oe_expr(*x), None)}
+                calls = {"cgx": (lambda x=ops: expr(*x), lambda x=ops: expr.value_and_grad(*x, cotangent=1.0))}
+                if "numpy+oe" in libs:
+                    calls["numpy+oe"] = (lambda x=ops: oe_expr(*x), None)
                 errs = [peers.rel_err(oe_expr(*ops), value)]
                 if jax:
                     jops = [jnp.asarray(x) for x in ops]
@@ -224,6 +232,7 @@ def main():
     parser.add_argument("--sizes", default="16,20,23", help="exponents e of 2^e elements")
     parser.add_argument("--dtypes", default="f64,c128")
     parser.add_argument("--only", default="", help="run the cases whose label ('name dtype 2^e') contains this")
+    parser.add_argument("--libs", default=",".join(LIBS), help="the libraries timed (cgx and the copy always)")
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--table", type=pathlib.Path, help="print the table of a JSON written before")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -236,7 +245,7 @@ def main():
     rows = []
     for threads in [int(x) for x in args.threads.split(",")]:
         cmd = [sys.executable, __file__, "--worker", str(threads), "--repeat", str(args.repeat), "--sizes", args.sizes,
-               "--dtypes", args.dtypes, "--only", args.only]
+               "--dtypes", args.dtypes, "--only", args.only, "--libs", args.libs]
         out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
         rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         print(table([r for r in rows if r["threads"] == threads]), flush=True)

@@ -44,6 +44,11 @@ thread, and its cells at N > 1 say so (``1 thread``).
     python3 python/bench/peers.py [--threads 1,2] [--repeat 5] [--clock wall|cpu] [--only SUBSTRING]
                                   [--json OUT] [FILE.json ...]
 
+Each row also records the share of the machine's cores that other processes used while
+its worker ran (``/proc/stat``'s busy time less the worker's own CPU time), and each
+thread count's section ends with the largest such share: a row whose figure is more than
+a few percent was not measured on an idle machine.
+
 ``--clock cpu`` times each call by the process's CPU time (all its threads) instead of the
 wall clock: on a machine loaded by other work, a one-thread call's CPU time is its own work,
 while its wall time grows with the load.
@@ -417,6 +422,26 @@ def overhead(cgx, oe, np, torch):
 # --- the driver ------------------------------------------------------------------------
 
 
+def busy_seconds():
+    """The machine's busy CPU seconds since boot (every core), from ``/proc/stat``; ``None``
+    where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal ...: all but idle and iowait.
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def cell(samples):
     if samples is None or not samples:
         return "—"
@@ -476,6 +501,7 @@ def main():
                 if threads == 1 and i == len(files) - 1:
                     cmd.append("--overhead")
                 over = None
+                busy0, own0, wall0, n0 = busy_seconds(), children_cpu_seconds(), time.perf_counter(), len(rows)
                 with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
                     for line in proc.stdout:
                         msg = json.loads(line)
@@ -492,12 +518,25 @@ def main():
                         else:
                             rows.append(msg)
                             print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+                busy1 = busy_seconds()
+                if busy0 is not None and busy1 is not None and len(rows) > n0:
+                    # What the rest of the machine took: its busy time less this worker's (and
+                    # this driver's share is a few milliseconds), over the cores' wall time.
+                    others = (busy1 - busy0) - (children_cpu_seconds() - own0)
+                    # Every core's: /proc/stat's first line counts them all, whatever this
+                    # driver's affinity.
+                    cores = os.cpu_count()
+                    rows[-1]["others_cpu_share"] = max(0.0, others) / ((time.perf_counter() - wall0) * cores)
                 if over:
                     print(f"`{over['over_memory'] or pathlib.Path(f).stem}`: over the {args.max_rss_gib} GiB budget per process"
                           f" ({over['rss'] / 2**30:.1f} GiB during {over['what']}), left out", flush=True)
                 elif proc.returncode:
                     sys.exit(f"the worker of {threads} thread(s) failed on {f} (exit {proc.returncode})")
             print(table(rows), flush=True)
+            shares = [r["others_cpu_share"] for r in rows if "others_cpu_share" in r]
+            if shares:
+                print(f"other processes used at most {100 * max(shares):.1f}% of the cores while a row ran"
+                      f" (median {100 * statistics.median(shares):.1f}%)", flush=True)
             all_rows += rows
     if args.json:
         args.json.write_text(json.dumps(all_rows, indent=1))

@@ -38,14 +38,22 @@
 //! slices' Hessian-vector products ([`SlicedHvp`]). `_scaled` runs the einsum crate's
 //! scaled contraction (value, and gradients on request) and gives each result as
 //! `(mantissa, exponent)` in base 10, cotengra's form.
+//!
+//! An unsliced expression that is one element-wise product runs outside its compiled
+//! program (`checked.rs`): float64 products of two or three operands of one layout by
+//! `einsum::Hadamard` and `einsum::Hadamard3` on every call, any other product of two
+//! operands that sums nothing, one of them as large as the product (not an outer product:
+//! `ElementwiseProduct::beats_the_program`), by `einsum::ElementwiseProduct` on the checked calls
+//! (`_call_checked`, `_value_and_grad_checked`, `_contract_checked`), each kernel finding
+//! every result's range as it writes it, so that `strip_exponent=None` reads nothing twice.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use einsum::{
-    EinsumError, EinsumResult, Elem, Hadamard, MemoryLimit, OutputBlocks, PathChoice, RangeScan, ScaledTensor,
-    SlicePlan, SlicedEinsum, SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
+    EinsumError, EinsumResult, Elem, ElementwiseProduct, Hadamard, Hadamard3, MemoryLimit, OutputBlocks, PathChoice,
+    RangeScan, ScaledTensor, SlicePlan, SlicedEinsum, SlicedGradient, SlicedHvp, Slicing, Subscripts, Tensor, c64,
 };
 use numpy::Element;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -56,6 +64,8 @@ use crate::convert::{self, FromReal, Operands};
 use crate::einsum_error;
 use crate::interrupt::interruptibly_in;
 use crate::plan::Report;
+
+mod checked;
 
 /// Below this many multiply-adds a call keeps the GIL: releasing and taking it back costs
 /// more than such a contraction.
@@ -119,6 +129,13 @@ struct Inner {
     /// For an unsliced element-wise product of one layout (`ij,ij->ij`), the kernel that
     /// writes float64 value and gradients in one pass and scans their range on the way.
     hadamard: Option<Hadamard>,
+    /// The same for a product of three operands of one layout (`ij,ij,ij->ij`).
+    hadamard3: Option<Hadamard3>,
+    /// For an unsliced product of two operands that sums nothing (broadcasts, permuted
+    /// layouts, complex operands), the kernels that scan each result as they write it;
+    /// `None` where they would cost more than the compiled program (an outer product,
+    /// `ElementwiseProduct::beats_the_program`).
+    product: Option<ElementwiseProduct>,
 }
 
 /// The element types, and where each keeps its compiled programs.
@@ -240,7 +257,10 @@ impl Inner {
             )),
             _ => einsum_error(e),
         })?;
-        let hadamard = if slice_plan.labels().is_empty() { Hadamard::for_plan(&plan) } else { None };
+        let unsliced = slice_plan.labels().is_empty();
+        let hadamard = if unsliced { Hadamard::for_plan(&plan) } else { None };
+        let hadamard3 = if unsliced { Hadamard3::for_plan(&plan) } else { None };
+        let product = ElementwiseProduct::for_plan(&plan).filter(|p| unsliced && p.beats_the_program());
         Ok(Inner {
             plan,
             report,
@@ -250,6 +270,8 @@ impl Inner {
             real: Compiled::new(),
             complex: Compiled::new(),
             hadamard,
+            hadamard3,
+            product,
         })
     }
 
@@ -487,6 +509,10 @@ impl Inner {
             if let Some((pair, left)) = self.hadamard_value_and_grad(py, operands, d)? {
                 return Ok((pair, scan.then_some(left)));
             }
+            // Only for the range test: without it the compiled program writes the same.
+            if scan && let Some((pair, left)) = self.product_value_and_grad(py, operands, d)? {
+                return Ok((pair, Some(left)));
+            }
         }
         let (_, c, g) = self.gradient::<T>(d)?;
         let refs: Vec<&Tensor<T>> = operands.iter().collect();
@@ -631,63 +657,6 @@ impl Inner {
             None => run_on(py, work, uses, || g.eval_blocks_with_value(&refs, &c, range))?,
         };
         PyTuple::new(py, [blocks_to_py(py, v)?, to_tuple(py, grads)?.into_any()])
-    }
-}
-
-impl Inner {
-    /// The value of an element-wise product of float64 operands and whether it left
-    /// float64's range, from one pass that scans the result as it writes it
-    /// ([`Hadamard`]); `None` for any other expression or element type.
-    fn hadamard_value<'py, T: Dtype>(
-        &self,
-        py: Python<'py>,
-        operands: &[Tensor<T>],
-        limit: Option<f64>,
-    ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
-        let (Some(h), Some([a, b])) = (&self.hadamard, T::real(operands)) else { return Ok(None) };
-        self.check_memory::<f64>(limit)?;
-        let work = self.slice_plan.multiply_adds();
-        let (value, scan) = run_on(py, work, |t| h.uses_threads(t), || h.value_with_range(a, b))?;
-        Ok(Some((convert::to_numpy(py, value)?.into_any(), scan.left_range())))
-    }
-
-    /// [`Inner::eval`]'s result for the whole contraction, and whether it left float64's
-    /// range: found by the element-wise kernel while it wrote the result, or read by the
-    /// call's threads right after ([`Inner::eval_sum`]; by moduli for a complex result).
-    fn eval_checked<'py, T: Dtype>(
-        &self,
-        py: Python<'py>,
-        operands: &[Tensor<T>],
-        limit: Option<f64>,
-    ) -> PyResult<(Bound<'py, PyAny>, Option<bool>)> {
-        match self.hadamard_value(py, operands, limit)? {
-            Some((value, left)) => Ok((value, Some(left))),
-            None => {
-                self.check_memory::<T>(limit)?;
-                self.eval_sum(py, operands, self.range(0, None), true)
-            }
-        }
-    }
-
-    /// `(value, grads)` of an element-wise product of float64 operands and whether any of
-    /// them left float64's range, from one pass that reads the operands and the cotangent
-    /// once and scans the results as it writes them ([`Hadamard::value_and_grad`]); `None`
-    /// for any other expression or element type.
-    fn hadamard_value_and_grad<'py, T: Dtype>(
-        &self,
-        py: Python<'py>,
-        operands: &[Tensor<T>],
-        d: &Derivative<'_, 'py>,
-    ) -> PyResult<Option<(Bound<'py, PyTuple>, bool)>> {
-        let (Some(h), Some([a, b])) = (&self.hadamard, T::real(operands)) else { return Ok(None) };
-        self.check_memory::<f64>(d.limit)?;
-        // A scalar stays a scalar: the kernel reads it as that value everywhere.
-        let c = self.given_cotangent::<f64>(d.cotangent)?;
-        let work = 3.0 * self.slice_plan.multiply_adds();
-        let wrt = &d.wrt;
-        let out = run_on(py, work, |t| h.uses_threads(t), || h.value_and_grad(a, b, &c, wrt))?;
-        let value = convert::to_numpy(py, out.value)?.into_any();
-        Ok(Some((PyTuple::new(py, [value, to_tuple(py, out.grads)?.into_any()])?, out.left_range)))
     }
 }
 

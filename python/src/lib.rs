@@ -8,9 +8,10 @@
 //! - `convert.rs`: numpy arrays to `einsum::Tensor` and back;
 //! - `expression.rs`: `Expression` (compiled once per element type, sliced when
 //!   `memory_limit` or `sliced_inds` asks, gradients, HVPs, slice ranges) and `contract`
-//!   (a bounded cache of expressions); an element-wise product of one layout runs
-//!   `einsum::Hadamard`'s one pass, whose range verdict `_call_checked`,
-//!   `_value_and_grad_checked` and `_contract_checked` hand to `strip_exponent=None`;
+//!   (a bounded cache of expressions); an element-wise product runs the einsum crate's
+//!   kernels that scan each result as they write it (`expression/checked.rs`), whose range
+//!   verdict `_call_checked`, `_value_and_grad_checked` and `_contract_checked` hand to
+//!   `strip_exponent=None`;
 //! - `hyper.rs`: `hyper_search`, the hyper-optimizer for `cgx.HyperOptimizer`, and
 //!   `check_hyper_options`, its arguments checked when it is made;
 //! - `draw.rs`: `tree_svg`, the contraction tree as SVG for `PathInfo.plot`;

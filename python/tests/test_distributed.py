@@ -570,7 +570,8 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, for
             assert time.monotonic() < deadline, "the victim started no task in 120 s"
             time.sleep(0.005)
         os.kill(victim, signal.SIGKILL)
-        killed = [key for pid, key in starts(log) if pid == victim]
+        before = starts(log)
+        killed = [key for pid, key in before if pid == victim]
         assert not run.done(), "the run ended before the kill"
         got = run.result(timeout=300)
         client.wait_for_workers(2, timeout=120)
@@ -580,13 +581,17 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, for
     value, grads = (got, ()) if form == "value" else got
     for x, want in zip((value, *grads), reference(a, b, c, g)):
         np.testing.assert_allclose(x, want, rtol=1e-9, atol=1e-9)
-    # The task the killed worker was running started again elsewhere: more range starts
-    # than ranges.
+    # The killed worker's work started again elsewhere. Either Dask ran the lost task again
+    # (same key), or the victim held the last copy of a scattered operand (the active
+    # memory manager drops broadcast copies down to one) and the whole run was submitted
+    # again: n_tasks keys never started before the kill.
     runs = starts(log)
-    assert len({key for _, key in runs}) == n_tasks
-    assert len(runs) > n_tasks
+    after = runs[len(before) :]
     running = killed[-1]  # the task the victim was running when killed
-    assert any(pid != victim and key == running for pid, key in runs), (running, runs)
+    if len({key for _, key in after} - {key for _, key in before}) < n_tasks:
+        assert any(key == running for _, key in after), (running, runs)
+        assert len({key for _, key in runs}) == n_tasks, runs
+    assert len(runs) > n_tasks
 
 
 def test_the_hyper_optimizers_slicing_runs_distributed_with_gradients(client):

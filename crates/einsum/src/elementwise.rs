@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 
 use crate::buffer::overwritten;
 use crate::elem::Elem;
+use crate::scan::{RangeScan, SliceScan};
 
 /// Outputs of at least this many elements are written by the threads of the current
 /// rayon pool: `2^17` elements take about 0.1 ms on one core, many times a fork and join
@@ -51,6 +52,10 @@ const PANEL_MAX_ROW: usize = 16;
 /// while its columns are written; `pair.rs`'s panels too (its rows are as short: a panel's
 /// part of `x` and `a`, `PANEL_ROWS · PAIR_MIN_ROW` elements each, as small).
 pub(crate) const PANEL_ROWS: usize = 128;
+
+/// Elements of a unit that [`ElementwisePlan::rows_scanned`] writes and then scans: 16
+/// KiB of `f64`, so the scan reads it from the first-level cache.
+const SCAN_UNIT: usize = 1 << 11;
 
 /// Per element of the output, in `GemmPlan::cost`'s units (about nanoseconds): a product
 /// over contiguous rows runs at about the speed of a copy (0.92 ms for `3^13` elements).
@@ -166,7 +171,27 @@ impl ElementwisePlan {
 
     /// `out = a` broadcast along the labels `a` lacks ([`Self::broadcast`]'s plan).
     pub(crate) fn run_broadcast<T: Elem>(&self, a: &[T]) -> Vec<T> {
-        self.run_with(a, &[T::one()], |x: T, _| x)
+        self.run_with(a, &[T::one()], |x: T, _| x, None).0
+    }
+
+    /// `out = x·op(a)`, `a` broadcast and permuted along the plan's labels (a plan of `a`
+    /// alone, `Self::new(a, &[], out, sizes)`), `op` conjugating when `conj`; no product
+    /// at all when `x` is `None` (a factor of 1), so each element is then `op` of `a`'s
+    /// own bits. With `scan`, as [`Self::run_scanned`].
+    pub(crate) fn run_times<T: Elem>(
+        &self,
+        a: &[T],
+        x: Option<T>,
+        conj: bool,
+        scan: Option<SliceScan<T>>,
+    ) -> (Vec<T>, RangeScan) {
+        let one = [T::one()];
+        match (x, conj && T::IS_COMPLEX) {
+            (None, false) => self.run_with(a, &one, |v: T, _| v, scan),
+            (None, true) => self.run_with(a, &one, |v: T, _| v.conj(), scan),
+            (Some(x), false) => self.run_with(a, &one, move |v: T, _| x * v, scan),
+            (Some(x), true) => self.run_with(a, &one, move |v: T, _| x * v.conj(), scan),
+        }
     }
 
     /// The rows the kernel writes: their length (the fused innermost axis), their count,
@@ -200,19 +225,38 @@ impl ElementwisePlan {
 
     /// `out = op(a)·op(b)` element by element, `op` conjugating where `conj` says so.
     pub(crate) fn run<T: Elem>(&self, a: &[T], b: &[T], conj: [bool; 2]) -> Vec<T> {
+        self.run_scanned(a, b, conj, None).0
+    }
+
+    /// [`Self::run`], and with `scan` the scan of the output, made unit by unit right
+    /// after each unit is written ([`Self::rows_scanned`]) rather than by a pass after
+    /// the call, which reads a large output back from memory.
+    pub(crate) fn run_scanned<T: Elem>(
+        &self,
+        a: &[T],
+        b: &[T],
+        conj: [bool; 2],
+        scan: Option<SliceScan<T>>,
+    ) -> (Vec<T>, RangeScan) {
         match (conj[0] && T::IS_COMPLEX, conj[1] && T::IS_COMPLEX) {
-            (false, false) => self.run_with(a, b, |x: T, y: T| x * y),
-            (true, false) => self.run_with(a, b, |x: T, y: T| x.conj() * y),
-            (false, true) => self.run_with(a, b, |x: T, y: T| x * y.conj()),
-            (true, true) => self.run_with(a, b, |x: T, y: T| x.conj() * y.conj()),
+            (false, false) => self.run_with(a, b, |x: T, y: T| x * y, scan),
+            (true, false) => self.run_with(a, b, |x: T, y: T| x.conj() * y, scan),
+            (false, true) => self.run_with(a, b, |x: T, y: T| x * y.conj(), scan),
+            (true, true) => self.run_with(a, b, |x: T, y: T| x.conj() * y.conj(), scan),
         }
     }
 
-    fn run_with<T: Elem, F: Fn(T, T) -> T + Sync>(&self, a: &[T], b: &[T], f: F) -> Vec<T> {
+    fn run_with<T: Elem, F: Fn(T, T) -> T + Sync>(
+        &self,
+        a: &[T],
+        b: &[T],
+        f: F,
+        scan: Option<SliceScan<T>>,
+    ) -> (Vec<T>, RangeScan) {
         // Every element is written once.
         let mut out = overwritten(self.out_len);
         if self.out_len == 0 {
-            return out;
+            return (out, RangeScan::EMPTY);
         }
         let inner = self.sizes.last().copied().unwrap_or(1);
         let rows = self.out_len / inner;
@@ -221,12 +265,14 @@ impl ElementwisePlan {
         } else {
             1
         };
-        if threads > 1 && rows >= 2 * threads {
+        let merge = |x: RangeScan, y: RangeScan| x.merge(y);
+        let scanned = if threads > 1 && rows >= 2 * threads {
             use rayon::prelude::*;
             let per_chunk = rows.div_ceil(4 * threads);
             out.par_chunks_mut(per_chunk * inner)
                 .enumerate()
-                .for_each(|(i, chunk)| self.rows(i * per_chunk, chunk, a, b, &f));
+                .map(|(i, chunk)| self.rows_scanned(i * per_chunk, chunk, a, b, &f, scan))
+                .reduce(|| RangeScan::EMPTY, merge)
         } else if threads > 1 {
             // Fewer rows than threads' worth of chunks: fused `ij,ij->ij` is one row of
             // every element, which whole-row chunks left to one thread. Each row is cut
@@ -234,13 +280,88 @@ impl ElementwisePlan {
             use rayon::prelude::*;
             let pieces = (4 * threads).div_ceil(rows);
             let width = inner.div_ceil(pieces).next_multiple_of(PIECE_ALIGN);
-            out.par_chunks_mut(inner).enumerate().for_each(|(r, row)| {
-                row.par_chunks_mut(width).enumerate().for_each(|(p, piece)| self.piece(r, p * width, piece, a, b, &f));
-            });
+            out.par_chunks_mut(inner)
+                .enumerate()
+                .map(|(r, row)| {
+                    row.par_chunks_mut(width)
+                        .enumerate()
+                        .map(|(p, piece)| self.piece_scanned(r, p * width, piece, a, b, &f, scan))
+                        .reduce(|| RangeScan::EMPTY, merge)
+                })
+                .reduce(|| RangeScan::EMPTY, merge)
         } else {
-            self.rows(0, &mut out, a, b, &f);
+            self.rows_scanned(0, &mut out, a, b, &f, scan)
+        };
+        (out, scanned)
+    }
+
+    /// [`Self::rows`], and with `scan` the scan of `dst`, each unit of about
+    /// [`SCAN_UNIT`] elements scanned right after it is written, while it is in the first
+    /// caches: whole rows, or pieces of rows longer than a unit. Rows written in tiles
+    /// (a gather) go by at least a tile's rows, so that their gathered lines still serve
+    /// a tile; a long row that gathers goes whole. Each element is written as without
+    /// `scan`, so the units change no bit.
+    fn rows_scanned<T: Elem, F: Fn(T, T) -> T>(
+        &self,
+        first: usize,
+        dst: &mut [T],
+        a: &[T],
+        b: &[T],
+        f: &F,
+        scan: Option<SliceScan<T>>,
+    ) -> RangeScan {
+        let Some(scan) = scan else {
+            self.rows(first, dst, a, b, f);
+            return RangeScan::EMPTY;
+        };
+        let Some(last) = self.sizes.len().checked_sub(1) else {
+            self.rows(first, dst, a, b, f);
+            return scan(dst);
+        };
+        let n = self.sizes[last];
+        let gathers = self.strides[0][last] > 1 || self.strides[1][last] > 1;
+        if n > SCAN_UNIT && !gathers {
+            let mut s = RangeScan::EMPTY;
+            for (r, row) in dst.chunks_exact_mut(n).enumerate() {
+                s = s.merge(self.piece_scanned(first + r, 0, row, a, b, f, Some(scan)));
+            }
+            return s;
         }
-        out
+        let mut per = (SCAN_UNIT / n).max(1);
+        if gathers && n >= GATHER_BLOCK {
+            per = per.max(GATHER_ROWS);
+        }
+        let mut s = RangeScan::EMPTY;
+        for (u, unit) in dst.chunks_mut(per * n).enumerate() {
+            self.rows(first + u * per, unit, a, b, f);
+            s = s.merge(scan(unit));
+        }
+        s
+    }
+
+    /// [`Self::piece`], and with `scan` the scan of `dst`, in units of [`SCAN_UNIT`]
+    /// elements each scanned right after it is written.
+    #[allow(clippy::too_many_arguments, reason = "`piece`'s arguments and the scan")]
+    fn piece_scanned<T: Elem, F: Fn(T, T) -> T>(
+        &self,
+        row: usize,
+        start: usize,
+        dst: &mut [T],
+        a: &[T],
+        b: &[T],
+        f: &F,
+        scan: Option<SliceScan<T>>,
+    ) -> RangeScan {
+        let Some(scan) = scan else {
+            self.piece(row, start, dst, a, b, f);
+            return RangeScan::EMPTY;
+        };
+        let mut s = RangeScan::EMPTY;
+        for (k, unit) in dst.chunks_mut(SCAN_UNIT).enumerate() {
+            self.piece(row, start + k * SCAN_UNIT, unit, a, b, f);
+            s = s.merge(scan(unit));
+        }
+        s
     }
 
     /// Writes columns `start..start + dst.len()` of row `row` into `dst`.
@@ -325,6 +446,152 @@ impl ElementwisePlan {
             }
         }
     }
+}
+
+impl ElementwisePlan {
+    /// Whether [`Self::run_summing`] takes this plan: `a` laid out as the output (every
+    /// output label, in its order) and rows that read `b` in order or not at all.
+    pub(crate) fn sums_a_along(&self) -> bool {
+        let along_b = self.strides[1].last().copied();
+        self.strides[0] == self.strides[2] && matches!(along_b, Some(0 | 1))
+    }
+
+    /// For a plan that [`Self::sums_a_along`]: the product `out = a·b` with its scan, and
+    /// beside it `a` summed over the labels `b` lacks, in `b`'s layout (`b_len` elements),
+    /// each piece of `a` added right after the product read it, so `a` is read once for
+    /// both. `None` for another plan, or when the threads' partial sums would be large
+    /// beside the output (each thread's chunk sums into a buffer of `b`'s size).
+    ///
+    /// Why: for a scalar cotangent the gradient of a broadcast product's small operand is
+    /// this sum (`ij,j->ij`: `Σ_i a`), and in a pass of its own it read `a` again.
+    ///
+    /// Sums: in row order within a chunk of rows, the chunks' sums added in chunk order,
+    /// so a thread count gives the same bits on every run. Products: `b·a` with `b_first`
+    /// (the order of the plan this one stands in for: a NaN's sign and payload depend on it).
+    pub(crate) fn run_summing<T: Elem>(
+        &self,
+        a: &[T],
+        b: &[T],
+        b_len: usize,
+        b_first: bool,
+        scan: SliceScan<T>,
+    ) -> Option<(Vec<T>, Vec<T>, RangeScan)> {
+        if b_first {
+            self.run_summing_with(a, b, b_len, |x: T, y: T| y * x, scan)
+        } else {
+            self.run_summing_with(a, b, b_len, |x: T, y: T| x * y, scan)
+        }
+    }
+
+    fn run_summing_with<T: Elem, F: Fn(T, T) -> T + Sync>(
+        &self,
+        a: &[T],
+        b: &[T],
+        b_len: usize,
+        f: F,
+        scan: SliceScan<T>,
+    ) -> Option<(Vec<T>, Vec<T>, RangeScan)> {
+        if !self.sums_a_along() {
+            return None;
+        }
+        let mut out = overwritten(self.out_len);
+        let n = self.sizes.last().copied().unwrap_or(1);
+        if self.out_len == 0 {
+            return Some((out, vec![T::zero(); b_len], RangeScan::EMPTY));
+        }
+        let rows = self.out_len / n;
+        let threads = if self.out_len >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        if threads == 1 {
+            let mut sum = vec![T::zero(); b_len];
+            let s = self.rows_summing(0, &mut out, (a, b, &f), &mut sum, scan);
+            return Some((out, sum, s));
+        }
+        let chunks = 4 * threads;
+        if rows < 2 * threads || chunks * b_len > self.out_len / 4 {
+            return None;
+        }
+        use rayon::prelude::*;
+        let per_chunk = rows.div_ceil(chunks);
+        let parts: Vec<(Vec<T>, RangeScan)> = out
+            .par_chunks_mut(per_chunk * n)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut sum = vec![T::zero(); b_len];
+                let s = self.rows_summing(i * per_chunk, chunk, (a, b, &f), &mut sum, scan);
+                (sum, s)
+            })
+            .collect();
+        let mut parts = parts.into_iter();
+        let (mut sum, mut s) = parts.next().expect("a chunk");
+        for (part, ps) in parts {
+            sum.iter_mut().zip(&part).for_each(|(x, &y)| *x += y);
+            s = s.merge(ps);
+        }
+        Some((out, sum, s))
+    }
+
+    /// [`Self::run_summing`]'s rows from `first` on into `dst` (a whole number of them),
+    /// each cut into units of [`SCAN_UNIT`]: a unit's products, its scan, then its part of
+    /// `a` added into `sum`.
+    fn rows_summing<T: Elem, F: Fn(T, T) -> T>(
+        &self,
+        first: usize,
+        dst: &mut [T],
+        (a, b, f): (&[T], &[T], &F),
+        sum: &mut [T],
+        scan: SliceScan<T>,
+    ) -> RangeScan {
+        let n = self.sizes.last().copied().unwrap_or(1);
+        let ib = self.strides[1].last().copied().unwrap_or(0);
+        let mut s = RangeScan::EMPTY;
+        if self.sizes.is_empty() {
+            dst[0] = f(a[0], b[0]);
+            sum[0] += a[0];
+            return scan(dst);
+        }
+        let mut at = RowCursor::at(self, first);
+        for row in dst.chunks_exact_mut(n) {
+            if crate::stop::requested() {
+                return s; // the evaluation is ending with an error; the output is discarded
+            }
+            for (k, unit) in row.chunks_mut(SCAN_UNIT).enumerate() {
+                let start = k * SCAN_UNIT;
+                let x = &a[at.pa + start..at.pa + start + unit.len()];
+                if ib == 1 {
+                    let y = &b[at.pb + start..at.pb + start + unit.len()];
+                    unit.iter_mut().zip(x).zip(y).for_each(|((o, &x), &y)| *o = f(x, y));
+                    let into = &mut sum[at.pb + start..at.pb + start + unit.len()];
+                    into.iter_mut().zip(x).for_each(|(o, &x)| *o += x);
+                } else {
+                    let y = b[at.pb];
+                    unit.iter_mut().zip(x).for_each(|(o, &x)| *o = f(x, y));
+                    sum[at.pb] += lanes_sum(x);
+                }
+                s = s.merge(scan(unit));
+            }
+            at.advance(self);
+        }
+        s
+    }
+}
+
+/// The sum of `x` in eight partial sums (one would chain every addition), added in order.
+fn lanes_sum<T: Elem>(x: &[T]) -> T {
+    let mut part = [T::zero(); 8];
+    let mut blocks = x.chunks_exact(8);
+    for block in &mut blocks {
+        for (p, &v) in part.iter_mut().zip(block) {
+            *p += v;
+        }
+    }
+    for (p, &v) in part.iter_mut().zip(blocks.remainder()) {
+        *p += v;
+    }
+    part.iter().fold(T::zero(), |acc, &p| acc + p)
 }
 
 impl ElementwisePlan {

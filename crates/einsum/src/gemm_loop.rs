@@ -157,7 +157,10 @@ pub(crate) fn spread_loop<T: Elem>(
     match outer_cut(c_labels, sizes, looped, groups, [m, n, k]) {
         Some(cut) => cut.run(conj, [m, n, k], loop_sizes, operands, c, c_view),
         None => {
-            let from = if splits_each(loop_sizes, [m, n, k]) { LOOP_SPLIT_MIN_MACS } else { PAR_GEMM_MIN_MACS };
+            let each = splits_each(loop_sizes, [m, n, k]);
+            #[cfg(test)]
+            tests::SPLIT_EACH.set(tests::SPLIT_EACH.get() + usize::from(each));
+            let from = if each { LOOP_SPLIT_MIN_MACS } else { PAR_GEMM_MIN_MACS };
             gemm_loop(conj, [m, n, k], loop_sizes, operands, [0, 0], (c, c_view), from)
         }
     }
@@ -277,20 +280,23 @@ pub(crate) fn outer_cut(
 /// Whether a block of `m1 × n1` of a GEMM of `[m, n, k]` (a chunk of an [`OuterCut`], a
 /// block of a [`Cut`]) runs in the kernel the whole GEMM runs in: inline or not
 /// (`small_gemm.rs`, up to `SMALL_GEMM_MAX_MACS`, which is also where faer's nano-GEMM
-/// ends), by the same `small_gemm` kernel (which depends on whether a side fits
+/// ends), inline by the same `small_gemm` kernel (which depends on whether a side fits
 /// `SMALL_N`), `thin_gemm.rs`'s or not, and one row or column (faer's matrix-vector
 /// product) only where the whole is one. Kernels sum in orders of their own, so a cut
-/// that changed one would change the result's bits.
+/// that changed one would change the result's bits. Past the inline size `SMALL_N` does
+/// not choose a kernel: faer's blocked GEMM sums each element along `k` in the same order
+/// whatever its rows and columns (a `40 × 9` GEMM cut into 24 rows and 16 equals the
+/// whole bit for bit: `cut_gemms_equal_the_whole_bit_for_bit`).
 fn same_kernel([m, n, k]: [usize; 3], [m1, n1]: [usize; 2]) -> bool {
     let inline = |[m, n, k]: [usize; 3]| m.saturating_mul(n).saturating_mul(k) <= SMALL_GEMM_MAX_MACS;
     let thin = |[m, n]: [usize; 2]| m <= THIN_MAX && n <= THIN_MAX;
     let small = |d: usize| d <= SMALL_N;
-    inline([m1, n1, k]) == inline([m, n, k])
+    let whole_inline = inline([m, n, k]);
+    inline([m1, n1, k]) == whole_inline
         && thin([m1, n1]) == thin([m, n])
         && (m1 == 1) == (m == 1)
         && (n1 == 1) == (n == 1)
-        && small(m1) == small(m)
-        && small(n1) == small(n)
+        && (!whole_inline || (small(m1) == small(m) && small(n1) == small(n)))
 }
 
 /// The chunks per thread [`outer_cut`] aims at, so that uneven chunks (three rows over
@@ -376,12 +382,7 @@ pub(crate) fn gemm_loop<T: Elem>(
     // 990 × 2187 × 4620 step packed its `b` in each of 19 row blocks: 660 ms against 513).
     let cols = c_view.strides[1] == 1 && n > 1;
     let (len, per) = if cols { (n, m.saturating_mul(k)) } else { (m, n.saturating_mul(k)) };
-    // A block also writes about a stop check's worth of `c` at most (never less than one
-    // row or column): a product over a short `k`
-    // (an outer product) is little arithmetic over a large output, whose fresh pages can
-    // take longer to fault in than Ctrl-C may wait.
-    let written = if cols { m } else { n };
-    let block = (block_macs() / per.max(1)).min(crate::stop::COPY_CHECK_ELEMENTS / written.max(1)).max(1);
+    let block = block_len(per, if cols { m } else { n });
     // Each element of `a` takes part in `n` multiply-adds, of `b` in `m`.
     let large = [m, n, k].iter().product::<usize>() >= WARM_MIN_MACS;
     let warm = [large && n < WARM_MAX_REUSE, large && m < WARM_MAX_REUSE];
@@ -453,6 +454,18 @@ pub(crate) fn gemm_loop<T: Elem>(
             }
         }
     }
+}
+
+/// The rows or columns of one block of a large GEMM ([`gemm_loop`]), each of `per`
+/// multiply-adds and `written` elements of `c`: about [`block_macs`] multiply-adds, and
+/// about a stop check's worth of `c` at most (a product over a short `k`, an outer
+/// product, is little arithmetic over a large output, whose fresh pages can take longer
+/// to fault in than Ctrl-C may wait) but, for that bound, never fewer than `SMALL_N`: a
+/// block of one row or column runs as faer's matrix-vector product, which reads the other
+/// operand whole again for each block. At least one row or column.
+fn block_len(per: usize, written: usize) -> usize {
+    let by_writes = (crate::stop::COPY_CHECK_ELEMENTS / written.max(1)).max(SMALL_N);
+    (block_macs() / per.max(1)).min(by_writes).max(1)
 }
 
 /// Whether a warmed operand whose stride along the contracted dimension is `stride` is
@@ -687,6 +700,8 @@ mod tests {
     thread_local! {
         /// This thread's block size for [`block_macs`], when set.
         pub(super) static BLOCK_MACS: Cell<Option<usize>> = const { Cell::new(None) };
+        /// The loops this thread ran with each GEMM cut one by one ([`splits_each`]).
+        pub(super) static SPLIT_EACH: Cell<usize> = const { Cell::new(0) };
     }
 
     fn values(n: usize, seed: f64) -> Vec<c64> {
@@ -932,6 +947,46 @@ mod tests {
         }
     }
 
+    /// Queens' loop in the order of its step (`ab,cdaefg->bcdefg`) with `x = s = 3` and
+    /// columns of `39³`: 9 GEMMs of `3 × 59319 × 3`, which no chunking spreads, reach
+    /// [`splits_each`] and are cut one by one on two threads (counted on the thread that
+    /// runs the contraction), giving the one-thread result bit for bit.
+    #[test]
+    fn queens_loop_reaches_the_cut_one_by_one() {
+        use crate::kernel::{ContractSpec, contract};
+        use crate::reference::{ramp, reference_labels};
+        let (la, lb, lo): (&[u32], &[u32], &[u32]) = (&[0, 1], &[2, 3, 1, 4, 5, 6], &[0, 2, 3, 4, 5, 6]);
+        let sizes = [3, 3, 3, 3, 39, 39, 39];
+        let spec = ContractSpec::new(la, lb, lo, &sizes).expect("a valid spec");
+        let (a, b) = (ramp(spec.a_shape()), ramp(spec.b_shape()));
+        let one = contract(&spec, &a, &b);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        let (two, cut) = pool.install(|| {
+            SPLIT_EACH.set(0);
+            let two = contract(&spec, &a, &b);
+            (two, SPLIT_EACH.get())
+        });
+        assert_eq!(cut, 1, "the loop is cut GEMM by GEMM");
+        assert_eq!(one.data(), two.data());
+        let want = reference_labels(&[(&a, la), (&b, lb)], lo, &sizes).expect("a reference");
+        assert!(two.max_abs_diff(&want).expect("equal shapes") < 1e-10 * (1.0 + want.max_abs()));
+    }
+
+    /// A block of a large GEMM holds about `block_macs` multiply-adds, and at most a stop
+    /// check's worth of `c`'s elements unless that would leave fewer than `SMALL_N` rows
+    /// or columns (a matrix-vector product per row); never none.
+    #[test]
+    fn gemm_blocks_keep_small_gemms_width() {
+        let macs = crate::stop::GEMM_BLOCK_MACS;
+        let writes = crate::stop::COPY_CHECK_ELEMENTS;
+        assert_eq!(block_len(1 << 20, 1), macs >> 20);
+        assert_eq!(block_len(1, 1 << 10), writes >> 10);
+        assert_eq!(block_len(1, writes + 1), SMALL_N);
+        assert_eq!(block_len(1, writes << 3), SMALL_N);
+        assert_eq!(block_len(macs, writes << 3), 1);
+        assert_eq!(block_len(macs << 1, 1), 1);
+    }
+
     /// The loop of queens' `ab,cdaefghijklmn->bcdefghijklmn` in small: 9 GEMMs of
     /// `3 × 30000 × 3`, cut one by one on two threads only, and by their columns.
     #[test]
@@ -952,25 +1007,31 @@ mod tests {
     }
 
     /// Cuts that would change a block's kernel are not made: `2 × 9` (8 columns and 1, or
-    /// 2 rows and none), `40 × 9` (24 rows and 16 of `small_gemm`'s width); a tall product
-    /// is cut by its rows, and on four threads a side too short for four blocks in
-    /// [`split_block`]'s sizes is cut in fewer.
+    /// 2 rows and none); `40 × 9` is cut into 24 rows and 16 (`small_gemm`'s width, which
+    /// past its inline size chooses no kernel); a tall product is cut by its rows, and on
+    /// four threads a side too short for four blocks in [`split_block`]'s sizes is cut in
+    /// fewer.
     #[test]
     fn cuts_that_change_a_blocks_kernel_are_not_made() {
         assert_eq!(split_cut([2, 9, 1 << 17], 2), None);
         assert_eq!(split_cut([9, 2, 1 << 17], 2), None);
-        assert_eq!(split_cut([40, 9, 1 << 12], 2), None);
+        assert_eq!(split_cut([40, 9, 1 << 12], 2), Some(Cut { cols: false, parts: 2 }));
+        // Inline, the width picks `small_gemm`'s kernel: `16 × 2` of `8³`-sized blocks.
+        assert!(!same_kernel([17, 2, 64], [16, 2]) && same_kernel([17, 2, 200], [16, 2]));
         assert_eq!(split_cut([256, 9, 1 << 12], 2), Some(Cut { cols: false, parts: 2 }));
         assert_eq!(split_cut([256, 256, 256], 1), None);
-        assert_eq!(split_cut([3, 60, 1 << 12], 4), Some(Cut { cols: true, parts: 2 }));
+        assert_eq!(split_cut([3, 60, 1 << 12], 4), Some(Cut { cols: true, parts: 4 }));
+        assert_eq!(split_cut([3, 24, 1 << 12], 4), Some(Cut { cols: true, parts: 3 }));
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
 
         /// Every cut [`split_cut`] makes has nonempty blocks of [`split_block`]'s sizes that
-        /// run the whole GEMM's kernel, on no more threads than given; no cut is refused
-        /// where one of its candidates would have kept every block's kernel.
+        /// run the whole GEMM's kernel, on no more threads than given, and is the first of
+        /// the candidates in the rule's order that does: the most blocks, then the longer
+        /// side (columns when `n ≥ m`) before the other. No cut is refused where a
+        /// candidate would have kept every block's kernel.
         #[test]
         fn gemm_cuts_keep_every_blocks_kernel(m in 1usize..200, n in 1usize..200, k in 1usize..64, parts in 1usize..6) {
             let keeps = |cols: bool, p: usize| {
@@ -979,13 +1040,13 @@ mod tests {
                     r1 > r0 && same_kernel([m, n, k], if cols { [m, r1 - r0] } else { [r1 - r0, n] })
                 })
             };
-            match split_cut([m, n, k], parts) {
-                Some(Cut { cols, parts: p }) => {
-                    prop_assert!((2..=parts).contains(&p));
-                    prop_assert!(keeps(cols, p));
-                }
-                None => prop_assert!((2..=parts).all(|p| !keeps(true, p) && !keeps(false, p))),
+            let mut order = Vec::new();
+            for p in (2..=parts).rev() {
+                order.push((n >= m, p));
+                order.push((n < m, p));
             }
+            let first = order.iter().find(|&&(cols, p)| keeps(cols, p)).map(|&(cols, parts)| Cut { cols, parts });
+            prop_assert_eq!(split_cut([m, n, k], parts), first);
         }
     }
 
@@ -1015,16 +1076,28 @@ mod tests {
         (whole, cut, [sa, sb, sc], [a, b])
     }
 
+    /// `40 × 9` over a long `k`, which the rule now cuts into 24 rows and 16: in every
+    /// layout the cut GEMM equals the whole bit for bit.
+    #[test]
+    fn a_gemm_cut_past_small_gemms_width_equals_the_whole() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+        for layout in 0..32 {
+            let (whole, cut, ..) = whole_and_cut(&pool, [40, 9, 4100], layout, |i, seed| (i as f64 * 0.7 + seed).sin());
+            let cut = cut.expect("a cut");
+            assert!(whole.iter().zip(&cut).all(|(x, y)| x.to_bits() == y.to_bits()), "layout {layout}");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(60))]
 
         /// A GEMM cut over a pool of two threads as [`split_cut`] cuts it, sides around the
-        /// kernels' edges (one row or column, `small_gemm`'s width, faer's panels), in
-        /// every layout, `f64` and complex: equals the uncut GEMM bit for bit, and a triple
-        /// loop to rounding.
+        /// kernels' edges (one row or column, `small_gemm`'s width, faer's panels, a `k`
+        /// past faer's depth block of 512), in every layout, `f64` and complex: equals the
+        /// uncut GEMM bit for bit, and a triple loop to rounding.
         #[test]
         fn cut_gemms_equal_the_whole_bit_for_bit(
-            m in 1usize..120, n in 1usize..120, k in 1usize..300, layout in 0u32..32,
+            m in 1usize..120, n in 1usize..120, k in 1usize..700, layout in 0u32..32,
         ) {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
             let real = |i: usize, seed: f64| (i as f64 * 0.7 + seed).sin();

@@ -30,11 +30,11 @@ use crate::tensor::Tensor;
 
 /// Pieces per thread of a parallel pass: more than one so that a thread slowed by another
 /// process does not hold the others back at the join.
-const PIECES_PER_THREAD: usize = 4;
+pub(crate) const PIECES_PER_THREAD: usize = 4;
 
 /// Elements written between two reads of the stop flag on one thread (as
 /// `stop::COPY_CHECK_ELEMENTS`: a few milliseconds of memory traffic).
-const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
+pub(crate) const STOP_CHECK: usize = crate::stop::COPY_CHECK_ELEMENTS;
 
 /// The value and gradients of [`Hadamard::value_and_grad`], with the range of all of them.
 #[derive(Debug)]
@@ -173,7 +173,7 @@ type Outputs<'a> = [&'a mut [f64]; 3];
 /// The cotangent of a value+gradient pass: a tensor of the product's shape, or one value
 /// for every element (read from a block of [`LANES`] copies, so the loops are the same).
 #[derive(Clone, Copy)]
-enum Cotangent<'a> {
+pub(crate) enum Cotangent<'a> {
     Tensor(&'a [f64]),
     Scalar(f64),
 }
@@ -182,7 +182,32 @@ enum Cotangent<'a> {
 /// those are not empty, over the current pool's threads when the output is large; the
 /// scan of each output (of nothing for an empty one).
 fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [RangeScan; 3] {
-    let n = out[0].len();
+    over_pieces(out, |start, out| {
+        let end = start + out[0].len();
+        let c = c.map(|c| c.range(start, end));
+        crate::small_gemm::arch().dispatch(Write { a: &a[start..end], b: &b[start..end], c, out })
+    })
+}
+
+impl<'a> Cotangent<'a> {
+    /// The cotangent of elements `start..end`: a tensor's slice, a scalar as it is.
+    pub(crate) fn range(self, start: usize, end: usize) -> Cotangent<'a> {
+        match self {
+            Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
+            scalar => scalar,
+        }
+    }
+}
+
+/// Runs `piece` on pieces of the outputs `outs` (each as long as the first, or empty),
+/// given each piece's first element, over the current pool's threads when the outputs are
+/// large, and merges the scans the pieces give, output by output. A piece is skipped once
+/// the stop flag is raised (the evaluation is ending with an error).
+pub(crate) fn over_pieces<const N: usize>(
+    outs: [&mut [f64]; N],
+    piece: impl Fn(usize, [&mut [f64]; N]) -> [RangeScan; N] + Sync,
+) -> [RangeScan; N] {
+    let n = outs[0].len();
     let threads = if n >= PAR_ELEMENTWISE_MIN_ELEMENTS && rayon::current_thread_index().is_some() {
         rayon::current_num_threads()
     } else {
@@ -190,39 +215,36 @@ fn fused(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
     };
     // Pieces of whole cache lines (8 `f64`), so that two threads share none.
     let width = if threads > 1 { n.div_ceil(PIECES_PER_THREAD * threads) } else { STOP_CHECK }.next_multiple_of(LANES);
-    let mut pieces: Vec<(usize, Outputs<'_>)> = Vec::with_capacity(n.div_ceil(width.max(1)));
-    let mut rest = out;
-    let mut start = 0;
+    let mut pieces: Vec<(usize, [&mut [f64]; N])> = Vec::with_capacity(n.div_ceil(width.max(1)));
+    let (mut rest, mut start) = (outs, 0);
     while start < n {
         let len = width.min(n - start);
-        let [o, da, db] = rest;
-        let ((ho, to), (ha, ta), (hb, tb)) = (cut(o, len), cut(da, len), cut(db, len));
-        pieces.push((start, [ho, ha, hb]));
-        (rest, start) = ([to, ta, tb], start + len);
-    }
-    let piece = |(start, out): (usize, Outputs<'_>)| {
-        if crate::stop::requested() {
-            return [RangeScan::EMPTY; 3]; // the evaluation is ending with an error
+        let mut heads: [&mut [f64]; N] = std::array::from_fn(|_| <&mut [f64]>::default());
+        let mut tails: [&mut [f64]; N] = std::array::from_fn(|_| <&mut [f64]>::default());
+        for (k, s) in rest.into_iter().enumerate() {
+            (heads[k], tails[k]) = cut(s, len);
         }
-        let end = start + out[0].len();
-        let c = c.map(|c| match c {
-            Cotangent::Tensor(c) => Cotangent::Tensor(&c[start..end]),
-            scalar => scalar,
-        });
-        crate::small_gemm::arch().dispatch(Write { a: &a[start..end], b: &b[start..end], c, out })
+        pieces.push((start, heads));
+        (rest, start) = (tails, start + len);
+    }
+    let run = |(start, outs): (usize, [&mut [f64]; N])| {
+        if crate::stop::requested() {
+            return [RangeScan::EMPTY; N];
+        }
+        piece(start, outs)
     };
-    let merge = |x: [RangeScan; 3], y: [RangeScan; 3]| [x[0].merge(y[0]), x[1].merge(y[1]), x[2].merge(y[2])];
+    let merge = |x: [RangeScan; N], y: [RangeScan; N]| -> [RangeScan; N] { std::array::from_fn(|k| x[k].merge(y[k])) };
     if threads > 1 {
         use rayon::prelude::*;
-        pieces.into_par_iter().map(piece).reduce(|| [RangeScan::EMPTY; 3], merge)
+        pieces.into_par_iter().map(run).reduce(|| [RangeScan::EMPTY; N], merge)
     } else {
-        pieces.into_iter().map(piece).fold([RangeScan::EMPTY; 3], merge)
+        pieces.into_iter().map(run).fold([RangeScan::EMPTY; N], merge)
     }
 }
 
 /// `s` cut after `len` elements (after all of them if it is shorter: an output not
 /// wanted is empty).
-fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
+pub(crate) fn cut(s: &mut [f64], len: usize) -> (&mut [f64], &mut [f64]) {
     let k = len.min(s.len());
     s.split_at_mut(k)
 }
@@ -256,24 +278,67 @@ fn write(a: &[f64], b: &[f64], c: Option<Cotangent<'_>>, out: Outputs<'_>) -> [R
             let [v] = value(a, b, o);
             [v, RangeScan::EMPTY, RangeScan::EMPTY]
         }
-        Some(Cotangent::Tensor(c)) => write_with(a, b, blocks(c), out),
+        Some(Cotangent::Tensor(c)) => {
+            let whole = c.len() / LANES * LANES;
+            write_with(a, b, (Slab(&c[..whole]), &c[whole..]), out)
+        }
         Some(Cotangent::Scalar(x)) => {
             // Every block of `c` is this one; the tail is its first `len % LANES` copies.
             let block = [x; LANES];
             let tail = &block[..a.len() % LANES];
-            write_with(a, b, (std::iter::repeat(&block), tail), out)
+            write_with(a, b, (Same(block), tail), out)
         }
     }
 }
 
-/// [`write`] with the cotangent as whole blocks and the rest (as [`blocks`] gives them).
+/// A cotangent's whole blocks, read by index: a tensor's, or one value's everywhere.
+///
+/// Why by index: the loops below read every slice by the block's number, with no chain of
+/// zipped block iterators, which the compiler left as a call to `Zip::next` per block
+/// when one of the six was a scalar cotangent's (docs/PERFORMANCE.md, ew46 and the
+/// section after it).
+pub(crate) trait CotangentBlocks: Copy {
+    /// Block `i` (`i` below the number of whole blocks of the piece).
+    fn block(self, i: usize) -> [f64; LANES];
+}
+
+/// A cotangent tensor's whole blocks.
+#[derive(Clone, Copy)]
+pub(crate) struct Slab<'c>(pub(crate) &'c [f64]);
+
+impl CotangentBlocks for Slab<'_> {
+    #[inline(always)]
+    fn block(self, i: usize) -> [f64; LANES] {
+        block_at(self.0, i)
+    }
+}
+
+/// A scalar cotangent: the same block everywhere.
+#[derive(Clone, Copy)]
+pub(crate) struct Same(pub(crate) [f64; LANES]);
+
+impl CotangentBlocks for Same {
+    #[inline(always)]
+    fn block(self, _: usize) -> [f64; LANES] {
+        self.0
+    }
+}
+
+/// Block `i` of `s`, by value.
 #[inline(always)]
-fn write_with<'c>(
-    a: &[f64],
-    b: &[f64],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
-    out: Outputs<'_>,
-) -> [RangeScan; 3] {
+pub(crate) fn block_at(s: &[f64], i: usize) -> [f64; LANES] {
+    *<&[f64; LANES]>::try_from(&s[i * LANES..(i + 1) * LANES]).expect("a whole block")
+}
+
+/// Block `i` of `s`, to write.
+#[inline(always)]
+pub(crate) fn block_at_mut(s: &mut [f64], i: usize) -> &mut [f64; LANES] {
+    <&mut [f64; LANES]>::try_from(&mut s[i * LANES..(i + 1) * LANES]).expect("a whole block")
+}
+
+/// [`write`] with the cotangent as whole blocks and the rest.
+#[inline(always)]
+fn write_with(a: &[f64], b: &[f64], c: (impl CotangentBlocks, &[f64]), out: Outputs<'_>) -> [RangeScan; 3] {
     let [o, da, db] = out;
     match (da.is_empty(), db.is_empty()) {
         (false, false) => both(a, b, c, o, da, db),
@@ -312,24 +377,20 @@ fn value(a: &[f64], b: &[f64], o: &mut [f64]) -> [RangeScan; 1] {
 
 /// `o = a ⊙ b` and `g = c ⊙ b`, scanned (`c` as whole blocks and the rest).
 #[inline(always)]
-fn one<'c>(
-    a: &[f64],
-    b: &[f64],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
-    o: &mut [f64],
-    g: &mut [f64],
-) -> [RangeScan; 2] {
+fn one(a: &[f64], b: &[f64], c: (impl CotangentBlocks, &[f64]), o: &mut [f64], g: &mut [f64]) -> [RangeScan; 2] {
     let mut l = [Lanes::new(); 2];
-    let ((ob, ot), (gb, gt)) = (blocks_mut(o), blocks_mut(g));
-    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
-    for (((o, g), x), (y, z)) in ob.zip(gb).zip(xb).zip(yb.zip(zb)) {
+    let whole = a.len() / LANES * LANES;
+    let (zb, zt) = c;
+    let ((ob, ot), (gb, gt)) = (o.split_at_mut(whole), g.split_at_mut(whole));
+    let ((xb, xt), (yb, yt)) = (a.split_at(whole), b.split_at(whole));
+    for i in 0..whole / LANES {
         // Every block computed from registers before any store (stores between the loads
         // kept the products scalar: the compiler could not move a load past a store into
         // another slice), and scanned from those registers.
-        let (x, y, z) = (*x, *y, *z);
+        let (x, y, z) = (block_at(xb, i), block_at(yb, i), zb.block(i));
         let (vo, vg): ([f64; LANES], [f64; LANES]) =
             (std::array::from_fn(|i| x[i] * y[i]), std::array::from_fn(|i| z[i] * y[i]));
-        (*o, *g) = (vo, vg);
+        (*block_at_mut(ob, i), *block_at_mut(gb, i)) = (vo, vg);
         l[0].see_block(&vo);
         l[1].see_block(&vg);
     }
@@ -344,24 +405,26 @@ fn one<'c>(
 
 /// `o = a ⊙ b`, `da = c ⊙ b` and `db = c ⊙ a`, scanned (`c` as whole blocks and the rest).
 #[inline(always)]
-fn both<'c>(
+fn both(
     a: &[f64],
     b: &[f64],
-    c: (impl Iterator<Item = &'c [f64; LANES]>, &'c [f64]),
+    c: (impl CotangentBlocks, &[f64]),
     o: &mut [f64],
     da: &mut [f64],
     db: &mut [f64],
 ) -> [RangeScan; 3] {
     let mut l = [Lanes::new(); 3];
-    let ((ob, ot), (gb, gt), (hb, ht)) = (blocks_mut(o), blocks_mut(da), blocks_mut(db));
-    let ((xb, xt), (yb, yt), (zb, zt)) = (blocks(a), blocks(b), c);
-    for (((o, g), h), ((x, y), z)) in ob.zip(gb).zip(hb).zip(xb.zip(yb).zip(zb)) {
+    let whole = a.len() / LANES * LANES;
+    let (zb, zt) = c;
+    let ((ob, ot), (gb, gt), (hb, ht)) = (o.split_at_mut(whole), da.split_at_mut(whole), db.split_at_mut(whole));
+    let ((xb, xt), (yb, yt)) = (a.split_at(whole), b.split_at(whole));
+    for i in 0..whole / LANES {
         // As in `one`: the loads, then the products and the stores.
-        let (x, y, z) = (*x, *y, *z);
+        let (x, y, z) = (block_at(xb, i), block_at(yb, i), zb.block(i));
         let vo: [f64; LANES] = std::array::from_fn(|i| x[i] * y[i]);
         let vg: [f64; LANES] = std::array::from_fn(|i| z[i] * y[i]);
         let vh: [f64; LANES] = std::array::from_fn(|i| z[i] * x[i]);
-        (*o, *g, *h) = (vo, vg, vh);
+        (*block_at_mut(ob, i), *block_at_mut(gb, i), *block_at_mut(hb, i)) = (vo, vg, vh);
         l[0].see_block(&vo);
         l[1].see_block(&vg);
         l[2].see_block(&vh);
@@ -590,6 +653,43 @@ mod tests {
             }
             // A subnormal gradient entry beside larger ones is in range; infinity is not.
             assert_eq!(one.left_range, poison == Some(f64::INFINITY), "{poison:?}");
+        }
+    }
+
+    /// NaNs of three payloads and both signs, meeting each other in every product, past
+    /// the parallel threshold: two and three threads give one thread's bits for the value
+    /// and both gradients, with a tensor and a scalar cotangent.
+    #[test]
+    fn nan_payloads_do_not_depend_on_the_threads() {
+        // Past the threshold, with a tail; two threads cut it into pieces of an odd
+        // number of lane blocks (a loop unrolled by two would start some in its other half).
+        let n = PAR_ELEMENTWISE_MIN_ELEMENTS + 3 * 1024 + 5;
+        let nan = |payload: u64, negative: bool| {
+            f64::from_bits(0x7ff8_0000_0000_0000 | payload | (u64::from(negative) << 63))
+        };
+        // Tensor `k`'s entry `i` a NaN of its own where bit `k` of `i / 3` is set.
+        let make = |k: usize| {
+            let data = (0..n)
+                .map(|i| if ((i / 3) >> k) & 1 == 1 { nan(k as u64 + 1, (i + k) % 2 == 0) } else { 1.5 + k as f64 })
+                .collect();
+            Tensor::new(vec![n], data).expect("a tensor")
+        };
+        let (a, b, c) = (make(0), make(1), make(2));
+        let h = Hadamard::for_plan(&plan("i,i->i", &[vec![n], vec![n]])).expect("a product");
+        let bits = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for cotangent in [c, Tensor::scalar(nan(7, true))] {
+            let one = h.value_and_grad(&a, &b, &cotangent, &[0, 1]).expect("one thread");
+            let (value, _) = h.value_with_range(&a, &b).expect("one thread");
+            for threads in [2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+                let many = pool.install(|| h.value_and_grad(&a, &b, &cotangent, &[0, 1])).expect("threads");
+                assert_eq!(bits(&many.value), bits(&one.value), "{threads} threads");
+                for (g, o) in many.grads.iter().zip(&one.grads) {
+                    assert_eq!(bits(g), bits(o), "{threads} threads");
+                }
+                let (v, _) = pool.install(|| h.value_with_range(&a, &b)).expect("threads");
+                assert_eq!(bits(&v), bits(&value), "{threads} threads");
+            }
         }
     }
 

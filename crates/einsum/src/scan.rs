@@ -91,7 +91,7 @@ impl RangeScan {
 
     /// The scan of entries of any element type by their moduli, one at a time (the plain
     /// test that [`RangeScan::of`] and [`RangeScan::of_complex`] vectorize).
-    fn of_moduli<T: Elem>(s: &[T]) -> Self {
+    pub(crate) fn of_moduli<T: Elem>(s: &[T]) -> Self {
         s.iter().fold(RangeScan::EMPTY, |acc, v| {
             let m = v.modulus();
             acc.merge(if m.is_finite() {
@@ -179,6 +179,23 @@ impl Lanes {
     }
 }
 
+/// A scan of contiguous entries of one element type, as a kernel that scans what it writes
+/// takes it ([`slice_scan`]).
+pub(crate) type SliceScan<T> = fn(&[T]) -> RangeScan;
+
+/// The scan of `T`'s entries: float64 by [`RangeScan::of`]'s vector pass, complex by
+/// [`RangeScan::of_complex`]'s, any other type by the moduli one by one.
+///
+/// Why a function pointer: kernels generic over [`Elem`] choose it once per call, and a
+/// function pointer type is `'static`, so it is found by downcasting without a bound on
+/// `T` beyond [`Elem`].
+pub(crate) fn slice_scan<T: Elem>() -> SliceScan<T> {
+    let real: SliceScan<f64> = RangeScan::of;
+    let complex: SliceScan<c64> = RangeScan::of_complex;
+    let known: [&dyn Any; 2] = [&real, &complex];
+    known.iter().find_map(|f| f.downcast_ref::<SliceScan<T>>()).copied().unwrap_or(RangeScan::of_moduli::<T>)
+}
+
 /// [`RangeScan::of`]'s argument, as the value pulp dispatches (a closure would not be
 /// inlined into the function compiled for the processor's instructions).
 struct ScanOf<'a>(&'a [f64]);
@@ -211,15 +228,9 @@ pub(crate) fn range_of<T: Elem>(x: &Tensor<T>) -> Tensor<T> {
         .expect("two entries make a tensor of shape [2]")
 }
 
-/// The [`RangeScan`] of `x`: float64 by [`RangeScan::of`]'s vector pass, complex by
-/// [`RangeScan::of_complex`]'s (the moduli from the parts).
+/// The [`RangeScan`] of `x` ([`slice_scan`]'s for its element type).
 fn range<T: Elem>(x: &Tensor<T>) -> RangeScan {
-    let any = x as &dyn Any;
-    match (any.downcast_ref::<Tensor<f64>>(), any.downcast_ref::<Tensor<c64>>()) {
-        (Some(real), _) => RangeScan::of(real.data()),
-        (_, Some(complex)) => RangeScan::of_complex(complex.data()),
-        _ => RangeScan::of_moduli(x.data()),
-    }
+    slice_scan::<T>()(x.data())
 }
 
 /// The [`RangeScan`] a [`range_of`] tensor holds, or `None` for a tensor of another shape.
@@ -271,6 +282,18 @@ mod tests {
             }
         }
         assert_eq!(scan_of(&Tensor::new(vec![3], vec![1.0, 2.0, 3.0]).unwrap()), None);
+    }
+
+    #[test]
+    fn slice_scans_are_the_element_types_own() {
+        for v in cases() {
+            let want = RangeScan::of(&v);
+            let got = slice_scan::<f64>()(&v);
+            assert_eq!((got.not_finite(), got.left_range()), (want.not_finite(), want.left_range()), "{v:?}");
+            let z: Vec<c64> = v.iter().map(|&x| c64::new(0.0, x)).collect();
+            let got = slice_scan::<c64>()(&z);
+            assert_eq!((got.not_finite(), got.left_range()), (want.not_finite(), want.left_range()), "{v:?}");
+        }
     }
 
     /// A part drawn near the ends of the range now and then: ordinary values, values

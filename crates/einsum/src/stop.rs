@@ -9,7 +9,8 @@
 //! starts after the flag is up produces a placeholder of its output's shape and does no
 //! work), between the GEMMs of a loop of GEMMs and between the blocks of one large GEMM
 //! (each of about [`GEMM_BLOCK_MACS`] multiply-adds and [`COPY_CHECK_ELEMENTS`] elements
-//! written at most, and at least one row or column), every [`DIRECT_STOP_CHECK`] multiply-adds of the direct and lanes loops, every
+//! written at most, but never fewer rows or columns than `small_gemm`'s width for the
+//! second bound, nor less than one), every [`DIRECT_STOP_CHECK`] multiply-adds of the direct and lanes loops, every
 //! [`COPY_CHECK_ELEMENTS`] elements of a permutation copy or an element-wise product (a
 //! kernel that stops leaves the rest of its output as it was), between slices of a sliced
 //! contraction and every [`COPY_CHECK_ELEMENTS`] elements of its accumulators' zeroing,

@@ -55,9 +55,11 @@ the cotangent whole.
 
 Invariants: every task is pure (its result depends only on its arguments, which are the
 plan, the scattered operands and a slice range), so Dask may rerun it anywhere, for
-instance when a worker dies mid-run: that costs time, not the answer. (A range's
-cotangent blocks live on one worker: if that worker dies before the range is done, the
-run is cancelled and submitted again, see ``RUNS``.) The expression
+instance when a worker dies mid-run: that costs time, not the answer. (Scattered data
+cannot be recomputed: a range's cotangent blocks live on one worker, and Dask's active
+memory manager may drop a broadcast operand's copies down to one. If the worker holding
+the last copy dies before the run is done, the run is cancelled and submitted again, see
+``RUNS``.) The expression
 travels to the workers as its plan (it pickles as equation, shapes, path, limit, sliced
 labels) and each worker process keeps the rebuilt, compiled expression in a small cache.
 The plan, the range functions and the combination are engine-neutral
