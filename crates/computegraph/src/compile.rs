@@ -47,7 +47,9 @@ use crate::id::{Id, IdVec, InstrId, SlotId};
 use crate::materialize::{MaterializedGraph, ValueId};
 use crate::operation::GraphOperation;
 use crate::prefetch::{FarOperands, prefetch_entry};
-use crate::program::{Instr, Program, RunCutter, SlotProgram, output_moves};
+use crate::program::{
+    Instr, MIN_UNIFORM_RUN, MIN_UNIFORM_RUN_KEPT_ORDER, Program, RunCutter, SlotProgram, output_moves,
+};
 use crate::stop::{POLL_EVERY, Poll};
 use crate::verify::verify_program;
 
@@ -139,7 +141,10 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     }
     // One entry of room past the pool: the slot pass writes a one-operand list's
     // second argument there before the next argument overwrites it (`SlotPass::run`).
-    let pass = SlotPass { instrs: program_vec(n_ops), args: program_vec(n_args + 1), runs: RunCutter::new(), alloc };
+    // Runs of two are kept as runs only in an order dispatch sorted (`program.rs`).
+    let min_run = if source.is_empty() { MIN_UNIFORM_RUN_KEPT_ORDER } else { MIN_UNIFORM_RUN };
+    let pass =
+        SlotPass { instrs: program_vec(n_ops), args: program_vec(n_args + 1), runs: RunCutter::new(min_run), alloc };
     let SlotPass { instrs, args, runs, alloc } = if source.is_empty() {
         pass.run(graph, &ops, live.raw_mut(), prefetch, true, 0..n_ops)?
     } else {

@@ -484,6 +484,8 @@ impl<Op: EvaluableGraphOperation> VerifiedProgram<Op> {
 /// its output slot (`S = N + 1`), and every instruction evaluates `op`. Out of line so
 /// that `op` arrives as a function argument, which the compiler knows no slot write can
 /// change: the operation's variant is then loaded once and its branch can leave the loop.
+/// Its code starts on a line of its own ([`align_code`]), so that the loop's place in the
+/// instruction cache's lines is set by this function alone, not by the code linked before it.
 ///
 /// # Safety
 /// As `VerifiedSlots`' contract, for every instruction of `stretch`, in order.
@@ -494,6 +496,7 @@ unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usiz
     file: &VerifiedSlots<'_, Op::Operand>,
     stretch: &[SlotId],
 ) -> GraphResult<()> {
+    align_code();
     for a in stretch.chunks_exact(S) {
         // SAFETY: by the caller's guarantee.
         let refs: [&Op::Operand; N] = std::array::from_fn(|k| unsafe { file.read(a[k]) });
@@ -502,6 +505,24 @@ unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usiz
         unsafe { file.write(a[N], v) };
     }
     Ok(())
+}
+
+/// Pads the machine code up to the next 64-byte boundary (the instruction cache's line),
+/// with no-operations run once per call, so that the code after it lies in the same lines
+/// whatever code the linker placed before the function. A tight loop's speed depends on
+/// where its branches and blocks fall in those lines: `layered`'s uniform runs were
+/// evaluated markedly slower once compile's code grew and moved `run_uniform` by a few
+/// bytes, with the same instructions (`docs/PERFORMANCE.md`, mc47). The padding sits
+/// before the loop, so the loop itself is not lengthened. Rust has no stable attribute to
+/// align a function; only x86-64 is measured, so other targets are left as they are.
+#[inline(always)]
+fn align_code() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the directive only inserts no-operation instructions here; it reads and
+    // writes no register, flag, stack or memory.
+    unsafe {
+        std::arch::asm!(".p2align 6", options(nomem, nostack, preserves_flags));
+    }
 }
 
 /// How many instructions ahead sequential evaluation prefetches operand slots, when

@@ -141,12 +141,16 @@ impl fmt::Debug for Instr {
 }
 
 /// Per output, whether it is its slot's last mention, so that taking the outputs may move
-/// that value out (the earlier mentions clone it).
+/// that value out (the earlier mentions clone it). The slots seen are a flag per slot up
+/// to the largest output slot, not a hash set: every unread value of a random DAG is an
+/// output, so there may be as many outputs as slots, and a hash of each cost more than
+/// the rest of compile's tail.
 pub(crate) fn output_moves(output_slots: &[SlotId]) -> Vec<bool> {
+    let slots = output_slots.iter().map(|s| s.index() + 1).max().unwrap_or(0);
+    let mut seen = vec![false; slots];
     let mut output_move = vec![false; output_slots.len()];
-    let mut seen = rustc_hash::FxHashSet::default();
     for (i, s) in output_slots.iter().enumerate().rev() {
-        output_move[i] = seen.insert(*s);
+        output_move[i] = !std::mem::replace(&mut seen[s.index()], true);
     }
     output_move
 }
@@ -178,6 +182,14 @@ pub(crate) struct Run {
 /// about what one instruction of the per-instruction loop does.
 pub(crate) const MIN_UNIFORM_RUN: usize = 2;
 
+/// [`MIN_UNIFORM_RUN`] for instructions in the materialized order, which dispatch kept (a
+/// chain of random variants): there a group of two equal operations is as common as not,
+/// and its run loop, a call of its own, cost evaluation more than the mixed loop's two
+/// dispatches; each run also costs the cut and the verifier a branch on its kind that
+/// nothing predicts. In a sorted order (a layered DAG's) runs of two are evaluated faster
+/// as runs.
+pub(crate) const MIN_UNIFORM_RUN_KEPT_ORDER: usize = 3;
+
 /// Cuts instructions into [`Run`]s as compile emits them (one entry each in `ops` and in
 /// the instruction column, arguments laid out in order in the pool), and keeps with them
 /// the operation of each uniform run, in order: the evaluator reads those from this short
@@ -185,61 +197,107 @@ pub(crate) const MIN_UNIFORM_RUN: usize = 2;
 /// start (a cache miss per run when operations are large). Fed during compile's slot
 /// pass rather than over the finished columns, which it would read once more.
 /// `O(instructions)` operation comparisons.
+///
+/// The open group and the last run's kind live in plain fields, which the slot pass keeps
+/// in registers once `push` is inlined into it. On a chain of random variants groups of
+/// equal operations end at random, about every other instruction: whether a group ends is
+/// one branch, and what its end does (whether a short group joins the mixed run before
+/// it, whether a uniform run's operation is kept) is written without a branch, since
+/// either way is as good as random there.
 pub(crate) struct RunCutter<Op> {
     runs: Vec<Run>,
     run_ops: Vec<Op>,
-    /// The instructions not yet in `runs`, from `open.0`: a candidate uniform run (its
-    /// arity, nonzero) or a single instruction (arity 0); `open.1` is its first argument.
-    open: Option<(usize, u32, u8)>,
+    /// The instructions not yet in `runs` are `first..`: a candidate uniform run (`arity`
+    /// nonzero) or a single instruction (`arity` 0) whose first argument is `start`. No
+    /// instruction is open before the first push.
+    first: usize,
+    start: u32,
+    arity: u8,
+    /// The last run's arity and start (a mixed run's arity is 0; 1 before any run, so that
+    /// the first one joins nothing).
+    last_arity: u8,
+    last_start: u32,
+    /// Groups shorter than this are mixed ([`MIN_UNIFORM_RUN`]).
+    min_run: usize,
 }
 
 impl<Op: PartialEq + Clone> RunCutter<Op> {
-    pub(crate) fn new() -> Self {
-        RunCutter { runs: Vec::new(), run_ops: Vec::new(), open: None }
+    /// A cutter whose uniform runs are at least `min_run` instructions long (at least 1).
+    pub(crate) fn new(min_run: usize) -> Self {
+        let min_run = min_run.max(1);
+        RunCutter {
+            runs: Vec::new(),
+            run_ops: Vec::new(),
+            first: 0,
+            start: 0,
+            arity: 0,
+            last_arity: 1,
+            last_start: 0,
+            min_run,
+        }
     }
 
     /// Adds instruction `i` (the next one), whose operation is `ops[i]`.
     ///
     /// # Panics
     /// If `i` or an earlier instruction is out of `ops`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, ops: &[Op], i: usize, instr: Instr) {
-        let arity = match (instr.n_in(), instr.n_out()) {
-            (n @ (1 | 2), 1) => n as u8,
-            _ => 0,
+        let n_in = instr.n_in();
+        let arity = if matches!(n_in, 1 | 2) && instr.n_out() == 1 { n_in as u8 } else { 0 };
+        // Operations without a drop are taken as cheap to compare: the three conditions
+        // as one, a single branch (short-circuited, the arity test was mispredicted as
+        // often as the operations' on a chain of random variants). Others (tensor
+        // operations) are compared only when the arities agree, as they always were.
+        let same = if std::mem::needs_drop::<Op>() {
+            self.arity != 0 && arity == self.arity && ops[i] == ops[self.first]
+        } else {
+            (self.arity != 0) & (arity == self.arity) & (ops[i] == ops[self.first])
         };
-        if let Some((first, _, open_arity)) = self.open {
-            if open_arity != 0 && arity == open_arity && ops[i] == ops[first] {
-                return;
-            }
+        if same {
+            return;
+        }
+        if i > 0 {
             self.close(ops, i);
         }
-        self.open = Some((i, instr.start() as u32, arity));
+        (self.first, self.start, self.arity) = (i, instr.start() as u32, arity);
     }
 
     /// Ends the open instructions at `end` (exclusive).
+    #[inline(always)]
     fn close(&mut self, ops: &[Op], end: usize) {
-        let Some((first, start, arity)) = self.open.take() else { return };
-        let arity = if end - first >= MIN_UNIFORM_RUN { arity } else { 0 };
-        match self.runs.last_mut() {
-            // Mixed instructions join the mixed run before them.
-            Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
-            // Grown in advised memory (`push_grown`): a graph whose operations vary a lot
-            // (a chain of random variants) has a run every few instructions, and these
-            // columns grown by `realloc` faulted most of their pages one at a time.
-            _ => {
-                push_grown(&mut self.runs, Run { end: end as u32, start, arity });
-                if arity != 0 {
-                    push_grown(&mut self.run_ops, ops[first].clone());
-                }
+        let short = end - self.first < self.min_run;
+        // Selects as arithmetic (the crate's MSRV predates `select_unpredictable`): a
+        // plain `if` may be compiled as a branch, mispredicted here as often as not.
+        let arity = self.arity * u8::from(!short);
+        // Mixed instructions join the mixed run before them: that run is replaced by one
+        // from its start to `end`.
+        let join = (arity == 0) & (self.last_arity == 0);
+        let start = self.start ^ ((self.start ^ self.last_start) & 0u32.wrapping_sub(u32::from(join)));
+        self.runs.truncate(self.runs.len() - usize::from(join));
+        // Grown in advised memory (`push_grown`): a graph whose operations vary a lot (a
+        // chain of random variants) has a run every few instructions, and these columns
+        // grown by `realloc` faulted most of their pages one at a time.
+        push_grown(&mut self.runs, Run { end: end as u32, start, arity });
+        (self.last_arity, self.last_start) = (arity, start);
+        if std::mem::needs_drop::<Op>() {
+            if arity != 0 {
+                push_grown(&mut self.run_ops, ops[self.first].clone());
             }
+        } else {
+            // Kept by the length: a copy past it is only overwritten later (no drop).
+            let n = self.run_ops.len();
+            push_grown(&mut self.run_ops, ops[self.first].clone());
+            self.run_ops.truncate(n + usize::from(arity != 0));
         }
     }
 
     /// The runs of `ops.len()` instructions, every one pushed, and each uniform run's
     /// operation.
     pub(crate) fn finish(mut self, ops: &[Op]) -> (Vec<Run>, Vec<Op>) {
-        self.close(ops, ops.len());
+        if !ops.is_empty() {
+            self.close(ops, ops.len());
+        }
         (trim(self.runs), trim(self.run_ops))
     }
 }
@@ -251,12 +309,12 @@ mod tests {
 
     /// The cut written over the finished columns, as compile made it before cutting as it
     /// emits: the reference for [`RunCutter`].
-    fn runs_of(ops: &[u8], instrs: &[Instr]) -> (Vec<Run>, Vec<u8>) {
+    fn runs_of<T: PartialEq + Clone>(ops: &[T], instrs: &[Instr], min_run: usize) -> (Vec<Run>, Vec<T>) {
         let uniform_arity = |i: usize| match (instrs[i].n_in(), instrs[i].n_out()) {
             (n @ (1 | 2), 1) => n as u8,
             _ => 0,
         };
-        let (mut runs, mut run_ops): (Vec<Run>, Vec<u8>) = (Vec::new(), Vec::new());
+        let (mut runs, mut run_ops): (Vec<Run>, Vec<T>) = (Vec::new(), Vec::new());
         let mut i = 0;
         while i < ops.len() {
             let arity = uniform_arity(i);
@@ -264,13 +322,13 @@ mod tests {
             while arity != 0 && end < ops.len() && uniform_arity(end) == arity && ops[end] == ops[i] {
                 end += 1;
             }
-            let arity = if end - i >= MIN_UNIFORM_RUN { arity } else { 0 };
+            let arity = if end - i >= min_run { arity } else { 0 };
             match runs.last_mut() {
                 Some(last) if arity == 0 && last.arity == 0 => last.end = end as u32,
                 _ => {
                     runs.push(Run { end: end as u32, start: instrs[i].start() as u32, arity });
                     if arity != 0 {
-                        run_ops.push(ops[i]);
+                        run_ops.push(ops[i].clone());
                     }
                 }
             }
@@ -279,23 +337,56 @@ mod tests {
         (runs, run_ops)
     }
 
+    /// Cuts `ops` (with the words of `shapes`' arities) as compile does and by
+    /// [`runs_of`].
+    fn both_cuts<T: PartialEq + Clone + std::fmt::Debug>(
+        ops: &[T],
+        shapes: &[(u8, u16, u16)],
+        min_run: usize,
+    ) -> [(Vec<Run>, Vec<T>); 2] {
+        let mut instrs = Vec::new();
+        let mut start = 0u32;
+        for &(_, n_in, n_out) in shapes {
+            instrs.push(Instr::new(start, n_in, n_out));
+            start += u32::from(n_in + n_out);
+        }
+        let mut cutter = RunCutter::new(min_run);
+        for (i, &instr) in instrs.iter().enumerate() {
+            cutter.push(ops, i, instr);
+        }
+        [cutter.finish(ops), runs_of(ops, &instrs, min_run)]
+    }
+
     proptest! {
+        /// The flags are those of a hash set of the slots seen from the end (the form
+        /// before the flag column), with slots repeated among the outputs.
+        #[test]
+        fn output_moves_mark_each_slots_last_mention(slots in proptest::collection::vec(0usize..40, 0..60)) {
+            let output_slots: Vec<SlotId> = slots.iter().map(|&s| SlotId::new(s)).collect();
+            let mut seen = std::collections::HashSet::new();
+            let mut expected = vec![false; slots.len()];
+            for (i, s) in slots.iter().enumerate().rev() {
+                expected[i] = seen.insert(*s);
+            }
+            prop_assert_eq!(output_moves(&output_slots), expected);
+        }
+    }
+
+    proptest! {
+        /// Operations without a drop (the cut without a branch on how a group ends) and
+        /// with one (`String`s, the branching form), over groups of every length, with
+        /// either shortest uniform run and others.
         #[test]
         fn cutting_as_compile_emits_gives_the_runs_of_the_whole_columns(
             shapes in proptest::collection::vec((0u8..3, 0u16..4, 1u16..3), 0..200),
+            min_run in prop_oneof![Just(MIN_UNIFORM_RUN), Just(MIN_UNIFORM_RUN_KEPT_ORDER), 1usize..5],
         ) {
             let ops: Vec<u8> = shapes.iter().map(|s| s.0).collect();
-            let mut instrs = Vec::new();
-            let mut start = 0u32;
-            for &(_, n_in, n_out) in &shapes {
-                instrs.push(Instr::new(start, n_in, n_out));
-                start += u32::from(n_in + n_out);
-            }
-            let mut cutter = RunCutter::new();
-            for (i, &instr) in instrs.iter().enumerate() {
-                cutter.push(&ops, i, instr);
-            }
-            prop_assert_eq!(cutter.finish(&ops), runs_of(&ops, &instrs));
+            let [cut, reference] = both_cuts(&ops, &shapes, min_run);
+            prop_assert_eq!(cut, reference);
+            let ops: Vec<String> = shapes.iter().map(|s| s.0.to_string()).collect();
+            let [cut, reference] = both_cuts(&ops, &shapes, min_run);
+            prop_assert_eq!(cut, reference);
         }
     }
 }
