@@ -11,7 +11,8 @@ operands, the very ones a timing run of the same names gets, as `DIR/NAME.f64` (
 operand's float64 entries, little-endian, row-major, in operand order), for the engine
 alone on the same input: `threads_ab --operands DIR/NAME.json`.
 
-usage: PYTHONPATH=<folder> chrt -f 50 python3 python/bench/two_threads.py [--dump DIR] R [NAME ...]"""
+usage: PYTHONPATH=<folder> chrt -f 50 python3 python/bench/two_threads.py R [NAME ...]
+       PYTHONPATH=<folder> python3 python/bench/two_threads.py --dump DIR [NAME ...]"""
 import json
 import pathlib
 import statistics
@@ -36,7 +37,9 @@ def main():
     if args[:1] == ["--dump"]:
         dump, args = pathlib.Path(args[1]), args[2:]
         dump.mkdir(parents=True, exist_ok=True)
-    rounds, only = int(args[0]), args[1:]
+        rounds, only = 0, args
+    else:
+        rounds, only = int(args[0]), args[1:]
     operands = peers.load_script("compare_einsum", peers.ROOT / "benches" / "scripts" / "compare_einsum.py").operands
     insts = [json.loads(f.read_text()) | {"name": f.stem} for f in sorted(peers.DATA.glob("*.json"))]
     insts += peers.seeded_networks()

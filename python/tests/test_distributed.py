@@ -550,7 +550,8 @@ KILLED = {
 def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, form):
     # The public call runs in a thread (it waits); a worker is killed as soon as it starts
     # its first range task. The run must still give the right answer, that task must start
-    # again on another worker, and the nanny must bring the worker back.
+    # again on another worker (or the whole run be submitted again, below), and the nanny
+    # must bring the worker back.
     n, reference = KILLED[form]
     eq, sliced, path, n_tasks = "ab,bc,cd->ad", "b", [(0, 1), (0, 1)], 6
     a, b, c, g = matrices(8, (n, n), (n, n), (n, n), (n, n))
@@ -591,7 +592,6 @@ def test_a_worker_killed_mid_run_costs_time_not_the_answer(client, tmp_path, for
     if len({key for _, key in after} - {key for _, key in before}) < n_tasks:
         assert any(key == running for _, key in after), (running, runs)
         assert len({key for _, key in runs}) == n_tasks, runs
-    assert len(runs) > n_tasks
 
 
 def test_the_hyper_optimizers_slicing_runs_distributed_with_gradients(client):

@@ -139,10 +139,11 @@ pub fn try_compile<Op: GraphOperation>(graph: &MaterializedGraph<Op>) -> GraphRe
     if u32::try_from(n_args).is_err() {
         return Err(GraphError::IdSpaceExhausted { space: "argument" });
     }
+    // Runs of two are kept as runs only where dispatch moved instructions (`program.rs`):
+    // an order it kept, even one it sorted without moving anything, takes runs of three.
+    let min_run = if source.is_empty() { MIN_UNIFORM_RUN_KEPT_ORDER } else { MIN_UNIFORM_RUN };
     // One entry of room past the pool: the slot pass writes a one-operand list's
     // second argument there before the next argument overwrites it (`SlotPass::run`).
-    // Runs of two are kept as runs only in an order dispatch sorted (`program.rs`).
-    let min_run = if source.is_empty() { MIN_UNIFORM_RUN_KEPT_ORDER } else { MIN_UNIFORM_RUN };
     let pass =
         SlotPass { instrs: program_vec(n_ops), args: program_vec(n_args + 1), runs: RunCutter::new(min_run), alloc };
     let SlotPass { instrs, args, runs, alloc } = if source.is_empty() {

@@ -517,7 +517,7 @@ unsafe fn run_uniform<Op: EvaluableGraphOperation, const N: usize, const S: usiz
 /// align a function; only x86-64 is measured, so other targets are left as they are.
 #[inline(always)]
 fn align_code() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: the directive only inserts no-operation instructions here; it reads and
     // writes no register, flag, stack or memory.
     unsafe {

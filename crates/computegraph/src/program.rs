@@ -178,8 +178,9 @@ pub(crate) struct Run {
     pub(crate) arity: u8,
 }
 
-/// Uniform runs shorter than this are folded into mixed runs: the run loop's set-up costs
-/// about what one instruction of the per-instruction loop does.
+/// Uniform runs shorter than this are folded into mixed runs where dispatch moved the
+/// instructions (a sorted order): the run loop's set-up costs about what one instruction
+/// of the per-instruction loop does. Where it kept the order, [`MIN_UNIFORM_RUN_KEPT_ORDER`].
 pub(crate) const MIN_UNIFORM_RUN: usize = 2;
 
 /// [`MIN_UNIFORM_RUN`] for instructions in the materialized order, which dispatch kept (a
@@ -217,7 +218,8 @@ pub(crate) struct RunCutter<Op> {
     /// the first one joins nothing).
     last_arity: u8,
     last_start: u32,
-    /// Groups shorter than this are mixed ([`MIN_UNIFORM_RUN`]).
+    /// Groups shorter than this are mixed: [`MIN_UNIFORM_RUN`] for a moved order,
+    /// [`MIN_UNIFORM_RUN_KEPT_ORDER`] for a kept one.
     min_run: usize,
 }
 

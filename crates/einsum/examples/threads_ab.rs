@@ -78,13 +78,14 @@ impl Calls {
 fn operands_beside(file: &str, inst: &Instance) -> Vec<Tensor<f64>> {
     let raw = std::path::Path::new(file).with_extension("f64");
     let bytes = std::fs::read(&raw).unwrap_or_else(|e| panic!("cannot read {}: {e}", raw.display()));
+    let want: usize = inst.shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+    assert_eq!(bytes.len(), 8 * want, "{}: {want} float64 operand entries expected", raw.display());
     let mut values = bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")));
     let ops: Vec<Tensor<f64>> = inst
         .shapes
         .iter()
         .map(|s| Tensor::new(s.clone(), values.by_ref().take(s.iter().product()).collect()).unwrap())
         .collect();
-    assert!(values.next().is_none() && bytes.len() % 8 == 0, "{} holds more than the operands", raw.display());
     ops
 }
 

@@ -195,31 +195,36 @@ fn the_pool_is_entered_where_it_pays() {
     }
 }
 
-/// Callers that share one pool: four OS threads each calling evaluations of a network of
-/// small independent steps (computegraph's parallel evaluator, bypassing the choice) in a
-/// pool of two threads at once, and two evaluations joined inside the pool. Each returns
-/// the one-thread result bit for bit, and none waits forever on another (the test would
-/// hang).
+/// Callers that share one pool: four OS threads each calling evaluations of a network
+/// whose steps the choice runs at once in the pool (computegraph's parallel evaluators,
+/// the level one or the dataflow one, with helpers that spin while they wait), in a pool
+/// of two threads at once, and two evaluations joined inside the pool. Each returns the
+/// one-thread result bit for bit, and none waits forever on another (the test would hang).
 #[test]
 fn evaluations_sharing_a_pool_at_once_end_and_equal_one_thread() {
-    let shapes: Vec<Vec<usize>> = vec![vec![3, 3]; 12];
-    let e = Einsum::<f64>::new("ab,bc,cd,de,ef,fg,gh,hi,ij,jk,kl,lm->am", &shapes, PathChoice::Greedy).unwrap();
-    let ops = operands::<f64>(&shapes, 11);
-    let refs: Vec<&Tensor<f64>> = ops.iter().collect();
-    let one = e.eval(&refs).unwrap();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-    std::thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| {
-                for _ in 0..50 {
-                    assert_eq!(e.eval_in_pool(Some(&pool), &refs).unwrap(), one);
-                }
-            });
-        }
-    });
-    let nested = pool.install(|| {
-        let (a, b) = rayon::join(|| e.eval_in_pool(None, &refs), || e.eval_in_pool(None, &refs));
-        (a.unwrap(), b.unwrap())
-    });
-    assert_eq!(nested, (one.clone(), one));
+    let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    for name in ["str_matrix_chain_multiplication_100", "lm_batch_likelihood_brackets_4_4d"] {
+        let inst = Instance::bundled(name).unwrap();
+        let e = inst.einsum::<f64>(PathChoice::Explicit(inst.opt_flops.clone().unwrap())).unwrap();
+        assert_eq!(e.pool_use(2), PoolUse::Pool, "{name}: the choice runs steps at once");
+        let ops = operands::<f64>(&inst.shapes, 11);
+        let refs: Vec<&Tensor<f64>> = ops.iter().collect();
+        let one = e.eval_in_pool(Some(&single), &refs).unwrap();
+        assert!(one.data().iter().all(|x| x.is_finite()), "{name}: a finite result to compare");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..3 {
+                        assert_eq!(e.eval_in_pool(Some(&pool), &refs).unwrap(), one, "{name}");
+                    }
+                });
+            }
+        });
+        let nested = pool.install(|| {
+            let (a, b) = rayon::join(|| e.eval_in_pool(None, &refs), || e.eval_in_pool(None, &refs));
+            (a.unwrap(), b.unwrap())
+        });
+        assert_eq!(nested, (one.clone(), one), "{name}");
+    }
 }
