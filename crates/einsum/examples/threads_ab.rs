@@ -81,12 +81,10 @@ fn operands_beside(file: &str, inst: &Instance) -> Vec<Tensor<f64>> {
     let want: usize = inst.shapes.iter().map(|s| s.iter().product::<usize>()).sum();
     assert_eq!(bytes.len(), 8 * want, "{}: {want} float64 operand entries expected", raw.display());
     let mut values = bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")));
-    let ops: Vec<Tensor<f64>> = inst
-        .shapes
+    inst.shapes
         .iter()
         .map(|s| Tensor::new(s.clone(), values.by_ref().take(s.iter().product()).collect()).unwrap())
-        .collect();
-    ops
+        .collect()
 }
 
 fn run(file: &str, reps: usize, threads: usize, beside: bool) {

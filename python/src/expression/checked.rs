@@ -89,17 +89,10 @@ impl Inner {
         d: &Derivative<'_, 'py>,
     ) -> PyResult<Option<(Bound<'py, PyTuple>, bool)>> {
         let (hadamard, hadamard3, real) = (&self.hadamard, &self.hadamard3, T::real(operands));
-        if !matches!((hadamard, hadamard3, real), (Some(_), _, Some([_, _])) | (_, Some(_), Some([_, _, _])))
-            || d.wrt.iter().any(|&w| w >= operands.len())
-        {
+        if !matches!((hadamard, hadamard3, real), (Some(_), _, Some([_, _])) | (_, Some(_), Some([_, _, _]))) {
             return Ok(None);
         }
-        self.check_memory::<f64>(d.limit)?;
-        // A scalar stays a scalar: the kernels read it as that value everywhere.
-        let c = self.given_cotangent::<f64>(d.cotangent)?;
-        if !c.shape().is_empty() && c.shape() != self.output_shape {
-            return Ok(None);
-        }
+        let Some(c) = self.kernel_cotangent::<f64>(d, operands.len())? else { return Ok(None) };
         let work = 3.0 * self.slice_plan.multiply_adds();
         let wrt = &d.wrt;
         let out = match (hadamard, hadamard3, real) {
@@ -125,19 +118,24 @@ impl Inner {
         d: &Derivative<'_, 'py>,
     ) -> PyResult<Option<(Bound<'py, PyTuple>, bool)>> {
         let (Some(p), [a, b]) = (&self.product, operands) else { return Ok(None) };
-        if d.wrt.iter().any(|&w| w > 1) {
-            return Ok(None);
-        }
-        self.check_memory::<T>(d.limit)?;
-        // A scalar stays a scalar: the kernels read it as that value everywhere.
-        let c = self.given_cotangent::<T>(d.cotangent)?;
-        if !c.shape().is_empty() && c.shape() != self.output_shape {
-            return Ok(None);
-        }
+        let Some(c) = self.kernel_cotangent::<T>(d, 2)? else { return Ok(None) };
         let work = 3.0 * self.slice_plan.multiply_adds();
         let wrt = &d.wrt;
         let out = run_on(py, work, |t| p.uses_threads(t), || p.value_and_grad(a, b, &c, wrt))?;
         let value = convert::to_numpy(py, out.value)?.into_any();
         Ok(Some((PyTuple::new(py, [value, to_tuple(py, out.grads)?.into_any()])?, out.left_range)))
+    }
+
+    /// For an element-wise kernel's call on `n` operands, after the memory check: the
+    /// cotangent (a scalar stays a scalar: the kernels read it as that value everywhere),
+    /// or `None` for a `wrt` entry past the operands or a cotangent of another shape than
+    /// the output's, which the compiled program's call is to refuse with its own message.
+    fn kernel_cotangent<T: Dtype>(&self, d: &Derivative<'_, '_>, n: usize) -> PyResult<Option<Tensor<T>>> {
+        if d.wrt.iter().any(|&w| w >= n) {
+            return Ok(None);
+        }
+        self.check_memory::<T>(d.limit)?;
+        let c = self.given_cotangent::<T>(d.cotangent)?;
+        Ok((c.shape().is_empty() || c.shape() == self.output_shape).then_some(c))
     }
 }
