@@ -16,6 +16,8 @@
 //! one, so `ij,ij->ij` is one loop over all elements, which the compiler vectorizes.
 //! Rows that gather an operand (a stride above one along the innermost axis) are written
 //! in tiles of rows by columns, so that the gathered cache lines serve several rows.
+//! Short rows (queens' rows of 3) are written by `product_tiles.rs`, in blocks of the
+//! output's and the large operand's innermost axes, as a transpose is.
 //! Outputs of [`PAR_ELEMENTWISE_MIN_ELEMENTS`] or more are cut into row-aligned chunks
 //! over the current rayon pool's threads (inside a pool of more than one thread).
 //!
@@ -30,6 +32,7 @@ use smallvec::SmallVec;
 
 use crate::buffer::overwritten;
 use crate::elem::Elem;
+use crate::product_tiles::{Loop, run_tiles};
 use crate::scan::{RangeScan, SliceScan};
 
 /// Outputs of at least this many elements are written by the threads of the current
@@ -48,15 +51,9 @@ const GATHER_BLOCK: usize = 128;
 /// gathered lines before they leave the cache.
 const GATHER_ROWS: usize = 64;
 
-/// Rows shorter than this are written in panels ([`ElementwisePlan::rows_in_panels`]),
-/// unless they gather an operand that the next axis does not suit better.
-const PANEL_MAX_ROW: usize = 16;
-
-/// Rows per panel of [`ElementwisePlan::rows_in_panels`]: a panel's output (at most
-/// `PANEL_ROWS · PANEL_MAX_ROW` elements, 16 KiB of `f64`) stays in the first-level cache
-/// while its columns are written; `pair.rs`'s panels too (its rows are as short: a panel's
-/// part of `x` and `a`, `PANEL_ROWS · PAIR_MIN_ROW` elements each, as small).
-pub(crate) const PANEL_ROWS: usize = 128;
+/// Rows shorter than this (of a loop of two axes or more) are written in blocks of the
+/// output's and the large operand's innermost axes (`product_tiles.rs`).
+const SHORT_ROW: usize = 16;
 
 /// Elements of a unit that [`ElementwisePlan::rows_scanned`] writes and then scans: 16
 /// KiB of `f64`, so the scan reads it from the first-level cache.
@@ -72,9 +69,10 @@ const ELEMENT_COST: f64 = 0.6;
 /// of 81 1.5, against 0.92 over contiguous rows.
 const ROW_COST: f64 = 4.3;
 
-/// What rows written in panels add per element: the same steps with rows of 3 took 2.2 to
-/// 2.6 ms in panels (4.7 to 5.6 row by row).
-const PANEL_ROW_COST: f64 = 0.9;
+/// What short rows, written in blocks (`product_tiles.rs`), add per element: the blocks'
+/// offset tables read per element, and for a permuted output the large operand's lines
+/// that a tile reads beside its output (`docs/PERFORMANCE.md`, q48).
+const SHORT_ROW_COST: f64 = 0.9;
 
 /// Operands up to this many elements stay in the first caches: gathering one costs no more
 /// than reading it in order.
@@ -212,14 +210,14 @@ impl ElementwisePlan {
     /// units (about nanoseconds): per element of the output, [`ELEMENT_COST`] plus what its
     /// rows add. What `kernel::step_cost` and so `layout.rs` weigh label orders by.
     ///
-    /// Rows written in panels ([`Self::panel`]) add [`PANEL_ROW_COST`]; other rows add
+    /// Short rows (written in blocks, [`Self::in_blocks`]) add [`SHORT_ROW_COST`]; other rows add
     /// [`ROW_COST`] over the square root of their length, a row that gathers an operand
     /// too large for the first caches counting as rows of one.
     pub(crate) fn cost(&self, lens: [usize; 2]) -> f64 {
         let (n, rows, strides) = self.row_shape();
         let gathers = strides.iter().zip(lens).any(|(&s, len)| s > 1 && len > CACHED_ELEMENTS);
-        let per_row = if self.panel(n).is_some() {
-            PANEL_ROW_COST
+        let per_row = if self.in_blocks() {
+            SHORT_ROW_COST
         } else if gathers {
             ROW_COST
         } else {
@@ -271,7 +269,10 @@ impl ElementwisePlan {
             1
         };
         let merge = |x: RangeScan, y: RangeScan| x.merge(y);
-        let scanned = if threads > 1 && rows >= 2 * threads {
+        let scanned = if self.in_blocks() {
+            let l = Loop { sizes: &self.sizes, strides: [&self.strides[0], &self.strides[1], &self.strides[2]] };
+            run_tiles(&l, (a, b), &mut out, &f, threads, scan)
+        } else if threads > 1 && rows >= 2 * threads {
             use rayon::prelude::*;
             let per_chunk = rows.div_ceil(4 * threads);
             out.par_chunks_mut(per_chunk * inner)
@@ -298,6 +299,18 @@ impl ElementwisePlan {
             self.rows_scanned(0, &mut out, a, b, &f, scan)
         };
         (out, scanned)
+    }
+
+    /// Whether the product is written in blocks (`product_tiles.rs`): rows shorter than
+    /// [`SHORT_ROW`] in a loop of two axes or more.
+    ///
+    /// Why: row by row, a row of three elements paid the row's set-up per three elements
+    /// and, where the output permutes the large operand, read a far-apart cache line of it
+    /// per element, whose neighbours later rows reached only after many others; panels of
+    /// one run of the next axis (the loop before the blocks) helped only where that axis
+    /// stepped less through the operands.
+    fn in_blocks(&self) -> bool {
+        self.sizes.len() >= 2 && self.sizes.last().is_some_and(|&n| n < SHORT_ROW)
     }
 
     /// [`Self::rows`], and with `scan` the scan of `dst`, each unit of about
@@ -395,9 +408,6 @@ impl ElementwisePlan {
         let (ia, ib) = (sa[last], sb[last]);
         if (ia > 1 || ib > 1) && n >= GATHER_BLOCK && dst.len() > n {
             return self.rows_in_tiles(first, dst, a, b, f);
-        }
-        if let Some(panel) = self.panel(n) {
-            return self.rows_in_panels(panel, first, dst, a, b, f);
         }
         let mut at = RowCursor::at(self, first);
         debug_assert!(last == 0 || so[last - 1] == n, "output rows are contiguous");
@@ -594,113 +604,6 @@ fn lanes_sum<T: Elem>(x: &[T]) -> T {
     part.iter().fold(T::zero(), |acc, &p| acc + p)
 }
 
-impl ElementwisePlan {
-    /// How rows of `n` elements are written in panels ([`Self::rows_in_panels`]), if they
-    /// are: short rows that gather an operand by columns when both operands step over the
-    /// next axis by less than along the rows; other short rows by rows.
-    fn panel(&self, n: usize) -> Option<Panel> {
-        let next = self.sizes.len().checked_sub(2)?;
-        if n >= PANEL_MAX_ROW {
-            return None;
-        }
-        let last = next + 1;
-        let [sa, sb, _] = &self.strides;
-        let along = sa[last].max(sb[last]);
-        if along <= 1 {
-            Some(Panel::Rows)
-        } else if sa[next].max(sb[next]) < along {
-            Some(Panel::Columns)
-        } else {
-            None
-        }
-    }
-
-    /// [`Self::rows`] for short rows ([`Self::panel`]), in panels of up to [`PANEL_ROWS`]
-    /// rows of one run of the next axis, column by column or row by row.
-    ///
-    /// Why: row by row, a row of three elements read three far-apart places of the
-    /// gathered operand and paid the row's set-up (the cursor, the choice of loop) per
-    /// three elements; queens' `dB` transposes (an edge factor's partner written in its
-    /// own layout, the factor's label innermost) are such products over `3^12` elements.
-    /// Column by column, each operand is read along the next axis, where it steps least,
-    /// and the panel's output (up to `PANEL_ROWS · PANEL_MAX_ROW` elements) stays in the
-    /// first-level cache while its columns fill it in. Short rows that gather nothing
-    /// (queens' forward steps whose output ends in the edge factor's other label) are
-    /// written row by row within a panel, each row's offsets from the panel's start
-    /// rather than from the cursor's step and the choice of loop per row.
-    fn rows_in_panels<T: Elem, F: Fn(T, T) -> T>(
-        &self,
-        how: Panel,
-        first: usize,
-        dst: &mut [T],
-        a: &[T],
-        b: &[T],
-        f: &F,
-    ) {
-        let last = self.sizes.len() - 1;
-        let (n, m) = (self.sizes[last], self.sizes[last - 1]);
-        let [sa, sb, _] = &self.strides;
-        let mut at = RowCursor::at(self, first);
-        let mut rest = dst;
-        while !rest.is_empty() {
-            if crate::stop::requested() {
-                return; // the evaluation is ending with an error; the output is discarded
-            }
-            // The rows left in this run of the next axis, at most a panel's.
-            let count = (m - at.idx[last - 1]).min(rest.len() / n).min(PANEL_ROWS);
-            let (panel, tail) = std::mem::take(&mut rest).split_at_mut(count * n);
-            match how {
-                Panel::Columns => {
-                    for k in 0..n {
-                        let (qa, qb) = (at.pa + k * sa[last], at.pb + k * sb[last]);
-                        column(&mut panel[k..], n, (a, qa, sa[last - 1]), (b, qb, sb[last - 1]), f);
-                    }
-                }
-                Panel::Rows => {
-                    for (j, row) in panel.chunks_exact_mut(n).enumerate() {
-                        let (qa, qb) = (at.pa + j * sa[last - 1], at.pb + j * sb[last - 1]);
-                        for (k, o) in row.iter_mut().enumerate() {
-                            *o = f(a[qa + k * sa[last]], b[qb + k * sb[last]]);
-                        }
-                    }
-                }
-            }
-            at.skip(self, count);
-            rest = tail;
-        }
-    }
-}
-
-/// How [`ElementwisePlan::rows_in_panels`] walks a panel.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Panel {
-    /// Column by column: along the next axis, where the operands step least.
-    Columns,
-    /// Row by row: the rows read their operands in order or not at all.
-    Rows,
-}
-
-/// `out[j·n] = f(a[pa + j·sa], b[pb + j·sb])` for every `j` with `j·n` in `out`: a column
-/// of a panel of [`ElementwisePlan::rows_in_panels`].
-fn column<T: Elem, F: Fn(T, T) -> T>(
-    out: &mut [T],
-    n: usize,
-    (a, pa, sa): (&[T], usize, usize),
-    (b, pb, sb): (&[T], usize, usize),
-    f: &F,
-) {
-    let outs = out.iter_mut().step_by(n);
-    // `step_by` refuses a step of 0: a broadcast operand is one element.
-    match (sa, sb) {
-        (0, 0) => outs.for_each(|o| *o = f(a[pa], b[pb])),
-        (0, _) => outs.zip(b[pb..].iter().step_by(sb)).for_each(|(o, &y)| *o = f(a[pa], y)),
-        (_, 0) => outs.zip(a[pa..].iter().step_by(sa)).for_each(|(o, &x)| *o = f(x, b[pb])),
-        _ => {
-            outs.zip(a[pa..].iter().step_by(sa)).zip(b[pb..].iter().step_by(sb)).for_each(|((o, &x), &y)| *o = f(x, y))
-        }
-    }
-}
-
 /// A row of an [`ElementwisePlan`] (a run of its innermost axis): the index of its outer
 /// axes and the offsets in `a` and `b` that index gives.
 struct RowCursor {
@@ -722,18 +625,6 @@ impl RowCursor {
             at.pb += at.idx[k] * plan.strides[1][k];
         }
         at
-    }
-
-    /// Steps `count` rows on, all but the last of them within the current run of the
-    /// next-to-innermost axis (as [`ElementwisePlan::rows_in_panels`]'s panels are).
-    fn skip(&mut self, plan: &ElementwisePlan, count: usize) {
-        let k = self.idx.len() - 1;
-        debug_assert!(count >= 1 && self.idx[k] + count <= plan.sizes[k], "a panel within one run");
-        let within = count - 1;
-        self.idx[k] += within;
-        self.pa += within * plan.strides[0][k];
-        self.pb += within * plan.strides[1][k];
-        self.advance(plan);
     }
 
     /// Steps to the next row, the outer index counting in row-major order.
@@ -856,7 +747,7 @@ mod tests {
 
     /// The cost ranks the queens steps' label orders as they were measured (a `3 × 3`
     /// factor times `3^13` elements, the factor's label `b` moved inward in the large
-    /// operand): contiguous rows, then rows of 81, rows of 27, and rows of 3 in panels.
+    /// operand): contiguous rows, then rows of 81, rows of 27, and rows of 3 in blocks.
     #[test]
     fn the_cost_ranks_row_lengths_as_measured() {
         let sizes = [3usize; 14];
@@ -876,36 +767,32 @@ mod tests {
         assert!(contiguous.1 < r81.1 && r81.1 < r27.1 && r27.1 < r3.1, "{contiguous:?} {r81:?} {r27:?} {r3:?}");
     }
 
-    /// Queens' `dB` transposes' shape (`ab,abcd->cbda`: the factor's label `a` innermost,
-    /// the partner gathered along it and read in order along `d`) is written in panels by
-    /// columns, and a forward step's (`ab,acbd->abcd`: rows of `d` read in order) by rows;
-    /// whole and cut at rows inside and between panels, both equal the reference.
-    #[test]
-    fn short_rows_in_panels_equal_the_reference() {
-        let sizes = [3usize, 3, 5, 2 * PANEL_ROWS + 44];
-        // (a, b, out) labels and the walk they take.
-        let cases = [
-            ([0u32, 1], [0u32, 1, 2, 3], [2u32, 1, 3, 0], Panel::Columns),
-            ([0, 1], [0, 3, 1, 2], [0, 1, 3, 2], Panel::Rows),
-        ];
-        for (a_labels, b_labels, out, how) in &cases {
-            let (a_labels, b_labels, out, how) = (&a_labels[..], &b_labels[..], &out[..], *how);
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Products of a large operand of eleven axes of 3 (over the parallel threshold)
+        /// and a small one of some of its labels, both in random orders, into a random
+        /// order of the labels (queens' permuted element-wise steps, whose short rows go in
+        /// blocks): equal to the reference, and on two threads to one thread bit for bit.
+        #[test]
+        fn permuted_short_rows_equal_the_reference_and_one_thread(
+            big in Just((0u32..11).collect::<Vec<_>>()).prop_shuffle(),
+            small in proptest::sample::subsequence((0u32..11).collect::<Vec<_>>(), 0..=7).prop_shuffle(),
+            out in Just((0u32..11).collect::<Vec<_>>()).prop_shuffle(),
+            swap in any::<bool>(),
+        ) {
+            let sizes = [3usize; 11];
             let shape = |l: &[u32]| l.iter().map(|&c| sizes[c as usize]).collect::<Vec<_>>();
-            let (ta, tb) = (ramp_from(shape(a_labels), 0.5), ramp_from(shape(b_labels), 3.0));
-            let plan = ElementwisePlan::new(a_labels, b_labels, out, &sizes).expect("sums nothing");
-            let n = *plan.sizes.last().expect("an axis");
-            assert_eq!(plan.panel(n), Some(how), "{plan:?}");
-            let want = reference_labels(&[(&ta, a_labels), (&tb, b_labels)], out, &sizes).expect("the reference");
-            assert_eq!(&plan.run(ta.data(), tb.data(), [false; 2])[..], want.data());
-            let f = |x: f64, y: f64| x * y;
-            let rows = plan.out_len / n;
-            for cut in [1, PANEL_ROWS - 1, PANEL_ROWS, sizes[3] + 7, rows - 1] {
-                let mut parts = vec![f64::NAN; plan.out_len];
-                let (head, tail) = parts.split_at_mut(cut * n);
-                plan.rows(0, head, ta.data(), tb.data(), &f);
-                plan.rows(cut, tail, ta.data(), tb.data(), &f);
-                assert_eq!(&parts[..], want.data(), "{how:?}, cut at row {cut}");
-            }
+            let (tb, ts) = (ramp_from(shape(&big), 0.5), ramp_from(shape(&small), 3.0));
+            let ((ta, a), (tb, b)) = if swap { ((&ts, &small), (&tb, &big)) } else { ((&tb, &big), (&ts, &small)) };
+            let plan = ElementwisePlan::new(a, b, &out, &sizes).expect("sums nothing");
+            let want = reference_labels(&[(ta, &a[..]), (tb, &b[..])], &out, &sizes).expect("the reference");
+            let one = plan.run(ta.data(), tb.data(), [false; 2]);
+            prop_assert_eq!(&one[..], want.data());
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+            let two = pool.install(|| plan.run(ta.data(), tb.data(), [false; 2]));
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&two), bits(&one));
         }
     }
 

@@ -128,6 +128,7 @@ pub mod path_cache;
 mod permute;
 mod plan;
 mod product;
+mod product_tiles;
 mod ranged;
 mod reassoc;
 mod reduce;

@@ -39,7 +39,7 @@ use smallvec::SmallVec;
 
 use crate::buffer::overwritten;
 use crate::elem::Elem;
-use crate::elementwise::{PANEL_ROWS, PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes, sums_nothing};
+use crate::elementwise::{PAR_ELEMENTWISE_MIN_ELEMENTS, fused_axes, sums_nothing};
 use crate::kernel::ContractSpec;
 use crate::tensor::Tensor;
 use triple::Triple;
@@ -63,6 +63,11 @@ pub(crate) const PAIR_ALWAYS_SMALL: usize = 16;
 
 /// The shortest rows walked one by one; shorter rows are walked in panels (module docs).
 pub(crate) const PAIR_MIN_ROW: usize = 16;
+
+/// Rows per panel of short rows (`PairPlan::rows_in_panels`): a panel's part of `x` and
+/// `a` (at most `PANEL_ROWS · PAIR_MIN_ROW` elements each, 16 KiB of `f64`) stays in the
+/// first-level cache while its columns are written.
+const PANEL_ROWS: usize = 128;
 
 /// The fewest elements of `x` for which a pair is fused: below them both transposes'
 /// operands stay in the first caches, and the second read costs little.
